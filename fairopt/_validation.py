@@ -1,0 +1,77 @@
+"""Input conversion and validation shared by measures, constraints and the data layer.
+
+Every public function validates at the boundary with these helpers, so that a bad input
+gives a ``ValueError`` naming the argument and the offending value (DESIGN.md sec 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["as_tensor", "as_1d_tensor", "to_numpy", "check_same_length", "check_binary"]
+
+
+def as_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Convert ``x`` (tensor, numpy array, pandas object, list) to a tensor.
+
+    Tensors are returned as they are (keeping autograd), cast to ``dtype`` if given.
+    Raises ``ValueError`` naming ``name`` when the conversion fails or values are NaN/inf.
+    """
+    if isinstance(x, torch.Tensor):
+        t = x
+    else:
+        if hasattr(x, "to_numpy"):
+            x = x.to_numpy()
+        try:
+            arr = np.asarray(x)
+            if arr.dtype == object:
+                arr = arr.astype(float)
+            t = torch.as_tensor(arr)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name}: cannot convert {type(x).__name__} to a numeric array ({exc})") from None
+    if dtype is not None and t.dtype != dtype:
+        t = t.to(dtype)
+    if t.is_floating_point() and not bool(torch.isfinite(t.detach()).all()):
+        bad = t.detach()[~torch.isfinite(t.detach())].reshape(-1)[0].item()
+        raise ValueError(f"{name}: contains non-finite values (e.g. {bad})")
+    return t
+
+
+def as_1d_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """:func:`as_tensor` and require one dimension (a column vector (n, 1) is flattened)."""
+    t = as_tensor(x, name, dtype)
+    if t.dim() == 2 and t.shape[1] == 1:
+        t = t.reshape(-1)
+    if t.dim() != 1:
+        raise ValueError(f"{name}: expected a 1-D array, got shape {tuple(t.shape)}")
+    return t
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A detached numpy copy of a tensor, or ``np.asarray`` of anything else."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    if hasattr(x, "to_numpy"):
+        return x.to_numpy()
+    return np.asarray(x)
+
+
+def check_same_length(**arrays: Any) -> int:
+    """Require all arrays to have the same first dimension; returns it."""
+    lengths = {k: len(v) for k, v in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        desc = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+        raise ValueError(f"length mismatch: {desc} rows")
+    return next(iter(lengths.values())) if lengths else 0
+
+
+def check_binary(x: torch.Tensor, name: str) -> torch.Tensor:
+    """Require values in {0, 1}; returns ``x`` as float."""
+    xd = x.detach()
+    bad = ~((xd == 0) | (xd == 1))
+    if bool(bad.any()):
+        raise ValueError(f"{name}: expected 0/1 values, got {xd[bad].reshape(-1)[0].item()!r}")
+    return x.to(torch.get_default_dtype()) if not x.is_floating_point() else x

@@ -1,0 +1,222 @@
+"""Protocols shared by every engine: datasets, batches, constraints and encodings.
+
+The engines in :mod:`solvers` are fairness-agnostic. They see a dataset only through
+:class:`Dataset` (features, target, row subsets, optional strata for balanced sampling)
+and a constraint only through :class:`Constraint` (smooth values, exact values, bounds).
+
+Row convention
+--------------
+A constraint contributes ``m`` scalar rows ``lower_i <= c_i(out) <= upper_i``; a side may
+be infinite. The violation of row ``i`` is
+``max(c_i - u_i, 0) + max(l_i - c_i, 0)`` and the total violation ``V(c)`` is the sum
+over rows (DESIGN.md sec 3). Several constraints compose by concatenating rows
+(:class:`ConstraintSet`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+import torch
+
+__all__ = [
+    "Batch",
+    "Dataset",
+    "Constraint",
+    "ConstraintSet",
+    "LinearEncoding",
+    "violation",
+    "row_violations",
+]
+
+
+@runtime_checkable
+class Batch(Protocol):
+    """A set of rows: model inputs ``X`` (n, p) and targets ``y`` (n,)."""
+
+    X: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int: ...
+
+    def subset(self, idx: Any) -> "Batch":
+        """Rows ``idx`` as a batch of the same type (constraints read their fields)."""
+        ...
+
+
+@runtime_checkable
+class Dataset(Batch, Protocol):
+    """A batch that can also tell the engine which stratum (group) each row is in.
+
+    ``strata`` is a long tensor (n,) of group ids used by balanced samplers
+    (equal count per group, [SQP] Thm 3.1), or ``None`` when there are no groups.
+    """
+
+    @property
+    def strata(self) -> torch.Tensor | None: ...
+
+
+@runtime_checkable
+class Constraint(Protocol):
+    """A vector of scalar constraint rows ``lower <= c(out) <= upper``.
+
+    ``setup(data)`` is called once by an engine before training, with the training data,
+    so that a constraint can size its rows (e.g. one row pair per category) and
+    precompute data-only quantities. ``lower``/``upper`` are valid after ``setup``.
+    """
+
+    name: str
+    lower: torch.Tensor
+    upper: torch.Tensor
+
+    def setup(self, data: Any) -> None: ...
+
+    def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        """Smooth surrogate values c(out), shape (m,), differentiable in ``out``."""
+        ...
+
+    def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        """True (possibly non-smooth) values, shape (m,), on hard predictions."""
+        ...
+
+    def target_encoding(self, batch: Any) -> "LinearEncoding | None":
+        """The constraint as linear (in)equalities on a target vector, or None."""
+        ...
+
+
+def row_violations(c: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+    """Per-row violation ``max(c - u, 0) + max(l - c, 0)`` (zero on infinite sides)."""
+    lower = lower.to(c)
+    upper = upper.to(c)
+    return torch.clamp(c - upper, min=0.0) + torch.clamp(lower - c, min=0.0)
+
+
+def violation(c: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+    """Total violation ``V(c) = sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``."""
+    return row_violations(c, lower, upper).sum()
+
+
+class ConstraintSet:
+    """Several constraints as one: rows are concatenated in the given order.
+
+    Parameters
+    ----------
+    constraints : iterable of Constraint
+        The members; each keeps its own ``name`` and bounds.
+    """
+
+    def __init__(self, constraints: Iterable[Constraint] = ()) -> None:
+        self.constraints: list[Constraint] = list(constraints)
+        for c in self.constraints:
+            if not callable(c) or not hasattr(c, "exact"):
+                raise ValueError(
+                    f"constraints: {c!r} does not implement the Constraint protocol "
+                    "(__call__, exact, lower, upper)"
+                )
+        self.name = "+".join(c.name for c in self.constraints) or "none"
+
+    def __len__(self) -> int:
+        return len(self.constraints)
+
+    def __iter__(self):
+        return iter(self.constraints)
+
+    def setup(self, data: Any) -> None:
+        for c in self.constraints:
+            setup = getattr(c, "setup", None)
+            if setup is not None:
+                setup(data)
+
+    @property
+    def lower(self) -> torch.Tensor:
+        return self._cat([torch.as_tensor(c.lower, dtype=torch.float64) for c in self.constraints])
+
+    @property
+    def upper(self) -> torch.Tensor:
+        return self._cat([torch.as_tensor(c.upper, dtype=torch.float64) for c in self.constraints])
+
+    @property
+    def row_names(self) -> list[str]:
+        """``"<constraint name>[<row>]"`` for every row, in order."""
+        names = []
+        for c in self.constraints:
+            rows = getattr(c, "row_names", None)
+            m = int(torch.as_tensor(c.lower).numel())
+            names += list(rows) if rows is not None else [f"{c.name}[{i}]" for i in range(m)]
+        return names
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.lower.numel())
+
+    def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        return self._cat([c(out, batch).reshape(-1) for c in self.constraints], like=out)
+
+    def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        with torch.no_grad():
+            return self._cat([c.exact(out, batch).reshape(-1) for c in self.constraints], like=out)
+
+    def target_encoding(self, batch: Any) -> list["LinearEncoding"]:
+        """Encodings of all members; raises ValueError naming a member without one."""
+        encodings = []
+        for c in self.constraints:
+            enc = c.target_encoding(batch) if hasattr(c, "target_encoding") else None
+            if enc is None:
+                raise ValueError(
+                    f"constraints: {c.name!r} has no linear target encoding and cannot be "
+                    "used by a projection solver"
+                )
+            encodings.append(enc)
+        return encodings
+
+    @staticmethod
+    def _cat(parts: Sequence[torch.Tensor], like: torch.Tensor | None = None) -> torch.Tensor:
+        if not parts:
+            dtype = like.dtype if like is not None else torch.float64
+            return torch.zeros(0, dtype=dtype)
+        return torch.cat(list(parts))
+
+
+@dataclass
+class LinearEncoding:
+    """Linear (in)equalities on a target vector ``z`` (n,) and auxiliary variables ``a`` (k,).
+
+    Rows: ``lb <= A_z z + A_a a <= ub`` (equalities have ``lb == ub``), with auxiliary
+    variable bounds ``aux_lb <= a <= aux_ub``. Used by projection (Moving Targets) masters.
+    """
+
+    name: str
+    A_z: np.ndarray
+    lb: np.ndarray
+    ub: np.ndarray
+    A_a: np.ndarray | None = None
+    aux_lb: np.ndarray | None = None
+    aux_ub: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.A_z = np.atleast_2d(np.asarray(self.A_z, dtype=float))
+        self.lb = np.asarray(self.lb, dtype=float).reshape(-1)
+        self.ub = np.asarray(self.ub, dtype=float).reshape(-1)
+        r = self.A_z.shape[0]
+        if self.lb.shape != (r,) or self.ub.shape != (r,):
+            raise ValueError(f"lb/ub: expected shape ({r},), got {self.lb.shape}, {self.ub.shape}")
+        if self.A_a is None:
+            self.A_a = np.zeros((r, 0))
+        self.A_a = np.atleast_2d(np.asarray(self.A_a, dtype=float)).reshape(r, -1)
+        k = self.A_a.shape[1]
+        self.aux_lb = np.full(k, -np.inf) if self.aux_lb is None else np.asarray(self.aux_lb, float)
+        self.aux_ub = np.full(k, np.inf) if self.aux_ub is None else np.asarray(self.aux_ub, float)
+
+    @property
+    def n_aux(self) -> int:
+        return int(self.A_a.shape[1])
+
+    def residual(self, z: np.ndarray, a: np.ndarray | None = None) -> np.ndarray:
+        """Per-row violation of the encoding at ``(z, a)``."""
+        v = self.A_z @ np.asarray(z, float)
+        if self.n_aux:
+            v = v + self.A_a @ np.asarray(a, float)
+        return np.maximum(v - self.ub, 0) + np.maximum(self.lb - v, 0)

@@ -1,0 +1,32 @@
+"""Shared fixtures. Tests that need the real benchmark data skip when it is absent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+SHARED_DATA = Path(os.environ.get("FAIROPT_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")).resolve()
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The directory of real benchmark data (../shared/data); skips the test if absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"benchmark data directory {SHARED_DATA} is absent")
+    return SHARED_DATA
+
+
+def require_shared_file(name: str) -> Path:
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"benchmark data file {path} is absent")
+    return path
