@@ -1,0 +1,131 @@
+"""Per-iteration training records and the result object every engine returns."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["History", "FitResult"]
+
+
+class History:
+    """An append-only list of per-iteration records (dicts of scalars or short lists).
+
+    Vector entries (e.g. the constraint values ``c``) are expanded into one column per row
+    by :meth:`to_pandas`, named ``"<key>[<row name>]"``.
+
+    Parameters
+    ----------
+    row_names : sequence of str, optional
+        Names of the constraint rows, used to name expanded vector columns.
+    """
+
+    def __init__(self, row_names: Sequence[str] = (), records: Iterable[dict] = ()) -> None:
+        self.row_names = list(row_names)
+        self.records: list[dict] = list(records)
+
+    def append(self, record: dict) -> None:
+        self.records.append(record)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i):
+        return self.records[i]
+
+    def column(self, key: str) -> np.ndarray:
+        """One key over all records as an array (NaN where a record lacks it)."""
+        return np.asarray([r.get(key, np.nan) for r in self.records], dtype=float)
+
+    def to_pandas(self):
+        """A DataFrame with one row per record; list-valued keys are expanded per row."""
+        import pandas as pd
+
+        flat = []
+        for r in self.records:
+            row = {}
+            for k, v in r.items():
+                if isinstance(v, (list, tuple, np.ndarray)) and k != "active":
+                    names = self.row_names if len(self.row_names) == len(v) else [str(i) for i in range(len(v))]
+                    for name, x in zip(names, v):
+                        row[f"{k}[{name}]"] = x
+                else:
+                    row[k] = v
+            flat.append(row)
+        return pd.DataFrame(flat)
+
+    def to_json(self, path: str | Path) -> None:
+        """Write the history as JSON (row names and records)."""
+        Path(path).write_text(json.dumps({"row_names": self.row_names, "records": self.records}, default=_jsonable))
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "History":
+        obj = json.loads(Path(path).read_text())
+        return cls(obj.get("row_names", ()), obj.get("records", ()))
+
+    def plot(self, path: str | Path | None = None, *, keys: Sequence[str] = ("f", "V", "V_exact"), x: str = "iteration", title: str | None = None):
+        """Training curves: one panel per key (objective, surrogate and exact violation).
+
+        Returns the matplotlib Figure; writes it to ``path`` if given.
+        """
+        import matplotlib
+
+        if path is not None:
+            matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        keys = [k for k in keys if any(k in r for r in self.records)]
+        if not keys:
+            raise ValueError(f"keys: none of {keys!r} were recorded")
+        fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+        xs = self.column(x) if any(x in r for r in self.records) else np.arange(len(self))
+        labels = {"f": "objective (loss)", "V": "violation (surrogate)", "V_exact": "violation (exact)",
+                  "alpha": "step size", "beta": "learning rate", "tau": "merit parameter"}
+        for ax, key in zip(axes[0], keys):
+            ys = self.column(key)
+            ax.plot(xs, ys, lw=1.2)
+            if key.startswith("V") and np.nanmax(ys, initial=0) > 0:
+                ax.set_yscale("symlog", linthresh=1e-4)
+            ax.set_xlabel(x)
+            ax.set_title(labels.get(key, key))
+            ax.grid(alpha=0.3)
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
+        return fig
+
+
+def _jsonable(x: Any):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
+@dataclass
+class FitResult:
+    """What an engine's ``fit`` returns.
+
+    Attributes
+    ----------
+    model : the trained model (the same object that was passed in, trained in place).
+    history : History of per-iteration records.
+    status : str, e.g. ``"max_epochs"``, ``"converged"``, ``"stopped_by_callback"``, ``"diverged"``.
+    converged : bool, whether the final iterate satisfies the engine's stationarity and
+        feasibility tolerances.
+    info : dict of engine-specific extras (timings, final multipliers, ...).
+    """
+
+    model: Any
+    history: History
+    status: str
+    converged: bool
+    info: dict = field(default_factory=dict)

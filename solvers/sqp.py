@@ -1,0 +1,593 @@
+"""Stochastic SQP for inequality-constrained training (DESIGN.md sec 7).
+
+Problem::
+
+    min_w f(w) = mean loss(model_w(x), y)   s.t.   l <= c(w) <= u
+
+Per iteration ``k`` (notation of [B21] and [SQP] Alg. 1):
+
+1. ``g`` = (stochastic) gradient of ``f``; ``c`` and ``J = dc/dw`` on the constraint batch
+   (the full data, or a balanced batch with equal rows per stratum, [SQP] Thm 3.1).
+2. ``H = diag(h)``: ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2) g^2`` at the first step),
+   ``h = sqrt(v + mu)`` (Adam/RMSProp-type; ``hessian="adagrad"`` accumulates ``v += g^2``).
+3. QP ``min_d g'd + 1/2 d'Hd  s.t.  l <= c + Jd <= u`` solved exactly in the m-dimensional
+   constraint space (:func:`solvers.qp.diagonal_qp`). An infeasible linearisation is
+   relaxed to the bounds reached by the least-violation normal step (reported as
+   ``qp_status="relaxed"``), never silently replaced by ``-g/h``.
+4. Merit ``phi = tau f + V(c)`` with ``V`` the total violation. ``Red = V(c) - V(c + Jd)``,
+   ``tau_trial = (1 - sigma) Red / (g'd + max(d'Hd, 0))``; model reduction
+   ``Dl = -tau g'd + Red``; ratio parameter ``xi``.
+5. Step ``alpha``: ``beta_k`` (``step="fixed"``, what the paper's experiments ran) or the
+   adaptive rule of [B21] Alg. 3.1 with Lipschitz estimates of ``g`` and ``J``.
+6. Learning-rate adjustment [SQP] Alg. 2 on the merit's moving average.
+
+Jacobians come from ONE forward pass per batch: ``dc/dout`` (cheap, an (m, n) matrix) and
+one batched vector-Jacobian product pulls the ``1 + m`` rows back through the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from solvers.history import FitResult, History
+from solvers.losses import LossFn, get_loss
+from solvers.problem import Constraint, ConstraintSet, violation
+from solvers.qp import diagonal_qp, least_violation_bounds
+from solvers.sampling import BalancedSampler, minibatches
+
+__all__ = ["StochasticSQP", "SQPWarning"]
+
+logger = logging.getLogger(__name__)
+
+
+class SQPWarning(UserWarning):
+    """Raised once per fit when an iteration needed a relaxed (infeasible) QP."""
+
+
+@dataclass
+class _Derivatives:
+    f: float
+    g: torch.Tensor  # (p,)
+    c: torch.Tensor  # (m,) float64
+    J: torch.Tensor  # (m, p)
+    c_exact: torch.Tensor | None
+    t_forward: float
+    t_jacobian: float
+
+
+class StochasticSQP:
+    """Stochastic sequential quadratic programming with hard inequality constraints.
+
+    Parameters
+    ----------
+    epochs : int, default 500
+        Passes over the training data (the paper's experiments: 500 full-batch epochs).
+    lr : float, default 0.5
+        Initial learning rate ``beta_0`` (the paper's experiments: 0.5).
+    batch_size : int or None, default None
+        Rows per objective mini-batch; None means full-batch gradients.
+    constraint_batch : {"full", "balanced"}, default "full"
+        Constraint values and Jacobians on the full data every iteration, or on a balanced
+        batch with ``constraint_batch_size // n_strata`` rows per stratum ([SQP] Thm 3.1).
+    constraint_batch_size : int or None
+        Total rows of a balanced constraint batch (default: ``batch_size``).
+    step : {"fixed", "adaptive"}, default "fixed"
+        ``alpha_k = beta_k`` or the adaptive rule of [B21] Alg. 3.1 (DESIGN.md sec 7.5).
+    lr_schedule : bool, default True
+        Apply the learning-rate adjustment of [SQP] Alg. 2 (per epoch).
+    hessian : {"adam", "adagrad"}, default "adam"
+        Second-moment estimate behind ``H = diag(sqrt(v + mu))``.
+    beta2 : float, default 0.999
+        Decay of the Adam-type second moment.
+    hessian_shift : float, default 100.0
+        ``mu`` in ``h = sqrt(v + mu)`` (the authors' reference code; ``h`` is then close to
+        10, so ``d`` is close to ``-g/10`` away from the constraints).
+    sigma, epsilon, tau0, xi0, tau_min, xi_min, eta, theta : float
+        Merit/ratio/step parameters of [B21] (defaults 0.1, 1e-2, 0.1, 1.0, 1e-12, 1e-12,
+        0.5, 1e4).
+    lr_min, lr_kmin, lr_interval, lr_factor, lr_weight : learning-rate adjustment ([SQP]
+        Alg. 2: 1e-7, 200 epochs, 5, 10, 0.85).
+    tol : float, default 1e-4
+        Stationarity tolerance ``||g + J'y||_inf`` for ``converged``.
+    feasibility_tol : float, default 1e-6
+        Total-violation tolerance for ``converged``.
+    jacobian : {"auto", "batched", "loop"}, default "auto"
+        Batched VJP (``is_grads_batched``) or ``m + 1`` backward calls on one graph;
+        "auto" uses the batched VJP and falls back to the loop if the model or a
+        constraint does not support it.
+    seed : int, default 0
+        Seed of the samplers and of the Lipschitz probe direction.
+    verbose : int, default 0
+        0 silent, 1 progress bar and per-epoch INFO logs.
+    callbacks : sequence of callables
+        ``cb(engine, record) -> bool | None`` after every iteration; True stops training.
+    """
+
+    def __init__(
+        self,
+        epochs: int = 500,
+        lr: float = 0.5,
+        batch_size: int | None = None,
+        constraint_batch: str = "full",
+        constraint_batch_size: int | None = None,
+        step: str = "fixed",
+        lr_schedule: bool = True,
+        hessian: str = "adam",
+        beta2: float = 0.999,
+        hessian_shift: float = 100.0,
+        sigma: float = 0.1,
+        epsilon: float = 1e-2,
+        tau0: float = 0.1,
+        xi0: float = 1.0,
+        tau_min: float = 1e-12,
+        xi_min: float = 1e-12,
+        eta: float = 0.5,
+        theta: float = 1e4,
+        lr_min: float = 1e-7,
+        lr_kmin: int = 200,
+        lr_interval: int = 5,
+        lr_factor: float = 10.0,
+        lr_weight: float = 0.85,
+        tol: float = 1e-4,
+        feasibility_tol: float = 1e-6,
+        jacobian: str = "auto",
+        seed: int = 0,
+        verbose: int = 0,
+        callbacks: Sequence[Callable] = (),
+    ) -> None:
+        self.epochs = epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.constraint_batch = constraint_batch
+        self.constraint_batch_size = constraint_batch_size
+        self.step = step
+        self.lr_schedule = lr_schedule
+        self.hessian = hessian
+        self.beta2 = beta2
+        self.hessian_shift = hessian_shift
+        self.sigma = sigma
+        self.epsilon = epsilon
+        self.tau0 = tau0
+        self.xi0 = xi0
+        self.tau_min = tau_min
+        self.xi_min = xi_min
+        self.eta = eta
+        self.theta = theta
+        self.lr_min = lr_min
+        self.lr_kmin = lr_kmin
+        self.lr_interval = lr_interval
+        self.lr_factor = lr_factor
+        self.lr_weight = lr_weight
+        self.tol = tol
+        self.feasibility_tol = feasibility_tol
+        self.jacobian = jacobian
+        self.seed = seed
+        self.verbose = verbose
+        self.callbacks = tuple(callbacks)
+        self._validate_options()
+
+    # ------------------------------------------------------------------ validation
+    def _validate_options(self) -> None:
+        def positive(name: str, value: Any, integer: bool = False) -> None:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+            if integer:
+                ok = ok and float(value).is_integer()
+            if not ok:
+                kind = "a positive integer" if integer else "a positive finite number"
+                raise ValueError(f"{name}: expected {kind}, got {value!r}")
+
+        positive("epochs", self.epochs, integer=True)
+        positive("lr", self.lr)
+        if self.batch_size is not None:
+            positive("batch_size", self.batch_size, integer=True)
+        if self.constraint_batch_size is not None:
+            positive("constraint_batch_size", self.constraint_batch_size, integer=True)
+        choices = {
+            "constraint_batch": ("full", "balanced"),
+            "step": ("fixed", "adaptive"),
+            "hessian": ("adam", "adagrad"),
+            "jacobian": ("auto", "batched", "loop"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
+        if not 0.0 <= self.beta2 < 1.0:
+            raise ValueError(f"beta2: expected a value in [0, 1), got {self.beta2!r}")
+        for name in ("hessian_shift", "tau0", "xi0", "tau_min", "xi_min", "theta", "lr_factor"):
+            positive(name, getattr(self, name))
+        for name in ("sigma", "epsilon", "eta", "lr_weight"):
+            value = getattr(self, name)
+            if not 0.0 < value < 1.0:
+                raise ValueError(f"{name}: expected a value in (0, 1), got {value!r}")
+        if self.constraint_batch == "balanced" and self.batch_size is None and self.constraint_batch_size is None:
+            raise ValueError("constraint_batch: 'balanced' needs batch_size or constraint_batch_size")
+
+    # ------------------------------------------------------------------ public API
+    def fit(
+        self,
+        model: nn.Module,
+        data: Any,
+        *,
+        loss: str | LossFn = "bce",
+        constraints: Constraint | Iterable[Constraint] = (),
+        strata: torch.Tensor | None = None,
+    ) -> FitResult:
+        """Train ``model`` in place on ``data`` subject to ``constraints``.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            Maps ``data.X`` (n, p) to one output per row (n,).
+        data : Dataset
+            Training rows (``X``, ``y``, ``__len__``, ``subset``; ``strata`` for balanced
+            constraint batches), e.g. a :class:`fairopt.FairData`.
+        loss : {"bce", "mse", "poisson"} or callable(out, batch) -> scalar
+            Mean training loss.
+        constraints : Constraint or iterable of Constraint
+            Hard constraints ``lower <= c(out) <= upper``; their rows are concatenated.
+        strata : tensor, optional
+            Stratum id per row for balanced constraint batches (default ``data.strata``).
+
+        Returns
+        -------
+        FitResult
+        """
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("model: has no trainable parameters")
+        n = self._check_data(data)
+        loss_fn = get_loss(loss)
+        cons = _as_constraint_set(constraints)
+        cons.setup(data)
+        lower, upper = cons.lower, cons.upper
+        if bool((lower > upper).any()):
+            i = int(torch.nonzero(lower > upper)[0])
+            raise ValueError(f"constraints: row {cons.row_names[i]!r} has lower {lower[i].item()} > upper {upper[i].item()}")
+        m = int(lower.numel())
+
+        gen = torch.Generator().manual_seed(int(self.seed))
+        sampler = self._balanced_sampler(data, strata, n, gen) if m and self.constraint_batch == "balanced" else None
+
+        dtype = params[0].dtype
+        p_total = sum(p.numel() for p in params)
+        v = torch.zeros(p_total, dtype=dtype)
+        state = dict(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr), L=None, Gamma=None,
+                     merit_avg=None, since_change=0, iteration=0, warned_relaxed=False)
+        history = History(row_names=cons.row_names)
+        self.state_ = state
+        status = "max_epochs"
+        use_bar = self.verbose > 0 or sys.stderr.isatty()
+        epochs = range(int(self.epochs))
+        if use_bar:
+            from tqdm.auto import tqdm
+
+            epochs = tqdm(epochs, desc="SQP", unit="epoch", disable=not use_bar, leave=False)
+
+        model.train()
+        stop = False
+        for epoch in epochs:
+            epoch_merits = []
+            for idx in minibatches(n, self.batch_size, gen):
+                obj_batch = data if idx is None else data.subset(idx)
+                if m == 0:
+                    con_batch = None
+                elif sampler is not None:
+                    con_batch = data.subset(sampler.sample())
+                else:
+                    con_batch = data
+                der = self._derivatives(model, params, loss_fn, cons, obj_batch, con_batch)
+                if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
+                    logger.warning("SQP: non-finite objective or gradient at iteration %d; stopping", state["iteration"])
+                    status, stop = "diverged", True
+                    break
+                record = self._iterate(params, der, v, lower, upper, state, model, loss_fn, cons, obj_batch, con_batch)
+                record["epoch"] = epoch
+                epoch_merits.append(record["merit"])
+                history.append(record)
+                state["iteration"] += 1
+                if any(cb(self, record) for cb in self.callbacks):
+                    status, stop = "stopped_by_callback", True
+                    break
+            if stop:
+                break
+            if self.lr_schedule and epoch_merits:
+                self._adjust_learning_rate(state, sum(epoch_merits) / len(epoch_merits), epoch)
+            if use_bar:
+                epochs.set_postfix(f=f"{history[-1]['f']:.4f}", V=f"{history[-1]['V']:.2e}", beta=f"{state['beta']:.1e}")
+            if self.verbose:
+                logger.info("epoch %d: f=%.5f V=%.3e tau=%.3e beta=%.2e", epoch, history[-1]["f"], history[-1]["V"], state["tau"], state["beta"])
+
+        converged = self._final_check(model, params, loss_fn, cons, data, lower, upper, state)
+        return FitResult(model=model, history=history, status=status, converged=converged,
+                         info={"tau": state["tau"], "xi": state["xi"], "beta": state["beta"],
+                               "L": state["L"], "Gamma": state["Gamma"], "kkt": state.get("final_kkt"),
+                               "violation": state.get("final_violation"), "row_names": cons.row_names})
+
+    # ------------------------------------------------------------------ pieces
+    @staticmethod
+    def _check_data(data: Any) -> int:
+        for attr in ("X", "y", "subset"):
+            if not hasattr(data, attr):
+                raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}")
+        n = len(data)
+        if n == 0:
+            raise ValueError("data: has no rows")
+        return n
+
+    def _balanced_sampler(self, data: Any, strata: Any, n: int, gen: torch.Generator) -> BalancedSampler:
+        strata = getattr(data, "strata", None) if strata is None else torch.as_tensor(strata)
+        if strata is None:
+            raise ValueError("strata: constraint_batch='balanced' needs data.strata or a strata= argument")
+        if len(strata) != n:
+            raise ValueError(f"strata: expected {n} entries, got {len(strata)}")
+        n_strata = int(torch.unique(strata).numel())
+        total = self.constraint_batch_size or self.batch_size
+        return BalancedSampler(strata, max(1, int(total) // n_strata), gen)
+
+    def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch) -> _Derivatives:
+        """f, g on the objective batch; c, J (and exact c) on the constraint batch."""
+        t0 = time.perf_counter()
+        out = model(obj_batch.X)
+        if out.dim() != 1 or out.shape[0] != len(obj_batch):
+            raise ValueError(f"model: expected one output per row, shape ({len(obj_batch)},), got {tuple(out.shape)}")
+        same = con_batch is obj_batch
+        out_c = out if same else (model(con_batch.X) if con_batch is not None else None)
+        t1 = time.perf_counter()
+
+        leaf = out.detach().requires_grad_(True)
+        with torch.enable_grad():
+            f = loss_fn(leaf, obj_batch)
+        if out_c is None:  # unconstrained
+            (g_out,) = torch.autograd.grad(f, leaf)
+            grads = torch.autograd.grad(out, params, grad_outputs=g_out)
+            g = _flatten(grads, 1)[0]
+            m0 = torch.zeros(0, dtype=torch.float64)
+            return _Derivatives(float(f.detach()), g, m0, torch.zeros(0, g.numel(), dtype=g.dtype), None, t1 - t0, time.perf_counter() - t1)
+
+        leaf_c = leaf if same else out_c.detach().requires_grad_(True)
+        with torch.enable_grad():
+            c = cons(leaf_c, con_batch).reshape(-1)
+        m = int(c.numel())
+        dc = _rows_jacobian(c, leaf_c)  # (m, n_c)
+        (df,) = torch.autograd.grad(f, leaf)
+        if same:
+            cot = torch.cat([df.reshape(1, -1), dc.to(df.dtype)], dim=0)
+            flat = self._pullback(out, params, cot)
+            g, J = flat[0], flat[1:]
+        else:
+            g = _flatten(torch.autograd.grad(out, params, grad_outputs=df, retain_graph=False), 1)[0]
+            J = self._pullback(out_c, params, dc.to(out_c.dtype))
+        with torch.no_grad():
+            c_exact = cons.exact(out_c.detach(), con_batch).reshape(-1).to(torch.float64)
+        return _Derivatives(float(f.detach()), g, c.detach().to(torch.float64), J, c_exact, t1 - t0, time.perf_counter() - t1)
+
+    def _pullback(self, out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor) -> torch.Tensor:
+        """Rows ``cot @ d out / d w`` as a (k, p) matrix from the single graph of ``out``."""
+        k = cot.shape[0]
+        if self.jacobian in ("auto", "batched") and not getattr(self, "_batched_failed", False):
+            try:
+                grads = torch.autograd.grad(out, params, grad_outputs=cot, is_grads_batched=True, retain_graph=True)
+                return _flatten(grads, k)
+            except RuntimeError as exc:
+                if self.jacobian == "batched":
+                    raise
+                logger.info("batched VJP unavailable for this model (%s); using %d backward calls", exc, k)
+                self._batched_failed = True
+        rows = [
+            _flatten(torch.autograd.grad(out, params, grad_outputs=cot[i], retain_graph=True), 1)[0]
+            for i in range(k)
+        ]
+        return torch.stack(rows)
+
+    def _hessian_diag(self, g: torch.Tensor, v: torch.Tensor, first: bool) -> torch.Tensor:
+        g2 = g.detach() ** 2
+        if self.hessian == "adagrad":
+            v.add_(g2)
+        elif first:
+            v.copy_((1.0 - self.beta2) * g2)
+        else:
+            v.mul_(self.beta2).add_((1.0 - self.beta2) * g2)
+        return torch.sqrt(v + self.hessian_shift)
+
+    def _solve_qp(self, der: _Derivatives, h: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, state: dict):
+        """Solve the SQP subproblem; relax the bounds if the linearisation is infeasible."""
+        g64, h64, J64 = der.g.to(torch.float64), h.to(torch.float64), der.J.to(torch.float64)
+        lo, hi = lower - der.c, upper - der.c
+        res = diagonal_qp(g64, h64, J64, lo, hi)
+        if res.status == "optimal":
+            return res, "normal"
+        relax = least_violation_bounds(lo, hi, J64, h64)
+        res = diagonal_qp(g64, h64, J64, relax.lo, relax.hi)
+        if res.status != "optimal":
+            raise RuntimeError(f"SQP: relaxed QP subproblem failed with status {res.status!r} at iteration {state['iteration']}")
+        if not state["warned_relaxed"]:
+            warnings.warn(
+                "SQP: the linearised constraints were infeasible; a relaxed step was taken "
+                "(least-violation bounds). See history column 'qp_status'.", SQPWarning, stacklevel=3)
+            state["warned_relaxed"] = True
+        return res, "relaxed"
+
+    def _iterate(self, params, der, v, lower, upper, state, model, loss_fn, cons, obj_batch, con_batch) -> dict:
+        first = state["iteration"] == 0
+        h = self._hessian_diag(der.g, v, first)
+        t0 = time.perf_counter()
+        m = int(der.c.numel())
+        if m:
+            res, qp_status = self._solve_qp(der, h, lower, upper, state)
+            d = res.d.to(der.g.dtype)
+            y = res.multipliers
+            # "u3" = upper side of row 3 in the working set, "l0" = lower side of row 0
+            active = [("u" if int(res.active[i]) > 0 else "l") + str(int(i)) for i in torch.nonzero(res.active).reshape(-1)]
+        else:
+            d = -der.g / h
+            y = torch.zeros(0, dtype=torch.float64)
+            qp_status, active = "unconstrained", []
+        t_qp = time.perf_counter() - t0
+
+        d64, g64, h64 = d.to(torch.float64), der.g.to(torch.float64), h.to(torch.float64)
+        V = float(violation(der.c, lower, upper)) if m else 0.0
+        V_lin = float(violation(der.c + der.J.to(torch.float64) @ d64, lower, upper)) if m else 0.0
+        red = V - V_lin
+        gd = float(g64 @ d64)
+        dHd = float((h64 * d64 * d64).sum())
+        dnorm2 = float(d64 @ d64)
+        den = gd + max(dHd, 0.0)
+        tau, xi = state["tau"], state["xi"]
+        tau_trial = (1.0 - self.sigma) * red / den if (den > 0 and red > 0) else math.inf
+        if tau > tau_trial:
+            tau = max(self.tau_min, min((1.0 - self.epsilon) * tau, tau_trial))
+        dl = -tau * gd + red
+        if dnorm2 > 0:
+            xi_trial = dl / (tau * dnorm2) if dl > 0 else self.xi_min
+            if xi > xi_trial:
+                xi = max(self.xi_min, min((1.0 - self.epsilon) * xi, xi_trial))
+        state["tau"], state["xi"] = tau, xi
+
+        beta = state["beta"]
+        if self.step == "fixed":
+            alpha = beta
+        else:
+            if state["L"] is None:
+                state["L"], state["Gamma"] = self._lipschitz(model, params, loss_fn, cons, obj_batch, con_batch, der)
+            alpha = self._adaptive_step(beta, tau, xi, dl, V, dnorm2, state["L"], state["Gamma"])
+
+        with torch.no_grad():
+            offset = 0
+            for p in params:
+                k = p.numel()
+                p.add_(d[offset : offset + k].view_as(p), alpha=alpha)
+                offset += k
+
+        kkt = float((g64 + der.J.to(torch.float64).T @ y).abs().max()) if m else float(g64.abs().max())
+        state["last_kkt"] = kkt
+        return {
+            "iteration": state["iteration"],
+            "f": der.f,
+            "c": der.c.tolist(),
+            "c_exact": der.c_exact.tolist() if der.c_exact is not None else [],
+            "V": V,
+            "V_exact": float(violation(der.c_exact, lower, upper)) if der.c_exact is not None else 0.0,
+            "merit": tau * der.f + V,
+            "tau": tau,
+            "xi": xi,
+            "alpha": alpha,
+            "beta": beta,
+            "norm_d": math.sqrt(dnorm2),
+            "active": active,
+            "qp_status": qp_status,
+            "kkt": kkt,
+            "t_forward": der.t_forward,
+            "t_jacobian": der.t_jacobian,
+            "t_qp": t_qp,
+        }
+
+    def _adaptive_step(self, beta, tau, xi, dl, V, dnorm2, L, Gamma) -> float:
+        """[B21] Alg. 3.1 step size, capped at 1 (DESIGN.md sec 7.5)."""
+        if dnorm2 == 0.0:
+            return 0.0
+        lip = tau * L + Gamma
+        D = lip * dnorm2
+        a_min = 2.0 * (1.0 - self.eta) * beta * xi * tau / lip
+        a_max = a_min + self.theta * beta**2
+        a_hat = 2.0 * (1.0 - self.eta) * beta * dl / D
+        a_tilde = a_hat - 4.0 * V / D
+        if a_hat < 1.0:
+            alpha = min(max(a_hat, a_min), a_max)
+        elif a_tilde <= 1.0 <= a_hat:
+            alpha = 1.0
+        else:
+            alpha = min(max(a_tilde, a_min), a_max)
+        return min(alpha, 1.0)
+
+    def _lipschitz(self, model, params, loss_fn, cons, obj_batch, con_batch, der, displacement: float = 1e-4):
+        """Finite-difference estimates of the Lipschitz constants of g and J along a
+        random unit direction: ``L = ||g(w + e u) - g(w)|| / e``,
+        ``Gamma = sum_i ||J_i(w + e u) - J_i(w)|| / e``."""
+        gen = torch.Generator().manual_seed(int(self.seed) + 1)
+        u = torch.randn(der.g.numel(), generator=gen, dtype=der.g.dtype)
+        u = u / u.norm()
+        _shift(params, u, displacement)
+        try:
+            der2 = self._derivatives(model, params, loss_fn, cons, obj_batch, con_batch)
+        finally:
+            _shift(params, u, -displacement)
+        L = float((der2.g - der.g).norm()) / displacement
+        Gamma = float((der2.J - der.J).norm(dim=1).sum()) / displacement if der.J.numel() else 0.0
+        return max(L, 1e-8), max(Gamma, 0.0)
+
+    def _adjust_learning_rate(self, state: dict, merit: float, epoch: int) -> None:
+        """[SQP] Alg. 2: divide beta by ``lr_factor`` when the merit's moving average stops
+        decreasing, after ``lr_kmin`` epochs and at least ``lr_interval`` epochs apart."""
+        avg = state["merit_avg"]
+        avg = merit if avg is None else self.lr_weight * merit + (1.0 - self.lr_weight) * avg
+        state["merit_avg"] = avg
+        if epoch >= self.lr_kmin and state["beta"] >= self.lr_min:
+            if avg <= merit and state["since_change"] >= self.lr_interval:
+                state["beta"] /= self.lr_factor
+                state["since_change"] = 0
+                logger.debug("epoch %d: learning rate reduced to %.3e", epoch, state["beta"])
+            state["since_change"] += 1
+
+    def _final_check(self, model, params, loss_fn, cons, data, lower, upper, state) -> bool:
+        """Stationarity and feasibility at the final iterate on the full data."""
+        try:
+            der = self._derivatives(model, params, loss_fn, cons, data, data if cons.n_rows else None)
+        except RuntimeError:  # pragma: no cover - reported through status
+            return False
+        if not math.isfinite(der.f):
+            return False
+        V = float(violation(der.c, lower, upper)) if cons.n_rows else 0.0
+        h = torch.ones_like(der.g)
+        if cons.n_rows:
+            res = diagonal_qp(der.g.double(), h.double(), der.J.double(), lower - der.c, upper - der.c)
+            y = res.multipliers if res.status == "optimal" else torch.zeros(cons.n_rows, dtype=torch.float64)
+            # stationarity of the Lagrangian with the multipliers of the unit-metric QP, whose
+            # step vanishes exactly at a KKT point
+            kkt = float(res.d.abs().max()) if res.status == "optimal" else math.inf
+        else:
+            kkt = float(der.g.abs().max())
+        state["final_kkt"], state["final_violation"] = kkt, V
+        return kkt <= self.tol and V <= self.feasibility_tol
+
+
+def _as_constraint_set(constraints: Any) -> ConstraintSet:
+    if isinstance(constraints, ConstraintSet):
+        return constraints
+    if constraints is None:
+        return ConstraintSet(())
+    if callable(constraints) and hasattr(constraints, "exact"):
+        return ConstraintSet([constraints])
+    return ConstraintSet(list(constraints))
+
+
+def _flatten(grads: Sequence[torch.Tensor], k: int) -> torch.Tensor:
+    """Concatenate per-parameter gradients (each (k, *shape) or shape) into (k, p)."""
+    return torch.cat([gr.reshape(k, -1) for gr in grads], dim=1)
+
+
+def _rows_jacobian(c: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+    """``dc/dout`` as an (m, n) matrix: one small backward per row through the cheap
+    constraint graph (the expensive model graph is not involved)."""
+    m = int(c.numel())
+    rows = [torch.autograd.grad(c[i], leaf, retain_graph=i < m - 1, allow_unused=True)[0] for i in range(m)]
+    return torch.stack([r if r is not None else torch.zeros_like(leaf) for r in rows])
+
+
+def _shift(params: list[torch.Tensor], u: torch.Tensor, scale: float) -> None:
+    with torch.no_grad():
+        offset = 0
+        for p in params:
+            k = p.numel()
+            p.add_(u[offset : offset + k].view_as(p), alpha=scale)
+            offset += k
