@@ -1,4 +1,37 @@
+"""fairopt: train models under hard fairness constraints.
+
+>>> import fairopt
+>>> from fairopt.constraints import DisparateImpact
+>>> data = fairopt.datasets.load("adult")                # embedded UCI Adult
+>>> train, test = data.split(test_size=0.2, seed=0)
+>>> model = fairopt.models.mlp(train.n_features, seed=0)
+>>> result = fairopt.StochasticSQP(epochs=50).fit(
+...     model, train, loss="bce", constraints=[DisparateImpact("sex", delta=0.8)])
+>>> report = fairopt.evaluate(model, test)
+"""
+
+from fairopt import constraints, datasets, measures, models, surrogates
+from fairopt.data import FairData, Preprocessor
+from fairopt.evaluation import evaluate, fairness_report, format_report
 from fairopt.exceptions import FairnessWarning
+from solvers import FitResult, History, StochasticSQP
 
 __version__ = "0.1.0"
-__all__ = ["FairnessWarning", "__version__"]
+
+__all__ = [
+    "FairData",
+    "FairnessWarning",
+    "FitResult",
+    "History",
+    "Preprocessor",
+    "StochasticSQP",
+    "constraints",
+    "datasets",
+    "evaluate",
+    "fairness_report",
+    "format_report",
+    "measures",
+    "models",
+    "surrogates",
+    "__version__",
+]

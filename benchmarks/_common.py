@@ -1,0 +1,48 @@
+"""Helpers shared by the benchmark scripts: data lookup, output folders, tables."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = (ROOT / ".." / "shared" / "data").resolve()
+DEFAULT_OUT = ROOT / "benchmarks" / "results"
+
+
+def data_dir(arg: str | None) -> Path:
+    """The benchmark data directory: the argument, $FAIROPT_DATA, or ../shared/data."""
+    path = Path(arg or os.environ.get("FAIROPT_DATA") or DEFAULT_DATA)
+    if not path.is_dir():
+        raise SystemExit(f"data directory {path} not found: pass --data-dir or set FAIROPT_DATA")
+    return path
+
+
+def out_dir(arg: str | None) -> Path:
+    path = Path(arg) if arg else DEFAULT_OUT
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_table(rows: Iterable[dict], out: Path, stem: str) -> pd.DataFrame:
+    """Write rows as CSV and JSON next to each other; return the DataFrame."""
+    df = pd.DataFrame(list(rows))
+    df.to_csv(out / f"{stem}.csv", index=False)
+    (out / f"{stem}.json").write_text(json.dumps(df.to_dict(orient="records"), indent=1, default=str))
+    return df
+
+
+def markdown(df: pd.DataFrame, floatfmt: str = ".4f") -> str:
+    """A GitHub markdown table without the optional `tabulate` dependency."""
+    cols = list(df.columns)
+    def fmt(v):
+        if isinstance(v, float):
+            return format(v, floatfmt)
+        return str(v)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)

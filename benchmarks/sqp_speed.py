@@ -1,0 +1,105 @@
+"""Seconds per full-batch SQP iteration, split into forward, Jacobian and QP, against one
+plain Adam step on the same model and data, measured side by side in one run.
+
+    python benchmarks/sqp_speed.py                       # Dutch, MLP 32, DI (2 rows)
+    python benchmarks/sqp_speed.py --dataset law --model linear --rows 4
+
+Also times the two Jacobian strategies of DESIGN.md sec 3 (one batched VJP vs m+1
+retained backward calls) and a 500-epoch full-batch run. Prints a table (and --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from fairopt import datasets, models
+from fairopt.constraints import DisparateImpact, EqualImpact
+from solvers import StochasticSQP
+
+from _common import data_dir
+
+
+def per_call(fn, repeats: int) -> float:
+    fn()  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - t0) / repeats
+
+
+def adam_step_seconds(model, data, repeats: int) -> float:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(data.X), data.y)
+        loss.backward()
+        opt.step()
+
+    return per_call(step, repeats)
+
+
+def sqp_iteration_seconds(model, data, constraints, jacobian: str, iterations: int) -> dict:
+    engine = StochasticSQP(epochs=iterations, jacobian=jacobian, lr_schedule=False)
+    t0 = time.perf_counter()
+    res = engine.fit(model, data, loss="bce", constraints=constraints)
+    total = (time.perf_counter() - t0) / iterations
+    df = res.history.to_pandas().iloc[1:]  # drop the first (warm-up) iteration
+    return {"total": total, "forward": df.t_forward.mean(), "jacobian": df.t_jacobian.mean(), "qp": df.t_qp.mean()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="dutch")
+    ap.add_argument("--model", default="mlp", choices=["mlp", "linear"])
+    ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--rows", type=int, default=2, choices=[2, 4], help="2: DI; 4: DI + EI")
+    ap.add_argument("--iterations", type=int, default=60)
+    ap.add_argument("--full-epochs", type=int, default=500, help="also time a full run (0 to skip)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--data-dir")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    data = datasets.load(args.dataset, data_dir=data_dir(args.data_dir))
+    train, _ = data.split(test_size=0.2, seed=0)
+    s = train.sensitive_names[0]
+    make = (lambda: models.mlp(train.n_features, hidden=(args.hidden,), seed=0)) if args.model == "mlp" \
+        else (lambda: models.linear(train.n_features, seed=0))
+    cons = lambda: [DisparateImpact(s, 0.8)] + ([EqualImpact(s, 0.8)] if args.rows == 4 else [])
+
+    adam = adam_step_seconds(make(), train, args.iterations)
+    rows = {"adam_step_ms": 1e3 * adam}
+    for jac in ("batched", "loop"):
+        t = sqp_iteration_seconds(make(), train, cons(), jac, args.iterations)
+        rows[f"sqp_{jac}"] = {k: 1e3 * v for k, v in t.items()} | {"ratio_to_adam": t["total"] / adam}
+    if args.full_epochs:
+        t0 = time.perf_counter()
+        StochasticSQP(epochs=args.full_epochs).fit(make(), train, loss="bce", constraints=cons())
+        rows["full_run_seconds"] = time.perf_counter() - t0
+        rows["full_run_epochs"] = args.full_epochs
+
+    n_params = sum(p.numel() for p in make().parameters())
+    header = (f"{args.dataset}: n={len(train)}, model={args.model}{'' if args.model == 'linear' else args.hidden}, "
+              f"params={n_params}, constraint rows={args.rows}, torch threads={torch.get_num_threads()}")
+    if args.json:
+        print(json.dumps({"setting": header, **rows}, indent=1))
+        return
+    print(header)
+    print(f"{'':22s}{'total ms':>10s}{'forward':>10s}{'jacobian':>10s}{'qp':>10s}{'x Adam':>9s}")
+    print(f"{'Adam step':22s}{rows['adam_step_ms']:10.2f}")
+    for jac in ("batched", "loop"):
+        r = rows[f"sqp_{jac}"]
+        print(f"{'SQP iter (' + jac + ')':22s}{r['total']:10.2f}{r['forward']:10.2f}{r['jacobian']:10.2f}{r['qp']:10.2f}{r['ratio_to_adam']:9.2f}")
+    if args.full_epochs:
+        print(f"{args.full_epochs} full-batch SQP epochs (default engine): {rows['full_run_seconds']:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

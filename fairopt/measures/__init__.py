@@ -1,0 +1,56 @@
+"""Fairness and performance measures (DESIGN.md sec 4).
+
+- :mod:`~fairopt.measures.performance`: accuracy, mse, r2, poisson_deviance, rps, poisson_rps.
+- :mod:`~fairopt.measures.group`: group rates and realised fairness on hard predictions
+  (disparate impact, demographic-parity difference, equal impact, equalised odds).
+- :mod:`~fairopt.measures.fauci`: the FaUCI metrics WDP/WDI/WEO and GDP/GDI/GEO, on soft or
+  hard predictions, differentiable for torch input.
+- :mod:`~fairopt.measures.distribution`: UF and the JS divergence across intersectional cells.
+"""
+
+from fairopt.measures.distribution import intersection_cells, js_divergence, uf
+from fairopt.measures.fauci import gdi, gdp, geo, wdi, wdp, weo
+from fairopt.measures.group import (
+    bin_equal_width,
+    bin_quantiles,
+    disparate_impact,
+    dp_difference,
+    encode_groups,
+    equal_impact,
+    equalised_odds,
+    group_means,
+    group_rates,
+)
+from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
+
+__all__ = [
+    # performance
+    "accuracy",
+    "mse",
+    "r2",
+    "poisson_deviance",
+    "rps",
+    "poisson_rps",
+    # group rates on hard predictions
+    "group_rates",
+    "group_means",
+    "disparate_impact",
+    "dp_difference",
+    "equal_impact",
+    "equalised_odds",
+    # FaUCI
+    "wdp",
+    "wdi",
+    "weo",
+    "gdp",
+    "gdi",
+    "geo",
+    # distribution
+    "uf",
+    "js_divergence",
+    "intersection_cells",
+    # group coding helpers
+    "encode_groups",
+    "bin_equal_width",
+    "bin_quantiles",
+]

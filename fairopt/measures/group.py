@@ -1,0 +1,389 @@
+"""Group-rate fairness measures on hard predictions, and the group coding they share.
+
+Realised fairness is measured group to group on hard 0/1 predictions (DESIGN.md sec 4 and
+sec 12): with ``P_g = P(yhat = 1 | S = g)`` the positive rate of group ``g``,
+
+- disparate impact ``DI = min_g P_g / max_g P_g`` (``= min(P_0/P_1, P_1/P_0)`` for binary S),
+- demographic-parity difference ``max_g P_g - min_g P_g``,
+- equal impact: DI on the rows with ``y = 1``,
+- equalised odds: the largest between-group rate gap among rows with ``y = 0`` and ``y = 1``.
+
+``sensitive`` may be binary or categorical with any sortable hashable labels (numbers,
+strings, booleans); groups are the sorted unique labels (``numpy.unique``). Every group
+measure takes its arguments in the order ``(pred, sensitive, ...)``.
+
+This module also holds the group coding shared by :mod:`fairopt.measures.fauci` and
+:mod:`fairopt.measures.distribution`: :func:`encode_groups` (labels to integer codes),
+:func:`bin_equal_width` and :func:`bin_quantiles` (continuous values to bins) and the
+differentiable per-group sums :func:`group_sums`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fairopt._validation import as_1d_tensor, check_binary, check_same_length, to_numpy
+from fairopt.measures.performance import float_vector
+
+__all__ = [
+    "group_rates",
+    "group_means",
+    "disparate_impact",
+    "dp_difference",
+    "equal_impact",
+    "equalised_odds",
+    "encode_groups",
+    "bin_equal_width",
+    "bin_quantiles",
+    "group_sums",
+]
+
+
+# --------------------------------------------------------------------------------------
+# group coding shared by the measures modules
+# --------------------------------------------------------------------------------------
+
+
+def encode_groups(sensitive: Any, name: str = "sensitive") -> tuple[np.ndarray, np.ndarray]:
+    """Integer group codes of a 1-D array of labels.
+
+    Parameters
+    ----------
+    sensitive : array-like of shape (n,)
+        Group labels: numbers, strings, booleans (numpy, torch, pandas or list).
+    name : str
+        Argument name used in error messages.
+
+    Returns
+    -------
+    codes : numpy.ndarray of int64, shape (n,)
+        ``codes[i] = j`` when row ``i`` has label ``labels[j]``.
+    labels : numpy.ndarray of shape (K,)
+        The sorted unique labels.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``: not 1-D, empty, missing values (NaN/None), infinite values or
+        labels that cannot be sorted together.
+    """
+    arr = to_numpy(sensitive)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr.reshape(-1)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array of group labels, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name}: is empty (0 rows)")
+    missing = np.asarray(pd.isna(arr), dtype=bool)
+    if missing.any():
+        row = int(np.flatnonzero(missing)[0])
+        raise ValueError(f"{name}: missing value {arr[row]!r} at row {row}")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise ValueError(f"{name}: contains non-finite values (e.g. {arr[~np.isfinite(arr)][0]})")
+    try:
+        labels, codes = np.unique(arr, return_inverse=True)
+    except TypeError as exc:
+        raise ValueError(f"{name}: group labels of mixed types cannot be compared ({exc})") from None
+    return codes.reshape(-1).astype(np.int64), labels
+
+
+def require_groups(labels: np.ndarray, name: str = "sensitive", minimum: int = 2) -> None:
+    """Raise ``ValueError`` naming ``name`` when there are fewer than ``minimum`` groups."""
+    if labels.size < minimum:
+        found = ", ".join(repr(python_scalar(v)) for v in labels)
+        raise ValueError(
+            f"{name}: found {labels.size} group(s) ({found}); at least {minimum} are needed "
+            "to compare groups"
+        )
+
+
+def bin_equal_width(values: Any, bins: int | Sequence[float] | np.ndarray, name: str = "sensitive") -> tuple[np.ndarray, np.ndarray]:
+    """Equal-width histogram bins of a continuous variable.
+
+    Parameters
+    ----------
+    values : array-like of shape (n,)
+        Finite values.
+    bins : int or sequence of float
+        Number of equal-width bins spanning ``[min(values), max(values)]``, or explicit
+        strictly increasing edges ``e_0 < ... < e_B`` (e.g. computed on training data).
+    name : str
+        Argument name of ``values`` in error messages.
+
+    Returns
+    -------
+    codes : numpy.ndarray of int64, shape (n,)
+        Bin index in ``0 .. B-1``. Bins are ``[e_j, e_{j+1})`` except the last, which is
+        closed (as in ``numpy.histogram``); with explicit edges, values below ``e_0`` go to
+        the first bin and values above ``e_B`` to the last.
+    edges : numpy.ndarray of shape (B + 1,)
+    """
+    x = float_vector(values, name)
+    edges = _bin_edges(x, bins)
+    codes = np.searchsorted(edges[1:-1], x, side="right").astype(np.int64)
+    return codes, edges
+
+
+def _bin_edges(x: np.ndarray, bins: int | Sequence[float] | np.ndarray) -> np.ndarray:
+    """Validated edges for :func:`bin_equal_width`."""
+    if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
+        if bins < 1:
+            raise ValueError(f"bins: expected a positive number of bins, got {bins}")
+        return np.linspace(x.min(), x.max(), int(bins) + 1)
+    edges = np.asarray(bins, dtype=float) if not isinstance(bins, bool) else np.asarray([])
+    if edges.ndim != 1 or edges.size < 2 or not np.isfinite(edges).all() or np.any(np.diff(edges) <= 0):
+        raise ValueError(f"bins: expected an int >= 1 or >= 2 finite, strictly increasing edges, got {bins!r}")
+    return edges
+
+
+def bin_quantiles(values: Any, n_quantiles: int, name: str = "sensitive") -> np.ndarray:
+    """Quantile bins of a continuous variable (equal-count groups).
+
+    The interior edges are the sample quantiles ``q_{j/Q}``, ``j = 1..Q-1`` (numpy's
+    default linear interpolation); bins are right-closed, ``(q_{(j-1)/Q}, q_{j/Q}]``, the
+    first one containing the minimum (as ``pandas.qcut``). Tied edges are merged, so
+    heavily tied data can give fewer than ``Q`` bins.
+
+    Parameters
+    ----------
+    values : array-like of shape (n,)
+    n_quantiles : int
+        Number of bins ``Q >= 1`` ([DC] sec 5.1 bins age at its 33rd and 67th percentiles,
+        i.e. ``Q = 3``).
+    name : str
+        Argument name of ``values`` in error messages.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        Bin index in ``0 .. Q'-1`` (``Q' <= Q`` bins after merging ties).
+    """
+    if isinstance(n_quantiles, bool) or not isinstance(n_quantiles, (int, np.integer)) or n_quantiles < 1:
+        raise ValueError(f"n_quantiles: expected an integer >= 1, got {n_quantiles!r}")
+    x = float_vector(values, name)
+    edges = np.unique(np.quantile(x, np.arange(1, n_quantiles) / n_quantiles))
+    return np.searchsorted(edges, x, side="left").astype(np.int64)
+
+
+def group_sums(values: torch.Tensor, codes: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group sums and counts, differentiable in ``values``.
+
+    Returns ``(sums, counts)``, both of shape ``(n_groups,)`` and the dtype of ``values``:
+    ``sums[g] = sum_{i: codes_i = g} values_i`` and ``counts[g] = #{i: codes_i = g}``.
+    """
+    sums = values.new_zeros(n_groups).index_add(0, codes, values)
+    counts = torch.bincount(codes, minlength=n_groups).to(values.dtype)
+    return sums, counts
+
+
+def python_scalar(value: Any) -> Hashable:
+    """A numpy scalar label as the matching Python scalar (``np.int64(1) -> 1``); others unchanged."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+# --------------------------------------------------------------------------------------
+# rates on hard predictions
+# --------------------------------------------------------------------------------------
+
+
+def _hard_predictions(pred: Any) -> torch.Tensor:
+    """``pred`` as a float64 0/1 vector (``ValueError`` naming ``pred`` otherwise)."""
+    t = as_1d_tensor(pred, "pred").detach().to(torch.float64)
+    if t.numel() == 0:
+        raise ValueError("pred: is empty (0 rows)")
+    return check_binary(t, "pred")
+
+
+def _binary_target(y_true: Any, n: int) -> torch.Tensor:
+    """``y_true`` as a float64 0/1 vector of length ``n``."""
+    t = check_binary(as_1d_tensor(y_true, "y_true").detach().to(torch.float64), "y_true")
+    check_same_length(pred=np.empty(n), y_true=t)
+    return t
+
+
+def _groups_of(sensitive: Any, n: int) -> tuple[torch.Tensor, np.ndarray]:
+    """Validated group codes (as a tensor) and labels, at least two groups, ``n`` rows."""
+    codes, labels = encode_groups(sensitive)
+    check_same_length(pred=np.empty(n), sensitive=codes)
+    require_groups(labels)
+    return torch.as_tensor(codes), labels
+
+
+def _rates(values: torch.Tensor, codes: torch.Tensor, labels: np.ndarray, rows: torch.Tensor | None = None, condition: str = "") -> torch.Tensor:
+    """Mean of ``values`` per group, over the rows where ``rows`` is True (all by default).
+
+    Raises ``ValueError`` naming ``y_true`` when a group has no such row.
+    """
+    if rows is not None:
+        values, codes = values[rows], codes[rows]
+    sums, counts = group_sums(values, codes, labels.size)
+    empty = counts == 0
+    if bool(empty.any()):
+        label = python_scalar(labels[int(torch.nonzero(empty)[0])])
+        raise ValueError(f"y_true: group {label!r} of sensitive has no rows with {condition}; the rate is undefined")
+    return sums / counts
+
+
+def ratio_of_extremes(rates: torch.Tensor | np.ndarray) -> float:
+    """``min(rates) / max(rates)``: 1.0 when all rates are 0 (nothing to compare).
+
+    A zero rate next to a positive one gives 0.0. Meaningful for non-negative rates.
+    """
+    r = np.asarray(to_numpy(rates), dtype=float)
+    hi, lo = float(r.max()), float(r.min())
+    return 1.0 if hi == 0.0 else lo / hi
+
+
+def _spread(rates: torch.Tensor) -> float:
+    """``max(rates) - min(rates)``."""
+    return float(rates.max() - rates.min())
+
+
+def group_means(values: Any, sensitive: Any) -> dict[Hashable, float]:
+    """Mean of ``values`` per group: ``{g: mean(values_i : S_i = g)}``.
+
+    Parameters
+    ----------
+    values : array-like of shape (n,)
+        Any finite values (scores, predicted rates, ...).
+    sensitive : array-like of shape (n,)
+        Group labels; a single group is allowed here.
+
+    Returns
+    -------
+    dict
+        Sorted group label (as a Python scalar) -> mean.
+    """
+    v = torch.as_tensor(float_vector(values, "values"))
+    codes, labels = encode_groups(sensitive)
+    check_same_length(values=v, sensitive=codes)
+    sums, counts = group_sums(v, torch.as_tensor(codes), labels.size)
+    return {python_scalar(g): float(m) for g, m in zip(labels, (sums / counts).tolist())}
+
+
+def group_rates(pred: Any, sensitive: Any) -> dict[Hashable, float]:
+    """Positive rate per group, ``P(yhat = 1 | S = g)``, on hard 0/1 predictions.
+
+    Parameters
+    ----------
+    pred : array-like of shape (n,)
+        Hard predictions in {0, 1}.
+    sensitive : array-like of shape (n,)
+        Group labels (binary or categorical, any sortable hashable labels).
+
+    Returns
+    -------
+    dict
+        Sorted group label (as a Python scalar) -> rate in [0, 1].
+    """
+    p = _hard_predictions(pred)
+    codes, labels = encode_groups(sensitive)
+    check_same_length(pred=p, sensitive=codes)
+    rates = _rates(p, torch.as_tensor(codes), labels)
+    return {python_scalar(g): float(r) for g, r in zip(labels, rates.tolist())}
+
+
+def disparate_impact(pred: Any, sensitive: Any) -> float:
+    """Disparate impact ``DI = min_g P(yhat=1 | g) / max_g P(yhat=1 | g)`` (DESIGN.md sec 4, 12).
+
+    For binary ``S`` this is ``min(P_0/P_1, P_1/P_0)`` ([SQP] eq. 5 realised on hard
+    predictions). Conventions: when every group has rate 0 the groups are treated
+    identically and ``DI = 1.0``; when some group has rate 0 and another a positive rate,
+    ``DI = 0.0``.
+
+    Parameters
+    ----------
+    pred : array-like of shape (n,)
+        Hard predictions in {0, 1}.
+    sensitive : array-like of shape (n,)
+        Group labels; at least two groups.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 1 is perfect parity.
+    """
+    p = _hard_predictions(pred)
+    codes, labels = _groups_of(sensitive, p.numel())
+    return ratio_of_extremes(_rates(p, codes, labels))
+
+
+def dp_difference(pred: Any, sensitive: Any) -> float:
+    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)``.
+
+    Parameters
+    ----------
+    pred : array-like of shape (n,)
+        Hard predictions in {0, 1}.
+    sensitive : array-like of shape (n,)
+        Group labels; at least two groups.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 0 is perfect parity.
+    """
+    p = _hard_predictions(pred)
+    codes, labels = _groups_of(sensitive, p.numel())
+    return _spread(_rates(p, codes, labels))
+
+
+def equal_impact(pred: Any, sensitive: Any, y_true: Any) -> float:
+    """Equal impact: disparate impact on the rows with ``y_true = 1`` (DESIGN.md sec 4).
+
+    ``EI = min_g P(yhat=1 | g, y=1) / max_g P(yhat=1 | g, y=1)``: the ratio of the groups'
+    true-positive rates, with the zero-rate conventions of :func:`disparate_impact`.
+
+    Parameters
+    ----------
+    pred : array-like of shape (n,)
+        Hard predictions in {0, 1}.
+    sensitive : array-like of shape (n,)
+        Group labels; at least two groups.
+    y_true : array-like of shape (n,)
+        True labels in {0, 1}; every group needs a row with ``y_true = 1``.
+
+    Returns
+    -------
+    float
+        In [0, 1].
+    """
+    p = _hard_predictions(pred)
+    codes, labels = _groups_of(sensitive, p.numel())
+    y = _binary_target(y_true, p.numel())
+    return ratio_of_extremes(_rates(p, codes, labels, y == 1, "y_true = 1"))
+
+
+def equalised_odds(pred: Any, sensitive: Any, y_true: Any, return_parts: bool = False) -> float | tuple[float, dict[int, float]]:
+    """Equalised-odds gap: the largest between-group rate difference over ``y in {0, 1}``.
+
+    ``EO = max_{y in {0,1}} [max_g P(yhat=1 | g, y) - min_g P(yhat=1 | g, y)]``, i.e. the
+    larger of the false-positive-rate gap (``y = 0``) and the true-positive-rate gap
+    (``y = 1``) between groups (Hardt et al. 2016). 0 means equalised odds hold exactly.
+
+    Parameters
+    ----------
+    pred : array-like of shape (n,)
+        Hard predictions in {0, 1}.
+    sensitive : array-like of shape (n,)
+        Group labels; at least two groups.
+    y_true : array-like of shape (n,)
+        True labels in {0, 1}; every group needs rows with ``y = 0`` and with ``y = 1``.
+    return_parts : bool
+        Also return the per-``y`` gaps.
+
+    Returns
+    -------
+    float, or (float, dict)
+        The gap in [0, 1]; with ``return_parts`` also ``{0: FPR gap, 1: TPR gap}``.
+    """
+    p = _hard_predictions(pred)
+    codes, labels = _groups_of(sensitive, p.numel())
+    y = _binary_target(y_true, p.numel())
+    parts = {v: _spread(_rates(p, codes, labels, y == v, f"y_true = {v}")) for v in (0, 1)}
+    value = max(parts.values())
+    return (value, parts) if return_parts else value

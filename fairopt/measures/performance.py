@@ -1,0 +1,265 @@
+"""Predictive-performance measures: accuracy, MSE, R^2, Poisson deviance, RPS.
+
+All functions take numpy arrays, torch tensors (detached internally), pandas objects or
+lists, and return Python floats. Inputs are validated at the boundary: NaN/inf values,
+empty inputs, length mismatches and out-of-domain values raise ``ValueError`` naming the
+argument and the offending value.
+
+The ranked probability score follows [DC] App. E.2 (eq. E.4-E.5); the Poisson deviance is
+the mean unit deviance used as the accuracy metric of the Poisson application in [DC]
+sec 5.2 (DESIGN.md sec 4).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.special import pdtr, xlogy
+from scipy.stats import poisson
+
+from fairopt._validation import as_1d_tensor, as_tensor, check_same_length, to_numpy
+
+__all__ = ["accuracy", "mse", "r2", "poisson_deviance", "rps", "poisson_rps"]
+
+logger = logging.getLogger(__name__)
+
+#: Tail probability below which the automatic truncation point of :func:`poisson_rps` stops.
+POISSON_RPS_TAIL = 1e-12
+
+
+def float_vector(x: Any, name: str) -> np.ndarray:
+    """``x`` as a finite, non-empty, 1-D float64 numpy array (``ValueError`` naming ``name``).
+
+    Shared input helper of the measures modules.
+    """
+    arr = to_numpy(as_1d_tensor(x, name, torch.float64))
+    if arr.size == 0:
+        raise ValueError(f"{name}: is empty (0 rows)")
+    return arr
+
+
+def _paired(y_true: Any, pred: Any, names: tuple[str, str] = ("y_true", "pred")) -> tuple[np.ndarray, np.ndarray]:
+    """Two validated float vectors of the same length."""
+    a = float_vector(y_true, names[0])
+    b = float_vector(pred, names[1])
+    check_same_length(**{names[0]: a, names[1]: b})
+    return a, b
+
+
+def _require(condition: np.ndarray, values: np.ndarray, name: str, what: str) -> None:
+    """Raise ``ValueError`` naming ``name`` and the first value that breaks ``condition``."""
+    bad = ~condition
+    if bool(bad.any()):
+        raise ValueError(f"{name}: {what}, got {values[bad][0]!r}")
+
+
+def accuracy(y_true: Any, pred: Any) -> float:
+    """Share of rows whose hard label equals the true label.
+
+    ``accuracy = (1/n) sum_i 1[pred_i == y_true_i]``.
+
+    Parameters
+    ----------
+    y_true, pred : array-like of shape (n,)
+        Hard (integer-valued) labels, e.g. 0/1. Probabilities or logits are rejected:
+        threshold them first (``pred = (prob > 0.5)``).
+
+    Returns
+    -------
+    float
+        In [0, 1].
+    """
+    y, p = _paired(y_true, pred)
+    _require(y == np.round(y), y, "y_true", "expected hard (integer-valued) labels")
+    _require(p == np.round(p), p, "pred", "expected hard (integer-valued) labels")
+    return float(np.mean(y == p))
+
+
+def mse(y_true: Any, pred: Any) -> float:
+    """Mean squared error ``(1/n) sum_i (y_i - pred_i)^2``."""
+    y, p = _paired(y_true, pred)
+    return float(np.mean((y - p) ** 2))
+
+
+def r2(y_true: Any, pred: Any) -> float:
+    """Coefficient of determination ``R^2 = 1 - SS_res / SS_tot``.
+
+    ``SS_res = sum_i (y_i - pred_i)^2`` and ``SS_tot = sum_i (y_i - mean(y))^2``. When
+    ``y_true`` is constant (``SS_tot = 0``) R^2 is undefined; as in scikit-learn's
+    ``r2_score`` it is then reported as 1.0 for a perfect prediction and 0.0 otherwise.
+
+    Returns
+    -------
+    float
+        At most 1; negative when ``pred`` is worse than predicting the mean.
+    """
+    y, p = _paired(y_true, pred)
+    ss_res = float(np.sum((y - p) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    if ss_tot == 0.0:
+        logger.debug("r2: y_true is constant; returning %s", 1.0 if ss_res == 0.0 else 0.0)
+        return 1.0 if ss_res == 0.0 else 0.0
+    return 1.0 - ss_res / ss_tot
+
+
+def _expected_counts(mu: Any, exposure: Any, n: int, mu_name: str) -> np.ndarray:
+    """``exposure * mu`` with ``mu >= 0`` and ``exposure > 0`` validated (``exposure=None`` is 1)."""
+    m = float_vector(mu, mu_name)
+    check_same_length(y=np.empty(n), **{mu_name: m})
+    if exposure is None:
+        return m
+    e = float_vector(exposure, "exposure")
+    check_same_length(**{mu_name: m, "exposure": e})
+    _require(e > 0, e, "exposure", "expected positive values")
+    return e * m
+
+
+def _counts(y: Any, name: str = "y", integer: bool = False) -> np.ndarray:
+    """Non-negative (optionally integer-valued) observed counts."""
+    arr = float_vector(y, name)
+    _require(arr >= 0, arr, name, "expected non-negative counts")
+    if integer:
+        _require(arr == np.round(arr), arr, name, "expected integer counts")
+    return arr
+
+
+def poisson_deviance(y: Any, mu: Any, exposure: Any = None) -> float:
+    """Mean Poisson unit deviance.
+
+    ``D = (1/n) sum_i 2 * (y_i log(y_i / m_i) - (y_i - m_i))`` with ``y log y = 0`` at
+    ``y = 0`` and ``m_i = exposure_i * mu_i`` the expected count ([DC] sec 5.2, Table 5.4).
+
+    Parameters
+    ----------
+    y : array-like of shape (n,)
+        Observed counts (non-negative; need not be integers).
+    mu : array-like of shape (n,)
+        Predicted mean: the expected count when ``exposure`` is None, otherwise the rate
+        per unit of exposure. Must be positive (zero only where ``y`` is zero).
+    exposure : array-like of shape (n,), optional
+        Positive exposures (e.g. policy years); the expected count is ``exposure * mu``.
+
+    Returns
+    -------
+    float
+        Non-negative; 0 only for a perfect fit ``m = y``.
+    """
+    yy = _counts(y)
+    m = _expected_counts(mu, exposure, yy.size, "mu")
+    _require((m > 0) | ((m == 0) & (yy == 0)), m, "mu", "expected positive means (zero only where y = 0)")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        unit = 2.0 * (xlogy(yy, yy) - xlogy(yy, m) - (yy - m))
+    return float(np.mean(unit))
+
+
+def _squared_cdf_error(cdf_k: np.ndarray, y: np.ndarray, k: float) -> np.ndarray:
+    """One RPS term per row: ``(F_i(k) - 1[y_i <= k])^2`` ([DC] eq. E.4)."""
+    return (cdf_k - (y <= k)) ** 2
+
+
+def rps(y: Any, prob: Any) -> float:
+    """Mean ranked probability score for ordered classes ([DC] App. E.2, eq. E.4-E.5).
+
+    ``RPS_i = sum_{k=0}^{C-1} (F_ik - O_ik)^2`` with ``F_ik`` the predicted and ``O_ik =
+    1[y_i <= k]`` the observed cumulative probability of class ``k``; the last term is zero
+    (both cumulatives are 1) and is left out. The mean over rows is returned (eq. E.5).
+    Lower is better.
+
+    Parameters
+    ----------
+    y : array-like of shape (n,)
+        Observed class, an integer in ``0 .. C-1`` (0/1 for binary).
+    prob : array-like of shape (n,) or (n, C)
+        Binary case: the predicted probability of class 1, in [0, 1]; then the score is
+        ``(prob_i - y_i)^2`` (the Brier score). Ordered multi-class case: a matrix of class
+        probabilities whose rows sum to 1.
+
+    Returns
+    -------
+    float
+        In [0, C - 1].
+    """
+    p = to_numpy(as_tensor(prob, "prob", torch.float64))
+    if p.ndim == 2 and p.shape[1] > 1:
+        return _rps_matrix(y, p)
+    pv = float_vector(p, "prob")
+    yy = _counts(y, integer=True)
+    check_same_length(y=yy, prob=pv)
+    _require(yy <= 1, yy, "y", "expected 0/1 outcomes for a vector of probabilities")
+    _require((pv >= 0) & (pv <= 1), pv, "prob", "expected probabilities in [0, 1]")
+    return float(np.mean(_squared_cdf_error(1.0 - pv, yy, 0)))
+
+
+def _rps_matrix(y: Any, prob: np.ndarray) -> float:
+    """:func:`rps` for an (n, C) matrix of ordered class probabilities (already finite)."""
+    n, n_classes = prob.shape
+    yy = _counts(y, integer=True)
+    check_same_length(y=yy, prob=prob)
+    _require(yy < n_classes, yy, "y", f"expected classes in 0..{n_classes - 1}")
+    flat = prob.reshape(-1)
+    _require(flat >= 0, flat, "prob", "expected non-negative class probabilities")
+    sums = prob.sum(axis=1)
+    _require(np.abs(sums - 1.0) <= 1e-6, sums, "prob", "expected rows summing to 1")
+    cdf = np.cumsum(prob, axis=1)
+    score = np.zeros(n)
+    for k in range(n_classes - 1):
+        score += _squared_cdf_error(cdf[:, k], yy, k)
+    return float(np.mean(score))
+
+
+def _poisson_truncation(y: np.ndarray, mean: np.ndarray, tail: float = POISSON_RPS_TAIL) -> int:
+    """Smallest ``K >= max(y)`` with ``P(N_i > K) <= tail`` for every row, ``N_i ~ Poisson(mean_i)``."""
+    k_tail = int(poisson.isf(tail, float(mean.max()))) if mean.max() > 0 else 0
+    return max(int(y.max()), k_tail, 1)
+
+
+def poisson_rps(y: Any, rate: Any, K: int | None = None, exposure: Any = None) -> float:
+    """Mean ranked probability score of Poisson count forecasts truncated at ``K`` ([DC] App. E.2).
+
+    The forecast for row ``i`` is ``N_i ~ Poisson(m_i)``, ``m_i = exposure_i * rate_i``. The
+    infinite range of counts is truncated to the ordered categories ``0, 1, ..., K`` where
+    the last category means "K or more": the tail mass ``P(N_i > K)`` is lumped into it,
+    so the truncated forecast is still a probability distribution, and an observed count
+    above ``K`` is recorded in category ``K``. With ``F_i`` the Poisson CDF, eq. E.4 becomes
+
+    ``RPS_i = sum_{k=0}^{K-1} (F_i(k) - 1[y_i <= k])^2``
+
+    (the term of category ``K`` is zero: both cumulatives are 1). This is the untruncated
+    score with its terms ``k >= K`` dropped; they add ``sum_{k>=K} (1 - F_i(k))^2`` for rows
+    with ``y_i <= K``, which vanishes as ``K`` grows. The mean over rows is returned (E.5).
+
+    Parameters
+    ----------
+    y : array-like of shape (n,)
+        Observed counts (non-negative integers).
+    rate : array-like of shape (n,)
+        Predicted Poisson mean (per unit of exposure when ``exposure`` is given), >= 0.
+    K : int, optional
+        Largest category (>= 1). Default: the smallest ``K >= max(y)`` at which every row's
+        tail ``P(N_i > K)`` is at most ``1e-12``, so the value equals the untruncated RPS
+        to about 1e-12.
+    exposure : array-like of shape (n,), optional
+        Positive exposures; the predicted mean count is ``exposure * rate``.
+
+    Returns
+    -------
+    float
+        Non-negative; lower is better.
+    """
+    yy = _counts(y, integer=True)
+    m = _expected_counts(rate, exposure, yy.size, "rate")
+    _require(m >= 0, m, "rate", "expected non-negative rates")
+    if K is None:
+        K = _poisson_truncation(yy, m)
+    elif isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
+        raise ValueError(f"K: expected an integer >= 1, got {K!r}")
+    if K > 10_000_000:
+        raise ValueError(f"K: truncation point {K} is unreasonably large (huge predicted means?)")
+    score = np.zeros(yy.size)
+    for k in range(int(K)):
+        score += _squared_cdf_error(pdtr(k, m), yy, k)
+    logger.debug("poisson_rps: truncated at K=%d", K)
+    return float(np.mean(score))

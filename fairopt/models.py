@@ -1,0 +1,128 @@
+"""Small score models: one output per row (logit, prediction or log-rate; DESIGN.md sec 2).
+
+The models of the [SQP] experiments (sec 4): a linear model (Law) and a feed-forward
+network with one hidden layer of 32 (Dutch) or 256 (ACSIncome) units and Leaky ReLU
+activations. They return the raw score ``out`` of shape ``(n,)``; the sigmoid of the paper's
+output layer belongs to the loss (``BCEWithLogits``) and the decision threshold to the
+constraints (``out > 0``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["linear", "mlp", "ACTIVATIONS"]
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "leaky_relu": nn.LeakyReLU,
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+}
+
+
+class _SqueezeLast(nn.Module):
+    """``(n, 1) -> (n,)``: drops the last dimension of the one-unit output layer."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.squeeze(-1)
+
+
+def _positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def _check_flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None) -> Iterator[None]:
+    """Initialise from ``seed`` without touching the global RNG; the global RNG if ``None``."""
+    if seed is None:
+        yield
+        return
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer or None, got {seed!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        yield
+
+
+def linear(n_features: int, bias: bool = True, seed: int | None = None) -> nn.Module:
+    """A linear score model ``out = X w + b``, shape ``(n,)`` ([SQP] sec 4, Law).
+
+    Parameters
+    ----------
+    n_features : int
+        Number of input columns ``p >= 1``.
+    bias : bool, default True
+        Learn the intercept ``b``.
+    seed : int or None, default None
+        Initialise from this seed (PyTorch's default ``nn.Linear`` initialisation) without
+        changing the global RNG state; ``None`` draws from the global RNG, so
+        ``torch.manual_seed`` makes it deterministic.
+
+    Returns
+    -------
+    torch.nn.Module
+        Maps ``X`` of shape ``(n, p)`` to ``out`` of shape ``(n,)``.
+    """
+    p = _positive_int(n_features, "n_features")
+    bias = _check_flag(bias, "bias")
+    with _seeded(seed):
+        return nn.Sequential(nn.Linear(p, 1, bias=bias), _SqueezeLast())
+
+
+def mlp(
+    n_features: int,
+    hidden: Sequence[int] = (32,),
+    activation: str = "leaky_relu",
+    bias: bool = True,
+    seed: int | None = None,
+) -> nn.Module:
+    """A feed-forward network ``Linear -> act -> ... -> Linear(., 1)``, output shape ``(n,)``.
+
+    The [SQP] sec 4 networks: ``hidden=(32,)`` (Dutch) or ``(256,)`` (ACSIncome) with Leaky
+    ReLU (negative slope 0.01).
+
+    Parameters
+    ----------
+    n_features : int
+        Number of input columns ``p >= 1``.
+    hidden : sequence of int, default (32,)
+        Widths of the hidden layers (at least one; use :func:`linear` for none).
+    activation : {"leaky_relu", "relu", "tanh"}, default "leaky_relu"
+    bias : bool, default True
+        Learn the intercepts of every layer.
+    seed : int or None, default None
+        As in :func:`linear`.
+
+    Returns
+    -------
+    torch.nn.Module
+        Maps ``X`` of shape ``(n, p)`` to ``out`` of shape ``(n,)``.
+    """
+    p = _positive_int(n_features, "n_features")
+    if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool):
+        hidden = (hidden,)
+    if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence) or len(hidden) == 0:
+        raise ValueError(f"hidden: expected a non-empty sequence of layer widths, got {hidden!r}")
+    widths = [_positive_int(h, "hidden") for h in hidden]
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    bias = _check_flag(bias, "bias")
+    layers: list[nn.Module] = []
+    with _seeded(seed):
+        for n_in, n_out in zip([p] + widths[:-1], widths):
+            layers += [nn.Linear(n_in, n_out, bias=bias), ACTIVATIONS[activation]()]
+        layers += [nn.Linear(widths[-1], 1, bias=bias), _SqueezeLast()]
+    return nn.Sequential(*layers)

@@ -1,0 +1,514 @@
+"""Tests of fairopt.data: Preprocessor, FairData.from_frame/from_arrays, subset, split, validation."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fairopt.data import FairData, Preprocessor, intersection_cells, stratified_split_indices
+
+
+# --------------------------------------------------------------------------------------
+# fixtures
+# --------------------------------------------------------------------------------------
+@pytest.fixture
+def small_frame() -> pd.DataFrame:
+    """Six rows with a numeric, a text, a binary-text and an integer-coded column."""
+    return pd.DataFrame({
+        "a": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        "c": ["x", "y", "x", "y", "z", "z"],
+        "sex": ["m", "f", "m", "f", "m", "f"],
+        "band": [0, 1, 2, 0, 1, 2],
+        "y": [0, 1, 0, 1, 1, 0],
+    })
+
+
+def synthetic_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "income": rng.normal(50.0, 10.0, n),
+        "hours": rng.integers(10, 60, n).astype(float),
+        "job": rng.choice(["clerk", "manager", "nurse", "driver"], n),
+        "sex": rng.choice(["female", "male"], n),
+        "race": rng.choice(["A", "B", "C"], n, p=[0.6, 0.3, 0.1]),
+        "age": rng.integers(18, 80, n).astype(float),
+        "y": rng.integers(0, 2, n),
+        "count": rng.poisson(0.5, n),
+        "expo": rng.uniform(0.1, 1.0, n),
+    })
+
+
+# --------------------------------------------------------------------------------------
+# Preprocessor
+# --------------------------------------------------------------------------------------
+def test_preprocessor_standardises_and_one_hot_encodes_hand_example(small_frame):
+    pre = Preprocessor(columns=["a", "c"])
+    X, names = pre.fit_transform(small_frame)
+    assert names == ["a", "c=x", "c=y", "c=z"]
+    assert X.dtype == np.float32
+    mean, std = 3.5, np.sqrt(17.5 / 6.0)  # population std of 1..6
+    np.testing.assert_allclose(X[:, 0], (np.arange(1, 7) - mean) / std, atol=1e-6)
+    expected_one_hot = np.array([[1, 0, 0], [0, 1, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1]], dtype=np.float32)
+    np.testing.assert_array_equal(X[:, 1:], expected_one_hot)
+
+
+def test_preprocessor_constant_column_gets_unit_scale():
+    df = pd.DataFrame({"k": [0.1, 0.1, 0.1], "v": [1.0, 2.0, 3.0]})
+    X, _ = Preprocessor().fit_transform(df)
+    np.testing.assert_array_equal(X[:, 0], np.zeros(3, dtype=np.float32))
+
+
+def test_preprocessor_reuses_train_statistics_on_new_frame_and_zero_rows_unseen_levels(small_frame, caplog):
+    pre = Preprocessor(columns=["a", "c"]).fit(small_frame)
+    new = pd.DataFrame({"a": [10.0, 3.5], "c": ["w", "y"]})
+    with caplog.at_level(logging.WARNING, logger="fairopt.data"):
+        X, _ = pre.transform(new)
+    std = np.sqrt(17.5 / 6.0)
+    np.testing.assert_allclose(X[:, 0], [(10.0 - 3.5) / std, 0.0], atol=1e-6)
+    np.testing.assert_array_equal(X[0, 1:], [0, 0, 0])  # unseen level 'w'
+    np.testing.assert_array_equal(X[1, 1:], [0, 1, 0])
+    assert "not seen at fit time" in caplog.text and "'c'" in caplog.text
+
+
+def test_preprocessor_declared_categorical_integer_column(small_frame):
+    X, names = Preprocessor(columns=["band"], categorical=["band"]).fit_transform(small_frame)
+    assert names == ["band=0", "band=1", "band=2"]
+    np.testing.assert_array_equal(X.argmax(axis=1), small_frame["band"].to_numpy())
+
+
+def test_preprocessor_transform_rejects_missing_column_and_nan(small_frame):
+    pre = Preprocessor(columns=["a", "c"]).fit(small_frame)
+    with pytest.raises(ValueError, match=r"df: column\(s\) \['c'\] not found"):
+        pre.transform(small_frame[["a"]])
+    bad = small_frame.assign(a=[1.0, np.nan, 3.0, 4.0, 5.0, 6.0])
+    with pytest.raises(ValueError, match="df: column 'a' has 1 of 6 rows with NaN"):
+        pre.transform(bad)
+    with pytest.raises(ValueError, match="preprocessor: not fitted"):
+        Preprocessor().transform(small_frame)
+
+
+# --------------------------------------------------------------------------------------
+# from_frame: encodings
+# --------------------------------------------------------------------------------------
+def test_from_frame_contract_dtypes_and_shapes(small_frame):
+    data = FairData.from_frame(small_frame, target="y", sensitive=["sex", "band"], categorical=["band"])
+    n = len(small_frame)
+    assert len(data) == n and data.X.dtype == torch.float32 and data.X.shape == (n, data.n_features)
+    assert data.y.dtype == torch.float32 and data.y.tolist() == [0, 1, 0, 1, 1, 0]
+    assert data.sensitive["sex"].dtype == torch.float32
+    assert data.sensitive["band"].dtype == torch.int64
+    assert data.cells.dtype == torch.int64 and data.strata is data.cells
+    assert data.exposure is None and data.task == "binary"
+    assert data.sensitive_names == ["sex", "band"] and data.target_name == "y"
+    assert data.feature_names == ["a", "c=x", "c=y", "c=z", "sex=f", "sex=m", "band=0", "band=1", "band=2"]
+    assert data.frame is small_frame
+
+
+def test_sensitive_kind_inference():
+    df = pd.DataFrame({
+        "zero_one": [0, 1, 1, 0, 1, 0],
+        "two_text": ["Male", "Female", "Male", "Male", "Female", "Female"],
+        "two_numeric": [1, 2, 2, 1, 1, 2],
+        "flag": [True, False, True, True, False, False],
+        "multi_text": ["a", "b", "c", "a", "b", "c"],
+        "multi_numeric": [18.0, 25.5, 40.0, 33.0, 61.0, 29.0],
+        "bands": [1, 2, 3, 1, 2, 3],
+        "y": [0, 1, 0, 1, 0, 1],
+    })
+    names = ["zero_one", "two_text", "two_numeric", "flag", "multi_text", "multi_numeric", "bands"]
+    data = FairData.from_frame(df, target="y", sensitive=names, sensitive_kinds={"bands": "categorical"})
+    assert data.sensitive_kinds == {
+        "zero_one": "binary", "two_text": "binary", "two_numeric": "binary", "flag": "binary",
+        "multi_text": "categorical", "multi_numeric": "continuous", "bands": "categorical",
+    }
+    assert data.sensitive_levels["zero_one"] == [0, 1]
+    assert data.sensitive["zero_one"].tolist() == [0, 1, 1, 0, 1, 0]  # kept as is
+    assert data.sensitive_levels["two_text"] == ["Female", "Male"]  # sorted: Male = 1
+    assert data.sensitive["two_text"].tolist() == [1, 0, 1, 1, 0, 0]
+    assert data.sensitive_levels["two_numeric"] == [1, 2]
+    assert data.sensitive["two_numeric"].tolist() == [0, 1, 1, 0, 0, 1]
+    assert data.sensitive["flag"].tolist() == [1, 0, 1, 1, 0, 0]
+    assert data.sensitive["multi_text"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert data.sensitive_levels["multi_numeric"] == []
+    np.testing.assert_array_equal(data.sensitive["multi_numeric"].numpy(), df["multi_numeric"].to_numpy(np.float32))
+    assert data.sensitive_levels["bands"] == [1, 2, 3] and data.sensitive["bands"].dtype == torch.int64
+
+
+def test_categorical_argument_also_types_a_numeric_sensitive_column(small_frame):
+    as_numbers = FairData.from_frame(small_frame, target="y", sensitive=["band"])
+    as_groups = FairData.from_frame(small_frame, target="y", sensitive=["band"], categorical=["band"])
+    assert as_numbers.sensitive_kinds["band"] == "continuous"
+    assert as_groups.sensitive_kinds["band"] == "categorical"
+
+
+def test_cells_match_brute_force_intersection():
+    df = synthetic_frame(300, seed=1)
+    data = FairData.from_frame(df, target="y", sensitive=["race", "sex", "age"])
+    combos = sorted(set(zip(df["race"], df["sex"])))  # age is continuous: not part of cells
+    assert data.n_cells == len(combos) == 6
+    assert data.cell_levels == combos  # ids follow the sorted mixed-radix code
+    expected = np.array([combos.index(pair) for pair in zip(df["race"], df["sex"])])
+    np.testing.assert_array_equal(data.cells.numpy(), expected)
+
+
+def test_cells_compact_over_present_combinations_only():
+    codes = [np.array([0, 2, 2, 0]), np.array([1, 0, 0, 1])]
+    cells, keys = intersection_cells(codes, [3, 2], 4)
+    np.testing.assert_array_equal(keys, [1, 4])  # keys 0*2+1 and 2*2+0
+    np.testing.assert_array_equal(cells, [0, 1, 1, 0])
+
+
+def test_cells_are_zero_without_discrete_sensitive_features():
+    df = synthetic_frame(50)
+    data = FairData.from_frame(df, target="y", sensitive=["age"])
+    assert data.n_cells == 1 and int(data.cells.abs().sum()) == 0
+
+
+def test_include_sensitive_flag():
+    df = synthetic_frame(60)
+    inside = FairData.from_frame(df, target="y", sensitive=["sex"], features=["income", "job"])
+    outside = FairData.from_frame(df, target="y", sensitive=["sex"], features=["income", "job", "sex"],
+                                  include_sensitive=False)
+    assert inside.feature_names[-2:] == ["sex=female", "sex=male"]
+    assert not any(name.startswith("sex") for name in outside.feature_names)
+    assert outside.include_sensitive is False and torch.equal(inside.sensitive["sex"], outside.sensitive["sex"])
+    default = FairData.from_frame(df, target="y", sensitive=["sex"], exposure="expo", include_sensitive=False)
+    assert set(default.feature_columns) == {"income", "hours", "job", "race", "age", "count"}
+
+
+def test_poisson_task_with_exposure():
+    df = synthetic_frame(80)
+    data = FairData.from_frame(df, target="count", sensitive=["sex"], features=["income"], task="poisson",
+                               exposure="expo")
+    np.testing.assert_allclose(data.exposure.numpy(), df["expo"].to_numpy(np.float32))
+    np.testing.assert_array_equal(data.y.numpy(), df["count"].to_numpy(np.float32))
+    assert "expo" not in data.feature_columns
+
+
+def test_binary_target_accepts_bool_and_float_zero_one(small_frame):
+    as_bool = FairData.from_frame(small_frame.assign(y=small_frame["y"].astype(bool)), target="y", sensitive="sex")
+    as_float = FairData.from_frame(small_frame.assign(y=small_frame["y"].astype(float)), target="y", sensitive="sex")
+    assert as_bool.y.tolist() == as_float.y.tolist() == [0, 1, 0, 1, 1, 0]
+
+
+# --------------------------------------------------------------------------------------
+# subset
+# --------------------------------------------------------------------------------------
+def test_subset_indexes_every_field_and_frame_lazily():
+    df = synthetic_frame(100)
+    data = FairData.from_frame(df, target="y", sensitive=["sex", "race"], exposure="expo")
+    idx = torch.tensor([5, 3, 99, 3])
+    part = data.subset(idx)
+    assert len(part) == 4
+    assert torch.equal(part.X, data.X[idx]) and torch.equal(part.y, data.y[idx])
+    assert torch.equal(part.cells, data.cells[idx]) and torch.equal(part.exposure, data.exposure[idx])
+    for name in data.sensitive:
+        assert torch.equal(part.sensitive[name], data.sensitive[name][idx])
+    assert part._frame_cache is None  # no pandas work until the frame is read
+    assert part.frame.index.tolist() == [5, 3, 99, 3]
+    nested = part.subset(np.array([True, False, True, False]))
+    assert nested.frame.index.tolist() == [5, 99]
+    assert data.subset(slice(10, 13)).frame.index.tolist() == [10, 11, 12]
+    assert part.n_cells == data.n_cells and part.sensitive_levels == data.sensitive_levels
+
+
+def test_subset_missing_a_group_is_not_an_error():
+    df = synthetic_frame(100)
+    data = FairData.from_frame(df, target="y", sensitive=["race"])
+    only_a = np.flatnonzero(df["race"].to_numpy() == "A")
+    part = data.subset(only_a)
+    assert set(part.sensitive["race"].tolist()) == {0} and part.sensitive_levels["race"] == ["A", "B", "C"]
+
+
+def test_subset_rejects_bad_mask_length():
+    data = FairData.from_frame(synthetic_frame(10), target="y", sensitive="sex")
+    with pytest.raises(ValueError, match="idx: boolean mask of shape"):
+        data.subset(np.ones(3, dtype=bool))
+
+
+# --------------------------------------------------------------------------------------
+# split
+# --------------------------------------------------------------------------------------
+def test_split_is_deterministic_disjoint_and_sized():
+    data = FairData.from_frame(synthetic_frame(401), target="y", sensitive=["sex", "race"])
+    train, test = data.split(test_size=0.25, seed=3)
+    again_train, _ = data.split(test_size=0.25, seed=3)
+    other_train, _ = data.split(test_size=0.25, seed=4)
+    train_rows, test_rows = train._rows.numpy(), test._rows.numpy()
+    assert len(test_rows) == 101 and len(train_rows) == 300  # ceil(0.25 * 401) test rows
+    assert np.intersect1d(train_rows, test_rows).size == 0
+    np.testing.assert_array_equal(np.sort(np.concatenate([train_rows, test_rows])), np.arange(401))
+    np.testing.assert_array_equal(train_rows, again_train._rows.numpy())
+    assert torch.equal(train.X, again_train.X)
+    assert not np.array_equal(train_rows, other_train._rows.numpy())
+
+
+def test_split_stratifies_by_target_and_cell():
+    df = synthetic_frame(1000, seed=2)
+    data = FairData.from_frame(df, target="y", sensitive=["sex", "race"])
+    train, test = data.split(test_size=0.2, seed=0)
+    strata = data.y.long() * data.n_cells + data.cells
+    test_strata = test.y.long() * test.n_cells + test.cells
+    for s in strata.unique():
+        expected = 0.2 * int((strata == s).sum())
+        assert abs(int((test_strata == s).sum()) - expected) < 1.0  # largest-remainder apportionment
+
+
+def test_split_refits_preprocessor_on_train_rows_only(caplog):
+    df = synthetic_frame(200, seed=5)
+    df.loc[199, "job"] = "astronaut"  # one row with a unique level
+    data = FairData.from_frame(df, target="y", sensitive=["sex"], features=["income", "job"])
+    with caplog.at_level(logging.WARNING, logger="fairopt.data"):
+        train, test = data.split(test_size=0.3, seed=1, stratify=False)
+    train_income = df["income"].to_numpy()[train._rows.numpy()]
+    mean, std = train_income.mean(), train_income.std()
+    column = train.feature_names.index("income")
+    np.testing.assert_allclose(train.X[:, column].numpy(), (train_income - mean) / std, atol=1e-5)
+    test_income = df["income"].to_numpy()[test._rows.numpy()]
+    np.testing.assert_allclose(test.X[:, column].numpy(), (test_income - mean) / std, atol=1e-5)
+    assert train.preprocessor is test.preprocessor and train.preprocessor is not data.preprocessor
+    assert abs(train.preprocessor.means_["income"] - data.preprocessor.means_["income"]) > 1e-6
+    if 199 in test._rows.tolist():  # the unique level is unseen by the train fit
+        assert "job=astronaut" not in train.feature_names
+        row = test._rows.tolist().index(199)
+        job_columns = [j for j, name in enumerate(test.feature_names) if name.startswith("job=")]
+        assert float(test.X[row, job_columns].abs().sum()) == 0.0
+        assert "not seen at fit time" in caplog.text
+    else:
+        assert "job=astronaut" in train.feature_names
+
+
+def test_split_apportionment_hand_example():
+    strata = np.array([0] * 5 + [1] * 3 + [2] * 2)
+    train, test = stratified_split_indices(strata, 0.3, seed=0)
+    # 3 test rows; exact shares 1.5, 0.9, 0.6 -> floors 1, 0, 0 -> remainders give +1 to strata 1 and 2
+    assert np.bincount(strata[test], minlength=3).tolist() == [1, 1, 1]
+    assert len(train) == 7
+
+
+# --------------------------------------------------------------------------------------
+# new data with an existing encoding
+# --------------------------------------------------------------------------------------
+def test_transform_new_rows_like_reference():
+    df = synthetic_frame(300, seed=7)
+    data = FairData.from_frame(df, target="y", sensitive=["race", "sex"])
+    new = synthetic_frame(40, seed=8)
+    new = new[new["race"] == "C"]  # only one race level: codes must still follow the reference
+    encoded = data.transform(new)
+    assert encoded.sensitive_levels == data.sensitive_levels
+    assert set(encoded.sensitive["race"].tolist()) == {2}
+    X_expected, _ = data.preprocessor.transform(new)
+    np.testing.assert_array_equal(encoded.X.numpy(), X_expected)
+    reference_cells = dict(zip(data.cell_levels, range(data.n_cells)))
+    expected_cells = [reference_cells[pair] for pair in zip(new["race"], new["sex"])]
+    assert encoded.cells.tolist() == expected_cells and encoded.n_cells == data.n_cells
+
+
+def test_from_frame_with_fitted_preprocessor_and_with_preprocessor():
+    df = synthetic_frame(120)
+    data = FairData.from_frame(df, target="y", sensitive=["sex"], features=["income", "job"])
+    other = synthetic_frame(30, seed=9)
+    encoded = FairData.from_frame(other, target="y", sensitive=["sex"], preprocessor=data.preprocessor)
+    np.testing.assert_array_equal(encoded.X.numpy(), data.preprocessor.transform(other)[0])
+    refit = Preprocessor(["income", "job", "sex"]).fit(other)
+    swapped = data.with_preprocessor(refit)
+    np.testing.assert_array_equal(swapped.X.numpy(), refit.transform(df)[0])
+    with pytest.raises(ValueError, match="preprocessor: fitted on columns"):
+        FairData.from_frame(other, target="y", sensitive=["sex"], features=["income"], preprocessor=data.preprocessor)
+
+
+# --------------------------------------------------------------------------------------
+# from_arrays
+# --------------------------------------------------------------------------------------
+def test_from_arrays_wraps_from_frame():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3))
+    y = rng.integers(0, 2, 50)
+    s = rng.integers(0, 2, 50)
+    data = FairData.from_arrays(X, torch.as_tensor(y), {"group": s}, task="binary", feature_names=["u", "v", "w"])
+    assert data.feature_names == ["u", "v", "w"]  # sensitive not appended by default
+    np.testing.assert_allclose(data.X.numpy(), (X - X.mean(0)) / X.std(0), atol=1e-5)
+    assert data.sensitive["group"].tolist() == s.tolist() and data.sensitive_kinds["group"] == "binary"
+    with_s = FairData.from_arrays(X, y, {"group": s}, include_sensitive=True)
+    assert with_s.feature_names == ["x0", "x1", "x2", "group"]
+
+
+def test_from_arrays_validation():
+    X = np.zeros((5, 2))
+    with pytest.raises(ValueError, match="length mismatch: X has 5, y has 4"):
+        FairData.from_arrays(X, np.zeros(4), {"s": np.array([0, 1, 0, 1, 0])})
+    with pytest.raises(ValueError, match=r"X: expected a 2-D array"):
+        FairData.from_arrays(np.zeros(5), np.zeros(5), {"s": np.array([0, 1, 0, 1, 0])})
+    with pytest.raises(ValueError, match="sensitive: expected a dict"):
+        FairData.from_arrays(X, np.zeros(5), [0, 1, 0, 1, 0])
+
+
+# --------------------------------------------------------------------------------------
+# validation: one test per bad input
+# --------------------------------------------------------------------------------------
+def _build(df, **overrides):
+    arguments = {"target": "y", "sensitive": ["sex"]}
+    arguments.update(overrides)
+    return FairData.from_frame(df, **arguments)
+
+
+def test_unknown_target_column(small_frame):
+    with pytest.raises(ValueError, match=r"target: column\(s\) \['label'\] not found"):
+        _build(small_frame, target="label")
+
+
+def test_unknown_sensitive_column(small_frame):
+    with pytest.raises(ValueError, match=r"sensitive: column\(s\) \['gender'\] not found"):
+        _build(small_frame, sensitive=["gender"])
+
+
+def test_unknown_feature_column(small_frame):
+    with pytest.raises(ValueError, match=r"features: column\(s\) \['b'\] not found"):
+        _build(small_frame, features=["a", "b"])
+
+
+def test_unknown_categorical_column(small_frame):
+    with pytest.raises(ValueError, match=r"categorical: column\(s\) \['kind'\] not found"):
+        _build(small_frame, categorical=["kind"])
+
+
+def test_unknown_exposure_column(small_frame):
+    with pytest.raises(ValueError, match=r"exposure: column\(s\) \['time'\] not found"):
+        _build(small_frame, exposure="time")
+
+
+def test_nan_in_feature_column(small_frame):
+    bad = small_frame.assign(a=[1.0, np.nan, np.nan, 4.0, 5.0, 6.0])
+    with pytest.raises(ValueError, match="features: column 'a' has 2 of 6 rows with NaN"):
+        _build(bad)
+
+
+def test_inf_in_feature_column(small_frame):
+    bad = small_frame.assign(a=[1.0, np.inf, 3.0, 4.0, 5.0, 6.0])
+    with pytest.raises(ValueError, match="features: column 'a' has 1 of 6 rows with NaN/inf"):
+        _build(bad)
+
+
+def test_missing_value_in_categorical_feature(small_frame):
+    bad = small_frame.assign(c=["x", None, "x", "y", "z", "z"])
+    with pytest.raises(ValueError, match="features: column 'c' has 1 of 6 rows"):
+        _build(bad)
+
+
+def test_nan_in_target(small_frame):
+    bad = small_frame.assign(y=[0, 1, np.nan, 1, 1, 0])
+    with pytest.raises(ValueError, match="target: column 'y' has 1 of 6 rows with NaN"):
+        _build(bad)
+
+
+def test_nan_in_sensitive(small_frame):
+    bad = small_frame.assign(sex=["m", "f", None, "f", "m", "f"])
+    with pytest.raises(ValueError, match="sensitive: column 'sex' has 1 of 6 rows"):
+        _build(bad)
+
+
+def test_nan_in_exposure(small_frame):
+    bad = small_frame.assign(t=[1.0, 1.0, np.nan, 1.0, 1.0, 0.5])
+    with pytest.raises(ValueError, match="exposure: column 't' has 1 of 6 rows with NaN"):
+        _build(bad, exposure="t")
+
+
+def test_binary_target_not_zero_one(small_frame):
+    with pytest.raises(ValueError, match=r"target: column 'y' must hold 0/1 values .* e\.g\. \[2\.0\]"):
+        _build(small_frame.assign(y=[0, 1, 2, 1, 1, 0]))
+
+
+def test_binary_target_text_labels(small_frame):
+    with pytest.raises(ValueError, match="target: column 'y' must be numeric"):
+        _build(small_frame.assign(y=["no", "yes", "no", "yes", "yes", "no"]))
+
+
+def test_poisson_negative_count(small_frame):
+    with pytest.raises(ValueError, match=r"target: column 'y' has 1 negative counts \(e\.g\. -1\.0\)"):
+        _build(small_frame.assign(y=[0, 1, -1, 3, 1, 0]), task="poisson")
+
+
+def test_poisson_non_integer_count(small_frame):
+    with pytest.raises(ValueError, match=r"target: column 'y' has 1 non-integer counts \(e\.g\. 0\.5\)"):
+        _build(small_frame.assign(y=[0, 1, 0.5, 3, 1, 0]), task="poisson")
+
+
+def test_non_positive_exposure(small_frame):
+    with pytest.raises(ValueError, match=r"exposure: column 't' has 2 non-positive values \(e\.g\. 0\.0\)"):
+        _build(small_frame.assign(t=[1.0, 0.0, 1.0, -2.0, 1.0, 1.0]), exposure="t")
+
+
+def test_unknown_task(small_frame):
+    with pytest.raises(ValueError, match="task: expected one of .* got 'classification'"):
+        _build(small_frame, task="classification")
+
+
+def test_sensitive_with_single_group(small_frame):
+    with pytest.raises(ValueError, match=r"sensitive: column 'sex' has only 1 group\(s\) \['f'\]"):
+        _build(small_frame.assign(sex=["f"] * 6))
+
+
+def test_unknown_sensitive_kind(small_frame):
+    with pytest.raises(ValueError, match="sensitive_kinds: unknown kind"):
+        _build(small_frame, sensitive_kinds={"sex": "ordinal"})
+
+
+def test_declared_binary_with_three_levels(small_frame):
+    with pytest.raises(ValueError, match="sensitive_kinds: column 'c' declared 'binary' but has 3 levels"):
+        _build(small_frame, sensitive=["c"], sensitive_kinds={"c": "binary"})
+
+
+def test_features_containing_the_target(small_frame):
+    with pytest.raises(ValueError, match=r"features: \['y'\] is the target"):
+        _build(small_frame, features=["a", "y"])
+
+
+@pytest.mark.parametrize("test_size", [0, 1, 1.5, -0.2, "0.2"])
+def test_split_test_size_out_of_range(small_frame, test_size):
+    data = _build(small_frame)
+    with pytest.raises(ValueError, match=f"test_size: expected a fraction in \\(0, 1\\), got {test_size!r}"):
+        data.split(test_size=test_size)
+
+
+def test_split_seed_not_an_integer(small_frame):
+    with pytest.raises(ValueError, match="seed: expected an integer, got 0.5"):
+        _build(small_frame).split(seed=0.5)
+
+
+def test_empty_frame(small_frame):
+    with pytest.raises(ValueError, match=r"df: the frame is empty \(0 rows\)"):
+        _build(small_frame.iloc[:0])
+
+
+def test_not_a_frame():
+    with pytest.raises(ValueError, match="df: expected a pandas DataFrame, got dict"):
+        FairData.from_frame({"y": [0, 1]}, target="y", sensitive=["s"])
+
+
+# --------------------------------------------------------------------------------------
+# performance
+# --------------------------------------------------------------------------------------
+def test_from_frame_100k_rows_is_fast_and_subset_is_cheap():
+    rng = np.random.default_rng(0)
+    n = 100_000
+    df = pd.DataFrame({f"num{j}": rng.normal(size=n) for j in range(15)})
+    for j in range(3):
+        df[f"cat{j}"] = rng.choice(list("abcdefgh"), n)
+    df["sex"] = rng.choice(["F", "M"], n)
+    df["race"] = rng.choice(["A", "B", "C", "D"], n)
+    df["y"] = rng.integers(0, 2, n)
+    start = time.perf_counter()
+    data = FairData.from_frame(df, target="y", sensitive=["sex", "race"])
+    elapsed = time.perf_counter() - start
+    assert elapsed < 10.0, f"from_frame took {elapsed:.2f} s on 100k x 20"  # ~0.3 s unloaded
+    batches = torch.randint(0, n, (200, 256))
+    start = time.perf_counter()
+    for idx in batches:
+        data.subset(idx)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 2.0, f"200 subsets took {elapsed:.2f} s"  # ~0.05 s unloaded

@@ -1,0 +1,249 @@
+"""Tests of fairopt.evaluation on tiny stand-in datasets (types.SimpleNamespace with the
+FairData fields), a torch.nn.Linear model and a small fake constraint."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+
+from fairopt.evaluation import evaluate, fairness_report, format_report
+from fairopt.exceptions import FairnessWarning
+from fairopt.measures import js_divergence, poisson_rps, uf
+
+TOL = 1e-10
+
+
+def make_data(task: str = "binary", n: int = 12, seed: int = 0, exposure: bool = False) -> SimpleNamespace:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, 3, generator=g)
+    sex = torch.tensor([0.0, 1.0] * (n // 2))
+    race = torch.arange(n) % 3
+    age = torch.linspace(18, 80, n)
+    if task == "binary":
+        y = (torch.arange(n) % 4 < 2).float()
+    elif task == "regression":
+        y = torch.randn(n, generator=g)
+    else:
+        y = torch.tensor([0, 1, 0, 2, 0, 0, 1, 0, 3, 0, 0, 1][:n], dtype=torch.float32)
+    return SimpleNamespace(
+        X=X,
+        y=y,
+        task=task,
+        sensitive={"sex": sex, "race": race, "age": age},
+        sensitive_kinds={"sex": "binary", "race": "categorical", "age": "continuous"},
+        sensitive_levels={"sex": ["f", "m"], "race": ["a", "b", "c"], "age": []},
+        cells=(sex.long() * 3 + race),
+        n_cells=6,
+        exposure=torch.linspace(0.2, 1.0, n) if exposure else None,
+    )
+
+
+def make_model(seed: int = 1) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(3, 1)
+    return model
+
+
+class MeanProbability:
+    """A fake constraint: rows [mean sigmoid(out) over sex=0, over sex=1] in [0.3, 0.6] and [-inf, 0.4]."""
+
+    def __init__(self, name: str = "meanprob") -> None:
+        self.name = name
+        self.lower = torch.tensor([0.3, -math.inf], dtype=torch.float64)
+        self.upper = torch.tensor([0.6, 0.4], dtype=torch.float64)
+        self.calls = 0
+
+    def exact(self, out: torch.Tensor, batch) -> torch.Tensor:
+        self.calls += 1
+        p = torch.sigmoid(out)
+        s = batch.sensitive["sex"]
+        return torch.stack([p[s == 0].mean(), p[s == 1].mean()])
+
+    def __call__(self, out, batch):  # pragma: no cover - not used by evaluate
+        return self.exact(out, batch)
+
+
+def reference_values(model, data, threshold=0.0):
+    with torch.no_grad():
+        out = model(data.X).reshape(-1).double()
+    return out, (out > threshold).double()
+
+
+class TestEvaluateBinary:
+    def test_keys_and_values(self):
+        data, model = make_data(), make_model()
+        c = MeanProbability()
+        res = evaluate(model, data, constraints=[c])
+        out, hard = reference_values(model, data)
+        y, sex, race = data.y.double(), data.sensitive["sex"], data.sensitive["race"]
+        assert res["n"] == 12
+        assert res["accuracy"] == pytest.approx(float((hard == y).double().mean()), abs=TOL)
+        assert res["rps"] == pytest.approx(float(((torch.sigmoid(out) - y) ** 2).mean()), abs=TOL)
+        rates_sex = [float(hard[sex == v].mean()) for v in (0, 1)]
+        rates_race = [float(hard[race == v].mean()) for v in (0, 1, 2)]
+        for name, rates in (("sex", rates_sex), ("race", rates_race)):
+            ratio = 1.0 if max(rates) == 0 else min(rates) / max(rates)
+            assert res[f"di_ratio[{name}]"] == pytest.approx(ratio, abs=TOL)
+            assert res[f"dp_difference[{name}]"] == pytest.approx(max(rates) - min(rates), abs=TOL)
+        assert res["di_ratio"] == res["di_ratio[sex]"] and res["dp_difference"] == res["dp_difference[sex]"]
+        assert "di_ratio[age]" not in res  # continuous features have no groups
+        prob = torch.sigmoid(out).numpy()
+        age_bins = pd.qcut(data.sensitive["age"].numpy(), 3, labels=False)
+        labels = [f"{a}|{b}|{c}" for a, b, c in zip(sex.numpy(), race.numpy(), age_bins)]
+        assert res["uf"] == pytest.approx(uf(prob, labels), abs=TOL)
+        assert res["js_divergence"] == pytest.approx(js_divergence(prob, labels), abs=TOL)
+        # constraint rows and violation, computed by hand
+        p = torch.sigmoid(out)
+        rows = [float(p[sex == 0].mean()), float(p[sex == 1].mean())]
+        assert res["meanprob"] == pytest.approx(rows, abs=1e-6)
+        expected = max(rows[0] - 0.6, 0) + max(0.3 - rows[0], 0) + max(rows[1] - 0.4, 0)
+        assert res["meanprob.violation"] == pytest.approx(expected, abs=1e-6)
+        assert res["violation"] == pytest.approx(expected, abs=1e-6)
+        assert c.calls == 1
+
+    def test_threshold_changes_hard_predictions(self):
+        data, model = make_data(), make_model()
+        out, _ = reference_values(model, data)
+        threshold = float(out.median())
+        res = evaluate(model, data, threshold=threshold)
+        _, hard = reference_values(model, data, threshold)
+        assert res["accuracy"] == pytest.approx(float((hard == data.y.double()).double().mean()), abs=TOL)
+
+    def test_no_grad_and_model_untouched(self):
+        data, model = make_data(), make_model()
+        before = [p.detach().clone() for p in model.parameters()]
+        evaluate(model, data)
+        assert all(p.grad is None for p in model.parameters())
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+    def test_violation_positive_when_bound_broken(self):
+        data = make_data()
+        model = make_model()
+        with torch.no_grad():
+            model.weight.zero_()
+            model.bias.fill_(3.0)  # sigmoid(3) = 0.953 in both groups
+        res = evaluate(model, data, constraints=[MeanProbability()])
+        p = 1 / (1 + math.exp(-3))
+        assert res["meanprob.violation"] == pytest.approx((p - 0.6) + (p - 0.4), abs=1e-6)
+        assert res["di_ratio"] == 1.0 and res["dp_difference"] == 0.0
+        assert res["uf"] == 0.0  # constant predictions
+
+    def test_duplicate_constraint_names(self):
+        res = evaluate(make_model(), make_data(), constraints=[MeanProbability(), MeanProbability()])
+        assert "meanprob" in res and "meanprob#2" in res and "meanprob#2.violation" in res
+        assert res["violation"] == pytest.approx(2 * res["meanprob.violation"], abs=1e-12)
+
+
+class TestEvaluateOtherTasks:
+    def test_regression(self):
+        data, model = make_data("regression"), make_model()
+        res = evaluate(model, data)
+        out, _ = reference_values(model, data)
+        y = data.y.double()
+        assert res["mse"] == pytest.approx(float(((out - y) ** 2).mean()), abs=TOL)
+        assert res["r2"] == pytest.approx(1 - float(((out - y) ** 2).sum() / ((y - y.mean()) ** 2).sum()), abs=TOL)
+        means = [float(out[data.sensitive["sex"] == v].mean()) for v in (0, 1)]
+        assert res["dp_difference[sex]"] == pytest.approx(max(means) - min(means), abs=TOL)
+        if min(means) < 0:
+            assert math.isnan(res["di_ratio[sex]"])
+        else:
+            assert res["di_ratio[sex]"] == pytest.approx(min(means) / max(means), abs=TOL)
+        assert "accuracy" not in res and "deviance" not in res
+
+    def test_poisson_with_exposure(self):
+        data, model = make_data("poisson", exposure=True), make_model()
+        res = evaluate(model, data)
+        out, _ = reference_values(model, data)
+        rate = torch.exp(out)
+        mu = data.exposure.double() * rate
+        y = data.y.double()
+        ylogy = torch.where(y > 0, y * torch.log(y / mu), torch.zeros_like(y))
+        assert res["deviance"] == pytest.approx(float((2 * (ylogy - (y - mu))).mean()), abs=TOL)
+        assert res["rps"] == pytest.approx(poisson_rps(y.numpy(), mu.numpy()), abs=TOL)
+        means = [float(rate[data.sensitive["race"] == v].mean()) for v in (0, 1, 2)]
+        assert res["di_ratio[race]"] == pytest.approx(min(means) / max(means), abs=TOL)
+
+    def test_poisson_without_exposure(self):
+        data, model = make_data("poisson"), make_model()
+        res = evaluate(model, data)
+        out, _ = reference_values(model, data)
+        y, mu = data.y.double(), torch.exp(out)
+        ylogy = torch.where(y > 0, y * torch.log(y / mu), torch.zeros_like(y))
+        assert res["deviance"] == pytest.approx(float((2 * (ylogy - (y - mu))).mean()), abs=TOL)
+
+
+class TestEvaluateEdgeCases:
+    def test_single_group_gives_nan_and_warning(self):
+        data = make_data()
+        data.sensitive = {"sex": torch.zeros(12)}
+        data.sensitive_kinds = {"sex": "binary"}
+        with pytest.warns(FairnessWarning, match="sex"):
+            res = evaluate(make_model(), data)
+        assert math.isnan(res["di_ratio"]) and math.isnan(res["uf"]) and math.isnan(res["js_divergence"])
+
+    def test_no_sensitive_features(self):
+        data = make_data()
+        data.sensitive, data.sensitive_kinds = {}, {}
+        res = evaluate(make_model(), data)
+        assert "di_ratio" not in res and "uf" not in res and res["n"] == 12
+
+    def test_validation(self):
+        data, model = make_data(), make_model()
+        with pytest.raises(ValueError, match="^data: task"):
+            evaluate(model, SimpleNamespace(**{**vars(data), "task": "multiclass"}))
+        with pytest.raises(ValueError, match="^model: expected one output per row"):
+            evaluate(torch.nn.Linear(3, 2), data)
+        with pytest.raises(ValueError, match="^threshold: "):
+            evaluate(model, data, threshold=float("nan"))
+        bad = MeanProbability()
+        bad.lower = torch.tensor([0.0])
+        bad.upper = torch.tensor([1.0])
+        with pytest.raises(ValueError, match="^constraints: 'meanprob' returned 2 exact values"):
+            evaluate(model, data, constraints=[bad])
+        with pytest.raises(ValueError, match="^constraints: .*'exact'"):
+            evaluate(model, data, constraints=[SimpleNamespace(name="x", lower=0, upper=1)])
+        with pytest.raises(ValueError, match="^model: produced non-finite"):
+            evaluate(lambda X: torch.full((X.shape[0],), float("nan")), data)
+
+    def test_function_model_and_column_output(self):
+        data = make_data()
+        res = evaluate(lambda X: X[:, :1], data)  # (n, 1) output is flattened
+        hard = (data.X[:, 0] > 0).double()
+        assert res["accuracy"] == pytest.approx(float((hard == data.y.double()).double().mean()), abs=TOL)
+
+
+class TestReport:
+    def test_fairness_report_single_and_several(self):
+        model, train, test = make_model(), make_data(seed=0), make_data(seed=3)
+        c = MeanProbability()
+        runs = {"train": evaluate(model, train, [c]), "test": evaluate(model, test, [c])}
+        table = fairness_report(runs)
+        assert list(table.columns) == ["train", "test"]
+        assert table.loc["n", "train"] == 12
+        assert table.loc["accuracy", "test"] == pytest.approx(runs["test"]["accuracy"], abs=TOL)
+        assert table.loc["meanprob[1]", "train"] == pytest.approx(runs["train"]["meanprob"][1], abs=TOL)
+        assert table.loc["meanprob.violation", "test"] == pytest.approx(runs["test"]["meanprob.violation"], abs=TOL)
+        single = fairness_report(runs["train"])
+        assert list(single.columns) == ["value"]
+        assert single.loc["di_ratio[race]", "value"] == pytest.approx(runs["train"]["di_ratio[race]"], abs=TOL)
+
+    def test_format_report(self):
+        res = evaluate(make_model(), make_data(), [MeanProbability()])
+        text = format_report({"train": res}, digits=3)
+        lines = text.splitlines()
+        assert lines[0].split() == ["train"]
+        assert any(line.split() == ["n", "12"] for line in lines)
+        acc_line = next(line for line in lines if line.startswith("accuracy"))
+        assert acc_line.split()[1] == f"{res['accuracy']:.3g}"
+        with pytest.raises(ValueError, match="^digits: "):
+            format_report(res, digits=0)
+
+    def test_report_validation(self):
+        with pytest.raises(ValueError, match="^results: "):
+            fairness_report({})
+        with pytest.raises(ValueError, match="^results: mixes"):
+            fairness_report({"train": {"n": 1}, "n": 3})
