@@ -36,7 +36,7 @@ multiplier has the right sign (KKT conditions of a strictly convex QP, which are
 Two exact methods use this algebra:
 
 * ``"enumeration"``: all active sets by increasing size with every choice of sides
-  ([SQP] Algorithm 1, generalised from 2 constraint rows to m), vectorised per size.
+  ([SQP] Algorithm 1, generalised from 2 constraint rows to m), vectorised over candidates.
 * ``"dual"``: the primal-dual active-set method of Goldfarb & Idnani (Math. Prog. 27, 1983),
   written in the m-space: the iterate is the multiplier vector, the primal point is
   ``d(y)``; the Cholesky factor of the active Gram matrix ``M_AA`` is grown (O(k^2)) and
@@ -44,10 +44,13 @@ Two exact methods use this algebra:
   (the "dual step" of the method), and detects infeasibility (a violated row that is a
   combination of the active rows with no multiplier able to give way).
 
-``solver="active_set"`` uses enumeration for ``m <= ENUMERATION_MAX_ROWS`` (measured: the
-vectorised enumeration is faster up to about there) and the dual method beyond. Nothing
-forms a ``(p+m) x (p+m)`` KKT matrix or a ``p x p`` matrix: cost O(p m^2 + m^3) for the
-algebra, memory O(p m).
+``solver="active_set"`` enumerates when there are at most ``ENUMERATION_MAX_ROWS``
+constrained rows and uses the dual method beyond; measured, the dual method was faster for
+every m >= 1 (see the constant), so the threshold is 0 and enumeration is kept as
+``solver="enumeration"``, the paper's algorithm, used to cross-check. Nothing forms a
+``(p+m) x (p+m)`` KKT matrix or a ``p x p`` matrix: cost O(p m^2) to form ``M``, then
+O(m^2) per working-set change of the dual method (typically O(m) changes) and O(3^m m^3)
+for enumeration; memory O(p m).
 
 The infeasible-linearisation case of the SQP is handled by :func:`least_violation_bounds`.
 """
@@ -78,8 +81,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Largest number of constrained rows for which ``solver="active_set"`` enumerates active
-#: sets (beyond it the dual active-set method is used). Chosen by timing both paths.
-ENUMERATION_MAX_ROWS = 3
+#: sets (beyond it the dual active-set method is used). Chosen by timing both paths on
+#: random problems (mean solve time in the m-space, 2-core CPU, numpy): for m = 1, 2, 4, 8
+#: enumeration took 137, 163, 214, 494 us and the dual method 77, 108, 158, 291 us, so the
+#: dual method is the default for every m >= 1 (enumeration: ``solver="enumeration"``).
+ENUMERATION_MAX_ROWS = 0
 #: Largest number of constrained rows accepted by ``solver="enumeration"`` (3^10 sets).
 _ENUMERATION_HARD_LIMIT = 10
 
@@ -116,7 +122,7 @@ class QPResult:
         ``||g + h * d + J' y||_inf`` in float64, before casting ``d`` to the output dtype
         (NaN unless optimal).
     max_violation : float
-        ``max_i max(J_i d - hi_i, lo_i - J_i d, 0)`` (NaN unless optimal).
+        ``max_i max(J_i d - hi_i, lo_i - J_i d, 0)`` of the float64 step (NaN unless optimal).
     degenerate : bool
         The rows binding at the solution are linearly dependent in the ``H^{-1}`` metric
         (LICQ fails; includes zero rows of ``J`` at a zero bound). ``d`` is still unique;
@@ -152,9 +158,10 @@ class RelaxedBounds:
         ``J v`` (m,).
     lo, hi : torch.Tensor
         Relaxed bounds ``min(lo, J v)`` and ``max(hi, J v)`` (m,); rounded outwards when
-        the output dtype is float32, so that ``v`` stays feasible for them.
+        the output dtype is narrower than float64, so that ``v`` stays feasible for them.
     violation : float
-        The minimal total violation ``V(J v; lo, hi)``; 0 when the system is feasible.
+        The minimal total violation ``V(J v; lo, hi)``; 0 up to rounding when the system is
+        feasible.
     """
 
     v: torch.Tensor
@@ -291,16 +298,20 @@ def _check_tol(name: str, value: float) -> float:
 class _Space:
     """The QP in the constraint space: ``w(y) = -q - M y`` must satisfy ``lo <= w <= hi``.
 
-    ``row_tol`` is the per-row feasibility tolerance ``tol * (1 + |q_i| + max finite |bound_i|)``.
-    Rows are classified once: ``zero`` (``J_i = 0``), ``free`` (no finite side), ``eq``
-    (``lo == hi``) and the rest (inequalities with one or two finite sides).
+    ``row_tol(y)`` is the per-row feasibility tolerance at multipliers ``y``:
+    ``tol * (1 + |q_i| + max finite |bound_i| + sum_j |M_ij| |y_j|)``, i.e. relative to the
+    terms summed in ``w_i = -q_i - sum_j M_ij y_j`` (its rounding error grows with them).
+    ``base_tol`` is its value at ``y = 0``.
+    Row classes (computed once): ``zero`` (``J_i = 0``), ``eq`` (non-zero, ``lo == hi``),
+    ``inequality_rows`` (non-zero, one or two finite sides); the remaining rows are free.
     """
 
     M: np.ndarray
     q: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
-    row_tol: np.ndarray
+    base_tol: np.ndarray
+    tol: float
     zero: np.ndarray
 
     @property
@@ -329,6 +340,14 @@ class _Space:
         """``J d(y) = -q - M y`` (works on a batch ``y`` of shape (B, m) too)."""
         return -self.q - y @ self.M
 
+    def row_tol(self, y: np.ndarray) -> np.ndarray:
+        """Feasibility tolerance per row at multipliers ``y`` (m,) or (B, m)."""
+        return self.base_tol + self.tol * (np.abs(y) @ self.abs_M)
+
+    @cached_property
+    def abs_M(self) -> np.ndarray:
+        return np.abs(self.M)
+
 
 def _build_space(inputs: _Inputs, lo: np.ndarray, hi: np.ndarray, tol: float) -> _Space:
     """Form ``M = J H^{-1} J'`` and ``q = J H^{-1} g`` once (O(p m^2)), with row tolerances."""
@@ -338,26 +357,25 @@ def _build_space(inputs: _Inputs, lo: np.ndarray, hi: np.ndarray, tol: float) ->
     q = JH @ inputs.g
     zero = np.diag(M) == 0  # J_i H^{-1} J_i' = 0 iff J_i = 0 (h > 0): exact, no rounding
     bound_mag = np.maximum(np.where(np.isfinite(lo), np.abs(lo), 0.0), np.where(np.isfinite(hi), np.abs(hi), 0.0))
-    row_tol = tol * (1.0 + np.abs(q) + bound_mag)
-    return _Space(M=M, q=q, lo=lo, hi=hi, row_tol=row_tol, zero=zero)
+    return _Space(M=M, q=q, lo=lo, hi=hi, base_tol=tol * (1.0 + np.abs(q) + bound_mag), tol=tol, zero=zero)
 
 
 def _zero_rows_feasible(space: _Space) -> bool:
     """A zero row of J gives ``J_i d = 0`` for every d: feasible iff ``lo_i <= 0 <= hi_i``."""
     z = space.zero
-    return bool(np.all((space.lo[z] <= space.row_tol[z]) & (space.hi[z] >= -space.row_tol[z])))
+    return bool(np.all((space.lo[z] <= space.base_tol[z]) & (space.hi[z] >= -space.base_tol[z])))
 
 
-def _kkt_satisfied(space: _Space, Y: np.ndarray, W: np.ndarray, tol: float) -> np.ndarray:
+def _kkt_satisfied(space: _Space, Y: np.ndarray, W: np.ndarray) -> np.ndarray:
     """Which of a batch of candidates ``(Y, W = w(Y))`` (B, m) satisfy the KKT conditions.
 
     Primal feasibility ``lo - t <= w <= hi + t`` on every row, and sign + complementarity:
     ``y_i > ty`` only where the upper side binds (``|w_i - hi_i| <= t_i``), ``y_i < -ty``
-    only where the lower side binds, with ``ty = tol * (1 + max|y|)``.
+    only where the lower side binds, with ``t = row_tol(y)`` and ``ty = tol * (1 + max|y|)``.
     """
-    t = space.row_tol
+    t = space.row_tol(Y)
     feasible = np.all((W <= space.hi + t) & (W >= space.lo - t), axis=1)
-    ty = tol * (1.0 + np.abs(Y).max(axis=1, initial=0.0))[:, None]
+    ty = space.tol * (1.0 + np.abs(Y).max(axis=1, initial=0.0))[:, None]
     with np.errstate(invalid="ignore"):
         upper_binds = space.has_hi & (np.abs(W - space.hi) <= t)
         lower_binds = space.has_lo & (np.abs(W - space.lo) <= t)
@@ -376,7 +394,7 @@ def _scaled_min_eig(M_sub: np.ndarray) -> float:
 def _is_degenerate(space: _Space, y: np.ndarray, rank_tol: float) -> bool:
     """Are the rows binding at ``w(y)`` linearly dependent (LICQ fails)?"""
     W = space.w(y)
-    t = space.row_tol
+    t = space.row_tol(y)
     with np.errstate(invalid="ignore"):
         binding = (space.has_hi & (np.abs(W - space.hi) <= t)) | (space.has_lo & (np.abs(W - space.lo) <= t))
     if np.any(binding & space.zero):
@@ -395,7 +413,8 @@ def _side_table(n: int) -> tuple[np.ndarray, np.ndarray]:
     Returns the table (3^n, n) sorted by the number of active rows (stable, so the paper's
     order within a size is kept) and the sizes.
     """
-    table = np.array(list(itertools.product((0, 1, -1), repeat=n)), dtype=np.int8).reshape(-1, n)
+    choices = list(itertools.product((0, 1, -1), repeat=n))
+    table = np.array(choices, dtype=np.int8).reshape(len(choices), n)
     sizes = np.count_nonzero(table, axis=1)
     order = np.argsort(sizes, kind="stable")
     return table[order], sizes[order]
@@ -418,7 +437,8 @@ def _batched_spd_solve(A: np.ndarray, b: np.ndarray, rank_tol: float) -> tuple[n
         pivot = C[:, j, j] - np.einsum("bk,bk->b", L[:, j, :j], L[:, j, :j])
         ok &= pivot > rank_tol
         L[:, j, j] = np.sqrt(np.where(ok, pivot, 1.0))
-        L[:, j + 1 :, j] = (C[:, j + 1 :, j] - np.einsum("bik,bk->bi", L[:, j + 1 :, :j], L[:, j, :j])) / L[:, j, j, None]
+        below = C[:, j + 1 :, j] - np.einsum("bik,bk->bi", L[:, j + 1 :, :j], L[:, j, :j])
+        L[:, j + 1 :, j] = below / L[:, j, j, None]
     z = b * s
     for j in range(n):
         z[:, j] = (z[:, j] - np.einsum("bk,bk->b", L[:, j, :j], z[:, :j])) / L[:, j, j]
@@ -430,7 +450,7 @@ def _batched_spd_solve(A: np.ndarray, b: np.ndarray, rank_tol: float) -> tuple[n
 _ENUMERATION_CHUNK = 2048  # candidates per batched solve (whole sizes only)
 
 
-def _enumerate(space: _Space, tol: float, rank_tol: float) -> tuple[np.ndarray | None, int]:
+def _enumerate(space: _Space, rank_tol: float) -> tuple[np.ndarray | None, np.ndarray | None, int]:
     """Active sets by increasing size, all side choices; the first KKT point found is optimal.
 
     [SQP] Algorithm 1 for any m. Equality rows are in every active set (free-sign
@@ -442,9 +462,9 @@ def _enumerate(space: _Space, tol: float, rank_tol: float) -> tuple[np.ndarray |
     strictly convex a KKT point is the unique minimiser. Sizes are examined in increasing
     order (whole sizes per batch of about ``_ENUMERATION_CHUNK`` candidates); among accepted
     candidates the smallest size, then the smallest ``y'My`` (objective
-    ``1/2 y'My - 1/2 g'H^{-1}g``), wins. Returns ``(y, candidates examined)``; ``y`` is None
-    when no candidate passes (infeasible or degenerate systems: the caller then runs the
-    dual method).
+    ``1/2 y'My - 1/2 g'H^{-1}g``), wins. Returns ``(y, sides, candidates examined)`` with
+    ``sides`` the winner's working set (int8 per row); ``y`` and ``sides`` are None when no
+    candidate passes (infeasible or degenerate systems: the caller then runs the dual method).
     """
     ineq = space.inequality_rows
     rows = np.concatenate([np.flatnonzero(space.eq), ineq])
@@ -467,14 +487,17 @@ def _enumerate(space: _Space, tol: float, rank_tol: float) -> tuple[np.ndarray |
         y_R, ok = _batched_spd_solve(A, np.where(mk, -q_R - bounds[start:stop], 0.0), rank_tol)
         Y = np.zeros((stop - start, space.m))
         Y[:, rows] = y_R
-        accepted = np.flatnonzero(ok & _kkt_satisfied(space, Y, space.w(Y), tol))
+        accepted = np.flatnonzero(ok & _kkt_satisfied(space, Y, space.w(Y)))
         examined += stop - start
         if accepted.size:
             first = accepted[sizes[start + accepted] == sizes[start + accepted[0]]]
             energy = np.einsum("bi,ij,bj->b", Y[first], space.M, Y[first])
-            return Y[first[np.argmin(energy)]], examined
+            best = first[np.argmin(energy)]
+            sides = np.zeros(space.m, dtype=np.int8)
+            sides[ineq] = table[start + best]
+            return Y[best], sides, examined
         start = stop
-    return None, examined
+    return None, None, examined
 
 
 # --------------------------------------------------------------------------------------
@@ -598,7 +621,7 @@ def _add_equalities(space: _Space, ws: _WorkingSet, rank_tol: float) -> bool:
         sign = 1.0 if resid > 0 else -1.0
         l, r, delta = ws.project(i, sign)
         if delta <= rank_tol * space.M[i, i]:
-            if abs(resid) > space.row_tol[i]:
+            if abs(resid) > space.row_tol(ws.y())[i]:
                 return False
             logger.debug("equality row %d is redundant (dependent and consistent)", i)
             continue
@@ -615,7 +638,7 @@ def _most_violated_side(space: _Space, ws: _WorkingSet, w: np.ndarray) -> tuple[
     rows = space.inequality_rows
     if rows.size == 0:
         return None
-    t = space.row_tol[rows]
+    t = space.row_tol(ws.y())[rows]
     excess = np.stack([w[rows] - space.hi[rows], space.lo[rows] - w[rows]])  # upper, lower
     taken = np.stack([ws.side[rows] > 0, ws.side[rows] < 0])
     score = np.where((excess > t) & ~taken, excess / np.sqrt(space.M[rows, rows]), 0.0)
@@ -626,7 +649,7 @@ def _most_violated_side(space: _Space, ws: _WorkingSet, w: np.ndarray) -> tuple[
     return int(rows[j]), (1.0 if side == 0 else -1.0)
 
 
-def _dual_active_set(space: _Space, tol: float, rank_tol: float, max_iter: int) -> _DualOutcome:
+def _dual_active_set(space: _Space, rank_tol: float, max_iter: int) -> _DualOutcome:
     """Goldfarb-Idnani dual active-set method on the m-space problem.
 
     Starts from the unconstrained minimiser (``y = 0``). Each outer step picks the most
@@ -682,27 +705,40 @@ def _row_violation(w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.maximum(w - hi, 0.0) + np.maximum(lo - w, 0.0)
 
 
-def _least_violation_lp(M: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, float]:
-    """Minimise ``V(M y; lo, hi)`` over ``y`` with HiGHS; return ``(y, V)``.
+def _least_violation_lp(
+    M: np.ndarray, lo: np.ndarray, hi: np.ndarray, violation_cap: float | None = None
+) -> tuple[np.ndarray, float]:
+    """Least-violation points ``w = M y`` by HiGHS; return ``(y, V(M y))``.
 
-    Every reachable ``w = J v`` is ``M y`` for some ``y`` (range(J) = range(J H^{-1} J')), so
-    this is the least-violation problem over all steps. LP in ``(y, s_up, s_lo)``:
-    ``min sum s  s.t.  M_i y - s_up_i <= hi_i,  -M_i y - s_lo_i <= -lo_i,  s >= 0``.
+    Every reachable ``w = J v`` is ``M y`` for some ``y`` (range(J) = range(J H^{-1} J')),
+    so these LPs range over all steps. Variables ``(y, s_up, s_lo)`` with
+    ``M_i y - s_up_i <= hi_i``, ``-M_i y - s_lo_i <= -lo_i``, ``s >= 0`` (finite sides only):
+
+    * ``violation_cap is None``: minimise ``sum s`` (the total violation ``V``);
+    * otherwise: minimise ``sum_i |w_i|`` (auxiliary ``a >= +-M y``) subject to
+      ``sum s <= violation_cap``: among least-violation points, the one that moves the
+      constraint values least (L1), which removes the LP's non-uniqueness in ``V`` alone.
     """
     m = M.shape[0]
     up, dn = np.flatnonzero(np.isfinite(hi)), np.flatnonzero(np.isfinite(lo))
-    nu, nd = up.size, dn.size
-    if nu + nd == 0:
+    ns = up.size + dn.size
+    if ns == 0:
         return np.zeros(m), 0.0
-    A = np.zeros((nu + nd, m + nu + nd))
-    A[:nu, :m] = M[up]
-    A[nu:, :m] = -M[dn]
-    A[np.arange(nu + nd), m + np.arange(nu + nd)] = -1.0
-    b = np.concatenate([hi[up], -lo[dn]])
-    c = np.concatenate([np.zeros(m), np.ones(nu + nd)])
-    bounds = [(None, None)] * m + [(0, None)] * (nu + nd)
+    second = violation_cap is not None
+    n_var = m + ns + (m if second else 0)
+    rows = [np.hstack([M[up], -np.eye(ns)[: up.size]]), np.hstack([-M[dn], -np.eye(ns)[up.size :]])]
+    rhs = [hi[up], -lo[dn]]
+    if second:
+        rows = [np.hstack([r, np.zeros((r.shape[0], m))]) for r in rows]
+        rows += [np.hstack([M, np.zeros((m, ns)), -np.eye(m)]), np.hstack([-M, np.zeros((m, ns)), -np.eye(m)])]
+        rows.append(np.concatenate([np.zeros(m), np.ones(ns), np.zeros(m)])[None, :])
+        rhs += [np.zeros(m), np.zeros(m), np.array([violation_cap])]
+    c = np.zeros(n_var)
+    c[m : m + ns] = 0.0 if second else 1.0
+    c[m + ns :] = 1.0
+    bounds = [(None, None)] * m + [(0, None)] * (n_var - m)
     res = linprog(
-        c, A_ub=A, b_ub=b, bounds=bounds, method="highs",
+        c, A_ub=np.vstack(rows), b_ub=np.concatenate(rhs), bounds=bounds, method="highs",
         options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
     )
     if res.status != 0:
@@ -714,7 +750,7 @@ def _least_violation_lp(M: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[
 def _confirm_infeasible(space: _Space) -> bool:
     """True when the least total violation exceeds the summed row tolerances."""
     _, v = _least_violation_lp(space.M, space.lo, space.hi)
-    return v > float(space.row_tol.sum())
+    return v > float(space.base_tol.sum())
 
 
 # --------------------------------------------------------------------------------------
@@ -737,13 +773,14 @@ def _active_from_working(working: np.ndarray, y: np.ndarray, eq: np.ndarray) -> 
 
 
 def _active_from_multipliers(y: np.ndarray, eq: np.ndarray, tol: float) -> np.ndarray:
+    """Sides from multiplier signs beyond ``tol * (1 + max|y|)`` (for OSQP's duals)."""
     ty = tol * (1.0 + np.abs(y).max(initial=0.0))
     active = np.where(y > ty, 1, np.where(y < -ty, -1, 0)).astype(np.int8)
     active[eq] = np.where(y[eq] < 0, -1, 1)
     return active
 
 
-def _solve_space(space: _Space, method: str, tol: float, rank_tol: float, max_iter: int) -> _SpaceSolution:
+def _solve_space(space: _Space, method: str, rank_tol: float, max_iter: int) -> _SpaceSolution:
     """Solve the m-space QP with enumeration or the dual method; verify; confirm infeasibility."""
     m = space.m
     none = np.zeros(m, dtype=np.int8)
@@ -751,16 +788,16 @@ def _solve_space(space: _Space, method: str, tol: float, rank_tol: float, max_it
         return _SpaceSolution(None, "infeasible", method, 0, none)
     iterations = 0
     if method == "enumeration":
-        y, iterations = _enumerate(space, tol, rank_tol)
+        y, sides, iterations = _enumerate(space, rank_tol)
         if y is not None:
-            return _SpaceSolution(y, "optimal", "enumeration", iterations, _active_from_multipliers(y, space.eq, tol))
+            return _SpaceSolution(y, "optimal", "enumeration", iterations, _active_from_working(sides, y, space.eq))
         logger.debug("enumeration found no KKT point in %d candidates; running the dual method", iterations)
-    outcome = _dual_active_set(space, tol, rank_tol, max_iter)
+    outcome = _dual_active_set(space, rank_tol, max_iter)
     iterations += outcome.iterations
     if outcome.status == "optimal":
         y = outcome.y
-        if not _kkt_satisfied(space, y[None, :], space.w(y)[None, :], tol)[0]:
-            logger.warning("dual active-set result fails the KKT check within tol=%g", tol)
+        if not _kkt_satisfied(space, y[None, :], space.w(y)[None, :])[0]:
+            logger.warning("dual active-set result fails the KKT check within tol=%g", space.tol)
             return _SpaceSolution(None, "numerical", "dual", iterations, none)
         return _SpaceSolution(y, "optimal", "dual", iterations, _active_from_working(outcome.working, y, space.eq))
     if outcome.status == "infeasible" and not _confirm_infeasible(space):
@@ -926,9 +963,11 @@ def diagonal_qp(
         through ``qpsolvers`` with OSQP (``eps_abs = eps_rel = tol``, polishing on) for
         cross-checking: ``d`` is OSQP's primal solution and the multipliers its duals.
     tol : float
-        Feasibility/complementarity tolerance: row ``i`` counts as feasible when it violates
-        its bounds by at most ``tol * (1 + |q_i| + max finite |bound_i|)``; a multiplier may
-        have the wrong sign by at most ``tol * (1 + max|y|)``. Also OSQP's ``eps_abs``/``eps_rel``.
+        Feasibility/complementarity tolerance: row ``i`` counts as feasible (or binding) when
+        it violates (or misses) its bound by at most
+        ``tol * (1 + |q_i| + max finite |bound_i| + sum_j |M_ij| |y_j|)``, relative to the
+        terms of ``J_i d = -q_i - sum_j M_ij y_j``; a multiplier may have the wrong sign by at
+        most ``tol * (1 + max|y|)``. Also OSQP's ``eps_abs``/``eps_rel``.
     rank_tol : float
         A row counts as a linear combination of others when the squared sine of its angle to
         their span (in the ``H^{-1}`` metric) is at most ``rank_tol``.
@@ -950,6 +989,17 @@ def diagonal_qp(
     ValueError
         Bad shapes, NaN, infinite ``g``/``h``/``J``, ``h <= 0``, ``lo = +inf``,
         ``hi = -inf``, ``lo > hi`` (naming the row), unknown ``solver``, bad tolerances.
+
+    Notes
+    -----
+    Accuracy. Every returned solution passed the KKT check above. Rows at an angle below
+    ``asin(sqrt(rank_tol))`` to the span of others are treated as dependent: the answer is
+    then exact for bounds perturbed within ``tol`` and ``degenerate`` is set (float32
+    Jacobians with exactly dependent rows land here). Nearly parallel active rows with
+    conflicting bounds force large multipliers; since ``d`` is recovered from ``y``, its
+    constraint values then carry a rounding error of about ``eps * sum_j |M_ij y_j|``, which
+    the tolerance allows for (measured: objective within ~5e-7 relative of Clarabel for
+    rows 1e-4 rad apart with multipliers ~1e8).
     """
     tol, rank_tol = _check_options(solver, tol, rank_tol, max_iter)
     inputs = _validate(g, h, J, lo, hi)
@@ -960,21 +1010,24 @@ def diagonal_qp(
             return _failed(inputs, out.status, "osqp", out.iterations)
         active = _active_from_multipliers(out.y, space.eq, tol)
         return _assemble(inputs, space, out.x, out.y, active, "osqp", out.iterations, rank_tol)
-    sol = _solve_space(space, _pick_method(solver, space), tol, rank_tol, max_iter or 50 + 20 * space.m)
+    sol = _solve_space(space, _pick_method(solver, space), rank_tol, max_iter or 50 + 20 * space.m)
     if sol.y is None:
         return _failed(inputs, sol.status, sol.method, sol.iterations)
     return _assemble(inputs, space, _step(inputs, sol.y), sol.y, sol.active, sol.method, sol.iterations, rank_tol)
 
 
 def _cast_outwards(inputs: _Inputs, lo: np.ndarray, hi: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bounds in the output dtype, rounded outwards so that the cast box contains ``[lo, hi]``."""
-    lo_t, hi_t = inputs.to_torch(lo), inputs.to_torch(hi)
-    if inputs.dtype == torch.float64:
-        return lo_t, hi_t
-    lo_c, hi_c = lo_t.double().cpu().numpy(), hi_t.double().cpu().numpy()
-    lo_t = torch.where(torch.as_tensor(lo_c > lo, device=lo_t.device), torch.nextafter(lo_t, torch.full_like(lo_t, -math.inf)), lo_t)
-    hi_t = torch.where(torch.as_tensor(hi_c < hi, device=hi_t.device), torch.nextafter(hi_t, torch.full_like(hi_t, math.inf)), hi_t)
-    return lo_t, hi_t
+    """Bounds in the output dtype, rounded outwards so that the cast box contains ``[lo, hi]``.
+
+    (A dtype numpy lacks, e.g. bfloat16, is cast to nearest.)
+    """
+    np_dtype = _NUMPY_DTYPES.get(inputs.dtype)
+    if np_dtype is None:
+        return inputs.to_torch(lo), inputs.to_torch(hi)
+    lo_c, hi_c = lo.astype(np_dtype), hi.astype(np_dtype)
+    lo_c = np.where(lo_c > lo, np.nextafter(lo_c, np_dtype(-np.inf)), lo_c)
+    hi_c = np.where(hi_c < hi, np.nextafter(hi_c, np_dtype(np.inf)), hi_c)
+    return inputs.to_torch(lo_c), inputs.to_torch(hi_c)
 
 
 def least_violation_bounds(
@@ -995,12 +1048,18 @@ def least_violation_bounds(
 
     1. the LP ``min_y V(M y)`` with ``M = J H^{-1} J'`` (every reachable ``J v`` is some
        ``M y``, as range(J) = range(M)), solved by HiGHS in ``(y, slacks)``, gives the least
-       violation ``V*`` and a point ``w* = M y*``;
-    2. the least ``H``-norm step in the box relaxed to ``w*``,
+       violation ``V*``;
+    2. LP minimisers are not unique (e.g. duplicated rows with disjoint bounds: any value
+       between them is optimal), so a second LP picks, among points with
+       ``V <= V* + tol * sum_i (1 + max finite |bound_i|)``, the point ``w*``
+       that moves the constraint values least, ``min sum_i |w_i|``;
+    3. the least ``H``-norm step in the box relaxed to ``w*``,
        ``v = argmin 1/2 v'Hv  s.t.  min(lo, w*) <= Jv <= max(hi, w*)`` (an exact
-       :func:`diagonal_qp` with ``g = 0``), has the same violation ``V*``; it makes ``v``
-       short and the same for every LP solution ``w*`` spanning the same box. The relaxed
-       bounds are then recomputed from ``Jv`` (they can only tighten).
+       :func:`diagonal_qp` with ``g = 0``), has the same violation; the relaxed bounds are
+       recomputed from ``Jv`` (they can only tighten).
+
+    When the least violation is within the summed row tolerances the system counts as
+    feasible: the bounds are returned unchanged and ``v`` is the least-norm feasible step.
 
     Parameters
     ----------
@@ -1029,17 +1088,28 @@ def least_violation_bounds(
     tol, rank_tol = _check_options("active_set", tol, rank_tol, None)
     inputs = _validate(None, h, J, lo, hi)
     space = _build_space(inputs, inputs.lo, inputs.hi, tol)
-    y_lp, _ = _least_violation_lp(space.M, inputs.lo, inputs.hi)
-    w_lp = space.M @ y_lp
-    box = _build_space(inputs, np.minimum(inputs.lo, w_lp), np.maximum(inputs.hi, w_lp), tol)
-    sol = _solve_space(box, _pick_method("active_set", box), tol, rank_tol, 50 + 20 * box.m)
+    feasibility_tol = float(space.base_tol.sum())
+    y_lp, least = _least_violation_lp(space.M, inputs.lo, inputs.hi)
+    feasible = least <= feasibility_tol
+    if feasible:  # keep the bounds; v is the least-norm feasible step
+        box_lo, box_hi = inputs.lo, inputs.hi
+    else:
+        y_lp, _ = _least_violation_lp(space.M, inputs.lo, inputs.hi, violation_cap=least + feasibility_tol)
+        w_lp = space.M @ y_lp
+        box_lo, box_hi = np.minimum(inputs.lo, w_lp), np.maximum(inputs.hi, w_lp)
+    box = _build_space(inputs, box_lo, box_hi, tol)
+    sol = _solve_space(box, _pick_method("active_set", box), rank_tol, 50 + 20 * box.m)
     if sol.y is not None:
         v = _step(inputs, sol.y)
     else:
         logger.warning("least-norm step in the relaxed box failed (%s); using the LP point", sol.status)
         v = -_step(inputs, y_lp)  # g = 0, so J v = M y_lp
     w = inputs.J @ v
-    lo_r, hi_r = _cast_outwards(inputs, np.minimum(inputs.lo, w), np.maximum(inputs.hi, w))
+    if feasible:
+        lo_r, hi_r = inputs.lo, inputs.hi
+    else:
+        lo_r, hi_r = np.minimum(inputs.lo, w), np.maximum(inputs.hi, w)
+    lo_r, hi_r = _cast_outwards(inputs, lo_r, hi_r)
     return RelaxedBounds(
         v=inputs.to_torch(v),
         w=inputs.to_torch(w),

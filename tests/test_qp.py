@@ -1,0 +1,504 @@
+"""Tests of solvers.qp: the exact diagonal-Hessian QP of the SQP step (DESIGN.md sec 7 step 3).
+
+References are independent of the code under test: OSQP (tight, polished) and Clarabel
+through qpsolvers, scipy's SLSQP, problems with a known solution built from the KKT
+conditions, a hand-computed example, and an independent p-space HiGHS LP for the least
+violation. Every optimal answer is also checked against the KKT conditions directly.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import qpsolvers
+import scipy.sparse as sp
+import torch
+from scipy.optimize import linprog, minimize
+
+from solvers.qp import ENUMERATION_MAX_ROWS, diagonal_qp, least_violation_bounds
+
+N_RANDOM = 500
+OBJ_RTOL = 1e-7
+
+
+# --------------------------------------------------------------------------------------
+# Problem generation and references
+# --------------------------------------------------------------------------------------
+@dataclass
+class Problem:
+    g: np.ndarray
+    h: np.ndarray
+    J: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    def tensors(self, dtype=torch.float64):
+        return tuple(torch.tensor(a, dtype=dtype) for a in (self.g, self.h, self.J, self.lo, self.hi))
+
+    def objective(self, d: np.ndarray) -> float:
+        return float(self.g @ d + 0.5 * self.h @ (d * d))
+
+
+def random_problem(rng: np.random.Generator, m: int | None = None, p: int | None = None) -> Problem:
+    """A feasible problem with a random mix of upper, lower, two-sided, equality and free rows.
+
+    A random point d_f is feasible by construction; the bounds sit between J d_f and beyond
+    the unconstrained step's J(-g/h), so that some rows are active and some are not. With
+    m > p the rows are dependent (consistent equalities included).
+    """
+    m = int(rng.integers(1, 13)) if m is None else m
+    p = int(rng.integers(5, 61)) if p is None else p
+    g = rng.normal(size=p)
+    h = rng.uniform(0.5, 20.0, p)
+    J = rng.normal(size=(m, p))
+    w_f = J @ (0.3 * rng.normal(size=p))
+    spread = np.abs(J @ (-g / h) - w_f) + 0.1
+    above, below = w_f + rng.uniform(0, 1, m) * spread, w_f - rng.uniform(0, 1, m) * spread
+    kind = rng.integers(0, 5, m)  # 0 upper, 1 lower, 2 two-sided, 3 equality, 4 free
+    lo = np.where(np.isin(kind, (1, 2)), below, np.where(kind == 3, w_f, -np.inf))
+    hi = np.where(np.isin(kind, (0, 2)), above, np.where(kind == 3, w_f, np.inf))
+    return Problem(g, h, J, lo, hi)
+
+
+def qpsolvers_reference(prob: Problem, solver: str) -> np.ndarray | None:
+    """Primal solution by OSQP (eps 1e-10, polished) or Clarabel (tolerances 1e-10)."""
+    eq = prob.lo == prob.hi
+    up, dn = np.isfinite(prob.hi) & ~eq, np.isfinite(prob.lo) & ~eq
+    if not (up.any() or dn.any() or eq.any()):
+        return -prob.g / prob.h
+    G = np.vstack([prob.J[up], -prob.J[dn]])
+    h_G = np.concatenate([prob.hi[up], -prob.lo[dn]])
+    options = (
+        dict(eps_abs=1e-10, eps_rel=1e-10, polish=True, max_iter=500_000)
+        if solver == "osqp"
+        else dict(tol_feas=1e-10, tol_gap_abs=1e-10, tol_gap_rel=1e-10)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return qpsolvers.solve_qp(
+            sp.diags(prob.h, format="csc"), prob.g,
+            sp.csc_matrix(G) if G.size else None, h_G if G.size else None,
+            sp.csc_matrix(prob.J[eq]) if eq.any() else None, prob.lo[eq] if eq.any() else None,
+            solver=solver, **options,
+        )
+
+
+def slsqp_reference(prob: Problem) -> np.ndarray:
+    """scipy SLSQP on the same QP (constraint functions written out independently)."""
+    constraints = []
+    for a, lo, hi in zip(prob.J, prob.lo, prob.hi):
+        if lo == hi:
+            constraints.append({"type": "eq", "fun": lambda d, a=a, b=lo: a @ d - b, "jac": lambda d, a=a: a})
+            continue
+        if np.isfinite(hi):
+            constraints.append({"type": "ineq", "fun": lambda d, a=a, b=hi: b - a @ d, "jac": lambda d, a=a: -a})
+        if np.isfinite(lo):
+            constraints.append({"type": "ineq", "fun": lambda d, a=a, b=lo: a @ d - b, "jac": lambda d, a=a: a})
+    res = minimize(
+        prob.objective, np.zeros_like(prob.g), jac=lambda d: prob.g + prob.h * d, method="SLSQP",
+        constraints=constraints, options={"ftol": 1e-13, "maxiter": 1000},
+    )
+    assert res.success, res.message
+    return res.x
+
+
+def assert_kkt(prob: Problem, res, atol: float = 1e-8) -> None:
+    """Independent check of the KKT conditions of an optimal QPResult."""
+    assert res.status == "optimal", res.status
+    d = res.d.double().numpy()
+    y = res.multipliers.double().numpy()
+    w = prob.J @ d
+    scale = 1.0 + np.abs(prob.J @ (prob.g / prob.h)) + np.where(np.isfinite(prob.lo), np.abs(prob.lo), 0) + np.where(
+        np.isfinite(prob.hi), np.abs(prob.hi), 0
+    )
+    # stationarity g + h d + J'y = 0
+    assert np.abs(prob.g + prob.h * d + prob.J.T @ y).max() <= atol * (1 + np.abs(prob.g).max())
+    assert res.kkt_residual <= atol * (1 + np.abs(prob.g).max())
+    # primal feasibility
+    assert np.all(w <= prob.hi + atol * scale) and np.all(w >= prob.lo - atol * scale)
+    assert res.max_violation <= atol * scale.max()
+    # signs and complementary slackness: y > 0 only at an active upper side, y < 0 at a lower one
+    ty = atol * (1 + np.abs(y).max(initial=0))
+    pos, neg = y > ty, y < -ty
+    assert np.all(np.isfinite(prob.hi[pos])) and np.all(np.abs(w[pos] - prob.hi[pos]) <= atol * scale[pos])
+    assert np.all(np.isfinite(prob.lo[neg])) and np.all(np.abs(w[neg] - prob.lo[neg]) <= atol * scale[neg])
+    # reported objective
+    assert res.objective == pytest.approx(prob.objective(d), rel=1e-12, abs=1e-12)
+
+
+def assert_objective_close(value: float, reference: float, rtol: float = OBJ_RTOL) -> None:
+    assert abs(value - reference) <= rtol * max(1.0, abs(reference)), (value, reference)
+
+
+@pytest.fixture(scope="module")
+def random_problems() -> list[Problem]:
+    rng = np.random.default_rng(20240611)
+    return [random_problem(rng) for _ in range(N_RANDOM)]
+
+
+# --------------------------------------------------------------------------------------
+# Random problems against OSQP, Clarabel and SLSQP
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("chunk", range(5))
+def test_random_problems_match_osqp_and_clarabel(random_problems, chunk):
+    """>= 500 random problems (m 1..12, p 5..60): objective within 1e-7 of both references."""
+    per_chunk = N_RANDOM // 5
+    for prob in random_problems[chunk * per_chunk : (chunk + 1) * per_chunk]:
+        res = diagonal_qp(*prob.tensors())
+        assert_kkt(prob, res)
+        d = res.d.numpy()
+        for solver in ("clarabel", "osqp"):
+            x = qpsolvers_reference(prob, solver)
+            assert x is not None, f"{solver} failed on a feasible problem"
+            assert_objective_close(res.objective, prob.objective(x))
+            # strong convexity (h >= 0.5) turns the objective gap into a step distance
+            assert np.abs(d - x).max() <= 1e-5 * (1 + np.abs(x).max())
+
+
+def test_random_problems_match_slsqp(random_problems):
+    """scipy's SLSQP as a reference that does not go through qpsolvers."""
+    small = [prob for prob in random_problems if prob.J.shape[1] <= 30][:60]
+    assert len(small) == 60
+    for prob in small:
+        res = diagonal_qp(*prob.tensors())
+        assert_objective_close(res.objective, prob.objective(slsqp_reference(prob)))
+
+
+def test_enumeration_and_dual_paths_agree(random_problems):
+    """[SQP] Alg 1 enumeration and the Goldfarb-Idnani dual method give the same step."""
+    compared = 0
+    for prob in random_problems:
+        constrained = np.count_nonzero(np.isfinite(prob.lo) | np.isfinite(prob.hi))
+        if constrained > 7:
+            continue
+        enum = diagonal_qp(*prob.tensors(), solver="enumeration")
+        dual = diagonal_qp(*prob.tensors(), solver="dual")
+        assert enum.status == dual.status == "optimal"
+        assert np.abs(enum.d.numpy() - dual.d.numpy()).max() <= 1e-9 * (1 + np.abs(dual.d.numpy()).max())
+        assert_objective_close(enum.objective, dual.objective, rtol=1e-12)
+        assert enum.degenerate == dual.degenerate
+        if not dual.degenerate:  # multipliers are unique under LICQ
+            y_e, y_d = enum.multipliers.numpy(), dual.multipliers.numpy()
+            assert np.abs(y_e - y_d).max() <= 1e-7 * (1 + np.abs(y_d).max())
+            assert torch.equal(enum.active, dual.active)
+        compared += 1
+    assert compared >= 150
+
+
+def test_default_path_uses_threshold(random_problems):
+    """solver="active_set" enumerates up to ENUMERATION_MAX_ROWS constrained rows only."""
+    for prob in random_problems[:100]:
+        constrained = np.count_nonzero(np.isfinite(prob.lo) | np.isfinite(prob.hi))
+        res = diagonal_qp(*prob.tensors())
+        assert res.method == ("enumeration" if constrained <= ENUMERATION_MAX_ROWS else "dual")
+
+
+def test_osqp_path_matches_active_set(random_problems):
+    """solver="osqp" returns the same QPResult contents (multipliers in the same convention)."""
+    for prob in random_problems[:40]:
+        exact = diagonal_qp(*prob.tensors())
+        osqp = diagonal_qp(*prob.tensors(), solver="osqp", tol=1e-10)
+        assert osqp.status == "optimal" and osqp.method == "osqp"
+        assert_objective_close(osqp.objective, exact.objective)
+        assert np.abs(osqp.d.numpy() - exact.d.numpy()).max() <= 1e-5 * (1 + np.abs(exact.d.numpy()).max())
+        if not exact.degenerate:
+            y_o, y_x = osqp.multipliers.numpy(), exact.multipliers.numpy()
+            assert np.abs(y_o - y_x).max() <= 1e-4 * (1 + np.abs(y_x).max())
+
+
+# --------------------------------------------------------------------------------------
+# Hand-computed and constructed solutions
+# --------------------------------------------------------------------------------------
+def test_hand_computed_example_and_sign_convention():
+    """min -2 d1 + |d|^2/2: unconstrained d = (2, 0). With d1 <= 1: d = (1, 0), y = +1 (upper);
+    with d1 >= 3: d = (3, 0), y = -1 (lower); with d1 == 1.5: d = (1.5, 0), y = 0.5."""
+    g, h, J = torch.tensor([-2.0, 0.0]), torch.ones(2), torch.tensor([[1.0, 0.0]])
+    inf = float("inf")
+    for lo, hi, d1, y, side in ((-inf, 1.0, 1.0, 1.0, 1), (3.0, inf, 3.0, -1.0, -1), (1.5, 1.5, 1.5, 0.5, 1)):
+        for solver in ("enumeration", "dual", "osqp"):
+            res = diagonal_qp(g, h, J, torch.tensor([lo]), torch.tensor([hi]), solver=solver, tol=1e-10)
+            assert res.status == "optimal"
+            assert res.d.tolist() == pytest.approx([d1, 0.0], abs=1e-8)
+            assert res.multipliers.item() == pytest.approx(y, abs=1e-8)
+            assert res.active.tolist() == [side]
+            assert res.objective == pytest.approx(-2 * d1 + 0.5 * d1**2, abs=1e-8)
+    res = diagonal_qp(g, h, J, torch.tensor([-inf]), torch.tensor([5.0]))  # inactive
+    assert res.d.tolist() == pytest.approx([2.0, 0.0]) and res.multipliers.item() == 0.0
+    assert res.active.tolist() == [0]
+
+
+def constructed_problem(rng, m: int, p: int, signs: np.ndarray) -> tuple[Problem, np.ndarray, np.ndarray]:
+    """All rows active at a known optimum: pick d*, y* with sign pattern ``signs``, set each
+    row's active bound to J_i d* (the other side loose) and g = -h d* - J'y* (stationarity)."""
+    J = rng.normal(size=(m, p))
+    h = rng.uniform(0.5, 20.0, p)
+    d_star = rng.normal(size=p)
+    y_star = signs * rng.uniform(0.5, 2.0, m)
+    w = J @ d_star
+    lo = np.where(signs < 0, w, w - 1.0)
+    hi = np.where(signs > 0, w, w + 1.0)
+    g = -h * d_star - J.T @ y_star
+    return Problem(g, h, J, lo, hi), d_star, y_star
+
+
+@pytest.mark.parametrize("m,p", [(3, 10), (6, 6), (9, 5)])
+@pytest.mark.parametrize("solver", ["active_set", "enumeration", "dual"])
+def test_all_rows_active_known_solution(m, p, solver):
+    """m < p, m == p (a vertex) and m > p (a degenerate vertex: rows dependent)."""
+    rng = np.random.default_rng(m * 100 + p)
+    prob, d_star, y_star = constructed_problem(rng, m, p, rng.choice([-1.0, 1.0], m))
+    res = diagonal_qp(*prob.tensors(), solver=solver)
+    assert_kkt(prob, res)
+    assert np.abs(res.d.numpy() - d_star).max() <= 1e-8 * (1 + np.abs(d_star).max())
+    assert res.objective == pytest.approx(prob.objective(d_star), rel=1e-10)
+    assert res.degenerate == (m > p)
+    if m <= p:  # LICQ holds: the multipliers are unique
+        assert np.abs(res.multipliers.numpy() - y_star).max() <= 1e-7 * (1 + np.abs(y_star).max())
+
+
+@pytest.mark.parametrize("solver", ["enumeration", "dual", "osqp"])
+def test_duplicated_rows_both_active(solver):
+    """Two identical rows with identical upper bounds: d unique, multipliers shared, degenerate."""
+    rng = np.random.default_rng(1)
+    prob, _, _ = constructed_problem(rng, 3, 8, np.array([1.0, -1.0, 1.0]))
+    prob = Problem(prob.g, prob.h, np.vstack([prob.J, prob.J[0]]), np.append(prob.lo, prob.lo[0]),
+                   np.append(prob.hi, prob.hi[0]))
+    res = diagonal_qp(*prob.tensors(), solver=solver, tol=1e-10)
+    assert_kkt(prob, res, atol=1e-7)
+    assert res.degenerate
+    assert_objective_close(res.objective, prob.objective(qpsolvers_reference(prob, "clarabel")))
+
+
+@pytest.mark.parametrize("solver", ["enumeration", "dual"])
+def test_row_that_combines_others(solver):
+    """Row 3 = row 1 + 2 row 2 with a bound that is consistent and binding."""
+    rng = np.random.default_rng(2)
+    prob, d_star, _ = constructed_problem(rng, 2, 7, np.array([1.0, 1.0]))
+    row = prob.J[0] + 2 * prob.J[1]
+    prob = Problem(prob.g, prob.h, np.vstack([prob.J, row]), np.append(prob.lo, -np.inf),
+                   np.append(prob.hi, row @ d_star))
+    res = diagonal_qp(*prob.tensors(), solver=solver)
+    assert_kkt(prob, res)
+    assert res.degenerate
+    assert np.abs(res.d.numpy() - d_star).max() <= 1e-8 * (1 + np.abs(d_star).max())
+
+
+def test_redundant_equalities_with_more_rows_than_variables():
+    """8 consistent equalities in 4 variables: the solution is the unique feasible point."""
+    rng = np.random.default_rng(3)
+    J = rng.normal(size=(8, 4))
+    d_f = rng.normal(size=4)
+    prob = Problem(rng.normal(size=4), rng.uniform(0.5, 20, 4), J, J @ d_f, J @ d_f)
+    for solver in ("active_set", "enumeration", "dual"):
+        res = diagonal_qp(*prob.tensors(), solver=solver)
+        assert_kkt(prob, res)
+        assert np.abs(res.d.numpy() - d_f).max() <= 1e-8 * (1 + np.abs(d_f).max())
+        assert res.degenerate
+
+
+def test_zero_row_that_is_satisfied_is_ignored():
+    rng = np.random.default_rng(4)
+    prob = random_problem(rng, m=3, p=10)
+    J = prob.J.copy()
+    J[1] = 0.0
+    prob = Problem(prob.g, prob.h, J, np.array([prob.lo[0], -1.0, prob.lo[2]]), np.array([prob.hi[0], 2.0, prob.hi[2]]))
+    res = diagonal_qp(*prob.tensors())
+    assert_kkt(prob, res)
+    assert res.multipliers[1].item() == 0.0
+    assert_objective_close(res.objective, prob.objective(qpsolvers_reference(prob, "clarabel")))
+
+
+def test_no_constraints_and_free_rows():
+    rng = np.random.default_rng(5)
+    g, h = rng.normal(size=6), rng.uniform(0.5, 20, 6)
+    no_rows = torch.zeros(0, 6, dtype=torch.float64)
+    res = diagonal_qp(torch.tensor(g), torch.tensor(h), no_rows, torch.zeros(0), torch.zeros(0))
+    assert res.status == "optimal" and np.allclose(res.d.numpy(), -g / h, rtol=1e-15)
+    assert res.multipliers.shape == (0,) and res.kkt_residual <= 1e-15
+    J = torch.tensor(rng.normal(size=(2, 6)))
+    inf = torch.full((2,), float("inf"), dtype=torch.float64)
+    res = diagonal_qp(torch.tensor(g), torch.tensor(h), J, -inf, inf)
+    assert np.allclose(res.d.numpy(), -g / h, rtol=1e-15) and res.multipliers.abs().max().item() == 0.0
+
+
+# --------------------------------------------------------------------------------------
+# Infeasible systems
+# --------------------------------------------------------------------------------------
+def infeasible_problems() -> dict[str, Problem]:
+    rng = np.random.default_rng(6)
+    g, h = rng.normal(size=8), rng.uniform(0.5, 20, 8)
+    J = rng.normal(size=(3, 8))
+    inf = np.inf
+    duplicate = Problem(g, h, np.vstack([J[0], J[0], J[1]]), np.array([-inf, 1.0, -1.0]), np.array([0.0, inf, 1.0]))
+    zero = J.copy()
+    zero[2] = 0.0
+    zero_row = Problem(g, h, zero, np.array([-1.0, -1.0, 0.5]), np.array([1.0, 1.0, inf]))
+    # row 3 = row 1 + row 2 but its bounds contradict theirs
+    combo = Problem(g, h, np.vstack([J[0], J[1], J[0] + J[1]]), np.array([1.0, 1.0, -inf]), np.array([inf, inf, 1.0]))
+    J10 = rng.normal(size=(10, 4))
+    equalities = Problem(g[:4], h[:4], J10, b := rng.normal(size=10), b)
+    return {"duplicate": duplicate, "zero_row": zero_row, "combination": combo, "equalities": equalities}
+
+
+@pytest.mark.parametrize("name", ["duplicate", "zero_row", "combination", "equalities"])
+@pytest.mark.parametrize("solver", ["active_set", "enumeration", "dual", "osqp"])
+def test_infeasible_systems_are_reported(name, solver):
+    prob = infeasible_problems()[name]
+    res = diagonal_qp(*prob.tensors(), solver=solver)
+    assert res.status == "infeasible"
+    assert res.d is None and res.multipliers is None
+    assert np.isnan(res.objective) and np.isnan(res.kkt_residual)
+    assert res.active.tolist() == [0] * prob.J.shape[0]
+
+
+# --------------------------------------------------------------------------------------
+# dtype handling
+# --------------------------------------------------------------------------------------
+def test_float32_in_float32_out(random_problems):
+    for prob in random_problems[:50]:
+        res32 = diagonal_qp(*prob.tensors(torch.float32))
+        assert res32.d.dtype == torch.float32 and res32.multipliers.dtype == torch.float32
+        # the reference: the float32-rounded problem solved in float64
+        rounded = Problem(*(t.double().numpy() for t in prob.tensors(torch.float32)))
+        res64 = diagonal_qp(*rounded.tensors())
+        assert_objective_close(res32.objective, res64.objective, rtol=1e-12)
+        assert np.abs(res32.d.double().numpy() - res64.d.numpy()).max() <= 1e-6 * (1 + np.abs(res64.d.numpy()).max())
+        assert res32.kkt_residual <= 1e-8 * (1 + np.abs(rounded.g).max())
+
+
+def test_float64_result_dtype_and_numpy_inputs():
+    rng = np.random.default_rng(7)
+    prob = random_problem(rng, m=4, p=9)
+    res = diagonal_qp(prob.g, prob.h, prob.J, prob.lo, prob.hi)  # numpy in -> float64 tensors
+    assert res.d.dtype == torch.float64 and isinstance(res.d, torch.Tensor)
+    assert_kkt(prob, res)
+
+
+# --------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------
+def _ok_args():
+    return (torch.zeros(3), torch.ones(3), torch.ones(2, 3), torch.tensor([-1.0, -1.0]), torch.tensor([1.0, 1.0]))
+
+
+@pytest.mark.parametrize(
+    "index,value,match",
+    [
+        (0, torch.tensor([0.0, float("nan"), 0.0]), "g: contains NaN"),
+        (0, torch.zeros(4), "g: expected shape"),
+        (1, torch.tensor([1.0, 0.0, 1.0]), r"h: must be > 0, got h\[1\]"),
+        (1, torch.tensor([1.0, float("inf"), 1.0]), "h: contains an infinite"),
+        (2, torch.ones(2, 4), "g: expected shape"),
+        (2, torch.ones(3), "J: expected 2 dimension"),
+        (2, torch.tensor([[1.0, float("nan"), 1.0], [1.0, 1.0, 1.0]]), "J: contains NaN"),
+        (3, torch.tensor([-1.0]), r"lo: expected shape \(2,\)"),
+        (3, torch.tensor([float("inf"), 0.0]), r"lo: lo\[0\] = \+inf"),
+        (4, torch.tensor([1.0, float("-inf")]), r"hi: hi\[1\] = -inf"),
+        (4, torch.tensor([1.0, float("nan")]), "hi: contains NaN"),
+        (4, torch.tensor([1.0, -2.0]), r"lo/hi: lo\[1\] = -1.0 > hi\[1\] = -2.0 at row 1"),
+    ],
+)
+def test_invalid_inputs_name_the_argument(index, value, match):
+    args = list(_ok_args())
+    args[index] = value
+    with pytest.raises(ValueError, match=match):
+        diagonal_qp(*args)
+
+
+def test_invalid_options():
+    with pytest.raises(ValueError, match="solver: expected one of"):
+        diagonal_qp(*_ok_args(), solver="cvxpy")
+    with pytest.raises(ValueError, match="tol: must be"):
+        diagonal_qp(*_ok_args(), tol=0.0)
+    with pytest.raises(ValueError, match="max_iter: must be"):
+        diagonal_qp(*_ok_args(), max_iter=0)
+    J = torch.randn(11, 3)
+    with pytest.raises(ValueError, match="'enumeration' is limited to 10"):
+        diagonal_qp(torch.zeros(3), torch.ones(3), J, -torch.ones(11), torch.ones(11), solver="enumeration")
+    with pytest.raises(ValueError, match=r"lo/hi: lo\[0\]"):
+        least_violation_bounds(torch.tensor([2.0]), torch.tensor([1.0]), torch.ones(1, 3), torch.ones(3))
+
+
+# --------------------------------------------------------------------------------------
+# Least-violation relaxation (DESIGN.md sec 7 step 3, infeasible linearisation)
+# --------------------------------------------------------------------------------------
+def p_space_least_violation(J: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """Independent reference: min_v sum max(Jv - hi, 0) + max(lo - Jv, 0) as an LP in (v, s)."""
+    p = J.shape[1]
+    up, dn = np.flatnonzero(np.isfinite(hi)), np.flatnonzero(np.isfinite(lo))
+    nu, nd = up.size, dn.size
+    A = np.zeros((nu + nd, p + nu + nd))
+    A[:nu, :p], A[:nu, p : p + nu] = J[up], -np.eye(nu)
+    A[nu:, :p], A[nu:, p + nu :] = -J[dn], -np.eye(nd)
+    c = np.concatenate([np.zeros(p), np.ones(nu + nd)])
+    res = linprog(c, A_ub=A, b_ub=np.concatenate([hi[up], -lo[dn]]),
+                  bounds=[(None, None)] * p + [(0, None)] * (nu + nd), method="highs")
+    assert res.status == 0
+    return float(res.fun)
+
+
+def relaxation_cases() -> list[Problem]:
+    cases = list(infeasible_problems().values())
+    rng = np.random.default_rng(8)
+    for _ in range(12):  # more rows than variables, random (inconsistent) bounds of all kinds
+        p = int(rng.integers(3, 7))
+        prob = random_problem(rng, m=int(rng.integers(p + 2, 13)), p=p)
+        shift = rng.normal(size=prob.lo.size)
+        cases.append(Problem(prob.g, prob.h, prob.J, prob.lo + shift, prob.hi + shift))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(16))
+def test_least_violation_relaxation(case):
+    prob = relaxation_cases()[case]
+    rb = least_violation_bounds(*(torch.tensor(a) for a in (prob.lo, prob.hi, prob.J, prob.h)))
+    reference = p_space_least_violation(prob.J, prob.lo, prob.hi)
+    assert rb.violation == pytest.approx(reference, rel=1e-7, abs=1e-9)
+    v, w = rb.v.numpy(), rb.w.numpy()
+    assert np.allclose(w, prob.J @ v, rtol=1e-12, atol=1e-12)
+    violation_of_v = np.maximum(w - prob.hi, 0) + np.maximum(prob.lo - w, 0)
+    assert violation_of_v.sum() == pytest.approx(rb.violation, rel=1e-12, abs=1e-12)
+    lo_r, hi_r = rb.lo.numpy(), rb.hi.numpy()
+    assert np.all(lo_r <= prob.lo) and np.all(hi_r >= prob.hi)  # only relaxed
+    has_lo, has_hi = np.isfinite(prob.lo), np.isfinite(prob.hi)
+    relaxation = np.sum(prob.lo[has_lo] - lo_r[has_lo]) + np.sum(hi_r[has_hi] - prob.hi[has_hi])
+    assert relaxation == pytest.approx(rb.violation, rel=1e-9, abs=1e-12)
+    res = diagonal_qp(torch.tensor(prob.g), torch.tensor(prob.h), torch.tensor(prob.J), rb.lo, rb.hi)
+    relaxed = Problem(prob.g, prob.h, prob.J, lo_r, hi_r)
+    assert_kkt(relaxed, res)
+    if case < 4:  # the infeasible originals really are infeasible
+        assert rb.violation > 0.1
+    if reference > 1e-6:  # the relaxed bounds are needed: the original QP is infeasible
+        assert diagonal_qp(*prob.tensors()).status == "infeasible"
+
+
+def test_relaxation_cases_are_mostly_infeasible():
+    infeasible = [p_space_least_violation(prob.J, prob.lo, prob.hi) > 1e-6 for prob in relaxation_cases()]
+    assert sum(infeasible) >= 10
+
+
+def test_least_violation_on_feasible_system_changes_nothing(random_problems):
+    for prob in random_problems[:10]:
+        rb = least_violation_bounds(*(torch.tensor(a) for a in (prob.lo, prob.hi, prob.J, prob.h)))
+        assert rb.violation <= 1e-9
+        assert torch.equal(rb.lo, torch.tensor(prob.lo)) and torch.equal(rb.hi, torch.tensor(prob.hi))
+
+
+def test_least_violation_picks_the_smallest_move_for_duplicated_rows():
+    """J_1 = J_2 with J_1 v <= 0 and J_2 v >= 1: any value in [0, 1] costs 1; v = 0 moves least."""
+    prob = infeasible_problems()["duplicate"]
+    rb = least_violation_bounds(*(torch.tensor(a) for a in (prob.lo, prob.hi, prob.J, prob.h)))
+    assert rb.violation == pytest.approx(1.0, abs=1e-9)
+    assert np.abs(rb.v.numpy()).max() <= 1e-9
+
+
+def test_least_violation_float32_bounds_keep_the_relaxed_qp_feasible():
+    prob = infeasible_problems()["combination"]
+    args32 = [torch.tensor(a, dtype=torch.float32) for a in (prob.lo, prob.hi, prob.J, prob.h)]
+    rb = least_violation_bounds(*args32)
+    assert rb.lo.dtype == rb.hi.dtype == rb.v.dtype == torch.float32
+    res = diagonal_qp(torch.tensor(prob.g, dtype=torch.float32), args32[3], args32[2], rb.lo, rb.hi)
+    assert res.status == "optimal"
