@@ -29,6 +29,8 @@ def as_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
             arr = np.asarray(x)
             if arr.dtype == object:
                 arr = arr.astype(float)
+            if not arr.flags.writeable:  # e.g. pandas' read-only views: torch needs a writable buffer
+                arr = arr.copy()
             t = torch.as_tensor(arr)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{name}: cannot convert {type(x).__name__} to a numeric array ({exc})") from None

@@ -82,6 +82,17 @@ class StochasticSQP:
         Total rows of a balanced constraint batch (default: ``batch_size``).
     step : {"fixed", "adaptive"}, default "fixed"
         ``alpha_k = beta_k`` or the adaptive rule of [B21] Alg. 3.1 (DESIGN.md sec 7.5).
+    feasibility_restoration : bool, default True
+        With a step size ``alpha < 1`` the linearised constraints are only partly followed,
+        so an infeasible iterate approaches the feasible set at rate ``alpha`` per iteration
+        (slowly once the learning-rate schedule has reduced ``beta``; measured on a 3,000-row
+        Adult sample with DI >= 0.8: violation still 4e-3 after 400 epochs). With True the
+        remaining fraction of the normal step
+        ``v = argmin 1/2 v'Hv  s.t.  l <= c + Jv <= u`` is added:
+        ``w <- w + alpha d + (1 - alpha) v``, so ``c`` meets the linearised bounds after every
+        step whatever ``alpha``. Feasible iterates have ``v = 0`` (nothing changes); the
+        merit, ratio and step-size rules still use ``d``. An extension of [SQP] Alg. 1 in
+        the spirit of composite-step SQP (Byrd-Omojokun); False gives the paper's step.
     lr_schedule : bool, default True
         Apply the learning-rate adjustment of [SQP] Alg. 2 (per epoch).
     hessian : {"adam", "adagrad"}, default "adam"
@@ -125,6 +136,7 @@ class StochasticSQP:
         constraint_batch: str = "full",
         constraint_batch_size: int | None = None,
         step: str = "fixed",
+        feasibility_restoration: bool = True,
         lr_schedule: bool = True,
         hessian: str = "adam",
         beta2: float = 0.999,
@@ -155,6 +167,7 @@ class StochasticSQP:
         self.constraint_batch = constraint_batch
         self.constraint_batch_size = constraint_batch_size
         self.step = step
+        self.feasibility_restoration = feasibility_restoration
         self.lr_schedule = lr_schedule
         self.hessian = hessian
         self.beta2 = beta2
@@ -411,9 +424,10 @@ class StochasticSQP:
         lo, hi = lower - der.c, upper - der.c
         res = diagonal_qp(g64, h64, J64, lo, hi)
         if res.status == "optimal":
-            return res, "normal"
+            return res, "normal", (lo, hi)
         relax = least_violation_bounds(lo, hi, J64, h64)
-        res = diagonal_qp(g64, h64, J64, relax.lo, relax.hi)
+        lo, hi = relax.lo, relax.hi
+        res = diagonal_qp(g64, h64, J64, lo, hi)
         if res.status != "optimal":
             raise RuntimeError(f"SQP: relaxed QP subproblem failed with status {res.status!r} at iteration {state['iteration']}")
         if not state["warned_relaxed"]:
@@ -421,7 +435,7 @@ class StochasticSQP:
                 "SQP: the linearised constraints were infeasible; a relaxed step was taken "
                 "(least-violation bounds). See history column 'qp_status'.", SQPWarning, stacklevel=3)
             state["warned_relaxed"] = True
-        return res, "relaxed"
+        return res, "relaxed", (lo, hi)
 
     def _iterate(self, params, der, v, lower, upper, state, model, loss_fn, cons, obj_batch, con_batch) -> dict:
         first = state["iteration"] == 0
@@ -429,7 +443,7 @@ class StochasticSQP:
         t0 = time.perf_counter()
         m = int(der.c.numel())
         if m:
-            res, qp_status = self._solve_qp(der, h, lower, upper, state)
+            res, qp_status, qp_bounds = self._solve_qp(der, h, lower, upper, state)
             d = res.d.to(der.g.dtype)
             y = res.multipliers
             # "u3" = upper side of row 3 in the working set, "l0" = lower side of row 0
@@ -467,12 +481,14 @@ class StochasticSQP:
                 state["L"], state["Gamma"] = self._lipschitz(model, params, loss_fn, cons, obj_batch, con_batch, der)
             alpha = self._adaptive_step(beta, tau, xi, dl, V, dnorm2, state["L"], state["Gamma"])
 
-        with torch.no_grad():
-            offset = 0
-            for p in params:
-                k = p.numel()
-                p.add_(d[offset : offset + k].view_as(p), alpha=alpha)
-                offset += k
+        step = alpha * d
+        norm_v = 0.0
+        if m and self.feasibility_restoration and V > 0 and alpha < 1.0:
+            v_step = self._normal_step(h, der.J, qp_bounds)
+            if v_step is not None:
+                step = step + (1.0 - alpha) * v_step.to(d.dtype)
+                norm_v = float(v_step.norm())
+        _shift(params, step, 1.0)
 
         kkt = float((g64 + der.J.to(torch.float64).T @ y).abs().max()) if m else float(g64.abs().max())
         state["last_kkt"] = kkt
@@ -489,6 +505,7 @@ class StochasticSQP:
             "alpha": alpha,
             "beta": beta,
             "norm_d": math.sqrt(dnorm2),
+            "norm_v": norm_v,
             "active": active,
             "qp_status": qp_status,
             "kkt": kkt,
@@ -496,6 +513,14 @@ class StochasticSQP:
             "t_jacobian": der.t_jacobian,
             "t_qp": t_qp,
         }
+
+    @staticmethod
+    def _normal_step(h: torch.Tensor, J: torch.Tensor, bounds: tuple) -> torch.Tensor | None:
+        """``v = argmin 1/2 v'Hv  s.t.  lo <= J v <= hi``: the least-``H``-norm step onto the
+        linearised feasible set (``lo = l - c``, ``hi = u - c``, relaxed if they were)."""
+        h64 = h.to(torch.float64)
+        res = diagonal_qp(torch.zeros_like(h64), h64, J.to(torch.float64), bounds[0], bounds[1])
+        return res.d if res.status == "optimal" else None
 
     def _adaptive_step(self, beta, tau, xi, dl, V, dnorm2, L, Gamma) -> float:
         """[B21] Alg. 3.1 step size, capped at 1 (DESIGN.md sec 7.5)."""

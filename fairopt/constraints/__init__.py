@@ -1,5 +1,7 @@
 """Fairness constraints: each satisfies solvers.problem.Constraint."""
 from fairopt.constraints.base import BaseConstraint
+from fairopt.constraints.dcov import DistanceCovariance
+from fairopt.constraints.gedi import GeDI
 from fairopt.constraints.rates import Covariance, DemographicParity, DisparateImpact, EqualImpact
 
-__all__ = ["BaseConstraint", "DisparateImpact", "EqualImpact", "DemographicParity", "Covariance"]
+__all__ = ["BaseConstraint", "DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GeDI", "DistanceCovariance"]

@@ -6,8 +6,12 @@
 - :mod:`~fairopt.measures.fauci`: the FaUCI metrics WDP/WDI/WEO and GDP/GDI/GEO, on soft or
   hard predictions, differentiable for torch input.
 - :mod:`~fairopt.measures.distribution`: UF and the JS divergence across intersectional cells.
+- :mod:`~fairopt.measures.gedi`: GeDI, DIDI and binned DIDI; :mod:`~fairopt.measures.hgr`: HGR-KDE.
+- :mod:`~fairopt.measures.dcov`: distance covariance family (dCov, dCorr, JdCov, CCdCov) with
+  exact fast paths; :mod:`~fairopt.measures.independence`: chi-square and permutation tests.
 """
 
+from fairopt.measures.dcov import ccdcov, dcorr, dcov, jdcov
 from fairopt.measures.distribution import intersection_cells, js_divergence, uf
 from fairopt.measures.fauci import gdi, gdp, geo, wdi, wdp, weo
 from fairopt.measures.group import (
@@ -21,6 +25,9 @@ from fairopt.measures.group import (
     group_means,
     group_rates,
 )
+from fairopt.measures.gedi import binned_didi, didi, gedi
+from fairopt.measures.hgr import hgr_kde
+from fairopt.measures.independence import IndependenceTestResult, independence_test
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
 
 __all__ = [
@@ -49,6 +56,18 @@ __all__ = [
     "uf",
     "js_divergence",
     "intersection_cells",
+    # GeDI family and HGR
+    "gedi",
+    "didi",
+    "binned_didi",
+    "hgr_kde",
+    # distance covariance family
+    "dcov",
+    "dcorr",
+    "jdcov",
+    "ccdcov",
+    "independence_test",
+    "IndependenceTestResult",
     # group coding helpers
     "encode_groups",
     "bin_equal_width",
