@@ -75,17 +75,20 @@ def run_one(name, train, test, sensitive, constraints, args, label, delta) -> di
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    ap.add_argument("--datasets", nargs="+", default=["law", "dutch", "acsincome"], choices=list(SETTINGS))
     ap.add_argument("--deltas", nargs="+", type=float, default=[0.5, 0.6, 0.7, 0.8, 0.9])
     ap.add_argument("--both-deltas", nargs="*", type=float, default=[0.8, 0.9], help="DI+EI together")
     ap.add_argument("--epochs", type=int, default=500)
     ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--step", default="fixed", choices=["fixed", "adaptive"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--data-dir")
     ap.add_argument("--out")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     ddir, out = data_dir(args.data_dir), out_dir(args.out)
 
     rows = []

@@ -6,12 +6,16 @@ gives a ``ValueError`` naming the argument and the offending value (DESIGN.md se
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["as_tensor", "as_1d_tensor", "to_numpy", "check_same_length", "check_binary"]
+__all__ = [
+    "as_tensor", "as_1d_tensor", "to_numpy", "check_same_length", "check_binary", "finite_float",
+    "positive_float", "nonnegative_float", "positive_int", "check_choice", "check_seed", "sensitive_names",
+]
 
 
 def as_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -77,3 +81,65 @@ def check_binary(x: torch.Tensor, name: str) -> torch.Tensor:
     if bool(bad.any()):
         raise ValueError(f"{name}: expected 0/1 values, got {xd[bad].reshape(-1)[0].item()!r}")
     return x.to(torch.get_default_dtype()) if not x.is_floating_point() else x
+
+
+# ----------------------------------------------------------------------------- scalars
+def finite_float(value: Any, name: str) -> float:
+    """``value`` as a finite float; ValueError naming ``name`` for non-numbers, bools, NaN, inf."""
+    if isinstance(value, (bool, str, bytes)):
+        raise ValueError(f"{name}: expected a real number, got {value!r}")
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a real number, got {value!r}") from None
+    if not math.isfinite(result):
+        raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    return result
+
+
+def positive_float(value: Any, name: str) -> float:
+    """``value`` as a finite float ``> 0``."""
+    result = finite_float(value, name)
+    if result <= 0:
+        raise ValueError(f"{name}: expected a finite positive number, got {value!r}")
+    return result
+
+
+def nonnegative_float(value: Any, name: str) -> float:
+    """``value`` as a finite float ``>= 0`` (e.g. a constraint ``bound``)."""
+    result = finite_float(value, name)
+    if result < 0:
+        raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
+    return result
+
+
+def positive_int(value: Any, name: str) -> int:
+    """``value`` as a positive integer (bools rejected)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_choice(value: Any, allowed: Sequence[str], name: str) -> str:
+    """Require ``value`` to be one of the strings ``allowed``."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name}: expected one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def check_seed(seed: Any) -> int | None:
+    """Require an integer seed or None."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise ValueError(f"seed: expected an integer or None, got {seed!r}")
+    return None if seed is None else int(seed)
+
+
+def sensitive_names(sensitive: Any) -> tuple[str, ...]:
+    """``sensitive`` (a column name or a non-empty list of distinct names) as a tuple."""
+    if isinstance(sensitive, str):
+        return (sensitive,)
+    if isinstance(sensitive, (list, tuple)) and sensitive and all(isinstance(s, str) for s in sensitive):
+        if len(set(sensitive)) != len(sensitive):
+            raise ValueError(f"sensitive: duplicate names in {list(sensitive)!r}")
+        return tuple(sensitive)
+    raise ValueError(f"sensitive: expected a column name or a non-empty list of names, got {sensitive!r}")

@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
+from fairopt._validation import positive_int
+
 __all__ = ["linear", "mlp", "ACTIVATIONS"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -30,12 +32,6 @@ class _SqueezeLast(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.squeeze(-1)
-
-
-def _positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
 
 
 def _check_flag(value: object, name: str) -> bool:
@@ -76,7 +72,7 @@ def linear(n_features: int, bias: bool = True, seed: int | None = None) -> nn.Mo
     torch.nn.Module
         Maps ``X`` of shape ``(n, p)`` to ``out`` of shape ``(n,)``.
     """
-    p = _positive_int(n_features, "n_features")
+    p = positive_int(n_features, "n_features")
     bias = _check_flag(bias, "bias")
     with _seeded(seed):
         return nn.Sequential(nn.Linear(p, 1, bias=bias), _SqueezeLast())
@@ -111,12 +107,12 @@ def mlp(
     torch.nn.Module
         Maps ``X`` of shape ``(n, p)`` to ``out`` of shape ``(n,)``.
     """
-    p = _positive_int(n_features, "n_features")
+    p = positive_int(n_features, "n_features")
     if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool):
         hidden = (hidden,)
     if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence) or len(hidden) == 0:
         raise ValueError(f"hidden: expected a non-empty sequence of layer widths, got {hidden!r}")
-    widths = [_positive_int(h, "hidden") for h in hidden]
+    widths = [positive_int(h, "hidden") for h in hidden]
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
     bias = _check_flag(bias, "bias")

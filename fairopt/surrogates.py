@@ -24,34 +24,13 @@ from typing import Any
 
 import torch
 
-from fairopt._validation import as_tensor
+from fairopt._validation import as_tensor, finite_float, positive_float
 
 __all__ = ["Surrogate", "SmoothedStep", "Sigmoid", "Linear", "Hinge", "get_surrogate", "SURROGATES"]
 
 DEFAULT_SCALE = 50.0
 DEFAULT_MU = 1e-2
 VARIANTS = ("normalized", "paper")
-
-
-def _finite_float(value: Any, name: str) -> float:
-    """``value`` as a float; ValueError naming ``name`` for non-numbers, booleans, NaN, inf."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name}: expected a real number, got {value!r}")
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a real number, got {value!r}") from None
-    if not math.isfinite(result):
-        raise ValueError(f"{name}: expected a finite number, got {value!r}")
-    return result
-
-
-def _positive_float(value: Any, name: str) -> float:
-    """``value`` as a float ``> 0``; ValueError naming ``name`` otherwise."""
-    result = _finite_float(value, name)
-    if result <= 0:
-        raise ValueError(f"{name}: expected a positive number, got {value!r}")
-    return result
 
 
 def _as_float_tensor(t: Any) -> torch.Tensor:
@@ -213,8 +192,8 @@ class SmoothedStep(Surrogate):
     name = "smoothed_step"
 
     def __init__(self, scale: float = DEFAULT_SCALE, mu: float = DEFAULT_MU, variant: str = "normalized") -> None:
-        self.scale = _positive_float(scale, "scale")
-        self.mu = _positive_float(mu, "mu")
+        self.scale = positive_float(scale, "scale")
+        self.mu = positive_float(mu, "mu")
         if variant not in VARIANTS:
             raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
         self.variant = variant
@@ -249,7 +228,7 @@ class Sigmoid(Surrogate):
     name = "sigmoid"
 
     def __init__(self, scale: float = DEFAULT_SCALE) -> None:
-        self.scale = _positive_float(scale, "scale")
+        self.scale = positive_float(scale, "scale")
 
     def _params(self) -> dict:
         return {"scale": self.scale}

@@ -15,7 +15,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fairopt.constraints.base import BaseConstraint
-from fairopt.measures._dcov_inputs import check_choice, check_positive_int, check_positive_number, check_seed
+from fairopt._validation import nonnegative_float, sensitive_names
+from fairopt._validation import check_choice, check_seed, positive_float, positive_int
 from fairopt.measures.dcov import JOINT_METHODS, METHODS, ccdcov, jdcov
 
 __all__ = ["DistanceCovariance", "prediction_from_output"]
@@ -41,28 +42,6 @@ def prediction_from_output(out: torch.Tensor, task: str) -> torch.Tensor:
     if task not in _PREDICTIONS:
         raise ValueError(f"batch.task: expected one of {list(_PREDICTIONS)}, got {task!r}")
     return _PREDICTIONS[task](out)
-
-
-def _sensitive_names(sensitive: Any) -> tuple[str, ...]:
-    if isinstance(sensitive, str):
-        return (sensitive,)
-    if isinstance(sensitive, (list, tuple)) and sensitive and all(isinstance(name, str) for name in sensitive):
-        if len(set(sensitive)) != len(sensitive):
-            raise ValueError(f"sensitive: duplicate names in {list(sensitive)!r}")
-        return tuple(sensitive)
-    raise ValueError(f"sensitive: expected a column name or a non-empty list of names, got {sensitive!r}")
-
-
-def _check_bound(bound: Any) -> float:
-    if isinstance(bound, (bool, str, bytes)):
-        raise ValueError(f"bound: expected a finite number >= 0, got {bound!r}")
-    try:
-        value = float(bound)
-    except (TypeError, ValueError):
-        raise ValueError(f"bound: expected a finite number >= 0, got {bound!r}") from None
-    if not math.isfinite(value) or value < 0.0:
-        raise ValueError(f"bound: expected a finite number >= 0, got {bound!r}")
-    return value
 
 
 def _batch_mapping(batch: Any, field: str) -> Mapping:
@@ -138,14 +117,14 @@ class DistanceCovariance(BaseConstraint):
         seed: int = 0,
         block_size: int | None = None,
     ) -> None:
-        self.sensitive = _sensitive_names(sensitive)
-        self.bound = _check_bound(bound)
+        self.sensitive = sensitive_names(sensitive)
+        self.bound = nonnegative_float(bound, "bound")
         self.kind = check_choice(kind, KINDS, "kind")
-        self.c = check_positive_number(c, "c")
+        self.c = positive_float(c, "c")
         self.method = check_choice(method, JOINT_METHODS if self.kind == "jdcov" else METHODS, "method")
-        self.n_projections = check_positive_int(n_projections, "n_projections")
+        self.n_projections = positive_int(n_projections, "n_projections")
         self.seed = check_seed(seed)
-        self.block_size = None if block_size is None else check_positive_int(block_size, "block_size")
+        self.block_size = None if block_size is None else positive_int(block_size, "block_size")
         self.name = f"{self.kind}[{','.join(self.sensitive)}]"
         self._set_bounds([-math.inf], [self.bound], row_names=[self.name])
         self._params = {

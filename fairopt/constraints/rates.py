@@ -62,10 +62,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fairopt._validation import as_1d_tensor, check_binary
+from fairopt._validation import as_1d_tensor, check_binary, finite_float, nonnegative_float, sensitive_names
 from fairopt.constraints.base import BaseConstraint
 from fairopt.exceptions import FairnessWarning
-from fairopt.surrogates import Linear, Surrogate, _finite_float, get_surrogate
+from fairopt.surrogates import Linear, Surrogate, get_surrogate
 from solvers.problem import LinearEncoding
 
 __all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance"]
@@ -116,17 +116,6 @@ class _Partition:
     def values(self, batch: Any) -> torch.Tensor:
         """The raw values ``(n,)`` of a continuous attribute, as float64."""
         return _sensitive_column(batch, self.names[0]).to(_FLOAT)
-
-
-def _sensitive_names(sensitive: Any) -> tuple[str, ...]:
-    """Validate ``sensitive`` (a name or a non-empty list of distinct names)."""
-    if isinstance(sensitive, str):
-        return (sensitive,)
-    if isinstance(sensitive, (list, tuple)) and sensitive and all(isinstance(s, str) for s in sensitive):
-        if len(set(sensitive)) != len(sensitive):
-            raise ValueError(f"sensitive: duplicate names in {list(sensitive)!r}")
-        return tuple(sensitive)
-    raise ValueError(f"sensitive: expected a column name or a non-empty list of names, got {sensitive!r}")
 
 
 def _metadata(data: Any, field: str) -> Mapping:
@@ -246,12 +235,12 @@ class _LinearRowsConstraint(BaseConstraint):
     _allow_continuous = False
 
     def __init__(self, sensitive: Any, *, surrogate: Any, threshold: float, groups: str, groupings: Sequence[str]):
-        self.sensitive = _sensitive_names(sensitive)
+        self.sensitive = sensitive_names(sensitive)
         if groups not in groupings:
             raise ValueError(f"groups: expected one of {tuple(groupings)}, got {groups!r}")
         self.groups = groups
         self.surrogate: Surrogate = get_surrogate(surrogate)
-        self.threshold = _finite_float(threshold, "threshold")
+        self.threshold = finite_float(threshold, "threshold")
         joiner = "&" if len(self.sensitive) > 1 and groups != "marginal" else ","
         self.name = f"{self._prefix}[{joiner.join(self.sensitive)}]"
         self._partitions: tuple[_Partition, ...] | None = None
@@ -483,16 +472,9 @@ class _GroupRateConstraint(_LinearRowsConstraint):
 
 
 def _check_delta(delta: Any) -> float:
-    value = _finite_float(delta, "delta")
+    value = finite_float(delta, "delta")
     if not 0.0 < value <= 1.0:
         raise ValueError(f"delta: expected a ratio in (0, 1], got {delta!r}")
-    return value
-
-
-def _check_bound(bound: Any) -> float:
-    value = _finite_float(bound, "bound")
-    if value < 0.0:
-        raise ValueError(f"bound: expected a non-negative number, got {bound!r}")
     return value
 
 
@@ -599,7 +581,7 @@ class DemographicParity(_GroupRateConstraint):
         threshold: float = 0.0,
         groups: str = "one_vs_rest",
     ) -> None:
-        self.bound = _check_bound(bound)
+        self.bound = nonnegative_float(bound, "bound")
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
             "sensitive": sensitive, "bound": self.bound, "surrogate": self.surrogate,
@@ -643,7 +625,7 @@ class Covariance(_LinearRowsConstraint):
     _allow_continuous = True
 
     def __init__(self, sensitive: str | Sequence[str], bound: float, groups: str = "one_vs_rest") -> None:
-        self.bound = _check_bound(bound)
+        self.bound = nonnegative_float(bound, "bound")
         super().__init__(sensitive, surrogate=Linear(), threshold=0.0, groups=groups,
                          groupings=("one_vs_rest", "marginal"))
         self._params = {"sensitive": sensitive, "bound": self.bound, "groups": groups}

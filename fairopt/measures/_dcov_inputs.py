@@ -24,10 +24,6 @@ __all__ = [
     "feature_matrix",
     "numeric_array",
     "encode_sensitive",
-    "check_choice",
-    "check_positive_int",
-    "check_positive_number",
-    "check_seed",
 ]
 
 MIN_SAMPLES = 4
@@ -187,33 +183,3 @@ def encode_sensitive(
         name = f"s[{index}]"
         encoded.append(_one_hot(feature, n, name) if is_categorical else feature_matrix(feature, n, name))
     return encoded
-
-
-def check_choice(value: Any, allowed: Sequence[str], name: str) -> str:
-    """Require ``value`` to be one of ``allowed``."""
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name}: expected one of {list(allowed)}, got {value!r}")
-    return value
-
-
-def check_positive_int(value: Any, name: str) -> int:
-    """Require a positive integer (bools rejected)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
-
-
-def check_positive_number(value: Any, name: str) -> float:
-    """Require a finite real number > 0 (bools rejected)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name}: expected a finite positive number, got {value!r}")
-    if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"{name}: expected a finite positive number, got {value!r}")
-    return float(value)
-
-
-def check_seed(seed: Any) -> int | None:
-    """Require an integer seed or None."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise ValueError(f"seed: expected an integer or None, got {seed!r}")
-    return None if seed is None else int(seed)

@@ -19,7 +19,7 @@ from fairopt.measures._dcov_blocked import (
     ProductRows,
     block_rows,
 )
-from fairopt.measures._dcov_inputs import check_choice, check_positive_int, check_seed
+from fairopt._validation import check_choice, check_seed, positive_int
 from fairopt.measures._dcov_kernels import (
     DistanceKernel,
     GroupedKernel,
@@ -68,7 +68,7 @@ def rows_per_block(n: int, block_size: Any) -> int:
     """Rows per block of the blocked path: ``block_size`` or blocks of at most 2^22 entries."""
     if block_size is None:
         return block_rows(n, DEFAULT_MAX_BLOCK_ELEMENTS)
-    return min(check_positive_int(block_size, "block_size"), n)
+    return min(positive_int(block_size, "block_size"), n)
 
 
 def _check_group_count(n_groups: int) -> None:
@@ -86,7 +86,7 @@ def distance_kernel(
     check_choice(method, METHODS, "method")
     n, q = s.shape
     if method == "projection":
-        return ProjectionKernel(s, check_positive_int(n_projections, "n_projections"), check_seed(seed)), method
+        return ProjectionKernel(s, positive_int(n_projections, "n_projections"), check_seed(seed)), method
     if method == "blocked":
         return BlockedKernel.for_sample(s, rows_per_block(n, block_size)), method
     if method == "univariate":

@@ -57,10 +57,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from fairopt._validation import check_choice, positive_float
 from fairopt.measures._dcov_inputs import (
     Prediction,
-    check_choice,
-    check_positive_number,
     encode_sensitive,
     feature_matrix,
     prediction_input,
@@ -321,7 +320,7 @@ def jdcov(
     """
     if not s:
         raise ValueError("s: at least one sensitive feature is required")
-    c = check_positive_number(c, "c")
+    c = positive_float(c, "c")
     check_choice(method, JOINT_METHODS, "method")
     prediction = prediction_input(x)
     n = prediction.n

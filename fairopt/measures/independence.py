@@ -26,10 +26,8 @@ from typing import Any, Iterator
 import numpy as np
 from scipy.stats import chi2
 
+from fairopt._validation import check_choice, check_seed, positive_int
 from fairopt.measures._dcov_inputs import (
-    check_choice,
-    check_positive_int,
-    check_seed,
     feature_matrix,
     prediction_input,
     prediction_values,
@@ -103,7 +101,7 @@ def independence_test(
     check_choice(method, ("chi2", "permutation"), "method")
     check_choice(dcov_method, METHODS, "dcov_method")
     if method == "permutation":
-        check_positive_int(n_resamples, "n_resamples")
+        positive_int(n_resamples, "n_resamples")
     seed = check_seed(seed)
     prediction = prediction_input(x)
     values, n = prediction_values(prediction), prediction.n
