@@ -86,3 +86,37 @@ def test_batched_and_loop_jacobians_agree(adult_small):
         model, _ = _fit(adult_small, cons, epochs=5, jacobian=jac)
         runs.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
     torch.testing.assert_close(runs[0], runs[1], rtol=1e-4, atol=1e-6)
+
+
+def test_balanced_batches_give_unbiased_constraint_jacobians():
+    """[SQP] Thm 3.1: with equal rows per group (uniform within each group), the batch
+    estimate of a group-mean constraint's gradient is unbiased for the full-data one."""
+    import numpy as np
+    import pandas as pd
+
+    from solvers.sampling import BalancedSampler
+
+    rng = np.random.default_rng(0)
+    n = 400
+    df = pd.DataFrame({"x1": rng.normal(size=n), "x2": rng.normal(size=n),
+                       "s": (rng.random(n) < 0.3).astype(int)})
+    df["y"] = (df.x1 + df.s + rng.normal(size=n) > 0.5).astype(int)
+    data = fairopt.FairData.from_frame(df, target="y", sensitive=["s"])
+    model = fairopt.models.linear(data.n_features, seed=0)
+    con = DisparateImpact("s", delta=0.8, surrogate=fairopt.surrogates.Sigmoid(scale=2.0))
+    con.setup(data)
+
+    def jacobian(batch):
+        rows = con(model(batch.X), batch)
+        grads = [torch.autograd.grad(rows[i], list(model.parameters()), retain_graph=True) for i in range(len(rows))]
+        return torch.stack([torch.cat([g.reshape(-1) for g in gr]) for gr in grads]).double()
+
+    full = jacobian(data)
+    sampler = BalancedSampler(data.strata, per_stratum=10, generator=torch.Generator().manual_seed(1))
+    draws = 1000
+    mean = sum(jacobian(data.subset(sampler.sample())) for _ in range(draws)) / draws
+    scale = full.abs().max()
+    err = float((mean - full).abs().max()) / float(scale)
+    assert err <= 0.03, err  # measured 0.009 for this seed (Monte-Carlo error of 1000 draws)
+    # every balanced batch holds both groups (a uniform batch may miss the smaller one)
+    assert all(len(torch.unique(data.strata[sampler.sample()])) == 2 for _ in range(20))
