@@ -10,7 +10,7 @@
 >>> report = fairopt.evaluate(model, test)
 """
 
-from fairopt import constraints, datasets, measures, models, surrogates
+from fairopt import constraints, datasets, linear, measures, models, surrogates
 from fairopt.data import FairData, Preprocessor
 from fairopt.evaluation import evaluate, fairness_report, format_report
 from fairopt.exceptions import FairnessWarning
@@ -30,6 +30,7 @@ __all__ = [
     "evaluate",
     "fairness_report",
     "format_report",
+    "linear",
     "measures",
     "models",
     "surrogates",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 import pandas as pd
@@ -493,7 +492,9 @@ def test_not_a_frame():
 # --------------------------------------------------------------------------------------
 # performance
 # --------------------------------------------------------------------------------------
-def test_from_frame_100k_rows_is_fast_and_subset_is_cheap():
+def test_from_frame_100k_rows_and_many_subsets():
+    """Scale check (timings belong in benchmarks/, not tests): 100k x 20 encodes, and
+    mini-batch subsets index tensors without materialising the raw frame."""
     rng = np.random.default_rng(0)
     n = 100_000
     df = pd.DataFrame({f"num{j}": rng.normal(size=n) for j in range(15)})
@@ -502,13 +503,9 @@ def test_from_frame_100k_rows_is_fast_and_subset_is_cheap():
     df["sex"] = rng.choice(["F", "M"], n)
     df["race"] = rng.choice(["A", "B", "C", "D"], n)
     df["y"] = rng.integers(0, 2, n)
-    start = time.perf_counter()
     data = FairData.from_frame(df, target="y", sensitive=["sex", "race"])
-    elapsed = time.perf_counter() - start
-    assert elapsed < 10.0, f"from_frame took {elapsed:.2f} s on 100k x 20"  # ~0.3 s unloaded
-    batches = torch.randint(0, n, (200, 256))
-    start = time.perf_counter()
-    for idx in batches:
-        data.subset(idx)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 2.0, f"200 subsets took {elapsed:.2f} s"  # ~0.05 s unloaded
+    assert data.X.shape == (n, 15 + 3 * 8 + 2 + 4) and data.n_cells == 8
+    for idx in torch.randint(0, n, (200, 256)):
+        batch = data.subset(idx)
+        assert len(batch) == 256 and batch._frame_cache is None
+        torch.testing.assert_close(batch.X, data.X[idx])
