@@ -10,11 +10,11 @@
 >>> report = fairopt.evaluate(model, test)
 """
 
-from fairopt import constraints, datasets, linear, measures, models, surrogates
+from fairopt import constraints, datasets, experiments, linear, measures, models, penalties, surrogates
 from fairopt.data import FairData, Preprocessor
 from fairopt.evaluation import evaluate, fairness_report, format_report
 from fairopt.exceptions import FairnessWarning
-from solvers import FitResult, History, StochasticSQP
+from solvers import FitResult, History, LagrangianDual, Penalty, StochasticSQP
 
 __version__ = "0.1.0"
 
@@ -23,16 +23,20 @@ __all__ = [
     "FairnessWarning",
     "FitResult",
     "History",
+    "LagrangianDual",
+    "Penalty",
     "Preprocessor",
     "StochasticSQP",
     "constraints",
     "datasets",
     "evaluate",
+    "experiments",
     "fairness_report",
     "format_report",
     "linear",
     "measures",
     "models",
+    "penalties",
     "surrogates",
     "__version__",
 ]

@@ -2,6 +2,8 @@
 
     fairopt demo [--epochs 300] [--delta 0.8] [--out fairopt_demo.png]
     fairopt datasets                      # list the data sets and where they are looked up
+    fairopt bench sqp-vs-penalty-law --out results/   # a named experiment or a TOML file
+    fairopt train --dataset adult --constraint disparate_impact:sex:0.8 --method sqp --out run/
 
 Subcommands register themselves in :data:`COMMANDS` (name -> (help, add_arguments, run)).
 """
@@ -50,6 +52,75 @@ def _datasets(args: argparse.Namespace) -> None:
     print("data sets:", ", ".join(datasets.available()))
     print(f"searched: the data_dir argument, ${datasets.ENV_VAR}, {datasets.user_data_dir()}")
     print("UCI Adult is embedded and always available.")
+
+
+def _bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", help="a built-in configuration name (see --list) or a TOML file")
+    p.add_argument("--list", action="store_true", help="list the built-in configurations and exit")
+    p.add_argument("--out", default="fairopt_bench", help="output directory (CSV, PNG, summary.md)")
+    p.add_argument("--epochs", type=int, help="override every method's epochs")
+    p.add_argument("--seeds", type=int, nargs="+", help="override the training seeds")
+    p.add_argument("--subsample", type=int, help="use a seeded subsample of this many rows")
+    p.add_argument("--data-dir", help="directory with the benchmark data files")
+
+
+@register("bench", "run a named experiment configuration or a TOML file; writes CSV, PNG and a summary",
+          _bench_arguments)
+def _bench(args: argparse.Namespace) -> int | None:
+    from fairopt.experiments.configs import BUILTIN, run_config
+
+    if args.list or args.config is None:
+        for name in sorted(BUILTIN):
+            print(f"{name}: {BUILTIN[name]['description']}")
+        return 0 if args.list else 2
+    result = run_config(args.config, args.out, epochs=args.epochs, seeds=args.seeds, data_dir=args.data_dir,
+                        subsample=args.subsample)
+    print(result.summary)
+    print("wrote " + ", ".join(str(f) for f in result.files))
+
+
+def _train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file with the options below as keys (flags override it)")
+    p.add_argument("--dataset", help="data set name (fairopt datasets)")
+    p.add_argument("--constraint", action="append",
+                   help="kind:sensitive:bound, e.g. disparate_impact:sex:0.8 (repeatable)")
+    p.add_argument("--penalty", action="append", help="penalty spec for --method penalty, e.g. dp_squared:sex")
+    p.add_argument("--method", choices=["sqp", "penalty", "lagrangian"])
+    p.add_argument("--model", choices=["linear", "mlp"])
+    p.add_argument("--hidden", help="MLP hidden widths, e.g. 32 or 64,32")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--batch-size", dest="batch_size", type=int)
+    p.add_argument("--weight", type=float, help="penalty weight (--method penalty)")
+    p.add_argument("--optimizer", choices=["adam", "sgd", "adahessian"])
+    p.add_argument("--dual-lr", dest="dual_lr", type=float)
+    p.add_argument("--dual-update", dest="dual_update", choices=["ascent", "adam"])
+    p.add_argument("--seed", type=int)
+    p.add_argument("--test-size", dest="test_size", type=float)
+    p.add_argument("--subsample", type=int)
+    p.add_argument("--data-dir", dest="data_dir")
+    p.add_argument("--out", help="output directory (default fairopt_train)")
+
+
+@register("train", "train one model from flags or a TOML file; writes a report, metrics, history and model",
+          _train_arguments)
+def _train(args: argparse.Namespace) -> None:
+    import tomllib
+    from pathlib import Path
+
+    from fairopt.experiments.configs import run_train
+
+    options: dict = {}
+    if args.config:
+        if not Path(args.config).is_file():
+            raise ValueError(f"--config: {args.config} is not a file")
+        options = tomllib.loads(Path(args.config).read_text())
+    flags = {k: v for k, v in vars(args).items() if k not in ("config", "command", "verbose") and v is not None}
+    options.update(flags)
+    out = options.pop("out", "fairopt_train")
+    result = run_train(options, out)
+    print(result["report"])
+    print(f"status {result['status']}, {result['seconds']:.1f} s; wrote {out}")
 
 
 def build_parser() -> argparse.ArgumentParser:

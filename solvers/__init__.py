@@ -1,6 +1,9 @@
 """Fairness-agnostic optimisation engines (they see only the protocols in solvers.problem)."""
 
 from solvers.history import FitResult, History
+from solvers.lagrangian import LagrangianDual
+from solvers.optimizers import AdaHessian
+from solvers.penalty import Penalty, penalised_loss
 from solvers.problem import (
     Batch,
     Constraint,
@@ -14,18 +17,22 @@ from solvers.qp import QPResult, diagonal_qp, least_violation_bounds
 from solvers.sqp import SQPWarning, StochasticSQP
 
 __all__ = [
+    "AdaHessian",
     "Batch",
     "Constraint",
     "ConstraintSet",
     "Dataset",
     "FitResult",
     "History",
+    "LagrangianDual",
     "LinearEncoding",
+    "Penalty",
     "QPResult",
     "SQPWarning",
     "StochasticSQP",
     "diagonal_qp",
     "least_violation_bounds",
+    "penalised_loss",
     "row_violations",
     "violation",
 ]

@@ -1,0 +1,54 @@
+"""Experiments: compare constraint and penalty methods on equal terms (DESIGN.md sec 9, 12).
+
+- :mod:`~fairopt.experiments.methods`: the :class:`Method` protocol and adapters for the
+  torch engines (:class:`SQPMethod`, :class:`PenaltyMethod`, :class:`LagrangianMethod`);
+- :func:`compare`: methods x grid values x seeds x folds -> one tidy DataFrame of exact
+  measures on train and test; :func:`realised_vs_requested` reads it;
+- :func:`calibrate_penalty`: the JS-divergence elbow of [DC] App F;
+- plots: :func:`plot_requested_vs_realised`, :func:`plot_tradeoff`,
+  :func:`plot_histories`, :func:`plot_calibration`;
+- :mod:`~fairopt.experiments.configs`: named/TOML experiment configurations behind the
+  ``fairopt bench`` and ``fairopt train`` commands.
+"""
+
+from fairopt.experiments.calibration import CalibrationResult, calibrate_penalty, select_elbow
+from fairopt.experiments.compare import compare, realised_vs_requested, split_data
+from fairopt.experiments.configs import available_configs, load_config, minmax_sensitive, run_config, run_train
+from fairopt.experiments.methods import (
+    Fitted,
+    LagrangianMethod,
+    Method,
+    PenaltyMethod,
+    SQPMethod,
+    default_loss,
+    model_factory,
+)
+from fairopt.experiments.plots import plot_calibration, plot_histories, plot_requested_vs_realised, plot_tradeoff
+from fairopt.experiments.specs import build_constraint, build_penalty
+
+__all__ = [
+    "Method",
+    "Fitted",
+    "SQPMethod",
+    "PenaltyMethod",
+    "LagrangianMethod",
+    "model_factory",
+    "default_loss",
+    "compare",
+    "split_data",
+    "realised_vs_requested",
+    "calibrate_penalty",
+    "select_elbow",
+    "CalibrationResult",
+    "plot_requested_vs_realised",
+    "plot_tradeoff",
+    "plot_histories",
+    "plot_calibration",
+    "available_configs",
+    "load_config",
+    "run_config",
+    "run_train",
+    "minmax_sensitive",
+    "build_constraint",
+    "build_penalty",
+]

@@ -1,0 +1,282 @@
+"""Compare training methods over hyper-parameter grids, seeds and splits (one tidy table).
+
+:func:`compare` trains every method for every value of its grid, every seed and every
+split, and evaluates each trained model with :func:`fairopt.evaluate` (exact measures on
+hard predictions, DESIGN.md sec 12) on the training and the held-out part.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fairopt.evaluation import evaluate
+from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS, Fitted, Method
+
+__all__ = ["compare", "split_data", "realised_vs_requested", "ID_COLUMNS", "PERFORMANCE_COLUMNS"]
+
+logger = logging.getLogger(__name__)
+
+#: Identifier columns of :func:`compare`'s table, in order.
+ID_COLUMNS = ("method", "hyperparameter", "value", "seed", "fold", "split")
+#: Performance columns per task.
+PERFORMANCE_COLUMNS = {"binary": ("accuracy", "rps"), "regression": ("r2", "mse"), "poisson": ("deviance", "rps")}
+
+
+def _fold_indices(strata: np.ndarray, folds: int, seed: int) -> list[np.ndarray]:
+    """Stratified k-fold test indices: each stratum's rows, shuffled by ``seed``, dealt
+    round-robin to the folds (fold sizes within one row per stratum)."""
+    rng = np.random.default_rng(seed)
+    assignment = np.empty(len(strata), dtype=np.int64)
+    offset = 0
+    for value in np.unique(strata):
+        rows = rng.permutation(np.flatnonzero(strata == value))
+        assignment[rows] = (np.arange(rows.size) + offset) % folds
+        offset += rows.size
+    return [np.flatnonzero(assignment == k) for k in range(folds)]
+
+
+def _refit_parts(data: Any, train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[Any, Any]:
+    """Rows as two FairData with the preprocessor re-fitted on the training rows only."""
+    train = data.subset(torch.from_numpy(train_idx))
+    test = data.subset(torch.from_numpy(test_idx))
+    preprocessor = getattr(data, "preprocessor", None)
+    if preprocessor is None or train.frame is None:
+        logger.info("split_data: no raw frame or preprocessor; X is subset without re-fitting")
+        return train, test
+    fitted = preprocessor.clone().fit(train.frame)
+    return train.with_preprocessor(fitted), test.with_preprocessor(fitted)
+
+
+def split_data(data: Any, folds: int = 1, test_size: float = 0.2, seed: int = 0) -> list[tuple[int, Any, Any]]:
+    """``(fold, train, test)`` parts of ``data`` (a FairData), stratified and leak-free.
+
+    ``folds=1``: :meth:`FairData.split` (a ``test_size`` share held out); ``folds=k > 1``:
+    stratified k-fold cross-validation, each row held out once, with the strata of
+    :meth:`FairData.split` (target x intersection cell for a binary task, the cell otherwise).
+    The preprocessor (standardisation, one-hot levels) is re-fitted on each training part,
+    so nothing of the held-out rows leaks into ``X``.
+    """
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1:
+        raise ValueError(f"folds: expected a positive integer, got {folds!r}")
+    if folds == 1:
+        return [(0, *data.split(test_size=test_size, seed=seed))]
+    if folds > len(data):
+        raise ValueError(f"folds: {folds} folds for {len(data)} rows")
+    # the strata FairData.split uses (target x cell, or coarser where a stratum is tiny)
+    strata = data._split_strata()
+    all_rows = np.arange(len(data))
+    return [(k, *_refit_parts(data, np.setdiff1d(all_rows, test_idx), test_idx))
+            for k, test_idx in enumerate(_fold_indices(strata, folds, seed))]
+
+
+def _check_methods(methods: Any) -> list[Method]:
+    methods = [methods] if isinstance(methods, Method) else list(methods)
+    if not methods:
+        raise ValueError("methods: expected at least one method")
+    names = []
+    for m in methods:
+        if not isinstance(m, Method):
+            raise ValueError(f"methods: {m!r} does not implement the Method protocol (name, hyperparameter, fit)")
+        names.append(m.name)
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"methods: names must be unique, {duplicates} repeat (pass name=...)")
+    return methods
+
+
+def _grid_values(grid: Mapping[str, Sequence[float]] | None, methods: list[Method]) -> dict[str, list]:
+    grid = dict(grid or {})
+    unknown = sorted(set(grid) - {m.name for m in methods})
+    if unknown:
+        raise ValueError(f"grid: no method named {unknown}; methods: {[m.name for m in methods]}")
+    values = {}
+    for m in methods:
+        vals = grid.get(m.name)
+        if vals is None:
+            values[m.name] = [None]
+            continue
+        vals = list(vals) if not isinstance(vals, (int, float)) else [vals]
+        for v in vals:
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                raise ValueError(f"grid[{m.name!r}]: expected finite numbers, got {v!r}")
+        if not vals:
+            raise ValueError(f"grid[{m.name!r}]: is empty")
+        values[m.name] = vals
+    return values
+
+
+def _scalar_metrics(results: Mapping[str, Any]) -> dict[str, float]:
+    """The scalar entries of an evaluate() dict: measures and the total ``violation``
+    (per-constraint row lists and per-constraint violations are left out)."""
+    return {k: v for k, v in results.items()
+            if not isinstance(v, (list, tuple)) and not k.endswith(".violation")}
+
+
+def _rows_for(method: Method, value: Any, seed: int, fold: int, fitted: Fitted, parts: dict, threshold: float,
+              extra_metrics: Mapping[str, Callable]) -> list[dict]:
+    rows = []
+    for split, part in parts.items():
+        out = fitted.outputs(part)
+        model = lambda X, out=out: out  # noqa: E731 - the part's outputs, computed once
+        metrics = _scalar_metrics(evaluate(model, part, constraints=fitted.constraints, threshold=threshold))
+        metrics.update({name: float(fn(model, part)) for name, fn in extra_metrics.items()})
+        rows.append({"method": method.name, "hyperparameter": method.hyperparameter,
+                     "value": np.nan if value is None else float(value), "seed": seed, "fold": fold,
+                     "split": split, **metrics, "violation": metrics.get("violation", np.nan),
+                     "time": fitted.seconds, "status": fitted.status})
+    return rows
+
+
+def compare(
+    methods: Method | Sequence[Method],
+    data: Any,
+    grid: Mapping[str, Sequence[float]] | None = None,
+    seeds: Sequence[int] = (0,),
+    folds: int = 1,
+    *,
+    test_size: float = 0.2,
+    split_seed: int = 0,
+    threshold: float = 0.0,
+    histories: dict | None = None,
+    extra_metrics: Mapping[str, Callable[[Callable, Any], float]] | None = None,
+) -> pd.DataFrame:
+    """Train and evaluate every method x value x seed x fold; return a tidy table.
+
+    Parameters
+    ----------
+    methods : Method or sequence of Method
+        :class:`~fairopt.experiments.SQPMethod`, :class:`~fairopt.experiments.PenaltyMethod`,
+        :class:`~fairopt.experiments.LagrangianMethod` or any object of the
+        :class:`~fairopt.experiments.Method` protocol; names must be unique.
+    data : FairData
+        All rows; split by :func:`split_data`.
+    grid : mapping method name -> sequence of values, optional
+        The hyper-parameter values of each method (bounds or weights); a method not in
+        the grid is trained once with ``value=None``.
+    seeds : sequence of int, default (0,)
+        Training seeds (model initialisation, batch order).
+    folds : int, default 1
+        1: one stratified train/test split (``test_size``); k > 1: k-fold cross-validation.
+    test_size : float, default 0.2
+    split_seed : int, default 0
+        Seed of the split(s), shared by all methods and training seeds.
+    threshold : float, default 0.0
+        Decision threshold on the output for hard predictions.
+    histories : dict, optional
+        If given, filled with ``(method, value, seed, fold) -> History``.
+    extra_metrics : mapping name -> callable(model, part) -> float, optional
+        Further columns, evaluated on each trained model and part (``model(part.X)`` returns
+        the part's outputs, computed once without gradient), e.g. a distance covariance of
+        the predictions.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (method, value, seed, fold, split) with columns ``method``,
+        ``hyperparameter`` (its name), ``value`` (NaN for None), ``seed``, ``fold``,
+        ``split`` ("train"/"test"), ``n``, the task's performance (binary: ``accuracy``,
+        ``rps``; regression: ``r2``, ``mse``; Poisson: ``deviance``, ``rps``), the exact
+        fairness measures of :func:`fairopt.evaluate` (``di_ratio``, ``dp_difference`` and
+        their per-feature ``di_ratio[f]``, ``dp_difference[f]``, ``uf``,
+        ``js_divergence``), the ``extra_metrics``, ``violation`` (exact total violation of
+        the method's own constraints, NaN if it has none), ``time`` (training seconds) and
+        ``status``.
+    """
+    methods = _check_methods(methods)
+    values = _grid_values(grid, methods)
+    extra_metrics = dict(extra_metrics or {})
+    if not all(callable(fn) for fn in extra_metrics.values()):
+        raise ValueError(f"extra_metrics: expected callables (model, data) -> float, got {extra_metrics!r}")
+    seeds = [seeds] if isinstance(seeds, int) else list(seeds)
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in seeds):
+        raise ValueError(f"seeds: expected a non-empty sequence of integers, got {seeds!r}")
+    rows = []
+    for fold, train, test in split_data(data, folds, test_size, split_seed):
+        for method in methods:
+            for value in values[method.name]:
+                for seed in seeds:
+                    fitted = method.fit(train, value=value, seed=int(seed))
+                    logger.info("%s %s=%s seed %d fold %d: %.1fs (%s)", method.name, method.hyperparameter,
+                                value, seed, fold, fitted.seconds, fitted.status)
+                    if histories is not None:
+                        histories[(method.name, value, int(seed), fold)] = fitted.history
+                    rows += _rows_for(method, value, int(seed), fold, fitted, {"train": train, "test": test}, threshold,
+                                      extra_metrics)
+    table = pd.DataFrame(rows)
+    leading = list(ID_COLUMNS)
+    trailing = ["violation", "time", "status"]
+    middle = [c for c in table.columns if c not in leading and c not in trailing]
+    return table[leading + middle + trailing]
+
+
+_RATIO_PREFIXES = ("di_ratio", "equal_impact", "ei_ratio")
+
+
+def _trend(steps: np.ndarray, tol: float) -> float:
+    """The sign most steps larger than ``tol`` share (the sign of the sum on a tie)."""
+    votes = float(np.sign(steps[np.abs(steps) > tol]).sum())
+    return float(np.sign(votes)) if votes != 0 else float(np.sign(steps.sum()))
+
+
+def realised_vs_requested(
+    results: pd.DataFrame,
+    measure: str = "di_ratio",
+    split: str = "train",
+    *,
+    tol: float = 0.005,
+    sense: str | None = None,
+) -> pd.DataFrame:
+    """How the realised ``measure`` follows each method's swept value (one row per method).
+
+    Per method the realised measure is averaged over seeds and folds for each value, the
+    values sorted, and ``d_k`` the changes between adjacent values. Columns:
+
+    - ``method``, ``hyperparameter``, ``n_values``, ``realised_min``, ``realised_max``;
+    - ``reversals``: adjacent pairs with ``s d_k < -tol``, where the trend ``s`` is the sign of
+      the majority of the steps larger than ``tol`` (ties: the sign of ``sum_k d_k``), i.e.
+      steps against the method's own trend (0: monotone up to ``tol``);
+    - for bound-type hyper-parameters (not in :data:`PENALTY_HYPERPARAMETERS`): ``bounds_met``, the
+      number of values whose realised measure satisfies the requested bound within ``tol``
+      (``measure >= value - tol`` for a ratio measure such as ``di_ratio``, the lower-bound
+      ``sense``; ``measure <= value + tol`` otherwise), and ``worst_gap``, the largest
+      shortfall (positive: violated); NaN for penalty weights, which request no bound.
+
+    Parameters
+    ----------
+    results : DataFrame of :func:`compare`
+    measure : str, default "di_ratio"
+    split : str, default "train"
+    tol : float, default 0.005
+    sense : {"lower", "upper"}, optional
+        Whether the value bounds the measure from below or above (default: lower for ratio
+        measures, upper otherwise).
+    """
+    if measure not in results.columns:
+        raise ValueError(f"measure: {measure!r} is not a column of the results")
+    if sense is None:
+        sense = "lower" if measure.startswith(_RATIO_PREFIXES) else "upper"
+    if sense not in ("lower", "upper"):
+        raise ValueError(f"sense: expected 'lower' or 'upper', got {sense!r}")
+    rows = results[(results["split"] == split) & np.isfinite(results["value"].astype(float))]
+    out = []
+    for name, part in rows.groupby("method", sort=False):
+        means = part.groupby("value")[measure].mean().sort_index()
+        steps = np.diff(means.to_numpy())
+        direction = _trend(steps, tol)
+        hyper = part["hyperparameter"].iloc[0]
+        row = {"method": name, "hyperparameter": hyper, "n_values": len(means),
+               "realised_min": float(means.min()), "realised_max": float(means.max()),
+               "reversals": int(np.sum(direction * steps < -tol)), "bounds_met": np.nan, "worst_gap": np.nan}
+        if hyper not in PENALTY_HYPERPARAMETERS:
+            requested = means.index.to_numpy(dtype=float)
+            gap = requested - means.to_numpy() if sense == "lower" else means.to_numpy() - requested
+            row["bounds_met"] = int(np.sum(gap <= tol))
+            row["worst_gap"] = float(gap.max())
+        out.append(row)
+    return pd.DataFrame(out)

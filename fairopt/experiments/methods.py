@@ -1,0 +1,310 @@
+"""Training methods behind one interface, for comparisons and calibration.
+
+A :class:`Method` has a ``name``, the name of the ``hyperparameter`` it is swept over (a
+requested bound such as ``"delta"``, or a penalty ``"weight"``; None if it has none) and
+``fit(train, value=..., seed=...) -> Fitted``. Adapters here wrap the torch engines:
+
+- :class:`SQPMethod`: :class:`solvers.StochasticSQP` with hard constraints built from the value;
+- :class:`PenaltyMethod`: :class:`solvers.penalty.Penalty` with the value as the weight;
+- :class:`LagrangianMethod`: :class:`solvers.lagrangian.LagrangianDual` with constraints built
+  from the value.
+
+Adding another method (Moving Targets, a fair linear model, a scikit-learn estimator) is one
+small class with these three members whose ``fit`` returns a :class:`Fitted` holding a
+callable ``model(X) -> out`` on the output scale of the task (logits for classification),
+or ``predict(batch) -> out`` when the model also reads the batch's sensitive attributes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch import nn
+
+from fairopt import models
+from solvers.history import History
+from solvers.lagrangian import LagrangianDual
+from solvers.penalty import Penalty, is_constraint, penalised_loss
+from solvers.sqp import StochasticSQP
+
+__all__ = [
+    "Method",
+    "Fitted",
+    "ModelFactory",
+    "model_factory",
+    "default_loss",
+    "SQPMethod",
+    "PenaltyMethod",
+    "LagrangianMethod",
+    "PENALTY_HYPERPARAMETERS",
+]
+
+ModelFactory = Callable[[int, int], nn.Module]
+#: Hyper-parameter names that are penalty strengths, not requested bounds.
+PENALTY_HYPERPARAMETERS = ("weight", "lambda")
+ConstraintBuilder = Callable[[float], Any]
+
+_TASK_LOSSES = {"binary": "bce", "regression": "mse", "poisson": "poisson"}
+
+
+@dataclass
+class Fitted:
+    """A trained model as :func:`~fairopt.experiments.compare` evaluates it.
+
+    Attributes
+    ----------
+    model : callable
+        ``model(X) -> out`` (n,): logits (binary), predictions (regression) or log-rates
+        (Poisson), e.g. the trained ``torch.nn.Module``.
+    predict : callable, optional
+        ``predict(batch) -> out`` for models that need more than ``X`` (e.g. the sensitive
+        attributes, as the fair ridge models of [FR]); used instead of ``model`` when given.
+    history : History or None
+        Per-iteration training records.
+    constraints : list
+        Constraints set up on the training data whose exact values and violation should be
+        reported (the method's own hard constraints; empty for none).
+    status : str
+        The engine's final status.
+    seconds : float
+        Training wall time.
+    info : dict
+        Engine extras (multipliers, ...).
+    """
+
+    model: Callable[[torch.Tensor], torch.Tensor]
+    history: History | None = None
+    constraints: list = field(default_factory=list)
+    status: str = "fitted"
+    seconds: float = float("nan")
+    info: dict = field(default_factory=dict)
+    predict: Callable[[Any], torch.Tensor] | None = None
+
+    def outputs(self, batch: Any) -> torch.Tensor:
+        """The model output on a batch (FairData), without gradient, as a flat tensor."""
+        with torch.no_grad():
+            out = self.predict(batch) if self.predict is not None else self.model(batch.X)
+        return torch.as_tensor(out).reshape(-1)
+
+
+@runtime_checkable
+class Method(Protocol):
+    """What :func:`~fairopt.experiments.compare` and :func:`~fairopt.experiments.calibrate_penalty` run.
+
+    Attributes
+    ----------
+    name : str
+        Label of the method in result tables and plots (unique within a comparison).
+    hyperparameter : str or None
+        Name of the swept value (``"delta"``, ``"bound"``, ``"weight"``); None if the method
+        takes none.
+    """
+
+    name: str
+    hyperparameter: str | None
+
+    def fit(self, train: Any, *, value: float | None, seed: int) -> Fitted:
+        """Train on ``train`` (a FairData) with hyper-parameter ``value`` and ``seed``."""
+        ...
+
+
+def model_factory(kind: str = "linear", hidden: Sequence[int] = (32,), activation: str = "leaky_relu") -> ModelFactory:
+    """A factory ``(n_features, seed) -> model`` for :func:`fairopt.models.linear` or
+    :func:`fairopt.models.mlp` (seeded initialisation)."""
+    if kind == "linear":
+        return lambda n_features, seed: models.linear(n_features, seed=seed)
+    if kind == "mlp":
+        hidden = tuple(hidden)
+        return lambda n_features, seed: models.mlp(n_features, hidden=hidden, activation=activation, seed=seed)
+    raise ValueError(f"kind: expected 'linear' or 'mlp', got {kind!r}")
+
+
+def default_loss(task: str) -> str:
+    """The engines' loss name for a task: bce (binary), mse (regression), poisson."""
+    if task not in _TASK_LOSSES:
+        raise ValueError(f"task: expected one of {sorted(_TASK_LOSSES)}, got {task!r}")
+    return _TASK_LOSSES[task]
+
+
+def _as_list(objects: Any) -> list:
+    if objects is None:
+        return []
+    if callable(objects) and not isinstance(objects, (list, tuple)):
+        return [objects]
+    return list(objects)
+
+
+class _EngineMethod:
+    """Shared adapter: build a model from the factory, run an engine, time it."""
+
+    default_name = "method"
+    default_hyperparameter: str | None = None
+
+    def __init__(self, *, model: str | ModelFactory, name: str | None, hyperparameter: str | None,
+                 loss: Any, engine_options: dict) -> None:
+        self.model = model_factory(model) if isinstance(model, str) else model
+        if not callable(self.model):
+            raise ValueError(f"model: expected 'linear', 'mlp' or a factory (n_features, seed) -> module, got {model!r}")
+        self.name = name or self.default_name
+        self.hyperparameter = hyperparameter if hyperparameter is not None else self.default_hyperparameter
+        self.loss = loss
+        self.engine_options = dict(engine_options)
+        try:
+            self._engine(None, 0)  # validate the options now, not in the middle of a sweep
+        except TypeError as exc:
+            raise ValueError(f"engine_options: {sorted(self.engine_options)} are not all arguments of the "
+                             f"engine of {type(self).__name__} ({exc})") from None
+
+    def _engine(self, value: float | None, seed: int) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
+        """Run ``engine`` and return ``(FitResult, constraints to report)``."""
+        raise NotImplementedError  # pragma: no cover
+
+    def fit(self, train: Any, *, value: float | None, seed: int) -> Fitted:
+        """Initialise the model from ``seed``, train it on ``train`` and time the training."""
+        model = self.model(train.n_features, seed)
+        engine = self._engine(value, seed)
+        loss = self.loss or default_loss(train.task)
+        t0 = time.perf_counter()
+        result, constraints = self._run(engine, model, train, loss, value)
+        seconds = time.perf_counter() - t0
+        return Fitted(model=result.model, history=result.history, constraints=constraints,
+                      status=result.status, seconds=seconds, info=dict(result.info))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, hyperparameter={self.hyperparameter!r})"
+
+
+class _ConstrainedMethod(_EngineMethod):
+    """Adapter for engines that take ``constraints=`` built from the swept value."""
+
+    default_hyperparameter = "delta"
+
+    def __init__(self, constraint: ConstraintBuilder | None, *, model: str | ModelFactory = "linear",
+                 name: str | None = None, hyperparameter: str | None = None, loss: Any = None,
+                 **engine_options: Any) -> None:
+        if constraint is not None and not callable(constraint):
+            raise ValueError(f"constraint: expected a callable value -> constraint(s), got {constraint!r}")
+        self.constraint = constraint
+        super().__init__(model=model, name=name, hyperparameter=hyperparameter, loss=loss,
+                         engine_options=engine_options)
+
+    def constraints_for(self, value: float | None) -> list:
+        """The constraints for ``value`` (none when ``value`` or the builder is None)."""
+        if value is None or self.constraint is None:
+            return []
+        return _as_list(self.constraint(value))
+
+    def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
+        constraints = self.constraints_for(value)
+        return engine.fit(model, train, loss=loss, constraints=constraints), constraints
+
+
+class SQPMethod(_ConstrainedMethod):
+    """Stochastic SQP with hard constraints ``constraint(value)`` (DESIGN.md sec 7).
+
+    Parameters
+    ----------
+    constraint : callable value -> Constraint or list, or None
+        E.g. ``lambda delta: DisparateImpact("sex", delta=delta)``; ``value=None`` (or no
+        builder) trains unconstrained.
+    model : "linear", "mlp" or factory ``(n_features, seed) -> module``
+    name : str, default "sqp"
+    hyperparameter : str, default "delta"
+    loss : str or callable, optional
+        Default: the task's loss (:func:`default_loss`).
+    **engine_options
+        :class:`solvers.StochasticSQP` arguments (``epochs``, ``lr``, ``batch_size``, ...).
+    """
+
+    default_name = "sqp"
+
+    def _engine(self, value: float | None, seed: int) -> StochasticSQP:
+        return StochasticSQP(**{**self.engine_options, "seed": seed})
+
+
+class LagrangianMethod(_ConstrainedMethod):
+    """Lagrangian dual (SBR) training with constraints ``constraint(value)`` (DESIGN.md sec 9).
+
+    Parameters as in :class:`SQPMethod` (default name ``"lagrangian"``); ``engine_options``
+    go to :class:`solvers.lagrangian.LagrangianDual`. A value is required (there is nothing
+    to dualise without constraints: use ``SQPMethod(None)`` or ``PenaltyMethod`` with value
+    0 for an unconstrained baseline).
+    """
+
+    default_name = "lagrangian"
+
+    def _engine(self, value: float | None, seed: int) -> LagrangianDual:
+        return LagrangianDual(**{**self.engine_options, "seed": seed})
+
+    def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
+        constraints = self.constraints_for(value)
+        if not constraints:
+            raise ValueError(f"value: {self.name!r} needs a hyper-parameter value that builds constraints, got {value!r}")
+        return engine.fit(model, train, loss=loss, constraints=constraints), constraints
+
+
+class PenaltyMethod(_EngineMethod):
+    """Penalty training ``loss + value * P`` (DESIGN.md sec 9) with fixed penalty terms.
+
+    Parameters
+    ----------
+    penalties : penalty, Constraint or list of them
+        What :meth:`solvers.penalty.Penalty.fit` accepts (:mod:`fairopt.penalties`; a
+        Constraint is penalised by its total surrogate violation).
+    model, name (default "penalty"), loss
+        As in :class:`SQPMethod`.
+    hyperparameter : str, default "weight"
+    weight_of : callable value -> weight, optional
+        Map the swept value to the penalty weight, e.g. ``lambda lam: 1 / lam`` for the
+        [SQP] eq. 3 parameterisation ``loss + (1/lambda) r``; default: the value itself.
+    engine : {"penalty", "sqp"}, default "penalty"
+        Train with :class:`solvers.penalty.Penalty` (Adam, SGD or AdaHessian), or with
+        :class:`solvers.StochasticSQP` without constraints on the penalised loss
+        (:func:`solvers.penalty.penalised_loss`): the regularisation-only approach of [SQP]
+        sec 4.2, trained by the same algorithm as the constrained models.
+    **engine_options
+        Arguments of the engine (``epochs``, ``lr``, ``optimizer``, ...).
+    """
+
+    default_name = "penalty"
+    default_hyperparameter = "weight"
+
+    def __init__(self, penalties: Any, *, model: str | ModelFactory = "linear", name: str | None = None,
+                 hyperparameter: str | None = None, loss: Any = None,
+                 weight_of: Callable[[float], float] | None = None, engine: str = "penalty",
+                 **engine_options: Any) -> None:
+        self.penalties = _as_list(penalties)
+        if not self.penalties:
+            raise ValueError("penalties: expected at least one penalty or constraint")
+        if weight_of is not None and not callable(weight_of):
+            raise ValueError(f"weight_of: expected a callable value -> weight, got {weight_of!r}")
+        if engine not in ("penalty", "sqp"):
+            raise ValueError(f"engine: expected 'penalty' or 'sqp', got {engine!r}")
+        self.weight_of = weight_of
+        self.engine = engine
+        super().__init__(model=model, name=name, hyperparameter=hyperparameter, loss=loss,
+                         engine_options=engine_options)
+
+    def weight_for(self, value: float | None) -> float:
+        """The penalty weight of ``value`` (0 for None: the unpenalised baseline)."""
+        if value is None:
+            return 0.0
+        return float(self.weight_of(value)) if self.weight_of is not None else float(value)
+
+    def _engine(self, value: float | None, seed: int) -> Penalty | StochasticSQP:
+        if self.engine == "sqp":
+            return StochasticSQP(**{**self.engine_options, "seed": seed})
+        return Penalty(**{**self.engine_options, "weight": self.weight_for(value), "seed": seed})
+
+    def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
+        reported = [p for p in self.penalties if is_constraint(p)]
+        if self.engine == "sqp":
+            objective = penalised_loss(loss, self.penalties, self.weight_for(value), train)
+            return engine.fit(model, train, loss=objective), reported
+        return engine.fit(model, train, loss=loss, penalties=self.penalties), reported

@@ -1,0 +1,226 @@
+"""Figures of comparison results: requested vs realised bound, trade-off curves, histories.
+
+Every function builds a :class:`matplotlib.figure.Figure` (object-oriented API, no pyplot
+state, so figures made in a loop are not kept alive by pyplot), writes it as a PNG when
+``path`` is given (the Agg canvas) and returns it. Inputs are the tidy table of
+:func:`~fairopt.experiments.compare`, :class:`~solvers.History` objects or a
+:class:`~fairopt.experiments.CalibrationResult`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS
+
+__all__ = ["plot_requested_vs_realised", "plot_tradeoff", "plot_histories", "plot_calibration"]
+
+_PANEL = (4.6, 3.6)
+
+
+def _new_figure(ncols: int = 1) -> tuple[Figure, list]:
+    fig = Figure(figsize=(_PANEL[0] * ncols, _PANEL[1]))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _finish(fig: Figure, path: str | Path | None, title: str | None) -> Figure:
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(Path(path), dpi=120, format="png")
+    return fig
+
+
+def _select(results: Any, columns: Sequence[str], split: str | None) -> pd.DataFrame:
+    """Rows of ``split`` with finite ``value``; ValueError naming a missing column or an empty selection."""
+    if not isinstance(results, pd.DataFrame):
+        raise ValueError(f"results: expected the DataFrame of compare(), got {type(results).__name__}")
+    missing = [c for c in ("method", "value", "split", *columns) if c not in results.columns]
+    if missing:
+        raise ValueError(f"results: missing column(s) {missing}; available: {list(results.columns)}")
+    rows = results if split is None else results[results["split"] == split]
+    if rows.empty:
+        raise ValueError(f"split: no rows with split == {split!r}")
+    return rows
+
+
+def _means(rows: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Mean and min/max over seeds and folds per (method, value), sorted by value."""
+    grouped = rows.groupby(["method", "value"], dropna=False)[list(columns)]
+    table = grouped.mean().join(grouped.min().add_suffix("_min")).join(grouped.max().add_suffix("_max"))
+    return table.reset_index().sort_values(["method", "value"])
+
+
+def plot_requested_vs_realised(
+    results: pd.DataFrame,
+    path: str | Path | None = None,
+    *,
+    measure: str = "di_ratio",
+    split: str = "train",
+    methods: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Realised fairness against the requested bound, one curve per method ([SQP] Fig. 3, 5).
+
+    ``x`` is the swept ``value`` (e.g. the requested ``delta`` of a DI constraint), ``y`` the
+    realised ``measure`` on hard predictions (mean over seeds and folds, bars from min to
+    max); the dotted diagonal is ``realised = requested``: a method that enforces the
+    bound lies on or above it (for a lower bound such as DI >= delta).
+
+    Parameters
+    ----------
+    results : DataFrame of :func:`~fairopt.experiments.compare`
+    path : str or Path, optional
+        Write a PNG there.
+    measure : str, default "di_ratio"
+    split : str, default "train"
+    methods : sequence of str, optional
+        Methods to draw (default: all with a finite value whose hyper-parameter is a bound,
+        not a penalty strength of :data:`~fairopt.experiments.methods.PENALTY_HYPERPARAMETERS`).
+    title : str, optional
+    """
+    rows = _select(results, [measure], split)
+    rows = rows[np.isfinite(rows["value"].astype(float))]
+    if methods is None:
+        methods = [m for m, part in rows.groupby("method", sort=False)
+                   if "hyperparameter" not in part or not part["hyperparameter"].isin(PENALTY_HYPERPARAMETERS).any()]
+    rows = rows[rows["method"].isin(list(methods))]
+    if rows.empty:
+        raise ValueError(f"methods: none of {list(methods)} has rows with a requested value in split {split!r}")
+    fig, (ax,) = _new_figure()
+    table = _means(rows, [measure])
+    for name, part in table.groupby("method", sort=False):
+        err = np.vstack([part[measure] - part[f"{measure}_min"], part[f"{measure}_max"] - part[measure]])
+        ax.errorbar(part["value"], part[measure], yerr=err, marker="o", capsize=2, label=str(name))
+    lo = float(min(table["value"].min(), table[measure].min()))
+    hi = float(max(table["value"].max(), table[measure].max()))
+    ax.plot([lo, hi], [lo, hi], "k:", lw=1, label="realised = requested")
+    ax.set_xlabel("requested bound (value)")
+    ax.set_ylabel(f"realised {measure} ({split})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, path, title)
+
+
+def plot_tradeoff(
+    results: pd.DataFrame,
+    path: str | Path | None = None,
+    *,
+    performance: str = "accuracy",
+    unfairness: str = "dp_difference",
+    split: str = "test",
+    annotate: bool = True,
+    title: str | None = None,
+) -> Figure:
+    """Performance against unfairness, one curve per method through its grid values.
+
+    Each point is one hyper-parameter value (mean over seeds and folds), joined in the
+    order of the values and labelled with the value when ``annotate``; an unswept method
+    is a single point.
+
+    Parameters
+    ----------
+    results : DataFrame of :func:`~fairopt.experiments.compare`
+    path : str or Path, optional
+    performance : str, default "accuracy"
+    unfairness : str, default "dp_difference"
+        Any measure column (``di_ratio`` works too: there higher is fairer).
+    split : str, default "test"
+    annotate : bool, default True
+    title : str, optional
+    """
+    rows = _select(results, [performance, unfairness], split)
+    fig, (ax,) = _new_figure()
+    table = _means(rows, [performance, unfairness])
+    for name, part in table.groupby("method", sort=False):
+        ax.plot(part[unfairness], part[performance], marker="o", label=str(name))
+        if annotate:
+            for value, x, y in zip(part["value"], part[unfairness], part[performance]):
+                if np.isfinite(value):
+                    ax.annotate(f"{value:g}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel(f"{unfairness} ({split})")
+    ax.set_ylabel(f"{performance} ({split})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, path, title)
+
+
+def plot_histories(
+    histories: Mapping[str, Any],
+    path: str | Path | None = None,
+    *,
+    keys: Sequence[str] = ("f", "V"),
+    x: str = "iteration",
+    log_keys: Sequence[str] = ("V", "V_exact", "P"),
+    title: str | None = None,
+) -> Figure:
+    """Training curves of several runs: one panel per history key, one line per run.
+
+    Parameters
+    ----------
+    histories : mapping label -> History
+        E.g. ``{"sqp delta=0.8": result.history, ...}``; a run lacking a key is skipped
+        in that panel.
+    path : str or Path, optional
+    keys : sequence of str, default ("f", "V")
+        History columns (``f`` loss, ``V`` surrogate violation, ``V_exact``, ``P`` penalty,
+        ``objective``, ...); keys no run recorded are dropped.
+    x : str, default "iteration"
+    log_keys : sequence of str
+        Keys drawn on a symlog scale.
+    title : str, optional
+    """
+    if not isinstance(histories, Mapping) or not histories:
+        raise ValueError(f"histories: expected a non-empty mapping label -> History, got {histories!r}")
+    for label, h in histories.items():
+        if not hasattr(h, "column") or not hasattr(h, "records"):
+            raise ValueError(f"histories[{label!r}]: expected a solvers.History, got {type(h).__name__}")
+    present = [k for k in keys if any(any(k in r for r in h.records) for h in histories.values())]
+    if not present:
+        raise ValueError(f"keys: no history recorded any of {list(keys)}")
+    fig, axes = _new_figure(len(present))
+    for ax, key in zip(axes, present):
+        for label, h in histories.items():
+            if not any(key in r for r in h.records):
+                continue
+            xs = h.column(x) if any(x in r for r in h.records) else np.arange(len(h))
+            ax.plot(xs, h.column(key), lw=1.1, label=str(label))
+        if key in log_keys:
+            ax.set_yscale("symlog", linthresh=1e-4)
+        ax.set_xlabel(x)
+        ax.set_title(key)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    return _finish(fig, path, title)
+
+
+def plot_calibration(result: Any, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    """The calibration sweep ([DC] Fig. 5.2): unfairness vs ``lambda`` (left) and vs
+    accuracy (right), validation means, the selected ``lambda`` marked."""
+    for attr in ("summary", "fairness", "accuracy", "selected"):
+        if not hasattr(result, attr):
+            raise ValueError(f"result: expected a CalibrationResult, missing {attr!r}")
+    s = result.summary
+    fair, acc = f"{result.fairness}_mean", f"{result.accuracy}_mean"
+    fig, (left, right) = _new_figure(2)
+    left.plot(s["value"], s[fair], marker="o")
+    right.plot(s[acc], s[fair], marker="o")
+    chosen = s[s["selected"]]
+    for ax, xcol in ((left, "value"), (right, acc)):
+        ax.scatter(chosen[xcol], chosen[fair], s=120, facecolors="none", edgecolors="red",
+                   label=f"selected lambda = {result.selected:g}")
+        ax.set_ylabel(f"{result.fairness} (validation)")
+        ax.grid(alpha=0.3)
+    left.set_xlabel("lambda")
+    right.set_xlabel(f"{result.accuracy} (validation)")
+    left.legend(fontsize=8)
+    return _finish(fig, path, title)

@@ -1,0 +1,191 @@
+"""Lagrangian dual training (SBR / LDF, Fioretto et al. 2021) (DESIGN.md sec 9).
+
+For constraint rows ``l <= c(w) <= u`` with per-row violations
+``v_i(w) = max(c_i(w) - u_i, 0) + max(l_i - c_i(w), 0)``, each step on a mini-batch ``B``:
+
+1. primal: one optimiser step on ``f_B(w) + sum_i lambda_i v_i,B(w)`` (``lambda`` fixed);
+2. dual: ``lambda_i <- max(0, lambda_i + rho v_i,B)`` with the violations of the same batch
+   at the parameters of step 1 before it moved (``dual_update="ascent"``), or one Adam
+   ascent step on ``lambda`` with gradient ``v_B`` followed by the projection onto
+   ``lambda >= 0`` (``dual_update="adam"``, the GeDI authors' SBR code; lr 1e-3).
+
+Deviation from LDF's Algorithm 1 (which updates ``lambda`` once per epoch with
+step sizes ``s_k``): the dual update runs after every primal step with a constant step
+``rho = dual_lr``, as in the SBR code; with full-batch training (``batch_size=None``)
+the two coincide. Because ``v >= 0``, ``lambda`` never decreases: it grows while a row is
+violated and stays where it is once the row is satisfied.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from solvers.history import FitResult
+from solvers.losses import LossFn, get_loss
+from solvers.penalty import FirstOrderTrainer
+from solvers.problem import Constraint, row_violations
+from solvers.sqp import _as_constraint_set
+
+__all__ = ["LagrangianDual", "DUAL_UPDATES"]
+
+DUAL_UPDATES = ("ascent", "adam")
+_DEFAULT_DUAL_LR = {"ascent": 1.0, "adam": 1e-3}
+
+
+
+class LagrangianDual(FirstOrderTrainer):
+    r"""Primal-dual training of ``min_w f(w) s.t. l <= c(w) <= u`` by Lagrangian duality.
+
+    See the module docstring for the iteration (SBR: Fioretto, Van Hentenryck, Mak, Tran,
+    Baldo, Lombardi, "Lagrangian Duality for Constrained Deep Learning", 2021). The primal
+    objective of a step is ``f_B + sum_i lambda_i v_i,B`` with ``v_i`` the hinge violation
+    of surrogate row ``i``; the multipliers are updated after the primal step.
+
+    Parameters
+    ----------
+    epochs : int, default 100
+    lr : float, default 1e-3
+        Learning rate of the primal optimiser.
+    dual_lr : float, optional
+        ``rho`` of the ascent step, or Adam's learning rate on ``lambda``; default 1.0 for
+        ``"ascent"`` and 1e-3 for ``"adam"`` (the GeDI SBR code).
+    dual_update : {"ascent", "adam"}, default "ascent"
+    batch_size : int or None, default None
+    optimizer : {"adam", "sgd", "adahessian"}, default "adam"
+        Primal optimiser (:func:`solvers.optimizers.make_optimizer`).
+    multipliers0 : float, default 0.0
+        Initial value of every ``lambda_i`` (>= 0).
+    seed : int, default 0
+    optimizer_options : dict, optional
+    tol : float, default 1e-4
+        Stationarity tolerance of the Lagrangian (max-abs gradient, full data).
+    feasibility_tol : float, default 1e-6
+        Exact total violation on the full data allowed for ``converged``.
+    verbose, callbacks
+        As in :class:`solvers.Penalty`.
+
+    History columns: ``f``, ``objective`` (the Lagrangian on the batch), ``c[row]``,
+    ``viol[row]`` (surrogate, batch, before the step), ``V`` (their sum), ``V_exact``
+    (exact rows of the batch), ``lambda[row]`` (after the dual update).
+    """
+
+    engine = "lagrangian"
+
+    def __init__(
+        self,
+        epochs: int = 100,
+        lr: float = 1e-3,
+        dual_lr: float | None = None,
+        dual_update: str = "ascent",
+        batch_size: int | None = None,
+        seed: int = 0,
+        *,
+        optimizer: str = "adam",
+        multipliers0: float = 0.0,
+        optimizer_options: dict | None = None,
+        tol: float = 1e-4,
+        feasibility_tol: float = 1e-6,
+        verbose: int = 0,
+        callbacks: Sequence[Callable] = (),
+    ) -> None:
+        super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,
+                         optimizer_options=optimizer_options, seed=seed, tol=tol, verbose=verbose,
+                         callbacks=callbacks)
+        if dual_update not in DUAL_UPDATES:
+            raise ValueError(f"dual_update: expected one of {DUAL_UPDATES}, got {dual_update!r}")
+        self.dual_update = dual_update
+        self.dual_lr = _DEFAULT_DUAL_LR[dual_update] if dual_lr is None else dual_lr
+        if isinstance(self.dual_lr, bool) or not isinstance(self.dual_lr, (int, float)) or not (
+            math.isfinite(self.dual_lr) and self.dual_lr > 0
+        ):
+            raise ValueError(f"dual_lr: expected a positive finite number, got {dual_lr!r}")
+        if isinstance(multipliers0, bool) or not isinstance(multipliers0, (int, float)) or not (
+            math.isfinite(multipliers0) and multipliers0 >= 0
+        ):
+            raise ValueError(f"multipliers0: expected a finite number >= 0, got {multipliers0!r}")
+        if not (isinstance(feasibility_tol, (int, float)) and feasibility_tol >= 0):
+            raise ValueError(f"feasibility_tol: expected a number >= 0, got {feasibility_tol!r}")
+        self.multipliers0 = float(multipliers0)
+        self.feasibility_tol = feasibility_tol
+
+    # ------------------------------------------------------------------ iteration
+    def _row_violations(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        c = self._constraints(out, batch).reshape(-1)
+        return c, row_violations(c, self._lower, self._upper)
+
+    def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, dict]:
+        c, viol = self._row_violations(out, batch)
+        self._last_violation = viol.detach().to(torch.float64)
+        with torch.no_grad():
+            exact = self._constraints.exact(out.detach(), batch).reshape(-1).to(torch.float64)
+        v_exact = float(row_violations(exact, self._lower, self._upper).sum())
+        lagrangian = (self.multipliers_.to(viol.dtype) * viol).sum()
+        fields = {"c": c.detach().tolist(), "viol": self._last_violation.tolist(),
+                  "V": float(self._last_violation.sum()), "V_exact": v_exact}
+        return lagrangian, fields
+
+    def _after_step(self, record: dict) -> None:
+        """Dual update with the batch violations measured before the primal step."""
+        viol = self._last_violation
+        with torch.no_grad():
+            if self.dual_update == "ascent":
+                self.multipliers_.add_(self.dual_lr * viol).clamp_(min=0.0)
+            else:
+                self._lambda_param.grad = viol.clone()
+                self._dual_optimizer.step()
+                self._lambda_param.clamp_(min=0.0)
+        record["lambda"] = self.multipliers_.tolist()
+
+    # ------------------------------------------------------------------ public API
+    def fit(
+        self,
+        model: nn.Module,
+        data: Any,
+        *,
+        loss: str | LossFn = "bce",
+        constraints: Constraint | Sequence[Constraint] = (),
+    ) -> FitResult:
+        """Train ``model`` in place on ``data`` subject to ``constraints`` (as penalties
+        with learned multipliers).
+
+        Returns
+        -------
+        FitResult
+            ``info``: ``multipliers`` (final ``lambda``), ``row_names``, ``violation``
+            (exact total violation on the full data), ``stationarity`` (max-abs gradient of
+            the Lagrangian on the full data). ``converged`` requires both within ``tol`` /
+            ``feasibility_tol``.
+        """
+        loss_fn = get_loss(loss)
+        self._check_data(data)
+        cons = _as_constraint_set(constraints)
+        if len(cons) == 0:
+            raise ValueError("constraints: LagrangianDual needs at least one constraint")
+        cons.setup(data)
+        self._constraints = cons
+        self._lower, self._upper = cons.lower, cons.upper
+        if bool((self._lower > self._upper).any()):
+            i = int(torch.nonzero(self._lower > self._upper)[0])
+            raise ValueError(f"constraints: row {cons.row_names[i]!r} has lower {self._lower[i].item()} "
+                             f"> upper {self._upper[i].item()}")
+        m = cons.n_rows
+        self._lambda_param = torch.full((m,), self.multipliers0, dtype=torch.float64, requires_grad=True)
+        self.multipliers_ = self._lambda_param.detach()  # shares storage with the Adam parameter
+        self._dual_optimizer = torch.optim.Adam([self._lambda_param], lr=self.dual_lr, maximize=True)
+        history, status = self._train(model, data, loss_fn, cons.row_names)
+        if status == "diverged":
+            stationarity, final_violation = math.inf, math.inf
+        else:
+            stationarity = self._stationarity(model, data, loss_fn)
+            with torch.no_grad():
+                out = self._forward(model, data)
+                exact = cons.exact(out, data).reshape(-1).to(torch.float64)
+            final_violation = float(row_violations(exact, self._lower, self._upper).sum())
+        converged = stationarity <= self.tol and final_violation <= self.feasibility_tol
+        return FitResult(model=model, history=history, status=status, converged=converged,
+                         info={"multipliers": self.multipliers_.tolist(), "row_names": cons.row_names,
+                               "violation": final_violation, "stationarity": stationarity})

@@ -1,0 +1,410 @@
+"""Penalty (soft-constraint) training: ``min_w f(w) + sum_j weight_j P_j(w)`` (DESIGN.md sec 9).
+
+``f`` is the mean training loss and each ``P_j`` a differentiable scalar term of the model
+output: the total violation of a constraint's surrogate rows, or any callable
+``P(out, batch) -> scalar`` (a squared demographic-parity gap, a distance covariance, a
+GeDI or FaUCI metric, ...; :mod:`fairopt.penalties` has ready ones). The engine knows
+nothing about fairness: it sees the :class:`~solvers.problem.Constraint` protocol or a
+callable.
+
+This module also holds :class:`FirstOrderTrainer`, the mini-batch loop shared with
+:class:`solvers.lagrangian.LagrangianDual`: one forward pass per batch, the objective
+``f + extra`` (``extra`` from the subclass), one optimiser step (Adam, SGD or AdaHessian),
+then a subclass hook (the dual update of the Lagrangian engine).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from solvers.history import FitResult, History
+from solvers.losses import LossFn, get_loss
+from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
+from solvers.problem import violation
+from solvers.sampling import minibatches
+
+__all__ = ["Penalty", "PenaltyTerm", "penalty_terms", "penalised_loss", "FirstOrderTrainer"]
+
+logger = logging.getLogger(__name__)
+
+PenaltyFn = Callable[[torch.Tensor, Any], torch.Tensor]
+
+
+def is_constraint(obj: Any) -> bool:
+    """Whether ``obj`` follows the Constraint protocol: callable, with ``exact`` and bounds.
+
+    The bounds of some constraints exist only after ``setup`` (a property that raises
+    before), so their presence is checked with ``dir`` without evaluating them.
+    """
+    names = set(dir(obj))
+    return callable(obj) and {"exact", "lower", "upper"} <= names
+
+
+@dataclass
+class PenaltyTerm:
+    """One scalar penalty term ``P(out, batch)`` with its name and optional ``setup(data)``."""
+
+    name: str
+    fn: PenaltyFn
+    setup: Callable[[Any], None] | None = None
+
+    def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        value = self.fn(out, batch)
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"penalties: {self.name!r} must return a scalar tensor, got {shape}")
+        return value.reshape(())
+
+
+def _constraint_term(constraint: Any) -> PenaltyTerm:
+    """``P(out) = V(c(out)) = sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)`` on the surrogate rows."""
+
+    def hinge(out: torch.Tensor, batch: Any) -> torch.Tensor:
+        return violation(constraint(out, batch).reshape(-1), constraint.lower, constraint.upper)
+
+    return PenaltyTerm(str(getattr(constraint, "name", "constraint")), hinge, getattr(constraint, "setup", None))
+
+
+def penalty_terms(penalties: Any) -> list[PenaltyTerm]:
+    """Normalise ``penalties`` (one object or an iterable) into :class:`PenaltyTerm` s.
+
+    - a :class:`~solvers.problem.Constraint` (callable with ``exact``, ``lower``, ``upper``) becomes the
+      total violation of its surrogate rows (a hinge; zero inside the bounds);
+    - any other callable ``P(out, batch) -> scalar tensor`` is used as it is; its ``name``
+      (or class/function name) labels it and its ``setup(data)``, if any, is called before
+      training.
+    """
+    if penalties is None:
+        return []
+    items = [penalties] if callable(penalties) or isinstance(penalties, PenaltyTerm) else list(penalties)
+    terms = []
+    for item in items:
+        if isinstance(item, PenaltyTerm):
+            terms.append(item)
+        elif is_constraint(item):
+            terms.append(_constraint_term(item))
+        elif callable(item):
+            name = getattr(item, "name", None) or getattr(item, "__name__", None) or type(item).__name__
+            terms.append(PenaltyTerm(str(name), item, getattr(item, "setup", None)))
+        else:
+            raise ValueError(f"penalties: expected a Constraint or a callable(out, batch) -> scalar, got {item!r}")
+    return terms
+
+
+def _check_weights(weight: Any) -> list[float]:
+    """One weight or a sequence of weights, each a finite number >= 0."""
+    values = [weight] if isinstance(weight, numbers.Real) else list(weight)
+    for w in values:
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"weight: expected finite numbers >= 0, got {weight!r}")
+    return [float(w) for w in values]
+
+
+def _term_weights(weights: list[float], n_terms: int) -> list[float]:
+    """One weight per term: a single weight is shared by all terms."""
+    if len(weights) == 1:
+        return weights * n_terms
+    if len(weights) != n_terms:
+        raise ValueError(f"weight: {len(weights)} weights for {n_terms} penalties")
+    return list(weights)
+
+
+def _set_up_terms(penalties: Any, data: Any) -> list[PenaltyTerm]:
+    """:func:`penalty_terms` with each term's ``setup(data)`` called."""
+    terms = penalty_terms(penalties)
+    for term in terms:
+        if term.setup is not None:
+            term.setup(data)
+    return terms
+
+
+def penalised_loss(loss: str | LossFn, penalties: Any, weight: float | Sequence[float], data: Any) -> LossFn:
+    """The penalised objective ``loss(out, batch) + sum_j weight_j P_j(out, batch)`` as one loss.
+
+    For engines that take a plain loss, e.g. the regularisation-only approach of [SQP]
+    sec 4.2 (``StochasticSQP`` without constraints on ``loss + (1/lambda) r``). The penalties
+    are normalised by :func:`penalty_terms` and set up on ``data`` now; terms with weight 0
+    are left out.
+    """
+    base = get_loss(loss)
+    terms = _set_up_terms(penalties, data)
+    active = [(w, t) for w, t in zip(_term_weights(_check_weights(weight), len(terms)), terms) if w > 0]
+
+    def objective(out: torch.Tensor, batch: Any) -> torch.Tensor:
+        value = base(out, batch)
+        for w, term in active:
+            value = value + w * term(out, batch)
+        return value
+
+    return objective
+
+
+def _check_positive(name: str, value: Any, integer: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if integer:
+        ok = ok and float(value).is_integer()
+    if not ok:
+        kind = "a positive integer" if integer else "a positive finite number"
+        raise ValueError(f"{name}: expected {kind}, got {value!r}")
+
+
+class FirstOrderTrainer:
+    """The mini-batch loop shared by :class:`Penalty` and :class:`~solvers.lagrangian.LagrangianDual`.
+
+    Per step on a batch ``B`` (shuffled mini-batches from ``seed``, or the full data):
+    ``out = model(B.X)``, objective ``f(out) + extra(out)`` (``extra`` from
+    :meth:`_extra`), gradients (with their graph for AdaHessian), one optimiser step,
+    then :meth:`_after_step`. A non-finite objective stops training with status
+    ``"diverged"`` before the step is taken.
+    """
+
+    engine = "first_order"
+
+    def __init__(
+        self,
+        *,
+        epochs: int,
+        lr: float,
+        batch_size: int | None,
+        optimizer: str,
+        optimizer_options: dict | None,
+        seed: int,
+        tol: float,
+        verbose: int,
+        callbacks: Sequence[Callable],
+    ) -> None:
+        self.epochs = epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.optimizer = optimizer
+        self.optimizer_options = dict(optimizer_options or {})
+        self.seed = seed
+        self.tol = tol
+        self.verbose = verbose
+        self.callbacks = tuple(callbacks)
+        _check_positive("epochs", epochs, integer=True)
+        _check_positive("lr", lr)
+        if batch_size is not None:
+            _check_positive("batch_size", batch_size, integer=True)
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer: expected one of {OPTIMIZERS}, got {optimizer!r}")
+        _check_positive("tol", tol)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed: expected an integer, got {seed!r}")
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor | None, dict]:
+        """The term added to the loss (None for none) and the fields it records."""
+        raise NotImplementedError  # pragma: no cover
+
+    def _after_step(self, record: dict) -> None:
+        """Called after each optimiser step with the step's record (may add fields)."""
+
+    # ------------------------------------------------------------------ shared pieces
+    @staticmethod
+    def _check_model(model: Any) -> list[torch.Tensor]:
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("model: has no trainable parameters")
+        return params
+
+    @staticmethod
+    def _check_data(data: Any) -> int:
+        for attr in ("X", "y", "subset"):
+            if not hasattr(data, attr):
+                raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}")
+        n = len(data)
+        if n == 0:
+            raise ValueError("data: has no rows")
+        return n
+
+    @staticmethod
+    def _forward(model: nn.Module, batch: Any) -> torch.Tensor:
+        out = model(batch.X)
+        if out.dim() != 1 or out.shape[0] != len(batch):
+            raise ValueError(f"model: expected one output per row, shape ({len(batch)},), got {tuple(out.shape)}")
+        return out
+
+    @staticmethod
+    def _set_gradients(objective: torch.Tensor, params: list[torch.Tensor], create_graph: bool) -> None:
+        """``p.grad = d objective / d p``; with the graph (for AdaHessian) if ``create_graph``."""
+        if not create_graph:
+            objective.backward()
+            return
+        grads = torch.autograd.grad(objective, params, create_graph=True, allow_unused=True)
+        for p, g in zip(params, grads):
+            p.grad = torch.zeros_like(p) if g is None else g
+
+    def _train(self, model: nn.Module, data: Any, loss_fn: LossFn, row_names: Sequence[str]) -> tuple[History, str]:
+        """Run the epochs; return the history and the status."""
+        params = self._check_model(model)
+        n = self._check_data(data)
+        optimizer = make_optimizer(self.optimizer, params, lr=self.lr, seed=self.seed, **self.optimizer_options)
+        create_graph = needs_create_graph(optimizer)
+        generator = torch.Generator().manual_seed(int(self.seed))
+        history = History(row_names=row_names)
+        status = "max_epochs"
+        iteration = 0
+        epochs: Iterable[int] = range(int(self.epochs))
+        use_bar = self.verbose > 0 or sys.stderr.isatty()
+        if use_bar:
+            from tqdm.auto import tqdm
+
+            epochs = tqdm(epochs, desc=self.engine, unit="epoch", leave=False)
+        model.train()
+        for epoch in epochs:
+            for idx in minibatches(n, self.batch_size, generator):
+                batch = data if idx is None else data.subset(idx)
+                t0 = time.perf_counter()
+                optimizer.zero_grad()
+                out = self._forward(model, batch)
+                f = loss_fn(out, batch)
+                extra, fields = self._extra(out, batch)
+                objective = f if extra is None else f + extra
+                if not bool(torch.isfinite(objective.detach())):
+                    logger.warning("%s: non-finite objective at iteration %d; stopping", self.engine, iteration)
+                    return history, "diverged"
+                self._set_gradients(objective, params, create_graph)
+                optimizer.step()
+                record = {"iteration": iteration, "epoch": epoch, "f": float(f.detach()),
+                          "objective": float(objective.detach()), **fields}
+                self._after_step(record)
+                record["t_step"] = time.perf_counter() - t0
+                history.append(record)
+                iteration += 1
+                if any(cb(self, record) for cb in self.callbacks):
+                    return history, "stopped_by_callback"
+            if self.verbose:
+                last = history[-1]
+                logger.info("epoch %d: f=%.5f objective=%.5f", epoch, last["f"], last["objective"])
+        return history, status
+
+    def _stationarity(self, model: nn.Module, data: Any, loss_fn: LossFn) -> float:
+        """``max_i |d (f + extra) / d w_i|`` on the full data at the final parameters."""
+        params = self._check_model(model)
+        out = self._forward(model, data)
+        extra, _ = self._extra(out, data)
+        objective = loss_fn(out, data) if extra is None else loss_fn(out, data) + extra
+        grads = torch.autograd.grad(objective, params, allow_unused=True)
+        norms = [float(g.abs().max()) for g in grads if g is not None]
+        return max(norms) if norms else 0.0
+
+
+class Penalty(FirstOrderTrainer):
+    r"""Train ``min_w f(w) + sum_j weight_j P_j(w)`` with a fixed penalty weight (DESIGN.md sec 9).
+
+    The soft-constraint baseline: the regularisation-only approach of [SQP] eq. 3 (with
+    ``weight = 1/lambda``), the distance-covariance regulariser of [DC] eq. 3.1
+    (``weight = lambda``), FaUCI's ``E + lambda F`` [FU] eq. 12. ``f`` is the mean loss of a
+    mini-batch and each ``P_j`` is evaluated on the same batch:
+
+    - a :class:`~solvers.problem.Constraint` contributes the total violation of its surrogate
+      rows, ``V(c) = sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)`` (zero inside the bounds);
+    - any callable ``P(out, batch) -> scalar`` contributes its value.
+
+    A term with weight 0 is left out of the objective (it is still evaluated, without
+    gradient, for the history), so ``weight=0`` is plain training, step for step.
+
+    Parameters
+    ----------
+    weight : float or sequence of float, default 1.0
+        ``>= 0``; one weight for all terms or one per term.
+    epochs : int, default 100
+    batch_size : int or None, default None
+        Rows per mini-batch (shuffled each epoch from ``seed``); None: full batch.
+    optimizer : {"adam", "sgd", "adahessian"}, default "adam"
+        :class:`torch.optim.Adam`, :class:`torch.optim.SGD` or
+        :class:`solvers.optimizers.AdaHessian`.
+    lr : float, default 1e-3
+    optimizer_options : dict, optional
+        Extra constructor arguments of the optimiser.
+    seed : int, default 0
+        Seed of the mini-batch order (and of AdaHessian's probe vectors).
+    tol : float, default 1e-4
+        ``converged`` is ``max |grad of the penalised objective|`` on the full data ``<= tol``
+        (a subgradient where a hinge term sits at its kink, so it may stay above ``tol``).
+    verbose : int, default 0
+    callbacks : sequence of callables
+        ``cb(engine, record) -> bool | None`` after every step; True stops training.
+
+    History columns: ``f`` (loss), ``P`` (weighted penalty sum), ``objective``,
+    ``penalty[<term>]`` (each term's unweighted value), ``epoch``, ``iteration``, ``t_step``.
+    """
+
+    engine = "penalty"
+
+    def __init__(
+        self,
+        weight: float | Sequence[float] = 1.0,
+        epochs: int = 100,
+        batch_size: int | None = None,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        seed: int = 0,
+        *,
+        optimizer_options: dict | None = None,
+        tol: float = 1e-4,
+        verbose: int = 0,
+        callbacks: Sequence[Callable] = (),
+    ) -> None:
+        super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,
+                         optimizer_options=optimizer_options, seed=seed, tol=tol, verbose=verbose,
+                         callbacks=callbacks)
+        self.weight = weight
+        self._weights = _check_weights(weight)
+        self._terms: list[PenaltyTerm] = []
+
+    def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor | None, dict]:
+        total = None
+        values = []
+        for term, w in zip(self._terms, self._term_weights):
+            if w == 0.0:
+                with torch.no_grad():
+                    value = term(out.detach(), batch)
+            else:
+                value = term(out, batch)
+                total = w * value if total is None else total + w * value
+            values.append(float(value.detach()))
+        weighted = sum(w * v for w, v in zip(self._term_weights, values))
+        return total, {"P": weighted, "penalty": values}
+
+    def fit(self, model: nn.Module, data: Any, *, loss: str | LossFn = "bce", penalties: Any = ()) -> FitResult:
+        """Train ``model`` in place on ``data`` with the penalised objective.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            Maps ``data.X`` (n, p) to one output per row (n,).
+        data : Dataset
+            ``X``, ``y``, ``__len__``, ``subset`` (e.g. :class:`fairopt.FairData`).
+        loss : {"bce", "mse", "poisson"} or callable(out, batch) -> scalar
+        penalties : Constraint, callable or iterable of them
+            See :func:`penalty_terms`.
+
+        Returns
+        -------
+        FitResult
+            ``info``: ``weights``, ``penalty_names``, ``stationarity`` (final max-abs gradient
+            of the penalised objective on the full data).
+        """
+        loss_fn = get_loss(loss)
+        self._check_data(data)
+        self._terms = _set_up_terms(penalties, data)
+        self._term_weights = _term_weights(self._weights, len(self._terms))
+        names = [t.name for t in self._terms]
+        history, status = self._train(model, data, loss_fn, names)
+        stationarity = self._stationarity(model, data, loss_fn) if status != "diverged" else math.inf
+        return FitResult(model=model, history=history, status=status, converged=stationarity <= self.tol,
+                         info={"weights": list(self._term_weights), "penalty_names": names,
+                               "stationarity": stationarity})

@@ -1,0 +1,110 @@
+"""`fairopt train` and `fairopt bench` on tiny configurations of the embedded Adult."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from fairopt.cli import COMMANDS, main
+
+pytestmark = pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _png(path) -> bool:
+    return path.exists() and path.stat().st_size > 1000 and path.read_bytes()[:4] == b"\x89PNG"
+
+
+TINY = ["--dataset", "adult", "--subsample", "1500", "--epochs", "3"]
+
+
+def test_commands_are_registered():
+    assert {"bench", "train"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("method, extra", [
+    ("sqp", ["--constraint", "disparate_impact:sex:0.8"]),
+    ("penalty", ["--penalty", "dp_squared:sex", "--constraint", "di:sex:0.8", "--weight", "2", "--lr", "0.05"]),
+    ("lagrangian", ["--constraint", "disparate_impact:sex:0.8", "--model", "mlp", "--hidden", "8"]),
+])
+def test_train_writes_report_metrics_history_and_model(tmp_path, capsys, method, extra):
+    out = tmp_path / method
+    assert main(["train", *TINY, "--method", method, *extra, "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= metrics["test"]["accuracy"] <= 1.0 and metrics["train"]["n"] == 1200
+    assert metrics["train"]["violation"] >= 0.0  # the DI constraint is reported
+    history = pd.read_csv(out / "history.csv")
+    assert len(history) == 3 and "f" in history.columns
+    assert _png(out / "history.png") and (out / "model.pt").stat().st_size > 0
+    assert "accuracy" in (out / "report.txt").read_text() and "accuracy" in capsys.readouterr().out
+
+
+def test_train_from_toml_and_flag_override(tmp_path):
+    config = tmp_path / "train.toml"
+    config.write_text('dataset = "adult"\nsubsample = 1500\nepochs = 2\nmethod = "sqp"\n'
+                      'constraint = ["disparate_impact:sex:0.7"]\n')
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(config), "--epochs", "4", "--out", str(out)]) == 0
+    assert len(pd.read_csv(out / "history.csv")) == 4
+
+
+def test_train_rejects_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="spec"):
+        main(["train", *TINY, "--constraint", "fairness:sex:0.8", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="bound"):
+        main(["train", *TINY, "--constraint", "disparate_impact:sex", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="lagrangian"):
+        main(["train", *TINY, "--method", "lagrangian", "--out", str(tmp_path)])
+
+
+def test_bench_runs_a_toml_config(tmp_path, capsys):
+    config = tmp_path / "tiny.toml"
+    config.write_text("""
+name = "tiny"
+[data]
+dataset = "adult"
+subsample = 1500
+[run]
+seeds = [0]
+[[methods]]
+kind = "sqp"
+constraint = "disparate_impact:sex"
+values = [0.6, 0.8]
+epochs = 3
+[[methods]]
+kind = "penalty"
+penalty = "dp_squared:sex"
+values = [0.1, 10.0]
+weight_of = "inverse"
+epochs = 3
+lr = 0.05
+""")
+    out = tmp_path / "bench"
+    assert main(["bench", str(config), "--out", str(out)]) == 0
+    table = pd.read_csv(out / "results.csv")
+    assert len(table) == (2 + 2) * 2 and set(table["method"]) == {"sqp", "penalty"}
+    assert set(table.loc[table.method == "penalty", "hyperparameter"]) == {"lambda"}
+    for name in ("tradeoff", "requested_vs_realised", "histories_sqp", "histories_penalty"):
+        assert _png(out / f"{name}.png"), name
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# tiny") and "| sqp | 0.6 |" in summary and "Realised vs requested" in summary
+    assert "# tiny" in capsys.readouterr().out
+
+
+def test_bench_builtin_with_overrides(tmp_path, capsys):
+    assert main(["bench", "--list"]) == 0
+    assert "demo-adult" in capsys.readouterr().out
+    out = tmp_path / "demo"
+    assert main(["bench", "demo-adult", "--epochs", "2", "--subsample", "1000", "--out", str(out)]) == 0
+    table = pd.read_csv(out / "results.csv")
+    assert set(table["method"]) == {"sqp", "penalty", "lagrangian"} and (table["n"] > 0).all()

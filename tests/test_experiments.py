@@ -1,0 +1,271 @@
+"""fairopt.experiments: compare(), splits, the JS-divergence elbow, plots, specs, configs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fairopt import penalties
+from fairopt.constraints import DisparateImpact
+from fairopt.data import FairData
+from fairopt.experiments import (
+    Fitted,
+    LagrangianMethod,
+    PenaltyMethod,
+    SQPMethod,
+    build_constraint,
+    build_penalty,
+    calibrate_penalty,
+    compare,
+    load_config,
+    plot_calibration,
+    plot_histories,
+    plot_requested_vs_realised,
+    plot_tradeoff,
+    realised_vs_requested,
+    select_elbow,
+    split_data,
+)
+from fairopt.experiments.compare import ID_COLUMNS
+from fairopt.experiments.configs import minmax_sensitive
+
+# short SQP runs take relaxed (infeasible-linearisation) steps; that is reported, not tested, here
+pytestmark = pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> FairData:
+    rng = np.random.default_rng(1)
+    n = 300
+    s = rng.integers(0, 2, n)
+    age = rng.uniform(18, 70, n)
+    X = np.column_stack([rng.normal(size=n) + 1.2 * s, rng.normal(size=n)])
+    y = (X[:, 0] - 0.4 * X[:, 1] + 0.5 * rng.normal(size=n) > 0.6).astype(float)
+    return FairData.from_arrays(X, y, {"sex": s, "age": age}, sensitive_kinds={"sex": "binary", "age": "continuous"})
+
+
+@pytest.fixture(scope="module")
+def results(tiny) -> tuple[pd.DataFrame, dict]:
+    methods = [
+        SQPMethod(lambda d: DisparateImpact("sex", delta=d), epochs=15),
+        PenaltyMethod(penalties.DemographicParitySquared("sex"), epochs=15, lr=0.05),
+        LagrangianMethod(lambda d: DisparateImpact("sex", delta=d), epochs=15, lr=0.05),
+    ]
+    grid = {"sqp": [0.6, 0.9], "penalty": [0.0, 5.0], "lagrangian": [0.9]}
+    histories: dict = {}
+    table = compare(methods, tiny, grid, seeds=[0, 1], histories=histories)
+    return table, histories
+
+
+# ----------------------------------------------------------------------------- compare
+def test_compare_returns_the_documented_columns(results):
+    table, histories = results
+    documented = list(ID_COLUMNS) + ["n", "accuracy", "rps", "di_ratio", "dp_difference", "di_ratio[sex]",
+                                     "dp_difference[sex]", "uf", "js_divergence", "violation", "time", "status"]
+    assert list(table.columns[:6]) == list(ID_COLUMNS)
+    assert set(documented) <= set(table.columns)
+    # 3 methods with 2 + 2 + 1 values, 2 seeds, 1 fold, 2 splits
+    assert len(table) == (2 + 2 + 1) * 2 * 2
+    assert set(table["split"]) == {"train", "test"} and set(table["seed"]) == {0, 1}
+    assert table.loc[table.method == "sqp", "hyperparameter"].eq("delta").all()
+    assert table.loc[table.method == "penalty", "hyperparameter"].eq("weight").all()
+    assert table.loc[table.method == "penalty", "violation"].isna().all()  # a penalty object requests no bound
+    assert table.loc[table.method == "sqp", "violation"].notna().all()
+    train = table[(table.split == "train")]
+    assert train["n"].eq(240).all() and table[table.split == "test"]["n"].eq(60).all()
+    assert train["accuracy"].between(0, 1).all() and (table["time"] > 0).all()
+    assert len(histories) == (2 + 2 + 1) * 2
+
+
+def test_compare_is_deterministic_and_validates(tiny):
+    method = SQPMethod(lambda d: DisparateImpact("sex", delta=d), epochs=3)
+    a = compare(method, tiny, {"sqp": [0.8]}, seeds=[3], extra_metrics={"rows": lambda model, part: len(part)})
+    b = compare(method, tiny, {"sqp": [0.8]}, seeds=[3], extra_metrics={"rows": lambda model, part: len(part)})
+    pd.testing.assert_frame_equal(a.drop(columns="time"), b.drop(columns="time"))
+    assert a["rows"].tolist() == a["n"].tolist() == [240, 60]
+    with pytest.raises(ValueError, match="grid"):
+        compare(method, tiny, {"other": [0.8]})
+    with pytest.raises(ValueError, match="unique"):
+        compare([method, method], tiny)
+    with pytest.raises(ValueError, match="Method protocol"):
+        compare([object()], tiny)
+
+
+def test_split_data_folds_partition_rows_and_refit_preprocessing(tiny):
+    parts = split_data(tiny, folds=3, seed=0)
+    assert [k for k, _, _ in parts] == [0, 1, 2]
+    test_rows = np.concatenate([te.frame.index.to_numpy() for _, _, te in parts])
+    assert sorted(test_rows.tolist()) == list(range(len(tiny)))
+    for _, train, test in parts:
+        assert len(train) + len(test) == len(tiny)
+        # standardisation fitted on the training part only
+        assert float(train.X[:, 0].mean().abs()) < 1e-5 and float(test.X[:, 0].mean().abs()) > 1e-4
+    with pytest.raises(ValueError, match="folds"):
+        split_data(tiny, folds=0)
+
+
+def test_method_adapters(tiny):
+    fitted = SQPMethod(None, epochs=2).fit(tiny, value=None, seed=0)
+    assert isinstance(fitted, Fitted) and fitted.constraints == [] and fitted.seconds > 0
+    inverse = PenaltyMethod(penalties.DemographicParitySquared("sex"), weight_of=lambda lam: 1 / lam, epochs=1)
+    assert inverse.fit(tiny, value=4.0, seed=0).info["weights"] == [0.25]
+    by_sqp = PenaltyMethod(penalties.DemographicParitySquared("sex"), engine="sqp", epochs=2).fit(tiny, value=1.0, seed=0)
+    assert len(by_sqp.history) == 2 and by_sqp.history[0]["qp_status"] == "unconstrained"
+    hinge = PenaltyMethod(DisparateImpact("sex", 0.8), epochs=1).fit(tiny, value=1.0, seed=0)
+    assert len(hinge.constraints) == 1  # a penalised constraint is reported
+    with pytest.raises(ValueError, match="value"):
+        LagrangianMethod(lambda d: DisparateImpact("sex", d), epochs=1).fit(tiny, value=None, seed=0)
+    with pytest.raises(ValueError, match="lr"):
+        SQPMethod(None, lr=-1.0)
+    with pytest.raises(ValueError, match="engine"):
+        PenaltyMethod(penalties.DemographicParitySquared("sex"), engine="lbfgs")
+    with pytest.raises(ValueError, match="engine_options"):
+        SQPMethod(None, optimizer="adam")
+
+
+def test_realised_vs_requested_counts_reversals_and_bounds():
+    rows = []
+    for method, hyper, pairs in (("c", "delta", [(0.5, 0.52), (0.7, 0.697), (0.9, 0.80)]),
+                                 ("p", "lambda", [(1.0, 0.9), (10.0, 0.6), (100.0, 0.75), (1000.0, 0.3)]),
+                                 # one large first step up, then steady decline: the trend is down
+                                 ("q", "lambda", [(0.1, 0.5), (1.0, 0.99), (10.0, 0.95), (100.0, 0.9), (1e3, 0.8)])):
+        for value, di in pairs:
+            rows.append({"method": method, "hyperparameter": hyper, "value": value, "split": "train", "di_ratio": di})
+    reading = realised_vs_requested(pd.DataFrame(rows)).set_index("method")
+    assert reading.loc["c", "reversals"] == 0 and reading.loc["c", "bounds_met"] == 2
+    assert reading.loc["c", "worst_gap"] == pytest.approx(0.10)
+    assert reading.loc["p", "reversals"] == 1 and math.isnan(reading.loc["p", "bounds_met"])
+    assert reading.loc["q", "reversals"] == 1
+
+
+# ----------------------------------------------------------------------------- calibration
+def test_select_elbow_on_synthetic_curves():
+    lambdas = [0, 5, 10, 20, 40, 80]
+    # J = J_inf + (J_0 - J_inf) exp(-lambda / 8): remaining reduction <= 10% from lambda = 8 ln 10 = 18.4
+    curve = [0.02 + 0.18 * math.exp(-lam / 8) for lam in lambdas]
+    assert lambdas[select_elbow(lambdas, curve)] == 20
+    assert lambdas[select_elbow(lambdas, curve, tolerance=0.3)] == 10
+    assert select_elbow(lambdas, [0.1] * 6) == 0  # nothing to gain
+    # the paper's COMPAS validation means (Table 5.1): JdCov -> 10 (the paper's choice), CCdCov -> 20
+    paper = [0, 10, 20, 40, 60, 80]
+    assert paper[select_elbow(paper, [0.1942, 0.0286, 0.0213, 0.0191, 0.0194, 0.0196])] == 10
+    assert paper[select_elbow(paper, [0.1942, 0.0499, 0.0324, 0.0237, 0.0217, 0.0212])] == 20
+    with pytest.raises(ValueError, match="increasing"):
+        select_elbow([0, 2, 1], [1, 2, 3])
+    with pytest.raises(ValueError, match="tolerance"):
+        select_elbow([0, 1], [1, 0], tolerance=1.5)
+
+
+class _StepMethod:
+    """Predictions fully separated by group below lambda = 20, group-blind from 20 on; reads
+    the sensitive attribute of the batch (the ``Fitted.predict`` hook)."""
+
+    name, hyperparameter = "step", "weight"
+
+    def fit(self, train, *, value, seed):
+        def predict(batch):
+            s = batch.sensitive["sex"]
+            return (2 * s - 1) * 3.0 if value < 20 else torch.full((len(batch),), 0.1)
+
+        return Fitted(model=None, predict=predict, seconds=0.0)
+
+
+def test_calibrate_penalty_picks_the_elbow_end_to_end():
+    rng = np.random.default_rng(2)
+    n = 200
+    s = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, 2))
+    y = rng.integers(0, 2, n).astype(float)
+    data = FairData.from_arrays(X, y, {"sex": s}, sensitive_kinds={"sex": "binary"})
+    result = calibrate_penalty(_StepMethod(), data, [5, 10, 20, 40])
+    summary = result.summary
+    assert summary["value"].tolist() == [0, 5, 10, 20, 40]  # the baseline 0 is added
+    assert result.selected == 20 and summary["selected"].tolist() == [False, False, False, True, False]
+    assert (summary["js_divergence_mean"].iloc[:3] > 0.5).all() and (summary["js_divergence_mean"].iloc[3:] < 1e-12).all()
+    valid = result.runs[result.runs.split == "test"]
+    assert valid["n"].eq(math.ceil(0.3 * n)).all() and result.accuracy == "rps"
+
+
+# ----------------------------------------------------------------------------- plots
+def _png(path) -> bool:
+    return path.exists() and path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_plot_writes_a_png(tmp_path, results, tiny):
+    from matplotlib.figure import Figure
+
+    table, histories = results
+    figures = {
+        "realised": plot_requested_vs_realised(table, tmp_path / "realised.png"),
+        "tradeoff": plot_tradeoff(table, tmp_path / "tradeoff.png"),
+        "histories": plot_histories({f"{k[0]} {k[1]}": h for k, h in histories.items() if k[2] == 0},
+                                    tmp_path / "histories.png", keys=("f", "V", "P")),
+    }
+    fake = type("R", (), {})()
+    fake.summary = pd.DataFrame({"value": [0.0, 10.0, 20.0], "js_divergence_mean": [0.2, 0.05, 0.04],
+                                 "rps_mean": [0.20, 0.21, 0.22], "selected": [False, True, False]})
+    fake.fairness, fake.accuracy, fake.selected = "js_divergence", "rps", 10.0
+    figures["calibration"] = plot_calibration(fake, tmp_path / "calibration.png")
+    for name, fig in figures.items():
+        assert isinstance(fig, Figure) and _png(tmp_path / f"{name}.png"), name
+    assert len(figures["histories"].axes) == 3
+    with pytest.raises(ValueError, match="missing column"):
+        plot_tradeoff(table.drop(columns="accuracy"), tmp_path / "x.png")
+    with pytest.raises(ValueError, match="histories"):
+        plot_histories({}, tmp_path / "x.png")
+
+
+# ----------------------------------------------------------------------------- specs and configs
+def test_specs():
+    di = build_constraint("di:sex:0.8")
+    assert type(di).__name__ == "DisparateImpact" and di.delta == 0.8
+    assert build_constraint("demographic_parity:sex,race", bound=0.1).bound == 0.1
+    assert build_constraint({"kind": "gedi", "sensitive": "age", "bound": 0.2, "degree": 2}).degree == 2
+    assert build_penalty("fauci:wdi:sex").name == "1-wdi[sex]"
+    assert build_penalty("ccdcov:sex,race,age").kind == "ccdcov"
+    assert build_penalty("gedi:age:3")._params["degree"] == 3
+    for bad in ("unknown:sex:1", "di", "di:sex:x", 3):
+        with pytest.raises(ValueError, match="spec"):
+            build_constraint(bad)
+    with pytest.raises(ValueError, match="spec"):
+        build_penalty("fauci:wdp")
+
+
+def test_configs_validate_and_minmax(tiny):
+    assert load_config("demo-adult")["data"]["dataset"] == "adult"
+    with pytest.raises(ValueError, match="neither"):
+        load_config("no-such-config")
+    with pytest.raises(ValueError, match="unknown key"):
+        load_config({"data": {"dataset": "adult", "rows": 3}, "methods": [{"kind": "sqp"}]})
+    with pytest.raises(ValueError, match="kind"):
+        load_config({"data": {"dataset": "adult"}, "methods": [{"kind": "svm"}]})
+    from fairopt.experiments.configs import build_methods
+
+    config = {"data": {"dataset": "adult"}, "model": {"kind": "mlp", "hidden": [4]},
+              "methods": [{"kind": "penalty", "penalty": "dp_squared:sex", "values": [2.0], "weight_of": "inverse",
+                           "engine": "sqp", "model": {"kind": "linear"}},
+                          {"kind": "lagrangian", "constraint": "di:sex:0.7", "dual_update": "adam"}]}
+    methods, grid = build_methods(load_config(config), epochs=1)
+    assert [m.hyperparameter for m in methods] == ["lambda", "delta"] and grid == {"penalty": [2.0], "lagrangian": [0.7]}
+    assert methods[0].weight_for(2.0) == 0.5 and methods[0].engine == "sqp"
+    assert len(list(methods[0].model(3, 0).parameters())) == 2 and len(list(methods[1].model(3, 0).parameters())) == 4
+    bad = {"data": {"dataset": "adult"}, "methods": [{"kind": "sqp", "constraint": "di:sex:0.8", "momentum": 0.9}]}
+    with pytest.raises(ValueError, match="engine_options"):
+        build_methods(load_config(bad))
+    scaled = minmax_sensitive(tiny, ["age"])
+    assert float(scaled.sensitive["age"].min()) == 0.0 and float(scaled.sensitive["age"].max()) == 1.0
+    assert torch.equal(scaled.X, tiny.X) and float(tiny.sensitive["age"].max()) > 1.0
+    with pytest.raises(ValueError, match="continuous"):
+        minmax_sensitive(tiny, ["sex"])

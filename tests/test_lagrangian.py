@@ -1,0 +1,158 @@
+"""LagrangianDual (SBR): multiplier updates, convergence to the constrained optimum, validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+from fairopt.constraints import DisparateImpact
+from fairopt.data import FairData
+from fairopt.measures import disparate_impact
+from solvers.lagrangian import LagrangianDual
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class _Rows:
+    """Identity features, so that ``out = w`` for :class:`_Identity`."""
+
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return self.X.shape[0]
+
+    def subset(self, idx):
+        return _Rows(self.X[idx], self.y[idx])
+
+
+class _Identity(torch.nn.Module):
+    def __init__(self, w0):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.as_tensor(w0, dtype=torch.float64).clone())
+
+    def forward(self, X):
+        return X @ self.w
+
+
+class _SumAtMost:
+    """One row ``sum(out) <= bound``."""
+
+    name = "sum"
+
+    def __init__(self, bound):
+        self.lower = torch.tensor([-np.inf], dtype=torch.float64)
+        self.upper = torch.tensor([bound], dtype=torch.float64)
+
+    def setup(self, data):
+        pass
+
+    def __call__(self, out, batch):
+        return out.sum().reshape(1)
+
+    def exact(self, out, batch):
+        return out.sum().reshape(1)
+
+    def target_encoding(self, batch):
+        return None
+
+
+TARGET = np.array([3.0, 1.0, 2.0, 0.5])
+CURVATURE = torch.tensor([1.0, 2.0, 0.5, 1.5], dtype=torch.float64)
+
+
+def _loss(out, batch):
+    return 0.5 * torch.sum(CURVATURE * (out - torch.as_tensor(TARGET)) ** 2)
+
+
+def _problem():
+    return _Rows(torch.eye(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)), _SumAtMost(2.0)
+
+
+def test_ascent_multipliers_grow_while_violated_and_stop_when_satisfied():
+    data, con = _problem()
+    rho = 0.5
+    res = LagrangianDual(epochs=400, lr=0.05, dual_lr=rho).fit(_Identity(np.zeros(4)), data, loss=_loss, constraints=con)
+    lam = np.array([r["lambda"][0] for r in res.history.records])
+    viol = np.array([r["viol"][0] for r in res.history.records])
+    previous = np.concatenate([[0.0], lam[:-1]])
+    np.testing.assert_allclose(lam - previous, rho * viol, atol=1e-12, rtol=0)
+    grew, satisfied = viol > 0, viol == 0
+    assert grew.sum() > 10 and satisfied.sum() > 10
+    assert np.all(lam[grew] > previous[grew]) and np.all(lam[satisfied] == previous[satisfied])
+    # the unconstrained optimum has sum 6.5: the multipliers brought the iterate to the bound
+    assert res.info["violation"] < 0.05 and res.info["multipliers"][0] > 0.5
+    frame = res.history.to_pandas()
+    assert "lambda[sum[0]]" in frame.columns and "viol[sum[0]]" in frame.columns
+
+
+def test_converges_to_the_constrained_optimum():
+    data, con = _problem()
+    q = CURVATURE.numpy()
+    ref = minimize(lambda w: 0.5 * np.sum(q * (w - TARGET) ** 2), np.zeros(4), method="SLSQP",
+                   constraints=[{"type": "ineq", "fun": lambda w: 2.0 - w.sum()}], tol=1e-12)
+    lam_star = q[0] * (TARGET[0] - ref.x[0])  # KKT: q_i (w_i - t_i) + lambda = 0
+    res = LagrangianDual(epochs=2000, lr=0.01, dual_lr=0.2).fit(_Identity(np.zeros(4)), data, loss=_loss, constraints=con)
+    w = res.model.w.detach().numpy()
+    assert np.abs(w - ref.x).max() < 2e-2
+    # the hinge is an exact penalty: every lambda >= lambda* has the constrained optimum as a
+    # minimiser, so dual ascent stops somewhere at or above lambda* (not at lambda* itself)
+    assert res.info["multipliers"][0] >= 0.95 * lam_star
+
+
+def test_adam_dual_update_is_projected_ascent():
+    data, con = _problem()
+    res = LagrangianDual(epochs=300, lr=0.05, dual_update="adam", dual_lr=0.05).fit(
+        _Identity(TARGET), data, loss=_loss, constraints=con)  # starts infeasible: sum 6.5 > 2
+    lam = np.array([r["lambda"][0] for r in res.history.records])
+    viol = np.array([r["viol"][0] for r in res.history.records])
+    assert lam[0] == pytest.approx(0.05, rel=1e-6)  # Adam's first step has length lr
+    assert np.all(lam >= 0) and np.all(np.diff(lam) >= -1e-15)  # the gradient v >= 0: never decreases
+    assert np.all(np.diff(lam)[viol[1:] > 0] > 0)
+    assert LagrangianDual(dual_update="adam").dual_lr == 1e-3
+
+
+def test_disparate_impact_on_fair_data():
+    from fairopt.models import linear
+    from fairopt.surrogates import Sigmoid
+
+    rng = np.random.default_rng(0)
+    n = 400
+    s = rng.integers(0, 2, n)
+    X = np.column_stack([rng.normal(size=n) + 1.5 * s, rng.normal(size=n)])
+    y = (X[:, 0] + 0.3 * rng.normal(size=n) > 0.8).astype(float)
+    data = FairData.from_arrays(X, y, {"sex": s}, sensitive_kinds={"sex": "binary"})
+    di = {}
+    for delta, dual_lr in ((0.01, 1e-12), (0.8, 0.5)):
+        model = linear(data.n_features, seed=0)
+        # a gentle surrogate: the steep default (scale 50) saturates and its gradient vanishes
+        constraint = DisparateImpact("sex", delta, surrogate=Sigmoid(scale=5.0))
+        res = LagrangianDual(epochs=150, lr=0.05, dual_lr=dual_lr).fit(model, data, constraints=constraint)
+        with torch.no_grad():
+            di[delta] = disparate_impact((model(data.X) > 0).float(), data.sensitive["sex"])
+    assert di[0.01] < 0.5 and di[0.8] >= 0.8
+    assert len(res.info["multipliers"]) == 2 and max(res.info["multipliers"]) > 0 and res.info["violation"] == 0.0
+
+
+def test_validation():
+    data, con = _problem()
+    with pytest.raises(ValueError, match="dual_update"):
+        LagrangianDual(dual_update="newton")
+    with pytest.raises(ValueError, match="dual_lr"):
+        LagrangianDual(dual_lr=-1.0)
+    with pytest.raises(ValueError, match="multipliers0"):
+        LagrangianDual(multipliers0=-0.1)
+    with pytest.raises(ValueError, match="constraints"):
+        LagrangianDual(epochs=1).fit(_Identity(np.zeros(4)), data, loss=_loss, constraints=[])
+    bad = _SumAtMost(2.0)
+    bad.lower = torch.tensor([3.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match="lower"):
+        LagrangianDual(epochs=1).fit(_Identity(np.zeros(4)), data, loss=_loss, constraints=bad)
