@@ -10,29 +10,40 @@
 >>> report = fairopt.evaluate(model, test)
 """
 
-from fairopt import constraints, datasets, experiments, linear, measures, models, penalties, surrogates
+from fairopt import constraints, datasets, experiments, learners, linear, measures, models, penalties, surrogates
 from fairopt.data import FairData, Preprocessor
+from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.evaluation import evaluate, fairness_report, format_report
 from fairopt.exceptions import FairnessWarning
-from solvers import FitResult, History, LagrangianDual, Penalty, StochasticSQP
+from fairopt.persistence import SavedModel, load, save
+from fairopt.learners import TorchLearner
+from solvers import FitResult, History, LagrangianDual, MovingTargets, Penalty, StochasticSQP
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FairClassifier",
     "FairData",
+    "FairRegressor",
+    "SavedModel",
+    "load",
+    "save",
     "FairnessWarning",
     "FitResult",
     "History",
     "LagrangianDual",
+    "MovingTargets",
     "Penalty",
     "Preprocessor",
     "StochasticSQP",
+    "TorchLearner",
     "constraints",
     "datasets",
     "evaluate",
     "experiments",
     "fairness_report",
     "format_report",
+    "learners",
     "linear",
     "measures",
     "models",

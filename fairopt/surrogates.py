@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from fairopt._validation import as_tensor, finite_float, positive_float
+from fairopt._validation import as_tensor, positive_float
 
 __all__ = ["Surrogate", "SmoothedStep", "Sigmoid", "Linear", "Hinge", "get_surrogate", "SURROGATES"]
 

@@ -2,8 +2,10 @@
 
 from solvers.history import FitResult, History
 from solvers.lagrangian import LagrangianDual
+from solvers.moving_targets import MovingTargets
 from solvers.optimizers import AdaHessian
 from solvers.penalty import Penalty, penalised_loss
+from solvers.projection import ProjectionInfeasibleError, ProjectionResult, gurobi_available, project_targets
 from solvers.problem import (
     Batch,
     Constraint,
@@ -26,13 +28,18 @@ __all__ = [
     "History",
     "LagrangianDual",
     "LinearEncoding",
+    "MovingTargets",
     "Penalty",
+    "ProjectionInfeasibleError",
+    "ProjectionResult",
     "QPResult",
     "SQPWarning",
     "StochasticSQP",
     "diagonal_qp",
+    "gurobi_available",
     "least_violation_bounds",
     "penalised_loss",
+    "project_targets",
     "row_violations",
     "violation",
 ]

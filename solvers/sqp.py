@@ -238,6 +238,7 @@ class StochasticSQP:
         loss: str | LossFn = "bce",
         constraints: Constraint | Iterable[Constraint] = (),
         strata: torch.Tensor | None = None,
+        resume: dict | None = None,
     ) -> FitResult:
         """Train ``model`` in place on ``data`` subject to ``constraints``.
 
@@ -254,6 +255,14 @@ class StochasticSQP:
             Hard constraints ``lower <= c(out) <= upper``; their rows are concatenated.
         strata : tensor, optional
             Stratum id per row for balanced constraint batches (default ``data.strata``).
+        resume : dict, optional
+            An engine checkpoint from :meth:`state_dict` (taken after a previous ``fit`` of
+            this model on the same data and constraints): the merit, ratio and step
+            parameters, the learning-rate schedule, the Hessian accumulator ``v``, the
+            sampler's random-number generator and the epoch counter continue from it, so
+            ``epochs`` more epochs reproduce the corresponding epochs of one longer run
+            (bit for bit on CPU). The model's parameters are not part of it: pass the
+            model as it was at the checkpoint.
 
         Returns
         -------
@@ -281,12 +290,15 @@ class StochasticSQP:
         p_total = sum(p.numel() for p in params)
         v = torch.zeros(p_total, dtype=dtype)
         state = dict(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr), L=None, Gamma=None,
-                     merit_avg=None, since_change=0, iteration=0, warned_relaxed=False)
+                     merit_avg=None, since_change=0, iteration=0, warned_relaxed=False, epochs_done=0)
+        if resume is not None:
+            state = _restore_checkpoint(resume, v, gen, m)
         history = History(row_names=cons.row_names)
         self.state_ = state
+        self._v, self._generator, self._n_rows = v, gen, m  # live objects behind state_dict()
         status = "max_epochs"
         use_bar = self.verbose > 0 or sys.stderr.isatty()
-        epochs = range(int(self.epochs))
+        epochs = range(state["epochs_done"], state["epochs_done"] + int(self.epochs))
         if use_bar:
             from tqdm.auto import tqdm
 
@@ -321,6 +333,7 @@ class StochasticSQP:
                 break
             if self.lr_schedule and epoch_merits:
                 self._adjust_learning_rate(state, sum(epoch_merits) / len(epoch_merits), epoch)
+            state["epochs_done"] = epoch + 1
             if use_bar:
                 epochs.set_postfix(f=f"{history[-1]['f']:.4f}", V=f"{history[-1]['V']:.2e}", beta=f"{state['beta']:.1e}")
             if self.verbose:
@@ -331,6 +344,37 @@ class StochasticSQP:
                          info={"tau": state["tau"], "xi": state["xi"], "beta": state["beta"],
                                "L": state["L"], "Gamma": state["Gamma"], "kkt": state.get("final_kkt"),
                                "violation": state.get("final_violation"), "row_names": cons.row_names})
+
+    def state_dict(self) -> dict:
+        """The engine's state after :meth:`fit`, to continue training with ``fit(..., resume=)``.
+
+        Returns
+        -------
+        dict
+            ``format`` (1), ``state`` (a copy of :attr:`state_`: ``tau``, ``xi``, ``beta``,
+            ``L``, ``Gamma``, ``merit_avg``, ``since_change``, ``iteration``,
+            ``warned_relaxed``, ``epochs_done``), ``hessian_v`` (a copy of the second-moment
+            accumulator ``v`` behind ``H = diag(sqrt(v + mu))``), ``generator`` (the state of
+            the sampling generator) and ``n_rows`` (constraint rows). Only tensors and
+            Python scalars: ``torch.save`` it and read it back with
+            ``torch.load(path, weights_only=True)``. ``epochs_done`` counts completed
+            epochs: after a stop by a callback, resuming continues from the last
+            iteration but numbers the interrupted epoch again.
+
+        Raises
+        ------
+        RuntimeError
+            Before the first :meth:`fit`.
+        """
+        if not hasattr(self, "_v"):
+            raise RuntimeError("state_dict: the engine has no state yet; call fit() first")
+        return {
+            "format": _CHECKPOINT_FORMAT,
+            "state": dict(self.state_),
+            "hessian_v": self._v.detach().clone(),
+            "generator": self._generator.get_state(),
+            "n_rows": int(self._n_rows),
+        }
 
     # ------------------------------------------------------------------ pieces
     @staticmethod
@@ -376,7 +420,6 @@ class StochasticSQP:
         leaf_c = leaf if same else out_c.detach().requires_grad_(True)
         with torch.enable_grad():
             c = cons(leaf_c, con_batch).reshape(-1)
-        m = int(c.numel())
         dc = _rows_jacobian(c, leaf_c)  # (m, n_c)
         (df,) = torch.autograd.grad(f, leaf)
         if same:
@@ -581,14 +624,41 @@ class StochasticSQP:
         h = torch.ones_like(der.g)
         if cons.n_rows:
             res = diagonal_qp(der.g.double(), h.double(), der.J.double(), lower - der.c, upper - der.c)
-            y = res.multipliers if res.status == "optimal" else torch.zeros(cons.n_rows, dtype=torch.float64)
-            # stationarity of the Lagrangian with the multipliers of the unit-metric QP, whose
-            # step vanishes exactly at a KKT point
+            # the step of the unit-metric QP vanishes exactly at a KKT point: ||d||_inf
             kkt = float(res.d.abs().max()) if res.status == "optimal" else math.inf
         else:
             kkt = float(der.g.abs().max())
         state["final_kkt"], state["final_violation"] = kkt, V
         return kkt <= self.tol and V <= self.feasibility_tol
+
+
+_CHECKPOINT_FORMAT = 1
+_STATE_KEYS = ("tau", "xi", "beta", "L", "Gamma", "merit_avg", "since_change", "iteration", "warned_relaxed",
+               "epochs_done")
+
+
+def _restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_rows: int) -> dict:
+    """Check a :meth:`StochasticSQP.state_dict` checkpoint against this problem, load its
+    Hessian accumulator into ``v`` and its generator state into ``gen``; return the state."""
+    if not isinstance(resume, dict) or resume.get("format") != _CHECKPOINT_FORMAT:
+        found = resume.get("format") if isinstance(resume, dict) else type(resume).__name__
+        raise ValueError(f"resume: expected a StochasticSQP.state_dict() checkpoint (format {_CHECKPOINT_FORMAT}), "
+                         f"got {found!r}")
+    state = resume.get("state")
+    missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(f"resume: the checkpoint's state lacks {missing}")
+    hv = resume.get("hessian_v")
+    if not isinstance(hv, torch.Tensor) or hv.numel() != v.numel():
+        size = hv.numel() if isinstance(hv, torch.Tensor) else type(hv).__name__
+        raise ValueError(f"resume: the checkpoint's Hessian accumulator has {size} entries but the model has "
+                         f"{v.numel()} trainable parameters")
+    if resume.get("n_rows") != n_rows:
+        raise ValueError(f"resume: the checkpoint was taken with {resume.get('n_rows')!r} constraint rows, "
+                         f"these constraints have {n_rows}")
+    v.copy_(hv.reshape(-1).to(v.dtype))
+    gen.set_state(resume["generator"].clone())
+    return dict(state)
 
 
 def _as_constraint_set(constraints: Any) -> ConstraintSet:

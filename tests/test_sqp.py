@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import types
-import warnings
-
 import numpy as np
 import pytest
 import torch

@@ -1,0 +1,252 @@
+"""scikit-learn style adapters for torch models (learners for :class:`solvers.MovingTargets`).
+
+Moving Targets ([MT], DESIGN.md sec 8) refits its learner on new targets at every
+iteration through ``fit(X, y)`` and reads ``predict(X)``. scikit-learn estimators have that
+interface already; :class:`TorchLearner` gives it to a torch module: it builds the module
+from a factory, trains it with Adam on mini-batches (the [GeDI] App. B.2 protocol: Adam with
+default hyper-parameters, batch size 128, 200 epochs) and predicts.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from fairopt._validation import check_choice, nonnegative_float, positive_float, positive_int, to_numpy
+from fairopt.models import _check_flag
+
+__all__ = ["TorchLearner", "LEARNER_TASKS"]
+
+#: Accepted values of ``TorchLearner(task=...)``.
+LEARNER_TASKS: tuple[str, ...] = ("classification", "regression")
+
+
+class TorchLearner:
+    """A torch module trained and queried like a scikit-learn estimator.
+
+    ``fit(X, y)`` builds a fresh module ``module_factory(p)`` (unless ``warm_start``) under
+    ``torch.manual_seed(seed)`` and trains it for ``epochs`` passes of shuffled mini-batches
+    with Adam, minimising
+
+    * classification: binary cross-entropy on the logit output,
+      ``mean(log(1 + e^out) - y out)`` (targets 0/1);
+    * regression: mean squared error ``mean((out - y_s)^2)`` on the standardised target
+      ``y_s = (y - mean y) / sd y`` when ``scale_target`` (predictions are mapped back), else
+      on ``y`` itself.
+
+    Training runs inside :func:`torch.random.fork_rng` seeded with ``seed`` (initialisation,
+    shuffling, dropout), so the same data and seed give the same model bit for bit on CPU,
+    and the global RNG is left untouched.
+
+    Parameters
+    ----------
+    module_factory : callable
+        ``module_factory(n_features) -> torch.nn.Module`` mapping ``(n, p)`` float32 inputs
+        to one output per row (shape ``(n,)`` or ``(n, 1)``): a logit for classification,
+        the prediction for regression (e.g. ``lambda p: fairopt.models.mlp(p, (32, 32, 32),
+        activation="relu")``).
+    task : {"classification", "regression"}, default "classification"
+    epochs : int, default 200
+    batch_size : int, default 128
+        Rows per Adam step (the last batch of an epoch may be smaller).
+    lr : float, default 1e-3
+        Adam learning rate (the torch default).
+    weight_decay : float, default 0.0
+    scale_target : bool, default True
+        Regression only: train on the standardised target (see above).
+    warm_start : bool, default False
+        Continue from the current weights on the next ``fit`` (same number of features)
+        instead of building a new module.
+    seed : int, default 0
+    device : str or torch.device, default "cpu"
+
+    Attributes
+    ----------
+    module_ : torch.nn.Module
+        The trained module (after :meth:`fit`).
+    n_features_in_ : int
+    classes_ : numpy.ndarray
+        ``[0, 1]`` for classification.
+    loss_curve_ : list of float
+        Mean training loss of every epoch of the last :meth:`fit`.
+    """
+
+    def __init__(
+        self,
+        module_factory: Callable[[int], nn.Module],
+        *,
+        task: str = "classification",
+        epochs: int = 200,
+        batch_size: int = 128,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        scale_target: bool = True,
+        warm_start: bool = False,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if not callable(module_factory):
+            raise ValueError(f"module_factory: expected a callable n_features -> nn.Module, got {module_factory!r}")
+        check_choice(task, LEARNER_TASKS, "task")
+        scale_target = _check_flag(scale_target, "scale_target")
+        warm_start = _check_flag(warm_start, "warm_start")
+        if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
+            raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+        self.module_factory = module_factory
+        self.task = task
+        self.epochs = positive_int(epochs, "epochs")
+        self.batch_size = positive_int(batch_size, "batch_size")
+        self.lr = positive_float(lr, "lr")
+        self.weight_decay = nonnegative_float(weight_decay, "weight_decay")
+        self.scale_target = scale_target
+        self.warm_start = warm_start
+        self.seed = int(seed)
+        self.device = torch.device(device)
+
+    # ------------------------------------------------------------------ sklearn-like API
+    def get_params(self, deep: bool = True) -> dict:
+        """Constructor arguments (scikit-learn convention)."""
+        return {
+            "module_factory": self.module_factory, "task": self.task, "epochs": self.epochs,
+            "batch_size": self.batch_size, "lr": self.lr, "weight_decay": self.weight_decay,
+            "scale_target": self.scale_target, "warm_start": self.warm_start, "seed": self.seed,
+            "device": self.device,
+        }
+
+    def set_params(self, **params: Any) -> "TorchLearner":
+        """Change constructor arguments (validated as in the constructor)."""
+        unknown = sorted(set(params) - set(self.get_params()))
+        if unknown:
+            raise ValueError(f"params: unknown parameter(s) {unknown}; known: {sorted(self.get_params())}")
+        merged = {**self.get_params(), **params}
+        factory = merged.pop("module_factory")
+        self.__init__(factory, **merged)
+        return self
+
+    def fit(self, X: Any, y: Any) -> "TorchLearner":
+        """Train on ``X`` (n, p) and targets ``y`` (n,); returns ``self``.
+
+        Raises
+        ------
+        ValueError
+            Shapes that do not match, NaN/inf values, non-0/1 targets for classification, a
+            module whose output is not one value per row.
+        """
+        X_t, y_t = self._inputs(X), self._targets(y)
+        if y_t.shape[0] != X_t.shape[0]:
+            raise ValueError(f"y: {y_t.shape[0]} targets for {X_t.shape[0]} rows of X")
+        self._set_target_scale(y_t)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            module = self._module(X_t.shape[1])
+            generator = torch.Generator().manual_seed(self.seed)
+            self.loss_curve_ = self._train(module, X_t, self._scaled(y_t), generator)
+        return self
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Raw module outputs (n,): logits (classification) or predictions (regression,
+        in the units of ``y``)."""
+        self._check_fitted()
+        X_t = self._inputs(X)
+        if X_t.shape[1] != self.n_features_in_:
+            raise ValueError(f"X: expected {self.n_features_in_} features, got {X_t.shape[1]}")
+        self.module_.eval()
+        with torch.no_grad():
+            out = self._forward(self.module_, X_t).double().cpu().numpy()
+        if self.task == "regression" and self.scale_target:
+            out = out * self.target_scale_ + self.target_shift_
+        return out
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Hard labels ``1{logit > 0}`` (int64) for classification, predictions for regression."""
+        out = self.decision_function(X)
+        return (out > 0).astype(np.int64) if self.task == "classification" else out
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """``[P(y=0), P(y=1)]`` per row, shape (n, 2), ``P(y=1) = sigmoid(logit)``."""
+        if self.task != "classification":
+            raise ValueError("predict_proba: only defined for task='classification'")
+        p1 = 1.0 / (1.0 + np.exp(-self.decision_function(X)))
+        return np.column_stack([1.0 - p1, p1])
+
+    # ------------------------------------------------------------------ pieces
+    def _inputs(self, X: Any) -> torch.Tensor:
+        array = np.asarray(to_numpy(X), dtype=np.float32)
+        if array.ndim != 2 or array.shape[0] == 0:
+            raise ValueError(f"X: expected a non-empty 2-D array (n, p), got shape {array.shape}")
+        if not np.isfinite(array).all():
+            raise ValueError("X: contains NaN or infinite values")
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+    def _targets(self, y: Any) -> torch.Tensor:
+        array = np.asarray(to_numpy(y), dtype=np.float64).reshape(-1)
+        if not np.isfinite(array).all():
+            raise ValueError("y: contains NaN or infinite values")
+        if self.task == "classification" and ((array != 0) & (array != 1)).any():
+            raise ValueError(f"y: classification needs 0/1 targets, got {array[(array != 0) & (array != 1)][0]!r}")
+        return torch.from_numpy(array).to(device=self.device, dtype=torch.float32)
+
+    def _set_target_scale(self, y: torch.Tensor) -> None:
+        if self.task == "classification":
+            self.classes_ = np.array([0, 1])
+        if self.task == "regression" and self.scale_target:
+            y64 = y.double()
+            sd = float(y64.std(unbiased=False))
+            self.target_shift_, self.target_scale_ = float(y64.mean()), (sd if sd > 0 else 1.0)
+
+    def _scaled(self, y: torch.Tensor) -> torch.Tensor:
+        if self.task == "regression" and self.scale_target:
+            return (y - self.target_shift_) / self.target_scale_
+        return y
+
+    def _module(self, n_features: int) -> nn.Module:
+        """The module to train: the current one (warm start, same width) or a new one."""
+        current = getattr(self, "module_", None)
+        if self.warm_start and current is not None and self.n_features_in_ == n_features:
+            return current
+        module = self.module_factory(n_features)
+        if not isinstance(module, nn.Module):
+            raise ValueError(f"module_factory: returned {type(module).__name__}, expected a torch.nn.Module")
+        self.module_ = module.to(self.device)
+        self.n_features_in_ = n_features
+        return self.module_
+
+    def _forward(self, module: nn.Module, X: torch.Tensor) -> torch.Tensor:
+        out = module(X)
+        if out.dim() == 2 and out.shape[1] == 1:
+            out = out[:, 0]
+        if out.shape != (X.shape[0],):
+            raise ValueError(f"module_factory: the module returned shape {tuple(out.shape)} for {X.shape[0]} rows; "
+                             "expected one output per row")
+        return out
+
+    def _train(self, module: nn.Module, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> list[float]:
+        """Adam on shuffled mini-batches; the mean loss of each epoch."""
+        loss_fn = nn.BCEWithLogitsLoss() if self.task == "classification" else nn.MSELoss()
+        optimizer = torch.optim.Adam(module.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        module.train()
+        n, curve = X.shape[0], []
+        for _ in range(self.epochs):
+            order = torch.randperm(n, generator=generator).to(self.device)
+            total = 0.0
+            for start in range(0, n, self.batch_size):
+                idx = order[start:start + self.batch_size]
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(self._forward(module, X[idx]), y[idx])
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * idx.numel()
+            curve.append(total / n)
+        return curve
+
+    def _check_fitted(self) -> None:
+        if getattr(self, "module_", None) is None:
+            raise RuntimeError("TorchLearner: call fit(X, y) before predicting")
+
+    def __repr__(self) -> str:
+        return (f"TorchLearner(task={self.task!r}, epochs={self.epochs}, batch_size={self.batch_size}, "
+                f"lr={self.lr:g}, seed={self.seed})")

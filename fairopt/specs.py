@@ -1,0 +1,204 @@
+"""Constraint specifications: short user-facing forms <-> constraint objects.
+
+The estimators (:class:`fairopt.FairClassifier`, :class:`fairopt.FairRegressor`) and the
+persistence functions (:func:`fairopt.save`, :func:`fairopt.load`) accept a constraint in
+any of these forms:
+
+=============================================  =================================================
+form                                           meaning
+=============================================  =================================================
+``("disparate_impact", "sex", 0.8)``           kind, sensitive name(s), bound: the third element
+                                               is the constructor's bound argument (``delta``
+                                               for the ratio constraints, ``bound`` otherwise)
+``("gedi", "age", 0.2, {"relative": True})``   the same with further constructor arguments
+``"disparate_impact:sex:0.8"``                 the text form of the CLI and the TOML configs
+``{"kind": "dcov", "sensitive": [...], ...}``  a table of constructor arguments
+a constraint object                            used as it is (the estimators copy it first)
+=============================================  =================================================
+
+Kinds and their bound arguments (the registry of :mod:`fairopt.experiments.specs`):
+``disparate_impact`` / ``di`` and ``equal_impact`` / ``ei`` (``delta``, a ratio in
+``(0, 1]``), ``demographic_parity`` / ``dp``, ``covariance``, ``gedi``, ``dcov``,
+``jdcov``, ``ccdcov`` (``bound``). A sensitive element may be one name or a list of names
+(intersections, or several attributes with ``{"groups": "marginal"}``).
+
+:func:`constraint_to_spec` goes the other way: a table made of Python scalars, strings and
+lists only (safe for ``torch.load(..., weights_only=True)`` and JSON) from which
+:func:`constraint_from_spec` rebuilds an equal constraint.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from fairopt.constraints import Covariance, DemographicParity, DisparateImpact, DistanceCovariance, EqualImpact, GeDI
+from fairopt.surrogates import Surrogate, get_surrogate
+
+__all__ = ["constraint_from_spec", "constraint_to_spec", "resolve_constraints", "spec_list", "is_constraint_object"]
+
+_SURROGATE_KEY = "surrogate"
+
+
+def is_constraint_object(obj: Any) -> bool:
+    """Whether ``obj`` is a constraint object (callable with ``exact``; the
+    :class:`solvers.problem.Constraint` protocol) rather than a specification."""
+    return callable(obj) and callable(getattr(obj, "exact", None))
+
+
+def _is_single_spec(obj: Any) -> bool:
+    """A single specification, as opposed to a list of them."""
+    if is_constraint_object(obj) or isinstance(obj, (str, Mapping)):
+        return True
+    return isinstance(obj, tuple) and bool(obj) and isinstance(obj[0], str)
+
+
+def spec_list(constraints: Any) -> list:
+    """The ``constraints`` argument as a list of single specs: ``None`` -> ``[]``, one spec
+    -> ``[spec]`` (a tuple whose first element is a string is one spec), a list -> itself.
+
+    Raises
+    ------
+    ValueError
+        For anything that is neither a spec nor a list/tuple of specs.
+    """
+    if constraints is None:
+        return []
+    if _is_single_spec(constraints):
+        return [constraints]
+    if not isinstance(constraints, (list, tuple)):
+        raise ValueError(f"constraints: expected a spec or a list of specs, got {type(constraints).__name__}")
+    return list(constraints)
+
+
+def resolve_constraints(constraints: Any) -> list:
+    """Constraint objects, freshly built or deep-copied, from one spec or a list of specs.
+
+    Parameters
+    ----------
+    constraints : None, a spec, or a list/tuple of specs
+        See the module docstring. ``None`` and an empty list give ``[]``. A tuple whose
+        first element is a string is ONE spec; any other list or tuple is a list of specs.
+
+    Returns
+    -------
+    list
+        New constraint objects (not set up): the caller's objects are never modified.
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind, a malformed spec, or invalid constructor arguments (the
+        constructors' own errors, which name the argument).
+    """
+    return [constraint_from_spec(spec) for spec in spec_list(constraints)]
+
+
+def constraint_from_spec(spec: Any) -> Any:
+    """One constraint object from a spec (module docstring); objects are deep-copied."""
+    if is_constraint_object(spec):
+        return copy.deepcopy(spec)
+    from fairopt.experiments.specs import build_constraint  # the registry of constraint kinds
+
+    if isinstance(spec, str):
+        return build_constraint(spec)
+    if isinstance(spec, Mapping):
+        return build_constraint(_with_surrogate_object(dict(spec)))
+    if isinstance(spec, (tuple, list)):
+        return _from_tuple(spec)
+    raise ValueError(
+        "constraints: expected a constraint object, a (kind, sensitive, bound[, options]) tuple, "
+        f"a 'kind:sensitive:bound' string or a table, got {spec!r}"
+    )
+
+
+def _from_tuple(spec: tuple | list) -> Any:
+    """``(kind, sensitive, bound[, options])``: the bound goes to the kind's bound argument."""
+    from fairopt.experiments.specs import constraint_builder
+
+    if len(spec) not in (3, 4) or not isinstance(spec[0], str):
+        raise ValueError(f"constraints: expected (kind, sensitive, bound[, options]), got {spec!r}")
+    options = spec[3] if len(spec) == 4 else {}
+    if not isinstance(options, Mapping):
+        raise ValueError(f"constraints: the 4th element of {spec!r} must be a dict of options")
+    sensitive = list(spec[1]) if isinstance(spec[1], (list, tuple)) else spec[1]
+    table = _with_surrogate_object({**options, "kind": spec[0], "sensitive": sensitive})
+    build, bound_name, _ = constraint_builder(table)
+    clash = {"kind", "sensitive", bound_name} & set(options)
+    if clash:
+        raise ValueError(f"constraints: options {sorted(clash)} of {spec!r} repeat the tuple's own elements")
+    return build(spec[2])
+
+
+def _with_surrogate_object(table: dict) -> dict:
+    """Replace a surrogate table ``{"name": ..., <params>}`` by the surrogate object."""
+    surrogate = table.get(_SURROGATE_KEY)
+    if isinstance(surrogate, Mapping):
+        params = dict(surrogate)
+        name = params.pop("name", None)
+        table[_SURROGATE_KEY] = get_surrogate(name, **params)
+    return table
+
+
+def _kind(constraint: Any) -> str:
+    """The registry kind of a fairopt constraint object (exact class match)."""
+    kinds = {DisparateImpact: "disparate_impact", EqualImpact: "equal_impact",
+             DemographicParity: "demographic_parity", Covariance: "covariance", GeDI: "gedi"}
+    if type(constraint) is DistanceCovariance:
+        return constraint.kind
+    if type(constraint) not in kinds:
+        raise ValueError(
+            f"constraints: {type(constraint).__name__} is not a fairopt constraint class with a registered "
+            f"kind ({sorted(kinds.values()) + ['dcov', 'jdcov', 'ccdcov']}); it cannot be written as a spec"
+        )
+    return kinds[type(constraint)]
+
+
+def constraint_to_spec(constraint: Any, resolved: bool = False) -> dict:
+    """A table ``{"kind": ..., <constructor arguments>}`` that rebuilds ``constraint``.
+
+    Values are Python scalars, strings, lists and dicts only (a surrogate becomes
+    ``{"name": ..., <its parameters>}``).
+
+    Parameters
+    ----------
+    constraint : a fairopt constraint object (DisparateImpact, EqualImpact,
+        DemographicParity, Covariance, GeDI, DistanceCovariance).
+    resolved : bool, default False
+        For a GeDI constraint with ``relative=True`` that has been set up: write the
+        absolute bound it resolved on its training data (``bound=absolute_bound``,
+        ``relative=False``), so the rebuilt constraint enforces the same number without
+        the training data.
+
+    Raises
+    ------
+    ValueError
+        For an object that is not one of the classes above.
+    """
+    table: dict[str, Any] = {"kind": _kind(constraint)}
+    for key, value in constraint.get_params().items():
+        table[key] = _plain(value, key)
+    if resolved and table["kind"] == "gedi" and table.get("relative"):
+        absolute = getattr(constraint, "absolute_bound", None)
+        if absolute is None:
+            raise ValueError(f"constraints: {constraint!r} has a relative bound and is not set up; "
+                             "call setup(data) first or save it with resolved=False")
+        table.update(bound=float(absolute), relative=False)
+    return table
+
+
+def _plain(value: Any, key: str) -> Any:
+    """``value`` as Python scalars/strings/lists/dicts (surrogate objects become tables)."""
+    if isinstance(value, Surrogate):
+        return {"name": value.name, **value._params()}  # the surrogate's declared parameters
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else float(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, key) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalar
+        return value.item()
+    raise ValueError(f"constraints: argument {key!r} = {value!r} cannot be written as a plain value")

@@ -1,0 +1,402 @@
+"""Moving Targets: constrained learning by alternating projection and fitting (DESIGN.md sec 8).
+
+The algorithm of [MT] (Detassis, Lombardi, Milano, AAAI 2021) in the form used by the GeDI
+experiments ([GeDI] App. B.3, eq 56-57)::
+
+    pretrain: learner.fit(X, y);  p_0 = learner.predict(X)
+    for t = 1..T:
+        alpha_t = 1 / t                                               (harmonic schedule)
+        z_t = argmin_{z in C}  L(z, p_{t-1}) + alpha_t L(z, y)        (master, eq 56)
+        learner.fit(X, z_t);   p_t = learner.predict(X)               (learner, eq 57)
+
+``C`` is the set of target vectors that satisfy every constraint's linear target encoding
+(:meth:`Constraint.target_encoding`). Classification: ``z`` binary, ``p`` the learner's hard
+labels and ``L`` the Hamming distance (fraction of disagreeing rows), so the master is a
+mixed-integer LINEAR program; the rows ``1 <= sum z <= n - 1`` are added so that the learner
+always sees both classes. Regression: ``z`` real, ``L`` the mean squared error, a convex QP.
+Masters are solved by :func:`solvers.projection.project_targets` (HiGHS / OSQP / Gurobi).
+
+The learner is any object with ``fit(X, y)`` and ``predict(X)`` (or ``predict_proba`` for a
+classifier): scikit-learn estimators as they are, torch models through
+``fairopt.learners.TorchLearner``. It is trained in place.
+
+Constraint values are reported with :meth:`Constraint.exact` on the targets and on the
+predictions. For classification the hard labels ``l`` are passed as the outputs ``2 l - 1``
+(+-1), so a constraint that thresholds outputs at any value in ``(-1, 1)`` (0 for logits,
+the default) reads the labels themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from numbers import Integral
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from solvers.history import FitResult, History
+from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations
+from solvers.projection import (BACKENDS, ProjectionResult, _as_array, _check_choice, _check_positive, _check_seed,
+                                project_targets)
+from solvers.sqp import _as_constraint_set
+
+__all__ = ["MovingTargets", "MT_TASKS"]
+
+logger = logging.getLogger(__name__)
+
+#: Accepted values of ``task``.
+MT_TASKS: tuple[str, ...] = ("classification", "regression")
+# data.task (the shared data contract) -> Moving Targets task
+_DATA_TASKS = {"binary": "classification", "regression": "regression"}
+CLASS_BALANCE = "class_balance"
+# history keys that come from the master (NaN, or None for the text ones, at iteration 0)
+_MASTER_FIELDS = ("alpha", "master_objective", "master_loss_predictions", "master_loss_targets", "master_status",
+                  "master_solver_status", "master_gap", "master_backend", "master_seconds", "master_max_violation")
+_MASTER_TEXT_FIELDS = ("master_status", "master_solver_status", "master_backend")
+
+
+class MovingTargets:
+    """Moving Targets engine ([MT]; [GeDI] App. B.3 eq 56-57; DESIGN.md sec 8).
+
+    Parameters
+    ----------
+    iterations : int, default 10
+        Number ``T >= 1`` of master/learner iterations after pretraining.
+    backend : {"auto", "highs", "osqp", "gurobi"}, default "auto"
+        Projection backend (:func:`solvers.projection.project_targets`): "auto" uses Gurobi
+        when it is importable and licensed for the problem size, else HiGHS (classification)
+        or OSQP (regression).
+    time_limit : float, default 60.0
+        Seconds allowed to each master solve (the GeDI experiments used Gurobi with
+        ``WorkLimit = 60``). A master stopped by the limit returns its best feasible targets
+        (``master_status = "time_limit"`` in the history).
+    seed : int, default 0
+        Seed of the master solver and of the learner: a learner exposing scikit-learn's
+        ``get_params``/``set_params`` with ``random_state=None`` gets ``random_state=seed``.
+    verbose : int, default 0
+        0 silent; 1 progress bar and one INFO log line per iteration.
+    mip_gap : float, default 1e-4
+        Relative gap at which a classification master is optimal (0 proves optimality).
+    feasibility_tol : float, default 1e-9
+        Total violation below which the final predictions count as feasible (``converged``).
+    callbacks : sequence of callables
+        ``cb(engine, record) -> bool | None`` after every iteration; True stops training.
+
+    Attributes
+    ----------
+    targets_ : numpy.ndarray
+        The last master's targets ``z_T`` (after :meth:`fit`).
+
+    History
+    -------
+    One record per iteration ``t`` (0 = pretraining, where master fields are NaN/None):
+
+    * ``iteration``, ``alpha`` (``1/t``);
+    * ``master_objective`` (``= master_loss_predictions + alpha * master_loss_targets``),
+      ``master_loss_predictions`` ``L(z_t, p_{t-1})``, ``master_loss_targets`` ``L(z_t, y)``,
+      ``master_status`` (``"optimal"``, ``"time_limit"``, ``"suboptimal"``),
+      ``master_solver_status`` (the backend's text), ``master_gap``, ``master_backend``,
+      ``master_seconds``, ``master_max_violation`` (largest encoding-row violation);
+    * ``targets_change``: mean ``|z_t - z_{t-1}|`` with ``z_0 = y``;
+    * ``c_targets`` / ``V_targets``: exact constraint rows and total violation on ``z_t``
+      (on ``y`` at ``t = 0``); ``c_predictions`` / ``V_predictions``: the same on the
+      learner's training predictions ``p_t``;
+    * ``score``: training accuracy (classification) or ``R^2`` (regression) of ``p_t``
+      against ``y``; ``learner_seconds`` (fit and predict); ``seconds`` since the start.
+    """
+
+    def __init__(
+        self,
+        iterations: int = 10,
+        backend: str = "auto",
+        time_limit: float = 60.0,
+        seed: int = 0,
+        verbose: int = 0,
+        *,
+        mip_gap: float = 1e-4,
+        feasibility_tol: float = 1e-9,
+        callbacks: Sequence[Callable] = (),
+    ) -> None:
+        self.iterations = iterations
+        self.backend = backend
+        self.time_limit = time_limit
+        self.seed = seed
+        self.verbose = verbose
+        self.mip_gap = mip_gap
+        self.feasibility_tol = feasibility_tol
+        self.callbacks = tuple(callbacks)
+        self._validate_options()
+
+    def _validate_options(self) -> None:
+        if isinstance(self.iterations, bool) or not isinstance(self.iterations, Integral) or self.iterations < 1:
+            raise ValueError(f"iterations: expected a positive integer, got {self.iterations!r}")
+        _check_choice(self.backend, "backend", BACKENDS)
+        _check_positive(self.time_limit, "time_limit")
+        _check_positive(self.mip_gap, "mip_gap", allow_zero=True)
+        _check_positive(self.feasibility_tol, "feasibility_tol", allow_zero=True)
+        _check_seed(self.seed)
+        if isinstance(self.verbose, bool) or not isinstance(self.verbose, Integral) or self.verbose < 0:
+            raise ValueError(f"verbose: expected a non-negative integer, got {self.verbose!r}")
+        if not all(callable(cb) for cb in self.callbacks):
+            raise ValueError(f"callbacks: expected callables, got {self.callbacks!r}")
+
+    # ------------------------------------------------------------------ public API
+    def fit(
+        self,
+        learner: Any,
+        data: Any,
+        *,
+        constraints: Constraint | Iterable[Constraint],
+        task: str | None = None,
+    ) -> FitResult:
+        """Train ``learner`` in place on ``data`` with Moving Targets.
+
+        Parameters
+        ----------
+        learner : object
+            Has ``fit(X, y)`` and ``predict(X)`` (a classifier may offer ``predict_proba``
+            instead of ``predict``: labels are then ``P(y = 1) > 0.5``). ``X`` is passed as a
+            float32 numpy array; classification targets as int64 0/1, regression targets
+            as float64.
+        data : Batch
+            Training rows with ``X`` (n, p), ``y`` (n,) and whatever the constraints read
+            (e.g. a :class:`fairopt.FairData`).
+        constraints : Constraint or iterable of Constraint
+            Each must provide a linear :meth:`target_encoding`; one that does not raises
+            ValueError naming it. An empty list runs the iterations without fairness
+            constraints (classification keeps the class-balance rows).
+        task : {"classification", "regression"}, optional
+            Default: from ``data.task`` ("binary" -> classification, "regression" ->
+            regression).
+
+        Returns
+        -------
+        FitResult
+            ``model`` is ``learner``; ``history`` has one record per iteration (0 =
+            pretraining; keys in the class docstring); ``status`` is ``"max_iterations"`` or
+            ``"stopped_by_callback"``; ``converged`` tells whether the final training
+            predictions satisfy every constraint (total exact violation <=
+            ``feasibility_tol``); ``info`` holds the final ``targets``, ``violation``,
+            ``row_names`` and the total ``master_seconds``/``learner_seconds``.
+
+        Raises
+        ------
+        ValueError
+            A learner without ``fit``/``predict``, bad data, an unknown or mismatched task,
+            a non-0/1 target for classification, a constraint without target encoding.
+        solvers.projection.ProjectionInfeasibleError
+            A master has no feasible targets (the message names the constraints).
+        RuntimeError
+            A master solver failed (with its status).
+        """
+        _check_learner(learner)
+        task = _resolve_task(task, data)
+        classification = task == "classification"
+        X, y = _training_arrays(data, classification)
+        cons = _as_constraint_set(constraints)
+        cons.setup(data)
+        encodings = cons.target_encoding(data)
+        if classification:
+            encodings.append(_class_balance_encoding(len(y)))
+        _seed_learner(learner, int(self.seed))
+
+        history = History(row_names=cons.row_names)
+        use_bar = self.verbose > 0 or sys.stderr.isatty()
+        steps: Iterable[int] = range(1, int(self.iterations) + 1)
+        if use_bar:
+            from tqdm.auto import tqdm
+
+            steps = tqdm(steps, desc="Moving Targets", unit="it", leave=False)
+        start = time.perf_counter()
+        predictions, learner_seconds = _fit_predict(learner, X, y, classification)
+        record = _iteration_record(0, None, None, y, predictions, learner_seconds, cons, data, classification,
+                                   start)
+        history.append(record)
+
+        targets, status = y, "max_iterations"
+        for t in steps:
+            alpha = 1.0 / t
+            master = project_targets(
+                [predictions, y], weights=[1.0, alpha], encodings=encodings,
+                loss="hamming" if classification else "squared", binary=classification,
+                backend=self.backend, time_limit=float(self.time_limit), mip_gap=float(self.mip_gap),
+                seed=int(self.seed),
+            )
+            previous, targets = targets, master.z
+            predictions, learner_seconds = _fit_predict(learner, X, targets, classification)
+            record = _iteration_record(t, master, previous, y, predictions, learner_seconds, cons, data,
+                                       classification, start)
+            history.append(record)
+            if use_bar:
+                steps.set_postfix(score=f"{record['score']:.4f}", V=f"{record['V_predictions']:.2e}")
+            if self.verbose:
+                logger.info("MT iteration %d: master %s (%s, %.2f s) objective %.5g, V(z)=%.2e; learner score "
+                            "%.4f, V(p)=%.2e", t, master.status, master.backend, master.seconds,
+                            master.objective, record["V_targets"], record["score"], record["V_predictions"])
+            if any(cb(self, record) for cb in self.callbacks):
+                status = "stopped_by_callback"
+                break
+
+        self.targets_ = targets
+        final = history[-1]
+        return FitResult(
+            model=learner, history=history, status=status,
+            converged=bool(final["V_predictions"] <= self.feasibility_tol),
+            info={
+                "targets": targets, "violation": final["V_predictions"], "row_names": cons.row_names,
+                "task": task, "master_seconds": float(np.nansum(history.column("master_seconds"))),
+                "learner_seconds": float(np.nansum(history.column("learner_seconds"))),
+            },
+        )
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+def _iteration_record(t: int, master: ProjectionResult | None, previous: np.ndarray | None, y: np.ndarray,
+                      predictions: np.ndarray, learner_seconds: float, cons: ConstraintSet, data: Any,
+                      classification: bool, start: float) -> dict:
+    """The history record of iteration ``t`` (keys in the :class:`MovingTargets` docstring)."""
+    targets = y if master is None else master.z
+    c_targets, v_targets = _constraint_values(cons, data, targets, classification)
+    c_pred, v_pred = _constraint_values(cons, data, predictions, classification)
+    nan = float("nan")
+    if master is None:
+        master_fields = {key: (None if key in _MASTER_TEXT_FIELDS else nan) for key in _MASTER_FIELDS}
+    else:
+        master_fields = {
+            "alpha": 1.0 / t,
+            "master_objective": master.objective,
+            "master_loss_predictions": master.terms[0],
+            "master_loss_targets": master.terms[1],
+            "master_status": master.status,
+            "master_solver_status": master.solver_status,
+            "master_gap": master.gap,
+            "master_backend": master.backend,
+            "master_seconds": master.seconds,
+            "master_max_violation": master.max_violation,
+        }
+    return {
+        "iteration": t,
+        **master_fields,
+        "targets_change": nan if previous is None else float(np.mean(np.abs(targets - previous))),
+        "c_targets": c_targets,
+        "V_targets": v_targets,
+        "c_predictions": c_pred,
+        "V_predictions": v_pred,
+        "score": _score(predictions, y, classification),
+        "learner_seconds": learner_seconds,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _check_learner(learner: Any) -> None:
+    if not callable(getattr(learner, "fit", None)):
+        raise ValueError(f"learner: expected an object with fit(X, y), got {type(learner).__name__}")
+    if not (callable(getattr(learner, "predict", None)) or callable(getattr(learner, "predict_proba", None))):
+        raise ValueError(f"learner: {type(learner).__name__} has neither predict(X) nor predict_proba(X)")
+
+
+def _resolve_task(task: str | None, data: Any) -> str:
+    """``task`` validated against (or inferred from) ``data.task``."""
+    data_task = getattr(data, "task", None)
+    implied = _DATA_TASKS.get(data_task) if isinstance(data_task, str) else None
+    if task is None:
+        if implied is None:
+            raise ValueError(f"task: cannot infer it from data.task={data_task!r}; pass task='classification' "
+                             "or task='regression'")
+        return implied
+    _check_choice(task, "task", MT_TASKS)
+    if isinstance(data_task, str) and implied != task:
+        raise ValueError(f"task: {task!r} does not match data.task={data_task!r} (constraints read data.task)")
+    return task
+
+
+def _training_arrays(data: Any, classification: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(X float32 (n, p), y float64 (n,))`` checked: finite, matching lengths, 0/1 labels."""
+    for attr in ("X", "y"):
+        if not hasattr(data, attr):
+            raise ValueError(f"data: expected a dataset with X and y, missing {attr!r}")
+    X = _as_array(data.X, "data.X").astype(np.float32)
+    y = _as_array(data.y, "data.y").reshape(-1)
+    if X.ndim != 2 or X.shape[0] == 0:
+        raise ValueError(f"data.X: expected a non-empty 2-D array (n, p), got shape {X.shape}")
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(f"data.y: {y.shape[0]} values for {X.shape[0]} rows of data.X")
+    if not (np.isfinite(X).all() and np.isfinite(y).all()):
+        raise ValueError("data: X or y contains NaN or infinite values")
+    if classification:
+        bad = (y != 0) & (y != 1)
+        if bad.any():
+            raise ValueError(f"data.y: classification needs 0/1 targets, got {y[bad][0]!r}")
+        if y.size < 2:
+            raise ValueError(f"data: classification needs at least 2 rows, got {y.size}")
+    return X, y
+
+
+def _class_balance_encoding(n: int) -> LinearEncoding:
+    """``1 <= sum z <= n - 1``: both classes stay present in the targets (DESIGN.md sec 8)."""
+    return LinearEncoding(name=CLASS_BALANCE, A_z=np.ones((1, n)), lb=[1.0], ub=[n - 1.0],
+                          meta={"row_names": [f"{CLASS_BALANCE}:1<=sum(z)<=n-1"]})
+
+
+def _seed_learner(learner: Any, seed: int) -> None:
+    """Give a scikit-learn style learner with ``random_state=None`` the engine's seed."""
+    get_params = getattr(learner, "get_params", None)
+    set_params = getattr(learner, "set_params", None)
+    if not (callable(get_params) and callable(set_params)):
+        return
+    try:
+        params = get_params(deep=False)
+    except TypeError:
+        params = get_params()
+    if "random_state" in params and params["random_state"] is None:
+        set_params(random_state=seed)
+        logger.debug("learner %s: random_state set to %d", type(learner).__name__, seed)
+
+
+def _fit_predict(learner: Any, X: np.ndarray, targets: np.ndarray, classification: bool) -> tuple[np.ndarray, float]:
+    """Fit on ``targets`` and return the training predictions (labels for classification)."""
+    start = time.perf_counter()
+    learner.fit(X, targets.astype(np.int64) if classification else targets)
+    predictions = _predict(learner, X, classification)
+    return predictions, time.perf_counter() - start
+
+
+def _predict(learner: Any, X: np.ndarray, classification: bool) -> np.ndarray:
+    """The learner's predictions (n,) as float64; hard 0/1 labels for classification."""
+    name = type(learner).__name__
+    if callable(getattr(learner, "predict", None)):
+        values = _as_array(learner.predict(X), f"{name}.predict(X)").reshape(-1)
+    else:
+        proba = _as_array(learner.predict_proba(X), f"{name}.predict_proba(X)")
+        proba = proba[:, -1] if proba.ndim == 2 else proba.reshape(-1)
+        values = (proba > 0.5).astype(np.float64)
+    if values.shape[0] != X.shape[0] or not np.isfinite(values).all():
+        raise ValueError(f"learner: {name} returned {values.shape[0]} predictions (or non-finite ones) "
+                         f"for {X.shape[0]} rows")
+    if classification and ((values != 0) & (values != 1)).any():
+        raise ValueError(f"learner: {name}.predict must return 0/1 labels for classification, got "
+                         f"{values[(values != 0) & (values != 1)][0]!r}")
+    return values
+
+
+def _constraint_values(cons: ConstraintSet, data: Any, values: np.ndarray,
+                       classification: bool) -> tuple[list[float], float]:
+    """Exact constraint rows on targets/predictions and their total violation (module doc)."""
+    out = torch.as_tensor(2.0 * values - 1.0 if classification else values, dtype=torch.float64)
+    c = cons.exact(out, data).to(torch.float64)
+    violation = row_violations(c, cons.lower, cons.upper).sum()
+    return c.tolist(), float(violation)
+
+
+def _score(predictions: np.ndarray, y: np.ndarray, classification: bool) -> float:
+    """Accuracy (classification) or ``R^2 = 1 - SSE / SST`` (regression) against ``y``."""
+    if classification:
+        return float(np.mean(predictions == y))
+    sst = float(np.sum((y - y.mean()) ** 2))
+    sse = float(np.sum((y - predictions) ** 2))
+    return 1.0 - sse / sst if sst > 0 else float("nan")

@@ -1,0 +1,370 @@
+"""FairClassifier / FairRegressor: scikit-learn conformance, faithfulness to the engines,
+sensitive-feature routing, spec registry, diagnostics."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import sklearn
+import torch
+from sklearn.model_selection import KFold, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+from torch import nn
+
+import fairopt
+from fairopt.constraints import Covariance, DemographicParity, DisparateImpact, DistanceCovariance, EqualImpact, GeDI
+from fairopt.data import FairData
+from fairopt.estimators import FairClassifier, FairRegressor, sensitive_columns
+from fairopt.exceptions import FairnessWarning
+from fairopt.specs import constraint_from_spec, constraint_to_spec, resolve_constraints
+from solvers import StochasticSQP
+from solvers.lagrangian import LagrangianDual
+from solvers.penalty import Penalty
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Hundreds of tiny torch calls: with 2 intra-op threads on a loaded machine, OpenMP
+    spin-waits dominate (20 ms per call instead of 0.05 ms)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def adult():
+    """1,200 random rows of the embedded Adult: X (standardised), y, sex (0/1)."""
+    data = fairopt.datasets.load("adult")
+    idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(1))[:1200]
+    return data.X[idx].numpy().astype(np.float64), data.y[idx].numpy(), data.sensitive["sex"][idx].numpy()
+
+
+# the library evaluates the exact rows in the model's float32; the hand values are float64
+F32 = 1e-6
+
+
+def _disparate_impact_violation(pred_positive: np.ndarray, s: np.ndarray, delta: float) -> float:
+    """Exact DI rows by hand: max(delta P0 - P1, 0) + max(delta P1 - P0, 0)."""
+    p0, p1 = pred_positive[s == 0].mean(), pred_positive[s == 1].mean()
+    return max(delta * p0 - p1, 0.0) + max(delta * p1 - p0, 0.0)
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        return fn(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- scikit-learn API
+# The default estimators (no constraints) pass every check. No check is skipped or expected
+# to fail: sensitive_features=None with constraints=None is the documented unconstrained fit,
+# so the checks' fit(X, y) calls are meaningful. (check_array_api_input skips itself unless
+# SCIPY_ARRAY_API is set.) A constrained estimator needs sensitive_features in fit, which
+# the checks cannot pass; its API behaviour is tested below (pipelines, CV, clone).
+@parametrize_with_checks([FairClassifier(epochs=30), FairRegressor(epochs=30)])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+# ----------------------------------------------------------------------------- specs
+@pytest.mark.parametrize(
+    "spec, cls, attribute, value",
+    [
+        (("disparate_impact", "sex", 0.8), DisparateImpact, "delta", 0.8),
+        (("di", "sex", 0.7), DisparateImpact, "delta", 0.7),
+        (("equal_impact", "sex", 0.9), EqualImpact, "delta", 0.9),
+        (("demographic_parity", "sex", 0.05), DemographicParity, "bound", 0.05),
+        ("dp:sex:0.05", DemographicParity, "bound", 0.05),
+        (("covariance", "age", 0.1), Covariance, "bound", 0.1),
+        (("gedi", "age", 0.2, {"degree": 2}), GeDI, "bound", 0.2),
+        ({"kind": "jdcov", "sensitive": ["sex", "race"], "bound": 1e-3}, DistanceCovariance, "bound", 1e-3),
+    ],
+)
+def test_spec_registry_maps_kind_and_bound(spec, cls, attribute, value):
+    (constraint,) = resolve_constraints(spec)
+    assert type(constraint) is cls
+    assert getattr(constraint, attribute) == value
+    rebuilt = constraint_from_spec(constraint_to_spec(constraint))
+    assert repr(rebuilt) == repr(constraint)
+
+
+def test_spec_options_and_objects():
+    (gedi,) = resolve_constraints(("gedi", "age", 0.2, {"degree": 3, "relative": True}))
+    assert (gedi.degree, gedi.relative) == (3, True)
+    (jd,) = resolve_constraints(("jdcov", ["sex", "race"], 0.01))
+    assert jd.kind == "jdcov" and jd.sensitive == ("sex", "race")
+    original = DisparateImpact("sex", delta=0.8, surrogate="sigmoid")
+    copies = resolve_constraints([original, ("di", "sex", 0.8)])
+    assert copies[0] is not original and repr(copies[0]) == repr(original)
+    assert repr(constraint_from_spec(constraint_to_spec(original))) == repr(original)
+    with pytest.raises(ValueError, match="delta"):
+        resolve_constraints(("di", "sex", 1.5))
+    with pytest.raises(ValueError, match="kind"):
+        resolve_constraints(("unknown_kind", "sex", 0.8))
+    with pytest.raises(ValueError, match="repeat"):
+        resolve_constraints(("di", "sex", 0.8, {"delta": 0.5}))
+    with pytest.raises(ValueError, match="constraints"):
+        resolve_constraints(42)
+
+
+# ----------------------------------------------------------------------------- faithfulness
+@pytest.mark.parametrize("method", ["sqp", "penalty", "lagrangian"])
+def test_estimator_equals_direct_engine_run(adult, method):
+    """The estimator is the engine on FairData.from_arrays with a seeded fairopt model."""
+    X, y, s = adult
+    epochs, delta = 25, 0.8
+    lr = {"sqp": 0.5, "penalty": 0.05, "lagrangian": 0.05}[method]
+    clf = _quiet(FairClassifier(("disparate_impact", "sex", delta), method=method, epochs=epochs, lr=lr).fit,
+                 X, y, sensitive_features={"sex": s})
+
+    data = FairData.from_arrays(X, y, {"sex": s}, feature_names=[f"x{j}" for j in range(X.shape[1])])
+    model = fairopt.models.linear(data.n_features, seed=0)
+    constraint = DisparateImpact("sex", delta=delta)
+    engine = {"sqp": StochasticSQP, "penalty": Penalty, "lagrangian": LagrangianDual}[method](
+        epochs=epochs, lr=lr, seed=0)
+    if method == "penalty":
+        result = engine.fit(model, data, loss="bce", penalties=[constraint])
+    else:
+        result = engine.fit(model, data, loss="bce", constraints=[constraint])
+    with torch.no_grad():
+        expected = model(data.X).double().numpy()
+    np.testing.assert_array_equal(clf.decision_function(X), expected)
+    assert clf.n_iter_ == len(result.history) == epochs
+    assert clf.status_ == result.status and clf.converged_ == result.converged
+    hand = _disparate_impact_violation((expected > 0).astype(float), s, delta)
+    assert clf.train_violation_ == pytest.approx(hand, abs=F32)
+
+
+def test_disparate_impact_bound_met_where_unconstrained_misses(adult):
+    X, y, s = adult
+    options = dict(epochs=150, engine_params={"lr_kmin": 50})
+    free = FairClassifier(**options).fit(X, y)
+    fair = _quiet(FairClassifier(("disparate_impact", "sex", 0.8), **options).fit, X, y, sensitive_features={"sex": s})
+    rates = lambda pred: (pred[s == 0].mean(), pred[s == 1].mean())  # noqa: E731
+    p0, p1 = rates(free.predict(X))
+    assert min(p0, p1) / max(p0, p1) < 0.5  # the constraint is needed
+    p0, p1 = rates(fair.predict(X))
+    assert min(p0, p1) / max(p0, p1) >= 0.8 - 0.01  # met up to the surrogate's rounding
+    assert fair.score(X, y) > 0.75
+
+
+def test_regressor_covariance_bound(adult):
+    """Least squares with |mean((s - mean s) * prediction)| <= 0.02, checked by hand."""
+    rng = np.random.default_rng(0)
+    n = 400
+    s = rng.normal(size=n)
+    X = np.column_stack([s + 0.3 * rng.normal(size=n), rng.normal(size=n)])
+    y = 2.0 * X[:, 0] + X[:, 1] + 0.1 * rng.normal(size=n)
+    cov = lambda pred: float(np.mean((s - s.mean()) * pred))  # noqa: E731
+    free = FairRegressor(epochs=200).fit(X, y)
+    assert abs(cov(free.predict(X))) > 1.0
+    fair = _quiet(FairRegressor(("covariance", "s", 0.02), epochs=200).fit, X, y, sensitive_features={"s": s})
+    assert abs(cov(fair.predict(X))) <= 0.02 + 1e-4
+    assert fair.train_violations_["covariance[s]"] == pytest.approx(max(abs(cov(fair.predict(X))) - 0.02, 0),
+                                                                   abs=1e-6)
+    assert fair.score(X, y) > 0.0
+
+
+# ----------------------------------------------------------------------------- inputs
+def test_sensitive_feature_containers_are_equivalent(adult):
+    X, y, s = adult[0][:300], adult[1][:300], adult[2][:300]
+    spec = ("disparate_impact", "sex", 0.8)
+    ref = _quiet(FairClassifier(spec, epochs=5).fit, X, y, sensitive_features=pd.DataFrame({"sex": s}))
+    variants = [
+        (FairClassifier(spec, epochs=5), {"sex": s}),
+        (FairClassifier(spec, epochs=5), pd.Series(s, name="sex")),
+        (FairClassifier(spec, epochs=5, sensitive_names="sex"), s),
+        (FairClassifier(spec, epochs=5, sensitive_names=["sex", "noise"]), np.column_stack([s, np.arange(300.0)])),
+        (FairClassifier(spec, epochs=5, sensitive_names="sex"), torch.as_tensor(s)),
+    ]
+    for est, sens in variants:
+        _quiet(est.fit, X, y, sensitive_features=sens)
+        np.testing.assert_array_equal(est.decision_function(X), ref.decision_function(X))
+    assert variants[3][0].sensitive_kinds_ == {"sex": "binary", "noise": "continuous"}
+    assert list(sensitive_columns(s, 300)) == ["sensitive"]
+    assert list(sensitive_columns(np.column_stack([s, s]), 300)) == ["sensitive_0", "sensitive_1"]
+
+
+def test_input_errors_name_the_argument(adult):
+    X, y, s = adult[0][:100], adult[1][:100], adult[2][:100]
+    spec = ("disparate_impact", "sex", 0.8)
+    with pytest.raises(ValueError, match="sensitive_features: required"):
+        FairClassifier(spec).fit(X, y)
+    with pytest.raises(ValueError, match="sensitive_features: 'sex' has shape"):
+        FairClassifier(spec).fit(X, y, sensitive_features={"sex": s[:50]})
+    with pytest.raises(ValueError, match="'sex'"):  # the constraint names a feature that is absent
+        FairClassifier(spec).fit(X, y, sensitive_features={"gender": s})
+    with pytest.raises(ValueError, match="sensitive_names"):
+        FairClassifier(spec, sensitive_names=["a", "b"]).fit(X, y, sensitive_features=s)
+    bad = [({"method": "newton"}, "method"), ({"model": "cnn"}, "model"),
+           ({"engine_params": {"epochs": 3}}, "engine_params"), ({"violation_tol": -1.0}, "violation_tol"),
+           ({"seed": -1}, "seed"), ({"check_inactive": "yes"}, "check_inactive"),
+           ({"engine_params": {"step": "bogus"}}, "step"), ({"engine_params": {"bogus": 1}}, "engine_params"),
+           ({"method": "lagrangian"}, "constraints"),
+           ({"sensitive_kinds": {"age": "binary"}}, "sensitive_kinds")]
+    for params, word in bad:
+        est = FairClassifier(**params)  # the constructor only stores (scikit-learn convention)
+        with pytest.raises(ValueError, match=word):
+            est.fit(X, y, sensitive_features={"sex": s} if word == "sensitive_kinds" else None)
+
+
+def test_string_labels_probabilities_and_dataframe_inputs(adult):
+    X, y, s = adult[0][:400], adult[1][:400], adult[2][:400]
+    frame = pd.DataFrame(X[:, :5], columns=[f"f{j}" for j in range(4)] + ["sex"])
+    frame["sex"] = s  # the sensitive column may also be an input
+    labels = np.where(y > 0, ">50K", "<=50K")
+    clf = _quiet(FairClassifier(("di", "sex", 0.8), epochs=20).fit, frame, labels,
+                 sensitive_features=frame[["sex"]])
+    assert clf.classes_.tolist() == ["<=50K", ">50K"]
+    assert clf.feature_names_in_.tolist() == list(frame.columns)
+    out = clf.decision_function(frame)
+    proba = clf.predict_proba(frame)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(proba[:, 1], 0.5 * (1 + np.tanh(out / 2)), rtol=1e-12, atol=1e-300)
+    np.testing.assert_array_equal(clf.predict(frame), np.where(out > 0, ">50K", "<=50K"))
+    assert 0.0 <= clf.score(frame, labels) <= 1.0
+
+
+def test_custom_model_factory_is_seeded(adult):
+    X, y = adult[0][:200], adult[1][:200]
+
+    def factory(p):
+        return nn.Sequential(nn.Linear(p, 3), nn.Tanh(), nn.Linear(3, 1), nn.Flatten(0))
+
+    a = FairClassifier(model=factory, epochs=5, seed=3).fit(X, y)
+    b = FairClassifier(model=factory, epochs=5, seed=3).fit(X, y)
+    c = FairClassifier(model=factory, epochs=5, seed=4).fit(X, y)
+    np.testing.assert_array_equal(a.decision_function(X), b.decision_function(X))
+    assert not np.array_equal(a.decision_function(X), c.decision_function(X))
+
+
+# ----------------------------------------------------------------------------- pipelines and CV
+def test_cross_val_score_routes_sensitive_features(adult):
+    X, y, s = adult[0][:600], adult[1][:600], adult[2][:600]
+    S = pd.DataFrame({"sex": s})
+    cv = KFold(3, shuffle=True, random_state=0)
+    with sklearn.config_context(enable_metadata_routing=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        clf = FairClassifier(("disparate_impact", "sex", 0.8), epochs=20).set_fit_request(sensitive_features=True)
+        pipe = make_pipeline(StandardScaler(), clf)
+        scores = cross_val_score(pipe, X, y, params={"sensitive_features": S}, cv=cv, error_score="raise")
+        direct = cross_val_score(clf, X, y, params={"sensitive_features": S}, cv=cv, error_score="raise")
+    expected = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        for train, test in cv.split(X):
+            fold = make_pipeline(StandardScaler(), FairClassifier(("disparate_impact", "sex", 0.8), epochs=20))
+            fold.fit(X[train], y[train], fairclassifier__sensitive_features=S.iloc[train])  # no routing needed
+            expected.append(fold.score(X[test], y[test]))
+    np.testing.assert_array_equal(scores, expected)
+    assert len(direct) == 3 and np.all((direct > 0.5) & (direct <= 1.0))
+
+
+# ----------------------------------------------------------------------------- other methods
+def test_moving_targets_classifier(adult):
+    X, y, s = adult[0][:300], adult[1][:300], adult[2][:300]
+    clf = _quiet(FairClassifier(("disparate_impact", "sex", 0.8), method="moving_targets", epochs=3,
+                                engine_params={"iterations": 2}).fit, X, y, sensitive_features={"sex": s})
+    assert clf.n_iter_ == 2 and len(clf.history_) == 3
+    assert clf.history_[-1]["V_targets"] == 0.0  # the master's targets meet the bound exactly
+    assert "targets" not in clf.engine_info_  # training-size arrays are not kept
+    hand = _disparate_impact_violation((clf.decision_function(X) > 0).astype(float), s, 0.8)
+    assert clf.train_violation_ == pytest.approx(hand, abs=F32)
+    assert clf.history_[-1]["V_predictions"] == pytest.approx(hand, abs=F32)
+
+
+def test_moving_targets_regressor_predicts_in_target_units(adult):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(200, 3))
+    s = X[:, 0] + rng.normal(size=200)
+    y = 100.0 + 10.0 * X[:, 0] + rng.normal(size=200)
+    reg = _quiet(FairRegressor(("gedi", "s", 0.5), method="moving_targets", epochs=20,
+                               engine_params={"iterations": 2}).fit, X, y, sensitive_features={"s": s})
+    pred = reg.predict(X)
+    assert abs(pred.mean() - y.mean()) < 5.0  # the learner's target scaling is undone
+    assert reg.history_[-1]["V_targets"] <= 1e-6
+
+
+# ----------------------------------------------------------------------------- diagnostics
+class _ConstantRow:
+    """A constraint whose single row is 1 whatever the model does, with upper bound 0:
+    infeasible, so every linearised QP is infeasible and needs a relaxed step."""
+
+    name = "constant_row"
+    lower = torch.tensor([-np.inf], dtype=torch.float64)
+    upper = torch.tensor([0.0], dtype=torch.float64)
+
+    def setup(self, data):
+        pass
+
+    def __call__(self, out, batch):
+        return 1.0 + 0.0 * out.sum().reshape(1)
+
+    def exact(self, out, batch):
+        return torch.ones(1, dtype=out.dtype)
+
+
+def test_infeasible_constraint_warns(adult):
+    X, y, s = adult[0][:200], adult[1][:200], adult[2][:200]
+    with pytest.warns(FairnessWarning) as record:
+        clf = FairClassifier(_ConstantRow(), epochs=10).fit(X, y, sensitive_features={"sex": s})
+    messages = [str(w.message) for w in record]
+    assert any("constant_row: violated on the training data" in m and "10 relaxed QP step(s)" in m
+               for m in messages)
+    assert any("1 of the last 1 SQP iterations needed a relaxed QP step" in m for m in messages)
+    assert clf.train_violation_ == 1.0
+    assert all(r["qp_status"] == "relaxed" for r in clf.history_.records)
+
+
+@pytest.mark.parametrize("method, lr", [("sqp", None), ("penalty", 0.05)])
+def test_inactive_constraint_warns_and_binding_one_does_not(adult, method, lr):
+    X, y, s = adult
+    options = dict(method=method, lr=lr, epochs=60)
+    with pytest.warns(FairnessWarning, match=r"disparate_impact\[sex\]: inactive constraint") as record:
+        loose = FairClassifier(("disparate_impact", "sex", 0.05), check_inactive=True, **options)
+        loose.fit(X, y, sensitive_features={"sex": s})
+    assert any("unconstrained reference model satisfies it" in str(w.message) for w in record)
+    assert loose.reference_violations_ == {"disparate_impact[sex]": 0.0}
+    # the unconstrained reference is exactly the constraint-free fit
+    free = FairClassifier(**options).fit(X, y)
+    if method == "sqp":  # an inactive SQP constraint never changes a step
+        np.testing.assert_array_equal(loose.decision_function(X), free.decision_function(X))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        binding = FairClassifier(("disparate_impact", "sex", 0.8), check_inactive=True, **options)
+        binding.fit(X, y, sensitive_features={"sex": s})
+    assert not any("inactive" in str(w.message) for w in caught)
+    assert binding.reference_violations_["disparate_impact[sex]"] > 0.1
+
+
+def test_check_generalisation(adult):
+    X, y, s = adult
+    train, held = slice(0, 800), slice(800, None)
+    delta = 0.95
+    clf = _quiet(FairClassifier(("disparate_impact", "sex", delta), epochs=5).fit, X[train], y[train],
+                 sensitive_features={"sex": s[train]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FairnessWarning)
+        same = clf.check_generalisation(X[train], y[train], sensitive_features={"sex": s[train]})
+    assert same.loc["disparate_impact[sex]", "gap"] == 0.0
+    table = _quiet(clf.check_generalisation, X[held], y[held], sensitive_features={"sex": s[held]}, tol=1.0)
+    hand = _disparate_impact_violation((clf.decision_function(X[held]) > 0).astype(float), s[held], delta)
+    assert table.loc["disparate_impact[sex]", "held_out"] == pytest.approx(hand, abs=F32)
+    gap = table.loc["disparate_impact[sex]", "gap"]
+    assert gap != 0.0
+    with pytest.warns(FairnessWarning, match="held-out violation"):
+        clf.check_generalisation(X[held], y[held], sensitive_features={"sex": s[held]}, tol=abs(gap) / 2)
+    report = clf.evaluate(X[held], y[held], sensitive_features={"sex": s[held]})
+    assert report["disparate_impact[sex].violation"] == pytest.approx(hand, abs=F32)
+    assert report["accuracy"] == pytest.approx(clf.score(X[held], y[held]), abs=1e-12)
+    with pytest.raises(ValueError, match="groups"):  # one group only on these rows
+        clf.check_generalisation(X[held][s[held] == 1], y[held][s[held] == 1],
+                                 sensitive_features={"sex": s[held][s[held] == 1]})
+    with pytest.raises(ValueError, match="training features"):
+        clf.check_generalisation(X[held], y[held], sensitive_features={"gender": s[held]})
