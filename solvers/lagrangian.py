@@ -28,7 +28,7 @@ from solvers.history import FitResult
 from solvers.losses import LossFn, get_loss
 from solvers.penalty import FirstOrderTrainer
 from solvers.problem import Constraint, row_violations
-from solvers.sqp import _as_constraint_set
+from solvers.problem import as_constraint_set
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]
 
@@ -162,7 +162,7 @@ class LagrangianDual(FirstOrderTrainer):
         """
         loss_fn = get_loss(loss)
         self._check_data(data)
-        cons = _as_constraint_set(constraints)
+        cons = as_constraint_set(constraints)
         if len(cons) == 0:
             raise ValueError("constraints: LagrangianDual needs at least one constraint")
         cons.setup(data)

@@ -41,7 +41,7 @@ from solvers.history import FitResult, History
 from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations
 from solvers.projection import (BACKENDS, ProjectionResult, _as_array, _check_choice, _check_positive, _check_seed,
                                 project_targets)
-from solvers.sqp import _as_constraint_set
+from solvers.problem import as_constraint_set
 
 __all__ = ["MovingTargets", "MT_TASKS"]
 
@@ -196,7 +196,7 @@ class MovingTargets:
         task = _resolve_task(task, data)
         classification = task == "classification"
         X, y = _training_arrays(data, classification)
-        cons = _as_constraint_set(constraints)
+        cons = as_constraint_set(constraints)
         cons.setup(data)
         encodings = cons.target_encoding(data)
         if classification:

@@ -26,6 +26,7 @@ __all__ = [
     "Dataset",
     "Constraint",
     "ConstraintSet",
+    "as_constraint_set",
     "LinearEncoding",
     "violation",
     "row_violations",
@@ -177,6 +178,17 @@ class ConstraintSet:
             dtype = like.dtype if like is not None else torch.float64
             return torch.zeros(0, dtype=dtype)
         return torch.cat(list(parts))
+
+
+def as_constraint_set(constraints: Any) -> ConstraintSet:
+    """A :class:`ConstraintSet` from one constraint, an iterable of them, a set, or None."""
+    if isinstance(constraints, ConstraintSet):
+        return constraints
+    if constraints is None:
+        return ConstraintSet(())
+    if callable(constraints) and hasattr(constraints, "exact"):
+        return ConstraintSet([constraints])
+    return ConstraintSet(list(constraints))
 
 
 @dataclass

@@ -40,7 +40,7 @@ from torch import nn
 
 from solvers.history import FitResult, History
 from solvers.losses import LossFn, get_loss
-from solvers.problem import Constraint, ConstraintSet, violation
+from solvers.problem import Constraint, as_constraint_set, violation
 from solvers.qp import diagonal_qp, least_violation_bounds
 from solvers.sampling import BalancedSampler, minibatches
 
@@ -275,7 +275,7 @@ class StochasticSQP:
             raise ValueError("model: has no trainable parameters")
         n = self._check_data(data)
         loss_fn = get_loss(loss)
-        cons = _as_constraint_set(constraints)
+        cons = as_constraint_set(constraints)
         cons.setup(data)
         lower, upper = cons.lower, cons.upper
         if bool((lower > upper).any()):
@@ -659,16 +659,6 @@ def _restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_ro
     v.copy_(hv.reshape(-1).to(v.dtype))
     gen.set_state(resume["generator"].clone())
     return dict(state)
-
-
-def _as_constraint_set(constraints: Any) -> ConstraintSet:
-    if isinstance(constraints, ConstraintSet):
-        return constraints
-    if constraints is None:
-        return ConstraintSet(())
-    if callable(constraints) and hasattr(constraints, "exact"):
-        return ConstraintSet([constraints])
-    return ConstraintSet(list(constraints))
 
 
 def _flatten(grads: Sequence[torch.Tensor], k: int) -> torch.Tensor:
