@@ -241,7 +241,8 @@ def make_constraint(attribute: str, degree: int, fine: bool, scale: Scale, args)
     """The relative GeDI constraint; the coarse row's smoothing is ``(smoothing q / k)^2``."""
     q = RELATIVE_BOUND * scale.reference
     eps = None if fine else max((args.smoothing * q / degree) ** 2, 1e-12)
-    return GeDI(attribute, degree, bound=RELATIVE_BOUND, relative=True, fine=fine, eps=eps, tol=args.fine_tol)
+    return GeDI(attribute, degree, bound=RELATIVE_BOUND, relative=True, fine=fine, eps=eps, tol=args.fine_tol,
+                surrogate=args.surrogate)
 
 
 def train_model(task: Task, train: FairData, constraint: GeDI | None, args) -> tuple[torch.nn.Module, dict]:
@@ -378,6 +379,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--smoothing", type=float, default=0.1, help="coarse row: eps = (smoothing q / k)^2")
     ap.add_argument("--fine-tol", type=float, default=0.1, help="fine rows: |alpha_j| <= tol q / (k - 1), j >= 2")
     ap.add_argument("--hidden", type=int, nargs="+", default=None, help="hidden widths for every task (default: the paper's)")
+    ap.add_argument("--surrogate", default=None, help="binary tasks: step surrogate of the smooth rows "
+                    "(e.g. smoothed_step); default: probabilities")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--data-dir")

@@ -276,7 +276,7 @@ def test_coarse_rows_smooth_upper_bound_and_exact_l1():
     assert exact == pytest.approx(exact_l1, rel=1e-9)
     bias = 3 * np.sqrt(constraint.smoothing)
     assert exact_l1 <= smooth <= exact_l1 + bias + 1e-12
-    assert bias == pytest.approx(0.01 * 0.5, rel=1e-9)  # default eps: <= 1% of the bound
+    assert bias == pytest.approx(0.1 * 0.5, rel=1e-9)  # default eps: <= 10% of the bound
     assert constraint.lower.shape == (1,) and np.isinf(float(constraint.lower[0]))
 
 
@@ -518,3 +518,22 @@ def test_fine_encoding_accepts_exactly_the_linear_targets():
     assert np.max(encoding.residual(linear)) < 1e-10
     assert np.max(encoding.residual(linear + 0.5 * z_std)) > 1e-3  # |alpha_1| = 0.8 > 0.4
     assert np.max(encoding.residual(linear + 0.1 * z_std**2)) > 1e-3  # alpha_2 != 0
+
+
+def test_step_surrogate_rows_track_the_hard_label_gedi():
+    """With surrogate="smoothed_step" the smooth rows of a binary task use phi(out), which
+    equals the hard label away from the threshold, so they match exact() there; the
+    default (probabilities) does not."""
+    rng = np.random.default_rng(3)
+    n = 300
+    x = rng.normal(size=n)
+    out = torch.tensor(np.where(rng.random(n) < 0.5, -1.0, 1.0) * (0.5 + rng.random(n)) + 0.8 * x)
+    out = torch.where(out.abs() < 0.2, torch.sign(out) * 0.2, out)  # |out| >= 0.2 >> 1/scale
+    batch = make_batch(x, (out > 0).double().numpy(), task="binary", name="age")
+    step = GeDI("age", degree=2, bound=0.5, fine=True, surrogate="smoothed_step")
+    prob = GeDI("age", degree=2, bound=0.5, fine=True)
+    for con in (step, prob):
+        con.setup(batch)
+    # at |out| >= 0.2 (u = scale * out >= 10) phi is within ~mu/(4 u^2) = 2.5e-5 of the step
+    torch.testing.assert_close(step(out, batch), step.exact(out, batch), atol=1e-4, rtol=0)
+    assert float((prob(out, batch) - prob.exact(out, batch)).abs().max()) > 1e-2
