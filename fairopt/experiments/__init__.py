@@ -12,6 +12,7 @@
 """
 
 from fairopt.experiments.calibration import CalibrationResult, calibrate_penalty, select_elbow
+from fairopt.experiments import sweeps
 from fairopt.experiments.compare import compare, realised_vs_requested, split_data
 from fairopt.experiments.configs import available_configs, load_config, minmax_sensitive, run_config, run_train
 from fairopt.experiments.methods import (
@@ -27,6 +28,7 @@ from fairopt.experiments.plots import plot_calibration, plot_histories, plot_req
 from fairopt.experiments.specs import build_constraint, build_penalty
 
 __all__ = [
+    "sweeps",
     "Method",
     "Fitted",
     "SQPMethod",

@@ -2,13 +2,17 @@
 
 :func:`compare` trains every method for every value of its grid, every seed and every
 split, and evaluates each trained model with :func:`fairopt.evaluate` (exact measures on
-hard predictions, DESIGN.md sec 12) on the training and the held-out part.
+hard predictions, DESIGN.md sec 12) on the training and the held-out part. The runs go
+through joblib (``n_jobs``, any joblib backend) and can be saved to and resumed from a CSV
+(``results_path``); the machinery is in :mod:`fairopt.experiments.sweeps`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -17,6 +21,7 @@ import torch
 
 from fairopt.evaluation import evaluate
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS, Fitted, Method
+from fairopt.experiments.sweeps import KEY_COLUMN, ResultStore, check_n_jobs, check_threads, execute, run_key, seeded
 
 __all__ = ["compare", "split_data", "realised_vs_requested", "ID_COLUMNS", "PERFORMANCE_COLUMNS"]
 
@@ -24,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 #: Identifier columns of :func:`compare`'s table, in order.
 ID_COLUMNS = ("method", "hyperparameter", "value", "seed", "fold", "split")
+#: Text columns of the table (read back as text from a results CSV).
+TEXT_COLUMNS = ("method", "hyperparameter", "split", "status")
 #: Performance columns per task.
 PERFORMANCE_COLUMNS = {"binary": ("accuracy", "rps"), "regression": ("r2", "mse"), "poisson": ("deviance", "rps")}
 
@@ -145,6 +152,9 @@ def compare(
     threshold: float = 0.0,
     histories: dict | None = None,
     extra_metrics: Mapping[str, Callable[[Callable, Any], float]] | None = None,
+    n_jobs: int | None = 1,
+    results_path: str | os.PathLike | None = None,
+    torch_threads: int | None = None,
 ) -> pd.DataFrame:
     """Train and evaluate every method x value x seed x fold; return a tidy table.
 
@@ -169,11 +179,44 @@ def compare(
     threshold : float, default 0.0
         Decision threshold on the output for hard predictions.
     histories : dict, optional
-        If given, filled with ``(method, value, seed, fold) -> History``.
+        If given, filled with ``(method, value, seed, fold) -> History`` for the runs trained
+        in this call (not for runs skipped because ``results_path`` already holds them).
     extra_metrics : mapping name -> callable(model, part) -> float, optional
         Further columns, evaluated on each trained model and part (``model(part.X)`` returns
         the part's outputs, computed once without gradient), e.g. a distance covariance of
         the predictions.
+    n_jobs : int or None, default 1
+        Runs (method x value x seed x fold) trained at the same time, through
+        :class:`joblib.Parallel` (``-1``: one per CPU; ``None``: the joblib default). With
+        ``n_jobs > 1`` the default backend is loky (worker processes), so ``methods``,
+        ``data`` and ``extra_metrics`` must be picklable by cloudpickle (lambdas are). Any
+        joblib backend can run the sweep without code changes, e.g. a Dask or Ray cluster::
+
+            from dask.distributed import Client
+            client = Client("scheduler:8786")          # or Client() for a local cluster
+            with joblib.parallel_config(backend="dask"):
+                table = compare(methods, data, grid, seeds, n_jobs=-1)
+
+        (``ray.util.joblib.register_ray()`` and ``backend="ray"`` for Ray). Each run seeds
+        torch's generator with its training seed (:func:`~fairopt.experiments.sweeps.seeded`,
+        the caller's generator state is restored), so its result does not depend on
+        ``n_jobs``, the backend or the order in which runs finish.
+    results_path : str or os.PathLike, optional
+        A CSV file that makes the sweep resumable. The train and test rows of each run are
+        appended as soon as the run finishes, with a ``run_key`` column
+        (:func:`~fairopt.experiments.sweeps.run_key`: method, hyper-parameter value, seed,
+        fold and the split settings). Calling ``compare`` again with the same file (after a
+        crash or kill) skips the runs already in it and trains the others; the returned
+        table is read back from the file, in the order of the grid (fold, method, value,
+        seed, split), so it equals that of an uninterrupted sweep (the skipped runs keep
+        their saved ``time``). The key does not cover method options or the data: use a new
+        file when those change. Rows of runs outside the requested grid stay in the file
+        but are not returned.
+    torch_threads : int, optional
+        ``torch.set_num_threads`` inside each run (restored afterwards); default: unchanged.
+        Thread counts differ between the calling process and joblib workers and can change
+        the last bits of multi-threaded reductions: set it (e.g. 1 with ``n_jobs > 1``) for
+        bit-identical tables whatever ``n_jobs``.
 
     Returns
     -------
@@ -196,19 +239,75 @@ def compare(
     seeds = [seeds] if isinstance(seeds, int) else list(seeds)
     if not seeds or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in seeds):
         raise ValueError(f"seeds: expected a non-empty sequence of integers, got {seeds!r}")
-    rows = []
-    for fold, train, test in split_data(data, folds, test_size, split_seed):
-        for method in methods:
-            for value in values[method.name]:
-                for seed in seeds:
-                    fitted = method.fit(train, value=value, seed=int(seed))
-                    logger.info("%s %s=%s seed %d fold %d: %.1fs (%s)", method.name, method.hyperparameter,
-                                value, seed, fold, fitted.seconds, fitted.status)
-                    if histories is not None:
-                        histories[(method.name, value, int(seed), fold)] = fitted.history
-                    rows += _rows_for(method, value, int(seed), fold, fitted, {"train": train, "test": test}, threshold,
-                                      extra_metrics)
-    table = pd.DataFrame(rows)
+    n_jobs, torch_threads = check_n_jobs(n_jobs), check_threads(torch_threads)
+    store = ResultStore(results_path, rows_per_run=2, text_columns=TEXT_COLUMNS) if results_path is not None else None
+    settings = {"folds": folds, "split_seed": split_seed, "test_size": test_size, "threshold": threshold}
+    runs = _plan(methods, values, seeds, split_data(data, folds, test_size, split_seed), settings)
+    finished = store.load() if store is not None else {}
+    todo = list({run.key: run for run in runs if run.key not in finished}.values())  # a repeated seed runs once
+    if finished:
+        logger.info("compare: %d of %d runs already in %s, skipped", len(runs) - len(todo), len(runs), results_path)
+    rows_of: dict[str, list[dict]] = {}
+
+    def collect(outcome: _Outcome) -> None:
+        rows_of[outcome.key] = outcome.rows
+        if store is not None:
+            store.append(outcome.key, outcome.rows)
+        if histories is not None:
+            histories[outcome.ids] = outcome.history
+
+    execute(_execute_run, [(run, threshold, extra_metrics, torch_threads) for run in todo], n_jobs, collect)
+    if store is None:
+        table = pd.DataFrame([row for run in runs for row in rows_of[run.key]])
+    else:  # every row read back from the file: a resumed sweep returns what an uninterrupted one does
+        saved = store.load()
+        table = pd.concat([saved[run.key] for run in runs], ignore_index=True).drop(columns=KEY_COLUMN)
+    return _ordered_columns(table)
+
+
+@dataclass
+class _Run:
+    """One run of a sweep: a method, its value, a training seed and a fold's parts."""
+
+    method: Method
+    value: float | None
+    seed: int
+    fold: int
+    parts: dict
+    key: str
+
+
+def _plan(methods: list[Method], values: dict[str, list], seeds: list, splits: list, settings: dict) -> list[_Run]:
+    """The runs of a sweep in table order: fold, method, value, seed."""
+    return [_Run(method, value, int(seed), fold, {"train": train, "test": test},
+                 run_key(method.name, method.hyperparameter, value, int(seed), fold, **settings))
+            for fold, train, test in splits
+            for method in methods for value in values[method.name] for seed in seeds]
+
+
+@dataclass
+class _Outcome:
+    """What a run sends back: its key, its table rows and its training history."""
+
+    key: str
+    ids: tuple
+    rows: list[dict]
+    history: Any
+
+
+def _execute_run(run: _Run, threshold: float, extra_metrics: Mapping[str, Callable],
+                 torch_threads: int | None) -> _Outcome:
+    """Train and evaluate one run (in a joblib worker or in-process), torch seeded by its seed."""
+    with seeded(run.seed, torch_threads):
+        fitted = run.method.fit(run.parts["train"], value=run.value, seed=run.seed)
+        rows = _rows_for(run.method, run.value, run.seed, run.fold, fitted, run.parts, threshold, extra_metrics)
+    logger.info("%s %s=%s seed %d fold %d: %.1fs (%s)", run.method.name, run.method.hyperparameter,
+                run.value, run.seed, run.fold, fitted.seconds, fitted.status)
+    return _Outcome(run.key, (run.method.name, run.value, run.seed, run.fold), rows, fitted.history)
+
+
+def _ordered_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """Identifiers first, then the measures, then ``violation``, ``time``, ``status``."""
     leading = list(ID_COLUMNS)
     trailing = ["violation", "time", "status"]
     middle = [c for c in table.columns if c not in leading and c not in trailing]
