@@ -1,5 +1,6 @@
 """Fairness-agnostic optimisation engines (they see only the protocols in solvers.problem)."""
 
+from solvers.distributed import DistributedSQP
 from solvers.history import FitResult, History
 from solvers.lagrangian import LagrangianDual
 from solvers.moving_targets import MovingTargets
@@ -24,6 +25,7 @@ __all__ = [
     "Constraint",
     "ConstraintSet",
     "Dataset",
+    "DistributedSQP",
     "FitResult",
     "History",
     "LagrangianDual",

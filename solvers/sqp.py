@@ -126,6 +126,10 @@ class StochasticSQP:
         0 silent, 1 progress bar and per-epoch INFO logs.
     callbacks : sequence of callables
         ``cb(engine, record) -> bool | None`` after every iteration; True stops training.
+    distributed : bool or None, default None
+        Data-parallel full-batch SQP over the ranks of a ``torch.distributed`` process
+        group, each rank fitting on its own row shard (:mod:`solvers.distributed`). None:
+        when ``torch.distributed`` is initialised; False: never.
     """
 
     def __init__(
@@ -160,6 +164,7 @@ class StochasticSQP:
         seed: int = 0,
         verbose: int = 0,
         callbacks: Sequence[Callable] = (),
+        distributed: bool | None = None,
     ) -> None:
         self.epochs = epochs
         self.lr = lr
@@ -191,6 +196,7 @@ class StochasticSQP:
         self.seed = seed
         self.verbose = verbose
         self.callbacks = tuple(callbacks)
+        self.distributed = distributed
         self._validate_options()
 
     # ------------------------------------------------------------------ validation
@@ -226,6 +232,8 @@ class StochasticSQP:
             value = getattr(self, name)
             if not 0.0 < value < 1.0:
                 raise ValueError(f"{name}: expected a value in (0, 1), got {value!r}")
+        if not (self.distributed is None or isinstance(self.distributed, bool)):
+            raise ValueError(f"distributed: expected None, True or False, got {self.distributed!r}")
         if self.constraint_batch == "balanced" and self.batch_size is None and self.constraint_batch_size is None:
             raise ValueError("constraint_batch: 'balanced' needs batch_size or constraint_batch_size")
 
@@ -273,6 +281,12 @@ class StochasticSQP:
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("model: has no trainable parameters")
+        if getattr(self, "distributed", None) is not False:  # data-parallel over torch.distributed ranks
+            from solvers.distributed import delegate_fit
+
+            result = delegate_fit(self, model, data, loss=loss, constraints=constraints, strata=strata, resume=resume)
+            if result is not None:
+                return result
         n = self._check_data(data)
         loss_fn = get_loss(loss)
         cons = as_constraint_set(constraints)

@@ -453,6 +453,46 @@ class _GroupRateConstraint(_LinearRowsConstraint):
         D = self._D * informed.repeat_interleave(self._n_templates).to(_FLOAT)[:, None]
         return W, D
 
+    def partial_sums(self, out: torch.Tensor, batch: Any, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-group sums of ``phi(out - threshold)`` and group counts on ``batch``.
+
+        ``sums = M @ phi(out - threshold)`` and ``counts = M @ 1`` with ``M`` (``G x n``) the
+        unnormalised 0/1 membership of every side (group or complement, masked to ``y = 1``
+        for :class:`EqualImpact`); ``M`` is read off the cached operator ``W = M / n_g``.
+        Both are additive over disjoint row shards, so a sum over shards followed by
+        :meth:`from_sums` reproduces ``self(out, data)`` on their union (data-parallel SQP,
+        :mod:`solvers.distributed`). ``exact=True`` uses the hard step ``1{out > threshold}``.
+
+        Returns
+        -------
+        sums : Tensor (G,)
+            In ``out``'s dtype, differentiable in ``out`` (unless ``exact``).
+        counts : Tensor (G,)
+            Rows per side, same dtype, no gradient.
+        """
+        out = _check_out(out, batch)
+        W, _ = self._operator(batch, out.dtype, out.device)
+        membership = (W != 0).to(out.dtype)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not exact):
+            sums = membership @ self._transform(out - self.threshold, exact)
+        return sums, membership.sum(dim=1)
+
+    def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Rows ``D @ (sums / counts)`` from group sums and counts over the whole data.
+
+        Rows comparing a side with ``counts == 0`` are 0, exactly as in :meth:`__call__`
+        (module doc, "Empty groups"). Differentiable in ``sums``; shape ``(m,)``.
+        """
+        if getattr(self, "_D", None) is None:
+            raise ValueError(f"{self.name}: call setup(data) before from_sums (the rows are sized from the data)")
+        G = self._D.shape[1]
+        if sums.shape != (G,) or counts.shape != (G,):
+            raise ValueError(f"sums/counts: expected shape ({G},) each, got {tuple(sums.shape)}, {tuple(counts.shape)}")
+        means = sums / counts.clamp(min=1.0)
+        informed = (counts[self._focus] > 0) & (counts[self._ref] > 0)
+        D = self._D.to(sums) * informed.repeat_interleave(self._n_templates).to(sums)[:, None]
+        return D @ means
+
     def target_encoding(self, batch: Any) -> LinearEncoding:
         """The rows as linear (in)equalities on hard labels ``z`` (n,): ``lower <= (D W) z <= upper``.
 
