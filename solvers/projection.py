@@ -39,7 +39,9 @@ auto      both                         Gurobi if importable and licensed for the
 ========  ==========================  ====================================================
 
 The pip wheel of ``gurobipy`` carries a size-limited licence (2000 variables and 2000
-linear constraints, :data:`GUROBI_SIZE_LIMIT`): ``"auto"`` catches the licence errors
+linear constraints, :data:`GUROBI_SIZE_LIMIT`; only 200 variables when the objective is
+quadratic, :data:`GUROBI_QP_SIZE_LIMIT` - measured with gurobipy 13.0.3: a 254-variable QP
+failed with error 10010): ``"auto"`` catches the licence errors
 (no licence, size limit exceeded), logs the reason and falls back to the open-source
 backend; an explicit ``backend="gurobi"`` raises :class:`RuntimeError` instead. Once a
 size-limited licence has been seen, ``"auto"`` skips Gurobi for larger problems without
@@ -74,6 +76,7 @@ __all__ = [
     "LOSSES",
     "FEASIBILITY_TOL",
     "GUROBI_SIZE_LIMIT",
+    "GUROBI_QP_SIZE_LIMIT",
     "ProjectionInfeasibleError",
     "ProjectionResult",
     "gurobi_available",
@@ -90,6 +93,8 @@ LOSSES: tuple[str, ...] = ("squared", "hamming")
 FEASIBILITY_TOL = 1e-9
 #: Variables / linear constraints allowed by the size-limited licence of the gurobipy wheel.
 GUROBI_SIZE_LIMIT = 2000
+#: Variables allowed by that licence when the objective has quadratic terms (continuous QP).
+GUROBI_QP_SIZE_LIMIT = 200
 #: OSQP absolute/relative tolerances (the solution is then polished on the active set).
 OSQP_TOL = 1e-9
 OSQP_MAX_ITER = 200_000
@@ -657,10 +662,11 @@ def _gurobi_skip_reason(prog: _Program) -> str | None:
     """Why "auto" should not try Gurobi for ``prog`` (None: try it)."""
     if not gurobi_available():
         return "gurobipy is not installed"
-    too_big = max(prog.n_vars, prog.n_rows) > GUROBI_SIZE_LIMIT
+    limit = GUROBI_SIZE_LIMIT if prog.binary else GUROBI_QP_SIZE_LIMIT
+    too_big = max(prog.n_vars, prog.n_rows) > GUROBI_SIZE_LIMIT or (not prog.binary and prog.n_vars > limit)
     if _GUROBI_STATE["size_limited"] and too_big:
         return (f"the Gurobi licence is size-limited and the problem has {prog.n_vars} variables and "
-                f"{prog.n_rows} rows (limit {GUROBI_SIZE_LIMIT})")
+                f"{prog.n_rows} rows (limit {limit} variables{'' if prog.binary else ' with a quadratic objective'})")
     return None
 
 
