@@ -25,10 +25,13 @@ import math
 from typing import Any, Callable
 
 import numpy as np
+
 from scipy.optimize import brentq
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
+
+from fairopt._validation import finite_float, nonnegative_float as check_nonnegative, positive_int as check_positive_int
 
 __all__ = [
     "as_matrix",
@@ -150,36 +153,12 @@ def check_columns(array: np.ndarray, expected: int, name: str) -> None:
         raise ValueError(f"{name}: expected {expected} columns as in fit, got {array.shape[1]}")
 
 
-def _real(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name}: expected a real number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name}: expected a finite number, got {value!r}")
-    return value
-
-
 def check_fraction(value: Any, name: str = "r") -> float:
     """A bound on a proportion of explained variance/deviance: a number in ``[0, 1]``."""
-    number = _real(value, name)
+    number = finite_float(value, name)
     if not 0.0 <= number <= 1.0:
         raise ValueError(f"{name}: expected a value in [0, 1], got {value!r}")
     return number
-
-
-def check_nonnegative(value: Any, name: str) -> float:
-    """A finite number ``>= 0``."""
-    number = _real(value, name)
-    if number < 0.0:
-        raise ValueError(f"{name}: expected a non-negative number, got {value!r}")
-    return number
-
-
-def check_positive_int(value: Any, name: str) -> int:
-    """An integer ``>= 1`` (bool rejected)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
 
 
 def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
