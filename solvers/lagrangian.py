@@ -27,8 +27,7 @@ from torch import nn
 from solvers.history import FitResult
 from solvers.losses import LossFn, get_loss
 from solvers.penalty import FirstOrderTrainer
-from solvers.problem import Constraint, row_violations
-from solvers.problem import as_constraint_set
+from solvers.problem import Constraint, as_constraint_set, check_dataset, row_violations
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]
 
@@ -161,7 +160,7 @@ class LagrangianDual(FirstOrderTrainer):
             ``feasibility_tol``.
         """
         loss_fn = get_loss(loss)
-        self._check_data(data)
+        check_dataset(data)
         cons = as_constraint_set(constraints)
         if len(cons) == 0:
             raise ValueError("constraints: LagrangianDual needs at least one constraint")

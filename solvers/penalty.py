@@ -29,7 +29,7 @@ from torch import nn
 from solvers.history import FitResult, History
 from solvers.losses import LossFn, get_loss
 from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
-from solvers.problem import violation
+from solvers.problem import check_dataset, trainable_parameters, violation
 from solvers.sampling import minibatches
 
 __all__ = ["Penalty", "PenaltyTerm", "penalty_terms", "penalised_loss", "FirstOrderTrainer"]
@@ -210,24 +210,6 @@ class FirstOrderTrainer:
         """Called after each optimiser step with the step's record (may add fields)."""
 
     # ------------------------------------------------------------------ shared pieces
-    @staticmethod
-    def _check_model(model: Any) -> list[torch.Tensor]:
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-        params = [p for p in model.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError("model: has no trainable parameters")
-        return params
-
-    @staticmethod
-    def _check_data(data: Any) -> int:
-        for attr in ("X", "y", "subset"):
-            if not hasattr(data, attr):
-                raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}")
-        n = len(data)
-        if n == 0:
-            raise ValueError("data: has no rows")
-        return n
 
     @staticmethod
     def _forward(model: nn.Module, batch: Any) -> torch.Tensor:
@@ -248,8 +230,8 @@ class FirstOrderTrainer:
 
     def _train(self, model: nn.Module, data: Any, loss_fn: LossFn, row_names: Sequence[str]) -> tuple[History, str]:
         """Run the epochs; return the history and the status."""
-        params = self._check_model(model)
-        n = self._check_data(data)
+        params = trainable_parameters(model)
+        n = check_dataset(data)
         optimizer = make_optimizer(self.optimizer, params, lr=self.lr, seed=self.seed, **self.optimizer_options)
         create_graph = needs_create_graph(optimizer)
         generator = torch.Generator().manual_seed(int(self.seed))
@@ -292,7 +274,7 @@ class FirstOrderTrainer:
 
     def _stationarity(self, model: nn.Module, data: Any, loss_fn: LossFn) -> float:
         """``max_i |d (f + extra) / d w_i|`` on the full data at the final parameters."""
-        params = self._check_model(model)
+        params = trainable_parameters(model)
         out = self._forward(model, data)
         extra, _ = self._extra(out, data)
         objective = loss_fn(out, data) if extra is None else loss_fn(out, data) + extra
@@ -399,7 +381,7 @@ class Penalty(FirstOrderTrainer):
             of the penalised objective on the full data).
         """
         loss_fn = get_loss(loss)
-        self._check_data(data)
+        check_dataset(data)
         self._terms = _set_up_terms(penalties, data)
         self._term_weights = _term_weights(self._weights, len(self._terms))
         names = [t.name for t in self._terms]

@@ -29,6 +29,8 @@ __all__ = [
     "as_constraint_set",
     "LinearEncoding",
     "violation",
+    "trainable_parameters",
+    "check_dataset",
     "row_violations",
 ]
 
@@ -85,6 +87,28 @@ class Constraint(Protocol):
     def target_encoding(self, batch: Any) -> "LinearEncoding | None":
         """The constraint as linear (in)equalities on a target vector, or None."""
         ...
+
+
+def trainable_parameters(model: Any) -> list[torch.Tensor]:
+    """The parameters an engine trains; ValueError for a non-module or a frozen model."""
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model: has no trainable parameters")
+    return params
+
+
+def check_dataset(data: Any) -> int:
+    """Require the :class:`Dataset` fields engines use (``X``, ``y``, ``subset``) and at least
+    one row; returns the number of rows."""
+    for attr in ("X", "y", "subset"):
+        if not hasattr(data, attr):
+            raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}")
+    n = len(data)
+    if n == 0:
+        raise ValueError("data: has no rows")
+    return n
 
 
 def row_violations(c: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,7 @@ from torch import nn
 
 from solvers.history import FitResult, History
 from solvers.losses import LossFn, get_loss
-from solvers.problem import Constraint, as_constraint_set, violation
+from solvers.problem import Constraint, as_constraint_set, check_dataset, trainable_parameters, violation
 from solvers.qp import diagonal_qp, least_violation_bounds
 from solvers.sampling import BalancedSampler, minibatches
 
@@ -276,18 +276,14 @@ class StochasticSQP:
         -------
         FitResult
         """
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-        params = [p for p in model.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError("model: has no trainable parameters")
+        params = trainable_parameters(model)
         if getattr(self, "distributed", None) is not False:  # data-parallel over torch.distributed ranks
             from solvers.distributed import delegate_fit
 
             result = delegate_fit(self, model, data, loss=loss, constraints=constraints, strata=strata, resume=resume)
             if result is not None:
                 return result
-        n = self._check_data(data)
+        n = check_dataset(data)
         loss_fn = get_loss(loss)
         cons = as_constraint_set(constraints)
         cons.setup(data)
@@ -391,16 +387,6 @@ class StochasticSQP:
         }
 
     # ------------------------------------------------------------------ pieces
-    @staticmethod
-    def _check_data(data: Any) -> int:
-        for attr in ("X", "y", "subset"):
-            if not hasattr(data, attr):
-                raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}")
-        n = len(data)
-        if n == 0:
-            raise ValueError("data: has no rows")
-        return n
-
     def _balanced_sampler(self, data: Any, strata: Any, n: int, gen: torch.Generator) -> BalancedSampler:
         strata = getattr(data, "strata", None) if strata is None else torch.as_tensor(strata)
         if strata is None:
