@@ -9,6 +9,8 @@ from typing import Iterable
 
 import pandas as pd
 
+from fairopt.experiments.configs import markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = (ROOT / ".." / "shared" / "data").resolve()
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
@@ -37,12 +39,5 @@ def write_table(rows: Iterable[dict], out: Path, stem: str) -> pd.DataFrame:
 
 
 def markdown(df: pd.DataFrame, floatfmt: str = ".4f") -> str:
-    """A GitHub markdown table without the optional `tabulate` dependency."""
-    cols = list(df.columns)
-    def fmt(v):
-        if isinstance(v, float):
-            return format(v, floatfmt)
-        return str(v)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
+    """A GitHub markdown table (:func:`fairopt.experiments.configs.markdown_table`)."""
+    return markdown_table(df, floatfmt=floatfmt)
