@@ -16,7 +16,7 @@ over rows (DESIGN.md sec 3). Several constraints compose by concatenating rows
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
@@ -31,6 +31,8 @@ __all__ = [
     "violation",
     "trainable_parameters",
     "check_dataset",
+    "split_rows",
+    "RowSplit",
     "row_violations",
 ]
 
@@ -109,6 +111,39 @@ def check_dataset(data: Any) -> int:
     if n == 0:
         raise ValueError("data: has no rows")
     return n
+
+
+class RowSplit(NamedTuple):
+    """Two-sided rows ``lo <= A x <= hi`` in the one-sided form QP solvers take:
+    ``G x <= h`` (the finite upper sides, then the negated finite lower sides, of the
+    non-equality rows) and ``A_eq x = b_eq`` (rows with ``lo == hi``); ``upper``, ``lower``
+    and ``equal`` are the boolean row masks behind each block, in row order (to map the
+    solver's multipliers back to rows). Blocks with no rows are None."""
+
+    G: Any
+    h: np.ndarray | None
+    A_eq: Any
+    b_eq: np.ndarray | None
+    upper: np.ndarray
+    lower: np.ndarray
+    equal: np.ndarray
+
+
+def split_rows(A: Any, lo: np.ndarray, hi: np.ndarray) -> RowSplit:
+    """Split ``lo <= A x <= hi`` (dense or sparse ``A``; infinite sides allowed) into
+    ``G x <= h`` and ``A_eq x = b_eq`` as CSC matrices (see :class:`RowSplit`)."""
+    import scipy.sparse as sp
+
+    A = sp.csr_matrix(A)
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    equal = lo == hi
+    upper = np.isfinite(hi) & ~equal
+    lower = np.isfinite(lo) & ~equal
+    G = sp.vstack([A[upper], -A[lower]], format="csc") if (upper.any() or lower.any()) else None
+    h = np.concatenate([hi[upper], -lo[lower]]) if G is not None else None
+    A_eq = A[equal].tocsc() if equal.any() else None
+    b_eq = lo[equal] if equal.any() else None
+    return RowSplit(G, h, A_eq, b_eq, upper, lower, equal)
 
 
 def row_violations(c: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:

@@ -69,7 +69,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.problem import LinearEncoding
+from solvers.problem import LinearEncoding, split_rows
 
 __all__ = [
     "BACKENDS",
@@ -512,24 +512,11 @@ def _highs_diagonal_hessian(highspy: Any, diagonal: np.ndarray) -> Any:
     return hess
 
 
-def _split_rows(prog: _Program) -> tuple:
-    """``(G, h, A_eq, b_eq)`` with ``G x <= h`` the finite one-sided parts and ``A_eq x = b_eq``."""
-    lo, hi = prog.row_lower, prog.row_upper
-    eq = lo == hi
-    up = np.isfinite(hi) & ~eq
-    dn = np.isfinite(lo) & ~eq
-    G = sp.vstack([prog.A[up], -prog.A[dn]], format="csc") if up.any() or dn.any() else None
-    h = np.concatenate([hi[up], -lo[dn]]) if G is not None else None
-    A_eq = prog.A[eq].tocsc() if eq.any() else None
-    b_eq = lo[eq] if eq.any() else None
-    return G, h, A_eq, b_eq
-
-
 def _solve_osqp(prog: _Program, time_limit: float, mip_gap: float, seed: int) -> _Raw:
     """The convex QP through ``qpsolvers`` / OSQP with tight tolerances and polishing."""
     import qpsolvers
 
-    G, h, A_eq, b_eq = _split_rows(prog)
+    G, h, A_eq, b_eq, *_ = split_rows(prog.A, prog.row_lower, prog.row_upper)
     P = sp.diags(prog.hessian, format="csc")
     finite_bounds = np.isfinite(prog.col_lower).any() or np.isfinite(prog.col_upper).any()
     lb = prog.col_lower if finite_bounds else None
@@ -799,7 +786,7 @@ def project_targets(
     Examples
     --------
     >>> import numpy as np
-    >>> from solvers.problem import LinearEncoding
+    >>> from solvers.problem import LinearEncoding, split_rows
     >>> mean_three = LinearEncoding("mean", A_z=np.full((1, 3), 1 / 3), lb=[3.0], ub=[3.0])
     >>> project_targets(np.array([2.0, 3.0, 7.0]), encodings=[mean_three]).z.round(6)
     array([1., 2., 6.])

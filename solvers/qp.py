@@ -70,6 +70,8 @@ import torch
 from scipy.linalg.lapack import dtrtrs
 from scipy.optimize import linprog
 
+from solvers.problem import split_rows
+
 __all__ = [
     "QPResult",
     "RelaxedBounds",
@@ -828,14 +830,8 @@ def _solve_with_osqp(inputs: _Inputs, tol: float, max_iter: int) -> _OSQPOutcome
     import qpsolvers
     import scipy.sparse as sp
 
-    J, lo, hi = inputs.J, inputs.lo, inputs.hi
-    eq = np.flatnonzero(lo == hi)
-    up = np.flatnonzero(np.isfinite(hi) & (lo != hi))
-    dn = np.flatnonzero(np.isfinite(lo) & (lo != hi))
-    G = sp.csc_matrix(np.vstack([J[up], -J[dn]])) if up.size + dn.size else None
-    h_G = np.concatenate([hi[up], -lo[dn]]) if G is not None else None
-    A = sp.csc_matrix(J[eq]) if eq.size else None
-    b = lo[eq] if eq.size else None
+    lo = inputs.lo
+    G, h_G, A, b, up, dn, eq = split_rows(inputs.J, inputs.lo, inputs.hi)
     if G is None and A is None:  # qpsolvers rejects unconstrained problems with sparse P
         return _OSQPOutcome(-inputs.g / inputs.h, np.zeros(lo.size), "optimal", 0)
     problem = qpsolvers.Problem(sp.diags(inputs.h, format="csc"), inputs.g, G, h_G, A, b)
@@ -853,9 +849,10 @@ def _solve_with_osqp(inputs: _Inputs, tol: float, max_iter: int) -> _OSQPOutcome
         return _OSQPOutcome(None, None, status, iterations)
     y = np.zeros(lo.size)
     z = np.asarray(sol.z, dtype=float)
-    y[up] += z[: up.size]
-    y[dn] -= z[up.size :]
-    if eq.size:
+    n_up = int(up.sum())
+    y[up] += z[:n_up]
+    y[dn] -= z[n_up:]
+    if eq.any():
         y[eq] = np.asarray(sol.y, dtype=float)
     return _OSQPOutcome(np.asarray(sol.x, dtype=float), y, "optimal", iterations)
 
