@@ -449,9 +449,13 @@ class _GroupRateConstraint(_LinearRowsConstraint):
             membership = membership * mask
         counts = membership.sum(dim=1)
         W = membership / counts.clamp(min=1.0)[:, None]
+        return W, self._informed_rows(counts, _FLOAT)
+
+    def _informed_rows(self, counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``D`` with the rows that compare an empty side (``counts == 0``) set to 0
+        (module doc, "Empty groups")."""
         informed = (counts[self._focus] > 0) & (counts[self._ref] > 0)
-        D = self._D * informed.repeat_interleave(self._n_templates).to(_FLOAT)[:, None]
-        return W, D
+        return self._D.to(dtype) * informed.repeat_interleave(self._n_templates).to(dtype)[:, None]
 
     def partial_sums(self, out: torch.Tensor, batch: Any, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-group sums of ``phi(out - threshold)`` and group counts on ``batch``.
@@ -489,9 +493,7 @@ class _GroupRateConstraint(_LinearRowsConstraint):
         if sums.shape != (G,) or counts.shape != (G,):
             raise ValueError(f"sums/counts: expected shape ({G},) each, got {tuple(sums.shape)}, {tuple(counts.shape)}")
         means = sums / counts.clamp(min=1.0)
-        informed = (counts[self._focus] > 0) & (counts[self._ref] > 0)
-        D = self._D.to(sums) * informed.repeat_interleave(self._n_templates).to(sums)[:, None]
-        return D @ means
+        return self._informed_rows(counts, sums.dtype).to(sums.device) @ means
 
     def target_encoding(self, batch: Any) -> LinearEncoding:
         """The rows as linear (in)equalities on hard labels ``z`` (n,): ``lower <= (D W) z <= upper``.
