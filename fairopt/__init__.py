@@ -11,6 +11,7 @@
 """
 
 from fairopt import constraints, datasets, experiments, learners, linear, measures, models, penalties, surrogates
+from fairopt.certificate import Certificate, certify
 from fairopt.data import FairData, Preprocessor
 from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.evaluation import evaluate, fairness_report, format_report
@@ -22,6 +23,8 @@ from solvers import FitResult, History, LagrangianDual, MovingTargets, Penalty, 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Certificate",
+    "certify",
     "FairClassifier",
     "FairData",
     "FairRegressor",

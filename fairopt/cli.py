@@ -54,14 +54,38 @@ def _datasets(args: argparse.Namespace) -> None:
     print("UCI Adult is embedded and always available.")
 
 
+_PEERS_HELP = ("side-by-side peer benchmark (fairopt vs fairlearn, cooper, seldonian) under DI >= delta; "
+               "cached and resumable (options --quick --datasets --methods --deltas --n-jobs --max-rows)")
+
+
 def _bench_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", nargs="?", help="a built-in configuration name (see --list) or a TOML file")
+    p.add_argument("config", nargs="?", help="a built-in configuration name (see --list), 'peers', or a TOML file")
     p.add_argument("--list", action="store_true", help="list the built-in configurations and exit")
-    p.add_argument("--out", default="fairopt_bench", help="output directory (CSV, PNG, summary.md)")
+    p.add_argument("--out", help="output directory (default fairopt_bench; peers: benchmarks/results/peers)")
     p.add_argument("--epochs", type=int, help="override every method's epochs")
     p.add_argument("--seeds", type=int, nargs="+", help="override the training seeds")
     p.add_argument("--subsample", type=int, help="use a seeded subsample of this many rows")
     p.add_argument("--data-dir", help="directory with the benchmark data files")
+    peers = p.add_argument_group("peers", "options of 'fairopt bench peers'")
+    peers.add_argument("--quick", action="store_true", help="peers: delta 0.8, seed 0, five methods")
+    peers.add_argument("--datasets", nargs="+", help="peers: data sets")
+    peers.add_argument("--methods", nargs="+", help="peers: methods")
+    peers.add_argument("--deltas", nargs="+", type=float, help="peers: DI bounds")
+    peers.add_argument("--n-jobs", dest="n_jobs", type=int, default=1, help="peers: parallel cells (joblib)")
+    peers.add_argument("--max-rows", dest="max_rows", type=int, help="peers: seeded row subsample per data set")
+
+
+def _bench_peers(args: argparse.Namespace) -> int:
+    from fairopt.experiments import peers
+
+    if args.out is None:
+        args.out = "benchmarks/results/peers"
+    if args.max_rows is None and args.subsample is not None:
+        args.max_rows = args.subsample
+    result = peers.run_from_args(args, "fairopt " + " ".join(sys.argv[1:]))
+    print(result.markdown)
+    print("wrote " + ", ".join(str(f) for f in result.files))
+    return 0
 
 
 @register("bench", "run a named experiment configuration or a TOML file; writes CSV, PNG and a summary",
@@ -72,8 +96,11 @@ def _bench(args: argparse.Namespace) -> int | None:
     if args.list or args.config is None:
         for name in sorted(BUILTIN):
             print(f"{name}: {BUILTIN[name]['description']}")
+        print(f"peers: {_PEERS_HELP}")
         return 0 if args.list else 2
-    result = run_config(args.config, args.out, epochs=args.epochs, seeds=args.seeds, data_dir=args.data_dir,
+    if args.config == "peers":
+        return _bench_peers(args)
+    result = run_config(args.config, args.out or "fairopt_bench", epochs=args.epochs, seeds=args.seeds, data_dir=args.data_dir,
                         subsample=args.subsample)
     print(result.summary)
     print("wrote " + ", ".join(str(f) for f in result.files))

@@ -5,6 +5,13 @@ iteration through ``fit(X, y)`` and reads ``predict(X)``. scikit-learn estimator
 interface already; :class:`TorchLearner` gives it to a torch module: it builds the module
 from a factory, trains it with Adam on mini-batches (the [GeDI] App. B.2 protocol: Adam with
 default hyper-parameters, batch size 128, 200 epochs) and predicts.
+
+Regression targets are standardised in one way throughout the library (here and in
+:class:`fairopt.FairRegressor` for every engine): the trained module is
+``Sequential(net, OutputScale(sd, mean))`` (:func:`scaled_output`), whose output is in the
+units of ``y`` (so constraints and their bounds are too), and the loss is
+:func:`solvers.losses.scaled_mse_loss` ``= mean((out - y)^2) / sd^2``, the mean squared
+error of the standardised prediction ``net(x)`` against ``(y - mean) / sd``.
 """
 
 from __future__ import annotations
@@ -18,11 +25,47 @@ from torch import nn
 
 from fairopt._validation import check_choice, nonnegative_float, positive_float, positive_int, to_numpy
 from fairopt.models import _check_flag
+from solvers.losses import scaled_mse_loss
 
-__all__ = ["TorchLearner", "LEARNER_TASKS"]
+__all__ = ["TorchLearner", "LEARNER_TASKS", "OutputScale", "scaled_output", "target_statistics"]
 
 #: Accepted values of ``TorchLearner(task=...)``.
 LEARNER_TASKS: tuple[str, ...] = ("classification", "regression")
+
+
+class OutputScale(nn.Module):
+    """``out -> scale * out + shift`` with fixed buffers (saved in the state dict): maps a
+    standardised regression output back to the units of ``y``."""
+
+    def __init__(self, scale: float = 1.0, shift: float = 0.0) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(float(scale)))
+        self.register_buffer("shift", torch.tensor(float(shift)))
+
+    def forward(self, out: torch.Tensor) -> torch.Tensor:
+        return out * self.scale + self.shift
+
+    def set(self, scale: float, shift: float) -> None:
+        """Replace the scale and shift in place."""
+        with torch.no_grad():
+            self.scale.fill_(float(scale))
+            self.shift.fill_(float(shift))
+
+
+def target_statistics(y: Any) -> tuple[float, float]:
+    """``(mean, sd)`` of a regression target in float64; ``sd`` is the population standard
+    deviation, 1 for a constant (or one-row) target so that dividing by it is safe."""
+    values = torch.as_tensor(np.asarray(to_numpy(y), dtype=np.float64).reshape(-1))
+    mean = float(values.mean())
+    sd = float(values.std(unbiased=False)) if values.numel() > 1 else 0.0
+    return mean, (sd if sd > 0 and np.isfinite(sd) else 1.0)
+
+
+def scaled_output(module: nn.Module, scale: float, shift: float) -> nn.Sequential:
+    """``Sequential(module, OutputScale(scale, shift))``: ``module`` predicts the
+    standardised target, the result predicts ``y``. Train it with
+    :func:`solvers.losses.scaled_mse_loss` ``(scale)``."""
+    return nn.Sequential(module, OutputScale(scale, shift))
 
 
 class TorchLearner:
@@ -34,9 +77,11 @@ class TorchLearner:
 
     * classification: binary cross-entropy on the logit output,
       ``mean(log(1 + e^out) - y out)`` (targets 0/1);
-    * regression: mean squared error ``mean((out - y_s)^2)`` on the standardised target
-      ``y_s = (y - mean y) / sd y`` when ``scale_target`` (predictions are mapped back), else
-      on ``y`` itself.
+    * regression: mean squared error; with ``scale_target`` (default) the module trained is
+      ``scaled_output(net, sd y, mean y)`` and the loss ``mean((out - y)^2) / sd^2`` (module
+      docstring), i.e. ``net`` fits the standardised target ``(y - mean y) / sd y`` while
+      ``module_`` predicts in the units of ``y``; without it, ``mean((out - y)^2)`` on
+      ``net`` itself. Mean and sd are those of the targets of each ``fit``.
 
     Training runs inside :func:`torch.random.fork_rng` seeded with ``seed`` (initialisation,
     shuffling, dropout), so the same data and seed give the same model bit for bit on CPU,
@@ -67,7 +112,10 @@ class TorchLearner:
     Attributes
     ----------
     module_ : torch.nn.Module
-        The trained module (after :meth:`fit`).
+        The trained module (after :meth:`fit`), predicting in the units of ``y``: for a
+        regression with ``scale_target``, ``Sequential(net, OutputScale(sd, mean))``.
+    target_shift_, target_scale_ : float
+        Regression with ``scale_target``: mean and sd of the last targets.
     n_features_in_ : int
     classes_ : numpy.ndarray
         ``[0, 1]`` for classification.
@@ -144,7 +192,7 @@ class TorchLearner:
             torch.manual_seed(self.seed)
             module = self._module(X_t.shape[1])
             generator = torch.Generator().manual_seed(self.seed)
-            self.loss_curve_ = self._train(module, X_t, self._scaled(y_t), generator)
+            self.loss_curve_ = self._train(module, X_t, y_t, generator)
         return self
 
     def decision_function(self, X: Any) -> np.ndarray:
@@ -157,8 +205,6 @@ class TorchLearner:
         self.module_.eval()
         with torch.no_grad():
             out = self._forward(self.module_, X_t).double().cpu().numpy()
-        if self.task == "regression" and self.scale_target:
-            out = out * self.target_scale_ + self.target_shift_
         return out
 
     def predict(self, X: Any) -> np.ndarray:
@@ -193,24 +239,24 @@ class TorchLearner:
     def _set_target_scale(self, y: torch.Tensor) -> None:
         if self.task == "classification":
             self.classes_ = np.array([0, 1])
-        if self.task == "regression" and self.scale_target:
-            y64 = y.double()
-            sd = float(y64.std(unbiased=False))
-            self.target_shift_, self.target_scale_ = float(y64.mean()), (sd if sd > 0 else 1.0)
+        if self._scales_target():
+            self.target_shift_, self.target_scale_ = target_statistics(y.double().cpu().numpy())
 
-    def _scaled(self, y: torch.Tensor) -> torch.Tensor:
-        if self.task == "regression" and self.scale_target:
-            return (y - self.target_shift_) / self.target_scale_
-        return y
+    def _scales_target(self) -> bool:
+        return self.task == "regression" and self.scale_target
 
     def _module(self, n_features: int) -> nn.Module:
         """The module to train: the current one (warm start, same width) or a new one."""
         current = getattr(self, "module_", None)
         if self.warm_start and current is not None and self.n_features_in_ == n_features:
+            if self._scales_target():  # the same net, read in the units of the new targets
+                current[-1].set(self.target_scale_, self.target_shift_)
             return current
         module = self.module_factory(n_features)
         if not isinstance(module, nn.Module):
             raise ValueError(f"module_factory: returned {type(module).__name__}, expected a torch.nn.Module")
+        if self._scales_target():
+            module = scaled_output(module, self.target_scale_, self.target_shift_)
         self.module_ = module.to(self.device)
         self.n_features_in_ = n_features
         return self.module_
@@ -226,7 +272,12 @@ class TorchLearner:
 
     def _train(self, module: nn.Module, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> list[float]:
         """Adam on shuffled mini-batches; the mean loss of each epoch."""
-        loss_fn = nn.BCEWithLogitsLoss() if self.task == "classification" else nn.MSELoss()
+        if self.task == "classification":
+            bce = nn.BCEWithLogitsLoss()
+            loss_fn = lambda out, target: bce(out, target)  # noqa: E731
+        else:
+            scaled = scaled_mse_loss(self.target_scale_ if self.scale_target else 1.0)
+            loss_fn = lambda out, target: scaled(out, _Targets(target))  # noqa: E731
         optimizer = torch.optim.Adam(module.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         module.train()
         n, curve = X.shape[0], []
@@ -250,3 +301,12 @@ class TorchLearner:
     def __repr__(self) -> str:
         return (f"TorchLearner(task={self.task!r}, epochs={self.epochs}, batch_size={self.batch_size}, "
                 f"lr={self.lr:g}, seed={self.seed})")
+
+
+class _Targets:
+    """The ``batch.y`` a :mod:`solvers.losses` loss reads."""
+
+    __slots__ = ("y",)
+
+    def __init__(self, y: torch.Tensor) -> None:
+        self.y = y

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LossFn", "bce_loss", "mse_loss", "poisson_loss", "get_loss"]
+__all__ = ["LossFn", "bce_loss", "mse_loss", "poisson_loss", "get_loss", "ScaledLoss", "scaled_mse_loss"]
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -37,6 +37,44 @@ def poisson_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
     if exposure is not None:
         eta = out + torch.log(exposure.to(out.dtype))
     return torch.mean(torch.exp(eta) - batch.y.to(out.dtype) * eta)
+
+
+class ScaledLoss:
+    """``factor * loss(out, batch)``: a named loss rescaled by a constant (picklable).
+
+    The engines' step sizes and tolerances are tuned for losses of order 1; a caller that
+    trains on targets in large units can divide the loss by the target variance so that the
+    engine sees the gradient scale of the standardised problem while the model output, and
+    so every constraint on it, stays in the target's units (see :func:`scaled_mse_loss`).
+    """
+
+    def __init__(self, loss: "str | LossFn", factor: float) -> None:
+        factor = float(factor)
+        if not (factor > 0 and factor < float("inf")):
+            raise ValueError(f"factor: expected a positive finite number, got {factor!r}")
+        self.loss = loss
+        self.factor = factor
+        self._fn = get_loss(loss)
+
+    def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        return self._fn(out, batch) * self.factor
+
+    def __repr__(self) -> str:
+        return f"ScaledLoss({self.loss!r}, factor={self.factor:g})"
+
+
+def scaled_mse_loss(scale: float) -> ScaledLoss:
+    """``mean((out - y)^2) / scale^2``, the mean squared error of the standardised output.
+
+    With ``out = scale * z + shift`` (e.g. a model ending in an output scaling) and
+    ``y_s = (y - shift) / scale`` this equals ``mean((z - y_s)^2)``: the loss of the
+    standardised regression, with predictions and constraint values still in ``y``'s units.
+    ``scale`` must be positive and finite (use 1 for a constant target).
+    """
+    scale = float(scale)
+    if not (scale > 0 and scale < float("inf")):
+        raise ValueError(f"scale: expected a positive finite number, got {scale!r}")
+    return ScaledLoss("mse", 1.0 / (scale * scale))
 
 
 _LOSSES: dict[str, LossFn] = {"bce": bce_loss, "mse": mse_loss, "poisson": poisson_loss}

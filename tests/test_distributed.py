@@ -57,7 +57,11 @@ def _constraint_sets():
 
 def _fit(data, name: str, distributed):
     model = fairopt.models.mlp(data.n_features, hidden=(8,), seed=0)
-    engine = StochasticSQP(epochs=ITERATIONS, lr_schedule=False, distributed=distributed)
+    # The reference sums in float32, the ranks in float64: the paper's large Hessian shift (small
+    # steps) keeps that rounding difference from growing along the 20 iterations, and without
+    # the exact calibration no hard label sits on a rounding-level knife edge.
+    engine = StochasticSQP(epochs=ITERATIONS, lr_schedule=False, calibrate_exact=False, hessian_shift=10.0,
+                           distributed=distributed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FairnessWarning)  # a shard may miss a race level
         result = engine.fit(model, data, loss="bce", constraints=_constraint_sets()[name]())
@@ -118,8 +122,8 @@ def test_two_ranks_match_single_process_and_each_other(two_rank_results, name):
     for key in ("params", "f", "c", "c_exact"):
         assert torch.equal(rank0[key], rank1[key]), key  # bit-identical across ranks
     assert rank0["kkt"] == rank1["kkt"] and rank0["violation"] == rank1["violation"]
+    assert torch.allclose(rank0["f"], reference["f"], rtol=0, atol=1e-6), (rank0["f"], reference["f"])
     assert (rank0["params"] - reference["params"]).abs().max().item() < 1e-6
-    assert torch.allclose(rank0["f"], reference["f"], rtol=0, atol=1e-6)
     assert torch.allclose(rank0["c"], reference["c"], rtol=0, atol=1e-6)
     assert torch.allclose(rank0["c_exact"], reference["c_exact"], rtol=0, atol=1e-6)  # float32 in the reference
     assert rank0["kkt"] == pytest.approx(reference["kkt"], abs=1e-6)

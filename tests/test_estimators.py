@@ -19,7 +19,7 @@ from torch import nn
 import fairopt
 from fairopt.constraints import Covariance, DemographicParity, DisparateImpact, DistanceCovariance, EqualImpact, GeDI
 from fairopt.data import FairData
-from fairopt.estimators import FairClassifier, FairRegressor, sensitive_columns
+from fairopt.estimators import SQP_RATE_SURROGATE, FairClassifier, FairRegressor, sensitive_columns
 from fairopt.exceptions import FairnessWarning
 from fairopt.specs import constraint_from_spec, constraint_to_spec, resolve_constraints
 from solvers import StochasticSQP
@@ -125,7 +125,8 @@ def test_estimator_equals_direct_engine_run(adult, method):
 
     data = FairData.from_arrays(X, y, {"sex": s}, feature_names=[f"x{j}" for j in range(X.shape[1])])
     model = fairopt.models.linear(data.n_features, seed=0)
-    constraint = DisparateImpact("sex", delta=delta)
+    # specs under method="sqp" use the soft rate surrogate (estimators.SQP_RATE_SURROGATE)
+    constraint = DisparateImpact("sex", delta=delta, **({"surrogate": SQP_RATE_SURROGATE} if method == "sqp" else {}))
     engine = {"sqp": StochasticSQP, "penalty": Penalty, "lagrangian": LagrangianDual}[method](
         epochs=epochs, lr=lr, seed=0)
     if method == "penalty":
@@ -134,8 +135,10 @@ def test_estimator_equals_direct_engine_run(adult, method):
         result = engine.fit(model, data, loss="bce", constraints=[constraint])
     with torch.no_grad():
         expected = model(data.X).double().numpy()
-    np.testing.assert_array_equal(clf.decision_function(X), expected)
-    assert clf.n_iter_ == len(result.history) == epochs
+    # predictions are evaluated in float64 (batch-independent), the engine's model runs in float32
+    np.testing.assert_allclose(clf.decision_function(X), expected, rtol=1e-5, atol=1e-5)
+    steps = [r for r in result.history.records if r.get("qp_status") != "final"]  # SQP closes with one record
+    assert clf.n_iter_ == len(steps) <= epochs
     assert clf.status_ == result.status and clf.converged_ == result.converged
     hand = _disparate_impact_violation((expected > 0).astype(float), s, delta)
     assert clf.train_violation_ == pytest.approx(hand, abs=F32)
@@ -319,7 +322,8 @@ def test_infeasible_constraint_warns(adult):
                for m in messages)
     assert any("1 of the last 1 SQP iterations needed a relaxed QP step" in m for m in messages)
     assert clf.train_violation_ == 1.0
-    assert all(r["qp_status"] == "relaxed" for r in clf.history_.records)
+    steps = clf.history_.records[:-1]  # the last record describes the returned model
+    assert all(r["qp_status"] == "relaxed" for r in steps) and clf.history_[-1]["qp_status"] == "final"
 
 
 @pytest.mark.parametrize("method, lr", [("sqp", None), ("penalty", 0.05)])
@@ -347,7 +351,7 @@ def test_check_generalisation(adult):
     X, y, s = adult
     train, held = slice(0, 800), slice(800, None)
     delta = 0.95
-    clf = _quiet(FairClassifier(("disparate_impact", "sex", delta), epochs=5).fit, X[train], y[train],
+    clf = _quiet(FairClassifier(("disparate_impact", "sex", delta), epochs=30).fit, X[train], y[train],
                  sensitive_features={"sex": s[train]})
     with warnings.catch_warnings():
         warnings.simplefilter("error", FairnessWarning)

@@ -122,7 +122,7 @@ def test_method_adapters(tiny):
     inverse = PenaltyMethod(penalties.DemographicParitySquared("sex"), weight_of=lambda lam: 1 / lam, epochs=1)
     assert inverse.fit(tiny, value=4.0, seed=0).info["weights"] == [0.25]
     by_sqp = PenaltyMethod(penalties.DemographicParitySquared("sex"), engine="sqp", epochs=2).fit(tiny, value=1.0, seed=0)
-    assert len(by_sqp.history) == 2 and by_sqp.history[0]["qp_status"] == "unconstrained"
+    assert len(by_sqp.history) == 2 + 1 and by_sqp.history[0]["qp_status"] == "unconstrained"
     hinge = PenaltyMethod(DisparateImpact("sex", 0.8), epochs=1).fit(tiny, value=1.0, seed=0)
     assert len(hinge.constraints) == 1  # a penalised constraint is reported
     with pytest.raises(ValueError, match="value"):

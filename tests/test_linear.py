@@ -420,12 +420,14 @@ def _max_abs_cov(S, eta):
 def test_zlm_sqp_matches_exact_qp(small_example1):
     X, S, y = small_example1
     unconstrained = _max_abs_cov(S, LinearRegression().fit(X, y).predict(X))
-    engines = [None, StochasticSQP(epochs=60, lr=0.5, hessian_shift=1.0, seed=1)]  # default and a custom engine
+    engines = [None, StochasticSQP(epochs=60, lr=0.5, hessian_shift=1.0, lr_schedule="paper", tol=1e-7,
+                                   seed=1)]  # default and a custom engine
     for bound, engine in zip([0.0, 0.3 * unconstrained], engines):
         sqp = ZLM(bound=bound, engine=engine).fit(X, y, sensitive=S)
         qp = ZLM(bound=bound, solver="qp").fit(X, y, sensitive=S)
         assert sqp.fit_result_.converged and qp.fit_result_ is None
-        assert len(sqp.fit_result_.history) == (100 if engine is None else 60)
+        # at most the epochs, then the closing record (a run stops early at a feasible KKT point)
+        assert len(sqp.fit_result_.history) <= (100 if engine is None else 60) + 1
         scale = np.std(y)
         np.testing.assert_allclose(sqp.coef_, qp.coef_, atol=1e-4 * scale)
         assert sqp.intercept_ == pytest.approx(qp.intercept_, abs=1e-4 * scale)

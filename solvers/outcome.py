@@ -1,0 +1,137 @@
+"""What an engine returns: the best iterate it saw, and an honest word when a bound is unmet.
+
+Engines offer candidate iterates to a :class:`BestIterate` together with the objective and
+the EXACT constraint values measured on the full training data. The selection rule:
+
+1. among the candidates whose every row is within ``feasibility_tol`` of its bounds
+   (``max(c_i - u_i, 0) + max(l_i - c_i, 0) <= feasibility_tol`` for every row ``i``), the
+   one with the lowest objective;
+2. if no candidate is feasible, the one with the lowest total exact violation (ties: the
+   lowest objective).
+
+:func:`warn_unmet` emits one :class:`BoundWarning` naming every row that the returned iterate
+violates, with its realised value and its bound.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from solvers.problem import row_violations
+
+__all__ = ["BoundWarning", "BestIterate", "Candidate", "unmet_rows", "warn_unmet"]
+
+
+class BoundWarning(UserWarning):
+    """A hard bound is not met by the model an engine returns (measured exactly, on all
+    training rows)."""
+
+
+@dataclass
+class Candidate:
+    """One offered iterate: flat parameter copy, objective, exact rows, where it came from."""
+
+    params: torch.Tensor
+    f: float
+    c_exact: torch.Tensor
+    row_violations: torch.Tensor
+    iteration: int
+
+    @property
+    def violation(self) -> float:
+        return float(self.row_violations.sum())
+
+
+class BestIterate:
+    """Keeps the best iterate offered so far (module docstring for the rule).
+
+    Parameters
+    ----------
+    lower, upper : tensor (m,)
+        The user's bounds (never a shifted working copy).
+    feasibility_tol : float
+        Largest per-row exact violation that counts as feasible.
+    """
+
+    def __init__(self, lower: torch.Tensor, upper: torch.Tensor, feasibility_tol: float) -> None:
+        self.lower = lower.to(torch.float64)
+        self.upper = upper.to(torch.float64)
+        self.feasibility_tol = float(feasibility_tol)
+        self.best: Candidate | None = None
+        self.offered = 0
+
+    def feasible(self, row_viol: torch.Tensor) -> bool:
+        """Every row within ``feasibility_tol``."""
+        return bool((row_viol <= self.feasibility_tol).all()) if row_viol.numel() else True
+
+    def _better(self, new: Candidate, old: Candidate) -> bool:
+        new_ok, old_ok = self.feasible(new.row_violations), self.feasible(old.row_violations)
+        if new_ok != old_ok:
+            return new_ok
+        if new_ok:
+            return new.f < old.f
+        return (new.violation, new.f) < (old.violation, old.f)
+
+    def offer(self, params: Sequence[torch.Tensor], f: float, c_exact: torch.Tensor | None, iteration: int,
+              prefer: bool = False) -> bool:
+        """Consider the current parameters; returns True when they become the best.
+
+        A non-finite objective or exact value is never accepted. ``prefer=True`` (a
+        feasible KKT point that stopped training) takes the place of the best whatever its
+        objective, if it is feasible.
+        """
+        self.offered += 1
+        c = torch.zeros(0, dtype=torch.float64) if c_exact is None else c_exact.detach().to(torch.float64).reshape(-1)
+        if not math.isfinite(f) or not bool(torch.isfinite(c).all()):
+            return False
+        viol = row_violations(c, self.lower, self.upper) if c.numel() else c
+        new = Candidate(None, float(f), c, viol, int(iteration))  # type: ignore[arg-type]
+        if self.best is not None and not self._better(new, self.best):
+            if not (prefer and self.feasible(viol)):
+                return False
+        new.params = torch.cat([p.detach().reshape(-1) for p in params]).clone()
+        self.best = new
+        return True
+
+    def restore(self, params: Sequence[torch.Tensor]) -> Candidate | None:
+        """Write the best parameters back into ``params`` (in place); returns the candidate."""
+        if self.best is None:
+            return None
+        with torch.no_grad():
+            offset = 0
+            for p in params:
+                k = p.numel()
+                p.copy_(self.best.params[offset:offset + k].view_as(p))
+                offset += k
+        return self.best
+
+
+def unmet_rows(c_exact: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, row_names: Sequence[str],
+               tol: float) -> list[str]:
+    """``"<row>: <value> (bound <side> <bound>)"`` for every row whose exact violation exceeds ``tol``."""
+    c = c_exact.detach().to(torch.float64).reshape(-1)
+    lo, hi = lower.to(torch.float64), upper.to(torch.float64)
+    viol = row_violations(c, lo, hi)
+    out = []
+    for i in torch.nonzero(viol > tol).reshape(-1).tolist():
+        side = f"<= {hi[i].item():.6g}" if c[i] > hi[i] else f">= {lo[i].item():.6g}"
+        name = row_names[i] if i < len(row_names) else str(i)
+        out.append(f"{name}: {c[i].item():.6g} (bound {side}, violation {viol[i].item():.3g})")
+    return out
+
+
+def warn_unmet(engine: str, c_exact: torch.Tensor | None, lower: torch.Tensor, upper: torch.Tensor,
+               row_names: Sequence[str], tol: float, stacklevel: int = 3) -> list[str]:
+    """Emit one :class:`BoundWarning` for the rows the returned model violates; returns them."""
+    if c_exact is None or not c_exact.numel():
+        return []
+    rows = unmet_rows(c_exact, lower, upper, row_names, tol)
+    if rows:
+        warnings.warn(f"{engine}: the returned model violates {len(rows)} constraint row(s) on the training data "
+                      f"(exact measure, tolerance {tol:g}): " + "; ".join(rows), BoundWarning, stacklevel=stacklevel)
+    return rows

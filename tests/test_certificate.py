@@ -1,0 +1,228 @@
+"""Held-out statements: Clopper-Pearson certificates, bootstrap, margins, estimator integration."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import fairopt
+from fairopt.certificate import (
+    Certificate,
+    auto_margin,
+    certify,
+    clopper_pearson,
+    tighten,
+    worst_case_rows,
+)
+from fairopt.constraints import DemographicParity, DisparateImpact, GeDI
+from fairopt.data import FairData
+from fairopt.estimators import FairClassifier
+from fairopt.exceptions import CertificateError, FairnessWarning
+
+
+def _rate_data(n0: int, n1: int, k0: int, k1: int) -> tuple[FairData, torch.Tensor]:
+    """Rows of two groups with ``k_g`` positives (outputs +1) among ``n_g`` rows."""
+    s = np.r_[np.zeros(n0), np.ones(n1)]
+    out = np.r_[np.where(np.arange(n0) < k0, 1.0, -1.0), np.where(np.arange(n1) < k1, 1.0, -1.0)]
+    y = (out > 0).astype(float)
+    data = FairData.from_arrays(np.c_[out], y, {"s": s})
+    return data, torch.as_tensor(out)
+
+
+@pytest.fixture(scope="module")
+def adult_small():
+    frame, _ = fairopt.datasets.load_frame("adult")
+    frame = frame.sample(n=1200, random_state=3)
+    X = frame[["age", "education-num", "hours-per-week", "capital-gain", "capital-loss"]]
+    return X, frame["income"], frame[["sex"]]
+
+
+# ----------------------------------------------------------------------------- intervals
+@pytest.mark.parametrize("k,n", [(0, 20), (3, 20), (10, 20), (20, 20), (57, 400)])
+def test_clopper_pearson_matches_scipy(k, n):
+    lo, hi = clopper_pearson(k, n, 0.95)
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    assert float(lo) == pytest.approx(ci.low, abs=1e-10)
+    assert float(hi) == pytest.approx(ci.high, abs=1e-10)
+
+
+def test_worst_case_rows_match_corner_enumeration():
+    rng = np.random.default_rng(0)
+    D = rng.normal(size=(5, 4))
+    lo = rng.uniform(0, 0.5, size=4)
+    hi = lo + rng.uniform(0, 0.5, size=4)
+    corners = np.array([D @ np.where(np.array(bits), hi, lo) for bits in itertools.product([0, 1], repeat=4)])
+    row_lo, row_hi = worst_case_rows(D, lo, hi)
+    np.testing.assert_allclose(row_lo, corners.min(axis=0))
+    np.testing.assert_allclose(row_hi, corners.max(axis=0))
+
+
+def test_di_certificate_values_and_bonferroni():
+    data, out = _rate_data(400, 600, 80, 150)
+    cert = certify(out, data, DisparateImpact("s", 0.8))
+    assert isinstance(cert, Certificate) and cert.method == "clopper-pearson" and cert.n == 1000
+    assert cert.realised == pytest.approx(0.2 / 0.25)
+    # two sides, each at 1 - 0.05 / 2
+    l0, u0 = clopper_pearson(80, 400, 0.975)
+    l1, u1 = clopper_pearson(150, 600, 0.975)
+    assert cert.lower == pytest.approx(min(l0 / u1, l1 / u0))
+    assert cert.lower < cert.realised <= cert.upper
+    assert cert.passed == (cert.lower >= 0.8) and not cert.passed
+    assert cert.confidence_bound == cert.lower
+    assert cert.to_dict()["passed"] is False and "FAILED" in str(cert)
+    # equal rates on many rows: the bound holds
+    data, out = _rate_data(4000, 6000, 1000, 1500)
+    assert certify(out, data, DisparateImpact("s", 0.8)).passed
+
+
+def test_dp_certificate_upper_bound():
+    data, out = _rate_data(500, 500, 100, 110)
+    cert = certify(out, data, DemographicParity("s", 0.1))
+    assert cert.measure == "demographic_parity difference" and cert.bound_side == "upper"
+    assert cert.realised == pytest.approx(0.02)
+    l0, u0 = clopper_pearson(100, 500, 0.975)
+    l1, u1 = clopper_pearson(110, 500, 0.975)
+    assert cert.upper == pytest.approx(max(u1 - l0, u0 - l1))
+    assert cert.passed == (cert.upper <= 0.1)
+
+
+def test_di_lower_bound_coverage_simulation():
+    """The DI lower confidence bound is below the true DI in >= 95% of 2,000 samples."""
+    rng = np.random.default_rng(12345)
+    p0, p1, n0, n1 = 0.12, 0.3, 150, 300
+    true_di = min(p0 / p1, p1 / p0)
+    k0 = rng.binomial(n0, p0, size=2000)
+    k1 = rng.binomial(n1, p1, size=2000)
+    l0, u0 = clopper_pearson(k0, n0, 0.975)
+    l1, u1 = clopper_pearson(k1, n1, 0.975)
+    lcb = np.minimum(l0 / u1, l1 / u0)
+    assert np.mean(lcb <= true_di) >= 0.95
+    # and certify computes the same bound
+    data, out = _rate_data(n0, n1, int(k0[0]), int(k1[0]))
+    assert certify(out, data, DisparateImpact("s", 0.8)).lower == pytest.approx(lcb[0])
+
+
+def test_bootstrap_certificate_is_seeded():
+    rng = np.random.default_rng(1)
+    s = rng.integers(0, 2, 300).astype(float)
+    out = rng.normal(size=300) + 0.3 * s
+    data = FairData.from_arrays(np.c_[out], (out > 0).astype(float), {"s": s})
+    c = GeDI("s", bound=0.5)
+    a = certify(torch.as_tensor(out), data, c, n_bootstrap=50, seed=3)
+    b = certify(torch.as_tensor(out), data, c, n_bootstrap=50, seed=3)
+    assert a.method == "bootstrap" and a.to_dict() == b.to_dict()
+    assert a.lower <= a.realised <= a.upper and a.passed == (a.upper <= 0.5)
+
+
+def test_unknown_constraint_type_is_type_error():
+    data, out = _rate_data(10, 10, 3, 3)
+
+    class Other:
+        name = "other"
+
+        def __call__(self, out, batch):
+            return out.mean().reshape(1)
+
+        def exact(self, out, batch):
+            return out.mean().reshape(1)
+
+    with pytest.raises(TypeError, match="no certificate"):
+        certify(out, data, Other())
+
+
+# ----------------------------------------------------------------------------- margins
+def test_tighten_leaves_the_user_constraint_unchanged():
+    data, _ = _rate_data(50, 50, 10, 10)
+    c = DisparateImpact("s", 0.8)
+    c.setup(data)
+    before = (c.lower.clone(), c.upper.clone())
+    t = tighten(c, 0.03)
+    t.setup(data)
+    assert torch.equal(c.lower, before[0]) and torch.equal(c.upper, before[1])
+    assert torch.allclose(t.upper, before[1] - 0.03) and torch.equal(t.lower, before[0])
+    dp = tighten(DemographicParity("s", 0.1), 0.04)
+    dp.setup(data)
+    assert torch.allclose(dp.upper, torch.tensor([0.06], dtype=torch.float64))
+    assert torch.allclose(dp.lower, torch.tensor([-0.06], dtype=torch.float64))
+    too_much = tighten(DemographicParity("s", 0.01), 0.04)
+    with pytest.raises(ValueError, match="margin"):
+        too_much.setup(data)
+
+
+def test_auto_margin_shrinks_as_groups_grow():
+    margins = []
+    for n in (100, 400, 1600, 6400):
+        data, _ = _rate_data(n, 2 * n, n // 5, n // 2)
+        m = auto_margin(data, DisparateImpact("s", 0.8), held_out_fraction=0.3)
+        assert m.shape == (2,) and bool((m > 0).all())
+        margins.append(float(m.max()))
+    assert all(a > b for a, b in zip(margins, margins[1:]))
+    assert margins[0] / margins[1] == pytest.approx(2.0, rel=1e-6)  # 1 / sqrt(n)
+    # the formula at p = 1/2: z_{1 - 0.05/2} * sqrt(0.8^2 / 4 / n_new_0 + 1 / 4 / n_new_1)
+    data, _ = _rate_data(700, 1400, 100, 100)
+    m = auto_margin(data, DisparateImpact("s", 0.8), held_out_fraction=0.3)
+    z = stats.norm.ppf(1 - 0.05 / 2)
+    se = np.sqrt(0.64 * 0.25 / 300 + 0.25 / 600)  # new groups: 300 (s=0), 600 (s=1)
+    assert float(m[0]) == pytest.approx(z * se)
+
+
+# ----------------------------------------------------------------------------- estimator
+def test_estimator_validation_fraction_certificate_and_no_refit(adult_small):
+    X, y, S = adult_small
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        clf = FairClassifier(constraints=[("disparate_impact", "sex", 0.8)], epochs=20, validation_fraction=0.25,
+                             margin="auto", on_fail="ignore").fit(X, y, sensitive_features=S)
+    held = clf.validation_indices_
+    assert len(held) == 300 and len(clf.certificate_) == 1
+    cert = clf.certificate_[0]
+    assert cert.n == 300 and cert.constraint == "disparate_impact[sex]" and cert.method == "clopper-pearson"
+    # no refit: the preprocessing (and the model) saw only the training rows
+    train = np.setdiff1d(np.arange(len(X)), held)
+    assert np.allclose(clf.preprocessor_.means_["x0"], X.to_numpy()[train, 0].mean())
+    assert clf.predicted_held_out_ is not None and (clf.predicted_held_out_["margin"] > 0).all()
+    # the certificate is the realised held-out DI of the returned model
+    report = clf.evaluate(X.iloc[held], y.iloc[held], sensitive_features=S.iloc[held])
+    assert report is not None
+
+
+def test_estimator_defaults_unchanged(adult_small):
+    X, y, S = adult_small
+    kwargs = dict(constraints=[("disparate_impact", "sex", 0.8)], epochs=10)
+    a = FairClassifier(**kwargs).fit(X, y, sensitive_features=S)
+    b = FairClassifier(**kwargs, margin=0.0, validation_fraction=None).fit(X, y, sensitive_features=S)
+    assert a.certificate_ is None and a.predicted_held_out_ is None and a.validation_indices_ is None
+    np.testing.assert_array_equal(a.decision_function(X), b.decision_function(X))
+
+
+def test_on_fail_raise_and_warn(adult_small):
+    X, y, S = adult_small
+    kwargs = dict(constraints=[("demographic_parity", "sex", 0.0)], epochs=5, validation_fraction=0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        with pytest.raises(CertificateError, match="demographic_parity"):
+            FairClassifier(**kwargs, on_fail="raise").fit(X, y, sensitive_features=S)
+    assert issubclass(CertificateError, ValueError)
+    with pytest.warns(FairnessWarning, match="confidence bound"):
+        clf = FairClassifier(**kwargs).fit(X, y, sensitive_features=S)
+    assert not clf.certificate_[0].passed
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"margin": -0.1}, "margin"),
+    ({"margin": "big"}, "margin"),
+    ({"validation_fraction": 0.7}, "validation_fraction"),
+    ({"validation_fraction": 0.0}, "validation_fraction"),
+    ({"confidence": 1.0}, "confidence"),
+    ({"on_fail": "explode"}, "on_fail"),
+])
+def test_parameter_validation(adult_small, params, match):
+    X, y, S = adult_small
+    with pytest.raises(ValueError, match=match):
+        FairClassifier(constraints=[("disparate_impact", "sex", 0.8)], epochs=2, **params).fit(
+            X, y, sensitive_features=S)
