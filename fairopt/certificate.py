@@ -448,6 +448,7 @@ def auto_margin(
     outputs: Any = None,
     n_bootstrap: int = 200,
     seed: int = 0,
+    for_certificate: bool = False,
 ) -> torch.Tensor:
     r"""Per-row tightening (in the rows' own units) that predicts a new sample stays within bounds.
 
@@ -456,12 +457,19 @@ def auto_margin(
     ``n_new = n * f / (1 - f)`` rows with every group in the same proportions
     (``f = 0.3``: a new sample of ``3/7`` of the training size).
 
-    Rate constraints: a row ``r = sum_g a_g P_g`` estimated on the new sample has standard
-    error ``se_r = sqrt(sum_g a_g^2 p_g (1 - p_g) / n'_g)`` with ``n'_g = n_g * n_new / n``
-    the side sizes of the new sample and ``p_g = 1/2`` (pessimistic, the largest
-    ``p (1 - p)``) or, with ``outputs``, the current hard rates on ``data``. The margin is
-    ``z * se_r`` with ``z`` the one-sided normal quantile at ``1 - alpha / k``
-    (``alpha = 1 - confidence``, Bonferroni over the ``k`` finite bound sides).
+    Rate constraints: a row ``r = sum_g a_g P_g`` has standard error
+    ``se(n) = sqrt(sum_g a_g^2 p_g (1 - p_g) / n_g)`` on a sample with side sizes ``n_g``.
+    The model is fitted to meet the row on the training rows (sizes ``n_g``), whose value
+    differs from the population's by the training noise; a new sample (sizes
+    ``n'_g = n_g * n_new / n``) differs again by its own. The margin is
+    ``z * sqrt(se(n)^2 + se(n')^2)``, ``z`` the one-sided normal quantile at
+    ``1 - alpha / k`` (``alpha = 1 - confidence``, Bonferroni over the ``k`` finite bound
+    sides), with ``p_g`` the current hard rates on ``data`` when ``outputs`` are given, else
+    the positive rates of the training TARGET per side (the rates a fitted model is drawn
+    towards). ``for_certificate=True`` (a held-out part will be certified with
+    :func:`certify`) adds the certificate's own half-width ``z * se(n')``: the held-out
+    value must clear the bound by that much for its confidence bound to pass (the
+    "inflated" prediction of the Seldonian candidate selection, Thomas et al. 2019).
 
     Bootstrap constraints (GeDI, distance covariance, covariance): the standard deviation
     ``sd_r`` of the exact row over ``n_bootstrap`` seeded resamples of ``data`` (with
@@ -482,21 +490,24 @@ def auto_margin(
     c = _prepared(constraint, data)
     z = _normal_quantile(confidence, _finite_sides(c))
     if isinstance(c, _GroupRateConstraint):
-        if outputs is None:
-            out = torch.zeros(len(data), dtype=torch.float64)
-            _, n = _rate_sides(c, out, data)
-            p = np.full(len(n), 0.5)
-        else:
-            k, n = _rate_sides(c, _outputs(outputs, data), data)
-            p = np.where(n > 0, k / np.maximum(n, 1.0), 0.5)
+        out = _proxy_outputs(data) if outputs is None else _outputs(outputs, data)
+        k, n = _rate_sides(c, out, data)
+        p = np.where(n > 0, k / np.maximum(n, 1.0), 0.5)
         D = c._informed_rows(torch.as_tensor(n), torch.float64).numpy()
         n_new = np.maximum(n * scale, 1.0)
-        se = np.sqrt((D ** 2) @ (p * (1.0 - p) / n_new))
-        return torch.as_tensor(z * se, dtype=torch.float64)
+        var_new = (D ** 2) @ (p * (1.0 - p) / n_new)
+        var_train = (D ** 2) @ (p * (1.0 - p) / np.maximum(n, 1.0))
+        margin = z * np.sqrt(var_train + var_new)
+        if for_certificate:
+            margin = margin + z * np.sqrt(var_new)
+        return torch.as_tensor(margin, dtype=torch.float64)
     out = _proxy_outputs(data) if outputs is None else _outputs(outputs, data)
     draws = _bootstrap_rows(c, out, data, int(n_bootstrap), int(seed))
-    sd = draws.std(axis=0, ddof=1)
-    return torch.as_tensor(z * sd / math.sqrt(scale), dtype=torch.float64)
+    sd = draws.std(axis=0, ddof=1)  # the training sample's; a new one of n_new rows: sd / sqrt(scale)
+    margin = z * sd * math.sqrt(1.0 + 1.0 / scale)
+    if for_certificate:
+        margin = margin + z * sd / math.sqrt(scale)
+    return torch.as_tensor(margin, dtype=torch.float64)
 
 
 # ----------------------------------------------------------------------------- tightening

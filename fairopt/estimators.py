@@ -1032,7 +1032,8 @@ def _training_constraints(est: Any, data: FairData, constraints: list) -> list:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FairnessWarning)  # the engine's set-up of the copy reports them
             c.setup(data)
-        margin = (auto_margin(data, c, float(est.confidence), float(fraction), seed=int(est.seed))
+        margin = (auto_margin(data, c, float(est.confidence), float(fraction), seed=int(est.seed),
+                              for_certificate=est.validation_fraction is not None)
                   if est.margin == "auto" else float(est.margin))
         tightened.append(tighten(c, margin))
     return tightened

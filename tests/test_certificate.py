@@ -163,12 +163,16 @@ def test_auto_margin_shrinks_as_groups_grow():
         margins.append(float(m.max()))
     assert all(a > b for a, b in zip(margins, margins[1:]))
     assert margins[0] / margins[1] == pytest.approx(2.0, rel=1e-6)  # 1 / sqrt(n)
-    # the formula at p = 1/2: z_{1 - 0.05/2} * sqrt(0.8^2 / 4 / n_new_0 + 1 / 4 / n_new_1)
+    # the formula, p_g the target's positive rates (1/7 and 1/14): training sides 700 and 1400,
+    # new sides 300 and 600; a certificate adds the new sample's own term
     data, _ = _rate_data(700, 1400, 100, 100)
     m = auto_margin(data, DisparateImpact("s", 0.8), held_out_fraction=0.3)
     z = stats.norm.ppf(1 - 0.05 / 2)
-    se = np.sqrt(0.64 * 0.25 / 300 + 0.25 / 600)  # new groups: 300 (s=0), 600 (s=1)
-    assert float(m[0]) == pytest.approx(z * se)
+    v0, v1 = (1 / 7) * (6 / 7), (1 / 14) * (13 / 14)
+    var_train, var_new = 0.64 * v0 / 700 + v1 / 1400, 0.64 * v0 / 300 + v1 / 600
+    assert float(m[0]) == pytest.approx(z * np.sqrt(var_train + var_new))
+    m_cert = auto_margin(data, DisparateImpact("s", 0.8), held_out_fraction=0.3, for_certificate=True)
+    assert float(m_cert[0]) == pytest.approx(z * np.sqrt(var_train + var_new) + z * np.sqrt(var_new))
 
 
 # ----------------------------------------------------------------------------- estimator
