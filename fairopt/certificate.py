@@ -284,6 +284,7 @@ def certify(
     *,
     n_bootstrap: int = 200,
     seed: int = 0,
+    method: str = "normal",
 ) -> Certificate:
     """Confidence statement about ``constraint`` on the rows of ``data`` (module doc).
 
@@ -305,6 +306,18 @@ def certify(
         Resamples for the bootstrap constraints.
     seed : int, default 0
         Seed of the bootstrap resamples.
+    method : {"normal", "clopper-pearson"}, default "normal"
+        Rate constraints only. "normal": every row ``r = sum_g a_g P_g`` is linear in the
+        side rates, so its estimate has standard error
+        ``se_r = sqrt(sum_g a_g^2 p_g (1 - p_g) / n_g)`` (``p_g = (k_g + 1/2) / (n_g + 1)``,
+        which keeps a variance at 0 or n positives); the row's one-sided bound is
+        ``r +- z se_r`` with ``z`` the normal quantile at ``1 - alpha / pairs`` (a union
+        bound over the compared pairs of sides: the two rows of a pair cannot both be
+        violated, see :func:`_comparisons`). This is the large-sample statement the Seldonian
+        toolkit makes (Student-t there). "clopper-pearson": exact intervals per side at
+        ``1 - alpha / G`` and the worst corner of their rectangle for every row: valid at
+        any sample size, but much wider (on 4,200 Adult rows a realised DI of 0.92 had a
+        lower bound of 0.77 against about 0.85 with "normal").
 
     Returns
     -------
@@ -322,7 +335,11 @@ def certify(
         raise ValueError(f"n_bootstrap: expected an integer >= 10, got {n_bootstrap!r}")
     c = _prepared(constraint, data)
     out = _outputs(model_outputs_or_model, data)
+    if method not in CERTIFY_METHODS:
+        raise ValueError(f"method: expected one of {CERTIFY_METHODS}, got {method!r}")
     if isinstance(c, _GroupRateConstraint):
+        if method == "normal":
+            return _certify_rates_normal(c, out, data, confidence)
         return _certify_rates(c, out, data, confidence)
     return _certify_bootstrap(c, out, data, confidence, int(n_bootstrap), int(seed))
 
@@ -356,6 +373,60 @@ def _certify_rates(c: _GroupRateConstraint, out: torch.Tensor, data: Any, confid
     return Certificate(constraint=c.name, measure=measure, realised=float(realised), lower=float(lo), upper=float(hi),
                        confidence=confidence, bound=float(bound), bound_side=side, passed=passed, n=len(data),
                        method="clopper-pearson", rows=rows)
+
+
+def _certify_rates_normal(c: _GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
+    """Per-row normal bounds (``certify(method="normal")``)."""
+    k, n = _rate_sides(c, out, data)
+    rates = np.where(n > 0, k / np.maximum(n, 1.0), 0.0)
+    p = (k + 0.5) / (n + 1.0)
+    var = np.where(n > 0, p * (1.0 - p) / np.maximum(n, 1.0), np.inf)  # an empty side is uninformative
+    z = _normal_quantile(confidence, _comparisons(c))
+    D = c._D.double().numpy()
+    values = c._informed_rows(torch.as_tensor(n), torch.float64).numpy() @ rates
+    with np.errstate(invalid="ignore"):
+        se = np.sqrt((D ** 2) @ var)
+    row_lo, row_hi = values - z * se, values + z * se
+    b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
+    passed = bool(_within(row_lo, row_hi, b_lo, b_hi).all())
+    pairs = list(zip(c._focus.tolist(), c._ref.tolist()))
+    informed = [(f, r) for f, r in pairs if n[f] > 0 and n[r] > 0]
+    if isinstance(c, DisparateImpact):  # and EqualImpact
+        measure, side, bound = f"{c._prefix} ratio", "lower", c.delta
+        realised = min([_ratio(rates[f], rates[r]) for f, r in informed], default=1.0)
+        lo = min((min(_ratio_bound(rates[a], rates[b], var[a], var[b], z) for a, b in ((f, r), (r, f)))
+                  for f, r in pairs), default=1.0)
+        hi = min((min(_ratio_bound(rates[a], rates[b], var[a], var[b], -z) for a, b in ((f, r), (r, f)))
+                  for f, r in pairs), default=1.0)
+    else:
+        measure, side, bound = f"{c._prefix} difference", "upper", c.bound
+        realised = max([abs(rates[f] - rates[r]) for f, r in informed], default=0.0)
+        spread = [z * math.sqrt(var[f] + var[r]) for f, r in pairs]
+        lo = max((max(0.0, abs(rates[f] - rates[r]) - w) for (f, r), w in zip(pairs, spread)), default=0.0)
+        hi = max((abs(rates[f] - rates[r]) + w for (f, r), w in zip(pairs, spread)), default=0.0)
+    rows = _row_table(c, values, row_lo, row_hi, b_lo, b_hi)
+    rows.update(sides_positive=k.tolist(), sides_n=n.tolist(), sides_se=np.sqrt(var).tolist())
+    return Certificate(constraint=c.name, measure=measure, realised=float(realised), lower=float(lo), upper=float(hi),
+                       confidence=confidence, bound=float(bound), bound_side=side, passed=passed, n=len(data),
+                       method="normal", rows=rows)
+
+
+def _ratio_bound(p_num: float, p_den: float, v_num: float, v_den: float, z: float) -> float:
+    """The largest ``d`` in [0, 1] with ``d p_den - p_num + z sqrt(d^2 v_den + v_num) <= 0``:
+    the ratio ``p_num / p_den`` that the row ``d P_den - P_num <= 0`` certifies (``z > 0``: a
+    lower confidence bound; ``z < 0``: an upper one). Bisection: the left side increases in ``d``."""
+    if not (math.isfinite(v_num) and math.isfinite(v_den)):
+        return 0.0 if z > 0 else 1.0
+    g = lambda d: d * p_den - p_num + z * math.sqrt(d * d * v_den + v_num)  # noqa: E731
+    if g(0.0) > 0:
+        return 0.0
+    if g(1.0) <= 0:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if g(mid) <= 0 else (lo, mid)
+    return lo
 
 
 def _safe_div(a: float, b: float) -> float:
@@ -418,8 +489,23 @@ def _certify_bootstrap(c: Any, out: torch.Tensor, data: Any, confidence: float, 
 
 
 # ----------------------------------------------------------------------------- margins
+#: Values of ``certify(method=)``.
+CERTIFY_METHODS: tuple[str, ...] = ("normal", "clopper-pearson")
+
+
 def _normal_quantile(confidence: float, sides: int) -> float:
     return float(stats.norm.ppf(1.0 - (1.0 - confidence) / max(sides, 1)))
+
+
+def _comparisons(c: _GroupRateConstraint) -> int:
+    """Simultaneous statements a rate constraint needs: one per compared pair of sides.
+
+    The rows of a pair exclude each other's violation (``d P_r - P_f > 0`` and
+    ``d P_f - P_r > 0`` cannot both hold for ``d <= 1``; nor ``P_f - P_r > b`` and
+    ``P_f - P_r < -b`` for ``b >= 0``), so a false pass needs the one violated row of some pair
+    to pass: a union bound over the pairs, each row one-sided at ``1 - alpha / pairs``, keeps
+    the level (not over the ``2 x pairs`` rows, which would only widen the bounds)."""
+    return max(len(c._focus), 1)
 
 
 def _finite_sides(c: Any) -> int:
@@ -463,7 +549,8 @@ def auto_margin(
     differs from the population's by the training noise; a new sample (sizes
     ``n'_g = n_g * n_new / n``) differs again by its own. The margin is
     ``z * sqrt(se(n)^2 + se(n')^2)``, ``z`` the one-sided normal quantile at
-    ``1 - alpha / k`` (``alpha = 1 - confidence``, Bonferroni over the ``k`` finite bound
+    ``1 - alpha / pairs`` (``alpha = 1 - confidence``, a union bound over the compared pairs
+    of sides as in :func:`certify`; bootstrap constraints: over the ``k`` finite bound
     sides), with ``p_g`` the current hard rates on ``data`` when ``outputs`` are given, else
     the positive rates of the training TARGET per side (the rates a fitted model is drawn
     towards). ``for_certificate=True`` (a held-out part will be certified with
@@ -488,7 +575,7 @@ def auto_margin(
     fraction = _check_fraction(held_out_fraction)
     scale = fraction / (1.0 - fraction)  # n_new / n
     c = _prepared(constraint, data)
-    z = _normal_quantile(confidence, _finite_sides(c))
+    z = _normal_quantile(confidence, _comparisons(c) if isinstance(c, _GroupRateConstraint) else _finite_sides(c))
     if isinstance(c, _GroupRateConstraint):
         out = _proxy_outputs(data) if outputs is None else _outputs(outputs, data)
         k, n = _rate_sides(c, out, data)

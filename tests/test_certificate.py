@@ -64,7 +64,7 @@ def test_worst_case_rows_match_corner_enumeration():
 
 def test_di_certificate_values_and_bonferroni():
     data, out = _rate_data(400, 600, 80, 150)
-    cert = certify(out, data, DisparateImpact("s", 0.8))
+    cert = certify(out, data, DisparateImpact("s", 0.8), method="clopper-pearson")
     assert isinstance(cert, Certificate) and cert.method == "clopper-pearson" and cert.n == 1000
     assert cert.realised == pytest.approx(0.2 / 0.25)
     # two sides, each at 1 - 0.05 / 2
@@ -77,12 +77,12 @@ def test_di_certificate_values_and_bonferroni():
     assert cert.to_dict()["passed"] is False and "FAILED" in str(cert)
     # equal rates on many rows: the bound holds
     data, out = _rate_data(4000, 6000, 1000, 1500)
-    assert certify(out, data, DisparateImpact("s", 0.8)).passed
+    assert certify(out, data, DisparateImpact("s", 0.8), method="clopper-pearson").passed
 
 
 def test_dp_certificate_upper_bound():
     data, out = _rate_data(500, 500, 100, 110)
-    cert = certify(out, data, DemographicParity("s", 0.1))
+    cert = certify(out, data, DemographicParity("s", 0.1), method="clopper-pearson")
     assert cert.measure == "demographic_parity difference" and cert.bound_side == "upper"
     assert cert.realised == pytest.approx(0.02)
     l0, u0 = clopper_pearson(100, 500, 0.975)
@@ -104,7 +104,36 @@ def test_di_lower_bound_coverage_simulation():
     assert np.mean(lcb <= true_di) >= 0.95
     # and certify computes the same bound
     data, out = _rate_data(n0, n1, int(k0[0]), int(k1[0]))
-    assert certify(out, data, DisparateImpact("s", 0.8)).lower == pytest.approx(lcb[0])
+    assert certify(out, data, DisparateImpact("s", 0.8), method="clopper-pearson").lower == pytest.approx(lcb[0])
+
+
+def test_normal_certificate_rows_ratio_and_coverage():
+    """method="normal": each DI row r = d P_r - P_f gets r + z se_r (z at 1 - 0.05, one pair); the
+    reported ratio bound is the largest d whose rows pass; it covers the true DI."""
+    n0, n1, k0, k1 = 400, 600, 80, 150
+    data, out = _rate_data(n0, n1, k0, k1)
+    cert = certify(out, data, DisparateImpact("s", 0.8))
+    assert cert.method == "normal" and cert.realised == pytest.approx(0.8)
+    z = stats.norm.ppf(1 - 0.05)
+    p0, p1 = (k0 + 0.5) / (n0 + 1), (k1 + 0.5) / (n1 + 1)
+    v0, v1 = p0 * (1 - p0) / n0, p1 * (1 - p1) / n1
+    # the binding row 0.8 * P1 - P0 <= 0 and its upper confidence bound
+    row = 0.8 * (k1 / n1) - k0 / n0
+    assert max(cert.rows["upper"]) == pytest.approx(row + z * np.sqrt(0.64 * v1 + v0))
+    assert not cert.passed  # realised exactly at the bound: the upper bound is above 0
+    d = cert.lower
+    assert d * (k1 / n1) - k0 / n0 + z * np.sqrt(d * d * v1 + v0) == pytest.approx(0.0, abs=1e-9)
+    assert cert.lower < cert.realised < cert.upper <= 1.0
+    # coverage: the lower bound is below the true DI in >= 95% of 2,000 simulated samples
+    rng = np.random.default_rng(7)
+    q0, q1, m0, m1 = 0.15, 0.2, 800, 1600
+    hits = 0
+    for a, b in zip(rng.binomial(m0, q0, size=400), rng.binomial(m1, q1, size=400)):
+        sample, outputs = _rate_data(m0, m1, int(a), int(b))
+        hits += certify(outputs, sample, DisparateImpact("s", 0.8)).lower <= q0 / q1
+    assert hits / 400 >= 0.94
+    with pytest.raises(ValueError, match="method"):
+        certify(out, data, DisparateImpact("s", 0.8), method="t")
 
 
 def test_bootstrap_certificate_is_seeded():
@@ -164,10 +193,11 @@ def test_auto_margin_shrinks_as_groups_grow():
     assert all(a > b for a, b in zip(margins, margins[1:]))
     assert margins[0] / margins[1] == pytest.approx(2.0, rel=1e-6)  # 1 / sqrt(n)
     # the formula, p_g the target's positive rates (1/7 and 1/14): training sides 700 and 1400,
-    # new sides 300 and 600; a certificate adds the new sample's own term
+    # new sides 300 and 600; one compared pair (z at 1 - 0.05); a certificate adds the new
+    # sample's own term
     data, _ = _rate_data(700, 1400, 100, 100)
     m = auto_margin(data, DisparateImpact("s", 0.8), held_out_fraction=0.3)
-    z = stats.norm.ppf(1 - 0.05 / 2)
+    z = stats.norm.ppf(1 - 0.05)
     v0, v1 = (1 / 7) * (6 / 7), (1 / 14) * (13 / 14)
     var_train, var_new = 0.64 * v0 / 700 + v1 / 1400, 0.64 * v0 / 300 + v1 / 600
     assert float(m[0]) == pytest.approx(z * np.sqrt(var_train + var_new))
@@ -185,7 +215,7 @@ def test_estimator_validation_fraction_certificate_and_no_refit(adult_small):
     held = clf.validation_indices_
     assert len(held) == 300 and len(clf.certificate_) == 1
     cert = clf.certificate_[0]
-    assert cert.n == 300 and cert.constraint == "disparate_impact[sex]" and cert.method == "clopper-pearson"
+    assert cert.n == 300 and cert.constraint == "disparate_impact[sex]" and cert.method == "normal"
     # no refit: the preprocessing (and the model) saw only the training rows
     train = np.setdiff1d(np.arange(len(X)), held)
     assert np.allclose(clf.preprocessor_.means_["x0"], X.to_numpy()[train, 0].mean())
