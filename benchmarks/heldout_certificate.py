@@ -32,6 +32,8 @@ import fairopt
 from fairopt.data import stratified_split_indices
 from fairopt.estimators import FairClassifier
 
+from _common import data_dir
+
 
 def disparate_impact(pred: np.ndarray, s: np.ndarray) -> float:
     p0, p1 = pred[s == 0].mean(), pred[s == 1].mean()
@@ -40,7 +42,7 @@ def disparate_impact(pred: np.ndarray, s: np.ndarray) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default="/work/shared/data")
+    parser.add_argument("--data-dir", help="default: $FAIROPT_DATA or ../shared/data")
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=None, help="SQP epochs (default: the engine's)")
@@ -49,7 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    data = fairopt.datasets.load("adult", data_dir=args.data_dir)
+    data = fairopt.datasets.load("adult", data_dir=data_dir(args.data_dir))
     rows = np.sort(np.random.default_rng(0).choice(len(data), size=min(args.rows, len(data)), replace=False))
     sample = data.subset(torch.from_numpy(rows))
     X = sample.X.double().numpy()

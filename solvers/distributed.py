@@ -59,7 +59,7 @@ from torch import nn
 
 from solvers.history import FitResult
 from solvers.losses import LossFn
-from solvers.problem import Constraint, as_constraint_set
+from solvers.problem import Constraint, as_constraint_set, assign_parameters, flat_parameters
 from solvers.sqp import StochasticSQP, _Derivatives, _rows_jacobian
 
 __all__ = ["DataParallelConstraint", "DistributedSQP", "distributed_active", "supports_data_parallel"]
@@ -284,10 +284,6 @@ def _broadcast_parameters(params: Sequence[torch.Tensor]) -> None:
     """Copy rank 0's parameters to every rank (one broadcast of their concatenation)."""
     if not params:
         return
-    with torch.no_grad():
-        flat = torch.cat([p.detach().reshape(-1) for p in params])
-        dist.broadcast(flat, src=0)
-        offset = 0
-        for p in params:
-            p.copy_(flat[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
+    flat = flat_parameters(params)
+    dist.broadcast(flat, src=0)
+    assign_parameters(params, flat)

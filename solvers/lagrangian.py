@@ -26,8 +26,9 @@ from torch import nn
 
 from solvers.history import FitResult
 from solvers.losses import LossFn, get_loss
+from solvers.outcome import BestIterate, warn_unmet
 from solvers.penalty import FirstOrderTrainer
-from solvers.problem import Constraint, as_constraint_set, check_dataset, row_violations
+from solvers.problem import Constraint, as_constraint_set, check_dataset, row_violations, trainable_parameters
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]
 
@@ -154,10 +155,15 @@ class LagrangianDual(FirstOrderTrainer):
         Returns
         -------
         FitResult
-            ``info``: ``multipliers`` (final ``lambda``), ``row_names``, ``violation``
-            (exact total violation on the full data), ``stationarity`` (max-abs gradient of
-            the Lagrangian on the full data). ``converged`` requires both within ``tol`` /
-            ``feasibility_tol``.
+            The model is left at the best epoch-end iterate on all training rows (every
+            exact row within ``feasibility_tol`` and the lowest loss, else the least
+            violation; :class:`solvers.outcome.BestIterate`); a returned model that violates
+            a row emits :class:`solvers.outcome.BoundWarning`. ``info``: ``multipliers``
+            (final ``lambda``), ``row_names``, ``violation`` (exact total violation of the
+            returned model), ``c_exact``, ``feasible``, ``returned_iteration``,
+            ``stationarity`` (max-abs gradient of the Lagrangian on the full data at the
+            returned model). ``converged`` requires feasibility and stationarity within
+            ``tol``.
         """
         loss_fn = get_loss(loss)
         check_dataset(data)
@@ -175,16 +181,29 @@ class LagrangianDual(FirstOrderTrainer):
         self._lambda_param = torch.full((m,), self.multipliers0, dtype=torch.float64, requires_grad=True)
         self.multipliers_ = self._lambda_param.detach()  # shares storage with the Adam parameter
         self._dual_optimizer = torch.optim.Adam([self._lambda_param], lr=self.dual_lr, maximize=True)
-        history, status = self._train(model, data, loss_fn, cons.row_names)
-        if status == "diverged":
-            stationarity, final_violation = math.inf, math.inf
-        else:
-            stationarity = self._stationarity(model, data, loss_fn)
+        params = trainable_parameters(model)
+        tracker = BestIterate(self._lower, self._upper, self.feasibility_tol)
+
+        def offer(iteration: int) -> None:  # every epoch end: objective and exact rows on all rows
             with torch.no_grad():
                 out = self._forward(model, data)
-                exact = cons.exact(out, data).reshape(-1).to(torch.float64)
-            final_violation = float(row_violations(exact, self._lower, self._upper).sum())
-        converged = stationarity <= self.tol and final_violation <= self.feasibility_tol
+                tracker.offer(params, float(loss_fn(out, data)), cons.exact(out, data).reshape(-1), iteration)
+
+        history, status = self._train(model, data, loss_fn, cons.row_names, on_epoch_end=offer)
+        if status != "diverged" or tracker.best is None:
+            offer(len(history))
+        chosen = tracker.restore(params)
+        if chosen is None:
+            stationarity, final_violation, exact, feasible = math.inf, math.inf, None, False
+        else:
+            stationarity = self._stationarity(model, data, loss_fn)
+            exact = chosen.c_exact
+            final_violation = chosen.violation
+            feasible = tracker.feasible(chosen.row_violations)
+        converged = status != "diverged" and stationarity <= self.tol and feasible
+        unmet = warn_unmet("LagrangianDual", exact, self._lower, self._upper, cons.row_names, self.feasibility_tol)
         return FitResult(model=model, history=history, status=status, converged=converged,
                          info={"multipliers": self.multipliers_.tolist(), "row_names": cons.row_names,
-                               "violation": final_violation, "stationarity": stationarity})
+                               "violation": final_violation, "stationarity": stationarity, "feasible": feasible,
+                               "returned_iteration": None if chosen is None else chosen.iteration,
+                               "c_exact": [] if exact is None else exact.tolist(), "unmet_rows": unmet})

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from solvers.problem import row_violations
+from solvers.problem import assign_parameters, flat_parameters, row_violations
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "unmet_rows", "warn_unmet"]
 
@@ -94,7 +94,7 @@ class BestIterate:
         if self.best is not None and not self._better(new, self.best):
             if not (prefer and self.feasible(viol)):
                 return False
-        new.params = torch.cat([p.detach().reshape(-1) for p in params]).clone()
+        new.params = flat_parameters(params)
         self.best = new
         return True
 
@@ -102,12 +102,7 @@ class BestIterate:
         """Write the best parameters back into ``params`` (in place); returns the candidate."""
         if self.best is None:
             return None
-        with torch.no_grad():
-            offset = 0
-            for p in params:
-                k = p.numel()
-                p.copy_(self.best.params[offset:offset + k].view_as(p))
-                offset += k
+        assign_parameters(params, self.best.params)
         return self.best
 
 

@@ -228,8 +228,10 @@ class FirstOrderTrainer:
         for p, g in zip(params, grads):
             p.grad = torch.zeros_like(p) if g is None else g
 
-    def _train(self, model: nn.Module, data: Any, loss_fn: LossFn, row_names: Sequence[str]) -> tuple[History, str]:
-        """Run the epochs; return the history and the status."""
+    def _train(self, model: nn.Module, data: Any, loss_fn: LossFn, row_names: Sequence[str],
+               on_epoch_end: Callable[[int], None] | None = None) -> tuple[History, str]:
+        """Run the epochs; return the history and the status. ``on_epoch_end(iteration)`` is
+        called after every completed epoch (e.g. to offer the iterate as a candidate)."""
         params = trainable_parameters(model)
         n = check_dataset(data)
         optimizer = make_optimizer(self.optimizer, params, lr=self.lr, seed=self.seed, **self.optimizer_options)
@@ -267,6 +269,8 @@ class FirstOrderTrainer:
                 iteration += 1
                 if any(cb(self, record) for cb in self.callbacks):
                     return history, "stopped_by_callback"
+            if on_epoch_end is not None:
+                on_epoch_end(iteration)
             if self.verbose:
                 last = history[-1]
                 logger.info("epoch %d: f=%.5f objective=%.5f", epoch, last["f"], last["objective"])

@@ -101,6 +101,29 @@ def trainable_parameters(model: Any) -> list[torch.Tensor]:
     return params
 
 
+def flat_parameters(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """A detached copy of ``params`` as one flat vector (their order, their dtype)."""
+    return torch.cat([p.detach().reshape(-1) for p in params]).clone()
+
+
+def assign_parameters(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
+    """Write the flat vector ``flat`` (as from :func:`flat_parameters`) into ``params`` in place.
+
+    Raises
+    ------
+    ValueError
+        ``flat`` does not have one entry per parameter entry.
+    """
+    total = sum(p.numel() for p in params)
+    if flat.numel() != total:
+        raise ValueError(f"expected {total} parameter values, got {flat.numel()}")
+    with torch.no_grad():
+        offset = 0
+        for p in params:
+            p.copy_(flat[offset:offset + p.numel()].view_as(p).to(p.dtype))
+            offset += p.numel()
+
+
 def check_dataset(data: Any) -> int:
     """Require the :class:`Dataset` fields engines use (``X``, ``y``, ``subset``) and at least
     one row; returns the number of rows."""

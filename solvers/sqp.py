@@ -41,8 +41,8 @@ from torch import nn
 from solvers.history import FitResult, History
 from solvers.losses import LossFn, get_loss
 from solvers.outcome import BestIterate, warn_unmet
-from solvers.problem import (Constraint, as_constraint_set, check_dataset, row_violations, trainable_parameters,
-                             violation)
+from solvers.problem import (Constraint, as_constraint_set, assign_parameters, check_dataset, flat_parameters,
+                             row_violations, trainable_parameters, violation)
 from solvers.qp import diagonal_qp, least_violation_bounds
 from solvers.sampling import BalancedSampler, minibatches
 
@@ -466,7 +466,7 @@ class StochasticSQP:
         """
         m = int(lower.numel())
         last = state["iteration"]
-        self._last_params = torch.cat([p.detach().reshape(-1) for p in params]).clone()  # where training stands
+        self._last_params = flat_parameters(params)  # where training stands
         kkt = None
         if status != "diverged" or tracker.best is None:
             # full-data derivatives (all-reduced when data-parallel), reused below if this
@@ -948,11 +948,7 @@ def _resume_iterates(resume: dict, params: list[torch.Tensor], tracker: BestIter
             raise ValueError(f"resume: the checkpoint's last iterate has "
                              f"{last.numel() if isinstance(last, torch.Tensor) else type(last).__name__} entries but "
                              f"the model has {total} trainable parameters")
-        with torch.no_grad():
-            offset = 0
-            for p in params:
-                p.copy_(last[offset:offset + p.numel()].view_as(p).to(p.dtype))
-                offset += p.numel()
+        assign_parameters(params, last)
     best = resume.get("best")
     if isinstance(best, dict):
         tracker.offer([best["params"]], float(best["f"]), best["c_exact"], int(best["iteration"]))

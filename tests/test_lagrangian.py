@@ -156,3 +156,30 @@ def test_validation():
     bad.lower = torch.tensor([3.0], dtype=torch.float64)
     with pytest.raises(ValueError, match="lower"):
         LagrangianDual(epochs=1).fit(_Identity(np.zeros(4)), data, loss=_loss, constraints=bad)
+
+
+def test_returns_the_best_feasible_epoch_and_warns_when_none_is():
+    """The returned model is the best epoch-end iterate on the exact measure; a model that
+    still violates a row comes with a BoundWarning naming it, and converged is False."""
+    from fairopt.models import linear
+    from fairopt.surrogates import Sigmoid
+    from solvers.outcome import BoundWarning
+
+    rng = np.random.default_rng(1)
+    n = 400
+    s = rng.integers(0, 2, n)
+    X = np.column_stack([rng.normal(size=n) + 1.5 * s, rng.normal(size=n)])
+    y = (X[:, 0] + 0.3 * rng.normal(size=n) > 0.8).astype(float)
+    data = FairData.from_arrays(X, y, {"sex": s}, sensitive_kinds={"sex": "binary"})
+    model = linear(data.n_features, seed=0)
+    constraint = DisparateImpact("sex", 0.8, surrogate=Sigmoid(scale=5.0))
+    res = LagrangianDual(epochs=150, lr=0.05, dual_lr=0.5).fit(model, data, constraints=constraint)
+    with torch.no_grad():
+        di = disparate_impact((model(data.X) > 0).float(), data.sensitive["sex"])
+    assert res.info["feasible"] and di >= 0.8 and res.info["violation"] == 0.0
+    assert 0 <= res.info["returned_iteration"] <= len(res.history)
+    # without a dual step the bound is never enforced: the least-violating epoch is returned, with a warning
+    model = linear(data.n_features, seed=0)
+    with pytest.warns(BoundWarning, match="disparate_impact"):
+        res = LagrangianDual(epochs=30, lr=0.05, dual_lr=1e-12).fit(model, data, constraints=constraint)
+    assert not res.converged and not res.info["feasible"] and res.info["violation"] > 0

@@ -178,26 +178,29 @@ def _result(train_pred: Any, test_pred: Any, seconds: float, status: str = "ok",
 # --------------------------------------------------------------------------------------
 # our methods (estimator defaults, on purpose: the runner measures the defaults of the day)
 # --------------------------------------------------------------------------------------
-def _fairopt_adapter(method: str, model: str) -> Adapter:
+def _fairopt_adapter(method: str, model: str, **options: Any) -> Adapter:
     def fit_predict(train: Part, test: Part, delta: float, seed: int) -> dict:
         from fairopt import FairClassifier
 
         clf = FairClassifier(constraints=[("disparate_impact", SENSITIVE, delta)], method=method, model=model,
-                             seed=seed, sensitive_names=SENSITIVE)
+                             seed=seed, sensitive_names=SENSITIVE, **options)
         start = time.perf_counter()
         clf.fit(train.X, train.y, sensitive_features=train.s)
         seconds = time.perf_counter() - start
         return _result(clf.predict(train.X), clf.predict(test.X), seconds, status=str(getattr(clf, "status_", "ok")))
 
     fit_predict.__name__ = f"fit_predict_{method}_{model}"
-    fit_predict.__doc__ = f"fairopt.FairClassifier(method={method!r}, model={model!r}) with its defaults."
+    extra = "".join(f", {k}={v!r}" for k, v in options.items())
+    fit_predict.__doc__ = f"fairopt.FairClassifier(method={method!r}, model={model!r}{extra}), else its defaults."
     return fit_predict
 
 
-for _name, _method, _model in [("sqp-linear", "sqp", "linear"), ("sqp-mlp", "sqp", "mlp"),
-                               ("lagrangian", "lagrangian", "linear"), ("penalty", "penalty", "linear"),
-                               ("moving-targets", "moving_targets", "linear")]:
-    adapter(_name, requires=("torch",))(_fairopt_adapter(_method, _model))
+for _name, _method, _model, _options in [
+        ("sqp-linear", "sqp", "linear", {}), ("sqp-mlp", "sqp", "mlp", {}),
+        ("sqp-linear-margin", "sqp", "linear", {"margin": "auto"}),  # the held-out margin
+        ("lagrangian", "lagrangian", "linear", {}), ("penalty", "penalty", "linear", {}),
+        ("moving-targets", "moving_targets", "linear", {})]:
+    adapter(_name, requires=("torch",))(_fairopt_adapter(_method, _model, **_options))
 
 
 # --------------------------------------------------------------------------------------
