@@ -554,9 +554,15 @@ def auto_margin(
     sides), with ``p_g`` the current hard rates on ``data`` when ``outputs`` are given, else
     the positive rates of the training TARGET per side (the rates a fitted model is drawn
     towards). ``for_certificate=True`` (a held-out part will be certified with
-    :func:`certify`) adds the certificate's own half-width ``z * se(n')``: the held-out
-    value must clear the bound by that much for its confidence bound to pass (the
-    "inflated" prediction of the Seldonian candidate selection, Thomas et al. 2019).
+    :func:`certify`): ``2 z se(n')``, the certificate's own half-width ``z se(n')`` (the
+    held-out value must clear the bound by that much for its confidence bound to pass) plus
+    as much again for the held-out sample's noise: the "inflated" prediction of the
+    Seldonian candidate selection (Thomas et al., Science 2019). It leaves out the training
+    noise, so a certificate passes with probability about ``Phi(z / sqrt(2))`` (88% at
+    ``z = 1.645``) rather than ``1 - alpha`` when training and held-out parts are of equal
+    size; the certificate's own level is unaffected (measured on Adult, 20,000 rows, DI >=
+    0.8, half held out: 3 of 3 passed, with 0.2 points more accuracy than the margin
+    ``z sqrt(se(n)^2 + se(n')^2) + z se(n')``).
 
     Bootstrap constraints (GeDI, distance covariance, covariance): the standard deviation
     ``sd_r`` of the exact row over ``n_bootstrap`` seeded resamples of ``data`` (with
@@ -584,16 +590,13 @@ def auto_margin(
         n_new = np.maximum(n * scale, 1.0)
         var_new = (D ** 2) @ (p * (1.0 - p) / n_new)
         var_train = (D ** 2) @ (p * (1.0 - p) / np.maximum(n, 1.0))
-        margin = z * np.sqrt(var_train + var_new)
-        if for_certificate:
-            margin = margin + z * np.sqrt(var_new)
+        margin = 2.0 * z * np.sqrt(var_new) if for_certificate else z * np.sqrt(var_train + var_new)
         return torch.as_tensor(margin, dtype=torch.float64)
     out = _proxy_outputs(data) if outputs is None else _outputs(outputs, data)
     draws = _bootstrap_rows(c, out, data, int(n_bootstrap), int(seed))
     sd = draws.std(axis=0, ddof=1)  # the training sample's; a new one of n_new rows: sd / sqrt(scale)
-    margin = z * sd * math.sqrt(1.0 + 1.0 / scale)
-    if for_certificate:
-        margin = margin + z * sd / math.sqrt(scale)
+    sd_new = sd / math.sqrt(scale)
+    margin = 2.0 * z * sd_new if for_certificate else z * math.sqrt(sd * sd + sd_new * sd_new)
     return torch.as_tensor(margin, dtype=torch.float64)
 
 
