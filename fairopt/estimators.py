@@ -397,7 +397,7 @@ class _FairEstimator(BaseEstimator):
             options["batch_size"] = len(data)
         learner = TorchLearner(self._model_factory(), task=task, seed=int(self.seed), **options)
         result = engine.fit(learner, data, constraints=constraints, task=task)
-        result.model = learner.module_
+        result.model = result.model.module_  # the engine returns the best iteration's learner
         return result
 
     # ------------------------------------------------------------------ fitted state

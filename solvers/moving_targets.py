@@ -28,6 +28,7 @@ the default) reads the labels themselves.
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 import time
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 
 from solvers.history import FitResult, History
+from solvers.outcome import BestIterate, warn_unmet
 from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations
 from solvers.projection import (BACKENDS, ProjectionResult, _as_array, _check_choice, _check_positive, _check_seed,
                                 project_targets)
@@ -175,12 +177,18 @@ class MovingTargets:
         Returns
         -------
         FitResult
-            ``model`` is ``learner``; ``history`` has one record per iteration (0 =
-            pretraining; keys in the class docstring); ``status`` is ``"max_iterations"`` or
-            ``"stopped_by_callback"``; ``converged`` tells whether the final training
-            predictions satisfy every constraint (total exact violation <=
-            ``feasibility_tol``); ``info`` holds the final ``targets``, ``violation``,
-            ``row_names`` and the total ``master_seconds``/``learner_seconds``.
+            ``model`` is a copy of ``learner`` as it was after the BEST iteration (0 =
+            pretraining included): among those whose training predictions meet every row
+            within ``feasibility_tol`` on the exact measure, the one with the highest
+            learner score, else the least-violating one
+            (:class:`solvers.outcome.BestIterate`); ``learner`` itself is left after the
+            last iteration. A returned model that violates a row emits
+            :class:`solvers.outcome.BoundWarning`. ``history`` has one record per iteration
+            (keys in the class docstring); ``status`` is ``"max_iterations"`` or
+            ``"stopped_by_callback"``; ``converged`` tells whether the returned model's
+            training predictions meet every row; ``info`` holds the final ``targets``, the
+            returned model's ``violation``, ``returned_iteration``, ``feasible``,
+            ``unmet_rows``, ``row_names`` and the total ``master_seconds``/``learner_seconds``.
 
         Raises
         ------
@@ -215,6 +223,8 @@ class MovingTargets:
         record = _iteration_record(0, None, None, y, predictions, learner_seconds, cons, data, classification,
                                    start)
         history.append(record)
+        tracker = BestIterate(cons.lower, cons.upper, self.feasibility_tol)
+        tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record["c_predictions"], 0)
 
         targets, status = y, "max_iterations"
         for t in steps:
@@ -230,6 +240,7 @@ class MovingTargets:
             record = _iteration_record(t, master, previous, y, predictions, learner_seconds, cons, data,
                                        classification, start)
             history.append(record)
+            tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record["c_predictions"], t)
             if use_bar:
                 steps.set_postfix(score=f"{record['score']:.4f}", V=f"{record['V_predictions']:.2e}")
             if self.verbose:
@@ -241,12 +252,16 @@ class MovingTargets:
                 break
 
         self.targets_ = targets
-        final = history[-1]
+        best = tracker.best
+        feasible = tracker.feasible(best.row_violations)
+        unmet = warn_unmet("MovingTargets", best.c_exact, cons.lower, cons.upper, cons.row_names,
+                           self.feasibility_tol)
         return FitResult(
-            model=learner, history=history, status=status,
-            converged=bool(final["V_predictions"] <= self.feasibility_tol),
+            model=best.params, history=history, status=status,
+            converged=bool(feasible),
             info={
-                "targets": targets, "violation": final["V_predictions"], "row_names": cons.row_names,
+                "targets": targets, "violation": best.violation, "row_names": cons.row_names,
+                "returned_iteration": best.iteration, "feasible": bool(feasible), "unmet_rows": unmet,
                 "task": task, "master_seconds": float(np.nansum(history.column("master_seconds"))),
                 "learner_seconds": float(np.nansum(history.column("learner_seconds"))),
             },

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -34,9 +34,10 @@ class BoundWarning(UserWarning):
 
 @dataclass
 class Candidate:
-    """One offered iterate: flat parameter copy, objective, exact rows, where it came from."""
+    """One offered iterate: a copy of it (flat parameters, or any object an engine keeps,
+    e.g. a fitted learner), objective, exact rows, where it came from."""
 
-    params: torch.Tensor
+    params: Any
     f: float
     c_exact: torch.Tensor
     row_violations: torch.Tensor
@@ -85,8 +86,15 @@ class BestIterate:
         feasible KKT point that stopped training) takes the place of the best whatever its
         objective, if it is feasible.
         """
+        return self.offer_copy(lambda: flat_parameters(params), f, c_exact, iteration, prefer)
+
+    def offer_copy(self, copy: Callable[[], Any], f: float, c_exact: Any, iteration: int,
+                   prefer: bool = False) -> bool:
+        """:meth:`offer` for any iterate: ``copy()`` is called (only) when it becomes the best
+        and its result is kept as ``best.params``."""
         self.offered += 1
-        c = torch.zeros(0, dtype=torch.float64) if c_exact is None else c_exact.detach().to(torch.float64).reshape(-1)
+        c = (torch.zeros(0, dtype=torch.float64) if c_exact is None
+             else torch.as_tensor(c_exact).detach().to(torch.float64).reshape(-1))
         if not math.isfinite(f) or not bool(torch.isfinite(c).all()):
             return False
         viol = row_violations(c, self.lower, self.upper) if c.numel() else c
@@ -94,7 +102,7 @@ class BestIterate:
         if self.best is not None and not self._better(new, self.best):
             if not (prefer and self.feasible(viol)):
                 return False
-        new.params = flat_parameters(params)
+        new.params = copy()
         self.best = new
         return True
 

@@ -293,3 +293,39 @@ def test_torch_learner_bad_data() -> None:
         TorchLearner(small_mlp).predict(np.zeros((2, 2)))
     with pytest.raises(ValueError, match="one output per row"):
         TorchLearner(lambda p: torch.nn.Linear(p, 2), epochs=1).fit(np.zeros((4, 2)), [0, 1, 0, 1])
+
+
+def test_returns_the_best_iteration_and_warns_when_infeasible():
+    """The returned learner is a copy of the best iteration's: feasible with the highest score,
+    else the least violating, with a BoundWarning; the learner passed in stays at the last."""
+    import warnings as _warnings
+
+    from solvers.outcome import BoundWarning
+
+    rng = np.random.default_rng(4)
+    n = 300
+    s = rng.integers(0, 2, n)
+    X = np.column_stack([rng.normal(size=n) + 1.5 * s, rng.normal(size=n)])
+    y = (X[:, 0] + 0.3 * rng.normal(size=n) > 0.8).astype(float)
+    data = FairData.from_arrays(X, y, {"sex": s}, sensitive_kinds={"sex": "binary"})
+    learner = LogisticRegression()
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        result = MovingTargets(iterations=3).fit(learner, data, constraints=[DisparateImpact("sex", 0.8)],
+                                                 task="classification")
+    records = result.history.records
+    best = result.info["returned_iteration"]
+    feasible = [r for r in records if r["V_predictions"] <= 1e-9]
+    if feasible:
+        assert result.converged and best == max(feasible, key=lambda r: r["score"])["iteration"]
+        assert not any(issubclass(w.category, BoundWarning) for w in caught)
+    else:
+        assert not result.converged and any(issubclass(w.category, BoundWarning) for w in caught)
+        assert records[best]["V_predictions"] == min(r["V_predictions"] for r in records)
+    assert result.model is not learner  # a copy of the chosen iteration's learner
+    # the returned learner's predictions are the ones recorded for that iteration
+    constraint = DisparateImpact("sex", 0.8)
+    constraint.setup(data)
+    labels = torch.as_tensor(result.model.predict(data.X.numpy()), dtype=torch.float64)
+    rows = constraint.exact(2.0 * labels - 1.0, data).double()
+    np.testing.assert_allclose(rows.numpy(), records[best]["c_predictions"], atol=1e-12)
