@@ -10,8 +10,9 @@ binds, as LagrangianDual needs a constraint); the table has the test R2 (and its
 training R2, the training GeDI and its bound, and the fit time.
 
 Penalty weight (the loss is the standardised MSE, the penalty ``weight * max(GeDI - q, 0)``
-in the units of y): the smallest weight of ``--weights`` whose training GeDI meets the bound
-(training rows only; the test rows are never used to choose it).
+in the units of y): the smallest weight of ``--weights`` whose training GeDI meets the bound,
+refined by ``--refine`` geometric bisection steps (training rows only; the test rows are never
+used to choose it).
 
     .venv/bin/python benchmarks/regression_fit.py [--data-dir ../shared/data] [--seeds 0 1 2]
 """
@@ -49,6 +50,34 @@ def gedi_value(est: FairRegressor, X: np.ndarray, y: np.ndarray, s: dict) -> tup
     return value, float(est.constraints_[0].upper.reshape(-1)[0])
 
 
+def calibrated_penalty(X, y, s, weights, refine: int):
+    """The smallest penalty weight whose TRAINING GeDI meets the bound: the first passing
+    weight of the grid, then ``refine`` geometric bisection steps between it and the last
+    failing one (the fit with the smallest passing weight is returned)."""
+    def passes(weight):
+        est, seconds = fit("penalty", X, y, s, True, weight)
+        g, q = gedi_value(est, X, y, s)
+        return g <= q * (1 + 1e-3), est, seconds
+
+    low, best = None, None
+    for weight in sorted(weights):
+        ok, est, seconds = passes(weight)
+        if ok:
+            best = (weight, est, seconds)
+            break
+        low = weight
+    if best is None:  # no weight of the grid meets the bound: the largest one, reported as unmet
+        return weight, est, seconds
+    for _ in range(refine if low is not None else 0):
+        middle = (low * best[0]) ** 0.5
+        ok, est, seconds = passes(middle)
+        if ok:
+            best = (middle, est, seconds)
+        else:
+            low = middle
+    return best
+
+
 def fit(method: str, X, y, s, constrained: bool, weight: float | None = None, **kw) -> tuple[FairRegressor, float]:
     params = {"weight": weight} if weight is not None else None
     constraints = [GEDI] if constrained else None
@@ -68,6 +97,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--weights", type=float, nargs="+", default=[1e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 1e-1, 1.0])
+    parser.add_argument("--refine", type=int, default=6,
+                        help="geometric bisection steps between the last failing and first passing weight")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -86,11 +117,7 @@ def main() -> None:
             for constrained in (False, True):
                 weight = None
                 if constrained and method == "penalty":
-                    for weight in sorted(args.weights):
-                        est, seconds = fit(method, Xtr, ytr, s_tr, True, weight)
-                        g, q = gedi_value(est, Xtr, ytr, s_tr)
-                        if g <= q * (1 + 1e-3):
-                            break
+                    weight, est, seconds = calibrated_penalty(Xtr, ytr, s_tr, args.weights, args.refine)
                 else:
                     est, seconds = fit(method, Xtr, ytr, s_tr, constrained)
                 row = {"seed": seed, "method": method, "bound": "gedi<=0.2x" if constrained else "none",
