@@ -42,6 +42,24 @@ def test_cache_and_resume(tmp_path):
     assert len(calls) == 5 and calls[-1] == (0.7, 1) and third.ran == 1
 
 
+def test_table_accumulates_cached_runs(tmp_path):
+    """Two partial runs into one directory give one table (table="cache"); "grid" shows one run."""
+    adapters = {"fake": _fake_adapter([]), "other": _fake_adapter([])}
+    kwargs = dict(datasets=["adult"], seeds=[0], out=tmp_path, max_rows=300, adapters=adapters, plots=False)
+    peers.run_grid(methods=["fake"], deltas=[0.7, 0.8], **kwargs)
+    second = peers.run_grid(methods=["other"], deltas=[0.8], **kwargs)
+    assert sorted(zip(second.table["method"], second.table["delta"])) == [("fake", 0.7), ("fake", 0.8),
+                                                                          ("other", 0.8)]
+    assert "3 cells" in (tmp_path / "peers.md").read_text()
+    only = peers.run_grid(methods=["other"], deltas=[0.8], table="grid", **kwargs)
+    assert list(only.table["method"]) == ["other"]
+    # cells of another subsample size stay out of the table
+    other_size = peers.run_grid(methods=["fake"], deltas=[0.8], **{**kwargs, "max_rows": 200})
+    assert len(other_size.cells) == 1
+    with pytest.raises(ValueError, match="table"):
+        peers.run_grid(methods=["fake"], deltas=[0.8], table="all", **kwargs)
+
+
 def test_table_columns_and_outputs(tmp_path):
     result = peers.run_grid(datasets=["adult"], methods=["fake"], deltas=[0.8], seeds=[0, 1], out=tmp_path,
                             max_rows=300, adapters={"fake": _fake_adapter([])})

@@ -512,7 +512,7 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
              deltas: Sequence[float] = tuple(DELTAS), seeds: Sequence[int] = tuple(SEEDS),
              out: str | Path = "benchmarks/results/peers", data_dir: str | None = None, n_jobs: int = 1,
              max_rows: int | None = None, adapters: Mapping[str, Adapter] | None = None,
-             command: str | None = None, plots: bool = True) -> PeersResult:
+             command: str | None = None, plots: bool = True, table: str = "cache") -> PeersResult:
     """Run (or resume) the grid datasets x methods x deltas x seeds; write table and plots.
 
     Parameters
@@ -534,6 +534,11 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
         The command line, recorded in ``peers.md``.
     plots : bool
         Write ``tradeoff_<dataset>.png``.
+    table : {"cache", "grid"}
+        What the table and plots cover: "cache" (default) every cell cached under
+        ``out/cells`` with the same ``max_rows``, so several partial runs into one directory
+        (e.g. the full grid, then one slow method at one delta) accumulate into one release
+        table; "grid" only the cells of this call.
 
     Returns
     -------
@@ -541,6 +546,8 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
     """
     from tqdm.auto import tqdm
 
+    if table not in ("cache", "grid"):
+        raise ValueError(f"table: expected 'cache' or 'grid', got {table!r}")
     adapters = ADAPTERS if adapters is None else adapters
     methods = list(adapters) if methods is None else list(methods)
     methods = available_methods(methods, adapters)
@@ -570,21 +577,43 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
                 bar.update()
         bar.close()
     failed = [r for r in records if r["status"] in ("skipped", "error")]
-    cells = _read_cells([cells_dir / c.filename(max_rows) for c in grid])
-    table = summary_table(cells)
-    md = _markdown(table, command, failed, max_rows)
+    if table == "grid":
+        cells = _read_cells([cells_dir / c.filename(max_rows) for c in grid])
+    else:
+        cells = _cached_cells(cells_dir, max_rows, order=(list(datasets), list(adapters)))
+    summary = summary_table(cells)
+    md = _markdown(summary, command, failed, max_rows, covered=None if table == "grid" else len(cells))
     files = [out / "peers.md", out / "peers.csv"]
     (out / "peers.md").write_text(md)
-    table.to_csv(out / "peers.csv", index=False)
+    summary.to_csv(out / "peers.csv", index=False)
     if plots and len(cells):
-        files += plot_tradeoffs(cells, out, deltas)
-    return PeersResult(cells, table, md, files, ran=len(records) - len(failed), cached=len(grid) - len(todo),
+        files += plot_tradeoffs(cells, out, sorted({float(d) for d in cells["delta"]}))
+    return PeersResult(cells, summary, md, files, ran=len(records) - len(failed), cached=len(grid) - len(todo),
                        failed=failed)
 
 
 def _read_cells(paths: Iterable[Path]) -> pd.DataFrame:
     rows = [json.loads(p.read_text()) for p in paths if p.is_file()]
     return pd.DataFrame(rows)
+
+
+def _cached_cells(cells_dir: Path, max_rows: int | None, order: tuple[list[str], list[str]]) -> pd.DataFrame:
+    """Every cached cell under ``cells_dir`` run with ``max_rows``, sorted by dataset and
+    method (in the given orders, unknown names last), delta and seed."""
+    cells = _read_cells(sorted(cells_dir.glob("*.json")))
+    if cells.empty:
+        return cells
+    same_rows = cells["max_rows"].isna() if max_rows is None else cells["max_rows"] == max_rows
+    cells = cells[same_rows]
+
+    def rank(names: list[str]) -> Callable[[pd.Series], pd.Series]:
+        return lambda col: col.map(lambda v: names.index(v) if v in names else len(names))
+
+    datasets, methods = order
+    cells = cells.sort_values(["dataset", "method", "delta", "seed"], kind="stable",
+                              key=lambda col: rank(datasets)(col) if col.name == "dataset"
+                              else rank(methods)(col) if col.name == "method" else col)
+    return cells.reset_index(drop=True)
 
 
 def summary_table(cells: pd.DataFrame) -> pd.DataFrame:
@@ -608,10 +637,14 @@ def summary_table(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
-def _markdown(table: pd.DataFrame, command: str | None, failed: list[dict], max_rows: int | None) -> str:
+def _markdown(table: pd.DataFrame, command: str | None, failed: list[dict], max_rows: int | None,
+              covered: int | None = None) -> str:
     lines = ["# Peer benchmark: DI >= delta on one binary sensitive attribute", ""]
     if command:
-        lines += ["Command:", "", f"    {command}", ""]
+        lines += ["Command (the last run into this directory):", "", f"    {command}", ""]
+    if covered is not None:
+        lines += [f"The table covers every cell cached under `cells/` ({covered} cells, from one or more runs "
+                  "into this directory; one JSON file per dataset, method, delta and seed).", ""]
     lines += [f"Same seeded {1 - TEST_SIZE:.0%}/{TEST_SIZE:.0%} split and feature matrix for every method"
               + (f"; seeded subsample of {max_rows} rows" if max_rows else "") + ". DI = min(P(yhat=1|s=0)/"
               "P(yhat=1|s=1), inverse) on hard predictions; means over seeds (`seeds`).", ""]
@@ -673,6 +706,8 @@ def add_arguments(parser: Any, prefix_out: bool = True) -> None:
     parser.add_argument("--data-dir", dest="data_dir", help="directory with the benchmark data files")
     parser.add_argument("--n-jobs", dest="n_jobs", type=int, default=1, help="parallel cells (joblib)")
     parser.add_argument("--max-rows", dest="max_rows", type=int, help="seeded row subsample per dataset")
+    parser.add_argument("--table", choices=("cache", "grid"), default="cache",
+                        help="table and plots over every cached cell of --out (default) or only this run's grid")
 
 
 def run_from_args(args: Any, command: str | None = None) -> PeersResult:
@@ -683,7 +718,8 @@ def run_from_args(args: Any, command: str | None = None) -> PeersResult:
         methods=args.methods or (QUICK_METHODS if quick else None),
         deltas=args.deltas or ([0.8] if quick else DELTAS),
         seeds=args.seeds if args.seeds is not None else ([0] if quick else SEEDS),
-        out=args.out, data_dir=args.data_dir, n_jobs=args.n_jobs, max_rows=args.max_rows, command=command)
+        out=args.out, data_dir=args.data_dir, n_jobs=args.n_jobs, max_rows=args.max_rows, command=command,
+        table=getattr(args, "table", "cache"))
     return result
 
 
