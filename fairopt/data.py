@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -29,7 +30,10 @@ import torch
 
 from fairopt._validation import check_same_length, to_numpy
 
-__all__ = ["Preprocessor", "FairData", "intersection_cells", "stratified_split_indices", "TASKS", "SENSITIVE_KINDS"]
+__all__ = [
+    "Preprocessor", "FairData", "coerce_numeric_columns", "intersection_cells", "stratified_split_indices",
+    "TASKS", "SENSITIVE_KINDS",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +141,103 @@ def _unique_levels(series: pd.Series) -> list[Any]:
 def _level_codes(series: pd.Series, levels: Sequence[Any]) -> np.ndarray:
     """Code of each value in ``levels`` (int64), -1 where the value is not a level."""
     return pd.Index(list(levels)).get_indexer(series.to_numpy()).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------
+# numeric-looking text columns
+# --------------------------------------------------------------------------------------
+def _as_number(value: Any) -> float | None:
+    """``value`` as a float if it is a real number (not a bool) or a string spelling one
+    (``float(value.strip())`` accepts it), else None."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _is_text_dtype(series: pd.Series) -> bool:
+    """Object or pandas string columns: the ones :func:`coerce_numeric_columns` considers."""
+    return bool(pd.api.types.is_object_dtype(series.dtype) or pd.api.types.is_string_dtype(series.dtype)) and \
+        not isinstance(series.dtype, pd.CategoricalDtype)
+
+
+def _numeric_version(series: pd.Series) -> pd.Series | None:
+    """The float64 version of a text column whose non-missing values all parse as numbers
+    (missing values stay NaN); None if a value does not parse or none is present."""
+    present = series[series.notna()]
+    if present.empty:
+        return None
+    mapping: dict[Any, float] = {}
+    for value in pd.unique(present.to_numpy(dtype=object)):
+        number = _as_number(value)
+        if number is None:
+            return None
+        mapping[value] = number
+    converted = np.full(len(series), np.nan)
+    mask = series.notna().to_numpy()
+    converted[mask] = [mapping[v] for v in present.to_numpy(dtype=object)]
+    return pd.Series(converted, index=series.index, name=series.name)
+
+
+def coerce_numeric_columns(
+    frame: pd.DataFrame, columns: Sequence[Any] | None = None
+) -> tuple[pd.DataFrame, list[Any]]:
+    """Turn text columns that hold only numbers (e.g. ``"1.5"``, ``"3"``) into float columns.
+
+    The rule, shared by every fairopt entry point that builds model inputs from a frame
+    (:meth:`FairData.from_frame`, :meth:`FairData.from_arrays`): an object or string
+    column whose non-missing values ALL parse as numbers (Python/numpy numbers other than
+    bools, or strings ``float()`` accepts after stripping blanks) becomes float64, missing
+    values becoming NaN. Any other column is left as it is: text columns with at least one
+    non-number (``"1"`` next to ``"a"``) stay categorical (one-hot encoded), as do category
+    and bool columns and columns holding only missing values. Conversions are logged (INFO,
+    this module's logger) with the column names.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Not modified.
+    columns : sequence of column names, optional
+        The columns to consider (default: all).
+
+    Returns
+    -------
+    frame : pandas.DataFrame
+        ``frame`` itself when nothing was converted, else a shallow copy with the converted
+        columns replaced.
+    converted : list
+        Names of the converted columns, in the order of ``columns``.
+
+    Raises
+    ------
+    ValueError
+        ``frame`` is not a DataFrame, or a name in ``columns`` is not one of its columns.
+    """
+    if not isinstance(frame, pd.DataFrame):
+        raise ValueError(f"frame: expected a pandas DataFrame, got {type(frame).__name__}")
+    names = frame.columns.tolist() if columns is None else list(columns)
+    _check_columns_exist(frame, names, "columns")
+    replacements = {}
+    for name in names:
+        series = frame[name]
+        if _is_text_dtype(series):
+            numeric = _numeric_version(series)
+            if numeric is not None:
+                replacements[name] = numeric
+    if not replacements:
+        return frame, []
+    converted = list(replacements)
+    logger.info("columns holding only numbers as text converted to numeric: %s", _short_list(converted))
+    out = frame.copy(deep=False)
+    for name, values in replacements.items():
+        out[name] = values
+    return out, converted
 
 
 # --------------------------------------------------------------------------------------
@@ -1053,6 +1154,42 @@ def _encode_all_sensitive(
     return tensors, kinds, levels, codes
 
 
+def _coerce_inputs(
+    df: pd.DataFrame,
+    columns: list[str],
+    sensitive: list[str],
+    categorical: list[str],
+    preprocessor: Preprocessor | None,
+) -> pd.DataFrame:
+    """``df`` with the input columns that hold numbers as text made numeric
+    (:func:`coerce_numeric_columns`).
+
+    Left as they are: sensitive columns (their groups are read from the raw values),
+    columns declared categorical (argument or preprocessor configuration) and, with a
+    fitted preprocessor, the columns it one-hot encodes. With a fitted preprocessor a
+    column it treats as numeric must convert: ValueError naming it otherwise.
+    """
+    excluded = set(sensitive) | set(categorical)
+    if preprocessor is not None:
+        excluded |= set(preprocessor.categorical_ if preprocessor.is_fitted else preprocessor.categorical or [])
+    candidates = [c for c in columns if c not in excluded]
+    inputs, _ = coerce_numeric_columns(df, candidates)
+    if preprocessor is not None and preprocessor.is_fitted:
+        for column in preprocessor.numeric_:
+            if column in candidates and _is_text_dtype(inputs[column]):
+                _require_numbers(inputs[column])
+    return inputs
+
+
+def _require_numbers(series: pd.Series) -> None:
+    """ValueError naming a column the fitted preprocessor treats as numeric when some of
+    its values are not numbers."""
+    bad = [v for v in pd.unique(series.dropna().to_numpy(dtype=object)) if _as_number(v) is None]
+    if bad:
+        raise ValueError(f"df: column {series.name!r} was numeric when the preprocessor was fitted but holds values "
+                         f"that are not numbers here: {_short_list(bad[:5])}")
+
+
 def _build_fair_data(
     cls: type,
     df: pd.DataFrame,
@@ -1082,7 +1219,8 @@ def _build_fair_data(
     _require_finite(df, sensitive_names, "sensitive")
     if exposure is not None:
         _require_finite(df, [exposure], "exposure")
-    _require_finite(df, columns, "features")
+    inputs = _coerce_inputs(df, columns, sensitive_names, categorical_names, preprocessor)
+    _require_finite(inputs, columns, "features")
 
     y = _encode_target(df[target], task)
     exposure_tensor = _encode_exposure(df[exposure]) if exposure is not None else None
@@ -1096,8 +1234,8 @@ def _build_fair_data(
     cells, cell_keys = intersection_cells([codes[n] for n in discrete], radices, len(df), reference_keys)
     cell_levels = _decode_cell_keys(cell_keys, radices, [levels[n] for n in discrete]) if discrete else [()]
 
-    fitted = _prepare_preprocessor(preprocessor, df, columns, categorical_names)
-    X, feature_names = fitted.transform(df)
+    fitted = _prepare_preprocessor(preprocessor, inputs, columns, categorical_names)
+    X, feature_names = fitted.transform(inputs)
     return cls(
         torch.from_numpy(X), y, task, tensors, kinds, levels, torch.from_numpy(cells), len(cell_keys),
         exposure_tensor, feature_names,

@@ -16,7 +16,7 @@ from solvers.problem import (
     row_violations,
     violation,
 )
-from solvers.qp import QPResult, diagonal_qp, least_violation_bounds
+from solvers.qp import LeastViolationWarning, QPResult, diagonal_qp, least_violation_bounds
 from solvers.sqp import SQPWarning, StochasticSQP
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "FitResult",
     "History",
     "LagrangianDual",
+    "LeastViolationWarning",
     "LinearEncoding",
     "MovingTargets",
     "Penalty",

@@ -77,6 +77,7 @@ __all__ = [
     "RelaxedBounds",
     "diagonal_qp",
     "least_violation_bounds",
+    "LeastViolationWarning",
     "ENUMERATION_MAX_ROWS",
 ]
 
@@ -707,52 +708,175 @@ def _row_violation(w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.maximum(w - hi, 0.0) + np.maximum(lo - w, 0.0)
 
 
-def _least_violation_lp(
-    M: np.ndarray, lo: np.ndarray, hi: np.ndarray, violation_cap: float | None = None
-) -> tuple[np.ndarray, float]:
-    """Least-violation points ``w = M y`` by HiGHS; return ``(y, V(M y))``.
+class LeastViolationWarning(RuntimeWarning):
+    """The least-violation LP did not give a least-violation step; a safe but possibly larger
+    relaxation was used instead (see :func:`least_violation_bounds`)."""
 
-    Every reachable ``w = J v`` is ``M y`` for some ``y`` (range(J) = range(J H^{-1} J')),
-    so these LPs range over all steps. Variables ``(y, s_up, s_lo)`` with
-    ``M_i y - s_up_i <= hi_i``, ``-M_i y - s_lo_i <= -lo_i``, ``s >= 0`` (finite sides only):
 
-    * ``violation_cap is None``: minimise ``sum s`` (the total violation ``V``);
-    * otherwise: minimise ``sum_i |w_i|`` (auxiliary ``a >= +-M y``) subject to
-      ``sum s <= violation_cap``: among least-violation points, the one that moves the
-      constraint values least (L1), which removes the LP's non-uniqueness in ``V`` alone.
+class _LPFailure(RuntimeError):
+    """The least-violation LP stopped without an optimum (HiGHS status in the message)."""
+
+
+#: Initial box radius of the least-violation LP as a multiple of the size of ``z`` one row
+#: needs to reach its bound (see :func:`_initial_box_radius`), the factor by which the box
+#: grows while it binds, and how many times it may grow.
+_BOX_SCALE = 1e3
+_BOX_GROWTH = 1e3
+_MAX_BOX_ENLARGEMENTS = 3
+#: A box side counts as binding when its reduced cost exceeds this fraction of the column's
+#: l1 norm (the largest reduced cost a unit move of that coordinate can have).
+_BOX_BINDING_RTOL = 1e-8
+#: Eigen-directions of the row-normalised ``M`` with an eigenvalue at most this fraction of
+#: the largest are left out of the reachable values (rounding noise of dependent rows sits
+#: near 1e-16; genuine directions of ill-conditioned SQP steps were seen near 1e-11).
+_RANGE_RTOL = 1e-12
+_LP_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
+
+@dataclass(frozen=True)
+class _RangeBasis:
+    """An explicit basis of the reachable constraint values ``w = J v``.
+
+    ``w = basis @ z`` (``z`` in ``R^r``) spans ``range(M) = range(J)`` and ``M @ (y_map @ z)
+    = basis @ z``. Built from the eigenvectors of the row-normalised ``M`` (unit diagonal,
+    so rows of very different norms are treated alike); directions whose eigenvalue is at
+    most ``_RANGE_RTOL`` times the largest are dropped: they are rounding noise of linearly
+    dependent rows (free multipliers along them made an LP in ``y`` numerically unbounded).
+    Zero rows of ``J`` have zero rows in both matrices (their value is always 0).
     """
+
+    basis: np.ndarray  # (m, r)
+    y_map: np.ndarray  # (m, r)
+
+
+def _range_basis(M: np.ndarray) -> _RangeBasis:
+    """The basis of ``range(M)`` described in :class:`_RangeBasis` (one m x m eigh)."""
     m = M.shape[0]
+    diag = np.diag(M)
+    nz = np.flatnonzero(diag > 0)
+    if nz.size == 0:
+        return _RangeBasis(np.zeros((m, 0)), np.zeros((m, 0)))
+    norms = np.sqrt(diag[nz])
+    corr = M[np.ix_(nz, nz)] / np.outer(norms, norms)
+    lam, vecs = np.linalg.eigh(0.5 * (corr + corr.T))
+    keep = lam > _RANGE_RTOL * lam.max()
+    lam, vecs = lam[keep], vecs[:, keep]
+    basis = np.zeros((m, lam.size))
+    y_map = np.zeros((m, lam.size))
+    basis[nz] = norms[:, None] * vecs
+    y_map[nz] = vecs / lam[None, :] / norms[:, None]
+    return _RangeBasis(basis, y_map)
+
+
+def _initial_box_radius(basis: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """``_BOX_SCALE * (1 + max_i |finite bound_i| / max_j |basis_ij|)`` over non-zero rows.
+
+    Moving the largest coordinate of row ``i`` alone, ``|z_j| = |bound_i| / max_j |basis_ij|``
+    reaches the bound: the ratio is the size of ``z`` a row needs; the box is
+    ``_BOX_SCALE`` times larger and grows while it binds (:func:`_solve_boxed_lp`).
+    """
+    scale = np.abs(basis).max(axis=1, initial=0.0)
+    bounds = np.maximum(np.where(np.isfinite(lo), np.abs(lo), 0.0), np.where(np.isfinite(hi), np.abs(hi), 0.0))
+    nz = scale > 0
+    ratio = float((bounds[nz] / scale[nz]).max(initial=0.0))
+    return _BOX_SCALE * (1.0 + ratio)
+
+
+def _lp_tables(
+    basis: np.ndarray, lo: np.ndarray, hi: np.ndarray, violation_cap: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Cost, inequality matrix and right-hand side of the least-violation LPs.
+
+    Variables ``(z, s_up, s_lo[, a])``: ``basis_i z - s_up_i <= hi_i`` and
+    ``-basis_i z - s_lo_i <= -lo_i`` for the finite sides, ``s >= 0``. Without a cap the
+    cost is ``sum s`` (the total violation); with one, ``sum a`` with ``a >= +-basis z``
+    (``sum_i |w_i|``) subject to ``sum s <= violation_cap``. Returns the number of slacks too.
+    """
+    m, r = basis.shape
     up, dn = np.flatnonzero(np.isfinite(hi)), np.flatnonzero(np.isfinite(lo))
     ns = up.size + dn.size
-    if ns == 0:
-        return np.zeros(m), 0.0
-    second = violation_cap is not None
-    n_var = m + ns + (m if second else 0)
-    rows = [np.hstack([M[up], -np.eye(ns)[: up.size]]), np.hstack([-M[dn], -np.eye(ns)[up.size :]])]
+    eye = np.eye(ns)
+    rows = [np.hstack([basis[up], -eye[: up.size]]), np.hstack([-basis[dn], -eye[up.size :]])]
     rhs = [hi[up], -lo[dn]]
-    if second:
-        rows = [np.hstack([r, np.zeros((r.shape[0], m))]) for r in rows]
-        rows += [np.hstack([M, np.zeros((m, ns)), -np.eye(m)]), np.hstack([-M, np.zeros((m, ns)), -np.eye(m)])]
-        rows.append(np.concatenate([np.zeros(m), np.ones(ns), np.zeros(m)])[None, :])
+    cost = np.concatenate([np.zeros(r), np.ones(ns)])
+    if violation_cap is not None:
+        rows = [np.hstack([block, np.zeros((block.shape[0], m))]) for block in rows]
+        rows += [np.hstack([basis, np.zeros((m, ns)), -np.eye(m)]), np.hstack([-basis, np.zeros((m, ns)), -np.eye(m)])]
+        rows.append(np.concatenate([np.zeros(r), np.ones(ns), np.zeros(m)])[None, :])
         rhs += [np.zeros(m), np.zeros(m), np.array([violation_cap])]
-    c = np.zeros(n_var)
-    c[m : m + ns] = 0.0 if second else 1.0
-    c[m + ns :] = 1.0
-    bounds = [(None, None)] * m + [(0, None)] * (n_var - m)
-    res = linprog(
-        c, A_ub=np.vstack(rows), b_ub=np.concatenate(rhs), bounds=bounds, method="highs",
-        options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
-    )
-    if res.status != 0:
-        raise RuntimeError(f"least-violation LP failed: HiGHS status {res.status} ({res.message})")
-    y = res.x[:m]
-    return y, float(_row_violation(M @ y, lo, hi).sum())
+        cost = np.concatenate([np.zeros(r + ns), np.ones(m)])
+    return cost, np.vstack(rows), np.concatenate(rhs), ns
+
+
+def _box_binding(res: Any, columns: np.ndarray, radius: float) -> bool:
+    """Whether a side of the box ``|z| <= radius`` is active with a non-zero reduced cost
+    (then a larger box could lower the objective; otherwise the box changes nothing)."""
+    r = columns.shape[1]
+    z = res.x[:r]
+    on_box = np.abs(z) >= radius * (1.0 - 1e-9)
+    reduced = np.abs(res.lower.marginals[:r]) + np.abs(res.upper.marginals[:r])
+    return bool(np.any(on_box & (reduced > _BOX_BINDING_RTOL * np.abs(columns).sum(axis=0))))
+
+
+def _solve_boxed_lp(
+    basis: np.ndarray, lo: np.ndarray, hi: np.ndarray, violation_cap: float | None = None
+) -> tuple[np.ndarray, bool]:
+    """``z`` of a least-violation LP (see :func:`_lp_tables`) inside the box ``|z| <= R``.
+
+    Bounded by construction: ``z`` is boxed and every other variable is ``>= 0`` with a
+    cost of 0 or 1, so the LP (always feasible: ``z = 0`` with large slacks) has a finite
+    optimum. If a box side binds (non-zero reduced cost) the box is enlarged by
+    ``_BOX_GROWTH`` up to ``_MAX_BOX_ENLARGEMENTS`` times; an optimum with no binding side
+    is an optimum of the LP without the box. Returns ``(z, still_binding)``.
+
+    Raises
+    ------
+    _LPFailure
+        HiGHS stopped without an optimum (status and message in the text).
+    """
+    r = basis.shape[1]
+    cost, A, b, ns = _lp_tables(basis, lo, hi, violation_cap)
+    if ns == 0 or r == 0:  # nothing to violate, or only w = 0 reachable
+        return np.zeros(r), False
+    z_columns = A[:, :r]
+    radius = _initial_box_radius(basis, lo, hi)
+    for attempt in range(_MAX_BOX_ENLARGEMENTS + 1):
+        bounds = [(-radius, radius)] * r + [(0, None)] * (cost.size - r)
+        res = linprog(cost, A_ub=A, b_ub=b, bounds=bounds, method="highs", options=_LP_OPTIONS)
+        if res.status != 0:
+            raise _LPFailure(f"HiGHS status {res.status} ({res.message})")
+        binding = _box_binding(res, z_columns, radius)
+        if not binding:
+            return res.x[:r], False
+        if attempt < _MAX_BOX_ENLARGEMENTS:
+            logger.debug("least-violation LP: box |z| <= %g binds; enlarging it", radius)
+            radius *= _BOX_GROWTH
+    return res.x[:r], True
+
+
+def _least_violation_point(
+    basis: _RangeBasis, lo: np.ndarray, hi: np.ndarray, violation_cap: float | None = None
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """A least-violation point ``w = basis z`` and multipliers ``y`` with ``M y = w``.
+
+    ``violation_cap is None``: minimise the total violation ``V(w)``; otherwise minimise
+    ``sum_i |w_i|`` among points with ``V(w) <= violation_cap`` (least-violation points
+    are not unique, e.g. duplicated rows with disjoint bounds). Returns
+    ``(w, y, box_binding)``; raises :class:`_LPFailure` when HiGHS fails.
+    """
+    z, binding = _solve_boxed_lp(basis.basis, lo, hi, violation_cap)
+    return basis.basis @ z, basis.y_map @ z, binding
 
 
 def _confirm_infeasible(space: _Space) -> bool:
-    """True when the least total violation exceeds the summed row tolerances."""
-    _, v = _least_violation_lp(space.M, space.lo, space.hi)
-    return v > float(space.base_tol.sum())
+    """True when the least total violation exceeds the summed row tolerances (False, with a
+    log message, when the LP fails: the caller then reports a numerical failure)."""
+    try:
+        w, _, _ = _least_violation_point(_range_basis(space.M), space.lo, space.hi)
+    except (_LPFailure, np.linalg.LinAlgError) as exc:
+        logger.warning("least-violation LP failed while confirming infeasibility: %s", exc)
+        return False
+    return float(_row_violation(w, space.lo, space.hi).sum()) > float(space.base_tol.sum())
 
 
 # --------------------------------------------------------------------------------------
@@ -1027,6 +1151,82 @@ def _cast_outwards(inputs: _Inputs, lo: np.ndarray, hi: np.ndarray) -> tuple[tor
     return inputs.to_torch(lo_c), inputs.to_torch(hi_c)
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The least-violation point ``w = M y`` the relaxed box is built around."""
+
+    w: np.ndarray
+    y: np.ndarray
+    feasible: bool  # the least violation is within the summed row tolerances
+    box_binding: bool  # the LP's box still bound after its enlargements
+
+
+def _least_violation_target(space: _Space) -> _Target:
+    """Steps 1-2 of :func:`least_violation_bounds`: least violation, then least move.
+
+    Raises :class:`_LPFailure` (or ``LinAlgError``) when the first LP cannot be solved; a
+    failure of the second LP only loses the least-move choice (logged).
+    """
+    basis = _range_basis(space.M)
+    feasibility_tol = float(space.base_tol.sum())
+    w, y, binding = _least_violation_point(basis, space.lo, space.hi)
+    least = float(_row_violation(w, space.lo, space.hi).sum())
+    if least <= feasibility_tol:
+        return _Target(w, y, True, binding)
+    try:
+        w2, y2, binding2 = _least_violation_point(basis, space.lo, space.hi, violation_cap=least + feasibility_tol)
+    except _LPFailure as exc:
+        logger.warning("least-move LP failed (%s); using the first least-violation point", exc)
+        return _Target(w, y, False, binding)
+    return _Target(w2, y2, False, binding or binding2)
+
+
+def _least_norm_step(
+    inputs: _Inputs, space: _Space, target: _Target, box_lo: np.ndarray, box_hi: np.ndarray, rank_tol: float
+) -> np.ndarray:
+    """Step 3 of :func:`least_violation_bounds`: the least ``H``-norm step in the box.
+
+    Falls back to the LP point's step ``H^{-1} J' y`` (``J v = M y = w*``) when the QP has
+    no solution, or when rounding in an ill-conditioned QP left its step with a larger
+    violation than the LP point's (by more than the summed row tolerances).
+    """
+    lp_step = -_step(inputs, target.y)  # g = 0, so J v = M y = w*
+    box = _build_space(inputs, box_lo, box_hi, space.tol)
+    sol = _solve_space(box, _pick_method("active_set", box), rank_tol, 50 + 20 * box.m)
+    if sol.y is None:
+        logger.warning("least-norm step in the relaxed box failed (%s); using the LP point", sol.status)
+        return lp_step
+    qp_step = _step(inputs, sol.y)
+    qp_violation = float(_row_violation(inputs.J @ qp_step, space.lo, space.hi).sum())
+    lp_violation = float(_row_violation(inputs.J @ lp_step, space.lo, space.hi).sum())
+    if qp_violation > lp_violation + float(space.base_tol.sum()):
+        logger.debug("least-norm step violates %g > %g of the LP point; using the LP point", qp_violation,
+                     lp_violation)
+        return lp_step
+    return qp_step
+
+
+def _zero_step_relaxation(inputs: _Inputs, reason: str) -> RelaxedBounds:
+    """The safe fallback: ``v = 0`` and every row relaxed to contain 0, with a warning."""
+    warnings.warn(
+        f"least_violation_bounds: the least-violation LP failed ({reason}); falling back to the zero step "
+        "with every row relaxed to contain 0 (lo' = min(lo, 0), hi' = max(hi, 0)). The relaxed QP is "
+        "feasible, but the relaxation may be larger than the least one.",
+        LeastViolationWarning,
+        stacklevel=3,
+    )
+    m, p = inputs.J.shape
+    zero_w = np.zeros(m)
+    lo_r, hi_r = _cast_outwards(inputs, np.minimum(inputs.lo, 0.0), np.maximum(inputs.hi, 0.0))
+    return RelaxedBounds(
+        v=inputs.to_torch(np.zeros(p)),
+        w=inputs.to_torch(zero_w),
+        lo=lo_r,
+        hi=hi_r,
+        violation=float(_row_violation(zero_w, inputs.lo, inputs.hi).sum()),
+    )
+
+
 def least_violation_bounds(
     lo: Any, hi: Any, J: Any, h: Any, *, tol: float = 1e-9, rank_tol: float = 1e-10
 ) -> RelaxedBounds:
@@ -1041,68 +1241,86 @@ def least_violation_bounds(
     ``(lo', hi')`` is feasible (``v`` satisfies it), and
     ``V(Jv) = sum_i (lo_i - lo'_i) + (hi'_i - hi_i)`` is the least violation any step reaches.
 
-    Computation (all in the m-space):
+    Computation (all in the m-space, ``M = J H^{-1} J'``):
 
-    1. the LP ``min_y V(M y)`` with ``M = J H^{-1} J'`` (every reachable ``J v`` is some
-       ``M y``, as range(J) = range(M)), solved by HiGHS in ``(y, slacks)``, gives the least
-       violation ``V*``;
+    1. the reachable values ``J v`` are ``range(M)``, spanned by an explicit basis
+       ``w = B z`` (eigenvectors of the row-normalised ``M``; directions with an eigenvalue
+       at most 1e-12 times the largest are dropped: rounding noise of dependent rows).
+       The l1 LP ``min sum s`` over ``(z, s_up, s_lo)`` with ``B_i z - s_up_i <= hi_i``,
+       ``lo_i - B_i z <= s_lo_i``, ``s >= 0`` and a box ``|z| <= R`` is bounded by
+       construction (every variable is boxed or nonnegative with a nonnegative cost), so
+       HiGHS always has a finite optimum. ``R`` is a thousand times the size a single row
+       needs to reach its bound and is enlarged (up to three times, by 1e3) while a box
+       side binds with a non-zero reduced cost; an optimum with no binding side is an
+       optimum without the box. This gives the least violation ``V*``;
     2. LP minimisers are not unique (e.g. duplicated rows with disjoint bounds: any value
-       between them is optimal), so a second LP picks, among points with
+       between them is optimal), so a second LP of the same form picks, among points with
        ``V <= V* + tol * sum_i (1 + max finite |bound_i|)``, the point ``w*``
        that moves the constraint values least, ``min sum_i |w_i|``;
     3. the least ``H``-norm step in the box relaxed to ``w*``,
        ``v = argmin 1/2 v'Hv  s.t.  min(lo, w*) <= Jv <= max(hi, w*)`` (an exact
        :func:`diagonal_qp` with ``g = 0``), has the same violation; the relaxed bounds are
-       recomputed from ``Jv`` (they can only tighten).
+       recomputed from ``Jv`` (they can only tighten). If that QP fails, or rounding left
+       its step more violating than the LP point's step ``H^{-1} J' y`` (``M y = w*``),
+       the LP point's step is used.
 
     When the least violation is within the summed row tolerances the system counts as
     feasible: the bounds are returned unchanged and ``v`` is the least-norm feasible step.
+
+    Fallback: if HiGHS still fails on the first LP (a numerical failure: the LP always
+    has an optimum), nothing is raised; a :class:`LeastViolationWarning` is emitted and the
+    zero step is returned with every row relaxed to contain 0,
+    ``lo' = min(lo, 0)``, ``hi' = max(hi, 0)`` (``v = w = 0``, ``violation = V(0)``), which
+    keeps the relaxed QP feasible but may relax more than the least.
 
     Parameters
     ----------
     lo, hi : tensor (m,)
         Bounds on ``J v`` (``-inf``/``+inf`` allowed, ``lo <= hi``).
     J : tensor (m, p)
-        Constraint Jacobian.
+        Constraint Jacobian (rank deficiency, duplicated and zero rows allowed).
     h : tensor (p,)
         Diagonal Hessian (metric of the step), ``> 0``.
     tol, rank_tol : float
-        As in :func:`diagonal_qp` (used by step 2).
+        As in :func:`diagonal_qp` (``tol`` for the feasibility test and step 2, both for
+        the QP of step 3).
 
     Returns
     -------
     RelaxedBounds
         ``v``, ``w = J v``, relaxed ``lo``/``hi`` (dtype of ``J, h``; rounded outwards when it
-        is not float64) and the least violation (0 and unchanged bounds when feasible).
+        is not float64, so ``lo' <= lo`` and ``hi' >= hi`` always) and the violation of ``v``
+        (0 and unchanged bounds when feasible).
 
     Raises
     ------
     ValueError
         As :func:`diagonal_qp` for bad inputs.
-    RuntimeError
-        When the LP fails (HiGHS status in the message).
+
+    Warns
+    -----
+    LeastViolationWarning
+        The LP failed (zero-step fallback above), or its box still bound after the
+        enlargements (the relaxation is then the least within that box).
     """
     tol, rank_tol = _check_options("active_set", tol, rank_tol, None)
     inputs = _validate(None, h, J, lo, hi)
     space = _build_space(inputs, inputs.lo, inputs.hi, tol)
-    feasibility_tol = float(space.base_tol.sum())
-    y_lp, least = _least_violation_lp(space.M, inputs.lo, inputs.hi)
-    feasible = least <= feasibility_tol
-    if feasible:  # keep the bounds; v is the least-norm feasible step
+    try:
+        target = _least_violation_target(space)
+    except (_LPFailure, np.linalg.LinAlgError) as exc:
+        return _zero_step_relaxation(inputs, str(exc))
+    if target.box_binding and not target.feasible:
+        warnings.warn("least_violation_bounds: the box of the least-violation LP still bound after "
+                      f"{_MAX_BOX_ENLARGEMENTS} enlargements; the relaxation is the least within that box and "
+                      "may be larger than the least one.", LeastViolationWarning, stacklevel=2)
+    if target.feasible:  # keep the bounds; v is the least-norm feasible step
         box_lo, box_hi = inputs.lo, inputs.hi
     else:
-        y_lp, _ = _least_violation_lp(space.M, inputs.lo, inputs.hi, violation_cap=least + feasibility_tol)
-        w_lp = space.M @ y_lp
-        box_lo, box_hi = np.minimum(inputs.lo, w_lp), np.maximum(inputs.hi, w_lp)
-    box = _build_space(inputs, box_lo, box_hi, tol)
-    sol = _solve_space(box, _pick_method("active_set", box), rank_tol, 50 + 20 * box.m)
-    if sol.y is not None:
-        v = _step(inputs, sol.y)
-    else:
-        logger.warning("least-norm step in the relaxed box failed (%s); using the LP point", sol.status)
-        v = -_step(inputs, y_lp)  # g = 0, so J v = M y_lp
+        box_lo, box_hi = np.minimum(inputs.lo, target.w), np.maximum(inputs.hi, target.w)
+    v = _least_norm_step(inputs, space, target, box_lo, box_hi, rank_tol)
     w = inputs.J @ v
-    if feasible:
+    if target.feasible:
         lo_r, hi_r = inputs.lo, inputs.hi
     else:
         lo_r, hi_r = np.minimum(inputs.lo, w), np.maximum(inputs.hi, w)

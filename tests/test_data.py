@@ -509,3 +509,129 @@ def test_from_frame_100k_rows_and_many_subsets():
         batch = data.subset(idx)
         assert len(batch) == 256 and batch._frame_cache is None
         torch.testing.assert_close(batch.X, data.X[idx])
+
+
+# --------------------------------------------------------------------------------------
+# numeric-looking text columns: one rule (coerce_numeric_columns)
+# --------------------------------------------------------------------------------------
+def numeric_text_frame(n: int = 200, seed: int = 3) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Four input columns of distinct numbers, as floats and as text (object dtype)."""
+    rng = np.random.default_rng(seed)
+    numbers = pd.DataFrame({
+        "f1": np.round(rng.normal(size=n), 3),
+        "f2": rng.permutation(n).astype(float),
+        "f3": np.round(rng.uniform(-5, 5, n), 2),
+        "f4": np.round(rng.exponential(size=n), 4) + 1e3,
+    })
+    text = numbers.apply(lambda column: column.map(repr)).astype(object)
+    text["f2"] = numbers["f2"].astype(int).astype(str).astype(object)  # integers spelled "3"
+    extra = {"sex": rng.choice(["f", "m"], n), "y": rng.integers(0, 2, n)}
+    return numbers.assign(**extra), text.assign(**extra)
+
+
+def test_numeric_text_columns_become_one_numeric_feature_each():
+    numbers, text = numeric_text_frame()
+    assert all(text[c].dtype == object for c in ["f1", "f2", "f3", "f4"])
+    data = FairData.from_frame(text, target="y", sensitive="sex", include_sensitive=False)
+    assert data.n_features == 4  # not one indicator per distinct value (769 features before the fix)
+    assert data.feature_names == ["f1", "f2", "f3", "f4"]
+    reference = FairData.from_frame(numbers, target="y", sensitive="sex", include_sensitive=False)
+    torch.testing.assert_close(data.X, reference.X, rtol=0, atol=0)
+    assert data.frame is text  # the raw rows are kept as given
+
+
+def test_from_arrays_with_numeric_text_matches_numbers():
+    numbers, text = numeric_text_frame(n=50)
+    cols = ["f1", "f2", "f3", "f4"]
+    data = FairData.from_arrays(text[cols].to_numpy(dtype=object), text["y"], {"sex": text["sex"]})
+    reference = FairData.from_arrays(numbers[cols].to_numpy(), numbers["y"], {"sex": numbers["sex"]})
+    assert data.n_features == 4
+    torch.testing.assert_close(data.X, reference.X, rtol=0, atol=0)
+
+
+def test_transform_converts_numeric_text_like_training_and_names_a_bad_column():
+    numbers, text = numeric_text_frame(n=60)
+    train = FairData.from_frame(numbers.iloc[:40], target="y", sensitive="sex", include_sensitive=False)
+    test_text = train.transform(text.iloc[40:])
+    test_numbers = train.transform(numbers.iloc[40:])
+    torch.testing.assert_close(test_text.X, test_numbers.X, rtol=0, atol=0)
+    broken = text.iloc[40:].copy()
+    broken.iloc[3, broken.columns.get_loc("f3")] = "n/a"
+    with pytest.raises(ValueError, match=r"column 'f3' was numeric when the preprocessor was fitted .*'n/a'"):
+        train.transform(broken)
+
+
+def test_mixed_text_column_stays_categorical():
+    df = pd.DataFrame({"code": ["1", "a", "2", "1", "a", "2"], "v": ["0.5", "1", "2", "3", "4", "5"],
+                       "sex": ["f", "m"] * 3, "y": [0, 1] * 3})
+    data = FairData.from_frame(df, target="y", sensitive="sex", include_sensitive=False)
+    assert data.feature_names == ["code=1", "code=2", "code=a", "v"]
+    assert data.preprocessor.categorical_ == ["code"] and data.preprocessor.numeric_ == ["v"]
+
+
+def test_coerce_numeric_columns_rule():
+    from fairopt.data import coerce_numeric_columns
+
+    df = pd.DataFrame({
+        "text": [" 1.5", "3", "-2e3", "4"],
+        "objects": pd.Series([1, 2.5, "3", np.int64(4)], dtype=object),
+        "mixed": ["1", "a", "2", "3"],
+        "bools": pd.Series([True, False, True, False], dtype=object),
+        "category": pd.Categorical(["1", "2", "1", "2"]),
+        "floats": [1.0, 2.0, 3.0, 4.0],
+        "strings": pd.array(["7", "8", None, "9"], dtype="string"),
+        "empty": pd.Series([None, None, None, None], dtype=object),
+    })
+    out, converted = coerce_numeric_columns(df)
+    assert converted == ["text", "objects", "strings"]
+    np.testing.assert_array_equal(out["text"].to_numpy(), [1.5, 3.0, -2000.0, 4.0])
+    np.testing.assert_array_equal(out["objects"].to_numpy(), [1.0, 2.5, 3.0, 4.0])
+    np.testing.assert_array_equal(out["strings"].to_numpy(), [7.0, 8.0, np.nan, 9.0])
+    assert all(out[c].dtype == np.float64 for c in converted)
+    for name in ["mixed", "bools", "category", "floats", "empty"]:
+        pd.testing.assert_series_equal(out[name], df[name])
+    assert df["text"].tolist() == [" 1.5", "3", "-2e3", "4"]  # the input frame is not modified
+    same, none = coerce_numeric_columns(df, columns=["mixed", "floats"])
+    assert same is df and none == []
+    with pytest.raises(ValueError, match=r"columns: column\(s\) \['nope'\] not found"):
+        coerce_numeric_columns(df, columns=["nope"])
+    with pytest.raises(ValueError, match="frame: expected a pandas DataFrame, got list"):
+        coerce_numeric_columns([["1"]])
+
+
+def test_missing_values_in_numeric_text_columns():
+    from fairopt.data import coerce_numeric_columns
+
+    df = pd.DataFrame({"v": ["1", None, "2.5", np.nan, "4", "5"], "w": ["1", None, "x", "2", "3", "4"],
+                       "sex": ["f", "m"] * 3, "y": [0, 1] * 3})
+    out, converted = coerce_numeric_columns(df, ["v", "w"])
+    assert converted == ["v"]  # missing values do not count against the rule
+    np.testing.assert_array_equal(out["v"].to_numpy(), [1.0, np.nan, 2.5, np.nan, 4.0, 5.0])
+    assert out["w"] is df["w"] or out["w"].equals(df["w"])
+    # a numeric column with missing values is refused like any other (drop or impute first)
+    with pytest.raises(ValueError, match=r"features: column 'v' has 2 of 6 rows with NaN/inf/missing"):
+        FairData.from_frame(df, target="y", sensitive="sex", features=["v"])
+    clean = FairData.from_frame(df.dropna(subset=["v"]), target="y", sensitive="sex", features=["v"],
+                                include_sensitive=False)
+    assert clean.feature_names == ["v"]
+
+
+def test_declared_categorical_and_sensitive_numeric_text_are_not_converted():
+    df = pd.DataFrame({"zip": ["02134", "10001", "02134", "94105"], "grp": ["1", "2", "3", "1"],
+                       "v": ["1", "2", "3", "4"], "y": [0, 1, 0, 1]})
+    data = FairData.from_frame(df, target="y", sensitive="grp", categorical=["zip"])
+    assert data.feature_names == ["zip=02134", "zip=10001", "zip=94105", "grp=1", "grp=2", "grp=3", "v"]
+    assert data.sensitive_kinds["grp"] == "categorical" and data.sensitive_levels["grp"] == ["1", "2", "3"]
+
+
+def test_conversion_is_logged_with_the_column_names(caplog):
+    _, text = numeric_text_frame(n=20)
+    with caplog.at_level(logging.INFO, logger="fairopt.data"):
+        FairData.from_frame(text, target="y", sensitive="sex", include_sensitive=False)
+    messages = [r.getMessage() for r in caplog.records if r.name == "fairopt.data" and "converted to numeric" in
+                r.getMessage()]
+    assert messages == ["columns holding only numbers as text converted to numeric: ['f1', 'f2', 'f3', 'f4']"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="fairopt.data"):
+        FairData.from_frame(text.astype({"f1": float}).drop(columns=["f2", "f3", "f4"]), target="y", sensitive="sex")
+    assert not [r for r in caplog.records if "converted to numeric" in r.getMessage()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -276,7 +277,8 @@ def test_sqp_resume_is_bit_identical(tmp_path, adult, options):
     engine, second = fit(model, 10, resume=checkpoint["engine"])
     for a, b in zip(full_model.parameters(), model.parameters()):
         assert torch.equal(a, b)
-    steps = lambda h: [r for r in h.records if r["qp_status"] != "final"]  # noqa: E731 - each fit closes with one
+    # each fit closes with one "final" record; a mini-batch fit polishes on copies of the state first
+    steps = lambda h: [r for r in h.records if r["qp_status"] != "final" and r.get("phase") != "polish"]  # noqa: E731
     joined, whole = steps(first.history) + steps(second.history), steps(full.history)
     assert [r["iteration"] for r in joined] == list(range(len(whole)))
     for key in ("f", "V", "tau", "xi", "alpha", "beta", "epoch"):
@@ -301,3 +303,223 @@ def test_sqp_checkpoint_validation(adult):
         StochasticSQP(epochs=1).fit(fairopt.models.linear(adult.n_features), adult, resume=checkpoint)
     with pytest.raises(ValueError, match="resume"):
         StochasticSQP(epochs=1).fit(fairopt.models.linear(adult.n_features), adult, resume={"tau": 1.0})
+
+
+# ----------------------------------------------------------------------------- integrity of saved files
+@pytest.fixture(scope="module")
+def saved_classifier(tmp_path_factory, arrays):
+    """A small fitted classifier, the bytes of its file, and the rows it predicts on."""
+    X, y, s, _ = arrays
+    clf = _quiet(FairClassifier(("disparate_impact", "sex", 0.8), model="mlp", hidden=(7,), epochs=3).fit, X, y,
+                 sensitive_features={"sex": s})
+    path = tmp_path_factory.mktemp("integrity") / "clf.pt"
+    save(clf, path)
+    return clf, path.read_bytes(), X
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+def _resave(path, payload, *, sign: bool = True):
+    """Write a modified payload; ``sign`` recomputes its checksum (as a forger would), so
+    that only the key checks can refuse it."""
+    from fairopt.persistence import _checksum
+
+    if sign:
+        payload["checksum"] = _checksum({k: v for k, v in payload.items() if k != "checksum"})
+    torch.save(payload, path)
+    return path
+
+
+def _names_file(path):
+    return re.escape(repr(str(path)))
+
+
+def test_saved_file_carries_a_sha256_checksum_and_round_trips(tmp_path, saved_classifier):
+    clf, data, X = saved_classifier
+    path = _write(tmp_path / "ok.pt", data)
+    payload = torch.load(path, weights_only=True)
+    assert payload["format_version"] == FORMAT_VERSION == 2
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", payload["checksum"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a checked file loads without any warning
+        loaded = load(path)
+    np.testing.assert_array_equal(loaded.decision_function(X), clf.decision_function(X))
+    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
+
+
+def test_truncated_file_is_refused_naming_the_file(tmp_path, saved_classifier):
+    _, data, _ = saved_classifier
+    for cut in (len(data) // 2, len(data) - 10, 100):
+        path = _write(tmp_path / f"cut{cut}.pt", data[:cut])
+        with pytest.raises(ValueError, match=_names_file(path) + " is truncated"):
+            load(path)
+
+
+def test_random_and_empty_files_are_not_fairopt_files(tmp_path):
+    path = _write(tmp_path / "random.pt", np.random.default_rng(0).bytes(4096))
+    with pytest.raises(ValueError, match=_names_file(path) + " is not a fairopt file .*not a torch.save zip"):
+        load(path)
+    path = _write(tmp_path / "empty.pt", b"")
+    with pytest.raises(ValueError, match=_names_file(path) + " is not a fairopt file: it is empty"):
+        load(path)
+    torch.save([torch.zeros(2)], tmp_path / "list.pt")
+    with pytest.raises(ValueError, match=_names_file(tmp_path / "list.pt") + ": not a fairopt file"):
+        load(tmp_path / "list.pt")
+
+
+class _Payload:
+    """Not a tensor nor a plain value: weights_only loading must refuse to unpickle it."""
+
+    def __init__(self):
+        self.format = "fairopt"
+
+
+def test_file_with_arbitrary_objects_is_not_unpickled(tmp_path):
+    path = tmp_path / "object.pt"
+    torch.save({"format": "fairopt", "format_version": FORMAT_VERSION, "obj": _Payload()}, path)
+    with pytest.raises(ValueError, match=_names_file(path) + ": refusing to load it: it holds objects other than"):
+        load(path)
+
+
+def test_one_flipped_byte_in_a_weight_is_a_checksum_mismatch(tmp_path, saved_classifier):
+    clf, data, _ = saved_classifier
+    weight = clf.model_.state_dict()["0.weight"].detach().cpu().contiguous().numpy().tobytes()
+    assert data.count(weight) == 1  # the archive stores tensor bytes as they are
+    start = data.find(weight)
+    flipped = bytearray(data)
+    flipped[start + len(weight) // 2] ^= 0x01
+    path = _write(tmp_path / "flipped.pt", bytes(flipped))
+    tampered = torch.load(path, weights_only=True)["model"]["state_dict"]["0.weight"]  # torch itself notices nothing
+    assert not torch.equal(tampered, clf.model_.state_dict()["0.weight"])
+    with pytest.raises(ValueError, match=_names_file(path) + ": checksum mismatch"):
+        load(path)
+
+
+def test_changed_value_without_a_new_checksum_is_refused(tmp_path, saved_classifier):
+    _, data, _ = saved_classifier
+    payload = torch.load(_write(tmp_path / "a.pt", data), weights_only=True)
+    payload["fitted"]["n_iter_"] += 1
+    path = _resave(tmp_path / "b.pt", payload, sign=False)
+    with pytest.raises(ValueError, match=_names_file(path) + ": checksum mismatch"):
+        load(path)
+    payload["checksum"] = "md5:abc"
+    path = _resave(tmp_path / "c.pt", payload, sign=False)
+    with pytest.raises(ValueError, match=_names_file(path) + ": malformed checksum 'md5:abc'"):
+        load(path)
+
+
+@pytest.mark.parametrize("where, change, message", [
+    ("top", lambda p: p.update(extra=1), r"top level of a 'estimator' file: unknown keys \['extra'\]"),
+    ("top", lambda p: p.pop("history"), r"top level of a 'estimator' file: missing keys \['history'\]"),
+    ("top", lambda p: p.pop("checksum"), r"missing keys \['checksum'\]"),
+    ("fitted", lambda f: f.update(predict="not a method"), r"'fitted' attributes of FairClassifier: unknown keys "
+                                                          r"\['predict'\]"),
+    ("fitted", lambda f: f.update({"__class__": f.pop("status_")}),
+     r"unknown keys \['__class__'\] and missing keys \['status_'\]"),
+    ("fitted", lambda f: f.pop("classes_"), r"missing keys \['classes_'\]"),
+    ("params", lambda q: q.update(evil=1), r"'params' of FairClassifier: unknown keys \['evil'\]"),
+    ("preprocessor", lambda q: q.update(transform=None), r"'preprocessor': unknown keys \['transform'\]"),
+    ("model", lambda q: q.pop("spec"), r"'model': missing keys \['spec'\]"),
+    ("history", lambda q: q.update(rows=[]), r"'history': unknown keys \['rows'\]"),
+])
+@pytest.mark.parametrize("sign", [True, False])
+def test_unknown_or_missing_keys_are_refused(tmp_path, saved_classifier, where, change, message, sign):
+    """Refused by the key checks whether or not the forger recomputed the checksum."""
+    _, data, _ = saved_classifier
+    payload = torch.load(_write(tmp_path / "a.pt", data), weights_only=True)
+    change(payload if where == "top" else payload[where])
+    path = _resave(tmp_path / "b.pt", payload, sign=sign and "checksum" in payload)
+    with pytest.raises(ValueError, match=_names_file(path) + ": " + r".*" + message):
+        load(path)
+
+
+def test_tampered_attribute_is_never_set(tmp_path, saved_classifier, monkeypatch):
+    """A signed file naming an attribute that is not on the allow-list sets nothing."""
+    _, data, _ = saved_classifier
+    payload = torch.load(_write(tmp_path / "a.pt", data), weights_only=True)
+    payload["fitted"]["decision_function"] = "replaced"
+    path = _resave(tmp_path / "b.pt", payload)
+    set_names = []
+    original = FairClassifier.__setattr__
+
+    def record(self, name, value):
+        set_names.append(name)
+        original(self, name, value)
+
+    monkeypatch.setattr(FairClassifier, "__setattr__", record)
+    with pytest.raises(ValueError, match="unknown keys"):
+        load(path)
+    assert "decision_function" not in set_names
+
+
+@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 0, "2", True, None])
+def test_unsupported_format_version_names_the_file(tmp_path, saved_classifier, version):
+    _, data, _ = saved_classifier
+    payload = torch.load(_write(tmp_path / "a.pt", data), weights_only=True)
+    payload["format_version"] = version
+    path = _resave(tmp_path / "b.pt", payload)
+    expected = _names_file(path) + ": unsupported format version " + re.escape(repr(version))
+    with pytest.raises(ValueError, match=expected):
+        load(path)
+
+
+def _as_version_1(payload):
+    """What fairopt.save wrote before checksums: format version 1, no checksum entry."""
+    payload = dict(payload)
+    payload.pop("checksum")
+    payload["format_version"] = 1
+    return payload
+
+
+def test_version_1_file_without_checksum_loads_with_a_warning(tmp_path, saved_classifier):
+    clf, data, X = saved_classifier
+    payload = _as_version_1(torch.load(_write(tmp_path / "a.pt", data), weights_only=True))
+    path = tmp_path / "v1.pt"
+    torch.save(payload, path)
+    with pytest.warns(UserWarning, match=_names_file(path) + " has format version 1.*cannot be verified.*save it"):
+        loaded = load(path)
+    np.testing.assert_array_equal(loaded.decision_function(X), clf.decision_function(X))
+    payload["fitted"]["extra_"] = 1  # key checks apply to version 1 files too
+    torch.save(payload, path)
+    with pytest.raises(ValueError, match=_names_file(path) + r".*unknown keys \['extra_'\]"):
+        load(path)
+
+
+def test_checksum_covers_dtype_shape_and_bytes_not_dict_order():
+    from fairopt.persistence import _checksum
+
+    w = torch.arange(6, dtype=torch.float32)
+    base = _checksum({"a": w, "b": [1, 2.5, "x", None, True], "c": {"k": (1, 2)}})
+    assert base == _checksum({"c": {"k": (1, 2)}, "b": [1, 2.5, "x", None, True], "a": w.clone()})
+    assert base != _checksum({"a": w.double(), "b": [1, 2.5, "x", None, True], "c": {"k": (1, 2)}})  # dtype
+    assert base != _checksum({"a": w.reshape(2, 3), "b": [1, 2.5, "x", None, True], "c": {"k": (1, 2)}})  # shape
+    assert base != _checksum({"a": w, "b": [1, 2.5, "x", None, 1], "c": {"k": (1, 2)}})  # True is not 1
+    assert base != _checksum({"a": w, "b": [1, 2.5, "x", None, True], "c": {"k": [1, 2]}})  # tuple is not list
+    assert _checksum({"x": ["ab", "c"]}) != _checksum({"x": ["a", "bc"]})  # strings are delimited
+    assert _checksum({"x": float("nan")}) == _checksum({"x": float("nan")})
+
+
+def test_preprocessor_allow_list_matches_the_fitted_attributes():
+    from fairopt.data import Preprocessor
+    from fairopt.persistence import _PREPROCESSOR_ATTRIBUTES
+
+    fitted = Preprocessor().fit(pd.DataFrame({"a": [1.0, 2.0], "b": ["x", "y"]}))
+    assert set(vars(fitted)) == set(_PREPROCESSOR_ATTRIBUTES)
+
+
+def test_history_and_model_files_are_checked_too(tmp_path):
+    save(History(row_names=["r"]), tmp_path / "h.pt")
+    payload = torch.load(tmp_path / "h.pt", weights_only=True)
+    payload["history"]["records"] = [{"iteration": 1}]
+    torch.save(payload, tmp_path / "h2.pt")
+    with pytest.raises(ValueError, match=_names_file(tmp_path / "h2.pt") + ": checksum mismatch"):
+        load(tmp_path / "h2.pt")
+    save(fairopt.models.linear(3, seed=0), tmp_path / "m.pt", metadata={"note": "x"})
+    payload = torch.load(tmp_path / "m.pt", weights_only=True)
+    payload["model"]["spec"]["hidden"] = [4]
+    path = _resave(tmp_path / "m2.pt", payload)
+    with pytest.raises(ValueError, match=_names_file(path) + r": 'model.spec': unknown keys \['hidden'\]"):
+        load(path)

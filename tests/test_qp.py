@@ -502,3 +502,203 @@ def test_least_violation_float32_bounds_keep_the_relaxed_qp_feasible():
     assert rb.lo.dtype == rb.hi.dtype == rb.v.dtype == torch.float32
     res = diagonal_qp(torch.tensor(prob.g, dtype=torch.float32), args32[3], args32[2], rb.lo, rb.hi)
     assert res.status == "optimal"
+
+
+# --------------------------------------------------------------------------------------
+# Least violation with rank-deficient Jacobians: bounded by construction, with a fallback
+# --------------------------------------------------------------------------------------
+def _lv_args(prob: Problem) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.tensor(a) for a in (prob.lo, prob.hi, prob.J, prob.h))
+
+
+def rank_deficient_problems() -> dict[str, Problem]:
+    """Valid inputs (lo <= hi) whose Jacobian has dependent, duplicated or zero rows."""
+    inf = np.inf
+    rng = np.random.default_rng(21)
+    # 4 rows in a 2-dimensional span (rounded products C @ B) with an equality row: the
+    # LP in the multipliers was reported unbounded by HiGHS (status 3) on these inputs.
+    hs_unbounded = Problem(
+        np.zeros(4),
+        np.array([1.4244935206182383, 0.6652313647989295, 0.40987387419838744, 0.29300855443339824]),
+        np.array([
+            [-3.207257848945335, -4.198400586319616, -8.77474273193724, 4.209268983971649],
+            [-2.594796176222493, -7.140537485680349, -10.867890678569607, 5.9464539865325845],
+            [2.8700959412302818, 3.7483649199295286, 7.843562864514963, -3.7608796665120696],
+            [-3.724229263171648, 6.641093571671538, 1.4037380983155132, -2.9283974347485624],
+        ]),
+        np.array([-inf, -inf, 0.01320031296789516, -inf]),
+        np.array([-0.13328179580257582, 0.42619903858355285, 0.01320031296789516, 0.9561156066535612]),
+    )
+    a = rng.normal(size=5)
+    identical = Problem(np.zeros(5), np.ones(5), np.vstack([a, a]), np.array([1.0, -inf]), np.array([inf, 0.0]))
+    triple = Problem(np.zeros(5), rng.uniform(0.5, 2, 5), np.vstack([a, a, 2 * a]), np.array([1.0, -1.0, 0.5]),
+                     np.array([1.0, -1.0, 0.5]))
+    J_zero = np.vstack([a, np.zeros(5), -a, np.zeros(5)])
+    zero_rows = Problem(np.zeros(5), np.ones(5), J_zero, np.array([0.5, 0.25, 0.5, -inf]),
+                        np.array([1.0, inf, 1.0, -2.0]))
+    # intersectional pairwise rows: rate_a - rate_b for every ordered pair of 4 groups (rank 3)
+    rates, offsets = rng.normal(size=(4, 6)), rng.normal(size=4)
+    pairs = [(i, k) for i in range(4) for k in range(4) if i != k]
+    J_pairs = np.array([rates[i] - rates[k] for i, k in pairs])
+    c = np.array([offsets[i] - offsets[k] for i, k in pairs]) + 0.3 * rng.normal(size=len(pairs))
+    pairwise = Problem(np.zeros(6), rng.uniform(0.1, 10, 6), J_pairs, -0.01 - c, 0.01 - c)
+    return {"hs_unbounded": hs_unbounded, "identical": identical, "triple": triple, "zero_rows": zero_rows,
+            "pairwise": pairwise}
+
+
+def random_rank_deficient(seed: int) -> Problem:
+    """J = C B of rank r < m (some rows zero, some integer combinations), scales 10^+-1."""
+    rng = np.random.default_rng(seed)
+    p = int(rng.integers(2, 8))
+    r, m = int(rng.integers(1, p + 1)), int(rng.integers(p + 1, 12))
+    B = rng.normal(size=(r, p)) * 10.0 ** rng.uniform(-1, 1)
+    C = rng.normal(size=(m, r))
+    C[rng.random(m) < 0.2] = 0.0
+    if rng.random() < 0.5:
+        C = np.round(C)
+    c = rng.normal(size=m) * 10.0 ** rng.integers(-3, 3)
+    lo, hi = c - rng.uniform(0, 1, m), c + rng.uniform(0, 1, m)
+    kind = rng.random(m)
+    lo[kind < 0.3], hi[(kind > 0.3) & (kind < 0.6)] = -np.inf, np.inf
+    eq = rng.random(m) < 0.1
+    lo[eq] = hi[eq] = c[eq]
+    return Problem(rng.normal(size=p), 10.0 ** rng.uniform(-1, 1, p), C @ B, lo, hi)
+
+
+def assert_valid_relaxation(prob: Problem, rb) -> None:
+    """Finite, only relaxed, reached by v, and the relaxed QP (with the problem's g) is optimal."""
+    lo_r, hi_r, v = rb.lo.numpy(), rb.hi.numpy(), rb.v.numpy()
+    assert np.isfinite(v).all() and np.isfinite(rb.violation)
+    assert np.all(lo_r <= prob.lo) and np.all(hi_r >= prob.hi)
+    w = prob.J @ v
+    assert np.all(lo_r <= w + 1e-9 * (1 + np.abs(w))) and np.all(w <= hi_r + 1e-9 * (1 + np.abs(w)))
+    res = diagonal_qp(torch.tensor(prob.g), torch.tensor(prob.h), torch.tensor(prob.J), rb.lo, rb.hi)
+    assert res.status == "optimal"
+    assert np.isfinite(res.d.numpy()).all()
+
+
+@pytest.mark.parametrize("name", ["hs_unbounded", "identical", "triple", "zero_rows", "pairwise"])
+def test_least_violation_with_rank_deficient_jacobian_is_finite(name):
+    prob = rank_deficient_problems()[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the LP is solved: no fallback warning
+        rb = least_violation_bounds(*_lv_args(prob))
+    assert_valid_relaxation(prob, rb)
+    reference = p_space_least_violation(prob.J, prob.lo, prob.hi)
+    assert reference > 1e-3  # every case is infeasible
+    assert rb.violation == pytest.approx(reference, rel=1e-7, abs=1e-9)
+
+
+def test_least_violation_of_hand_computed_rank_deficient_cases():
+    """Exact values, up to the documented slack of the least-move LP (tol * sum of row scales)."""
+    probs = rank_deficient_problems()
+    # a v >= 1 and a v <= 0: any value in [0, 1] costs 1
+    assert least_violation_bounds(*_lv_args(probs["identical"])).violation == pytest.approx(1.0, abs=1e-7)
+    # a v = 1, a v = -1, 2 a v = 0.5: the l1 optimum is a v = t in [-1, 1] costing 2 + |2t - 0.5| -> 2
+    assert least_violation_bounds(*_lv_args(probs["triple"])).violation == pytest.approx(2.0, abs=1e-7)
+    # a v in [0.5, 1], -a v in [0.5, 1] (cost 1 at best), zero rows 0 >= 0.25 and 0 <= -2 (cost 2.25)
+    assert least_violation_bounds(*_lv_args(probs["zero_rows"])).violation == pytest.approx(3.25, abs=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_least_violation_matches_scipy_linprog_on_random_rank_deficient_systems(seed):
+    prob = random_rank_deficient(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rb = least_violation_bounds(*_lv_args(prob))
+    reference = p_space_least_violation(prob.J, prob.lo, prob.hi)
+    assert rb.violation == pytest.approx(reference, rel=1e-6, abs=1e-6)
+    assert_valid_relaxation(prob, rb)
+
+
+def test_random_rank_deficient_systems_are_rank_deficient_and_mostly_infeasible():
+    probs = [random_rank_deficient(seed) for seed in range(40)]
+    assert all(np.linalg.matrix_rank(prob.J) < prob.J.shape[0] for prob in probs)
+    assert sum(p_space_least_violation(prob.J, prob.lo, prob.hi) > 1e-6 for prob in probs) >= 20
+
+
+class _FailedLP:
+    status = 4
+    message = "forced failure for the test"
+
+
+def test_least_violation_falls_back_to_the_zero_step_when_the_lp_fails(monkeypatch):
+    import solvers.qp as qp
+
+    monkeypatch.setattr(qp, "linprog", lambda *args, **kwargs: _FailedLP())
+    for prob in [*rank_deficient_problems().values(), random_rank_deficient(3)]:
+        with pytest.warns(qp.LeastViolationWarning, match=r"LP failed .*forced failure.*zero step"):
+            rb = least_violation_bounds(*_lv_args(prob))
+        lo_r, hi_r = rb.lo.numpy(), rb.hi.numpy()
+        assert np.array_equal(lo_r, np.minimum(prob.lo, 0.0)) and np.array_equal(hi_r, np.maximum(prob.hi, 0.0))
+        assert np.all(lo_r <= 0.0) and np.all(hi_r >= 0.0)  # the zero step is feasible
+        assert not rb.v.any() and not rb.w.any()
+        violation_at_zero = np.sum(np.maximum(-prob.hi, 0.0) + np.maximum(prob.lo, 0.0))
+        assert rb.violation == pytest.approx(violation_at_zero)
+        assert_valid_relaxation(prob, rb)
+
+
+def test_least_violation_fallback_keeps_a_narrow_output_dtype(monkeypatch):
+    import solvers.qp as qp
+
+    monkeypatch.setattr(qp, "linprog", lambda *args, **kwargs: _FailedLP())
+    prob = rank_deficient_problems()["pairwise"]
+    lo32, hi32, J32, h32 = (torch.tensor(a, dtype=torch.float32) for a in (prob.lo, prob.hi, prob.J, prob.h))
+    with pytest.warns(qp.LeastViolationWarning):
+        rb = least_violation_bounds(lo32, hi32, J32, h32)
+    assert rb.lo.dtype == rb.hi.dtype == rb.v.dtype == torch.float32
+    assert torch.all(rb.lo <= 0) and torch.all(rb.hi >= 0)
+    assert torch.all(rb.lo <= lo32) and torch.all(rb.hi >= hi32)
+
+
+def test_failed_least_move_lp_keeps_the_least_violation(monkeypatch):
+    """Only the second LP (least move) fails: the first LP's point is used, silently."""
+    import solvers.qp as qp
+
+    calls = []
+
+    def first_call_only(*args, **kwargs):
+        calls.append(1)
+        return linprog(*args, **kwargs) if len(calls) == 1 else _FailedLP()
+
+    monkeypatch.setattr(qp, "linprog", first_call_only)
+    prob = rank_deficient_problems()["pairwise"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rb = least_violation_bounds(*_lv_args(prob))
+    assert len(calls) >= 2
+    assert rb.violation == pytest.approx(p_space_least_violation(prob.J, prob.lo, prob.hi), rel=1e-7, abs=1e-9)
+    assert_valid_relaxation(prob, rb)
+
+
+def test_failed_confirmation_lp_reports_numerical_instead_of_raising(monkeypatch):
+    import solvers.qp as qp
+
+    monkeypatch.setattr(qp, "linprog", lambda *args, **kwargs: _FailedLP())
+    res = diagonal_qp(*infeasible_problems()["duplicate"].tensors(), solver="dual")
+    assert res.status == "numerical" and res.d is None
+
+
+def test_least_violation_box_grows_until_it_no_longer_binds(monkeypatch):
+    import solvers.qp as qp
+
+    prob = rank_deficient_problems()["hs_unbounded"]
+    reference = p_space_least_violation(prob.J, prob.lo, prob.hi)
+    monkeypatch.setattr(qp, "_BOX_SCALE", 1e-7)  # 1e-7 -> 1e2 after three enlargements
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rb = least_violation_bounds(*_lv_args(prob))
+    assert rb.violation == pytest.approx(reference, rel=1e-7, abs=1e-9)
+
+
+def test_least_violation_box_that_still_binds_warns_and_stays_valid(monkeypatch):
+    import solvers.qp as qp
+
+    prob = rank_deficient_problems()["hs_unbounded"]
+    reference = p_space_least_violation(prob.J, prob.lo, prob.hi)
+    monkeypatch.setattr(qp, "_BOX_SCALE", 1e-7)
+    monkeypatch.setattr(qp, "_MAX_BOX_ENLARGEMENTS", 0)
+    with pytest.warns(qp.LeastViolationWarning, match="still bound after 0 enlargements"):
+        rb = least_violation_bounds(*_lv_args(prob))
+    assert rb.violation > reference + 1e-3  # not the least: the box kept the LP near w = 0
+    assert_valid_relaxation(prob, rb)
