@@ -176,8 +176,8 @@ class DistributedSQP(StochasticSQP):
         if self.batch_size is not None:
             raise ValueError(f"batch_size: data-parallel SQP is full-batch only (batch_size=None), got "
                              f"{self.batch_size!r}; pass distributed=False for per-rank stochastic training")
-        if self.constraint_batch != "full":
-            raise ValueError(f"constraint_batch: data-parallel SQP needs 'full', got {self.constraint_batch!r}")
+        if self.constraint_batch not in ("full", "auto"):
+            raise ValueError(f"constraint_batch: data-parallel SQP needs 'full' (or 'auto'), got {self.constraint_batch!r}")
         for member in as_constraint_set(constraints):
             if not supports_data_parallel(member):
                 raise ValueError(f"constraints: {getattr(member, 'name', member)!r} has no partial_sums/from_sums "

@@ -181,6 +181,10 @@ def test_balanced_sampler_group_means_unbiased():
         ({"batch_size": 2.5}, "batch_size"),
         ({"beta2": 1.0}, "beta2"),
         ({"constraint_batch": "balanced"}, "constraint_batch"),
+        ({"constraint_batch": "memory"}, "constraint_batch"),
+        ({"polish_iterations": -1}, "polish_iterations"),
+        ({"polish_iterations": 2.0}, "polish_iterations"),
+        ({"lr_schedule": "cosine"}, "lr_schedule"),
     ],
 )
 def test_bad_options_raise(kwargs, match):
