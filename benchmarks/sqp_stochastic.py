@@ -169,18 +169,23 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     header = (f"{'dataset':10s} {'config':15s} {'seed':>4s} {'n':>8s} {'seconds':>8s} {'trainDI':>8s} {'testDI':>7s} "
               f"{'trainAcc':>8s} {'testAcc':>7s} {'feasible':>8s} {'status':>15s} {'peakMB':>7s}")
+    command = "python benchmarks/sqp_stochastic.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    lines = [f"# {command}", header]
     print(header, flush=True)
     for dataset, config, seed in jobs:
         r = run(dataset, config, seed, args.delta, root, args.synthetic)
         if "error" in r:
-            print(f"{dataset:10s} {config:15s} {seed:4d} failed: {r['error']}", flush=True)
+            lines.append(f"{dataset:10s} {config:15s} {seed:4d} failed: {r['error']}")
+            print(lines[-1], flush=True)
             continue
         records.append(r)
-        print(f"{r['dataset']:10s} {r['config']:15s} {r['seed']:4d} {r['n_train']:8d} {r['seconds']:8.2f} "
-              f"{r['train_di']:8.4f} {r['test_di']:7.4f} {r['train_acc']:8.4f} {r['test_acc']:7.4f} "
-              f"{str(r['feasible']):>8s} {r['status']:>15s} {r['peak_mb']:7.0f}", flush=True)
+        lines.append(f"{r['dataset']:10s} {r['config']:15s} {r['seed']:4d} {r['n_train']:8d} {r['seconds']:8.2f} "
+                     f"{r['train_di']:8.4f} {r['test_di']:7.4f} {r['train_acc']:8.4f} {r['test_acc']:7.4f} "
+                     f"{str(r['feasible']):>8s} {r['status']:>15s} {r['peak_mb']:7.0f}")
+        print(lines[-1], flush=True)
     for dataset in dict.fromkeys(r["dataset"] for r in records):
         plot([r for r in records if r["dataset"] == dataset], out / f"sqp_stochastic_{dataset}.png")
+    (out / "sqp_stochastic.txt").write_text("\n".join(lines) + "\n")
     (out / "sqp_stochastic.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "trace"}
                                                         for r in records], indent=1))
     print(f"wrote {out}")
