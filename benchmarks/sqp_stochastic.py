@@ -47,7 +47,6 @@ def _synthetic(n: int, seed: int):
     """``n`` rows, 20 standard-normal inputs, a binary sensitive attribute correlated with
     the first input and a logistic target that depends on it (DI about 0.5)."""
     import numpy as np
-    import pandas as pd
 
     import fairopt
 
@@ -56,8 +55,8 @@ def _synthetic(n: int, seed: int):
     s = (X[:, 0] + rng.standard_normal(n) > 0).astype(np.int64)
     logit = X @ rng.standard_normal(20).astype(np.float32) * 0.5 + 1.0 * s - 0.5
     y = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
-    frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(20)])
-    return fairopt.FairData.from_arrays(frame.to_numpy(), y, {"sex": s}, task="binary")
+    return fairopt.FairData.from_arrays(X, y, {"sex": s}, task="binary",
+                                        feature_names=[f"x{i}" for i in range(20)])
 
 
 def run_one(dataset: str, config: str, seed: int, delta: float, data_root: str | None, n_synthetic: int,

@@ -100,10 +100,10 @@ class StochasticSQP:
         - "batch": the objective's own mini-batch (one forward and one batched pull-back
           per step, so an epoch costs about an epoch of plain training). The rows are then
           estimates from ``batch_size`` rows: group rates are ratios of batch means
-          (consistent, bias O(1/batch)); a group missing from a batch contributes no row
-          (see the constraint's empty-group rule); covariance and U-statistic distance
-          covariance rows are unbiased; GeDI's batch regression coefficients and
-          V-statistic distance covariances carry an O(1/batch) bias. The exact calibration
+          (consistent, bias O(1/batch)), and a row comparing a group the batch misses is 0
+          there (it constrains nothing on that batch); the distance-covariance family is
+          made of U-statistics, unbiased on every batch; covariance and GeDI rows are batch
+          (regression) estimates, consistent with an O(1/batch) bias. The exact calibration
           offset is updated from the batch, and the full-batch end-game
           (``polish_iterations``) meets the bound on ALL rows with the exact measure;
         - "balanced": a balanced batch with ``constraint_batch_size // n_strata`` rows per
@@ -427,7 +427,6 @@ class StochasticSQP:
                      merit_avg=None, since_change=0, iteration=0, warned_relaxed=False, epochs_done=0, restarts=0)
         if resume is not None:
             state = _restore_checkpoint(resume, v, gen, m)
-            state.pop("polish_iterations_done", None)  # the checkpointed run's end-game, not this one's
         history = History(row_names=cons.row_names)
         self.state_ = state
         self._v, self._generator, self._n_rows = v, gen, m  # live objects behind state_dict()
@@ -448,10 +447,7 @@ class StochasticSQP:
         offset = torch.as_tensor(state.get("offset", [0.0] * m), dtype=torch.float64).reshape(m)
         self._anchor = None  # mini-batch: the last sane epoch-end iterate (divergence guard)
         if not full_batch:  # the starting point is a candidate (a run that fails early returns it)
-            f_all, c_all = self._evaluate_all(model, loss_fn, cons, data)
-            tracker.offer(params, f_all, c_all, state["iteration"])
-            state.setdefault("f_first", f_all)
-            self._anchor = (state["iteration"], flat_parameters(params))
+            self._offer_all_rows(model, params, loss_fn, cons, data, tracker, state)
         tail = None
         for epoch in epochs:
             epoch_merits, epoch_f, epoch_V = [], [], []
@@ -480,12 +476,10 @@ class StochasticSQP:
                         status, stop = "diverged", True
                         break
                     continue
-                if on_all_rows:  # every full-batch iterate is a candidate for the returned model
-                    tracker.offer(params, der.f, der.c_exact, state["iteration"])
-                    if self._at_kkt_point(der, lower, upper, offset, tracker, state):
-                        tracker.offer(params, der.f, der.c_exact, state["iteration"], prefer=True)
-                        status, stop = "converged", True  # feasible on the exact measure and stationary
-                        break
+                # every full-batch iterate is a candidate for the returned model
+                if on_all_rows and self._offer_and_test_kkt(der, params, lower, upper, offset, tracker, state):
+                    status, stop = "converged", True  # feasible on the exact measure and stationary
+                    break
                 if m and self.calibrate_exact and der.c_exact is not None and (con_batch is data or mode == "batch"):
                     offset = self._calibrate(offset, der.c_exact - der.c, lower, upper)
                 record = self._iterate(params, der, v, lower - offset, upper - offset, state, model, loss_fn, cons,
@@ -504,10 +498,7 @@ class StochasticSQP:
             if stop:
                 break
             if not full_batch:  # mini-batch: one candidate per epoch, checked on all rows
-                f_all, c_all = self._evaluate_all(model, loss_fn, cons, data)
-                tracker.offer(params, f_all, c_all, state["iteration"])
-                if math.isfinite(f_all) and f_all <= 10.0 * abs(state.get("f_first", f_all)) + 1e-8:
-                    self._anchor = (state["iteration"], flat_parameters(params))
+                self._offer_all_rows(model, params, loss_fn, cons, data, tracker, state)
             if epoch_merits and schedule in ("plateau", "paper"):
                 self._schedule(state, sum(epoch_merits) / len(epoch_merits), sum(epoch_f) / len(epoch_f),
                                sum(epoch_V) / len(epoch_V), epoch, schedule)
@@ -519,13 +510,15 @@ class StochasticSQP:
 
         state["offset"] = offset.tolist()
         self._last_params = flat_parameters(params)  # where training stands (resume continues here)
+        polished = 0
         if status == "diverged":
             warnings.warn(f"SQP: training diverged at iteration {state['iteration']} (non-finite or exploding "
                           "objective); the best iterate seen before is returned", SQPWarning, stacklevel=2)
         elif not full_batch and m and self.polish_iterations and status == "max_epochs":
-            offset, status = self._polish(model, params, loss_fn, cons, data, lower, upper, offset, state, v,
-                                          tracker, history, tail)
-        return self._finish(model, params, loss_fn, cons, data, lower, upper, offset, state, tracker, history, status)
+            offset, status, polished = self._polish(model, params, loss_fn, cons, data, lower, upper, offset, state,
+                                                    v, tracker, history, tail)
+        return self._finish(model, params, loss_fn, cons, data, lower, upper, offset, state, tracker, history, status,
+                            last=state["iteration"] + polished)
 
     def constraint_mode(self, full_batch: bool) -> str:
         """``constraint_batch`` resolved: "auto" is "full" in full-batch mode, else "batch"."""
@@ -540,14 +533,34 @@ class StochasticSQP:
             return kind
         return "plateau" if full_batch else "rsqrt"
 
+    def _offer_all_rows(self, model, params, loss_fn, cons, data, tracker, state) -> None:
+        """Mini-batch candidate (:meth:`_evaluate_all` on all rows) for the returned model; a
+        sane one (finite objective within ``10 |f_0|``, ``f_0`` the start's) becomes the
+        divergence guard's anchor."""
+        f_all, c_all = self._evaluate_all(model, loss_fn, cons, data)
+        tracker.offer(params, f_all, c_all, state["iteration"])
+        first = state.setdefault("f_first", f_all)
+        if math.isfinite(f_all) and f_all <= 10.0 * abs(first) + 1e-8:
+            self._anchor = (state["iteration"], flat_parameters(params))
+
+    def _offer_and_test_kkt(self, der, params, lower, upper, offset, tracker, state) -> bool:
+        """Offer a full-data iterate to ``tracker``; True (and offered as preferred) when it
+        is a feasible KKT point (:meth:`_at_kkt_point`), which ends training."""
+        tracker.offer(params, der.f, der.c_exact, state["iteration"])
+        if not self._at_kkt_point(der, lower, upper, offset, tracker, state):
+            return False
+        tracker.offer(params, der.f, der.c_exact, state["iteration"], prefer=True)
+        return True
+
     def _polish(self, model, params, loss_fn, cons, data, lower, upper, offset, state, v, tracker, history,
-                tail) -> tuple[torch.Tensor, str]:
+                tail) -> tuple[torch.Tensor, str, int]:
         """Full-batch end-game of a mini-batch run (``polish_iterations``).
 
         Starts from the tail average of the last epoch when it is finite, runs full-data SQP
         iterations on copies of the engine state (``tau``, ``xi``, ``beta``, the Hessian
         accumulator), offers every iterate to ``tracker`` and stops at a feasible KKT point.
         The checkpoint (:meth:`state_dict`) keeps the stochastic phase's best iterate.
+        Returns the calibration offset, the status and the number of polish iterations.
         """
         self._tracker = copy.copy(tracker)  # the checkpoint's best: the stochastic phase's
         st, vv = dict(state), v.clone()
@@ -560,9 +573,7 @@ class StochasticSQP:
             der = self._derivatives(model, params, loss_fn, cons, data, data)
             if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
                 break
-            tracker.offer(params, der.f, der.c_exact, st["iteration"])
-            if self._at_kkt_point(der, lower, upper, offset, tracker, st):
-                tracker.offer(params, der.f, der.c_exact, st["iteration"], prefer=True)
+            if self._offer_and_test_kkt(der, params, lower, upper, offset, tracker, st):
                 status = "converged"
                 break
             if self.calibrate_exact and der.c_exact is not None:
@@ -573,11 +584,10 @@ class StochasticSQP:
             record["phase"] = "polish"
             history.append(record)
             st["iteration"] += 1
-        state["polish_iterations_done"] = st["iteration"] - state["iteration"]
-        return offset, status
+        return offset, status, st["iteration"] - state["iteration"]
 
     def _finish(self, model, params, loss_fn, cons, data, lower, upper, offset, state, tracker, history,
-                status) -> FitResult:
+                status, last: int) -> FitResult:
         """Return the best iterate (:class:`solvers.outcome.BestIterate`), measured on all rows.
 
         The final iterate is a candidate too; the chosen parameters are written back into
@@ -586,7 +596,6 @@ class StochasticSQP:
         :class:`solvers.outcome.BoundWarning` names any row it violates.
         """
         m = int(lower.numel())
-        last = state["iteration"] + state.get("polish_iterations_done", 0)
         kkt = None
         if status != "diverged" or tracker.best is None:
             # full-data derivatives (all-reduced when data-parallel), reused below if this
@@ -964,7 +973,7 @@ class StochasticSQP:
                 return False
         if f <= 10.0 * abs(first) + 1e-8 or tracker.best is None:
             return False
-        anchor = getattr(self, "_anchor", None)
+        anchor = self._anchor
         if on_all_rows or anchor is None:
             tracker.restore(params)
             back_to = tracker.best.iteration

@@ -606,13 +606,13 @@ def _cached_cells(cells_dir: Path, max_rows: int | None, order: tuple[list[str],
     same_rows = cells["max_rows"].isna() if max_rows is None else cells["max_rows"] == max_rows
     cells = cells[same_rows]
 
-    def rank(names: list[str]) -> Callable[[pd.Series], pd.Series]:
-        return lambda col: col.map(lambda v: names.index(v) if v in names else len(names))
+    ranks = {column: {name: i for i, name in enumerate(names)} for column, names in zip(("dataset", "method"), order)}
 
-    datasets, methods = order
-    cells = cells.sort_values(["dataset", "method", "delta", "seed"], kind="stable",
-                              key=lambda col: rank(datasets)(col) if col.name == "dataset"
-                              else rank(methods)(col) if col.name == "method" else col)
+    def sort_key(col: pd.Series) -> pd.Series:
+        rank = ranks.get(col.name)
+        return col if rank is None else col.map(lambda v: rank.get(v, len(rank)))
+
+    cells = cells.sort_values(["dataset", "method", "delta", "seed"], kind="stable", key=sort_key)
     return cells.reset_index(drop=True)
 
 
