@@ -228,6 +228,7 @@ class _FairEstimator(BaseEstimator):
         validation_fraction: float | None = None,
         confidence: float = 0.95,
         on_fail: str = "warn",
+        n_candidates: int = 7,
     ) -> None:
         self.constraints = constraints
         self.method = method
@@ -248,6 +249,7 @@ class _FairEstimator(BaseEstimator):
         self.validation_fraction = validation_fraction
         self.confidence = confidence
         self.on_fail = on_fail
+        self.n_candidates = n_candidates
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: Any, *, sensitive_features: Any = None) -> "_FairEstimator":
@@ -287,12 +289,18 @@ class _FairEstimator(BaseEstimator):
         data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=_internal_names(X.shape[1]),
                                     sensitive_kinds=self.sensitive_kinds)
         data, held_out = _validation_split(self, data)  # (data, None) without validation_fraction
-        training = _training_constraints(self, data, constraints)  # `constraints` itself without margin
-        result, relaxed = self._train(data, training)
+        margins = _margins(self, data, constraints)  # None without margin
+        if held_out is not None and self.margin == "auto":  # certified candidates, fixed sequence
+            result, relaxed, training, certificates = _certified_sequence(self, data, held_out, constraints, margins)
+        else:
+            training = _tightened(constraints, margins)  # `constraints` itself without margin
+            result, relaxed = self._train(data, training)
+            certificates = None if held_out is None else _certificates(self, held_out, result.model, constraints)
+            self.candidates_ = None
         self._set_fitted(data, constraints, result)
         _warn_poor_fit(self, data)
         self._diagnose(data, constraints, relaxed)
-        _held_out_statements(self, data, held_out, constraints, training)
+        _held_out_statements(self, data, constraints, training, certificates)
         _release_batch_caches(constraints)
         _release_batch_caches(training)
         return self
@@ -672,6 +680,15 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
         A failed certificate emits a :class:`fairopt.FairnessWarning` naming the
         constraint, realised value, confidence bound and bound; ``"raise"`` raises
         :class:`fairopt.exceptions.CertificateError` (after fitting).
+    n_candidates : int, default 7
+        With ``validation_fraction`` and ``margin="auto"``: fit up to this many candidates
+        under margins of decreasing inflation (2 to 0.5 times the held-out part's
+        certificate half-width ``z se``, evenly spaced), certify them in that order and
+        return the last one that passes before the first that fails (fixed-sequence
+        testing: the order is fixed before any held-out row is seen, so the certificate
+        keeps its confidence level). A smaller margin is more accurate when the held-out
+        rows allow it; each candidate costs one fit, and the sequence stops at the first
+        failure. ``1``: a single fit at inflation 2. Ignored otherwise.
 
     Attributes
     ----------
@@ -691,6 +708,10 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
     n_features_in_, feature_names_in_ : as in scikit-learn.
     certificate_ : list of :class:`fairopt.Certificate` (one per constraint) with
         ``validation_fraction``, else None.
+    candidates_ : pandas.DataFrame or None. With ``validation_fraction`` and
+        ``margin="auto"``: per candidate tried, the margin ``inflation``, whether its
+        certificates ``passed``, the held-out value of each measure and its confidence bound, and which one
+        was ``chosen``.
     validation_indices_ : ndarray of the rows of ``X`` held out (``validation_fraction``),
         else None; the model, preprocessing and ``train_violations_`` use the other rows.
     predicted_held_out_ : pandas.DataFrame or None. With a margin: per constraint row
@@ -983,7 +1004,7 @@ ON_FAIL = ("warn", "raise", "ignore")
 
 
 def _check_held_out_parameters(est: Any) -> None:
-    """Validate ``margin``, ``validation_fraction``, ``confidence`` and ``on_fail``."""
+    """Validate ``margin``, ``validation_fraction``, ``confidence``, ``on_fail`` and ``n_candidates``."""
     margin = est.margin
     if isinstance(margin, str):
         if margin != "auto":
@@ -1001,6 +1022,9 @@ def _check_held_out_parameters(est: Any) -> None:
         raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
     if est.on_fail not in ON_FAIL:
         raise ValueError(f"on_fail: expected one of {ON_FAIL}, got {est.on_fail!r}")
+    count = est.n_candidates
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
+        raise ValueError(f"n_candidates: expected an integer >= 1, got {count!r}")
 
 
 def _validation_split(est: Any, data: FairData) -> tuple[FairData, FairData | None]:
@@ -1023,45 +1047,114 @@ def _validation_split(est: Any, data: FairData) -> tuple[FairData, FairData | No
     return train, held_out
 
 
-def _training_constraints(est: Any, data: FairData, constraints: list) -> list:
-    """The constraints the engine trains under: ``constraints`` itself with ``margin=0``,
-    else copies tightened by the margin (:func:`fairopt.certificate.tighten`; ``"auto"``:
-    :func:`fairopt.certificate.auto_margin` for a new sample the size of the held-out part,
-    or of a 30% hold-out without ``validation_fraction``). The originals are set up on
-    ``data`` here (the engine sets up the copies)."""
-    if not constraints or (not isinstance(est.margin, str) and float(est.margin) == 0.0):
-        return constraints
-    from fairopt.certificate import DEFAULT_HELD_OUT_FRACTION, auto_margin, tighten
+#: Largest and smallest inflation of the certified candidates' margins (multiples of the
+#: held-out part's own certificate half-width ``z se``; :func:`fairopt.certificate.auto_margin`).
+CANDIDATE_INFLATIONS = (2.0, 0.5)
 
+
+def candidate_inflations(n_candidates: int) -> np.ndarray:
+    """The fixed, decreasing sequence of margin inflations of the certified candidates:
+    ``n_candidates`` values evenly spaced from 2 to 0.5 (``[2.0]`` for one candidate)."""
+    high, low = CANDIDATE_INFLATIONS
+    return np.linspace(high, low, n_candidates) if n_candidates > 1 else np.array([high])
+
+
+def _margins(est: Any, data: FairData, constraints: list) -> list | None:
+    """One margin per constraint (a number, or per-row values in the rows' units), or None
+    without a margin. ``margin="auto"``: :func:`fairopt.certificate.auto_margin` for a new
+    sample the size of the held-out part (of a 30% hold-out without
+    ``validation_fraction``); with ``validation_fraction`` at inflation 1 (one held-out
+    half-width ``z se``; :func:`_certified_sequence` scales it). The originals are set up
+    on ``data`` here (the engine sets up the tightened copies)."""
+    if not constraints or (not isinstance(est.margin, str) and float(est.margin) == 0.0):
+        return None
+    if est.margin != "auto":
+        return [float(est.margin)] * len(constraints)
+    from fairopt.certificate import DEFAULT_HELD_OUT_FRACTION, auto_margin
+
+    certified = est.validation_fraction is not None
     fraction = est.validation_fraction or DEFAULT_HELD_OUT_FRACTION
-    tightened = []
+    margins = []
     for c in constraints:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FairnessWarning)  # the engine's set-up of the copy reports them
             c.setup(data)
-        margin = (auto_margin(data, c, float(est.confidence), float(fraction), seed=int(est.seed),
-                              for_certificate=est.validation_fraction is not None)
-                  if est.margin == "auto" else float(est.margin))
-        tightened.append(tighten(c, margin))
-    return tightened
+        margins.append(auto_margin(data, c, float(est.confidence), float(fraction), seed=int(est.seed),
+                                   for_certificate=certified, inflation=1.0 if certified else 2.0))
+    return margins
 
 
-def _held_out_statements(est: Any, data: FairData, held_out: FairData | None, constraints: list,
-                         training: list) -> None:
+def _tightened(constraints: list, margins: list | None, scale: float = 1.0) -> list:
+    """The constraints the engine trains under: ``constraints`` itself without margins,
+    else copies tightened by ``scale * margin`` (:func:`fairopt.certificate.tighten`)."""
+    if margins is None:
+        return constraints
+    from fairopt.certificate import tighten
+
+    return [tighten(c, m * scale) for c, m in zip(constraints, margins)]
+
+
+def _certificates(est: Any, held_out: FairData, model: nn.Module, constraints: list) -> list:
+    """One :func:`fairopt.certificate.certify` statement per constraint on the held-out rows."""
+    from fairopt.certificate import certify
+
+    model.eval()
+    try:
+        return [certify(model, held_out, c, float(est.confidence), seed=int(est.seed)) for c in constraints]
+    finally:
+        _release_batch_caches(constraints)
+
+
+def _certified_sequence(est: Any, data: FairData, held_out: FairData, constraints: list,
+                        margins: list) -> tuple[Any, int, list, list]:
+    """Fit candidates under margins of decreasing inflation (:func:`candidate_inflations`),
+    certify each on the held-out rows in that order and keep the last one whose
+    certificates all pass before the first that fails (or the first candidate when it
+    fails).
+
+    Fixed-sequence testing: the order is fixed before any held-out row is looked at and
+    every candidate is trained on the other rows only, so the returned model's
+    certificate keeps its confidence level without a multiplicity correction. A false
+    certificate needs a pass of the first candidate in the order that violates the bound
+    in the population, which happens with probability at most ``1 - confidence``. A smaller
+    margin gives a more accurate model when the held-out rows allow it; the sequence stops
+    at the first failure, so a failing candidate costs one fit. Sets ``candidates_``.
+
+    Returns the chosen candidate's FitResult, relaxed-step count, training constraints
+    and certificates.
+    """
+    chosen, chosen_index, rows = None, 0, []
+    for inflation in candidate_inflations(int(est.n_candidates)):
+        training = _tightened(constraints, margins, float(inflation))
+        result, relaxed = est._train(data, training)
+        certificates = _certificates(est, held_out, result.model, constraints)
+        passed = all(cert.passed for cert in certificates)
+        rows.append({"inflation": float(inflation), "passed": passed,
+                     **{f"{cert.constraint}: held-out": cert.realised for cert in certificates},
+                     **{f"{cert.constraint}: confidence bound": cert.confidence_bound for cert in certificates}})
+        if chosen is not None and not passed:
+            break
+        chosen, chosen_index = (result, relaxed, training, certificates), len(rows) - 1
+        if not passed:  # the first candidate fails: it is returned, with its failed certificate
+            break
+    est.candidates_ = pd.DataFrame(rows).assign(chosen=lambda t: np.arange(len(t)) == chosen_index)
+    logger.info("certified candidates: kept inflation %.3g (%d of %d tried)", rows[chosen_index]["inflation"],
+                chosen_index + 1, len(rows))
+    return chosen
+
+
+def _held_out_statements(est: Any, data: FairData, constraints: list, training: list,
+                         certificates: list | None) -> None:
     """``predicted_held_out_`` (with a margin) and ``certificate_`` (with a held-out part),
     and the ``on_fail`` reaction to a failed certificate."""
     est.predicted_held_out_ = None if training is constraints else _predicted_held_out(est, data, constraints,
                                                                                        training)
-    est.certificate_ = None
-    if held_out is None:
+    est.certificate_ = certificates
+    if certificates is None:
         return
-    from fairopt.certificate import certify
     from fairopt.exceptions import CertificateError
 
-    est.certificate_ = [certify(est.model_, held_out, c, float(est.confidence), seed=int(est.seed))
-                        for c in constraints]
-    _release_batch_caches(constraints)
-    failed = [cert for cert in est.certificate_ if not cert.passed]
+    failed = [cert for cert in certificates if not cert.passed]
     if not failed or est.on_fail == "ignore":
         return
     message = "; ".join(

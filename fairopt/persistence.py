@@ -296,12 +296,13 @@ def _sorted_keys(table: dict) -> list[str]:
     return sorted(map(str, table))
 
 
-def _require_keys(table: Any, expected: frozenset, where: str) -> dict:
-    """``table`` if it is a dict with exactly the keys ``expected``, else ValueError."""
+def _require_keys(table: Any, expected: frozenset, where: str, allow_missing: bool = False) -> dict:
+    """``table`` if it is a dict with exactly the keys ``expected`` (``allow_missing``: a
+    subset of them), else ValueError."""
     if not isinstance(table, dict):
         raise ValueError(f"{where}: expected a table (dict), got {type(table).__name__}")
     unknown = _sorted_keys({k: None for k in table if k not in expected})
-    missing = sorted(expected - set(table))
+    missing = [] if allow_missing else sorted(expected - set(table))
     if unknown or missing:
         parts = ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else [])
         raise ValueError(f"{where}: {' and '.join(parts)} (expected exactly {sorted(expected)})")
@@ -348,12 +349,15 @@ def _check_spec(spec: Any, where: str) -> None:
 
 
 def _check_estimator(payload: dict) -> None:
-    """Known class, exactly its constructor parameters, exactly the allow-listed attributes."""
+    """Known class, only its constructor parameters (absent ones take their defaults),
+    exactly the allow-listed attributes."""
     cls = _ESTIMATOR_CLASSES.get(payload["class"])
     if cls is None:
         raise ValueError(f"'class': unknown estimator class {payload['class']!r}; expected one of "
                          f"{sorted(_ESTIMATOR_CLASSES)}")
-    _require_keys(payload["params"], frozenset(cls._get_param_names()), f"'params' of {cls.__name__}")
+    # parameters added after a file was written are absent from it: they take their defaults
+    _require_keys(payload["params"], frozenset(cls._get_param_names()), f"'params' of {cls.__name__}",
+                  allow_missing=True)
     fitted_keys = _FITTED_KEYS | (_CLASSIFIER_FITTED_KEYS if cls is FairClassifier else frozenset())
     _require_keys(payload["fitted"], fitted_keys, f"'fitted' attributes of {cls.__name__}")
 

@@ -225,6 +225,86 @@ def test_estimator_validation_fraction_certificate_and_no_refit(adult_small):
     assert report is not None
 
 
+def test_auto_margin_inflation_scales_the_certificate_margin():
+    data, out = _rate_data(700, 1400, 100, 100)
+    c = DisparateImpact("s", 0.8)
+    one = auto_margin(data, c, held_out_fraction=0.3, for_certificate=True, inflation=1.0)
+    two = auto_margin(data, c, held_out_fraction=0.3, for_certificate=True)
+    assert torch.allclose(two, 2 * one)
+    for bad in (0.0, -1.0, float("nan"), True, "2"):
+        with pytest.raises(ValueError, match="inflation"):
+            auto_margin(data, c, held_out_fraction=0.3, for_certificate=True, inflation=bad)
+
+
+def test_candidate_inflations_fixed_decreasing_sequence():
+    from fairopt.estimators import candidate_inflations
+
+    np.testing.assert_allclose(candidate_inflations(7), [2.0, 1.75, 1.5, 1.25, 1.0, 0.75, 0.5])
+    np.testing.assert_allclose(candidate_inflations(1), [2.0])
+
+
+class _FakeCertificate:
+    def __init__(self, passed):
+        self.passed, self.constraint, self.measure = passed, "disparate_impact[sex]", "disparate_impact"
+        self.realised = self.confidence_bound = 0.9 if passed else 0.7
+        self.n, self.confidence, self.bound_side, self.bound = 100, 0.95, "lower", 0.8
+
+
+@pytest.mark.parametrize("pattern, chosen, tried", [
+    ([True, True, False, True], 1, 3),    # stops at the first failure; the later pass is never looked at
+    ([True, True, True, True], 3, 4),     # all pass: the smallest margin
+    ([False, True, True, True], 0, 1),    # the first fails: it is returned (its certificate failed)
+])
+def test_certified_sequence_keeps_last_pass_before_first_failure(adult_small, monkeypatch, pattern, chosen, tried):
+    """Fixed-sequence testing: candidates are certified in the order of decreasing margin
+    and the last one that passes before the first failure is returned."""
+    import fairopt.estimators as estimators
+
+    calls, margins_seen = iter(pattern), []
+    original_train = FairClassifier._train
+
+    def train(self, data, constraints, reference=False):
+        margins_seen.append(float(torch.as_tensor(constraints[0].margin).max()))
+        return original_train(self, data, constraints, reference)
+
+    monkeypatch.setattr(estimators, "_certificates", lambda est, held, model, cs: [_FakeCertificate(next(calls))])
+    monkeypatch.setattr(FairClassifier, "_train", train)
+    X, y, S = adult_small
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        clf = FairClassifier(constraints=[("disparate_impact", "sex", 0.8)], epochs=3, validation_fraction=0.3,
+                             margin="auto", n_candidates=4, on_fail="ignore").fit(X, y, sensitive_features=S)
+    table = clf.candidates_
+    assert len(table) == tried == len(margins_seen)
+    assert list(table["chosen"]) == [i == chosen for i in range(tried)]
+    np.testing.assert_allclose(table["inflation"], [2.0, 1.5, 1.0, 0.5][:tried])
+    assert np.all(np.diff(margins_seen) < 0)  # each candidate trained under a smaller margin
+    assert clf.certificate_[0].passed == pattern[chosen]
+    np.testing.assert_allclose(clf.predicted_held_out_["margin"].max(), margins_seen[chosen], rtol=1e-6)
+
+
+def test_certified_sequence_end_to_end(adult_small):
+    """The returned model is the chosen candidate: its certificate is recomputed from it,
+    and one candidate reproduces a single fit at inflation 2."""
+    X, y, S = adult_small
+    kwargs = dict(constraints=[("disparate_impact", "sex", 0.8)], epochs=20, validation_fraction=0.3,
+                  margin="auto", on_fail="ignore")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        clf = FairClassifier(**kwargs).fit(X, y, sensitive_features=S)
+        single = FairClassifier(**kwargs, n_candidates=1).fit(X, y, sensitive_features=S)
+    row = clf.candidates_[clf.candidates_["chosen"]].iloc[0]
+    assert clf.certificate_[0].realised == pytest.approx(row["disparate_impact[sex]: held-out"])
+    held = clf.validation_indices_  # recomputed from the returned model's hard predictions
+    pred, s = clf.predict(X.iloc[held]), S["sex"].iloc[held].to_numpy()
+    rates = [pred[s == level].mean() for level in np.unique(s)]
+    assert clf.certificate_[0].realised == pytest.approx(min(rates) / max(rates))
+    assert len(single.candidates_) == 1 and single.candidates_["inflation"].iloc[0] == 2.0
+    first = clf.candidates_.iloc[0]
+    assert first["disparate_impact[sex]: held-out"] == pytest.approx(
+        single.certificate_[0].realised)
+
+
 def test_estimator_defaults_unchanged(adult_small):
     X, y, S = adult_small
     kwargs = dict(constraints=[("disparate_impact", "sex", 0.8)], epochs=10)
@@ -254,6 +334,9 @@ def test_on_fail_raise_and_warn(adult_small):
     ({"validation_fraction": 0.0}, "validation_fraction"),
     ({"confidence": 1.0}, "confidence"),
     ({"on_fail": "explode"}, "on_fail"),
+    ({"n_candidates": 0}, "n_candidates"),
+    ({"n_candidates": 2.5}, "n_candidates"),
+    ({"n_candidates": True}, "n_candidates"),
 ])
 def test_parameter_validation(adult_small, params, match):
     X, y, S = adult_small

@@ -523,3 +523,13 @@ def test_history_and_model_files_are_checked_too(tmp_path):
     path = _resave(tmp_path / "m2.pt", payload)
     with pytest.raises(ValueError, match=_names_file(path) + r": 'model.spec': unknown keys \['hidden'\]"):
         load(path)
+
+
+def test_parameter_added_after_the_file_takes_its_default(tmp_path, saved_classifier):
+    """A signed file written before a constructor parameter existed loads; the parameter
+    takes its default (unknown parameters are still refused, see above)."""
+    _, data, _ = saved_classifier
+    payload = torch.load(_write(tmp_path / "a.pt", data), weights_only=True)
+    payload["params"].pop("n_candidates")
+    loaded = load(_resave(tmp_path / "b.pt", payload))
+    assert loaded.n_candidates == FairClassifier().n_candidates
