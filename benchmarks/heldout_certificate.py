@@ -6,8 +6,9 @@ stratified 70/30 train/test split; FairClassifier (linear model, SQP) with
 
 (a) default (margin 0);
 (b) ``margin="auto"``;
-(c) ``validation_fraction=0.3`` + ``margin="auto"``: trains (certified candidates, fixed sequence) on 70% of the training part and
-    certifies the model on the other 30% (``certificate_``);
+(c) ``validation_fraction=0.3`` + ``margin="auto"``: trains on 70% of the training part and
+    certifies the model on the other 30% (``certificate_``; up to ``n_candidates`` margins
+    tried in a fixed sequence);
 (d) the same with half the training part held out (the Seldonian toolkit's default puts 60%
     in its safety set).
 
