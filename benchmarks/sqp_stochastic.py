@@ -15,6 +15,17 @@ Configurations: ``full`` (full batch, 500 epochs: the estimator's default), ``mb
 mini-batch default ``constraint_batch="auto"``), ``mb<B>-full`` (constraints on all rows at
 every step), ``mb<B>-bal<C>`` (balanced constraint batches of ``C`` rows). Every mini-batch
 run ends with the engine's full-batch polish (``polish_iterations=50``).
+
+Peers (``--peers``, package ``humancompatible-train``, skipped with a message when absent),
+same split, model and initialisation, 20 epochs of balanced batches of 1024 rows (its
+``BalancedBatchSampler``, every group oversampled to the largest, inverse-propensity
+weighted loss) and the smoothed rows ``delta p_1 - p_0 <= 0``, ``delta p_0 - p_1 <= 0`` with
+``p_g`` the batch mean of ``sigmoid(logit / 0.1)`` per group (a sharp smoothed step, as in
+the cooper peer of ``benchmarks/peers.py``): ``hct-ssl-alm`` (its ALM multipliers, quadratic
+augmentation ``rho = 1``, dual step 0.05, with SGD (lr 0.05) inside its Moreau-envelope
+smoothing, mu 2, beta 0.5: the smoothed linearised ALM) and ``hct-alm-adam`` (the same ALM
+with Adam, lr 0.01). Fixed settings, not tuned per data set. They return their last
+iterate; ``feasible`` is the exact DI on all training rows against ``delta``.
 """
 
 from __future__ import annotations
@@ -41,6 +52,9 @@ CONFIGS = {
                        "constraint_batch_size": 1024},
 }
 MODELS = {"dutch": "mlp", "acsincome": "linear", "synthetic": "linear"}
+#: humancompatible-train peers: primal optimiser (``ssl``: SGD in its Moreau envelope).
+PEERS = {"hct-ssl-alm": "ssl", "hct-alm-adam": "adam"}
+PEER_EPOCHS, PEER_BATCH, PEER_TEMPERATURE = 20, 1024, 0.1
 
 
 def _synthetic(n: int, seed: int):
@@ -97,9 +111,14 @@ def _fit_one(dataset: str, config: str, seed: int, delta: float, data_root: str 
         record["wall"] = time.perf_counter() - start
         trace.append((record["wall"], record.get("V_exact", float("nan")), record["f"], record.get("phase", "")))
 
-    engine = StochasticSQP(seed=seed, callbacks=[clock], **CONFIGS[config])
-    result = engine.fit(model, train, loss="bce", constraints=[constraint])
-    seconds = time.perf_counter() - start
+    if config in PEERS:
+        _fit_peer(PEERS[config], model, train, sensitive, delta, seed, clock)
+        seconds = time.perf_counter() - start
+        result = None
+    else:
+        engine = StochasticSQP(seed=seed, callbacks=[clock], **CONFIGS[config])
+        result = engine.fit(model, train, loss="bce", constraints=[constraint])
+        seconds = time.perf_counter() - start
 
     def measures(part):
         with torch.no_grad():
@@ -110,9 +129,43 @@ def _fit_one(dataset: str, config: str, seed: int, delta: float, data_root: str 
     (train_di, train_acc), (test_di, test_acc) = measures(train), measures(test)
     return {"dataset": dataset, "config": config, "seed": seed, "n_train": len(train), "seconds": seconds,
                "train_di": train_di, "test_di": test_di, "train_acc": train_acc, "test_acc": test_acc,
-               "feasible": bool(result.info["feasible"]), "status": result.status,
-               "restarts": result.info.get("restarts", 0), "iterations": result.info["iterations"],
+               "feasible": bool(result.info["feasible"]) if result else train_di >= delta,
+               "status": result.status if result else "last iterate",
+               "restarts": result.info.get("restarts", 0) if result else 0,
+               "iterations": result.info["iterations"] if result else len(trace),
                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, "trace": trace}
+
+
+def _fit_peer(primal: str, model, train, sensitive: str, delta: float, seed: int, clock) -> None:
+    """humancompatible-train's ALM on balanced batches (module docstring), in place on ``model``."""
+    import torch
+    from humancompatible.train.dual_optim import ALM, MoreauEnvelope
+    from humancompatible.train.fairness.utils.balanced_batch_sampler import BalancedBatchSampler
+
+    s = train.sensitive[sensitive].long()
+    groups = [torch.nonzero(s == g).reshape(-1).tolist() for g in (0, 1)]
+    sampler = BalancedBatchSampler(group_indices=groups, batch_size=PEER_BATCH, extend_groups=True,
+                                   generator=torch.Generator().manual_seed(seed))
+    row_weight = sampler.group_weights.to(torch.float32)[s]
+    params = list(model.parameters())
+    primal_opt = (MoreauEnvelope(torch.optim.SGD(params, lr=0.05), mu=2.0, beta=0.5) if primal == "ssl"
+                  else torch.optim.Adam(params, lr=0.01))
+    dual = ALM(m=2, lr=0.05, penalty=1.0, is_ineq=True, augmentation="quadratic")
+    X, y = train.X.float(), train.y.float()
+    for _ in range(PEER_EPOCHS):
+        for batch in sampler:
+            idx = torch.as_tensor(batch)
+            logits = model(X[idx]).reshape(-1)
+            loss = (torch.nn.functional.binary_cross_entropy_with_logits(logits, y[idx], reduction="none")
+                    * row_weight[idx]).mean()
+            rate = torch.sigmoid(logits / PEER_TEMPERATURE)
+            g = s[idx]
+            p0, p1 = rate[g == 0].mean(), rate[g == 1].mean()
+            rows = torch.stack([delta * p1 - p0, delta * p0 - p1])
+            primal_opt.zero_grad()
+            dual.forward_update(loss, rows).backward()
+            primal_opt.step()
+            clock(None, {"V_exact": float(rows.detach().clamp(min=0).sum()), "f": float(loss.detach())})
 
 
 def run(dataset: str, config: str, seed: int, delta: float, data_root: str | None, n_synthetic: int) -> dict:
@@ -156,13 +209,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--delta", type=float, default=0.8)
     ap.add_argument("--synthetic", type=int, default=0, help="also run n synthetic rows (mini-batch 1024 only)")
+    ap.add_argument("--peers", action="store_true", help="also run the humancompatible-train peers (PEERS)")
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default=str(DEFAULT_OUT / "sqp_stochastic"))
     args = ap.parse_args(argv)
     root = str(data_dir(args.data_dir))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [(d, c, s) for d in args.datasets for s in args.seeds for c in args.configs]
+    configs = list(args.configs)
+    if args.peers:
+        try:
+            import humancompatible.train  # noqa: F401
+            configs += list(PEERS)
+        except ImportError:
+            print("skipping the humancompatible-train peers: pip install humancompatible-train", flush=True)
+    jobs = [(d, c, s) for d in args.datasets for s in args.seeds for c in configs]
     if args.synthetic:
         jobs += [("synthetic", "mb1024", s) for s in args.seeds]
     records = []

@@ -24,12 +24,18 @@ import torch
 
 from solvers.problem import assign_parameters, flat_parameters, row_violations
 
-__all__ = ["BoundWarning", "BestIterate", "Candidate", "unmet_rows", "warn_unmet"]
+__all__ = ["BoundWarning", "BestIterate", "Candidate", "NoProgressWarning", "unmet_rows", "warn_if_start",
+           "warn_unmet"]
 
 
 class BoundWarning(UserWarning):
     """A hard bound is not met by the model an engine returns (measured exactly, on all
     training rows)."""
+
+
+class NoProgressWarning(UserWarning):
+    """An engine returns its starting point although it trained: no later iterate was
+    better under the best-iterate rule (typically none met the bounds on all rows)."""
 
 
 @dataclass
@@ -138,3 +144,17 @@ def warn_unmet(engine: str, c_exact: torch.Tensor | None, lower: torch.Tensor, u
         warnings.warn(f"{engine}: the returned model violates {len(rows)} constraint row(s) on the training data "
                       f"(exact measure, tolerance {tol:g}): " + "; ".join(rows), BoundWarning, stacklevel=stacklevel)
     return rows
+
+
+def warn_if_start(engine: str, chosen: Candidate | None, start: int, last: int, tol: float,
+                  stacklevel: int = 3) -> bool:
+    """Emit one :class:`NoProgressWarning` when the returned candidate is the starting
+    point (iteration ``start``) of a run that went on to iteration ``last > start``;
+    returns whether it did."""
+    if chosen is None or chosen.iteration != start or last <= start:
+        return False
+    warnings.warn(f"{engine}: the starting point is returned: none of the {last - start} later iterates offered "
+                  f"was better (none met the bounds on all training rows within {tol:g}, or none had a lower "
+                  "objective). Train longer, with larger batches or a looser bound.", NoProgressWarning,
+                  stacklevel=stacklevel)
+    return True

@@ -41,7 +41,7 @@ from torch import nn
 
 from solvers.history import FitResult, History
 from solvers.losses import LossFn, get_loss
-from solvers.outcome import BestIterate, warn_unmet
+from solvers.outcome import BestIterate, warn_if_start, warn_unmet
 from solvers.problem import (Constraint, as_constraint_set, assign_parameters, check_dataset, flat_parameters,
                              row_violations, trainable_parameters, violation)
 from solvers.qp import diagonal_qp, least_violation_bounds
@@ -446,6 +446,7 @@ class StochasticSQP:
         self._tracker = tracker
         offset = torch.as_tensor(state.get("offset", [0.0] * m), dtype=torch.float64).reshape(m)
         self._anchor = None  # mini-batch: the last sane epoch-end iterate (divergence guard)
+        self._start_iteration = state["iteration"]
         if not full_batch:  # the starting point is a candidate (a run that fails early returns it)
             self._offer_all_rows(model, params, loss_fn, cons, data, tracker, state)
         tail = None
@@ -559,6 +560,11 @@ class StochasticSQP:
         Starts from the tail average of the last epoch when it is finite, runs full-data SQP
         iterations on copies of the engine state (``tau``, ``xi``, ``beta``, the Hessian
         accumulator), offers every iterate to ``tracker`` and stops at a feasible KKT point.
+        Past ``polish_iterations`` it goes on (up to ``POLISH_EXTENSION`` times as many)
+        while the iterate is still infeasible and its exact violation still falls
+        (:func:`_still_restoring`): measured on Dutch (MLP 32, batch 256, balanced
+        constraint batches of 1024, seed 1), 50 iterations took the largest row violation
+        from 0.014 to 1e-4, short of feasible, and the run returned its starting point.
         The checkpoint (:meth:`state_dict`) keeps the stochastic phase's best iterate.
         Returns the calibration offset, the status and the number of polish iterations.
         """
@@ -569,12 +575,17 @@ class StochasticSQP:
             if bool(torch.isfinite(average).all()):
                 assign_parameters(params, average)
         status = "max_epochs"
-        for _ in range(int(self.polish_iterations)):
+        violations: list[float] = []  # exact violation of every polish iterate
+        for k in range(POLISH_EXTENSION * int(self.polish_iterations)):
             der = self._derivatives(model, params, loss_fn, cons, data, data)
             if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
                 break
             if self._offer_and_test_kkt(der, params, lower, upper, offset, tracker, st):
                 status = "converged"
+                break
+            violations.append(float(row_violations(der.c_exact, lower, upper).max()) if der.c_exact is not None
+                              else 0.0)
+            if k >= int(self.polish_iterations) and not _still_restoring(violations, self.feasibility_tol):
                 break
             if self.calibrate_exact and der.c_exact is not None:
                 offset = self._calibrate(offset, der.c_exact - der.c, lower, upper)
@@ -616,6 +627,7 @@ class StochasticSQP:
         if status not in ("diverged", "stopped_by_callback"):
             status = "converged" if converged else ("infeasible" if not feasible else "not_stationary")
         unmet = warn_unmet("SQP", c_exact, lower, upper, cons.row_names, self.feasibility_tol, stacklevel=4)
+        warn_if_start("SQP", chosen, self._start_iteration, last, self.feasibility_tol, stacklevel=4)
         returned = chosen.iteration if chosen is not None else last
         history.append({
             "iteration": last, "epoch": state["epochs_done"], "returned": returned, "f": kkt["f"],
@@ -1111,6 +1123,22 @@ def _resume_iterates(resume: dict, params: list[torch.Tensor], tracker: BestIter
     best = resume.get("best")
     if isinstance(best, dict):
         tracker.offer([best["params"]], float(best["f"]), best["c_exact"], int(best["iteration"]))
+
+
+#: The polish may run this many times ``polish_iterations`` while it still restores feasibility.
+POLISH_EXTENSION = 4
+#: Iterates over which the polish must reduce the largest exact row violation to go on.
+_RESTORING_WINDOW = 10
+
+
+def _still_restoring(violations: Sequence[float], tol: float) -> bool:
+    """True while the last iterate is infeasible (largest row violation above ``tol``) and
+    that violation fell by at least 1% over the last ``_RESTORING_WINDOW`` iterates."""
+    if not violations or violations[-1] <= tol:
+        return False
+    if len(violations) <= _RESTORING_WINDOW:
+        return True
+    return violations[-1] < 0.99 * violations[-1 - _RESTORING_WINDOW]
 
 
 class _TailAverage:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -9,6 +11,8 @@ import fairopt
 from fairopt.constraints import DemographicParity, DisparateImpact, EqualImpact
 from fairopt.measures import disparate_impact, equal_impact
 from solvers import StochasticSQP
+from solvers.outcome import BestIterate, NoProgressWarning, warn_if_start
+from solvers.sqp import _RESTORING_WINDOW, POLISH_EXTENSION, _still_restoring
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +82,7 @@ def test_stochastic_balanced_constraint_batches(adult_small):
     phases = [r.get("phase", "stochastic") for r in result.history.records if r["qp_status"] != "final"]
     # 6 objective mini-batches per epoch (a step undone by the divergence guard is not recorded)
     assert phases.count("stochastic") + result.info["restarts"] == 15 * 6
-    assert 0 < phases.count("polish") <= 50  # then the full-batch end-game
+    assert 0 < phases.count("polish") <= POLISH_EXTENSION * 50  # then the full-batch end-game
     di = disparate_impact(_hard(model, adult_small), adult_small.sensitive["sex"])
     # the end-game on all rows makes the returned model feasible on the exact measure
     assert di >= 0.8 - 1e-6, di
@@ -191,3 +195,47 @@ def test_minibatch_nonfinite_loss_restores_a_finite_iterate_and_warns(adult_smal
                                                               constraints=[DisparateImpact("sex", delta=0.8)])
     assert result.status == "diverged" and not result.converged
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def test_polish_goes_on_only_while_it_restores_feasibility():
+    assert _still_restoring([0.1, 0.05], 1e-6)
+    assert not _still_restoring([0.1, 1e-7], 1e-6)  # feasible: done
+    assert not _still_restoring([], 1e-6)
+    assert not _still_restoring([0.01] * (_RESTORING_WINDOW + 1), 1e-6)  # stalled
+    assert _still_restoring([0.01 * 0.9 ** k for k in range(3 * _RESTORING_WINDOW)], 1e-6)  # still falling
+
+
+def test_polish_extension_is_bounded(adult_small):
+    """With ``polish_iterations=1`` the end-game may go on while it restores feasibility,
+    never past ``POLISH_EXTENSION`` iterations, and the returned model's feasibility is
+    what a recomputation says."""
+    model = fairopt.models.mlp(adult_small.n_features, hidden=(8,), seed=0)
+    c = DisparateImpact("sex", delta=0.8, surrogate=fairopt.surrogates.Sigmoid(scale=1.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = StochasticSQP(epochs=2, batch_size=300, seed=0, polish_iterations=1).fit(
+            model, adult_small, constraints=[c])
+    polish = [r for r in result.history.records if r.get("phase") == "polish"]
+    assert 1 <= len(polish) <= POLISH_EXTENSION
+    assert result.info["feasible"] == (_exact_di(model, adult_small) >= 0.8 - 1e-6)
+
+
+def test_returning_the_start_warns():
+    """The best-iterate rule may keep the starting point (the only iterate meeting the
+    bounds); the engine then says that training kept nothing."""
+    lower, upper = torch.tensor([-float("inf")]), torch.tensor([0.0])
+    tracker = BestIterate(lower, upper, 1e-6)
+    params = [torch.zeros(2)]
+    tracker.offer(params, 0.7, torch.tensor([-0.1]), 0)  # the start: feasible
+    for k in range(1, 4):
+        params[0].add_(1.0)
+        tracker.offer(params, 0.4, torch.tensor([0.01]), k)  # better loss, infeasible
+    chosen = tracker.restore(params)
+    assert chosen.iteration == 0 and torch.equal(params[0], torch.zeros(2))
+    with pytest.warns(NoProgressWarning, match="starting point is returned: none of the 3 later iterates"):
+        assert warn_if_start("SQP", chosen, 0, 3, 1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not warn_if_start("SQP", chosen, 0, 0, 1e-6)  # nothing trained
+        tracker.offer(params, 0.6, torch.tensor([-0.2]), 4)
+        assert not warn_if_start("SQP", tracker.restore(params), 0, 4, 1e-6)
