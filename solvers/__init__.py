@@ -1,6 +1,6 @@
 """Fairness-agnostic optimisation engines (they see only the protocols in solvers.problem)."""
 
-from solvers.distributed import DistributedSQP
+from solvers.derivatives import DerivativeOracle, Derivatives, LocalDerivatives
 from solvers.history import FitResult, History
 from solvers.lagrangian import LagrangianDual
 from solvers.moving_targets import MovingTargets
@@ -17,7 +17,7 @@ from solvers.problem import (
     violation,
 )
 from solvers.qp import LeastViolationWarning, QPResult, diagonal_qp, least_violation_bounds
-from solvers.sqp import SQPWarning, StochasticSQP
+from solvers.sqp import DistributedSQP, SQPWarning, StochasticSQP
 
 __all__ = [
     "AdaHessian",
@@ -25,9 +25,12 @@ __all__ = [
     "Constraint",
     "ConstraintSet",
     "Dataset",
+    "DerivativeOracle",
+    "Derivatives",
     "DistributedSQP",
     "FitResult",
     "History",
+    "LocalDerivatives",
     "LagrangianDual",
     "LeastViolationWarning",
     "LinearEncoding",

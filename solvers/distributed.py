@@ -12,7 +12,7 @@ model. Every quantity the SQP iteration needs is a sum over rows:
 
 Each rank therefore computes, from ONE forward pass on its shard, the local
 ``[n_r f_r, n_r, n_r g_r, S_r, N_{g,r}, dS_r/dw, S_r^exact]`` (``1 + G`` pull-backs through
-the model, as :meth:`solvers.sqp.StochasticSQP._pullback`), packs it into one float64
+the model, :func:`solvers.derivatives.pullback`), packs it into one float64
 vector and calls ``all_reduce(SUM)`` once per iteration. The reduced vector is the same on
 every rank, so every rank solves the same QP and takes the same step: the parameters stay
 bit-identical across ranks, and equal the single-process full-data iterates up to
@@ -43,26 +43,34 @@ switches to this engine automatically when ``torch.distributed`` is initialised
     StochasticSQP(epochs=500).fit(model, shard, loss="bce", constraints=DisparateImpact("sex"))
     dist.destroy_process_group()
 
-At the start of :meth:`DistributedSQP.fit` the parameters are broadcast from rank 0 (as
+At the start of a data-parallel fit the parameters are broadcast from rank 0 (as
 ``DistributedDataParallel`` does), so the ranks start from the same point.
+
+Structure: this module knows nothing of the engine. It provides the derivative oracle
+:class:`AllReduceDerivatives` (the data-parallel implementation of
+:class:`solvers.derivatives.DerivativeOracle`) and the checks and broadcast a data-parallel
+fit needs; :class:`solvers.sqp.StochasticSQP` picks this oracle instead of
+:class:`solvers.derivatives.LocalDerivatives` when the process group is active.
+:class:`solvers.sqp.DistributedSQP` (also importable from here) is the engine that insists
+on it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from solvers.history import FitResult
+from solvers.derivatives import Derivatives, model_outputs, pullback, rows_jacobian
 from solvers.losses import LossFn
-from solvers.problem import Constraint, as_constraint_set, assign_parameters, flat_parameters
-from solvers.sqp import StochasticSQP, _Derivatives, _rows_jacobian
+from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
 
-__all__ = ["DataParallelConstraint", "DistributedSQP", "distributed_active", "supports_data_parallel"]
+__all__ = ["AllReduceDerivatives", "DataParallelConstraint", "DistributedSQP", "broadcast_parameters",
+           "check_data_parallel_options", "distributed_active", "supports_data_parallel"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,92 +119,56 @@ def distributed_active(flag: bool | None) -> bool:
     raise ValueError(f"distributed: expected None, True or False, got {flag!r}")
 
 
-def delegate_fit(engine: StochasticSQP, model: nn.Module, data: Any, **fit_args: Any) -> FitResult | None:
-    """Run ``engine.fit`` data-parallel when its ``distributed`` option resolves to True.
-
-    Returns None (the caller fits as usual) when it does not, or when ``engine`` is already a
-    :class:`DistributedSQP`. Otherwise fits a :class:`DistributedSQP` sharing ``engine``'s
-    options, copies its state (``state_``, Hessian accumulator, ...) back into ``engine``
-    so that :meth:`StochasticSQP.state_dict` works, and returns its result.
-    """
-    if isinstance(engine, DistributedSQP) or not distributed_active(getattr(engine, "distributed", None)):
-        return None
-    twin = DistributedSQP.__new__(DistributedSQP)
-    twin.__dict__.update(engine.__dict__)
-    try:
-        return twin.fit(model, data, **fit_args)
-    finally:
-        engine.__dict__.update(twin.__dict__)
+def check_data_parallel_options(batch_size: Any, constraint_batch: str, constraints: Any) -> None:
+    """Data-parallel SQP is full-batch with constraints on all rows, and every constraint
+    must implement :class:`DataParallelConstraint`; ValueError otherwise."""
+    if batch_size is not None:
+        raise ValueError(f"batch_size: data-parallel SQP is full-batch only (batch_size=None), got "
+                         f"{batch_size!r}; pass distributed=False for per-rank stochastic training")
+    if constraint_batch not in ("full", "auto"):
+        raise ValueError(f"constraint_batch: data-parallel SQP needs 'full' (or 'auto'), got {constraint_batch!r}")
+    for member in as_constraint_set(constraints):
+        if not supports_data_parallel(member):
+            raise ValueError(f"constraints: {getattr(member, 'name', member)!r} has no partial_sums/from_sums "
+                             "and cannot be used with data-parallel SQP")
 
 
-class DistributedSQP(StochasticSQP):
-    """Full-batch :class:`~solvers.sqp.StochasticSQP` over row shards held by the ranks of
-    an initialised ``torch.distributed`` process group (module doc).
+class AllReduceDerivatives:
+    """The derivative oracle over the union of all ranks' shards (module docstring): one
+    forward pass on this rank's shard, ``1 + G`` pull-backs, ONE all-reduce.
 
-    Same parameters as :class:`~solvers.sqp.StochasticSQP`; ``batch_size`` must be None and
-    ``constraint_batch`` "full". Only the derivative computation differs: one all-reduce per
-    iteration makes ``f``, ``g``, ``c``, ``J`` and the exact ``c`` those of the union of the
-    shards, so the inherited QP, merit, step and learning-rate rules (and the final
-    stationarity check) run identically on every rank.
+    Parameters
+    ----------
+    jacobian : {"auto", "batched", "loop"}
+        Strategy of :func:`solvers.derivatives.pullback`.
     """
 
-    def fit(
-        self,
-        model: nn.Module,
-        data: Any,
-        *,
-        loss: str | LossFn = "bce",
-        constraints: Constraint | Iterable[Constraint] = (),
-        strata: torch.Tensor | None = None,
-        resume: dict | None = None,
-    ) -> FitResult:
-        """Train ``model`` in place on this rank's shard ``data`` (see
-        :meth:`StochasticSQP.fit`); every rank must call it with the same options, the same
-        constraints and its own disjoint, non-empty shard. An error raised on one rank only
-        (e.g. an empty shard) leaves the others waiting in the all-reduce until the process
-        group's timeout.
+    def __init__(self, jacobian: str = "auto") -> None:
+        self.jacobian = jacobian
 
-        Raises
-        ------
-        ValueError
-            No initialised process group, ``batch_size`` set, ``constraint_batch`` not
-            "full", or a constraint without ``partial_sums``/``from_sums``.
-        """
-        self._check_distributed_options(constraints)
-        logger.debug("data-parallel SQP: rank %d of %d, %d local rows", dist.get_rank(), dist.get_world_size(),
-                     len(data) if hasattr(data, "__len__") else -1)
-        if isinstance(model, nn.Module):
-            _broadcast_parameters([p for p in model.parameters() if p.requires_grad])
-        return super().fit(model, data, loss=loss, constraints=constraints, strata=strata, resume=resume)
-
-    def _check_distributed_options(self, constraints: Any) -> None:
-        if self.distributed is False:
-            raise ValueError("distributed: DistributedSQP needs distributed=None or True, got False")
-        distributed_active(True)
-        if self.batch_size is not None:
-            raise ValueError(f"batch_size: data-parallel SQP is full-batch only (batch_size=None), got "
-                             f"{self.batch_size!r}; pass distributed=False for per-rank stochastic training")
-        if self.constraint_batch not in ("full", "auto"):
-            raise ValueError(f"constraint_batch: data-parallel SQP needs 'full' (or 'auto'), got {self.constraint_batch!r}")
-        for member in as_constraint_set(constraints):
-            if not supports_data_parallel(member):
-                raise ValueError(f"constraints: {getattr(member, 'name', member)!r} has no partial_sums/from_sums "
-                                 "and cannot be used with data-parallel SQP")
-
-    def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch) -> _Derivatives:
-        """f, g, c, J and exact c on the union of all ranks' shards (one all-reduce)."""
+    def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
+                 con_batch: Any) -> Derivatives:
         t0 = time.perf_counter()
-        out = model(obj_batch.X)
-        if out.dim() != 1 or out.shape[0] != len(obj_batch):
-            raise ValueError(f"model: expected one output per row, shape ({len(obj_batch)},), got {tuple(out.shape)}")
+        out = model_outputs(model, obj_batch)
         if con_batch is not None and con_batch is not obj_batch:  # pragma: no cover - excluded by the options
             raise ValueError("constraint_batch: data-parallel SQP evaluates constraints on the objective rows")
         t1 = time.perf_counter()
         members = list(cons) if con_batch is not None else []
-        local, sizes = _local_sums(out, params, obj_batch, loss_fn, members, self._pullback)
+        local, sizes = _local_sums(out, params, obj_batch, loss_fn, members,
+                                   lambda o, p, cot: pullback(o, p, cot, self.jacobian))
         totals = _all_reduce_sum(local)
         return _global_derivatives(totals, members, sizes, params[0].dtype, con_batch is not None,
                                    t1 - t0, time.perf_counter() - t1)
+
+
+def __getattr__(name: str) -> Any:
+    """``DistributedSQP`` lives in :mod:`solvers.sqp` (this module does not import the
+    engine); the old import path ``solvers.distributed.DistributedSQP`` still works."""
+    if name == "DistributedSQP":
+        import importlib
+
+        return importlib.import_module("solvers.sqp").DistributedSQP
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -219,7 +191,7 @@ def _local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_
     if parts:
         sums = torch.cat([s.reshape(-1) for s, _ in parts])
         counts = torch.cat([k.reshape(-1) for _, k in parts]).detach()
-        dsums_dout = _rows_jacobian(sums, leaf64).to(out.dtype)  # (G, n)
+        dsums_dout = rows_jacobian(sums, leaf64).to(out.dtype)  # (G, n)
         with torch.no_grad():
             exact = torch.cat([member.partial_sums(leaf64.detach(), batch, exact=True)[0].reshape(-1)
                                for member in members])
@@ -251,23 +223,23 @@ def _all_reduce_sum(local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def _global_derivatives(totals: dict[str, torch.Tensor], members: Sequence[Any], sizes: Sequence[int],
                         dtype: torch.dtype,
-                        constrained: bool, t_forward: float, t_jacobian: float) -> _Derivatives:
+                        constrained: bool, t_forward: float, t_jacobian: float) -> Derivatives:
     """``f = L/N``, ``g = grad L / N``, ``c = C(S, N_g)``, ``J = (dC/dS) dS/dw`` from the sums."""
     N = float(totals["n"])
     f = float(totals["loss_sum"]) / N
     g = (totals["grad_sum"] / N).to(dtype)
     p = g.numel()
     if not constrained:
-        return _Derivatives(f, g, torch.zeros(0, dtype=torch.float64), torch.zeros(0, p, dtype=torch.float64),
+        return Derivatives(f, g, torch.zeros(0, dtype=torch.float64), torch.zeros(0, p, dtype=torch.float64),
                             None, t_forward, t_jacobian)
     sums = totals["sums"].clone().requires_grad_(True)
     with torch.enable_grad():
         c = _rows_from_sums(members, sizes, sums, totals["counts"])
-    dc_dsums = _rows_jacobian(c, sums) if c.numel() else torch.zeros(0, sums.numel(), dtype=torch.float64)
+    dc_dsums = rows_jacobian(c, sums) if c.numel() else torch.zeros(0, sums.numel(), dtype=torch.float64)
     J = dc_dsums @ totals["dsums"]
     with torch.no_grad():
         c_exact = _rows_from_sums(members, sizes, totals["sums_exact"], totals["counts"])
-    return _Derivatives(f, g, c.detach(), J, c_exact, t_forward, t_jacobian)
+    return Derivatives(f, g, c.detach(), J, c_exact, t_forward, t_jacobian)
 
 
 def _rows_from_sums(members: Sequence[Any], sizes: Sequence[int], sums: torch.Tensor,
@@ -280,7 +252,7 @@ def _rows_from_sums(members: Sequence[Any], sizes: Sequence[int], sums: torch.Te
     return torch.cat(rows).to(torch.float64) if rows else torch.zeros(0, dtype=torch.float64)
 
 
-def _broadcast_parameters(params: Sequence[torch.Tensor]) -> None:
+def broadcast_parameters(params: Sequence[torch.Tensor]) -> None:
     """Copy rank 0's parameters to every rank (one broadcast of their concatenation)."""
     if not params:
         return

@@ -37,8 +37,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from solvers.derivatives import JACOBIAN_MODES, DerivativeOracle, Derivatives, LocalDerivatives
+from solvers.distributed import (AllReduceDerivatives, broadcast_parameters, check_data_parallel_options,
+                                 distributed_active)
 from solvers.history import FitResult, History
 from solvers.losses import LossFn, get_loss
 from solvers.outcome import BestIterate, warn_if_start, warn_unmet
@@ -68,17 +72,6 @@ logger = logging.getLogger(__name__)
 
 class SQPWarning(UserWarning):
     """Raised once per fit when an iteration needed a relaxed (infeasible) QP."""
-
-
-@dataclass
-class _Derivatives:
-    f: float
-    g: torch.Tensor  # (p,)
-    c: torch.Tensor  # (m,) float64
-    J: torch.Tensor  # (m, p)
-    c_exact: torch.Tensor | None
-    t_forward: float
-    t_jacobian: float
 
 
 class StochasticSQP:
@@ -339,7 +332,7 @@ class StochasticSQP:
             "constraint_batch": CONSTRAINT_BATCHES,
             "step": ("fixed", "adaptive"),
             "hessian": ("adam", "adagrad"),
-            "jacobian": ("auto", "batched", "loop"),
+            "jacobian": JACOBIAN_MODES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -397,12 +390,7 @@ class StochasticSQP:
         FitResult
         """
         params = trainable_parameters(model)
-        if getattr(self, "distributed", None) is not False:  # data-parallel over torch.distributed ranks
-            from solvers.distributed import delegate_fit
-
-            result = delegate_fit(self, model, data, loss=loss, constraints=constraints, strata=strata, resume=resume)
-            if result is not None:
-                return result
+        self._oracle = self._derivative_oracle(params, constraints)
         n = check_dataset(data)
         loss_fn = get_loss(loss)
         cons = as_constraint_set(constraints)
@@ -696,59 +684,21 @@ class StochasticSQP:
         total = self.constraint_batch_size or self.batch_size
         return BalancedSampler(strata, max(1, int(total) // n_strata), gen)
 
-    def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch) -> _Derivatives:
-        """f, g on the objective batch; c, J (and exact c) on the constraint batch."""
-        t0 = time.perf_counter()
-        out = model(obj_batch.X)
-        if out.dim() != 1 or out.shape[0] != len(obj_batch):
-            raise ValueError(f"model: expected one output per row, shape ({len(obj_batch)},), got {tuple(out.shape)}")
-        same = con_batch is obj_batch
-        out_c = out if same else (model(con_batch.X) if con_batch is not None else None)
-        t1 = time.perf_counter()
+    def _derivative_oracle(self, params: list[torch.Tensor], constraints: Any) -> DerivativeOracle:
+        """:class:`solvers.distributed.AllReduceDerivatives` when ``distributed`` resolves to
+        True (options checked, parameters broadcast from rank 0), else
+        :class:`solvers.derivatives.LocalDerivatives`."""
+        if not distributed_active(self.distributed):
+            return LocalDerivatives(self.jacobian)
+        check_data_parallel_options(self.batch_size, self.constraint_batch, constraints)
+        logger.debug("data-parallel SQP: rank %d of %d", dist.get_rank(), dist.get_world_size())
+        broadcast_parameters(params)
+        return AllReduceDerivatives(self.jacobian)
 
-        leaf = out.detach().requires_grad_(True)
-        with torch.enable_grad():
-            f = loss_fn(leaf, obj_batch)
-        if out_c is None:  # unconstrained
-            (g_out,) = torch.autograd.grad(f, leaf)
-            grads = torch.autograd.grad(out, params, grad_outputs=g_out)
-            g = _flatten(grads, 1)[0]
-            m0 = torch.zeros(0, dtype=torch.float64)
-            return _Derivatives(float(f.detach()), g, m0, torch.zeros(0, g.numel(), dtype=g.dtype), None, t1 - t0, time.perf_counter() - t1)
-
-        leaf_c = leaf if same else out_c.detach().requires_grad_(True)
-        with torch.enable_grad():
-            c = cons(leaf_c, con_batch).reshape(-1)
-        dc = _rows_jacobian(c, leaf_c)  # (m, n_c)
-        (df,) = torch.autograd.grad(f, leaf)
-        if same:
-            cot = torch.cat([df.reshape(1, -1), dc.to(df.dtype)], dim=0)
-            flat = self._pullback(out, params, cot)
-            g, J = flat[0], flat[1:]
-        else:
-            g = _flatten(torch.autograd.grad(out, params, grad_outputs=df, retain_graph=False), 1)[0]
-            J = self._pullback(out_c, params, dc.to(out_c.dtype))
-        with torch.no_grad():
-            c_exact = cons.exact(out_c.detach(), con_batch).reshape(-1).to(torch.float64)
-        return _Derivatives(float(f.detach()), g, c.detach().to(torch.float64), J, c_exact, t1 - t0, time.perf_counter() - t1)
-
-    def _pullback(self, out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor) -> torch.Tensor:
-        """Rows ``cot @ d out / d w`` as a (k, p) matrix from the single graph of ``out``.
-
-        ``jacobian="batched"``: one batched vector-Jacobian product (``is_grads_batched``);
-        ``"loop"``/``"auto"``: ``k`` backward calls on the retained graph, which
-        ``benchmarks/sqp_speed.py`` measured faster on CPU (Dutch, MLP 32, 3 rows: 69 ms vs
-        136 ms per Jacobian under load; see the closing note of the SQP issue).
-        """
-        k = cot.shape[0]
-        if self.jacobian == "batched":
-            grads = torch.autograd.grad(out, params, grad_outputs=cot, is_grads_batched=True, retain_graph=True)
-            return _flatten(grads, k)
-        rows = [
-            _flatten(torch.autograd.grad(out, params, grad_outputs=cot[i], retain_graph=i < k - 1), 1)[0]
-            for i in range(k)
-        ]
-        return torch.stack(rows)
+    def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch) -> Derivatives:
+        """f, g on the objective batch; c, J (and exact c) on the constraint batch, from the
+        oracle :meth:`fit` picked."""
+        return self._oracle(model, params, loss_fn, cons, obj_batch, con_batch)
 
     def _hessian_diag(self, g: torch.Tensor, v: torch.Tensor, first: bool) -> torch.Tensor:
         g2 = g.detach() ** 2
@@ -760,7 +710,7 @@ class StochasticSQP:
             v.mul_(self.beta2).add_((1.0 - self.beta2) * g2)
         return torch.sqrt(v + self.hessian_shift)
 
-    def _solve_qp(self, der: _Derivatives, h: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, state: dict):
+    def _solve_qp(self, der: Derivatives, h: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, state: dict):
         """Solve the SQP subproblem; relax the bounds if the linearisation is infeasible."""
         g64, h64, J64 = der.g.to(torch.float64), h.to(torch.float64), der.J.to(torch.float64)
         lo, hi = lower - der.c, upper - der.c
@@ -1047,7 +997,7 @@ class StochasticSQP:
         state["final_kkt"], state["final_violation"] = kkt["stationarity"], kkt["V"]
         return kkt
 
-    def _full_derivatives(self, model, params, loss_fn, cons, data) -> _Derivatives | None:
+    def _full_derivatives(self, model, params, loss_fn, cons, data) -> Derivatives | None:
         """Derivatives on all training rows, None when they are not finite."""
         try:
             der = self._derivatives(model, params, loss_fn, cons, data, data if cons.n_rows else None)
@@ -1056,7 +1006,7 @@ class StochasticSQP:
         return der if math.isfinite(der.f) and bool(torch.isfinite(der.g).all()) else None
 
     @staticmethod
-    def _kkt(der: _Derivatives, lower: torch.Tensor, upper: torch.Tensor) -> dict:
+    def _kkt(der: Derivatives, lower: torch.Tensor, upper: torch.Tensor) -> dict:
         """KKT residuals at the point where ``der`` was taken (see :meth:`_final_check`)."""
         m = int(der.c.numel())
         V = float(violation(der.c, lower, upper)) if m else 0.0
@@ -1156,19 +1106,6 @@ class _TailAverage:
         return self.total / max(self.count, 1)
 
 
-def _flatten(grads: Sequence[torch.Tensor], k: int) -> torch.Tensor:
-    """Concatenate per-parameter gradients (each (k, *shape) or shape) into (k, p)."""
-    return torch.cat([gr.reshape(k, -1) for gr in grads], dim=1)
-
-
-def _rows_jacobian(c: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
-    """``dc/dout`` as an (m, n) matrix: one small backward per row through the cheap
-    constraint graph (the expensive model graph is not involved)."""
-    m = int(c.numel())
-    rows = [torch.autograd.grad(c[i], leaf, retain_graph=i < m - 1, allow_unused=True)[0] for i in range(m)]
-    return torch.stack([r if r is not None else torch.zeros_like(leaf) for r in rows])
-
-
 def _shift(params: list[torch.Tensor], u: torch.Tensor, scale: float) -> None:
     with torch.no_grad():
         offset = 0
@@ -1176,3 +1113,33 @@ def _shift(params: list[torch.Tensor], u: torch.Tensor, scale: float) -> None:
             k = p.numel()
             p.add_(u[offset : offset + k].view_as(p), alpha=scale)
             offset += k
+
+
+class DistributedSQP(StochasticSQP):
+    """:class:`StochasticSQP` that insists on data-parallel training over the row shards of
+    an initialised ``torch.distributed`` process group (:mod:`solvers.distributed`).
+
+    Same parameters; ``batch_size`` must be None and ``constraint_batch`` "full" (or
+    "auto"). Only the derivative oracle differs from a local fit
+    (:class:`solvers.distributed.AllReduceDerivatives`): one all-reduce per iteration makes
+    ``f``, ``g``, ``c``, ``J`` and the exact ``c`` those of the union of the shards, so the QP,
+    merit, step and learning-rate rules run identically on every rank. ``StochasticSQP``
+    itself switches to that oracle when the process group is initialised
+    (``distributed=None``).
+    """
+
+    def fit(self, model: nn.Module, data: Any, **fit_args: Any) -> FitResult:
+        """:meth:`StochasticSQP.fit` on this rank's shard; every rank must call it with the
+        same options, the same constraints and its own disjoint, non-empty shard.
+
+        Raises
+        ------
+        ValueError
+            ``distributed=False``, no initialised process group, ``batch_size`` set,
+            ``constraint_batch`` not "full", or a constraint without
+            ``partial_sums``/``from_sums``.
+        """
+        if self.distributed is False:
+            raise ValueError("distributed: DistributedSQP needs distributed=None or True, got False")
+        distributed_active(True)
+        return super().fit(model, data, **fit_args)
