@@ -51,8 +51,8 @@ Structure: this module knows nothing of the engine. It provides the derivative o
 :class:`solvers.derivatives.DerivativeOracle`) and the checks and broadcast a data-parallel
 fit needs; :class:`solvers.sqp.StochasticSQP` picks this oracle instead of
 :class:`solvers.derivatives.LocalDerivatives` when the process group is active.
-:class:`solvers.sqp.DistributedSQP` (also importable from here) is the engine that insists
-on it.
+:class:`solvers.sqp.DistributedSQP` is the engine that insists on it (the package attaches
+it here too, so the old path ``solvers.distributed.DistributedSQP`` still imports).
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ from solvers.derivatives import Derivatives, model_outputs, pullback, rows_jacob
 from solvers.losses import LossFn
 from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
 
-__all__ = ["AllReduceDerivatives", "DataParallelConstraint", "DistributedSQP", "broadcast_parameters",
-           "check_data_parallel_options", "distributed_active", "supports_data_parallel"]
+__all__ = ["AllReduceDerivatives", "DataParallelConstraint", "broadcast_parameters", "check_data_parallel_options",
+           "distributed_active", "supports_data_parallel"]
 
 logger = logging.getLogger(__name__)
 
@@ -159,16 +159,6 @@ class AllReduceDerivatives:
         totals = _all_reduce_sum(local)
         return _global_derivatives(totals, members, sizes, params[0].dtype, con_batch is not None,
                                    t1 - t0, time.perf_counter() - t1)
-
-
-def __getattr__(name: str) -> Any:
-    """``DistributedSQP`` lives in :mod:`solvers.sqp` (this module does not import the
-    engine); the old import path ``solvers.distributed.DistributedSQP`` still works."""
-    if name == "DistributedSQP":
-        import importlib
-
-        return importlib.import_module("solvers.sqp").DistributedSQP
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ----------------------------------------------------------------------------- pieces
