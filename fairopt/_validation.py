@@ -2,19 +2,26 @@
 
 Every public function validates at the boundary with these helpers, so that a bad input
 gives a ``ValueError`` naming the argument and the offending value (DESIGN.md sec 2).
+The data checks (tensors, lengths, 0/1 values, sensitive names) live here; the parameter
+checks (numbers, integers, choices, flags, intervals, seeds) are those of
+:mod:`solvers.validation`, re-exported so that there is one implementation of each.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from solvers.validation import (check_choice, check_flag, check_interval, check_seed, finite_float, nonnegative_float,
+                                positive_float, positive_int)
+
 __all__ = [
-    "as_tensor", "as_1d_tensor", "to_numpy", "check_same_length", "check_binary", "finite_float",
-    "positive_float", "nonnegative_float", "positive_int", "check_choice", "check_seed", "sensitive_names",
+    "as_tensor", "as_1d_tensor", "to_numpy", "check_same_length", "check_binary", "sensitive_names",
+    # parameter checks, from solvers.validation
+    "finite_float", "positive_float", "nonnegative_float", "positive_int", "check_choice", "check_flag",
+    "check_interval", "check_seed",
 ]
 
 
@@ -81,57 +88,6 @@ def check_binary(x: torch.Tensor, name: str) -> torch.Tensor:
     if bool(bad.any()):
         raise ValueError(f"{name}: expected 0/1 values, got {xd[bad].reshape(-1)[0].item()!r}")
     return x.to(torch.get_default_dtype()) if not x.is_floating_point() else x
-
-
-# ----------------------------------------------------------------------------- scalars
-def finite_float(value: Any, name: str) -> float:
-    """``value`` as a finite float; ValueError naming ``name`` for non-numbers, bools, NaN, inf."""
-    if isinstance(value, (bool, str, bytes)):
-        raise ValueError(f"{name}: expected a real number, got {value!r}")
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a real number, got {value!r}") from None
-    if not math.isfinite(result):
-        raise ValueError(f"{name}: expected a finite number, got {value!r}")
-    return result
-
-
-def positive_float(value: Any, name: str) -> float:
-    """``value`` as a finite float ``> 0``."""
-    result = finite_float(value, name)
-    if result <= 0:
-        raise ValueError(f"{name}: expected a finite positive number, got {value!r}")
-    return result
-
-
-def nonnegative_float(value: Any, name: str) -> float:
-    """``value`` as a finite float ``>= 0`` (e.g. a constraint ``bound``)."""
-    result = finite_float(value, name)
-    if result < 0:
-        raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
-    return result
-
-
-def positive_int(value: Any, name: str) -> int:
-    """``value`` as a positive integer (bools rejected)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
-
-
-def check_choice(value: Any, allowed: Sequence[str], name: str) -> str:
-    """Require ``value`` to be one of the strings ``allowed``."""
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name}: expected one of {list(allowed)}, got {value!r}")
-    return value
-
-
-def check_seed(seed: Any) -> int | None:
-    """Require an integer seed or None."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise ValueError(f"seed: expected an integer or None, got {seed!r}")
-    return None if seed is None else int(seed)
 
 
 def sensitive_names(sensitive: Any) -> tuple[str, ...]:

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,10 +69,11 @@ import torch
 from scipy import stats
 from torch import nn
 
+from fairopt._validation import check_interval, positive_float
 from fairopt.constraints.base import BaseConstraint
 from fairopt.constraints.dcov import DistanceCovariance
 from fairopt.constraints.gedi import GeDI
-from fairopt.constraints.rates import Covariance, DemographicParity, DisparateImpact, _GroupRateConstraint
+from fairopt.constraints.rates import Covariance, DemographicParity, DisparateImpact, GroupRateConstraint
 
 __all__ = ["Certificate", "TightenedConstraint", "auto_margin", "certify", "clopper_pearson", "tighten",
            "worst_case_rows"]
@@ -154,20 +154,6 @@ class Certificate:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _check_confidence(confidence: Any) -> float:
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float, np.number)) \
-            or not 0.0 < float(confidence) < 1.0:
-        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
-    return float(confidence)
-
-
-def _check_fraction(fraction: Any) -> float:
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.number)) \
-            or not 0.0 < float(fraction) < 1.0:
-        raise ValueError(f"held_out_fraction: expected a number in (0, 1), got {fraction!r}")
-    return float(fraction)
-
-
 def _fresh_copy(constraint: Any) -> Any:
     """A deep copy without the per-batch caches (they hold data)."""
     cache = getattr(constraint, "_cache", None)
@@ -197,7 +183,7 @@ def _prepared(constraint: Any, data: Any) -> Any:
         from fairopt.specs import resolve_constraints
 
         constraint = resolve_constraints([constraint])[0]
-    if not isinstance(constraint, (_GroupRateConstraint, *_BOOTSTRAP_TYPES)):
+    if not isinstance(constraint, (GroupRateConstraint, *_BOOTSTRAP_TYPES)):
         raise TypeError(f"constraint: no certificate for {type(constraint).__name__}; supported: DisparateImpact, "
                         "EqualImpact, DemographicParity (Clopper-Pearson), GeDI, DistanceCovariance, Covariance "
                         "(bootstrap)")
@@ -270,7 +256,7 @@ def _ratio(a: float, b: float) -> float:
     return min(a / b, b / a)
 
 
-def _rate_sides(constraint: _GroupRateConstraint, out: torch.Tensor, data: Any) -> tuple[np.ndarray, np.ndarray]:
+def _rate_sides(constraint: GroupRateConstraint, out: torch.Tensor, data: Any) -> tuple[np.ndarray, np.ndarray]:
     """Positives ``k_g`` and rows ``n_g`` of every side on hard predictions."""
     sums, counts = constraint.partial_sums(out, data, exact=True)
     return np.rint(sums.double().numpy()), np.rint(counts.double().numpy())
@@ -331,21 +317,21 @@ def certify(
     ValueError
         Bad ``confidence``/``n_bootstrap``, outputs of the wrong length.
     """
-    confidence = _check_confidence(confidence)
+    confidence = check_interval(confidence, "confidence", 0.0, 1.0)
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 10:
         raise ValueError(f"n_bootstrap: expected an integer >= 10, got {n_bootstrap!r}")
     c = _prepared(constraint, data)
     out = _outputs(model_outputs_or_model, data)
     if method not in CERTIFY_METHODS:
         raise ValueError(f"method: expected one of {CERTIFY_METHODS}, got {method!r}")
-    if isinstance(c, _GroupRateConstraint):
+    if isinstance(c, GroupRateConstraint):
         if method == "normal":
             return _certify_rates_normal(c, out, data, confidence)
         return _certify_rates(c, out, data, confidence)
     return _certify_bootstrap(c, out, data, confidence, int(n_bootstrap), int(seed))
 
 
-def _certify_rates(c: _GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
+def _certify_rates(c: GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
     k, n = _rate_sides(c, out, data)
     G = len(n)
     alpha = 1.0 - confidence
@@ -376,7 +362,7 @@ def _certify_rates(c: _GroupRateConstraint, out: torch.Tensor, data: Any, confid
                        method="clopper-pearson", rows=rows)
 
 
-def _certify_rates_normal(c: _GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
+def _certify_rates_normal(c: GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
     """Per-row normal bounds (``certify(method="normal")``)."""
     k, n = _rate_sides(c, out, data)
     rates = np.where(n > 0, k / np.maximum(n, 1.0), 0.0)
@@ -498,7 +484,7 @@ def _normal_quantile(confidence: float, sides: int) -> float:
     return float(stats.norm.ppf(1.0 - (1.0 - confidence) / max(sides, 1)))
 
 
-def _comparisons(c: _GroupRateConstraint) -> int:
+def _comparisons(c: GroupRateConstraint) -> int:
     """Simultaneous statements a rate constraint needs: one per compared pair of sides.
 
     The rows of a pair exclude each other's violation (``d P_r - P_f > 0`` and
@@ -581,15 +567,13 @@ def auto_margin(
     torch.Tensor, float64 (m,)
         One margin ``>= 0`` per row of the constraint (set up on ``data`` if it was not).
     """
-    confidence = _check_confidence(confidence)
-    fraction = _check_fraction(held_out_fraction)
-    if isinstance(inflation, bool) or not isinstance(inflation, numbers.Real) or not (math.isfinite(inflation)
-                                                                                      and inflation > 0):
-        raise ValueError(f"inflation: expected a finite number > 0, got {inflation!r}")
+    confidence = check_interval(confidence, "confidence", 0.0, 1.0)
+    fraction = check_interval(held_out_fraction, "held_out_fraction", 0.0, 1.0)
+    inflation = positive_float(inflation, "inflation")
     scale = fraction / (1.0 - fraction)  # n_new / n
     c = _prepared(constraint, data)
-    z = _normal_quantile(confidence, _comparisons(c) if isinstance(c, _GroupRateConstraint) else _finite_sides(c))
-    if isinstance(c, _GroupRateConstraint):
+    z = _normal_quantile(confidence, _comparisons(c) if isinstance(c, GroupRateConstraint) else _finite_sides(c))
+    if isinstance(c, GroupRateConstraint):
         out = _proxy_outputs(data) if outputs is None else _outputs(outputs, data)
         k, n = _rate_sides(c, out, data)
         p = np.where(n > 0, k / np.maximum(n, 1.0), 0.5)

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fairopt._validation import check_same_length, to_numpy
+from fairopt._validation import check_same_length, check_seed, to_numpy
 
 __all__ = [
     "Preprocessor", "FairData", "coerce_numeric_columns", "intersection_cells", "stratified_split_indices",
@@ -628,8 +628,7 @@ def stratified_split_indices(strata: np.ndarray, test_size: float, seed: int = 0
     train, test : sorted int64 index arrays; disjoint, covering ``0..n-1``.
     """
     test_size = _check_test_size(test_size)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed: expected an integer, got {seed!r}")
+    seed = check_seed(seed, allow_none=False)
     strata = np.asarray(strata)
     n = len(strata)
     n_test = math.ceil(test_size * n - 1e-9)

@@ -63,11 +63,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
 from fairopt import models
-from fairopt._validation import to_numpy
+from fairopt._validation import (check_choice, check_flag, check_interval, check_seed, positive_float, positive_int,
+                                 to_numpy)
 from fairopt.data import FairData
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.exceptions import FairnessWarning
-from fairopt.constraints.rates import _GroupRateConstraint
+from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.specs import is_constraint_object, resolve_constraints, spec_list
 from fairopt.surrogates import Sigmoid
 from solvers.lagrangian import LagrangianDual
@@ -306,8 +307,7 @@ class _FairEstimator(BaseEstimator):
         return self
 
     def _check_parameters(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method: expected one of {METHODS}, got {self.method!r}")
+        check_choice(self.method, METHODS, "method")
         if not (callable(self.model) or self.model in MODEL_KINDS):
             raise ValueError(f"model: expected one of {MODEL_KINDS} or a callable n_features -> nn.Module, "
                              f"got {self.model!r}")
@@ -316,13 +316,9 @@ class _FairEstimator(BaseEstimator):
         clash = sorted(set(self.engine_params or {}) & set(_ESTIMATOR_OPTIONS))
         if clash:
             raise ValueError(f"engine_params: {clash} are estimator parameters; set them on the estimator")
-        tol = self.violation_tol
-        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (math.isfinite(tol) and tol >= 0):
-            raise ValueError(f"violation_tol: expected a finite number >= 0, got {tol!r}")
-        if not isinstance(self.check_inactive, bool):
-            raise ValueError(f"check_inactive: expected True or False, got {self.check_inactive!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
-            raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
+        positive_float(self.violation_tol, "violation_tol", allow_zero=True)
+        check_flag(self.check_inactive, "check_inactive")
+        check_seed(self.seed, allow_none=False, allow_negative=False)
         _check_held_out_parameters(self)
 
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
@@ -588,8 +584,7 @@ class _FairEstimator(BaseEstimator):
             One row per constraint, columns ``train``, ``held_out`` and ``gap``
             (``held_out - train``).
         """
-        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (math.isfinite(tol) and tol >= 0):
-            raise ValueError(f"tol: expected a finite number >= 0, got {tol!r}")
+        positive_float(tol, "tol", allow_zero=True)
         data = self._held_out(X, y, sensitive_features)
         _require_all_groups(data, self.sensitive_levels_)
         constraints = self._constraints_for(data)
@@ -932,7 +927,7 @@ def _with_sqp_surrogates(estimator: Any, constraints: list) -> list:
     for spec, constraint in zip(spec_list(estimator.constraints), constraints):
         named = is_constraint_object(spec) or (isinstance(spec, Mapping) and "surrogate" in spec) or (
             isinstance(spec, (tuple, list)) and any(isinstance(o, Mapping) and "surrogate" in o for o in spec))
-        if not named and isinstance(constraint, _GroupRateConstraint):
+        if not named and isinstance(constraint, GroupRateConstraint):
             constraint.surrogate = SQP_RATE_SURROGATE
             if isinstance(getattr(constraint, "_params", None), dict):
                 constraint._params["surrogate"] = SQP_RATE_SURROGATE
@@ -1005,26 +1000,15 @@ ON_FAIL = ("warn", "raise", "ignore")
 
 def _check_held_out_parameters(est: Any) -> None:
     """Validate ``margin``, ``validation_fraction``, ``confidence``, ``on_fail`` and ``n_candidates``."""
-    margin = est.margin
-    if isinstance(margin, str):
-        if margin != "auto":
-            raise ValueError(f"margin: expected a number >= 0 or 'auto', got {margin!r}")
-    elif isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not (math.isfinite(margin)
-                                                                                  and margin >= 0):
-        raise ValueError(f"margin: expected a finite number >= 0 (in the units of the constraint rows) or 'auto', "
-                         f"got {margin!r}")
-    fraction = est.validation_fraction
-    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, numbers.Real)
-                                 or not 0.0 < fraction <= 0.5):
-        raise ValueError(f"validation_fraction: expected None or a fraction in (0, 0.5], got {fraction!r}")
-    confidence = est.confidence
-    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
-    if est.on_fail not in ON_FAIL:
-        raise ValueError(f"on_fail: expected one of {ON_FAIL}, got {est.on_fail!r}")
-    count = est.n_candidates
-    if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
-        raise ValueError(f"n_candidates: expected an integer >= 1, got {count!r}")
+    if isinstance(est.margin, str):  # a margin in the units of the constraint rows, or "auto"
+        check_choice(est.margin, ("auto",), "margin")
+    else:
+        positive_float(est.margin, "margin", allow_zero=True)
+    if est.validation_fraction is not None:
+        check_interval(est.validation_fraction, "validation_fraction", 0.0, 0.5, closed="right")
+    check_interval(est.confidence, "confidence", 0.0, 1.0)
+    check_choice(est.on_fail, ON_FAIL, "on_fail")
+    positive_int(est.n_candidates, "n_candidates")
 
 
 def _validation_split(est: Any, data: FairData) -> tuple[FairData, FairData | None]:

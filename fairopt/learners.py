@@ -16,15 +16,14 @@ error of the standardised prediction ``net(x)`` against ``(y - mean) / sd``.
 
 from __future__ import annotations
 
-from numbers import Integral
 from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import nn
 
-from fairopt._validation import check_choice, nonnegative_float, positive_float, positive_int, to_numpy
-from fairopt.models import _check_flag
+from fairopt._validation import (check_choice, check_flag, check_seed, nonnegative_float, positive_float, positive_int,
+                                 to_numpy)
 from solvers.losses import scaled_mse_loss
 
 __all__ = ["TorchLearner", "LEARNER_TASKS", "OutputScale", "scaled_output", "target_statistics"]
@@ -140,10 +139,9 @@ class TorchLearner:
         if not callable(module_factory):
             raise ValueError(f"module_factory: expected a callable n_features -> nn.Module, got {module_factory!r}")
         check_choice(task, LEARNER_TASKS, "task")
-        scale_target = _check_flag(scale_target, "scale_target")
-        warm_start = _check_flag(warm_start, "warm_start")
-        if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
-            raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+        scale_target = check_flag(scale_target, "scale_target")
+        warm_start = check_flag(warm_start, "warm_start")
+        seed = check_seed(seed, allow_none=False, allow_negative=False)
         self.module_factory = module_factory
         self.task = task
         self.epochs = positive_int(epochs, "epochs")

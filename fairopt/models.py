@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from fairopt._validation import positive_int
+from fairopt._validation import check_flag, check_seed, positive_int
 
 __all__ = ["linear", "mlp", "ACTIVATIONS"]
 
@@ -34,20 +34,13 @@ class _SqueezeLast(nn.Module):
         return x.squeeze(-1)
 
 
-def _check_flag(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}: expected True or False, got {value!r}")
-    return value
-
-
 @contextlib.contextmanager
 def _seeded(seed: int | None) -> Iterator[None]:
     """Initialise from ``seed`` without touching the global RNG; the global RNG if ``None``."""
     if seed is None:
         yield
         return
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer or None, got {seed!r}")
+    seed = check_seed(seed, allow_negative=False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         yield
@@ -73,7 +66,7 @@ def linear(n_features: int, bias: bool = True, seed: int | None = None) -> nn.Mo
         Maps ``X`` of shape ``(n, p)`` to ``out`` of shape ``(n,)``.
     """
     p = positive_int(n_features, "n_features")
-    bias = _check_flag(bias, "bias")
+    bias = check_flag(bias, "bias")
     with _seeded(seed):
         return nn.Sequential(nn.Linear(p, 1, bias=bias), _SqueezeLast())
 
@@ -115,7 +108,7 @@ def mlp(
     widths = [positive_int(h, "hidden") for h in hidden]
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
-    bias = _check_flag(bias, "bias")
+    bias = check_flag(bias, "bias")
     layers: list[nn.Module] = []
     with _seeded(seed):
         for n_in, n_out in zip([p] + widths[:-1], widths):

@@ -16,7 +16,7 @@ form                                           meaning
 a constraint object                            used as it is (the estimators copy it first)
 =============================================  =================================================
 
-Kinds and their bound arguments (the registry of :mod:`fairopt.experiments.specs`):
+Kinds and their bound arguments (the registry :data:`CONSTRAINT_KINDS`):
 ``disparate_impact`` / ``di`` and ``equal_impact`` / ``ei`` (``delta``, a ratio in
 ``(0, 1]``), ``demographic_parity`` / ``dp``, ``covariance``, ``gedi``, ``dcov``,
 ``jdcov``, ``ccdcov`` (``bound``). A sensitive element may be one name or a list of names
@@ -25,6 +25,25 @@ Kinds and their bound arguments (the registry of :mod:`fairopt.experiments.specs
 :func:`constraint_to_spec` goes the other way: a table made of Python scalars, strings and
 lists only (safe for ``torch.load(..., weights_only=True)`` and JSON) from which
 :func:`constraint_from_spec` rebuilds an equal constraint.
+
+Text and table forms (CLI flags, TOML configs; :func:`build_constraint`,
+:func:`build_penalty`)
+-----------------------------------------------------------------------------------
+Constraint specs, ``kind:sensitive[:bound]`` (several sensitive names comma-separated),
+or a table ``{kind = ..., sensitive = ..., <constructor arguments>}``:
+
+=====================================  ===============================================
+``disparate_impact:sex:0.8`` (``di``)   :class:`~fairopt.constraints.DisparateImpact`, delta
+``equal_impact:sex:0.8`` (``ei``)       :class:`~fairopt.constraints.EqualImpact`, delta
+``demographic_parity:sex:0.05`` (``dp``) :class:`~fairopt.constraints.DemographicParity`, bound
+``covariance:sex:0.01``                 :class:`~fairopt.constraints.Covariance`, bound
+``gedi:age:0.05``                       :class:`~fairopt.constraints.gedi.GeDI`, bound
+``dcov|jdcov|ccdcov:sex,race:0.001``    :class:`~fairopt.constraints.dcov.DistanceCovariance`
+=====================================  ===============================================
+
+Penalty specs (:mod:`fairopt.penalties`): ``dp_squared:sex``, ``dcov|jdcov|ccdcov:sex,race,age``,
+``gedi:age[:degree]``, ``fauci:<metric>:<sensitive>`` (metric wdp, wdi, weo, gdp, gdi, geo),
+or a table ``{kind = ..., ...}``.
 """
 
 from __future__ import annotations
@@ -32,12 +51,14 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 from fairopt.constraints import Covariance, DemographicParity, DisparateImpact, DistanceCovariance, EqualImpact, GeDI
+from fairopt import penalties
 from fairopt.surrogates import Surrogate, get_surrogate
 
-__all__ = ["constraint_from_spec", "constraint_to_spec", "resolve_constraints", "spec_list", "is_constraint_object"]
+__all__ = ["CONSTRAINT_KINDS", "PENALTY_KINDS", "build_constraint", "build_penalty", "constraint_builder",
+           "constraint_from_spec", "constraint_to_spec", "resolve_constraints", "spec_list", "is_constraint_object"]
 
 _SURROGATE_KEY = "surrogate"
 
@@ -100,8 +121,6 @@ def constraint_from_spec(spec: Any) -> Any:
     """One constraint object from a spec (module docstring); objects are deep-copied."""
     if is_constraint_object(spec):
         return copy.deepcopy(spec)
-    from fairopt.experiments.specs import build_constraint  # the registry of constraint kinds
-
     if isinstance(spec, str):
         return build_constraint(spec)
     if isinstance(spec, Mapping):
@@ -116,8 +135,6 @@ def constraint_from_spec(spec: Any) -> Any:
 
 def _from_tuple(spec: tuple | list) -> Any:
     """``(kind, sensitive, bound[, options])``: the bound goes to the kind's bound argument."""
-    from fairopt.experiments.specs import constraint_builder
-
     if len(spec) not in (3, 4) or not isinstance(spec[0], str):
         raise ValueError(f"constraints: expected (kind, sensitive, bound[, options]), got {spec!r}")
     options = spec[3] if len(spec) == 4 else {}
@@ -202,3 +219,143 @@ def _plain(value: Any, key: str) -> Any:
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalar
         return value.item()
     raise ValueError(f"constraints: argument {key!r} = {value!r} cannot be written as a plain value")
+
+
+# ----------------------------------------------------------------------------- text and table forms
+_ALIASES = {"di": "disparate_impact", "ei": "equal_impact", "dp": "demographic_parity"}
+#: constraint kind -> name of its bound argument
+CONSTRAINT_KINDS = {
+    "disparate_impact": "delta",
+    "equal_impact": "delta",
+    "demographic_parity": "bound",
+    "covariance": "bound",
+    "gedi": "bound",
+    "dcov": "bound",
+    "jdcov": "bound",
+    "ccdcov": "bound",
+}
+PENALTY_KINDS = ("dp_squared", "dcov", "jdcov", "ccdcov", "gedi", "fauci")
+
+
+def _names(text: str, spec: Any) -> str | list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise ValueError(f"spec: no sensitive feature name in {spec!r}")
+    return names[0] if len(names) == 1 else names
+
+
+def _number(text: str, what: str, spec: Any) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"spec: {what} {text!r} in {spec!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"spec: {what} in {spec!r} must be finite, got {text!r}")
+    return value
+
+
+def _table(spec: Any, kinds: Any) -> tuple[str, dict]:
+    """``(kind, keyword arguments)`` of a table spec."""
+    options = dict(spec)
+    kind = options.pop("kind", None)
+    kind = _ALIASES.get(kind, kind)
+    if kind not in kinds:
+        raise ValueError(f"spec: 'kind' must be one of {sorted(kinds)}, got {kind!r} in {dict(spec)!r}")
+    return kind, options
+
+
+def _parse_constraint(spec: Any) -> tuple[str, dict]:
+    """``(kind, constructor arguments)`` of a constraint spec (the bound may be absent)."""
+    if isinstance(spec, Mapping):
+        return _table(spec, CONSTRAINT_KINDS)
+    if not isinstance(spec, str):
+        raise ValueError(f"spec: expected 'kind:sensitive[:bound]' or a table, got {spec!r}")
+    parts = spec.split(":")
+    kind = _ALIASES.get(parts[0].strip(), parts[0].strip())
+    if kind not in CONSTRAINT_KINDS or len(parts) not in (2, 3):
+        raise ValueError(f"spec: expected 'kind:sensitive[:bound]' with kind in {sorted(CONSTRAINT_KINDS)}, "
+                         f"got {spec!r}")
+    options: dict = {"sensitive": _names(parts[1], spec)}
+    if len(parts) == 3:
+        options[CONSTRAINT_KINDS[kind]] = _number(parts[2], CONSTRAINT_KINDS[kind], spec)
+    return kind, options
+
+
+def _make_constraint(kind: str, options: dict) -> Any:
+    if "sensitive" not in options:
+        raise ValueError(f"spec: a {kind!r} constraint needs 'sensitive'")
+    if CONSTRAINT_KINDS[kind] not in options:
+        raise ValueError(f"spec: a {kind!r} constraint needs its {CONSTRAINT_KINDS[kind]!r}")
+    if kind in ("dcov", "jdcov", "ccdcov"):
+        return DistanceCovariance(kind=kind, **options)
+    classes = {"disparate_impact": DisparateImpact, "equal_impact": EqualImpact,
+               "demographic_parity": DemographicParity, "covariance": Covariance, "gedi": GeDI}
+    try:
+        return classes[kind](**options)
+    except TypeError as exc:
+        raise ValueError(f"spec: bad arguments {sorted(options)} for {kind!r} ({exc})") from None
+
+
+def build_constraint(spec: str | Mapping, bound: float | None = None) -> Any:
+    """A constraint from a spec (module docstring); ``bound`` overrides the spec's bound.
+
+    E.g. ``build_constraint("disparate_impact:sex:0.8")`` is
+    ``DisparateImpact("sex", delta=0.8)``.
+    """
+    kind, options = _parse_constraint(spec)
+    if bound is not None:
+        options[CONSTRAINT_KINDS[kind]] = bound
+    return _make_constraint(kind, options)
+
+
+def constraint_builder(spec: str | Mapping) -> tuple[Callable[[float], Any], str, float | None]:
+    """``(value -> constraint, name of the bound argument, the spec's own bound or None)``
+    for sweeping a constraint's bound; the spec is validated now."""
+    kind, options = _parse_constraint(spec)
+    name = CONSTRAINT_KINDS[kind]
+    default = options.get(name)
+    probe = dict(options)
+    probe.setdefault(name, 1.0 if name == "delta" else 0.0)
+    _make_constraint(kind, probe)
+    return (lambda value: build_constraint(spec, bound=value)), name, default
+
+
+def build_penalty(spec: str | Mapping) -> Any:
+    """A penalty object of :mod:`fairopt.penalties` from a spec (module docstring)."""
+    if isinstance(spec, Mapping):
+        kind, options = _table(spec, PENALTY_KINDS)
+    elif isinstance(spec, str):
+        parts = [p.strip() for p in spec.split(":")]
+        kind = parts[0]
+        if kind not in PENALTY_KINDS:
+            raise ValueError(f"spec: penalty kind must be one of {PENALTY_KINDS}, got {spec!r}")
+        if kind == "fauci":
+            if len(parts) != 3:
+                raise ValueError(f"spec: expected 'fauci:<metric>:<sensitive>', got {spec!r}")
+            options = {"metric": parts[1], "sensitive": parts[2]}
+        elif kind == "gedi":
+            if len(parts) not in (2, 3):
+                raise ValueError(f"spec: expected 'gedi:<sensitive>[:<degree>]', got {spec!r}")
+            options = {"sensitive": parts[1]}
+            if len(parts) == 3:
+                degree = _number(parts[2], "degree", spec)
+                if not degree.is_integer():
+                    raise ValueError(f"spec: degree in {spec!r} must be an integer")
+                options["degree"] = int(degree)
+        else:
+            if len(parts) != 2:
+                raise ValueError(f"spec: expected '{kind}:<sensitive>[,<sensitive>...]', got {spec!r}")
+            options = {"sensitive": _names(parts[1], spec)}
+    else:
+        raise ValueError(f"spec: expected a penalty spec string or table, got {spec!r}")
+    makers = {
+        "dp_squared": penalties.DemographicParitySquared,
+        "gedi": penalties.GeDIPenalty,
+        "fauci": penalties.FaUCI,
+    }
+    try:
+        if kind in ("dcov", "jdcov", "ccdcov"):
+            return penalties.DistanceCovariancePenalty(kind=kind, **options)
+        return makers[kind](**options)
+    except TypeError as exc:
+        raise ValueError(f"spec: bad arguments {sorted(options)} for penalty {kind!r} ({exc})") from None

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from solvers.losses import LossFn
+from solvers.validation import check_choice
 
 __all__ = ["DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "flatten_rows", "pullback",
            "rows_jacobian"]
@@ -109,9 +110,7 @@ class LocalDerivatives:
     """
 
     def __init__(self, jacobian: str = "auto") -> None:
-        if jacobian not in JACOBIAN_MODES:
-            raise ValueError(f"jacobian: expected one of {JACOBIAN_MODES}, got {jacobian!r}")
-        self.jacobian = jacobian
+        self.jacobian = check_choice(jacobian, JACOBIAN_MODES, "jacobian")
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                  con_batch: Any) -> Derivatives:

@@ -68,6 +68,7 @@ from torch import nn
 from solvers.derivatives import Derivatives, model_outputs, pullback, rows_jacobian
 from solvers.losses import LossFn
 from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
+from solvers.validation import check_flag
 
 __all__ = ["AllReduceDerivatives", "DataParallelConstraint", "broadcast_parameters", "check_data_parallel_options",
            "distributed_active", "supports_data_parallel"]
@@ -107,16 +108,13 @@ def distributed_active(flag: bool | None) -> bool:
     ValueError
         ``flag`` is not None/True/False, or True without an initialised process group.
     """
+    flag = check_flag(flag, "distributed", allow_none=True)
     if flag is None:
         return dist.is_available() and dist.is_initialized()
-    if flag is True:
-        if not (dist.is_available() and dist.is_initialized()):
-            raise ValueError("distributed: True needs an initialised torch.distributed process group "
-                             "(dist.init_process_group, e.g. under torchrun)")
-        return True
-    if flag is False:
-        return False
-    raise ValueError(f"distributed: expected None, True or False, got {flag!r}")
+    if flag and not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("distributed: True needs an initialised torch.distributed process group "
+                         "(dist.init_process_group, e.g. under torchrun)")
+    return flag
 
 
 def check_data_parallel_options(batch_size: Any, constraint_batch: str, constraints: Any) -> None:

@@ -29,6 +29,7 @@ from solvers.losses import LossFn, get_loss
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.penalty import FirstOrderTrainer
 from solvers.problem import Constraint, as_constraint_set, check_dataset, row_violations, trainable_parameters
+from solvers.validation import check_choice, positive_float
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]
 
@@ -95,21 +96,11 @@ class LagrangianDual(FirstOrderTrainer):
         super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,
                          optimizer_options=optimizer_options, seed=seed, tol=tol, verbose=verbose,
                          callbacks=callbacks)
-        if dual_update not in DUAL_UPDATES:
-            raise ValueError(f"dual_update: expected one of {DUAL_UPDATES}, got {dual_update!r}")
-        self.dual_update = dual_update
+        self.dual_update = check_choice(dual_update, DUAL_UPDATES, "dual_update")
         self.dual_lr = _DEFAULT_DUAL_LR[dual_update] if dual_lr is None else dual_lr
-        if isinstance(self.dual_lr, bool) or not isinstance(self.dual_lr, (int, float)) or not (
-            math.isfinite(self.dual_lr) and self.dual_lr > 0
-        ):
-            raise ValueError(f"dual_lr: expected a positive finite number, got {dual_lr!r}")
-        if isinstance(multipliers0, bool) or not isinstance(multipliers0, (int, float)) or not (
-            math.isfinite(multipliers0) and multipliers0 >= 0
-        ):
-            raise ValueError(f"multipliers0: expected a finite number >= 0, got {multipliers0!r}")
-        if not (isinstance(feasibility_tol, (int, float)) and feasibility_tol >= 0):
-            raise ValueError(f"feasibility_tol: expected a number >= 0, got {feasibility_tol!r}")
-        self.multipliers0 = float(multipliers0)
+        positive_float(self.dual_lr, "dual_lr")
+        self.multipliers0 = positive_float(multipliers0, "multipliers0", allow_zero=True)
+        positive_float(feasibility_tol, "feasibility_tol", allow_zero=True)
         self.feasibility_tol = feasibility_tol
 
     # ------------------------------------------------------------------ iteration

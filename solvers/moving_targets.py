@@ -32,7 +32,6 @@ import copy
 import logging
 import sys
 import time
-from numbers import Integral
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -41,8 +40,8 @@ import torch
 from solvers.history import FitResult, History
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations
-from solvers.projection import (BACKENDS, ProjectionResult, _as_array, _check_choice, _check_positive, _check_seed,
-                                project_targets)
+from solvers.projection import BACKENDS, ProjectionResult, project_targets
+from solvers.validation import as_float_array, check_choice, check_seed, positive_float, positive_int
 from solvers.problem import as_constraint_set
 
 __all__ = ["MovingTargets", "MT_TASKS"]
@@ -133,15 +132,13 @@ class MovingTargets:
         self._validate_options()
 
     def _validate_options(self) -> None:
-        if isinstance(self.iterations, bool) or not isinstance(self.iterations, Integral) or self.iterations < 1:
-            raise ValueError(f"iterations: expected a positive integer, got {self.iterations!r}")
-        _check_choice(self.backend, "backend", BACKENDS)
-        _check_positive(self.time_limit, "time_limit")
-        _check_positive(self.mip_gap, "mip_gap", allow_zero=True)
-        _check_positive(self.feasibility_tol, "feasibility_tol", allow_zero=True)
-        _check_seed(self.seed)
-        if isinstance(self.verbose, bool) or not isinstance(self.verbose, Integral) or self.verbose < 0:
-            raise ValueError(f"verbose: expected a non-negative integer, got {self.verbose!r}")
+        positive_int(self.iterations, "iterations")
+        check_choice(self.backend, BACKENDS, "backend")
+        positive_float(self.time_limit, "time_limit")
+        positive_float(self.mip_gap, "mip_gap", allow_zero=True)
+        positive_float(self.feasibility_tol, "feasibility_tol", allow_zero=True)
+        check_seed(self.seed, allow_none=False, allow_negative=False)
+        positive_int(self.verbose, "verbose", allow_zero=True)
         if not all(callable(cb) for cb in self.callbacks):
             raise ValueError(f"callbacks: expected callables, got {self.callbacks!r}")
 
@@ -324,7 +321,7 @@ def _resolve_task(task: str | None, data: Any) -> str:
             raise ValueError(f"task: cannot infer it from data.task={data_task!r}; pass task='classification' "
                              "or task='regression'")
         return implied
-    _check_choice(task, "task", MT_TASKS)
+    check_choice(task, MT_TASKS, "task")
     if isinstance(data_task, str) and implied != task:
         raise ValueError(f"task: {task!r} does not match data.task={data_task!r} (constraints read data.task)")
     return task
@@ -335,8 +332,8 @@ def _training_arrays(data: Any, classification: bool) -> tuple[np.ndarray, np.nd
     for attr in ("X", "y"):
         if not hasattr(data, attr):
             raise ValueError(f"data: expected a dataset with X and y, missing {attr!r}")
-    X = _as_array(data.X, "data.X").astype(np.float32)
-    y = _as_array(data.y, "data.y").reshape(-1)
+    X = as_float_array(data.X, "data.X").astype(np.float32)
+    y = as_float_array(data.y, "data.y").reshape(-1)
     if X.ndim != 2 or X.shape[0] == 0:
         raise ValueError(f"data.X: expected a non-empty 2-D array (n, p), got shape {X.shape}")
     if y.shape[0] != X.shape[0]:
@@ -385,9 +382,9 @@ def _predict(learner: Any, X: np.ndarray, classification: bool) -> np.ndarray:
     """The learner's predictions (n,) as float64; hard 0/1 labels for classification."""
     name = type(learner).__name__
     if callable(getattr(learner, "predict", None)):
-        values = _as_array(learner.predict(X), f"{name}.predict(X)").reshape(-1)
+        values = as_float_array(learner.predict(X), f"{name}.predict(X)").reshape(-1)
     else:
-        proba = _as_array(learner.predict_proba(X), f"{name}.predict_proba(X)")
+        proba = as_float_array(learner.predict_proba(X), f"{name}.predict_proba(X)")
         proba = proba[:, -1] if proba.ndim == 2 else proba.reshape(-1)
         values = (proba > 0.5).astype(np.float64)
     if values.shape[0] != X.shape[0] or not np.isfinite(values).all():

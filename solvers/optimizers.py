@@ -14,6 +14,8 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from solvers.validation import check_choice, check_interval, positive_float, positive_int
+
 __all__ = ["AdaHessian", "hutchinson_diagonal", "make_optimizer", "needs_create_graph", "OPTIMIZERS"]
 
 OPTIMIZERS = ("adam", "sgd", "adahessian")
@@ -67,8 +69,7 @@ def hutchinson_diagonal(
     if not any(g.requires_grad for g in grads):
         raise ValueError("grads: no gradient carries a graph; compute it with create_graph=True")
     if vectors is None:
-        if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-            raise ValueError(f"n_samples: expected a positive integer, got {n_samples!r}")
+        positive_int(n_samples, "n_samples")
         vectors = [[rademacher_like(p, generator) for p in params] for _ in range(n_samples)]
     vectors = list(vectors)
     if not vectors:
@@ -157,18 +158,15 @@ class AdaHessian(torch.optim.Optimizer):
         n_samples: int = 1,
         seed: int = 0,
     ) -> None:
-        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr: expected a positive finite number, got {lr!r}")
+        positive_float(lr, "lr")
         if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"betas: expected two values in [0, 1), got {betas!r}")
         if not eps > 0:
             raise ValueError(f"eps: expected a positive number, got {eps!r}")
         if not weight_decay >= 0:
             raise ValueError(f"weight_decay: expected a non-negative number, got {weight_decay!r}")
-        if not 0.0 <= hessian_power <= 1.0:
-            raise ValueError(f"hessian_power: expected a value in [0, 1], got {hessian_power!r}")
-        if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-            raise ValueError(f"n_samples: expected a positive integer, got {n_samples!r}")
+        check_interval(hessian_power, "hessian_power", 0.0, 1.0, closed="both")
+        positive_int(n_samples, "n_samples")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         hessian_power=hessian_power, spatial_average=bool(spatial_average))
         super().__init__(params, defaults)
@@ -223,8 +221,7 @@ def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, seed: i
     ``options`` go to the optimiser's constructor (e.g. ``momentum=0.9`` for SGD,
     ``betas=(0.95, 0.999)``, ``hessian_power=0.5`` for AdaHessian).
     """
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer: expected one of {OPTIMIZERS}, got {name!r}")
+    check_choice(name, OPTIMIZERS, "optimizer")
     params = list(params)
     try:
         if name == "adam":

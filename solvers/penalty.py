@@ -31,6 +31,7 @@ from solvers.losses import LossFn, get_loss
 from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
 from solvers.problem import check_dataset, trainable_parameters, violation
 from solvers.sampling import minibatches
+from solvers.validation import check_choice, check_seed, positive_float, positive_int
 
 __all__ = ["Penalty", "PenaltyTerm", "penalty_terms", "penalised_loss", "FirstOrderTrainer"]
 
@@ -148,15 +149,6 @@ def penalised_loss(loss: str | LossFn, penalties: Any, weight: float | Sequence[
     return objective
 
 
-def _check_positive(name: str, value: Any, integer: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    if integer:
-        ok = ok and float(value).is_integer()
-    if not ok:
-        kind = "a positive integer" if integer else "a positive finite number"
-        raise ValueError(f"{name}: expected {kind}, got {value!r}")
-
-
 class FirstOrderTrainer:
     """The mini-batch loop shared by :class:`Penalty` and :class:`~solvers.lagrangian.LagrangianDual`.
 
@@ -191,15 +183,13 @@ class FirstOrderTrainer:
         self.tol = tol
         self.verbose = verbose
         self.callbacks = tuple(callbacks)
-        _check_positive("epochs", epochs, integer=True)
-        _check_positive("lr", lr)
+        positive_int(epochs, "epochs", allow_integral_float=True)
+        positive_float(lr, "lr")
         if batch_size is not None:
-            _check_positive("batch_size", batch_size, integer=True)
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer: expected one of {OPTIMIZERS}, got {optimizer!r}")
-        _check_positive("tol", tol)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed: expected an integer, got {seed!r}")
+            positive_int(batch_size, "batch_size", allow_integral_float=True)
+        check_choice(optimizer, OPTIMIZERS, "optimizer")
+        positive_float(tol, "tol")
+        check_seed(seed, allow_none=False)
 
     # ------------------------------------------------------------------ subclass hooks
     def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor | None, dict]:

@@ -59,17 +59,16 @@ jointly infeasible.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import warnings
 from dataclasses import dataclass, replace
-from numbers import Integral, Real
 from typing import Any, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from solvers.problem import LinearEncoding, split_rows
+from solvers.validation import as_float_array, check_choice, check_flag, check_seed, positive_float
 
 __all__ = [
     "BACKENDS",
@@ -241,26 +240,6 @@ class _Raw:
 # --------------------------------------------------------------------------------------
 # Validation and assembly
 # --------------------------------------------------------------------------------------
-def _check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name}: expected one of {tuple(choices)}, got {value!r}")
-    return value
-
-
-def _check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
-    ok = ok and (float(value) >= 0 if allow_zero else float(value) > 0)
-    if not ok:
-        raise ValueError(f"{name}: expected a finite number {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return float(value)
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
-    return int(seed)
-
-
 def _references(reference: Any) -> np.ndarray:
     """``reference`` as a float64 array ``(R, n)`` (one row per reference)."""
     if isinstance(reference, (list, tuple)) and not all(np.ndim(r) == 0 for r in reference):
@@ -271,7 +250,7 @@ def _references(reference: Any) -> np.ndarray:
         if len(lengths) > 1:
             raise ValueError(f"reference: the vectors have different lengths {sorted(lengths)}")
         return np.vstack(rows)
-    array = _as_array(reference, "reference")
+    array = as_float_array(reference, "reference")
     if array.ndim == 1:
         return _as_vector(array, "reference")[None, :]
     if array.ndim == 2:
@@ -281,17 +260,8 @@ def _references(reference: Any) -> np.ndarray:
     raise ValueError(f"reference: expected shape (n,) or (R, n), got {array.shape}")
 
 
-def _as_array(value: Any, name: str) -> np.ndarray:
-    if hasattr(value, "detach"):  # torch tensors, without importing torch
-        value = value.detach().cpu().numpy()
-    try:
-        return np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: expected numbers, got {type(value).__name__} ({exc})") from None
-
-
 def _as_vector(value: Any, name: str) -> np.ndarray:
-    array = _as_array(value, name)
+    array = as_float_array(value, name)
     if array.ndim != 1 or array.size == 0:
         raise ValueError(f"{name}: expected a non-empty vector of shape (n,), got shape {array.shape}")
     if not np.isfinite(array).all():
@@ -305,7 +275,7 @@ def _weights(weights: Any, n_references: int) -> np.ndarray:
     if weights is None:
         w = np.ones(n_references)
     else:
-        w = np.atleast_1d(_as_array(weights, "weights")).reshape(-1)
+        w = np.atleast_1d(as_float_array(weights, "weights")).reshape(-1)
     if w.size != n_references:
         raise ValueError(f"weights: expected {n_references} weight(s) (one per reference), got {w.size}")
     if not np.isfinite(w).all() or (w < 0).any():
@@ -791,14 +761,12 @@ def project_targets(
     >>> project_targets(np.array([2.0, 3.0, 7.0]), encodings=[mean_three]).z.round(6)
     array([1., 2., 6.])
     """
-    loss = _check_choice(loss, "loss", LOSSES)
-    backend = _check_choice(backend, "backend", BACKENDS)
-    if not isinstance(binary, (bool, np.bool_)):
-        raise ValueError(f"binary: expected True or False, got {binary!r}")
-    binary = bool(binary)
-    time_limit = _check_positive(time_limit, "time_limit")
-    mip_gap = _check_positive(mip_gap, "mip_gap", allow_zero=True)
-    seed = _check_seed(seed)
+    loss = check_choice(loss, LOSSES, "loss")
+    backend = check_choice(backend, BACKENDS, "backend")
+    binary = check_flag(binary, "binary")
+    time_limit = positive_float(time_limit, "time_limit")
+    mip_gap = positive_float(mip_gap, "mip_gap", allow_zero=True)
+    seed = check_seed(seed, allow_none=False, allow_negative=False)
     refs = _references(reference)
     w = _weights(weights, refs.shape[0])
     if loss == "hamming":

@@ -71,6 +71,7 @@ from scipy.linalg.lapack import dtrtrs
 from scipy.optimize import linprog
 
 from solvers.problem import split_rows
+from solvers.validation import check_choice, positive_float, positive_int
 
 __all__ = [
     "QPResult",
@@ -285,13 +286,6 @@ def _validate(g: Any, h: Any, J: Any, lo: Any, hi: Any) -> _Inputs:
             dtype = torch.promote_types(dtype, dt)
     device = tensors[0].device if tensors else torch.device("cpu")
     return _Inputs(g_a.values, h_a.values, J_a.values, lo_v, hi_v, dtype, device)
-
-
-def _check_tol(name: str, value: float) -> float:
-    value = float(value)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name}: must be a finite positive number, got {value}")
-    return value
 
 
 # --------------------------------------------------------------------------------------
@@ -1036,11 +1030,13 @@ def _pick_method(solver: str, space: _Space) -> str:
 
 
 def _check_options(solver: str, tol: float, rank_tol: float, max_iter: int | None) -> tuple[float, float]:
-    if solver not in _SOLVERS:
-        raise ValueError(f"solver: expected one of {_SOLVERS}, got {solver!r}")
-    if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1):
-        raise ValueError(f"max_iter: must be a positive integer, got {max_iter!r}")
-    return _check_tol("tol", tol), _check_tol("rank_tol", rank_tol)
+    check_choice(solver, _SOLVERS, "solver")
+    try:
+        if max_iter is not None:
+            positive_int(max_iter, "max_iter")
+        return positive_float(tol, "tol"), positive_float(rank_tol, "rank_tol")
+    except ValueError as exc:  # diagonal_qp has always said "<name>: must be ..." (tests match it)
+        raise ValueError(str(exc).replace(": expected ", ": must be ", 1)) from None
 
 
 def diagonal_qp(

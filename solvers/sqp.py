@@ -50,6 +50,7 @@ from solvers.problem import (Constraint, as_constraint_set, assign_parameters, c
                              row_violations, trainable_parameters, violation)
 from solvers.qp import diagonal_qp, least_violation_bounds
 from solvers.sampling import BalancedSampler, minibatches
+from solvers.validation import check_choice, check_flag, check_interval, positive_float, positive_int
 
 __all__ = ["StochasticSQP", "SQPWarning", "LR_SCHEDULES"]
 
@@ -299,35 +300,20 @@ class StochasticSQP:
 
     # ------------------------------------------------------------------ validation
     def _validate_options(self) -> None:
-        def positive(name: str, value: Any, integer: bool = False) -> None:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-            if integer:
-                ok = ok and float(value).is_integer()
-            if not ok:
-                kind = "a positive integer" if integer else "a positive finite number"
-                raise ValueError(f"{name}: expected {kind}, got {value!r}")
-
-        positive("epochs", self.epochs, integer=True)
-        positive("lr_patience", self.lr_patience, integer=True)
-        positive("lr_kmin", self.lr_kmin, integer=True)
-        positive("lr_interval", self.lr_interval, integer=True)
-        positive("lr_min", self.lr_min)
-        positive("tol", self.tol)
-        positive("feasibility_tol", self.feasibility_tol)
-        if self.lr_schedule not in LR_SCHEDULES and not isinstance(self.lr_schedule, bool):
-            raise ValueError(f"lr_schedule: expected one of {LR_SCHEDULES} (or True for 'paper', False for 'none'), "
-                             f"got {self.lr_schedule!r}")
-        if not (isinstance(self.polish_iterations, int) and not isinstance(self.polish_iterations, bool)
-                and self.polish_iterations >= 0):
-            raise ValueError(f"polish_iterations: expected a non-negative integer, got {self.polish_iterations!r}")
+        # loop counts and batch sizes also accept integral floats such as 10.0 (they are used as int(...))
+        for name in ("epochs", "lr_patience", "lr_kmin", "lr_interval"):
+            positive_int(getattr(self, name), name, allow_integral_float=True)
+        for name in ("lr_min", "tol", "feasibility_tol"):
+            positive_float(getattr(self, name), name)
+        if not isinstance(self.lr_schedule, bool):  # True for "paper", False for "none"
+            check_choice(self.lr_schedule, LR_SCHEDULES, "lr_schedule")
+        positive_int(self.polish_iterations, "polish_iterations", allow_zero=True)
         for name in ("feasibility_restoration", "calibrate_exact"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
-        positive("lr", self.lr)
-        if self.batch_size is not None:
-            positive("batch_size", self.batch_size, integer=True)
-        if self.constraint_batch_size is not None:
-            positive("constraint_batch_size", self.constraint_batch_size, integer=True)
+            check_flag(getattr(self, name), name)
+        positive_float(self.lr, "lr")
+        for name in ("batch_size", "constraint_batch_size"):
+            if getattr(self, name) is not None:
+                positive_int(getattr(self, name), name, allow_integral_float=True)
         choices = {
             "constraint_batch": CONSTRAINT_BATCHES,
             "step": ("fixed", "adaptive"),
@@ -335,18 +321,13 @@ class StochasticSQP:
             "jacobian": JACOBIAN_MODES,
         }
         for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
-        if not 0.0 <= self.beta2 < 1.0:
-            raise ValueError(f"beta2: expected a value in [0, 1), got {self.beta2!r}")
+            check_choice(getattr(self, name), allowed, name)
+        check_interval(self.beta2, "beta2", 0.0, 1.0, closed="left")
         for name in ("hessian_shift", "tau0", "xi0", "tau_min", "xi_min", "theta", "lr_factor"):
-            positive(name, getattr(self, name))
+            positive_float(getattr(self, name), name)
         for name in ("sigma", "epsilon", "eta", "lr_weight", "lr_decay", "lr_floor", "calibration_weight"):
-            value = getattr(self, name)
-            if not 0.0 < value < 1.0:
-                raise ValueError(f"{name}: expected a value in (0, 1), got {value!r}")
-        if not (self.distributed is None or isinstance(self.distributed, bool)):
-            raise ValueError(f"distributed: expected None, True or False, got {self.distributed!r}")
+            check_interval(getattr(self, name), name, 0.0, 1.0)
+        check_flag(self.distributed, "distributed", allow_none=True)
         if self.constraint_batch == "balanced" and self.batch_size is None and self.constraint_batch_size is None:
             raise ValueError("constraint_batch: 'balanced' needs batch_size or constraint_batch_size")
 
@@ -548,6 +529,11 @@ class StochasticSQP:
         Starts from the tail average of the last epoch when it is finite, runs full-data SQP
         iterations on copies of the engine state (``tau``, ``xi``, ``beta``, the Hessian
         accumulator), offers every iterate to ``tracker`` and stops at a feasible KKT point.
+        The exact rows are step functions of the outputs, so a smooth step that meets the
+        calibrated bound can leave a few rows on the wrong side; the polish therefore adds
+        the exact violation of every iterate to a running tightening of the working bounds
+        (integral action: measured on Dutch, MLP 32, batch 256, balanced constraint batches
+        of 1024, seed 2, the polish otherwise stalled at a DI row violation of 2.6e-4).
         Past ``polish_iterations`` it goes on (up to ``POLISH_EXTENSION`` times as many)
         while the iterate is still infeasible and its exact violation still falls
         (:func:`_still_restoring`): measured on Dutch (MLP 32, batch 256, balanced
@@ -564,6 +550,7 @@ class StochasticSQP:
                 assign_parameters(params, average)
         status = "max_epochs"
         violations: list[float] = []  # exact violation of every polish iterate
+        push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
         for k in range(POLISH_EXTENSION * int(self.polish_iterations)):
             der = self._derivatives(model, params, loss_fn, cons, data, data)
             if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
@@ -577,8 +564,10 @@ class StochasticSQP:
                 break
             if self.calibrate_exact and der.c_exact is not None:
                 offset = self._calibrate(offset, der.c_exact - der.c, lower, upper)
-            record = self._iterate(params, der, vv, lower - offset, upper - offset, st, model, loss_fn, cons,
-                                   data, data, bounds=(lower, upper))
+            if der.c_exact is not None:  # integral action: what is still violated tightens the target
+                push = push + (der.c_exact - upper).clamp(min=0) - (lower - der.c_exact).clamp(min=0)
+            record = self._iterate(params, der, vv, lower - offset - push, upper - offset - push, st, model, loss_fn,
+                                   cons, data, data, bounds=(lower, upper))
             record["epoch"] = st["epochs_done"]
             record["phase"] = "polish"
             history.append(record)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fairopt._validation import as_1d_tensor, check_same_length
+from fairopt._validation import as_1d_tensor, check_flag, check_same_length, nonnegative_float, positive_float
 from fairopt.constraints.base import BaseConstraint
 from fairopt.exceptions import FairnessWarning
 from fairopt.measures.gedi import KernelBasis, check_degree, check_kernel, standardization
@@ -45,20 +45,6 @@ class _CacheEntry:
     sensitive: torch.Tensor
     n: int
     basis: KernelBasis
-
-
-def _check_number(value: Any, name: str, positive: bool = False) -> float:
-    """A finite real number ``>= 0`` (``> 0`` if ``positive``), as ``float``."""
-    is_real = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
-    if not is_real or not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name}: expected a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
-    return float(value)
-
-
-def _check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name}: expected True or False, got {value!r}")
-    return bool(value)
 
 
 class GeDI(BaseConstraint):
@@ -140,13 +126,13 @@ class GeDI(BaseConstraint):
             raise ValueError(f"sensitive: expected the name of a sensitive feature, got {sensitive!r}")
         self.sensitive = sensitive
         self.degree = check_degree(degree)
-        self.bound = _check_number(bound, "bound")
-        self.fine = _check_flag(fine, "fine")
-        self.relative = _check_flag(relative, "relative")
+        self.bound = nonnegative_float(bound, "bound")
+        self.fine = check_flag(fine, "fine")
+        self.relative = check_flag(relative, "relative")
         self.kernel = check_kernel(kernel)
-        self.eps = None if eps is None else _check_number(eps, "eps", positive=True)
-        self.tol = _check_number(tol, "tol")
-        self.standardize = None if standardize is None else _check_flag(standardize, "standardize")
+        self.eps = None if eps is None else positive_float(eps, "eps")
+        self.tol = nonnegative_float(tol, "tol")
+        self.standardize = check_flag(standardize, "standardize", allow_none=True)
         self.surrogate = None if surrogate is None else get_surrogate(surrogate)
         self._params = dict(
             sensitive=sensitive, degree=self.degree, bound=self.bound, fine=self.fine,

@@ -62,13 +62,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fairopt._validation import as_1d_tensor, check_binary, finite_float, nonnegative_float, sensitive_names
+from fairopt._validation import (as_1d_tensor, check_binary, check_interval, finite_float, nonnegative_float,
+                                 sensitive_names)
 from fairopt.constraints.base import BaseConstraint
 from fairopt.exceptions import FairnessWarning
 from fairopt.surrogates import Linear, Surrogate, get_surrogate
 from solvers.problem import LinearEncoding
 
-__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance"]
+__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GroupRateConstraint"]
 
 logger = logging.getLogger(__name__)
 
@@ -400,8 +401,12 @@ def _comparisons(partitions: Sequence[_Partition], pairwise: bool) -> tuple[list
     return sides, pairs
 
 
-class _GroupRateConstraint(_LinearRowsConstraint):
-    """Rows that are linear combinations of two group means ``P_focus``, ``P_ref`` per comparison."""
+class GroupRateConstraint(_LinearRowsConstraint):
+    """Rows that are linear combinations of two group means ``P_focus``, ``P_ref`` per comparison.
+
+    The common base of :class:`DisparateImpact` and :class:`DemographicParity` (group rate
+    constraints, certified in closed form by :mod:`fairopt.certificate`).
+    """
 
     def _row_templates(self) -> list[_RowTemplate]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -513,14 +518,11 @@ class _GroupRateConstraint(_LinearRowsConstraint):
         )
 
 
-def _check_delta(delta: Any) -> float:
-    value = finite_float(delta, "delta")
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"delta: expected a ratio in (0, 1], got {delta!r}")
-    return value
+#: The former private name, kept for backward compatibility.
+_GroupRateConstraint = GroupRateConstraint
 
 
-class DisparateImpact(_GroupRateConstraint):
+class DisparateImpact(GroupRateConstraint):
     r"""Disparate impact: the positive rates of two groups within a ratio ``delta`` ([SQP] eq 5).
 
     For binary ``S`` with ``P_s`` the mean of ``phi(out - threshold)`` over group ``s``:
@@ -563,7 +565,7 @@ class DisparateImpact(_GroupRateConstraint):
         threshold: float = 0.0,
         groups: str = "one_vs_rest",
     ) -> None:
-        self.delta = _check_delta(delta)
+        self.delta = check_interval(delta, "delta", 0.0, 1.0, closed="right")
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
             "sensitive": sensitive, "delta": self.delta, "surrogate": self.surrogate,
@@ -595,7 +597,7 @@ class EqualImpact(DisparateImpact):
         return (check_binary(y, "y") == 1).to(_FLOAT)
 
 
-class DemographicParity(_GroupRateConstraint):
+class DemographicParity(GroupRateConstraint):
     r"""Demographic parity: ``-bound <= P_1 - P_0 <= bound`` ([SQP] eq 2, DESIGN.md sec 4).
 
     For ``K > 2`` groups, one row ``P_g - P_rest`` per group (one-vs-rest) or ``P_h - P_g``

@@ -25,7 +25,7 @@ from fairopt.experiments.methods import (
     model_factory,
 )
 from fairopt.experiments.plots import plot_calibration, plot_histories, plot_requested_vs_realised, plot_tradeoff
-from fairopt.experiments.specs import build_constraint, build_penalty
+from fairopt.specs import build_constraint, build_penalty
 
 __all__ = [
     "sweeps",

@@ -24,7 +24,7 @@ A configuration is a dict (or a TOML file with the same tables)::
 
     [[methods]]
     kind = "sqp"               # sqp | penalty | lagrangian
-    constraint = "disparate_impact:race"     # fairopt.experiments.specs
+    constraint = "disparate_impact:race"     # fairopt.specs
     values = [0.5, 0.8]        # swept bound (delta); omitted: one run with the spec's bound
     epochs = 200               # any other key: an engine argument
 
@@ -68,7 +68,7 @@ from fairopt.experiments.methods import (
     model_factory,
 )
 from fairopt.experiments.plots import plot_histories, plot_requested_vs_realised, plot_tradeoff
-from fairopt.experiments.specs import build_penalty, constraint_builder
+from fairopt.specs import build_penalty, constraint_builder
 
 __all__ = [
     "BUILTIN",

@@ -180,7 +180,7 @@ def _result(train_pred: Any, test_pred: Any, seconds: float, status: str = "ok",
 # --------------------------------------------------------------------------------------
 def _fairopt_adapter(method: str, model: str, **options: Any) -> Adapter:
     def fit_predict(train: Part, test: Part, delta: float, seed: int) -> dict:
-        from fairopt import FairClassifier
+        from fairopt.estimators import FairClassifier
 
         clf = FairClassifier(constraints=[("disparate_impact", SENSITIVE, delta)], method=method, model=model,
                              seed=seed, sensitive_names=SENSITIVE, **options)

@@ -31,7 +31,8 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
-from fairopt._validation import finite_float, nonnegative_float as check_nonnegative, positive_int as check_positive_int
+from fairopt._validation import check_interval
+from fairopt._validation import nonnegative_float as check_nonnegative, positive_int as check_positive_int
 
 __all__ = [
     "as_matrix",
@@ -155,16 +156,7 @@ def check_columns(array: np.ndarray, expected: int, name: str) -> None:
 
 def check_fraction(value: Any, name: str = "r") -> float:
     """A bound on a proportion of explained variance/deviance: a number in ``[0, 1]``."""
-    number = finite_float(value, name)
-    if not 0.0 <= number <= 1.0:
-        raise ValueError(f"{name}: expected a value in [0, 1], got {value!r}")
-    return number
-
-
-def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
-    return value
+    return check_interval(value, name, 0.0, 1.0, closed="both")
 
 
 # ----------------------------------------------------------------------------- linear algebra

@@ -53,11 +53,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import accuracy_score, d2_tweedie_score
 
 from fairopt.exceptions import FairnessWarning
+from fairopt._validation import check_choice
 from fairopt.linear._common import (
     RANK_RTOL,
     DecorrelatedLinearModel,
     as_vector,
-    check_choice,
     check_fraction,
     check_nonnegative,
     check_positive_int,
@@ -159,7 +159,7 @@ def deviance_ratio(
     family : {"binomial", "poisson", "gaussian"}
         ``"gaussian"`` (residual sum of squares) is for checking [FR] sec 4.4; see the module doc.
     """
-    family = check_choice(family, "family", tuple(_FAMILY_TABLE))
+    family = check_choice(family, tuple(_FAMILY_TABLE), "family")
     y = as_vector(y, "y")
     s_part = as_vector(s_part, "s_part")
     u_part = as_vector(u_part, "u_part")
@@ -293,7 +293,7 @@ class FGRRM(DecorrelatedLinearModel):
             No ``lambda`` in ``[1e-40, 1e40]`` times the curvature scale brackets the bound.
         """
         r = check_fraction(self.r, "r")
-        family = check_choice(self.family, "family", FAMILIES)
+        family = check_choice(self.family, FAMILIES, "family")
         tol = check_nonnegative(self.tol, "tol")
         max_iter = check_positive_int(self.max_iter, "max_iter")
         S_c, U, y = self._prepare(X, y, sensitive)

@@ -55,10 +55,10 @@ from typing import Any
 import numpy as np
 
 from fairopt.exceptions import FairnessWarning
+from fairopt._validation import check_choice
 from fairopt.linear._common import (
     RANK_RTOL,
     DecorrelatedRegressor,
-    check_choice,
     check_fraction,
     least_squares,
     solve_decreasing,
@@ -177,7 +177,7 @@ class FRRM(DecorrelatedRegressor):
             (warning) when ``0 < r < 1`` and the bound is inactive.
         """
         r = check_fraction(self.r, "r")
-        method = check_choice(self.method, "method", METHODS)
+        method = check_choice(self.method, METHODS, "method")
         S_c, U, y = self._prepare(X, y, sensitive)
         closed = _is_scaled_identity(S_c)
         if method == "closed_form" and not closed:

@@ -43,11 +43,11 @@ from sklearn.utils.validation import check_is_fitted
 from fairopt.constraints.rates import Covariance
 from fairopt.data import FairData, Preprocessor
 from fairopt.exceptions import FairnessWarning
+from fairopt._validation import check_choice
 from fairopt.linear._common import (
     Whitening,
     as_matrix,
     as_vector,
-    check_choice,
     check_columns,
     check_fit_arrays,
     check_nonnegative,
@@ -188,7 +188,7 @@ class ZLM(RegressorMixin, _ZafarModel):
             The QP solver failed (``solver="qp"``).
         """
         bound = check_nonnegative(self.bound, "bound")
-        solver = check_choice(self.solver, "solver", ("sqp", "qp"))
+        solver = check_choice(self.solver, ("sqp", "qp"), "solver")
         engine = self._check_engine() if solver == "sqp" else None
         X, y, S = check_fit_arrays(X, y, sensitive, type(self).__name__)
         self.n_features_in_, self.n_sensitive_in_ = X.shape[1], S.shape[1]

@@ -1,0 +1,45 @@
+"""The layering is a checked contract: import-linter contracts and no private names across modules."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("fairopt", "solvers")
+
+
+def test_import_contracts_are_kept():
+    """fairopt over solvers, no cycles inside a package, oracles independent of the engine
+    (``[tool.importlinter]`` in pyproject.toml)."""
+    pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
+    command = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    done = subprocess.run([command, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def _private_imports() -> list[str]:
+    hits = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if not (isinstance(node, ast.ImportFrom) and node.module
+                        and node.module.split(".")[0] in PACKAGES):
+                    continue
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        hits.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {node.module} import {alias.name}")
+    return hits
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A name with a leading underscore stays in its module (modules named with one, such
+    as ``fairopt.measures._dcov_kernels``, are private to their package and may be imported
+    inside it)."""
+    assert _private_imports() == []
