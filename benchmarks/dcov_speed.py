@@ -1,5 +1,5 @@
 """Seconds for dCov~^2 value + gradient (fairopt) against dcor's fastest value-only methods,
-side by side on the same data in one run (DESIGN.md sec 6).
+side by side on the same data in one run.
 
     python benchmarks/dcov_speed.py                         # n = 1e3 .. 1e6
     python benchmarks/dcov_speed.py --sizes 1000 100000 --dcor-max-n 100000 --json

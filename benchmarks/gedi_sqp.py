@@ -26,8 +26,7 @@ stays a safe inner approximation); with the library default (1%) the row is so c
 library tolerance ``tol = 0.1``: ``|alpha_j| <= 0.1 q / (k - 1)`` for ``j >= 2``, hence
 ``GeDI(V^k) <= 1.1 q``.
 
-Measures per split, on hard predictions (0/1 labels for Adult) unless stated [GeDI sec 5,
-DESIGN.md sec 12]:
+Measures per split, on hard predictions (0/1 labels for Adult) unless stated [GeDI sec 5]:
 
 * ``gedi``: ``GeDI(x, yhat; V^k) / GeDI(x, y_train; V^1)`` with ``x`` standardised by the
   training fold (the constraint's kernel), so a training value <= 0.2 meets the bound;

@@ -4,7 +4,7 @@ plain Adam step on the same model and data, measured side by side in one run.
     python benchmarks/sqp_speed.py                       # Dutch, MLP 32, DI (2 rows)
     python benchmarks/sqp_speed.py --dataset law --model linear --rows 4
 
-Also times the two Jacobian strategies of DESIGN.md sec 3 (one batched VJP vs m+1
+Also times the two Jacobian strategies (one batched VJP vs m+1
 retained backward calls) and a 500-epoch full-batch run. Prints a table (and --json).
 """
 

@@ -1,7 +1,7 @@
 """Input conversion and validation shared by measures, constraints and the data layer.
 
 Every public function validates at the boundary with these helpers, so that a bad input
-gives a ``ValueError`` naming the argument and the offending value (DESIGN.md sec 2).
+gives a ``ValueError`` naming the argument and the offending value.
 The data checks (tensors, lengths, 0/1 values, sensitive names) live here; the parameter
 checks (numbers, integers, choices, flags, intervals, seeds) are those of
 :mod:`solvers.validation`, re-exported so that there is one implementation of each.

@@ -1,7 +1,7 @@
 """Tabular data for fair learning: the :class:`Preprocessor` and the :class:`FairData` container.
 
 A :class:`FairData` holds everything an engine, a constraint or a measure needs about a set
-of rows (DESIGN.md sec 2, "Shared data contract" in the project conventions):
+of rows (the data contract every engine, constraint and measure relies on):
 
 * ``X`` (n, p) float32 model inputs, produced by a fitted :class:`Preprocessor`
   (numeric columns standardised with training mean and standard deviation, categorical
@@ -659,8 +659,8 @@ class FairData:
     """Rows for fair learning: inputs, target, typed sensitive features, cells, exposure.
 
     Build it with :meth:`from_frame` (a DataFrame) or :meth:`from_arrays` (numpy/torch
-    arrays); the constructor only checks the contract. See the module docstring and
-    DESIGN.md sec 2 for the fields.
+    arrays); the constructor only checks the contract. See the module docstring for
+    the fields.
 
     Attributes
     ----------
@@ -766,7 +766,7 @@ class FairData:
         include_sensitive: bool = True,
         preprocessor: Preprocessor | None = None,
     ) -> "FairData":
-        """Build a :class:`FairData` from a DataFrame (DESIGN.md sec 2).
+        """Build a :class:`FairData` from a DataFrame.
 
         Parameters
         ----------

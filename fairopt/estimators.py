@@ -15,7 +15,7 @@ takes ``X`` alone (put a sensitive column in ``X`` too if the model may use it).
 
 Methods (``method=``), each with the constraint rows of :mod:`fairopt.constraints`:
 
-- ``"sqp"``: hard constraints, :class:`solvers.StochasticSQP` (DESIGN.md sec 7);
+- ``"sqp"``: hard constraints, :class:`solvers.StochasticSQP`;
 - ``"penalty"``: ``loss + weight * V(c)``, the total violation of the surrogate rows as a
   fixed-weight penalty, :class:`solvers.penalty.Penalty` (``engine_params={"weight": w}``);
 - ``"lagrangian"``: learned multipliers, :class:`solvers.lagrangian.LagrangianDual`;
@@ -23,7 +23,7 @@ Methods (``method=``), each with the constraint rows of :mod:`fairopt.constraint
   :class:`fairopt.learners.TorchLearner`, :class:`solvers.moving_targets.MovingTargets`
   (constraints with a linear target encoding only: the rate constraints and GeDI).
 
-Diagnostics (:class:`fairopt.FairnessWarning`, DESIGN.md sec 11), after every ``fit``:
+Diagnostics (:class:`fairopt.FairnessWarning`), after every ``fit``:
 
 - *infeasible or unmet bound*: a constraint whose exact violation on the training data
   exceeds ``violation_tol`` at the end of training (with the number of relaxed SQP steps,

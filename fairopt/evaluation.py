@@ -3,11 +3,10 @@
 :func:`evaluate` runs the model once on a dataset (the FairData contract: ``X``, ``y``,
 ``task``, ``sensitive``, ``sensitive_kinds``, ``exposure``) and returns a flat dict of
 numbers; :func:`fairness_report` and :func:`format_report` lay one or several such dicts
-(e.g. ``{"train": ..., "test": ...}``) out as a table (DESIGN.md sec 2, "History ->
-evaluation (exact measures) -> report").
+(e.g. ``{"train": ..., "test": ...}``) out as a table (history -> evaluation with the exact measures -> report).
 
 Realised fairness is measured on hard predictions for classification (``out >
-threshold`` on logits, DESIGN.md sec 12), group to group.
+threshold`` on logits), group to group.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """scikit-learn style adapters for torch models (learners for :class:`solvers.MovingTargets`).
 
-Moving Targets ([MT], DESIGN.md sec 8) refits its learner on new targets at every
+Moving Targets ([MT]) refits its learner on new targets at every
 iteration through ``fit(X, y)`` and reads ``predict(X)``. scikit-learn estimators have that
 interface already; :class:`TorchLearner` gives it to a torch module: it builds the module
 from a factory, trains it with Adam on mini-batches (the [GeDI] App. B.2 protocol: Adam with

@@ -1,4 +1,4 @@
-"""Small score models: one output per row (logit, prediction or log-rate; DESIGN.md sec 2).
+"""Small score models: one output per row (logit, prediction or log-rate).
 
 The models of the [SQP] experiments (sec 4): a linear model (Law) and a feed-forward
 network with one hidden layer of 32 (Dutch) or 256 (ACSIncome) units and Leaky ReLU

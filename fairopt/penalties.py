@@ -1,4 +1,4 @@
-"""Differentiable fairness penalties for :class:`solvers.Penalty` (DESIGN.md sec 9).
+"""Differentiable fairness penalties for :class:`solvers.Penalty`.
 
 Each penalty is a callable ``P(out, batch) -> 0-dim tensor`` on the model output ``out``
 (logit, prediction or log-rate) of a batch (the FairData contract), differentiable in
@@ -129,7 +129,7 @@ class DistanceCovariancePenalty(BasePenalty):
 
 
 class GeDIPenalty(BasePenalty):
-    r"""GeDI of the predictions, ``||alpha||_1`` ([GeDI] eq. 15-17, DESIGN.md sec 5).
+    r"""GeDI of the predictions, ``||alpha||_1`` ([GeDI] eq. 15-17).
 
     ``alpha`` are the least-squares coefficients of the batch predictions on the batch's
     centred kernel ``V^k`` (polynomial) or Fourier basis of the sensitive attribute,

@@ -1,4 +1,4 @@
-"""Smooth surrogates of the step function for rate constraints (DESIGN.md sec 4).
+"""Smooth surrogates of the step function for rate constraints.
 
 A rate such as ``P(yhat = 1 | S = s)`` is an average of the step ``1{t > 0}`` over the
 rows of a group, with ``t = out - threshold`` the distance to the decision threshold
@@ -153,7 +153,7 @@ class SmoothedStep(Surrogate):
     ``scale`` here). ``phi_mu`` is increasing with ``inf phi_mu = L = (1 - sqrt(1 + mu)) / 2``
     (about ``-mu/4``, reached as ``u -> -inf``) and ``sup phi_mu = 1``. It is *not* exactly
     odd about ``(0, 1/2)``: at ``mu = 1e-2``, ``phi_mu(0) - 1/2 = -4.9e-5`` and
-    ``max_u |phi_mu(u) + phi_mu(-u) - 1| = 2.5e-3`` (DESIGN.md sec 4), whereas [SQP] Thm 2.1
+    ``max_u |phi_mu(u) + phi_mu(-u) - 1| = 2.5e-3``, whereas [SQP] Thm 2.1
     assumes ``phi`` maps into ``[0, 1]`` with ``phi - 1/2`` odd.
 
     ``variant="normalized"`` (default) therefore uses the symmetrised and rescaled

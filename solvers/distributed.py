@@ -1,4 +1,4 @@
-"""Data-parallel full-batch SQP on ``torch.distributed`` (issue 10; DESIGN.md sec 7).
+"""Data-parallel full-batch SQP on ``torch.distributed``.
 
 Every rank holds a disjoint shard of the training rows and an identical copy of the
 model. Every quantity the SQP iteration needs is a sum over rows:

@@ -1,4 +1,4 @@
-"""Lagrangian dual training (SBR / LDF, Fioretto et al. 2021) (DESIGN.md sec 9).
+"""Lagrangian dual training (SBR / LDF, Fioretto et al. 2021).
 
 For constraint rows ``l <= c(w) <= u`` with per-row violations
 ``v_i(w) = max(c_i(w) - u_i, 0) + max(l_i - c_i(w), 0)``, each step on a mini-batch ``B``:

@@ -1,4 +1,4 @@
-"""Moving Targets: constrained learning by alternating projection and fitting (DESIGN.md sec 8).
+"""Moving Targets: constrained learning by alternating projection and fitting.
 
 The algorithm of [MT] (Detassis, Lombardi, Milano, AAAI 2021) in the form used by the GeDI
 experiments ([GeDI] App. B.3, eq 56-57)::
@@ -60,7 +60,7 @@ _MASTER_TEXT_FIELDS = ("master_status", "master_solver_status", "master_backend"
 
 
 class MovingTargets:
-    """Moving Targets engine ([MT]; [GeDI] App. B.3 eq 56-57; DESIGN.md sec 8).
+    """Moving Targets engine ([MT]; [GeDI] App. B.3 eq 56-57).
 
     Parameters
     ----------
@@ -350,7 +350,7 @@ def _training_arrays(data: Any, classification: bool) -> tuple[np.ndarray, np.nd
 
 
 def _class_balance_encoding(n: int) -> LinearEncoding:
-    """``1 <= sum z <= n - 1``: both classes stay present in the targets (DESIGN.md sec 8)."""
+    """``1 <= sum z <= n - 1``: both classes stay present in the targets."""
     return LinearEncoding(name=CLASS_BALANCE, A_z=np.ones((1, n)), lb=[1.0], ub=[n - 1.0],
                           meta={"row_names": [f"{CLASS_BALANCE}:1<=sum(z)<=n-1"]})
 

@@ -1,4 +1,4 @@
-"""Penalty (soft-constraint) training: ``min_w f(w) + sum_j weight_j P_j(w)`` (DESIGN.md sec 9).
+"""Penalty (soft-constraint) training: ``min_w f(w) + sum_j weight_j P_j(w)``.
 
 ``f`` is the mean training loss and each ``P_j`` a differentiable scalar term of the model
 output: the total violation of a constraint's surrogate rows, or any callable
@@ -278,7 +278,7 @@ class FirstOrderTrainer:
 
 
 class Penalty(FirstOrderTrainer):
-    r"""Train ``min_w f(w) + sum_j weight_j P_j(w)`` with a fixed penalty weight (DESIGN.md sec 9).
+    r"""Train ``min_w f(w) + sum_j weight_j P_j(w)`` with a fixed penalty weight.
 
     The soft-constraint baseline: the regularisation-only approach of [SQP] eq. 3 (with
     ``weight = 1/lambda``), the distance-covariance regulariser of [DC] eq. 3.1

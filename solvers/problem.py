@@ -9,7 +9,7 @@ Row convention
 A constraint contributes ``m`` scalar rows ``lower_i <= c_i(out) <= upper_i``; a side may
 be infinite. The violation of row ``i`` is
 ``max(c_i - u_i, 0) + max(l_i - c_i, 0)`` and the total violation ``V(c)`` is the sum
-over rows (DESIGN.md sec 3). Several constraints compose by concatenating rows
+over rows. Several constraints compose by concatenating rows
 (:class:`ConstraintSet`).
 """
 

@@ -1,4 +1,4 @@
-"""Target projection: the master step of Moving Targets (DESIGN.md sec 8, [GeDI] eq 56).
+"""Target projection: the master step of Moving Targets ([GeDI] eq 56).
 
 Problem
 -------

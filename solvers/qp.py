@@ -1,4 +1,4 @@
-"""Exact QP subproblems of the stochastic SQP with a diagonal Hessian (DESIGN.md sec 7, step 3).
+"""Exact QP subproblems of the stochastic SQP with a diagonal Hessian (the step subproblem of each iteration).
 
 Problem
 -------
@@ -698,7 +698,7 @@ def _dual_active_set(space: _Space, rank_tol: float, max_iter: int) -> _DualOutc
 # Least-violation LP (also used to confirm infeasibility)
 # --------------------------------------------------------------------------------------
 def _row_violation(w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``max(w - hi, 0) + max(lo - w, 0)`` per row (DESIGN.md sec 3)."""
+    """``max(w - hi, 0) + max(lo - w, 0)`` per row."""
     return np.maximum(w - hi, 0.0) + np.maximum(lo - w, 0.0)
 
 
@@ -1053,7 +1053,7 @@ def diagonal_qp(
 ) -> QPResult:
     """Exact solution of ``min_d g'd + 1/2 d' diag(h) d  s.t.  lo <= J d <= hi``.
 
-    The SQP subproblem of DESIGN.md sec 7 step 3 (with the bounds already shifted by the
+    The step subproblem of the SQP (with the bounds already shifted by the
     constraint values: pass ``lo = l - c``, ``hi = u - c``). All algebra is in the
     m-dimensional constraint space: ``M = J H^{-1} J'`` and ``q = J H^{-1} g`` are formed
     once, then an active set ``A`` with sides ``b_A`` costs the ``|A| x |A|`` solve
@@ -1228,7 +1228,7 @@ def least_violation_bounds(
 ) -> RelaxedBounds:
     """Least-violation normal step and relaxed bounds for an infeasible linearisation.
 
-    DESIGN.md sec 7 step 3: when ``lo <= J d <= hi`` has no solution (``lo = l - c``,
+    When ``lo <= J d <= hi`` has no solution (``lo = l - c``,
     ``hi = u - c`` in the SQP), take a normal step ``v`` minimising the total violation
 
     .. math::  V(Jv; lo, hi) = \\sum_i \\max(J_i v - hi_i, 0) + \\max(lo_i - J_i v, 0)

@@ -1,4 +1,4 @@
-"""Stochastic SQP for inequality-constrained training (DESIGN.md sec 7).
+"""Stochastic SQP for inequality-constrained training.
 
 Problem::
 
@@ -108,7 +108,7 @@ class StochasticSQP:
     constraint_batch_size : int or None
         Total rows of a balanced constraint batch (default: ``batch_size``).
     step : {"fixed", "adaptive"}, default "fixed"
-        ``alpha_k = beta_k`` or the adaptive rule of [B21] Alg. 3.1 (DESIGN.md sec 7.5).
+        ``alpha_k = beta_k`` or the adaptive rule of [B21] Alg. 3.1.
     feasibility_restoration : bool, default True
         With a step size ``alpha < 1`` the linearised constraints are only partly followed,
         so an infeasible iterate approaches the feasible set at rate ``alpha`` per iteration
@@ -828,7 +828,7 @@ class StochasticSQP:
         return res.d if res.status == "optimal" else None
 
     def _adaptive_step(self, beta, tau, xi, dl, V, dnorm2, L, Gamma) -> float:
-        """[B21] Alg. 3.1 step size, capped at 1 (DESIGN.md sec 7.5)."""
+        """[B21] Alg. 3.1 step size, capped at 1."""
         if dnorm2 == 0.0:
             return 0.0
         lip = tau * L + Gamma

@@ -1,4 +1,4 @@
-"""Rate and covariance constraints (fairopt.constraints.rates; DESIGN.md sec 3-4, [SQP] eq 5).
+"""Rate and covariance constraints (fairopt.constraints.rates, [SQP] eq 5).
 
 Every row is checked against group means computed independently with explicit loops /
 pandas on small random batches that follow the FairData contract (CONVENTIONS.md).
@@ -218,7 +218,7 @@ def test_exact_matches_brute_force_disparate_impact_on_hard_predictions(batch, o
 
 
 def test_exact_rows_are_satisfied_iff_the_realised_ratio_reaches_delta(batch, out):
-    """Realised DI = min(P_0/P_1, P_1/P_0) on hard predictions (DESIGN.md sec 4, 12)."""
+    """Realised DI = min(P_0/P_1, P_1/P_0) on hard predictions."""
     yhat = (out.numpy() > 0).astype(float)
     sex = batch.sensitive["sex"].numpy()
     p0, p1 = yhat[sex == 0].mean(), yhat[sex == 1].mean()

@@ -230,7 +230,7 @@ def test_torch_dtype_device_and_numpy_agree(rng):
 
 
 def test_batched_vector_jacobian_products(rng):
-    """The engines pull several constraint rows back at once (DESIGN.md sec 3)."""
+    """The engines pull several constraint rows back at once."""
     n = 40
     codes = rng.integers(0, 3, size=n)
     age = rng.normal(size=n)

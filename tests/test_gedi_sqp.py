@@ -1,4 +1,4 @@
-"""Integration: stochastic SQP trains a network under the GeDI constraint [GeDI sec 4, DESIGN.md sec 5, 7].
+"""Integration: stochastic SQP trains a network under the GeDI constraint [GeDI sec 4].
 
 Synthetic regression in which the target depends on the protected attribute ``s`` linearly
 and quadratically (``y = 0.5 s + 0.5 (s^2 - 1) + 0.3 w + noise``, ``s, w ~ N(0, 1)``), so the

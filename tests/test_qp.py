@@ -1,4 +1,4 @@
-"""Tests of solvers.qp: the exact diagonal-Hessian QP of the SQP step (DESIGN.md sec 7 step 3).
+"""Tests of solvers.qp: the exact diagonal-Hessian QP of the SQP step.
 
 References are independent of the code under test: OSQP (tight, polished) and Clarabel
 through qpsolvers, scipy's SLSQP, problems with a known solution built from the KKT
@@ -423,7 +423,7 @@ def test_invalid_options():
 
 
 # --------------------------------------------------------------------------------------
-# Least-violation relaxation (DESIGN.md sec 7 step 3, infeasible linearisation)
+# Least-violation relaxation (infeasible linearisation)
 # --------------------------------------------------------------------------------------
 def p_space_least_violation(J: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
     """Independent reference: min_v sum max(Jv - hi, 0) + max(lo - Jv, 0) as an LP in (v, s)."""

@@ -1,4 +1,4 @@
-"""Surrogates of the step function (fairopt.surrogates; DESIGN.md sec 4, [SQP] sec 3.1)."""
+"""Surrogates of the step function (fairopt.surrogates, [SQP] sec 3.1)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_bounded_surrogates_are_half_at_zero_odd_and_in_unit_interval(phi):
 
 
 def test_paper_variant_documented_deviations_at_mu_1e_2():
-    """DESIGN.md sec 4: phi_mu(0) - 1/2 = -4.9e-5, max|phi(t) + phi(-t) - 1| = 2.5e-3, inf = L, sup = 1."""
+    """phi_mu(0) - 1/2 = -4.9e-5, max|phi(t) + phi(-t) - 1| = 2.5e-3, inf = L, sup = 1."""
     phi = SmoothedStep(scale=1.0, mu=MU, variant="paper")
     at_zero = phi(torch.tensor(0.0, dtype=torch.float64)).item() - 0.5
     assert at_zero == pytest.approx(-4.9e-5, abs=0.1e-5)
@@ -148,7 +148,7 @@ def test_values_and_derivative_match_autograd_of_an_independent_reference(phi):
 
 
 def test_smoothed_step_supports_batched_vector_jacobian_products():
-    """DESIGN.md sec 3: engines pull several rows back at once (is_grads_batched / torch.func)."""
+    """Engines pull several rows back at once (is_grads_batched / torch.func)."""
     phi = SmoothedStep()
     t = torch.linspace(-0.05, 0.05, 11, dtype=torch.float64, requires_grad=True)
     weights = torch.rand(3, 11, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

@@ -1,4 +1,4 @@
-"""Distance-covariance fairness constraint [DC eq 3.2, 3.4, 3.6] (DESIGN.md sec 6, 9).
+"""Distance-covariance fairness constraint [DC eq 3.2, 3.4, 3.6].
 
 One constraint row ``dependence(prediction(out), s) <= bound``: the dependence between the
 model's predictions and the sensitive features, measured by the unbiased dCov~^2, the

@@ -1,4 +1,4 @@
-"""GeDI fairness constraint, coarse and fine [GeDI sec 4, DESIGN.md sec 5].
+"""GeDI fairness constraint, coarse and fine [GeDI sec 4].
 
 With ``alpha(yhat)`` the least-squares coefficients of the predictions on the centred
 kernel of the protected attribute (:func:`fairopt.measures.gedi.gedi`):

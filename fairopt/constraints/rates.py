@@ -1,4 +1,4 @@
-"""Group-rate and covariance fairness constraints (DESIGN.md sec 4, [SQP] sec 2-3).
+"""Group-rate and covariance fairness constraints ([SQP] sec 2-3).
 
 Every constraint here is linear in one transformed output per row. With
 ``t = out - threshold`` and a surrogate ``phi`` (:mod:`fairopt.surrogates`), the smooth rows
@@ -598,7 +598,7 @@ class EqualImpact(DisparateImpact):
 
 
 class DemographicParity(GroupRateConstraint):
-    r"""Demographic parity: ``-bound <= P_1 - P_0 <= bound`` ([SQP] eq 2, DESIGN.md sec 4).
+    r"""Demographic parity: ``-bound <= P_1 - P_0 <= bound`` ([SQP] eq 2).
 
     For ``K > 2`` groups, one row ``P_g - P_rest`` per group (one-vs-rest) or ``P_h - P_g``
     per pair (pairwise); see the module doc. ``P`` are surrogate means of

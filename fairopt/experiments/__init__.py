@@ -1,4 +1,4 @@
-"""Experiments: compare constraint and penalty methods on equal terms (DESIGN.md sec 9, 12).
+"""Experiments: compare constraint and penalty methods on equal terms.
 
 - :mod:`~fairopt.experiments.methods`: the :class:`Method` protocol and adapters for the
   torch engines (:class:`SQPMethod`, :class:`PenaltyMethod`, :class:`LagrangianMethod`);

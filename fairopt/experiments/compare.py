@@ -2,7 +2,7 @@
 
 :func:`compare` trains every method for every value of its grid, every seed and every
 split, and evaluates each trained model with :func:`fairopt.evaluate` (exact measures on
-hard predictions, DESIGN.md sec 12) on the training and the held-out part. The runs go
+hard predictions) on the training and the held-out part. The runs go
 through joblib (``n_jobs``, any joblib backend) and can be saved to and resumed from a CSV
 (``results_path``); the machinery is in :mod:`fairopt.experiments.sweeps`.
 """

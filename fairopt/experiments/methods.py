@@ -206,7 +206,7 @@ class _ConstrainedMethod(_EngineMethod):
 
 
 class SQPMethod(_ConstrainedMethod):
-    """Stochastic SQP with hard constraints ``constraint(value)`` (DESIGN.md sec 7).
+    """Stochastic SQP with hard constraints ``constraint(value)``.
 
     Parameters
     ----------
@@ -229,7 +229,7 @@ class SQPMethod(_ConstrainedMethod):
 
 
 class LagrangianMethod(_ConstrainedMethod):
-    """Lagrangian dual (SBR) training with constraints ``constraint(value)`` (DESIGN.md sec 9).
+    """Lagrangian dual (SBR) training with constraints ``constraint(value)``.
 
     Parameters as in :class:`SQPMethod` (default name ``"lagrangian"``); ``engine_options``
     go to :class:`solvers.lagrangian.LagrangianDual`. A value is required (there is nothing
@@ -250,7 +250,7 @@ class LagrangianMethod(_ConstrainedMethod):
 
 
 class PenaltyMethod(_EngineMethod):
-    """Penalty training ``loss + value * P`` (DESIGN.md sec 9) with fixed penalty terms.
+    """Penalty training ``loss + value * P`` with fixed penalty terms.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """Parallel, resumable sweeps: the machinery behind ``compare(n_jobs=..., results_path=...)``.
 
-A sweep is a list of independent *runs* (one method x hyper-parameter value x seed x fold,
-DESIGN.md sec 12), each identified by a stable text key (:func:`run_key`). This module
+A sweep is a list of independent *runs* (one method x hyper-parameter value x seed x fold),
+each identified by a stable text key (:func:`run_key`). This module
 is fairness-agnostic; it provides
 
 - :func:`run_key`: the key of a run, a pure function of its identifiers and of the sweep

@@ -1,4 +1,4 @@
-"""Fair linear models of [FR] (Scutari, Panero, Proissl) and their baselines (DESIGN.md sec 10).
+"""Fair linear models of [FR] (Scutari, Panero, Proissl) and their baselines.
 
 - :class:`FRRM` - fair ridge regression: ridge penalty on the sensitive attributes chosen so
   that their share of the explained variance ``R^2_S`` is at most ``r``;

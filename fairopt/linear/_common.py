@@ -1,4 +1,4 @@
-"""Pieces shared by the fair linear models (DESIGN.md sec 10, [FR] sec 2-3).
+"""Pieces shared by the fair linear models ([FR] sec 2-3).
 
 - input conversion and validation at the public boundary (:func:`as_matrix`,
   :func:`as_vector`, :func:`check_fraction`, ...);

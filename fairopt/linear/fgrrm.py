@@ -1,4 +1,4 @@
-r"""Fair generalised ridge regression, FGRRM ([FR] sec 4.4, DESIGN.md sec 10).
+r"""Fair generalised ridge regression, FGRRM ([FR] sec 4.4).
 
 A GLM with canonical link on the sensitive attributes and the OLS-de-correlated
 predictors ([FR] eq (1)), ``eta = theta_0 + S_c alpha + U beta`` (``S_c = S - mean_train(S)``,

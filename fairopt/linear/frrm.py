@@ -1,4 +1,4 @@
-r"""Fair ridge regression model, FRRM ([FR] sec 3, DESIGN.md sec 10).
+r"""Fair ridge regression model, FRRM ([FR] sec 3).
 
 Model ([FR] eq (2) and (10)), with ``S_c`` the centred sensitive attributes and ``U`` the
 predictors de-correlated from ``S`` by OLS ([FR] eq (1), :class:`~fairopt.linear._common.Decorrelation`)::

@@ -1,4 +1,4 @@
-r"""Komiyama et al. (2018) fair linear regression, NCLM ([FR] sec 2, DESIGN.md sec 10).
+r"""Komiyama et al. (2018) fair linear regression, NCLM ([FR] sec 2).
 
 The model is [FR] eq (2), ``y = S alpha + U beta + e`` on the sensitive attributes and the
 OLS-de-correlated predictors ([FR] eq (1)), fitted by least squares subject to

@@ -1,6 +1,6 @@
 r"""Zafar et al. (2019) covariance-bounded linear and logistic regression: ZLM and ZLRM.
 
-[FR] sec 5 (baselines), DESIGN.md sec 10. The model uses the predictors only (the
+[FR] sec 5 (baselines). The model uses the predictors only (the
 sensitive attributes appear in the constraints, never as inputs, as in Zafar et al. and the
 authors' ``fairml`` package): ``eta = intercept + X w``, fitted by least squares (ZLM) or
 maximum likelihood (ZLRM) subject to, for every sensitive column ``S_j``,
@@ -13,7 +13,7 @@ maximum likelihood (ZLRM) subject to, for every sensitive column ``S_j``,
 Engine. Both are fitted by :class:`solvers.StochasticSQP` (full batch) on a
 :func:`fairopt.models.linear` model with the :class:`fairopt.constraints.Covariance`
 constraint on continuous copies of the sensitive columns: *the SQP engine with the
-Covariance constraint on a linear model is ZLRM* (DESIGN.md sec 10). To make the engine's
+Covariance constraint on a linear model is ZLRM*. To make the engine's
 diagonal Hessian model adequate, the inputs are first whitened
 (:class:`~fairopt.linear._common.Whitening`: the least-squares Hessian becomes ``2 I``) and,
 for ZLM, ``y`` is scaled to unit variance (the bound is scaled with it); the default engine

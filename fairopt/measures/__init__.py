@@ -1,4 +1,4 @@
-"""Fairness and performance measures (DESIGN.md sec 4).
+"""Fairness and performance measures.
 
 - :mod:`~fairopt.measures.performance`: accuracy, mse, r2, poisson_deviance, rps, poisson_rps.
 - :mod:`~fairopt.measures.group`: group rates and realised fairness on hard predictions

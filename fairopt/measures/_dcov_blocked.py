@@ -4,7 +4,7 @@ The n x n matrices are produced a block of rows at a time and never held whole: 
 has at most ``max_elements`` entries (default 2^22, 32 MB of float64), so for every
 ``n > 2048`` a block is strictly smaller than the full matrix. U-centring needs the row
 sums of the matrix being centred; they are computed by one streaming pass at
-construction ("precomputed row means", DESIGN.md sec 6), after which any block of the
+construction ("precomputed row means"), after which any block of the
 centred matrix is a broadcast away.
 
 Row sources (``rows(a, b)`` returns rows ``a:b`` of a symmetric zero-diagonal matrix):

@@ -1,7 +1,7 @@
 """Input conversion and validation of the distance-covariance measures.
 
-Every bad input raises ``ValueError`` naming the argument and the offending value
-(DESIGN.md sec 2). Predictions keep their torch tensor (for autograd) next to a float64
+Every bad input raises ``ValueError`` naming the argument and the offending value.
+Predictions keep their torch tensor (for autograd) next to a float64
 numpy copy; sensitive features become float64 ``(n, q)`` arrays.
 """
 

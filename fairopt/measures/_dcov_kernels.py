@@ -1,4 +1,4 @@
-"""Exact and approximate "kernels" of the sensitive side of dCov~^2 (DESIGN.md sec 6).
+"""Exact and approximate "kernels" of the sensitive side of dCov~^2.
 
 Every statistic of :mod:`fairopt.measures.dcov` has the form
 
@@ -151,7 +151,7 @@ class GroupedKernel(DistanceKernel):
     Notes
     -----
     With ``x`` sorted once and tie blocks ``[first_k, stop_k)``, for a sample ``k`` of
-    group ``a`` [DESIGN.md sec 6]::
+    group ``a``::
 
         G_k = sum_{j < first_k} W[g_j, a] - sum_{j >= stop_k} W[g_j, a]
             = P_a[first_k] + P_a[stop_k] - P_a[n],   P_a = prefix sums of W[a, g_j],

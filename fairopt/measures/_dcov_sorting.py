@@ -1,4 +1,4 @@
-"""Sorting primitives behind the O(n log n) distance-covariance paths (DESIGN.md sec 6).
+"""Sorting primitives behind the O(n log n) distance-covariance paths.
 
 Two building blocks, both vectorised numpy with no Python loop over the n samples:
 

@@ -16,7 +16,7 @@ Inputs are numpy arrays (result: a Python float) or torch tensors (result: a 0-d
 in the dtype of ``x``, differentiable in ``x``; the sensitive side is data and carries no
 gradient). The statistics can be slightly negative; nothing is clamped.
 
-Computation (DESIGN.md sec 6). Because U-centring is a projection and the rows of B~ sum
+Computation. Because U-centring is a projection and the rows of B~ sum
 to zero, ``dCov~^2(x, s) = (1/(n(n-3))) sum_{i != j} |x_i - x_j| B~_ij`` and
 ``d dCov~^2 / d x_k = (2/(n(n-3))) sum_j sign(x_k - x_j) B~_kj``; every path computes
 the sums ``G_k = sum_j sign(x_k - x_j) B~_kj`` (sign(0) = 0, so ties are safe), the
@@ -181,7 +181,7 @@ def dcov(
 
     ``dCov~^2(x, s) = (1/(n(n-3))) sum_{i != j} A~_ij B~_ij`` with A~, B~ the U-centred
     Euclidean distance matrices of ``x`` and ``s`` (Szekely & Rizzo 2014), computed as
-    ``(1/(n(n-3))) sum_{i != j} |x_i - x_j| B~_ij`` (DESIGN.md sec 6).
+    ``(1/(n(n-3))) sum_{i != j} |x_i - x_j| B~_ij``.
 
     Parameters
     ----------

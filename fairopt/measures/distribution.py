@@ -1,7 +1,7 @@
 """Distribution-level unfairness across intersectional cells: UF and JS divergence.
 
 Lee, Antonio, Avanzi, Marchi, Zhou, "Machine Learning with Multitype Protected
-Attributes: Intersectional Fairness through Regularisation" [DC] sec 4.2, DESIGN.md sec 4.
+Attributes: Intersectional Fairness through Regularisation" [DC] sec 4.2.
 
 Cells are the intersections of the sensitive features: binary and categorical features
 are used as they are; a continuous feature is first cut into ``n_quantiles`` equal-count

@@ -1,7 +1,7 @@
 """FaUCI fairness metrics: weighted (categorical A) and generalised (continuous A) DP, DI, EO.
 
 Magnini, Ciatto, Calegari, Omicini, "Enforcing Fairness via Constraint Injection with
-FaUCI" [FU] sec 3.1, DESIGN.md sec 4. With ``h`` the prediction (a probability in [0, 1]
+FaUCI" [FU] sec 3.1. With ``h`` the prediction (a probability in [0, 1]
 or a hard 0/1 label) and ``w_a`` group weights summing to 1:
 
 - ``WDP = sum_a w_a |E[h | A=a] - E[h]|``                              [FU] eq. 5

@@ -1,6 +1,6 @@
 """Generalized Disparate Impact (GeDI) and the Disparate Impact Discrimination Index (DIDI).
 
-GeDI [GeDI sec 3-4, DESIGN.md sec 5] measures how well a user-chosen function of the
+GeDI [GeDI sec 3-4] measures how well a user-chosen function of the
 protected attribute ``x`` explains the target ``y``. With a kernel matrix ``F`` (n, k)
 of basis functions of ``x``, centred columns ``Ft = F - mean(F)`` and centred target
 ``yt = y - mean(y)``::

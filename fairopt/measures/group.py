@@ -1,7 +1,6 @@
 """Group-rate fairness measures on hard predictions, and the group coding they share.
 
-Realised fairness is measured group to group on hard 0/1 predictions (DESIGN.md sec 4 and
-sec 12): with ``P_g = P(yhat = 1 | S = g)`` the positive rate of group ``g``,
+Realised fairness is measured group to group on hard 0/1 predictions: with ``P_g = P(yhat = 1 | S = g)`` the positive rate of group ``g``,
 
 - disparate impact ``DI = min_g P_g / max_g P_g`` (``= min(P_0/P_1, P_1/P_0)`` for binary S),
 - demographic-parity difference ``max_g P_g - min_g P_g``,
@@ -288,7 +287,7 @@ def group_rates(pred: Any, sensitive: Any) -> dict[Hashable, float]:
 
 
 def disparate_impact(pred: Any, sensitive: Any) -> float:
-    """Disparate impact ``DI = min_g P(yhat=1 | g) / max_g P(yhat=1 | g)`` (DESIGN.md sec 4, 12).
+    """Disparate impact ``DI = min_g P(yhat=1 | g) / max_g P(yhat=1 | g)``.
 
     For binary ``S`` this is ``min(P_0/P_1, P_1/P_0)`` ([SQP] eq. 5 realised on hard
     predictions). Conventions: when every group has rate 0 the groups are treated
@@ -333,7 +332,7 @@ def dp_difference(pred: Any, sensitive: Any) -> float:
 
 
 def equal_impact(pred: Any, sensitive: Any, y_true: Any) -> float:
-    """Equal impact: disparate impact on the rows with ``y_true = 1`` (DESIGN.md sec 4).
+    """Equal impact: disparate impact on the rows with ``y_true = 1``.
 
     ``EI = min_g P(yhat=1 | g, y=1) / max_g P(yhat=1 | g, y=1)``: the ratio of the groups'
     true-positive rates, with the zero-rate conventions of :func:`disparate_impact`.

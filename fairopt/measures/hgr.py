@@ -5,7 +5,7 @@ equals the second largest singular value of ``Q(a, b) = p(a, b) / sqrt(p(a) p(b)
 (Witsenhausen 1975; the largest is 1, with singular vectors ``sqrt(p(a))``,
 ``sqrt(p(b))``). Mary, Calauzenes and El Karoui ("Fairness-Aware Learning for Continuous
 Attributes and Treatments", ICML 2019) estimate ``p`` by a Gaussian kernel density
-estimate evaluated on a grid; DESIGN.md sec 5 fixes the details used here.
+estimate evaluated on a grid fixes the details used here.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _gaussian_weights(u: torch.Tensor, grid: torch.Tensor, bandwidth: float) -> 
 
 
 def hgr_kde(x: Any, y: Any, damping: float = 1e-10) -> Any:
-    """HGR coefficient estimated with a Gaussian KDE on a grid [Mary et al. 2019; DESIGN.md sec 5].
+    """HGR coefficient estimated with a Gaussian KDE on a grid [Mary et al. 2019].
 
     Steps (``d = 2`` dimensions)::
 

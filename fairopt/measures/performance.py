@@ -7,7 +7,7 @@ argument and the offending value.
 
 The ranked probability score follows [DC] App. E.2 (eq. E.4-E.5); the Poisson deviance is
 the mean unit deviance used as the accuracy metric of the Poisson application in [DC]
-sec 5.2 (DESIGN.md sec 4).
+sec 5.2.
 """
 
 from __future__ import annotations
