@@ -2,6 +2,7 @@
 
 from solvers.derivatives import DerivativeOracle, Derivatives, LocalDerivatives
 from solvers.history import FitResult, History
+from solvers.outcome import BoundWarning, DivergedWarning, NoProgressWarning
 from solvers.lagrangian import LagrangianDual
 from solvers.moving_targets import MovingTargets
 from solvers.optimizers import AdaHessian
@@ -26,6 +27,8 @@ _distributed.DistributedSQP = DistributedSQP
 
 __all__ = [
     "AdaHessian",
+    "BoundWarning",
+    "DivergedWarning",
     "Batch",
     "Constraint",
     "ConstraintSet",
@@ -36,6 +39,7 @@ __all__ = [
     "FitResult",
     "History",
     "LocalDerivatives",
+    "NoProgressWarning",
     "LagrangianDual",
     "LeastViolationWarning",
     "LinearEncoding",

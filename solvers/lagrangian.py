@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from solvers.history import FitResult
-from solvers.losses import LossFn, get_loss
+from solvers.losses import LossFn, check_targets, get_loss
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.penalty import FirstOrderTrainer
 from solvers.problem import Constraint, as_constraint_set, check_dataset, row_violations, trainable_parameters
@@ -158,6 +158,7 @@ class LagrangianDual(FirstOrderTrainer):
         """
         loss_fn = get_loss(loss)
         check_dataset(data)
+        check_targets(loss_fn, data)
         cons = as_constraint_set(constraints)
         if len(cons) == 0:
             raise ValueError("constraints: LagrangianDual needs at least one constraint")

@@ -11,7 +11,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LossFn", "bce_loss", "mse_loss", "poisson_loss", "get_loss", "ScaledLoss", "scaled_mse_loss"]
+__all__ = ["LossFn", "bce_loss", "mse_loss", "poisson_loss", "get_loss", "check_targets", "ScaledLoss",
+           "scaled_mse_loss"]
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -87,3 +88,49 @@ def get_loss(loss: str | LossFn) -> LossFn:
     if isinstance(loss, str) and loss in _LOSSES:
         return _LOSSES[loss]
     raise ValueError(f"loss: expected one of {sorted(_LOSSES)} or a callable(out, batch), got {loss!r}")
+
+
+def _loss_name(loss: "str | LossFn") -> str | None:
+    """The name behind a named loss (also inside :class:`ScaledLoss`), else None."""
+    while isinstance(loss, ScaledLoss):
+        loss = loss.loss
+    if isinstance(loss, str):
+        return loss
+    for name, fn in _LOSSES.items():
+        if loss is fn:
+            return name
+    return None
+
+
+def check_targets(loss: "str | LossFn", data: Any) -> None:
+    """Refuse targets that a named loss cannot fit, before any training.
+
+    ``"bce"`` needs 0/1 labels, ``"poisson"`` finite counts (or rates) ``>= 0``, ``"mse"``
+    finite numbers; a callable of the user's own is not checked. Without this, ``"bce"`` on
+    real-valued targets or ``"poisson"`` on negative ones trains silently to a meaningless
+    model.
+
+    Raises
+    ------
+    ValueError
+        Naming the loss, the offending value and the loss that fits such targets.
+    """
+    name = _loss_name(loss)
+    if name is None:
+        return
+    y = torch.as_tensor(data.y).reshape(-1)
+    if y.numel() == 0:
+        return
+    finite = torch.isfinite(y.double()) if y.is_floating_point() else torch.ones_like(y, dtype=torch.bool)
+    if not bool(finite.all()):
+        raise ValueError(f"loss {name!r}: the targets contain NaN or infinite values")
+    if name == "bce":
+        bad = (y != 0) & (y != 1)
+        if bool(bad.any()):
+            raise ValueError(f"loss 'bce': expected 0/1 labels, got {y[bad][0].item()!r} among the targets "
+                             "(use loss='mse' for real-valued targets, or encode the classes as 0/1)")
+    elif name == "poisson":
+        bad = y < 0
+        if bool(bad.any()):
+            raise ValueError(f"loss 'poisson': expected counts or rates >= 0, got {y[bad][0].item()!r} among "
+                             "the targets (use loss='mse' for targets that can be negative)")

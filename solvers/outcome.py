@@ -24,13 +24,18 @@ import torch
 
 from solvers.problem import assign_parameters, flat_parameters, row_violations
 
-__all__ = ["BoundWarning", "BestIterate", "Candidate", "NoProgressWarning", "unmet_rows", "warn_if_start",
-           "warn_unmet"]
+__all__ = ["BoundWarning", "BestIterate", "Candidate", "DivergedWarning", "NoProgressWarning", "unmet_rows",
+           "warn_if_start", "warn_unmet"]
 
 
 class BoundWarning(UserWarning):
     """A hard bound is not met by the model an engine returns (measured exactly, on all
     training rows)."""
+
+
+class DivergedWarning(UserWarning):
+    """Training stopped on a non-finite (or exploding) objective; the engine returns the
+    last finite iterate (or the best one it checked before) and ``converged=False``."""
 
 
 class NoProgressWarning(UserWarning):

@@ -20,6 +20,7 @@ import math
 import numbers
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -27,9 +28,10 @@ import torch
 from torch import nn
 
 from solvers.history import FitResult, History
-from solvers.losses import LossFn, get_loss
+from solvers.losses import LossFn, check_targets, get_loss
 from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
-from solvers.problem import check_dataset, trainable_parameters, violation
+from solvers.outcome import DivergedWarning
+from solvers.problem import assign_parameters, check_dataset, flat_parameters, trainable_parameters, violation
 from solvers.sampling import minibatches
 from solvers.validation import check_choice, check_seed, positive_float, positive_int
 
@@ -237,6 +239,7 @@ class FirstOrderTrainer:
 
             epochs = tqdm(epochs, desc=self.engine, unit="epoch", leave=False)
         model.train()
+        last_finite = flat_parameters(params)
         for epoch in epochs:
             for idx in minibatches(n, self.batch_size, generator):
                 batch = data if idx is None else data.subset(idx)
@@ -247,8 +250,11 @@ class FirstOrderTrainer:
                 extra, fields = self._extra(out, batch)
                 objective = f if extra is None else f + extra
                 if not bool(torch.isfinite(objective.detach())):
-                    logger.warning("%s: non-finite objective at iteration %d; stopping", self.engine, iteration)
+                    assign_parameters(params, last_finite)  # the iterate before the diverging step
+                    warnings.warn(f"{self.engine}: training diverged (non-finite objective) at iteration "
+                                  f"{iteration}; the last finite iterate is returned", DivergedWarning, stacklevel=3)
                     return history, "diverged"
+                last_finite = flat_parameters(params)  # the iterate whose objective was just seen finite
                 self._set_gradients(objective, params, create_graph)
                 optimizer.step()
                 record = {"iteration": iteration, "epoch": epoch, "f": float(f.detach()),
@@ -376,6 +382,7 @@ class Penalty(FirstOrderTrainer):
         """
         loss_fn = get_loss(loss)
         check_dataset(data)
+        check_targets(loss_fn, data)
         self._terms = _set_up_terms(penalties, data)
         self._term_weights = _term_weights(self._weights, len(self._terms))
         names = [t.name for t in self._terms]

@@ -44,13 +44,13 @@ from solvers.derivatives import JACOBIAN_MODES, DerivativeOracle, Derivatives, L
 from solvers.distributed import (AllReduceDerivatives, broadcast_parameters, check_data_parallel_options,
                                  distributed_active)
 from solvers.history import FitResult, History
-from solvers.losses import LossFn, get_loss
-from solvers.outcome import BestIterate, warn_if_start, warn_unmet
+from solvers.losses import LossFn, check_targets, get_loss
+from solvers.outcome import BestIterate, DivergedWarning, warn_if_start, warn_unmet
 from solvers.problem import (Constraint, as_constraint_set, assign_parameters, check_dataset, flat_parameters,
                              row_violations, trainable_parameters, violation)
 from solvers.qp import diagonal_qp, least_violation_bounds
 from solvers.sampling import BalancedSampler, minibatches
-from solvers.validation import check_choice, check_flag, check_interval, positive_float, positive_int
+from solvers.validation import check_choice, check_flag, check_interval, finite_float, positive_float, positive_int
 
 __all__ = ["StochasticSQP", "SQPWarning", "LR_SCHEDULES"]
 
@@ -374,6 +374,7 @@ class StochasticSQP:
         self._oracle = self._derivative_oracle(params, constraints)
         n = check_dataset(data)
         loss_fn = get_loss(loss)
+        check_targets(loss_fn, data)
         cons = as_constraint_set(constraints)
         cons.setup(data)
         lower, upper = cons.lower, cons.upper
@@ -483,7 +484,7 @@ class StochasticSQP:
         polished = 0
         if status == "diverged":
             warnings.warn(f"SQP: training diverged at iteration {state['iteration']} (non-finite or exploding "
-                          "objective); the best iterate seen before is returned", SQPWarning, stacklevel=2)
+                          "objective); the best iterate seen before is returned", DivergedWarning, stacklevel=2)
         elif not full_batch and m and self.polish_iterations and status == "max_epochs":
             offset, status, polished = self._polish(model, params, loss_fn, cons, data, lower, upper, offset, state,
                                                     v, tracker, history, tail)
@@ -1035,6 +1036,7 @@ def _restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_ro
     missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise ValueError(f"resume: the checkpoint's state lacks {missing}")
+    _check_resumed_state(state)
     hv = resume.get("hessian_v")
     if not isinstance(hv, torch.Tensor) or hv.numel() != v.numel():
         size = hv.numel() if isinstance(hv, torch.Tensor) else type(hv).__name__
@@ -1043,9 +1045,31 @@ def _restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_ro
     if resume.get("n_rows") != n_rows:
         raise ValueError(f"resume: the checkpoint was taken with {resume.get('n_rows')!r} constraint rows, "
                          f"these constraints have {n_rows}")
+    if not bool((torch.isfinite(hv) & (hv >= 0)).all()):
+        raise ValueError("resume: the checkpoint's Hessian accumulator has negative or non-finite entries")
     v.copy_(hv.reshape(-1).to(v.dtype))
     gen.set_state(resume["generator"].clone())
     return dict(state)
+
+
+def _check_resumed_state(state: dict) -> None:
+    """The values of a checkpoint's state, checked like the constructor arguments they
+    continue: positive finite ``tau``, ``xi``, ``beta``; positive finite or None ``L``,
+    ``Gamma``; finite or None ``merit_avg``; non-negative integers ``since_change``,
+    ``iteration``, ``epochs_done``; a flag ``warned_relaxed``."""
+    try:
+        for name in ("tau", "xi", "beta"):
+            positive_float(state[name], name)
+        for name in ("L", "Gamma"):
+            if state[name] is not None:
+                positive_float(state[name], name)
+        if state["merit_avg"] is not None:
+            finite_float(state["merit_avg"], "merit_avg")
+        for name in ("since_change", "iteration", "epochs_done"):
+            positive_int(state[name], name, allow_zero=True)
+        check_flag(state["warned_relaxed"], "warned_relaxed")
+    except ValueError as exc:
+        raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
 
 
 def _resume_iterates(resume: dict, params: list[torch.Tensor], tracker: BestIterate) -> None:
@@ -1058,6 +1082,8 @@ def _resume_iterates(resume: dict, params: list[torch.Tensor], tracker: BestIter
             raise ValueError(f"resume: the checkpoint's last iterate has "
                              f"{last.numel() if isinstance(last, torch.Tensor) else type(last).__name__} entries but "
                              f"the model has {total} trainable parameters")
+        if not bool(torch.isfinite(last).all()):
+            raise ValueError("resume: the checkpoint's last iterate has non-finite entries")
         assign_parameters(params, last)
     best = resume.get("best")
     if isinstance(best, dict):

@@ -284,3 +284,35 @@ def test_gedi_penalty_matches_the_measure():
     linear.setup(data)
     closed_form = abs(float(((z - z.mean()) * (y - y.mean())).mean() / z.var(unbiased=False))) * float(z.std(unbiased=False))
     assert float(linear(out, data).detach()) == pytest.approx(closed_form, rel=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["penalty", "lagrangian"])
+def test_first_order_divergence_returns_the_last_finite_iterate_and_warns(engine):
+    """A loss that turns non-finite mid-run: the engine stops, writes back the last
+    iterate whose objective was finite, warns, and does not report convergence."""
+    from solvers import DivergedWarning, LagrangianDual
+
+    data = _tiny()
+    calls = {"n": 0}
+    seen: list = []
+
+    def flaky(out, batch):
+        if not out.requires_grad:  # the engines' own evaluations on all rows
+            return bce_loss(out, batch)
+        calls["n"] += 1
+        if calls["n"] == 6:
+            seen.append([p.detach().clone() for p in model.parameters()])
+            return out.sum() * float("inf")
+        return bce_loss(out, batch)
+
+    model = torch.nn.Sequential(torch.nn.Linear(data.n_features, 1), torch.nn.Flatten(0))
+    with pytest.warns(DivergedWarning, match="diverged .* at iteration 5; the last finite iterate"):
+        if engine == "penalty":
+            result = Penalty(epochs=20, lr=0.1).fit(model, data, loss=flaky, penalties=[])
+        else:
+            result = LagrangianDual(epochs=20, lr=0.1).fit(model, data, loss=flaky,
+                                                           constraints=[DisparateImpact("sex", delta=0.8)])
+    assert result.status == "diverged" and not result.converged
+    assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    if engine == "penalty":  # the iterate before the diverging evaluation's step
+        assert not all(torch.equal(a, b) for a, b in zip(seen[0], model.parameters()))

@@ -533,3 +533,42 @@ def test_parameter_added_after_the_file_takes_its_default(tmp_path, saved_classi
     payload["params"].pop("n_candidates")
     loaded = load(_resave(tmp_path / "b.pt", payload))
     assert loaded.n_candidates == FairClassifier().n_candidates
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("tau", -5.0, r"tau: expected a finite positive number, got -5.0"),
+    ("beta", float("nan"), r"beta: expected a finite positive number"),
+    ("iteration", -1, r"iteration: expected a non-negative integer"),
+    ("epochs_done", 2.5, r"epochs_done: expected a non-negative integer"),
+    ("warned_relaxed", "no", r"warned_relaxed: expected True or False"),
+    ("L", 0.0, r"L: expected a finite positive number"),
+])
+def test_sqp_resume_validates_the_state_like_constructor_arguments(adult, key, value, message):
+    """A checkpoint with an invalid merit parameter (or any other state value) is refused
+    before training, with the value named."""
+    engine = StochasticSQP(epochs=1)
+    model = fairopt.models.linear(adult.n_features, seed=0)
+    _quiet(engine.fit, model, adult, constraints=[DisparateImpact("sex", delta=0.8)])
+    checkpoint = engine.state_dict()
+    checkpoint["state"][key] = value
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=r"resume: invalid checkpoint state, " + message):
+        StochasticSQP(epochs=1).fit(model, adult, constraints=[DisparateImpact("sex", delta=0.8)],
+                                    resume=checkpoint)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_sqp_resume_refuses_non_finite_iterates(adult):
+    engine = StochasticSQP(epochs=1)
+    model = fairopt.models.linear(adult.n_features, seed=0)
+    _quiet(engine.fit, model, adult, constraints=[DisparateImpact("sex", delta=0.8)])
+    checkpoint = engine.state_dict()
+    checkpoint["hessian_v"] = checkpoint["hessian_v"].clone().fill_(-1.0)
+    with pytest.raises(ValueError, match="Hessian accumulator has negative or non-finite"):
+        StochasticSQP(epochs=1).fit(model, adult, constraints=[DisparateImpact("sex", delta=0.8)],
+                                    resume=checkpoint)
+    checkpoint = engine.state_dict()
+    checkpoint["last_params"] = checkpoint["last_params"].clone().fill_(float("nan"))
+    with pytest.raises(ValueError, match="last iterate has non-finite"):
+        StochasticSQP(epochs=1).fit(model, adult, constraints=[DisparateImpact("sex", delta=0.8)],
+                                    resume=checkpoint)
