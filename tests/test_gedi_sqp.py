@@ -92,3 +92,19 @@ def test_fine_constraint_keeps_linear_and_removes_quadratic_dependence(data):
     assert abs(alpha[0]) >= ACTIVE * BOUND  # the allowed linear dependence is used
     assert abs(alpha[1]) <= FINE_TOL * BOUND * (1.0 + FEASIBILITY)
     assert final_violation <= FEASIBILITY * BOUND
+
+
+def test_minibatch_gedi_meets_the_bound_on_all_rows(data):
+    """Mini-batches of 100 rows with the GeDI rows estimated on each batch (regression
+    estimates, O(1/batch) bias): the full-batch end-game returns a model whose coefficients,
+    recomputed on ALL rows by numpy, meet the bound, and the engine says so."""
+    model = models.mlp(data.X.shape[1], hidden=(16,), seed=0)
+    result = StochasticSQP(epochs=40, batch_size=100, seed=0).fit(
+        model, data, loss="mse", constraints=[GeDI("s", bound=BOUND, degree=2)])
+    with torch.no_grad():
+        out = model(data.X).double().numpy()
+    alpha = reference_coefficients(data.sensitive["s"].double().numpy(), out)
+    assert any(r.get("phase") == "polish" for r in result.history.records)
+    assert result.info["feasible"]
+    assert np.abs(alpha).sum() <= BOUND * (1 + FEASIBILITY), alpha
+    assert np.abs(alpha).sum() >= 0.5 * BOUND  # the bound binds: the fit keeps the allowed dependence
