@@ -41,7 +41,7 @@ from solvers.history import FitResult, History
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations
 from solvers.projection import BACKENDS, ProjectionResult, project_targets
-from solvers.validation import as_float_array, check_choice, check_seed, positive_float, positive_int
+from solvers.validation import as_float_array, check_choice, check_seed, check_verbose, positive_float, positive_int
 from solvers.problem import as_constraint_set
 
 __all__ = ["MovingTargets", "MT_TASKS"]
@@ -138,7 +138,7 @@ class MovingTargets:
         positive_float(self.mip_gap, "mip_gap", allow_zero=True)
         positive_float(self.feasibility_tol, "feasibility_tol", allow_zero=True)
         check_seed(self.seed, allow_none=False, allow_negative=False)
-        positive_int(self.verbose, "verbose", allow_zero=True)
+        check_verbose(self.verbose)
         if not all(callable(cb) for cb in self.callbacks):
             raise ValueError(f"callbacks: expected callables, got {self.callbacks!r}")
 

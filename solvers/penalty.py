@@ -33,7 +33,7 @@ from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
 from solvers.outcome import DivergedWarning
 from solvers.problem import assign_parameters, check_dataset, flat_parameters, trainable_parameters, violation
 from solvers.sampling import minibatches
-from solvers.validation import check_choice, check_seed, positive_float, positive_int
+from solvers.validation import check_choice, check_seed, check_verbose, positive_float, positive_int
 
 __all__ = ["Penalty", "PenaltyTerm", "penalty_terms", "penalised_loss", "FirstOrderTrainer"]
 
@@ -192,6 +192,7 @@ class FirstOrderTrainer:
         check_choice(optimizer, OPTIMIZERS, "optimizer")
         positive_float(tol, "tol")
         check_seed(seed, allow_none=False)
+        check_verbose(verbose)
 
     # ------------------------------------------------------------------ subclass hooks
     def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor | None, dict]:

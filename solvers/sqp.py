@@ -50,7 +50,8 @@ from solvers.problem import (Constraint, as_constraint_set, assign_parameters, c
                              row_violations, trainable_parameters, violation)
 from solvers.qp import diagonal_qp, least_violation_bounds
 from solvers.sampling import BalancedSampler, minibatches
-from solvers.validation import check_choice, check_flag, check_interval, finite_float, positive_float, positive_int
+from solvers.validation import (check_choice, check_flag, check_interval, check_seed, check_verbose, finite_float,
+                                positive_float, positive_int)
 
 __all__ = ["StochasticSQP", "SQPWarning", "LR_SCHEDULES"]
 
@@ -328,6 +329,8 @@ class StochasticSQP:
         for name in ("sigma", "epsilon", "eta", "lr_weight", "lr_decay", "lr_floor", "calibration_weight"):
             check_interval(getattr(self, name), name, 0.0, 1.0)
         check_flag(self.distributed, "distributed", allow_none=True)
+        check_seed(self.seed, allow_none=False, allow_negative=False)
+        check_verbose(self.verbose)
         if self.constraint_batch == "balanced" and self.batch_size is None and self.constraint_batch_size is None:
             raise ValueError("constraint_batch: 'balanced' needs batch_size or constraint_batch_size")
 

@@ -40,6 +40,7 @@ __all__ = [
     "check_flag",
     "check_seed",
     "check_interval",
+    "check_verbose",
     "as_float_array",
 ]
 
@@ -325,3 +326,20 @@ def as_float_array(value: Any, name: str) -> np.ndarray:
         return np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name}: expected numbers, got {type(value).__name__} ({exc})") from None
+
+
+def check_verbose(value: Any, name: str = "verbose") -> int:
+    """Return a verbosity level as an ``int``: a non-negative integer, or ``True``/``False``
+    (1/0), as scikit-learn's ``verbose``.
+
+    Raises
+    ------
+    ValueError
+        ``"<name>: expected a non-negative integer or True/False, got ..."`` (e.g. for
+        ``"yes"``, a string that would otherwise be truthy).
+    """
+    if _is_bool(value):
+        return int(bool(value))
+    if not _is_integer(value) or value < 0:
+        raise ValueError(f"{name}: expected a non-negative integer or True/False, got {value!r}")
+    return int(value)

@@ -274,3 +274,29 @@ def test_estimator_rejects_bad_parameters_at_fit(params, match):
     est = FairClassifier(**params)  # the constructor only stores (scikit-learn convention)
     with pytest.raises(ValueError, match="^" + re.escape(match)):
         est.fit(X, y)
+
+
+def test_check_verbose_accepts_levels_and_flags_only():
+    from solvers.validation import check_verbose
+
+    assert check_verbose(0) == 0 and check_verbose(2) == 2 and check_verbose(True) == 1 and check_verbose(False) == 0
+    assert check_verbose(np.int64(3)) == 3
+    for bad in ("yes", -1, 1.5, None):
+        with pytest.raises(ValueError, match=r"^verbose: expected a non-negative integer or True/False, got "):
+            check_verbose(bad)
+
+
+@pytest.mark.parametrize("engine", ["StochasticSQP", "Penalty", "LagrangianDual", "MovingTargets"])
+def test_engines_refuse_a_truthy_string_for_verbose(engine):
+    import solvers
+
+    with pytest.raises(ValueError, match="verbose: expected a non-negative integer or True/False, got 'yes'"):
+        getattr(solvers, engine)(verbose="yes")
+
+
+def test_sqp_refuses_a_bad_seed():
+    from solvers import StochasticSQP
+
+    for bad in (-1, "a", 1.5, None):
+        with pytest.raises(ValueError, match="^seed: expected a non-negative integer"):
+            StochasticSQP(seed=bad)
