@@ -623,7 +623,7 @@ class _FailedLP:
 
 
 def test_least_violation_falls_back_to_the_zero_step_when_the_lp_fails(monkeypatch):
-    import solvers.qp as qp
+    import solvers.qp.lp as qp
 
     monkeypatch.setattr(qp, "linprog", lambda *args, **kwargs: _FailedLP())
     for prob in [*rank_deficient_problems().values(), random_rank_deficient(3)]:
@@ -639,7 +639,7 @@ def test_least_violation_falls_back_to_the_zero_step_when_the_lp_fails(monkeypat
 
 
 def test_least_violation_fallback_keeps_a_narrow_output_dtype(monkeypatch):
-    import solvers.qp as qp
+    import solvers.qp.lp as qp
 
     monkeypatch.setattr(qp, "linprog", lambda *args, **kwargs: _FailedLP())
     prob = rank_deficient_problems()["pairwise"]
@@ -653,7 +653,7 @@ def test_least_violation_fallback_keeps_a_narrow_output_dtype(monkeypatch):
 
 def test_failed_least_move_lp_keeps_the_least_violation(monkeypatch):
     """Only the second LP (least move) fails: the first LP's point is used, silently."""
-    import solvers.qp as qp
+    import solvers.qp.lp as qp
 
     calls = []
 
@@ -672,7 +672,7 @@ def test_failed_least_move_lp_keeps_the_least_violation(monkeypatch):
 
 
 def test_failed_confirmation_lp_reports_numerical_instead_of_raising(monkeypatch):
-    import solvers.qp as qp
+    import solvers.qp.lp as qp
 
     monkeypatch.setattr(qp, "linprog", lambda *args, **kwargs: _FailedLP())
     res = diagonal_qp(*infeasible_problems()["duplicate"].tensors(), solver="dual")
@@ -680,7 +680,7 @@ def test_failed_confirmation_lp_reports_numerical_instead_of_raising(monkeypatch
 
 
 def test_least_violation_box_grows_until_it_no_longer_binds(monkeypatch):
-    import solvers.qp as qp
+    import solvers.qp.lp as qp
 
     prob = rank_deficient_problems()["hs_unbounded"]
     reference = p_space_least_violation(prob.J, prob.lo, prob.hi)
@@ -692,7 +692,7 @@ def test_least_violation_box_grows_until_it_no_longer_binds(monkeypatch):
 
 
 def test_least_violation_box_that_still_binds_warns_and_stays_valid(monkeypatch):
-    import solvers.qp as qp
+    import solvers.qp.lp as qp
 
     prob = rank_deficient_problems()["hs_unbounded"]
     reference = p_space_least_violation(prob.J, prob.lo, prob.hi)
