@@ -46,8 +46,6 @@ held-out rows and warns when they differ by more than ``tol``.
 
 from __future__ import annotations
 
-import logging
-import math
 import numbers
 import warnings
 from collections.abc import Mapping
@@ -62,32 +60,33 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
-from fairopt import models
-from fairopt._validation import (check_choice, check_flag, check_interval, check_seed, positive_float, positive_int,
-                                 to_numpy)
+from fairopt._validation import check_choice, check_flag, check_seed, positive_float, to_numpy
 from fairopt.data import FairData
+from fairopt.diagnostics import (constraint_messages, iteration_records, poor_fit, pretraining_violations,
+                                 relaxed_steps)
+from fairopt.evaluation import constraint_violations
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.exceptions import FairnessWarning
-from fairopt.constraints.rates import GroupRateConstraint
-from fairopt.specs import is_constraint_object, resolve_constraints, spec_list
-from fairopt.surrogates import Sigmoid
-from solvers.lagrangian import LagrangianDual
-from solvers.penalty import Penalty
-from solvers.problem import row_violations
-from solvers.outcome import BoundWarning
-from solvers.sqp import SQPWarning, StochasticSQP
+from fairopt.held_out import (certificates, certified_sequence, check_held_out_parameters, constraint_margins,
+                              held_out_statements, tightened, validation_split)
+from fairopt.specs import resolve_constraints
+from fairopt.training import (ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions, float64_outputs,
+                              release_batch_caches, train, with_sqp_surrogates)
+from solvers.history import FitResult
+
+# Names that lived here before the split into training / diagnostics / held_out, kept at
+# their old import path. ``OutputScale`` (``out -> scale * out + shift``, fixed buffers)
+# lives in fairopt.learners, shared by TorchLearner and FairRegressor.
+from fairopt.diagnostics import POOR_FIT_ACCURACY_MARGIN, POOR_FIT_R2, TAIL_FRACTION, poor_fit_message  # noqa: F401
+from fairopt.held_out import CANDIDATE_INFLATIONS, ON_FAIL, candidate_inflations  # noqa: F401
+from fairopt.learners import OutputScale  # noqa: F401
+from fairopt.training import SQP_RATE_SURROGATE  # noqa: F401
 
 __all__ = ["FairClassifier", "FairRegressor", "METHODS", "sensitive_columns"]
 
-logger = logging.getLogger(__name__)
-
-#: Values of ``method=``.
-METHODS: tuple[str, ...] = ("sqp", "penalty", "lagrangian", "moving_targets")
-#: Named architectures of ``model=``.
-MODEL_KINDS: tuple[str, ...] = ("linear", "mlp")
-#: Fraction of the final iterations the history diagnostics read.
-TAIL_FRACTION = 0.1
-_ESTIMATOR_OPTIONS = ("epochs", "lr", "batch_size", "seed", "verbose")
+#: The held-out certificates ``fit`` computes (:func:`fairopt.held_out.certificates`),
+#: looked up in this module when ``fit`` runs, so that a test can replace them.
+_certificates = certificates
 
 
 # --------------------------------------------------------------------------------------
@@ -158,24 +157,8 @@ def _column(values: Any) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------
-# models
+# fitted state
 # --------------------------------------------------------------------------------------
-# ``OutputScale`` (``out -> scale * out + shift``, fixed buffers) lives in fairopt.learners,
-# shared by TorchLearner and FairRegressor (one target-scaling path); re-exported here.
-from fairopt.learners import OutputScale, scaled_output, target_statistics  # noqa: E402
-from solvers.losses import scaled_mse_loss  # noqa: E402
-
-
-def _seeded_module(factory: Callable[[int], nn.Module], n_features: int, seed: int) -> nn.Module:
-    """``factory(n_features)`` under ``torch.manual_seed(seed)``, global RNG untouched."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))
-        module = factory(n_features)
-    if not isinstance(module, nn.Module):
-        raise ValueError(f"model: the factory returned {type(module).__name__}, expected a torch.nn.Module")
-    return module
-
-
 def plain_info(info: Mapping) -> dict:
     """Engine extras that are plain values (scalars, strings, lists of them); arrays such
     as the Moving Targets training targets are dropped (they are training data)."""
@@ -189,13 +172,6 @@ def plain_info(info: Mapping) -> dict:
     return kept
 
 
-def _tail(history: Any) -> list[dict]:
-    """The last ``TAIL_FRACTION`` of the iteration records (at least one); the closing SQP
-    record that describes the returned model is not an iteration."""
-    records = _steps(history)
-    return records[-max(1, math.ceil(TAIL_FRACTION * len(records))):] if records else []
-
-
 # --------------------------------------------------------------------------------------
 # the estimators
 # --------------------------------------------------------------------------------------
@@ -203,7 +179,6 @@ class _FairEstimator(BaseEstimator):
     """Shared implementation of :class:`FairClassifier` and :class:`FairRegressor`."""
 
     _task = "binary"
-    _loss = "bce"
     # True once fit() has set up constraints_ on the training data (False when loaded)
     _constraints_from_training = False
 
@@ -280,30 +255,22 @@ class _FairEstimator(BaseEstimator):
             features, a sensitive name a constraint needs but that is absent.
         """
         self._check_parameters()
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        target = self._encode_training_target(y)
-        columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names)
-        constraints = _with_sqp_surrogates(self, resolve_constraints(self.constraints))
-        if constraints and not columns:
-            raise ValueError("sensitive_features: required because constraints are given "
-                             f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
-        data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=_internal_names(X.shape[1]),
-                                    sensitive_kinds=self.sensitive_kinds)
-        data, held_out = _validation_split(self, data)  # (data, None) without validation_fraction
-        margins = _margins(self, data, constraints)  # None without margin
+        data, constraints = self._training_data(X, y, sensitive_features)
+        data, held_out = validation_split(self, data)  # (data, None) without validation_fraction
+        margins = constraint_margins(self, data, constraints)  # None without margin
         if held_out is not None and self.margin == "auto":  # certified candidates, fixed sequence
-            result, relaxed, training, certificates = _certified_sequence(self, data, held_out, constraints, margins)
+            result, relaxed, training, certified = certified_sequence(self, data, held_out, constraints, margins,
+                                                                      train=self._train, certify=_certificates)
         else:
-            training = _tightened(constraints, margins)  # `constraints` itself without margin
+            training = tightened(constraints, margins)  # `constraints` itself without margin
             result, relaxed = self._train(data, training)
-            certificates = None if held_out is None else _certificates(self, held_out, result.model, constraints)
+            certified = None if held_out is None else _certificates(self, held_out, result.model, constraints)
             self.candidates_ = None
         self._set_fitted(data, constraints, result)
-        _warn_poor_fit(self, data)
-        self._diagnose(data, constraints, relaxed)
-        _held_out_statements(self, data, constraints, training, certificates)
-        _release_batch_caches(constraints)
-        _release_batch_caches(training)
+        self._diagnose(data, constraints, result, relaxed)
+        held_out_statements(self, data, constraints, training, certified)
+        release_batch_caches(constraints)
+        release_batch_caches(training)
         return self
 
     def _check_parameters(self) -> None:
@@ -313,96 +280,46 @@ class _FairEstimator(BaseEstimator):
                              f"got {self.model!r}")
         if self.engine_params is not None and not isinstance(self.engine_params, Mapping):
             raise ValueError(f"engine_params: expected a dict of engine options, got {self.engine_params!r}")
-        clash = sorted(set(self.engine_params or {}) & set(_ESTIMATOR_OPTIONS))
+        clash = sorted(set(self.engine_params or {}) & set(ESTIMATOR_OPTIONS))
         if clash:
             raise ValueError(f"engine_params: {clash} are estimator parameters; set them on the estimator")
         positive_float(self.violation_tol, "violation_tol", allow_zero=True)
         check_flag(self.check_inactive, "check_inactive")
         check_seed(self.seed, allow_none=False, allow_negative=False)
-        _check_held_out_parameters(self)
+        check_held_out_parameters(self)
 
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _training_data(self, X: Any, y: Any, sensitive_features: Any) -> tuple[FairData, list]:
+        """The training FairData (``X`` validated, ``y`` encoded, the sensitive features named
+        and typed) and the constraint objects (:func:`fairopt.specs.resolve_constraints`, with
+        :func:`fairopt.training.with_sqp_surrogates`)."""
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        target = self._encode_training_target(y)
+        columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names)
+        constraints = with_sqp_surrogates(self.method, self.constraints, resolve_constraints(self.constraints))
+        if constraints and not columns:
+            raise ValueError("sensitive_features: required because constraints are given "
+                             f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
+        data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=_internal_names(X.shape[1]),
+                                    sensitive_kinds=self.sensitive_kinds)
+        return data, constraints
+
     # ------------------------------------------------------------------ engines
-    def _model_factory(self) -> Callable[[int], nn.Module]:
-        """``n_features -> module``, initialised from ``seed``."""
-        if self.model == "linear":
-            return lambda p: models.linear(p, seed=int(self.seed))
-        if self.model == "mlp":
-            hidden, activation = tuple(np.atleast_1d(self.hidden).tolist()), self.activation
-            return lambda p: models.mlp(p, hidden=hidden, activation=activation, seed=int(self.seed))
-        return lambda p: _seeded_module(self.model, p, int(self.seed))
-
-    #: Estimator-level defaults of epochs/lr per engine ("sqp", "first_order",
-    #: "moving_targets"), used where the user left the parameter None (else the engine's).
-    _engine_defaults: dict = {}
-
-    def _engine_options(self, engine: str = "") -> dict:
-        """``epochs``, ``lr``, ``batch_size`` as given; those left None take the estimator's
-        defaults for ``engine`` (:attr:`_engine_defaults`), else the engine's own."""
-        given = {"epochs": self.epochs, "lr": self.lr, "batch_size": self.batch_size}
-        defaults = self._engine_defaults.get(engine, {})
-        return {k: (defaults[k] if v is None else v) for k, v in given.items() if v is not None or k in defaults}
-
-    def _training_problem(self, data: FairData) -> tuple[nn.Module, Any]:
-        """The module the engines train and its loss (the task's named loss here)."""
-        return self._model_factory()(data.n_features), self._loss
-
-    def _engine_param_defaults(self, data: FairData) -> dict:
-        """Defaults of further engine options for ``method`` (``engine_params`` override them)."""
-        return {}
+    def _training_options(self) -> TrainingOptions:
+        """The parameters the engines read (:mod:`fairopt.training`), with the task."""
+        return TrainingOptions(method=self.method, task=self._task, model=self.model, hidden=self.hidden,
+                               activation=self.activation, epochs=self.epochs, lr=self.lr,
+                               batch_size=self.batch_size, seed=self.seed, verbose=self.verbose,
+                               engine_params=dict(self.engine_params or {}))
 
     def _train(self, data: FairData, constraints: list, reference: bool = False) -> tuple[Any, int]:
         """Run the engine of ``method`` (``reference``: the same training without
         constraints). Returns the FitResult and the number of relaxed SQP steps, whose
         per-fit engine warning is replaced by the estimator's diagnostics."""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            result = self._run_engine(data, constraints, reference)
-        for w in caught:
-            # the engine's relaxed-step and unmet-bound warnings become the estimator's
-            # FairnessWarnings (the diagnostics), with the constraint names
-            if not issubclass(w.category, (SQPWarning, BoundWarning)):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        relaxed = sum(r.get("qp_status") == "relaxed" for r in result.history.records)
-        return result, relaxed
-
-    def _run_engine(self, data: FairData, constraints: list, reference: bool) -> Any:
-        options = {**dict(self.engine_params or {}), "seed": int(self.seed), "verbose": self.verbose}
-        if self.method == "moving_targets":
-            from solvers.moving_targets import MovingTargets  # loads the MILP/QP back-ends: only when used
-
-            return self._run_moving_targets(data, [] if reference else constraints,
-                                            _make(MovingTargets, options))
-        model, loss = self._training_problem(data)
-        if self.method == "sqp":
-            options = {**self._engine_param_defaults(data), **options}
-            engine = _make(StochasticSQP, {**self._engine_options("sqp"), **options})
-            return engine.fit(model, data, loss=loss, constraints=[] if reference else constraints)
-        if self.method == "penalty" or reference:
-            if reference:  # the first-order loop without the Lagrangian/penalty term
-                options = {k: options[k] for k in ("optimizer", "optimizer_options", "seed", "verbose", "tol")
-                           if k in options}
-            engine = _make(Penalty, {**self._engine_options("first_order"), **options})
-            return engine.fit(model, data, loss=loss, penalties=[] if reference else constraints)
-        options = {**self._engine_param_defaults(data), **options}
-        engine = _make(LagrangianDual, {**self._engine_options("first_order"), **options})
-        return engine.fit(model, data, loss=loss, constraints=constraints)
-
-    def _run_moving_targets(self, data: FairData, constraints: list, engine: Any) -> Any:
-        from fairopt.learners import TorchLearner
-
-        task = "classification" if self._task == "binary" else "regression"
-        # regression: the learner trains scaled_output(net, sd, mean) with the loss MSE / sd^2,
-        # the same standardisation as the other engines (FairRegressor._training_problem)
-        options = self._engine_options("moving_targets")
-        if "batch_size" in options and options["batch_size"] is None:  # an estimator default: full batch
-            options["batch_size"] = len(data)
-        learner = TorchLearner(self._model_factory(), task=task, seed=int(self.seed), **options)
-        result = engine.fit(learner, data, constraints=constraints, task=task)
-        result.model = result.model.module_  # the engine returns the best iteration's learner
-        return result
+        result = train(self._training_options(), data, constraints, reference)
+        return result, relaxed_steps(result)
 
     # ------------------------------------------------------------------ fitted state
     def _set_fitted(self, data: FairData, constraints: list, result: Any) -> None:
@@ -417,7 +334,7 @@ class _FairEstimator(BaseEstimator):
         self.converged_ = bool(result.converged)
         self.engine_info_ = plain_info(result.info)
         self.reference_violations_ = None
-        records = len(_steps(result.history))
+        records = len(iteration_records(result.history))
         self.n_iter_ = records - 1 if self.method == "moving_targets" else records
         self.sensitive_names_ = list(data.sensitive_names)
         self.sensitive_kinds_ = dict(data.sensitive_kinds)
@@ -426,84 +343,23 @@ class _FairEstimator(BaseEstimator):
         self.train_violation_ = float(sum(self.train_violations_.values()))
 
     # ------------------------------------------------------------------ diagnostics
-    def _diagnose(self, data: FairData, constraints: list, relaxed: int) -> None:
-        """The FairnessWarnings of the module docstring."""
-        if not constraints:
-            return
-        self.reference_violations_ = self._reference_violations(data, constraints) if self.check_inactive else None
-        for index, (name, c, rows) in enumerate(zip(self.train_violations_, constraints, _row_blocks(constraints))):
-            message = self._unmet_message(name, relaxed) or self._inactive_message(index, name, rows, c)
-            if message:
-                warnings.warn(message, FairnessWarning, stacklevel=3)
-        tail = _tail(self.history_)
-        tail_relaxed = sum(r.get("qp_status") == "relaxed" for r in tail)
-        if tail_relaxed:
-            warnings.warn(
-                f"{tail_relaxed} of the last {len(tail)} SQP iterations needed a relaxed QP step (the linearised "
-                "constraints had no solution): the bounds are at the edge of what the model can reach on this "
-                "data.", FairnessWarning, stacklevel=3)
-
-    def _unmet_message(self, name: str, relaxed: int) -> str | None:
-        """The warning for a constraint violated on the training data at the end, if it is."""
-        violation = self.train_violations_[name]
-        if violation <= self.violation_tol:
-            return None
-        steps = (f"; {relaxed} relaxed QP step(s), i.e. iterations whose linearised constraints had no solution"
-                 if self.method == "sqp" else "")
-        return (f"{name}: violated on the training data at the end of training (exact violation {violation:.3g} > "
-                f"violation_tol={self.violation_tol:g}{steps}). The bound may be infeasible for this model and "
-                "data, or training needs more epochs; see history_.")
-
-    def _inactive_message(self, index: int, name: str, rows: slice, constraint: Any) -> str | None:
-        """The warning for a constraint that did not restrict the model, if it did not."""
-        reasons = []
-        if self._not_binding(index, rows, constraint):
-            reasons.append(self._not_binding_reason())
-        reference = self.reference_violations_
-        # Moving Targets' reference is its pre-training, already the reason above
-        if reference is not None and reference[name] <= self.violation_tol and self.method != "moving_targets":
-            reasons.append(f"the unconstrained reference model satisfies it (violation {reference[name]:.3g})")
-        if not reasons:
-            return None
-        return (f"{name}: inactive constraint - " + "; ".join(reasons) +
-                ". The requested bound does not restrict the model.")
-
-    def _not_binding(self, index: int, rows: slice, constraint: Any) -> bool:
-        """The history rule for an inactive constraint (module docstring): ``index`` is the
-        constraint's position, ``rows`` its rows in the concatenated constraint set."""
-        lower = constraint.lower.to(torch.float64)
-        upper = constraint.upper.to(torch.float64)
-        if self.method == "moving_targets":
-            values = torch.tensor(self.history_[0]["c_predictions"][rows], dtype=torch.float64)
-            return float(row_violations(values, lower, upper).sum()) == 0.0
-        tail = _tail(self.history_)
-        if self.method == "sqp":
-            active_rows = {int(a[1:]) for r in tail for a in r["active"]}
-            if any(i in active_rows for i in range(rows.start, rows.stop)):
-                return False
-            return all(float(row_violations(torch.tensor(r["c"][rows], dtype=torch.float64), lower, upper).sum()) == 0
-                       for r in tail)
-        # first-order methods: a hinge term that was 0 at every step never changed a step
-        records = self.history_.records
-        if self.method == "lagrangian":
-            return all(max(r["viol"][rows], default=0.0) == 0.0 for r in records)
-        return all(r["penalty"][index] == 0.0 for r in records)  # penalty: one term per constraint
-
-    def _not_binding_reason(self) -> str:
-        return {
-            "sqp": "none of its rows was in the QP active set or violated over the last "
-                   f"{TAIL_FRACTION:.0%} of the iterations (zero multipliers at the end of training)",
-            "lagrangian": "its rows were never violated during training (the Lagrangian term never acted)",
-            "penalty": "its penalty was 0 at every step (it never acted)",
-            "moving_targets": "the unconstrained pre-trained learner already satisfies it",
-        }[self.method]
+    def _diagnose(self, data: FairData, constraints: list, result: FitResult, relaxed: int) -> None:
+        """The FairnessWarnings of the module docstring (:mod:`fairopt.diagnostics`), after a
+        fit worse than a constant predictor is reported."""
+        message = poor_fit(self.model_, data)
+        if message:
+            warnings.warn(message, FairnessWarning, stacklevel=3)
+        if constraints and self.check_inactive:
+            self.reference_violations_ = self._reference_violations(data, constraints)
+        for message in constraint_messages(result, constraints, self.train_violations_, method=self.method,
+                                           violation_tol=self.violation_tol, relaxed=relaxed,
+                                           reference=self.reference_violations_):
+            warnings.warn(message, FairnessWarning, stacklevel=3)
 
     def _reference_violations(self, data: FairData, constraints: list) -> dict[str, float]:
         """Exact training violations of an unconstrained model trained with the same settings."""
         if self.method == "moving_targets":  # iteration 0 is the unconstrained learner
-            values = torch.tensor(self.history_[0]["c_predictions"], dtype=torch.float64)
-            return {name: float(row_violations(values[rows], c.lower, c.upper).sum())
-                    for name, rows, c in zip(self.train_violations_, _row_blocks(constraints), constraints)}
+            return pretraining_violations(self.history_, constraints, list(self.train_violations_))
         result, _ = self._train(data, constraints, reference=True)
         result.model.eval()
         return _violations(result.model, data, constraints)
@@ -514,7 +370,7 @@ class _FairEstimator(BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         encoded, _ = self.preprocessor_.transform(pd.DataFrame(X, columns=_internal_names(X.shape[1])))
-        return _float64_outputs(self.model_, encoded)
+        return float64_outputs(self.model_, encoded)
 
     # ------------------------------------------------------------------ held-out rows
     def _held_out(self, X: Any, y: Any, sensitive_features: Any) -> FairData:
@@ -562,7 +418,7 @@ class _FairEstimator(BaseEstimator):
         try:
             return evaluate_model(self.model_, data, constraints)
         finally:
-            _release_batch_caches(constraints)
+            release_batch_caches(constraints)
 
     def check_generalisation(self, X: Any, y: Any, *, sensitive_features: Any, tol: float = 0.02) -> pd.DataFrame:
         """Compare each constraint's exact violation on held-out rows with its training value.
@@ -589,7 +445,7 @@ class _FairEstimator(BaseEstimator):
         _require_all_groups(data, self.sensitive_levels_)
         constraints = self._constraints_for(data)
         held_out = _violations(self.model_, data, constraints)
-        _release_batch_caches(constraints)
+        release_batch_caches(constraints)
         table = pd.DataFrame({"train": pd.Series(self.train_violations_, dtype=float),
                               "held_out": pd.Series(held_out, dtype=float)})
         table["gap"] = table["held_out"] - table["train"]
@@ -715,11 +571,7 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
         within the bounds.
     """
 
-    _task = "binary"
-    _loss = "bce"
-    # measured on Adult and ACS-Colorado (DI >= 0.8): 1000 epochs at 0.02 reach SQP's accuracy
-    # within 0.5 points; 100 at 1e-3 (the engines' defaults) end at 0.67 / 0.52
-    _engine_defaults = {"first_order": {"epochs": 1000, "lr": 2e-2}}
+    _task = "binary"  # its engine defaults: fairopt.training.ENGINE_DEFAULTS["binary"]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -770,47 +622,10 @@ class FairRegressor(RegressorMixin, _FairEstimator):
     ``y``). Parameters and attributes as in :class:`FairClassifier` (no ``classes_``).
     """
 
-    _task = "regression"
-    _loss = "mse"
-    # measured on Communities and Crime (benchmarks/regression_fit.py): with these the
-    # unconstrained linear fit reaches the least-squares optimum (test R2 of Ridge)
-    # SQP: 10000 epochs is a budget, not a cost: a run stops at a feasible KKT point (Communities
-    # and Crime, unconstrained: after 3700-7000 epochs, 2-4 s); lr 0.02 keeps the first steps
-    # of the standardised least squares (curvature up to the number of correlated inputs) stable
-    _engine_defaults = {"sqp": {"epochs": 10000, "lr": 0.02},
-                        "first_order": {"epochs": 1000, "lr": 1e-2},
-                        # batch_size None: full batch (the learner's own default is 128)
-                        "moving_targets": {"epochs": 1000, "lr": 1e-2, "batch_size": None}}
+    _task = "regression"  # its engine defaults: fairopt.training.ENGINE_DEFAULTS["regression"]
 
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:
         return np.asarray(y, dtype=np.float64).reshape(-1)
-
-    def _model_factory(self) -> Callable[[int], nn.Module]:
-        """The named architectures start with a zero output layer: with the output scaling
-        the initial prediction is the training mean (a user's factory is left as it is)."""
-        factory = super()._model_factory()
-        if callable(self.model):
-            return factory
-        return lambda p: _zero_output_layer(factory(p))
-
-    def _training_problem(self, data: FairData) -> tuple[nn.Module, Any]:
-        """``scaled_output(net, sd, mean)`` (predictions, hence constraints and bounds, in
-        the units of ``y``) with the loss ``MSE / sd^2`` (the standardised problem's loss)."""
-        mean, sd = target_statistics(data.y)
-        return scaled_output(self._model_factory()(data.n_features), sd, mean), scaled_mse_loss(sd)
-
-    def _engine_param_defaults(self, data: FairData) -> dict:
-        """SQP: the engine's own Hessian shift (a smaller one, 1e-3, made the first steps of
-        the standardised problem blow up, which the engine's divergence guard answered by
-        halving the learning rate three times). Lagrangian with the default
-        ``"ascent"`` update: ``dual_lr = 1 / sd^2``, the engine's default step of the
-        standardised problem for constraints proportional to the output scale (GeDI,
-        covariance), whose multipliers are ``1/sd`` times the standardised ones."""
-        params = dict(self.engine_params or {})
-        if self.method == "lagrangian" and params.get("dual_update", "ascent") == "ascent":
-            _, sd = target_statistics(data.y)
-            return {"dual_lr": 1.0 / sd ** 2}
-        return {}
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64).reshape(-1)
@@ -826,119 +641,6 @@ class FairRegressor(RegressorMixin, _FairEstimator):
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
-def _make(engine_class: type, options: dict) -> Any:
-    """``engine_class(**options)``; an unknown option is a ValueError naming engine_params."""
-    try:
-        return engine_class(**options)
-    except TypeError as exc:
-        raise ValueError(f"engine_params: {engine_class.__name__} does not accept these options ({exc})") from None
-
-
-def _float64_outputs(model: nn.Module, encoded: np.ndarray) -> np.ndarray:
-    """``model(encoded)`` evaluated in float64 with the model's own parameters and buffers.
-
-    A float32 forward pass rounds differently depending on how many rows a matrix product
-    sees (BLAS blocking), so a row's prediction could change with the rows around it; in
-    float64 the difference is far below any reported digit, and predictions of a row do not
-    depend on the batch it comes in.
-    """
-    state = {name: (t.double() if t.is_floating_point() else t)
-             for name, t in [*model.named_parameters(), *model.named_buffers()]}
-    x = torch.as_tensor(np.asarray(encoded, dtype=np.float64))
-    with torch.no_grad():
-        out = torch.func.functional_call(model, state, (x,))
-    return out.reshape(-1).double().numpy()
-
-
-def _zero_output_layer(module: nn.Module) -> nn.Module:
-    """``module`` with its last ``nn.Linear`` (the output layer) set to zero."""
-    last = None
-    for m in module.modules():
-        if isinstance(m, nn.Linear):
-            last = m
-    if last is not None:
-        with torch.no_grad():
-            last.weight.zero_()
-            if last.bias is not None:
-                last.bias.zero_()
-    return module
-
-
-#: A training fit is reported as worse than a constant predictor below these margins.
-POOR_FIT_R2 = -0.05
-POOR_FIT_ACCURACY_MARGIN = 0.02
-
-
-def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray) -> str | None:
-    """The warning text when the training fit is far worse than a constant predictor
-    (``None`` otherwise); a pure function of the targets and the model outputs.
-
-    Regression: training R2 below ``POOR_FIT_R2`` (-0.05; R2 0 is the mean predictor).
-    Binary: accuracy of ``out > 0`` below the majority-class rate minus
-    ``POOR_FIT_ACCURACY_MARGIN`` (0.02).
-    """
-    y = np.asarray(y, dtype=np.float64).reshape(-1)
-    out = np.asarray(out, dtype=np.float64).reshape(-1)
-    if y.size == 0:
-        return None
-    advice = ("Training has not converged or diverged: increase epochs or lr (or see history_); the "
-              "constraints cannot cause this, as a constant predictor satisfies them.")
-    if task == "regression":
-        total = float(np.sum((y - y.mean()) ** 2))
-        if total <= 0:
-            return None
-        r2 = 1.0 - float(np.sum((y - out) ** 2)) / total if np.isfinite(out).all() else -math.inf
-        if r2 < POOR_FIT_R2:
-            return (f"training fit worse than a constant predictor: training R2 = {r2:.3g} < {POOR_FIT_R2:g} "
-                    f"(R2 0 is predicting the training mean). {advice}")
-        return None
-    if task == "binary":
-        majority = float(max(y.mean(), 1.0 - y.mean()))
-        accuracy = float(np.mean((out > 0) == (y > 0.5)))
-        if accuracy < majority - POOR_FIT_ACCURACY_MARGIN:
-            return (f"training fit worse than a constant predictor: training accuracy = {accuracy:.3g} < majority-"
-                    f"class rate {majority:.3g} - {POOR_FIT_ACCURACY_MARGIN:g}. {advice}")
-    return None
-
-
-def _warn_poor_fit(estimator: Any, data: FairData) -> None:
-    """Warn (FairnessWarning) when the fitted model is worse than a constant on ``data``."""
-    out = _float64_outputs(estimator.model_, data.X.detach().cpu().numpy())
-    message = poor_fit_message(data.task, data.y.detach().cpu().numpy(), out)
-    if message:
-        warnings.warn(message, FairnessWarning, stacklevel=3)
-
-
-#: The smooth rate surrogate ``method="sqp"`` uses for rate constraints given as specs:
-#: the mean predicted probability, ``sigmoid(out)``. SQP calibrates the QP's bounds to the
-#: exact (hard-label) rates (``StochasticSQP(calibrate_exact=True)``), so the surrogate only
-#: gives the direction; a soft one reaches every row, not only the rows at the threshold, and
-#: measured on Adult, Dutch, ACS-Colorado and COMPAS (DI >= 0.8, linear, 500 epochs) it gave
-#: 0.1-0.5 points more test accuracy and held-out DI closer to the training value than the
-#: smoothed step at scale 50 (benchmarks/peers.py).
-SQP_RATE_SURROGATE = Sigmoid(scale=1.0)
-
-
-def _with_sqp_surrogates(estimator: Any, constraints: list) -> list:
-    """For ``method="sqp"``: the rate constraints built from specs that name no surrogate
-    use :data:`SQP_RATE_SURROGATE`; constraint objects and explicit surrogates are kept."""
-    if estimator.method != "sqp":
-        return constraints
-    for spec, constraint in zip(spec_list(estimator.constraints), constraints):
-        named = is_constraint_object(spec) or (isinstance(spec, Mapping) and "surrogate" in spec) or (
-            isinstance(spec, (tuple, list)) and any(isinstance(o, Mapping) and "surrogate" in o for o in spec))
-        if not named and isinstance(constraint, GroupRateConstraint):
-            constraint.surrogate = SQP_RATE_SURROGATE
-            if isinstance(getattr(constraint, "_params", None), dict):
-                constraint._params["surrogate"] = SQP_RATE_SURROGATE
-    return constraints
-
-
-def _steps(history: Any) -> list[dict]:
-    """The iteration records of a history (without a closing ``qp_status == "final"`` one)."""
-    return [r for r in history.records if r.get("qp_status") != "final"]
-
-
 def _internal_names(p: int) -> list[str]:
     """Column names of ``X`` inside the FairData (user names live in ``feature_names_in_``)."""
     return [f"x{j}" for j in range(p)]
@@ -957,220 +659,10 @@ def _require_all_groups(data: FairData, levels: dict) -> None:
                              "training group must be present to compare violations")
 
 
-def _row_blocks(constraints: list) -> list[slice]:
-    """The rows of each constraint in the concatenated constraint set."""
-    blocks, start = [], 0
-    for c in constraints:
-        m = int(torch.as_tensor(c.lower).numel())
-        blocks.append(slice(start, start + m))
-        start += m
-    return blocks
-
-
 def _violations(model: nn.Module, data: FairData, constraints: list) -> dict[str, float]:
     """Exact total violation of each constraint, ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``
-    on hard predictions, keyed by constraint name (``name#2`` for a repeated name)."""
+    on hard predictions, keyed by constraint name (``name#2`` for a repeated name)
+    (:func:`fairopt.evaluation.constraint_violations` of the model's outputs)."""
     with torch.no_grad():
         out = model(data.X).reshape(-1)
-    result: dict[str, float] = {}
-    for c in constraints:
-        values = c.exact(out, data).reshape(-1).to(torch.float64)
-        name, k = str(c.name), 2
-        while name in result:
-            name, k = f"{c.name}#{k}", k + 1
-        result[name] = float(row_violations(values, c.lower.to(torch.float64), c.upper.to(torch.float64)).sum())
-    return result
-
-
-def _release_batch_caches(constraints: list) -> None:
-    """Drop the per-batch operator caches of the constraints: they hold references to the
-    batches (the training data) that would otherwise live, and be pickled, with the
-    estimator."""
-    for c in constraints:
-        cache = getattr(c, "_cache", None)
-        if hasattr(cache, "clear"):
-            cache.clear()
-
-
-# --------------------------------------------------------------------------------------
-# held-out statements: margin, validation_fraction, certificate_ (fairopt.certificate)
-# --------------------------------------------------------------------------------------
-ON_FAIL = ("warn", "raise", "ignore")
-
-
-def _check_held_out_parameters(est: Any) -> None:
-    """Validate ``margin``, ``validation_fraction``, ``confidence``, ``on_fail`` and ``n_candidates``."""
-    if isinstance(est.margin, str):  # a margin in the units of the constraint rows, or "auto"
-        check_choice(est.margin, ("auto",), "margin")
-    else:
-        positive_float(est.margin, "margin", allow_zero=True)
-    if est.validation_fraction is not None:
-        check_interval(est.validation_fraction, "validation_fraction", 0.0, 0.5, closed="right")
-    check_interval(est.confidence, "confidence", 0.0, 1.0)
-    check_choice(est.on_fail, ON_FAIL, "on_fail")
-    positive_int(est.n_candidates, "n_candidates")
-
-
-def _validation_split(est: Any, data: FairData) -> tuple[FairData, FairData | None]:
-    """``(train, held_out)``: with ``validation_fraction`` a stratified split (target x
-    sensitive cell, seeded by ``seed``, :meth:`FairData.split`, which re-fits the
-    preprocessing on the training part); without it ``(data, None)``. Sets
-    ``validation_indices_`` (rows of ``X`` held out, or None)."""
-    est.validation_indices_ = None
-    fraction = est.validation_fraction
-    if fraction is None:
-        return data, None
-    from fairopt.data import stratified_split_indices
-
-    try:
-        _, held_out_idx = stratified_split_indices(data._split_strata(), float(fraction), int(est.seed))
-        train, held_out = data.split(test_size=float(fraction), seed=int(est.seed))
-    except ValueError as exc:
-        raise ValueError(f"validation_fraction: cannot hold out {fraction!r} of {len(data)} rows ({exc})") from None
-    est.validation_indices_ = held_out_idx
-    return train, held_out
-
-
-#: Largest and smallest inflation of the certified candidates' margins (multiples of the
-#: held-out part's own certificate half-width ``z se``; :func:`fairopt.certificate.auto_margin`).
-CANDIDATE_INFLATIONS = (2.0, 0.5)
-
-
-def candidate_inflations(n_candidates: int) -> np.ndarray:
-    """The fixed, decreasing sequence of margin inflations of the certified candidates:
-    ``n_candidates`` values evenly spaced from 2 to 0.5 (``[2.0]`` for one candidate)."""
-    high, low = CANDIDATE_INFLATIONS
-    return np.linspace(high, low, n_candidates) if n_candidates > 1 else np.array([high])
-
-
-def _margins(est: Any, data: FairData, constraints: list) -> list | None:
-    """One margin per constraint (a number, or per-row values in the rows' units), or None
-    without a margin. ``margin="auto"``: :func:`fairopt.certificate.auto_margin` for a new
-    sample the size of the held-out part (of a 30% hold-out without
-    ``validation_fraction``); with ``validation_fraction`` at inflation 1 (one held-out
-    half-width ``z se``; :func:`_certified_sequence` scales it). The originals are set up
-    on ``data`` here (the engine sets up the tightened copies)."""
-    if not constraints or (not isinstance(est.margin, str) and float(est.margin) == 0.0):
-        return None
-    if est.margin != "auto":
-        return [float(est.margin)] * len(constraints)
-    from fairopt.certificate import DEFAULT_HELD_OUT_FRACTION, auto_margin
-
-    certified = est.validation_fraction is not None
-    fraction = est.validation_fraction or DEFAULT_HELD_OUT_FRACTION
-    margins = []
-    for c in constraints:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FairnessWarning)  # the engine's set-up of the copy reports them
-            c.setup(data)
-        margins.append(auto_margin(data, c, float(est.confidence), float(fraction), seed=int(est.seed),
-                                   for_certificate=certified, inflation=1.0 if certified else 2.0))
-    return margins
-
-
-def _tightened(constraints: list, margins: list | None, scale: float = 1.0) -> list:
-    """The constraints the engine trains under: ``constraints`` itself without margins,
-    else copies tightened by ``scale * margin`` (:func:`fairopt.certificate.tighten`)."""
-    if margins is None:
-        return constraints
-    from fairopt.certificate import tighten
-
-    return [tighten(c, m * scale) for c, m in zip(constraints, margins)]
-
-
-def _certificates(est: Any, held_out: FairData, model: nn.Module, constraints: list) -> list:
-    """One :func:`fairopt.certificate.certify` statement per constraint on the held-out rows."""
-    from fairopt.certificate import certify
-
-    model.eval()
-    try:
-        return [certify(model, held_out, c, float(est.confidence), seed=int(est.seed)) for c in constraints]
-    finally:
-        _release_batch_caches(constraints)
-
-
-def _certified_sequence(est: Any, data: FairData, held_out: FairData, constraints: list,
-                        margins: list) -> tuple[Any, int, list, list]:
-    """Fit candidates under margins of decreasing inflation (:func:`candidate_inflations`),
-    certify each on the held-out rows in that order and keep the last one whose
-    certificates all pass before the first that fails (or the first candidate when it
-    fails).
-
-    Fixed-sequence testing: the order is fixed before any held-out row is looked at and
-    every candidate is trained on the other rows only, so the returned model's
-    certificate keeps its confidence level without a multiplicity correction. A false
-    certificate needs a pass of the first candidate in the order that violates the bound
-    in the population, which happens with probability at most ``1 - confidence``. A smaller
-    margin gives a more accurate model when the held-out rows allow it; the sequence stops
-    at the first failure, so a failing candidate costs one fit. Sets ``candidates_``.
-
-    Returns the chosen candidate's FitResult, relaxed-step count, training constraints
-    and certificates.
-    """
-    chosen, chosen_index, rows = None, 0, []
-    for inflation in candidate_inflations(int(est.n_candidates)):
-        training = _tightened(constraints, margins, float(inflation))
-        result, relaxed = est._train(data, training)
-        certificates = _certificates(est, held_out, result.model, constraints)
-        passed = all(cert.passed for cert in certificates)
-        rows.append({"inflation": float(inflation), "passed": passed,
-                     **{f"{cert.constraint}: held-out": cert.realised for cert in certificates},
-                     **{f"{cert.constraint}: confidence bound": cert.confidence_bound for cert in certificates}})
-        if chosen is not None and not passed:
-            break
-        chosen, chosen_index = (result, relaxed, training, certificates), len(rows) - 1
-        if not passed:  # the first candidate fails: it is returned, with its failed certificate
-            break
-    est.candidates_ = pd.DataFrame(rows).assign(chosen=lambda t: np.arange(len(t)) == chosen_index)
-    logger.info("certified candidates: kept inflation %.3g (%d of %d tried)", rows[chosen_index]["inflation"],
-                chosen_index + 1, len(rows))
-    return chosen
-
-
-def _held_out_statements(est: Any, data: FairData, constraints: list, training: list,
-                         certificates: list | None) -> None:
-    """``predicted_held_out_`` (with a margin) and ``certificate_`` (with a held-out part),
-    and the ``on_fail`` reaction to a failed certificate."""
-    est.predicted_held_out_ = None if training is constraints else _predicted_held_out(est, data, constraints,
-                                                                                       training)
-    est.certificate_ = certificates
-    if certificates is None:
-        return
-    from fairopt.exceptions import CertificateError
-
-    failed = [cert for cert in certificates if not cert.passed]
-    if not failed or est.on_fail == "ignore":
-        return
-    message = "; ".join(
-        f"{cert.constraint}: {cert.measure} {cert.realised:.4g} on {cert.n} held-out rows, {cert.confidence:.0%} "
-        f"confidence bound {cert.confidence_bound:.4g}, required {'>=' if cert.bound_side == 'lower' else '<='} "
-        f"{cert.bound:g}" for cert in failed)
-    message = (f"held-out certificate failed - {message}. The bound is not shown to hold beyond the training rows "
-               "at this confidence (see certificate_; a margin, more data or a looser bound may help).")
-    if est.on_fail == "raise":
-        raise CertificateError(message)
-    warnings.warn(message, FairnessWarning, stacklevel=3)
-
-
-def _predicted_held_out(est: Any, data: FairData, constraints: list, training: list) -> pd.DataFrame:
-    """Per constraint row: the exact training value, the margin, and the range
-    ``[train - margin, train + margin]`` predicted for new rows (a prediction, not a
-    certificate), with whether that range lies within the user's bounds."""
-    with torch.no_grad():
-        out = est.model_(data.X).reshape(-1)
-    frames = []
-    for c, t in zip(constraints, training):
-        values = c.exact(out, data).reshape(-1).to(torch.float64)
-        lower, upper = c.lower.to(torch.float64), c.upper.to(torch.float64)
-        margin = torch.where(torch.isfinite(upper), upper - t.upper.to(torch.float64),
-                             t.lower.to(torch.float64) - lower)
-        margin = torch.nan_to_num(margin, nan=0.0, posinf=0.0, neginf=0.0)
-        low, high = values - margin, values + margin
-        within = torch.where(torch.isfinite(upper), high <= upper + 1e-12, True) & \
-            torch.where(torch.isfinite(lower), low >= lower - 1e-12, True)
-        names = list(c.row_names or [f"{c.name}[{i}]" for i in range(values.numel())])
-        frames.append(pd.DataFrame({"constraint": c.name, "train": values.numpy(), "margin": margin.numpy(),
-                                    "predicted_low": low.numpy(), "predicted_high": high.numpy(),
-                                    "bound_lower": lower.numpy(), "bound_upper": upper.numpy(),
-                                    "within": within.numpy()}, index=names))
-    return pd.concat(frames) if frames else pd.DataFrame()
+    return constraint_violations(out, data, constraints)

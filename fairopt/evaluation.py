@@ -26,7 +26,7 @@ from fairopt.measures.group import group_means, ratio_of_extremes
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
 from solvers.problem import violation
 
-__all__ = ["evaluate", "fairness_report", "format_report"]
+__all__ = ["constraint_violations", "evaluate", "fairness_report", "format_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -172,31 +172,58 @@ def _unique_name(name: str, taken: Mapping[str, Any]) -> str:
     return f"{name}#{k}"
 
 
+def _check_protocol(c: Any) -> None:
+    """A ValueError naming the first field of the Constraint protocol ``c`` lacks."""
+    for field in ("name", "exact", "lower", "upper"):
+        if not hasattr(c, field):
+            raise ValueError(f"constraints: {c!r} has no {field!r} (solvers.problem.Constraint protocol)")
+
+
+def _exact_violation(out: torch.Tensor, data: Any, c: Any) -> tuple[torch.Tensor, float]:
+    """The exact row values of one constraint (float64, on the CPU) and their total
+    violation ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``."""
+    with torch.no_grad():
+        values = torch.as_tensor(c.exact(out, data)).detach().reshape(-1).to(torch.float64).cpu()
+    lower = torch.as_tensor(c.lower, dtype=torch.float64).reshape(-1)
+    upper = torch.as_tensor(c.upper, dtype=torch.float64).reshape(-1)
+    if not (values.shape == lower.shape == upper.shape):
+        raise ValueError(
+            f"constraints: {c.name!r} returned {values.numel()} exact values for "
+            f"{lower.numel()} lower / {upper.numel()} upper bounds (was setup(data) called?)"
+        )
+    return values, float(violation(values, lower, upper))
+
+
 def _constraint_values(out: torch.Tensor, data: Any, constraints: Iterable[Any]) -> dict[str, Any]:
     """``<name>`` -> exact row values, ``<name>.violation`` -> total violation, per constraint."""
     results: dict[str, Any] = {}
     total = 0.0
     for c in constraints:
-        for field in ("name", "exact", "lower", "upper"):
-            if not hasattr(c, field):
-                raise ValueError(f"constraints: {c!r} has no {field!r} (solvers.problem.Constraint protocol)")
-        with torch.no_grad():
-            values = torch.as_tensor(c.exact(out, data)).detach().reshape(-1).to(torch.float64).cpu()
-        lower = torch.as_tensor(c.lower, dtype=torch.float64).reshape(-1)
-        upper = torch.as_tensor(c.upper, dtype=torch.float64).reshape(-1)
-        if not (values.shape == lower.shape == upper.shape):
-            raise ValueError(
-                f"constraints: {c.name!r} returned {values.numel()} exact values for "
-                f"{lower.numel()} lower / {upper.numel()} upper bounds (was setup(data) called?)"
-            )
+        _check_protocol(c)
+        values, v = _exact_violation(out, data, c)
         key = _unique_name(str(c.name), results)
-        v = float(violation(values, lower, upper))
         results[key] = values.tolist()
         results[f"{key}.violation"] = v
         total += v
     if results:
         results["violation"] = total
     return results
+
+
+def constraint_violations(out: torch.Tensor, data: Any, constraints: Iterable[Any]) -> dict[str, float]:
+    """Exact total violation of each constraint, ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``
+    of its exact rows on the model outputs ``out`` (hard predictions for the rate
+    constraints), keyed by constraint name (``name#2``, ``name#3``, ... for a repeated name).
+
+    The ``<name>.violation`` entries of :func:`evaluate`, computed the same way, without
+    the rest; a constraint whose bounds are built on first use (the rate constraints)
+    needs no ``setup(data)`` first.
+    """
+    result: dict[str, float] = {}
+    for c in constraints:
+        _, v = _exact_violation(out, data, c)
+        result[_unique_name(str(c.name), result)] = v
+    return result
 
 
 def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constraints: Iterable[Any] = (), threshold: float = 0.0) -> dict[str, Any]:

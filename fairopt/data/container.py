@@ -1,0 +1,619 @@
+"""The :class:`FairData` container (fields in the docstring of :mod:`fairopt.data`) and its
+assembly from DataFrames and arrays."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fairopt._validation import check_same_length, to_numpy
+from fairopt.data.encoding import (decode_cell_keys, encode_exposure, encode_sensitive, encode_target,
+                                   intersection_cells)
+from fairopt.data.frames import (as_name_list, as_number, check_columns_exist, check_frame, coerce_numeric_columns,
+                                 is_text_dtype, require_finite_columns, short_list)
+from fairopt.data.preprocessing import Preprocessor
+from fairopt.data.splitting import check_test_size, stratified_split_indices
+
+__all__ = ["TASKS", "SENSITIVE_KINDS", "FairData"]
+
+logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
+
+
+TASKS: tuple[str, ...] = ("binary", "regression", "poisson")
+SENSITIVE_KINDS: tuple[str, ...] = ("binary", "categorical", "continuous")
+
+
+# --------------------------------------------------------------------------------------
+# FairData
+# --------------------------------------------------------------------------------------
+class FairData:
+    """Rows for fair learning: inputs, target, typed sensitive features, cells, exposure.
+
+    Build it with :meth:`from_frame` (a DataFrame) or :meth:`from_arrays` (numpy/torch
+    arrays); the constructor only checks the contract. See the module docstring for
+    the fields.
+
+    Attributes
+    ----------
+    X : torch.Tensor, float32 (n, p)
+    y : torch.Tensor, float32 (n,)
+    task : {"binary", "regression", "poisson"}
+    sensitive : dict name -> tensor (binary float32 0/1, categorical int64 codes,
+        continuous float32 raw values)
+    sensitive_kinds : dict name -> kind; sensitive_levels : dict name -> level labels
+        (binary: [label of 0, label of 1]; continuous: [])
+    sensitive_names : list of the sensitive feature names, in order
+    cells : torch.Tensor, int64 (n,); n_cells : int; cell_levels : list of tuples, the
+        level labels of each cell (one per binary/categorical feature, in order)
+    exposure : torch.Tensor, float32 (n,) or None; exposure_name : its column
+    feature_names : list of str (columns of X); feature_columns : raw columns feeding X
+    preprocessor : the fitted :class:`Preprocessor` that produced X
+    target_name : str; include_sensitive : bool
+    frame : the raw rows (pandas DataFrame), indexed lazily
+    """
+
+    def __init__(
+        self,
+        X: torch.Tensor,
+        y: torch.Tensor,
+        task: str,
+        sensitive: Mapping[str, torch.Tensor],
+        sensitive_kinds: Mapping[str, str],
+        sensitive_levels: Mapping[str, list],
+        cells: torch.Tensor,
+        n_cells: int,
+        exposure: torch.Tensor | None = None,
+        feature_names: Sequence[str] | None = None,
+        *,
+        preprocessor: Preprocessor | None = None,
+        target_name: str = "y",
+        include_sensitive: bool = True,
+        cell_levels: Sequence[tuple] | None = None,
+        exposure_name: str | None = None,
+        feature_columns: Sequence[str] | None = None,
+        frame: pd.DataFrame | None = None,
+        cell_keys: np.ndarray | None = None,
+    ) -> None:
+        self.X = X
+        self.y = y
+        self.task = task
+        self.sensitive = dict(sensitive)
+        self.sensitive_names = list(sensitive)
+        self.sensitive_kinds = dict(sensitive_kinds)
+        self.sensitive_levels = {k: list(v) for k, v in sensitive_levels.items()}
+        self.cells = cells
+        self.n_cells = int(n_cells)
+        self.exposure = exposure
+        self.feature_names = list(feature_names) if feature_names is not None else [f"x{j}" for j in range(X.shape[1])]
+        self.preprocessor = preprocessor
+        self.target_name = target_name
+        self.include_sensitive = bool(include_sensitive)
+        self.cell_levels = list(cell_levels) if cell_levels is not None else [()] * self.n_cells
+        self.exposure_name = exposure_name
+        self.feature_columns = list(feature_columns) if feature_columns is not None else list(self.feature_names)
+        self._source = frame
+        self._rows = torch.arange(X.shape[0])  # positions in ``frame``; composed by subset()
+        self._frame_cache = frame
+        self._cell_keys = cell_keys
+        self._check_contract()
+
+    def _check_contract(self) -> None:
+        """Shapes and dtypes of the shared data contract."""
+        n = self.X.shape[0] if self.X.dim() == 2 else -1
+        if self.X.dim() != 2 or self.X.dtype != torch.float32:
+            raise ValueError(f"X: expected a float32 tensor (n, p), got {self.X.dtype} of shape {tuple(self.X.shape)}")
+        if self.task not in TASKS:
+            raise ValueError(f"task: expected one of {TASKS}, got {self.task!r}")
+        if self.y.shape != (n,) or self.y.dtype != torch.float32:
+            raise ValueError(f"y: expected a float32 tensor of shape ({n},), got {self.y.dtype} {tuple(self.y.shape)}")
+        if self.cells.shape != (n,) or self.cells.dtype != torch.int64:
+            raise ValueError(f"cells: expected an int64 tensor of shape ({n},), "
+                             f"got {self.cells.dtype} {tuple(self.cells.shape)}")
+        if self.exposure is not None and self.exposure.shape != (n,):
+            raise ValueError(f"exposure: expected shape ({n},), got {tuple(self.exposure.shape)}")
+        if len(self.feature_names) != self.X.shape[1]:
+            raise ValueError(f"feature_names: {len(self.feature_names)} names for {self.X.shape[1]} columns of X")
+        expected_dtype = {"binary": torch.float32, "categorical": torch.int64, "continuous": torch.float32}
+        for name, tensor in self.sensitive.items():
+            kind = self.sensitive_kinds.get(name)
+            if kind not in expected_dtype:
+                raise ValueError(f"sensitive_kinds: {name!r} has kind {kind!r}; expected one of {SENSITIVE_KINDS}")
+            if tensor.shape != (n,) or tensor.dtype != expected_dtype[kind]:
+                raise ValueError(f"sensitive: {name!r} ({kind}) must be {expected_dtype[kind]} of shape ({n},), "
+                                 f"got {tensor.dtype} {tuple(tensor.shape)}")
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_frame(
+        cls,
+        df: pd.DataFrame,
+        target: str,
+        sensitive: str | Sequence[str],
+        features: Sequence[str] | None = None,
+        categorical: Sequence[str] | None = None,
+        task: str = "binary",
+        exposure: str | None = None,
+        sensitive_kinds: Mapping[str, str] | None = None,
+        include_sensitive: bool = True,
+        preprocessor: Preprocessor | None = None,
+    ) -> "FairData":
+        """Build a :class:`FairData` from a DataFrame.
+
+        Parameters
+        ----------
+        df : pandas.DataFrame
+            The raw rows (kept, unmodified, as :attr:`frame`).
+        target : str
+            Target column. ``task="binary"``: values 0/1 (bool accepted);
+            ``"poisson"``: non-negative integer counts; ``"regression"``: numbers.
+        sensitive : str or list of str
+            Sensitive columns, in order (the order of :attr:`cells`' mixed radix).
+        features : list of str, optional
+            Input columns. ``None``: every column except the target and the exposure.
+            Sensitive columns are added when ``include_sensitive`` and removed otherwise.
+        categorical : list of str, optional
+            Columns to treat as categorical (one-hot in X; a numeric sensitive column listed
+            here is inferred ``"categorical"`` instead of ``"continuous"``). Object, string,
+            category and bool columns are always categorical.
+        task : {"binary", "regression", "poisson"}
+        exposure : str, optional
+            Exposure column (time at risk, > 0), never an input.
+        sensitive_kinds : dict name -> {"binary", "categorical", "continuous"}, optional
+            Declared kinds; the others are inferred: 2 distinct values -> binary
+            (numeric {0,1} kept, other levels coded in sorted order, 0 for the first);
+            numeric with more values -> continuous; otherwise categorical.
+        include_sensitive : bool, default True
+            Whether the sensitive columns are model inputs (part of X).
+        preprocessor : Preprocessor, optional
+            A fitted preprocessor encodes X as it is (e.g. test data with the training
+            statistics); an unfitted one is fitted on ``df``. ``None``: a new one, fitted here.
+
+        Raises
+        ------
+        ValueError
+            Unknown column names, NaN/inf values in used columns, a target that does not fit
+            the task, non-positive exposure, an unknown task or kind, a sensitive feature with
+            fewer than 2 groups, an empty frame - each naming the argument and the value.
+        """
+        return _build_fair_data(
+            cls, df, target=target, sensitive=sensitive, features=features, categorical=categorical,
+            task=task, exposure=exposure, sensitive_kinds=sensitive_kinds,
+            include_sensitive=include_sensitive, preprocessor=preprocessor, reference=None,
+        )
+
+    @classmethod
+    def from_arrays(
+        cls,
+        X: Any,
+        y: Any,
+        sensitive: Mapping[str, Any],
+        task: str = "binary",
+        *,
+        feature_names: Sequence[str] | None = None,
+        exposure: Any = None,
+        sensitive_kinds: Mapping[str, str] | None = None,
+        include_sensitive: bool = False,
+        categorical: Sequence[str] | None = None,
+        preprocessor: Preprocessor | None = None,
+        target_name: str = "y",
+    ) -> "FairData":
+        """Build a :class:`FairData` from arrays (numpy, torch or pandas); wraps :meth:`from_frame`.
+
+        Parameters
+        ----------
+        X : array (n, p)
+            Model inputs (standardised by the preprocessor like any numeric column).
+        y : array (n,)
+        sensitive : dict name -> array (n,)
+            Sensitive features, kept apart from ``X``; ``include_sensitive=True`` appends
+            them to the inputs (default False: ``X`` is taken to be the full input).
+        task, sensitive_kinds, categorical, preprocessor : as in :meth:`from_frame`.
+        feature_names : names of the columns of ``X`` (default ``x0 .. x{p-1}``).
+        exposure : array (n,), optional
+        target_name : name given to the target column (default ``"y"``).
+        """
+        X_np = to_numpy(X)
+        if X_np.ndim != 2:
+            raise ValueError(f"X: expected a 2-D array (n, p), got shape {X_np.shape}")
+        names = [f"x{j}" for j in range(X_np.shape[1])] if feature_names is None else [str(n) for n in feature_names]
+        if len(names) != X_np.shape[1]:
+            raise ValueError(f"feature_names: {len(names)} names for {X_np.shape[1]} columns of X")
+        if not isinstance(sensitive, Mapping):
+            raise ValueError(f"sensitive: expected a dict name -> array, got {type(sensitive).__name__}")
+        columns: dict[str, np.ndarray] = {"X": X_np, "y": _flat_column(y, "y")}
+        columns.update({f"sensitive[{k}]": _flat_column(v, f"sensitive[{k}]") for k, v in sensitive.items()})
+        if exposure is not None:
+            columns["exposure"] = _flat_column(exposure, "exposure")
+        check_same_length(**columns)
+        exposure_name = "exposure" if exposure is not None else None
+        all_names = names + [target_name] + [str(k) for k in sensitive] + ([exposure_name] if exposure_name else [])
+        as_name_list(all_names, "feature_names/sensitive/target_name")
+        df = pd.DataFrame(X_np, columns=names)
+        df[target_name] = columns["y"]
+        for key, values in sensitive.items():
+            df[str(key)] = columns[f"sensitive[{key}]"]
+        if exposure_name:
+            df[exposure_name] = columns["exposure"]
+        return cls.from_frame(
+            df, target=target_name, sensitive=[str(k) for k in sensitive], features=names,
+            categorical=categorical, task=task, exposure=exposure_name, sensitive_kinds=sensitive_kinds,
+            include_sensitive=include_sensitive, preprocessor=preprocessor,
+        )
+
+    def transform(self, df: pd.DataFrame) -> "FairData":
+        """Encode new rows (test or user data) exactly like this data.
+
+        Same input columns and fitted :attr:`preprocessor` (training statistics), same
+        sensitive codes and kinds, same cell ids (a combination absent here gets a new id
+        after the existing ones, logged). A sensitive value outside the known levels is a
+        ValueError. ``df`` must contain the target (and exposure) column.
+        """
+        return _build_fair_data(
+            type(self), df, target=self.target_name, sensitive=self.sensitive_names,
+            features=self.feature_columns, categorical=None, task=self.task, exposure=self.exposure_name,
+            sensitive_kinds=self.sensitive_kinds, include_sensitive=self.include_sensitive,
+            preprocessor=self.preprocessor, reference=self,
+        )
+
+    def with_preprocessor(self, preprocessor: Preprocessor) -> "FairData":
+        """The same rows with ``X`` recomputed from :attr:`frame` by a fitted ``preprocessor``."""
+        if not isinstance(preprocessor, Preprocessor) or not preprocessor.is_fitted:
+            raise ValueError(f"preprocessor: expected a fitted Preprocessor, got {preprocessor!r}")
+        frame = self._require_frame("with_preprocessor")
+        X, names = preprocessor.transform(frame)
+        return self._replace(X=torch.from_numpy(X), feature_names=names, preprocessor=preprocessor,
+                             feature_columns=list(preprocessor.columns_))
+
+    # -- views -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        """Number of model inputs (columns of X)."""
+        return int(self.X.shape[1])
+
+    @property
+    def strata(self) -> torch.Tensor:
+        """Groups for balanced sampling: the intersection :attr:`cells`."""
+        return self.cells
+
+    @property
+    def frame(self) -> pd.DataFrame | None:
+        """The raw rows behind this data (computed on first access for subsets)."""
+        if self._source is None:
+            return None
+        if self._frame_cache is None:
+            self._frame_cache = self._source.iloc[self._rows.numpy()]
+        return self._frame_cache
+
+    def _require_frame(self, operation: str) -> pd.DataFrame:
+        frame = self.frame
+        if frame is None:
+            raise ValueError(f"{operation}: this FairData has no raw frame (build it with from_frame/from_arrays)")
+        return frame
+
+    def _replace(self, **changes: Any) -> "FairData":
+        """A shallow copy with some attributes replaced (no validation: internal use)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
+
+    def subset(self, idx: Any) -> "FairData":
+        """Rows ``idx`` (int tensor/array/list, boolean mask, or slice) as a FairData.
+
+        Pure tensor indexing: the raw frame is only indexed when :attr:`frame` is read.
+        Levels, kinds, ``n_cells`` and cell ids are those of the full data; a group or
+        cell may be absent from a subset (mini-batches may miss groups).
+        """
+        return self._take(_as_index(idx, len(self)))
+
+    def _take(self, index: Any, **changes: Any) -> "FairData":
+        row_index = index.cpu() if isinstance(index, torch.Tensor) else index
+        fields = {
+            "X": self.X[index],
+            "y": self.y[index],
+            "sensitive": {k: v[index] for k, v in self.sensitive.items()},
+            "cells": self.cells[index],
+            "exposure": None if self.exposure is None else self.exposure[index],
+            "_rows": self._rows[row_index],
+            "_frame_cache": None,
+        }
+        fields.update(changes)
+        return self._replace(**fields)
+
+    def to(self, device: torch.device | str) -> "FairData":
+        """A copy with every tensor on ``device`` (row bookkeeping stays on the CPU)."""
+        return self._replace(
+            X=self.X.to(device), y=self.y.to(device), cells=self.cells.to(device),
+            sensitive={k: v.to(device) for k, v in self.sensitive.items()},
+            exposure=None if self.exposure is None else self.exposure.to(device),
+        )
+
+    def split(self, test_size: float = 0.2, seed: int = 0, stratify: bool = True) -> tuple["FairData", "FairData"]:
+        """Deterministic train/test split with the preprocessor re-fitted on the TRAIN rows.
+
+        Rows are stratified (``stratify=True``) by target x cell for binary tasks, by cell
+        otherwise; when some stratum has fewer than 2 rows it falls back to the target
+        alone (binary), then to no stratification (logged). See
+        :func:`stratified_split_indices` for the apportionment. Both parts are then encoded
+        by a fresh clone of :attr:`preprocessor` fitted on the training rows only, so no
+        test statistic leaks into X. Sensitive codes, kinds and cell ids are shared.
+
+        Returns
+        -------
+        train, test : FairData
+        """
+        test_size = check_test_size(test_size)
+        strata = self._split_strata() if stratify else np.zeros(len(self), dtype=np.int64)
+        train_idx, test_idx = stratified_split_indices(strata, test_size, seed)
+        if self.preprocessor is None or self._source is None:
+            logger.info("split: no raw frame or preprocessor; X is subset without re-fitting")
+            return self.subset(torch.from_numpy(train_idx)), self.subset(torch.from_numpy(test_idx))
+        frame = self.frame
+        preprocessor = self.preprocessor.clone()
+        X_train, names = preprocessor.fit_transform(frame.iloc[train_idx])
+        X_test, _ = preprocessor.transform(frame.iloc[test_idx])
+        common = {"preprocessor": preprocessor, "feature_names": names}
+        train = self._take(torch.from_numpy(train_idx), X=torch.from_numpy(X_train).to(self.X.device), **common)
+        test = self._take(torch.from_numpy(test_idx), X=torch.from_numpy(X_test).to(self.X.device), **common)
+        return train, test
+
+    def _split_strata(self) -> np.ndarray:
+        """target x cell (binary) or cell strata; the first candidate whose strata all have >= 2 rows."""
+        cells = self.cells.cpu().numpy()
+        candidates: list[tuple[str, np.ndarray]] = []
+        if self.task == "binary":
+            y = self.y.cpu().numpy().astype(np.int64)
+            candidates += [("target x cell", y * self.n_cells + cells), ("target", y)]
+        else:
+            candidates.append(("cell", cells))
+        for label, strata in candidates:
+            if np.unique(strata, return_counts=True)[1].min() >= 2:
+                logger.debug("split: stratified by %s", label)
+                return strata
+            logger.info("split: some %s strata have fewer than 2 rows; trying a coarser stratification", label)
+        return np.zeros(len(self), dtype=np.int64)
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(f"{k}: {v}" for k, v in self.sensitive_kinds.items())
+        return (f"FairData(n={len(self)}, p={self.n_features}, task={self.task!r}, target={self.target_name!r}, "
+                f"sensitive={{{kinds}}}, n_cells={self.n_cells}, exposure={self.exposure_name!r})")
+
+
+# --------------------------------------------------------------------------------------
+# from_frame implementation
+# --------------------------------------------------------------------------------------
+def _flat_column(values: Any, argument: str) -> np.ndarray:
+    """A 1-D numpy column ((n, 1) flattened); ValueError otherwise."""
+    array = to_numpy(values)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array.reshape(-1)
+    if array.ndim != 1:
+        raise ValueError(f"{argument}: expected a 1-D array, got shape {array.shape}")
+    return array
+
+
+def _as_index(idx: Any, n: int) -> Any:
+    """A row index usable on tensors: long/bool tensor or slice."""
+    if isinstance(idx, slice):
+        return idx
+    if isinstance(idx, (int, np.integer)) and not isinstance(idx, bool):
+        return torch.tensor([int(idx)])
+    index = idx if isinstance(idx, torch.Tensor) else torch.as_tensor(np.asarray(idx))
+    if index.numel() == 0:
+        return torch.zeros(0, dtype=torch.long, device=index.device)
+    if index.dtype == torch.bool:
+        if index.shape != (n,):
+            raise ValueError(f"idx: boolean mask of shape {tuple(index.shape)} for {n} rows")
+        return index
+    if index.dtype.is_floating_point or index.dtype.is_complex:
+        raise ValueError(f"idx: expected integer positions or a boolean mask, got dtype {index.dtype}")
+    return index.reshape(-1).long()
+
+
+def _resolve_feature_columns(
+    df: pd.DataFrame,
+    target: str,
+    sensitive: list[str],
+    exposure: str | None,
+    features: Sequence[str] | None,
+    include_sensitive: bool,
+) -> list[str]:
+    """Input columns: ``features`` (default: all but target/exposure), with the sensitive
+    columns added (include_sensitive) or removed (not include_sensitive)."""
+    reserved = [target] + ([exposure] if exposure is not None else [])
+    if features is None:
+        columns = [c for c in df.columns if c not in reserved]
+    else:
+        columns = as_name_list(features, "features")
+        check_columns_exist(df, columns, "features")
+        clash = [c for c in columns if c in reserved]
+        if clash:
+            raise ValueError(f"features: {short_list(clash)} is the target/exposure column and cannot be an input")
+    if include_sensitive:
+        columns = columns + [s for s in sensitive if s not in columns]
+    else:
+        dropped = [c for c in columns if c in sensitive]
+        if dropped and features is not None:
+            logger.info("include_sensitive=False: sensitive columns %s removed from the inputs", dropped)
+        columns = [c for c in columns if c not in sensitive]
+    if not columns:
+        raise ValueError(f"features: no input columns remain (features={features!r}, "
+                         f"include_sensitive={include_sensitive})")
+    return columns
+
+
+def _check_arguments(
+    df: pd.DataFrame,
+    target: str,
+    sensitive: list[str],
+    categorical: list[str],
+    task: str,
+    exposure: str | None,
+    sensitive_kinds: Mapping[str, str],
+) -> None:
+    """Names and values of the from_frame arguments (not the data)."""
+    if task not in TASKS:
+        raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
+    if isinstance(target, (list, tuple, set, dict)):
+        raise ValueError(f"target: expected one column name, got {target!r}")
+    check_columns_exist(df, [target], "target")
+    check_columns_exist(df, sensitive, "sensitive")
+    check_columns_exist(df, categorical, "categorical")
+    if exposure is not None:
+        check_columns_exist(df, [exposure], "exposure")
+        if exposure == target or exposure in sensitive:
+            raise ValueError(f"exposure: column {exposure!r} is also the target or a sensitive column")
+    if target in sensitive:
+        raise ValueError(f"sensitive: the target column {target!r} cannot be a sensitive feature")
+    unknown = [k for k in sensitive_kinds if k not in sensitive]
+    if unknown:
+        raise ValueError(f"sensitive_kinds: {short_list(unknown)} are not among sensitive={short_list(sensitive)}")
+    bad_kinds = {k: v for k, v in sensitive_kinds.items() if v not in SENSITIVE_KINDS}
+    if bad_kinds:
+        raise ValueError(f"sensitive_kinds: unknown kind(s) {bad_kinds!r}; expected one of {SENSITIVE_KINDS}")
+
+
+def _prepare_preprocessor(
+    preprocessor: Preprocessor | None, df: pd.DataFrame, columns: list[str], categorical: list[str]
+) -> Preprocessor:
+    """The preprocessor to use: given and fitted (checked), given and unfitted (fitted), or new."""
+    if preprocessor is None:
+        declared = [c for c in categorical if c in columns]
+        return Preprocessor(columns, declared).fit(df)
+    if not isinstance(preprocessor, Preprocessor):
+        raise ValueError(f"preprocessor: expected a Preprocessor, got {type(preprocessor).__name__}")
+    if not preprocessor.is_fitted:
+        if preprocessor.columns is not None and set(preprocessor.columns) != set(columns):
+            raise ValueError(f"preprocessor: configured for columns {short_list(preprocessor.columns)} but the "
+                             f"input columns are {short_list(columns)}")
+        if preprocessor.columns is None:
+            preprocessor.columns = list(columns)
+        return preprocessor.fit(df)
+    if set(preprocessor.columns_) != set(columns):
+        raise ValueError(f"preprocessor: fitted on columns {short_list(preprocessor.columns_)} but the input "
+                         f"columns are {short_list(columns)}")
+    return preprocessor
+
+
+def _encode_all_sensitive(
+    df: pd.DataFrame,
+    names: list[str],
+    kinds_declared: Mapping[str, str],
+    categorical: list[str],
+    reference: FairData | None,
+) -> tuple[dict[str, torch.Tensor], dict[str, str], dict[str, list], dict[str, np.ndarray]]:
+    """:func:`encode_sensitive` for every sensitive column (kinds/levels of ``reference`` if given).
+
+    Returns tensors, kinds, levels and the int64 codes of the discrete features, by name.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    kinds: dict[str, str] = {}
+    levels: dict[str, list] = {}
+    codes: dict[str, np.ndarray] = {}
+    for name in names:
+        kind = reference.sensitive_kinds[name] if reference is not None else kinds_declared.get(name)
+        reference_levels = reference.sensitive_levels[name] if reference is not None else None
+        tensors[name], kinds[name], levels[name], code = encode_sensitive(
+            df[name], kind, name in categorical, reference_levels
+        )
+        if code is not None:
+            codes[name] = code
+    return tensors, kinds, levels, codes
+
+
+def _coerce_inputs(
+    df: pd.DataFrame,
+    columns: list[str],
+    sensitive: list[str],
+    categorical: list[str],
+    preprocessor: Preprocessor | None,
+) -> pd.DataFrame:
+    """``df`` with the input columns that hold numbers as text made numeric
+    (:func:`coerce_numeric_columns`).
+
+    Left as they are: sensitive columns (their groups are read from the raw values),
+    columns declared categorical (argument or preprocessor configuration) and, with a
+    fitted preprocessor, the columns it one-hot encodes. With a fitted preprocessor a
+    column it treats as numeric must convert: ValueError naming it otherwise.
+    """
+    excluded = set(sensitive) | set(categorical)
+    if preprocessor is not None:
+        excluded |= set(preprocessor.categorical_ if preprocessor.is_fitted else preprocessor.categorical or [])
+    candidates = [c for c in columns if c not in excluded]
+    inputs, _ = coerce_numeric_columns(df, candidates)
+    if preprocessor is not None and preprocessor.is_fitted:
+        for column in preprocessor.numeric_:
+            if column in candidates and is_text_dtype(inputs[column]):
+                _require_numbers(inputs[column])
+    return inputs
+
+
+def _require_numbers(series: pd.Series) -> None:
+    """ValueError naming a column the fitted preprocessor treats as numeric when some of
+    its values are not numbers."""
+    bad = [v for v in pd.unique(series.dropna().to_numpy(dtype=object)) if as_number(v) is None]
+    if bad:
+        raise ValueError(f"df: column {series.name!r} was numeric when the preprocessor was fitted but holds values "
+                         f"that are not numbers here: {short_list(bad[:5])}")
+
+
+def _build_fair_data(
+    cls: type,
+    df: pd.DataFrame,
+    *,
+    target: str,
+    sensitive: str | Sequence[str],
+    features: Sequence[str] | None,
+    categorical: Sequence[str] | None,
+    task: str,
+    exposure: str | None,
+    sensitive_kinds: Mapping[str, str] | None,
+    include_sensitive: bool,
+    preprocessor: Preprocessor | None,
+    reference: FairData | None,
+) -> FairData:
+    """Shared body of :meth:`FairData.from_frame` and :meth:`FairData.transform`."""
+    check_frame(df, "df")
+    sensitive_names = as_name_list(sensitive, "sensitive")
+    categorical_names = as_name_list(categorical, "categorical")
+    kinds_declared = dict(sensitive_kinds or {})
+    _check_arguments(df, target, sensitive_names, categorical_names, task, exposure, kinds_declared)
+    if preprocessor is not None and preprocessor.is_fitted and features is None:
+        features = [c for c in preprocessor.columns_ if c not in sensitive_names or include_sensitive]
+    columns = _resolve_feature_columns(df, target, sensitive_names, exposure, features, include_sensitive)
+
+    require_finite_columns(df, [target], "target")
+    require_finite_columns(df, sensitive_names, "sensitive")
+    if exposure is not None:
+        require_finite_columns(df, [exposure], "exposure")
+    inputs = _coerce_inputs(df, columns, sensitive_names, categorical_names, preprocessor)
+    require_finite_columns(inputs, columns, "features")
+
+    y = encode_target(df[target], task)
+    exposure_tensor = encode_exposure(df[exposure]) if exposure is not None else None
+
+    tensors, kinds, levels, codes = _encode_all_sensitive(
+        df, sensitive_names, kinds_declared, categorical_names, reference
+    )
+    discrete = [n for n in sensitive_names if kinds[n] != "continuous"]
+    radices = [len(levels[n]) for n in discrete]
+    reference_keys = reference._cell_keys if reference is not None else None
+    cells, cell_keys = intersection_cells([codes[n] for n in discrete], radices, len(df), reference_keys)
+    cell_levels = decode_cell_keys(cell_keys, radices, [levels[n] for n in discrete]) if discrete else [()]
+
+    fitted = _prepare_preprocessor(preprocessor, inputs, columns, categorical_names)
+    X, feature_names = fitted.transform(inputs)
+    return cls(
+        torch.from_numpy(X), y, task, tensors, kinds, levels, torch.from_numpy(cells), len(cell_keys),
+        exposure_tensor, feature_names,
+        preprocessor=fitted, target_name=target, include_sensitive=include_sensitive,
+        cell_levels=cell_levels, exposure_name=exposure, feature_columns=fitted.columns_,
+        frame=df, cell_keys=cell_keys,
+    )

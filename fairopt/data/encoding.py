@@ -1,0 +1,202 @@
+"""Encodings of the target, the exposure and the sensitive features, and the intersection
+cells of the binary/categorical sensitive features (:func:`intersection_cells`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fairopt.data.frames import is_categorical_dtype, level_codes, short_list, unique_levels
+
+__all__ = ["encode_target", "encode_exposure", "encode_sensitive", "intersection_cells", "decode_cell_keys"]
+
+logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
+
+
+def _require_numeric(series: pd.Series, argument: str, purpose: str) -> np.ndarray:
+    """Float64 values of a numeric (or bool) column; ValueError for text columns."""
+    if not (pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)):
+        examples = short_list(pd.unique(series.to_numpy())[:5].tolist())
+        raise ValueError(f"{argument}: column {series.name!r} must be numeric {purpose}; "
+                         f"got dtype {series.dtype} with values like {examples}")
+    return series.to_numpy(dtype=np.float64)
+
+
+def encode_target(series: pd.Series, task: str) -> torch.Tensor:
+    """The target as float32, checked against the task.
+
+    binary: values in {0, 1} (bool accepted); poisson: non-negative integers;
+    regression: any finite number.
+    """
+    values = _require_numeric(series, "target", f"for task={task!r}")
+    if task == "binary":
+        bad = ~np.isin(values, (0.0, 1.0))
+        if bad.any():
+            examples = short_list(pd.unique(values[bad])[:5].tolist())
+            raise ValueError(
+                f"target: column {series.name!r} must hold 0/1 values for task='binary'; "
+                f"{int(bad.sum())} rows hold other values, e.g. {examples}"
+            )
+    elif task == "poisson":
+        negative = values < 0
+        if negative.any():
+            raise ValueError(f"target: column {series.name!r} has {int(negative.sum())} negative counts "
+                             f"(e.g. {values[negative][0].item()!r}); task='poisson' needs counts >= 0")
+        fractional = values != np.round(values)
+        if fractional.any():
+            raise ValueError(f"target: column {series.name!r} has {int(fractional.sum())} non-integer counts "
+                             f"(e.g. {values[fractional][0].item()!r}); task='poisson' needs integer counts")
+    return torch.from_numpy(values.astype(np.float32))
+
+
+def encode_exposure(series: pd.Series) -> torch.Tensor:
+    """Exposure (time at risk) as float32; every value must be > 0."""
+    values = _require_numeric(series, "exposure", "(time at risk)")
+    bad = values <= 0
+    if bad.any():
+        raise ValueError(f"exposure: column {series.name!r} has {int(bad.sum())} non-positive values "
+                         f"(e.g. {values[bad][0].item()!r}); exposure must be > 0")
+    return torch.from_numpy(values.astype(np.float32))
+
+
+def _infer_sensitive_kind(series: pd.Series, declared_categorical: bool) -> str:
+    """binary if 2 distinct values; continuous if numeric with more (unless declared
+    categorical); categorical otherwise."""
+    n_distinct = series.nunique(dropna=True)
+    if n_distinct == 2:
+        return "binary"
+    if not is_categorical_dtype(series) and not declared_categorical:
+        return "continuous"
+    return "categorical"
+
+
+def _is_zero_one(series: pd.Series) -> bool:
+    """A numeric (non-bool) column whose values are all in {0, 1}."""
+    if is_categorical_dtype(series):
+        return False
+    return bool(np.isin(series.to_numpy(dtype=np.float64), (0.0, 1.0)).all())
+
+
+def _sensitive_levels(series: pd.Series, kind: str) -> list[Any]:
+    """Level label per code: numeric {0,1} binary -> [0, 1]; otherwise the sorted levels."""
+    if kind == "continuous":
+        return []
+    if kind == "binary" and _is_zero_one(series):
+        return [0, 1]
+    return unique_levels(series)
+
+
+def encode_sensitive(
+    series: pd.Series,
+    kind: str | None,
+    declared_categorical: bool,
+    levels: list[Any] | None = None,
+) -> tuple[torch.Tensor, str, list[Any], np.ndarray | None]:
+    """Encode one sensitive column.
+
+    Parameters
+    ----------
+    series : the raw column.
+    kind : declared kind, or None to infer (:func:`_infer_sensitive_kind`).
+    declared_categorical : whether the user listed the column in ``categorical``.
+    levels : reference levels (encoding new rows like an existing FairData); ``None`` to
+        learn them from ``series``, in which case at least 2 groups are required.
+
+    Returns
+    -------
+    tensor : binary float32 0/1, categorical int64 codes, continuous float32 raw values.
+    kind, levels : the resolved kind and level labels.
+    codes : int64 codes for binary/categorical features (None for continuous).
+    """
+    name = series.name
+    if kind is None:
+        kind = _infer_sensitive_kind(series, declared_categorical)
+    if kind == "continuous":
+        values = _require_numeric(series, "sensitive", "for a continuous sensitive feature")
+        if levels is None and series.nunique() < 2:
+            raise ValueError(f"sensitive: column {name!r} is constant ({values[0].item()!r}); "
+                             "a sensitive feature needs at least 2 groups/values")
+        return torch.from_numpy(values.astype(np.float32)), kind, [], None
+    if levels is None:
+        levels = _sensitive_levels(series, kind)
+        if len(levels) < 2:
+            raise ValueError(
+                f"sensitive: column {name!r} has only {len(levels)} group(s) {short_list(levels)}; "
+                "a sensitive feature needs at least 2 non-empty groups"
+            )
+        if kind == "binary" and len(levels) != 2:
+            raise ValueError(f"sensitive_kinds: column {name!r} declared 'binary' but has {len(levels)} "
+                             f"levels {short_list(levels)}")
+    codes = level_codes(series, levels)
+    unknown = codes < 0
+    if unknown.any():
+        examples = short_list(pd.unique(series[unknown].to_numpy())[:5].tolist())
+        raise ValueError(f"sensitive: column {name!r} has values {examples} that are not among the "
+                         f"reference levels {short_list(levels)}")
+    tensor = torch.from_numpy(codes.astype(np.float32)) if kind == "binary" else torch.from_numpy(codes)
+    return tensor, kind, list(levels), codes
+
+
+def intersection_cells(
+    codes: Sequence[np.ndarray],
+    radices: Sequence[int],
+    n_rows: int,
+    reference_keys: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Intersection cell ids of discrete sensitive features.
+
+    Each row gets the mixed-radix key :math:`k = \sum_j c_j \prod_{l > j} K_l` of its codes
+    :math:`c_j \in \{0..K_j-1\}` (features in order); keys are then compacted to ids
+    ``0..n_cells-1`` in increasing key order over the combinations present. With no
+    discrete feature every row is in cell 0.
+
+    Parameters
+    ----------
+    codes : one int64 code array (n,) per binary/categorical sensitive feature.
+    radices : number of levels :math:`K_j` of each feature.
+    n_rows : number of rows (needed when there is no discrete feature).
+    reference_keys : keys of an existing encoding, in id order. Keys found there keep their
+        id; new combinations get ids appended after them (logged).
+
+    Returns
+    -------
+    cells : int64 (n,) cell ids.
+    keys : int64 (n_cells,) the mixed-radix key of each cell id.
+    """
+    if not codes:
+        return np.zeros(n_rows, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    keys = np.zeros(n_rows, dtype=np.int64)
+    for code, radix in zip(codes, radices):
+        keys = keys * int(radix) + code
+    if reference_keys is None:
+        unique_keys, cells = np.unique(keys, return_inverse=True)
+        return cells.astype(np.int64).reshape(-1), unique_keys.astype(np.int64)
+    order = np.argsort(reference_keys, kind="stable")
+    sorted_reference = reference_keys[order]
+    position = np.clip(np.searchsorted(sorted_reference, keys), 0, len(sorted_reference) - 1)
+    found = sorted_reference[position] == keys
+    cells = np.where(found, order[position], -1).astype(np.int64)
+    if not found.all():
+        new_keys, new_ids = np.unique(keys[~found], return_inverse=True)
+        cells[~found] = len(reference_keys) + new_ids.reshape(-1)
+        logger.warning("%d rows fall in %d intersection cells absent from the reference data; "
+                       "new cell ids %d.. appended",
+                       int((~found).sum()), len(new_keys), len(reference_keys))
+        reference_keys = np.concatenate([reference_keys, new_keys])
+    return cells, reference_keys
+
+
+def decode_cell_keys(keys: np.ndarray, radices: Sequence[int], levels: Sequence[list[Any]]) -> list[tuple]:
+    """Level labels (one per discrete feature) of each mixed-radix cell key."""
+    labels = []
+    for key in keys.tolist():
+        digits = []
+        for radix in reversed(radices):
+            key, digit = divmod(key, int(radix))
+            digits.append(digit)
+        labels.append(tuple(level[d] for level, d in zip(levels, reversed(digits))))
+    return labels

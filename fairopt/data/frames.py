@@ -1,0 +1,217 @@
+"""Checks and conversions of user tables (pandas DataFrames): column lists, finite values,
+levels, and the one rule for numeric-string columns (:func:`coerce_numeric_columns`)."""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["short_list", "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
+           "require_finite_columns", "unique_levels", "level_codes", "as_number", "is_text_dtype",
+           "coerce_numeric_columns"]
+
+logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
+
+
+_MAX_LISTED = 12  # how many column names / values an error message lists
+
+
+# --------------------------------------------------------------------------------------
+# small validation helpers
+# --------------------------------------------------------------------------------------
+def short_list(values: Sequence[Any]) -> str:
+    """``values`` as a readable list, truncated after ``_MAX_LISTED`` items."""
+    values = list(values)
+    shown = ", ".join(repr(v) for v in values[:_MAX_LISTED])
+    more = f", ... ({len(values) - _MAX_LISTED} more)" if len(values) > _MAX_LISTED else ""
+    return f"[{shown}{more}]"
+
+
+def as_name_list(value: str | Iterable[str] | None, argument: str) -> list[str]:
+    """A column-name argument as a list (a single string is one name); duplicates rejected."""
+    if value is None:
+        return []
+    names = [value] if isinstance(value, str) else list(value)
+    seen: set[Any] = set()
+    duplicates = []
+    for name in names:
+        if name in seen:
+            duplicates.append(name)
+        seen.add(name)
+    if duplicates:
+        raise ValueError(f"{argument}: duplicate column names {short_list(duplicates)}")
+    return names
+
+
+def check_frame(df: Any, argument: str = "df") -> pd.DataFrame:
+    """Require a non-empty DataFrame with unique column names."""
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError(f"{argument}: expected a pandas DataFrame, got {type(df).__name__}")
+    if len(df) == 0:
+        raise ValueError(f"{argument}: the frame is empty (0 rows)")
+    if df.columns.has_duplicates:
+        duplicated = df.columns[df.columns.duplicated()].tolist()
+        raise ValueError(f"{argument}: duplicate column names {short_list(duplicated)}")
+    return df
+
+
+def check_columns_exist(df: pd.DataFrame, names: Sequence[str], argument: str) -> None:
+    """ValueError naming ``argument`` and the unknown names when a column is missing."""
+    missing = [n for n in names if n not in df.columns]
+    if missing:
+        raise ValueError(
+            f"{argument}: column(s) {short_list(missing)} not found in the frame; "
+            f"available columns: {short_list(df.columns.tolist())}"
+        )
+
+
+def is_categorical_dtype(series: pd.Series) -> bool:
+    """Object, string, category and bool columns are categorical; other numeric ones are not."""
+    dtype = series.dtype
+    return bool(pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype))
+
+
+def _nonfinite_mask(series: pd.Series) -> np.ndarray:
+    """Rows that are missing (NaN/None/NA) or, for numeric columns, infinite."""
+    if is_categorical_dtype(series):
+        return series.isna().to_numpy()
+    values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    return ~np.isfinite(values)
+
+
+def require_finite_columns(df: pd.DataFrame, columns: Sequence[str], argument: str) -> None:
+    """ValueError naming the column and the number of rows holding NaN/inf values."""
+    for column in columns:
+        bad = _nonfinite_mask(df[column])
+        count = int(bad.sum())
+        if count:
+            first = df.index[np.flatnonzero(bad)[0]]
+            first = first.item() if hasattr(first, "item") else first
+            raise ValueError(
+                f"{argument}: column {column!r} has {count} of {len(df)} rows with NaN/inf/missing "
+                f"values (first at index {first!r}); drop or impute them before building FairData"
+            )
+
+
+def unique_levels(series: pd.Series) -> list[Any]:
+    """Distinct values of a column as Python objects, in a deterministic order.
+
+    Category columns keep their category order (restricted to the values present); all
+    other columns are sorted (numbers numerically, strings lexicographically; mixed types
+    by type name, then text).
+    """
+    present = series.dropna().unique()
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        observed = set(present.tolist())
+        return [c.item() if hasattr(c, "item") else c for c in series.dtype.categories if c in observed]
+    levels = present.tolist()
+    try:
+        return sorted(levels)
+    except TypeError:
+        return sorted(levels, key=lambda v: (type(v).__name__, str(v)))
+
+
+def level_codes(series: pd.Series, levels: Sequence[Any]) -> np.ndarray:
+    """Code of each value in ``levels`` (int64), -1 where the value is not a level."""
+    return pd.Index(list(levels)).get_indexer(series.to_numpy()).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------
+# numeric-looking text columns
+# --------------------------------------------------------------------------------------
+def as_number(value: Any) -> float | None:
+    """``value`` as a float if it is a real number (not a bool) or a string spelling one
+    (``float(value.strip())`` accepts it), else None."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def is_text_dtype(series: pd.Series) -> bool:
+    """Object or pandas string columns: the ones :func:`coerce_numeric_columns` considers."""
+    return bool(pd.api.types.is_object_dtype(series.dtype) or pd.api.types.is_string_dtype(series.dtype)) and \
+        not isinstance(series.dtype, pd.CategoricalDtype)
+
+
+def _numeric_version(series: pd.Series) -> pd.Series | None:
+    """The float64 version of a text column whose non-missing values all parse as numbers
+    (missing values stay NaN); None if a value does not parse or none is present."""
+    present = series[series.notna()]
+    if present.empty:
+        return None
+    mapping: dict[Any, float] = {}
+    for value in pd.unique(present.to_numpy(dtype=object)):
+        number = as_number(value)
+        if number is None:
+            return None
+        mapping[value] = number
+    converted = np.full(len(series), np.nan)
+    mask = series.notna().to_numpy()
+    converted[mask] = [mapping[v] for v in present.to_numpy(dtype=object)]
+    return pd.Series(converted, index=series.index, name=series.name)
+
+
+def coerce_numeric_columns(
+    frame: pd.DataFrame, columns: Sequence[Any] | None = None
+) -> tuple[pd.DataFrame, list[Any]]:
+    """Turn text columns that hold only numbers (e.g. ``"1.5"``, ``"3"``) into float columns.
+
+    The rule, shared by every fairopt entry point that builds model inputs from a frame
+    (:meth:`FairData.from_frame`, :meth:`FairData.from_arrays`): an object or string
+    column whose non-missing values ALL parse as numbers (Python/numpy numbers other than
+    bools, or strings ``float()`` accepts after stripping blanks) becomes float64, missing
+    values becoming NaN. Any other column is left as it is: text columns with at least one
+    non-number (``"1"`` next to ``"a"``) stay categorical (one-hot encoded), as do category
+    and bool columns and columns holding only missing values. Conversions are logged (INFO,
+    this module's logger) with the column names.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Not modified.
+    columns : sequence of column names, optional
+        The columns to consider (default: all).
+
+    Returns
+    -------
+    frame : pandas.DataFrame
+        ``frame`` itself when nothing was converted, else a shallow copy with the converted
+        columns replaced.
+    converted : list
+        Names of the converted columns, in the order of ``columns``.
+
+    Raises
+    ------
+    ValueError
+        ``frame`` is not a DataFrame, or a name in ``columns`` is not one of its columns.
+    """
+    if not isinstance(frame, pd.DataFrame):
+        raise ValueError(f"frame: expected a pandas DataFrame, got {type(frame).__name__}")
+    names = frame.columns.tolist() if columns is None else list(columns)
+    check_columns_exist(frame, names, "columns")
+    replacements = {}
+    for name in names:
+        series = frame[name]
+        if is_text_dtype(series):
+            numeric = _numeric_version(series)
+            if numeric is not None:
+                replacements[name] = numeric
+    if not replacements:
+        return frame, []
+    converted = list(replacements)
+    logger.info("columns holding only numbers as text converted to numeric: %s", short_list(converted))
+    out = frame.copy(deep=False)
+    for name, values in replacements.items():
+        out[name] = values
+    return out, converted

@@ -1,0 +1,185 @@
+"""The :class:`Preprocessor`: numeric columns standardised with the training statistics,
+categorical columns one-hot encoded with the training levels."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fairopt.data.frames import (as_name_list, check_columns_exist, check_frame, is_categorical_dtype, level_codes,
+                                 require_finite_columns, short_list, unique_levels)
+
+__all__ = ["Preprocessor"]
+
+logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
+
+
+class Preprocessor:
+    r"""Turn a DataFrame into a float32 design matrix with statistics learned on training rows.
+
+    Numeric columns are standardised, :math:`z = (x - \mu_{train}) / \sigma_{train}` with the
+    population standard deviation (``ddof=0``); a constant column gets
+    :math:`\sigma = 1` (it becomes all zeros). Categorical columns are one-hot encoded with
+    one indicator per level seen at :meth:`fit` (levels sorted; category dtype keeps its
+    order). A level not seen at fit time is encoded as an all-zero one-hot row and logged
+    at WARNING level. Output columns follow the order of ``columns``; a categorical column
+    expands in place into ``"column=level"`` indicators.
+
+    Parameters
+    ----------
+    columns : list of str, optional
+        Input columns. ``None``: every column of the frame passed to :meth:`fit`.
+    categorical : list of str, optional
+        Columns to one-hot encode in addition to the non-numeric ones (object, string,
+        category and bool columns are always categorical). Use it for integer-coded
+        nominal variables.
+    standardize : bool, default True
+        If False, numeric columns are passed through unchanged.
+
+    Attributes (after fit)
+    ----------------------
+    columns_, categorical_, numeric_ : list of str
+    means_, scales_ : dict column -> float (numeric columns)
+    levels_ : dict column -> list of levels (categorical columns)
+    feature_names_ : list of str
+    """
+
+    def __init__(
+        self,
+        columns: Sequence[str] | None = None,
+        categorical: Sequence[str] | None = None,
+        standardize: bool = True,
+    ) -> None:
+        self.columns = None if columns is None else as_name_list(columns, "columns")
+        self.categorical = None if categorical is None else as_name_list(categorical, "categorical")
+        self.standardize = bool(standardize)
+        self.columns_: list[str] = []
+        self.categorical_: list[str] = []
+        self.numeric_: list[str] = []
+        self.means_: dict[str, float] = {}
+        self.scales_: dict[str, float] = {}
+        self.levels_: dict[str, list[Any]] = {}
+        self.feature_names_: list[str] = []
+        self._fitted = False
+
+    # -- fitting -----------------------------------------------------------------------
+    @property
+    def is_fitted(self) -> bool:
+        """Whether :meth:`fit` has been called."""
+        return self._fitted
+
+    @property
+    def n_features(self) -> int:
+        """Number of output columns (after fit)."""
+        self._check_fitted()
+        return len(self.feature_names_)
+
+    def fit(self, df: pd.DataFrame) -> "Preprocessor":
+        """Learn column roles, means/scales and one-hot levels from the training frame ``df``."""
+        check_frame(df, "df")
+        columns = df.columns.tolist() if self.columns is None else list(self.columns)
+        check_columns_exist(df, columns, "columns")
+        declared = set(self.categorical or [])
+        unknown = [c for c in declared if c not in columns]
+        if unknown:
+            raise ValueError(f"categorical: column(s) {short_list(unknown)} are not among the input "
+                             f"columns {short_list(columns)}")
+        require_finite_columns(df, columns, "df")
+        self.columns_ = columns
+        self.categorical_ = [c for c in columns if c in declared or is_categorical_dtype(df[c])]
+        categorical = set(self.categorical_)
+        self.numeric_ = [c for c in columns if c not in categorical]
+        self.means_, self.scales_ = self._numeric_statistics(df)
+        self.levels_ = {c: unique_levels(df[c]) for c in self.categorical_}
+        self.feature_names_ = [
+            name
+            for c in columns
+            for name in ([f"{c}={level}" for level in self.levels_[c]] if c in categorical else [c])
+        ]
+        self._fitted = True
+        logger.debug("Preprocessor fitted: %d numeric, %d categorical columns -> %d features",
+                     len(self.numeric_), len(self.categorical_), len(self.feature_names_))
+        return self
+
+    def _numeric_statistics(self, df: pd.DataFrame) -> tuple[dict[str, float], dict[str, float]]:
+        """Training mean and scale (population std; 1 for constant columns or no standardising)."""
+        if not self.numeric_:
+            return {}, {}
+        values = df[self.numeric_].to_numpy(dtype=np.float64)
+        if not self.standardize:
+            ones = [1.0] * len(self.numeric_)
+            return dict(zip(self.numeric_, [0.0] * len(self.numeric_))), dict(zip(self.numeric_, ones))
+        means = values.mean(axis=0)
+        scales = values.std(axis=0)
+        constant = (values == values[0]).all(axis=0)
+        means[constant] = values[0, constant]  # exact: a constant column maps to 0
+        scales[constant] = 1.0
+        return dict(zip(self.numeric_, means.tolist())), dict(zip(self.numeric_, scales.tolist()))
+
+    # -- transforming --------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not self._fitted:
+            raise ValueError("preprocessor: not fitted; call fit(df) first (or use fit_transform)")
+
+    def transform(self, df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+        """Encode ``df`` with the fitted statistics.
+
+        Returns
+        -------
+        X : np.ndarray, float32, shape (len(df), n_features)
+        feature_names : list of str
+        """
+        self._check_fitted()
+        check_frame(df, "df")
+        check_columns_exist(df, self.columns_, "df")
+        require_finite_columns(df, self.columns_, "df")
+        out = np.zeros((len(df), len(self.feature_names_)), dtype=np.float32)
+        offset = 0
+        numeric_positions: list[int] = []
+        for column in self.columns_:
+            if column in self.levels_:
+                self._one_hot_into(out, offset, column, df[column])
+                offset += len(self.levels_[column])
+            else:
+                numeric_positions.append(offset)
+                offset += 1
+        if numeric_positions:
+            values = df[self.numeric_].to_numpy(dtype=np.float64)
+            means = np.array([self.means_[c] for c in self.numeric_])
+            scales = np.array([self.scales_[c] for c in self.numeric_])
+            out[:, numeric_positions] = (values - means) / scales
+        return out, list(self.feature_names_)
+
+    def _one_hot_into(self, out: np.ndarray, offset: int, column: str, series: pd.Series) -> None:
+        """Write the indicators of ``column`` into ``out[:, offset:offset+K]`` (zeros if unseen)."""
+        codes = level_codes(series, self.levels_[column])
+        seen = codes >= 0
+        rows = np.flatnonzero(seen)
+        out[rows, offset + codes[seen]] = 1.0
+        n_unseen = int((~seen).sum())
+        if n_unseen:
+            examples = pd.unique(series[~seen].to_numpy())[:5].tolist()
+            logger.warning(
+                "column %r: %d rows have levels not seen at fit time (e.g. %s); they get an all-zero one-hot row",
+                column, n_unseen, examples,
+            )
+
+    def fit_transform(self, df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+        """:meth:`fit` on ``df``, then :meth:`transform` it."""
+        return self.fit(df).transform(df)
+
+    def clone(self) -> "Preprocessor":
+        """An unfitted copy with the same configuration (the fitted column roles if fitted)."""
+        if self._fitted:
+            return Preprocessor(self.columns_, self.categorical_, self.standardize)
+        return Preprocessor(self.columns, self.categorical, self.standardize)
+
+    def __repr__(self) -> str:
+        if not self._fitted:
+            return (f"Preprocessor(columns={self.columns!r}, categorical={self.categorical!r}, "
+                    f"standardize={self.standardize})")
+        return (f"Preprocessor(fitted: {len(self.numeric_)} numeric, {len(self.categorical_)} categorical "
+                f"-> {len(self.feature_names_)} features)")

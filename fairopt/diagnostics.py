@@ -1,0 +1,270 @@
+"""Post-fit diagnostics of the estimators: what a user should know about a finished fit.
+
+One job: turn a :class:`solvers.history.FitResult` (with the constraints, the data and the
+exact training violations it needs) into the texts of the estimators' warnings
+(:class:`fairopt.FairnessWarning`): an unmet bound, relaxed SQP steps at the end, a fit
+worse than a constant predictor, an inactive bound. The functions are pure: they return
+the messages (``None`` or an empty list when there is nothing to say) and the estimator
+warns. The rules are in the :mod:`fairopt.estimators` module docstring.
+
+What the engine reports about the returned model is read from ``result.info``; what only
+the iterations tell (the last iterations' QP status and active set, every step's surrogate
+violation or penalty, the pre-trained Moving Targets learner) is read from the history,
+through the column names defined once below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from fairopt.data import FairData
+from fairopt.training import float64_outputs
+from solvers.history import FitResult, History
+from solvers.problem import row_violations
+
+__all__ = ["POOR_FIT_ACCURACY_MARGIN", "POOR_FIT_R2", "TAIL_FRACTION", "constraint_messages", "inactive_message",
+           "iteration_records", "not_binding", "not_binding_reason", "poor_fit", "poor_fit_message",
+           "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
+           "unmet_message"]
+
+#: Fraction of the final iterations the history diagnostics read.
+TAIL_FRACTION = 0.1
+#: A training fit is reported as worse than a constant predictor below these margins.
+POOR_FIT_R2 = -0.05
+POOR_FIT_ACCURACY_MARGIN = 0.02
+
+# history columns (solvers.sqp, solvers.penalty, solvers.lagrangian, solvers.moving_targets)
+#: SQP: the status of the iteration's QP (``"relaxed"``: its linearised constraints had no
+#: solution; ``"final"``: the closing record, which describes the returned model).
+QP_STATUS = "qp_status"
+RELAXED = "relaxed"
+FINAL = "final"
+#: SQP: the rows in the QP's active set (``"u3"``, ``"l0"``: side and row index).
+ACTIVE = "active"
+#: SQP: the surrogate constraint values of the iteration.
+C = "c"
+#: LagrangianDual: the per-row surrogate violations of the step.
+VIOL = "viol"
+#: Penalty: the value of each penalty term (one per constraint) of the step.
+PENALTY = "penalty"
+#: MovingTargets: the exact constraint values of the learner's training predictions.
+C_PREDICTIONS = "c_predictions"
+#: ``FitResult.info`` of StochasticSQP: the number of relaxed QP steps.
+INFO_RELAXED_STEPS = "relaxed_steps"
+
+#: ``method=`` -> why its history rule calls a constraint inactive (the warning's words).
+_NOT_BINDING_REASONS: dict[str, str] = {
+    "sqp": "none of its rows was in the QP active set or violated over the last "
+           f"{TAIL_FRACTION:.0%} of the iterations (zero multipliers at the end of training)",
+    "lagrangian": "its rows were never violated during training (the Lagrangian term never acted)",
+    "penalty": "its penalty was 0 at every step (it never acted)",
+    "moving_targets": "the unconstrained pre-trained learner already satisfies it",
+}
+
+
+# --------------------------------------------------------------------------------------
+# reading the result
+# --------------------------------------------------------------------------------------
+def iteration_records(history: History) -> list[dict]:
+    """The iteration records of a history (without a closing ``qp_status == "final"`` one)."""
+    return [r for r in history.records if r.get(QP_STATUS) != FINAL]
+
+
+def tail(history: History) -> list[dict]:
+    """The last ``TAIL_FRACTION`` of the iteration records (at least one); the closing SQP
+    record that describes the returned model is not an iteration."""
+    records = iteration_records(history)
+    return records[-max(1, math.ceil(TAIL_FRACTION * len(records))):] if records else []
+
+
+def relaxed_steps(result: FitResult) -> int:
+    """The number of relaxed SQP steps of a fit (iterations whose linearised constraints
+    had no solution; ``info["relaxed_steps"]`` of StochasticSQP), 0 for the other engines."""
+    return int(result.info.get(INFO_RELAXED_STEPS, 0))
+
+
+def row_blocks(constraints: list) -> list[slice]:
+    """The rows of each constraint in the concatenated constraint set."""
+    blocks, start = [], 0
+    for c in constraints:
+        m = int(torch.as_tensor(c.lower).numel())
+        blocks.append(slice(start, start + m))
+        start += m
+    return blocks
+
+
+def pretraining_violations(history: History, constraints: list, names: list[str]) -> dict[str, float]:
+    """Moving Targets: exact training violations of the unconstrained pre-trained learner
+    (iteration 0 of the history), keyed by ``names`` (one per constraint)."""
+    values = torch.tensor(history[0][C_PREDICTIONS], dtype=torch.float64)
+    return {name: float(row_violations(values[rows], c.lower, c.upper).sum())
+            for name, rows, c in zip(names, row_blocks(constraints), constraints)}
+
+
+# --------------------------------------------------------------------------------------
+# the messages
+# --------------------------------------------------------------------------------------
+def constraint_messages(result: FitResult, constraints: list, violations: Mapping[str, float], *, method: str,
+                        violation_tol: float, relaxed: int,
+                        reference: Mapping[str, float] | None = None) -> list[str]:
+    """The FairnessWarning texts about the constraints after a fit, in order: per
+    constraint an unmet bound (:func:`unmet_message`) or else an inactive one
+    (:func:`inactive_message`), then relaxed steps among the last iterations
+    (:func:`tail_relaxed_message`).
+
+    ``violations``: the exact training violation of each constraint (in constraint
+    order), ``relaxed``: the fit's relaxed SQP steps (:func:`relaxed_steps`),
+    ``reference``: the exact violations of the unconstrained reference model, if trained.
+    """
+    if not constraints:
+        return []
+    messages = []
+    for index, (name, c, rows) in enumerate(zip(violations, constraints, row_blocks(constraints))):
+        message = unmet_message(name, violations[name], violation_tol, relaxed, method) or inactive_message(
+            name, method, not_binding(method, result.history, index, rows, c), reference, violation_tol)
+        if message:
+            messages.append(message)
+    message = tail_relaxed_message(result.history)
+    if message:
+        messages.append(message)
+    return messages
+
+
+def unmet_message(name: str, violation: float, violation_tol: float, relaxed: int, method: str) -> str | None:
+    """The warning for a constraint violated on the training data at the end, if it is."""
+    if violation <= violation_tol:
+        return None
+    steps = (f"; {relaxed} relaxed QP step(s), i.e. iterations whose linearised constraints had no solution"
+             if method == "sqp" else "")
+    return (f"{name}: violated on the training data at the end of training (exact violation {violation:.3g} > "
+            f"violation_tol={violation_tol:g}{steps}). The bound may be infeasible for this model and "
+            "data, or training needs more epochs; see history_.")
+
+
+def inactive_message(name: str, method: str, binding_free: bool, reference: Mapping[str, float] | None,
+                     violation_tol: float) -> str | None:
+    """The warning for a constraint that did not restrict the model, if it did not.
+
+    ``binding_free``: the history rule held (:func:`not_binding`); ``reference``: the
+    exact violations of the unconstrained reference model (``check_inactive=True``), else
+    None.
+    """
+    reasons = []
+    if binding_free:
+        reasons.append(not_binding_reason(method))
+    # Moving Targets' reference is its pre-training, already the reason above
+    if reference is not None and reference[name] <= violation_tol and method != "moving_targets":
+        reasons.append(f"the unconstrained reference model satisfies it (violation {reference[name]:.3g})")
+    if not reasons:
+        return None
+    return (f"{name}: inactive constraint - " + "; ".join(reasons) +
+            ". The requested bound does not restrict the model.")
+
+
+def not_binding(method: str, history: History, index: int, rows: slice, constraint: Any) -> bool:
+    """The history rule for an inactive constraint (module docstring): ``index`` is the
+    constraint's position, ``rows`` its rows in the concatenated constraint set."""
+    lower = constraint.lower.to(torch.float64)
+    upper = constraint.upper.to(torch.float64)
+    return _NOT_BINDING_RULES[method](history, index, rows, lower, upper)
+
+
+def _sqp_not_binding(history: History, index: int, rows: slice, lower: torch.Tensor, upper: torch.Tensor) -> bool:
+    """No row in the QP active set and none violated over the last iterations."""
+    last = tail(history)
+    active_rows = {int(a[1:]) for r in last for a in r[ACTIVE]}
+    if any(i in active_rows for i in range(rows.start, rows.stop)):
+        return False
+    return all(float(row_violations(torch.tensor(r[C][rows], dtype=torch.float64), lower, upper).sum()) == 0
+               for r in last)
+
+
+# first-order methods: a hinge term that was 0 at every step never changed a step
+def _lagrangian_not_binding(history: History, index: int, rows: slice, lower: torch.Tensor,
+                            upper: torch.Tensor) -> bool:
+    """No row violated (surrogate) at any step."""
+    return all(max(r[VIOL][rows], default=0.0) == 0.0 for r in history.records)
+
+
+def _penalty_not_binding(history: History, index: int, rows: slice, lower: torch.Tensor,
+                         upper: torch.Tensor) -> bool:
+    """The constraint's penalty term (one per constraint) was 0 at every step."""
+    return all(r[PENALTY][index] == 0.0 for r in history.records)
+
+
+def _moving_targets_not_binding(history: History, index: int, rows: slice, lower: torch.Tensor,
+                                upper: torch.Tensor) -> bool:
+    """The pre-trained learner (iteration 0) already meets the rows exactly."""
+    values = torch.tensor(history[0][C_PREDICTIONS][rows], dtype=torch.float64)
+    return float(row_violations(values, lower, upper).sum()) == 0.0
+
+
+#: ``method=`` -> its history rule for an inactive constraint.
+_NOT_BINDING_RULES: dict[str, Callable[[History, int, slice, torch.Tensor, torch.Tensor], bool]] = {
+    "sqp": _sqp_not_binding,
+    "penalty": _penalty_not_binding,
+    "lagrangian": _lagrangian_not_binding,
+    "moving_targets": _moving_targets_not_binding,
+}
+
+
+def not_binding_reason(method: str) -> str:
+    """Why the history rule calls a constraint of ``method`` inactive (the warning's words)."""
+    return _NOT_BINDING_REASONS[method]
+
+
+def tail_relaxed_message(history: History) -> str | None:
+    """The warning for relaxed SQP steps among the last ``TAIL_FRACTION`` of the iterations,
+    if there were any."""
+    last = tail(history)
+    tail_relaxed = sum(r.get(QP_STATUS) == RELAXED for r in last)
+    if not tail_relaxed:
+        return None
+    return (f"{tail_relaxed} of the last {len(last)} SQP iterations needed a relaxed QP step (the linearised "
+            "constraints had no solution): the bounds are at the edge of what the model can reach on this "
+            "data.")
+
+
+def poor_fit(model: nn.Module, data: FairData) -> str | None:
+    """The warning when the fitted model is worse than a constant on ``data``
+    (:func:`poor_fit_message` of its float64 outputs)."""
+    out = float64_outputs(model, data.X.detach().cpu().numpy())
+    return poor_fit_message(data.task, data.y.detach().cpu().numpy(), out)
+
+
+def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray) -> str | None:
+    """The warning text when the training fit is far worse than a constant predictor
+    (``None`` otherwise); a pure function of the targets and the model outputs.
+
+    Regression: training R2 below ``POOR_FIT_R2`` (-0.05; R2 0 is the mean predictor).
+    Binary: accuracy of ``out > 0`` below the majority-class rate minus
+    ``POOR_FIT_ACCURACY_MARGIN`` (0.02).
+    """
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    out = np.asarray(out, dtype=np.float64).reshape(-1)
+    if y.size == 0:
+        return None
+    advice = ("Training has not converged or diverged: increase epochs or lr (or see history_); the "
+              "constraints cannot cause this, as a constant predictor satisfies them.")
+    if task == "regression":
+        total = float(np.sum((y - y.mean()) ** 2))
+        if total <= 0:
+            return None
+        r2 = 1.0 - float(np.sum((y - out) ** 2)) / total if np.isfinite(out).all() else -math.inf
+        if r2 < POOR_FIT_R2:
+            return (f"training fit worse than a constant predictor: training R2 = {r2:.3g} < {POOR_FIT_R2:g} "
+                    f"(R2 0 is predicting the training mean). {advice}")
+        return None
+    if task == "binary":
+        majority = float(max(y.mean(), 1.0 - y.mean()))
+        accuracy = float(np.mean((out > 0) == (y > 0.5)))
+        if accuracy < majority - POOR_FIT_ACCURACY_MARGIN:
+            return (f"training fit worse than a constant predictor: training accuracy = {accuracy:.3g} < majority-"
+                    f"class rate {majority:.3g} - {POOR_FIT_ACCURACY_MARGIN:g}. {advice}")
+    return None

@@ -1,0 +1,213 @@
+"""Held-out statements of the estimators: what a fit says about rows it did not train on.
+
+One job: the estimators' ``margin``, ``validation_fraction``, ``confidence``, ``on_fail``
+and ``n_candidates``: the checks of these options, the margins that tighten the training
+bounds, the held-out part of the rows, the certified candidate sequence, the certificates
+(:func:`fairopt.certificate.certify`, ``certificate_``, ``candidates_``) and the range
+predicted for new rows (``predicted_held_out_``).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from fairopt._validation import check_choice, check_interval, positive_float, positive_int
+from fairopt.data import FairData, stratified_split_indices
+from fairopt.exceptions import FairnessWarning
+from fairopt.training import release_batch_caches
+from solvers.history import FitResult
+
+__all__ = ["CANDIDATE_INFLATIONS", "ON_FAIL", "candidate_inflations", "certificates", "certified_sequence",
+           "check_held_out_parameters", "constraint_margins", "held_out_statements", "predicted_held_out",
+           "tightened", "validation_split"]
+
+logger = logging.getLogger(__name__)
+
+#: Values of ``on_fail=``.
+ON_FAIL = ("warn", "raise", "ignore")
+#: Largest and smallest inflation of the certified candidates' margins (multiples of the
+#: held-out part's own certificate half-width ``z se``; :func:`fairopt.certificate.auto_margin`).
+CANDIDATE_INFLATIONS = (2.0, 0.5)
+
+#: ``train(data, constraints) -> (FitResult, relaxed steps)``: one candidate fit.
+Trainer = Callable[[FairData, list], tuple[FitResult, int]]
+#: ``certify(estimator, held_out, model, constraints) -> certificates``: :func:`certificates`.
+Certifier = Callable[[Any, FairData, nn.Module, list], list]
+
+
+def check_held_out_parameters(est: Any) -> None:
+    """Validate ``margin``, ``validation_fraction``, ``confidence``, ``on_fail`` and ``n_candidates``."""
+    if isinstance(est.margin, str):  # a margin in the units of the constraint rows, or "auto"
+        check_choice(est.margin, ("auto",), "margin")
+    else:
+        positive_float(est.margin, "margin", allow_zero=True)
+    if est.validation_fraction is not None:
+        check_interval(est.validation_fraction, "validation_fraction", 0.0, 0.5, closed="right")
+    check_interval(est.confidence, "confidence", 0.0, 1.0)
+    check_choice(est.on_fail, ON_FAIL, "on_fail")
+    positive_int(est.n_candidates, "n_candidates")
+
+
+def validation_split(est: Any, data: FairData) -> tuple[FairData, FairData | None]:
+    """``(train, held_out)``: with ``validation_fraction`` a stratified split (target x
+    sensitive cell, seeded by ``seed``, :meth:`FairData.split`, which re-fits the
+    preprocessing on the training part); without it ``(data, None)``. Sets
+    ``validation_indices_`` (rows of ``X`` held out, or None)."""
+    est.validation_indices_ = None
+    fraction = est.validation_fraction
+    if fraction is None:
+        return data, None
+    try:
+        _, held_out_idx = stratified_split_indices(data._split_strata(), float(fraction), int(est.seed))
+        train, held_out = data.split(test_size=float(fraction), seed=int(est.seed))
+    except ValueError as exc:
+        raise ValueError(f"validation_fraction: cannot hold out {fraction!r} of {len(data)} rows ({exc})") from None
+    est.validation_indices_ = held_out_idx
+    return train, held_out
+
+
+def candidate_inflations(n_candidates: int) -> np.ndarray:
+    """The fixed, decreasing sequence of margin inflations of the certified candidates:
+    ``n_candidates`` values evenly spaced from 2 to 0.5 (``[2.0]`` for one candidate)."""
+    high, low = CANDIDATE_INFLATIONS
+    return np.linspace(high, low, n_candidates) if n_candidates > 1 else np.array([high])
+
+
+def constraint_margins(est: Any, data: FairData, constraints: list) -> list | None:
+    """One margin per constraint (a number, or per-row values in the rows' units), or None
+    without a margin. ``margin="auto"``: :func:`fairopt.certificate.auto_margin` for a new
+    sample the size of the held-out part (of a 30% hold-out without
+    ``validation_fraction``); with ``validation_fraction`` at inflation 1 (one held-out
+    half-width ``z se``; :func:`certified_sequence` scales it). The originals are set up
+    on ``data`` here (the engine sets up the tightened copies)."""
+    if not constraints or (not isinstance(est.margin, str) and float(est.margin) == 0.0):
+        return None
+    if est.margin != "auto":
+        return [float(est.margin)] * len(constraints)
+    from fairopt.certificate import DEFAULT_HELD_OUT_FRACTION, auto_margin
+
+    certified = est.validation_fraction is not None
+    fraction = est.validation_fraction or DEFAULT_HELD_OUT_FRACTION
+    margins = []
+    for c in constraints:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FairnessWarning)  # the engine's set-up of the copy reports them
+            c.setup(data)
+        margins.append(auto_margin(data, c, float(est.confidence), float(fraction), seed=int(est.seed),
+                                   for_certificate=certified, inflation=1.0 if certified else 2.0))
+    return margins
+
+
+def tightened(constraints: list, margins: list | None, scale: float = 1.0) -> list:
+    """The constraints the engine trains under: ``constraints`` itself without margins,
+    else copies tightened by ``scale * margin`` (:func:`fairopt.certificate.tighten`)."""
+    if margins is None:
+        return constraints
+    from fairopt.certificate import tighten
+
+    return [tighten(c, m * scale) for c, m in zip(constraints, margins)]
+
+
+def certificates(est: Any, held_out: FairData, model: nn.Module, constraints: list) -> list:
+    """One :func:`fairopt.certificate.certify` statement per constraint on the held-out rows."""
+    from fairopt.certificate import certify
+
+    model.eval()
+    try:
+        return [certify(model, held_out, c, float(est.confidence), seed=int(est.seed)) for c in constraints]
+    finally:
+        release_batch_caches(constraints)
+
+
+def certified_sequence(est: Any, data: FairData, held_out: FairData, constraints: list, margins: list, *,
+                       train: Trainer, certify: Certifier = certificates) -> tuple[Any, int, list, list]:
+    """Fit candidates under margins of decreasing inflation (:func:`candidate_inflations`),
+    certify each on the held-out rows in that order and keep the last one whose
+    certificates all pass before the first that fails (or the first candidate when it
+    fails).
+
+    Fixed-sequence testing: the order is fixed before any held-out row is looked at and
+    every candidate is trained on the other rows only, so the returned model's
+    certificate keeps its confidence level without a multiplicity correction. A false
+    certificate needs a pass of the first candidate in the order that violates the bound
+    in the population, which happens with probability at most ``1 - confidence``. A smaller
+    margin gives a more accurate model when the held-out rows allow it; the sequence stops
+    at the first failure, so a failing candidate costs one fit. Sets ``candidates_``.
+
+    Returns the chosen candidate's FitResult, relaxed-step count, training constraints
+    and certificates.
+    """
+    chosen, chosen_index, rows = None, 0, []
+    for inflation in candidate_inflations(int(est.n_candidates)):
+        training = tightened(constraints, margins, float(inflation))
+        result, relaxed = train(data, training)
+        certified = certify(est, held_out, result.model, constraints)
+        passed = all(cert.passed for cert in certified)
+        rows.append({"inflation": float(inflation), "passed": passed,
+                     **{f"{cert.constraint}: held-out": cert.realised for cert in certified},
+                     **{f"{cert.constraint}: confidence bound": cert.confidence_bound for cert in certified}})
+        if chosen is not None and not passed:
+            break
+        chosen, chosen_index = (result, relaxed, training, certified), len(rows) - 1
+        if not passed:  # the first candidate fails: it is returned, with its failed certificate
+            break
+    est.candidates_ = pd.DataFrame(rows).assign(chosen=lambda t: np.arange(len(t)) == chosen_index)
+    logger.info("certified candidates: kept inflation %.3g (%d of %d tried)", rows[chosen_index]["inflation"],
+                chosen_index + 1, len(rows))
+    return chosen
+
+
+def held_out_statements(est: Any, data: FairData, constraints: list, training: list,
+                        certified: list | None) -> None:
+    """``predicted_held_out_`` (with a margin) and ``certificate_`` (with a held-out part),
+    and the ``on_fail`` reaction to a failed certificate."""
+    est.predicted_held_out_ = None if training is constraints else predicted_held_out(est.model_, data, constraints,
+                                                                                      training)
+    est.certificate_ = certified
+    if certified is None:
+        return
+    from fairopt.exceptions import CertificateError
+
+    failed = [cert for cert in certified if not cert.passed]
+    if not failed or est.on_fail == "ignore":
+        return
+    message = "; ".join(
+        f"{cert.constraint}: {cert.measure} {cert.realised:.4g} on {cert.n} held-out rows, {cert.confidence:.0%} "
+        f"confidence bound {cert.confidence_bound:.4g}, required {'>=' if cert.bound_side == 'lower' else '<='} "
+        f"{cert.bound:g}" for cert in failed)
+    message = (f"held-out certificate failed - {message}. The bound is not shown to hold beyond the training rows "
+               "at this confidence (see certificate_; a margin, more data or a looser bound may help).")
+    if est.on_fail == "raise":
+        raise CertificateError(message)
+    warnings.warn(message, FairnessWarning, stacklevel=3)
+
+
+def predicted_held_out(model: nn.Module, data: FairData, constraints: list, training: list) -> pd.DataFrame:
+    """Per constraint row: the exact training value, the margin, and the range
+    ``[train - margin, train + margin]`` predicted for new rows (a prediction, not a
+    certificate), with whether that range lies within the user's bounds."""
+    with torch.no_grad():
+        out = model(data.X).reshape(-1)
+    frames = []
+    for c, t in zip(constraints, training):
+        values = c.exact(out, data).reshape(-1).to(torch.float64)
+        lower, upper = c.lower.to(torch.float64), c.upper.to(torch.float64)
+        margin = torch.where(torch.isfinite(upper), upper - t.upper.to(torch.float64),
+                             t.lower.to(torch.float64) - lower)
+        margin = torch.nan_to_num(margin, nan=0.0, posinf=0.0, neginf=0.0)
+        low, high = values - margin, values + margin
+        within = torch.where(torch.isfinite(upper), high <= upper + 1e-12, True) & \
+            torch.where(torch.isfinite(lower), low >= lower - 1e-12, True)
+        names = list(c.row_names or [f"{c.name}[{i}]" for i in range(values.numel())])
+        frames.append(pd.DataFrame({"constraint": c.name, "train": values.numpy(), "margin": margin.numpy(),
+                                    "predicted_low": low.numpy(), "predicted_high": high.numpy(),
+                                    "bound_lower": lower.numpy(), "bound_upper": upper.numpy(),
+                                    "within": within.numpy()}, index=names))
+    return pd.concat(frames) if frames else pd.DataFrame()
