@@ -65,9 +65,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from solvers.derivatives import Derivatives, model_outputs, pullback, rows_jacobian
+from solvers.derivatives import Derivatives, model_outputs, pullback
 from solvers.losses import LossFn
 from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
+from solvers.sums import FIELDS, derivatives_from_sums, local_sums, supports_sums
 from solvers.validation import check_flag
 
 __all__ = ["AllReduceDerivatives", "DataParallelConstraint", "broadcast_parameters", "check_data_parallel_options",
@@ -92,9 +93,8 @@ class DataParallelConstraint(Protocol):
     def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor: ...
 
 
-def supports_data_parallel(constraint: Any) -> bool:
-    """True if ``constraint`` has callable ``partial_sums`` and ``from_sums``."""
-    return callable(getattr(constraint, "partial_sums", None)) and callable(getattr(constraint, "from_sums", None))
+#: True if a constraint has callable ``partial_sums`` and ``from_sums``.
+supports_data_parallel = supports_sums
 
 
 def distributed_active(flag: bool | None) -> bool:
@@ -152,92 +152,22 @@ class AllReduceDerivatives:
             raise ValueError("constraint_batch: data-parallel SQP evaluates constraints on the objective rows")
         t1 = time.perf_counter()
         members = list(cons) if con_batch is not None else []
-        local, sizes = _local_sums(out, params, obj_batch, loss_fn, members,
+        local, sizes = local_sums(out, params, obj_batch, loss_fn, members,
                                    lambda o, p, cot: pullback(o, p, cot, self.jacobian))
         totals = _all_reduce_sum(local)
-        return _global_derivatives(totals, members, sizes, params[0].dtype, con_batch is not None,
+        return derivatives_from_sums(totals, members, sizes, params[0].dtype, con_batch is not None,
                                    t1 - t0, time.perf_counter() - t1)
 
 
 # ----------------------------------------------------------------------------- pieces
 
-_FIELDS = ("loss_sum", "n", "grad_sum", "sums", "counts", "dsums", "sums_exact")
-
-
-def _local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_fn: LossFn,
-                members: Sequence[Any], pullback) -> tuple[dict[str, torch.Tensor], list[int]]:
-    """This shard's additive pieces, all float64: ``loss_sum = n f`` (scalar), ``n``, its
-    gradient (p,), group ``sums``/``counts`` (G,), ``dsums = dS/dw`` (G, p) and exact sums;
-    and the number of sums of each member (data-independent, so equal on every rank)."""
-    n = len(batch)
-    leaf = out.detach().requires_grad_(True)
-    leaf64 = out.detach().to(torch.float64).requires_grad_(True)
-    with torch.enable_grad():
-        loss_sum = loss_fn(leaf, batch) * n
-        parts = [member.partial_sums(leaf64, batch) for member in members]
-    (dloss,) = torch.autograd.grad(loss_sum, leaf)
-    if parts:
-        sums = torch.cat([s.reshape(-1) for s, _ in parts])
-        counts = torch.cat([k.reshape(-1) for _, k in parts]).detach()
-        dsums_dout = rows_jacobian(sums, leaf64).to(out.dtype)  # (G, n)
-        with torch.no_grad():
-            exact = torch.cat([member.partial_sums(leaf64.detach(), batch, exact=True)[0].reshape(-1)
-                               for member in members])
-    else:
-        sums = counts = exact = torch.zeros(0, dtype=torch.float64)
-        dsums_dout = torch.zeros(0, n, dtype=out.dtype)
-    rows = pullback(out, params, torch.cat([dloss.reshape(1, -1), dsums_dout]))  # (1 + G, p)
-    f64 = torch.float64
-    sizes = [int(s.numel()) for s, _ in parts]
-    return {
-        "loss_sum": loss_sum.detach().to(f64).reshape(1),
-        "n": torch.tensor([float(n)], dtype=f64),
-        "grad_sum": rows[0].to(f64),
-        "sums": sums.detach().to(f64),
-        "counts": counts.to(f64),
-        "dsums": rows[1:].to(f64),
-        "sums_exact": exact.to(f64),
-    }, sizes
-
-
 def _all_reduce_sum(local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Sum every piece over the ranks with ONE ``all_reduce`` on their concatenation."""
-    shapes = [local[k].shape for k in _FIELDS]
-    flat = torch.cat([local[k].reshape(-1) for k in _FIELDS])
+    shapes = [local[k].shape for k in FIELDS]
+    flat = torch.cat([local[k].reshape(-1) for k in FIELDS])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     pieces = torch.split(flat, [s.numel() for s in shapes])
-    return {k: piece.reshape(shape) for k, piece, shape in zip(_FIELDS, pieces, shapes)}
-
-
-def _global_derivatives(totals: dict[str, torch.Tensor], members: Sequence[Any], sizes: Sequence[int],
-                        dtype: torch.dtype,
-                        constrained: bool, t_forward: float, t_jacobian: float) -> Derivatives:
-    """``f = L/N``, ``g = grad L / N``, ``c = C(S, N_g)``, ``J = (dC/dS) dS/dw`` from the sums."""
-    N = float(totals["n"])
-    f = float(totals["loss_sum"]) / N
-    g = (totals["grad_sum"] / N).to(dtype)
-    p = g.numel()
-    if not constrained:
-        return Derivatives(f, g, torch.zeros(0, dtype=torch.float64), torch.zeros(0, p, dtype=torch.float64),
-                            None, t_forward, t_jacobian)
-    sums = totals["sums"].clone().requires_grad_(True)
-    with torch.enable_grad():
-        c = _rows_from_sums(members, sizes, sums, totals["counts"])
-    dc_dsums = rows_jacobian(c, sums) if c.numel() else torch.zeros(0, sums.numel(), dtype=torch.float64)
-    J = dc_dsums @ totals["dsums"]
-    with torch.no_grad():
-        c_exact = _rows_from_sums(members, sizes, totals["sums_exact"], totals["counts"])
-    return Derivatives(f, g, c.detach(), J, c_exact, t_forward, t_jacobian)
-
-
-def _rows_from_sums(members: Sequence[Any], sizes: Sequence[int], sums: torch.Tensor,
-                    counts: torch.Tensor) -> torch.Tensor:
-    """Concatenated ``member.from_sums`` over the members' slices (``sizes``) of ``sums``/``counts``."""
-    rows, start = [], 0
-    for member, size in zip(members, sizes):
-        rows.append(member.from_sums(sums[start:start + size], counts[start:start + size]).reshape(-1))
-        start += size
-    return torch.cat(rows).to(torch.float64) if rows else torch.zeros(0, dtype=torch.float64)
+    return {k: piece.reshape(shape) for k, piece, shape in zip(FIELDS, pieces, shapes)}
 
 
 def broadcast_parameters(params: Sequence[torch.Tensor]) -> None:

@@ -1,0 +1,160 @@
+r"""Derivatives from additive per-group sums: over row chunks (one process) or shards.
+
+Every quantity of an SQP iteration under constraints whose rows are functions of per-group
+sums (:class:`solvers.distributed.DataParallelConstraint`: the rate constraints) is a sum
+over rows: ``n f`` and its gradient, the group sums ``S_g`` and counts ``N_g``, their
+Jacobian ``dS/dw`` and the exact sums. :func:`local_sums` computes these pieces on one
+block of rows from one forward pass; pieces of disjoint blocks add up
+(:func:`add_sums`); :func:`derivatives_from_sums` turns the totals into
+:class:`solvers.derivatives.Derivatives` (``f = L/N``, ``g = grad L / N``,
+``c = C(S, N_g)``, ``J = (dC/dS) dS/dw``).
+
+:class:`ChunkedDerivatives` uses this in one process: a full-data pass over ``n`` rows is
+done in chunks of ``chunk_rows`` rows, so its memory is bounded by the chunk, not by ``n``
+(the data may be a memory-mapped source that is never loaded whole). The data-parallel
+oracle (:class:`solvers.distributed.AllReduceDerivatives`) adds the pieces of the ranks
+with one all-reduce instead.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from solvers.derivatives import Derivatives, LocalDerivatives, model_outputs, pullback, rows_jacobian
+from solvers.losses import LossFn
+
+__all__ = ["FIELDS", "ChunkedDerivatives", "add_sums", "derivatives_from_sums", "local_sums", "rows_from_sums",
+           "supports_sums"]
+
+FIELDS = ("loss_sum", "n", "grad_sum", "sums", "counts", "dsums", "sums_exact")
+
+
+def local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_fn: LossFn,
+               members: Sequence[Any], pull) -> tuple[dict[str, torch.Tensor], list[int]]:
+    """The additive pieces of one block of rows (a chunk or a rank's shard), all float64: ``loss_sum = n f`` (scalar), ``n``, its
+    gradient (p,), group ``sums``/``counts`` (G,), ``dsums = dS/dw`` (G, p) and exact sums;
+    and the number of sums of each member (data-independent, so equal on every block).
+    ``pull(out, params, cot)`` pulls the rows ``cot`` back through the model graph
+    (:func:`solvers.derivatives.pullback`)."""
+    n = len(batch)
+    leaf = out.detach().requires_grad_(True)
+    leaf64 = out.detach().to(torch.float64).requires_grad_(True)
+    with torch.enable_grad():
+        loss_sum = loss_fn(leaf, batch) * n
+        parts = [member.partial_sums(leaf64, batch) for member in members]
+    (dloss,) = torch.autograd.grad(loss_sum, leaf)
+    if parts:
+        sums = torch.cat([s.reshape(-1) for s, _ in parts])
+        counts = torch.cat([k.reshape(-1) for _, k in parts]).detach()
+        dsums_dout = rows_jacobian(sums, leaf64).to(out.dtype)  # (G, n)
+        with torch.no_grad():
+            exact = torch.cat([member.partial_sums(leaf64.detach(), batch, exact=True)[0].reshape(-1)
+                               for member in members])
+    else:
+        sums = counts = exact = torch.zeros(0, dtype=torch.float64)
+        dsums_dout = torch.zeros(0, n, dtype=out.dtype)
+    rows = pull(out, params, torch.cat([dloss.reshape(1, -1), dsums_dout]))  # (1 + G, p)
+    f64 = torch.float64
+    sizes = [int(s.numel()) for s, _ in parts]
+    return {
+        "loss_sum": loss_sum.detach().to(f64).reshape(1),
+        "n": torch.tensor([float(n)], dtype=f64),
+        "grad_sum": rows[0].to(f64),
+        "sums": sums.detach().to(f64),
+        "counts": counts.to(f64),
+        "dsums": rows[1:].to(f64),
+        "sums_exact": exact.to(f64),
+    }, sizes
+
+
+def derivatives_from_sums(totals: dict[str, torch.Tensor], members: Sequence[Any], sizes: Sequence[int],
+                          dtype: torch.dtype, constrained: bool, t_forward: float, t_jacobian: float) -> Derivatives:
+    """``f = L/N``, ``g = grad L / N``, ``c = C(S, N_g)``, ``J = (dC/dS) dS/dw`` from the sums."""
+    N = float(totals["n"])
+    f = float(totals["loss_sum"]) / N
+    g = (totals["grad_sum"] / N).to(dtype)
+    p = g.numel()
+    if not constrained:
+        return Derivatives(f, g, torch.zeros(0, dtype=torch.float64), torch.zeros(0, p, dtype=torch.float64),
+                            None, t_forward, t_jacobian)
+    sums = totals["sums"].clone().requires_grad_(True)
+    with torch.enable_grad():
+        c = rows_from_sums(members, sizes, sums, totals["counts"])
+    dc_dsums = rows_jacobian(c, sums) if c.numel() else torch.zeros(0, sums.numel(), dtype=torch.float64)
+    J = dc_dsums @ totals["dsums"]
+    with torch.no_grad():
+        c_exact = rows_from_sums(members, sizes, totals["sums_exact"], totals["counts"])
+    return Derivatives(f, g, c.detach(), J, c_exact, t_forward, t_jacobian)
+
+
+def rows_from_sums(members: Sequence[Any], sizes: Sequence[int], sums: torch.Tensor,
+                   counts: torch.Tensor) -> torch.Tensor:
+    """Concatenated ``member.from_sums`` over the members' slices (``sizes``) of ``sums``/``counts``."""
+    rows, start = [], 0
+    for member, size in zip(members, sizes):
+        rows.append(member.from_sums(sums[start:start + size], counts[start:start + size]).reshape(-1))
+        start += size
+    return torch.cat(rows).to(torch.float64) if rows else torch.zeros(0, dtype=torch.float64)
+
+
+def add_sums(total: dict[str, torch.Tensor] | None, part: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``total + part`` field by field (``part`` itself when ``total`` is None)."""
+    if total is None:
+        return {k: v.clone() for k, v in part.items()}
+    return {k: total[k] + part[k] for k in FIELDS}
+
+
+def supports_sums(member: Any) -> bool:
+    """A constraint whose rows are a function of additive per-group sums."""
+    return callable(getattr(member, "partial_sums", None)) and callable(getattr(member, "from_sums", None))
+
+
+class ChunkedDerivatives:
+    """The derivative oracle of one process with full-data passes done in row chunks.
+
+    A call on a block of more than ``chunk_rows`` rows, with the constraints on the same
+    rows and every constraint implementing ``partial_sums``/``from_sums``, runs one forward
+    pass and ``1 + G`` pull-backs per chunk of ``chunk_rows`` rows (``batch.subset``) and
+    adds the pieces (:func:`local_sums`): peak memory is that of one chunk. Any other call
+    (a mini-batch, a balanced constraint batch, constraints without sums) is
+    :class:`solvers.derivatives.LocalDerivatives`. Values equal the unchunked ones up to
+    floating-point summation order.
+
+    Parameters
+    ----------
+    chunk_rows : int
+        Rows per chunk (> 0).
+    jacobian : {"auto", "batched", "loop"}
+        Strategy of :func:`solvers.derivatives.pullback`.
+    """
+
+    def __init__(self, chunk_rows: int, jacobian: str = "auto") -> None:
+        self.local = LocalDerivatives(jacobian)
+        self.chunk_rows = int(chunk_rows)
+        if self.chunk_rows < 1:
+            raise ValueError(f"chunk_rows: expected a positive integer, got {chunk_rows!r}")
+
+    def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
+                 con_batch: Any) -> Derivatives:
+        n = len(obj_batch)
+        members = list(cons) if con_batch is not None else []
+        if (n <= self.chunk_rows or (con_batch is not None and con_batch is not obj_batch)
+                or not all(supports_sums(m) for m in members)):
+            return self.local(model, params, loss_fn, cons, obj_batch, con_batch)
+        t_forward = t_jacobian = 0.0
+        total, sizes = None, []
+        for start in range(0, n, self.chunk_rows):
+            t0 = time.perf_counter()
+            chunk = obj_batch.subset(torch.arange(start, min(start + self.chunk_rows, n)))
+            out = model_outputs(model, chunk)
+            t1 = time.perf_counter()
+            part, sizes = local_sums(out, params, chunk, loss_fn, members,
+                                     lambda o, p, cot: pullback(o, p, cot, self.local.jacobian))
+            total = add_sums(total, part)
+            t_forward, t_jacobian = t_forward + (t1 - t0), t_jacobian + (time.perf_counter() - t1)
+        return derivatives_from_sums(total, members, sizes, params[0].dtype, con_batch is not None, t_forward,
+                                     t_jacobian)
