@@ -635,3 +635,40 @@ def test_conversion_is_logged_with_the_column_names(caplog):
     with caplog.at_level(logging.INFO, logger="fairopt.data"):
         FairData.from_frame(text.astype({"f1": float}).drop(columns=["f2", "f3", "f4"]), target="y", sensitive="sex")
     assert not [r for r in caplog.records if "converted to numeric" in r.getMessage()]
+
+
+def test_memmap_round_trip_reads_only_the_rows_it_indexes(tmp_path):
+    """save_memmap/load_memmap: the loaded FairData equals the saved one field by field, its
+    tensors are views of the files (nothing copied at load), and a subset is a FairData."""
+    import fairopt
+    from fairopt.data import load_memmap, save_memmap
+
+    frame, _ = fairopt.datasets.load_frame("adult")
+    frame = frame.sample(n=500, random_state=0)
+    data = FairData.from_frame(frame, target="income", sensitive=["sex", "race"])
+    loaded = load_memmap(save_memmap(data, tmp_path / "rows"))
+    for field in ("X", "y", "cells"):
+        assert torch.equal(getattr(loaded, field), getattr(data, field))
+    for name in data.sensitive_names:
+        assert torch.equal(loaded.sensitive[name], data.sensitive[name])
+    assert (loaded.task, loaded.sensitive_kinds, loaded.n_cells, loaded.feature_names) == (
+        data.task, data.sensitive_kinds, data.n_cells, data.feature_names)
+    assert loaded.sensitive_levels == {k: list(v) for k, v in data.sensitive_levels.items()}
+    assert not loaded.X.numpy().flags.owndata  # a view of the mapped file, not a copy
+    part = loaded.subset(torch.arange(10, 20))
+    assert torch.equal(part.X, data.X[10:20]) and torch.equal(part.cells, data.cells[10:20])
+
+
+def test_memmap_errors_name_the_file(tmp_path):
+    from fairopt.data import load_memmap, save_memmap
+
+    with pytest.raises(ValueError, match="no meta.json"):
+        load_memmap(tmp_path)
+    data = FairData.from_arrays(np.random.default_rng(0).normal(size=(30, 2)), np.r_[np.zeros(15), np.ones(15)],
+                                {"s": np.r_[np.zeros(10), np.ones(20)]})
+    path = save_memmap(data, tmp_path / "d")
+    (path / "y.npy").unlink()
+    with pytest.raises(ValueError, match="missing y.npy"):
+        load_memmap(path)
+    with pytest.raises(ValueError, match="expected a FairData"):
+        save_memmap({"X": 1}, tmp_path / "e")

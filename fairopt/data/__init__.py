@@ -19,18 +19,19 @@ the same index (a mini-batch is a subset), so constraints never need globals.
 Modules (one job each): ``frames`` (checks of user tables and the numeric-string rule),
 ``preprocessing`` (:class:`Preprocessor`), ``encoding`` (target, exposure, sensitive
 features, intersection cells), ``splitting`` (seeded stratified splits), ``container``
-(:class:`FairData` and its assembly).
+(:class:`FairData` and its assembly), ``memmap`` (encoded rows on disk, memory-mapped).
 """
 
 from __future__ import annotations
 
 from fairopt.data.container import SENSITIVE_KINDS, TASKS, FairData
 from fairopt.data.frames import coerce_numeric_columns
+from fairopt.data.memmap import load_memmap, save_memmap
 from fairopt.data.encoding import intersection_cells
 from fairopt.data.preprocessing import Preprocessor
 from fairopt.data.splitting import stratified_split_indices
 
 __all__ = [
     "Preprocessor", "FairData", "coerce_numeric_columns", "intersection_cells", "stratified_split_indices",
-    "TASKS", "SENSITIVE_KINDS",
+    "TASKS", "SENSITIVE_KINDS", "load_memmap", "save_memmap",
 ]
