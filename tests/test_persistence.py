@@ -325,7 +325,7 @@ def _write(path, data: bytes):
 def _resave(path, payload, *, sign: bool = True):
     """Write a modified payload; ``sign`` recomputes its checksum (as a forger would), so
     that only the key checks can refuse it."""
-    from fairopt.persistence import _checksum
+    from fairopt.persistence.format import checksum as _checksum
 
     if sign:
         payload["checksum"] = _checksum({k: v for k, v in payload.items() if k != "checksum"})
@@ -489,7 +489,7 @@ def test_version_1_file_without_checksum_loads_with_a_warning(tmp_path, saved_cl
 
 
 def test_checksum_covers_dtype_shape_and_bytes_not_dict_order():
-    from fairopt.persistence import _checksum
+    from fairopt.persistence.format import checksum as _checksum
 
     w = torch.arange(6, dtype=torch.float32)
     base = _checksum({"a": w, "b": [1, 2.5, "x", None, True], "c": {"k": (1, 2)}})
@@ -504,7 +504,7 @@ def test_checksum_covers_dtype_shape_and_bytes_not_dict_order():
 
 def test_preprocessor_allow_list_matches_the_fitted_attributes():
     from fairopt.data import Preprocessor
-    from fairopt.persistence import _PREPROCESSOR_ATTRIBUTES
+    from fairopt.persistence.format import PREPROCESSOR_ATTRIBUTES as _PREPROCESSOR_ATTRIBUTES
 
     fitted = Preprocessor().fit(pd.DataFrame({"a": [1.0, 2.0], "b": ["x", "y"]}))
     assert set(vars(fitted)) == set(_PREPROCESSOR_ATTRIBUTES)

@@ -412,9 +412,9 @@ def _stub_gurobipy(calls: list) -> types.ModuleType:
 def test_auto_falls_back_from_size_limited_gurobi(monkeypatch, caplog) -> None:
     calls: list = []
     monkeypatch.setitem(sys.modules, "gurobipy", _stub_gurobipy(calls))
-    monkeypatch.setitem(projection._GUROBI_STATE, "importable", None)
-    monkeypatch.setitem(projection._GUROBI_STATE, "size_limited", False)
-    monkeypatch.setattr(projection, "_LOGGED_CHOICES", set())
+    monkeypatch.setitem(projection.backends._GUROBI_STATE, "importable", None)
+    monkeypatch.setitem(projection.backends._GUROBI_STATE, "size_limited", False)
+    monkeypatch.setattr(projection.project, "_LOGGED_CHOICES", set())
     n = 30
     y = (np.arange(n) % 3 == 0).astype(float)
     with caplog.at_level(logging.INFO, logger="solvers.projection"):
@@ -434,7 +434,7 @@ def test_auto_falls_back_from_size_limited_gurobi(monkeypatch, caplog) -> None:
 
 def test_gurobi_not_installed(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "gurobipy", None)  # import gurobipy raises ImportError
-    monkeypatch.setitem(projection._GUROBI_STATE, "importable", None)
+    monkeypatch.setitem(projection.backends._GUROBI_STATE, "importable", None)
     assert not projection.gurobi_available()
     assert project_targets(np.arange(4.0)).backend == "osqp"
     with pytest.raises(RuntimeError, match="gurobipy is not installed"):

@@ -1,0 +1,172 @@
+"""Reading a file: :func:`load` (checked header, structure and checksum) and the objects it
+rebuilds: estimators, :class:`SavedModel`, FitResult, History."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from fairopt.data import Preprocessor
+from fairopt.estimators import FairClassifier
+from fairopt.persistence.format import (
+    ESTIMATOR_CLASSES,
+    FITTED_ATTRIBUTES,
+    PREPROCESSOR_ATTRIBUTES,
+    PathLike,
+    check_header,
+    check_structure,
+    read_payload,
+    verify_checksum,
+)
+from fairopt.persistence.modules import load_module
+from fairopt.specs import constraint_from_spec
+from solvers.history import FitResult, History
+
+__all__ = ["SavedModel", "load"]
+
+
+@dataclass
+class SavedModel:
+    """A torch model loaded by :func:`load` with what was saved beside it.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The model, in eval mode.
+    preprocessor : Preprocessor or None
+        Encodes raw rows into the model's inputs (:meth:`encode`).
+    constraints : list
+        Constraint objects rebuilt from their specs (not set up: call ``setup(data)``
+        before evaluating them).
+    schema : dict or None
+        What a :class:`~fairopt.data.FairData` passed to :func:`save` described: ``task``,
+        ``target_name``, ``feature_columns``, ``feature_names``, ``sensitive_names``,
+        ``sensitive_kinds``, ``sensitive_levels``.
+    metadata : dict
+        The ``metadata`` given to :func:`save`.
+    """
+
+    model: nn.Module
+    preprocessor: Preprocessor | None = None
+    constraints: list = field(default_factory=list)
+    schema: dict | None = None
+    metadata: dict = field(default_factory=dict)
+
+    def encode(self, frame: Any) -> torch.Tensor:
+        """Model inputs (float32 tensor) of a DataFrame of raw rows, with the saved
+        preprocessing (training statistics)."""
+        if self.preprocessor is None:
+            raise ValueError("encode: no preprocessor was saved with this model")
+        X, _ = self.preprocessor.transform(frame)
+        return torch.from_numpy(X)
+
+
+def load(path: PathLike, *, model: nn.Module | Callable[[int], nn.Module] | None = None) -> Any:
+    """Read what :func:`save` wrote (safely: ``torch.load(..., weights_only=True)``).
+
+    Parameters
+    ----------
+    path : str or path-like
+    model : torch.nn.Module or callable, optional
+        Needed when a custom (not ``fairopt.models``) module was saved: an instance of the
+        same architecture to load the weights into, or a factory ``n_features -> module``
+        (an estimator built with ``model=factory`` takes the factory: it becomes the
+        loaded estimator's ``model`` parameter).
+
+    Returns
+    -------
+    FairClassifier, FairRegressor, SavedModel, FitResult or History
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    ValueError
+        Always naming the file: not a fairopt file (empty, not a torch archive, or not
+        written by :func:`save`), truncated or corrupted, objects other than tensors and
+        plain values inside, an unsupported format version, unknown or missing keys, a
+        checksum that does not match the content, a custom model without ``model=``,
+        weights that do not fit the given architecture.
+
+    Warns
+    -----
+    UserWarning
+        The file has format version 1, written before checksums existed: it is read, but
+        its integrity cannot be verified (save it again to add a checksum).
+    """
+    name = os.fspath(path)
+    payload = read_payload(name)
+    try:
+        version = check_header(payload)
+        check_structure(payload, version)
+        verify_checksum(payload, version, name)
+        return _load_payload(payload, model)
+    except (ValueError, KeyError, TypeError) as exc:
+        detail = str(exc) if isinstance(exc, ValueError) else f"invalid content ({type(exc).__name__}: {exc})"
+        raise ValueError(f"{name!r}: {detail}") from exc
+
+
+def _load_payload(payload: dict, model: Any) -> Any:
+    """The saved object of a checked payload."""
+    kind = payload["kind"]
+    if kind == "estimator":
+        return _load_estimator(payload, model)
+    if kind == "model":
+        return SavedModel(
+            model=load_module(payload["model"], model),
+            preprocessor=_load_preprocessor(payload["preprocessor"]),
+            constraints=[constraint_from_spec(spec) for spec in payload["constraints"]],
+            schema=payload["schema"],
+            metadata=payload["metadata"],
+        )
+    if kind == "fit_result":
+        return FitResult(model=load_module(payload["model"], model), history=_load_history(payload["history"]),
+                         status=payload["status"], converged=payload["converged"], info=payload["info"])
+    return _load_history(payload["history"])
+
+
+# --------------------------------------------------------------------------------------
+# reading
+# --------------------------------------------------------------------------------------
+def _load_preprocessor(state: dict | None) -> Preprocessor | None:
+    """A fitted Preprocessor with the saved attributes (only those of the allow-list)."""
+    if state is None:
+        return None
+    if state["_fitted"] is not True:
+        raise ValueError(f"preprocessor: the saved preprocessor is not fitted (_fitted = {state['_fitted']!r})")
+    preprocessor = Preprocessor.__new__(Preprocessor)
+    for attribute in PREPROCESSOR_ATTRIBUTES:
+        setattr(preprocessor, attribute, state[attribute])
+    return preprocessor
+
+
+def _load_history(payload: dict) -> History:
+    return History(row_names=payload["row_names"], records=payload["records"])
+
+
+def _load_estimator(payload: dict, model: Any) -> Any:
+    """The estimator with its parameters and the allow-listed fitted attributes."""
+    params = dict(payload["params"])
+    if params["model"] == "custom":
+        if not callable(model) or isinstance(model, nn.Module):
+            raise ValueError("model: this estimator was built with a custom model factory; pass load(..., "
+                             "model=factory) with the same factory")
+        params["model"] = model
+    estimator = ESTIMATOR_CLASSES[payload["class"]](**params)
+    fitted = payload["fitted"]
+    if isinstance(estimator, FairClassifier):
+        estimator.classes_ = np.asarray(fitted["classes_"], dtype=np.dtype(fitted["classes_dtype"]))
+    if fitted["feature_names_in_"] is not None:
+        estimator.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
+    for attribute in FITTED_ATTRIBUTES:
+        setattr(estimator, attribute, fitted[attribute])
+    estimator.model_ = load_module(payload["model"], model)
+    estimator.preprocessor_ = _load_preprocessor(payload["preprocessor"])
+    estimator.constraints_ = [constraint_from_spec(spec) for spec in payload["constraints"]]
+    estimator.history_ = _load_history(payload["history"])
+    return estimator

@@ -1,0 +1,190 @@
+"""Writing a file: :func:`save` and the payload of each kind of object (estimator, torch model,
+FitResult, History) as tensors and plain values."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_is_fitted
+from torch import nn
+
+from fairopt.data import FairData, Preprocessor
+from fairopt.estimators import FairClassifier, FairRegressor, plain_info
+from fairopt.persistence.format import FORMAT, FORMAT_VERSION, PREPROCESSOR_ATTRIBUTES, PathLike, checksum
+from fairopt.persistence.modules import module_of, module_payload
+from fairopt.specs import constraint_from_spec, constraint_to_spec, is_constraint_object, spec_list
+from solvers.history import FitResult, History
+
+__all__ = ["save"]
+
+# The records keep the logger name they had before the package was split: "fairopt.persistence".
+logger = logging.getLogger(__package__)
+
+
+def save(
+    obj: Any,
+    path: PathLike,
+    *,
+    data: FairData | None = None,
+    preprocessor: Preprocessor | None = None,
+    constraints: Any = (),
+    metadata: dict | None = None,
+) -> None:
+    """Write a fitted estimator, a torch model, a FitResult or a History to ``path``.
+
+    Parameters
+    ----------
+    obj : FairClassifier, FairRegressor, torch.nn.Module, FitResult or History
+        A fitted estimator is saved whole (parameters, model, preprocessing, constraints,
+        history and fitted attributes).
+    path : str or path-like
+    data : FairData, optional
+        For a torch model or FitResult: store ``data.preprocessor`` and the description of
+        its columns and sensitive features (``SavedModel.schema``), never its rows.
+    preprocessor : Preprocessor, optional
+        For a torch model or FitResult: a fitted preprocessor (instead of ``data``'s).
+    constraints : constraint objects or specs, optional
+        For a torch model or FitResult: the constraints it was trained under.
+    metadata : dict, optional
+        Plain values (numbers, strings, lists, dicts) stored as they are.
+
+    Raises
+    ------
+    ValueError
+        An unfitted estimator, an object of another type, a preprocessor that is not
+        fitted, values that are not plain (e.g. a callback in ``engine_params``).
+    """
+    payload = {"format": FORMAT, "format_version": FORMAT_VERSION, "metadata": _plain(metadata or {}, "metadata")}
+    payload.update(_payload(obj, data, preprocessor, constraints))
+    payload["checksum"] = checksum(payload)
+    torch.save(payload, os.fspath(path))
+    logger.debug("saved %s to %s", payload["kind"], path)
+
+
+# --------------------------------------------------------------------------------------
+# writing
+# --------------------------------------------------------------------------------------
+def _payload(obj: Any, data: Any, preprocessor: Any, constraints: Any) -> dict:
+    """The kind-specific part of the file."""
+    if isinstance(obj, (FairClassifier, FairRegressor)):
+        return {"kind": "estimator", **_estimator_payload(obj)}
+    if isinstance(obj, History):
+        return {"kind": "history", "history": _history_payload(obj)}
+    if isinstance(obj, FitResult):
+        module = module_of(obj.model)
+        return {"kind": "fit_result", "model": module_payload(module), "history": _history_payload(obj.history),
+                "status": str(obj.status), "converged": bool(obj.converged), "info": plain_info(obj.info),
+                **_context_payload(data, preprocessor, constraints)}
+    if isinstance(obj, nn.Module):
+        return {"kind": "model", "model": module_payload(obj), **_context_payload(data, preprocessor, constraints)}
+    raise ValueError(f"obj: expected a fitted FairClassifier/FairRegressor, a torch.nn.Module, a FitResult or a "
+                     f"History, got {type(obj).__name__}")
+
+
+def _context_payload(data: Any, preprocessor: Any, constraints: Any) -> dict:
+    """Preprocessor, data description and constraint specs saved beside a bare model."""
+    if data is not None and not isinstance(data, FairData):
+        raise ValueError(f"data: expected a FairData, got {type(data).__name__}")
+    if preprocessor is None and data is not None:
+        preprocessor = data.preprocessor
+    schema = None if data is None else _plain({
+        "task": data.task, "target_name": data.target_name, "feature_columns": data.feature_columns,
+        "feature_names": data.feature_names, "sensitive_names": data.sensitive_names,
+        "sensitive_kinds": data.sensitive_kinds, "sensitive_levels": data.sensitive_levels,
+    }, "data")
+    return {"preprocessor": _preprocessor_payload(preprocessor), "schema": schema,
+            "constraints": [_constraint_spec(spec) for spec in spec_list(constraints)]}
+
+
+def _constraint_spec(spec: Any) -> dict:
+    """A plain table rebuilding a constraint given as an object (a set-up GeDI with a
+    relative bound gets its resolved absolute bound) or as any spec form."""
+    if is_constraint_object(spec):
+        return constraint_to_spec(spec, resolved=getattr(spec, "absolute_bound", None) is not None)
+    return constraint_to_spec(constraint_from_spec(spec))
+
+
+def _param_spec(spec: Any) -> Any:
+    """A constraint as given to an estimator: plain specs are kept as they are, objects
+    (or specs holding objects) become tables."""
+    if not is_constraint_object(spec):
+        try:
+            return _plain(spec, "constraints")
+        except ValueError:
+            pass
+    return _constraint_spec(spec)
+
+
+def _estimator_payload(est: Any) -> dict:
+    """Parameters, fitted attributes, model, preprocessing, constraints and history."""
+    check_is_fitted(est)
+    params = est.get_params(deep=False)
+    model_param = params["model"]
+    params["constraints"] = None if params["constraints"] is None else [
+        _param_spec(spec) for spec in spec_list(params["constraints"])]
+    params["model"] = model_param if isinstance(model_param, str) else "custom"
+    fitted = {
+        "n_features_in_": int(est.n_features_in_),
+        "feature_names_in_": list(getattr(est, "feature_names_in_", [])) or None,
+        "status_": est.status_, "converged_": est.converged_, "n_iter_": est.n_iter_,
+        "train_violations_": est.train_violations_, "train_violation_": est.train_violation_,
+        "reference_violations_": est.reference_violations_, "engine_info_": est.engine_info_,
+        "sensitive_names_": est.sensitive_names_, "sensitive_kinds_": est.sensitive_kinds_,
+        "sensitive_levels_": est.sensitive_levels_,
+    }
+    if hasattr(est, "classes_"):
+        fitted["classes_"] = est.classes_.tolist()
+        fitted["classes_dtype"] = est.classes_.dtype.str
+    return {
+        "class": type(est).__name__,
+        "params": _plain(params, "params"),
+        "fitted": _plain(fitted, "fitted attributes"),
+        "model": module_payload(est.model_, n_features=est.preprocessor_.n_features),
+        "preprocessor": _preprocessor_payload(est.preprocessor_),
+        "constraints": [_constraint_spec(c) for c in est.constraints_],
+        "history": _history_payload(est.history_),
+    }
+
+
+def _preprocessor_payload(preprocessor: Any) -> dict | None:
+    """The fitted preprocessor's attributes as plain values."""
+    if preprocessor is None:
+        return None
+    if not isinstance(preprocessor, Preprocessor) or not preprocessor.is_fitted:
+        raise ValueError(f"preprocessor: expected a fitted Preprocessor, got {preprocessor!r}")
+    return _plain({name: getattr(preprocessor, name) for name in PREPROCESSOR_ATTRIBUTES}, "preprocessor")
+
+
+def _history_payload(history: History) -> dict:
+    """Row names and records as plain values (numpy numbers become Python numbers)."""
+    records = json.loads(json.dumps(history.records, default=_json_default))
+    return {"row_names": list(history.row_names), "records": records}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.generic, torch.Tensor, np.ndarray)):
+        return value.tolist()
+    return str(value)
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` with numpy scalars/arrays turned into Python values; ValueError for
+    anything that is not a number, string, None, list, tuple, dict or tensor."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {_plain(k, where): _plain(v, where) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v, where) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    raise ValueError(f"{where}: {value!r} ({type(value).__name__}) cannot be saved; only numbers, strings, "
+                     "lists and dicts can")

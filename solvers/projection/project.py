@@ -1,0 +1,221 @@
+"""Projecting targets: :func:`project_targets` validates its arguments, assembles the program,
+chooses the backend (``"auto"``: Gurobi if usable, else HiGHS / OSQP, logged), runs it,
+diagnoses an infeasible problem and returns the :class:`~solvers.projection.ProjectionResult`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from solvers.problem import LinearEncoding
+from solvers.projection.backends import GurobiUnavailable, gurobi_skip_reason, solve_program
+from solvers.projection.program import (
+    Program,
+    assemble,
+    check_encodings,
+    check_references,
+    check_weights,
+    mean_losses,
+)
+from solvers.projection.results import BackendResult, ProjectionInfeasibleError, ProjectionResult
+from solvers.validation import check_choice, check_flag, check_seed, positive_float
+
+__all__ = ["BACKENDS", "LOSSES", "project_targets"]
+
+# The records keep the logger name they had before the package was split: "solvers.projection".
+logger = logging.getLogger(__package__)
+
+#: Accepted values of ``backend``.
+BACKENDS: tuple[str, ...] = ("auto", "highs", "osqp", "gurobi")
+#: Accepted values of ``loss``.
+LOSSES: tuple[str, ...] = ("squared", "hamming")
+# "auto" choices already logged at INFO level (repeats go to DEBUG: a Moving Targets fit
+# solves one master per iteration).
+_LOGGED_CHOICES: set[str] = set()
+
+
+# --------------------------------------------------------------------------------------
+# Backend choice, infeasibility diagnosis
+# --------------------------------------------------------------------------------------
+def _open_source_backend(prog: Program) -> str:
+    return "highs" if prog.binary else "osqp"
+
+
+def _run_backend(prog: Program, backend: str, time_limit: float, mip_gap: float,
+                 seed: int) -> tuple[str, BackendResult]:
+    """Resolve ``backend`` (logging the choice for "auto") and solve; returns ``(used, raw)``."""
+    if backend == "osqp" and prog.binary:
+        raise ValueError("backend: 'osqp' solves continuous QPs only; binary targets need 'highs' or 'gurobi'")
+    if backend != "auto":
+        try:
+            return backend, solve_program(prog, backend, time_limit, mip_gap, seed)
+        except GurobiUnavailable as exc:
+            raise RuntimeError(
+                f"backend: 'gurobi' was requested but cannot be used: {exc}. Install gurobipy with a licence "
+                "for this problem size, or use backend='auto' or 'highs'"
+            ) from None
+    fallback = _open_source_backend(prog)
+    reason = gurobi_skip_reason(prog)
+    if reason is None:
+        try:
+            raw = solve_program(prog, "gurobi", time_limit, mip_gap, seed)
+            _log_choice("gurobi", f"{prog.n_vars} variables, {prog.n_rows} rows")
+            return "gurobi", raw
+        except GurobiUnavailable as exc:
+            reason = str(exc)
+    _log_choice(fallback, reason)
+    return fallback, solve_program(prog, fallback, time_limit, mip_gap, seed)
+
+
+def _log_choice(backend: str, reason: str) -> None:
+    """Log the backend "auto" chose: at INFO the first time for a (backend, reason), then DEBUG."""
+    message = f"projection backend 'auto': using {backend} ({reason})"
+    key = f"{backend}|{reason.split(' (')[0]}"
+    level = logging.DEBUG if key in _LOGGED_CHOICES else logging.INFO
+    _LOGGED_CHOICES.add(key)
+    logger.log(level, message)
+
+
+def _diagnose_infeasibility(refs: np.ndarray, weights: np.ndarray, encodings: Sequence[LinearEncoding],
+                            loss: str, binary: bool, time_limit: float, seed: int) -> list[str]:
+    """Names of the encodings that are infeasible on their own (feasibility problems, HiGHS)."""
+    alone = []
+    for enc in encodings:
+        prog = assemble(refs, weights, [enc], loss, binary)
+        feasibility = replace(prog, cost=np.zeros_like(prog.cost), hessian=None, offset=0.0)
+        if solve_program(feasibility, "highs", time_limit, 1.0, seed).status == "infeasible":
+            alone.append(enc.name)
+    return alone
+
+
+def _raise_infeasible(raw: BackendResult, backend: str, refs: np.ndarray, weights: np.ndarray,
+                      encodings: Sequence[LinearEncoding], loss: str, binary: bool, time_limit: float,
+                      seed: int) -> None:
+    domain = "binary" if binary else "real"
+    alone = _diagnose_infeasibility(refs, weights, encodings, loss, binary, time_limit, seed)
+    if alone:
+        message = (f"projection infeasible ({backend} status {raw.solver_status!r}): constraint(s) {alone} admit "
+                   f"no {domain} target vector on their own; relax their bounds")
+        raise ProjectionInfeasibleError(message, alone, jointly=False, status=raw.solver_status)
+    names = [enc.name for enc in encodings]
+    message = (f"projection infeasible ({backend} status {raw.solver_status!r}): each of the constraints {names} "
+               f"is satisfiable alone, but no {domain} target vector satisfies all of them together")
+    raise ProjectionInfeasibleError(message, names, jointly=True, status=raw.solver_status)
+
+
+def _max_violation(encodings: Sequence[LinearEncoding], z: np.ndarray, aux: Sequence[np.ndarray]) -> float:
+    values = [float(enc.residual(z, a).max(initial=0.0)) for enc, a in zip(encodings, aux)]
+    return max(values, default=0.0)
+
+
+# --------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------
+def project_targets(
+    reference: Any,
+    *,
+    weights: Any = None,
+    encodings: Sequence[LinearEncoding] | LinearEncoding = (),
+    loss: str = "squared",
+    binary: bool = False,
+    backend: str = "auto",
+    time_limit: float = 60.0,
+    mip_gap: float = 1e-4,
+    seed: int = 0,
+) -> ProjectionResult:
+    """Project references onto the targets allowed by linear encodings (package doc, [GeDI] eq 56).
+
+    Solves ``min_{z, a} sum_r w_r L(z, r_r)`` subject to every encoding's rows
+    ``lb <= A_z z + A_a a <= ub`` and auxiliary bounds, with ``L`` the mean squared or mean
+    absolute (Hamming) difference, ``z`` binary or real.
+
+    Parameters
+    ----------
+    reference : array-like (n,) or (R, n), or a sequence of R vectors (n,)
+        The references ``r_r`` (numpy, torch or lists). Moving Targets passes the
+        predictions and the true targets.
+    weights : float or sequence of R floats, optional
+        ``w_r >= 0`` with a positive sum; default all ones.
+    encodings : LinearEncoding or sequence of LinearEncoding
+        Constraint rows on ``z`` (and on each encoding's own auxiliary variables).
+    loss : {"squared", "hamming"}, default "squared"
+        ``"hamming"`` needs ``binary=True`` and references in ``[0, 1]``.
+    binary : bool, default False
+        ``z`` in ``{0, 1}^n`` (mixed-integer linear program) instead of real (convex QP).
+    backend : {"auto", "highs", "osqp", "gurobi"}, default "auto"
+        See the module doc; ``"osqp"`` solves continuous problems only.
+    time_limit : float, default 60.0
+        Seconds allowed to the solver (> 0).
+    mip_gap : float, default 1e-4
+        Relative optimality gap at which a MILP is declared optimal (>= 0; the HiGHS and
+        Gurobi default). Use 0 to prove exact optimality.
+    seed : int, default 0
+        The solver's random seed (HiGHS ``random_seed``, Gurobi ``Seed``).
+
+    Returns
+    -------
+    ProjectionResult
+
+    Raises
+    ------
+    ValueError
+        Bad arguments (each message names the argument and the value), references outside
+        ``[0, 1]`` for the Hamming loss, an encoding whose ``A_z`` does not have ``n``
+        columns or whose bounds admit no value, ``"osqp"`` with binary targets.
+    ProjectionInfeasibleError
+        (a RuntimeError) No feasible target vector; the message names the constraints.
+    RuntimeError
+        The solver stopped without a feasible point (e.g. time limit), failed, or
+        ``backend="gurobi"`` is not usable here (not installed, no licence, size limit).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from solvers.problem import LinearEncoding, split_rows
+    >>> mean_three = LinearEncoding("mean", A_z=np.full((1, 3), 1 / 3), lb=[3.0], ub=[3.0])
+    >>> project_targets(np.array([2.0, 3.0, 7.0]), encodings=[mean_three]).z.round(6)
+    array([1., 2., 6.])
+    """
+    loss = check_choice(loss, LOSSES, "loss")
+    backend = check_choice(backend, BACKENDS, "backend")
+    binary = check_flag(binary, "binary")
+    time_limit = positive_float(time_limit, "time_limit")
+    mip_gap = positive_float(mip_gap, "mip_gap", allow_zero=True)
+    seed = check_seed(seed, allow_none=False, allow_negative=False)
+    refs = check_references(reference)
+    w = check_weights(weights, refs.shape[0])
+    if loss == "hamming":
+        if not binary:
+            raise ValueError("loss: 'hamming' needs binary=True (the Hamming distance of real targets is not offered)")
+        if (refs < 0).any() or (refs > 1).any():
+            raise ValueError(f"reference: the Hamming loss needs values in [0, 1], got range "
+                             f"[{refs.min():g}, {refs.max():g}]")
+    encodings = check_encodings(encodings, refs.shape[1])
+
+    start = time.perf_counter()
+    prog = assemble(refs, w, encodings, loss, binary)
+    used, raw = _run_backend(prog, backend, time_limit, mip_gap, seed)
+    seconds = time.perf_counter() - start
+    if raw.status == "infeasible":
+        _raise_infeasible(raw, used, refs, w, encodings, loss, binary, time_limit, seed)
+    if raw.x is None:
+        raise RuntimeError(f"projection failed: backend {used!r} stopped with status {raw.solver_status!r} and "
+                           f"no feasible target vector (time_limit={time_limit:g} s)")
+    x = raw.x * prog.scale
+    z = x[: prog.n]
+    if binary:
+        z = np.round(z).clip(0.0, 1.0)
+    aux = tuple(x[s] for s in prog.aux_slices)
+    terms = mean_losses(z, refs, loss)
+    result = ProjectionResult(
+        z=z, aux=aux, objective=float(w @ terms), terms=tuple(float(t) for t in terms), status=raw.status,
+        gap=raw.gap, backend=used, seconds=seconds, solver_status=raw.solver_status,
+        max_violation=_max_violation(encodings, z, aux),
+    )
+    logger.debug("projection: %s %s, objective %.6g, gap %.2e, %.3f s, max violation %.2e", used,
+                 raw.solver_status, result.objective, result.gap, seconds, result.max_violation)
+    return result
