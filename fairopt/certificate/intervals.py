@@ -1,0 +1,193 @@
+"""The interval arithmetic and sampling behind certificates and margins: model outputs on a
+sample, the constraint copy they are measured with, Clopper-Pearson intervals, worst-case
+rows over a box of rates, ratio bounds, normal quantiles and bootstrap draws."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import stats
+from torch import nn
+
+from fairopt.certificate.tightening import TightenedConstraint, bounds_ready, fresh_copy
+from fairopt.constraints.dcov import DistanceCovariance
+from fairopt.constraints.gedi import GeDI
+from fairopt.constraints.rates import Covariance, GroupRateConstraint
+
+__all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "clear_constraint_cache", "clopper_pearson", "compared_pairs",
+           "finite_sides", "normal_quantile", "outputs_on", "prepared_copy", "rate_sides", "ratio_bound",
+           "ratio_upper", "row_table", "safe_div", "safe_ratio", "within_bounds", "worst_case_rows"]
+
+
+BOOTSTRAP_TYPES = (GeDI, DistanceCovariance, Covariance)
+
+
+def prepared_copy(constraint: Any, data: Any) -> Any:
+    """A cache-free copy of ``constraint``, set up on ``data`` if it was never set up.
+
+    A constraint set up on the training data keeps the training set-up (GeDI's
+    standardisation and relative bound); one never set up is set up on ``data``.
+    """
+    if isinstance(constraint, TightenedConstraint):
+        constraint = constraint.constraint
+    if not callable(getattr(constraint, "exact", None)):
+        from fairopt.specs import resolve_constraints
+
+        constraint = resolve_constraints([constraint])[0]
+    if not isinstance(constraint, (GroupRateConstraint, *BOOTSTRAP_TYPES)):
+        raise TypeError(f"constraint: no certificate for {type(constraint).__name__}; supported: DisparateImpact, "
+                        "EqualImpact, DemographicParity (Clopper-Pearson), GeDI, DistanceCovariance, Covariance "
+                        "(bootstrap)")
+    fresh = fresh_copy(constraint)
+    if not bounds_ready(fresh):
+        fresh.setup(data)
+    return fresh
+
+
+def outputs_on(model_or_outputs: Any, data: Any) -> torch.Tensor:
+    """Model outputs on ``data`` (float64, (n,)) from a module/callable or given outputs."""
+    if isinstance(model_or_outputs, nn.Module) or (callable(model_or_outputs)
+                                                   and not isinstance(model_or_outputs, (torch.Tensor, np.ndarray))):
+        was_training = getattr(model_or_outputs, "training", False)
+        if isinstance(model_or_outputs, nn.Module):
+            model_or_outputs.eval()
+        with torch.no_grad():
+            out = model_or_outputs(data.X)
+        if was_training:
+            model_or_outputs.train()
+    else:
+        out = torch.as_tensor(np.asarray(model_or_outputs) if not isinstance(model_or_outputs, torch.Tensor)
+                              else model_or_outputs)
+    out = out.detach().reshape(-1).to(torch.float64).cpu()
+    if out.shape[0] != len(data):
+        raise ValueError(f"outputs: expected {len(data)} values (one per row of data), got {out.shape[0]}")
+    return out
+
+
+def clopper_pearson(k: Any, n: Any, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exact two-sided binomial intervals at ``level`` for ``k`` successes in ``n`` trials.
+
+    ``lower = Beta(k, n - k + 1).ppf((1 - level) / 2)`` (0 when ``k = 0``) and
+    ``upper = Beta(k + 1, n - k).ppf((1 + level) / 2)`` (1 when ``k = n``); ``n = 0`` gives
+    ``[0, 1]``. Arrays broadcast.
+    """
+    k = np.asarray(k, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    tail = (1.0 - level) / 2.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lower = np.where(k > 0, stats.beta.ppf(tail, np.maximum(k, 1e-300), n - k + 1), 0.0)
+        upper = np.where(k < n, stats.beta.ppf(1.0 - tail, k + 1, np.maximum(n - k, 1e-300)), 1.0)
+    return np.nan_to_num(lower, nan=0.0), np.nan_to_num(upper, nan=1.0)
+
+
+def worst_case_rows(D: Any, lower: Any, upper: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest and largest value of every row of ``D @ P`` over ``lower <= P <= upper``.
+
+    Linear rows reach their extremes at corners: the largest takes ``upper`` where the
+    coefficient is positive and ``lower`` where it is negative.
+    """
+    D = np.asarray(D, dtype=np.float64)
+    lo, hi = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    pos, neg = np.clip(D, 0.0, None), np.clip(D, None, 0.0)
+    return pos @ lo + neg @ hi, pos @ hi + neg @ lo
+
+
+def within_bounds(values_lo: np.ndarray, values_hi: np.ndarray, bound_lo: np.ndarray, bound_hi: np.ndarray) -> np.ndarray:
+    ok_hi = np.where(np.isfinite(bound_hi), values_hi <= bound_hi + 1e-12, True)
+    ok_lo = np.where(np.isfinite(bound_lo), values_lo >= bound_lo - 1e-12, True)
+    return ok_hi & ok_lo
+
+
+def safe_ratio(a: float, b: float) -> float:
+    """``min(a / b, b / a)`` with ``0 / 0 = 1`` (equal zero rates)."""
+    if a <= 0.0 and b <= 0.0:
+        return 1.0
+    if a <= 0.0 or b <= 0.0:
+        return 0.0
+    return min(a / b, b / a)
+
+
+def rate_sides(constraint: GroupRateConstraint, out: torch.Tensor, data: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Positives ``k_g`` and rows ``n_g`` of every side on hard predictions."""
+    sums, counts = constraint.partial_sums(out, data, exact=True)
+    return np.rint(sums.double().numpy()), np.rint(counts.double().numpy())
+
+
+def ratio_bound(p_num: float, p_den: float, v_num: float, v_den: float, z: float) -> float:
+    """The largest ``d`` in [0, 1] with ``d p_den - p_num + z sqrt(d^2 v_den + v_num) <= 0``:
+    the ratio ``p_num / p_den`` that the row ``d P_den - P_num <= 0`` certifies (``z > 0``: a
+    lower confidence bound; ``z < 0``: an upper one). Bisection: the left side increases in ``d``."""
+    if not (math.isfinite(v_num) and math.isfinite(v_den)):
+        return 0.0 if z > 0 else 1.0
+    g = lambda d: d * p_den - p_num + z * math.sqrt(d * d * v_den + v_num)  # noqa: E731
+    if g(0.0) > 0:
+        return 0.0
+    if g(1.0) <= 0:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if g(mid) <= 0 else (lo, mid)
+    return lo
+
+
+def safe_div(a: float, b: float) -> float:
+    return 1.0 if b <= 0.0 else min(a / b, 1.0)
+
+
+def ratio_upper(lf: float, uf: float, lr: float, ur: float) -> float:
+    """Largest ``min(P_f / P_r, P_r / P_f)`` over ``P_f in [lf, uf]``, ``P_r in [lr, ur]``."""
+    if uf >= lr and ur >= lf:  # the intervals overlap: equal rates are possible
+        return 1.0
+    return uf / lr if uf < lr else ur / lf
+
+
+def row_table(c: Any, values, lo, hi, b_lo, b_hi) -> dict:
+    names = list(c.row_names or [f"{c.name}[{i}]" for i in range(len(values))])
+    return {"names": names, "values": [float(v) for v in values], "lower": [float(v) for v in lo],
+            "upper": [float(v) for v in hi], "bound_lower": [float(v) for v in b_lo],
+            "bound_upper": [float(v) for v in b_hi]}
+
+
+def bootstrap_rows(c: Any, out: torch.Tensor, data: Any, n_bootstrap: int, seed: int) -> np.ndarray:
+    """Exact rows on ``n_bootstrap`` seeded resamples of the rows, shape (B, m)."""
+    n = len(data)
+    generator = torch.Generator().manual_seed(seed)
+    draws = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rank warnings of tiny resamples
+        for _ in range(n_bootstrap):
+            index = torch.randint(n, (n,), generator=generator)
+            sample = data.subset(index)
+            draws.append(c.exact(out[index].to(data.X.dtype), sample).double().reshape(-1).numpy())
+            clear_constraint_cache(c)
+    return np.stack(draws)
+
+
+def clear_constraint_cache(c: Any) -> None:
+    cache = getattr(c, "_cache", None)
+    if hasattr(cache, "clear"):
+        cache.clear()
+
+
+def normal_quantile(confidence: float, sides: int) -> float:
+    return float(stats.norm.ppf(1.0 - (1.0 - confidence) / max(sides, 1)))
+
+
+def compared_pairs(c: GroupRateConstraint) -> int:
+    """Simultaneous statements a rate constraint needs: one per compared pair of sides.
+
+    The rows of a pair exclude each other's violation (``d P_r - P_f > 0`` and
+    ``d P_f - P_r > 0`` cannot both hold for ``d <= 1``; nor ``P_f - P_r > b`` and
+    ``P_f - P_r < -b`` for ``b >= 0``), so a false pass needs the one violated row of some pair
+    to pass: a union bound over the pairs, each row one-sided at ``1 - alpha / pairs``, keeps
+    the level (not over the ``2 x pairs`` rows, which would only widen the bounds)."""
+    return max(len(c._focus), 1)
+
+
+def finite_sides(c: Any) -> int:
+    return int(torch.isfinite(c.lower).sum() + torch.isfinite(c.upper).sum())

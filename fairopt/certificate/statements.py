@@ -1,0 +1,246 @@
+"""Confidence statements on held-out rows: :class:`Certificate` and :func:`certify`
+(normal and Clopper-Pearson bounds for rate constraints, a bootstrap for the others)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from fairopt._validation import check_interval
+from fairopt.certificate.intervals import (bootstrap_rows, clear_constraint_cache, clopper_pearson, compared_pairs,
+                                           normal_quantile, outputs_on, prepared_copy, rate_sides, ratio_bound,
+                                           ratio_upper, row_table, safe_div, safe_ratio, within_bounds, worst_case_rows)
+from fairopt.constraints.rates import DisparateImpact, GroupRateConstraint
+
+__all__ = ["CERTIFY_METHODS", "Certificate", "certify"]
+
+
+@dataclass
+class Certificate:
+    """A confidence statement about one constraint on one sample of rows.
+
+    Attributes
+    ----------
+    constraint : str
+        The constraint's name (e.g. ``"disparate_impact[sex]"``).
+    measure : str
+        What ``realised``/``lower``/``upper`` measure: ``"disparate_impact ratio"``,
+        ``"demographic_parity difference"``, or a row name (bootstrap constraints).
+    realised : float
+        The measure on the certification rows (hard predictions).
+    lower, upper : float
+        Confidence interval of the measure in the population the rows are drawn from.
+    confidence : float
+        Confidence level (default 0.95).
+    bound : float
+        The user's bound on the measure (``delta`` for a ratio, ``bound`` otherwise).
+    bound_side : {"lower", "upper"}
+        ``"lower"``: the measure must be ``>= bound`` (ratios); ``"upper"``: ``<= bound``.
+    passed : bool
+        Every row of the constraint satisfies its bound at the confidence level.
+    n : int
+        Rows the statement is based on.
+    method : {"clopper-pearson", "bootstrap"}
+    rows : dict
+        Per constraint row: ``names``, realised ``values``, simultaneous interval
+        ``lower``/``upper`` and the bounds ``bound_lower``/``bound_upper`` (lists).
+    """
+
+    constraint: str
+    measure: str
+    realised: float
+    lower: float
+    upper: float
+    confidence: float
+    bound: float
+    bound_side: str
+    passed: bool
+    n: int
+    method: str
+    rows: dict = field(default_factory=dict)
+
+    @property
+    def confidence_bound(self) -> float:
+        """The end of the interval that the bound is checked against (``lower`` for a
+        ratio that must stay above ``bound``, else ``upper``)."""
+        return self.lower if self.bound_side == "lower" else self.upper
+
+    def to_dict(self) -> dict:
+        """Plain Python values (JSON-safe apart from infinities)."""
+        return {
+            "constraint": self.constraint, "measure": self.measure, "realised": float(self.realised),
+            "lower": float(self.lower), "upper": float(self.upper), "confidence": float(self.confidence),
+            "bound": float(self.bound), "bound_side": self.bound_side, "passed": bool(self.passed),
+            "n": int(self.n), "method": self.method,
+            "rows": {k: list(v) for k, v in self.rows.items()},
+        }
+
+    def __str__(self) -> str:
+        op = ">=" if self.bound_side == "lower" else "<="
+        verdict = "PASSED" if self.passed else "FAILED"
+        return (f"{self.constraint}: {self.measure} = {self.realised:.4g} on {self.n} rows; "
+                f"{self.confidence:.0%} interval [{self.lower:.4g}, {self.upper:.4g}] ({self.method}); "
+                f"required {op} {self.bound:g}: {verdict}")
+
+
+def certify(
+    model_outputs_or_model: Any,
+    data: Any,
+    constraint: Any,
+    confidence: float = 0.95,
+    *,
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    method: str = "normal",
+) -> Certificate:
+    """Confidence statement about ``constraint`` on the rows of ``data`` (module doc).
+
+    Parameters
+    ----------
+    model_outputs_or_model : torch.nn.Module, callable, Tensor or array (n,)
+        The model (called on ``data.X``) or its outputs on ``data`` (logits for a
+        classifier, thresholded at the constraint's ``threshold``).
+    data : FairData
+        The certification rows, encoded like the training data (e.g. the held-out part of
+        :meth:`FairData.split`). Not used for training.
+    constraint : constraint object or spec
+        A constraint set up on the training data keeps that set-up (GeDI's
+        standardisation and relative bound); one never set up is set up on ``data``.
+        Neither it nor its caches are modified.
+    confidence : float, default 0.95
+        Level of the simultaneous statement, in (0, 1).
+    n_bootstrap : int, default 200
+        Resamples for the bootstrap constraints.
+    seed : int, default 0
+        Seed of the bootstrap resamples.
+    method : {"normal", "clopper-pearson"}, default "normal"
+        Rate constraints only. "normal": every row ``r = sum_g a_g P_g`` is linear in the
+        side rates, so its estimate has standard error
+        ``se_r = sqrt(sum_g a_g^2 p_g (1 - p_g) / n_g)`` (``p_g = (k_g + 1/2) / (n_g + 1)``,
+        which keeps a variance at 0 or n positives); the row's one-sided bound is
+        ``r +- z se_r`` with ``z`` the normal quantile at ``1 - alpha / pairs`` (a union
+        bound over the compared pairs of sides: the two rows of a pair cannot both be
+        violated, see :func:`compared_pairs`). This is the large-sample statement the Seldonian
+        toolkit makes (Student-t there). "clopper-pearson": exact intervals per side at
+        ``1 - alpha / G`` and the worst corner of their rectangle for every row: valid at
+        any sample size, but much wider (on 4,200 Adult rows a realised DI of 0.92 had a
+        lower bound of 0.77 against about 0.85 with "normal").
+
+    Returns
+    -------
+    Certificate
+
+    Raises
+    ------
+    TypeError
+        A constraint type without a certificate.
+    ValueError
+        Bad ``confidence``/``n_bootstrap``, outputs of the wrong length.
+    """
+    confidence = check_interval(confidence, "confidence", 0.0, 1.0)
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 10:
+        raise ValueError(f"n_bootstrap: expected an integer >= 10, got {n_bootstrap!r}")
+    c = prepared_copy(constraint, data)
+    out = outputs_on(model_outputs_or_model, data)
+    if method not in CERTIFY_METHODS:
+        raise ValueError(f"method: expected one of {CERTIFY_METHODS}, got {method!r}")
+    if isinstance(c, GroupRateConstraint):
+        if method == "normal":
+            return _certify_rates_normal(c, out, data, confidence)
+        return _certify_rates(c, out, data, confidence)
+    return _certify_bootstrap(c, out, data, confidence, int(n_bootstrap), int(seed))
+
+
+def _certify_rates(c: GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
+    k, n = rate_sides(c, out, data)
+    G = len(n)
+    alpha = 1.0 - confidence
+    L, U = clopper_pearson(k, n, 1.0 - alpha / G)
+    rates = np.where(n > 0, k / np.maximum(n, 1.0), 0.0)
+    # realised rows follow the library's convention (a row comparing an empty side is 0);
+    # the interval does not: an empty side has the uninformative [0, 1] and counts fully
+    values = c._informed_rows(torch.as_tensor(n), torch.float64).numpy() @ rates
+    row_lo, row_hi = worst_case_rows(c._D.double().numpy(), L, U)
+    b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
+    passed = bool(within_bounds(row_lo, row_hi, b_lo, b_hi).all())
+    pairs = list(zip(c._focus.tolist(), c._ref.tolist()))
+    informed = [(f, r) for f, r in pairs if n[f] > 0 and n[r] > 0]
+    if isinstance(c, DisparateImpact):  # and EqualImpact
+        measure, side, bound = f"{c._prefix} ratio", "lower", c.delta
+        realised = min([safe_ratio(rates[f], rates[r]) for f, r in informed], default=1.0)
+        lo = min(min(safe_div(L[f], U[r]), safe_div(L[r], U[f])) for f, r in pairs)
+        hi = min(ratio_upper(L[f], U[f], L[r], U[r]) for f, r in pairs)
+    else:
+        measure, side, bound = f"{c._prefix} difference", "upper", c.bound
+        realised = max([abs(rates[f] - rates[r]) for f, r in informed], default=0.0)
+        lo = max(max(0.0, L[f] - U[r], L[r] - U[f]) for f, r in pairs)
+        hi = max(max(U[f] - L[r], U[r] - L[f]) for f, r in pairs)
+    rows = row_table(c, values, row_lo, row_hi, b_lo, b_hi)
+    rows.update(sides_positive=k.tolist(), sides_n=n.tolist(), sides_lower=L.tolist(), sides_upper=U.tolist())
+    return Certificate(constraint=c.name, measure=measure, realised=float(realised), lower=float(lo), upper=float(hi),
+                       confidence=confidence, bound=float(bound), bound_side=side, passed=passed, n=len(data),
+                       method="clopper-pearson", rows=rows)
+
+
+def _certify_rates_normal(c: GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
+    """Per-row normal bounds (``certify(method="normal")``)."""
+    k, n = rate_sides(c, out, data)
+    rates = np.where(n > 0, k / np.maximum(n, 1.0), 0.0)
+    p = (k + 0.5) / (n + 1.0)
+    var = np.where(n > 0, p * (1.0 - p) / np.maximum(n, 1.0), np.inf)  # an empty side is uninformative
+    z = normal_quantile(confidence, compared_pairs(c))
+    D = c._D.double().numpy()
+    values = c._informed_rows(torch.as_tensor(n), torch.float64).numpy() @ rates
+    with np.errstate(invalid="ignore"):
+        se = np.sqrt((D ** 2) @ var)
+    row_lo, row_hi = values - z * se, values + z * se
+    b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
+    passed = bool(within_bounds(row_lo, row_hi, b_lo, b_hi).all())
+    pairs = list(zip(c._focus.tolist(), c._ref.tolist()))
+    informed = [(f, r) for f, r in pairs if n[f] > 0 and n[r] > 0]
+    if isinstance(c, DisparateImpact):  # and EqualImpact
+        measure, side, bound = f"{c._prefix} ratio", "lower", c.delta
+        realised = min([safe_ratio(rates[f], rates[r]) for f, r in informed], default=1.0)
+        lo = min((min(ratio_bound(rates[a], rates[b], var[a], var[b], z) for a, b in ((f, r), (r, f)))
+                  for f, r in pairs), default=1.0)
+        hi = min((min(ratio_bound(rates[a], rates[b], var[a], var[b], -z) for a, b in ((f, r), (r, f)))
+                  for f, r in pairs), default=1.0)
+    else:
+        measure, side, bound = f"{c._prefix} difference", "upper", c.bound
+        realised = max([abs(rates[f] - rates[r]) for f, r in informed], default=0.0)
+        spread = [z * math.sqrt(var[f] + var[r]) for f, r in pairs]
+        lo = max((max(0.0, abs(rates[f] - rates[r]) - w) for (f, r), w in zip(pairs, spread)), default=0.0)
+        hi = max((abs(rates[f] - rates[r]) + w for (f, r), w in zip(pairs, spread)), default=0.0)
+    rows = row_table(c, values, row_lo, row_hi, b_lo, b_hi)
+    rows.update(sides_positive=k.tolist(), sides_n=n.tolist(), sides_se=np.sqrt(var).tolist())
+    return Certificate(constraint=c.name, measure=measure, realised=float(realised), lower=float(lo), upper=float(hi),
+                       confidence=confidence, bound=float(bound), bound_side=side, passed=passed, n=len(data),
+                       method="normal", rows=rows)
+
+
+def _certify_bootstrap(c: Any, out: torch.Tensor, data: Any, confidence: float, n_bootstrap: int,
+                       seed: int) -> Certificate:
+    values = c.exact(out.to(data.X.dtype), data).double().reshape(-1).numpy()
+    draws = bootstrap_rows(c, out, data, n_bootstrap, seed)
+    b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
+    sides = int(np.isfinite(b_lo).sum() + np.isfinite(b_hi).sum())
+    tail = (1.0 - confidence) / max(sides, 1)
+    lo, hi = np.quantile(draws, tail, axis=0), np.quantile(draws, 1.0 - tail, axis=0)
+    passed = bool(within_bounds(lo, hi, b_lo, b_hi).all())
+    room = np.minimum(np.where(np.isfinite(b_hi), b_hi - hi, np.inf), np.where(np.isfinite(b_lo), lo - b_lo, np.inf))
+    j = int(np.argmin(room)) if np.isfinite(room).any() else 0
+    upper_side = np.isfinite(b_hi[j]) and (not np.isfinite(b_lo[j]) or b_hi[j] - hi[j] <= lo[j] - b_lo[j])
+    rows = row_table(c, values, lo, hi, b_lo, b_hi)
+    clear_constraint_cache(c)
+    return Certificate(constraint=c.name, measure=rows["names"][j], realised=float(values[j]), lower=float(lo[j]),
+                       upper=float(hi[j]), confidence=confidence,
+                       bound=float(b_hi[j] if upper_side else b_lo[j]), bound_side="upper" if upper_side else "lower",
+                       passed=passed, n=len(data), method="bootstrap", rows=rows)
+
+
+#: Values of ``certify(method=)``.
+CERTIFY_METHODS: tuple[str, ...] = ("normal", "clopper-pearson")

@@ -1,0 +1,130 @@
+"""A copy of a constraint whose finite bounds are moved inwards by a margin
+(:func:`tighten`, :class:`TightenedConstraint`); the user's object is never changed."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import torch
+
+from fairopt.constraints.base import BaseConstraint
+from fairopt.constraints.gedi import GeDI
+
+__all__ = ["TightenedConstraint", "bounds_ready", "fresh_copy", "tighten"]
+
+
+def fresh_copy(constraint: Any) -> Any:
+    """A deep copy without the per-batch caches (they hold data)."""
+    cache = getattr(constraint, "_cache", None)
+    memo = {} if cache is None else {id(cache): type(cache)()}
+    return copy.deepcopy(constraint, memo)
+
+
+def bounds_ready(constraint: Any) -> bool:
+    try:
+        constraint.lower  # noqa: B018 - a property that raises before setup
+    except AttributeError:
+        return False
+    if isinstance(constraint, GeDI) and constraint._shift is None:
+        return False
+    return True
+
+
+class TightenedConstraint(BaseConstraint):
+    """A constraint whose finite bounds are moved inwards by ``margin``: ``upper - margin``
+    and ``lower + margin``.
+
+    Holds a cache-free deep copy of the original (the user's object is never changed) and
+    re-applies the margin after every :meth:`setup` (engines set constraints up, which
+    resets data-sized bounds). Everything else is delegated to the copy. For GeDI the
+    absolute bound the Moving Targets projection reads is tightened as well.
+    """
+
+    def __init__(self, constraint: Any, margin: Any) -> None:
+        if isinstance(constraint, TightenedConstraint):
+            raise ValueError("constraint: already tightened; tighten the original with the total margin")
+        self.constraint = fresh_copy(constraint)
+        self.name = getattr(constraint, "name", "constraint")
+        self.margin = margin if isinstance(margin, torch.Tensor) else float(margin)
+        if isinstance(self.margin, float) and (not math.isfinite(self.margin) or self.margin < 0):
+            raise ValueError(f"margin: expected a finite number >= 0, got {margin!r}")
+        if isinstance(self.margin, torch.Tensor) and not bool((torch.isfinite(self.margin) & (self.margin >= 0)).all()):
+            raise ValueError("margin: expected finite values >= 0")
+        self._tight: tuple[torch.Tensor, torch.Tensor] | None = None
+        if bounds_ready(self.constraint):
+            self._apply()
+
+    def _apply(self) -> None:
+        inner = self.constraint
+        lower, upper = inner.lower.double().clone(), inner.upper.double().clone()
+        margin = torch.as_tensor(self.margin, dtype=torch.float64).reshape(-1)
+        if margin.numel() not in (1, lower.numel()):
+            raise ValueError(f"margin: {margin.numel()} values for the {lower.numel()} rows of {self.name}")
+        lower = torch.where(torch.isfinite(lower), lower + margin, lower)
+        upper = torch.where(torch.isfinite(upper), upper - margin, upper)
+        if bool((lower > upper).any()):
+            i = int(torch.nonzero(lower > upper)[0])
+            names = inner.row_names or []
+            raise ValueError(f"margin: tightening {self.name} by {margin.max().item():.4g} leaves row "
+                             f"{names[i] if i < len(names) else i!r} with lower {lower[i].item():.4g} > upper "
+                             f"{upper[i].item():.4g}; use a smaller margin, a looser bound or more data")
+        inner.lower, inner.upper = lower, upper
+        if isinstance(inner, GeDI) and inner.absolute_bound is not None:
+            inner.absolute_bound = float(upper[0])
+        self._tight = (lower, upper)
+
+    def setup(self, data: Any) -> None:
+        """Set the copy up on ``data`` and tighten its (re)built bounds."""
+        self.constraint.setup(data)
+        self._apply()
+
+    @property
+    def lower(self) -> torch.Tensor:
+        if self._tight is None:
+            return self.constraint.lower  # raises before setup
+        return self._tight[0]
+
+    @property
+    def upper(self) -> torch.Tensor:
+        if self._tight is None:
+            return self.constraint.upper
+        return self._tight[1]
+
+    @property
+    def row_names(self) -> list[str] | None:
+        return self.constraint.row_names
+
+    def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        return self.constraint(out, batch)
+
+    def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        return self.constraint.exact(out, batch)
+
+    def target_encoding(self, batch: Any) -> Any:
+        return self.constraint.target_encoding(batch)
+
+    def get_params(self) -> dict:
+        return self.constraint.get_params()
+
+    def __getattr__(self, name: str) -> Any:
+        # only called for attributes not found normally: partial_sums, from_sums, _cache, ...
+        if name.startswith("__") or "constraint" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["constraint"], name)
+
+    def __repr__(self) -> str:
+        margin = self.margin if isinstance(self.margin, float) else self.margin.tolist()
+        return f"TightenedConstraint({self.constraint!r}, margin={margin!r})"
+
+
+def tighten(constraint: Any, margin: Any) -> TightenedConstraint:
+    """A copy of ``constraint`` with ``upper - margin`` and ``lower + margin`` on its finite
+    sides (``margin``: a number or one value per row, ``>= 0``, in the rows' units).
+
+    The user's constraint is not modified. Bounds sized from the data (rate constraints)
+    are tightened when the copy is set up (engines do this); a margin that empties a row's
+    interval is a ValueError then.
+    """
+    return TightenedConstraint(constraint, margin)
