@@ -16,7 +16,8 @@ from torch import nn
 from fairopt.certificate.tightening import TightenedConstraint, bounds_ready, fresh_copy
 from fairopt.constraints.dcov import DistanceCovariance
 from fairopt.constraints.gedi import GeDI
-from fairopt.constraints.rates import Covariance, GroupRateConstraint
+from fairopt.constraints.covariance import Covariance
+from fairopt.constraints.rates import GroupRateConstraint
 
 __all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "clear_constraint_cache", "clopper_pearson", "compared_pairs",
            "finite_sides", "normal_quantile", "outputs_on", "prepared_copy", "rate_sides", "ratio_bound",

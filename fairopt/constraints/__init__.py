@@ -2,6 +2,7 @@
 from fairopt.constraints.base import BaseConstraint
 from fairopt.constraints.dcov import DistanceCovariance
 from fairopt.constraints.gedi import GeDI
-from fairopt.constraints.rates import Covariance, DemographicParity, DisparateImpact, EqualImpact
+from fairopt.constraints.covariance import Covariance
+from fairopt.constraints.rates import DemographicParity, DisparateImpact, EqualImpact
 
 __all__ = ["BaseConstraint", "DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GeDI", "DistanceCovariance"]

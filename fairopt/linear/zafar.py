@@ -40,7 +40,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
-from fairopt.constraints.rates import Covariance
+from fairopt.constraints.covariance import Covariance
 from fairopt.data import FairData, Preprocessor
 from fairopt.exceptions import FairnessWarning
 from fairopt._validation import check_choice

@@ -1,0 +1,75 @@
+"""The covariance constraint: ``|cov(out, s)|`` bounded, linear in the outputs, on the
+machinery of :mod:`fairopt.constraints.rows`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from fairopt._validation import nonnegative_float
+from fairopt.constraints.rows import FLOAT64, LinearRowsConstraint, Partition
+from fairopt.surrogates import Linear
+
+__all__ = ["Covariance"]
+
+
+class Covariance(LinearRowsConstraint):
+    r"""Decision-boundary covariance (Zafar et al.; [SQP] sec 2.3): ``|mean((s - mean s) * out)| <= bound``.
+
+    ``c = (1/n) sum_i (s_i - s_bar) out_i`` with the batch mean ``s_bar``; linear in ``out``
+    (the threshold cancels because ``s - s_bar`` sums to 0), so :meth:`exact` equals the smooth
+    value. ``s`` is
+
+    - a binary attribute: its 0/1 values (one row); by [SQP] Thm 2.2 the row equals
+      ``n_0 n_1 / n^2 * (mean_1 out - mean_0 out)``;
+    - a continuous attribute: its raw values (one row; the bound is in units of ``s`` times
+      ``out``, so standardise ``s`` for a unit-free bound);
+    - a categorical attribute with ``K > 2`` levels: one row per level indicator ``1{s = k}``
+      (``K = 2``: the indicator of level 1 only, the other row being its negative);
+    - several attributes: the indicators of their intersection cells, or with
+      ``groups="marginal"`` each attribute's rows in turn (continuous ones allowed).
+
+    Parameters
+    ----------
+    sensitive : str or list of str
+    bound : float
+        ``>= 0``.
+    groups : {"one_vs_rest", "marginal"}, default "one_vs_rest"
+        "one_vs_rest" names the per-group indicators (group against the rest, as for the rate
+        constraints); pairwise comparisons are not defined for a covariance.
+    """
+
+    _prefix = "covariance"
+    _allow_continuous = True
+
+    def __init__(self, sensitive: str | Sequence[str], bound: float, groups: str = "one_vs_rest") -> None:
+        self.bound = nonnegative_float(bound, "bound")
+        super().__init__(sensitive, surrogate=Linear(), threshold=0.0, groups=groups,
+                         groupings=("one_vs_rest", "marginal"))
+        self._params = {"sensitive": sensitive, "bound": self.bound, "groups": groups}
+
+    def _transform(self, t: torch.Tensor, exact: bool) -> torch.Tensor:
+        return t  # linear: the exact value is the smooth value
+
+    @staticmethod
+    def _indicator_groups(part: Partition) -> list[int]:
+        return [1] if part.n_groups == 2 else list(range(part.n_groups))
+
+    def _build_rows(self) -> None:
+        labels = []
+        for part in self._partitions:
+            labels += part.labels if part.continuous else [part.labels[g] for g in self._indicator_groups(part)]
+        m = len(labels)
+        self._set_bounds([-self.bound] * m, [self.bound] * m, [f"{self.name}:cov({lb},out)" for lb in labels])
+        self._D = torch.eye(m, dtype=FLOAT64)
+
+    def _build_operator(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        blocks = [
+            part.values(batch)[None, :] if part.continuous else part.indicators(batch)[self._indicator_groups(part)]
+            for part in self._partitions
+        ]
+        values = torch.cat(blocks)
+        W = (values - values.mean(dim=1, keepdim=True)) / max(len(batch), 1)
+        return W, self._D

@@ -1,0 +1,313 @@
+"""The machinery of constraints that are linear in one transformed output per row
+(``c(out) = D @ (W @ phi(out - threshold))``; the docstring of :mod:`fairopt.constraints.rates`
+explains ``W``, ``D``, the groups and the batch cache): group partitions of the sensitive
+features, and :class:`LinearRowsConstraint`, the base of the rate and covariance constraints."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fairopt._validation import as_1d_tensor, check_binary, finite_float, sensitive_names
+from fairopt.constraints.base import BaseConstraint
+from fairopt.exceptions import FairnessWarning
+from fairopt.surrogates import Surrogate, get_surrogate
+
+__all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out"]
+
+# the rate constraints' logger: these rows are their machinery
+logger = logging.getLogger("fairopt.constraints.rates")
+
+
+GROUPINGS = ("one_vs_rest", "pairwise", "marginal")
+
+
+_CACHE_SIZE = 4
+
+
+_KINDS = ("binary", "categorical", "continuous")
+
+
+FLOAT64 = torch.float64
+
+
+@dataclass(frozen=True)
+class Partition:
+    """The rows split into groups by one attribute or by the cells of several.
+
+    ``sizes`` holds the number of levels of each attribute in ``names`` and ``labels`` one
+    label per group (``"sex=F&race=B"``). A continuous attribute has ``sizes == ()`` and its
+    name as the only label.
+    """
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    labels: tuple[str, ...]
+
+    @property
+    def continuous(self) -> bool:
+        return not self.sizes
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.labels)
+
+    def codes(self, batch: Any) -> torch.Tensor:
+        """Group id of every row, ``sum_j code_j * prod_{k > j} size_k`` (row-major cells)."""
+        cell = None
+        for name, size in zip(self.names, self.sizes):
+            code = _attribute_codes(batch, name, size)
+            cell = code if cell is None else cell * size + code
+        return cell
+
+    def indicators(self, batch: Any) -> torch.Tensor:
+        """Group membership ``(n_groups, n)`` as float64 0/1."""
+        return F.one_hot(self.codes(batch), self.n_groups).T.to(FLOAT64)
+
+    def values(self, batch: Any) -> torch.Tensor:
+        """The raw values ``(n,)`` of a continuous attribute, as float64."""
+        return _sensitive_column(batch, self.names[0]).to(FLOAT64)
+
+
+def _metadata(data: Any, field: str) -> Mapping:
+    value = getattr(data, field, None)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"data: expected a FairData-like object with a dict `{field}`, got {type(data).__name__}")
+    return value
+
+
+def _sensitive_column(batch: Any, name: str) -> torch.Tensor:
+    """``batch.sensitive[name]`` checked to be a tensor of one value per row."""
+    columns = _metadata(batch, "sensitive")
+    if name not in columns:
+        raise ValueError(f"sensitive: unknown name {name!r}; available: {sorted(columns)}")
+    column = columns[name]
+    if not isinstance(column, torch.Tensor) or column.shape != (len(batch),):
+        shape = tuple(column.shape) if isinstance(column, torch.Tensor) else type(column).__name__
+        raise ValueError(f"sensitive[{name!r}]: expected a tensor of shape ({len(batch)},), got {shape}")
+    return column
+
+
+def _attribute_codes(batch: Any, name: str, size: int) -> torch.Tensor:
+    """Long codes ``0..size-1`` of a binary or categorical attribute, validated."""
+    column = _sensitive_column(batch, name)
+    if _metadata(batch, "sensitive_kinds")[name] == "binary":
+        return check_binary(column, f"sensitive[{name!r}]").long()
+    if column.is_floating_point() and bool((column != column.round()).any()):
+        raise ValueError(f"sensitive[{name!r}]: categorical codes must be integers")
+    codes = column.long()
+    bad = (codes < 0) | (codes >= size)
+    if bool(bad.any()):
+        raise ValueError(
+            f"sensitive[{name!r}]: codes must lie in 0..{size - 1} ({size} levels), got {codes[bad][0].item()}"
+        )
+    return codes
+
+
+def _levels(data: Any, name: str, kind: str) -> list[str]:
+    """Level labels of a binary/categorical attribute (``["0", "1"]`` if a binary one has none)."""
+    levels = [str(level) for level in _metadata(data, "sensitive_levels").get(name) or []]
+    if kind == "binary" and not levels:
+        levels = ["0", "1"]
+    if kind == "binary" and len(levels) != 2:
+        raise ValueError(f"sensitive_levels[{name!r}]: a binary attribute needs 2 levels, got {levels}")
+    if len(levels) < 2:
+        raise ValueError(f"sensitive: {name!r} has {len(levels)} level(s); at least 2 groups are needed")
+    return levels
+
+
+def _resolve_partitions(
+    data: Any, names: tuple[str, ...], marginal: bool, allow_continuous: bool
+) -> tuple[Partition, ...]:
+    """The partitions that ``names`` define on ``data``'s sensitive attributes (module doc)."""
+    kinds = _metadata(data, "sensitive_kinds")
+    available = sorted(_metadata(data, "sensitive"))
+    for name in names:
+        if name not in kinds or name not in available:
+            raise ValueError(f"sensitive: unknown name {name!r}; available: {available}")
+        if kinds[name] not in _KINDS:
+            raise ValueError(f"sensitive_kinds[{name!r}]: expected one of {_KINDS}, got {kinds[name]!r}")
+    continuous = [name for name in names if kinds[name] == "continuous"]
+    if continuous and not allow_continuous:
+        raise ValueError(
+            f"sensitive: {continuous} is continuous and has no groups; use Covariance for a continuous "
+            "attribute (or bin it into a categorical one)"
+        )
+    if len(names) > 1 and not marginal:
+        if continuous:
+            raise ValueError(
+                f"sensitive: cannot form intersection cells with the continuous {continuous}; "
+                "pass groups='marginal'"
+            )
+        levels = [_levels(data, name, kinds[name]) for name in names]
+        labels = tuple(
+            "&".join(f"{name}={level}" for name, level in zip(names, cell)) for cell in itertools.product(*levels)
+        )
+        return (Partition(names, tuple(len(lv) for lv in levels), labels),)
+    partitions = []
+    for name in names:
+        if kinds[name] == "continuous":
+            partitions.append(Partition((name,), (), (name,)))
+        else:
+            levels = _levels(data, name, kinds[name])
+            partitions.append(Partition((name,), (len(levels),), tuple(f"{name}={lv}" for lv in levels)))
+    return tuple(partitions)
+
+
+def check_out(out: Any, batch: Any) -> torch.Tensor:
+    """``out`` as a floating 1-D tensor with one value per batch row (cheap for tensors)."""
+    if not isinstance(out, torch.Tensor):
+        out = as_1d_tensor(out, "out")
+    elif out.dim() == 2 and out.shape[1] == 1:
+        out = out.reshape(-1)
+    if out.dim() != 1 or out.shape[0] != len(batch):
+        raise ValueError(f"out: expected shape ({len(batch)},) for a batch of {len(batch)} rows, got {tuple(out.shape)}")
+    return out if out.is_floating_point() else out.to(torch.get_default_dtype())
+
+
+def _inactive_rows(W: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+    """Rows of ``D @ W`` that no data row informs (all their groups empty or zeroed)."""
+    side_active = (W != 0).any(dim=1).to(D.dtype)
+    return (D.abs() @ side_active) == 0
+
+
+class LinearRowsConstraint(BaseConstraint):
+    """Rows ``c(out) = D @ (W @ phi(out - threshold))`` with batch-built ``W`` and ``D``.
+
+    Subclasses set ``_prefix`` and implement ``_build_rows`` (bounds, row names and any
+    batch-independent row structure, from ``self._partitions``) and ``_build_operator(batch)``
+    (float64 ``W`` ``(G, n)`` and ``D`` ``(m, G)``).
+    """
+
+    _prefix = "constraint"
+    _allow_continuous = False
+
+    def __init__(self, sensitive: Any, *, surrogate: Any, threshold: float, groups: str, groupings: Sequence[str]):
+        self.sensitive = sensitive_names(sensitive)
+        if groups not in groupings:
+            raise ValueError(f"groups: expected one of {tuple(groupings)}, got {groups!r}")
+        self.groups = groups
+        self.surrogate: Surrogate = get_surrogate(surrogate)
+        self.threshold = finite_float(threshold, "threshold")
+        joiner = "&" if len(self.sensitive) > 1 and groups != "marginal" else ","
+        self.name = f"{self._prefix}[{joiner.join(self.sensitive)}]"
+        self._partitions: tuple[Partition, ...] | None = None
+        self._lower: torch.Tensor | None = None
+        self._upper: torch.Tensor | None = None
+        self._cache: OrderedDict = OrderedDict()
+
+    # bounds exist once the rows are sized from the data's sensitive levels
+    def _bound(self, value: torch.Tensor | None) -> torch.Tensor:
+        if value is None:
+            raise AttributeError(
+                f"{self.name}: the rows are sized from the data's sensitive levels; call setup(data) "
+                "(engines do) or evaluate the constraint on a batch first"
+            )
+        return value
+
+    @property
+    def lower(self) -> torch.Tensor:
+        return self._bound(self._lower)
+
+    @lower.setter
+    def lower(self, value: torch.Tensor) -> None:
+        self._lower = value
+
+    @property
+    def upper(self) -> torch.Tensor:
+        return self._bound(self._upper)
+
+    @upper.setter
+    def upper(self, value: torch.Tensor) -> None:
+        self._upper = value
+
+    def setup(self, data: Any) -> None:
+        """Size the rows from ``data.sensitive_levels``/``sensitive_kinds`` and check ``data``.
+
+        Warns with :class:`~fairopt.exceptions.FairnessWarning` when some rows are inactive
+        on ``data`` (an empty group: the row is identically 0, see the module doc).
+        """
+        self._configure(data)
+        W, D = self._build_operator(data)
+        inactive = _inactive_rows(W, D)
+        if bool(inactive.any()):
+            rows = [name for name, off in zip(self.row_names, inactive.tolist()) if off]
+            warnings.warn(
+                f"{self.name}: {len(rows)} row(s) are identically 0 on the training data because a group "
+                f"is empty; they constrain nothing: {rows}",
+                FairnessWarning,
+                stacklevel=2,
+            )
+
+    def _configure(self, data: Any) -> None:
+        self._partitions = self._resolve(data)
+        self._cache.clear()
+        self._build_rows()
+
+    def _resolve(self, data: Any) -> tuple[Partition, ...]:
+        return _resolve_partitions(data, self.sensitive, self.groups == "marginal", self._allow_continuous)
+
+    def _build_rows(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _build_operator(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _operator(self, batch: Any, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(W, D)`` for ``batch`` in ``dtype``/``device``, from the cache when possible."""
+        # the entry holds the batch itself, so no other live object can have its id
+        key = (id(batch), len(batch), dtype, device)
+        entry = self._cache.get(key)
+        if entry is not None:
+            self._cache.move_to_end(key)
+            return entry[1], entry[2]
+        if self._partitions is None:
+            self._configure(batch)
+        elif self._resolve(batch) != self._partitions:
+            raise ValueError(
+                f"batch: its sensitive levels for {list(self.sensitive)} differ from those {self.name} "
+                "was set up with"
+            )
+        W, D = self._build_operator(batch)
+        inactive = _inactive_rows(W, D)
+        if bool(inactive.any()):
+            logger.debug(
+                "%s: rows %s are 0 on this batch (a group they compare is empty)",
+                self.name, inactive.nonzero().flatten().tolist(),
+            )
+        W, D = W.to(dtype=dtype, device=device), D.to(dtype=dtype, device=device)
+        self._cache[key] = (batch, W, D)
+        while len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return W, D
+
+    def _transform(self, t: torch.Tensor, exact: bool) -> torch.Tensor:
+        """``phi(t)`` for the smooth rows, the hard step ``1{t > 0}`` for the exact ones."""
+        return self.surrogate.step(t) if exact else self.surrogate(t)
+
+    def _rows(self, out: Any, batch: Any, exact: bool) -> torch.Tensor:
+        out = check_out(out, batch)
+        W, D = self._operator(batch, out.dtype, out.device)
+        return D @ (W @ self._transform(out - self.threshold, exact))
+
+    def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        """Smooth rows ``D @ (W @ phi(out - threshold))``, shape ``(m,)``, in ``out``'s dtype."""
+        return self._rows(out, batch, exact=False)
+
+    def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        """The same rows on hard predictions ``1{out > threshold}`` (no gradient)."""
+        with torch.no_grad():
+            return self._rows(out, batch, exact=True)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_cache"] = OrderedDict()  # never pickle data
+        return state
