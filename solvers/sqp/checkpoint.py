@@ -1,0 +1,105 @@
+"""Engine checkpoints of the stochastic SQP: what :meth:`StochasticSQP.state_dict
+<solvers.sqp.StochasticSQP.state_dict>` holds, and how ``fit(..., resume=)`` checks one
+against the problem and continues from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from solvers.outcome import BestIterate
+from solvers.problem import assign_parameters
+from solvers.validation import check_flag, finite_float, positive_float, positive_int
+
+__all__ = ["CHECKPOINT_FORMAT", "STATE_KEYS", "check_resumed_state", "checkpoint", "restore_checkpoint",
+           "resume_iterates"]
+
+#: Version of the checkpoint layout (``state_dict()["format"]``).
+CHECKPOINT_FORMAT = 1
+#: Keys a checkpoint's ``state`` must hold.
+STATE_KEYS = ("tau", "xi", "beta", "L", "Gamma", "merit_avg", "since_change", "iteration", "warned_relaxed",
+              "epochs_done")
+
+
+def checkpoint(state: dict, v: torch.Tensor, generator: torch.Generator, n_rows: int, last_params: torch.Tensor,
+               tracker: BestIterate) -> dict:
+    """The content of :meth:`StochasticSQP.state_dict <solvers.sqp.StochasticSQP.state_dict>`:
+    copies of the engine state, the Hessian accumulator ``v``, the sampling generator's
+    state, the number of constraint rows, the last iterate and the tracker's best iterate."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "state": dict(state),
+        "hessian_v": v.detach().clone(),
+        "generator": generator.get_state(),
+        "n_rows": int(n_rows),
+        "last_params": last_params.clone(),
+        "best": None if tracker.best is None else {
+            "params": tracker.best.params.clone(), "f": float(tracker.best.f),
+            "c_exact": tracker.best.c_exact.clone(), "iteration": int(tracker.best.iteration)},
+    }
+
+
+def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_rows: int) -> dict:
+    """Check a :meth:`StochasticSQP.state_dict` checkpoint against this problem, load its
+    Hessian accumulator into ``v`` and its generator state into ``gen``; return the state."""
+    if not isinstance(resume, dict) or resume.get("format") != CHECKPOINT_FORMAT:
+        found = resume.get("format") if isinstance(resume, dict) else type(resume).__name__
+        raise ValueError(f"resume: expected a StochasticSQP.state_dict() checkpoint (format {CHECKPOINT_FORMAT}), "
+                         f"got {found!r}")
+    state = resume.get("state")
+    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(f"resume: the checkpoint's state lacks {missing}")
+    check_resumed_state(state)
+    hv = resume.get("hessian_v")
+    if not isinstance(hv, torch.Tensor) or hv.numel() != v.numel():
+        size = hv.numel() if isinstance(hv, torch.Tensor) else type(hv).__name__
+        raise ValueError(f"resume: the checkpoint's Hessian accumulator has {size} entries but the model has "
+                         f"{v.numel()} trainable parameters")
+    if resume.get("n_rows") != n_rows:
+        raise ValueError(f"resume: the checkpoint was taken with {resume.get('n_rows')!r} constraint rows, "
+                         f"these constraints have {n_rows}")
+    if not bool((torch.isfinite(hv) & (hv >= 0)).all()):
+        raise ValueError("resume: the checkpoint's Hessian accumulator has negative or non-finite entries")
+    v.copy_(hv.reshape(-1).to(v.dtype))
+    gen.set_state(resume["generator"].clone())
+    return dict(state)
+
+
+def check_resumed_state(state: dict) -> None:
+    """The values of a checkpoint's state, checked like the constructor arguments they
+    continue: positive finite ``tau``, ``xi``, ``beta``; positive finite or None ``L``,
+    ``Gamma``; finite or None ``merit_avg``; non-negative integers ``since_change``,
+    ``iteration``, ``epochs_done``; a flag ``warned_relaxed``."""
+    try:
+        for name in ("tau", "xi", "beta"):
+            positive_float(state[name], name)
+        for name in ("L", "Gamma"):
+            if state[name] is not None:
+                positive_float(state[name], name)
+        if state["merit_avg"] is not None:
+            finite_float(state["merit_avg"], "merit_avg")
+        for name in ("since_change", "iteration", "epochs_done"):
+            positive_int(state[name], name, allow_zero=True)
+        check_flag(state["warned_relaxed"], "warned_relaxed")
+    except ValueError as exc:
+        raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
+
+
+def resume_iterates(resume: dict, params: list[torch.Tensor], tracker: BestIterate) -> None:
+    """Continue from a checkpoint's LAST iterate (the model passed in holds the returned, best
+    one) and carry its best iterate over into ``tracker``."""
+    last = resume.get("last_params")
+    total = sum(p.numel() for p in params)
+    if last is not None:
+        if not isinstance(last, torch.Tensor) or last.numel() != total:
+            raise ValueError(f"resume: the checkpoint's last iterate has "
+                             f"{last.numel() if isinstance(last, torch.Tensor) else type(last).__name__} entries but "
+                             f"the model has {total} trainable parameters")
+        if not bool(torch.isfinite(last).all()):
+            raise ValueError("resume: the checkpoint's last iterate has non-finite entries")
+        assign_parameters(params, last)
+    best = resume.get("best")
+    if isinstance(best, dict):
+        tracker.offer([best["params"]], float(best["f"]), best["c_exact"], int(best["iteration"]))

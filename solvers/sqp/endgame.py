@@ -1,0 +1,206 @@
+"""How a stochastic SQP run ends and what it returns: the divergence guard, the tail average
+of a mini-batch epoch, the full-batch polish of a mini-batch run, and the returned (best)
+iterate with its final KKT measurements, history record and ``info``."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+
+from solvers.history import FitResult, History
+from solvers.outcome import BestIterate, warn_if_start, warn_unmet
+from solvers.problem import assign_parameters, flat_parameters, row_violations
+from solvers.sqp.optimality import DerivativesFn, final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
+from solvers.sqp.steps import StepOptions, calibrate, sqp_step
+
+__all__ = ["MAX_RESTARTS", "POLISH_EXTENSION", "RESTORING_WINDOW", "EndgameOptions", "TailAverage", "blew_up",
+           "finish", "polish", "still_restoring"]
+
+#: Divergence-guard restarts (:func:`blew_up`) after which a run is "diverged".
+MAX_RESTARTS = 10
+#: The polish may run this many times ``polish_iterations`` while it still restores feasibility.
+POLISH_EXTENSION = 4
+#: Iterates over which the polish must reduce the largest exact row violation to go on.
+RESTORING_WINDOW = 10
+
+logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
+
+
+class EndgameOptions(StepOptions, Protocol):
+    """The engine options the end-game reads besides those of one iteration
+    (:class:`solvers.sqp.StochasticSQP` has them)."""
+
+    polish_iterations: int
+    calibrate_exact: bool
+    calibration_weight: float
+    tol: float
+    feasibility_tol: float
+
+
+def blew_up(f: float, state: dict, tracker: BestIterate, params: list[torch.Tensor],
+            anchor: tuple[int, torch.Tensor] | None, on_all_rows: bool = True) -> bool:
+    """Divergence guard: an objective above ``10 |f_0| + 1e-8`` (``f_0`` the first one on
+    all rows) sends the parameters back to the best iterate and halves ``beta``. With
+    mini-batches ``f`` is the batch objective; its noise is far below a factor of 10
+    unless the run is blowing up (the starting point is always a candidate there), and the
+    parameters go back to ``anchor``, the last sane epoch-end iterate ``(iteration, params)``."""
+    if on_all_rows:
+        first = state.setdefault("f_first", f)
+    else:
+        first = state.get("f_first")
+        if first is None:
+            return False
+    if f <= 10.0 * abs(first) + 1e-8 or tracker.best is None:
+        return False
+    if on_all_rows or anchor is None:
+        tracker.restore(params)
+        back_to = tracker.best.iteration
+    else:  # mini-batch: the last epoch-end iterate (the best one may be the untrained start)
+        assign_parameters(params, anchor[1])
+        back_to = anchor[0]
+    state["beta"] *= 0.5
+    state["beta_scale"] = state.get("beta_scale", 1.0) * 0.5
+    state["restarts"] = state.get("restarts", 0) + 1
+    logger.warning("SQP: objective %.3g at iteration %d exceeds 10x the initial %.3g; back to iteration %d "
+                   "with learning rate %.3g", f, state["iteration"], first, back_to, state["beta"])
+    return True
+
+
+class TailAverage:
+    """Running mean of the iterates of one epoch (Polyak averaging of the tail)."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
+        self.count = 0
+
+    def add(self, params: list[torch.Tensor]) -> None:
+        self.total += flat_parameters(params).to(torch.float64)
+        self.count += 1
+
+    def mean(self) -> torch.Tensor:
+        return self.total / max(self.count, 1)
+
+
+def still_restoring(violations: Sequence[float], tol: float) -> bool:
+    """True while the last iterate is infeasible (largest row violation above ``tol``) and
+    that violation fell by at least 1% over the last ``RESTORING_WINDOW`` iterates."""
+    if not violations or violations[-1] <= tol:
+        return False
+    if len(violations) <= RESTORING_WINDOW:
+        return True
+    return violations[-1] < 0.99 * violations[-1 - RESTORING_WINDOW]
+
+
+def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.Module, params: list[torch.Tensor],
+           loss_fn: Callable, cons: Any, data: Any, lower: torch.Tensor, upper: torch.Tensor, offset: torch.Tensor,
+           state: dict, v: torch.Tensor, tracker: BestIterate, history: History,
+           tail: TailAverage | None) -> tuple[torch.Tensor, str, int]:
+    """Full-batch end-game of a mini-batch run (``polish_iterations``).
+
+    Starts from the tail average of the last epoch when it is finite, runs full-data SQP
+    iterations on copies of the engine state (``tau``, ``xi``, ``beta``, the Hessian
+    accumulator), offers every iterate to ``tracker`` and stops at a feasible KKT point.
+    The exact rows are step functions of the outputs, so a smooth step that meets the
+    calibrated bound can leave a few rows on the wrong side; the polish therefore adds
+    the exact violation of every infeasible iterate to a running tightening of the
+    working bounds, halved at every feasible one (integral action without wind-up:
+    measured on Dutch, MLP 32, batch 256, balanced constraint batches of 1024, seed 2, the
+    polish otherwise stalled at a DI row violation of 2.6e-4; without the halving,
+    ACS-Colorado runs overshot to DI 0.84 for a bound of 0.8).
+    Past ``polish_iterations`` it goes on (up to ``POLISH_EXTENSION`` times as many)
+    while the iterate is still infeasible and its exact violation still falls
+    (:func:`still_restoring`): measured on Dutch (MLP 32, batch 256, balanced
+    constraint batches of 1024, seed 1), 50 iterations took the largest row violation
+    from 0.014 to 1e-4, short of feasible, and the run returned its starting point.
+    ``derivatives`` is the engine's oracle; ``state`` and ``v`` are not modified.
+    Returns the calibration offset, the status and the number of polish iterations.
+    """
+    st, vv = dict(state), v.clone()
+    if tail is not None and tail.count:
+        average = tail.mean()
+        if bool(torch.isfinite(average).all()):
+            assign_parameters(params, average)
+    status = "max_epochs"
+    violations: list[float] = []  # exact violation of every polish iterate
+    push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
+    for k in range(POLISH_EXTENSION * int(options.polish_iterations)):
+        der = derivatives(model, params, loss_fn, cons, data, data)
+        if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
+            break
+        if offer_and_test_kkt(der, params, lower, upper, offset, tracker, st, options.tol):
+            status = "converged"
+            break
+        violations.append(float(row_violations(der.c_exact, lower, upper).max()) if der.c_exact is not None
+                          else 0.0)
+        if k >= int(options.polish_iterations) and not still_restoring(violations, options.feasibility_tol):
+            break
+        if options.calibrate_exact and der.c_exact is not None:
+            offset = calibrate(offset, der.c_exact - der.c, lower, upper, options.calibration_weight)
+        if der.c_exact is not None:  # integral action: what is still violated tightens the target
+            excess = (der.c_exact - upper).clamp(min=0) - (lower - der.c_exact).clamp(min=0)
+            push = push + excess if bool((excess != 0).any()) else 0.5 * push  # decays once feasible
+        record = sqp_step(params, der, vv, lower - offset - push, upper - offset - push, st, options,
+                          lambda: derivatives(model, params, loss_fn, cons, data, data), bounds=(lower, upper))
+        record["epoch"] = st["epochs_done"]
+        record["phase"] = "polish"
+        history.append(record)
+        st["iteration"] += 1
+    return offset, status, st["iteration"] - state["iteration"]
+
+
+def finish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.Module, params: list[torch.Tensor],
+           loss_fn: Callable, cons: Any, data: Any, lower: torch.Tensor, upper: torch.Tensor, offset: torch.Tensor,
+           state: dict, tracker: BestIterate, history: History, status: str, last: int,
+           start_iteration: int) -> FitResult:
+    """Return the best iterate (:class:`solvers.outcome.BestIterate`), measured on all rows.
+
+    The final iterate is a candidate too; the chosen parameters are written back into
+    the model, its KKT residuals are measured on the full training data, a closing
+    history record describes exactly the returned model, and a
+    :class:`solvers.outcome.BoundWarning` names any row it violates (at the line that
+    called the engine's ``fit``: call this from ``fit`` directly). ``start_iteration`` is
+    the fit's first iteration (a run that returns it warns).
+    """
+    m = int(lower.numel())
+    kkt = None
+    if status != "diverged" or tracker.best is None:
+        # full-data derivatives (all-reduced when data-parallel), reused below if this
+        # final iterate is the one returned
+        der = full_derivatives(derivatives, model, params, loss_fn, cons, data)
+        if der is not None and tracker.offer(params, der.f, der.c_exact, last):
+            kkt = kkt_residuals(der, lower - offset, upper - offset)
+    chosen = tracker.restore(params)
+    if kkt is None:
+        kkt = final_check(derivatives, model, params, loss_fn, cons, data, lower - offset, upper - offset, state)
+    state["final_kkt"], state["final_violation"] = kkt["stationarity"], kkt["V"]
+    c_exact = chosen.c_exact if chosen is not None else None
+    row_viol = chosen.row_violations if chosen is not None else torch.zeros(0, dtype=torch.float64)
+    feasible = chosen is not None and tracker.feasible(row_viol)
+    stationary = kkt["stationarity"] <= options.tol
+    converged = bool(feasible and stationary and status != "diverged")
+    termination = status
+    if status not in ("diverged", "stopped_by_callback"):
+        status = "converged" if converged else ("infeasible" if not feasible else "not_stationary")
+    unmet = warn_unmet("SQP", c_exact, lower, upper, cons.row_names, options.feasibility_tol, stacklevel=4)
+    warn_if_start("SQP", chosen, start_iteration, last, options.feasibility_tol, stacklevel=4)
+    returned = chosen.iteration if chosen is not None else last
+    history.append({
+        "iteration": last, "epoch": state["epochs_done"], "returned": returned, "f": kkt["f"],
+        "c": kkt["c"], "c_exact": c_exact.tolist() if c_exact is not None else [],
+        "V": kkt["V"], "V_exact": float(row_viol.sum()), "V_exact_max": float(row_viol.max()) if m else 0.0,
+        "kkt": kkt["stationarity"], "complementarity": kkt["complementarity"], "qp_status": "final",
+        "tau": state["tau"], "xi": state["xi"], "beta": state["beta"], "active": kkt["active"],
+    })
+    info = {"tau": state["tau"], "xi": state["xi"], "beta": state["beta"], "L": state["L"],
+            "Gamma": state["Gamma"], "kkt": kkt["stationarity"], "stationarity": kkt["stationarity"],
+            "complementarity": kkt["complementarity"], "violation": float(row_viol.sum()),
+            "max_row_violation": float(row_viol.max()) if m else 0.0,
+            "violations": row_viol.tolist(), "c_exact": c_exact.tolist() if c_exact is not None else [],
+            "feasible": bool(feasible), "stationary": bool(stationary), "termination": termination,
+            "returned_iteration": returned, "iterations": last, "unmet_rows": unmet,
+            "bound_offset": offset.tolist(), "row_names": cons.row_names,
+            "restarts": state.get("restarts", 0), "relaxed_steps": sum(r.get("qp_status") == "relaxed" for r in history.records)}
+    return FitResult(model=model, history=history, status=status, converged=converged, info=info)

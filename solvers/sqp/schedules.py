@@ -1,0 +1,90 @@
+"""Learning-rate schedules of the stochastic SQP: how ``beta`` evolves ("rsqrt" per
+iteration; "plateau" and "paper", [SQP] Alg. 2, per epoch), as functions of the engine's
+state dict and options."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Protocol
+
+__all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "ScheduleOptions", "adjust_learning_rate", "end_of_epoch", "plateau",
+           "rsqrt_beta"]
+
+#: Values of ``lr_schedule``.
+LR_SCHEDULES: tuple[str, ...] = ("auto", "plateau", "rsqrt", "paper", "none")
+#: Relative merit decrease that counts as progress for the "plateau" schedule: any decrease
+#: beyond rounding. A run that improves slowly but steadily (measured: an ill-conditioned
+#: least-squares fit on Communities and Crime gaining 5e-6 per epoch) keeps its step; a run
+#: that oscillates around the constraint boundary (no new best merit) gets smaller steps.
+PLATEAU_RTOL = 1e-9
+
+logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
+
+
+class ScheduleOptions(Protocol):
+    """The engine options the schedules read (:class:`solvers.sqp.StochasticSQP` has them)."""
+
+    lr: float
+    lr_patience: int
+    lr_decay: float
+    lr_floor: float
+    lr_min: float
+    lr_kmin: int
+    lr_interval: int
+    lr_factor: float
+    lr_weight: float
+
+
+def rsqrt_beta(state: dict, lr: float, steps_per_epoch: int) -> float:
+    """The "rsqrt" step ``beta_k = lr / sqrt(1 + k / K)`` at iteration ``k = state["iteration"]``
+    (``K`` the steps per epoch), scaled by the divergence guard's ``beta_scale``: the
+    diminishing steps of the stochastic regime of [SQP] Thm 3.1."""
+    return state.get("beta_scale", 1.0) * float(lr) / math.sqrt(1.0 + state["iteration"] / steps_per_epoch)
+
+
+def end_of_epoch(state: dict, merit: float, f: float, V: float, epoch: int, kind: str,
+                 options: ScheduleOptions) -> None:
+    """The per-epoch learning-rate control (``lr_schedule`` "plateau" or "paper")."""
+    if kind == "paper":
+        adjust_learning_rate(state, merit, epoch, options)
+    elif kind == "plateau":
+        plateau(state, f, V, epoch, options)
+
+
+def plateau(state: dict, f: float, V: float, epoch: int, options: ScheduleOptions) -> None:
+    """Halve ``beta`` (``lr_decay``) when the merit stops improving, never below
+    ``lr_floor * lr``.
+
+    The merit ``tau f + V`` of the epoch (means over its iterations) is compared, at the
+    CURRENT merit parameter ``tau``, with the best epoch so far; no new best (beyond a
+    relative :data:`PLATEAU_RTOL`) for ``lr_patience`` consecutive epochs is a plateau. A
+    run that is still improving keeps its step; a run that oscillates around the
+    constraint boundary gets smaller steps, down to the floor (training never freezes).
+    """
+    tau = state["tau"]
+    best = state.get("plateau_best")
+    merit = tau * f + V
+    if best is None or merit < (tau * best[0] + best[1]) - PLATEAU_RTOL * abs(tau * best[0] + best[1]):
+        state["plateau_best"], state["plateau_wait"] = [f, V], 0
+        return
+    state["plateau_wait"] = state.get("plateau_wait", 0) + 1
+    floor = options.lr_floor * float(options.lr)
+    if state["plateau_wait"] >= options.lr_patience and state["beta"] > floor:
+        state["beta"] = max(floor, state["beta"] * options.lr_decay)
+        state["plateau_wait"] = 0
+        logger.debug("epoch %d: merit plateau, learning rate reduced to %.3e", epoch, state["beta"])
+
+
+def adjust_learning_rate(state: dict, merit: float, epoch: int, options: ScheduleOptions) -> None:
+    """[SQP] Alg. 2: divide beta by ``lr_factor`` when the merit's moving average stops
+    decreasing, after ``lr_kmin`` epochs and at least ``lr_interval`` epochs apart."""
+    avg = state["merit_avg"]
+    avg = merit if avg is None else options.lr_weight * merit + (1.0 - options.lr_weight) * avg
+    state["merit_avg"] = avg
+    if epoch >= options.lr_kmin and state["beta"] >= options.lr_min:
+        if avg <= merit and state["since_change"] >= options.lr_interval:
+            state["beta"] /= options.lr_factor
+            state["since_change"] = 0
+            logger.debug("epoch %d: learning rate reduced to %.3e", epoch, state["beta"])
+        state["since_change"] += 1
