@@ -9,12 +9,16 @@ the peak memory; one plot of exact violation and loss against wall time per data
     python benchmarks/sqp_stochastic.py                          # Dutch (MLP 32) and ACS-Colorado (linear)
     python benchmarks/sqp_stochastic.py --datasets dutch --seeds 0 1 2
     python benchmarks/sqp_stochastic.py --synthetic 1000000      # n = 1e6 synthetic rows, mini-batch only
+                                                                 # (in memory, and memory-mapped from disk)
 
 Configurations: ``full`` (full batch, 500 epochs: the estimator's default), ``mb<B>``
 (mini-batch ``B``, 20 epochs, constraint rows estimated on the same mini-batch: the
 mini-batch default ``constraint_batch="auto"``), ``mb<B>-full`` (constraints on all rows at
-every step), ``mb<B>-bal<C>`` (balanced constraint batches of ``C`` rows). Every mini-batch
-run ends with the engine's full-batch polish (``polish_iterations=50``).
+every step), ``mb<B>-bal<C>`` (balanced constraint batches of ``C`` rows), and for the
+synthetic rows ``mb1024-mmap`` (the rows written to disk once by the parent process with
+:func:`fairopt.data.save_memmap` and memory-mapped by the training process,
+``StochasticSQP(chunk_rows=65536)`` for the full-data passes: the peak memory is then that
+of the batches and chunks). Every mini-batch run ends with the engine's full-batch polish.
 
 Peers (``--peers``, package ``humancompatible-train``, skipped with a message when absent),
 same split, model and initialisation, 20 epochs of balanced batches of 1024 rows (its
@@ -50,7 +54,11 @@ CONFIGS = {
     "mb256-bal1024": {"epochs": 20, "batch_size": 256, "constraint_batch": "balanced", "constraint_batch_size": 1024},
     "mb1024-bal1024": {"epochs": 20, "batch_size": 1024, "constraint_batch": "balanced",
                        "constraint_batch_size": 1024},
+    # synthetic only: rows memory-mapped from disk, full-data passes in chunks
+    "mb1024-mmap": {"epochs": 20, "batch_size": 1024, "chunk_rows": 65536},
 }
+#: Rows per chunk when predicting on memory-mapped rows.
+PREDICT_CHUNK = 65536
 MODELS = {"dutch": "mlp", "acsincome": "linear", "synthetic": "linear"}
 #: humancompatible-train peers: primal optimiser (``ssl``: SGD in its Moreau envelope).
 PEERS = {"hct-ssl-alm": "ssl", "hct-alm-adam": "adam"}
@@ -92,7 +100,12 @@ def _fit_one(dataset: str, config: str, seed: int, delta: float, data_root: str 
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    if dataset == "synthetic":
+    if dataset == "synthetic" and config.endswith("-mmap"):
+        from fairopt.data import load_memmap
+
+        folder = _memmap_folder(n_synthetic, seed)
+        train, test = load_memmap(folder / "train"), load_memmap(folder / "test")
+    elif dataset == "synthetic":
         data = _synthetic(n_synthetic, seed)
         train, test = data.subset(torch.arange(int(0.7 * len(data)))), data.subset(
             torch.arange(int(0.7 * len(data)), len(data)))
@@ -121,8 +134,9 @@ def _fit_one(dataset: str, config: str, seed: int, delta: float, data_root: str 
         seconds = time.perf_counter() - start
 
     def measures(part):
-        with torch.no_grad():
-            pred = (model(part.X) > 0).long()
+        with torch.no_grad():  # in chunks: memory-mapped rows are never read whole
+            pred = torch.cat([(model(part.X[i:i + PREDICT_CHUNK]) > 0).long()
+                              for i in range(0, len(part), PREDICT_CHUNK)])
         return (float(disparate_impact(pred, part.sensitive[sensitive])),
                 float((pred == part.y.long()).float().mean()))
 
@@ -166,6 +180,28 @@ def _fit_peer(primal: str, model, train, sensitive: str, delta: float, seed: int
             dual.forward_update(loss, rows).backward()
             primal_opt.step()
             clock(None, {"V_exact": float(rows.detach().clamp(min=0).sum()), "f": float(loss.detach())})
+
+
+def _memmap_folder(n: int, seed: int) -> Path:
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "fairopt_sqp_stochastic" / f"synthetic_n{n}_s{seed}"
+
+
+def _prepare_memmap(n: int, seed: int) -> None:
+    """Write the synthetic rows of ``seed`` (70/30 train/test) to disk once, in this (the
+    parent) process, for the ``-mmap`` configuration."""
+    import torch
+
+    from fairopt.data import save_memmap
+
+    folder = _memmap_folder(n, seed)
+    if (folder / "train" / "meta.json").is_file() and (folder / "test" / "meta.json").is_file():
+        return
+    data = _synthetic(n, seed)
+    cut = int(0.7 * len(data))
+    save_memmap(data.subset(torch.arange(cut)), folder / "train")
+    save_memmap(data.subset(torch.arange(cut, len(data))), folder / "test")
 
 
 def run(dataset: str, config: str, seed: int, delta: float, data_root: str | None, n_synthetic: int) -> dict:
@@ -223,9 +259,11 @@ def main(argv: list[str] | None = None) -> int:
             configs += list(PEERS)
         except ImportError:
             print("skipping the humancompatible-train peers: pip install humancompatible-train", flush=True)
-    jobs = [(d, c, s) for d in args.datasets for s in args.seeds for c in configs]
+    jobs = [(d, c, s) for d in args.datasets for s in args.seeds for c in configs if not c.endswith("-mmap")]
     if args.synthetic:
-        jobs += [("synthetic", "mb1024", s) for s in args.seeds]
+        jobs += [("synthetic", c, s) for s in args.seeds for c in ("mb1024", "mb1024-mmap")]
+        for s in args.seeds:
+            _prepare_memmap(args.synthetic, s)
     records = []
     header = (f"{'dataset':10s} {'config':15s} {'seed':>4s} {'n':>8s} {'seconds':>8s} {'trainDI':>8s} {'testDI':>7s} "
               f"{'trainAcc':>8s} {'testAcc':>7s} {'feasible':>8s} {'status':>15s} {'peakMB':>7s}")

@@ -27,8 +27,8 @@ from torch import nn
 from solvers.derivatives import Derivatives, LocalDerivatives, model_outputs, pullback, rows_jacobian
 from solvers.losses import LossFn
 
-__all__ = ["FIELDS", "ChunkedDerivatives", "add_sums", "derivatives_from_sums", "local_sums", "rows_from_sums",
-           "supports_sums"]
+__all__ = ["FIELDS", "ChunkedDerivatives", "add_sums", "derivatives_from_sums", "exact_in_chunks", "local_sums",
+           "rows_from_sums", "supports_sums"]
 
 FIELDS = ("loss_sum", "n", "grad_sum", "sums", "counts", "dsums", "sums_exact")
 
@@ -158,3 +158,29 @@ class ChunkedDerivatives:
             t_forward, t_jacobian = t_forward + (t1 - t0), t_jacobian + (time.perf_counter() - t1)
         return derivatives_from_sums(total, members, sizes, params[0].dtype, con_batch is not None, t_forward,
                                      t_jacobian)
+
+
+def exact_in_chunks(model: nn.Module, loss_fn: LossFn, cons: Any, data: Any,
+                    chunk_rows: int) -> tuple[float, torch.Tensor | None] | None:
+    """Objective ``f`` and exact rows ``c_exact`` of ``model`` on all rows of ``data``, one
+    forward pass (no gradients) per chunk of ``chunk_rows`` rows, from additive sums; None
+    when a constraint has no ``partial_sums``/``from_sums`` (the caller then makes one
+    pass)."""
+    members = list(cons)
+    if not all(supports_sums(m) for m in members):
+        return None
+    n = len(data)
+    loss_sum, sums, counts, sizes = 0.0, None, None, []
+    with torch.no_grad():
+        for start in range(0, n, chunk_rows):
+            chunk = data.subset(torch.arange(start, min(start + chunk_rows, n)))
+            out = model_outputs(model, chunk)
+            loss_sum += float(loss_fn(out, chunk)) * len(chunk)
+            if members:
+                parts = [m.partial_sums(out.to(torch.float64), chunk, exact=True) for m in members]
+                s = torch.cat([p[0].reshape(-1) for p in parts]).to(torch.float64)
+                k = torch.cat([p[1].reshape(-1) for p in parts]).to(torch.float64)
+                sums, counts = (s, k) if sums is None else (sums + s, counts + k)
+                sizes = [int(p[0].numel()) for p in parts]
+    c = rows_from_sums(members, sizes, sums, counts) if members and cons.n_rows else None
+    return loss_sum / n, c

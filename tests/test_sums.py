@@ -57,3 +57,39 @@ def test_chunked_oracle_falls_back_to_one_pass_when_it_cannot_chunk(adult):
 def test_chunk_rows_must_be_positive():
     with pytest.raises(ValueError, match="chunk_rows"):
         ChunkedDerivatives(0)
+
+
+def test_sqp_with_chunk_rows_never_runs_a_forward_pass_over_all_rows(adult):
+    """StochasticSQP(chunk_rows=128) with mini-batches of 150: no forward pass ever sees more
+    than 150 rows (the epoch-end candidates, the polish and the final check run in chunks),
+    and the returned model's feasibility, recomputed on ALL rows, is what the engine says.
+    (Chunked passes equal one pass up to float order, see above; the hard-label rows are
+    discontinuous, so the two runs may then return different, equally checked iterates.)"""
+    from fairopt.constraints import DisparateImpact
+    from fairopt.measures import disparate_impact
+    from solvers import StochasticSQP
+
+    class Recording(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.sizes = inner, []
+
+        def forward(self, X):
+            self.sizes.append(X.shape[0])
+            return self.inner(X)
+
+    model = Recording(fairopt.models.mlp(adult.n_features, hidden=(6,), seed=0))
+    result = StochasticSQP(epochs=4, batch_size=150, seed=0, chunk_rows=128).fit(
+        model, adult, constraints=[DisparateImpact("sex", delta=0.8)])
+    assert max(model.sizes) <= 150 and any(r.get("phase") == "polish" for r in result.history.records)
+    with torch.no_grad():
+        di = float(disparate_impact((model(adult.X) > 0).long(), adult.sensitive["sex"]))
+    assert result.info["feasible"] == (di >= 0.8 - 1e-9), di
+
+
+def test_chunk_rows_is_validated():
+    from solvers import StochasticSQP
+
+    for bad in (0, -5, 2.5, "100"):
+        with pytest.raises(ValueError, match="chunk_rows"):
+            StochasticSQP(chunk_rows=bad)

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from solvers.derivatives import JACOBIAN_MODES, DerivativeOracle, Derivatives, LocalDerivatives
+from solvers.sums import ChunkedDerivatives
 from solvers.distributed import (AllReduceDerivatives, broadcast_parameters, check_data_parallel_options,
                                  distributed_active)
 from solvers.history import FitResult, History
@@ -184,6 +185,15 @@ class StochasticSQP:
         Data-parallel full-batch SQP over the ranks of a ``torch.distributed`` process
         group, each rank fitting on its own row shard (:mod:`solvers.distributed`). None:
         when ``torch.distributed`` is initialised; False: never.
+    chunk_rows : int or None, default None
+        Rows per chunk of the full-data passes (epoch-end candidates, the polish, the
+        final check) of a data set with more rows: forward and pull-backs run chunk by
+        chunk and add up (:class:`solvers.sums.ChunkedDerivatives`), so their memory is
+        bounded by the chunk, not by ``n`` - with memory-mapped rows
+        (:func:`fairopt.data.load_memmap`) and mini-batches, training never holds all rows.
+        Needs constraints whose rows are functions of per-group sums (the rate
+        constraints); with others the passes are not chunked. None: one pass over all rows.
+        Values equal the unchunked ones up to floating-point summation order.
     """
 
     def __init__(
@@ -225,6 +235,7 @@ class StochasticSQP:
         verbose: int = 0,
         callbacks: Sequence[Callable] = (),
         distributed: bool | None = None,
+        chunk_rows: int | None = None,
     ) -> None:
         self.epochs = epochs
         self.lr = lr
@@ -263,6 +274,7 @@ class StochasticSQP:
         self.verbose = verbose
         self.callbacks = tuple(callbacks)
         self.distributed = distributed
+        self.chunk_rows = chunk_rows
         self._validate_options()
 
     # ------------------------------------------------------------------ validation
@@ -295,6 +307,8 @@ class StochasticSQP:
         for name in ("sigma", "epsilon", "eta", "lr_weight", "lr_decay", "lr_floor", "calibration_weight"):
             check_interval(getattr(self, name), name, 0.0, 1.0)
         check_flag(self.distributed, "distributed", allow_none=True)
+        if self.chunk_rows is not None:
+            positive_int(self.chunk_rows, "chunk_rows")
         check_seed(self.seed, allow_none=False, allow_negative=False)
         check_verbose(self.verbose)
         if self.constraint_batch == "balanced" and self.batch_size is None and self.constraint_batch_size is None:
@@ -487,7 +501,7 @@ class StochasticSQP:
         """Mini-batch candidate (:func:`solvers.sqp.optimality.evaluate_all` on all rows) for the
         returned model; a sane one (finite objective within ``10 |f_0|``, ``f_0`` the start's)
         becomes the divergence guard's anchor."""
-        f_all, c_all = evaluate_all(model, loss_fn, cons, data)
+        f_all, c_all = evaluate_all(model, loss_fn, cons, data, self.chunk_rows)
         tracker.offer(params, f_all, c_all, state["iteration"])
         first = state.setdefault("f_first", f_all)
         if math.isfinite(f_all) and f_all <= 10.0 * abs(first) + 1e-8:
@@ -535,8 +549,11 @@ class StochasticSQP:
     def _derivative_oracle(self, params: list[torch.Tensor], constraints: Any) -> DerivativeOracle:
         """:class:`solvers.distributed.AllReduceDerivatives` when ``distributed`` resolves to
         True (options checked, parameters broadcast from rank 0), else
+        :class:`solvers.sums.ChunkedDerivatives` with ``chunk_rows``, else
         :class:`solvers.derivatives.LocalDerivatives`."""
         if not distributed_active(self.distributed):
+            if self.chunk_rows is not None:
+                return ChunkedDerivatives(int(self.chunk_rows), self.jacobian)
             return LocalDerivatives(self.jacobian)
         check_data_parallel_options(self.batch_size, self.constraint_batch, constraints)
         logger.debug("data-parallel SQP: rank %d of %d", dist.get_rank(), dist.get_world_size())

@@ -13,6 +13,7 @@ from solvers.derivatives import Derivatives
 from solvers.outcome import BestIterate
 from solvers.problem import row_violations, violation
 from solvers.qp import diagonal_qp
+from solvers.sums import exact_in_chunks
 
 __all__ = ["DerivativesFn", "at_kkt_point", "evaluate_all", "final_check", "full_derivatives", "kkt_residuals",
            "offer_and_test_kkt"]
@@ -74,9 +75,15 @@ def offer_and_test_kkt(der: Derivatives, params: list[torch.Tensor], lower: torc
     return True
 
 
-def evaluate_all(model: torch.nn.Module, loss_fn: Callable, cons: Any, data: Any) -> tuple[float, torch.Tensor | None]:
+def evaluate_all(model: torch.nn.Module, loss_fn: Callable, cons: Any, data: Any,
+                 chunk_rows: int | None = None) -> tuple[float, torch.Tensor | None]:
     """Objective and exact constraint rows of the current model on all training rows
-    (one forward pass, no gradients)."""
+    (one forward pass, no gradients; in chunks of ``chunk_rows`` rows when set and the
+    constraints allow it, :func:`solvers.sums.exact_in_chunks`)."""
+    if chunk_rows is not None and len(data) > chunk_rows:
+        chunked = exact_in_chunks(model, loss_fn, cons, data, int(chunk_rows))
+        if chunked is not None:
+            return chunked
     with torch.no_grad():
         out = model(data.X).reshape(-1)
         f = float(loss_fn(out, data))
