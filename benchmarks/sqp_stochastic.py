@@ -189,8 +189,8 @@ def _memmap_folder(n: int, seed: int) -> Path:
 
 
 def _prepare_memmap(n: int, seed: int) -> None:
-    """Write the synthetic rows of ``seed`` (70/30 train/test) to disk once, in this (the
-    parent) process, for the ``-mmap`` configuration."""
+    """Write the synthetic rows of ``seed`` (70/30 train/test) to disk once (in a process of
+    its own) for the ``-mmap`` configuration."""
     import torch
 
     from fairopt.data import save_memmap
@@ -262,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(d, c, s) for d in args.datasets for s in args.seeds for c in configs if not c.endswith("-mmap")]
     if args.synthetic:
         jobs += [("synthetic", c, s) for s in args.seeds for c in ("mb1024", "mb1024-mmap")]
-        for s in args.seeds:
-            _prepare_memmap(args.synthetic, s)
+        for s in args.seeds:  # in a child process: the parent's memory would show in every child's peak
+            proc = mp.get_context("spawn").Process(target=_prepare_memmap, args=(args.synthetic, s))
+            proc.start()
+            proc.join()
     records = []
     header = (f"{'dataset':10s} {'config':15s} {'seed':>4s} {'n':>8s} {'seconds':>8s} {'trainDI':>8s} {'testDI':>7s} "
               f"{'trainAcc':>8s} {'testAcc':>7s} {'feasible':>8s} {'status':>15s} {'peakMB':>7s}")
