@@ -15,7 +15,7 @@ import logging
 import sys
 from typing import Callable
 
-__all__ = ["main", "COMMANDS", "register"]
+__all__ = ["main", "COMMANDS", "USER_ERRORS", "register"]
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int | None]]] = {}
 
@@ -159,13 +159,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exceptions that report a user's mistake (bad flag value, constraint spec, data or config
+#: file, missing optional package): one line ``error: ...`` and exit status 2, as argparse
+#: does for bad flags. Anything else is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError, KeyError)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return " ".join(text.split()) or type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``fairopt`` console script; returns the exit status."""
+    """Entry point of the ``fairopt`` console script (and ``python -m fairopt``); returns the
+    exit status: 0 on success, 2 for a user's mistake (one line ``error: ...`` on stderr; the
+    traceback only with ``-vv``)."""
     args = build_parser().parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     _, _, run = COMMANDS[args.command]
-    return int(run(args) or 0)
+    try:
+        return int(run(args) or 0)
+    except USER_ERRORS as exc:
+        if args.verbose >= 2:
+            raise
+        print(f"fairopt {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -59,13 +59,46 @@ def test_train_from_toml_and_flag_override(tmp_path):
     assert len(pd.read_csv(out / "history.csv")) == 4 + 1
 
 
-def test_train_rejects_bad_input(tmp_path):
-    with pytest.raises(ValueError, match="spec"):
-        main(["train", *TINY, "--constraint", "fairness:sex:0.8", "--out", str(tmp_path)])
-    with pytest.raises(ValueError, match="bound"):
-        main(["train", *TINY, "--constraint", "disparate_impact:sex", "--out", str(tmp_path)])
-    with pytest.raises(ValueError, match="lagrangian"):
-        main(["train", *TINY, "--method", "lagrangian", "--out", str(tmp_path)])
+@pytest.mark.parametrize("flags, message", [
+    (["--constraint", "fairness:sex:0.8"], "spec"),
+    (["--constraint", "disparate_impact:sex"], "bound"),
+    (["--config", "no_such_file.toml"], "--config"),
+])
+def test_user_mistakes_give_one_error_line_and_status_2(tmp_path, capsys, flags, message):
+    """A user's mistake is one line ``fairopt train: error: ...`` on stderr, exit status 2,
+    no traceback; ``-vv`` shows the exception itself."""
+    assert main(["train", *TINY, *flags, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fairopt train: error: ") and message in err and "\n" not in err
+    assert "Traceback" not in err
+    with pytest.raises(ValueError, match=message.lstrip("-")):
+        main(["-vv", "train", *TINY, *flags, "--out", str(tmp_path)])
+
+
+def test_python_dash_m_fairopt_is_the_console_script():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "fairopt", "train", "--dataset", "nope"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2 and "unknown dataset 'nope'" in done.stderr and "Traceback" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "fairopt", "datasets"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "adult" in done.stdout
+
+
+def test_moving_targets_solvers_print_nothing(capfd):
+    """The MILP/QP back-ends (HiGHS) are silent unless verbose: nothing on stdout or stderr."""
+    import numpy as np
+
+    from fairopt import FairClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    y, s = (X[:, 0] > 0).astype(int), rng.integers(0, 2, 120)
+    FairClassifier(constraints=[("disparate_impact", "s", 0.8)], method="moving_targets", sensitive_names="s",
+                   engine_params={"iterations": 2}).fit(X, y, sensitive_features=s)
+    out, err = capfd.readouterr()
+    assert "HiGHS" not in out + err and out == ""
 
 
 def test_bench_runs_a_toml_config(tmp_path, capsys):
