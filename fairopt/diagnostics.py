@@ -3,7 +3,8 @@
 One job: turn a :class:`solvers.history.FitResult` (with the constraints, the data and the
 exact training violations it needs) into the texts of the estimators' warnings
 (:class:`fairopt.FairnessWarning`): an unmet bound, relaxed SQP steps at the end, a fit
-worse than a constant predictor, an inactive bound. The functions are pure: they return
+worse than a constant predictor, a degenerate fit (the same prediction for every training
+row, a :class:`fairopt.exceptions.DegenerateModelWarning`), an inactive bound. The functions are pure: they return
 the messages (``None`` or an empty list when there is nothing to say) and the estimator
 warns. The rules are in the :mod:`fairopt.estimators` module docstring.
 
@@ -24,11 +25,13 @@ import torch
 from torch import nn
 
 from fairopt.data import FairData
+from fairopt.evaluation import constant_predictions
 from fairopt.training import float64_outputs
 from solvers.history import FitResult, History
 from solvers.problem import row_violations
 
-__all__ = ["POOR_FIT_ACCURACY_MARGIN", "POOR_FIT_R2", "TAIL_FRACTION", "constraint_messages", "inactive_message",
+__all__ = ["POOR_FIT_ACCURACY_MARGIN", "POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
+           "constraint_messages", "inactive_message",
            "iteration_records", "not_binding", "not_binding_reason", "poor_fit", "poor_fit_message",
            "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
            "unmet_message"]
@@ -268,3 +271,27 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray) -> str | None:
             return (f"training fit worse than a constant predictor: training accuracy = {accuracy:.3g} < majority-"
                     f"class rate {majority:.3g} - {POOR_FIT_ACCURACY_MARGIN:g}. {advice}")
     return None
+
+
+def constant_fit(model: nn.Module, data: FairData) -> str | None:
+    """The warning when the fitted model predicts the same for every row of ``data``
+    (:func:`constant_fit_message` of its float64 outputs); the estimator emits it as a
+    :class:`fairopt.exceptions.DegenerateModelWarning`."""
+    out = float64_outputs(model, data.X.detach().cpu().numpy())
+    return constant_fit_message(data.task, out)
+
+
+def constant_fit_message(task: str, out: np.ndarray) -> str | None:
+    """The warning text when the outputs ``out`` are degenerate (``None`` otherwise); a pure
+    function of the outputs.
+
+    The rule is :func:`fairopt.evaluation.constant_predictions` with threshold 0 (the
+    estimators' ``predict``): binary, every training row predicted the same class;
+    regression, predictions with zero spread up to float32 resolution.
+    """
+    reason = constant_predictions(np.asarray(out, dtype=np.float64), task, 0.0)
+    if reason is None:
+        return None
+    return (f"degenerate model: {reason} on the training data. Its fairness measures are trivially perfect "
+            "because it ignores its inputs. Bounds that only a constant model meets, too few epochs or too "
+            "large a learning rate cause this: loosen the bounds or change the training settings (see history_).")

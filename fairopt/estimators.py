@@ -29,6 +29,9 @@ Diagnostics (:class:`fairopt.FairnessWarning`), after every ``fit``:
   exceeds ``violation_tol`` at the end of training (with the number of relaxed SQP steps,
   i.e. iterations whose linearised constraints had no solution);
 - *relaxed steps at the end*: relaxed SQP steps among the last 10% of the iterations;
+- *degenerate model* (:class:`fairopt.exceptions.DegenerateModelWarning`): the fitted
+  model predicts the same for every training row (classifier: one class for all rows;
+  regressor: zero spread up to float32 resolution), so its fairness is trivially perfect;
 - *inactive constraint*: a constraint that is satisfied and did not restrict the model.
   The rule reads the history. SQP: no row of the constraint in the QP's active set and
   none violated over the last 10% of the iterations (zero multipliers at the end: the
@@ -62,14 +65,14 @@ from torch import nn
 
 from fairopt._validation import check_choice, check_flag, check_seed, positive_float, to_numpy
 from fairopt.data import FairData
-from fairopt.diagnostics import (constraint_messages, iteration_records, poor_fit, pretraining_violations,
-                                 relaxed_steps)
+from fairopt.diagnostics import (constant_fit, constraint_messages, iteration_records, poor_fit,
+                                 pretraining_violations, relaxed_steps)
 from fairopt.evaluation import constraint_violations
 from fairopt.evaluation import evaluate as evaluate_model
-from fairopt.exceptions import FairnessWarning
+from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from fairopt.held_out import (certificates, certified_sequence, check_held_out_parameters, constraint_margins,
                               held_out_statements, tightened, validation_split)
-from fairopt.specs import resolve_constraints
+from fairopt.specs import resolve_constraints, spec_list
 from fairopt.training import (ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions, float64_outputs,
                               release_batch_caches, train, with_sqp_surrogates)
 from solvers.history import FitResult
@@ -227,6 +230,63 @@ class _FairEstimator(BaseEstimator):
         self.on_fail = on_fail
         self.n_candidates = n_candidates
 
+    # ------------------------------------------------------------------ parameters
+    def get_params(self, deep: bool = True) -> dict:
+        """The estimator's parameters (scikit-learn protocol).
+
+        With ``deep=True`` and ``constraints`` a list of specs, also every element as
+        ``constraints__<i>`` and, for a constraint object, each of its parameters as
+        ``constraints__<i>__<name>`` (e.g. ``constraints__0__delta``), so that a grid
+        search can vary one bound; a single constraint object gives
+        ``constraints__<name>`` (scikit-learn's own nesting).
+        """
+        params = super().get_params(deep=deep)
+        items = _constraint_items(self.constraints) if deep else None
+        for i, item in enumerate(items or ()):
+            params[f"constraints__{i}"] = item
+            if hasattr(item, "get_params") and not isinstance(item, type):
+                params.update((f"constraints__{i}__{k}", v) for k, v in item.get_params(deep=True).items())
+        return params
+
+    def set_params(self, **params: Any) -> "_FairEstimator":
+        """Set parameters (scikit-learn protocol); returns ``self``.
+
+        Besides the estimator's own and scikit-learn's nested ``<param>__<name>`` keys:
+        ``constraints__<i>`` replaces element ``i`` of a list of constraint specs (the
+        estimator gets a new list) and ``constraints__<i>__<name>`` sets a parameter of the
+        constraint object at ``i`` (its ``set_params``, in place, as scikit-learn sets the
+        parameters of a nested estimator). ``constraints`` itself, if given, is set first.
+        """
+        indexed = {k: v for k, v in params.items() if _constraint_index(k) is not None}
+        rest = {k: v for k, v in params.items() if k not in indexed}
+        if "constraints" in rest:
+            super().set_params(constraints=rest.pop("constraints"))
+        if rest:
+            super().set_params(**rest)
+        if not indexed:
+            return self
+        items = _constraint_items(self.constraints)
+        if items is None:
+            raise ValueError(f"set_params: {sorted(indexed)} index a list of constraints, but constraints is "
+                             f"{self.constraints!r}")
+        items = list(items)
+        nested: dict[int, dict] = {}
+        for key, value in indexed.items():
+            i, name = _constraint_index(key)
+            if i >= len(items):
+                raise ValueError(f"set_params: {key!r} indexes constraint {i}, but there are {len(items)}")
+            if name is None:
+                items[i] = value
+            else:
+                nested.setdefault(i, {})[name] = value
+        for i, values in nested.items():
+            if not callable(getattr(items[i], "set_params", None)):
+                raise ValueError(f"set_params: constraint {i} ({items[i]!r}) is a spec without parameters of its "
+                                 f"own; replace it whole with constraints__{i}=... or give a constraint object")
+            items[i].set_params(**values)
+        self.constraints = tuple(items) if isinstance(self.constraints, tuple) else items
+        return self
+
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: Any, *, sensitive_features: Any = None) -> "_FairEstimator":
         """Train the model on ``X``, ``y`` under the constraints.
@@ -349,6 +409,9 @@ class _FairEstimator(BaseEstimator):
         message = poor_fit(self.model_, data)
         if message:
             warnings.warn(message, FairnessWarning, stacklevel=3)
+        message = constant_fit(self.model_, data)
+        if message:
+            warnings.warn(message, DegenerateModelWarning, stacklevel=3)
         if constraints and self.check_inactive:
             self.reference_violations_ = self._reference_violations(data, constraints)
         for message in constraint_messages(result, constraints, self.train_violations_, method=self.method,
@@ -469,12 +532,15 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
     constraints : spec or list of specs, optional
         ``("disparate_impact", "sex", 0.8)``, ``"demographic_parity:sex:0.05"``, a table
         ``{"kind": ..., ...}`` or constraint objects (:mod:`fairopt.specs`). ``None``: no
-        constraint (the unconstrained model).
+        constraint (the unconstrained model), with every ``method``: ``"sqp"`` takes
+        unconstrained SQP steps, ``"penalty"`` and ``"lagrangian"`` are plain first-order
+        training of the loss (no penalty term, no multipliers; the same optimiser and
+        options as their primal step), ``"moving_targets"`` iterates without fairness rows.
     method : {"sqp", "penalty", "lagrangian", "moving_targets"}, default "sqp"
     model : {"linear", "mlp"} or callable, default "linear"
         :func:`fairopt.models.linear`, :func:`fairopt.models.mlp`, or a factory
-        ``n_features -> torch.nn.Module`` (one float32 output per row), called under
-        ``torch.manual_seed(seed)``.
+        ``n_features -> torch.nn.Module`` (one float32 output per row: shape (n,), or (n, 1)
+        as from ``torch.nn.Linear(p, 1)``), called under ``torch.manual_seed(seed)``.
     hidden : tuple of int, default (32,)
         Hidden-layer widths of ``model="mlp"``.
     activation : {"leaky_relu", "relu", "tanh"}, default "leaky_relu"
@@ -641,6 +707,23 @@ class FairRegressor(RegressorMixin, _FairEstimator):
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
+def _constraint_items(constraints: Any) -> list | None:
+    """The elements of ``constraints`` when it is a list (or tuple) of specs; None for
+    None or a single spec (a tuple whose first element is a string is one spec)."""
+    if not isinstance(constraints, (list, tuple)):
+        return None
+    specs = spec_list(constraints)
+    return None if len(specs) == 1 and specs[0] is constraints else specs
+
+
+def _constraint_index(key: str) -> tuple[int, str | None] | None:
+    """``constraints__<i>[__<name>]`` -> ``(i, name or None)``; None for any other key."""
+    parts = key.split("__", 2)
+    if len(parts) < 2 or parts[0] != "constraints" or not parts[1].isdigit():
+        return None
+    return int(parts[1]), (parts[2] if len(parts) == 3 else None)
+
+
 def _internal_names(p: int) -> list[str]:
     """Column names of ``X`` inside the FairData (user names live in ``feature_names_in_``)."""
     return [f"x{j}" for j in range(p)]

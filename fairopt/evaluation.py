@@ -7,6 +7,14 @@ numbers; :func:`fairness_report` and :func:`format_report` lay one or several su
 
 Realised fairness is measured on hard predictions for classification (``out >
 threshold`` on logits), group to group.
+
+Two cases are never reported as "perfectly fair":
+
+- a ratio measure (``di_ratio``) whose groups all have a zero rate is 0/0: NaN, with an
+  :class:`~fairopt.exceptions.UndefinedMeasureWarning` and the reason in ``"notes"``;
+- a *degenerate* model, one that predicts the same for every row (:func:`constant_predictions`),
+  gets ``"degenerate": True``, a :class:`~fairopt.exceptions.DegenerateModelWarning` and
+  the reason in ``"notes"``: its fairness measures are trivially perfect.
 """
 
 from __future__ import annotations
@@ -20,18 +28,23 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fairopt.exceptions import FairnessWarning
+from fairopt.exceptions import DegenerateModelWarning, FairnessWarning, UndefinedMeasureWarning
 from fairopt.measures.distribution import intersection_cells, js_divergence, uf
-from fairopt.measures.group import group_means, ratio_of_extremes
+from fairopt.measures.group import group_means, ratio_of_extremes, undefined_ratio_message, undefined_ratio_reason
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
 from solvers.problem import violation
 
-__all__ = ["constraint_violations", "evaluate", "fairness_report", "format_report"]
+__all__ = ["DEGENERATE", "NOTES", "constant_predictions", "constraint_violations", "evaluate", "fairness_report",
+           "format_report"]
 
 logger = logging.getLogger(__name__)
 
 TASKS = ("binary", "regression", "poisson")
 GROUP_KINDS = ("binary", "categorical")
+#: Key of :func:`evaluate`'s flag for a model that predicts the same for every row.
+DEGENERATE = "degenerate"
+#: Key of :func:`evaluate`'s reasons, ``{measure: why}``, for NaN measures and a degenerate model.
+NOTES = "notes"
 
 
 def _forward(model: Callable[[torch.Tensor], torch.Tensor], data: Any) -> torch.Tensor:
@@ -102,12 +115,14 @@ def _fairness_values(out: torch.Tensor, task: str, threshold: float) -> np.ndarr
     return _hard(out, threshold) if task == "binary" else _response(out, task)
 
 
-def _group_fairness(values: np.ndarray, sensitive: Any, name: str) -> tuple[float, float]:
-    """``(di_ratio, dp_difference)`` of ``values`` across the groups of one feature.
+def _group_fairness(values: np.ndarray, sensitive: Any, name: str, task: str) -> tuple[float, float, str | None]:
+    """``(di_ratio, dp_difference, note)`` of ``values`` across the groups of one feature.
 
     ``di_ratio = min_g m_g / max_g m_g`` and ``dp_difference = max_g m_g - min_g m_g`` with
     ``m_g`` the group means. NaN (with a FairnessWarning) when the feature has one group in
-    this data; ``di_ratio`` is NaN when some group mean is negative (a ratio is meaningless).
+    this data; ``di_ratio`` is NaN when some group mean is negative (a ratio is meaningless)
+    and when every group mean is 0 (0/0, with an UndefinedMeasureWarning; ``note`` is then
+    the reason, None otherwise).
     """
     means = np.array(list(group_means(values, sensitive).values()))
     if means.size < 2:
@@ -117,9 +132,14 @@ def _group_fairness(values: np.ndarray, sensitive: Any, name: str) -> tuple[floa
             FairnessWarning,
             stacklevel=4,
         )
-        return math.nan, math.nan
+        return math.nan, math.nan, None
     ratio = ratio_of_extremes(means) if means.min() >= 0 else math.nan
-    return ratio, float(means.max() - means.min())
+    note = None
+    if means.min() >= 0 and means.max() == 0:
+        what = "positive predictions" if task == "binary" else "a non-zero mean prediction"
+        note = undefined_ratio_reason(what)
+        warnings.warn(undefined_ratio_message(f"di_ratio[{name}]", what), UndefinedMeasureWarning, stacklevel=4)
+    return ratio, float(means.max() - means.min()), note
 
 
 def _sensitive_items(data: Any) -> list[tuple[str, Any, str]]:
@@ -132,21 +152,56 @@ def _sensitive_items(data: Any) -> list[tuple[str, Any, str]]:
     return [(k, v, kinds[k]) for k, v in sensitive.items()]
 
 
-def _fairness(out: torch.Tensor, data: Any, task: str, threshold: float) -> dict[str, float]:
-    """di_ratio / dp_difference per binary or categorical feature, and UF / JS over all cells."""
+def _fairness(out: torch.Tensor, data: Any, task: str, threshold: float,
+              notes: dict[str, str]) -> dict[str, float]:
+    """di_ratio / dp_difference per binary or categorical feature, and UF / JS over all cells
+    (the reason of a 0/0 ``di_ratio`` goes to ``notes``)."""
     values = _fairness_values(out, task, threshold)
     items = _sensitive_items(data)
     results: dict[str, float] = {}
     for name, s, kind in items:
         if kind not in GROUP_KINDS:
             continue
-        ratio, diff = _group_fairness(values, s, name)
+        ratio, diff, note = _group_fairness(values, s, name, task)
         if "di_ratio" not in results:
             results["di_ratio"], results["dp_difference"] = ratio, diff
+            if note:
+                notes["di_ratio"] = note
         results[f"di_ratio[{name}]"], results[f"dp_difference[{name}]"] = ratio, diff
+        if note:
+            notes[f"di_ratio[{name}]"] = note
     if items:
         results.update(_distribution_fairness(_response(out, task), items))
     return results
+
+
+def constant_predictions(out: Any, task: str, threshold: float = 0.0) -> str | None:
+    """Why the model outputs ``out`` are degenerate (the same prediction for every row), or None.
+
+    The rule: for ``task="binary"`` every hard prediction ``out > threshold`` is the same
+    class (a constant classifier); for ``"regression"`` and ``"poisson"`` the predictions
+    on the response scale (the prediction; the rate ``exp(out)``) have zero spread, up to
+    float32 resolution: ``max - min <= eps32 * max(1, max |p|)`` with ``eps32 = 1.19e-7``
+    (the model computes in float32, so smaller differences are rounding, not signal).
+    A pure function of the outputs, shared by :func:`evaluate` and the estimators'
+    post-fit diagnostics.
+    """
+    o = torch.as_tensor(out).detach().reshape(-1).to(torch.float64).cpu()
+    if o.numel() == 0:
+        return None
+    if task == "binary":
+        hard = o > threshold
+        if bool(hard.all()) or not bool(hard.any()):
+            label = 1 if bool(hard[0]) else 0
+            return (f"every row is predicted class {label} (out {'>' if label else '<='} {threshold:g} for all "
+                    f"{o.numel()} rows): a constant classifier")
+        return None
+    response = _response(o, task)
+    spread = float(response.max() - response.min())
+    if spread <= np.finfo(np.float32).eps * max(1.0, float(np.abs(response).max())):
+        return (f"every row gets the prediction {float(response[0]):.6g} (spread {spread:.3g} over {o.numel()} "
+                "rows, within float32 resolution): a constant predictor")
+    return None
 
 
 def _distribution_fairness(response: np.ndarray, items: list[tuple[str, Any, str]]) -> dict[str, float]:
@@ -259,7 +314,10 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
           prediction on the response scale (prediction; predicted rate ``exp(out)`` for
           poisson). ``"di_ratio"`` and ``"dp_difference"`` repeat the first such feature.
           NaN when a feature has a single group in ``data`` (a FairnessWarning is issued);
-          ``di_ratio`` is NaN when a group mean is negative (regression).
+          ``di_ratio`` is NaN when a group mean is negative (regression), and when every
+          group rate is 0 (no group has positive predictions: 0/0 is undefined, not
+          "perfectly fair"; an :class:`~fairopt.exceptions.UndefinedMeasureWarning` names
+          the measure and ``"notes"`` says why).
         - ``"uf"`` and ``"js_divergence"`` ([DC] eq. 4.1, 4.4) of the response-scale
           predictions across the intersections of all sensitive features (continuous
           ones cut into 3 quantile bins); NaN for a single cell.
@@ -267,15 +325,36 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
           ``c.name + ".violation"`` -> total violation ``sum_i max(c_i - u_i, 0) +
           max(l_i - c_i, 0)`` (:func:`solvers.problem.violation`); a repeated name gets a
           ``#2``, ``#3``, ... suffix. ``"violation"``: the sum over constraints.
+        - ``"degenerate"``: True when the model predicts the same for every row
+          (:func:`constant_predictions`: one class for every row of the binary task, zero
+          spread of the predictions otherwise), with a
+          :class:`~fairopt.exceptions.DegenerateModelWarning`; its fairness measures are
+          then trivially perfect and mean nothing.
+        - ``"notes"``: ``{measure: reason}`` for every NaN ratio of a 0/0 and for
+          ``"degenerate"`` when True (empty when there is nothing to say).
+
+    Warns
+    -----
+    UndefinedMeasureWarning
+        A ``di_ratio`` is NaN because every group rate is 0.
+    DegenerateModelWarning
+        The model predicts the same for every row.
     """
     task = _check_data(data)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
         raise ValueError(f"threshold: expected a finite number, got {threshold!r}")
     out = _forward(model, data)
+    notes: dict[str, str] = {}
     results: dict[str, Any] = {"n": int(out.numel())}
     results.update(_performance(out, data, task, float(threshold)))
-    results.update(_fairness(out, data, task, float(threshold)))
+    results.update(_fairness(out, data, task, float(threshold), notes))
+    reason = constant_predictions(out, task, float(threshold))
+    results[DEGENERATE] = reason is not None
+    if reason:
+        notes[DEGENERATE] = f"{reason}; its fairness measures are trivially perfect"
+        warnings.warn(f"degenerate model: {notes[DEGENERATE]}", DegenerateModelWarning, stacklevel=2)
     results.update(_constraint_values(out, data, constraints))
+    results[NOTES] = notes
     return results
 
 
@@ -283,7 +362,8 @@ def _as_runs(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """``{column name: evaluate() dict}`` from one evaluate() dict or a mapping of them."""
     if not isinstance(results, Mapping) or not results:
         raise ValueError(f"results: expected an evaluate() dict or a non-empty mapping of them, got {results!r}")
-    nested = [isinstance(v, Mapping) for v in results.values()]
+    # the "notes" of one evaluate() dict is a mapping, not a run
+    nested = [isinstance(v, Mapping) for k, v in results.items() if not (k == NOTES and _is_notes(v))]
     if all(nested):
         return {str(k): v for k, v in results.items()}
     if any(nested):
@@ -291,10 +371,18 @@ def _as_runs(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {"value": results}
 
 
+def _is_notes(value: Any) -> bool:
+    """Whether ``value`` is the ``"notes"`` entry of an evaluate() dict (text by measure)."""
+    return isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
+
+
 def _flatten(run: Mapping[str, Any]) -> dict[str, float]:
-    """One row per number: list entries (constraint rows) become ``name[i]``."""
+    """One row per number: list entries (constraint rows) become ``name[i]``; the
+    ``"degenerate"`` flag is 1.0 (True) or 0.0; the ``"notes"`` are left out."""
     flat: dict[str, float] = {}
     for key, value in run.items():
+        if key == NOTES and _is_notes(value):
+            continue
         if isinstance(value, (list, tuple, np.ndarray, torch.Tensor)):
             for i, v in enumerate(np.asarray(value, dtype=float).reshape(-1)):
                 flat[f"{key}[{i}]"] = float(v)
@@ -316,22 +404,47 @@ def fairness_report(results: Mapping[str, Any]) -> pd.DataFrame:
     -------
     pandas.DataFrame
         One row per measure in first-seen order (constraint row values expanded to
-        ``name[i]``), one float column per run; NaN where a run lacks a measure.
+        ``name[i]``), one float column per run; NaN where a run lacks a measure. The
+        ``degenerate`` row is 1.0 for True (the run's model predicts the same for every
+        row) and 0.0 for False. ``table.attrs["notes"]`` holds why: ``{run: {measure:
+        reason}}`` for the runs with NaN ratios of a 0/0 or a degenerate model
+        (:func:`format_report` prints them under the table).
+
+    Warns
+    -----
+    DegenerateModelWarning
+        One, naming the runs whose model is degenerate.
     """
-    runs = {name: _flatten(run) for name, run in _as_runs(results).items()}
-    return pd.DataFrame(runs, dtype=float)
+    chosen = _as_runs(results)
+    runs = {name: _flatten(run) for name, run in chosen.items()}
+    table = pd.DataFrame(runs, dtype=float)
+    notes = {name: dict(run[NOTES]) for name, run in chosen.items() if _is_notes(run.get(NOTES)) and run[NOTES]}
+    table.attrs["notes"] = notes
+    degenerate = [name for name, run in chosen.items() if run.get(DEGENERATE) in (True, 1.0)]
+    if degenerate:
+        warnings.warn(f"fairness_report: the model of run(s) {degenerate} predicts the same for every row "
+                      "(degenerate = 1); their fairness measures are trivially perfect and mean nothing",
+                      DegenerateModelWarning, stacklevel=2)
+    return table
 
 
 def format_report(results: Mapping[str, Any], digits: int = 4) -> str:
     """:func:`fairness_report` rendered as fixed-width text for printing or logging.
 
-    ``n`` is shown as an integer, everything else with ``digits`` significant digits.
+    ``n`` is shown as an integer, ``degenerate`` as True/False, everything else with
+    ``digits`` significant digits. The notes of the runs (why a measure is NaN, why a
+    model is degenerate) follow the table, one line each.
     """
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits: expected a positive integer, got {digits!r}")
     table = fairness_report(results)
     text = table.astype(object)
     for row in table.index:
+        if row == DEGENERATE:
+            text.loc[row] = [("nan" if pd.isna(v) else str(bool(v))) for v in table.loc[row]]
+            continue
         fmt = "{:.0f}" if row == "n" else f"{{:.{digits}g}}"
         text.loc[row] = [("nan" if pd.isna(v) else fmt.format(v)) for v in table.loc[row]]
-    return text.to_string()
+    lines = [f"{run}: {measure}: {reason}" for run, notes in table.attrs.get("notes", {}).items()
+             for measure, reason in notes.items()]
+    return text.to_string() + ("\nnotes:\n" + "\n".join(lines) if lines else "")

@@ -25,6 +25,7 @@ from torch import nn
 from fairopt._validation import (check_choice, check_flag, check_seed, nonnegative_float, positive_float, positive_int,
                                  to_numpy)
 from solvers.losses import scaled_mse_loss
+from solvers.problem import row_outputs
 
 __all__ = ["TorchLearner", "LEARNER_TASKS", "OutputScale", "scaled_output", "target_statistics"]
 
@@ -260,13 +261,9 @@ class TorchLearner:
         return self.module_
 
     def _forward(self, module: nn.Module, X: torch.Tensor) -> torch.Tensor:
-        out = module(X)
-        if out.dim() == 2 and out.shape[1] == 1:
-            out = out[:, 0]
-        if out.shape != (X.shape[0],):
-            raise ValueError(f"module_factory: the module returned shape {tuple(out.shape)} for {X.shape[0]} rows; "
-                             "expected one output per row")
-        return out
+        """``module(X)`` as (n,): the engines' output convention (:func:`solvers.problem.row_outputs`,
+        an (n, 1) column is squeezed, any other shape is a ValueError)."""
+        return row_outputs(module(X), X.shape[0], what="module_factory")
 
     def _train(self, module: nn.Module, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> list[float]:
         """Adam on shuffled mini-batches; the mean loss of each epoch."""

@@ -31,6 +31,7 @@ from solvers.lagrangian import LagrangianDual
 from solvers.losses import scaled_mse_loss
 from solvers.outcome import BoundWarning
 from solvers.penalty import Penalty
+from solvers.problem import row_outputs
 from solvers.sqp import SQPWarning, StochasticSQP
 
 __all__ = ["ENGINES", "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "METHODS", "MODEL_KINDS", "REFERENCE_OPTIONS",
@@ -220,8 +221,9 @@ def run_penalty(options: TrainingOptions, data: FairData, constraints: list, ref
 
 def run_lagrangian(options: TrainingOptions, data: FairData, constraints: list,
                    reference: bool = False) -> FitResult:
-    """:class:`solvers.lagrangian.LagrangianDual` (learned multipliers); ``reference``: the
-    first-order loop without the Lagrangian term (:func:`run_penalty`'s reference)."""
+    """:class:`solvers.lagrangian.LagrangianDual` (learned multipliers; with no constraints
+    the engine's plain first-order training of the loss); ``reference``: the first-order
+    loop without the Lagrangian term (:func:`run_penalty`'s reference)."""
     if reference:
         return run_penalty(options, data, constraints, reference=True)
     model, loss = training_problem(options, data)
@@ -298,7 +300,7 @@ def float64_outputs(model: nn.Module, encoded: np.ndarray) -> np.ndarray:
     x = torch.as_tensor(np.asarray(encoded, dtype=np.float64))
     with torch.no_grad():
         out = torch.func.functional_call(model, state, (x,))
-    return out.reshape(-1).double().numpy()
+    return row_outputs(out, x.shape[0]).double().numpy()  # an (n, 1) column is squeezed, as in the engines
 
 
 def release_batch_caches(constraints: list) -> None:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from solvers.losses import LossFn
+from solvers.problem import model_outputs
 from solvers.validation import check_choice
 
 __all__ = ["DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "flatten_rows", "pullback",
@@ -92,14 +93,6 @@ def pullback(out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor, j
     return torch.stack(rows)
 
 
-def model_outputs(model: nn.Module, batch: Any) -> torch.Tensor:
-    """``model(batch.X)``, checked to be one output per row."""
-    out = model(batch.X)
-    if out.dim() != 1 or out.shape[0] != len(batch):
-        raise ValueError(f"model: expected one output per row, shape ({len(batch)},), got {tuple(out.shape)}")
-    return out
-
-
 class LocalDerivatives:
     """The derivative oracle on this process's rows (module docstring).
 
@@ -117,7 +110,7 @@ class LocalDerivatives:
         t0 = time.perf_counter()
         out = model_outputs(model, obj_batch)
         same = con_batch is obj_batch
-        out_c = out if same else (model(con_batch.X) if con_batch is not None else None)
+        out_c = out if same else (model_outputs(model, con_batch) if con_batch is not None else None)
         t1 = time.perf_counter()
 
         leaf = out.detach().requires_grad_(True)

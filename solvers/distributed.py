@@ -65,9 +65,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from solvers.derivatives import Derivatives, model_outputs, pullback
+from solvers.derivatives import Derivatives, pullback
 from solvers.losses import LossFn
-from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
+from solvers.problem import as_constraint_set, assign_parameters, flat_parameters, model_outputs
 from solvers.sums import FIELDS, derivatives_from_sums, local_sums, supports_sums
 from solvers.validation import check_flag
 

@@ -72,6 +72,15 @@ class LagrangianDual(FirstOrderTrainer):
     History columns: ``f``, ``objective`` (the Lagrangian on the batch), ``c[row]``,
     ``viol[row]`` (surrogate, batch, before the step), ``V`` (their sum), ``V_exact``
     (exact rows of the batch), ``lambda[row]`` (after the dual update).
+
+    Without constraints (``constraints=()``, the default, or constraints with no rows) there
+    are no multipliers and no Lagrangian term: ``fit`` is plain first-order training of the
+    loss with the same optimiser and options as the primal step: the iterates are step for
+    step those of :class:`solvers.Penalty` without penalties (``objective == f``,
+    ``V == V_exact == 0``, ``lambda == []``). The returned model is, as with constraints, the
+    epoch-end iterate with the lowest loss on all rows (every iterate is feasible), ``info``
+    has ``multipliers == []`` and ``feasible`` True, and ``converged`` is stationarity within
+    ``tol``.
     """
 
     engine = "lagrangian"
@@ -108,7 +117,10 @@ class LagrangianDual(FirstOrderTrainer):
         c = self._constraints(out, batch).reshape(-1)
         return c, row_violations(c, self._lower, self._upper)
 
-    def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, dict]:
+    def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor | None, dict]:
+        if self._n_rows == 0:  # no constraint rows: plain training of the loss (no Lagrangian term)
+            self._last_violation = torch.zeros(0, dtype=torch.float64)
+            return None, {"c": [], "viol": [], "V": 0.0, "V_exact": 0.0}
         c, viol = self._row_violations(out, batch)
         self._last_violation = viol.detach().to(torch.float64)
         with torch.no_grad():
@@ -141,7 +153,8 @@ class LagrangianDual(FirstOrderTrainer):
         constraints: Constraint | Sequence[Constraint] = (),
     ) -> FitResult:
         """Train ``model`` in place on ``data`` subject to ``constraints`` (as penalties
-        with learned multipliers).
+        with learned multipliers); without constraints, plain training of ``loss`` (class
+        docstring).
 
         Returns
         -------
@@ -160,8 +173,6 @@ class LagrangianDual(FirstOrderTrainer):
         check_dataset(data)
         check_targets(loss_fn, data)
         cons = as_constraint_set(constraints)
-        if len(cons) == 0:
-            raise ValueError("constraints: LagrangianDual needs at least one constraint")
         cons.setup(data)
         self._constraints = cons
         self._lower, self._upper = cons.lower, cons.upper
@@ -169,7 +180,7 @@ class LagrangianDual(FirstOrderTrainer):
             i = int(torch.nonzero(self._lower > self._upper)[0])
             raise ValueError(f"constraints: row {cons.row_names[i]!r} has lower {self._lower[i].item()} "
                              f"> upper {self._upper[i].item()}")
-        m = cons.n_rows
+        m = self._n_rows = cons.n_rows
         self._lambda_param = torch.full((m,), self.multipliers0, dtype=torch.float64, requires_grad=True)
         self.multipliers_ = self._lambda_param.detach()  # shares storage with the Adam parameter
         self._dual_optimizer = torch.optim.Adam([self._lambda_param], lr=self.dual_lr, maximize=True)

@@ -31,7 +31,8 @@ from solvers.history import FitResult, History
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
 from solvers.outcome import DivergedWarning
-from solvers.problem import assign_parameters, check_dataset, flat_parameters, trainable_parameters, violation
+from solvers.problem import (assign_parameters, check_dataset, flat_parameters, model_outputs, trainable_parameters,
+                             violation)
 from solvers.sampling import minibatches
 from solvers.validation import check_choice, check_seed, check_verbose, positive_float, positive_int
 
@@ -206,10 +207,8 @@ class FirstOrderTrainer:
 
     @staticmethod
     def _forward(model: nn.Module, batch: Any) -> torch.Tensor:
-        out = model(batch.X)
-        if out.dim() != 1 or out.shape[0] != len(batch):
-            raise ValueError(f"model: expected one output per row, shape ({len(batch)},), got {tuple(out.shape)}")
-        return out
+        """``model(batch.X)`` as (n,) (:func:`solvers.problem.model_outputs`: an (n, 1) column is squeezed)."""
+        return model_outputs(model, batch)
 
     @staticmethod
     def _set_gradients(objective: torch.Tensor, params: list[torch.Tensor], create_graph: bool) -> None:
@@ -368,7 +367,8 @@ class Penalty(FirstOrderTrainer):
         Parameters
         ----------
         model : torch.nn.Module
-            Maps ``data.X`` (n, p) to one output per row (n,).
+            Maps ``data.X`` (n, p) to one output per row, (n,) or (n, 1) (a single-output
+            module such as ``torch.nn.Linear(p, 1)``; squeezed to (n,)).
         data : Dataset
             ``X``, ``y``, ``__len__``, ``subset`` (e.g. :class:`fairopt.FairData`).
         loss : {"bce", "mse", "poisson"} or callable(out, batch) -> scalar

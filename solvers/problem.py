@@ -34,6 +34,8 @@ __all__ = [
     "split_rows",
     "RowSplit",
     "row_violations",
+    "model_outputs",
+    "row_outputs",
 ]
 
 
@@ -99,6 +101,29 @@ def trainable_parameters(model: Any) -> list[torch.Tensor]:
     if not params:
         raise ValueError("model: has no trainable parameters")
     return params
+
+
+def row_outputs(out: Any, n: int, what: str = "model") -> torch.Tensor:
+    """A model's outputs on ``n`` rows as one value per row, shape ``(n,)``.
+
+    The output convention of every engine: a model maps ``X`` (n, p) to ``(n,)``; the
+    ``(n, 1)`` column of a single-output module (a plain ``torch.nn.Linear(p, 1)``) is
+    squeezed to ``(n,)`` (a view: gradients flow through it). Any other shape is a
+    ValueError naming ``what``.
+    """
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"{what}: expected a tensor output, got {type(out).__name__}")
+    if out.dim() == 2 and out.shape[0] == n and out.shape[1] == 1:
+        out = out.squeeze(1)
+    if out.dim() != 1 or out.shape[0] != n:
+        raise ValueError(f"{what}: expected one output per row, shape ({n},) or ({n}, 1), got {tuple(out.shape)}")
+    return out
+
+
+def model_outputs(model: Any, batch: Any) -> torch.Tensor:
+    """``model(batch.X)`` as one output per row, shape ``(n,)`` (:func:`row_outputs`): the one
+    forward pass every engine runs on a batch."""
+    return row_outputs(model(batch.X), len(batch))
 
 
 def flat_parameters(params: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -24,8 +24,9 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from solvers.derivatives import Derivatives, LocalDerivatives, model_outputs, pullback, rows_jacobian
+from solvers.derivatives import Derivatives, LocalDerivatives, pullback, rows_jacobian
 from solvers.losses import LossFn
+from solvers.problem import model_outputs
 
 __all__ = ["FIELDS", "ChunkedDerivatives", "add_sums", "derivatives_from_sums", "exact_in_chunks", "local_sums",
            "rows_from_sums", "supports_sums"]

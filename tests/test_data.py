@@ -56,6 +56,44 @@ def test_preprocessor_standardises_and_one_hot_encodes_hand_example(small_frame)
     np.testing.assert_array_equal(X[:, 1:], expected_one_hot)
 
 
+def test_huge_feature_stays_informative_and_is_not_zeroed():
+    """Regression: X[0, 0] = 1e300 overflowed the variance (inf) and the column became all zeros."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3))
+    X[0, 0] = 1e300
+    with np.errstate(all="raise"):  # no silent overflow on the way
+        data = FairData.from_arrays(X, rng.integers(0, 2, 50), {"s": rng.integers(0, 2, 50)})
+    column = data.X[:, 0].numpy()
+    assert np.isfinite(column).all() and column[0] == pytest.approx(7.0, rel=1e-6)  # (1e300 - mean) / std
+    assert (column[1:] < 0).all() and column.std() == pytest.approx(1.0, rel=1e-5)
+    np.testing.assert_allclose(data.X[:, 1:].numpy(), (X[:, 1:] - X[:, 1:].mean(0)) / X[:, 1:].std(0), atol=1e-6)
+
+
+def test_tiny_and_extreme_features_are_standardised_exactly_where_representable():
+    z = np.sqrt(1.5)  # (1, 2, 3) standardised: -z, 0, z
+    for column in ([1e-300, 2e-300, 3e-300], [1e300, 2e300, 3e300], [-1.7e308, 0.0, 1.7e308]):
+        X, _ = Preprocessor().fit_transform(pd.DataFrame({"a": column}))
+        np.testing.assert_allclose(X[:, 0], [-z, 0.0, z], rtol=1e-6)
+    # ordinary columns: bit-for-bit the plain population mean and deviation
+    values = pd.DataFrame(np.random.default_rng(1).normal(3.0, 7.0, size=(500, 3)), columns=list("abc"))
+    pre = Preprocessor().fit(values)
+    plain = values.to_numpy(dtype=np.float64)
+    assert list(pre.means_.values()) == plain.mean(axis=0).tolist()
+    assert list(pre.scales_.values()) == plain.std(axis=0).tolist()
+
+
+def test_a_value_beyond_float32_after_standardisation_names_the_column_and_the_value():
+    pre = Preprocessor().fit(pd.DataFrame({"a": [0.0, 1.0, 2.0], "big": [1.0, 2.0, 3.0]}))
+    new = pd.DataFrame({"a": [1.0, 1.0], "big": [2.0, 1e300]}, index=[10, 11])
+    with pytest.raises(ValueError, match=r"^df: column 'big' has the value 1e\+300 at index 11; standardised .*"
+                                         r"beyond the float32 range"):
+        pre.transform(new)
+    with pytest.raises(ValueError, match=r"^df: column 'x0' has the value 1e\+300 at index 1; passed through "
+                                         r"unscaled, beyond the float32 range"):
+        FairData.from_arrays(np.array([[1.0], [1e300], [2.0], [3.0]]), [0, 1, 0, 1], {"s": [0, 0, 1, 1]},
+                             preprocessor=Preprocessor(standardize=False).fit(pd.DataFrame({"x0": [1.0]})))
+
+
 def test_preprocessor_constant_column_gets_unit_scale():
     df = pd.DataFrame({"k": [0.1, 0.1, 0.1], "v": [1.0, 2.0, 3.0]})
     X, _ = Preprocessor().fit_transform(df)

@@ -209,7 +209,6 @@ def test_input_errors_name_the_argument(adult):
            ({"engine_params": {"epochs": 3}}, "engine_params"), ({"violation_tol": -1.0}, "violation_tol"),
            ({"seed": -1}, "seed"), ({"check_inactive": "yes"}, "check_inactive"),
            ({"engine_params": {"step": "bogus"}}, "step"), ({"engine_params": {"bogus": 1}}, "engine_params"),
-           ({"method": "lagrangian"}, "constraints"),
            ({"sensitive_kinds": {"age": "binary"}}, "sensitive_kinds")]
     for params, word in bad:
         est = FairClassifier(**params)  # the constructor only stores (scikit-learn convention)
@@ -375,3 +374,142 @@ def test_check_generalisation(adult):
                                  sensitive_features={"sex": s[held][s[held] == 1]})
     with pytest.raises(ValueError, match="training features"):
         clf.check_generalisation(X[held], y[held], sensitive_features={"gender": s[held]})
+
+
+# ----------------------------------------------------------------------------- without constraints
+@pytest.mark.parametrize("estimator", [FairClassifier, FairRegressor])
+def test_lagrangian_method_trains_without_constraints(adult, estimator):
+    """Every method trains without constraints; for "lagrangian" that is plain first-order
+    training of the loss (no multipliers), the same model as "penalty" without penalties."""
+    X, y = adult[0][:300], adult[1][:300]
+    if estimator is FairRegressor:
+        y = X[:, 0] - 0.5 * X[:, 1] + np.random.default_rng(0).normal(size=300)
+    lagrangian = _quiet(estimator(method="lagrangian", epochs=5).fit, X, y)  # 5 epochs: a poor fit
+    penalty = _quiet(estimator(method="penalty", epochs=5).fit, X, y)
+    assert lagrangian.engine_info_["multipliers"] == [] and lagrangian.engine_info_["feasible"]
+    assert lagrangian.status_ == "max_epochs" and lagrangian.n_iter_ == 5
+    assert lagrangian.constraints_ == [] and lagrangian.train_violations_ == {}
+    assert lagrangian.history_.column("objective").tolist() == penalty.history_.column("f").tolist()
+    np.testing.assert_array_equal(lagrangian.predict(X), penalty.predict(X))
+
+
+# ----------------------------------------------------------------------------- parameter protocol
+_CONSTRAINT_OBJECTS = [
+    DisparateImpact("sex", 0.8),
+    EqualImpact(["sex", "race"], 0.7, surrogate="sigmoid", groups="pairwise"),
+    DemographicParity("sex", 0.1),
+    Covariance("sex", 0.01),
+    GeDI("age", 2, bound=0.2, relative=True),
+    DistanceCovariance(["sex", "race"], 0.001, kind="jdcov"),
+]
+
+
+@pytest.mark.parametrize("constraint", _CONSTRAINT_OBJECTS, ids=lambda c: type(c).__name__)
+def test_constraints_follow_the_sklearn_parameter_protocol(constraint):
+    """get_params(deep=...) is the constructor table (as get_params() always was); clone is
+    a new, equal constraint; set_params rebuilds it, validated like the constructor."""
+    params = constraint.get_params()
+    assert constraint.get_params(deep=True) == constraint.get_params(deep=False) == params
+    copy = sklearn.base.clone(constraint)
+    assert copy is not constraint and type(copy) is type(constraint)
+    assert copy.get_params() == params and repr(copy) == repr(constraint)
+    bound = "delta" if "delta" in params else "bound"
+    assert copy.set_params(**{bound: 0.5}) is copy
+    assert copy.get_params()[bound] == 0.5 and getattr(copy, bound) == 0.5
+    assert repr(copy) == repr(type(constraint)(**{**params, bound: 0.5}))  # as if built so
+    assert constraint.get_params() == params  # the original is untouched
+    with pytest.raises(ValueError, match=bound):
+        copy.set_params(**{bound: -1.0})
+    assert copy.get_params()[bound] == 0.5  # nothing changed on the error
+    with pytest.raises(ValueError, match="no parameter"):
+        copy.set_params(not_a_parameter=1)
+
+
+def test_clone_of_an_estimator_with_constraint_objects():
+    clf = FairClassifier(constraints=[DisparateImpact("sex", 0.8), GeDI("age", bound=0.2)], method="penalty")
+    copy = sklearn.base.clone(clf)
+    assert [repr(c) for c in copy.constraints] == [repr(c) for c in clf.constraints]
+    assert all(a is not b for a, b in zip(copy.constraints, clf.constraints))
+    single = sklearn.base.clone(FairRegressor(constraints=Covariance("s", 0.01)))
+    assert repr(single.constraints) == "Covariance(sensitive='s', bound=0.01, groups='one_vs_rest')"
+
+
+def test_nested_constraint_parameters():
+    """With a list of constraints, constraints__<i> and constraints__<i>__<name> are
+    parameters of the estimator (and of a pipeline step)."""
+    clf = FairClassifier(constraints=[DisparateImpact("sex", 0.8), ("dp", "sex", 0.1)])
+    deep = clf.get_params(deep=True)
+    assert deep["constraints__0__delta"] == 0.8 and deep["constraints__1"] == ("dp", "sex", 0.1)
+    assert "constraints__1__bound" not in deep  # a spec tuple has no parameters of its own
+    assert not any(k.startswith("constraints__") for k in clf.get_params(deep=False))
+    assert "fairclassifier__constraints__0__delta" in make_pipeline(StandardScaler(), clf).get_params()
+    original = clf.constraints
+    assert clf.set_params(constraints__0__delta=0.6, constraints__1=("dp", "sex", 0.2), epochs=7) is clf
+    assert clf.constraints[0].delta == 0.6 and clf.constraints[1] == ("dp", "sex", 0.2) and clf.epochs == 7
+    assert original[1] == ("dp", "sex", 0.1)  # the estimator got a new list
+    with pytest.raises(ValueError, match="spec without parameters"):
+        clf.set_params(constraints__1__bound=0.3)
+    with pytest.raises(ValueError, match="indexes constraint 2"):
+        clf.set_params(constraints__2__delta=0.3)
+    with pytest.raises(ValueError, match="index a list"):
+        FairClassifier(("di", "sex", 0.8)).set_params(constraints__0__delta=0.3)
+    # "constraints" itself is set before its elements
+    clf.set_params(constraints=[DisparateImpact("race", 0.9)], constraints__0__delta=0.7)
+    assert clf.constraints[0].sensitive == ("race",) and clf.constraints[0].delta == 0.7
+    # one constraint object: scikit-learn's own nesting
+    single = FairClassifier(DisparateImpact("sex", 0.8)).set_params(constraints__delta=0.75)
+    assert single.get_params()["constraints__delta"] == 0.75 == single.constraints.delta
+
+
+def test_grid_search_over_a_constraint_bound(adult):
+    """GridSearchCV varies a constraint's bound through constraints__0__delta (and over whole
+    constraint lists), with sensitive_features routed by scikit-learn metadata routing."""
+    from sklearn.model_selection import GridSearchCV
+
+    X, y, s = adult[0][:400], adult[1][:400], adult[2][:400]
+    S = pd.DataFrame({"sex": s})
+    cv = KFold(2, shuffle=True, random_state=0)
+    with sklearn.config_context(enable_metadata_routing=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        clf = FairClassifier([DisparateImpact("sex", 0.8)], epochs=15).set_fit_request(sensitive_features=True)
+        nested = GridSearchCV(clf, {"constraints__0__delta": [0.3, 0.9]}, cv=cv, error_score="raise")
+        nested.fit(X, y, sensitive_features=S)
+        lists = GridSearchCV(clf, {"constraints": [[DisparateImpact("sex", 0.3)], [("di", "sex", 0.9)]]}, cv=cv,
+                             error_score="raise")
+        lists.fit(X, y, sensitive_features=S)
+    assert clf.constraints[0].delta == 0.8  # the estimator searched over is never changed
+    assert nested.cv_results_["param_constraints__0__delta"].tolist() == [0.3, 0.9]
+    best = nested.best_params_["constraints__0__delta"]
+    assert nested.best_estimator_.constraints_[0].delta == best
+    # each candidate is the estimator with that bound, fitted on the same folds
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        for i, delta in enumerate([0.3, 0.9]):
+            scores = []
+            for train, test in cv.split(X):
+                fold = FairClassifier([DisparateImpact("sex", delta)], epochs=15)
+                fold.fit(X[train], y[train], sensitive_features=S.iloc[train])
+                scores.append(fold.score(X[test], y[test]))
+            assert nested.cv_results_["mean_test_score"][i] == pytest.approx(np.mean(scores), abs=1e-12)
+    # the same bounds as whole lists: the object with the same scores, the spec under SQP's surrogate
+    assert lists.cv_results_["mean_test_score"][0] == nested.cv_results_["mean_test_score"][0]
+    assert len(lists.cv_results_["mean_test_score"]) == 2
+
+
+def test_tightened_constraint_follows_the_parameter_protocol():
+    """A tightened constraint (fairopt.certificate) clones to the clone of its original under
+    the same margin; set_params changes the original's parameters and re-applies the margin."""
+    from fairopt.certificate import TightenedConstraint
+
+    tight = TightenedConstraint(Covariance("sex", 0.05), margin=0.01)
+    assert tight.get_params(deep=True) == tight.get_params() == Covariance("sex", 0.05).get_params()
+    copy = sklearn.base.clone(tight)
+    assert type(copy) is TightenedConstraint and copy is not tight and repr(copy) == repr(tight)
+    assert copy.constraint is not tight.constraint
+    copy.set_params(bound=0.1)
+    assert copy.constraint.bound == 0.1 and tight.constraint.bound == 0.05
+    rng = np.random.default_rng(0)
+    data = FairData.from_arrays(rng.normal(size=(40, 1)), np.arange(40) % 2, {"sex": np.arange(40) % 2})
+    for t, bound in ((tight, 0.05), (copy, 0.1)):
+        t.setup(data)
+        torch.testing.assert_close(t.upper, torch.tensor([bound - 0.01], dtype=torch.float64))

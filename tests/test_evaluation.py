@@ -6,12 +6,15 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import warnings
+
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from fairopt.evaluation import evaluate, fairness_report, format_report
-from fairopt.exceptions import FairnessWarning
+from fairopt.evaluation import constant_predictions, evaluate, fairness_report, format_report
+from fairopt.exceptions import DegenerateModelWarning, FairnessWarning, UndefinedMeasureWarning
 from fairopt.measures import js_divergence, poisson_rps, uf
 
 TOL = 1e-10
@@ -86,8 +89,8 @@ class TestEvaluateBinary:
         rates_sex = [float(hard[sex == v].mean()) for v in (0, 1)]
         rates_race = [float(hard[race == v].mean()) for v in (0, 1, 2)]
         for name, rates in (("sex", rates_sex), ("race", rates_race)):
-            ratio = 1.0 if max(rates) == 0 else min(rates) / max(rates)
-            assert res[f"di_ratio[{name}]"] == pytest.approx(ratio, abs=TOL)
+            ratio = math.nan if max(rates) == 0 else min(rates) / max(rates)  # 0/0 is undefined
+            assert res[f"di_ratio[{name}]"] == pytest.approx(ratio, abs=TOL, nan_ok=True)
             assert res[f"dp_difference[{name}]"] == pytest.approx(max(rates) - min(rates), abs=TOL)
         assert res["di_ratio"] == res["di_ratio[sex]"] and res["dp_difference"] == res["dp_difference[sex]"]
         assert "di_ratio[age]" not in res  # continuous features have no groups
@@ -126,11 +129,13 @@ class TestEvaluateBinary:
         with torch.no_grad():
             model.weight.zero_()
             model.bias.fill_(3.0)  # sigmoid(3) = 0.953 in both groups
-        res = evaluate(model, data, constraints=[MeanProbability()])
+        with pytest.warns(DegenerateModelWarning, match="every row is predicted class 1"):
+            res = evaluate(model, data, constraints=[MeanProbability()])
         p = 1 / (1 + math.exp(-3))
         assert res["meanprob.violation"] == pytest.approx((p - 0.6) + (p - 0.4), abs=1e-6)
         assert res["di_ratio"] == 1.0 and res["dp_difference"] == 0.0
         assert res["uf"] == 0.0  # constant predictions
+        assert res["degenerate"] is True and "constant classifier" in res["notes"]["degenerate"]
 
     def test_duplicate_constraint_names(self):
         res = evaluate(make_model(), make_data(), constraints=[MeanProbability(), MeanProbability()])
@@ -247,3 +252,100 @@ class TestReport:
             fairness_report({})
         with pytest.raises(ValueError, match="^results: mixes"):
             fairness_report({"train": {"n": 1}, "n": 3})
+
+
+# ------------------------------------------------------------------------------------
+# 0/0 ratios and degenerate (constant) models: never reported as perfectly fair
+# ------------------------------------------------------------------------------------
+def _constant(value: float):
+    return lambda X: torch.full((X.shape[0],), value)
+
+
+class TestUndefinedAndDegenerate:
+    def test_no_positive_prediction_gives_nan_di_ratio_with_the_reason(self):
+        """Regression: a model without a positive prediction had di_ratio 1.0 ("perfectly fair")."""
+        data = make_data()
+        with pytest.warns(FairnessWarning) as caught:
+            res = evaluate(_constant(-4.0), data)
+        for key in ("di_ratio", "di_ratio[sex]", "di_ratio[race]"):
+            assert math.isnan(res[key])
+            assert "no group has positive predictions" in res["notes"][key]
+        assert res["dp_difference[sex]"] == 0.0
+        undefined = [str(w.message) for w in caught if w.category is UndefinedMeasureWarning]
+        assert [m.split(":")[0] for m in undefined] == ["di_ratio[sex]", "di_ratio[race]"]
+        assert all("no group has positive predictions" in m for m in undefined)
+        # the report keeps the NaN and says why
+        with pytest.warns(DegenerateModelWarning, match="'test'"):
+            table = fairness_report({"test": res})
+        assert math.isnan(table.loc["di_ratio", "test"]) and table.loc["degenerate", "test"] == 1.0
+        assert "no group has positive predictions" in table.attrs["notes"]["test"]["di_ratio[sex]"]
+        with pytest.warns(DegenerateModelWarning):
+            text = format_report({"test": res})
+        assert "test: di_ratio[sex]: no group has positive predictions" in text
+        assert any(line.split() == ["degenerate", "True"] for line in text.splitlines())
+
+    def test_constant_classifier_is_flagged_degenerate(self):
+        """Regression: a constant classifier was reported as perfectly fair without a flag."""
+        data = make_data()
+        with pytest.warns(FairnessWarning) as caught:
+            res = evaluate(_constant(-1.0), data)
+        degenerate = [str(w.message) for w in caught if w.category is DegenerateModelWarning]
+        assert len(degenerate) == 1 and degenerate[0].startswith("degenerate model: every row is predicted class 0")
+        assert res["degenerate"] is True and "constant classifier" in res["notes"]["degenerate"]
+        # the threshold decides the hard predictions, so it decides degeneracy too
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert evaluate(make_model(), data)["degenerate"] is False
+            assert evaluate(make_model(), data)["notes"] == {}
+        with pytest.warns(FairnessWarning) as caught:  # degenerate, and the 0/0 di_ratio warnings
+            res = evaluate(make_model(), data, threshold=1e6)
+        assert res["degenerate"] is True
+        assert any(w.category is DegenerateModelWarning and "out <= 1e+06" in str(w.message) for w in caught)
+
+    def test_constant_regression_is_flagged_degenerate(self):
+        data = make_data("regression")
+        with pytest.warns(DegenerateModelWarning, match="every row gets the prediction 0.5"):
+            res = evaluate(_constant(0.5), data)
+        assert res["degenerate"] is True and res["dp_difference"] == 0.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DegenerateModelWarning)
+            assert evaluate(make_model(), data)["degenerate"] is False
+
+    def test_zero_regression_predictions_give_nan_di_ratio(self):
+        data = make_data("regression")
+        with pytest.warns(FairnessWarning) as caught:
+            res = evaluate(_constant(0.0), data)
+        undefined = [str(w.message) for w in caught if w.category is UndefinedMeasureWarning]
+        assert undefined[0].startswith("di_ratio[sex]: no group has a non-zero mean prediction")
+        assert math.isnan(res["di_ratio[sex]"])
+
+    def test_constant_predictions_rule(self):
+        assert constant_predictions(torch.tensor([0.3, 0.2, 5.0]), "binary") is not None  # all class 1
+        assert constant_predictions(torch.tensor([0.3, 0.2, 5.0]), "binary", threshold=0.25) is None
+        assert constant_predictions(np.array([-1.0, 0.0]), "binary") is not None  # 0 is not > 0
+        assert constant_predictions(np.array([2.0, 2.0 + 1e-9]), "regression") is not None  # float32 rounding
+        assert constant_predictions(np.array([2.0, 2.0 + 1e-5]), "regression") is None
+        assert constant_predictions(np.array([1.0, 1.0]), "poisson").startswith("every row gets the prediction 2.71828")
+
+    def test_report_of_fair_runs_has_no_notes_and_no_warning(self):
+        data = make_data()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            table = fairness_report({"train": evaluate(make_model(), data)})
+        assert table.attrs["notes"] == {} and table.loc["degenerate", "train"] == 0.0
+        assert "notes:" not in format_report({"train": evaluate(make_model(), data)})
+
+
+def test_estimator_warns_when_the_fit_collapses_to_a_constant_classifier():
+    """Regression: a fit that predicts one class for every row gave no post-fit warning."""
+    from fairopt import FairClassifier
+
+    rng = np.random.default_rng(0)
+    n = 200
+    X = rng.normal(size=(n, 2))
+    y = (rng.random(n) < 0.1).astype(int)  # 10% positives, features unrelated to y
+    s = rng.integers(0, 2, n)
+    clf = FairClassifier(model="linear", epochs=30, lr=0.1, seed=0)
+    with pytest.warns(DegenerateModelWarning, match="^degenerate model: every row is predicted class 0"):
+        clf.fit(X, y, sensitive_features={"s": s})
+    assert (clf.predict(X) == 0).all()

@@ -125,8 +125,9 @@ def test_method_adapters(tiny):
     assert len(by_sqp.history) == 2 + 1 and by_sqp.history[0]["qp_status"] == "unconstrained"
     hinge = PenaltyMethod(DisparateImpact("sex", 0.8), epochs=1).fit(tiny, value=1.0, seed=0)
     assert len(hinge.constraints) == 1  # a penalised constraint is reported
-    with pytest.raises(ValueError, match="value"):
-        LagrangianMethod(lambda d: DisparateImpact("sex", d), epochs=1).fit(tiny, value=None, seed=0)
+    # without constraints (value None) the Lagrangian method trains the loss alone, as the engine does
+    plain = LagrangianMethod(lambda d: DisparateImpact("sex", d), epochs=1).fit(tiny, value=None, seed=0)
+    assert plain.constraints == [] and plain.info["multipliers"] == []
     with pytest.raises(ValueError, match="lr"):
         SQPMethod(None, lr=-1.0)
     with pytest.raises(ValueError, match="engine"):

@@ -150,8 +150,6 @@ def test_validation():
         LagrangianDual(dual_lr=-1.0)
     with pytest.raises(ValueError, match="multipliers0"):
         LagrangianDual(multipliers0=-0.1)
-    with pytest.raises(ValueError, match="constraints"):
-        LagrangianDual(epochs=1).fit(_Identity(np.zeros(4)), data, loss=_loss, constraints=[])
     bad = _SumAtMost(2.0)
     bad.lower = torch.tensor([3.0], dtype=torch.float64)
     with pytest.raises(ValueError, match="lower"):
@@ -183,3 +181,39 @@ def test_returns_the_best_feasible_epoch_and_warns_when_none_is():
     with pytest.warns(BoundWarning, match="disparate_impact"):
         res = LagrangianDual(epochs=30, lr=0.05, dual_lr=1e-12).fit(model, data, constraints=constraint)
     assert not res.converged and not res.info["feasible"] and res.info["violation"] > 0
+
+
+@pytest.mark.parametrize("dual_update", ["ascent", "adam"])
+@pytest.mark.parametrize("batch_size", [None, 64])
+def test_without_constraints_is_plain_first_order_training(dual_update, batch_size):
+    """No constraints (the default ``constraints=()``, or ``[]``): no multipliers, no
+    Lagrangian term; the iterates are step for step those of Penalty without penalties
+    (same optimiser and options), and the result says so (class docstring)."""
+    from fairopt.models import linear
+    from solvers.penalty import Penalty
+
+    rng = np.random.default_rng(3)
+    n = 300
+    s = rng.integers(0, 2, n)
+    X = np.column_stack([rng.normal(size=n) + s, rng.normal(size=n)])
+    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(float)
+    data = FairData.from_arrays(X, y, {"sex": s}, sensitive_kinds={"sex": "binary"})
+    options = {"epochs": 15, "lr": 0.05, "batch_size": batch_size, "seed": 4}
+    for constraints in ((), []):
+        lagrangian, plain = linear(data.n_features, seed=0), linear(data.n_features, seed=0)
+        kwargs = {} if constraints == () else {"constraints": constraints}
+        res = LagrangianDual(dual_update=dual_update, **options).fit(lagrangian, data, **kwargs)
+        ref = Penalty(**options).fit(plain, data)
+        assert res.history.column("f").tolist() == ref.history.column("f").tolist()
+        assert res.history.column("objective").tolist() == res.history.column("f").tolist()
+        for record in res.history:
+            assert record["lambda"] == [] and record["c"] == [] and record["V"] == record["V_exact"] == 0.0
+        assert res.info["multipliers"] == [] and res.info["row_names"] == [] and res.info["c_exact"] == []
+        assert res.info["feasible"] and res.info["violation"] == 0.0 and res.info["unmet_rows"] == []
+        assert res.status == "max_epochs" and len(res.history) == len(ref.history)
+        # the returned model is the epoch-end iterate with the lowest loss on all rows: here,
+        # with the loss still decreasing, the last one, which is Penalty's model bit for bit
+        assert res.info["returned_iteration"] == len(res.history)
+        for a, b in zip(lagrangian.parameters(), plain.parameters()):
+            assert torch.equal(a, b)
+        assert res.converged == (res.info["stationarity"] <= LagrangianDual().tol)

@@ -15,7 +15,7 @@ from scipy.spatial.distance import jensenshannon
 from scipy.stats import entropy, poisson
 from sklearn.metrics import accuracy_score, brier_score_loss, mean_poisson_deviance, mean_squared_error, r2_score
 
-from fairopt.exceptions import FairnessWarning
+from fairopt.exceptions import FairnessWarning, UndefinedMeasureWarning
 from fairopt.measures import (
     accuracy,
     bin_equal_width,
@@ -247,10 +247,29 @@ class TestGroupMeasures:
             assert a == pytest.approx(b, abs=1e-12)
 
     def test_zero_rate_conventions(self):
-        assert disparate_impact([0, 0, 0, 0], [0, 0, 1, 1]) == 1.0
+        # 0/0 (no group has a positive prediction) used to read 1.0, "perfectly fair": it is
+        # undefined, so NaN with a warning naming the measure (tested in test_zero_over_zero_*)
+        with pytest.warns(UndefinedMeasureWarning, match="^disparate_impact: no group has positive predictions"):
+            assert math.isnan(disparate_impact([0, 0, 0, 0], [0, 0, 1, 1]))
         assert disparate_impact([0, 0, 1, 0], [0, 0, 1, 1]) == 0.0
         assert dp_difference([0, 0, 0, 0], [0, 0, 1, 1]) == 0.0
         assert disparate_impact([1, 1, 1, 1], [0, 0, 1, 1]) == 1.0
+
+    def test_zero_over_zero_ratios_are_nan_with_a_warning(self):
+        """Regression: disparate and equal impact of predictions without a positive (0/0)
+        were 1.0; they are NaN, with an UndefinedMeasureWarning (a FairnessWarning) that
+        names the measure and says that no group has positive predictions."""
+        with pytest.warns(FairnessWarning) as caught:
+            di = disparate_impact(np.zeros(6), ["a", "b", "c", "a", "b", "c"])
+            ei = equal_impact([0, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 1])  # positives only where y = 0
+        assert math.isnan(di) and math.isnan(ei)
+        messages = [str(w.message) for w in caught]
+        assert all(w.category is UndefinedMeasureWarning for w in caught) and len(messages) == 2
+        assert messages[0].startswith("disparate_impact: no group has positive predictions")
+        assert messages[1].startswith("equal_impact: no group has positive predictions among its rows with y_true = 1")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # defined ratios do not warn
+            assert equal_impact([1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 1, 1]) == 0.0
 
     def test_labels_any_hashable(self):
         rates = group_rates([1, 0, 1, 1], pd.Series(["x", "y", "y", "x"], dtype="category"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import joblib
@@ -184,3 +185,32 @@ def test_a_repeated_seed_is_trained_once_and_reported_twice(adult, tmp_path):
     table = compare(counter, adult, {"sqp": [0.8]}, seeds=[0, 0], results_path=tmp_path / "sweep.csv")
     assert len(counter.fits()) == 1 and len(table) == 4
     pd.testing.assert_frame_equal(table.iloc[:2].reset_index(drop=True), table.iloc[2:].reset_index(drop=True))
+
+
+def test_a_non_numeric_metric_cell_refuses_to_resume(adult, tmp_path):
+    """Regression: a results file with text in a metric column was resumed silently (the
+    column came back as text). The sweep now refuses, naming the file, the line, the run
+    key and the column."""
+    path, log = tmp_path / "sweep.csv", tmp_path / "fits.log"
+    method = _CountingMethod(log)
+    table = compare(method, adult, GRID, seeds=[0], results_path=path)
+    assert table["degenerate"].isin([0.0, 1.0]).all()  # evaluate()'s flag, as a number
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[3].split(",")  # the second run's train row
+    key = cells[header.index(KEY_COLUMN)]
+    cells[header.index("accuracy")] = "0.8x"
+    lines[3] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    message = (f"results_path: '{path}' line 4 (run '{key}') has the value '0.8x' in column 'accuracy', "
+               "which holds numbers")
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        compare(method, adult, GRID, seeds=[0], results_path=path)
+    assert len(method.fits()) == 2  # nothing was trained again
+    # a number written as text ("nan", "inf") is still a number
+    cells[header.index("accuracy")] = "nan"
+    lines[3] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    resumed = compare(method, adult, GRID, seeds=[0], results_path=path)
+    assert resumed["accuracy"].dtype == np.float64 and resumed["accuracy"].isna().sum() == 1
+    assert len(method.fits()) == 2

@@ -105,8 +105,27 @@ class TightenedConstraint(BaseConstraint):
     def target_encoding(self, batch: Any) -> Any:
         return self.constraint.target_encoding(batch)
 
-    def get_params(self) -> dict:
-        return self.constraint.get_params()
+    def get_params(self, deep: bool = True) -> dict:
+        """The original constraint's parameters (the margin is not one of them)."""
+        return self.constraint.get_params(deep=deep)
+
+    def set_params(self, **params: Any) -> "TightenedConstraint":
+        """Change the original constraint's parameters; the margin is applied again to the
+        rebuilt bounds (now, or at the next :meth:`setup`)."""
+        self.constraint.set_params(**params)
+        self.name = getattr(self.constraint, "name", self.name)
+        self._tight = None
+        if bounds_ready(self.constraint):
+            self._apply()
+        return self
+
+    def __sklearn_clone__(self) -> "TightenedConstraint":
+        """:func:`sklearn.base.clone`: the clone of the original under the same margin."""
+        inner = getattr(self.constraint, "__sklearn_clone__", None)
+        if not callable(inner):  # an original without the protocol: a copy as it is
+            return fresh_copy(self)
+        margin = self.margin.clone() if isinstance(self.margin, torch.Tensor) else self.margin
+        return TightenedConstraint(inner(), margin)
 
     def __getattr__(self, name: str) -> Any:
         # only called for attributes not found normally: partial_sums, from_sums, _cache, ...

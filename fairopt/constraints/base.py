@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -57,6 +58,51 @@ class BaseConstraint:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({params})"
 
-    def get_params(self) -> dict:
-        """Constructor parameters (for repr, specs and persistence)."""
+    # ------------------------------------------------------------------ parameters
+    # The scikit-learn parameter protocol, so that an estimator holding constraint objects
+    # can be cloned (GridSearchCV, cross_val_score, every meta-estimator) and their
+    # parameters set as nested parameters. A subclass stores its constructor arguments,
+    # under the constructor's names, in ``self._params``.
+
+    def get_params(self, deep: bool = True) -> dict:
+        """Constructor parameters (for repr, specs, persistence and scikit-learn).
+
+        Parameters
+        ----------
+        deep : bool, default True
+            Accepted for the scikit-learn protocol; a constraint holds no nested
+            estimators, so the table is the same either way.
+        """
         return dict(getattr(self, "_params", {}))
+
+    def set_params(self, **params: Any) -> "BaseConstraint":
+        """Change constructor parameters in place; returns ``self``.
+
+        The constraint becomes ``type(self)(**{**self.get_params(), **params})``: the new
+        values are validated as by the constructor (nothing changes on an error) and the
+        data-dependent state of :meth:`setup` is dropped (engines set a constraint up
+        before training).
+
+        Raises
+        ------
+        ValueError
+            A name that is not a constructor parameter, or an invalid value.
+        """
+        if not params:
+            return self
+        current = self.get_params(deep=False)
+        unknown = sorted(set(params) - set(current))
+        if unknown:
+            raise ValueError(f"set_params: {type(self).__name__} has no parameter(s) {unknown}; "
+                             f"its parameters are {sorted(current)}")
+        fresh = type(self)(**{**current, **params})
+        self.__dict__.clear()
+        self.__dict__.update(fresh.__dict__)
+        return self
+
+    def __sklearn_clone__(self) -> "BaseConstraint":
+        """:func:`sklearn.base.clone`: a new constraint, not set up, built from deep copies
+        of the constructor parameters (a subclass that declares none is deep-copied)."""
+        if "_params" not in vars(self):
+            return copy.deepcopy(self)
+        return type(self)(**{k: copy.deepcopy(v) for k, v in self.get_params(deep=False).items()})

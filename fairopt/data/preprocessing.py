@@ -22,11 +22,16 @@ class Preprocessor:
 
     Numeric columns are standardised, :math:`z = (x - \mu_{train}) / \sigma_{train}` with the
     population standard deviation (``ddof=0``); a constant column gets
-    :math:`\sigma = 1` (it becomes all zeros). Categorical columns are one-hot encoded with
-    one indicator per level seen at :meth:`fit` (levels sorted; category dtype keeps its
-    order). A level not seen at fit time is encoded as an all-zero one-hot row and logged
-    at WARNING level. Output columns follow the order of ``columns``; a categorical column
-    expands in place into ``"column=level"`` indicators.
+    :math:`\sigma = 1` (it becomes all zeros). The statistics are computed on each column
+    divided by a power of two near its largest magnitude (exact for ordinary values, and no
+    overflow or underflow for values such as ``1e300`` or ``1e-300``). A value whose encoding
+    does not fit the float32 model inputs (beyond about ``3.4e38`` after standardisation, or
+    as given with ``standardize=False``) is a ValueError naming the column, the row and the
+    value. Categorical columns are one-hot encoded with one indicator per level seen at
+    :meth:`fit` (levels sorted; category dtype keeps its order). A level not seen at fit
+    time is encoded as an all-zero one-hot row and logged at WARNING level. Output columns
+    follow the order of ``columns``; a categorical column expands in place into
+    ``"column=level"`` indicators.
 
     Parameters
     ----------
@@ -112,11 +117,22 @@ class Preprocessor:
         if not self.standardize:
             ones = [1.0] * len(self.numeric_)
             return dict(zip(self.numeric_, [0.0] * len(self.numeric_))), dict(zip(self.numeric_, ones))
-        means = values.mean(axis=0)
-        scales = values.std(axis=0)
+        # Squaring 1e300 overflows and squaring 1e-300 underflows: divide each column by a power
+        # of two near its largest magnitude first. The division and the product back are exact
+        # (no rounding), so ordinary columns get bit-for-bit the plain mean and deviation.
+        _, exponents = np.frexp(np.abs(values).max(axis=0))
+        units = np.ldexp(1.0, exponents - 1)  # 2**(e-1) <= max |x| < 2**e: scaled values in (-2, 2)
+        unit_values = values / units
+        means = unit_values.mean(axis=0) * units
+        scales = unit_values.std(axis=0) * units
         constant = (values == values[0]).all(axis=0)
         means[constant] = values[0, constant]  # exact: a constant column maps to 0
         scales[constant] = 1.0
+        unusable = ~(np.isfinite(means) & np.isfinite(scales) & (scales > 0))
+        if unusable.any():
+            column = self.numeric_[int(np.flatnonzero(unusable)[0])]
+            raise ValueError(f"df: column {column!r} cannot be standardised (mean {float(means[unusable][0])!r}, "
+                             f"standard deviation {float(scales[unusable][0])!r}); rescale it before building FairData")
         return dict(zip(self.numeric_, means.tolist())), dict(zip(self.numeric_, scales.tolist()))
 
     # -- transforming --------------------------------------------------------------------
@@ -147,11 +163,36 @@ class Preprocessor:
                 numeric_positions.append(offset)
                 offset += 1
         if numeric_positions:
-            values = df[self.numeric_].to_numpy(dtype=np.float64)
-            means = np.array([self.means_[c] for c in self.numeric_])
-            scales = np.array([self.scales_[c] for c in self.numeric_])
-            out[:, numeric_positions] = (values - means) / scales
+            out[:, numeric_positions] = self._standardised(df)
         return out, list(self.feature_names_)
+
+    def _standardised(self, df: pd.DataFrame) -> np.ndarray:
+        """``(x - mean) / scale`` of the numeric columns, float64, checked to fit float32.
+
+        A ValueError names the first column, row and value whose encoding is beyond the
+        float32 range (it would become inf, or 0 after a division by inf).
+        """
+        values = df[self.numeric_].to_numpy(dtype=np.float64)
+        means = np.array([self.means_[c] for c in self.numeric_])
+        scales = np.array([self.scales_[c] for c in self.numeric_])
+        with np.errstate(over="ignore", invalid="ignore"):
+            z = (values - means) / scales
+            overflow = ~np.isfinite(z)  # x - mean beyond float64 (e.g. 1.7e308 - (-1.7e308))
+            if overflow.any():
+                z[overflow] = (values / scales - means / scales)[overflow]
+        too_large = ~(np.abs(z) <= np.finfo(np.float32).max)
+        if too_large.any():
+            row, j = (int(k[0]) for k in np.nonzero(too_large))
+            column, label = self.numeric_[j], df.index[row]
+            label = label.item() if hasattr(label, "item") else label
+            what = ("standardised with the training mean {:.6g} and standard deviation {:.6g}, it is {:.6g}"
+                    .format(means[j], scales[j], z[row, j]) if self.standardize else "passed through unscaled")
+            raise ValueError(
+                f"df: column {column!r} has the value {float(values[row, j])!r} at index {label!r}; {what}, beyond "
+                f"the float32 range of the model inputs (about 3.4e38). Rescale the column (e.g. log or "
+                f"divide by a constant) or drop the row"
+            )
+        return z
 
     def _one_hot_into(self, out: np.ndarray, offset: int, column: str, series: pd.Series) -> None:
         """Write the indicators of ``column`` into ``out[:, offset:offset+K]`` (zeros if unseen)."""

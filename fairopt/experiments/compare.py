@@ -119,10 +119,11 @@ def _grid_values(grid: Mapping[str, Sequence[float]] | None, methods: list[Metho
 
 
 def _scalar_metrics(results: Mapping[str, Any]) -> dict[str, float]:
-    """The scalar entries of an evaluate() dict: measures and the total ``violation``
-    (per-constraint row lists and per-constraint violations are left out)."""
-    return {k: v for k, v in results.items()
-            if not isinstance(v, (list, tuple)) and not k.endswith(".violation")}
+    """The scalar entries of an evaluate() dict: measures, ``degenerate`` (as 1.0 or 0.0) and
+    the total ``violation`` (per-constraint row lists, per-constraint violations and the
+    text ``notes`` are left out)."""
+    return {k: float(v) if isinstance(v, bool) else v for k, v in results.items()
+            if not isinstance(v, (list, tuple, Mapping)) and not k.endswith(".violation")}
 
 
 def _rows_for(method: Method, value: Any, seed: int, fold: int, fitted: Fitted, parts: dict, threshold: float,
@@ -211,7 +212,8 @@ def compare(
         seed, split), so it equals that of an uninterrupted sweep (the skipped runs keep
         their saved ``time``). The key does not cover method options or the data: use a new
         file when those change. Rows of runs outside the requested grid stay in the file
-        but are not returned.
+        but are not returned. A file whose number columns hold a non-numeric cell is refused
+        with a ValueError naming the file, the line, the run key and the column.
     torch_threads : int, optional
         ``torch.set_num_threads`` inside each run (restored afterwards); default: unchanged.
         Thread counts differ between the calling process and joblib workers and can change
@@ -227,9 +229,11 @@ def compare(
         ``rps``; regression: ``r2``, ``mse``; Poisson: ``deviance``, ``rps``), the exact
         fairness measures of :func:`fairopt.evaluate` (``di_ratio``, ``dp_difference`` and
         their per-feature ``di_ratio[f]``, ``dp_difference[f]``, ``uf``,
-        ``js_divergence``), the ``extra_metrics``, ``violation`` (exact total violation of
-        the method's own constraints, NaN if it has none), ``time`` (training seconds) and
-        ``status``.
+        ``js_divergence``; ``di_ratio`` is NaN when no group has a positive prediction),
+        ``degenerate`` (1.0 when the model predicts the same for every row of the part,
+        else 0.0; see :func:`fairopt.evaluation.constant_predictions`), the ``extra_metrics``,
+        ``violation`` (exact total violation of the method's own constraints, NaN if it has
+        none), ``time`` (training seconds) and ``status``.
     """
     methods = _check_methods(methods)
     values = _grid_values(grid, methods)
@@ -240,7 +244,8 @@ def compare(
     if not seeds or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in seeds):
         raise ValueError(f"seeds: expected a non-empty sequence of integers, got {seeds!r}")
     n_jobs, torch_threads = check_n_jobs(n_jobs), check_threads(torch_threads)
-    store = ResultStore(results_path, rows_per_run=2, text_columns=TEXT_COLUMNS) if results_path is not None else None
+    store = (ResultStore(results_path, rows_per_run=2, text_columns=TEXT_COLUMNS, check_numbers=True)
+             if results_path is not None else None)
     settings = {"folds": folds, "split_seed": split_seed, "test_size": test_size, "threshold": threshold}
     runs = _plan(methods, values, seeds, split_data(data, folds, test_size, split_seed), settings)
     finished = store.load() if store is not None else {}

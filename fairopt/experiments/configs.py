@@ -505,8 +505,6 @@ def run_train(options: Mapping[str, Any], out: str | Path) -> dict:
     else:
         if penalty_specs:
             raise ValueError(f"penalty: only method 'penalty' takes penalties, not {method_kind!r}")
-        if method_kind == "lagrangian" and not built:
-            raise ValueError("constraint: method 'lagrangian' needs at least one --constraint")
         method = _METHOD_CLASSES[method_kind](lambda _value: built, model=model, **engine)
         value = 1.0 if built else None
     fitted = method.fit(train, value=value, seed=int(opts.get("seed", 0)))

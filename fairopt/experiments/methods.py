@@ -232,21 +232,15 @@ class LagrangianMethod(_ConstrainedMethod):
     """Lagrangian dual (SBR) training with constraints ``constraint(value)``.
 
     Parameters as in :class:`SQPMethod` (default name ``"lagrangian"``); ``engine_options``
-    go to :class:`solvers.lagrangian.LagrangianDual`. A value is required (there is nothing
-    to dualise without constraints: use ``SQPMethod(None)`` or ``PenaltyMethod`` with value
-    0 for an unconstrained baseline).
+    go to :class:`solvers.lagrangian.LagrangianDual`. Without constraints (value None, or
+    a builder that returns none) the engine trains the loss alone, like the penalty method
+    with no penalty.
     """
 
     default_name = "lagrangian"
 
     def _engine(self, value: float | None, seed: int) -> LagrangianDual:
         return LagrangianDual(**{**self.engine_options, "seed": seed})
-
-    def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
-        constraints = self.constraints_for(value)
-        if not constraints:
-            raise ValueError(f"value: {self.name!r} needs a hyper-parameter value that builds constraints, got {value!r}")
-        return engine.fit(model, train, loss=loss, constraints=constraints), constraints
 
 
 class PenaltyMethod(_EngineMethod):

@@ -113,6 +113,10 @@ class ResultStore:
     as its workers return them; two sweeps must not share a file concurrently. Floats are
     parsed exactly (``float_precision="round_trip"`` before pandas 3): every value read back
     is the float that was written (only an empty field is missing: a text "None" stays text).
+    With ``check_numbers=True`` every column other than the key and ``text_columns`` holds
+    numbers: a cell there that is not a number (a hand edit, a file written by another tool)
+    is a ValueError naming the file, the line, the run key and the column, so a sweep never
+    resumes from a damaged row.
 
     Parameters
     ----------
@@ -122,9 +126,13 @@ class ResultStore:
         Rows that make up one complete run.
     text_columns : sequence of str
         Columns of text that may be None throughout (read back as None, not as a float NaN).
+    check_numbers : bool, default False
+        Whether all the other columns (but the key) must hold numbers (numbers written as
+        text, such as ``nan``, are read as floats).
     """
 
-    def __init__(self, path: str | os.PathLike, rows_per_run: int, text_columns: Sequence[str] = ()) -> None:
+    def __init__(self, path: str | os.PathLike, rows_per_run: int, text_columns: Sequence[str] = (),
+                 check_numbers: bool = False) -> None:
         path = Path(path)
         if not path.parent.is_dir():
             raise ValueError(f"results_path: folder {str(path.parent)!r} of {str(path)!r} does not exist")
@@ -135,6 +143,7 @@ class ResultStore:
         self.path = path
         self.rows_per_run = rows_per_run
         self.text_columns = tuple(text_columns)
+        self.check_numbers = bool(check_numbers)
 
     def _read(self) -> pd.DataFrame:
         if not self.path.exists() or self.path.stat().st_size == 0:
@@ -153,7 +162,31 @@ class ResultStore:
         for column in self.text_columns:  # a text column with no text (all None) is not a float column
             if column in frame.columns and frame[column].isna().all():
                 frame[column] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
+        if self.check_numbers:
+            self._require_numbers(frame)
         return frame
+
+    def _require_numbers(self, frame: pd.DataFrame) -> None:
+        """Refuse a file whose number columns hold text; make such a column float when all
+        its cells are numbers written as text (e.g. ``nan``)."""
+        for column in frame.columns:
+            if column == KEY_COLUMN or column in self.text_columns or pd.api.types.is_numeric_dtype(frame[column]):
+                continue
+            cells = frame[column]
+            for position, cell in enumerate(cells.tolist()):
+                if pd.isna(cell) or isinstance(cell, (int, float)):
+                    continue
+                try:
+                    float(str(cell))
+                except ValueError:
+                    key = frame[KEY_COLUMN].iloc[position]
+                    raise ValueError(
+                        f"results_path: {str(self.path)!r} line {position + 2} (run {key!r}) has the value "
+                        f"{cell!r} in column {column!r}, which holds numbers; the file is damaged or was not "
+                        "written by this sweep. Correct or delete that run's rows (or use a new file)"
+                    ) from None
+            frame[column] = pd.Series([float(v) if not pd.isna(v) else float("nan") for v in cells.tolist()],
+                                      index=frame.index, dtype=float)
 
     def load(self) -> dict[str, pd.DataFrame]:
         """The complete runs in the file, ``key -> its rows`` (in file order); repairs the file."""

@@ -2,7 +2,8 @@
 
 Realised fairness is measured group to group on hard 0/1 predictions: with ``P_g = P(yhat = 1 | S = g)`` the positive rate of group ``g``,
 
-- disparate impact ``DI = min_g P_g / max_g P_g`` (``= min(P_0/P_1, P_1/P_0)`` for binary S),
+- disparate impact ``DI = min_g P_g / max_g P_g`` (``= min(P_0/P_1, P_1/P_0)`` for binary S;
+  NaN with an :class:`~fairopt.exceptions.UndefinedMeasureWarning` when every ``P_g`` is 0),
 - demographic-parity difference ``max_g P_g - min_g P_g``,
 - equal impact: DI on the rows with ``y = 1``,
 - equalised odds: the largest between-group rate gap among rows with ``y = 0`` and ``y = 1``.
@@ -19,6 +20,7 @@ differentiable per-group sums :func:`group_sums`.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Hashable, Sequence
 
 import numpy as np
@@ -26,6 +28,7 @@ import pandas as pd
 import torch
 
 from fairopt._validation import as_1d_tensor, check_binary, check_same_length, to_numpy
+from fairopt.exceptions import UndefinedMeasureWarning
 from fairopt.measures.performance import float_vector
 
 __all__ = [
@@ -228,13 +231,35 @@ def _rates(values: torch.Tensor, codes: torch.Tensor, labels: np.ndarray, rows: 
 
 
 def ratio_of_extremes(rates: torch.Tensor | np.ndarray) -> float:
-    """``min(rates) / max(rates)``: 1.0 when all rates are 0 (nothing to compare).
+    """``min(rates) / max(rates)``: NaN when all rates are 0 (0/0: nothing to compare).
 
-    A zero rate next to a positive one gives 0.0. Meaningful for non-negative rates.
+    A zero rate next to a positive one gives 0.0. Meaningful for non-negative rates. The
+    callers warn about the NaN (:func:`warn_undefined_ratio`).
     """
     r = np.asarray(to_numpy(rates), dtype=float)
     hi, lo = float(r.max()), float(r.min())
-    return 1.0 if hi == 0.0 else lo / hi
+    return float("nan") if hi == 0.0 else lo / hi
+
+
+def undefined_ratio_reason(what: str = "positive predictions") -> str:
+    """Why a ratio measure is NaN when every group rate is 0 (``what``: what no group has)."""
+    return f"no group has {what} (every group rate is 0, the ratio is 0/0): undefined, not perfectly fair"
+
+
+def undefined_ratio_message(measure: str, what: str = "positive predictions") -> str:
+    """The text of the :class:`~fairopt.exceptions.UndefinedMeasureWarning` of the ratio
+    measure ``measure`` when every group rate is 0 (``what``: what no group has)."""
+    return (f"{measure}: {undefined_ratio_reason(what)}. It is returned as NaN. Check whether the model is "
+            "degenerate (the same prediction for every row).")
+
+
+def warn_undefined_ratio(value: float, measure: str, what: str = "positive predictions",
+                         stacklevel: int = 3) -> float:
+    """``value``, after an :class:`~fairopt.exceptions.UndefinedMeasureWarning` when it is
+    the NaN of a 0/0 ratio (:func:`ratio_of_extremes`)."""
+    if value != value:  # NaN
+        warnings.warn(undefined_ratio_message(measure, what), UndefinedMeasureWarning, stacklevel=stacklevel)
+    return value
 
 
 def _spread(rates: torch.Tensor) -> float:
@@ -290,9 +315,12 @@ def disparate_impact(pred: Any, sensitive: Any) -> float:
     """Disparate impact ``DI = min_g P(yhat=1 | g) / max_g P(yhat=1 | g)``.
 
     For binary ``S`` this is ``min(P_0/P_1, P_1/P_0)`` ([SQP] eq. 5 realised on hard
-    predictions). Conventions: when every group has rate 0 the groups are treated
-    identically and ``DI = 1.0``; when some group has rate 0 and another a positive rate,
-    ``DI = 0.0``.
+    predictions). Conventions: when some group has rate 0 and another a positive rate,
+    ``DI = 0.0``; when every group has rate 0 (no positive prediction at all) the ratio is
+    0/0: ``DI`` is NaN and an :class:`~fairopt.exceptions.UndefinedMeasureWarning` (a
+    :class:`~fairopt.exceptions.FairnessWarning`) names the measure and says that no group
+    has positive predictions. Such predictions are not "perfectly fair": a model that never
+    predicts the positive class is degenerate.
 
     Parameters
     ----------
@@ -304,11 +332,16 @@ def disparate_impact(pred: Any, sensitive: Any) -> float:
     Returns
     -------
     float
-        In [0, 1]; 1 is perfect parity.
+        In [0, 1]; 1 is perfect parity. NaN when no group has a positive prediction.
+
+    Warns
+    -----
+    UndefinedMeasureWarning
+        When the value is NaN (0/0).
     """
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
-    return ratio_of_extremes(_rates(p, codes, labels))
+    return warn_undefined_ratio(ratio_of_extremes(_rates(p, codes, labels)), "disparate_impact")
 
 
 def dp_difference(pred: Any, sensitive: Any) -> float:
@@ -335,7 +368,9 @@ def equal_impact(pred: Any, sensitive: Any, y_true: Any) -> float:
     """Equal impact: disparate impact on the rows with ``y_true = 1``.
 
     ``EI = min_g P(yhat=1 | g, y=1) / max_g P(yhat=1 | g, y=1)``: the ratio of the groups'
-    true-positive rates, with the zero-rate conventions of :func:`disparate_impact`.
+    true-positive rates, with the zero-rate conventions of :func:`disparate_impact`: NaN
+    with an :class:`~fairopt.exceptions.UndefinedMeasureWarning` when no group has a
+    positive prediction among its rows with ``y_true = 1`` (0/0).
 
     Parameters
     ----------
@@ -349,12 +384,18 @@ def equal_impact(pred: Any, sensitive: Any, y_true: Any) -> float:
     Returns
     -------
     float
-        In [0, 1].
+        In [0, 1]; NaN when no group has a positive prediction among its ``y_true = 1`` rows.
+
+    Warns
+    -----
+    UndefinedMeasureWarning
+        When the value is NaN (0/0).
     """
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
     y = _binary_target(y_true, p.numel())
-    return ratio_of_extremes(_rates(p, codes, labels, y == 1, "y_true = 1"))
+    return warn_undefined_ratio(ratio_of_extremes(_rates(p, codes, labels, y == 1, "y_true = 1")), "equal_impact",
+                                "positive predictions among its rows with y_true = 1")
 
 
 def equalised_odds(pred: Any, sensitive: Any, y_true: Any, return_parts: bool = False) -> float | tuple[float, dict[int, float]]:

@@ -330,7 +330,8 @@ class StochasticSQP:
         Parameters
         ----------
         model : torch.nn.Module
-            Maps ``data.X`` (n, p) to one output per row (n,).
+            Maps ``data.X`` (n, p) to one output per row, (n,) or (n, 1) (a single-output
+            module such as ``torch.nn.Linear(p, 1)``; squeezed to (n,)).
         data : Dataset
             Training rows (``X``, ``y``, ``__len__``, ``subset``; ``strata`` for balanced
             constraint batches), e.g. a :class:`fairopt.FairData`.

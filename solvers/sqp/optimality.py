@@ -11,7 +11,7 @@ import torch
 
 from solvers.derivatives import Derivatives
 from solvers.outcome import BestIterate
-from solvers.problem import row_violations, violation
+from solvers.problem import model_outputs, row_violations, violation
 from solvers.qp import diagonal_qp
 from solvers.sums import exact_in_chunks
 
@@ -85,7 +85,7 @@ def evaluate_all(model: torch.nn.Module, loss_fn: Callable, cons: Any, data: Any
         if chunked is not None:
             return chunked
     with torch.no_grad():
-        out = model(data.X).reshape(-1)
+        out = model_outputs(model, data)
         f = float(loss_fn(out, data))
         c = cons.exact(out, data).reshape(-1).to(torch.float64) if cons.n_rows else None
     return f, c
