@@ -63,7 +63,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
-from fairopt._validation import check_choice, check_flag, check_seed, positive_float, to_numpy
+from fairopt._validation import check_choice, check_flag, check_seed, positive_float
 from fairopt.data import FairData
 from fairopt.diagnostics import (constant_fit, constraint_messages, iteration_records, poor_fit,
                                  pretraining_violations, relaxed_steps)
@@ -72,7 +72,9 @@ from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from fairopt.held_out import (certificates, certified_sequence, check_held_out_parameters, constraint_margins,
                               held_out_statements, tightened, validation_split)
-from fairopt.specs import resolve_constraints, spec_list
+from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
+from fairopt.inputs import sensitive_columns  # re-exported: the old path fairopt.estimators.sensitive_columns
+from fairopt.specs import resolve_constraints
 from fairopt.training import (ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions, float64_outputs,
                               release_batch_caches, train, with_sqp_surrogates)
 from solvers.history import FitResult
@@ -90,73 +92,6 @@ __all__ = ["FairClassifier", "FairRegressor", "METHODS", "sensitive_columns"]
 #: The held-out certificates ``fit`` computes (:func:`fairopt.held_out.certificates`),
 #: looked up in this module when ``fit`` runs, so that a test can replace them.
 _certificates = certificates
-
-
-# --------------------------------------------------------------------------------------
-# sensitive features
-# --------------------------------------------------------------------------------------
-def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None) -> dict[str, np.ndarray]:
-    """The sensitive features as ``{name: 1-D array}``, checked against ``n_rows``.
-
-    Parameters
-    ----------
-    sensitive_features : None, DataFrame, Series, dict name -> array, or array (n,) / (n, k)
-        ``None`` gives ``{}``. Names come from the DataFrame columns, the Series name, the
-        dict keys, or for arrays ``"sensitive"`` (1-D) and ``"sensitive_0"`` ..
-        ``"sensitive_{k-1}"`` (2-D).
-    n_rows : int
-        Rows of ``X``; every column must have this length.
-    names : str or list of str, optional
-        Names that replace the natural ones, in column order (one per column).
-
-    Raises
-    ------
-    ValueError
-        A column of another length, arrays of more than 2 dimensions, names that do not
-        match the number of columns, duplicate names.
-    """
-    if sensitive_features is None:
-        return {}
-    natural, columns = _named_columns(sensitive_features)
-    if names is not None:
-        given = [names] if isinstance(names, str) else list(names)
-        if len(given) != len(columns) or not all(isinstance(n, str) and n for n in given):
-            raise ValueError(f"sensitive_names: expected {len(columns)} non-empty name(s) for the sensitive "
-                             f"features {natural}, got {names!r}")
-        natural = given
-    if len(set(natural)) != len(natural):
-        raise ValueError(f"sensitive_features: duplicate names {natural}")
-    for name, column in zip(natural, columns):
-        if column.ndim != 1 or column.shape[0] != n_rows:
-            raise ValueError(f"sensitive_features: {name!r} has shape {column.shape}; expected ({n_rows},), "
-                             "one value per row of X")
-    return dict(zip(natural, columns))
-
-
-def _named_columns(sensitive_features: Any) -> tuple[list[str], list[np.ndarray]]:
-    """Natural names and 1-D columns of any accepted sensitive-feature container."""
-    if isinstance(sensitive_features, pd.DataFrame):
-        names = [str(c) for c in sensitive_features.columns]
-        return names, [sensitive_features.iloc[:, j].to_numpy() for j in range(sensitive_features.shape[1])]
-    if isinstance(sensitive_features, pd.Series):
-        name = sensitive_features.name
-        return [str(name) if name is not None else "sensitive"], [sensitive_features.to_numpy()]
-    if isinstance(sensitive_features, Mapping):
-        return [str(k) for k in sensitive_features], [_column(v) for v in sensitive_features.values()]
-    array = to_numpy(sensitive_features)
-    if array.ndim == 1:
-        return ["sensitive"], [array]
-    if array.ndim == 2:
-        k = array.shape[1]
-        names = ["sensitive"] if k == 1 else [f"sensitive_{j}" for j in range(k)]
-        return names, [array[:, j] for j in range(k)]
-    raise ValueError(f"sensitive_features: expected a 1-D or 2-D array, got shape {array.shape}")
-
-
-def _column(values: Any) -> np.ndarray:
-    """A numpy column; an (n, 1) array is flattened (other shapes are checked later)."""
-    array = to_numpy(values)
-    return array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
 
 
 # --------------------------------------------------------------------------------------
@@ -241,11 +176,8 @@ class _FairEstimator(BaseEstimator):
         ``constraints__<name>`` (scikit-learn's own nesting).
         """
         params = super().get_params(deep=deep)
-        items = _constraint_items(self.constraints) if deep else None
-        for i, item in enumerate(items or ()):
-            params[f"constraints__{i}"] = item
-            if hasattr(item, "get_params") and not isinstance(item, type):
-                params.update((f"constraints__{i}__{k}", v) for k, v in item.get_params(deep=True).items())
+        if deep:
+            params.update(nested_constraint_params(self.constraints))
         return params
 
     def set_params(self, **params: Any) -> "_FairEstimator":
@@ -257,34 +189,14 @@ class _FairEstimator(BaseEstimator):
         constraint object at ``i`` (its ``set_params``, in place, as scikit-learn sets the
         parameters of a nested estimator). ``constraints`` itself, if given, is set first.
         """
-        indexed = {k: v for k, v in params.items() if _constraint_index(k) is not None}
+        indexed = {k: v for k, v in params.items() if constraint_index(k) is not None}
         rest = {k: v for k, v in params.items() if k not in indexed}
         if "constraints" in rest:
             super().set_params(constraints=rest.pop("constraints"))
         if rest:
             super().set_params(**rest)
-        if not indexed:
-            return self
-        items = _constraint_items(self.constraints)
-        if items is None:
-            raise ValueError(f"set_params: {sorted(indexed)} index a list of constraints, but constraints is "
-                             f"{self.constraints!r}")
-        items = list(items)
-        nested: dict[int, dict] = {}
-        for key, value in indexed.items():
-            i, name = _constraint_index(key)
-            if i >= len(items):
-                raise ValueError(f"set_params: {key!r} indexes constraint {i}, but there are {len(items)}")
-            if name is None:
-                items[i] = value
-            else:
-                nested.setdefault(i, {})[name] = value
-        for i, values in nested.items():
-            if not callable(getattr(items[i], "set_params", None)):
-                raise ValueError(f"set_params: constraint {i} ({items[i]!r}) is a spec without parameters of its "
-                                 f"own; replace it whole with constraints__{i}=... or give a constraint object")
-            items[i].set_params(**values)
-        self.constraints = tuple(items) if isinstance(self.constraints, tuple) else items
+        if indexed:
+            self.constraints = with_constraint_params(self.constraints, indexed)
         return self
 
     # ------------------------------------------------------------------ fit
@@ -707,23 +619,6 @@ class FairRegressor(RegressorMixin, _FairEstimator):
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
-def _constraint_items(constraints: Any) -> list | None:
-    """The elements of ``constraints`` when it is a list (or tuple) of specs; None for
-    None or a single spec (a tuple whose first element is a string is one spec)."""
-    if not isinstance(constraints, (list, tuple)):
-        return None
-    specs = spec_list(constraints)
-    return None if len(specs) == 1 and specs[0] is constraints else specs
-
-
-def _constraint_index(key: str) -> tuple[int, str | None] | None:
-    """``constraints__<i>[__<name>]`` -> ``(i, name or None)``; None for any other key."""
-    parts = key.split("__", 2)
-    if len(parts) < 2 or parts[0] != "constraints" or not parts[1].isdigit():
-        return None
-    return int(parts[1]), (parts[2] if len(parts) == 3 else None)
-
-
 def _internal_names(p: int) -> list[str]:
     """Column names of ``X`` inside the FairData (user names live in ``feature_names_in_``)."""
     return [f"x{j}" for j in range(p)]

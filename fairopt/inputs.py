@@ -1,0 +1,78 @@
+"""The estimators' sensitive features in every accepted form (DataFrame, Series, dict,
+array), named and checked against the rows of ``X``: :func:`sensitive_columns`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fairopt._validation import to_numpy
+
+__all__ = ["sensitive_columns"]
+
+
+def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None) -> dict[str, np.ndarray]:
+    """The sensitive features as ``{name: 1-D array}``, checked against ``n_rows``.
+
+    Parameters
+    ----------
+    sensitive_features : None, DataFrame, Series, dict name -> array, or array (n,) / (n, k)
+        ``None`` gives ``{}``. Names come from the DataFrame columns, the Series name, the
+        dict keys, or for arrays ``"sensitive"`` (1-D) and ``"sensitive_0"`` ..
+        ``"sensitive_{k-1}"`` (2-D).
+    n_rows : int
+        Rows of ``X``; every column must have this length.
+    names : str or list of str, optional
+        Names that replace the natural ones, in column order (one per column).
+
+    Raises
+    ------
+    ValueError
+        A column of another length, arrays of more than 2 dimensions, names that do not
+        match the number of columns, duplicate names.
+    """
+    if sensitive_features is None:
+        return {}
+    natural, columns = _named_columns(sensitive_features)
+    if names is not None:
+        given = [names] if isinstance(names, str) else list(names)
+        if len(given) != len(columns) or not all(isinstance(n, str) and n for n in given):
+            raise ValueError(f"sensitive_names: expected {len(columns)} non-empty name(s) for the sensitive "
+                             f"features {natural}, got {names!r}")
+        natural = given
+    if len(set(natural)) != len(natural):
+        raise ValueError(f"sensitive_features: duplicate names {natural}")
+    for name, column in zip(natural, columns):
+        if column.ndim != 1 or column.shape[0] != n_rows:
+            raise ValueError(f"sensitive_features: {name!r} has shape {column.shape}; expected ({n_rows},), "
+                             "one value per row of X")
+    return dict(zip(natural, columns))
+
+
+def _named_columns(sensitive_features: Any) -> tuple[list[str], list[np.ndarray]]:
+    """Natural names and 1-D columns of any accepted sensitive-feature container."""
+    if isinstance(sensitive_features, pd.DataFrame):
+        names = [str(c) for c in sensitive_features.columns]
+        return names, [sensitive_features.iloc[:, j].to_numpy() for j in range(sensitive_features.shape[1])]
+    if isinstance(sensitive_features, pd.Series):
+        name = sensitive_features.name
+        return [str(name) if name is not None else "sensitive"], [sensitive_features.to_numpy()]
+    if isinstance(sensitive_features, Mapping):
+        return [str(k) for k in sensitive_features], [_column(v) for v in sensitive_features.values()]
+    array = to_numpy(sensitive_features)
+    if array.ndim == 1:
+        return ["sensitive"], [array]
+    if array.ndim == 2:
+        k = array.shape[1]
+        names = ["sensitive"] if k == 1 else [f"sensitive_{j}" for j in range(k)]
+        return names, [array[:, j] for j in range(k)]
+    raise ValueError(f"sensitive_features: expected a 1-D or 2-D array, got shape {array.shape}")
+
+
+def _column(values: Any) -> np.ndarray:
+    """A numpy column; an (n, 1) array is flattened (other shapes are checked later)."""
+    array = to_numpy(values)
+    return array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
