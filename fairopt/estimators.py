@@ -341,11 +341,25 @@ class _FairEstimator(BaseEstimator):
 
     # ------------------------------------------------------------------ prediction
     def _outputs(self, X: Any) -> np.ndarray:
-        """Model outputs (logits or predictions), float64 (n,)."""
+        """Model outputs (logits or predictions), float64 (n,).
+
+        Raises
+        ------
+        ValueError
+            The fitted model has non-finite parameters (a diverged fit; its predictions
+            would be meaningless, e.g. class 0 for every row) or gives non-finite outputs.
+        """
         check_is_fitted(self)
+        bad = [name for name, p in self.model_.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            raise ValueError(f"model_: non-finite parameters {bad[:3]} (training diverged, status "
+                             f"{getattr(self, 'status_', '?')!r}); refit with a smaller lr or fewer epochs")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         encoded, _ = self.preprocessor_.transform(pd.DataFrame(X, columns=_internal_names(X.shape[1])))
-        return float64_outputs(self.model_, encoded)
+        out = float64_outputs(self.model_, encoded)
+        if not np.isfinite(out).all():
+            raise ValueError(f"model_: non-finite outputs on {int((~np.isfinite(out)).sum())} row(s) of X")
+        return out
 
     # ------------------------------------------------------------------ held-out rows
     def _held_out(self, X: Any, y: Any, sensitive_features: Any) -> FairData:

@@ -513,3 +513,21 @@ def test_tightened_constraint_follows_the_parameter_protocol():
     for t, bound in ((tight, 0.05), (copy, 0.1)):
         t.setup(data)
         torch.testing.assert_close(t.upper, torch.tensor([bound - 0.01], dtype=torch.float64))
+
+
+def test_predict_refuses_a_model_with_non_finite_parameters():
+    """A model whose parameters hold NaN (a diverged fit, or a tampered model) does not
+    predict class 0 for every row: predict, predict_proba and decision_function raise."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(80, 3)), rng.integers(0, 2, 80)
+    clf = FairClassifier(epochs=2).fit(X, y)
+    with torch.no_grad():
+        next(clf.model_.parameters()).fill_(float("nan"))
+    for method in (clf.predict, clf.predict_proba, clf.decision_function):
+        with pytest.raises(ValueError, match="model_: non-finite parameters"):
+            method(X)
+    reg = FairRegressor(epochs=2).fit(X, rng.normal(size=80))
+    with torch.no_grad():
+        next(reg.model_.parameters()).fill_(float("inf"))
+    with pytest.raises(ValueError, match="non-finite parameters"):
+        reg.predict(X)
