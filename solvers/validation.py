@@ -91,7 +91,7 @@ def finite_float(value: Any, name: str) -> float:
         raise ValueError(f"{name}: expected a real number, got {value!r}")
     try:
         result = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond the float range
         raise ValueError(f"{name}: expected a real number, got {value!r}") from None
     if not math.isfinite(result):
         raise ValueError(f"{name}: expected a finite number, got {value!r}")

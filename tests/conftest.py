@@ -30,3 +30,13 @@ def require_shared_file(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"benchmark data file {path} is absent")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for the module (small problems are dominated by thread overhead on
+    shared cores); the previous count is restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

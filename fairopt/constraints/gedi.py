@@ -194,7 +194,11 @@ class GeDI(BaseConstraint):
         """Rows' bounds, tolerance and smoothing for the absolute bound ``q``."""
         k = self.degree
         self.absolute_bound = q
-        self.smoothing = self.eps if self.eps is not None else max((_SMOOTH_L1_BIAS * q / k) ** 2, _EPS_FLOOR)
+        ratio = _SMOOTH_L1_BIAS * q / k
+        if self.eps is None and not math.isfinite(ratio * ratio):  # would overflow (q above ~1e154)
+            raise ValueError(f"bound: {q!r} is too large for the default smoothing (0.1 q / degree)^2; a bound "
+                             "this large constrains nothing, drop the constraint or give eps")
+        self.smoothing = self.eps if self.eps is not None else max(ratio * ratio, _EPS_FLOOR)
         if not self.fine:
             self._set_bounds([-math.inf], [q], [f"{self.name}.l1"])
             return

@@ -125,16 +125,16 @@ def level_codes(series: pd.Series, levels: Sequence[Any]) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 def as_number(value: Any) -> float | None:
     """``value`` as a float if it is a real number (not a bool) or a string spelling one
-    (``float(value.strip())`` accepts it), else None."""
+    (``float(value.strip())`` accepts it) within the float range, else None."""
     if isinstance(value, (bool, np.bool_)):
         return None
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, str):
-        try:
+    try:
+        if isinstance(value, numbers.Real):
+            return float(value)
+        if isinstance(value, str):
             return float(value.strip())
-        except ValueError:
-            return None
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond the float range
+        return None
     return None
 
 

@@ -1,4 +1,6 @@
-"""OSQP on the same QP: the cross-check of the exact methods (``solver="osqp"``)."""
+"""Independent solvers on the same QP, through qpsolvers: OSQP as ``solver="osqp"`` of
+:func:`solvers.qp.diagonal_qp`, and :func:`reference_step` (Clarabel by default), the
+reference of the tests, the property tests and the soak script."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import numpy as np
 from solvers.problem import split_rows
 from solvers.qp.space import Inputs
 
-__all__ = ["solve_with_osqp"]
+__all__ = ["reference_step", "solve_with_osqp"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,3 +62,31 @@ def solve_with_osqp(inputs: Inputs, tol: float, max_iter: int) -> _OSQPOutcome:
     if eq.any():
         y[eq] = np.asarray(sol.y, dtype=float)
     return _OSQPOutcome(np.asarray(sol.x, dtype=float), y, "optimal", iterations)
+
+
+def reference_step(g: np.ndarray, h: np.ndarray, J: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   solver: str = "clarabel", tol: float = 1e-10) -> np.ndarray | None:
+    """``argmin g'd + 1/2 d' diag(h) d  s.t.  lo <= J d <= hi`` by an independent solver
+    through ``qpsolvers.solve_qp`` (rows split by kind: finite upper sides, negated finite
+    lower sides, equalities ``lo == hi``); None when that solver gives no solution.
+    ``tol`` sets Clarabel's feasibility and gap tolerances."""
+    import qpsolvers
+    import scipy.sparse as sp
+
+    g, h, J, lo, hi = (np.asarray(a, dtype=np.float64) for a in (g, h, J, lo, hi))
+    eq = lo == hi
+    up, dn = np.isfinite(hi) & ~eq, np.isfinite(lo) & ~eq
+    if not (up.any() or dn.any() or eq.any()):
+        return -g / h
+    G = np.vstack([J[up], -J[dn]])
+    h_G = np.concatenate([hi[up], -lo[dn]])
+    options = {"tol_feas": tol, "tol_gap_abs": tol, "tol_gap_rel": tol} if solver == "clarabel" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return qpsolvers.solve_qp(
+                sp.diags(h, format="csc"), g, sp.csc_matrix(G) if G.size else None, h_G if G.size else None,
+                sp.csc_matrix(J[eq]) if eq.any() else None, lo[eq] if eq.any() else None, solver=solver, **options)
+        except Exception as exc:  # noqa: BLE001 - a reference that fails gives no reference
+            logger.debug("reference %s failed: %s", solver, exc)
+            return None

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from solvers.qp.active_set import ENUMERATION_HARD_LIMIT, active_from_multipliers, solve_space
-from solvers.qp.lp import row_violation
+from solvers.qp.lp import confirm_infeasible, row_violation
 from solvers.qp.reference import solve_with_osqp
 from solvers.qp.results import QPResult
 from solvers.qp.space import Inputs, Space, build_space, is_degenerate, validate_inputs
@@ -68,6 +68,22 @@ def _assemble(
         method=method,
         iterations=iterations,
     )
+
+
+#: Rounding a step recovered from large multipliers may leave its rows outside their bounds
+#: by about ``eps * sum_j |M_ij y_j|``; the m-space check allows that much. The step itself
+#: must still meet every row within ``base_tol + PRIMAL_SLACK * (1 + |bound|)``: beyond it
+#: the multipliers (up to 1e16 on inconsistent equalities) hid a real violation, found by
+#: the property tests.
+PRIMAL_SLACK = 1e-6
+
+
+def _primal_step_feasible(inputs: Inputs, space: Space, d: np.ndarray) -> bool:
+    """The float64 step meets every row within the slack above."""
+    lo, hi = inputs.lo, inputs.hi
+    magnitude = np.abs(np.where(np.isfinite(lo), lo, 0.0)) + np.abs(np.where(np.isfinite(hi), hi, 0.0))
+    excess = row_violation(inputs.J @ d, lo, hi)
+    return bool(np.all(excess <= space.base_tol + PRIMAL_SLACK * (1.0 + magnitude)))
 
 
 def pick_method(solver: str, space: Space) -> str:
@@ -184,5 +200,8 @@ def diagonal_qp(
     sol = solve_space(space, pick_method(solver, space), rank_tol, max_iter or 50 + 20 * space.m)
     if sol.y is None:
         return _failed(inputs, sol.status, sol.method, sol.iterations)
-    return _assemble(inputs, space, step_from_multipliers(inputs, sol.y), sol.y, sol.active, sol.method,
-                     sol.iterations, rank_tol)
+    d = step_from_multipliers(inputs, sol.y)
+    if not _primal_step_feasible(inputs, space, d):  # huge multipliers hid a real violation
+        status = "infeasible" if confirm_infeasible(space) else "numerical"
+        return _failed(inputs, status, sol.method, sol.iterations)
+    return _assemble(inputs, space, d, sol.y, sol.active, sol.method, sol.iterations, rank_tol)
