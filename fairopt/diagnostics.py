@@ -58,8 +58,6 @@ VIOL = "viol"
 PENALTY = "penalty"
 #: MovingTargets: the exact constraint values of the learner's training predictions.
 C_PREDICTIONS = "c_predictions"
-#: ``FitResult.info`` of StochasticSQP: the number of relaxed QP steps.
-INFO_RELAXED_STEPS = "relaxed_steps"
 
 #: ``method=`` -> why its history rule calls a constraint inactive (the warning's words).
 _NOT_BINDING_REASONS: dict[str, str] = {
@@ -88,8 +86,9 @@ def tail(history: History) -> list[dict]:
 
 def relaxed_steps(result: FitResult) -> int:
     """The number of relaxed SQP steps of a fit (iterations whose linearised constraints
-    had no solution; ``info["relaxed_steps"]`` of StochasticSQP), 0 for the other engines."""
-    return int(result.info.get(INFO_RELAXED_STEPS, 0))
+    had no solution; :attr:`solvers.history.FitResult.relaxed_steps`), 0 for the other
+    engines."""
+    return result.relaxed_steps
 
 
 def row_blocks(constraints: list) -> list[slice]:

@@ -110,6 +110,17 @@ def _jsonable(x: Any):
     return str(x)
 
 
+#: Keys of :attr:`FitResult.info` that every engine fills in the same way (where it applies).
+INFO_FEASIBLE = "feasible"
+INFO_VIOLATION = "violation"
+INFO_C_EXACT = "c_exact"
+INFO_ROW_NAMES = "row_names"
+INFO_UNMET_ROWS = "unmet_rows"
+INFO_STATIONARITY = "stationarity"
+INFO_RETURNED_ITERATION = "returned_iteration"
+INFO_RELAXED_STEPS = "relaxed_steps"
+
+
 @dataclass
 class FitResult:
     """What an engine's ``fit`` returns.
@@ -122,6 +133,12 @@ class FitResult:
     converged : bool, whether the final iterate satisfies the engine's stationarity and
         feasibility tolerances.
     info : dict of engine-specific extras (timings, final multipliers, ...).
+
+    The outcome every caller needs is also read through the properties below, the same for
+    every engine (None where an engine has no such notion, e.g. feasibility for the
+    penalty engine): :attr:`feasible`, :attr:`violation`, :attr:`c_exact`,
+    :attr:`row_names`, :attr:`unmet_rows`, :attr:`stationarity`,
+    :attr:`returned_iteration`, :attr:`relaxed_steps`.
     """
 
     model: Any
@@ -129,3 +146,50 @@ class FitResult:
     status: str
     converged: bool
     info: dict = field(default_factory=dict)
+
+    def _optional(self, key: str, kind: type) -> Any:
+        """``info[key]`` as ``kind``, or None when the engine does not report it."""
+        value = self.info.get(key)
+        return None if value is None else kind(value)
+
+    @property
+    def feasible(self) -> bool | None:
+        """The returned model meets every bound on all training rows (exact measure)."""
+        return self._optional(INFO_FEASIBLE, bool)
+
+    @property
+    def violation(self) -> float | None:
+        """Total exact violation of the returned model on the training rows."""
+        return self._optional(INFO_VIOLATION, float)
+
+    @property
+    def c_exact(self) -> list[float]:
+        """Exact constraint rows of the returned model (empty without constraints)."""
+        return list(self.info.get(INFO_C_EXACT, []))
+
+    @property
+    def row_names(self) -> list[str]:
+        """Names of the constraint rows, in the order of :attr:`c_exact`."""
+        return list(self.info.get(INFO_ROW_NAMES, []))
+
+    @property
+    def unmet_rows(self) -> list[str]:
+        """The rows the returned model violates, each with its value and bound (empty when
+        every bound is met)."""
+        return list(self.info.get(INFO_UNMET_ROWS, []))
+
+    @property
+    def stationarity(self) -> float | None:
+        """The engine's stationarity residual at the returned model (KKT residual for SQP,
+        max-abs gradient of the objective for the first-order engines)."""
+        return self._optional(INFO_STATIONARITY, float)
+
+    @property
+    def returned_iteration(self) -> int | None:
+        """Iteration of the returned (best) iterate."""
+        return self._optional(INFO_RETURNED_ITERATION, int)
+
+    @property
+    def relaxed_steps(self) -> int:
+        """Iterations whose linearised constraints had no solution (SQP; 0 elsewhere)."""
+        return int(self.info.get(INFO_RELAXED_STEPS, 0))

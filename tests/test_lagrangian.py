@@ -217,3 +217,30 @@ def test_without_constraints_is_plain_first_order_training(dual_update, batch_si
         for a, b in zip(lagrangian.parameters(), plain.parameters()):
             assert torch.equal(a, b)
         assert res.converged == (res.info["stationarity"] <= LagrangianDual().tol)
+
+
+def test_fit_results_give_the_outcome_the_same_way_for_every_engine():
+    """FitResult.feasible/violation/c_exact/row_names/unmet_rows/stationarity/
+    returned_iteration/relaxed_steps read the same outcome whatever the engine."""
+    import numpy as np
+
+    import fairopt
+    from fairopt.constraints import DisparateImpact
+    from solvers import LagrangianDual, Penalty, StochasticSQP
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    s = rng.integers(0, 2, 200)
+    y = (X[:, 0] + s > 0.5).astype(float)
+    data = fairopt.FairData.from_arrays(X, y, {"sex": s})
+    for engine in (StochasticSQP(epochs=20), LagrangianDual(epochs=20, lr=0.05)):
+        model = fairopt.models.linear(data.n_features, seed=0)
+        result = engine.fit(model, data, constraints=[DisparateImpact("sex", delta=0.8)])
+        assert result.feasible == (result.violation <= 1e-6 if result.violation is not None else None)
+        assert len(result.c_exact) == len(result.row_names) == 2
+        assert result.feasible == (not result.unmet_rows)
+        assert result.stationarity is not None and result.returned_iteration is not None
+        assert result.relaxed_steps >= 0
+    plain = Penalty(epochs=5).fit(fairopt.models.linear(data.n_features, seed=0), data, penalties=[])
+    assert plain.feasible is None and plain.c_exact == [] and plain.relaxed_steps == 0
+    assert plain.stationarity is not None
