@@ -125,6 +125,11 @@ INFO_RELAXED_STEPS = "relaxed_steps"
 class FitResult:
     """What an engine's ``fit`` returns.
 
+    The outcome every caller needs is also read through the properties ``feasible``,
+    ``violation``, ``c_exact``, ``row_names``, ``unmet_rows``, ``stationarity``,
+    ``returned_iteration`` and ``relaxed_steps``, the same for every engine (None where an
+    engine has no such notion, e.g. feasibility for the penalty engine).
+
     Attributes
     ----------
     model : the trained model (the same object that was passed in, trained in place).
@@ -133,12 +138,6 @@ class FitResult:
     converged : bool, whether the final iterate satisfies the engine's stationarity and
         feasibility tolerances.
     info : dict of engine-specific extras (timings, final multipliers, ...).
-
-    The outcome every caller needs is also read through the properties below, the same for
-    every engine (None where an engine has no such notion, e.g. feasibility for the
-    penalty engine): :attr:`feasible`, :attr:`violation`, :attr:`c_exact`,
-    :attr:`row_names`, :attr:`unmet_rows`, :attr:`stationarity`,
-    :attr:`returned_iteration`, :attr:`relaxed_steps`.
     """
 
     model: Any
