@@ -21,8 +21,8 @@
 
 Every property runs with ``derandomize=True`` (the same examples on every run, no example
 database) and a fixed number of examples sized to keep this file near a minute on one core.
-Defects found by these properties are pinned by the minimal examples at the end of each
-section, marked ``xfail(strict=True)`` with the defect in the reason.
+The defects these properties found are fixed; their minimal examples stay as regression
+tests at the end of each section.
 """
 
 from __future__ import annotations
@@ -434,13 +434,6 @@ def test_random_feasible_qp_matches_clarabel(structure):
     check_feasible_qp(structure)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "defect: on a 3-row, 2-variable QP with narrow two-sided rows (a degenerate vertex), diagonal_qp (dual "
-    "active set, default tol=1e-9) returns status 'optimal' with a step that violates row 1 by 2.9e-6 (its width "
-    "is 1.8e-12) and an objective 3.8e-6 relative below the optimum (Clarabel and diagonal_qp(solver='osqp') "
-    "agree on 9.11906983549, feasible within 1e-12); the KKT acceptance test's row tolerance "
-    "tol * (1 + |q_i| + |bound_i| + sum_j |M_ij| |y_j|) grows with the multipliers (|y| = 72, |M| = 225 here) to "
-    "~2e-5, so the dual method stops before adding the violated row; solver='enumeration' is off too (4e-6)"))
 def test_degenerate_narrow_rows_step_is_feasible():
     g = np.array([1.2611257006365593, -0.05546836014854759])
     h = np.array([1.7634187291049113, 0.02313609793736246])
