@@ -6,19 +6,11 @@ import json
 
 import pandas as pd
 import pytest
-import torch
 
 from fairopt.cli import COMMANDS, main
 
-pytestmark = pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning"),
+              pytest.mark.usefixtures("one_torch_thread")]
 
 
 def _png(path) -> bool:

@@ -27,14 +27,9 @@ from solvers.lagrangian import LagrangianDual
 from solvers.penalty import Penalty
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Hundreds of tiny torch calls: with 2 intra-op threads on a loaded machine, OpenMP
-    spin-waits dominate (20 ms per call instead of 0.05 ms)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# hundreds of tiny torch calls: with 2 intra-op threads on a loaded machine, OpenMP
+# spin-waits dominate (20 ms per call instead of 0.05 ms)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -34,15 +34,8 @@ from fairopt.experiments.compare import ID_COLUMNS
 from fairopt.experiments.configs import minmax_sensitive
 
 # short SQP runs take relaxed (infeasible-linearisation) steps; that is reported, not tested, here
-pytestmark = pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning"),
+              pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module")

@@ -33,13 +33,7 @@ ACTIVE = 0.9  # a constrained fit keeps at least this fraction of the allowed de
 ENGINE = dict(epochs=150, lr=1.0, hessian_shift=10.0, seed=0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """One torch thread: these tiny problems are dominated by thread overhead on shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

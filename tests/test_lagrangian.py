@@ -13,12 +13,7 @@ from fairopt.measures import disparate_impact
 from solvers.lagrangian import LagrangianDual
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class _Rows:

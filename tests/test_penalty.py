@@ -22,13 +22,7 @@ from solvers.problem import violation
 from solvers.sampling import minibatches
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Small tensors: one intra-op thread avoids oversubscription on shared CPUs."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _tiny(n: int = 240, seed: int = 0) -> FairData:

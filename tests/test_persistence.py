@@ -24,12 +24,7 @@ from solvers.moving_targets import MovingTargets
 N_TRAIN = 613  # a row count no parameter tensor has, to spot stored data
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

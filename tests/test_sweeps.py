@@ -16,18 +16,11 @@ from fairopt.constraints import DisparateImpact
 from fairopt.experiments import PenaltyMethod, SQPMethod, compare
 from fairopt.experiments.sweeps import KEY_COLUMN, ResultStore, run_key, seeded
 
-pytestmark = pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning"),
+              pytest.mark.usefixtures("one_torch_thread")]
 
 GRID = {"sqp": [0.7, 0.9]}
 SEEDS = [0, 1]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
