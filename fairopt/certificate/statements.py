@@ -155,71 +155,82 @@ def certify(
     return _certify_bootstrap(c, out, data, confidence, int(n_bootstrap), int(seed))
 
 
-def _certify_rates(c: GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
-    k, n = rate_sides(c, out, data)
-    G = len(n)
-    alpha = 1.0 - confidence
-    L, U = clopper_pearson(k, n, 1.0 - alpha / G)
-    rates = np.where(n > 0, k / np.maximum(n, 1.0), 0.0)
-    # realised rows follow the library's convention (a row comparing an empty side is 0);
-    # the interval does not: an empty side has the uninformative [0, 1] and counts fully
-    values = c._informed_rows(torch.as_tensor(n), torch.float64).numpy() @ rates
-    row_lo, row_hi = worst_case_rows(c._D.double().numpy(), L, U)
+def _rate_certificate(c: GroupRateConstraint, data: Any, confidence: float, method: str, k: np.ndarray,
+                      n: np.ndarray, rates: np.ndarray, values: np.ndarray, row_lo: np.ndarray, row_hi: np.ndarray,
+                      interval: Any, extra_rows: dict) -> Certificate:
+    """The certificate both methods of a rate constraint share: ``passed`` from the row
+    bounds, the realised measure (the smallest ratio, or the largest difference, over the
+    compared pairs whose sides both have rows) and the row table. ``interval(pairs,
+    is_ratio) -> (lo, hi)`` is the method's interval of the measure."""
     b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
     passed = bool(within_bounds(row_lo, row_hi, b_lo, b_hi).all())
     pairs = list(zip(c._focus.tolist(), c._ref.tolist()))
     informed = [(f, r) for f, r in pairs if n[f] > 0 and n[r] > 0]
-    if isinstance(c, DisparateImpact):  # and EqualImpact
+    is_ratio = isinstance(c, DisparateImpact)  # and EqualImpact
+    if is_ratio:
         measure, side, bound = f"{c._prefix} ratio", "lower", c.delta
         realised = min([safe_ratio(rates[f], rates[r]) for f, r in informed], default=1.0)
-        lo = min(min(safe_div(L[f], U[r]), safe_div(L[r], U[f])) for f, r in pairs)
-        hi = min(ratio_upper(L[f], U[f], L[r], U[r]) for f, r in pairs)
     else:
         measure, side, bound = f"{c._prefix} difference", "upper", c.bound
         realised = max([abs(rates[f] - rates[r]) for f, r in informed], default=0.0)
-        lo = max(max(0.0, L[f] - U[r], L[r] - U[f]) for f, r in pairs)
-        hi = max(max(U[f] - L[r], U[r] - L[f]) for f, r in pairs)
+    lo, hi = interval(pairs, is_ratio)
     rows = row_table(c, values, row_lo, row_hi, b_lo, b_hi)
-    rows.update(sides_positive=k.tolist(), sides_n=n.tolist(), sides_lower=L.tolist(), sides_upper=U.tolist())
+    rows.update(sides_positive=k.tolist(), sides_n=n.tolist(), **extra_rows)
     return Certificate(constraint=c.name, measure=measure, realised=float(realised), lower=float(lo), upper=float(hi),
                        confidence=confidence, bound=float(bound), bound_side=side, passed=passed, n=len(data),
-                       method="clopper-pearson", rows=rows)
+                       method=method, rows=rows)
+
+
+def _rates_and_rows(c: GroupRateConstraint, n: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Side rates ``k / n`` (0 for an empty side) and the realised rows, which follow the
+    library's convention (a row comparing an empty side is 0)."""
+    rates = np.where(n > 0, k / np.maximum(n, 1.0), 0.0)
+    return rates, c._informed_rows(torch.as_tensor(n), torch.float64).numpy() @ rates
+
+
+def _certify_rates(c: GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
+    """Clopper-Pearson intervals per side and worst-case rows (``certify(method="clopper-pearson")``);
+    the interval does not follow the rows' convention: an empty side has the uninformative
+    ``[0, 1]`` and counts fully."""
+    k, n = rate_sides(c, out, data)
+    L, U = clopper_pearson(k, n, 1.0 - (1.0 - confidence) / len(n))
+    rates, values = _rates_and_rows(c, n, k)
+    row_lo, row_hi = worst_case_rows(c._D.double().numpy(), L, U)
+
+    def interval(pairs: list, is_ratio: bool) -> tuple[float, float]:
+        if is_ratio:
+            return (min(min(safe_div(L[f], U[r]), safe_div(L[r], U[f])) for f, r in pairs),
+                    min(ratio_upper(L[f], U[f], L[r], U[r]) for f, r in pairs))
+        return (max(max(0.0, L[f] - U[r], L[r] - U[f]) for f, r in pairs),
+                max(max(U[f] - L[r], U[r] - L[f]) for f, r in pairs))
+
+    return _rate_certificate(c, data, confidence, "clopper-pearson", k, n, rates, values, row_lo, row_hi, interval,
+                             {"sides_lower": L.tolist(), "sides_upper": U.tolist()})
 
 
 def _certify_rates_normal(c: GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
     """Per-row normal bounds (``certify(method="normal")``)."""
     k, n = rate_sides(c, out, data)
-    rates = np.where(n > 0, k / np.maximum(n, 1.0), 0.0)
+    rates, values = _rates_and_rows(c, n, k)
     p = (k + 0.5) / (n + 1.0)
     var = np.where(n > 0, p * (1.0 - p) / np.maximum(n, 1.0), np.inf)  # an empty side is uninformative
     z = normal_quantile(confidence, compared_pairs(c))
-    D = c._D.double().numpy()
-    values = c._informed_rows(torch.as_tensor(n), torch.float64).numpy() @ rates
     with np.errstate(invalid="ignore"):
-        se = np.sqrt((D ** 2) @ var)
+        se = np.sqrt((c._D.double().numpy() ** 2) @ var)
     row_lo, row_hi = values - z * se, values + z * se
-    b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
-    passed = bool(within_bounds(row_lo, row_hi, b_lo, b_hi).all())
-    pairs = list(zip(c._focus.tolist(), c._ref.tolist()))
-    informed = [(f, r) for f, r in pairs if n[f] > 0 and n[r] > 0]
-    if isinstance(c, DisparateImpact):  # and EqualImpact
-        measure, side, bound = f"{c._prefix} ratio", "lower", c.delta
-        realised = min([safe_ratio(rates[f], rates[r]) for f, r in informed], default=1.0)
-        lo = min((min(ratio_bound(rates[a], rates[b], var[a], var[b], z) for a, b in ((f, r), (r, f)))
-                  for f, r in pairs), default=1.0)
-        hi = min((min(ratio_bound(rates[a], rates[b], var[a], var[b], -z) for a, b in ((f, r), (r, f)))
-                  for f, r in pairs), default=1.0)
-    else:
-        measure, side, bound = f"{c._prefix} difference", "upper", c.bound
-        realised = max([abs(rates[f] - rates[r]) for f, r in informed], default=0.0)
+
+    def interval(pairs: list, is_ratio: bool) -> tuple[float, float]:
+        if is_ratio:
+            def bound(zz: float) -> float:
+                return min((min(ratio_bound(rates[a], rates[b], var[a], var[b], zz) for a, b in ((f, r), (r, f)))
+                            for f, r in pairs), default=1.0)
+            return bound(z), bound(-z)
         spread = [z * math.sqrt(var[f] + var[r]) for f, r in pairs]
-        lo = max((max(0.0, abs(rates[f] - rates[r]) - w) for (f, r), w in zip(pairs, spread)), default=0.0)
-        hi = max((abs(rates[f] - rates[r]) + w for (f, r), w in zip(pairs, spread)), default=0.0)
-    rows = row_table(c, values, row_lo, row_hi, b_lo, b_hi)
-    rows.update(sides_positive=k.tolist(), sides_n=n.tolist(), sides_se=np.sqrt(var).tolist())
-    return Certificate(constraint=c.name, measure=measure, realised=float(realised), lower=float(lo), upper=float(hi),
-                       confidence=confidence, bound=float(bound), bound_side=side, passed=passed, n=len(data),
-                       method="normal", rows=rows)
+        return (max((max(0.0, abs(rates[f] - rates[r]) - w) for (f, r), w in zip(pairs, spread)), default=0.0),
+                max((abs(rates[f] - rates[r]) + w for (f, r), w in zip(pairs, spread)), default=0.0))
+
+    return _rate_certificate(c, data, confidence, "normal", k, n, rates, values, row_lo, row_hi, interval,
+                             {"sides_se": np.sqrt(var).tolist()})
 
 
 def _certify_bootstrap(c: Any, out: torch.Tensor, data: Any, confidence: float, n_bootstrap: int,
