@@ -89,11 +89,6 @@ from fairopt.training import SQP_RATE_SURROGATE  # noqa: F401
 
 __all__ = ["FairClassifier", "FairRegressor", "METHODS", "sensitive_columns"]
 
-#: The held-out certificates ``fit`` computes (:func:`fairopt.held_out.certificates`),
-#: looked up in this module when ``fit`` runs, so that a test can replace them.
-_certificates = certificates
-
-
 # --------------------------------------------------------------------------------------
 # fitted state
 # --------------------------------------------------------------------------------------
@@ -232,11 +227,11 @@ class _FairEstimator(BaseEstimator):
         margins = constraint_margins(self, data, constraints)  # None without margin
         if held_out is not None and self.margin == "auto":  # certified candidates, fixed sequence
             result, relaxed, training, certified = certified_sequence(self, data, held_out, constraints, margins,
-                                                                      train=self._train, certify=_certificates)
+                                                                      train=self._train)
         else:
             training = tightened(constraints, margins)  # `constraints` itself without margin
             result, relaxed = self._train(data, training)
-            certified = None if held_out is None else _certificates(self, held_out, result.model, constraints)
+            certified = None if held_out is None else certificates(self, held_out, result.model, constraints)
             self.candidates_ = None
         self._set_fitted(data, constraints, result)
         self._diagnose(data, constraints, result, relaxed)

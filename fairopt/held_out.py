@@ -38,8 +38,6 @@ CANDIDATE_INFLATIONS = (2.0, 0.5)
 
 #: ``train(data, constraints) -> (FitResult, relaxed steps)``: one candidate fit.
 Trainer = Callable[[FairData, list], tuple[FitResult, int]]
-#: ``certify(estimator, held_out, model, constraints) -> certificates``: :func:`certificates`.
-Certifier = Callable[[Any, FairData, nn.Module, list], list]
 
 
 def check_held_out_parameters(est: Any) -> None:
@@ -127,7 +125,7 @@ def certificates(est: Any, held_out: FairData, model: nn.Module, constraints: li
 
 
 def certified_sequence(est: Any, data: FairData, held_out: FairData, constraints: list, margins: list, *,
-                       train: Trainer, certify: Certifier = certificates) -> tuple[Any, int, list, list]:
+                       train: Trainer) -> tuple[Any, int, list, list]:
     """Fit candidates under margins of decreasing inflation (:func:`candidate_inflations`),
     certify each on the held-out rows in that order and keep the last one whose
     certificates all pass before the first that fails (or the first candidate when it
@@ -148,7 +146,7 @@ def certified_sequence(est: Any, data: FairData, held_out: FairData, constraints
     for inflation in candidate_inflations(int(est.n_candidates)):
         training = tightened(constraints, margins, float(inflation))
         result, relaxed = train(data, training)
-        certified = certify(est, held_out, result.model, constraints)
+        certified = certificates(est, held_out, result.model, constraints)
         passed = all(cert.passed for cert in certified)
         rows.append({"inflation": float(inflation), "passed": passed,
                      **{f"{cert.constraint}: held-out": cert.realised for cert in certified},

@@ -258,7 +258,7 @@ class _FakeCertificate:
 def test_certified_sequence_keeps_last_pass_before_first_failure(adult_small, monkeypatch, pattern, chosen, tried):
     """Fixed-sequence testing: candidates are certified in the order of decreasing margin
     and the last one that passes before the first failure is returned."""
-    import fairopt.estimators as estimators
+    import fairopt.held_out as held_out_module
 
     calls, margins_seen = iter(pattern), []
     original_train = FairClassifier._train
@@ -267,7 +267,7 @@ def test_certified_sequence_keeps_last_pass_before_first_failure(adult_small, mo
         margins_seen.append(float(torch.as_tensor(constraints[0].margin).max()))
         return original_train(self, data, constraints, reference)
 
-    monkeypatch.setattr(estimators, "_certificates", lambda est, held, model, cs: [_FakeCertificate(next(calls))])
+    monkeypatch.setattr(held_out_module, "certificates", lambda est, held, model, cs: [_FakeCertificate(next(calls))])
     monkeypatch.setattr(FairClassifier, "_train", train)
     X, y, S = adult_small
     with warnings.catch_warnings():
