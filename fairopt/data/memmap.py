@@ -33,13 +33,11 @@ __all__ = ["load_memmap", "save_memmap"]
 MEMMAP_FORMAT = 1
 
 
-def _plain(value: Any) -> Any:
-    """JSON-safe copy of levels (numpy scalars become Python scalars)."""
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+def _json_scalar(value: Any) -> Any:
+    """``json.dumps`` hook: numpy scalars (levels of coded columns) as Python scalars."""
     if isinstance(value, np.generic):
         return value.item()
-    return value
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def save_memmap(data: FairData, directory: str | os.PathLike) -> Path:
@@ -65,13 +63,13 @@ def save_memmap(data: FairData, directory: str | os.PathLike) -> Path:
     meta = {
         "format": MEMMAP_FORMAT, "n": len(data), "task": data.task, "sensitive_names": data.sensitive_names,
         "sensitive_kinds": data.sensitive_kinds,
-        "sensitive_levels": {k: _plain(v) for k, v in data.sensitive_levels.items()},
-        "n_cells": data.n_cells, "cell_levels": _plain(data.cell_levels), "feature_names": data.feature_names,
+        "sensitive_levels": data.sensitive_levels,
+        "n_cells": data.n_cells, "cell_levels": data.cell_levels, "feature_names": data.feature_names,
         "feature_columns": data.feature_columns, "target_name": data.target_name,
         "include_sensitive": data.include_sensitive, "exposure_name": data.exposure_name,
         "has_exposure": data.exposure is not None,
     }
-    (path / "meta.json").write_text(json.dumps(meta, indent=1))
+    (path / "meta.json").write_text(json.dumps(meta, indent=1, default=_json_scalar))
     return path
 
 
