@@ -8,8 +8,10 @@ violation. Every optimal answer is also checked against the KKT conditions direc
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ import torch
 from scipy.optimize import linprog, minimize
 
 from solvers.qp import ENUMERATION_MAX_ROWS, diagonal_qp, least_violation_bounds
+from solvers.qp.solve import PRIMAL_SLACK
 
 N_RANDOM = 500
 OBJ_RTOL = 1e-7
@@ -463,9 +466,18 @@ def test_least_violation_relaxation(case):
     assert violation_of_v.sum() == pytest.approx(rb.violation, rel=1e-12, abs=1e-12)
     lo_r, hi_r = rb.lo.numpy(), rb.hi.numpy()
     assert np.all(lo_r <= prob.lo) and np.all(hi_r >= prob.hi)  # only relaxed
+    # each violated side is relaxed to J v widened by the step accuracy; the others are kept
+    # (a system feasible within the row tolerances keeps its bounds: nothing is relaxed)
+    feasible = np.array_equal(lo_r, prob.lo) and np.array_equal(hi_r, prob.hi)
+    margin = 0.0 if feasible else PRIMAL_SLACK * (1 + np.abs(w))
+    if not feasible:
+        np.testing.assert_allclose(lo_r, np.where(w < prob.lo, w - margin, prob.lo), rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(hi_r, np.where(w > prob.hi, w + margin, prob.hi), rtol=1e-14, atol=1e-15)
     has_lo, has_hi = np.isfinite(prob.lo), np.isfinite(prob.hi)
     relaxation = np.sum(prob.lo[has_lo] - lo_r[has_lo]) + np.sum(hi_r[has_hi] - prob.hi[has_hi])
-    assert relaxation == pytest.approx(rb.violation, rel=1e-9, abs=1e-12)
+    margin = np.broadcast_to(margin, w.shape)
+    widened = margin[has_lo & (w < prob.lo)].sum() + margin[has_hi & (w > prob.hi)].sum()
+    assert relaxation == pytest.approx(rb.violation + widened, rel=1e-9, abs=1e-12)
     res = diagonal_qp(torch.tensor(prob.g), torch.tensor(prob.h), torch.tensor(prob.J), rb.lo, rb.hi)
     relaxed = Problem(prob.g, prob.h, prob.J, lo_r, hi_r)
     assert_kkt(relaxed, res)
@@ -702,3 +714,31 @@ def test_least_violation_box_that_still_binds_warns_and_stays_valid(monkeypatch)
         rb = least_violation_bounds(*_lv_args(prob))
     assert rb.violation > reference + 1e-3  # not the least: the box kept the LP near w = 0
     assert_valid_relaxation(prob, rb)
+
+
+def _soak_cases() -> list[Problem]:
+    path = Path(__file__).parent / "data" / "inconsistent_equality_qps.json"
+    cases = json.loads(path.read_text())
+    return [Problem(*(np.array(c[k], dtype=float) for k in ("g", "h", "J", "lo", "hi"))) for c in cases]
+
+
+@pytest.mark.parametrize("case", range(2))
+def test_relaxed_step_meets_relaxed_bounds_within_stated_accuracy(case):
+    """Regression (soak, seed 0, QPs 4068 and 7676): more inconsistent equalities than
+    variables. Relaxed exactly to ``J v``, ``v`` was a degenerate vertex and the relaxed QP's
+    step missed a touching row by 1.6x the accuracy ``diagonal_qp`` states, with status
+    "optimal" (its check summed both sides' bounds). Every side must now be met within
+    ``base_tol + PRIMAL_SLACK (1 + |bound|)``."""
+    prob = _soak_cases()[case]
+    t = prob.tensors()
+    rb = least_violation_bounds(t[3], t[4], t[2], t[1])
+    res = diagonal_qp(*t[:3], rb.lo, rb.hi)
+    assert res.status == "optimal"
+    lo_r, hi_r = rb.lo.numpy(), rb.hi.numpy()
+    w = prob.J @ res.d.numpy()
+    q = prob.J @ (prob.g / prob.h)
+    finite = lambda a: np.where(np.isfinite(a), a, 0.0)
+    base = 1e-9 * (1 + np.abs(q) + np.maximum(np.abs(finite(lo_r)), np.abs(finite(hi_r))))
+    below = np.where(np.isfinite(lo_r), lo_r - w - PRIMAL_SLACK * (1 + np.abs(finite(lo_r))), -np.inf)
+    above = np.where(np.isfinite(hi_r), w - hi_r - PRIMAL_SLACK * (1 + np.abs(finite(hi_r))), -np.inf)
+    assert np.all(np.maximum(below, above) <= base)

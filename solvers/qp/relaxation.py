@@ -15,7 +15,7 @@ from solvers.qp.active_set import solve_space
 from solvers.qp.lp import (LeastViolationWarning, LPFailure, box_still_binding_message, least_violation_point,
                            range_basis, row_violation)
 from solvers.qp.results import RelaxedBounds
-from solvers.qp.solve import check_options, pick_method, step_from_multipliers
+from solvers.qp.solve import PRIMAL_SLACK, check_options, pick_method, step_from_multipliers
 from solvers.qp.space import NUMPY_DTYPES, Inputs, Space, build_space, validate_inputs
 
 __all__ = ["least_violation_bounds"]
@@ -92,6 +92,23 @@ def _least_norm_step(
     return qp_step
 
 
+def _relaxed_box(lo: np.ndarray, hi: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``lo' = min(lo, w - e)``, ``hi' = max(hi, w + e)`` on the sides ``w`` violates, with
+    ``e = PRIMAL_SLACK (1 + |w|)``; other sides unchanged.
+
+    Relaxing exactly to ``w`` makes ``v`` a degenerate vertex where more rows touch than
+    there are free directions (inconsistent equalities: the relaxed set may be the single
+    point ``v``); the active-set method then computes its vertex only to rounding amplified
+    by the conditioning of ``M``, and the step can miss the other touching rows by more
+    than ``diagonal_qp`` allows (soak: 1.6x its stated accuracy, 10 rows in 5 variables).
+    The margin is that stated accuracy, so the relaxed QP keeps room around ``v``.
+    """
+    margin = PRIMAL_SLACK * (1.0 + np.abs(w))
+    lo_r = np.where(w < lo, w - margin, lo)
+    hi_r = np.where(w > hi, w + margin, hi)
+    return lo_r, hi_r
+
+
 def _zero_step_relaxation(inputs: Inputs, reason: str) -> RelaxedBounds:
     """The safe fallback: ``v = 0`` and every row relaxed to contain 0, with a warning."""
     warnings.warn(
@@ -123,9 +140,10 @@ def least_violation_bounds(
 
     .. math::  V(Jv; lo, hi) = \\sum_i \\max(J_i v - hi_i, 0) + \\max(lo_i - J_i v, 0)
 
-    and relax the bounds to ``lo' = min(lo, Jv)``, ``hi' = max(hi, Jv)``. The QP with
-    ``(lo', hi')`` is feasible (``v`` satisfies it), and
-    ``V(Jv) = sum_i (lo_i - lo'_i) + (hi'_i - hi_i)`` is the least violation any step reaches.
+    and relax the bounds to ``lo' = min(lo, Jv)``, ``hi' = max(hi, Jv)`` (widened by the step
+    accuracy, step 4 below). The QP with ``(lo', hi')`` is feasible (``v`` satisfies it), and
+    ``V(Jv) = sum_i (lo_i - lo'_i) + (hi'_i - hi_i)`` (up to that widening) is the least
+    violation any step reaches.
 
     Computation (all in the m-space, ``M = J H^{-1} J'``):
 
@@ -149,6 +167,10 @@ def least_violation_bounds(
        recomputed from ``Jv`` (they can only tighten). If that QP fails, or rounding left
        its step more violating than the LP point's step ``H^{-1} J' y`` (``M y = w*``),
        the LP point's step is used.
+    4. the relaxed bounds ``lo' = min(lo, Jv - e)``, ``hi' = max(hi, Jv + e)`` on the violated
+       sides, ``e = PRIMAL_SLACK (1 + |Jv|)`` (1e-7 relative: the step accuracy
+       :func:`diagonal_qp` states), so the relaxed QP has room around ``v`` instead of a
+       degenerate vertex at it.
 
     When the least violation is within the summed row tolerances the system counts as
     feasible: the bounds are returned unchanged and ``v`` is the least-norm feasible step.
@@ -207,7 +229,7 @@ def least_violation_bounds(
     if target.feasible:
         lo_r, hi_r = inputs.lo, inputs.hi
     else:
-        lo_r, hi_r = np.minimum(inputs.lo, w), np.maximum(inputs.hi, w)
+        lo_r, hi_r = _relaxed_box(inputs.lo, inputs.hi, w)
     lo_r, hi_r = _cast_outwards(inputs, lo_r, hi_r)
     return RelaxedBounds(
         v=inputs.to_torch(v),

@@ -82,9 +82,11 @@ PRIMAL_SLACK = 1e-7
 def _primal_step_feasible(inputs: Inputs, space: Space, d: np.ndarray) -> bool:
     """The float64 step meets every row within the slack above."""
     lo, hi = inputs.lo, inputs.hi
-    magnitude = np.abs(np.where(np.isfinite(lo), lo, 0.0)) + np.abs(np.where(np.isfinite(hi), hi, 0.0))
-    excess = row_violation(inputs.J @ d, lo, hi)
-    return bool(np.all(excess <= space.base_tol + PRIMAL_SLACK * (1.0 + magnitude)))
+    w = inputs.J @ d
+    with np.errstate(invalid="ignore"):  # inf - inf on a missing side: no excess there
+        below = np.where(np.isfinite(lo), lo - w - PRIMAL_SLACK * (1.0 + np.abs(lo)), -np.inf)
+        above = np.where(np.isfinite(hi), w - hi - PRIMAL_SLACK * (1.0 + np.abs(hi)), -np.inf)
+    return bool(np.all(np.maximum(below, above) <= space.base_tol))
 
 
 def pick_method(solver: str, space: Space) -> str:
