@@ -12,6 +12,9 @@ form                                           meaning
                                                for the ratio constraints, ``bound`` otherwise)
 ``("gedi", "age", 0.2, {"relative": True})``   the same with further constructor arguments
 ``"disparate_impact:sex:0.8"``                 the text form of the CLI and the TOML configs
+``"equal_opportunity:sex>=0.8"``               the same with the bound as a comparison:
+                                               ``>=`` gives ``delta`` (a ratio), ``<=`` gives
+                                               ``bound`` (a difference)
 ``{"kind": "dcov", "sensitive": [...], ...}``  a table of constructor arguments
 a constraint object                            used as it is (the estimators copy it first)
 =============================================  =================================================
@@ -19,8 +22,14 @@ a constraint object                            used as it is (the estimators cop
 Kinds and their bound arguments (the registry :data:`CONSTRAINT_KINDS`):
 ``disparate_impact`` / ``di`` and ``equal_impact`` / ``ei`` (``delta``, a ratio in
 ``(0, 1]``), ``demographic_parity`` / ``dp``, ``covariance``, ``gedi``, ``dcov``,
-``jdcov``, ``ccdcov`` (``bound``). A sensitive element may be one name or a list of names
-(intersections, or several attributes with ``{"groups": "marginal"}``).
+``jdcov``, ``ccdcov`` (``bound``). The label-conditioned rates ``equal_opportunity`` /
+``eo`` (true-positive rates), ``false_positive_parity`` / ``fpr`` (false-positive rates)
+and ``equalized_odds`` / ``eodds`` (both) take either ``delta`` (ratio form) or ``bound``
+(difference form): the bound of a tuple or of ``kind:sensitive:value`` is ``delta``;
+``kind:sensitive<=value``, a table with ``bound`` or a tuple with the option
+``{"delta": None}`` (``("eo", "sex", 0.05, {"delta": None})``) gives the difference form.
+A sensitive element may be one name or a list of names (intersections, or several
+attributes with ``{"groups": "marginal"}``).
 
 :func:`constraint_to_spec` goes the other way: a table made of Python scalars, strings and
 lists only (safe for ``torch.load(..., weights_only=True)`` and JSON) from which
@@ -29,13 +38,17 @@ lists only (safe for ``torch.load(..., weights_only=True)`` and JSON) from which
 Text and table forms (CLI flags, TOML configs; :func:`build_constraint`,
 :func:`build_penalty`)
 -----------------------------------------------------------------------------------
-Constraint specs, ``kind:sensitive[:bound]`` (several sensitive names comma-separated),
-or a table ``{kind = ..., sensitive = ..., <constructor arguments>}``:
+Constraint specs, ``kind:sensitive[:bound]``, ``kind:sensitive>=delta`` (a ratio kind) or
+``kind:sensitive<=bound`` (a difference kind) (several sensitive names comma-separated), or
+a table ``{kind = ..., sensitive = ..., <constructor arguments>}``:
 
 =====================================  ===============================================
 ``disparate_impact:sex:0.8`` (``di``)   :class:`~fairopt.constraints.DisparateImpact`, delta
 ``equal_impact:sex:0.8`` (``ei``)       :class:`~fairopt.constraints.EqualImpact`, delta
 ``demographic_parity:sex:0.05`` (``dp``) :class:`~fairopt.constraints.DemographicParity`, bound
+``eo:sex>=0.8``, ``eo:sex<=0.05``        :class:`~fairopt.constraints.EqualOpportunity`, delta or bound
+``fpr:sex>=0.8``, ``fpr:sex<=0.05``      :class:`~fairopt.constraints.FalsePositiveParity`, delta or bound
+``eodds:sex>=0.8`` (``equalized_odds``)  :class:`~fairopt.constraints.EqualizedOdds`, delta or bound
 ``covariance:sex:0.01``                 :class:`~fairopt.constraints.Covariance`, bound
 ``gedi:age:0.05``                       :class:`~fairopt.constraints.gedi.GeDI`, bound
 ``dcov|jdcov|ccdcov:sex,race:0.001``    :class:`~fairopt.constraints.dcov.DistanceCovariance`
@@ -53,12 +66,14 @@ import math
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from fairopt.constraints import Covariance, DemographicParity, DisparateImpact, DistanceCovariance, EqualImpact, GeDI
+from fairopt.constraints import (Covariance, DemographicParity, DisparateImpact, DistanceCovariance, EqualImpact,
+                                 EqualizedOdds, EqualOpportunity, FalsePositiveParity, GeDI)
 from fairopt import penalties
 from fairopt.surrogates import Surrogate, get_surrogate
 
-__all__ = ["CONSTRAINT_KINDS", "PENALTY_KINDS", "build_constraint", "build_penalty", "constraint_builder",
-           "constraint_from_spec", "constraint_to_spec", "resolve_constraints", "spec_list", "is_constraint_object"]
+__all__ = ["CONSTRAINT_KINDS", "EITHER_FORM_KINDS", "PENALTY_KINDS", "build_constraint", "build_penalty",
+           "constraint_builder", "constraint_from_spec", "constraint_to_spec", "resolve_constraints", "spec_list",
+           "is_constraint_object"]
 
 _SURROGATE_KEY = "surrogate"
 
@@ -161,8 +176,7 @@ def _with_surrogate_object(table: dict) -> dict:
 
 def _kind(constraint: Any) -> str:
     """The registry kind of a fairopt constraint object (exact class match)."""
-    kinds = {DisparateImpact: "disparate_impact", EqualImpact: "equal_impact",
-             DemographicParity: "demographic_parity", Covariance: "covariance", GeDI: "gedi"}
+    kinds = {cls: kind for kind, cls in _CLASSES.items()}
     if type(constraint) is DistanceCovariance:
         return constraint.kind
     if type(constraint) not in kinds:
@@ -182,7 +196,8 @@ def constraint_to_spec(constraint: Any, resolved: bool = False) -> dict:
     Parameters
     ----------
     constraint : a fairopt constraint object (DisparateImpact, EqualImpact,
-        DemographicParity, Covariance, GeDI, DistanceCovariance).
+        DemographicParity, EqualOpportunity, FalsePositiveParity, EqualizedOdds,
+        Covariance, GeDI, DistanceCovariance).
     resolved : bool, default False
         For a GeDI constraint with ``relative=True`` that has been set up: write the
         absolute bound it resolved on its training data (``bound=absolute_bound``,
@@ -222,19 +237,47 @@ def _plain(value: Any, key: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- text and table forms
-_ALIASES = {"di": "disparate_impact", "ei": "equal_impact", "dp": "demographic_parity"}
-#: constraint kind -> name of its bound argument
+_ALIASES = {"di": "disparate_impact", "ei": "equal_impact", "dp": "demographic_parity", "eo": "equal_opportunity",
+            "fpr": "false_positive_parity", "eodds": "equalized_odds"}
+#: constraint kind -> name of its bound argument (the default one for the kinds of
+#: :data:`EITHER_FORM_KINDS`, which also take ``bound``)
 CONSTRAINT_KINDS = {
     "disparate_impact": "delta",
     "equal_impact": "delta",
     "demographic_parity": "bound",
+    "equal_opportunity": "delta",
+    "false_positive_parity": "delta",
+    "equalized_odds": "delta",
     "covariance": "bound",
     "gedi": "bound",
     "dcov": "bound",
     "jdcov": "bound",
     "ccdcov": "bound",
 }
+#: kinds whose constraint takes either ``delta`` (ratio form) or ``bound`` (difference form)
+EITHER_FORM_KINDS = ("equal_opportunity", "false_positive_parity", "equalized_odds")
 PENALTY_KINDS = ("dp_squared", "dcov", "jdcov", "ccdcov", "gedi", "fauci")
+#: comparison of a text spec ``kind:sensitive<op>value`` -> the bound argument it sets
+_COMPARISONS = {">=": "delta", "<=": "bound"}
+_CLASSES = {"disparate_impact": DisparateImpact, "equal_impact": EqualImpact,
+            "demographic_parity": DemographicParity, "equal_opportunity": EqualOpportunity,
+            "false_positive_parity": FalsePositiveParity, "equalized_odds": EqualizedOdds,
+            "covariance": Covariance, "gedi": GeDI}
+
+
+def _bound_args(kind: str) -> tuple[str, ...]:
+    """The bound arguments a kind accepts (both for the kinds of EITHER_FORM_KINDS)."""
+    return ("delta", "bound") if kind in EITHER_FORM_KINDS else (CONSTRAINT_KINDS[kind],)
+
+
+def _bound_name(kind: str, options: Mapping) -> str:
+    """The bound argument a spec's value sets: ``bound`` for an either-form kind whose
+    options give ``bound`` and no ``delta``, or ``delta=None`` (the difference form), else
+    the kind's own."""
+    if kind in EITHER_FORM_KINDS and options.get("delta") is None and (
+            "delta" in options or options.get("bound") is not None):
+        return "bound"
+    return CONSTRAINT_KINDS[kind]
 
 
 def _names(text: str, spec: Any) -> str | list[str]:
@@ -273,8 +316,18 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
     parts = spec.split(":")
     kind = _ALIASES.get(parts[0].strip(), parts[0].strip())
     if kind not in CONSTRAINT_KINDS or len(parts) not in (2, 3):
-        raise ValueError(f"spec: expected 'kind:sensitive[:bound]' with kind in {sorted(CONSTRAINT_KINDS)}, "
-                         f"got {spec!r}")
+        raise ValueError(f"spec: expected 'kind:sensitive[:bound]' or 'kind:sensitive>=delta|<=bound' with kind in "
+                         f"{sorted(CONSTRAINT_KINDS)}, got {spec!r}")
+    op = next((op for op in _COMPARISONS if op in parts[1]), None)
+    if op is not None:
+        if len(parts) != 2:
+            raise ValueError(f"spec: expected 'kind:sensitive{op}value' (no third part), got {spec!r}")
+        names, value = parts[1].split(op, 1)
+        arg = _COMPARISONS[op]
+        if arg not in _bound_args(kind):
+            raise ValueError(f"spec: {kind!r} takes {' or '.join(repr(a) for a in _bound_args(kind))}; "
+                             f"'{op}' sets {arg!r} ('>=' a ratio delta, '<=' a difference bound), in {spec!r}")
+        return kind, {"sensitive": _names(names, spec), arg: _number(value, arg, spec)}
     options: dict = {"sensitive": _names(parts[1], spec)}
     if len(parts) == 3:
         options[CONSTRAINT_KINDS[kind]] = _number(parts[2], CONSTRAINT_KINDS[kind], spec)
@@ -284,14 +337,12 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
 def _make_constraint(kind: str, options: dict) -> Any:
     if "sensitive" not in options:
         raise ValueError(f"spec: a {kind!r} constraint needs 'sensitive'")
-    if CONSTRAINT_KINDS[kind] not in options:
-        raise ValueError(f"spec: a {kind!r} constraint needs its {CONSTRAINT_KINDS[kind]!r}")
+    if not any(arg in options for arg in _bound_args(kind)):
+        raise ValueError(f"spec: a {kind!r} constraint needs its {' or '.join(repr(a) for a in _bound_args(kind))}")
     if kind in ("dcov", "jdcov", "ccdcov"):
         return DistanceCovariance(kind=kind, **options)
-    classes = {"disparate_impact": DisparateImpact, "equal_impact": EqualImpact,
-               "demographic_parity": DemographicParity, "covariance": Covariance, "gedi": GeDI}
     try:
-        return classes[kind](**options)
+        return _CLASSES[kind](**options)
     except TypeError as exc:
         raise ValueError(f"spec: bad arguments {sorted(options)} for {kind!r} ({exc})") from None
 
@@ -304,7 +355,7 @@ def build_constraint(spec: str | Mapping, bound: float | None = None) -> Any:
     """
     kind, options = _parse_constraint(spec)
     if bound is not None:
-        options[CONSTRAINT_KINDS[kind]] = bound
+        options[_bound_name(kind, options)] = bound
     return _make_constraint(kind, options)
 
 
@@ -312,7 +363,7 @@ def constraint_builder(spec: str | Mapping) -> tuple[Callable[[float], Any], str
     """``(value -> constraint, name of the bound argument, the spec's own bound or None)``
     for sweeping a constraint's bound; the spec is validated now."""
     kind, options = _parse_constraint(spec)
-    name = CONSTRAINT_KINDS[kind]
+    name = _bound_name(kind, options)
     default = options.get(name)
     probe = dict(options)
     probe.setdefault(name, 1.0 if name == "delta" else 0.0)

@@ -17,10 +17,13 @@ we be that the constraint holds for the population those rows come from?
 
 Rate constraints (Clopper-Pearson with a union bound)
 -----------------------------------------------------
-:class:`~fairopt.constraints.DisparateImpact`, :class:`~fairopt.constraints.EqualImpact`
-and :class:`~fairopt.constraints.DemographicParity` have rows ``c = D P`` where ``P`` holds
+:class:`~fairopt.constraints.DisparateImpact`, :class:`~fairopt.constraints.EqualImpact`,
+:class:`~fairopt.constraints.DemographicParity` and the label-conditioned
+:class:`~fairopt.constraints.EqualOpportunity`, :class:`~fairopt.constraints.FalsePositiveParity`
+and :class:`~fairopt.constraints.EqualizedOdds` have rows ``c = D P`` where ``P`` holds
 the hard positive rate ``P_g = k_g / n_g`` of every group side ``g`` (group or
-complement, restricted to ``y = 1`` for equal impact) and ``D`` has known signs. Given the
+complement, restricted to ``y = 1`` for equal impact and the true-positive rates, to
+``y = 0`` for the false-positive rates) and ``D`` has known signs. Given the
 rows, each ``k_g`` is binomial, so
 
 1. every side gets an exact (Clopper-Pearson) two-sided interval ``[L_g, U_g]`` at level
@@ -37,9 +40,11 @@ rows, each ``k_g`` is binomial, so
 ``passed`` is True iff every row's worst case lies within its bound (finite sides only):
 then, with probability at least ``confidence`` over the sample, the population rows
 satisfy the constraint. The user-facing measure is reported too: for disparate / equal
-impact the ratio ``min(P_f / P_r, P_r / P_f)`` (smallest over the comparisons), whose
+impact and the ratio form (``delta``) of the conditioned rates the ratio
+``min(P_f / P_r, P_r / P_f)`` (smallest over the comparisons, TPR and FPR alike), whose
 lower confidence bound ``min(L_f / U_r, L_r / U_f)`` is ``>= delta`` exactly when the two
-worst-case rows are ``<= 0``; for demographic parity the absolute difference
+worst-case rows are ``<= 0``; for demographic parity and the difference form
+(``bound``) of the conditioned rates the absolute difference
 ``|P_f - P_r|`` (largest over the comparisons) with upper bound
 ``max(U_f - L_r, U_r - L_f)``.
 

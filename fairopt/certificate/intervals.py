@@ -41,8 +41,8 @@ def prepared_copy(constraint: Any, data: Any) -> Any:
         constraint = resolve_constraints([constraint])[0]
     if not isinstance(constraint, (GroupRateConstraint, *BOOTSTRAP_TYPES)):
         raise TypeError(f"constraint: no certificate for {type(constraint).__name__}; supported: DisparateImpact, "
-                        "EqualImpact, DemographicParity (Clopper-Pearson), GeDI, DistanceCovariance, Covariance "
-                        "(bootstrap)")
+                        "EqualImpact, DemographicParity, EqualOpportunity, FalsePositiveParity, EqualizedOdds "
+                        "(Clopper-Pearson), GeDI, DistanceCovariance, Covariance (bootstrap)")
     fresh = fresh_copy(constraint)
     if not bounds_ready(fresh):
         fresh.setup(data)

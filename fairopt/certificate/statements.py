@@ -14,7 +14,7 @@ from fairopt._validation import check_interval
 from fairopt.certificate.intervals import (bootstrap_rows, clear_constraint_cache, clopper_pearson, compared_pairs,
                                            normal_quantile, outputs_on, prepared_copy, rate_sides, ratio_bound,
                                            ratio_upper, row_table, safe_div, safe_ratio, within_bounds, worst_case_rows)
-from fairopt.constraints.rates import DisparateImpact, GroupRateConstraint
+from fairopt.constraints.rates import GroupRateConstraint
 
 __all__ = ["CERTIFY_METHODS", "Certificate", "certify"]
 
@@ -166,7 +166,7 @@ def _rate_certificate(c: GroupRateConstraint, data: Any, confidence: float, meth
     passed = bool(within_bounds(row_lo, row_hi, b_lo, b_hi).all())
     pairs = list(zip(c._focus.tolist(), c._ref.tolist()))
     informed = [(f, r) for f, r in pairs if n[f] > 0 and n[r] > 0]
-    is_ratio = isinstance(c, DisparateImpact)  # and EqualImpact
+    is_ratio = c.rate_form == "ratio"  # DisparateImpact, EqualImpact, a conditioned rate with delta
     if is_ratio:
         measure, side, bound = f"{c._prefix} ratio", "lower", c.delta
         realised = min([safe_ratio(rates[f], rates[r]) for f, r in informed], default=1.0)

@@ -36,8 +36,16 @@ categorical codes ``0..K-1``):
   ``groups="marginal"`` each attribute is instead constrained on its own groups (its pair
   if ``K = 2``, else one-vs-rest) and the row blocks are concatenated in the listed order.
 
-Empty groups: a group with no rows in a batch (no rows with ``y = 1`` for
-:class:`EqualImpact`) has no defined mean. Every row that compares it is set to 0 ("no
+Conditioned blocks: :class:`EqualImpact` and the constraints of
+:mod:`fairopt.constraints.conditional` (equal opportunity, false-positive-rate parity,
+equalized odds) take the group means over the rows with a given label only (``y = 1``:
+true-positive rates, ``y = 0``: false-positive rates). A constraint may condition on
+several labels (equalized odds: both); each label is a block with its own sides, ``W``
+stacks the blocks' masked memberships and ``D`` is block diagonal, so the rows of all
+blocks share one operator.
+
+Empty groups: a group with no rows in a batch (no rows with the conditioning label for
+the conditioned constraints) has no defined mean. Every row that compares it is set to 0 ("no
 information": the row is satisfied and has zero gradient) instead of being dropped, so the
 number of rows never depends on the batch. This is logged at debug level for each new batch,
 and :meth:`setup` warns (:class:`~fairopt.exceptions.FairnessWarning`) when it happens on the
@@ -64,7 +72,8 @@ from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, P
 from fairopt.surrogates import Surrogate
 from solvers.problem import LinearEncoding
 
-__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GroupRateConstraint", "GROUPINGS"]
+__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GroupRateConstraint", "GROUPINGS",
+           "RowTemplate", "label_mask", "ratio_templates", "difference_templates"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,7 @@ class _Side:
 
 
 @dataclass(frozen=True)
-class _RowTemplate:
+class RowTemplate:
     """A row ``coef_focus * P_focus + coef_ref * P_ref`` in ``[lower, upper]`` for every comparison."""
 
     coef_focus: float
@@ -86,6 +95,38 @@ class _RowTemplate:
     lower: float
     upper: float
     label: str  # format string with {focus} and {ref}
+
+
+#: The former private name, kept for backward compatibility.
+_RowTemplate = RowTemplate
+
+
+def ratio_templates(delta: float) -> list[RowTemplate]:
+    """The ratio rows of one comparison: ``delta * P_ref - P_focus <= 0`` and
+    ``delta * P_focus - P_ref <= 0`` (both rates within a ratio ``delta``)."""
+    return [
+        RowTemplate(-1.0, delta, -math.inf, 0.0, f"{delta:g}*P[{{ref}}]-P[{{focus}}]"),
+        RowTemplate(delta, -1.0, -math.inf, 0.0, f"{delta:g}*P[{{focus}}]-P[{{ref}}]"),
+    ]
+
+
+def difference_templates(bound: float) -> list[RowTemplate]:
+    """The difference row of one comparison: ``-bound <= P_focus - P_ref <= bound``."""
+    return [RowTemplate(1.0, -1.0, -bound, bound, "P[{focus}]-P[{ref}]")]
+
+
+def label_mask(batch: Any, label: int, who: str) -> torch.Tensor:
+    """``1{y_i = label}`` (float64, ``(n,)``) from the batch's 0/1 labels ``batch.y``.
+
+    Raises
+    ------
+    ValueError
+        ``batch.y`` missing, of the wrong shape, or not 0/1 (``who`` names the constraint).
+    """
+    y = getattr(batch, "y", None)
+    if not isinstance(y, torch.Tensor) or y.shape != (len(batch),):
+        raise ValueError(f"y: {who} needs a 0/1 tensor batch.y of shape ({len(batch)},)")
+    return (check_binary(y, "y") == label).to(FLOAT64)
 
 
 def _comparisons(partitions: Sequence[Partition], pairwise: bool) -> tuple[list[_Side], list[tuple[int, int]]]:
@@ -110,35 +151,63 @@ def _comparisons(partitions: Sequence[Partition], pairwise: bool) -> tuple[list[
 class GroupRateConstraint(LinearRowsConstraint):
     """Rows that are linear combinations of two group means ``P_focus``, ``P_ref`` per comparison.
 
-    The common base of :class:`DisparateImpact` and :class:`DemographicParity` (group rate
-    constraints, certified in closed form by :mod:`fairopt.certificate`).
+    The common base of :class:`DisparateImpact`, :class:`DemographicParity` and the
+    conditioned rates of :mod:`fairopt.constraints.conditional` (group rate constraints,
+    certified in closed form by :mod:`fairopt.certificate`). A subclass gives its row
+    templates (:func:`ratio_templates` or :func:`difference_templates`) and, to condition
+    on labels, a row mask (:meth:`_row_mask`) or one mask per labelled block
+    (:meth:`_block_labels`, :meth:`_row_masks`).
     """
 
-    def _row_templates(self) -> list[_RowTemplate]:  # pragma: no cover - abstract
+    def _row_templates(self) -> list[RowTemplate]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    @property
+    def rate_form(self) -> str:
+        """``"ratio"`` (rows ``delta * P_r - P_f <= 0``, attribute ``delta``) or
+        ``"difference"`` (rows ``-bound <= P_f - P_r <= bound``, attribute ``bound``): the
+        ratio form when the constraint has a ``delta`` that is not None."""
+        return "ratio" if getattr(self, "delta", None) is not None else "difference"
 
     def _row_mask(self, batch: Any) -> torch.Tensor | None:
         """Weights (n,) restricting the rows that count (None: all rows)."""
         return None
 
+    def _block_labels(self) -> tuple[str, ...]:
+        """One label per conditioned block of sides and rows (module doc); ``""`` for the
+        single unlabelled block of the unconditioned and the one-mask constraints."""
+        return ("",)
+
+    def _row_masks(self, batch: Any) -> list[torch.Tensor | None]:
+        """One row mask per block of :meth:`_block_labels` (default: :meth:`_row_mask`)."""
+        return [self._row_mask(batch)]
+
     def _build_rows(self) -> None:
         sides, pairs = _comparisons(self._partitions, pairwise=self.groups == "pairwise")
         templates = self._row_templates()
-        D = torch.zeros(len(pairs) * len(templates), len(sides), dtype=FLOAT64)
-        names, lower, upper = [], [], []
-        for j, (focus, ref) in enumerate(pairs):
-            for k, tpl in enumerate(templates):
-                row = j * len(templates) + k
-                D[row, focus] += tpl.coef_focus
-                D[row, ref] += tpl.coef_ref
-                names.append(f"{self.name}:" + tpl.label.format(focus=sides[focus].label, ref=sides[ref].label))
-                lower.append(tpl.lower)
-                upper.append(tpl.upper)
+        blocks = self._block_labels()
+        S = len(sides)
+        # blocks x pairs x templates rows; D is block diagonal over the blocks' sides
+        D = torch.zeros(len(blocks) * len(pairs) * len(templates), len(blocks) * S, dtype=FLOAT64)
+        names, lower, upper, focus_sides, ref_sides = [], [], [], [], []
+        row = 0
+        for b, block in enumerate(blocks):
+            prefix = f"{self.name}:" + (f"{block}:" if block else "")
+            for focus, ref in pairs:
+                focus_sides.append(b * S + focus)
+                ref_sides.append(b * S + ref)
+                for tpl in templates:
+                    D[row, b * S + focus] += tpl.coef_focus
+                    D[row, b * S + ref] += tpl.coef_ref
+                    names.append(prefix + tpl.label.format(focus=sides[focus].label, ref=sides[ref].label))
+                    lower.append(tpl.lower)
+                    upper.append(tpl.upper)
+                    row += 1
         self._set_bounds(lower, upper, names)
         self._D = D
         self._n_templates = len(templates)
-        self._focus = torch.tensor([f for f, _ in pairs], dtype=torch.long)
-        self._ref = torch.tensor([r for _, r in pairs], dtype=torch.long)
+        self._focus = torch.tensor(focus_sides, dtype=torch.long)
+        self._ref = torch.tensor(ref_sides, dtype=torch.long)
         self._side_groups = [
             (torch.tensor([s.group for s in sides if s.partition == p], dtype=torch.long),
              torch.tensor([s.complement for s in sides if s.partition == p], dtype=torch.bool))
@@ -154,10 +223,8 @@ class GroupRateConstraint(LinearRowsConstraint):
         return torch.cat(blocks)
 
     def _build_operator(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        membership = self._membership(batch)
-        mask = self._row_mask(batch)
-        if mask is not None:
-            membership = membership * mask
+        groups = self._membership(batch)
+        membership = torch.cat([groups if mask is None else groups * mask for mask in self._row_masks(batch)])
         counts = membership.sum(dim=1)
         W = membership / counts.clamp(min=1.0)[:, None]
         return W, self._informed_rows(counts, FLOAT64)
@@ -172,8 +239,9 @@ class GroupRateConstraint(LinearRowsConstraint):
         """Per-group sums of ``phi(out - threshold)`` and group counts on ``batch``.
 
         ``sums = M @ phi(out - threshold)`` and ``counts = M @ 1`` with ``M`` (``G x n``) the
-        unnormalised 0/1 membership of every side (group or complement, masked to ``y = 1``
-        for :class:`EqualImpact`); ``M`` is read off the cached operator ``W = M / n_g``.
+        unnormalised 0/1 membership of every side (group or complement, masked to the
+        conditioning label of its block for the conditioned constraints, e.g. ``y = 1`` for
+        :class:`EqualImpact`); ``M`` is read off the cached operator ``W = M / n_g``.
         Both are additive over disjoint row shards, so a sum over shards followed by
         :meth:`from_sums` reproduces ``self(out, data)`` on their union (data-parallel SQP,
         :mod:`solvers.distributed`). ``exact=True`` uses the hard step ``1{out > threshold}``.
@@ -278,12 +346,8 @@ class DisparateImpact(GroupRateConstraint):
             "threshold": self.threshold, "groups": groups,
         }
 
-    def _row_templates(self) -> list[_RowTemplate]:
-        d = self.delta
-        return [
-            _RowTemplate(-1.0, d, -math.inf, 0.0, f"{d:g}*P[{{ref}}]-P[{{focus}}]"),
-            _RowTemplate(d, -1.0, -math.inf, 0.0, f"{d:g}*P[{{focus}}]-P[{{ref}}]"),
-        ]
+    def _row_templates(self) -> list[RowTemplate]:
+        return ratio_templates(self.delta)
 
 
 class EqualImpact(DisparateImpact):
@@ -297,10 +361,7 @@ class EqualImpact(DisparateImpact):
     _prefix = "equal_impact"
 
     def _row_mask(self, batch: Any) -> torch.Tensor:
-        y = getattr(batch, "y", None)
-        if not isinstance(y, torch.Tensor) or y.shape != (len(batch),):
-            raise ValueError(f"y: EqualImpact needs a 0/1 tensor batch.y of shape ({len(batch)},)")
-        return (check_binary(y, "y") == 1).to(FLOAT64)
+        return label_mask(batch, 1, "EqualImpact")
 
 
 class DemographicParity(GroupRateConstraint):
@@ -338,5 +399,5 @@ class DemographicParity(GroupRateConstraint):
             "threshold": self.threshold, "groups": groups,
         }
 
-    def _row_templates(self) -> list[_RowTemplate]:
-        return [_RowTemplate(1.0, -1.0, -self.bound, self.bound, "P[{focus}]-P[{ref}]")]
+    def _row_templates(self) -> list[RowTemplate]:
+        return difference_templates(self.bound)
