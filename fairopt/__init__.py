@@ -17,6 +17,8 @@ from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.evaluation import evaluate, fairness_report, format_report
 from fairopt.exceptions import FairnessWarning
 from fairopt.persistence import SavedModel, load, save
+from fairopt.report import GroupReport, group_report
+from fairopt import metrics
 from fairopt.learners import TorchLearner
 from solvers import FitResult, History, LagrangianDual, MovingTargets, Penalty, StochasticSQP
 
@@ -33,6 +35,7 @@ __all__ = [
     "save",
     "FairnessWarning",
     "FitResult",
+    "GroupReport",
     "History",
     "LagrangianDual",
     "MovingTargets",
@@ -46,9 +49,11 @@ __all__ = [
     "experiments",
     "fairness_report",
     "format_report",
+    "group_report",
     "learners",
     "linear",
     "measures",
+    "metrics",
     "models",
     "penalties",
     "surrogates",

@@ -1,0 +1,321 @@
+"""Fairness metrics with the scikit-learn signature, and scorers for model selection.
+
+The functions take ``(y_true, y_pred, *, sensitive_features)`` like scikit-learn's
+metrics, with hard predictions ``y_pred`` (class labels; ``pos_label`` is the positive
+class). With ``P_g = P(yhat = 1 | g)`` the selection rate of group ``g``,
+``TPR_g = P(yhat = 1 | g, y = 1)`` and ``FPR_g = P(yhat = 1 | g, y = 0)``:
+
+============================== ========================================================
+``disparate_impact``           ``min_g P_g / max_g P_g`` (= ``demographic_parity_ratio``)
+``demographic_parity_difference`` ``max_g P_g - min_g P_g``
+``equal_opportunity_ratio``    ``min_g TPR_g / max_g TPR_g``
+``equal_opportunity_difference`` ``max_g TPR_g - min_g TPR_g``
+``equalized_odds_ratio``       ``min(TPR ratio, FPR ratio)``
+``equalized_odds_difference``  ``max(TPR difference, FPR difference)``
+============================== ========================================================
+
+They are the measures of :mod:`fairopt.measures.group` (:func:`~fairopt.measures.disparate_impact`,
+:func:`~fairopt.measures.dp_difference`, :func:`~fairopt.measures.equal_impact`,
+:func:`~fairopt.measures.equalised_odds`) behind that signature, with their conventions:
+a ratio whose groups all have rate 0 is 0/0, NaN with an
+:class:`~fairopt.exceptions.UndefinedMeasureWarning` (not "perfectly fair"); a group
+without rows with ``y = 1`` (TPR) or ``y = 0`` (FPR) is a ``ValueError``.
+``sensitive_features`` may hold one attribute (1-D) or several (2-D array, DataFrame:
+their intersections), as in :func:`fairopt.group_report`.
+
+Scorers: :func:`make_scorer` wraps a measure as a scikit-learn scorer that requests
+``sensitive_features`` through metadata routing, so that a search passes each fold's
+slice of the sensitive features to it::
+
+    import sklearn
+    from sklearn.model_selection import GridSearchCV
+
+    sklearn.set_config(enable_metadata_routing=True)
+    search = GridSearchCV(estimator, grid, refit="acc",
+                          scoring={"acc": "accuracy", "di": fairopt.metrics.make_scorer("disparate_impact")})
+    search.fit(X, y, sensitive_features=s)   # routed to the "di" scorer only, sliced per fold
+
+Metadata routing must be enabled when the search runs (scikit-learn passes no metadata
+to scorers otherwise); the estimator's ``fit`` must not request ``sensitive_features``
+unless it uses them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+import sklearn
+from sklearn.metrics import make_scorer as sklearn_make_scorer
+
+from fairopt._validation import to_numpy
+from fairopt.exceptions import UndefinedMeasureWarning
+from fairopt.measures.group import (disparate_impact as group_disparate_impact, dp_difference, equal_impact,
+                                    equalised_odds, warn_undefined_ratio)
+from fairopt.report.groups import intersection_groups
+
+__all__ = [
+    "MEASURES",
+    "disparate_impact",
+    "demographic_parity_ratio",
+    "demographic_parity_difference",
+    "equal_opportunity_ratio",
+    "equal_opportunity_difference",
+    "equalized_odds_ratio",
+    "equalized_odds_difference",
+    "fairness_score",
+    "make_scorer",
+]
+
+
+# --------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------
+def _labels_1d(x: Any, name: str) -> np.ndarray:
+    arr = to_numpy(x)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr.reshape(-1)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array of labels, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name}: is empty (0 rows)")
+    return arr
+
+
+def _binary(y_true: Any, y_pred: Any, pos_label: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``y_true`` and ``y_pred`` as float 0/1 (1: ``pos_label``).
+
+    ``pos_label=None``: 1 (or True) when the labels are 0/1 or boolean, else the larger of
+    the two labels (scikit-learn's ``classes_[1]``); more than two labels is an error.
+    """
+    yt, yp = _labels_1d(y_true, "y_true"), _labels_1d(y_pred, "y_pred")
+    if yt.shape[0] != yp.shape[0]:
+        raise ValueError(f"length mismatch: y_true has {yt.shape[0]} rows, y_pred has {yp.shape[0]}")
+    try:
+        labels = np.unique(np.concatenate([yt, yp]))
+    except TypeError:
+        raise ValueError("y_true, y_pred: labels of mixed types cannot be compared") from None
+    if labels.size > 2:
+        raise ValueError(f"y_true, y_pred: fairness metrics need binary labels; got {labels.size} distinct labels "
+                         f"{labels[:6].tolist()}")
+    if pos_label is None:
+        if labels.dtype.kind == "b" or (labels.dtype.kind in "iuf" and np.isin(labels, (0, 1)).all()):
+            pos_label = 1
+        elif labels.size == 2:
+            pos_label = labels[-1]
+        else:
+            raise ValueError(f"pos_label: the only label is {labels.tolist()}; pass pos_label")
+    return (yt == pos_label).astype(np.float64), (yp == pos_label).astype(np.float64)
+
+
+def _group_labels(sensitive_features: Any, n: int) -> np.ndarray:
+    """One group label per row (intersections for several attributes)."""
+    if sensitive_features is None:
+        raise ValueError("sensitive_features: required. For a scorer inside a search or cross-validation, enable "
+                         "metadata routing (sklearn.set_config(enable_metadata_routing=True)) and pass them to "
+                         "fit: search.fit(X, y, sensitive_features=s)")
+    groups = intersection_groups(sensitive_features, n)
+    return np.asarray(groups.labels, dtype=object)[groups.codes]
+
+
+def _require_rows(y: np.ndarray, groups: np.ndarray, value: int) -> None:
+    """Every group has rows with ``y_true = value`` (else its TPR/FPR is undefined)."""
+    present = set(groups[y == value].tolist())
+    missing = [g for g in dict.fromkeys(groups.tolist()) if g not in present]
+    if missing:
+        rate = "true-positive" if value == 1 else "false-positive"
+        raise ValueError(f"y_true: the group(s) {missing} have no rows with y_true = {value} (positive class: 1); "
+                         f"their {rate} rate is undefined")
+
+
+def _prepare(y_true: Any, y_pred: Any, sensitive_features: Any, pos_label: Any) -> tuple[np.ndarray, ...]:
+    y, p = _binary(y_true, y_pred, pos_label)
+    return y, p, _group_labels(sensitive_features, y.shape[0])
+
+
+# --------------------------------------------------------------------------------------
+# the measures
+# --------------------------------------------------------------------------------------
+def disparate_impact(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
+    """Disparate impact ``min_g P(yhat=1 | g) / max_g P(yhat=1 | g)`` (1: parity).
+
+    :func:`fairopt.measures.disparate_impact` of the hard predictions. ``y_true`` is not
+    used (it is part of the scikit-learn signature) beyond its length.
+
+    Parameters
+    ----------
+    y_true, y_pred : array-like (n,)
+        True and predicted labels (two classes).
+    sensitive_features : array-like (n,) or (n, k), DataFrame
+        Group of each row; several columns give their intersections.
+    pos_label : optional
+        The positive class; default 1 for 0/1 or boolean labels, else the larger label.
+
+    Returns
+    -------
+    float
+        In [0, 1]; NaN (with an UndefinedMeasureWarning) when no group has a positive
+        prediction.
+    """
+    _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
+    return float(group_disparate_impact(p, s))
+
+
+def demographic_parity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
+    """The same as :func:`disparate_impact` (fairlearn's name): ``min_g P_g / max_g P_g``."""
+    return disparate_impact(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label)
+
+
+def demographic_parity_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
+                                  pos_label: Any = None) -> float:
+    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)`` (0: parity).
+
+    :func:`fairopt.measures.dp_difference`; parameters as :func:`disparate_impact`.
+    """
+    _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
+    return float(dp_difference(p, s))
+
+
+def equal_opportunity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
+    """``min_g TPR_g / max_g TPR_g`` with ``TPR_g = P(yhat=1 | g, y=1)`` (1: equal opportunity).
+
+    :func:`fairopt.measures.equal_impact`; every group needs a row with ``y_true``
+    positive (ValueError otherwise). NaN (with an UndefinedMeasureWarning) when every
+    TPR is 0.
+    """
+    y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
+    _require_rows(y, s, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMeasureWarning)
+        value = float(equal_impact(p, s, y))
+    return warn_undefined_ratio(value, "equal_opportunity_ratio", "positive predictions among its rows with y = 1")
+
+
+def equal_opportunity_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
+                                 pos_label: Any = None) -> float:
+    """``max_g TPR_g - min_g TPR_g`` (0: equal opportunity).
+
+    :func:`fairopt.measures.dp_difference` on the rows with ``y = 1`` (the ``y = 1`` part
+    of :func:`fairopt.measures.equalised_odds`); every group needs a row with ``y_true``
+    positive.
+    """
+    y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
+    _require_rows(y, s, 1)
+    positives = y == 1
+    return float(dp_difference(p[positives], s[positives]))
+
+
+def equalized_odds_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
+    """``min(min_g TPR_g / max_g TPR_g, min_g FPR_g / max_g FPR_g)`` (1: equalized odds).
+
+    The smaller of the TPR and FPR ratios (:func:`fairopt.measures.equal_impact` on the
+    rows with ``y = 1`` and with ``y = 0``). Every group needs rows with both labels. NaN
+    (with an UndefinedMeasureWarning) when either ratio is 0/0 (every group's TPR, or
+    every group's FPR, is 0).
+    """
+    y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
+    _require_rows(y, s, 1)
+    _require_rows(y, s, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMeasureWarning)
+        tpr_ratio = float(equal_impact(p, s, y))
+        fpr_ratio = float(equal_impact(p, s, 1.0 - y))  # "y = 1" of the flipped target: the rows with y = 0
+    value = float("nan") if np.isnan(tpr_ratio) or np.isnan(fpr_ratio) else min(tpr_ratio, fpr_ratio)
+    what = "positive predictions among its rows with y = 1" if np.isnan(tpr_ratio) else \
+        "positive predictions among its rows with y = 0"
+    return warn_undefined_ratio(value, "equalized_odds_ratio", what)
+
+
+def equalized_odds_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
+                              pos_label: Any = None) -> float:
+    """``max(max_g TPR_g - min_g TPR_g, max_g FPR_g - min_g FPR_g)`` (0: equalized odds).
+
+    :func:`fairopt.measures.equalised_odds`; every group needs rows with both labels.
+    """
+    y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
+    _require_rows(y, s, 1)
+    _require_rows(y, s, 0)
+    return float(equalised_odds(p, s, y))
+
+
+#: name -> (function, greater_is_better); the British spellings are aliases.
+MEASURES: dict[str, tuple[Callable[..., float], bool]] = {
+    "disparate_impact": (disparate_impact, True),
+    "demographic_parity_ratio": (demographic_parity_ratio, True),
+    "demographic_parity_difference": (demographic_parity_difference, False),
+    "equal_opportunity_ratio": (equal_opportunity_ratio, True),
+    "equal_opportunity_difference": (equal_opportunity_difference, False),
+    "equalized_odds_ratio": (equalized_odds_ratio, True),
+    "equalized_odds_difference": (equalized_odds_difference, False),
+    "equalised_odds_ratio": (equalized_odds_ratio, True),
+    "equalised_odds_difference": (equalized_odds_difference, False),
+}
+
+
+def _measure(name: Any) -> tuple[Callable[..., float], bool]:
+    if not isinstance(name, str) or name not in MEASURES:
+        raise ValueError(f"measure: expected one of {sorted(MEASURES)} or a callable, got {name!r}")
+    return MEASURES[name]
+
+
+def fairness_score(y_true: Any, y_pred: Any, *, measure: str, sensitive_features: Any = None,
+                   pos_label: Any = None) -> float:
+    """The measure named ``measure`` (a key of :data:`MEASURES`), the score function of
+    :func:`make_scorer`. ``sensitive_features=None`` is an error that explains how to
+    route them (metadata routing)."""
+    function, _ = _measure(measure)
+    return function(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label)
+
+
+def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool | None = None, **kwargs: Any) -> Any:
+    """A scikit-learn scorer of a fairness measure that receives ``sensitive_features``
+    through metadata routing.
+
+    The scorer calls the estimator's ``predict`` and scores ``measure(y_true, y_pred,
+    sensitive_features=..., **kwargs)``. It is built with :func:`sklearn.metrics.make_scorer`
+    and ``set_score_request(sensitive_features=True)``; with
+    ``sklearn.set_config(enable_metadata_routing=True)``, ``GridSearchCV(...).fit(X, y,
+    sensitive_features=s)`` and ``cross_validate(..., params={"sensitive_features": s})``
+    pass it the rows of ``s`` of each test fold.
+
+    Parameters
+    ----------
+    measure : str or callable
+        A name of :data:`MEASURES` (``"disparate_impact"``, ``"demographic_parity_ratio"``,
+        ``"demographic_parity_difference"``, ``"equal_opportunity_ratio"``,
+        ``"equal_opportunity_difference"``, ``"equalized_odds_ratio"``,
+        ``"equalized_odds_difference"``), or a function ``f(y_true, y_pred, *,
+        sensitive_features, **kwargs)`` (then ``greater_is_better`` is required).
+    greater_is_better : bool, optional
+        Default: True for the ratios (1 is parity), False for the differences (0 is
+        parity; scikit-learn then reports ``-difference``, so that larger is better).
+    **kwargs
+        Passed to the measure, e.g. ``pos_label``.
+
+    Returns
+    -------
+    scorer
+        ``scorer(estimator, X, y, sensitive_features=s)`` (callable directly too, with
+        routing enabled).
+    """
+    if callable(measure):
+        if greater_is_better is None:
+            raise ValueError("greater_is_better: required (True or False) for a measure given as a function")
+        score_func, extra = measure, {}
+    else:
+        _, default = _measure(measure)
+        score_func, extra = fairness_score, {"measure": measure}
+        greater_is_better = default if greater_is_better is None else greater_is_better
+    if not isinstance(greater_is_better, (bool, np.bool_)):
+        raise ValueError(f"greater_is_better: expected True or False, got {greater_is_better!r}")
+    clash = {"sensitive_features", "measure"} & set(kwargs)
+    if clash:
+        raise ValueError(f"{sorted(clash)}: not a make_scorer keyword (sensitive_features come through routing)")
+    scorer = sklearn_make_scorer(score_func, response_method="predict", greater_is_better=bool(greater_is_better),
+                                 **extra, **kwargs)
+    # set_score_request needs routing enabled when it is called; the request is kept on the
+    # scorer and used by every search that runs with routing enabled
+    with sklearn.config_context(enable_metadata_routing=True):
+        scorer.set_score_request(sensitive_features=True)
+    return scorer

@@ -1,0 +1,243 @@
+""":func:`group_report`: per-group metrics, their disparities and bootstrap intervals."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fairopt._validation import check_interval, check_seed, positive_int
+from fairopt.report.bootstrap import (RowStatistic, bootstrap_replicates, percentile_interval, point_estimates,
+                                      ratio_and_difference)
+from fairopt.report.groups import Groups, intersection_groups, row_count
+from fairopt.report.responses import Responses, model_responses
+from fairopt.report.result import GroupReport
+
+__all__ = ["group_report", "MIN_GROUP_SIZE", "CLASSIFICATION_METRICS", "REGRESSION_METRICS"]
+
+logger = logging.getLogger(__name__)
+
+#: Default of ``min_group_size``: groups with fewer rows get NaN confidence intervals.
+MIN_GROUP_SIZE = 10
+CLASSIFICATION_METRICS = ("selection_rate", "tpr", "fpr", "accuracy")
+REGRESSION_METRICS = ("mean_prediction", "mean_target", "mae", "rmse")
+
+
+def _statistics(responses: Responses) -> list[RowStatistic]:
+    """The metrics as row statistics (:mod:`fairopt.report.bootstrap`)."""
+    pred, y = responses.pred, responses.y
+    if responses.task == "binary":
+        return [RowStatistic("selection_rate", pred),
+                RowStatistic("tpr", pred, y == 1, condition="y = 1"),
+                RowStatistic("fpr", pred, y == 0, condition="y = 0"),
+                RowStatistic("accuracy", (pred == y).astype(np.float64))]
+    error = y - pred
+    return [RowStatistic("mean_prediction", pred), RowStatistic("mean_target", y),
+            RowStatistic("mae", np.abs(error)), RowStatistic("rmse", error ** 2, root=True)]
+
+
+def _check_parameters(n_bootstrap: Any, confidence: Any, seed: Any, min_group_size: Any) -> tuple[int, float, int | None, int]:
+    return (positive_int(n_bootstrap, "n_bootstrap", allow_zero=True),
+            check_interval(confidence, "confidence", 0.0, 1.0),
+            check_seed(seed, allow_none=True, allow_negative=False),
+            positive_int(min_group_size, "min_group_size"))
+
+
+def _note(notes: list[str], message: str) -> None:
+    notes.append(message)
+    logger.warning("group_report: %s", message)
+
+
+def _describe(groups: Groups, mask: np.ndarray, counts: np.ndarray) -> str:
+    return ", ".join(f"{groups.labels[g]!r} ({counts[g]})" for g in np.flatnonzero(mask))
+
+
+def group_report(
+    model_or_estimator: Any,
+    X: Any,
+    y: Any,
+    sensitive_features: Any,
+    *,
+    threshold: float | None = None,
+    n_bootstrap: int = 1000,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+    task: str | None = None,
+    pos_label: Any = None,
+    min_group_size: int = MIN_GROUP_SIZE,
+) -> GroupReport:
+    """Per-group performance and fairness of a model, with bootstrap confidence intervals.
+
+    The model is run once on ``X``; each metric is computed per group of the sensitive
+    features, over all rows, and compared between groups.
+
+    Metrics, with ``yhat`` the hard 0/1 prediction (classification), ``y`` the target
+    (1: positive class) and ``G`` the rows of a group:
+
+    - classification: ``selection_rate = mean_G(yhat)``, ``tpr = mean_{G, y=1}(yhat)``,
+      ``fpr = mean_{G, y=0}(yhat)``, ``accuracy = mean_G(1[yhat = y])``;
+    - regression: ``mean_prediction = mean_G(pred)``, ``mean_target = mean_G(y)``,
+      ``mae = mean_G |y - pred|``, ``rmse = sqrt(mean_G (y - pred)^2)``.
+
+    Disparities of a metric with group values ``m_g``: ``ratio = min_g m_g / max_g m_g``
+    (``selection_rate``: disparate impact, fairlearn's ``demographic_parity_ratio``; NaN
+    when every ``m_g`` is 0, a 0/0, or when one is negative) and
+    ``difference = max_g m_g - min_g m_g`` (``selection_rate``: demographic-parity
+    difference; ``tpr``: equal opportunity difference).
+
+    Confidence intervals: percentile bootstrap, stratified by group. Each of the
+    ``n_bootstrap`` replicates resamples, within every group separately, as many rows as
+    the group has, with replacement, and recomputes every per-group value, the overall
+    value, the ratio and the difference; the interval is the ``(1 - confidence) / 2`` and
+    ``(1 + confidence) / 2`` quantiles of the replicates (details in
+    :mod:`fairopt.report.bootstrap`). Group sizes are held fixed, so the overall interval
+    is that of a stratified sample (slightly narrower than an unstratified bootstrap when
+    the groups differ). A group with fewer than ``min_group_size`` rows (for the TPR: rows
+    with ``y = 1``; FPR: ``y = 0``) gets a NaN interval, as do the ratio and difference of
+    that metric, with a logged warning: a percentile interval from so few rows would
+    claim a precision it does not have. The difference is non-negative by construction:
+    when the groups are close its replicates pile up above 0 and its interval rarely
+    reaches 0; read a lower end near 0 as "no detectable difference".
+
+    Parameters
+    ----------
+    model_or_estimator : estimator, fairopt.SavedModel or torch.nn.Module
+        A fitted :class:`~fairopt.FairClassifier` / :class:`~fairopt.FairRegressor`, any
+        scikit-learn-style estimator with ``predict`` (and ``predict_proba`` for a
+        ``threshold``), a :class:`~fairopt.SavedModel` from :func:`fairopt.load`, or a torch
+        module (one output per row: a logit for classification). See
+        :mod:`fairopt.report.responses` for how each is run.
+    X : array-like, DataFrame or tensor (n, p)
+        The rows, given to the model unchanged (a SavedModel with a preprocessor encodes a
+        DataFrame first).
+    y : array-like (n,)
+        The target: two labels (classification) or numbers (regression).
+    sensitive_features : array-like, DataFrame, dict, column name or list of column names
+        One attribute (1-D: its groups) or several (2-D / DataFrame / dict: their
+        intersections, labelled ``"sex=Male|race=White"``), or column name(s) of the
+        DataFrame ``X`` (the column stays in ``X``: drop it yourself if the model was
+        trained without it).
+    threshold : float in (0, 1), optional
+        Classification: a row is positive when the predicted probability of the positive
+        class exceeds it. None: the model's own decision (``predict``; logit > 0).
+    n_bootstrap : int, default 1000
+        Bootstrap replicates (0: no intervals).
+    confidence : float in (0, 1), default 0.95
+    seed : int or None, default 0
+        Seed of ``numpy.random.default_rng``: the same seed gives the same intervals.
+    task : {"binary", "classification", "regression"}, optional
+        Default: the estimator's kind (scikit-learn's ``is_classifier`` / ``is_regressor``),
+        a SavedModel's schema, else inferred from ``y`` (0/1 or two text labels: binary;
+        more than two numbers: regression).
+    pos_label : optional
+        The positive class (default: ``classes_[1]``, else 1 for 0/1 ``y``).
+    min_group_size : int, default 10
+        Smallest group (rows entering the metric) that gets a confidence interval.
+
+    Returns
+    -------
+    GroupReport
+        ``by_group``, ``overall``, ``disparities``, ``to_markdown()``, ``plot()``.
+
+    Raises
+    ------
+    ValueError
+        Lengths of ``X``, ``y`` and ``sensitive_features`` that differ (both are named);
+        an unknown column name; NaN in the sensitive features or in ``y``; a group with 0
+        rows (an unused category); fewer than two groups; non-binary ``y`` for a
+        classifier; a model of no supported kind; bad parameters.
+
+    Examples
+    --------
+    >>> report = fairopt.group_report(clf, X_test, y_test, S_test)     # doctest: +SKIP
+    >>> report.by_group[["n", "selection_rate", "selection_rate_low", "selection_rate_high"]]  # doctest: +SKIP
+    >>> report.disparities.loc["selection_rate", "ratio"]              # doctest: +SKIP
+    """
+    n_bootstrap, confidence, seed, min_group_size = _check_parameters(n_bootstrap, confidence, seed, min_group_size)
+    try:
+        n = row_count(X)
+    except TypeError:
+        raise ValueError(f"X: expected an array-like of rows, got {type(X).__name__}") from None
+    groups = intersection_groups(sensitive_features, n, X)
+    if len(groups.labels) < 2:
+        raise ValueError(f"sensitive_features: a single group {groups.labels} in these rows; at least two are "
+                         "needed to compare groups")
+    responses = model_responses(model_or_estimator, X, y, task=task, threshold=threshold, pos_label=pos_label)
+    stats = _statistics(responses)
+    started = time.perf_counter()
+    replicates = (bootstrap_replicates(stats, groups.codes, len(groups.labels), n_bootstrap, seed)
+                  if n_bootstrap else None)
+    logger.debug("group_report: %d bootstrap replicates of %d rows in %.2fs", n_bootstrap, n,
+                 time.perf_counter() - started)
+    notes: list[str] = []
+    sizes = groups.sizes
+    small = sizes < min_group_size
+    if n_bootstrap and small.any():
+        _note(notes, f"groups with fewer than {min_group_size} rows have NaN confidence intervals (and so do "
+                     f"the disparities): {_describe(groups, small, sizes)}")
+    by_group = pd.DataFrame({"n": sizes}, index=pd.Index(groups.labels, name=groups.name))
+    overall: dict[str, float] = {"n": float(n)}
+    disparities = {}
+    for stat in stats:
+        values, total = point_estimates(stat, groups.codes, len(groups.labels))
+        low, high, total_low, total_high, ratio_ci, difference_ci = _intervals(
+            stat, groups, replicates, confidence, min_group_size, notes)
+        by_group[stat.name], by_group[f"{stat.name}_low"], by_group[f"{stat.name}_high"] = values, low, high
+        overall.update({stat.name: total, f"{stat.name}_low": total_low, f"{stat.name}_high": total_high})
+        disparities[stat.name] = _disparity(stat.name, values, total, ratio_ci, difference_ci, groups, notes)
+    table = pd.DataFrame.from_dict(disparities, orient="index")
+    table.index.name = "metric"
+    return GroupReport(task=responses.task, metrics=tuple(s.name for s in stats), by_group=by_group,
+                       overall=pd.Series(overall, name="overall"), disparities=table, groups=groups.values,
+                       sensitive_names=list(groups.names), confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
+                       min_group_size=min_group_size, threshold=None if threshold is None else float(threshold),
+                       positive=responses.positive, source=responses.source, notes=notes)
+
+
+def _intervals(stat: RowStatistic, groups: Groups, replicates: dict | None, confidence: float, min_group_size: int,
+               notes: list[str]) -> tuple:
+    """Per-group, overall, ratio and difference intervals of one metric (NaN where not reliable)."""
+    n_groups = len(groups.labels)
+    counts = stat.counts(groups.codes, n_groups)
+    if stat.condition:
+        empty = counts == 0
+        if empty.any():
+            _note(notes, f"{stat.name} is undefined (NaN) for the groups without rows with {stat.condition}: "
+                         f"{[groups.labels[g] for g in np.flatnonzero(empty)]}")
+    nan2 = (np.nan, np.nan)
+    if replicates is None:
+        return np.full(n_groups, np.nan), np.full(n_groups, np.nan), np.nan, np.nan, nan2, nan2
+    per_group, total = replicates[stat.name]
+    low, high = percentile_interval(per_group, confidence)
+    reliable = counts >= min_group_size
+    few = ~reliable & (groups.sizes >= min_group_size) & (counts > 0)  # the others are noted already
+    if stat.condition and few.any():
+        _note(notes, f"{stat.name}: groups with fewer than {min_group_size} rows with {stat.condition} have NaN "
+                     f"intervals: {_describe(groups, few, counts)}")
+    low, high = np.where(reliable, low, np.nan), np.where(reliable, high, np.nan)
+    total_low, total_high = percentile_interval(total, confidence)
+    if counts.sum() < min_group_size:
+        total_low = total_high = np.nan
+    ratio, difference = ratio_and_difference(per_group)
+    if reliable.all():
+        ratio_ci, difference_ci = percentile_interval(ratio, confidence), percentile_interval(difference, confidence)
+    else:
+        ratio_ci = difference_ci = nan2
+    return low, high, float(total_low), float(total_high), tuple(map(float, ratio_ci)), tuple(map(float, difference_ci))
+
+
+def _disparity(name: str, values: np.ndarray, overall: float, ratio_ci: tuple, difference_ci: tuple,
+               groups: Groups, notes: list[str]) -> dict[str, Any]:
+    """One row of the disparity table."""
+    ratio, difference = (float(v) for v in ratio_and_difference(values))
+    defined = not np.isnan(values).any()
+    if defined and np.isnan(ratio) and values.max() == 0:
+        _note(notes, f"{name}: every group's value is 0, so the ratio is 0/0: undefined (NaN), not perfectly fair")
+    return {"ratio": ratio, "ratio_low": ratio_ci[0], "ratio_high": ratio_ci[1],
+            "difference": difference, "difference_low": difference_ci[0], "difference_high": difference_ci[1],
+            "group_min": groups.labels[int(np.argmin(values))] if defined else None,
+            "group_max": groups.labels[int(np.argmax(values))] if defined else None,
+            "overall": overall}

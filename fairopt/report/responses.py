@@ -1,0 +1,279 @@
+"""What :func:`fairopt.group_report` compares: the task, the hard (or numeric) predictions
+and the target of every row, from any supported model.
+
+Supported models:
+
+- a fitted :class:`~fairopt.FairClassifier` / :class:`~fairopt.FairRegressor`, or any
+  scikit-learn-style estimator with ``predict`` (``predict_proba`` for a ``threshold``);
+- a :class:`~fairopt.SavedModel` (from :func:`fairopt.load`): its torch model, on
+  ``saved.encode(X)`` when ``X`` is a DataFrame and a preprocessor was saved, else on
+  ``X`` as it is; its task is the saved schema's when there is one;
+- a ``torch.nn.Module``: one output per row, a logit for classification (the
+  probability of class 1 is ``sigmoid(out)``), the prediction for regression.
+
+Classification compares hard predictions ``yhat in {0, 1}`` (1: the positive class):
+
+- ``threshold=None``: the model's own decision, ``predict(X) == positive`` for an
+  estimator, ``out > 0`` (probability above 0.5) for a torch model;
+- ``threshold=t``: ``p > t`` with ``p`` the predicted probability of the positive class
+  (``predict_proba`` for an estimator, ``sigmoid(out)`` for a torch model). Unlike
+  :func:`fairopt.evaluate`, whose threshold is on the logit, ``t`` is a probability.
+
+The positive class: ``pos_label`` if given; else ``classes_[1]`` of a classifier that has
+``classes_``; else 1 when ``y`` is coded 0/1 (or boolean); else, for an estimator, the
+larger of the two labels of ``y`` (scikit-learn's convention). A torch model needs ``y``
+coded 0/1 or ``pos_label`` (its logit is that of class 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.base import is_classifier, is_regressor
+
+from fairopt._validation import to_numpy
+from fairopt.measures.group import python_scalar
+from fairopt.persistence import SavedModel
+from fairopt.report.groups import row_count
+
+__all__ = ["TASKS", "Responses", "model_responses", "infer_task"]
+
+#: Tasks of the report (``"classification"`` is accepted as another name for ``"binary"``).
+TASKS = ("binary", "regression")
+
+
+@dataclass(frozen=True)
+class Responses:
+    """The task and the per-row values the report is computed from.
+
+    Attributes
+    ----------
+    task : {"binary", "regression"}
+    pred : numpy.ndarray of float64, shape (n,)
+        Hard 0/1 predictions (binary) or the predictions (regression).
+    y : numpy.ndarray of float64, shape (n,)
+        0/1 (1: positive class) or the numeric target.
+    positive : object or None
+        The label of the positive class (binary); None for regression.
+    source : str
+        What produced the predictions, for the report's description.
+    """
+
+    task: str
+    pred: np.ndarray
+    y: np.ndarray
+    positive: Any
+    source: str
+
+
+def _target(y: Any, n: int) -> np.ndarray:
+    arr = to_numpy(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr.reshape(-1)
+    if arr.ndim != 1:
+        raise ValueError(f"y: expected a 1-D array, got shape {arr.shape}")
+    if arr.shape[0] != n:
+        raise ValueError(f"length mismatch: X has {n} rows, y has {arr.shape[0]}")
+    if bool(np.asarray(pd.isna(arr), dtype=bool).any()):
+        raise ValueError("y: contains missing values (NaN/None)")
+    return arr
+
+
+def _is_numeric(arr: np.ndarray) -> bool:
+    return arr.dtype.kind in "iuf"
+
+
+def infer_task(y: np.ndarray) -> str:
+    """``"binary"`` for 0/1, boolean or two-label text ``y``; ``"regression"`` for numbers
+    with more than two values. Two numbers other than 0 and 1 are ambiguous: ValueError."""
+    labels = np.unique(y)
+    if not _is_numeric(y):
+        if labels.size <= 2:
+            return "binary"
+        raise ValueError(f"y: {labels.size} distinct non-numeric labels; a classification report needs binary y")
+    if np.isin(labels, (0, 1)).all():
+        return "binary"
+    if labels.size > 2:
+        return "regression"
+    raise ValueError(f"task: cannot tell from y (two values {labels.tolist()}, not 0/1) whether this is "
+                     "classification or regression; pass task='binary' (with pos_label) or task='regression'")
+
+
+def _resolve_task(task: str | None, model: Any, y: np.ndarray) -> str:
+    if task is not None:
+        if task == "classification":
+            return "binary"
+        if task not in TASKS:
+            raise ValueError(f"task: expected one of {TASKS} (or 'classification'), got {task!r}")
+        return task
+    if isinstance(model, SavedModel) and model.schema and model.schema.get("task"):
+        saved = model.schema["task"]
+        if saved not in TASKS:
+            raise ValueError(f"task: the saved model's task is {saved!r}; group_report supports {TASKS}")
+        return saved
+    if not isinstance(model, (SavedModel, torch.nn.Module)):
+        kind = _estimator_kind(model)
+        if kind is not None:
+            return kind
+        if hasattr(model, "predict_proba"):
+            return "binary"
+    return infer_task(y)
+
+
+def _estimator_kind(model: Any) -> str | None:
+    """``"binary"`` / ``"regression"`` from scikit-learn's tags, None when they do not say
+    (or the object has no tags: a duck-typed estimator outside scikit-learn's hierarchy)."""
+    try:
+        if is_classifier(model):
+            return "binary"
+        if is_regressor(model):
+            return "regression"
+    except (AttributeError, TypeError):
+        kind = getattr(model, "_estimator_type", None)
+        return {"classifier": "binary", "regressor": "regression"}.get(kind)
+    return None
+
+
+def _positive_label(y: np.ndarray, pos_label: Any, classes: Any, torch_model: bool) -> Any:
+    """The positive class (module docstring); ValueError for non-binary y."""
+    labels = np.unique(y)
+    if labels.size > 2:
+        raise ValueError(f"y: a classification report needs binary y; got {labels.size} distinct values "
+                         f"{labels[:6].tolist()}{' ...' if labels.size > 6 else ''}")
+    if classes is not None and len(classes) != 2:
+        raise ValueError(f"model: a classification report needs a binary classifier; its classes_ are "
+                         f"{list(classes)}")
+    if classes is not None:
+        unknown = [v for v in labels.tolist() if v not in list(classes)]
+        if unknown:
+            raise ValueError(f"y: labels {unknown[:5]} are not among the model's classes_ {list(classes)}")
+    if pos_label is not None:
+        known = list(classes) if classes is not None else labels.tolist()
+        if pos_label not in known:
+            raise ValueError(f"pos_label: {pos_label!r} is not one of the labels {known}")
+        return pos_label
+    if classes is not None:
+        return classes[1]
+    if y.dtype.kind == "b" or (_is_numeric(y) and np.isin(labels, (0, 1)).all()):
+        return True if y.dtype.kind == "b" else 1
+    if torch_model:
+        raise ValueError(f"y: a torch model's logit is that of class 1; code y as 0/1 or pass pos_label "
+                         f"(y has the labels {labels.tolist()})")
+    if labels.size < 2:
+        raise ValueError(f"y: a single label {labels.tolist()} that is not 0/1; pass pos_label")
+    return labels[-1]
+
+
+def _check_output(out: np.ndarray, n: int, what: str) -> np.ndarray:
+    out = np.asarray(out)
+    if out.ndim == 2 and out.shape[1] == 1:
+        out = out.reshape(-1)
+    if out.ndim != 1 or out.shape[0] != n:
+        raise ValueError(f"model: {what} returned shape {out.shape}; expected one value per row ({n},)")
+    return out
+
+
+def _torch_outputs(module: torch.nn.Module, X: Any, n: int) -> np.ndarray:
+    """``module(X)`` as float64 (n,), in eval mode (the mode is restored), without autograd."""
+    if isinstance(X, torch.Tensor):
+        inputs = X
+    else:
+        array = X.to_numpy(dtype=np.float32) if isinstance(X, pd.DataFrame) else np.asarray(X, dtype=np.float32)
+        inputs = torch.from_numpy(np.ascontiguousarray(array))
+    parameter = next(module.parameters(), None)
+    if parameter is not None:
+        inputs = inputs.to(device=parameter.device, dtype=parameter.dtype)
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            out = module(inputs)
+    finally:
+        module.train(training)
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"model: expected a tensor output, got {type(out).__name__}")
+    out = _check_output(out.detach().to(torch.float64).cpu().numpy(), n, "the torch model")
+    if not np.isfinite(out).all():
+        raise ValueError("model: produced non-finite outputs (NaN/inf)")
+    return out
+
+
+def _check_threshold(threshold: Any) -> float | None:
+    if threshold is None:
+        return None
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) or not 0 < threshold < 1:
+        raise ValueError(f"threshold: expected a probability in (0, 1), got {threshold!r}")
+    return float(threshold)
+
+
+def _estimator_hard(model: Any, X: Any, n: int, positive: Any, threshold: float | None) -> np.ndarray:
+    if threshold is None:
+        return (_check_output(model.predict(X), n, "predict") == positive).astype(np.float64)
+    if not hasattr(model, "predict_proba"):
+        raise ValueError(f"threshold: {type(model).__name__} has no predict_proba; pass threshold=None to use "
+                         "its predict")
+    proba = np.asarray(model.predict_proba(X), dtype=np.float64)
+    classes = getattr(model, "classes_", None)
+    column = list(classes).index(positive) if classes is not None else proba.shape[1] - 1
+    return (_check_output(proba[:, column], n, "predict_proba") > threshold).astype(np.float64)
+
+
+def model_responses(model: Any, X: Any, y: Any, *, task: str | None = None, threshold: Any = None,
+                    pos_label: Any = None) -> Responses:
+    """The task, predictions and target of the rows ``X``, ``y`` (module docstring).
+
+    Raises
+    ------
+    ValueError
+        A model of no supported kind; ``X`` and ``y`` of different lengths; NaN in
+        ``y``; non-binary ``y`` (or classifier) for classification; a ``threshold``
+        that is not a probability, or given for regression or for an estimator without
+        ``predict_proba``; non-finite or misshapen predictions.
+    """
+    n = _row_count(X)
+    target = _target(y, n)
+    threshold = _check_threshold(threshold)
+    torch_model = isinstance(model, (SavedModel, torch.nn.Module))
+    if not torch_model and not hasattr(model, "predict"):
+        raise ValueError(f"model: expected a fitted estimator with predict, a fairopt.SavedModel or a "
+                         f"torch.nn.Module, got {type(model).__name__}")
+    resolved = _resolve_task(task, model, target)
+    source = type(model).__name__
+    if resolved == "regression":
+        if threshold is not None:
+            raise ValueError("threshold: only for classification (this is a regression report)")
+        if not _is_numeric(target):
+            raise ValueError(f"y: a regression report needs numeric y, got dtype {target.dtype}")
+        pred = _torch_predictions(model, X, n) if torch_model else _check_output(model.predict(X), n, "predict")
+        pred = np.asarray(pred, dtype=np.float64)
+        if not np.isfinite(pred).all():
+            raise ValueError("model: produced non-finite predictions (NaN/inf)")
+        return Responses("regression", pred, target.astype(np.float64), None, source)
+    classes = None if torch_model else getattr(model, "classes_", None)
+    positive = _positive_label(target, pos_label, classes, torch_model)
+    if torch_model:
+        out = _torch_predictions(model, X, n)
+        hard = (out > 0) if threshold is None else (1.0 / (1.0 + np.exp(-out)) > threshold)
+        hard = hard.astype(np.float64)
+    else:
+        hard = _estimator_hard(model, X, n, positive, threshold)
+    return Responses("binary", hard, (target == positive).astype(np.float64), python_scalar(positive), source)
+
+
+def _torch_predictions(model: Any, X: Any, n: int) -> np.ndarray:
+    if isinstance(model, SavedModel):
+        if isinstance(X, pd.DataFrame) and model.preprocessor is not None:
+            X = model.encode(X)
+        return _torch_outputs(model.model, X, n)
+    return _torch_outputs(model, X, n)
+
+
+def _row_count(X: Any) -> int:
+    try:
+        return row_count(X)
+    except TypeError:
+        raise ValueError(f"X: expected an array-like of rows, got {type(X).__name__}") from None

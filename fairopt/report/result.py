@@ -1,0 +1,207 @@
+""":class:`GroupReport`: the tables of :func:`fairopt.group_report`, as Markdown and as a plot."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["GroupReport"]
+
+
+def _number(value: Any, digits: int) -> str:
+    """A number for a table: ``digits`` decimals (``digits`` significant digits from 10^4)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "NaN"
+    value = float(value)
+    return f"{value:.{digits}f}" if abs(value) < 1e4 else f"{value:.{digits}g}"
+
+
+def _with_interval(value: Any, low: Any, high: Any, digits: int) -> str:
+    """``"v [low, high]"``, or ``"v"`` when the interval is NaN."""
+    text = _number(value, digits)
+    if pd.isna(low) or pd.isna(high):
+        return text
+    return f"{text} [{_number(low, digits)}, {_number(high, digits)}]"
+
+
+def _label(value: Any) -> str:
+    """A group label for a table; ``"n/a"`` when there is none (an undefined metric)."""
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def _escape(text: Any) -> str:
+    """Text for a Markdown table cell (``|`` of intersection labels escaped)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown_table(header: list[str], rows: list[list[str]], right: list[bool]) -> str:
+    lines = ["| " + " | ".join(_escape(h) for h in header) + " |",
+             "| " + " | ".join("---:" if r else ":---" for r in right) + " |"]
+    lines += ["| " + " | ".join(_escape(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True, repr=False)
+class GroupReport:
+    """Per-group performance and fairness of one model, with bootstrap confidence intervals.
+
+    Built by :func:`fairopt.group_report` (see there for the metrics and the bootstrap).
+
+    Attributes
+    ----------
+    task : {"binary", "regression"}
+    metrics : tuple of str
+        Classification: ``selection_rate``, ``tpr``, ``fpr``, ``accuracy``; regression:
+        ``mean_prediction``, ``mean_target``, ``mae``, ``rmse``.
+    by_group : pandas.DataFrame
+        One row per group (index: the group labels, named after the attribute(s)),
+        columns ``n`` and, per metric ``m``, ``m``, ``m_low``, ``m_high`` (the point value
+        and the ends of its confidence interval; NaN interval for a group with fewer than
+        ``min_group_size`` rows, or rows with ``y = 1`` / ``y = 0`` for the TPR / FPR).
+    overall : pandas.Series
+        The same columns over all rows.
+    disparities : pandas.DataFrame
+        One row per metric: ``ratio`` (``min_g m_g / max_g m_g``), ``ratio_low``,
+        ``ratio_high``, ``difference`` (``max_g m_g - min_g m_g``), ``difference_low``,
+        ``difference_high``, the groups with the lowest and highest value (``group_min``,
+        ``group_max``) and the ``overall`` value.
+    groups : pandas.DataFrame
+        The value of every sensitive attribute in each group (index as ``by_group``).
+    sensitive_names : list of str
+    confidence : float; n_bootstrap : int; seed : int or None; min_group_size : int
+    threshold : float or None
+        The probability threshold of the hard predictions (None: the model's ``predict``).
+    positive : object or None
+        The positive class (classification).
+    source : str
+        The kind of model the predictions came from.
+    notes : list of str
+        What is NaN and why (small groups, undefined rates, 0/0 ratios).
+    """
+
+    task: str
+    metrics: tuple[str, ...]
+    by_group: pd.DataFrame
+    overall: pd.Series
+    disparities: pd.DataFrame
+    groups: pd.DataFrame
+    sensitive_names: list[str]
+    confidence: float
+    n_bootstrap: int
+    seed: int | None
+    min_group_size: int
+    threshold: float | None = None
+    positive: Any = None
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ fairlearn-style accessors
+    def ratio(self) -> pd.Series:
+        """``min_g m_g / max_g m_g`` of every metric (the ``ratio`` column of :attr:`disparities`)."""
+        return self.disparities["ratio"].astype(float)
+
+    def difference(self) -> pd.Series:
+        """``max_g m_g - min_g m_g`` of every metric (the ``difference`` column of :attr:`disparities`)."""
+        return self.disparities["difference"].astype(float)
+
+    def _check_metric(self, metric: str) -> str:
+        if metric not in self.metrics:
+            raise ValueError(f"metric: expected one of {list(self.metrics)} (task {self.task!r}), got {metric!r}")
+        return metric
+
+    # ------------------------------------------------------------------ text
+    def _interval_text(self) -> str:
+        if self.n_bootstrap == 0:
+            return "no confidence intervals (n_bootstrap=0)"
+        seed = "unseeded" if self.seed is None else f"seed {self.seed}"
+        return (f"{self.confidence:.0%} percentile bootstrap intervals in brackets ({self.n_bootstrap} resamples "
+                f"stratified by group, {seed}); none for groups under {self.min_group_size} rows")
+
+    def to_markdown(self, digits: int = 3) -> str:
+        """The report as Markdown: a description, the per-group table (with the overall row),
+        the disparity table and the notes.
+
+        Parameters
+        ----------
+        digits : int, default 3
+            Decimals of the numbers (significant digits for values of 10^4 and more).
+
+        Returns
+        -------
+        str
+            Plain Markdown (pipe tables; the ``|`` of intersection labels is escaped).
+        """
+        if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
+            raise ValueError(f"digits: expected an integer >= 0, got {digits!r}")
+        what = f"{self.source} " if self.source else ""
+        threshold = "" if self.threshold is None else f", positive when p > {self.threshold:g}"
+        positive = "" if self.positive is None else f", positive class {self.positive!r}"
+        lines = [f"Group report of {what}({self.task}{positive}{threshold}) on {int(self.overall['n'])} rows, "
+                 f"{len(self.by_group)} groups of {' x '.join(self.sensitive_names)}; "
+                 f"{self._interval_text()}.", ""]
+        header = [self.by_group.index.name or "group", "n", *self.metrics]
+        rows = []
+        for label, row in [*self.by_group.iterrows(), ("overall", self.overall)]:
+            rows.append([str(label), str(int(row["n"]))]
+                        + [_with_interval(row[m], row[f"{m}_low"], row[f"{m}_high"], digits) for m in self.metrics])
+        lines += [_markdown_table(header, rows, [False, True] + [True] * len(self.metrics)), ""]
+        header = ["metric", "ratio (min/max)", "difference (max - min)", "lowest group", "highest group", "overall"]
+        rows = [[m, _with_interval(d["ratio"], d["ratio_low"], d["ratio_high"], digits),
+                 _with_interval(d["difference"], d["difference_low"], d["difference_high"], digits),
+                 _label(d["group_min"]), _label(d["group_max"]), _number(d["overall"], digits)]
+                for m, d in self.disparities.iterrows()]
+        lines.append(_markdown_table(header, rows, [False, True, True, False, False, True]))
+        if self.notes:
+            lines += ["", "Notes:", ""] + [f"- {note}" for note in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def __repr__(self) -> str:
+        return (f"GroupReport(task={self.task!r}, groups={len(self.by_group)} of {self.sensitive_names}, "
+                f"n={int(self.overall['n'])}, metrics={list(self.metrics)}, confidence={self.confidence:g}, "
+                f"n_bootstrap={self.n_bootstrap})")
+
+    # ------------------------------------------------------------------ plot
+    def plot(self, ax: Any = None, metric: str = "selection_rate") -> Any:
+        """Bars of one metric per group with their confidence intervals as error bars, and
+        the overall value as a dashed line.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Where to draw; a new figure's axes by default (``matplotlib.pyplot.subplots``;
+            the backend is left as configured).
+        metric : str, default "selection_rate"
+            One of :attr:`metrics` (regression reports have no ``selection_rate``: pass
+            e.g. ``metric="mean_prediction"``).
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+        """
+        self._check_metric(metric)
+        if ax is None:
+            import matplotlib.pyplot as plt
+
+            _, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(self.by_group) + 2.0), 3.5))
+        values = self.by_group[metric].to_numpy(dtype=float)
+        low = self.by_group[f"{metric}_low"].to_numpy(dtype=float)
+        high = self.by_group[f"{metric}_high"].to_numpy(dtype=float)
+        errors = np.vstack([np.nan_to_num(values - low, nan=0.0), np.nan_to_num(high - values, nan=0.0)])
+        errors = np.clip(errors, 0.0, None)  # a percentile interval may exclude the point value
+        positions = np.arange(len(values))
+        ax.bar(positions, np.nan_to_num(values, nan=0.0), yerr=errors, capsize=4, color="tab:blue", alpha=0.8,
+               label=metric)
+        ax.axhline(float(self.overall[metric]), color="black", linestyle="--", linewidth=1, label="overall")
+        ax.set_xticks(positions)
+        labels = [str(g) for g in self.by_group.index]
+        ax.set_xticklabels(labels, rotation=30 if max((len(s) for s in labels), default=0) > 8 else 0,
+                           ha="right" if max((len(s) for s in labels), default=0) > 8 else "center")
+        ax.set_ylabel(metric)
+        interval = "" if self.n_bootstrap == 0 else f" ({self.confidence:.0%} bootstrap CI)"
+        ax.set_title(f"{metric} by {self.by_group.index.name}{interval}")
+        ax.legend(loc="best", fontsize="small")
+        return ax

@@ -1,0 +1,167 @@
+"""fairopt.metrics: the fairness metrics against brute force, and their scikit-learn
+scorers receiving each fold's sensitive features through metadata routing."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import sklearn
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, KFold, cross_validate
+
+import fairopt
+from fairopt import metrics
+from fairopt.exceptions import UndefinedMeasureWarning
+
+
+def data(n: int = 600, seed: int = 0, groups=("a", "b", "c")):
+    rng = np.random.default_rng(seed)
+    s = rng.choice(np.array(groups), size=n)
+    shift = np.searchsorted(np.array(groups), s) * 0.5
+    X = np.column_stack([rng.normal(size=n) + shift, rng.normal(size=n)])
+    y = (X[:, 0] + rng.normal(size=n) > 0.5).astype(int)
+    return X, y, s
+
+
+def rates(pred, y, s):
+    """Brute force: per group (selection rate, TPR, FPR)."""
+    out = {}
+    for g in np.unique(s):
+        m = s == g
+        out[g] = (pred[m].mean(), pred[m & (y == 1)].mean(), pred[m & (y == 0)].mean())
+    return np.array(list(out.values()))
+
+
+def brute(name, y, pred, s):
+    r = rates(pred, y, s)
+    sel, tpr, fpr = r[:, 0], r[:, 1], r[:, 2]
+    return {
+        "disparate_impact": sel.min() / sel.max(),
+        "demographic_parity_ratio": sel.min() / sel.max(),
+        "demographic_parity_difference": sel.max() - sel.min(),
+        "equal_opportunity_ratio": tpr.min() / tpr.max(),
+        "equal_opportunity_difference": tpr.max() - tpr.min(),
+        "equalized_odds_ratio": min(tpr.min() / tpr.max(), fpr.min() / fpr.max()),
+        "equalized_odds_difference": max(tpr.max() - tpr.min(), fpr.max() - fpr.min()),
+    }[name]
+
+
+NAMES = ["disparate_impact", "demographic_parity_ratio", "demographic_parity_difference", "equal_opportunity_ratio",
+         "equal_opportunity_difference", "equalized_odds_ratio", "equalized_odds_difference"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_metrics_match_brute_force(name):
+    X, y, s = data()
+    pred = (X[:, 0] > 0.6).astype(int)
+    function = getattr(metrics, name)
+    assert function(y, pred, sensitive_features=s) == pytest.approx(brute(name, y, pred, s), abs=1e-12)
+    # string labels with pos_label, and pandas input
+    yt, yp = np.where(y == 1, "yes", "no"), np.where(pred == 1, "yes", "no")
+    assert function(pd.Series(yt), yp, sensitive_features=pd.Series(s), pos_label="yes") == pytest.approx(
+        brute(name, y, pred, s), abs=1e-12)
+    # the larger label is the positive class by default ("yes" > "no")
+    assert function(yt, yp, sensitive_features=s) == pytest.approx(brute(name, y, pred, s), abs=1e-12)
+    # intersections: a DataFrame of two attributes is the same as their combined labels
+    t = np.where(X[:, 1] > 0, "p", "q")
+    combined = np.array([f"{a}{b}" for a, b in zip(s, t)])
+    assert function(y, pred, sensitive_features=pd.DataFrame({"s": s, "t": t})) == pytest.approx(
+        brute(name, y, pred, combined), abs=1e-12)
+    assert fairopt.metrics.fairness_score(y, pred, measure=name, sensitive_features=s) == function(
+        y, pred, sensitive_features=s)
+
+
+def test_metric_conventions_and_errors():
+    X, y, s = data(300, seed=1)
+    nobody = np.zeros_like(y)
+    with pytest.warns(UndefinedMeasureWarning, match="disparate_impact"):
+        assert np.isnan(metrics.disparate_impact(y, nobody, sensitive_features=s))
+    with pytest.warns(UndefinedMeasureWarning, match="equalized_odds_ratio"):
+        assert np.isnan(metrics.equalized_odds_ratio(y, nobody, sensitive_features=s))
+    assert metrics.demographic_parity_difference(y, nobody, sensitive_features=s) == 0.0
+    y_missing = y.copy()
+    y_missing[s == "b"] = 0
+    with pytest.raises(ValueError, match=r"group\(s\) \['b'\] have no rows with y_true = 1"):
+        metrics.equal_opportunity_ratio(y_missing, y, sensitive_features=s)
+    with pytest.raises(ValueError, match="binary labels; got 3"):
+        metrics.disparate_impact(y, np.arange(300) % 3, sensitive_features=s)
+    with pytest.raises(ValueError, match="y_true has 300 rows, y_pred has 299"):
+        metrics.disparate_impact(y, y[:-1], sensitive_features=s)
+    with pytest.raises(ValueError, match="sensitive_features has 299 rows"):
+        metrics.disparate_impact(y, y, sensitive_features=s[:-1])
+    with pytest.raises(ValueError, match="enable metadata routing"):
+        metrics.fairness_score(y, y, measure="disparate_impact")
+    with pytest.raises(ValueError, match="measure: expected one of"):
+        metrics.make_scorer("accuracy")
+    with pytest.raises(ValueError, match="greater_is_better: required"):
+        metrics.make_scorer(metrics.disparate_impact)
+
+
+def test_scorer_signs_and_request():
+    assert not sklearn.get_config()["enable_metadata_routing"]
+    ratio = metrics.make_scorer("disparate_impact")
+    difference = metrics.make_scorer("equalized_odds_difference")
+    assert not sklearn.get_config()["enable_metadata_routing"]  # make_scorer leaves the setting alone
+    assert ratio._sign == 1 and difference._sign == -1
+    assert metrics.make_scorer("demographic_parity_difference", greater_is_better=True)._sign == 1
+    X, y, s = data(400, seed=2)
+    model = LogisticRegression().fit(X, y)
+    pred = model.predict(X)
+    with sklearn.config_context(enable_metadata_routing=True):
+        assert ratio(model, X, y, sensitive_features=s) == pytest.approx(brute("disparate_impact", y, pred, s))
+        assert difference(model, X, y, sensitive_features=s) == pytest.approx(
+            -brute("equalized_odds_difference", y, pred, s))
+        custom = metrics.make_scorer(metrics.equal_opportunity_ratio, greater_is_better=True)
+        assert custom(model, X, y, sensitive_features=s) == pytest.approx(
+            brute("equal_opportunity_ratio", y, pred, s))
+
+
+def test_grid_search_routes_each_fold_slice_to_the_scorer():
+    X, y, s = data(900, seed=3)
+    grid = {"C": [0.01, 1.0]}
+    cv = KFold(3)
+    scoring = {"acc": "accuracy", "di": metrics.make_scorer("disparate_impact"),
+               "eod": metrics.make_scorer("equalized_odds_difference"),
+               "eor": metrics.make_scorer("equal_opportunity_ratio")}
+    with sklearn.config_context(enable_metadata_routing=True):
+        search = GridSearchCV(LogisticRegression(), grid, scoring=scoring, refit="di", cv=cv)
+        search.fit(X, y, sensitive_features=s)
+        for c_index, C in enumerate(grid["C"]):
+            for fold, (train, test) in enumerate(cv.split(X)):
+                pred = LogisticRegression(C=C).fit(X[train], y[train]).predict(X[test])
+                results = search.cv_results_
+                assert results[f"split{fold}_test_di"][c_index] == pytest.approx(
+                    brute("disparate_impact", y[test], pred, s[test]), abs=1e-12)
+                assert results[f"split{fold}_test_eod"][c_index] == pytest.approx(
+                    -brute("equalized_odds_difference", y[test], pred, s[test]), abs=1e-12)
+                assert results[f"split{fold}_test_eor"][c_index] == pytest.approx(
+                    brute("equal_opportunity_ratio", y[test], pred, s[test]), abs=1e-12)
+                assert results[f"split{fold}_test_acc"][c_index] == pytest.approx((pred == y[test]).mean())
+        assert search.best_params_["C"] == grid["C"][int(np.argmax(search.cv_results_["mean_test_di"]))]
+        # cross_validate routes through params= the same way (a DataFrame of two attributes)
+        frame = pd.DataFrame({"s": s, "t": np.where(X[:, 1] > 0, "p", "q")})
+        scores = cross_validate(LogisticRegression(), X, y, cv=cv, scoring={"dpd": metrics.make_scorer(
+            "demographic_parity_difference")}, params={"sensitive_features": frame})
+        for fold, (train, test) in enumerate(cv.split(X)):
+            pred = LogisticRegression().fit(X[train], y[train]).predict(X[test])
+            cells = (frame["s"] + frame["t"]).to_numpy()[test]
+            assert scores["test_dpd"][fold] == pytest.approx(-brute("demographic_parity_difference", y[test], pred,
+                                                                     cells), abs=1e-12)
+    assert not sklearn.get_config()["enable_metadata_routing"]
+
+
+def test_without_routing_the_scorer_says_how_to_route():
+    X, y, s = data(300, seed=4)
+    search = GridSearchCV(LogisticRegression(), {"C": [1.0]}, scoring={"di": metrics.make_scorer("disparate_impact")},
+                          refit=False, cv=KFold(3), error_score="raise")
+    with pytest.raises(ValueError, match="enable metadata routing"):
+        search.fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # the default error_score turns the failure into NaN scores
+        quiet = GridSearchCV(LogisticRegression(), {"C": [1.0]}, cv=KFold(3), refit=False,
+                             scoring={"di": metrics.make_scorer("disparate_impact")}).fit(X, y)
+    assert np.isnan(quiet.cv_results_["mean_test_di"]).all()
