@@ -57,10 +57,14 @@ class Derivatives:
 class DerivativeOracle(Protocol):
     """Computes :class:`Derivatives` of ``loss_fn`` and the constraint set ``cons`` for
     ``model`` (whose trainable tensors are ``params``) on ``obj_batch``/``con_batch``
-    (``con_batch`` None: unconstrained)."""
+    (``con_batch`` None: unconstrained).
+
+    ``rows`` (bool (m,), optional) names the constraint rows whose Jacobian row the caller
+    needs; the others may come back as zero rows (a hint: an oracle may ignore it and
+    return every row). ``c`` and ``c_exact`` always hold every row."""
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-                 con_batch: Any) -> Derivatives: ...
+                 con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives: ...
 
 
 def flatten_rows(grads: Sequence[torch.Tensor], k: int) -> torch.Tensor:
@@ -106,7 +110,7 @@ class LocalDerivatives:
         self.jacobian = check_choice(jacobian, JACOBIAN_MODES, "jacobian")
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-                 con_batch: Any) -> Derivatives:
+                 con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
         t0 = time.perf_counter()
         out = model_outputs(model, obj_batch)
         same = con_batch is obj_batch
@@ -127,12 +131,19 @@ class LocalDerivatives:
             c = cons(leaf_c, con_batch).reshape(-1)
         dc = rows_jacobian(c, leaf_c)  # (m, n_c)
         (df,) = torch.autograd.grad(f, leaf)
+        if rows is not None and rows.shape != c.shape:
+            raise ValueError(f"rows: expected a bool mask of shape ({c.numel()},), got {tuple(rows.shape)}")
+        wanted = None if rows is None or bool(rows.all()) else torch.nonzero(rows).reshape(-1)
+        if wanted is not None:  # pull back only the rows asked for (one backward pass each)
+            dc = dc[wanted]
         if same:
             flat = pullback(out, params, torch.cat([df.reshape(1, -1), dc.to(df.dtype)], dim=0), self.jacobian)
             g, J = flat[0], flat[1:]
         else:
             g = flatten_rows(torch.autograd.grad(out, params, grad_outputs=df, retain_graph=False), 1)[0]
-            J = pullback(out_c, params, dc.to(out_c.dtype), self.jacobian)
+            J = pullback(out_c, params, dc.to(out_c.dtype), self.jacobian) if dc.shape[0] else g.new_zeros(0, g.numel())
+        if wanted is not None:
+            J = g.new_zeros(c.numel(), g.numel()).index_copy_(0, wanted, J)
         with torch.no_grad():
             c_exact = cons.exact(out_c.detach(), con_batch).reshape(-1).to(torch.float64)
         return Derivatives(float(f.detach()), g, c.detach().to(torch.float64), J, c_exact, t1 - t0,

@@ -139,13 +139,16 @@ class AllReduceDerivatives:
     ----------
     jacobian : {"auto", "batched", "loop"}
         Strategy of :func:`solvers.derivatives.pullback`.
+
+    The ``rows`` hint of :class:`solvers.derivatives.DerivativeOracle` is not used here:
+    the ``1 + G`` pull-backs of the group sums serve every row at once.
     """
 
     def __init__(self, jacobian: str = "auto") -> None:
         self.jacobian = jacobian
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-                 con_batch: Any) -> Derivatives:
+                 con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
         t0 = time.perf_counter()
         out = model_outputs(model, obj_batch)
         if con_batch is not None and con_batch is not obj_batch:  # pragma: no cover - excluded by the options

@@ -131,6 +131,9 @@ class ChunkedDerivatives:
         Rows per chunk (> 0).
     jacobian : {"auto", "batched", "loop"}
         Strategy of :func:`solvers.derivatives.pullback`.
+
+    The ``rows`` hint of :class:`solvers.derivatives.DerivativeOracle` is not used here:
+    the ``1 + G`` pull-backs of the group sums serve every row at once.
     """
 
     def __init__(self, chunk_rows: int, jacobian: str = "auto") -> None:
@@ -140,12 +143,12 @@ class ChunkedDerivatives:
             raise ValueError(f"chunk_rows: expected a positive integer, got {chunk_rows!r}")
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-                 con_batch: Any) -> Derivatives:
+                 con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
         n = len(obj_batch)
         members = list(cons) if con_batch is not None else []
         if (n <= self.chunk_rows or (con_batch is not None and con_batch is not obj_batch)
                 or not all(supports_sums(m) for m in members)):
-            return self.local(model, params, loss_fn, cons, obj_batch, con_batch)
+            return self.local(model, params, loss_fn, cons, obj_batch, con_batch, rows)
         t_forward = t_jacobian = 0.0
         total, sizes = None, []
         for start in range(0, n, self.chunk_rows):

@@ -31,6 +31,7 @@ from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterat
 from solvers.sqp.endgame import MAX_RESTARTS, TailAverage, blew_up, finish, polish
 from solvers.sqp.optimality import evaluate_all, offer_and_test_kkt
 from solvers.sqp.schedules import LR_SCHEDULES, end_of_epoch, rsqrt_beta
+from solvers.sqp.screening import RowScreen
 from solvers.sqp.steps import calibrate, sqp_step
 from solvers.validation import (check_choice, check_flag, check_interval, check_seed, check_verbose, positive_float,
                                 positive_int)
@@ -193,6 +194,12 @@ class StochasticSQP:
         (:func:`fairopt.data.load_memmap`) and mini-batches, training never holds all rows.
         Needs constraints whose rows are functions of per-group sums (the rate
         constraints); with others the passes are not chunked. None: one pass over all rows.
+    screen_rows : bool, default True
+        Full-batch iterations skip the Jacobian rows of constraint rows far inside their
+        bounds (slack beyond 10 times their recent per-iteration movement), which are
+        inactive in the QP and cost one backward pass each; every 10th iteration, near a
+        KKT point and after a relaxed QP all rows are computed (:mod:`solvers.sqp.screening`).
+        False: every row at every iteration.
         Values equal the unchunked ones up to floating-point summation order.
     """
 
@@ -236,6 +243,7 @@ class StochasticSQP:
         callbacks: Sequence[Callable] = (),
         distributed: bool | None = None,
         chunk_rows: int | None = None,
+        screen_rows: bool = True,
     ) -> None:
         self.epochs = epochs
         self.lr = lr
@@ -275,6 +283,7 @@ class StochasticSQP:
         self.callbacks = tuple(callbacks)
         self.distributed = distributed
         self.chunk_rows = chunk_rows
+        self.screen_rows = screen_rows
         self._validate_options()
 
     # ------------------------------------------------------------------ validation
@@ -287,7 +296,7 @@ class StochasticSQP:
         if not isinstance(self.lr_schedule, bool):  # True for "paper", False for "none"
             check_choice(self.lr_schedule, LR_SCHEDULES, "lr_schedule")
         positive_int(self.polish_iterations, "polish_iterations", allow_zero=True)
-        for name in ("feasibility_restoration", "calibrate_exact"):
+        for name in ("feasibility_restoration", "calibrate_exact", "screen_rows"):
             check_flag(getattr(self, name), name)
         positive_float(self.lr, "lr")
         for name in ("batch_size", "constraint_batch_size"):
@@ -404,6 +413,7 @@ class StochasticSQP:
         if not full_batch:  # the starting point is a candidate (a run that fails early returns it)
             self._offer_all_rows(model, params, loss_fn, cons, data, tracker, state)
         tail = None
+        screen = RowScreen(state) if self.screen_rows and full_batch and m > 1 else None
         for epoch in epochs:
             epoch_merits, epoch_f, epoch_V = [], [], []
             tail = TailAverage(params) if not full_batch else None
@@ -419,16 +429,21 @@ class StochasticSQP:
                     con_batch = data
                 if schedule == "rsqrt":
                     state["beta"] = rsqrt_beta(state, self.lr, steps_per_epoch)
-                der = self._derivatives(model, params, loss_fn, cons, obj_batch, con_batch)
+                on_all_rows = obj_batch is data and (m == 0 or con_batch is data)
+                rows = None
+                if screen is not None and on_all_rows and state.get("last_kkt", math.inf) > 10.0 * self.tol:
+                    rows = screen.rows(lower - offset, upper - offset)
+                der = self._derivatives(model, params, loss_fn, cons, obj_batch, con_batch, rows)
                 if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
                     logger.warning("SQP: non-finite objective or gradient at iteration %d; stopping", state["iteration"])
                     status, stop = "diverged", True
                     break
-                on_all_rows = obj_batch is data and (m == 0 or con_batch is data)
                 if blew_up(der.f, state, tracker, params, self._anchor, on_all_rows):
                     if state.get("restarts", 0) > MAX_RESTARTS:
                         status, stop = "diverged", True
                         break
+                    if screen is not None:
+                        screen.reset()
                     continue
                 # every full-batch iterate is a candidate for the returned model
                 if on_all_rows and offer_and_test_kkt(der, params, lower, upper, offset, tracker, state, self.tol):
@@ -440,6 +455,11 @@ class StochasticSQP:
                 record = sqp_step(params, der, v, lower - offset, upper - offset, state, self, probe,
                                   bounds=(lower, upper), stochastic=not on_all_rows)
                 record["epoch"] = epoch
+                record["screened"] = 0 if rows is None else int((~rows).sum())
+                if screen is not None and record["qp_status"] == "relaxed":
+                    screen.reset()
+                elif screen is not None:
+                    screen.observe(der.c)
                 epoch_merits.append(record["merit"])
                 epoch_f.append(record["f"])
                 epoch_V.append(record["V"])
@@ -561,10 +581,10 @@ class StochasticSQP:
         broadcast_parameters(params)
         return AllReduceDerivatives(self.jacobian)
 
-    def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch) -> Derivatives:
+    def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch, rows=None) -> Derivatives:
         """f, g on the objective batch; c, J (and exact c) on the constraint batch, from the
-        oracle :meth:`fit` picked."""
-        return self._oracle(model, params, loss_fn, cons, obj_batch, con_batch)
+        oracle :meth:`fit` picked (``rows``: the Jacobian rows needed, None for all)."""
+        return self._oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows)
 
 
 class DistributedSQP(StochasticSQP):
