@@ -6,12 +6,32 @@ exact training violations it needs) into the texts of the estimators' warnings
 worse than a constant predictor, a degenerate fit (the same prediction for every training
 row, a :class:`fairopt.exceptions.DegenerateModelWarning`), an inactive bound. The functions are pure: they return
 the messages (``None`` or an empty list when there is nothing to say) and the estimator
-warns. The rules are in the :mod:`fairopt.estimators` module docstring.
+warns.
+
+Diagnostics (:class:`fairopt.FairnessWarning`), after every ``fit``:
+
+- *infeasible or unmet bound*: a constraint whose exact violation on the training data
+  exceeds ``violation_tol`` at the end of training (with the number of relaxed SQP steps,
+  i.e. iterations whose linearised constraints had no solution);
+- *relaxed steps at the end*: relaxed SQP steps among the last 10% of the iterations;
+- *degenerate model* (:class:`fairopt.exceptions.DegenerateModelWarning`): the fitted
+  model predicts the same for every training row (classifier: one class for all rows;
+  regressor: zero spread up to float32 resolution), so its fairness is trivially perfect;
+- *inactive constraint*: a constraint that is satisfied and did not restrict the model.
+  The rule reads the history. SQP: no row of the constraint in the QP's active set and
+  none violated over the last 10% of the iterations (zero multipliers at the end: the
+  final point is stationary without the constraint). Penalty and Lagrangian: its
+  surrogate violation was 0 at every step (the term never changed a step; a hinge that
+  was active earlier and is 0 at the end proves nothing, as the model may sit inside the
+  bound only because the term pushed it there). Moving Targets: the unconstrained
+  pre-trained learner already satisfies it. With ``check_inactive=True`` an unconstrained
+  reference model with the same settings is trained as well and every bound it already
+  satisfies is reported (a second fit).
 
 What the engine reports about the returned model is read from ``result.info``; what only
 the iterations tell (the last iterations' QP status and active set, every step's surrogate
 violation or penalty, the pre-trained Moving Targets learner) is read from the history,
-through the column names defined once below.
+through the column names the engines define (:mod:`solvers.history`).
 """
 
 from __future__ import annotations
@@ -27,7 +47,8 @@ from torch import nn
 from fairopt.data import FairData
 from fairopt.evaluation import constant_predictions
 from fairopt.training import float64_outputs
-from solvers.history import FitResult, History
+from solvers.history import (COLUMN_ACTIVE, COLUMN_C, COLUMN_C_PREDICTIONS, COLUMN_PENALTY, COLUMN_QP_STATUS,
+                             COLUMN_VIOL, QP_FINAL, QP_RELAXED, FitResult, History)
 from solvers.problem import row_violations
 
 __all__ = ["POOR_FIT_ACCURACY_MARGIN", "POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
@@ -42,22 +63,10 @@ TAIL_FRACTION = 0.1
 POOR_FIT_R2 = -0.05
 POOR_FIT_ACCURACY_MARGIN = 0.02
 
-# history columns (solvers.sqp, solvers.penalty, solvers.lagrangian, solvers.moving_targets)
-#: SQP: the status of the iteration's QP (``"relaxed"``: its linearised constraints had no
-#: solution; ``"final"``: the closing record, which describes the returned model).
-QP_STATUS = "qp_status"
-RELAXED = "relaxed"
-FINAL = "final"
-#: SQP: the rows in the QP's active set (``"u3"``, ``"l0"``: side and row index).
-ACTIVE = "active"
-#: SQP: the surrogate constraint values of the iteration.
-C = "c"
-#: LagrangianDual: the per-row surrogate violations of the step.
-VIOL = "viol"
-#: Penalty: the value of each penalty term (one per constraint) of the step.
-PENALTY = "penalty"
-#: MovingTargets: the exact constraint values of the learner's training predictions.
-C_PREDICTIONS = "c_predictions"
+# history columns, as the engines name them (solvers.history); the short names are this
+# module's own (and their old import path)
+QP_STATUS, RELAXED, FINAL, ACTIVE = COLUMN_QP_STATUS, QP_RELAXED, QP_FINAL, COLUMN_ACTIVE
+C, VIOL, PENALTY, C_PREDICTIONS = COLUMN_C, COLUMN_VIOL, COLUMN_PENALTY, COLUMN_C_PREDICTIONS
 
 #: ``method=`` -> why its history rule calls a constraint inactive (the warning's words).
 _NOT_BINDING_REASONS: dict[str, str] = {

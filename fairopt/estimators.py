@@ -23,25 +23,9 @@ Methods (``method=``), each with the constraint rows of :mod:`fairopt.constraint
   :class:`fairopt.learners.TorchLearner`, :class:`solvers.moving_targets.MovingTargets`
   (constraints with a linear target encoding only: the rate constraints and GeDI).
 
-Diagnostics (:class:`fairopt.FairnessWarning`), after every ``fit``:
-
-- *infeasible or unmet bound*: a constraint whose exact violation on the training data
-  exceeds ``violation_tol`` at the end of training (with the number of relaxed SQP steps,
-  i.e. iterations whose linearised constraints had no solution);
-- *relaxed steps at the end*: relaxed SQP steps among the last 10% of the iterations;
-- *degenerate model* (:class:`fairopt.exceptions.DegenerateModelWarning`): the fitted
-  model predicts the same for every training row (classifier: one class for all rows;
-  regressor: zero spread up to float32 resolution), so its fairness is trivially perfect;
-- *inactive constraint*: a constraint that is satisfied and did not restrict the model.
-  The rule reads the history. SQP: no row of the constraint in the QP's active set and
-  none violated over the last 10% of the iterations (zero multipliers at the end: the
-  final point is stationary without the constraint). Penalty and Lagrangian: its
-  surrogate violation was 0 at every step (the term never changed a step; a hinge that
-  was active earlier and is 0 at the end proves nothing, as the model may sit inside the
-  bound only because the term pushed it there). Moving Targets: the unconstrained
-  pre-trained learner already satisfies it. With ``check_inactive=True`` an unconstrained
-  reference model with the same settings is trained as well and every bound it already
-  satisfies is reported (a second fit).
+After every ``fit`` the estimator runs the diagnostics of :mod:`fairopt.diagnostics` (unmet
+bound, relaxed steps at the end, degenerate model, inactive constraint; their rules are in
+that module's docstring) and warns (:class:`fairopt.FairnessWarning`).
 
 :meth:`check_generalisation` compares the training violation with the violation on
 held-out rows and warns when they differ by more than ``tol``.
@@ -49,7 +33,6 @@ held-out rows and warns when they differ by more than ``tol``.
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -67,17 +50,19 @@ from fairopt._validation import check_choice, check_flag, check_seed, positive_f
 from fairopt.data import FairData
 from fairopt.diagnostics import (constant_fit, constraint_messages, iteration_records, poor_fit,
                                  pretraining_violations, relaxed_steps)
-from fairopt.evaluation import constraint_violations
 from fairopt.evaluation import evaluate as evaluate_model
+from fairopt.evaluation import model_violations
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from fairopt.held_out import (certificates, certified_sequence, check_held_out_parameters, constraint_margins,
-                              held_out_statements, tightened, validation_split)
+                              generalisation_table, held_out_statements, require_all_groups, tightened,
+                              validation_split)
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
 from fairopt.inputs import sensitive_columns  # re-exported: the old path fairopt.estimators.sensitive_columns
 from fairopt.specs import resolve_constraints
 from fairopt.training import (ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions, float64_outputs,
                               release_batch_caches, train, with_sqp_surrogates)
-from solvers.history import FitResult
+from solvers.history import FitResult, plain_values
+from solvers.history import plain_values as plain_info  # noqa: F401 - the old name, used by fairopt.persistence before
 
 # Names that lived here before the split into training / diagnostics / held_out, kept at
 # their old import path. ``OutputScale`` (``out -> scale * out + shift``, fixed buffers)
@@ -88,22 +73,6 @@ from fairopt.learners import OutputScale  # noqa: F401
 from fairopt.training import SQP_RATE_SURROGATE  # noqa: F401
 
 __all__ = ["FairClassifier", "FairRegressor", "METHODS", "sensitive_columns"]
-
-# --------------------------------------------------------------------------------------
-# fitted state
-# --------------------------------------------------------------------------------------
-def plain_info(info: Mapping) -> dict:
-    """Engine extras that are plain values (scalars, strings, lists of them); arrays such
-    as the Moving Targets training targets are dropped (they are training data)."""
-    kept = {}
-    for key, value in info.items():
-        if value is None or isinstance(value, (bool, numbers.Number, str)):
-            kept[key] = value.item() if hasattr(value, "item") else value
-        elif isinstance(value, (list, tuple)) and all(v is None or isinstance(v, (bool, numbers.Number, str))
-                                                      for v in value):
-            kept[key] = [v.item() if hasattr(v, "item") else v for v in value]
-    return kept
-
 
 # --------------------------------------------------------------------------------------
 # the estimators
@@ -299,14 +268,14 @@ class _FairEstimator(BaseEstimator):
         self.history_ = result.history
         self.status_ = result.status
         self.converged_ = bool(result.converged)
-        self.engine_info_ = plain_info(result.info)
+        self.engine_info_ = plain_values(result.info)
         self.reference_violations_ = None
         records = len(iteration_records(result.history))
         self.n_iter_ = records - 1 if self.method == "moving_targets" else records
         self.sensitive_names_ = list(data.sensitive_names)
         self.sensitive_kinds_ = dict(data.sensitive_kinds)
         self.sensitive_levels_ = {k: list(v) for k, v in data.sensitive_levels.items()}
-        self.train_violations_ = _violations(model, data, constraints)
+        self.train_violations_ = model_violations(model, data, constraints)
         self.train_violation_ = float(sum(self.train_violations_.values()))
 
     # ------------------------------------------------------------------ diagnostics
@@ -332,7 +301,7 @@ class _FairEstimator(BaseEstimator):
             return pretraining_violations(self.history_, constraints, list(self.train_violations_))
         result, _ = self._train(data, constraints, reference=True)
         result.model.eval()
-        return _violations(result.model, data, constraints)
+        return model_violations(result.model, data, constraints)
 
     # ------------------------------------------------------------------ prediction
     def _outputs(self, X: Any) -> np.ndarray:
@@ -426,19 +395,11 @@ class _FairEstimator(BaseEstimator):
         """
         positive_float(tol, "tol", allow_zero=True)
         data = self._held_out(X, y, sensitive_features)
-        _require_all_groups(data, self.sensitive_levels_)
+        require_all_groups(data, self.sensitive_levels_)
         constraints = self._constraints_for(data)
-        held_out = _violations(self.model_, data, constraints)
+        held_out = model_violations(self.model_, data, constraints)
         release_batch_caches(constraints)
-        table = pd.DataFrame({"train": pd.Series(self.train_violations_, dtype=float),
-                              "held_out": pd.Series(held_out, dtype=float)})
-        table["gap"] = table["held_out"] - table["train"]
-        for name, row in table.iterrows():
-            if abs(row["gap"]) > tol:
-                warnings.warn(f"{name}: held-out violation {row['held_out']:.3g} differs from the training "
-                              f"violation {row['train']:.3g} by more than tol={tol:g}; the fairness guarantee "
-                              "holds on the training rows only.", FairnessWarning, stacklevel=2)
-        return table
+        return generalisation_table(self.train_violations_, held_out, tol)
 
 
 class FairClassifier(ClassifierMixin, _FairEstimator):
@@ -631,25 +592,3 @@ class FairRegressor(RegressorMixin, _FairEstimator):
 def _internal_names(p: int) -> list[str]:
     """Column names of ``X`` inside the FairData (user names live in ``feature_names_in_``)."""
     return [f"x{j}" for j in range(p)]
-
-
-def _require_all_groups(data: FairData, levels: dict) -> None:
-    """Every training group of every discrete sensitive feature has rows in ``data`` (else a
-    group rate, and so a held-out violation, is undefined)."""
-    for name, kind in data.sensitive_kinds.items():
-        if kind == "continuous":
-            continue
-        present = set(torch.unique(data.sensitive[name]).long().tolist())
-        missing = [level for code, level in enumerate(levels[name]) if code not in present]
-        if missing:
-            raise ValueError(f"sensitive_features: the groups {missing} of {name!r} have no rows here; every "
-                             "training group must be present to compare violations")
-
-
-def _violations(model: nn.Module, data: FairData, constraints: list) -> dict[str, float]:
-    """Exact total violation of each constraint, ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``
-    on hard predictions, keyed by constraint name (``name#2`` for a repeated name)
-    (:func:`fairopt.evaluation.constraint_violations` of the model's outputs)."""
-    with torch.no_grad():
-        out = model(data.X).reshape(-1)
-    return constraint_violations(out, data, constraints)

@@ -35,7 +35,7 @@ from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisso
 from solvers.problem import violation
 
 __all__ = ["DEGENERATE", "NOTES", "constant_predictions", "constraint_violations", "evaluate", "fairness_report",
-           "format_report"]
+           "format_report", "model_violations"]
 
 logger = logging.getLogger(__name__)
 
@@ -279,6 +279,15 @@ def constraint_violations(out: torch.Tensor, data: Any, constraints: Iterable[An
         _, v = _exact_violation(out, data, c)
         result[_unique_name(str(c.name), result)] = v
     return result
+
+
+def model_violations(model: Callable[[torch.Tensor], torch.Tensor], data: Any,
+                     constraints: Iterable[Any]) -> dict[str, float]:
+    """:func:`constraint_violations` of ``model``'s outputs on ``data`` (one forward pass,
+    no gradients): the exact total violation of each constraint, keyed by name."""
+    with torch.no_grad():
+        out = model(data.X).reshape(-1)
+    return constraint_violations(out, data, constraints)
 
 
 def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constraints: Iterable[Any] = (), threshold: float = 0.0) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from fairopt.training import release_batch_caches
 from solvers.history import FitResult
 
 __all__ = ["CANDIDATE_INFLATIONS", "ON_FAIL", "candidate_inflations", "certificates", "certified_sequence",
+           "generalisation_table", "require_all_groups",
            "check_held_out_parameters", "constraint_margins", "held_out_statements", "predicted_held_out",
            "tightened", "validation_split"]
 
@@ -209,3 +210,30 @@ def predicted_held_out(model: nn.Module, data: FairData, constraints: list, trai
                                     "bound_lower": lower.numpy(), "bound_upper": upper.numpy(),
                                     "within": within.numpy()}, index=names))
     return pd.concat(frames) if frames else pd.DataFrame()
+
+
+def require_all_groups(data: FairData, levels: dict) -> None:
+    """Every training group (``levels``: name -> training levels) of every discrete sensitive
+    feature has rows in ``data`` (else a group rate, and so a held-out violation, is undefined)."""
+    for name, kind in data.sensitive_kinds.items():
+        if kind == "continuous":
+            continue
+        present = set(torch.unique(data.sensitive[name]).long().tolist())
+        missing = [level for code, level in enumerate(levels[name]) if code not in present]
+        if missing:
+            raise ValueError(f"sensitive_features: the groups {missing} of {name!r} have no rows here; every "
+                             "training group must be present to compare violations")
+
+
+def generalisation_table(train: dict[str, float], held_out: dict[str, float], tol: float) -> pd.DataFrame:
+    """Each constraint's exact violation on the training and the held-out rows, and the gap
+    ``held_out - train``; warns (:class:`fairopt.FairnessWarning`) for every gap beyond ``tol``
+    (the table of ``check_generalisation`` of the estimators)."""
+    table = pd.DataFrame({"train": pd.Series(train, dtype=float), "held_out": pd.Series(held_out, dtype=float)})
+    table["gap"] = table["held_out"] - table["train"]
+    for name, row in table.iterrows():
+        if abs(row["gap"]) > tol:
+            warnings.warn(f"{name}: held-out violation {row['held_out']:.3g} differs from the training "
+                          f"violation {row['train']:.3g} by more than tol={tol:g}; the fairness guarantee "
+                          "holds on the training rows only.", FairnessWarning, stacklevel=3)
+    return table

@@ -3,13 +3,52 @@
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["History", "FitResult"]
+__all__ = ["History", "FitResult", "plain_values", "COLUMN_ACTIVE", "COLUMN_C", "COLUMN_C_PREDICTIONS",
+           "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_SCREENED", "COLUMN_VIOL", "QP_FINAL", "QP_NORMAL", "QP_RELAXED"]
+
+# History columns that callers read (the engines write them under these names).
+#: SQP: the status of the iteration's QP: :data:`QP_NORMAL`, :data:`QP_RELAXED` (its
+#: linearised constraints had no solution) or :data:`QP_FINAL` (the closing record, which
+#: describes the returned model).
+COLUMN_QP_STATUS = "qp_status"
+QP_NORMAL = "normal"
+QP_RELAXED = "relaxed"
+QP_FINAL = "final"
+#: SQP: the rows in the QP's active set (``"u3"``, ``"l0"``: side and row index).
+COLUMN_ACTIVE = "active"
+#: SQP and LagrangianDual: the surrogate constraint values of the iteration.
+COLUMN_C = "c"
+#: SQP: constraint rows whose Jacobian row was skipped (:mod:`solvers.sqp.screening`).
+COLUMN_SCREENED = "screened"
+#: LagrangianDual: the per-row surrogate violations of the step.
+COLUMN_VIOL = "viol"
+#: Penalty: the value of each penalty term (one per constraint) of the step.
+COLUMN_PENALTY = "penalty"
+#: MovingTargets: the exact constraint values of the learner's training predictions.
+COLUMN_C_PREDICTIONS = "c_predictions"
+
+
+def plain_values(info: dict) -> dict:
+    """The entries of ``info`` that are plain values (None, bools, numbers, strings, lists of
+    them; numpy/torch scalars become Python ones); arrays such as the Moving Targets
+    training targets are dropped (they are training data)."""
+    def plain(v: Any) -> bool:
+        return v is None or isinstance(v, (bool, numbers.Number, str))
+
+    kept = {}
+    for key, value in info.items():
+        if plain(value):
+            kept[key] = value.item() if hasattr(value, "item") else value
+        elif isinstance(value, (list, tuple)) and all(plain(v) for v in value):
+            kept[key] = [v.item() if hasattr(v, "item") else v for v in value]
+    return kept
 
 
 class History:
@@ -49,7 +88,7 @@ class History:
         for r in self.records:
             row = {}
             for k, v in r.items():
-                if isinstance(v, (list, tuple, np.ndarray)) and k != "active":
+                if isinstance(v, (list, tuple, np.ndarray)) and k != COLUMN_ACTIVE:
                     names = self.row_names if len(self.row_names) == len(v) else [str(i) for i in range(len(v))]
                     for name, x in zip(names, v):
                         row[f"{k}[{name}]"] = x
@@ -119,6 +158,8 @@ INFO_UNMET_ROWS = "unmet_rows"
 INFO_STATIONARITY = "stationarity"
 INFO_RETURNED_ITERATION = "returned_iteration"
 INFO_RELAXED_STEPS = "relaxed_steps"
+INFO_COMPLEMENTARITY = "complementarity"
+INFO_BINDING_ROWS = "binding_rows"
 
 
 @dataclass
@@ -126,9 +167,10 @@ class FitResult:
     """What an engine's ``fit`` returns.
 
     The outcome every caller needs is also read through the properties ``feasible``,
-    ``violation``, ``c_exact``, ``row_names``, ``unmet_rows``, ``stationarity``,
-    ``returned_iteration`` and ``relaxed_steps``, the same for every engine (None where an
-    engine has no such notion, e.g. feasibility for the penalty engine).
+    ``violation``, ``c_exact``, ``row_names``, ``unmet_rows``, ``binding_rows``,
+    ``stationarity``, ``complementarity``, ``returned_iteration`` and ``relaxed_steps``,
+    the same for every engine (None where an engine has no such notion, e.g. feasibility
+    for the penalty engine).
 
     Attributes
     ----------
@@ -182,6 +224,20 @@ class FitResult:
         """The engine's stationarity residual at the returned model (KKT residual for SQP,
         max-abs gradient of the objective for the first-order engines)."""
         return self._optional(INFO_STATIONARITY, float)
+
+    @property
+    def complementarity(self) -> float | None:
+        """KKT complementarity at the returned model, ``max_i |y_i| dist(c_i, active side)``
+        (SQP: its unit-metric QP on all training rows; None for the other engines)."""
+        return self._optional(INFO_COMPLEMENTARITY, float)
+
+    @property
+    def binding_rows(self) -> list[str] | None:
+        """The constraint rows that bind at the returned model: in the active set of the
+        SQP's unit-metric QP on all training rows (their bound costs loss; loosening it would
+        lower the loss). None for the engines without an active set."""
+        value = self.info.get(INFO_BINDING_ROWS)
+        return None if value is None else list(value)
 
     @property
     def returned_iteration(self) -> int | None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from solvers.history import FitResult
+from solvers.history import COLUMN_C, COLUMN_VIOL, FitResult
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.penalty import FirstOrderTrainer
@@ -120,14 +120,14 @@ class LagrangianDual(FirstOrderTrainer):
     def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor | None, dict]:
         if self._n_rows == 0:  # no constraint rows: plain training of the loss (no Lagrangian term)
             self._last_violation = torch.zeros(0, dtype=torch.float64)
-            return None, {"c": [], "viol": [], "V": 0.0, "V_exact": 0.0}
+            return None, {COLUMN_C: [], COLUMN_VIOL: [], "V": 0.0, "V_exact": 0.0}
         c, viol = self._row_violations(out, batch)
         self._last_violation = viol.detach().to(torch.float64)
         with torch.no_grad():
             exact = self._constraints.exact(out.detach(), batch).reshape(-1).to(torch.float64)
         v_exact = float(row_violations(exact, self._lower, self._upper).sum())
         lagrangian = (self.multipliers_.to(viol.dtype) * viol).sum()
-        fields = {"c": c.detach().tolist(), "viol": self._last_violation.tolist(),
+        fields = {COLUMN_C: c.detach().tolist(), COLUMN_VIOL: self._last_violation.tolist(),
                   "V": float(self._last_violation.sum()), "V_exact": v_exact}
         return lagrangian, fields
 

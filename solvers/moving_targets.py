@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from solvers.history import FitResult, History
+from solvers.history import COLUMN_C_PREDICTIONS, FitResult, History
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations
 from solvers.projection import BACKENDS, ProjectionResult, project_targets
@@ -221,7 +221,7 @@ class MovingTargets:
                                    start)
         history.append(record)
         tracker = BestIterate(cons.lower, cons.upper, self.feasibility_tol)
-        tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record["c_predictions"], 0)
+        tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record[COLUMN_C_PREDICTIONS], 0)
 
         targets, status = y, "max_iterations"
         for t in steps:
@@ -237,7 +237,7 @@ class MovingTargets:
             record = _iteration_record(t, master, previous, y, predictions, learner_seconds, cons, data,
                                        classification, start)
             history.append(record)
-            tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record["c_predictions"], t)
+            tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record[COLUMN_C_PREDICTIONS], t)
             if use_bar:
                 steps.set_postfix(score=f"{record['score']:.4f}", V=f"{record['V_predictions']:.2e}")
             if self.verbose:
@@ -297,7 +297,7 @@ def _iteration_record(t: int, master: ProjectionResult | None, previous: np.ndar
         "targets_change": nan if previous is None else float(np.mean(np.abs(targets - previous))),
         "c_targets": c_targets,
         "V_targets": v_targets,
-        "c_predictions": c_pred,
+        COLUMN_C_PREDICTIONS: c_pred,
         "V_predictions": v_pred,
         "score": _score(predictions, y, classification),
         "learner_seconds": learner_seconds,

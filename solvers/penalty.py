@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch import nn
 
-from solvers.history import FitResult, History
+from solvers.history import COLUMN_PENALTY, FitResult, History
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
 from solvers.outcome import DivergedWarning
@@ -359,7 +359,7 @@ class Penalty(FirstOrderTrainer):
                 total = w * value if total is None else total + w * value
             values.append(float(value.detach()))
         weighted = sum(w * v for w, v in zip(self._term_weights, values))
-        return total, {"P": weighted, "penalty": values}
+        return total, {"P": weighted, COLUMN_PENALTY: values}
 
     def fit(self, model: nn.Module, data: Any, *, loss: str | LossFn = "bce", penalties: Any = ()) -> FitResult:
         """Train ``model`` in place on ``data`` with the penalised objective.

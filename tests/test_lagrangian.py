@@ -239,3 +239,28 @@ def test_fit_results_give_the_outcome_the_same_way_for_every_engine():
     plain = Penalty(epochs=5).fit(fairopt.models.linear(data.n_features, seed=0), data, penalties=[])
     assert plain.feasible is None and plain.c_exact == [] and plain.relaxed_steps == 0
     assert plain.stationarity is not None
+
+
+def test_fit_results_name_the_binding_rows_and_complementarity():
+    """SQP: the rows of the final unit-metric QP's active set, by name, and the KKT
+    complementarity; the other engines have no active set (None)."""
+    import numpy as np
+
+    import fairopt
+    from fairopt.constraints import DisparateImpact
+    from solvers import StochasticSQP
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    s = rng.integers(0, 2, 400)
+    y = (X[:, 0] + 2.5 * s > 1.5).astype(float)  # the unconstrained model violates DI >= 0.9
+    data = fairopt.FairData.from_arrays(X, y, {"sex": s})
+    result = StochasticSQP(epochs=200).fit(fairopt.models.linear(data.n_features, seed=0), data,
+                                           constraints=[DisparateImpact("sex", delta=0.9)])
+    final = result.history.records[-1]
+    assert result.binding_rows == [result.row_names[int(a[1:])] for a in final["active"]]
+    assert len(result.binding_rows) == 1 and result.binding_rows[0] in result.row_names  # one DI side binds
+    assert result.complementarity is not None and 0.0 <= result.complementarity < 1e-3
+    lagrangian = LagrangianDual(epochs=5).fit(fairopt.models.linear(data.n_features, seed=0), data,
+                                              constraints=[DisparateImpact("sex", delta=0.9)])
+    assert lagrangian.binding_rows is None and lagrangian.complementarity is None

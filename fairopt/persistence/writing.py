@@ -14,7 +14,8 @@ from sklearn.utils.validation import check_is_fitted
 from torch import nn
 
 from fairopt.data import FairData, Preprocessor
-from fairopt.estimators import FairClassifier, FairRegressor, plain_info
+from fairopt.estimators import FairClassifier, FairRegressor
+from solvers.history import plain_values
 from fairopt.persistence.format import FORMAT, FORMAT_VERSION, PREPROCESSOR_ATTRIBUTES, PathLike, checksum
 from fairopt.persistence.modules import module_of, module_payload
 from fairopt.specs import constraint_from_spec, constraint_to_spec, is_constraint_object, spec_list
@@ -78,7 +79,7 @@ def _payload(obj: Any, data: Any, preprocessor: Any, constraints: Any) -> dict:
     if isinstance(obj, FitResult):
         module = module_of(obj.model)
         return {"kind": "fit_result", "model": module_payload(module), "history": _history_payload(obj.history),
-                "status": str(obj.status), "converged": bool(obj.converged), "info": plain_info(obj.info),
+                "status": str(obj.status), "converged": bool(obj.converged), "info": plain_values(obj.info),
                 **_context_payload(data, preprocessor, constraints)}
     if isinstance(obj, nn.Module):
         return {"kind": "model", "model": module_payload(obj), **_context_payload(data, preprocessor, constraints)}

@@ -10,7 +10,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from solvers.history import FitResult, History
+from solvers.history import COLUMN_ACTIVE, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.outcome import BestIterate, warn_if_start, warn_unmet
 from solvers.problem import assign_parameters, flat_parameters, row_violations
 from solvers.sqp.optimality import DerivativesFn, final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
@@ -191,8 +191,8 @@ def finish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
         "iteration": last, "epoch": state["epochs_done"], "returned": returned, "f": kkt["f"],
         "c": kkt["c"], "c_exact": c_exact.tolist() if c_exact is not None else [],
         "V": kkt["V"], "V_exact": float(row_viol.sum()), "V_exact_max": float(row_viol.max()) if m else 0.0,
-        "kkt": kkt["stationarity"], "complementarity": kkt["complementarity"], "qp_status": "final",
-        "tau": state["tau"], "xi": state["xi"], "beta": state["beta"], "active": kkt["active"],
+        "kkt": kkt["stationarity"], "complementarity": kkt["complementarity"], COLUMN_QP_STATUS: QP_FINAL,
+        "tau": state["tau"], "xi": state["xi"], "beta": state["beta"], COLUMN_ACTIVE: kkt["active"],
     })
     info = {"tau": state["tau"], "xi": state["xi"], "beta": state["beta"], "L": state["L"],
             "Gamma": state["Gamma"], "kkt": kkt["stationarity"], "stationarity": kkt["stationarity"],
@@ -202,5 +202,7 @@ def finish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
             "feasible": bool(feasible), "stationary": bool(stationary), "termination": termination,
             "returned_iteration": returned, "iterations": last, "unmet_rows": unmet,
             "bound_offset": offset.tolist(), "row_names": cons.row_names,
-            "restarts": state.get("restarts", 0), "relaxed_steps": sum(r.get("qp_status") == "relaxed" for r in history.records)}
+            "restarts": state.get("restarts", 0),
+            "relaxed_steps": sum(r.get(COLUMN_QP_STATUS) == QP_RELAXED for r in history.records),
+            "binding_rows": [cons.row_names[int(a[1:])] for a in kkt["active"]]}
     return FitResult(model=model, history=history, status=status, converged=converged, info=info)

@@ -22,7 +22,7 @@ from solvers.derivatives import JACOBIAN_MODES, DerivativeOracle, Derivatives, L
 from solvers.sums import ChunkedDerivatives
 from solvers.distributed import (AllReduceDerivatives, broadcast_parameters, check_data_parallel_options,
                                  distributed_active)
-from solvers.history import FitResult, History
+from solvers.history import COLUMN_QP_STATUS, COLUMN_SCREENED, QP_RELAXED, FitResult, History
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
@@ -455,8 +455,8 @@ class StochasticSQP:
                 record = sqp_step(params, der, v, lower - offset, upper - offset, state, self, probe,
                                   bounds=(lower, upper), stochastic=not on_all_rows)
                 record["epoch"] = epoch
-                record["screened"] = 0 if rows is None else int((~rows).sum())
-                if screen is not None and record["qp_status"] == "relaxed":
+                record[COLUMN_SCREENED] = 0 if rows is None else int((~rows).sum())
+                if screen is not None and record[COLUMN_QP_STATUS] == QP_RELAXED:
                     screen.reset()
                 elif screen is not None:
                     screen.observe(der.c)

@@ -13,6 +13,7 @@ from typing import Callable, Protocol
 import torch
 
 from solvers.derivatives import Derivatives
+from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_NORMAL, QP_RELAXED
 from solvers.problem import row_violations, violation
 from solvers.qp import diagonal_qp, least_violation_bounds
 
@@ -118,7 +119,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     return {
         "iteration": state["iteration"],
         "f": der.f,
-        "c": der.c.tolist(),
+        COLUMN_C: der.c.tolist(),
         "c_exact": der.c_exact.tolist() if der.c_exact is not None else [],
         "V": V,
         "V_exact": float(exact_rows.sum()),
@@ -130,8 +131,8 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
         "beta": beta,
         "norm_d": math.sqrt(dnorm2),
         "norm_v": norm_v,
-        "active": active,
-        "qp_status": qp_status,
+        COLUMN_ACTIVE: active,
+        COLUMN_QP_STATUS: qp_status,
         "kkt": kkt,
         "t_forward": der.t_forward,
         "t_jacobian": der.t_jacobian,
@@ -162,7 +163,7 @@ def solve_qp(der: Derivatives, h: torch.Tensor, lower: torch.Tensor, upper: torc
     lo, hi = lower - der.c, upper - der.c
     res = diagonal_qp(g64, h64, J64, lo, hi)
     if res.status == "optimal":
-        return res, "normal", (lo, hi)
+        return res, QP_NORMAL, (lo, hi)
     relax = least_violation_bounds(lo, hi, J64, h64)
     lo, hi = relax.lo, relax.hi
     res = diagonal_qp(g64, h64, J64, lo, hi)
@@ -173,7 +174,7 @@ def solve_qp(der: Derivatives, h: torch.Tensor, lower: torch.Tensor, upper: torc
             "SQP: the linearised constraints were infeasible; a relaxed step was taken "
             "(least-violation bounds). See history column 'qp_status'.", SQPWarning, stacklevel=3)
         state["warned_relaxed"] = True
-    return res, "relaxed", (lo, hi)
+    return res, QP_RELAXED, (lo, hi)
 
 
 def trust_region(d: torch.Tensor, g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
