@@ -41,7 +41,8 @@ from solvers.sqp.endgame import MAX_RESTARTS, POLISH_EXTENSION
 # under their public names: no private name crosses a module boundary)
 from solvers.sqp.endgame import RESTORING_WINDOW as _RESTORING_WINDOW
 from solvers.sqp.endgame import still_restoring as _still_restoring
-from solvers.sqp.engine import CONSTRAINT_BATCHES, DistributedSQP, StochasticSQP
+from solvers.sqp.data_parallel import DistributedSQP
+from solvers.sqp.engine import CONSTRAINT_BATCHES, StochasticSQP
 from solvers.sqp.schedules import LR_SCHEDULES, PLATEAU_RTOL
 from solvers.sqp.steps import TRUST_RATIO, SQPWarning
 

@@ -15,19 +15,16 @@ from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from solvers.derivatives import JACOBIAN_MODES, DerivativeOracle, Derivatives, LocalDerivatives
-from solvers.sums import ChunkedDerivatives
-from solvers.distributed import (AllReduceDerivatives, broadcast_parameters, check_data_parallel_options,
-                                 distributed_active)
+from solvers.derivatives import JACOBIAN_MODES, Derivatives
 from solvers.history import COLUMN_QP_STATUS, COLUMN_SCREENED, QP_RELAXED, FitResult, History
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
 from solvers.sampling import BalancedSampler, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates
+from solvers.sqp.oracles import derivative_oracle
 from solvers.sqp.endgame import MAX_RESTARTS, TailAverage, blew_up, finish, polish
 from solvers.sqp.optimality import evaluate_all, offer_and_test_kkt
 from solvers.sqp.schedules import LR_SCHEDULES, end_of_epoch, rsqrt_beta
@@ -364,7 +361,7 @@ class StochasticSQP:
         FitResult
         """
         params = trainable_parameters(model)
-        self._oracle = self._derivative_oracle(params, constraints)
+        self._oracle = derivative_oracle(self, params, constraints)
         n = check_dataset(data)
         loss_fn = get_loss(loss)
         check_targets(loss_fn, data)
@@ -567,52 +564,7 @@ class StochasticSQP:
         total = self.constraint_batch_size or self.batch_size
         return BalancedSampler(strata, max(1, int(total) // n_strata), gen)
 
-    def _derivative_oracle(self, params: list[torch.Tensor], constraints: Any) -> DerivativeOracle:
-        """:class:`solvers.distributed.AllReduceDerivatives` when ``distributed`` resolves to
-        True (options checked, parameters broadcast from rank 0), else
-        :class:`solvers.sums.ChunkedDerivatives` with ``chunk_rows``, else
-        :class:`solvers.derivatives.LocalDerivatives`."""
-        if not distributed_active(self.distributed):
-            if self.chunk_rows is not None:
-                return ChunkedDerivatives(int(self.chunk_rows), self.jacobian)
-            return LocalDerivatives(self.jacobian)
-        check_data_parallel_options(self.batch_size, self.constraint_batch, constraints)
-        logger.debug("data-parallel SQP: rank %d of %d", dist.get_rank(), dist.get_world_size())
-        broadcast_parameters(params)
-        return AllReduceDerivatives(self.jacobian)
-
     def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch, rows=None) -> Derivatives:
         """f, g on the objective batch; c, J (and exact c) on the constraint batch, from the
         oracle :meth:`fit` picked (``rows``: the Jacobian rows needed, None for all)."""
         return self._oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows)
-
-
-class DistributedSQP(StochasticSQP):
-    """:class:`StochasticSQP` that insists on data-parallel training over the row shards of
-    an initialised ``torch.distributed`` process group (:mod:`solvers.distributed`).
-
-    Same parameters; ``batch_size`` must be None and ``constraint_batch`` "full" (or
-    "auto"). Only the derivative oracle differs from a local fit
-    (:class:`solvers.distributed.AllReduceDerivatives`): one all-reduce per iteration makes
-    ``f``, ``g``, ``c``, ``J`` and the exact ``c`` those of the union of the shards, so the QP,
-    merit, step and learning-rate rules run identically on every rank. ``StochasticSQP``
-    itself switches to that oracle when the process group is initialised
-    (``distributed=None``).
-    """
-
-    def fit(self, model: nn.Module, data: Any, **fit_args: Any) -> FitResult:
-        """:meth:`StochasticSQP.fit` on this rank's shard; every rank must call it with the
-        same options, the same constraints and its own disjoint, non-empty shard.
-
-        Raises
-        ------
-        ValueError
-            ``distributed=False``, no initialised process group, ``batch_size`` set,
-            ``constraint_batch`` not "full", or a constraint without
-            ``partial_sums``/``from_sums``.
-        """
-        if self.distributed is False:
-            raise ValueError("distributed: DistributedSQP needs distributed=None or True, got False")
-        distributed_active(True)
-        return super().fit(model, data, **fit_args)
-
