@@ -1,5 +1,5 @@
-"""The :class:`FairData` container (fields in the docstring of :mod:`fairopt.data`) and its
-assembly from DataFrames and arrays."""
+"""The :class:`FairData` container (fields in the docstring of :mod:`fairopt.data`); its
+assembly from a DataFrame is :mod:`fairopt.data.assembly`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ import pandas as pd
 import torch
 
 from fairopt._validation import check_same_length, to_numpy
-from fairopt.data.encoding import (decode_cell_keys, encode_exposure, encode_sensitive, encode_target,
-                                   intersection_cells)
-from fairopt.data.frames import (as_name_list, as_number, check_columns_exist, check_frame, coerce_numeric_columns,
-                                 is_text_dtype, require_finite_columns, short_list)
+from fairopt.data.frames import as_name_list
+from fairopt.data.assembly import SENSITIVE_KINDS, TASKS, build_fair_data
 from fairopt.data.preprocessing import Preprocessor
 from fairopt.data.splitting import check_test_size, stratified_split_indices
 
@@ -23,8 +21,6 @@ __all__ = ["TASKS", "SENSITIVE_KINDS", "FairData"]
 logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
 
 
-TASKS: tuple[str, ...] = ("binary", "regression", "poisson")
-SENSITIVE_KINDS: tuple[str, ...] = ("binary", "categorical", "continuous")
 
 
 # --------------------------------------------------------------------------------------
@@ -179,7 +175,7 @@ class FairData:
             the task, non-positive exposure, an unknown task or kind, a sensitive feature with
             fewer than 2 groups, an empty frame - each naming the argument and the value.
         """
-        return _build_fair_data(
+        return build_fair_data(
             cls, df, target=target, sensitive=sensitive, features=features, categorical=categorical,
             task=task, exposure=exposure, sensitive_kinds=sensitive_kinds,
             include_sensitive=include_sensitive, preprocessor=preprocessor, reference=None,
@@ -252,7 +248,7 @@ class FairData:
         after the existing ones, logged). A sensitive value outside the known levels is a
         ValueError. ``df`` must contain the target (and exposure) column.
         """
-        return _build_fair_data(
+        return build_fair_data(
             type(self), df, target=self.target_name, sensitive=self.sensitive_names,
             features=self.feature_columns, categorical=None, task=self.task, exposure=self.exposure_name,
             sensitive_kinds=self.sensitive_kinds, include_sensitive=self.include_sensitive,
@@ -415,205 +411,3 @@ def _as_index(idx: Any, n: int) -> Any:
     if index.dtype.is_floating_point or index.dtype.is_complex:
         raise ValueError(f"idx: expected integer positions or a boolean mask, got dtype {index.dtype}")
     return index.reshape(-1).long()
-
-
-def _resolve_feature_columns(
-    df: pd.DataFrame,
-    target: str,
-    sensitive: list[str],
-    exposure: str | None,
-    features: Sequence[str] | None,
-    include_sensitive: bool,
-) -> list[str]:
-    """Input columns: ``features`` (default: all but target/exposure), with the sensitive
-    columns added (include_sensitive) or removed (not include_sensitive)."""
-    reserved = [target] + ([exposure] if exposure is not None else [])
-    if features is None:
-        columns = [c for c in df.columns if c not in reserved]
-    else:
-        columns = as_name_list(features, "features")
-        check_columns_exist(df, columns, "features")
-        clash = [c for c in columns if c in reserved]
-        if clash:
-            raise ValueError(f"features: {short_list(clash)} is the target/exposure column and cannot be an input")
-    if include_sensitive:
-        columns = columns + [s for s in sensitive if s not in columns]
-    else:
-        dropped = [c for c in columns if c in sensitive]
-        if dropped and features is not None:
-            logger.info("include_sensitive=False: sensitive columns %s removed from the inputs", dropped)
-        columns = [c for c in columns if c not in sensitive]
-    if not columns:
-        raise ValueError(f"features: no input columns remain (features={features!r}, "
-                         f"include_sensitive={include_sensitive})")
-    return columns
-
-
-def _check_arguments(
-    df: pd.DataFrame,
-    target: str,
-    sensitive: list[str],
-    categorical: list[str],
-    task: str,
-    exposure: str | None,
-    sensitive_kinds: Mapping[str, str],
-) -> None:
-    """Names and values of the from_frame arguments (not the data)."""
-    if task not in TASKS:
-        raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
-    if isinstance(target, (list, tuple, set, dict)):
-        raise ValueError(f"target: expected one column name, got {target!r}")
-    check_columns_exist(df, [target], "target")
-    check_columns_exist(df, sensitive, "sensitive")
-    check_columns_exist(df, categorical, "categorical")
-    if exposure is not None:
-        check_columns_exist(df, [exposure], "exposure")
-        if exposure == target or exposure in sensitive:
-            raise ValueError(f"exposure: column {exposure!r} is also the target or a sensitive column")
-    if target in sensitive:
-        raise ValueError(f"sensitive: the target column {target!r} cannot be a sensitive feature")
-    unknown = [k for k in sensitive_kinds if k not in sensitive]
-    if unknown:
-        raise ValueError(f"sensitive_kinds: {short_list(unknown)} are not among sensitive={short_list(sensitive)}")
-    bad_kinds = {k: v for k, v in sensitive_kinds.items() if v not in SENSITIVE_KINDS}
-    if bad_kinds:
-        raise ValueError(f"sensitive_kinds: unknown kind(s) {bad_kinds!r}; expected one of {SENSITIVE_KINDS}")
-
-
-def _prepare_preprocessor(
-    preprocessor: Preprocessor | None, df: pd.DataFrame, columns: list[str], categorical: list[str]
-) -> Preprocessor:
-    """The preprocessor to use: given and fitted (checked), given and unfitted (fitted), or new."""
-    if preprocessor is None:
-        declared = [c for c in categorical if c in columns]
-        return Preprocessor(columns, declared).fit(df)
-    if not isinstance(preprocessor, Preprocessor):
-        raise ValueError(f"preprocessor: expected a Preprocessor, got {type(preprocessor).__name__}")
-    if not preprocessor.is_fitted:
-        if preprocessor.columns is not None and set(preprocessor.columns) != set(columns):
-            raise ValueError(f"preprocessor: configured for columns {short_list(preprocessor.columns)} but the "
-                             f"input columns are {short_list(columns)}")
-        if preprocessor.columns is None:
-            preprocessor.columns = list(columns)
-        return preprocessor.fit(df)
-    if set(preprocessor.columns_) != set(columns):
-        raise ValueError(f"preprocessor: fitted on columns {short_list(preprocessor.columns_)} but the input "
-                         f"columns are {short_list(columns)}")
-    return preprocessor
-
-
-def _encode_all_sensitive(
-    df: pd.DataFrame,
-    names: list[str],
-    kinds_declared: Mapping[str, str],
-    categorical: list[str],
-    reference: FairData | None,
-) -> tuple[dict[str, torch.Tensor], dict[str, str], dict[str, list], dict[str, np.ndarray]]:
-    """:func:`encode_sensitive` for every sensitive column (kinds/levels of ``reference`` if given).
-
-    Returns tensors, kinds, levels and the int64 codes of the discrete features, by name.
-    """
-    tensors: dict[str, torch.Tensor] = {}
-    kinds: dict[str, str] = {}
-    levels: dict[str, list] = {}
-    codes: dict[str, np.ndarray] = {}
-    for name in names:
-        kind = reference.sensitive_kinds[name] if reference is not None else kinds_declared.get(name)
-        reference_levels = reference.sensitive_levels[name] if reference is not None else None
-        tensors[name], kinds[name], levels[name], code = encode_sensitive(
-            df[name], kind, name in categorical, reference_levels
-        )
-        if code is not None:
-            codes[name] = code
-    return tensors, kinds, levels, codes
-
-
-def _coerce_inputs(
-    df: pd.DataFrame,
-    columns: list[str],
-    sensitive: list[str],
-    categorical: list[str],
-    preprocessor: Preprocessor | None,
-) -> pd.DataFrame:
-    """``df`` with the input columns that hold numbers as text made numeric
-    (:func:`coerce_numeric_columns`).
-
-    Left as they are: sensitive columns (their groups are read from the raw values),
-    columns declared categorical (argument or preprocessor configuration) and, with a
-    fitted preprocessor, the columns it one-hot encodes. With a fitted preprocessor a
-    column it treats as numeric must convert: ValueError naming it otherwise.
-    """
-    excluded = set(sensitive) | set(categorical)
-    if preprocessor is not None:
-        excluded |= set(preprocessor.categorical_ if preprocessor.is_fitted else preprocessor.categorical or [])
-    candidates = [c for c in columns if c not in excluded]
-    inputs, _ = coerce_numeric_columns(df, candidates)
-    if preprocessor is not None and preprocessor.is_fitted:
-        for column in preprocessor.numeric_:
-            if column in candidates and is_text_dtype(inputs[column]):
-                _require_numbers(inputs[column])
-    return inputs
-
-
-def _require_numbers(series: pd.Series) -> None:
-    """ValueError naming a column the fitted preprocessor treats as numeric when some of
-    its values are not numbers."""
-    bad = [v for v in pd.unique(series.dropna().to_numpy(dtype=object)) if as_number(v) is None]
-    if bad:
-        raise ValueError(f"df: column {series.name!r} was numeric when the preprocessor was fitted but holds values "
-                         f"that are not numbers here: {short_list(bad[:5])}")
-
-
-def _build_fair_data(
-    cls: type,
-    df: pd.DataFrame,
-    *,
-    target: str,
-    sensitive: str | Sequence[str],
-    features: Sequence[str] | None,
-    categorical: Sequence[str] | None,
-    task: str,
-    exposure: str | None,
-    sensitive_kinds: Mapping[str, str] | None,
-    include_sensitive: bool,
-    preprocessor: Preprocessor | None,
-    reference: FairData | None,
-) -> FairData:
-    """Shared body of :meth:`FairData.from_frame` and :meth:`FairData.transform`."""
-    check_frame(df, "df")
-    sensitive_names = as_name_list(sensitive, "sensitive")
-    categorical_names = as_name_list(categorical, "categorical")
-    kinds_declared = dict(sensitive_kinds or {})
-    _check_arguments(df, target, sensitive_names, categorical_names, task, exposure, kinds_declared)
-    if preprocessor is not None and preprocessor.is_fitted and features is None:
-        features = [c for c in preprocessor.columns_ if c not in sensitive_names or include_sensitive]
-    columns = _resolve_feature_columns(df, target, sensitive_names, exposure, features, include_sensitive)
-
-    require_finite_columns(df, [target], "target")
-    require_finite_columns(df, sensitive_names, "sensitive")
-    if exposure is not None:
-        require_finite_columns(df, [exposure], "exposure")
-    inputs = _coerce_inputs(df, columns, sensitive_names, categorical_names, preprocessor)
-    require_finite_columns(inputs, columns, "features")
-
-    y = encode_target(df[target], task)
-    exposure_tensor = encode_exposure(df[exposure]) if exposure is not None else None
-
-    tensors, kinds, levels, codes = _encode_all_sensitive(
-        df, sensitive_names, kinds_declared, categorical_names, reference
-    )
-    discrete = [n for n in sensitive_names if kinds[n] != "continuous"]
-    radices = [len(levels[n]) for n in discrete]
-    reference_keys = reference._cell_keys if reference is not None else None
-    cells, cell_keys = intersection_cells([codes[n] for n in discrete], radices, len(df), reference_keys)
-    cell_levels = decode_cell_keys(cell_keys, radices, [levels[n] for n in discrete]) if discrete else [()]
-
-    fitted = _prepare_preprocessor(preprocessor, inputs, columns, categorical_names)
-    X, feature_names = fitted.transform(inputs)
-    return cls(
-        torch.from_numpy(X), y, task, tensors, kinds, levels, torch.from_numpy(cells), len(cell_keys),
-        exposure_tensor, feature_names,
-        preprocessor=fitted, target_name=target, include_sensitive=include_sensitive,
-        cell_levels=cell_levels, exposure_name=exposure, feature_columns=fitted.columns_,
-        frame=df, cell_keys=cell_keys,
-    )
