@@ -10,6 +10,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from solvers.plotting import finish_axes, panel_axes
+
 __all__ = ["History", "FitResult", "plain_values", "COLUMN_ACTIVE", "COLUMN_C", "COLUMN_C_PREDICTIONS",
            "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_SCREENED", "COLUMN_VIOL", "QP_FINAL", "QP_NORMAL", "QP_RELAXED"]
 
@@ -106,39 +108,42 @@ class History:
         obj = json.loads(Path(path).read_text())
         return cls(obj.get("row_names", ()), obj.get("records", ()))
 
-    def plot(self, path: str | Path | None = None, *, keys: Sequence[str] = ("f", "V", "V_exact"), x: str = "iteration", title: str | None = None):
-        """Training curves: one panel per key (objective, surrogate and exact violation).
+    def plot(self, path: str | Path | None = None, *, keys: Sequence[str] = ("f", "V", "V_exact"),
+             x: str = "iteration", title: str | None = None, ax: Any = None) -> Any:
+        """Training curves: one panel per recorded key (objective, surrogate and exact violation).
 
-        Returns the matplotlib Figure; writes it to ``path`` if given.
+        Parameters
+        ----------
+        path : str or Path, optional
+            Also write the figure there as a PNG.
+        keys : sequence of str
+            History columns; keys no record has are dropped (ValueError if none is left).
+        x : str, default "iteration"
+        title : str, optional
+        ax : matplotlib Axes or sequence of Axes, optional
+            Where to draw: one Axes per kept key. None: a new figure (object-oriented API;
+            the pyplot state and the backend are left alone).
+
+        Returns
+        -------
+        matplotlib Axes, or a list of them for several keys (the figure is ``.figure``).
         """
-        import matplotlib
-
-        if path is not None:
-            matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        keys = [k for k in keys if any(k in r for r in self.records)]
-        if not keys:
-            raise ValueError(f"keys: none of {keys!r} were recorded")
-        fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+        kept = [k for k in keys if any(k in r for r in self.records)]
+        if not kept:
+            raise ValueError(f"keys: none of {list(keys)!r} were recorded")
+        axes = panel_axes(ax, len(kept))
         xs = self.column(x) if any(x in r for r in self.records) else np.arange(len(self))
         labels = {"f": "objective (loss)", "V": "violation (surrogate)", "V_exact": "violation (exact)",
                   "alpha": "step size", "beta": "learning rate", "tau": "merit parameter"}
-        for ax, key in zip(axes[0], keys):
+        for panel, key in zip(axes, kept):
             ys = self.column(key)
-            ax.plot(xs, ys, lw=1.2)
+            panel.plot(xs, ys, lw=1.2)
             if key.startswith("V") and np.nanmax(ys, initial=0) > 0:
-                ax.set_yscale("symlog", linthresh=1e-4)
-            ax.set_xlabel(x)
-            ax.set_title(labels.get(key, key))
-            ax.grid(alpha=0.3)
-        if title:
-            fig.suptitle(title)
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-        return fig
+                panel.set_yscale("symlog", linthresh=1e-4)
+            panel.set_xlabel(x)
+            panel.set_title(labels.get(key, key))
+            panel.grid(alpha=0.3)
+        return finish_axes(axes, path, title, created=ax is None)
 
 
 def _jsonable(x: Any):

@@ -198,7 +198,7 @@ def _png(path) -> bool:
 
 
 def test_each_plot_writes_a_png(tmp_path, results, tiny):
-    from matplotlib.figure import Figure
+    from matplotlib.axes import Axes
 
     table, histories = results
     figures = {
@@ -212,13 +212,35 @@ def test_each_plot_writes_a_png(tmp_path, results, tiny):
                                  "rps_mean": [0.20, 0.21, 0.22], "selected": [False, True, False]})
     fake.fairness, fake.accuracy, fake.selected = "js_divergence", "rps", 10.0
     figures["calibration"] = plot_calibration(fake, tmp_path / "calibration.png")
-    for name, fig in figures.items():
-        assert isinstance(fig, Figure) and _png(tmp_path / f"{name}.png"), name
-    assert len(figures["histories"].axes) == 3
+    for name, axes in figures.items():
+        first = axes if isinstance(axes, Axes) else axes[0]
+        assert isinstance(first, Axes) and _png(tmp_path / f"{name}.png"), name
+    assert len(figures["histories"]) == 3 and len(figures["calibration"]) == 2
     with pytest.raises(ValueError, match="missing column"):
         plot_tradeoff(table.drop(columns="accuracy"), tmp_path / "x.png")
     with pytest.raises(ValueError, match="histories"):
         plot_histories({}, tmp_path / "x.png")
+
+
+def test_plots_draw_on_given_axes_and_leave_the_backend_alone(results):
+    """ax= is drawn on and returned; no plot function switches the matplotlib backend."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    table, histories = results
+    backend = matplotlib.get_backend()
+    fig = Figure()
+    left, right = fig.subplots(1, 2)
+    assert plot_tradeoff(table, ax=left) is left and left.lines
+    runs = {f"{k[0]} {k[1]}": h for k, h in histories.items() if k[2] == 0}
+    assert plot_histories(runs, keys=("f", "V"), ax=[left, right]) == [left, right]
+    history = next(iter(runs.values()))
+    assert history.plot(keys=("f",), ax=right) is right
+    with pytest.raises(ValueError, match="ax"):
+        plot_histories(runs, keys=("f", "V"), ax=left)  # two panels need two Axes
+    made = history.plot(keys=("f", "V"))
+    assert len(made) == 2 and made[0].figure is made[1].figure
+    assert matplotlib.get_backend() == backend
 
 
 # ----------------------------------------------------------------------------- specs and configs

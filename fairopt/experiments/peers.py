@@ -57,6 +57,7 @@ import pandas as pd
 from fairopt.experiments.configs import markdown_table
 from fairopt.experiments.peer_adapters import ADAPTERS, Adapter, Part, PeerUnavailable, adapter, available_methods
 from fairopt.measures import disparate_impact
+from solvers.plotting import panel_axes
 
 logger = logging.getLogger(__name__)
 
@@ -379,15 +380,14 @@ def plot_tradeoffs(cells: pd.DataFrame, out: str | Path, deltas: Sequence[float]
     one marker and colour per method, dashed vertical lines at the requested deltas."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     markers = "osD^vP*Xh<>p"
     methods = list(dict.fromkeys(cells["method"]))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     files = []
     for dataset, g in cells.groupby("dataset", sort=False):
-        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        (ax,) = panel_axes(None, 1)
+        fig = ax.figure
+        fig.set_size_inches(6.4, 4.4)
         for i, method in enumerate(methods):
             m = g[g["method"] == method].dropna(subset=["test_di", "test_acc"])
             if len(m):
@@ -402,7 +402,6 @@ def plot_tradeoffs(cells: pd.DataFrame, out: str | Path, deltas: Sequence[float]
         fig.tight_layout()
         path = Path(out) / f"tradeoff_{dataset}.png"
         fig.savefig(path, dpi=120)
-        plt.close(fig)
         files.append(path)
     return files
 

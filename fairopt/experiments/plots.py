@@ -1,8 +1,9 @@
 """Figures of comparison results: requested vs realised bound, trade-off curves, histories.
 
-Every function builds a :class:`matplotlib.figure.Figure` (object-oriented API, no pyplot
-state, so figures made in a loop are not kept alive by pyplot), writes it as a PNG when
-``path`` is given (the Agg canvas) and returns it. Inputs are the tidy table of
+Every function draws on ``ax=`` (one Axes per panel) or, without it, on a new
+:class:`matplotlib.figure.Figure` (object-oriented API, no pyplot state, never
+``matplotlib.use``: :mod:`solvers.plotting`), writes the figure as a PNG when ``path`` is
+given and returns the Axes (a list of them for several panels; the figure is ``.figure``). Inputs are the tidy table of
 :func:`~fairopt.experiments.compare`, :class:`~solvers.History` objects or a
 :class:`~fairopt.experiments.CalibrationResult`.
 """
@@ -14,31 +15,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS
+from solvers.plotting import finish_axes, panel_axes
 
 __all__ = ["plot_requested_vs_realised", "plot_tradeoff", "plot_histories", "plot_calibration"]
-
-_PANEL = (4.6, 3.6)
-
-
-def _new_figure(ncols: int = 1) -> tuple[Figure, list]:
-    fig = Figure(figsize=(_PANEL[0] * ncols, _PANEL[1]))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, list(axes)
-
-
-def _finish(fig: Figure, path: str | Path | None, title: str | None) -> Figure:
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(Path(path), dpi=120, format="png")
-    return fig
-
 
 def _select(results: Any, columns: Sequence[str], split: str | None) -> pd.DataFrame:
     """Rows of ``split`` with finite ``value``; ValueError naming a missing column or an empty selection."""
@@ -68,7 +48,8 @@ def plot_requested_vs_realised(
     split: str = "train",
     methods: Sequence[str] | None = None,
     title: str | None = None,
-) -> Figure:
+    ax: Any = None,
+) -> Any:
     """Realised fairness against the requested bound, one curve per method ([SQP] Fig. 3, 5).
 
     ``x`` is the swept ``value`` (e.g. the requested ``delta`` of a DI constraint), ``y`` the
@@ -87,6 +68,12 @@ def plot_requested_vs_realised(
         Methods to draw (default: all with a finite value whose hyper-parameter is a bound,
         not a penalty strength of :data:`~fairopt.experiments.methods.PENALTY_HYPERPARAMETERS`).
     title : str, optional
+    ax : matplotlib Axes, optional
+        Draw there instead of on a new figure.
+
+    Returns
+    -------
+    matplotlib Axes
     """
     rows = _select(results, [measure], split)
     rows = rows[np.isfinite(rows["value"].astype(float))]
@@ -96,19 +83,20 @@ def plot_requested_vs_realised(
     rows = rows[rows["method"].isin(list(methods))]
     if rows.empty:
         raise ValueError(f"methods: none of {list(methods)} has rows with a requested value in split {split!r}")
-    fig, (ax,) = _new_figure()
+    axes = panel_axes(ax, 1)
+    panel = axes[0]
     table = _means(rows, [measure])
     for name, part in table.groupby("method", sort=False):
         err = np.vstack([part[measure] - part[f"{measure}_min"], part[f"{measure}_max"] - part[measure]])
-        ax.errorbar(part["value"], part[measure], yerr=err, marker="o", capsize=2, label=str(name))
+        panel.errorbar(part["value"], part[measure], yerr=err, marker="o", capsize=2, label=str(name))
     lo = float(min(table["value"].min(), table[measure].min()))
     hi = float(max(table["value"].max(), table[measure].max()))
-    ax.plot([lo, hi], [lo, hi], "k:", lw=1, label="realised = requested")
-    ax.set_xlabel("requested bound (value)")
-    ax.set_ylabel(f"realised {measure} ({split})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _finish(fig, path, title)
+    panel.plot([lo, hi], [lo, hi], "k:", lw=1, label="realised = requested")
+    panel.set_xlabel("requested bound (value)")
+    panel.set_ylabel(f"realised {measure} ({split})")
+    panel.grid(alpha=0.3)
+    panel.legend(fontsize=8)
+    return finish_axes(axes, path, title, created=ax is None)
 
 
 def plot_tradeoff(
@@ -120,7 +108,8 @@ def plot_tradeoff(
     split: str = "test",
     annotate: bool = True,
     title: str | None = None,
-) -> Figure:
+    ax: Any = None,
+) -> Any:
     """Performance against unfairness, one curve per method through its grid values.
 
     Each point is one hyper-parameter value (mean over seeds and folds), joined in the
@@ -137,21 +126,28 @@ def plot_tradeoff(
     split : str, default "test"
     annotate : bool, default True
     title : str, optional
+    ax : matplotlib Axes, optional
+        Draw there instead of on a new figure.
+
+    Returns
+    -------
+    matplotlib Axes
     """
     rows = _select(results, [performance, unfairness], split)
-    fig, (ax,) = _new_figure()
+    axes = panel_axes(ax, 1)
+    panel = axes[0]
     table = _means(rows, [performance, unfairness])
     for name, part in table.groupby("method", sort=False):
-        ax.plot(part[unfairness], part[performance], marker="o", label=str(name))
+        panel.plot(part[unfairness], part[performance], marker="o", label=str(name))
         if annotate:
             for value, x, y in zip(part["value"], part[unfairness], part[performance]):
                 if np.isfinite(value):
-                    ax.annotate(f"{value:g}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel(f"{unfairness} ({split})")
-    ax.set_ylabel(f"{performance} ({split})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _finish(fig, path, title)
+                    panel.annotate(f"{value:g}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    panel.set_xlabel(f"{unfairness} ({split})")
+    panel.set_ylabel(f"{performance} ({split})")
+    panel.grid(alpha=0.3)
+    panel.legend(fontsize=8)
+    return finish_axes(axes, path, title, created=ax is None)
 
 
 def plot_histories(
@@ -162,7 +158,8 @@ def plot_histories(
     x: str = "iteration",
     log_keys: Sequence[str] = ("V", "V_exact", "P"),
     title: str | None = None,
-) -> Figure:
+    ax: Any = None,
+) -> Any:
     """Training curves of several runs: one panel per history key, one line per run.
 
     Parameters
@@ -178,6 +175,12 @@ def plot_histories(
     log_keys : sequence of str
         Keys drawn on a symlog scale.
     title : str, optional
+    ax : sequence of matplotlib Axes, optional
+        One Axes per kept key, instead of a new figure.
+
+    Returns
+    -------
+    matplotlib Axes, or a list of them for several keys
     """
     if not isinstance(histories, Mapping) or not histories:
         raise ValueError(f"histories: expected a non-empty mapping label -> History, got {histories!r}")
@@ -187,40 +190,42 @@ def plot_histories(
     present = [k for k in keys if any(any(k in r for r in h.records) for h in histories.values())]
     if not present:
         raise ValueError(f"keys: no history recorded any of {list(keys)}")
-    fig, axes = _new_figure(len(present))
-    for ax, key in zip(axes, present):
+    axes = panel_axes(ax, len(present))
+    for panel, key in zip(axes, present):
         for label, h in histories.items():
             if not any(key in r for r in h.records):
                 continue
             xs = h.column(x) if any(x in r for r in h.records) else np.arange(len(h))
-            ax.plot(xs, h.column(key), lw=1.1, label=str(label))
+            panel.plot(xs, h.column(key), lw=1.1, label=str(label))
         if key in log_keys:
-            ax.set_yscale("symlog", linthresh=1e-4)
-        ax.set_xlabel(x)
-        ax.set_title(key)
-        ax.grid(alpha=0.3)
+            panel.set_yscale("symlog", linthresh=1e-4)
+        panel.set_xlabel(x)
+        panel.set_title(key)
+        panel.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    return _finish(fig, path, title)
+    return finish_axes(axes, path, title, created=ax is None)
 
 
-def plot_calibration(result: Any, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+def plot_calibration(result: Any, path: str | Path | None = None, *, title: str | None = None, ax: Any = None) -> Any:
     """The calibration sweep ([DC] Fig. 5.2): unfairness vs ``lambda`` (left) and vs
-    accuracy (right), validation means, the selected ``lambda`` marked."""
+    accuracy (right), validation means, the selected ``lambda`` marked; on two Axes
+    ``ax`` if given; returns the two Axes."""
     for attr in ("summary", "fairness", "accuracy", "selected"):
         if not hasattr(result, attr):
             raise ValueError(f"result: expected a CalibrationResult, missing {attr!r}")
     s = result.summary
     fair, acc = f"{result.fairness}_mean", f"{result.accuracy}_mean"
-    fig, (left, right) = _new_figure(2)
+    axes = panel_axes(ax, 2)
+    left, right = axes
     left.plot(s["value"], s[fair], marker="o")
     right.plot(s[acc], s[fair], marker="o")
     chosen = s[s["selected"]]
-    for ax, xcol in ((left, "value"), (right, acc)):
-        ax.scatter(chosen[xcol], chosen[fair], s=120, facecolors="none", edgecolors="red",
-                   label=f"selected lambda = {result.selected:g}")
-        ax.set_ylabel(f"{result.fairness} (validation)")
-        ax.grid(alpha=0.3)
+    for panel, xcol in ((left, "value"), (right, acc)):
+        panel.scatter(chosen[xcol], chosen[fair], s=120, facecolors="none", edgecolors="red",
+                      label=f"selected lambda = {result.selected:g}")
+        panel.set_ylabel(f"{result.fairness} (validation)")
+        panel.grid(alpha=0.3)
     left.set_xlabel("lambda")
     right.set_xlabel(f"{result.accuracy} (validation)")
     left.legend(fontsize=8)
-    return _finish(fig, path, title)
+    return finish_axes(axes, path, title, created=ax is None)
