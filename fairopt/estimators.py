@@ -48,6 +48,8 @@ from torch import nn
 
 from fairopt._validation import check_choice, check_flag, check_seed, positive_float
 from fairopt.data import FairData
+from fairopt.data.assembly import coerce_inputs
+from fairopt.inputs import has_text_columns, log_encoded_columns
 from fairopt.diagnostics import (constant_fit, constraint_messages, iteration_records, poor_fit,
                                  pretraining_violations, relaxed_steps)
 from fairopt.evaluation import evaluate as evaluate_model
@@ -231,7 +233,7 @@ class _FairEstimator(BaseEstimator):
         """The training FairData (``X`` validated, ``y`` encoded, the sensitive features named
         and typed) and the constraint objects (:func:`fairopt.specs.resolve_constraints`, with
         :func:`fairopt.training.with_sqp_surrogates`)."""
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        X, y = validate_data(self, X, y, dtype=None if has_text_columns(X) else np.float64)
         target = self._encode_training_target(y)
         columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names)
         constraints = with_sqp_surrogates(self.method, self.constraints, resolve_constraints(self.constraints))
@@ -240,6 +242,7 @@ class _FairEstimator(BaseEstimator):
                              f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
         data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=_internal_names(X.shape[1]),
                                     sensitive_kinds=self.sensitive_kinds)
+        log_encoded_columns(data.preprocessor, getattr(self, "feature_names_in_", None))
         return data, constraints
 
     # ------------------------------------------------------------------ engines
@@ -318,18 +321,24 @@ class _FairEstimator(BaseEstimator):
         if bad:
             raise ValueError(f"model_: non-finite parameters {bad[:3]} (training diverged, status "
                              f"{getattr(self, 'status_', '?')!r}); refit with a smaller lr or fewer epochs")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        encoded, _ = self.preprocessor_.transform(pd.DataFrame(X, columns=_internal_names(X.shape[1])))
+        X = validate_data(self, X, reset=False, dtype=self._input_dtype())
+        frame = pd.DataFrame(X, columns=_internal_names(X.shape[1]))
+        encoded, _ = self.preprocessor_.transform(coerce_inputs(frame, list(frame.columns), [], [], self.preprocessor_))
         out = float64_outputs(self.model_, encoded)
         if not np.isfinite(out).all():
             raise ValueError(f"model_: non-finite outputs on {int((~np.isfinite(out)).sum())} row(s) of X")
         return out
 
+    def _input_dtype(self) -> Any:
+        """float64, or None (objects, encoded by the preprocessor) when ``X`` had text columns
+        at fit."""
+        return None if self.preprocessor_.categorical_ else np.float64
+
     # ------------------------------------------------------------------ held-out rows
     def _held_out(self, X: Any, y: Any, sensitive_features: Any) -> FairData:
         """Rows encoded like the training data (same preprocessing, kinds and levels)."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_data(self, X, reset=False, dtype=self._input_dtype())
         target = self._encode_target(np.asarray(y))
         if target.shape[0] != X.shape[0]:
             raise ValueError(f"y: {target.shape[0]} values for {X.shape[0]} rows of X")

@@ -1,8 +1,10 @@
 """The estimators' sensitive features in every accepted form (DataFrame, Series, dict,
-array), named and checked against the rows of ``X``: :func:`sensitive_columns`."""
+array), named and checked against the rows of ``X``: :func:`sensitive_columns`; and which
+input tables hold text columns (:func:`has_text_columns`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,7 +13,9 @@ import pandas as pd
 
 from fairopt._validation import to_numpy
 
-__all__ = ["sensitive_columns"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["has_text_columns", "log_encoded_columns", "sensitive_columns"]
 
 
 def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None) -> dict[str, np.ndarray]:
@@ -76,3 +80,26 @@ def _column(values: Any) -> np.ndarray:
     """A numpy column; an (n, 1) array is flattened (other shapes are checked later)."""
     array = to_numpy(values)
     return array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
+
+
+def has_text_columns(X: Any) -> bool:
+    """Whether ``X`` is a DataFrame with text or categorical columns (object, string,
+    category dtypes), which the estimators encode with the one rule of
+    :func:`fairopt.data.frames.coerce_numeric_columns` (numbers held as text become numbers)
+    and the preprocessor (other text is one-hot encoded) instead of casting to float."""
+    if not isinstance(X, pd.DataFrame):
+        return False
+    return any(pd.api.types.is_object_dtype(t) or pd.api.types.is_string_dtype(t)
+               or isinstance(t, pd.CategoricalDtype) for t in X.dtypes)
+
+
+def log_encoded_columns(preprocessor: Any, user_names: Any) -> None:
+    """Log, by the user's column names, which input columns the fitted ``preprocessor``
+    one-hot encodes (the internal names are ``x0, x1, ...``)."""
+    if not preprocessor.categorical_:
+        return
+    names = list(user_names) if user_names is not None else None
+    def user(internal: str) -> str:
+        return str(names[int(internal[1:])]) if names is not None else internal
+    logger.info("text columns one-hot encoded: %s", [f"{user(c)} ({len(preprocessor.levels_[c])} levels)"
+                                                     for c in preprocessor.categorical_])

@@ -133,7 +133,8 @@ def test_preprocessor_transform_rejects_missing_column_and_nan(small_frame):
 # from_frame: encodings
 # --------------------------------------------------------------------------------------
 def test_from_frame_contract_dtypes_and_shapes(small_frame):
-    data = FairData.from_frame(small_frame, target="y", sensitive=["sex", "band"], categorical=["band"])
+    data = FairData.from_frame(small_frame, target="y", sensitive=["sex", "band"], categorical=["band"],
+                               include_sensitive=True)
     n = len(small_frame)
     assert len(data) == n and data.X.dtype == torch.float32 and data.X.shape == (n, data.n_features)
     assert data.y.dtype == torch.float32 and data.y.tolist() == [0, 1, 0, 1, 1, 0]
@@ -158,7 +159,8 @@ def test_sensitive_kind_inference():
         "y": [0, 1, 0, 1, 0, 1],
     })
     names = ["zero_one", "two_text", "two_numeric", "flag", "multi_text", "multi_numeric", "bands"]
-    data = FairData.from_frame(df, target="y", sensitive=names, sensitive_kinds={"bands": "categorical"})
+    data = FairData.from_frame(df, target="y", sensitive=names, sensitive_kinds={"bands": "categorical"},
+                               include_sensitive=True)  # every column is sensitive: they are the inputs too
     assert data.sensitive_kinds == {
         "zero_one": "binary", "two_text": "binary", "two_numeric": "binary", "flag": "binary",
         "multi_text": "categorical", "multi_numeric": "continuous", "bands": "categorical",
@@ -207,10 +209,11 @@ def test_cells_are_zero_without_discrete_sensitive_features():
 
 
 def test_include_sensitive_flag():
+    """Sensitive columns are not model inputs by default (they are removed even when listed
+    in ``features``); ``include_sensitive=True`` appends them."""
     df = synthetic_frame(60)
-    inside = FairData.from_frame(df, target="y", sensitive=["sex"], features=["income", "job"])
-    outside = FairData.from_frame(df, target="y", sensitive=["sex"], features=["income", "job", "sex"],
-                                  include_sensitive=False)
+    inside = FairData.from_frame(df, target="y", sensitive=["sex"], features=["income", "job"], include_sensitive=True)
+    outside = FairData.from_frame(df, target="y", sensitive=["sex"], features=["income", "job", "sex"])
     assert inside.feature_names[-2:] == ["sex=female", "sex=male"]
     assert not any(name.startswith("sex") for name in outside.feature_names)
     assert outside.include_sensitive is False and torch.equal(inside.sensitive["sex"], outside.sensitive["sex"])
@@ -541,7 +544,7 @@ def test_from_frame_100k_rows_and_many_subsets():
     df["sex"] = rng.choice(["F", "M"], n)
     df["race"] = rng.choice(["A", "B", "C", "D"], n)
     df["y"] = rng.integers(0, 2, n)
-    data = FairData.from_frame(df, target="y", sensitive=["sex", "race"])
+    data = FairData.from_frame(df, target="y", sensitive=["sex", "race"], include_sensitive=True)
     assert data.X.shape == (n, 15 + 3 * 8 + 2 + 4) and data.n_cells == 8
     for idx in torch.randint(0, n, (200, 256)):
         batch = data.subset(idx)
@@ -657,7 +660,7 @@ def test_missing_values_in_numeric_text_columns():
 def test_declared_categorical_and_sensitive_numeric_text_are_not_converted():
     df = pd.DataFrame({"zip": ["02134", "10001", "02134", "94105"], "grp": ["1", "2", "3", "1"],
                        "v": ["1", "2", "3", "4"], "y": [0, 1, 0, 1]})
-    data = FairData.from_frame(df, target="y", sensitive="grp", categorical=["zip"])
+    data = FairData.from_frame(df, target="y", sensitive="grp", categorical=["zip"], include_sensitive=True)
     assert data.feature_names == ["zip=02134", "zip=10001", "zip=94105", "grp=1", "grp=2", "grp=3", "v"]
     assert data.sensitive_kinds["grp"] == "categorical" and data.sensitive_levels["grp"] == ["1", "2", "3"]
 

@@ -43,7 +43,8 @@ def test_embedded_adult_loads_without_data_dir(no_data_dirs):
     assert int(data.y.sum()) == 7_508  # income >50K
     assert data.sensitive_kinds == {"sex": "binary"} and data.sensitive_levels["sex"] == ["Female", "Male"]
     assert int(data.sensitive["sex"].sum()) == 20_380  # Male = 1
-    assert data.n_features == 47
+    assert data.n_features == 45 and not any(n.startswith("sex") for n in data.feature_names)  # sex is no input
+    assert datasets.load("adult", include_sensitive=True).n_features == 47
 
 
 def test_embedded_adult_parts(no_data_dirs):
@@ -58,7 +59,7 @@ def test_embedded_adult_parts(no_data_dirs):
 def test_adult_matches_the_gedi_preprocessed_file(shared_data, no_data_dirs):
     """Same rows, same order and same one-hot columns as the GeDI/Moving Targets adult.csv."""
     reference = pd.read_csv(shared_data / "adult_onehot.csv.gz")
-    data = datasets.load("adult")
+    data = datasets.load("adult", include_sensitive=True)  # the file has the sex columns as inputs
     assert len(reference) == len(data)
     np.testing.assert_array_equal(data.y.numpy(), reference["income"].to_numpy(np.float32))
     columns = {name.replace("=", "_"): j for j, name in enumerate(data.feature_names)}
@@ -141,7 +142,9 @@ def test_law_counts_and_sqp_split(law):
 def test_law_regression_target_uses_admission_inputs(shared_data):
     data = datasets.load("law", data_dir=shared_data, target="zfygpa", task="regression")
     assert data.task == "regression" and data.target_name == "zfygpa"
-    assert data.feature_columns == ["lsat", "ugpa", "fulltime", "fam_inc", "male", "tier", "race"]
+    assert data.feature_columns == ["lsat", "ugpa", "fulltime", "fam_inc", "male", "tier"]  # race: no input
+    with_race = datasets.load("law", data_dir=shared_data, target="zfygpa", include_sensitive=True)
+    assert with_race.feature_columns == ["lsat", "ugpa", "fulltime", "fam_inc", "male", "tier", "race"]
     frame = data.frame
     np.testing.assert_allclose(data.y.numpy(), frame["zfygpa"].to_numpy(np.float32))
     same = datasets.load("law", data_dir=shared_data, target="zfygpa")  # task follows the target
@@ -177,7 +180,7 @@ def test_compas_propublica_filter(shared_data):
     assert len(data) == 6_172
     counts = dict(zip(data.sensitive_levels["race"], torch.bincount(data.sensitive["race"]).tolist()))
     assert counts == {"African-American": 3_175, "Caucasian": 2_103, "Hispanic": 509, "Other": 385}
-    assert data.feature_columns == ["sex", "race", "age", "c_charge_degree", "priors_count"]
+    assert data.feature_columns == ["sex", "age", "c_charge_degree", "priors_count"]  # race: no input
     ungrouped, _ = datasets.load_frame("compas", data_dir=shared_data, group_race=False)
     assert ungrouped["race"].nunique() == 6
     full = datasets.load("compas", data_dir=shared_data, sensitive=["sex", "race", "age"])

@@ -41,7 +41,8 @@ def _synthetic(n: int = 400, seed: int = 0) -> fairopt.FairData:
     logit = 1.5 * x[:, 0] - 0.5 * x[:, 1] + 2.0 * sex - 1.0
     y = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(int)
     frame = pd.DataFrame({"x0": x[:, 0], "x1": x[:, 1], "x2": x[:, 2], "sex": sex, "race": race, "y": y})
-    return fairopt.FairData.from_frame(frame, target="y", sensitive=["sex", "race"], categorical=["race"])
+    return fairopt.FairData.from_frame(frame, target="y", sensitive=["sex", "race"], categorical=["race"],
+                                       include_sensitive=True)  # the scenario these tests were built on
 
 
 def _shard(data, rank: int, world: int):

@@ -17,7 +17,7 @@ from solvers.sqp import _RESTORING_WINDOW, POLISH_EXTENSION, _still_restoring
 
 @pytest.fixture(scope="module")
 def adult_small():
-    data = fairopt.datasets.load("adult")
+    data = fairopt.datasets.load("adult", include_sensitive=True)  # the scenario these tests were built on
     idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:3000]
     return data.subset(idx)
 

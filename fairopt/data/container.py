@@ -67,7 +67,7 @@ class FairData:
         *,
         preprocessor: Preprocessor | None = None,
         target_name: str = "y",
-        include_sensitive: bool = True,
+        include_sensitive: bool = False,
         cell_levels: Sequence[tuple] | None = None,
         exposure_name: str | None = None,
         feature_columns: Sequence[str] | None = None,
@@ -134,7 +134,7 @@ class FairData:
         task: str = "binary",
         exposure: str | None = None,
         sensitive_kinds: Mapping[str, str] | None = None,
-        include_sensitive: bool = True,
+        include_sensitive: bool = False,
         preprocessor: Preprocessor | None = None,
     ) -> "FairData":
         """Build a :class:`FairData` from a DataFrame.
@@ -162,8 +162,10 @@ class FairData:
             Declared kinds; the others are inferred: 2 distinct values -> binary
             (numeric {0,1} kept, other levels coded in sorted order, 0 for the first);
             numeric with more values -> continuous; otherwise categorical.
-        include_sensitive : bool, default True
-            Whether the sensitive columns are model inputs (part of X).
+        include_sensitive : bool, default False
+            Whether the sensitive columns are model inputs (part of X). By default they are
+            not: the constraints use them, the model does not see them (a model that reads
+            sex or race is disparate treatment in many jurisdictions). Pass True to use them.
         preprocessor : Preprocessor, optional
             A fitted preprocessor encodes X as it is (e.g. test data with the training
             statistics); an unfitted one is fitted on ``df``. ``None``: a new one, fitted here.

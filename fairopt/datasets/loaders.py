@@ -419,7 +419,7 @@ def pg15training_frame(data_dir: PathLike = None) -> pd.DataFrame:
 # registry
 # --------------------------------------------------------------------------------------
 def _spec(target: str, sensitive: list[str], features: list[str] | None, categorical: list[str] | None = None,
-          task: str = "binary", exposure: str | None = None, include_sensitive: bool = True) -> dict[str, Any]:
+          task: str = "binary", exposure: str | None = None, include_sensitive: bool = False) -> dict[str, Any]:
     """A from_frame specification (every key of :data:`FROM_FRAME_ARGUMENTS` but preprocessor)."""
     return {
         "target": target, "sensitive": sensitive, "features": features, "categorical": categorical,

@@ -93,8 +93,9 @@ TABLE_COLUMNS = ["dataset", "method", "delta", "train DI", "test DI", "train acc
 # --------------------------------------------------------------------------------------
 # data
 # --------------------------------------------------------------------------------------
-def _load(dataset: str, data_dir: str | None) -> Any:
-    """FairData of ``dataset`` with one binary sensitive attribute.
+def _load(dataset: str, data_dir: str | None, include_sensitive: bool = False) -> Any:
+    """FairData of ``dataset`` with one binary sensitive attribute (a model input only with
+    ``include_sensitive``).
 
     COMPAS' default ``race`` is categorical (4 levels): it is replaced by the binary
     grouping African-American vs other (the grouping of ProPublica's analysis).
@@ -107,9 +108,10 @@ def _load(dataset: str, data_dir: str | None) -> Any:
         frame = frame.copy()
         frame["race"] = np.where(frame["race"] == "African-American", "African-American", "Other")
         spec["sensitive_kinds"] = {"race": "binary"}
+        spec["include_sensitive"] = include_sensitive
         data = FairData.from_frame(frame, **spec)
     else:
-        data = datasets.load(dataset, data_dir=data_dir)
+        data = datasets.load(dataset, data_dir=data_dir, include_sensitive=include_sensitive)
     name = data.sensitive_names[0]
     if data.sensitive_kinds[name] != "binary":
         raise ValueError(f"{dataset}: the default sensitive attribute {name!r} is {data.sensitive_kinds[name]}, "
@@ -119,7 +121,7 @@ def _load(dataset: str, data_dir: str | None) -> Any:
 
 @lru_cache(maxsize=4)
 def prepare(dataset: str, seed: int, data_dir: str | None = None,
-            max_rows: int | None = None) -> tuple[Part, Part, dict]:
+            max_rows: int | None = None, include_sensitive: bool = False) -> tuple[Part, Part, dict]:
     """The seeded 70/30 split of ``dataset`` shared by every method of a cell.
 
     Parameters
@@ -132,6 +134,8 @@ def prepare(dataset: str, seed: int, data_dir: str | None = None,
         Directory of the data files (Adult is embedded).
     max_rows : int, optional
         Seeded subsample of this many rows before the split (quick checks).
+    include_sensitive : bool, default False
+        Whether the sensitive attribute is a column of X (for every method alike).
 
     Returns
     -------
@@ -139,7 +143,7 @@ def prepare(dataset: str, seed: int, data_dir: str | None = None,
     info : dict
         ``sensitive`` (name), ``levels`` (labels of s=0 and s=1), ``n_features``.
     """
-    data = _load(dataset, data_dir)
+    data = _load(dataset, data_dir, include_sensitive)
     if max_rows is not None and max_rows < len(data):
         import torch
 
@@ -178,20 +182,21 @@ class Cell:
     delta: float
     seed: int
 
-    def filename(self, max_rows: int | None = None) -> str:
+    def filename(self, max_rows: int | None = None, include_sensitive: bool = False) -> str:
         rows = "" if max_rows is None else f"__n{max_rows}"
-        return f"{self.dataset}__{self.method}__d{self.delta:g}__s{self.seed}{rows}.json"
+        inputs = "__withs" if include_sensitive else ""
+        return f"{self.dataset}__{self.method}__d{self.delta:g}__s{self.seed}{rows}{inputs}.json"
 
 
 def _run_cell(cell: Cell, cells_dir: Path, data_dir: str | None, max_rows: int | None,
-              adapters: Mapping[str, Adapter]) -> dict:
+              adapters: Mapping[str, Adapter], include_sensitive: bool = False) -> dict:
     """Run one cell and write its JSON; returns the record (status ``skipped``/``error``
     records are NOT written, so a later run retries them)."""
     fn = adapters[cell.method]
     base = {"dataset": cell.dataset, "method": cell.method, "delta": cell.delta, "seed": cell.seed,
-            "max_rows": max_rows}
+            "max_rows": max_rows, "include_sensitive": include_sensitive}
     try:
-        train, test, info = prepare(cell.dataset, cell.seed, data_dir, max_rows)
+        train, test, info = prepare(cell.dataset, cell.seed, data_dir, max_rows, include_sensitive)
         out = fn(train, test, cell.delta, cell.seed)
     except PeerUnavailable as exc:
         logger.warning("skipping %s: %s", cell, exc)
@@ -206,7 +211,7 @@ def _run_cell(cell: Cell, cells_dir: Path, data_dir: str | None, max_rows: int |
         record.update({f"{split}_di": m["di"], f"{split}_acc": m["acc"], f"{split}_rate": m["rate"]})
     record.update(fit_time=float(out.get("fit_time", float("nan"))), status=str(out.get("status", "ok")),
                   note=str(out.get("note", "") or getattr(fn, "note", "")))
-    path = cells_dir / cell.filename(max_rows)
+    path = cells_dir / cell.filename(max_rows, include_sensitive)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1, default=float))
     tmp.replace(path)  # atomic: an interrupted write never leaves a half cell
@@ -230,7 +235,8 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
              deltas: Sequence[float] = tuple(DELTAS), seeds: Sequence[int] = tuple(SEEDS),
              out: str | Path = "benchmarks/results/peers", data_dir: str | None = None, n_jobs: int = 1,
              max_rows: int | None = None, adapters: Mapping[str, Adapter] | None = None,
-             command: str | None = None, plots: bool = True, table: str = "cache") -> PeersResult:
+             command: str | None = None, plots: bool = True, table: str = "cache",
+             include_sensitive: bool = False) -> PeersResult:
     """Run (or resume) the grid datasets x methods x deltas x seeds; write table and plots.
 
     Parameters
@@ -257,6 +263,9 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
         ``out/cells`` with the same ``max_rows``, so several partial runs into one directory
         (e.g. the full grid, then one slow method at one delta) accumulate into one release
         table; "grid" only the cells of this call.
+    include_sensitive : bool, default False
+        Whether the sensitive attribute is a model input (for every method alike; cached
+        under distinct cell names, stated in ``peers.md``).
 
     Returns
     -------
@@ -274,7 +283,7 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
     cells_dir.mkdir(parents=True, exist_ok=True)
     grid = [Cell(d, m, float(delta), int(seed)) for d in datasets for delta in deltas for seed in seeds
             for m in methods]
-    todo = [c for c in grid if not (cells_dir / c.filename(max_rows)).is_file()]
+    todo = [c for c in grid if not (cells_dir / c.filename(max_rows, include_sensitive)).is_file()]
     logger.info("%d cells, %d cached, %d to run", len(grid), len(grid) - len(todo), len(todo))
     records: list[dict] = []
     if todo:
@@ -282,25 +291,27 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
         if n_jobs == 1:
             for cell in todo:
                 bar.set_postfix_str(f"{cell.dataset} {cell.method} {cell.delta:g} s{cell.seed}")
-                records.append(_run_cell(cell, cells_dir, data_dir, max_rows, adapters))
+                records.append(_run_cell(cell, cells_dir, data_dir, max_rows, adapters, include_sensitive))
                 bar.update()
         else:
             from joblib import Parallel, delayed
 
             # group by (dataset, seed) first so each worker's prepare() cache is reused
             todo.sort(key=lambda c: (c.dataset, c.seed, c.delta))
-            jobs = (delayed(_run_cell)(c, cells_dir, data_dir, max_rows, adapters) for c in todo)
+            jobs = (delayed(_run_cell)(c, cells_dir, data_dir, max_rows, adapters, include_sensitive) for c in todo)
             for record in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs):
                 records.append(record)
                 bar.update()
         bar.close()
     failed = [r for r in records if r["status"] in ("skipped", "error")]
     if table == "grid":
-        cells = _read_cells([cells_dir / c.filename(max_rows) for c in grid])
+        cells = _read_cells([cells_dir / c.filename(max_rows, include_sensitive) for c in grid])
     else:
-        cells = _cached_cells(cells_dir, max_rows, order=(list(datasets), list(adapters)))
+        cells = _cached_cells(cells_dir, max_rows, order=(list(datasets), list(adapters)),
+                              include_sensitive=include_sensitive)
     summary = summary_table(cells)
-    md = _markdown(summary, command, failed, max_rows, covered=None if table == "grid" else len(cells))
+    md = _markdown(summary, command, failed, max_rows, covered=None if table == "grid" else len(cells),
+                   include_sensitive=include_sensitive)
     files = [out / "peers.md", out / "peers.csv"]
     (out / "peers.md").write_text(md)
     summary.to_csv(out / "peers.csv", index=False)
@@ -315,14 +326,18 @@ def _read_cells(paths: Iterable[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _cached_cells(cells_dir: Path, max_rows: int | None, order: tuple[list[str], list[str]]) -> pd.DataFrame:
-    """Every cached cell under ``cells_dir`` run with ``max_rows``, sorted by dataset and
-    method (in the given orders, unknown names last), delta and seed."""
+def _cached_cells(cells_dir: Path, max_rows: int | None, order: tuple[list[str], list[str]],
+                  include_sensitive: bool = False) -> pd.DataFrame:
+    """Every cached cell under ``cells_dir`` run with ``max_rows`` and ``include_sensitive``
+    (a cell without the key was run with the sensitive attribute as an input, the old
+    default), sorted by dataset and method (in the given orders, unknown names last), delta
+    and seed."""
     cells = _read_cells(sorted(cells_dir.glob("*.json")))
     if cells.empty:
         return cells
     same_rows = cells["max_rows"].isna() if max_rows is None else cells["max_rows"] == max_rows
-    cells = cells[same_rows]
+    inputs = cells["include_sensitive"].fillna(True) if "include_sensitive" in cells else True
+    cells = cells[same_rows & (inputs == include_sensitive)]
 
     ranks = {column: {name: i for i, name in enumerate(names)} for column, names in zip(("dataset", "method"), order)}
 
@@ -356,7 +371,7 @@ def summary_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _markdown(table: pd.DataFrame, command: str | None, failed: list[dict], max_rows: int | None,
-              covered: int | None = None) -> str:
+              covered: int | None = None, include_sensitive: bool = False) -> str:
     lines = ["# Peer benchmark: DI >= delta on one binary sensitive attribute", ""]
     if command:
         lines += ["Command (the last run into this directory):", "", f"    {command}", ""]
@@ -365,7 +380,8 @@ def _markdown(table: pd.DataFrame, command: str | None, failed: list[dict], max_
                   "into this directory; one JSON file per dataset, method, delta and seed).", ""]
     lines += [f"Same seeded {1 - TEST_SIZE:.0%}/{TEST_SIZE:.0%} split and feature matrix for every method"
               + (f"; seeded subsample of {max_rows} rows" if max_rows else "") + ". DI = min(P(yhat=1|s=0)/"
-              "P(yhat=1|s=1), inverse) on hard predictions; means over seeds (`seeds`).", ""]
+              "P(yhat=1|s=1), inverse) on hard predictions; means over seeds (`seeds`). The sensitive attribute "
+              + ("IS" if include_sensitive else "is NOT") + " a column of the feature matrix (for every method alike).", ""]
     lines += [markdown_table(table, floatfmt=".3f"), ""]
     if failed:
         lines += ["Not run (retried on the next run):", ""]
@@ -422,6 +438,8 @@ def add_arguments(parser: Any, prefix_out: bool = True) -> None:
     parser.add_argument("--data-dir", dest="data_dir", help="directory with the benchmark data files")
     parser.add_argument("--n-jobs", dest="n_jobs", type=int, default=1, help="parallel cells (joblib)")
     parser.add_argument("--max-rows", dest="max_rows", type=int, help="seeded row subsample per dataset")
+    parser.add_argument("--include-sensitive", dest="include_sensitive", action="store_true",
+                        help="the sensitive attribute is also a model input (default: it is not)")
     parser.add_argument("--table", choices=("cache", "grid"), default="cache",
                         help="table and plots over every cached cell of --out (default) or only this run's grid")
 
@@ -435,7 +453,7 @@ def run_from_args(args: Any, command: str | None = None) -> PeersResult:
         deltas=args.deltas or ([0.8] if quick else DELTAS),
         seeds=args.seeds if args.seeds is not None else ([0] if quick else SEEDS),
         out=args.out, data_dir=args.data_dir, n_jobs=args.n_jobs, max_rows=args.max_rows, command=command,
-        table=getattr(args, "table", "cache"))
+        table=getattr(args, "table", "cache"), include_sensitive=bool(getattr(args, "include_sensitive", False)))
     return result
 
 
