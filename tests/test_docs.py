@@ -1,32 +1,49 @@
-"""Every ```python block of the documentation runs.
+"""The documentation: every ```python block runs, and the site builds cleanly.
 
 The blocks of one page run in order in one namespace (a page is a tutorial: later blocks
 use what earlier ones defined), in a temporary working directory, with warnings allowed
-(some pages demonstrate them). Blocks fenced as ``text`` or ``bash`` are not executed.
+(some pages demonstrate them). Fences may be indented (content tabs); blocks fenced as
+``text`` or ``bash`` are not executed. A block that needs a benchmark data file that is
+not embedded reads it from ``$FAIROPT_DATA`` (set to the test data directory when that
+exists) and the page is skipped when the file is absent. A page with the comment
+``<!-- docs-test: slow -->`` is marked slow.
+
+``test_site_builds`` runs ``mkdocs build --strict`` (a few seconds) when the ``docs`` extra
+is installed, and checks the rendered API pages for Sphinx/reST leftovers.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import matplotlib
 import pytest
 import torch
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```python[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.MULTILINE | re.DOTALL)
 PAGES = sorted(DOCS.rglob("*.md"))
+SLOW_MARK = "<!-- docs-test: slow -->"
+SHARED_DATA = Path(os.environ.get("FAIROPT_SHARED_DATA", ROOT / ".." / "shared" / "data")).resolve()
 
 
 def python_blocks(text: str) -> list[str]:
-    """The bodies of the ```python fenced blocks of a Markdown text, in order."""
-    return [match.group(1) for match in FENCE.finditer(text)]
+    """The bodies of the ```python fenced blocks of a Markdown text, in order (indented
+    fences, e.g. inside content tabs, are dedented)."""
+    return [textwrap.dedent(match.group("body")) for match in FENCE.finditer(text)]
 
 
 def test_block_extraction():
     text = "intro\n```python\nx = 1\n```\n```text\nnot code\n```\n```python title=\"a\"\ny = x + 1\n```\n"
     assert python_blocks(text) == ["x = 1\n", "y = x + 1\n"]
+    tabbed = '=== "a"\n\n    ```python\n    z = 2\n    if z:\n        z += 1\n    ```\n'
+    assert python_blocks(tabbed) == ["z = 2\nif z:\n    z += 1\n"]
 
 
 def test_pages_exist_and_have_code():
@@ -53,10 +70,22 @@ def run_page(page: Path) -> dict:
     return namespace
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def _page_param(page: Path):
+    marks = [pytest.mark.slow] if SLOW_MARK in page.read_text() else []
+    return pytest.param(page, marks=marks, id=str(page.relative_to(DOCS)))
+
+
+@pytest.mark.parametrize("page", [_page_param(p) for p in PAGES])
 def test_page_snippets_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    run_page(page)
+    if "FAIROPT_DATA" not in os.environ and SHARED_DATA.is_dir():
+        monkeypatch.setenv("FAIROPT_DATA", str(SHARED_DATA))
+    try:
+        run_page(page)
+    except FileNotFoundError as error:
+        if "fairopt does not download data" in str(error):  # the loaders' missing-file message
+            pytest.skip(f"{page.name} needs a benchmark data file that is absent: {error}")
+        raise
 
 
 def test_custom_constraint_example_meets_its_budget(tmp_path, monkeypatch):
@@ -72,3 +101,115 @@ def test_custom_constraint_example_meets_its_budget(tmp_path, monkeypatch):
     assert share <= budget.share == 0.2
     assert namespace["share_free"] > 0.4  # unconstrained, far over the budget: the constraint binds
     assert result.status == "converged" and result.info["c_exact"] == [share]
+
+
+# --------------------------------------------------------------------------------------
+# the built site
+# --------------------------------------------------------------------------------------
+ROLE_LEFTOVERS = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|obj|exc):`?")
+
+
+def _visible_text(html: str) -> str:
+    """The text of a page outside <pre>, <script> and tags (code blocks may show anything)."""
+    html = re.sub(r"<(pre|script|style)\b.*?</\1>", "", html, flags=re.DOTALL)
+    return re.sub(r"<[^>]+>", "", html)
+
+
+def test_site_builds(tmp_path):
+    """mkdocs build --strict passes; the API pages show no raw Sphinx roles, no reST
+    literal markers or double backticks, no unprocessed cross-references, no pointers to
+    files outside the repository."""
+    for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python", "griffe"):
+        pytest.importorskip(module, reason="the docs extra is not installed (pip install -e '.[docs]')")
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "OMP_NUM_THREADS": "1"}
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
+         "--site-dir", str(site)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) >= len(PAGES)
+    problems = []
+    for page in pages:
+        html = page.read_text()
+        text = _visible_text(html)
+        name = str(page.relative_to(site))
+        problems += [f"{name}: role {m.group(0)!r}" for m in ROLE_LEFTOVERS.finditer(html)]
+        problems += [f"{name}: {needle!r}" for needle in ("DESIGN.md", "&lt;autoref", "<autoref ", "../shared")
+                     if needle in html]
+        problems += [f"{name}: double backticks" for _ in re.finditer(r"(?<!`)``(?!`)", text)]
+        problems += [f"{name}: literal marker {line.strip()!r}" for line in text.splitlines()
+                     if line.rstrip().endswith("::")]
+    assert not problems, "\n".join(problems[:40])
+    api = (site / "api" / "constraints" / "index.html").read_text()
+    assert 'class="autorefs autorefs-internal"' in api  # the roles became links
+    assert (site / "images").is_dir() and list((site / "images").glob("*.png"))
+
+
+def test_docs_stay_inside_the_repository():
+    """Neither the README nor the docs point at a directory outside the repository."""
+    for path in [ROOT / "README.md", *PAGES]:
+        text = path.read_text()
+        for needle in ("../shared", "shared/data"):
+            assert needle not in text, f"{path.relative_to(ROOT)} mentions {needle}"
+
+
+def test_sphinx_roles_extension():
+    """The griffe extension that renders the numpy docstrings' reST (docs/griffe_sphinx_roles.py)."""
+    griffe = pytest.importorskip("griffe", reason="the docs extra is not installed")
+    sys.path.insert(0, str(DOCS))
+    try:
+        import griffe_sphinx_roles as roles
+    finally:
+        sys.path.remove(str(DOCS))
+    code = '''
+"""Module.
+
+See :class:`~pkg.mod.Thing`, :func:`helper`, :meth:`Thing.run`, :mod:`pkg.mod`,
+:class:`TypeError`, :math:`x^2`, :func:`!plain` and ``code``. Example::
+
+    a = helper(1)
+
+Table
+-----
+=====  =====
+a      b
+=====  =====
+``x``  y|z
+=====  =====
+"""
+
+
+def helper(x):
+    """Double.
+
+    Parameters
+    ----------
+    x : :class:`Thing`
+        The value; see :meth:`Thing.run`.
+    """
+    return 2 * x
+
+
+class Thing:
+    def run(self):
+        """Run."""
+'''
+    pkg = griffe.temporary_visited_package(
+        "pkg", {"__init__.py": "", "mod.py": code}, extensions=griffe.load_extensions(roles.SphinxRoles)
+    )
+    with pkg as package:
+        module_doc = package["mod"].docstring.value
+        helper_doc = package["mod.helper"].docstring.value
+    assert '<autoref identifier="pkg.mod.Thing" optional>`Thing`</autoref>' in module_doc
+    assert '<autoref identifier="pkg.mod.helper" optional>`helper`</autoref>' in module_doc
+    assert '<autoref identifier="pkg.mod.Thing.run" optional>`Thing.run`</autoref>' in module_doc
+    assert '<autoref identifier="pkg.mod" optional>`pkg.mod`</autoref>' in module_doc
+    assert "`TypeError`" in module_doc and "`x^2`" in module_doc and "`plain`" in module_doc
+    assert not re.search(r"(?<!`)``(?!`)", module_doc) and "::" not in module_doc
+    assert "Example:\n\n```python\na = helper(1)\n```" in module_doc
+    assert "| a | b |" in module_doc and "| `x` | y\\|z |" in module_doc
+    assert "x : Thing\n" in helper_doc  # the type of an item stays plain text
+    assert '<autoref identifier="pkg.mod.Thing.run" optional>' in helper_doc
