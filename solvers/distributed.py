@@ -23,8 +23,13 @@ A constraint supports data parallelism when it implements :class:`DataParallelCo
 ``from_sums(sums, counts) -> c``); :class:`fairopt.constraints.DisparateImpact`,
 ``EqualImpact`` and ``DemographicParity`` do.
 
-Scope: full-batch only (``batch_size=None``, ``constraint_batch="full"``); mini-batch and
-balanced stochastic SQP raise ``ValueError``. The loss must be a mean over rows (the
+Scope: full batch (``batch_size=None``, ``constraint_batch="full"``) and mini-batches
+(``batch_size`` rows per rank and step, ``constraint_batch="batch"``: the constraints of a
+step are those of the union of the ranks' mini-batches, the stochastic SQP's own estimate).
+Every rank takes ``ceil(n_max / batch_size)`` steps per epoch, ``n_max`` the largest
+shard (a smaller shard reshuffles when its rows run out); the epoch-end candidates, the
+polish and the final check are exact on the union of all shards (:func:`all_reduce_vector`).
+Balanced constraint batches raise ``ValueError``. The loss must be a mean over rows (the
 built-in ``"bce"``, ``"mse"``, ``"poisson"`` are). Callbacks must decide identically on
 every rank (records agree on every rank except the timing columns), or the ranks deadlock.
 
@@ -118,13 +123,16 @@ def distributed_active(flag: bool | None) -> bool:
 
 
 def check_data_parallel_options(batch_size: Any, constraint_batch: str, constraints: Any) -> None:
-    """Data-parallel SQP is full-batch with constraints on all rows, and every constraint
-    must implement :class:`DataParallelConstraint`; ValueError otherwise."""
-    if batch_size is not None:
-        raise ValueError(f"batch_size: data-parallel SQP is full-batch only (batch_size=None), got "
-                         f"{batch_size!r}; pass distributed=False for per-rank stochastic training")
-    if constraint_batch not in ("full", "auto"):
-        raise ValueError(f"constraint_batch: data-parallel SQP needs 'full' (or 'auto'), got {constraint_batch!r}")
+    """Data-parallel SQP evaluates the constraints on the objective's rows: all rows
+    (``batch_size=None``, ``constraint_batch`` "full" or "auto") or each step's mini-batch
+    (``batch_size`` set, ``constraint_batch`` "batch" or "auto"); every constraint must
+    implement :class:`DataParallelConstraint`; ValueError otherwise."""
+    if batch_size is None and constraint_batch not in ("full", "auto"):
+        raise ValueError(f"constraint_batch: full-batch data-parallel SQP needs 'full' (or 'auto'), got "
+                         f"{constraint_batch!r}")
+    if batch_size is not None and constraint_batch not in ("batch", "auto"):
+        raise ValueError(f"constraint_batch: mini-batch data-parallel SQP evaluates the constraints on each step's "
+                         f"mini-batches (the union over the ranks): 'batch' (or 'auto'), got {constraint_batch!r}")
     for member in as_constraint_set(constraints):
         if not supports_data_parallel(member):
             raise ValueError(f"constraints: {getattr(member, 'name', member)!r} has no partial_sums/from_sums "
@@ -171,6 +179,21 @@ def _all_reduce_sum(local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     pieces = torch.split(flat, [s.numel() for s in shapes])
     return {k: piece.reshape(shape) for k, piece, shape in zip(FIELDS, pieces, shapes)}
+
+
+def all_reduce_vector(vector: torch.Tensor) -> torch.Tensor:
+    """The sum over the ranks of a float64 vector (one ``all_reduce``; a new tensor)."""
+    total = vector.detach().clone().to(torch.float64)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total
+
+
+def largest_shard(n: int) -> int:
+    """The most rows any rank holds (one ``all_reduce`` with MAX): every rank sizes its
+    epochs by it, so that all take the same number of mini-batch steps."""
+    value = torch.tensor([int(n)], dtype=torch.int64)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return int(value.item())
 
 
 def broadcast_parameters(params: Sequence[torch.Tensor]) -> None:

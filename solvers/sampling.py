@@ -9,15 +9,31 @@ import torch
 __all__ = ["minibatches", "BalancedSampler"]
 
 
-def minibatches(n: int, batch_size: int | None, generator: torch.Generator) -> Iterator[torch.Tensor | None]:
+def minibatches(n: int, batch_size: int | None, generator: torch.Generator,
+                steps: int | None = None) -> Iterator[torch.Tensor | None]:
     """Index tensors of one shuffled epoch; a single ``None`` (the full data) if
-    ``batch_size`` is None or covers all rows."""
-    if batch_size is None or batch_size >= n:
-        yield None
+    ``batch_size`` is None or covers all rows (and no ``steps`` are asked for).
+
+    ``steps`` (data-parallel mini-batches, where every rank must take the same number of
+    steps): exactly ``steps`` batches of at most ``batch_size`` rows, from as many
+    shuffled passes over the ``n`` rows as needed (a rank with fewer rows than the others
+    starts a new permutation when its rows run out); with ``steps = ceil(n / batch_size)``
+    the batches are those of the call without ``steps``."""
+    if steps is None:
+        if batch_size is None or batch_size >= n:
+            yield None
+            return
+        perm = torch.randperm(n, generator=generator)
+        for start in range(0, n, batch_size):
+            yield perm[start : start + batch_size]
         return
-    perm = torch.randperm(n, generator=generator)
-    for start in range(0, n, batch_size):
-        yield perm[start : start + batch_size]
+    size = n if batch_size is None else min(int(batch_size), n)
+    perm, start = torch.randperm(n, generator=generator), 0
+    for _ in range(int(steps)):
+        if start >= n:
+            perm, start = torch.randperm(n, generator=generator), 0
+        yield perm[start : start + size]
+        start += size
 
 
 class BalancedSampler:

@@ -19,7 +19,7 @@ with one all-reduce instead.
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -164,12 +164,14 @@ class ChunkedDerivatives:
                                      t_jacobian)
 
 
-def exact_in_chunks(model: nn.Module, loss_fn: LossFn, cons: Any, data: Any,
-                    chunk_rows: int) -> tuple[float, torch.Tensor | None] | None:
+def exact_in_chunks(model: nn.Module, loss_fn: LossFn, cons: Any, data: Any, chunk_rows: int,
+                    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+                    ) -> tuple[float, torch.Tensor | None] | None:
     """Objective ``f`` and exact rows ``c_exact`` of ``model`` on all rows of ``data``, one
     forward pass (no gradients) per chunk of ``chunk_rows`` rows, from additive sums; None
     when a constraint has no ``partial_sums``/``from_sums`` (the caller then makes one
-    pass)."""
+    pass). ``reduce`` (data-parallel): sums a float64 vector over the ranks, so that ``f``
+    and ``c_exact`` are those of the union of every rank's ``data``."""
     members = list(cons)
     if not all(supports_sums(m) for m in members):
         return None
@@ -186,5 +188,14 @@ def exact_in_chunks(model: nn.Module, loss_fn: LossFn, cons: Any, data: Any,
                 k = torch.cat([p[1].reshape(-1) for p in parts]).to(torch.float64)
                 sums, counts = (s, k) if sums is None else (sums + s, counts + k)
                 sizes = [int(p[0].numel()) for p in parts]
+    denominator = float(n)
+    if reduce is not None:
+        empty = torch.zeros(0, dtype=torch.float64)
+        local = torch.cat([torch.tensor([loss_sum, denominator], dtype=torch.float64),
+                           empty if sums is None else sums, empty if counts is None else counts])
+        total = reduce(local)
+        loss_sum, denominator = float(total[0]), float(total[1])
+        if sums is not None:
+            sums, counts = total[2 : 2 + sums.numel()], total[2 + sums.numel():]
     c = rows_from_sums(members, sizes, sums, counts) if members and cons.n_rows else None
-    return loss_sum / n, c
+    return loss_sum / denominator, c

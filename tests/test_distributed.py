@@ -1,4 +1,4 @@
-"""Data-parallel full-batch SQP (solvers/distributed.py) on torch.distributed, gloo, loopback.
+"""Data-parallel SQP (solvers/distributed.py), full batch and mini-batches, on torch.distributed, gloo, loopback.
 
 References: the single-process full-data engine (same iterates up to summation order) and
 the constraints' own ``__call__``/``exact`` on the union of the shards.
@@ -25,8 +25,10 @@ from fairopt.constraints import DemographicParity, DisparateImpact, EqualImpact
 from fairopt.exceptions import FairnessWarning
 from solvers import StochasticSQP
 from solvers.distributed import DistributedSQP, distributed_active, supports_data_parallel
+from solvers.problem import assign_parameters
 
 ITERATIONS = 20
+MINIBATCH_EPOCHS = 8
 SPAWN_TIMEOUT_S = 120.0
 
 
@@ -78,13 +80,31 @@ def _fit(data, name: str, distributed):
     }
 
 
+def _fit_minibatch(data, distributed):
+    """Mini-batch SQP (batch 128 per rank, constraints on the step's batches, polish and final
+    check on all rows): the parameters and the returned outcome."""
+    model = fairopt.models.linear(data.n_features, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = StochasticSQP(epochs=MINIBATCH_EPOCHS, batch_size=128, seed=0, distributed=distributed).fit(
+            model, data, loss="bce", constraints=[DisparateImpact("sex", delta=0.8)])
+    return {"params": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
+            "c_exact": torch.tensor(result.c_exact, dtype=torch.float64), "feasible": result.feasible,
+            "violation": result.violation, "status": result.status, "iterations": len(result.history)}
+
+
 def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     try:
+        # unequal shards: rank 0 holds 60% of the rows, so the ranks' epochs differ in length
+        n = len(_synthetic())
+        cut = int(0.6 * n) if world == 2 else n
+        rows = torch.arange(n)[:cut] if rank == 0 else torch.arange(n)[cut:]
+        results = {"minibatch": _fit_minibatch(_synthetic().subset(rows), distributed=None)}
         shard = _shard(_synthetic(), rank, world)
-        results = {name: _fit(shard, name, distributed=None) for name in _constraint_sets()}
+        results |= {name: _fit(shard, name, distributed=None) for name in _constraint_sets()}
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -114,6 +134,23 @@ def _run_ranks(world: int, out_dir: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def two_rank_results(tmp_path_factory):
     return _run_ranks(2, tmp_path_factory.mktemp("dist"))
+
+
+def test_minibatch_ranks_agree_and_the_outcome_is_exact_on_the_union(two_rank_results):
+    """Data-parallel mini-batches over unequal shards: the ranks take the same steps and end
+    bit-identical; the returned exact rows are those of the union of the shards (recomputed
+    here on all rows) and the bound holds there when the result says feasible."""
+    rank0, rank1 = (r["minibatch"] for r in two_rank_results)
+    assert torch.equal(rank0["params"], rank1["params"]) and rank0["iterations"] == rank1["iterations"]
+    assert rank0["status"] == rank1["status"] and torch.equal(rank0["c_exact"], rank1["c_exact"])
+    data = _synthetic()
+    model = fairopt.models.linear(data.n_features, seed=0)
+    assign_parameters(list(model.parameters()), rank0["params"].to(torch.float32))
+    with torch.no_grad():
+        exact = DisparateImpact("sex", delta=0.8).exact(model(data.X).reshape(-1), data).to(torch.float64)
+    assert torch.allclose(exact, rank0["c_exact"], atol=1e-6), (exact, rank0["c_exact"])
+    assert rank0["feasible"] == bool((exact <= 1e-6).all())
+    assert rank0["feasible"]  # the end-game restores the bound on the union
 
 
 @pytest.mark.parametrize("name", list(_constraint_sets()))
@@ -234,6 +271,15 @@ def test_one_rank_auto_mode_equals_plain_engine_and_keeps_state(one_rank_group):
     assert results[None][1]["state"]["L"] == pytest.approx(results[False][1]["state"]["L"], rel=1e-2)
 
 
+def test_one_rank_minibatch_equals_the_plain_engine(one_rank_group):
+    """With one rank, data-parallel mini-batches are the local engine's mini-batches (same
+    batches, the all-reduced sums equal up to float summation order)."""
+    data = _synthetic()
+    got, want = _fit_minibatch(data, distributed=True), _fit_minibatch(data, distributed=False)
+    assert got["iterations"] == want["iterations"] and got["status"] == want["status"]
+    assert (got["params"] - want["params"]).abs().max().item() < 1e-4
+
+
 def test_one_rank_unconstrained(one_rank_group):
     data = _synthetic()
     params = []
@@ -247,8 +293,10 @@ def test_one_rank_unconstrained(one_rank_group):
 def test_distributed_rejects_stochastic_options_and_unsupported_constraints(one_rank_group):
     data = _synthetic()
     model = fairopt.models.linear(data.n_features, seed=0)
-    with pytest.raises(ValueError, match="batch_size"):
-        StochasticSQP(epochs=1, batch_size=32).fit(model, data, constraints=[DisparateImpact("sex")])
+    for batch in ("full", "balanced"):  # mini-batch data-parallel SQP needs the constraints on the batches
+        with pytest.raises(ValueError, match="constraint_batch"):
+            StochasticSQP(epochs=1, batch_size=32, constraint_batch=batch).fit(
+                model, data, constraints=[DisparateImpact("sex")], strata=data.strata)
     with pytest.raises(ValueError, match="distributed: DistributedSQP"):
         DistributedSQP(epochs=1, distributed=False).fit(model, data)
 

@@ -17,8 +17,10 @@ class DistributedSQP(StochasticSQP):
     """:class:`StochasticSQP` that insists on data-parallel training over the row shards of
     an initialised ``torch.distributed`` process group (:mod:`solvers.distributed`).
 
-    Same parameters; ``batch_size`` must be None and ``constraint_batch`` "full" (or
-    "auto"). Only the derivative oracle differs from a local fit
+    Same parameters; full batch (``batch_size=None``, ``constraint_batch`` "full" or
+    "auto") or mini-batches of ``batch_size`` rows per rank (``constraint_batch`` "batch" or
+    "auto"; the same number of steps on every rank, :mod:`solvers.distributed`). Only the
+    derivative oracle differs from a local fit
     (:class:`solvers.distributed.AllReduceDerivatives`): one all-reduce per iteration makes
     ``f``, ``g``, ``c``, ``J`` and the exact ``c`` those of the union of the shards, so the QP,
     merit, step and learning-rate rules run identically on every rank. ``StochasticSQP``
@@ -33,8 +35,8 @@ class DistributedSQP(StochasticSQP):
         Raises
         ------
         ValueError
-            ``distributed=False``, no initialised process group, ``batch_size`` set,
-            ``constraint_batch`` not "full", or a constraint without
+            ``distributed=False``, no initialised process group, ``constraint_batch``
+            "balanced" (or "full" with mini-batches), or a constraint without
             ``partial_sums``/``from_sums``.
         """
         if self.distributed is False:

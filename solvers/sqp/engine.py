@@ -24,6 +24,7 @@ from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
 from solvers.sampling import BalancedSampler, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates
+from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
 from solvers.sqp.oracles import derivative_oracle
 from solvers.sqp.endgame import MAX_RESTARTS, TailAverage, blew_up, finish, polish
 from solvers.sqp.optimality import evaluate_all, offer_and_test_kkt
@@ -374,10 +375,14 @@ class StochasticSQP:
         m = int(lower.numel())
 
         gen = torch.Generator().manual_seed(int(self.seed))
-        full_batch = self.batch_size is None or self.batch_size >= n
+        # data-parallel: every rank sizes its epochs by the largest shard (same number of steps)
+        self._reduce = all_reduce_vector if isinstance(self._oracle, AllReduceDerivatives) else None
+        n_epoch = largest_shard(n) if self._reduce is not None else n
+        full_batch = self.batch_size is None or self.batch_size >= n_epoch
         mode = self.constraint_mode(full_batch) if m else "full"
         sampler = self._balanced_sampler(data, strata, n, gen) if mode == "balanced" else None
-        steps_per_epoch = 1 if full_batch else math.ceil(n / int(self.batch_size))
+        steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
+        steps = steps_per_epoch if self._reduce is not None and not full_batch else None
         schedule = self.schedule_for(full_batch)
 
         dtype = params[0].dtype
@@ -414,7 +419,7 @@ class StochasticSQP:
         for epoch in epochs:
             epoch_merits, epoch_f, epoch_V = [], [], []
             tail = TailAverage(params) if not full_batch else None
-            for idx in minibatches(n, self.batch_size, gen):
+            for idx in minibatches(n, self.batch_size, gen, steps):
                 obj_batch = data if idx is None else data.subset(idx)
                 if m == 0:
                     con_batch = None
@@ -519,7 +524,7 @@ class StochasticSQP:
         """Mini-batch candidate (:func:`solvers.sqp.optimality.evaluate_all` on all rows) for the
         returned model; a sane one (finite objective within ``10 |f_0|``, ``f_0`` the start's)
         becomes the divergence guard's anchor."""
-        f_all, c_all = evaluate_all(model, loss_fn, cons, data, self.chunk_rows)
+        f_all, c_all = evaluate_all(model, loss_fn, cons, data, self.chunk_rows, self._reduce)
         tracker.offer(params, f_all, c_all, state["iteration"])
         first = state.setdefault("f_first", f_all)
         if math.isfinite(f_all) and f_all <= 10.0 * abs(first) + 1e-8:
