@@ -4,6 +4,10 @@
     fairopt datasets                      # list the data sets and where they are looked up
     fairopt bench sqp-vs-penalty-law --out results/   # a named experiment or a TOML file
     fairopt train --dataset adult --constraint disparate_impact:sex:0.8 --method sqp --out run/
+    fairopt train --data loans.csv --target decision --positive approved --sensitive sex \
+        --constraint "di:sex>=0.8" --method sqp --out run/     # your own CSV or parquet file
+    fairopt predict run/model.fairopt --data new.csv --out predictions.csv [--id-column id]
+    fairopt report run/model.fairopt --data new.csv          # per-group report (markdown)
 
 Subcommands register themselves in :data:`COMMANDS` (name -> (help, add_arguments, run)).
 """
@@ -50,7 +54,7 @@ def _datasets(args: argparse.Namespace) -> None:
     from fairopt import datasets
 
     print("data sets:", ", ".join(datasets.available()))
-    print(f"searched: the data_dir argument, ${datasets.ENV_VAR}, {datasets.user_data_dir()}")
+    print(f"searched: --data-dir (fairopt train, fairopt bench), ${datasets.ENV_VAR}, {datasets.user_data_dir()}")
     print("UCI Adult is embedded and always available.")
 
 
@@ -108,14 +112,37 @@ def _bench(args: argparse.Namespace) -> int | None:
 
 def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file with the options below as keys (flags override it)")
-    p.add_argument("--dataset", help="data set name (fairopt datasets)")
-    p.add_argument("--constraint", action="append",
-                   help="kind:sensitive:bound, e.g. disparate_impact:sex:0.8 (repeatable)")
-    p.add_argument("--penalty", action="append", help="penalty spec for --method penalty, e.g. dp_squared:sex")
-    p.add_argument("--method", choices=["sqp", "penalty", "lagrangian"])
+    source = p.add_argument_group("data", "one of --data (your own file) or --dataset (a built-in data set)")
+    source.add_argument("--data", metavar="FILE", help="your own table: a .csv, .tsv or .parquet file")
+    source.add_argument("--dataset", metavar="NAME", help="a built-in data set name (fairopt datasets)")
+    source.add_argument("--data-dir", dest="data_dir", metavar="DIR",
+                        help="directory with the built-in data set files (--dataset)")
+    source.add_argument("--subsample", type=int, metavar="N", help="use a seeded subsample of this many rows")
+    own = p.add_argument_group("columns", "of the --data file")
+    own.add_argument("--target", metavar="COL",
+                     help="the target column (two labels, or numbers for --task regression)")
+    own.add_argument("--positive", metavar="LABEL",
+                     help="the positive class of the target (default: the last label in sorted order)")
+    own.add_argument("--sensitive", action="append", metavar="COL",
+                     help="a sensitive column (repeatable); default: those the constraints name. Not a model input "
+                          "unless --include-sensitive")
+    own.add_argument("--include-sensitive", dest="include_sensitive", action="store_true", default=None,
+                     help="make the sensitive columns model inputs too")
+    own.add_argument("--ignore", action="append", metavar="COL",
+                     help="a column that is not a model input, e.g. an id (repeatable)")
+    own.add_argument("--task", choices=["auto", "binary", "regression"],
+                     help="default auto: binary for two labels, regression for numbers")
+    p.add_argument("--constraint", action="append", metavar="SPEC",
+                   help="constraint spec (repeatable): 'di:sex>=0.8', 'eodds:sex>=0.8', 'dp:sex<=0.05', "
+                        "'disparate_impact:sex:0.8'")
+    p.add_argument("--penalty", action="append", help="penalty spec for --method penalty, e.g. dp_squared:sex "
+                                                      "(--dataset only)")
+    p.add_argument("--method", choices=["sqp", "penalty", "lagrangian", "moving_targets"])
     p.add_argument("--model", choices=["linear", "mlp"])
     p.add_argument("--hidden", help="MLP hidden widths, e.g. 32 or 64,32")
-    p.add_argument("--epochs", type=int)
+    p.add_argument("--epochs", type=int, metavar="N",
+                   help="training epochs (moving_targets: epochs of each learner refit)")
+    p.add_argument("--iterations", type=int, metavar="N", help="moving_targets: master iterations (default 10)")
     p.add_argument("--lr", type=float)
     p.add_argument("--batch-size", dest="batch_size", type=int)
     p.add_argument("--weight", type=float, help="penalty weight (--method penalty)")
@@ -123,39 +150,241 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dual-lr", dest="dual_lr", type=float)
     p.add_argument("--dual-update", dest="dual_update", choices=["ascent", "adam"])
     p.add_argument("--seed", type=int)
-    p.add_argument("--test-size", dest="test_size", type=float)
-    p.add_argument("--subsample", type=int)
-    p.add_argument("--data-dir", dest="data_dir")
-    p.add_argument("--out", help="output directory (default fairopt_train)")
+    p.add_argument("--test-size", dest="test_size", type=float, metavar="F",
+                   help="held-out fraction (default 0.2; 0: none)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default fairopt_train)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary, only the files")
 
 
-@register("train", "train one model from flags or a TOML file; writes a report, metrics, history and model",
-          _train_arguments)
-def _train(args: argparse.Namespace) -> None:
+#: Options of ``train --data`` that the built-in ``--dataset`` mode does not take, and back.
+_OWN_DATA_ONLY = ("target", "positive", "sensitive", "include_sensitive", "ignore", "task", "iterations")
+_DATASET_ONLY = ("penalty", "data_dir")
+_NOT_OPTIONS = ("config", "command", "verbose", "quiet", "argv")
+#: Keys of ``train --data`` (flags or ``--config`` TOML keys).
+_TABLE_KEYS = frozenset({"data", "dataset", "data_dir", "subsample", "target", "positive", "sensitive",
+                         "include_sensitive", "ignore", "task", "constraint", "penalty", "method", "model", "hidden",
+                         "epochs", "iterations", "lr", "batch_size", "weight", "optimizer", "dual_lr", "dual_update",
+                         "seed", "test_size"})
+
+
+@register("train", "train one model on your own CSV/parquet file (--data) or a built-in data set (--dataset); "
+                   "writes the model, a report and the training history", _train_arguments)
+def _train(args: argparse.Namespace) -> int:
     import tomllib
     from pathlib import Path
-
-    from fairopt.experiments.configs import run_train
 
     options: dict = {}
     if args.config:
         if not Path(args.config).is_file():
             raise ValueError(f"--config: {args.config} is not a file")
         options = tomllib.loads(Path(args.config).read_text())
-    flags = {k: v for k, v in vars(args).items() if k not in ("config", "command", "verbose") and v is not None}
+    flags = {k: v for k, v in vars(args).items() if k not in _NOT_OPTIONS and v is not None}
     options.update(flags)
     out = options.pop("out", "fairopt_train")
+    if "data" in options and "dataset" in options:
+        raise ValueError("--data and --dataset: give one of them (your own file or a built-in data set)")
+    if "data" not in options and "dataset" not in options:
+        raise ValueError("train: give --data FILE (your own CSV or parquet file) or --dataset NAME (a built-in "
+                         "data set, see fairopt datasets)")
+    if "data" in options or options.get("method") == "moving_targets":
+        return _train_table(options, out, args)
+    given = [k for k in _OWN_DATA_ONLY if k in options]
+    if given:
+        raise ValueError(f"{_flag(given[0])}: only with --data FILE (your own table), not with --dataset")
+    from fairopt.experiments.configs import run_train
+
     result = run_train(options, out)
-    print(result["report"])
+    if not args.quiet:
+        print(result["report"])
     print(f"status {result['status']}, {result['seconds']:.1f} s; wrote {out}")
+    return 0
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _list(value) -> list:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
+    """``fairopt train --data FILE`` (and ``--dataset NAME --method moving_targets``)."""
+    from pathlib import Path
+
+    from fairopt import tabular
+
+    unknown = sorted(set(options) - _TABLE_KEYS)
+    if unknown:
+        raise ValueError(f"--config: unknown key(s) {unknown}; allowed: {sorted(_TABLE_KEYS)}")
+    given = [k for k in _DATASET_ONLY if k in options and "data" in options]
+    if given:
+        raise ValueError(f"{_flag(given[0])}: only with --dataset (a built-in data set), not with --data")
+    method = options.get("method", "sqp")
+    engine = {}
+    if "weight" in options:
+        if method != "penalty":
+            raise ValueError(f"--weight: only for --method penalty (not {method})")
+        engine["weight"] = float(options["weight"])
+    if "optimizer" in options:
+        if method not in ("penalty", "lagrangian"):
+            raise ValueError(f"--optimizer: only for --method penalty or lagrangian (not {method})")
+        engine["optimizer"] = options["optimizer"]
+    for key in ("dual_lr", "dual_update"):
+        if key in options:
+            if method != "lagrangian":
+                raise ValueError(f"{_flag(key)}: only for --method lagrangian (not {method})")
+            engine[key] = options[key]
+    hidden = _hidden(options.get("hidden", "32"))
+    common = dict(constraints=_list(options.get("constraint")), method=method, model=options.get("model", "linear"),
+                  hidden=hidden, epochs=options.get("epochs"), lr=options.get("lr"),
+                  batch_size=options.get("batch_size"), iterations=options.get("iterations"),
+                  test_size=float(options.get("test_size", 0.2)), seed=int(options.get("seed", 0)),
+                  engine_params=engine, progress=not args.quiet, command=tabular.command_line(args.argv))
+    if "data" in options:
+        path = Path(options["data"])
+        frame = tabular.read_table(path)
+        frame = _subsample(frame, options.get("subsample"))
+        trained = tabular.train_table(
+            frame, target=_required(options, "target"), sensitive=_list(options.get("sensitive")),
+            task=options.get("task", "auto"), positive=options.get("positive"),
+            include_sensitive=bool(options.get("include_sensitive", False)), ignore=_list(options.get("ignore")),
+            source=path.name, **common)
+    else:  # a built-in data set through the same pipeline (Moving Targets)
+        if "penalty" in options:
+            raise ValueError("--penalty: only for --method penalty, not moving_targets")
+        from fairopt.experiments.configs import load_data
+
+        data = load_data({"dataset": options["dataset"], **({"subsample": options["subsample"]}
+                                                            if "subsample" in options else {})},
+                         options.get("data_dir"))
+        frame = data.frame.reset_index(drop=True)
+        used = {data.target_name, *data.sensitive_names, *data.feature_columns}
+        trained = tabular.train_table(
+            frame, target=data.target_name, sensitive=list(data.sensitive_names),
+            include_sensitive=data.include_sensitive, ignore=[c for c in frame.columns if c not in used],
+            categorical=list(data.preprocessor.categorical_), sensitive_kinds=dict(data.sensitive_kinds),
+            task="binary" if data.task == "binary" else "regression", source=str(options["dataset"]), **common)
+    files = tabular.write_run(trained, out)
+    meta = trained.metadata
+    if not args.quiet:
+        print(f"{meta['method']} on {meta['source']}: status {meta['status']}, converged {meta['converged']}, "
+              f"feasible {meta['feasible']}, {trained.seconds:.1f} s")
+        if trained.constraints:
+            print(tabular.constraint_table(trained.constraints, trained.train_eval))
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
+def _required(options: dict, key: str) -> str:
+    if options.get(key) is None:
+        raise ValueError(f"{_flag(key)}: required with --data (the column to predict)")
+    return options[key]
+
+
+def _hidden(hidden) -> tuple[int, ...]:
+    if isinstance(hidden, int):
+        return (hidden,)
+    if isinstance(hidden, str):
+        try:
+            widths = tuple(int(h) for h in hidden.split(",") if h.strip())
+        except ValueError:
+            raise ValueError(f"--hidden: expected comma-separated layer widths, e.g. 64,32; got {hidden!r}") from None
+    else:
+        widths = tuple(int(h) for h in hidden)
+    if not widths or min(widths) < 1:
+        raise ValueError(f"--hidden: expected positive layer widths, got {hidden!r}")
+    return widths
+
+
+def _subsample(frame, subsample):
+    if subsample is None or subsample >= len(frame):
+        return frame
+    if isinstance(subsample, bool) or not isinstance(subsample, int) or subsample < 2:
+        raise ValueError(f"--subsample: expected an integer >= 2, got {subsample!r}")
+    import numpy as np
+
+    rows = np.sort(np.random.default_rng(0).choice(len(frame), size=subsample, replace=False))
+    return frame.iloc[rows].reset_index(drop=True)
+
+
+def _predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="model.fairopt written by fairopt train --data (or its directory)")
+    p.add_argument("--data", required=True, metavar="FILE", help="rows to predict: a .csv, .tsv or .parquet file")
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="output CSV (prediction, score per row, in input order); - for standard output")
+    p.add_argument("--id-column", dest="id_column", metavar="COL", help="a column of --data copied to the output")
+    p.add_argument("--strict-columns", dest="strict_columns", action="store_true",
+                   help="refuse columns the model does not use (default: ignore them, logged)")
+
+
+@register("predict", "predict the rows of a CSV/parquet file with a model from fairopt train --data",
+          _predict_arguments)
+def _predict(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fairopt import tabular
+
+    table = tabular.load_table_model(args.model)
+    path = Path(args.data)
+    frame = tabular.read_table(path, text_columns=table.text_columns)
+    predictions = tabular.predict_table(table, frame, source=path.name, strict=args.strict_columns,
+                                        id_column=args.id_column)
+    if args.out == "-":
+        predictions.to_csv(sys.stdout, index=False)
+        return 0
+    out = Path(args.out)
+    if out.is_dir():
+        raise ValueError(f"--out: {args.out!r} is a directory; give a file name such as predictions.csv")
+    predictions.to_csv(out, index=False)
+    counts = ""
+    if table.task == "binary":
+        tally = predictions["prediction"].value_counts()
+        counts = " (" + ", ".join(f"{label}: {int(tally.get(label, 0))}" for label in table.classes) + ")"
+    print(f"wrote {len(predictions)} predictions to {out}{counts}")
+    return 0
+
+
+def _report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="model.fairopt written by fairopt train --data (or its directory)")
+    p.add_argument("--data", required=True, metavar="FILE", help="rows with the target: a .csv, .tsv or .parquet file")
+    p.add_argument("--target", metavar="COL", help="the target column (default: the model's)")
+    p.add_argument("--sensitive", action="append", metavar="COL",
+                   help="a column whose groups to compare (repeatable; default: the model's sensitive columns)")
+    p.add_argument("--n-bootstrap", dest="n_bootstrap", type=int, default=1000,
+                   help="bootstrap replicates of the confidence intervals (0: none)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.add_argument("--out", metavar="FILE", help="also write the report to this markdown file")
+
+
+@register("report", "per-group report (markdown) of a model from fairopt train --data on a CSV/parquet file",
+          _report_arguments)
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fairopt import tabular
+
+    table = tabular.load_table_model(args.model)
+    path = Path(args.data)
+    frame = tabular.read_table(path, text_columns=table.text_columns)
+    text = tabular.report_table(table, frame, source=path.name, target=args.target, sensitive=args.sensitive or (),
+                                n_bootstrap=args.n_bootstrap, seed=args.seed)
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fairopt", description="Train models under hard fairness constraints.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.command_parsers = {}
     for name, (help_text, add_arguments, _) in COMMANDS.items():
-        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        parser.command_parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
+        add_arguments(parser.command_parsers[name])
     return parser
 
 
@@ -170,20 +399,61 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split()) or type(exc).__name__
 
 
+#: Parameter names of the library that a command's flag sets under another name.
+_ALIASES = {"constraints": "constraint", "sensitive_features": "sensitive", "name": "dataset"}
+
+
+def _flags_of(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """``dest -> --flag`` of the long options of ``command``'s parser."""
+    sub = getattr(parser, "command_parsers", {}).get(command)
+    if sub is None:
+        return {}
+    return {a.dest: next(o for o in a.option_strings if o.startswith("--"))
+            for a in sub._actions  # argparse has no public list of a parser's options
+            if any(o.startswith("--") for o in a.option_strings) and a.dest != "help"}
+
+
+def _flag_spelling(text: str, flags: dict[str, str]) -> str:
+    """A message with the parameter names it gives spelled as the command's flags:
+    ``data_dir=...`` -> ``--data-dir ...``, a leading ``dest:`` -> ``--flag:``,
+    ``'dataset' is required`` -> ``--dataset is required``."""
+    import re
+
+    names = {**flags, **{alias: flags[dest] for alias, dest in _ALIASES.items() if dest in flags}}
+    for name, flag in sorted(names.items(), key=lambda item: -len(item[0])):
+        text = re.sub(rf"^{re.escape(name)}:", f"{flag}:", text)
+        text = re.sub(rf"(?<![\w-]){re.escape(name)}=", f"{flag} ", text)
+        text = text.replace(f"'{name}' is required", f"{flag} is required")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fairopt`` console script (and ``python -m fairopt``); returns the
     exit status: 0 on success, 2 for a user's mistake (one line ``error: ...`` on stderr; the
-    traceback only with ``-vv``)."""
-    args = build_parser().parse_args(argv)
+    traceback only with ``-vv``). Parameter names in those messages are spelled as the
+    command's flags (``--data-dir``, not ``data_dir``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = argv
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     _, _, run = COMMANDS[args.command]
     try:
         return int(run(args) or 0)
+    except BrokenPipeError:  # the reader went away (fairopt report ... | head): stop quietly
+        import os
+
+        try:  # no second error when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 141  # 128 + SIGPIPE, as a shell reports a command killed by a closed pipe
     except USER_ERRORS as exc:
         if args.verbose >= 2:
             raise
-        print(f"fairopt {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        message = _flag_spelling(_one_line(exc), _flags_of(parser, args.command))
+        print(f"fairopt {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

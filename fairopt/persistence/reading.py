@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 import torch
+from scipy.special import expit
 from torch import nn
 
 from fairopt.data import Preprocessor
@@ -25,6 +27,7 @@ from fairopt.persistence.format import (
 )
 from fairopt.persistence.modules import load_module
 from fairopt.specs import constraint_from_spec
+from fairopt.training import float64_outputs
 from solvers.history import FitResult, History
 
 __all__ = ["SavedModel", "load"]
@@ -48,7 +51,16 @@ class SavedModel:
         ``target_name``, ``feature_columns``, ``feature_names``, ``sensitive_names``,
         ``sensitive_kinds``, ``sensitive_levels``.
     metadata : dict
-        The ``metadata`` given to :func:`save`.
+        The ``metadata`` given to :func:`save`. Two entries, when present, shape
+        :meth:`predict` (``fairopt train --data`` writes both): ``"classes"``, the two
+        labels of a binary target, negative first (default ``[0, 1]``), and
+        ``"threshold"``, the probability of ``classes[1]`` above which a row gets that
+        label (default 0.5: a positive logit, as :meth:`fairopt.FairClassifier.predict`).
+
+    :meth:`predict`, :meth:`predict_proba` and :meth:`decision_function` take a DataFrame
+    of raw rows (encoded with the saved preprocessor, :meth:`encode`) or, without a
+    preprocessor, the model inputs themselves; the model runs in float64, so a row's
+    output does not depend on the rows around it.
     """
 
     model: nn.Module
@@ -64,6 +76,46 @@ class SavedModel:
             raise ValueError("encode: no preprocessor was saved with this model")
         X, _ = self.preprocessor.transform(frame)
         return torch.from_numpy(X)
+
+    @property
+    def task(self) -> str:
+        """``"binary"`` or ``"regression"``: the saved schema's task, else the metadata's
+        ``"task"``, else ``"binary"``."""
+        return str((self.schema or {}).get("task") or self.metadata.get("task") or "binary")
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The two labels of a binary model (``metadata["classes"]``, default ``[0, 1]``);
+        ``classes_[1]`` is the positive class."""
+        return np.asarray(self.metadata.get("classes") or [0, 1])
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The model's output per row, float64 (n,): the logit of ``classes_[1]`` (binary)
+        or the prediction (regression)."""
+        if isinstance(X, pd.DataFrame) and self.preprocessor is not None:
+            X = self.encode(X)
+        inputs = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X, dtype=np.float64)
+        return float64_outputs(self.model, inputs)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """``[P(classes_[0]), P(classes_[1])]`` per row, shape (n, 2) (binary models)."""
+        if self.task != "binary":
+            raise ValueError(f"predict_proba: only for a binary model; this one's task is {self.task!r}")
+        p1 = expit(self.decision_function(X))
+        return np.column_stack([1.0 - p1, p1])
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Binary: ``classes_[1]`` where its probability exceeds ``metadata["threshold"]``
+        (default 0.5, i.e. a positive logit), else ``classes_[0]``. Regression: the model's
+        prediction."""
+        out = self.decision_function(X)
+        if self.task != "binary":
+            return out
+        threshold = float(self.metadata.get("threshold", 0.5))
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"metadata: threshold {threshold!r} is not a probability in (0, 1)")
+        logit = 0.0 if threshold == 0.5 else float(np.log(threshold / (1.0 - threshold)))
+        return self.classes_[(out > logit).astype(np.int64)]
 
 
 def load(path: PathLike, *, model: nn.Module | Callable[[int], nn.Module] | None = None) -> Any:

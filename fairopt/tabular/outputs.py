@@ -1,0 +1,356 @@
+"""What a run writes and what a saved table model answers: the run files and report
+(``fairopt train --data``), predictions (``fairopt predict``) and group reports
+(``fairopt report``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shlex
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fairopt.data import FairData, coerce_numeric_columns
+from fairopt.data.frames import as_number, is_text_dtype, short_list
+from fairopt.evaluation import evaluate
+from fairopt.persistence import save
+from fairopt.report import group_report
+from fairopt.specs import resolve_constraints
+from solvers.history import History
+from fairopt.tabular.tables import (VIOLATION_TOL, TableModel, load_table_model, require_columns,
+                                    require_complete)
+from fairopt.tabular.training import TrainedTable
+
+logger = logging.getLogger("fairopt.tabular")
+
+# --------------------------------------------------------------------------------------
+# the files of a run
+# --------------------------------------------------------------------------------------
+def write_run(trained: TrainedTable, out: str | Path, *, n_bootstrap: int = 200) -> list[Path]:
+    """``model.fairopt``, ``report.md``, ``history.png``, ``history.csv`` and
+    ``metrics.json`` in ``out`` (created); returns the paths."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {str(out)!r} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    model_path = out / "model.fairopt"
+    save(trained.result.model, model_path, data=trained.train, constraints=trained.constraints,
+         metadata=trained.metadata)
+    table = load_table_model(model_path)
+    report_logger = logging.getLogger("fairopt.report")
+    level = report_logger.level
+    report_logger.setLevel(logging.ERROR)  # its notes are in report.md, under each table
+    try:
+        report = run_report(trained, table, n_bootstrap=n_bootstrap)
+    finally:
+        report_logger.setLevel(level)
+    (out / "report.md").write_text(report)
+    files = [model_path, out / "report.md"]
+    history = trained.result.history
+    if history is not None and len(history):
+        history.to_pandas().to_csv(out / "history.csv", index=False)
+        plot_training(history, trained.metadata["method"], out / "history.png",
+                      title=f"{trained.metadata['method']} on {trained.metadata['source']}")
+        files += [out / "history.png", out / "history.csv"]
+    metrics = {"train": trained.train_eval, "test": trained.test_eval, "status": trained.metadata["status"],
+               "converged": trained.metadata["converged"], "feasible": trained.metadata["feasible"],
+               "seconds": trained.seconds}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=_json_default))
+    files.append(out / "metrics.json")
+    return files
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.generic, torch.Tensor, np.ndarray)):
+        return value.tolist()
+    return str(value)
+
+
+def _yes_no(value: Any) -> str:
+    return "n/a" if value is None else ("yes" if value else "no")
+
+
+def _number(value: Any) -> str:
+    value = float(value)
+    if math.isinf(value):
+        return "-inf" if value < 0 else "inf"
+    return f"{value:.6g}"
+
+
+def constraint_table(constraints: Sequence[Any], results: dict, tol: float = VIOLATION_TOL) -> str:
+    """A markdown table of every constraint row: exact value, bounds, violation, met."""
+    lines = ["| constraint | row | value | lower | upper | violation | met |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    taken: dict[str, int] = {}
+    for c in constraints:
+        name = str(c.name)
+        taken[name] = taken.get(name, 0) + 1
+        key = name if taken[name] == 1 else f"{name}#{taken[name]}"
+        values = list(results.get(key, []))
+        lower = torch.as_tensor(c.lower, dtype=torch.float64).reshape(-1).tolist()
+        upper = torch.as_tensor(c.upper, dtype=torch.float64).reshape(-1).tolist()
+        rows = list(getattr(c, "row_names", None) or [name] * len(values))
+        for i, value in enumerate(values):
+            excess = max(value - upper[i], 0.0) + max(lower[i] - value, 0.0)
+            row = rows[i] if i < len(rows) else f"{name}[{i}]"
+            row = row[len(name) + 1:] if row.startswith(name + ":") else row
+            lines.append(f"| {key} | {row} | {_number(value)} | {_number(lower[i])} | {_number(upper[i])} | "
+                         f"{_number(excess)} | {'yes' if excess <= tol else 'NO'} |")
+    return "\n".join(lines)
+
+
+def _realised(results: dict, sensitive: Sequence[str], task: str) -> str:
+    lines = ["| sensitive | rows | accuracy | DI ratio | DP difference |" if task == "binary" else
+             "| sensitive | rows | R2 | mean ratio | mean difference |", "|---|---:|---:|---:|---:|"]
+    performance = results.get("accuracy") if task == "binary" else results.get("r2")
+    for name in sensitive:
+        if f"di_ratio[{name}]" not in results:
+            continue
+        lines.append(f"| {name} | {results['n']} | {_number(performance)} | {_number(results[f'di_ratio[{name}]'])} "
+                     f"| {_number(results[f'dp_difference[{name}]'])} |")
+    if len(lines) == 2:
+        return f"{'accuracy' if task == 'binary' else 'R2'} {_number(performance)} on {results['n']} rows (no " \
+               "sensitive column with groups)"
+    return "\n".join(lines)
+
+
+def _group_markdown(table: TableModel, frame: pd.DataFrame, n_bootstrap: int, seed: int = 0) -> str:
+    """The per-group report of ``frame`` over the discrete sensitive columns (a note when
+    there is none, or when the report cannot be made, e.g. a single group in these rows)."""
+    columns = table.discrete_sensitive
+    if not columns:
+        return "No per-group table: the sensitive columns are continuous (see the constraint tables)."
+    try:
+        inputs = prediction_inputs(table, frame, source="rows", strict=False, log_extra=False)
+        groups = frame[columns[0]] if len(columns) == 1 else frame[columns]
+        report = group_report(table.saved, inputs, _target_values(table, frame[table.target]),
+                              sensitive_features=groups, pos_label=table.positive, n_bootstrap=n_bootstrap,
+                              seed=seed)
+    except ValueError as exc:
+        return f"No per-group table: {exc}"
+    return _demote(report.to_markdown())
+
+
+def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 200) -> str:
+    """The ``report.md`` of a run."""
+    meta = trained.metadata
+    lines = [f"# fairopt train: {meta['source']}", "", "```text", meta["command"] or "fairopt train", "```", "",
+             "## Run", "", "| | |", "|---|---|"]
+    positive = "" if table.classes is None else f" (positive class {table.positive!r}, labels {table.classes})"
+    rows = [("method", meta["method"]), ("model", meta["model"] + (f" {meta['hidden']}" if meta["hidden"] else "")),
+            ("task", meta["task"] + positive), ("target", meta["target"]),
+            ("sensitive", ", ".join(meta["sensitive"])),
+            ("constraints", ", ".join(f"`{s}`" for s in meta["constraints"]) or "none"),
+            ("status", meta["status"]), ("converged", _yes_no(meta["converged"])),
+            ("feasible on the training rows", _yes_no(meta["feasible"]) if meta["constraints"] else "n/a"),
+            ("rows", f"{meta['n_train']} training, {meta['n_test']} held out"),
+            ("inputs", f"{len(table.features)} columns -> {trained.encoding['n_inputs']} model inputs"),
+            ("seconds", f"{trained.seconds:.1f}")]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    lines += ["", "Inputs: numeric " + (", ".join(trained.encoding["numeric"]) or "none") + "; one-hot "
+              + (", ".join(f"{c} ({len(v)} levels)" for c, v in trained.encoding["one_hot"].items()) or "none")
+              + (f"; text holding numbers, used as numbers: {', '.join(trained.encoding['numeric_text'])}"
+                 if trained.encoding["numeric_text"] else "") + "."]
+    if trained.constraints:
+        lines += ["", "## Constraints on the training rows", "",
+                  "Exact values (hard predictions) of every constraint row and its bounds; a row is met when "
+                  f"its violation is at most {VIOLATION_TOL:g}.", "",
+                  constraint_table(trained.constraints, trained.train_eval)]
+        if trained.test_eval is not None and trained.test_constraints:
+            lines += ["", "## Constraints on the held-out rows", "",
+                      constraint_table(trained.test_constraints, trained.test_eval)]
+    lines += ["", "## Realised fairness", "", "Training rows:", "",
+              _realised(trained.train_eval, meta["sensitive"], meta["task"])]
+    if trained.test_eval is not None:
+        lines += ["", "Held-out rows:", "", _realised(trained.test_eval, meta["sensitive"], meta["task"])]
+    lines += ["", "## Per-group report: training rows", "",
+              _group_markdown(table, trained.train_frame, n_bootstrap)]
+    if trained.test_frame is not None:
+        lines += ["", "## Per-group report: held-out rows", "",
+                  _group_markdown(table, trained.test_frame, n_bootstrap)]
+    if trained.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in trained.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _demote(markdown: str) -> str:
+    """Headings of an embedded report one level down."""
+    return "\n".join("#" + line if line.startswith("#") else line for line in markdown.splitlines())
+
+
+# --------------------------------------------------------------------------------------
+# predicting and reporting on new rows
+# --------------------------------------------------------------------------------------
+def prediction_inputs(table: TableModel, frame: pd.DataFrame, *, source: str, strict: bool = False,
+                      id_column: str | None = None, log_extra: bool = True) -> pd.DataFrame:
+    """The model's input columns of ``frame``, checked (present, complete) and with text
+    that spells numbers turned into numbers where the model reads numbers."""
+    missing = [c for c in table.features if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{source}: missing the model's input column(s) {short_list(missing)} (it was trained on "
+                         f"{short_list(table.features)})")
+    known = {*table.features, table.target, *table.sensitive, *table.ignored}
+    if id_column is not None:
+        known.add(id_column)
+    extra = [c for c in frame.columns if c not in known]
+    if extra and strict:
+        raise ValueError(f"--strict-columns: {source} has column(s) {short_list(extra)} that the model does not use")
+    if extra and log_extra:
+        logger.info("%s: ignoring column(s) %s that the model does not use", source, short_list(extra))
+    require_complete(frame, table.features, source)
+    inputs = frame[table.features]
+    numeric = [c for c in table.saved.preprocessor.numeric_ if is_text_dtype(inputs[c])]
+    if numeric:
+        inputs, converted = coerce_numeric_columns(inputs, numeric)
+        bad = [c for c in numeric if c not in converted]
+        if bad:
+            examples = {c: [v for v in pd.unique(inputs[c].to_numpy(dtype=object)) if as_number(v) is None][:3]
+                        for c in bad}
+            raise ValueError(f"{source}: column(s) {short_list(bad)} hold numbers in training but text here, "
+                             f"e.g. {examples}")
+    return inputs
+
+
+def _target_values(table: TableModel, column: pd.Series) -> np.ndarray:
+    """The target as labels comparable with the model's classes (binary) or numbers."""
+    values = column.to_numpy(dtype=object)
+    if table.task == "regression":
+        numbers = [as_number(v) for v in values]
+        if any(x is None for x in numbers):
+            raise ValueError(f"--target: column {column.name!r} holds values that are not numbers")
+        return np.asarray(numbers, dtype=np.float64)
+    by_text = {str(c): c for c in table.classes}
+    labels = np.asarray([by_text.get(str(v), v) for v in values], dtype=object)
+    unknown = sorted({str(v) for v in labels if str(v) not in by_text})
+    if unknown:
+        raise ValueError(f"--target: column {column.name!r} holds label(s) {short_list(unknown[:5])} that are not "
+                         f"the model's classes {table.classes}")
+    if all(isinstance(c, (bool, np.bool_)) for c in table.classes):
+        return labels.astype(bool)
+    if all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in table.classes):
+        return labels.astype(np.float64)
+    return labels.astype(str) if all(isinstance(c, str) for c in table.classes) else labels
+
+
+def predict_table(table: TableModel, frame: pd.DataFrame, *, source: str, strict: bool = False,
+                  id_column: str | None = None) -> pd.DataFrame:
+    """One row per row of ``frame``, in order: ``[id_column,] prediction, score``; the score is
+    the probability of the positive class (binary) or the prediction (regression)."""
+    if id_column is not None:
+        require_columns(frame, [id_column], "--id-column", source)
+    inputs = prediction_inputs(table, frame, source=source, strict=strict, id_column=id_column)
+    saved = table.saved
+    out = pd.DataFrame(index=range(len(frame)))
+    if id_column is not None:
+        out[id_column] = frame[id_column].to_numpy()
+    encoded = saved.encode(inputs)  # once: an unseen level is logged once
+    if table.task == "binary":
+        out["prediction"] = saved.predict(encoded)
+        out["score"] = saved.predict_proba(encoded)[:, 1]
+    else:
+        prediction = saved.predict(encoded)
+        out["prediction"], out["score"] = prediction, prediction
+    return out
+
+
+def report_table(table: TableModel, frame: pd.DataFrame, *, source: str, target: str | None = None,
+                 sensitive: Sequence[str] = (), n_bootstrap: int = 1000, seed: int = 0) -> str:
+    """The per-group report of the model on ``frame`` (markdown) and, when the target and
+    the training sensitive columns are there, the constraint rows on these rows."""
+    target = target or table.target
+    sensitive = list(sensitive) or table.discrete_sensitive
+    if not sensitive:
+        raise ValueError(f"--sensitive: the model's sensitive columns {table.sensitive} are continuous; give a "
+                         "column with groups to compare")
+    require_columns(frame, [target], "--target", source)
+    require_columns(frame, sensitive, "--sensitive", source)
+    require_complete(frame, [target, *sensitive], source)
+    inputs = prediction_inputs(table, frame, source=source, strict=False)
+    y = _target_values(table, frame[target].rename(target))
+    groups = frame[sensitive[0]] if len(sensitive) == 1 else frame[sensitive]
+    report = group_report(table.saved, inputs, y, sensitive_features=groups, pos_label=table.positive,
+                          n_bootstrap=n_bootstrap, seed=seed)
+    specs_text = ", ".join(table.metadata.get("constraints") or []) or "no constraint"
+    parts = [f"# fairopt report: {source}", "",
+             f"Model: {table.metadata.get('method')} trained on {table.metadata.get('source')} ({specs_text}).",
+             "", _demote(report.to_markdown())]
+    specs = table.saved.constraints
+    if specs and target == table.target and set(table.sensitive) <= set(frame.columns):
+        try:
+            rows = _rows_data(table, frame, inputs, y)
+            constraints = resolve_constraints(list(specs))  # fresh copies, set up on these rows
+            for c in constraints:
+                c.setup(rows)
+            results = evaluate(table.saved.model, rows, constraints)
+            parts += ["", "## Constraints on these rows", "", constraint_table(constraints, results)]
+        except ValueError as exc:
+            logger.warning("constraints not evaluated on %s: %s", source, exc)
+    return "\n".join(parts) + "\n"
+
+
+def _rows_data(table: TableModel, frame: pd.DataFrame, inputs: pd.DataFrame, y: np.ndarray) -> FairData:
+    """A FairData of these rows encoded with the saved preprocessor."""
+    work = inputs.copy()
+    for name in table.sensitive:
+        work[name] = frame[name].to_numpy()
+    target = "__target__"
+    work[target] = (y == table.positive).astype(np.float64) if table.task == "binary" else y
+    schema = table.saved.schema or {}
+    return FairData.from_frame(work, target=target, sensitive=table.sensitive, features=table.features,
+                               task=table.task, include_sensitive=table.include_sensitive,
+                               sensitive_kinds=schema.get("sensitive_kinds"), preprocessor=table.saved.preprocessor)
+
+
+# --------------------------------------------------------------------------------------
+# the history figure
+# --------------------------------------------------------------------------------------
+#: History keys of each panel, first present wins the label order.
+_LOSS_KEYS = (("f", "loss"), ("master_loss_predictions", "loss of the predictions"), ("score", "learner score"))
+_VIOLATION_KEYS = (("V_exact", "exact (hard predictions)"), ("V", "surrogate"), ("V_predictions", "predictions"),
+                   ("V_targets", "targets"), ("P", "penalty term"))
+
+
+def plot_training(history: History, method: str, path: str | Path | None = None, *, ax: Any = None,
+                  title: str | None = None) -> Any:
+    """Loss and constraint violation against the iteration, two panels (the library's plot
+    convention, :mod:`solvers.plotting`: ``ax`` is two Axes, or None for a new figure on the
+    Agg canvas, no pyplot state); written as a PNG when ``path`` is given. Returns the two
+    Axes."""
+    from solvers.plotting import finish_axes, panel_axes
+
+    created = ax is None
+    loss_ax, violation_ax = panel_axes(ax, 2)
+    records = [r for r in history.records if r.get("qp_status") != "final"] or list(history.records)
+    frame = History(history.row_names, records)
+    xs = frame.column("iteration") if any("iteration" in r for r in records) else np.arange(len(records))
+    for axes, keys, label in ((loss_ax, _LOSS_KEYS, "loss"),
+                              (violation_ax, _VIOLATION_KEYS, "constraint violation")):
+        drawn = False
+        for key, name in keys:
+            if any(isinstance(r.get(key), (int, float)) for r in records):
+                axes.plot(xs, frame.column(key), lw=1.2, label=name)
+                drawn = True
+                if axes is loss_ax:  # one loss curve: the first recorded
+                    label = name
+                    break
+        if axes is violation_ax and drawn:
+            axes.set_yscale("symlog", linthresh=1e-4)
+            axes.legend(fontsize=7)
+        if not drawn:
+            axes.text(0.5, 0.5, "not recorded" if axes is loss_ax else "no constraint", ha="center", va="center",
+                      transform=axes.transAxes)
+        axes.set_xlabel("iteration")
+        axes.set_title(label)
+        axes.grid(alpha=0.3)
+    return finish_axes([loss_ax, violation_ax], path, title, created, dpi=110)
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """``fairopt <argv>`` quoted for a shell."""
+    return "fairopt " + shlex.join(list(argv))
+

@@ -1,0 +1,332 @@
+"""Training on a user's table: :func:`train_table` (``fairopt train --data``)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fairopt.data import FairData, coerce_numeric_columns
+from fairopt.data.frames import as_number, is_text_dtype, short_list
+from fairopt.diagnostics import constant_fit, constraint_messages, poor_fit
+from fairopt.evaluation import evaluate
+from fairopt.specs import resolve_constraints
+from fairopt.training import METHODS, MODEL_KINDS, TrainingOptions, train, with_sqp_surrogates
+from solvers.history import FitResult
+from fairopt.tabular.tables import (LAYOUT, THRESHOLD, VIOLATION_TOL, plain_value, require_columns,
+                                    require_complete)
+
+logger = logging.getLogger("fairopt.tabular")
+
+# --------------------------------------------------------------------------------------
+# training
+# --------------------------------------------------------------------------------------
+@dataclass
+class TrainedTable:
+    """The outcome of :func:`train_table` (what :func:`write_run` writes)."""
+
+    result: FitResult
+    train: FairData
+    test: FairData | None
+    constraints: list
+    test_constraints: list
+    specs: list[str]
+    metadata: dict
+    train_eval: dict
+    test_eval: dict | None
+    train_frame: pd.DataFrame
+    test_frame: pd.DataFrame | None
+    warnings: list[str]
+    seconds: float
+    encoding: dict
+
+
+class _NoTTY:
+    """``sys.stderr`` as the engines see it during a CLI fit: not a terminal, so they draw no
+    progress bar of their own (the CLI draws one, or none with ``--quiet``)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _progress(method: str, total: int | None, enabled: bool) -> Iterator[Any]:
+    """A tqdm bar on the real stderr (shown after 1 s, only on a terminal) and the engine
+    callback that advances it; the engines' own bars are hidden meanwhile."""
+    from tqdm.auto import tqdm
+
+    stream = sys.stderr
+    unit = "it" if method == "moving_targets" else "epoch"
+    bar = tqdm(total=total, desc=f"fairopt train ({method})", unit=unit, file=stream, leave=False, delay=1.0,
+               disable=None if enabled else True)
+    seen = {"n": 0}
+
+    def callback(engine: Any, record: dict) -> bool:
+        step = record.get("iteration") if method == "moving_targets" else record.get("epoch")
+        done = int(step) + (0 if method == "moving_targets" else 1) if step is not None else seen["n"] + 1
+        if done > seen["n"]:
+            bar.update(done - seen["n"])
+            seen["n"] = done
+        return False
+
+    sys.stderr = _NoTTY(stream)
+    try:
+        yield callback
+    finally:
+        sys.stderr = stream
+        bar.close()
+
+
+def _task_and_classes(target: pd.Series, task: str, positive: str | None) -> tuple[str, list | None]:
+    values = target.dropna()
+    labels = [plain_value(v) for v in pd.unique(values.to_numpy(dtype=object))]
+    numeric = pd.api.types.is_numeric_dtype(target.dtype) and not pd.api.types.is_bool_dtype(target.dtype)
+    if task == "auto":
+        task = "regression" if numeric and len(labels) > 2 else "binary"
+        logger.info("task: %s (target %r has %d distinct values)", task, target.name, len(labels))
+    if task == "regression":
+        if positive is not None:
+            raise ValueError("--positive: only for a binary target (this is a regression)")
+        return task, None
+    if len(labels) != 2:
+        shown = short_list(sorted(map(str, labels))[:12])
+        raise ValueError(f"--target: column {target.name!r} has {len(labels)} distinct values {shown}; a "
+                         "classifier needs exactly 2 (use --task regression for a numeric target)")
+    try:
+        labels = sorted(labels)
+    except TypeError:
+        labels = sorted(labels, key=str)
+    if positive is None:
+        if not ({str(v) for v in labels} <= {"0", "1", "True", "False", "0.0", "1.0"}):
+            logger.warning("--positive not given: the positive class is %r, the last of the sorted labels %s; the "
+                           "constraints and the score refer to it", labels[1], labels)
+        return task, labels
+    matches = [v for v in labels if str(v) == str(positive)]
+    if not matches:
+        raise ValueError(f"--positive: {positive!r} is not a label of the target column {target.name!r} "
+                         f"(its labels are {labels})")
+    negative = labels[1] if labels[0] == matches[0] else labels[0]
+    return task, [negative, matches[0]]
+
+
+def _parse_constraints(specs: Sequence[str], method: str) -> list:
+    objects = []
+    for spec in specs:
+        try:
+            objects.extend(resolve_constraints([spec]))
+        except ValueError as exc:
+            text = str(exc)
+            text = text[len("spec: "):] if text.startswith("spec: ") else text
+            raise ValueError(f"--constraint {spec!r}: {text}") from None
+    return with_sqp_surrogates(method, list(specs), objects)
+
+
+def _sensitive_of(constraint: Any) -> list[str]:
+    names = getattr(constraint, "sensitive", ())
+    return [names] if isinstance(names, str) else list(names)
+
+
+def _text_levels(frame: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    """Columns read as text (object or string dtype)."""
+    return [n for n in names if is_text_dtype(frame[n])]
+
+
+def train_table(
+    frame: pd.DataFrame,
+    *,
+    target: str,
+    sensitive: Sequence[str] = (),
+    constraints: Sequence[str] = (),
+    method: str = "sqp",
+    model: str = "linear",
+    hidden: Sequence[int] = (32,),
+    epochs: int | None = None,
+    lr: float | None = None,
+    batch_size: int | None = None,
+    iterations: int | None = None,
+    test_size: float = 0.0,
+    seed: int = 0,
+    task: str = "auto",
+    positive: str | None = None,
+    include_sensitive: bool = False,
+    ignore: Sequence[str] = (),
+    engine_params: dict | None = None,
+    categorical: Sequence[str] | None = None,
+    sensitive_kinds: dict | None = None,
+    progress: bool = True,
+    source: str = "the data",
+    command: str = "",
+) -> TrainedTable:
+    """Train a model on the rows of ``frame`` (module docstring); errors name the CLI flags.
+
+    ``engine_params`` go to the engine (e.g. ``weight`` of the penalty engine);
+    ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame`.
+    """
+    if method not in METHODS:
+        raise ValueError(f"--method: expected one of {list(METHODS)}, got {method!r}")
+    if model not in MODEL_KINDS:
+        raise ValueError(f"--model: expected one of {list(MODEL_KINDS)}, got {model!r}")
+    if task not in ("auto", "binary", "regression"):
+        raise ValueError(f"--task: expected auto, binary or regression, got {task!r}")
+    if not 0.0 <= float(test_size) < 1.0:
+        raise ValueError(f"--test-size: expected a fraction in [0, 1), got {test_size!r}")
+    if iterations is not None and method != "moving_targets":
+        raise ValueError(f"--iterations: only for --method moving_targets (not {method})")
+    for flag, value in (("--epochs", epochs), ("--iterations", iterations), ("--batch-size", batch_size)):
+        if value is not None and int(value) < 1:
+            raise ValueError(f"{flag}: expected a positive integer, got {value!r}")
+    require_columns(frame, [target], "--target", source)
+    built = _parse_constraints(constraints, method)
+    needed = [n for c in built for n in _sensitive_of(c)]
+    sensitive = list(dict.fromkeys(sensitive))
+    if sensitive:
+        absent = [n for n in dict.fromkeys(needed) if n not in sensitive]
+        if absent:
+            raise ValueError(f"--constraint: names the sensitive column(s) {short_list(absent)}, not given with "
+                             f"--sensitive {' --sensitive '.join(sensitive)}; add --sensitive for each")
+    else:
+        sensitive = list(dict.fromkeys(needed))
+    if not sensitive:
+        raise ValueError("--sensitive: give at least one sensitive column (the groups of the constraints and of "
+                         "the report)")
+    require_columns(frame, sensitive, "--sensitive", source)
+    require_columns(frame, list(ignore), "--ignore", source)
+    if target in sensitive:
+        raise ValueError(f"--sensitive: {target!r} is the --target column")
+    reserved = {target, *ignore} | (set() if include_sensitive else set(sensitive))
+    features = [c for c in frame.columns if c not in reserved]
+    if not features:
+        raise ValueError(f"--ignore: no input columns remain in {source} (target {target!r}, sensitive "
+                         f"{sensitive}, ignored {list(ignore)})")
+    require_complete(frame, [target, *sensitive, *features], source)
+    task, classes = _task_and_classes(frame[target], task, positive)
+
+    work = frame.copy(deep=False)
+    if task == "binary":
+        work[target] = (frame[target].to_numpy(dtype=object) == classes[1]).astype(np.float64)
+    else:
+        numbers = [as_number(v) for v in frame[target].to_numpy(dtype=object)]
+        bad = [v for v, x in zip(frame[target], numbers) if x is None]
+        if bad:
+            raise ValueError(f"--target: column {target!r} holds values that are not numbers, e.g. "
+                             f"{short_list(bad[:3])}; a regression needs numbers")
+        work[target] = np.asarray(numbers, dtype=np.float64)
+    # numbers written as text become numbers here, before FairData keeps the raw frame: its
+    # split() refits the preprocessor on that frame without the rule (they would be one-hot)
+    work, converted = coerce_numeric_columns(work, features)
+    text_inputs = [c for c in _text_levels(frame, features) if c not in converted]
+    for column in text_inputs:
+        levels = frame[column].nunique()
+        if levels > max(50, len(frame) // 2):
+            logger.warning("column %r has %d distinct text values in %d rows: one-hot encoding gives as many "
+                           "inputs; if it is an identifier, leave it out with --ignore %s", column, levels,
+                           len(frame), column)
+    try:
+        data = FairData.from_frame(work, target=target, sensitive=sensitive, features=features, task=task,
+                                   include_sensitive=include_sensitive, categorical=categorical,
+                                   sensitive_kinds=sensitive_kinds)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+    encoding = {"numeric": list(data.preprocessor.numeric_), "one_hot": {c: list(data.preprocessor.levels_[c])
+                                                                         for c in data.preprocessor.categorical_},
+                "numeric_text": converted, "n_inputs": data.n_features}
+    logger.info("inputs: %d columns -> %d model inputs; numeric %s, one-hot %s", len(features), data.n_features,
+                encoding["numeric"], list(encoding["one_hot"]))
+    if converted:
+        logger.info("text columns holding only numbers, used as numbers: %s", converted)
+    if float(test_size) > 0:
+        train_data, test_data = data.split(test_size=float(test_size), seed=int(seed))
+        train_rows, test_rows = train_data.frame.index, test_data.frame.index
+    else:
+        train_data, test_data, train_rows, test_rows = data, None, frame.index, None
+    logger.info("rows: %d for training, %d held out", len(train_data), 0 if test_data is None else len(test_data))
+
+    total = epochs if method != "moving_targets" else (iterations or 10)
+    caught_messages: list[str] = []
+    started = time.perf_counter()
+    with _progress(method, total, progress) as callback:
+        params = {**dict(engine_params or {}), "callbacks": [callback]}
+        if iterations is not None:
+            params["iterations"] = int(iterations)
+        options = TrainingOptions(method=method, task=task, model=model, hidden=tuple(int(h) for h in hidden),
+                                  epochs=None if epochs is None else int(epochs), lr=lr,
+                                  batch_size=None if batch_size is None else int(batch_size), seed=int(seed),
+                                  engine_params=params)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = train(options, train_data, built)
+            result.model.eval()
+            train_eval = evaluate(result.model, train_data, built)
+            violations = {name[:-len(".violation")]: value for name, value in train_eval.items()
+                          if name.endswith(".violation")}
+            for message in (poor_fit(result.model, train_data), constant_fit(result.model, train_data),
+                            *constraint_messages(result, built, violations, method=method,
+                                                 violation_tol=VIOLATION_TOL, relaxed=result.relaxed_steps)):
+                if message:
+                    warnings.warn(message, UserWarning, stacklevel=1)
+            test_constraints: list = []
+            test_eval = None
+            if test_data is not None:
+                test_constraints = resolve_constraints(list(constraints))
+                try:
+                    for c in test_constraints:
+                        c.setup(test_data)
+                    test_eval = evaluate(result.model, test_data, test_constraints)
+                except ValueError as exc:  # e.g. a group without rows in the held-out part
+                    warnings.warn(f"constraints not evaluated on the held-out rows: {exc}", UserWarning,
+                                  stacklevel=1)
+                    test_constraints, test_eval = [], evaluate(result.model, test_data, [])
+    seconds = time.perf_counter() - started
+    for w in caught:  # the estimators' wording, with the files of a run
+        text = (" ".join(str(w.message).split()).replace("see history_", "see history.png")
+                .replace("violation_tol=", "tolerance "))
+        if text not in caught_messages:
+            caught_messages.append(text)
+            logger.warning("%s", text)
+
+    text_columns = [c for c in _text_levels(frame, [*features, *sensitive]) if c not in converted]
+    if classes is not None and isinstance(classes[1], str):
+        text_columns.append(target)
+    feasible = result.feasible
+    if feasible is None and built:
+        feasible = bool(train_eval.get("violation", 0.0) <= VIOLATION_TOL)
+    metadata = {
+        "layout": LAYOUT, "source": source, "command": command, "fairopt_version": _version(),
+        "task": task, "target": target, "classes": None if classes is None else [plain_value(c) for c in classes],
+        "threshold": THRESHOLD, "sensitive": sensitive, "include_sensitive": bool(include_sensitive),
+        "ignored": list(ignore), "text_columns": text_columns, "numeric_text_columns": converted,
+        "method": method, "model": model, "hidden": [int(h) for h in hidden] if model == "mlp" else None,
+        "epochs": epochs, "iterations": iterations, "lr": lr, "batch_size": batch_size, "seed": int(seed),
+        "test_size": float(test_size), "constraints": list(constraints),
+        "engine_params": dict(engine_params or {}),
+        "status": str(result.status), "converged": bool(result.converged), "feasible": feasible,
+        "train_violations": {k: float(v) for k, v in violations.items()},
+        "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
+        "seconds": round(seconds, 3),
+    }
+    return TrainedTable(result=result, train=train_data, test=test_data, constraints=built,
+                        test_constraints=test_constraints, specs=list(constraints), metadata=metadata,
+                        train_eval=train_eval, test_eval=test_eval, train_frame=frame.loc[train_rows],
+                        test_frame=None if test_rows is None else frame.loc[test_rows], warnings=caught_messages,
+                        seconds=seconds, encoding=encoding)
+
+
+def _version() -> str:
+    from fairopt import __version__
+
+    return str(__version__)
+
+

@@ -1,0 +1,266 @@
+"""`fairopt train --data` -> `fairopt predict` -> `fairopt report` on a table of the user's own
+(not a built-in data set): its own column names, text categories, a column of numbers
+written as text, a text target and a text sensitive column."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fairopt
+from fairopt.cli import _flag_spelling, _flags_of, build_parser, main
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread")]
+
+N = 600
+SPEC = "di:gender>=0.8"
+COMMON = ["--target", "decision", "--positive", "approved", "--sensitive", "gender", "--ignore", "applicant",
+          "--constraint", SPEC]
+
+
+def loans(n: int = N, seed: int = 0) -> pd.DataFrame:
+    """Loan decisions that favour one gender through a proxy (income): the DI bound binds."""
+    rng = np.random.default_rng(seed)
+    gender = rng.choice(["woman", "man"], n, p=[0.4, 0.6])
+    city = rng.choice(["Lyon", "Porto", "Turin", "Ghent"], n)
+    income = ((rng.normal(44, 10, n) + 14 * (gender == "man")).round(1) * 1000).astype(int)
+    age = rng.integers(18, 70, n)
+    score = 0.08 * (income / 1000 - 50) + 1.0 * (gender == "man") + 0.5 * (city == "Lyon") + rng.normal(0, 1, n)
+    return pd.DataFrame({
+        "applicant": [f"A{i:04d}" for i in range(n)],
+        "age": age,
+        "income": [f"{v:_}" for v in income],  # "52_300": numbers as text (pandas keeps it as text)
+        "city": city,
+        "gender": gender,
+        "decision": np.where(score > 0.1, "approved", "rejected"),
+    })
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("own")
+    frame = loans()
+    frame.to_csv(folder / "loans.csv", index=False)
+    # new rows: no target, shuffled order, an extra column the model does not use
+    new = frame.drop(columns=["decision"]).sample(frac=1.0, random_state=1).assign(note="walk-in")
+    new.to_csv(folder / "new.csv", index=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sqp_run(files):
+    out = files / "run_sqp"
+    assert main(["train", "--data", str(files / "loans.csv"), *COMMON, "--method", "sqp", "--epochs", "60",
+                 "--test-size", "0", "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def _one_error_line(capsys, command: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"fairopt {command}: error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def test_train_writes_a_loadable_model_report_and_history(sqp_run, files):
+    saved = fairopt.load(sqp_run / "model.fairopt")
+    assert isinstance(saved, fairopt.SavedModel)
+    meta = saved.metadata
+    assert meta["target"] == "decision" and meta["classes"] == ["rejected", "approved"] and meta["threshold"] == 0.5
+    assert meta["sensitive"] == ["gender"] and meta["constraints"] == [SPEC]
+    pre = saved.preprocessor
+    # the sensitive column and the ignored id are not inputs; numbers written as text are numbers
+    assert pre.columns_ == ["age", "income", "city"]
+    assert pre.numeric_ == ["age", "income"] and pre.levels_["city"] == ["Ghent", "Lyon", "Porto", "Turin"]
+    assert [c.name for c in saved.constraints] == ["disparate_impact[gender]"]
+
+    report = (sqp_run / "report.md").read_text()
+    assert "fairopt train --data" in report and "--constraint 'di:gender>=0.8'" in report
+    assert f"| status | {meta['status']} |" in report and "## Constraints on the training rows" in report
+    assert "| disparate_impact[gender] | 0.8*P[gender=man]-P[gender=woman] |" in report
+    assert "## Per-group report: training rows" in report and "held-out rows" not in report
+    png = (sqp_run / "history.png").read_bytes()
+    assert png[:4] == b"\x89PNG" and len(png) > 5000
+
+    # the DI bound holds on the training rows (all rows: --test-size 0) when the run says so
+    frame = pd.read_csv(files / "loans.csv")
+    approved = saved.predict(frame) == "approved"
+    rates = pd.Series(approved).groupby(frame["gender"].to_numpy()).mean()
+    assert 0 < approved.mean() < 1  # not a degenerate model
+    if meta["feasible"]:
+        assert rates.min() / rates.max() >= 0.8 - 1e-12
+        assert meta["train_violations"]["disparate_impact[gender]"] == 0.0
+
+
+def test_predict_keeps_row_order_and_matches_the_loaded_model(sqp_run, files, capsys, caplog):
+    out = files / "predictions.csv"
+    with caplog.at_level(logging.INFO, logger="fairopt"):
+        assert main(["predict", str(sqp_run / "model.fairopt"), "--data", str(files / "new.csv"), "--out", str(out),
+                     "--id-column", "applicant"]) == 0
+    assert "ignoring column(s) ['note']" in caplog.text
+    assert "wrote 600 predictions" in capsys.readouterr().out
+    new = pd.read_csv(files / "new.csv")
+    predictions = pd.read_csv(out)
+    assert list(predictions.columns) == ["applicant", "prediction", "score"]
+    assert predictions["applicant"].tolist() == new["applicant"].tolist()
+    saved = fairopt.load(sqp_run / "model.fairopt")
+    assert predictions["prediction"].tolist() == saved.predict(new).tolist()
+    np.testing.assert_allclose(predictions["score"], saved.predict_proba(new)[:, 1], rtol=1e-12)
+    assert ((predictions["score"] > 0.5) == (predictions["prediction"] == "approved")).all()
+
+    # the same rows in the training file's order (the target present is not an input)
+    again = files / "again.csv"
+    assert main(["predict", str(sqp_run), "--data", str(files / "loans.csv"), "--out", str(again),
+                 "--id-column", "applicant"]) == 0
+    by_id = pd.read_csv(again).set_index("applicant").loc[predictions["applicant"]]
+    assert by_id["prediction"].tolist() == predictions["prediction"].tolist()
+    np.testing.assert_allclose(by_id["score"], predictions["score"], rtol=1e-12)
+
+
+def test_report_has_one_row_per_group(sqp_run, files, capsys):
+    assert main(["report", str(sqp_run / "model.fairopt"), "--data", str(files / "loans.csv"),
+                 "--n-bootstrap", "50"]) == 0
+    text = capsys.readouterr().out
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ")]
+    assert rows.count("man") == 1 and rows.count("woman") == 1 and rows.count("overall") == 1
+    assert "## Constraints on these rows" in text
+    # another grouping, and the report of these rows agrees with fairopt.group_report
+    assert main(["report", str(sqp_run), "--data", str(files / "loans.csv"), "--sensitive", "city",
+                 "--n-bootstrap", "0"]) == 0
+    text = capsys.readouterr().out
+    assert sum(line.startswith(f"| {c} |") for line in text.splitlines() for c in ("Ghent", "Lyon", "Porto",
+                                                                                   "Turin")) == 4
+
+
+def test_moving_targets_with_a_held_out_part(files, capsys):
+    out = files / "run_mt"
+    assert main(["train", "--data", str(files / "loans.csv"), *COMMON, "--method", "moving_targets",
+                 "--epochs", "40", "--iterations", "2", "--test-size", "0.25", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("moving_targets on loans.csv: status ") and "wrote " in printed
+    saved = fairopt.load(out / "model.fairopt")
+    assert saved.metadata["method"] == "moving_targets" and saved.metadata["n_test"] == 150
+    # fitted on the training part only, with the same encoding as without a split
+    assert saved.preprocessor.numeric_ == ["age", "income"] and saved.preprocessor.categorical_ == ["city"]
+    report = (out / "report.md").read_text()
+    assert "## Constraints on the held-out rows" in report and "## Per-group report: held-out rows" in report
+    assert (out / "history.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(saved.predict(pd.read_csv(files / "new.csv"))) == N
+
+
+def test_builtin_dataset_with_moving_targets(tmp_path):
+    """--dataset NAME --method moving_targets goes through the same pipeline (the built-in
+    dataset mode of the other methods is tests/test_cli.py's)."""
+    out = tmp_path / "adult"
+    assert main(["train", "--dataset", "adult", "--subsample", "600", "--method", "moving_targets",
+                 "--constraint", "di:sex>=0.8", "--epochs", "20", "--iterations", "2", "--out", str(out),
+                 "--quiet"]) == 0
+    saved = fairopt.load(out / "model.fairopt")
+    assert saved.metadata["classes"] == [0, 1] and saved.metadata["method"] == "moving_targets"
+    assert "sex" not in saved.preprocessor.columns_ and "education" not in saved.preprocessor.columns_
+    assert "## Per-group report: held-out rows" in (out / "report.md").read_text()
+
+
+def test_python_dash_m_train_predict_report(files, tmp_path):
+    """The whole chain as a user runs it: separate processes, the console script's module."""
+    def fairopt_cli(*argv: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "fairopt", *argv], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done
+
+    out = tmp_path / "run"
+    fairopt_cli("train", "--data", str(files / "loans.csv"), *COMMON, "--method", "sqp", "--epochs", "20",
+                "--test-size", "0.2", "--out", str(out))
+    done = fairopt_cli("predict", str(out / "model.fairopt"), "--data", str(files / "new.csv"), "--out", "-")
+    predictions = pd.read_csv(io.StringIO(done.stdout))
+    assert list(predictions.columns) == ["prediction", "score"] and len(predictions) == N
+    saved = fairopt.load(out / "model.fairopt")
+    assert predictions["prediction"].tolist() == saved.predict(pd.read_csv(files / "new.csv")).tolist()
+    done = fairopt_cli("report", str(out / "model.fairopt"), "--data", str(files / "loans.csv"), "--n-bootstrap", "20")
+    assert done.stdout.startswith("# fairopt report: loans.csv") and "| woman |" in done.stdout
+
+
+def test_regression_target(files, tmp_path, capsys):
+    frame = loans()
+    frame["limit"] = frame["age"] * 100.0 + np.random.default_rng(1).normal(0, 500, N).round(2)
+    frame.to_csv(tmp_path / "limits.csv", index=False)
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(tmp_path / "limits.csv"), "--target", "limit", "--sensitive", "gender",
+                 "--ignore", "applicant", "--ignore", "decision", "--constraint", "covariance:gender:10",
+                 "--epochs", "100", "--out", str(out), "--quiet"]) == 0
+    saved = fairopt.load(out / "model.fairopt")
+    assert saved.task == "regression" and saved.metadata["classes"] is None
+    assert main(["predict", str(out), "--data", str(tmp_path / "limits.csv"), "--out", str(tmp_path / "p.csv")]) == 0
+    predictions = pd.read_csv(tmp_path / "p.csv")
+    np.testing.assert_allclose(predictions["prediction"], saved.predict(frame), rtol=1e-12)
+    assert (predictions["prediction"] == predictions["score"]).all()
+    assert main(["report", str(out), "--data", str(tmp_path / "limits.csv"), "--n-bootstrap", "0"]) == 0
+    assert "mean_prediction" in capsys.readouterr().out
+
+
+def test_saved_model_predicts_without_cli_metadata(tmp_path):
+    """A model saved with its data but no class labels: labels 0/1, a positive logit is 1."""
+    frame = loans(200)
+    frame["approved"] = (frame.pop("decision") == "approved").astype(int)
+    data = fairopt.FairData.from_frame(frame.drop(columns=["applicant", "income"]), target="approved",
+                                       sensitive="gender", include_sensitive=False)
+    model = fairopt.models.linear(data.n_features, seed=0)
+    fairopt.save(model, tmp_path / "bare.fairopt", data=data)
+    saved = fairopt.load(tmp_path / "bare.fairopt")
+    out = saved.decision_function(frame)
+    assert saved.predict(frame).tolist() == (out > 0).astype(int).tolist()
+    np.testing.assert_allclose(saved.predict_proba(frame)[:, 1], 1 / (1 + np.exp(-out)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("argv, command, message", [
+    (["predict", "{run}", "--data", "{files}/loans_without_income.csv", "--out", "{files}/p.csv"], "predict",
+     "missing the model's input column(s) ['income']"),
+    (["predict", "{run}", "--data", "{files}/new.csv", "--out", "{files}/p.csv", "--strict-columns"], "predict",
+     "--strict-columns: new.csv has column(s) ['note']"),
+    (["predict", "{files}/no_model.fairopt", "--data", "{files}/new.csv", "--out", "{files}/p.csv"], "predict",
+     "no such file"),
+    (["report", "{run}", "--data", "{files}/new.csv"], "report", "--target: column(s) ['decision'] not found"),
+    (["train", "--data", "{files}/no_such.csv", *COMMON, "--out", "{files}/x"], "train",
+     "--data: no such file"),
+    (["train", "--data", "{files}/loans.csv", "--target", "outcome", "--sensitive", "gender", "--out", "{files}/x"],
+     "train", "--target: column(s) ['outcome'] not found in loans.csv"),
+    (["train", "--data", "{files}/loans.csv", "--target", "decision", "--constraint", "fairness:gender:0.8",
+      "--out", "{files}/x"], "train", "--constraint 'fairness:gender:0.8': expected"),
+    (["train", "--data", "{files}/loans.csv", "--target", "decision", "--constraint", "di:gender>=x",
+      "--out", "{files}/x"], "train", "is not a number"),
+])
+def test_mistakes_are_one_error_line_with_status_2(sqp_run, files, capsys, argv, command, message):
+    pd.read_csv(files / "new.csv").drop(columns=["income"]).to_csv(files / "loans_without_income.csv", index=False)
+    argv = [a.format(run=sqp_run, files=files) for a in argv]
+    assert main(argv) == 2
+    assert message in _one_error_line(capsys, command)
+
+
+def test_messages_spell_parameters_as_flags(capsys):
+    flags = _flags_of(build_parser(), "train")
+    assert flags["data_dir"] == "--data-dir" and flags["include_sensitive"] == "--include-sensitive"
+    text = "adult.csv not found. For example ..., or pass data_dir=..., or set FAIROPT_DATA=/path/to/dir."
+    assert "or pass --data-dir ..., or set FAIROPT_DATA=" in _flag_spelling(text, flags)
+    assert _flag_spelling("test_size: expected a fraction", flags) == "--test-size: expected a fraction"
+    assert _flag_spelling("name: unknown dataset 'x'", flags) == "--dataset: unknown dataset 'x'"
+    assert main(["datasets"]) == 0
+    assert "--data-dir" in capsys.readouterr().out
+
+
+def test_parquet_round_trip(files, tmp_path):
+    pytest.importorskip("pyarrow", reason="parquet needs pyarrow")
+    loans().to_parquet(tmp_path / "loans.parquet")
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(tmp_path / "loans.parquet"), *COMMON, "--epochs", "10", "--test-size", "0",
+                 "--out", str(out), "--quiet"]) == 0
+    assert main(["predict", str(out), "--data", str(tmp_path / "loans.parquet"), "--out",
+                 str(tmp_path / "p.csv")]) == 0
+    from_csv = fairopt.load(out / "model.fairopt").predict(pd.read_csv(files / "loans.csv"))
+    assert pd.read_csv(tmp_path / "p.csv")["prediction"].tolist() == from_csv.tolist()
