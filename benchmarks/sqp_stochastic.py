@@ -270,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"{'dataset':10s} {'config':15s} {'seed':>4s} {'n':>8s} {'seconds':>8s} {'trainDI':>8s} {'testDI':>7s} "
               f"{'trainAcc':>8s} {'testAcc':>7s} {'feasible':>8s} {'status':>15s} {'peakMB':>7s}")
     command = "python benchmarks/sqp_stochastic.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    lines = [f"# {command}", header]
+    setting = "# the sensitive attribute is not a model input (the loaders' default, include_sensitive=False)"
+    lines = [f"# {command}", setting, header]
+    print(setting, flush=True)
     print(header, flush=True)
     for dataset, config, seed in jobs:
         r = run(dataset, config, seed, args.delta, root, args.synthetic)

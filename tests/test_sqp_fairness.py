@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -239,3 +241,27 @@ def test_returning_the_start_warns():
         assert not warn_if_start("SQP", chosen, 0, 0, 1e-6)  # nothing trained
         tracker.offer(params, 0.6, torch.tensor([-0.2]), 4)
         assert not warn_if_start("SQP", tracker.restore(params), 0, 4, 1e-6)
+
+
+def test_stochastic_restoration_moves_no_farther_than_the_step():
+    """Regression: with a small learning rate the mini-batch restoration step used to be the
+    whole step (``||(1 - alpha) v|| = 0.99 ||d||`` at ``alpha = 0.01``) and the loss rose
+    from 0.80 to 6.9 in three steps; now ``||(1 - alpha) v|| <= alpha ||d||``."""
+    rng = np.random.default_rng(0)
+    n = 400
+    sex = rng.integers(0, 2, n)
+    x = rng.normal(size=(n, 3))
+    logit = 1.5 * x[:, 0] - 0.5 * x[:, 1] + 2.0 * sex - 1.0
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(int)
+    frame = pd.DataFrame({"x0": x[:, 0], "x1": x[:, 1], "x2": x[:, 2], "sex": sex, "y": y})
+    data = fairopt.FairData.from_frame(frame, target="y", sensitive=["sex"], include_sensitive=True)
+    model = fairopt.models.linear(data.n_features, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = StochasticSQP(epochs=4, batch_size=100, lr=0.01, seed=0).fit(
+            model, data, constraints=[DisparateImpact("sex", delta=0.8)])
+    steps = [r for r in result.history.records if "alpha" in r and r.get("phase") != "polish"]
+    for r in steps:
+        assert (1 - r["alpha"]) * r["norm_v"] <= r["alpha"] * r["norm_d"] * (1 + 1e-9)
+    assert result.info["restarts"] == 0
+    assert max(r["f"] for r in steps) < 2 * steps[0]["f"]

@@ -63,7 +63,11 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     them ``d = -(g + J'y) / h`` explode (measured on Dutch, MLP 32, balanced batches:
     ``||d||`` 1.3 -> 55 in two steps, outputs saturate, the loss grows by orders of
     magnitude). ``d`` is scaled down to ``||d|| <= TRUST_RATIO * ||g / h||`` (the
-    unconstrained step's length) and the restoration step ``v`` to ``||v|| <= ||d||``."""
+    unconstrained step's length) and the restoration step ``v`` to
+    ``||(1 - alpha) v|| <= alpha ||d||``: a restoration computed from a noisy batch Jacobian
+    moves no farther than the step the learning rate allows (without this cap a small
+    learning rate made the restoration the whole step: ``||(1 - alpha) v|| = 0.99 ||d||`` at
+    ``alpha = 0.01``, and the loss went from 0.80 to 6.9 in three mini-batch steps)."""
     true_lower, true_upper = bounds if bounds is not None else (lower, upper)
     first = state["iteration"] == 0
     h = hessian_diag(der.g, v, first, options)
@@ -106,9 +110,12 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
         v_step = normal_step(h, der.J, qp_bounds)
         if v_step is not None:
             norm_v = float(v_step.norm())
-            if stochastic and norm_v > math.sqrt(dnorm2):
-                v_step = v_step * (math.sqrt(dnorm2) / norm_v)
-                norm_v = math.sqrt(dnorm2)
+            # stochastic: the restoration moves at most as far as the step itself,
+            # ||(1 - alpha) v|| <= alpha ||d|| (see the docstring)
+            cap = alpha * math.sqrt(dnorm2) / (1.0 - alpha)
+            if stochastic and norm_v > cap:
+                v_step = v_step * (cap / norm_v)
+                norm_v = cap
             step = step + (1.0 - alpha) * v_step.to(d.dtype)
     shift_parameters(params, step, 1.0)
 
