@@ -15,6 +15,12 @@ most ``tolerance`` times the total reduction ``J(lambda_0) - min_j J(lambda_j)``
 On the paper's COMPAS validation means (Table 5.1) the default ``tolerance = 0.1`` picks
 ``lambda = 10`` for JdCov (the paper's choice) and 20 for CCdCov (the paper: 25 on its
 finer grid of step 5).
+
+The candidate grid: "select lambda values with magnitudes comparable to the ratio of the
+baseline model's validation loss to the regulariser (JdCov or CCdCov) computed using the
+predictions of the baseline model" ([DC] sec 4.3.2, eq 4.5). :func:`lambda_scale` is that
+ratio, :func:`lambda_grid` a grid around it, and :func:`calibrate_penalty` uses both when
+no ``lambdas`` are given.
 """
 
 from __future__ import annotations
@@ -26,11 +32,23 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
-from fairopt.experiments.compare import compare
-from fairopt.experiments.methods import Method
+from solvers.losses import get_loss
+from solvers.penalty import penalty_terms
 
-__all__ = ["select_elbow", "calibrate_penalty", "CalibrationResult"]
+from fairopt.experiments.compare import compare, split_data
+from fairopt.experiments.methods import Method, default_loss
+
+__all__ = ["select_elbow", "calibrate_penalty", "CalibrationResult", "lambda_scale", "lambda_grid",
+           "DEFAULT_LAMBDA_MULTIPLIERS"]
+
+#: Multiples of the eq (4.5) ratio that :func:`lambda_grid` uses by default (a 1-2-5 series
+#: spanning 0.1 to 5 times the ratio; [DC] gives the magnitude, not the grid).
+DEFAULT_LAMBDA_MULTIPLIERS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+# columns of the baseline runs that carry the two sides of eq (4.5)
+_SCALE_LOSS, _SCALE_REGULARISER = "_eq45_loss", "_eq45_regulariser"
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +102,76 @@ def select_elbow(lambdas: Sequence[float], fairness: Sequence[float], tolerance:
     return int(np.flatnonzero(J - remaining_min <= tolerance * total)[0])
 
 
+def lambda_scale(loss: float | Sequence[float] | np.ndarray, regulariser: float) -> float:
+    """The ratio of [DC] eq (4.5): baseline validation loss over the baseline regulariser.
+
+    ``scale = | (1/n_valid) sum_i L(yhat_i, y_i) | / psi(yhat, s_1, ..., s_d)``
+
+    with ``yhat`` the validation predictions of the model trained without regularisation
+    (``lambda = 0``), ``L`` the training loss of the objective (3.1) (e.g. the binary
+    cross-entropy of eq 5.1, the Poisson loss of eq 5.2) and ``psi`` the regulariser
+    (JdCov~^2, CCdCov, ...) on the same predictions. Penalty weights of this magnitude make
+    ``lambda psi`` comparable to the loss ([DC] sec 4.3.2). The absolute value covers
+    losses defined up to a constant (a Poisson log-likelihood can be negative).
+
+    Parameters
+    ----------
+    loss : float or array-like
+        The mean validation loss, or per-row losses (their mean is taken).
+    regulariser : float
+        ``psi`` on the baseline validation predictions; must be > 0.
+
+    Returns
+    -------
+    float
+        The ratio, > 0.
+
+    Raises
+    ------
+    ValueError
+        Non-finite inputs, a zero mean loss, or ``regulariser <= 0`` (the baseline already
+        looks independent of the sensitive features: there is no scale to match; pass the
+        candidate lambdas explicitly).
+    """
+    losses = np.asarray(loss, dtype=float).reshape(-1)
+    if losses.size == 0 or not np.isfinite(losses).all():
+        raise ValueError(f"loss: expected finite numbers, got {loss!r}")
+    mean_loss = abs(float(np.mean(losses)))
+    if mean_loss == 0.0:
+        raise ValueError("loss: the mean baseline loss is 0, eq (4.5) gives no scale")
+    if isinstance(regulariser, bool) or not isinstance(regulariser, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(regulariser):
+        raise ValueError(f"regulariser: expected a finite number, got {regulariser!r}")
+    if regulariser <= 0.0:
+        raise ValueError(f"regulariser: eq (4.5) needs a positive regulariser at the baseline, got {regulariser!r} "
+                         "(the baseline predictions already look independent); pass lambdas explicitly")
+    return mean_loss / float(regulariser)
+
+
+def lambda_grid(scale: float, multipliers: Sequence[float] = DEFAULT_LAMBDA_MULTIPLIERS) -> list[float]:
+    """Candidate strengths ``[0] + [m * scale for m in multipliers]`` around the eq (4.5) ratio.
+
+    Parameters
+    ----------
+    scale : float
+        :func:`lambda_scale`, > 0.
+    multipliers : sequence of float
+        Positive, strictly increasing multiples (default :data:`DEFAULT_LAMBDA_MULTIPLIERS`).
+
+    Returns
+    -------
+    list of float
+        Strictly increasing, starting with the baseline 0.
+    """
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale: expected a finite number > 0, got {scale!r}")
+    m = _finite_vector(multipliers, "multipliers")
+    if (m <= 0).any() or np.any(np.diff(m) <= 0):
+        raise ValueError(f"multipliers: expected positive, strictly increasing numbers, got {m.tolist()}")
+    return [0.0] + [float(scale) * float(v) for v in m]
+
+
 @dataclass
 class CalibrationResult:
     """Outcome of :func:`calibrate_penalty`.
@@ -102,6 +190,11 @@ class CalibrationResult:
     fairness, accuracy : str
         The metric columns used.
     tolerance : float
+    lambda_scale : float or None
+        The eq (4.5) ratio that set the grid (None when ``lambdas`` were given).
+    baseline_loss, baseline_regulariser : float or None
+        Its two sides: the mean validation loss and regulariser of the ``lambda = 0`` runs
+        (means over seeds; None when ``lambdas`` were given).
     """
 
     selected: float
@@ -110,12 +203,15 @@ class CalibrationResult:
     fairness: str
     accuracy: str
     tolerance: float
+    lambda_scale: float | None = None
+    baseline_loss: float | None = None
+    baseline_regulariser: float | None = None
 
 
 def calibrate_penalty(
     method: Method,
     data: Any,
-    lambdas: Sequence[float],
+    lambdas: Sequence[float] | None = None,
     *,
     seeds: Sequence[int] = (0,),
     valid_size: float = 0.3,
@@ -124,6 +220,7 @@ def calibrate_penalty(
     accuracy: str | None = None,
     tolerance: float = 0.1,
     extra_metrics: Mapping[str, Callable[[Callable, Any], float]] | None = None,
+    multipliers: Sequence[float] = DEFAULT_LAMBDA_MULTIPLIERS,
 ) -> CalibrationResult:
     """Choose a penalty weight by the JS-divergence elbow on a 70/30 split ([DC] App F).
 
@@ -133,8 +230,16 @@ def calibrate_penalty(
         Usually a :class:`~fairopt.experiments.PenaltyMethod` whose value is ``lambda``.
     data : FairData
         The training data (the held-out test set stays outside calibration, [DC] sec 4.3).
-    lambdas : sequence of float
-        Candidate strengths (``>= 0``); 0 (the baseline) is added if absent.
+    lambdas : sequence of float, optional
+        Candidate strengths (``>= 0``); 0 (the baseline) is added if absent. When omitted,
+        the baseline (``lambda = 0``) is trained first and the grid is
+        ``lambda_grid(lambda_scale(loss, psi), multipliers)``: multiples of the ratio of
+        [DC] eq (4.5) between its mean validation loss (the method's training loss, default
+        the task's: :func:`~fairopt.experiments.default_loss`) and the sum of its penalties
+        on its validation predictions, both averaged over the seeds (needs a method with
+        ``penalties``, such as :class:`~fairopt.experiments.PenaltyMethod`, whose value is
+        the penalty weight, i.e. no ``weight_of``). The baseline runs are those of the
+        table; nothing is trained twice.
     seeds : sequence of int, default (0,)
         Training seeds; metrics are averaged over them (the paper: 10).
     valid_size : float, default 0.3
@@ -150,17 +255,35 @@ def calibrate_penalty(
     extra_metrics : mapping, optional
         Further columns of the runs (:func:`~fairopt.experiments.compare`), e.g. the
         regulariser's value on the validation predictions.
+    multipliers : sequence of float, default :data:`DEFAULT_LAMBDA_MULTIPLIERS`
+        Multiples of the eq (4.5) ratio when ``lambdas`` is omitted (ignored otherwise).
 
     Returns
     -------
     CalibrationResult
     """
-    values = sorted({float(v) for v in _finite_vector(lambdas, "lambdas")} | {0.0})
-    if values[0] < 0:
-        raise ValueError(f"lambdas: expected values >= 0, got {values[0]!r}")
     accuracy = accuracy or _LOSS_METRICS[data.task]
-    runs = compare([method], data, grid={method.name: values}, seeds=seeds, folds=1,
-                   test_size=valid_size, split_seed=split_seed, extra_metrics=extra_metrics)
+    settings = dict(seeds=seeds, folds=1, test_size=valid_size, split_seed=split_seed)
+    scale = baseline_loss = baseline_regulariser = None
+    if lambdas is None:
+        lambda_grid(1.0, multipliers)  # invalid multipliers fail before any training
+        scale_metrics = _scale_metrics(method, data, valid_size, split_seed)
+        baseline = compare([method], data, grid={method.name: [0.0]},
+                           extra_metrics={**dict(extra_metrics or {}), **scale_metrics}, **settings)
+        valid = baseline[baseline["split"] == "test"]
+        baseline_loss = float(valid[_SCALE_LOSS].mean())
+        baseline_regulariser = float(valid[_SCALE_REGULARISER].mean())
+        scale = lambda_scale(baseline_loss, baseline_regulariser)
+        values = lambda_grid(scale, multipliers)
+        logger.info("calibrate_penalty: eq (4.5) scale %.4g = |loss %.4g| / regulariser %.4g; lambdas %s",
+                    scale, baseline_loss, baseline_regulariser, [round(v, 6) for v in values])
+        rest = compare([method], data, grid={method.name: values[1:]}, extra_metrics=extra_metrics, **settings)
+        runs = pd.concat([baseline.drop(columns=[_SCALE_LOSS, _SCALE_REGULARISER]), rest], ignore_index=True)
+    else:
+        values = sorted({float(v) for v in _finite_vector(lambdas, "lambdas")} | {0.0})
+        if values[0] < 0:
+            raise ValueError(f"lambdas: expected values >= 0, got {values[0]!r}")
+        runs = compare([method], data, grid={method.name: values}, extra_metrics=extra_metrics, **settings)
     for column in (fairness, accuracy):
         if column not in runs.columns:
             raise ValueError(f"fairness/accuracy: {column!r} is not a column of the results; "
@@ -177,4 +300,33 @@ def calibrate_penalty(
     if math.isclose(selected, values[-1]):
         logger.warning("calibrate_penalty: the elbow is the largest candidate %g; consider larger lambdas", selected)
     return CalibrationResult(selected=selected, summary=summary, runs=runs, fairness=fairness,
-                             accuracy=accuracy, tolerance=tolerance)
+                             accuracy=accuracy, tolerance=tolerance, lambda_scale=scale,
+                             baseline_loss=baseline_loss, baseline_regulariser=baseline_regulariser)
+
+
+def _scale_metrics(method: Method, data: Any, valid_size: float, split_seed: int) -> dict[str, Callable]:
+    """Extra metrics giving the two sides of eq (4.5) on a part: the method's training loss
+    and the sum of its penalties (set up on the sub-training part, as the engine does)."""
+    penalties = getattr(method, "penalties", None)
+    if not penalties:
+        raise ValueError(f"lambdas: required for {method!r}, which has no `penalties` to evaluate eq (4.5) with")
+    if getattr(method, "weight_of", None) is not None:
+        raise ValueError("lambdas: required when the method maps its value to the weight (weight_of); "
+                         "eq (4.5) scales the penalty weight itself")
+    loss = get_loss(getattr(method, "loss", None) or default_loss(data.task))
+    terms = penalty_terms(penalties)
+    _, sub_training, _ = split_data(data, 1, valid_size, split_seed)[0]
+    for term in terms:
+        if term.setup is not None:
+            term.setup(sub_training)
+
+    def mean_loss(model: Callable, part: Any) -> float:
+        with torch.no_grad():
+            return float(loss(model(part.X), part))
+
+    def regulariser(model: Callable, part: Any) -> float:
+        with torch.no_grad():
+            out = model(part.X)
+            return float(sum(float(term(out, part)) for term in terms))
+
+    return {_SCALE_LOSS: mean_loss, _SCALE_REGULARISER: regulariser}

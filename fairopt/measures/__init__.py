@@ -5,14 +5,18 @@
   (disparate impact, demographic-parity difference, equal impact, equalised odds).
 - :mod:`~fairopt.measures.fauci`: the FaUCI metrics WDP/WDI/WEO and GDP/GDI/GEO, on soft or
   hard predictions, differentiable for torch input.
-- :mod:`~fairopt.measures.distribution`: UF and the JS divergence across intersectional cells.
+- :mod:`~fairopt.measures.distribution`: UF and the JS divergence across intersectional cells,
+  and the JS divergence's finite-sample floor.
 - :mod:`~fairopt.measures.gedi`: GeDI, DIDI and binned DIDI; :mod:`~fairopt.measures.hgr`: HGR-KDE.
 - :mod:`~fairopt.measures.dcov`: distance covariance family (dCov, dCorr, JdCov, CCdCov) with
-  exact fast paths; :mod:`~fairopt.measures.independence`: chi-square and permutation tests.
+  exact fast paths; :mod:`~fairopt.measures.independence`: chi-square and permutation tests;
+  :mod:`~fairopt.measures.mutual_independence`: the JdCov permutation test of mutual independence.
+- :mod:`~fairopt.measures.balance`: balance-property correction of Poisson rates.
 """
 
+from fairopt.measures.balance import apply_balance_correction, balance_correction
 from fairopt.measures.dcov import ccdcov, dcorr, dcov, jdcov
-from fairopt.measures.distribution import intersection_cells, js_divergence, uf
+from fairopt.measures.distribution import JSDivergenceFloor, intersection_cells, js_divergence, js_divergence_floor, uf
 from fairopt.measures.fauci import gdi, gdp, geo, wdi, wdp, weo
 from fairopt.measures.group import (
     bin_equal_width,
@@ -28,6 +32,7 @@ from fairopt.measures.group import (
 from fairopt.measures.gedi import binned_didi, didi, gedi
 from fairopt.measures.hgr import hgr_kde
 from fairopt.measures.independence import IndependenceTestResult, independence_test
+from fairopt.measures.mutual_independence import JdCovTestResult, jdcov_permutation_test
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
 
 __all__ = [
@@ -55,6 +60,8 @@ __all__ = [
     # distribution
     "uf",
     "js_divergence",
+    "js_divergence_floor",
+    "JSDivergenceFloor",
     "intersection_cells",
     # GeDI family and HGR
     "gedi",
@@ -68,6 +75,11 @@ __all__ = [
     "ccdcov",
     "independence_test",
     "IndependenceTestResult",
+    "jdcov_permutation_test",
+    "JdCovTestResult",
+    # Poisson premiums
+    "balance_correction",
+    "apply_balance_correction",
     # group coding helpers
     "encode_groups",
     "bin_equal_width",

@@ -303,6 +303,15 @@ def jdcov(
     ``W = -P~``, grouped when the joint sensitive rows take few values, else blocked.
     With one sensitive feature it equals dCov~^2(x, s_1) exactly (and is computed so).
 
+    Floor: for a constant ``x`` (``U_0 = 0``) the statistic is ``c JdCov~^2(s_1, ..., s_d)``,
+    the dependence among the sensitive features alone, which no prediction removes
+    [DC sec 3.2.2]. On the COMPAS validation part of ``benchmarks/dcov_compas.py`` (sex
+    0/1, race one-hot, age min-max scaled, ``c = 1``) it is 0.0028, against the 0.0060 at
+    which [DC] Table 5.1 levels off; no variant the paper documents (V- instead of
+    U-statistic, the sign of its eq B.5, other age scalings, encodings) reproduces 0.0060.
+    The comparison is in the distance-covariance page of the documentation
+    (``docs/methods/dcov.md``, "The JdCov floor on COMPAS").
+
     Parameters
     ----------
     x : array-like or torch.Tensor, shape (n,)
