@@ -19,6 +19,7 @@ from solvers.validation import (check_choice, check_flag, check_interval, check_
 
 __all__ = [
     "as_tensor", "as_1d_tensor", "to_numpy", "check_same_length", "check_binary", "sensitive_names",
+    "check_sample_weight", "require_unweighted", "UNWEIGHTED_HINT",
     # parameter checks, from solvers.validation
     "finite_float", "positive_float", "nonnegative_float", "positive_int", "check_choice", "check_flag",
     "check_interval", "check_seed",
@@ -99,3 +100,63 @@ def sensitive_names(sensitive: Any) -> tuple[str, ...]:
             raise ValueError(f"sensitive: duplicate names in {list(sensitive)!r}")
         return tuple(sensitive)
     raise ValueError(f"sensitive: expected a column name or a non-empty list of names, got {sensitive!r}")
+
+
+def check_sample_weight(sample_weight: Any, n: int, name: str = "sample_weight") -> np.ndarray | None:
+    """Per-row weights as a float64 array ``(n,)``, or None for ``None``.
+
+    The checks of scikit-learn's ``_check_sample_weight`` (written here: that helper is
+    private in scikit-learn): a scalar is repeated on every row; otherwise a numeric 1-D
+    array (a column ``(n, 1)`` is flattened) with one value per row. Every weight must be
+    finite and ``>= 0``, and at least one ``> 0``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``: a wrong length or shape, non-numeric, NaN/inf, negative or all-zero
+        weights.
+    """
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, bool):
+        raise ValueError(f"{name}: expected numbers, got {sample_weight!r}")
+    if isinstance(sample_weight, (int, float, np.integer, np.floating)):
+        weights = np.full(int(n), float(sample_weight))
+    else:
+        weights = np.asarray(to_numpy(sample_weight))
+        if weights.dtype == object:
+            try:
+                weights = weights.astype(np.float64)
+            except (TypeError, ValueError):
+                pass
+        if weights.dtype.kind not in "iuf":
+            raise ValueError(f"{name}: expected numbers, got an array of dtype {weights.dtype}")
+        weights = weights.astype(np.float64, copy=True)
+        if weights.ndim == 2 and weights.shape[1] == 1:
+            weights = weights.reshape(-1)
+        if weights.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-D array (n,), got shape {weights.shape}")
+        if weights.shape[0] != n:
+            raise ValueError(f"{name}: {weights.shape[0]} weights for {n} rows")
+    if not np.isfinite(weights).all():
+        first = int(np.flatnonzero(~np.isfinite(weights))[0])
+        raise ValueError(f"{name}: contains NaN or infinite values (first at row {first})")
+    if (weights < 0).any():
+        first = int(np.flatnonzero(weights < 0)[0])
+        raise ValueError(f"{name}: weights must be >= 0, got {float(weights[first])!r} at row {first}")
+    if n and not (weights > 0).any():
+        raise ValueError(f"{name}: all weights are zero; at least one row must have a positive weight")
+    return weights
+
+
+#: The default advice of :func:`require_unweighted` (for a constraint or a penalty).
+UNWEIGHTED_HINT = ("fit without sample_weight (FairData weights), or use a constraint that has a weighted version "
+                   "(the group-rate constraints and Covariance)")
+
+
+def require_unweighted(data: Any, who: str, hint: str = UNWEIGHTED_HINT) -> None:
+    """ValueError ``"<who> does not support sample weights yet; <hint>"`` when ``data``
+    carries per-row weights (``data.weights`` not None): for the parts of the library that
+    have no weighted version yet and must not silently ignore them."""
+    if getattr(data, "weights", None) is not None:
+        raise ValueError(f"{who} does not support sample weights yet; {hint}")

@@ -46,7 +46,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
-from fairopt._validation import check_choice, check_flag, check_seed, positive_float
+from fairopt._validation import check_choice, check_flag, check_sample_weight, check_seed, positive_float
 from fairopt.data import FairData
 from fairopt.data.assembly import coerce_inputs
 from fairopt.inputs import has_text_columns, log_encoded_columns
@@ -166,7 +166,7 @@ class _FairEstimator(BaseEstimator):
         return self
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X: Any, y: Any, *, sensitive_features: Any = None) -> "_FairEstimator":
+    def fit(self, X: Any, y: Any, *, sensitive_features: Any = None, sample_weight: Any = None) -> "_FairEstimator":
         """Train the model on ``X``, ``y`` under the constraints.
 
         Parameters
@@ -181,6 +181,19 @@ class _FairEstimator(BaseEstimator):
             kinds are inferred (2 values: binary; more numeric values: continuous; text:
             categorical) unless ``sensitive_kinds`` declares them. ``None`` is allowed only
             without constraints: the fit is then the unconstrained model.
+        sample_weight : array-like (n,) or float, optional
+            Per-row weights ``w_i`` (survey or importance weights; finite, ``>= 0``, not all
+            0), as in scikit-learn. The training loss becomes the weighted mean
+            ``sum_i w_i l_i / sum_i w_i`` and every group rate of the rate constraints the
+            weighted rate ``P_g = sum_{i in g} w_i 1{yhat_i = 1} / sum_{i in g} w_i`` (the
+            exact one, whose bound is enforced; the engines' surrogate rates likewise), so
+            integer weights train as if row ``i`` were repeated ``w_i`` times;
+            ``train_violations_`` are the weighted ones. Weights that are all equal are the
+            unweighted fit. The standardisation of ``X`` stays unweighted. Not supported
+            (ValueError): GeDI, distance covariance and FaUCI constraints, and
+            ``validation_fraction`` or ``margin="auto"`` (their held-out certificates and
+            margins count rows). Routed by scikit-learn's metadata routing
+            (``set_fit_request(sample_weight=True)``).
 
         Returns
         -------
@@ -190,10 +203,13 @@ class _FairEstimator(BaseEstimator):
         ------
         ValueError
             Bad inputs or parameters (naming them), constraints without sensitive
-            features, a sensitive name a constraint needs but that is absent.
+            features, a sensitive name a constraint needs but that is absent, invalid
+            ``sample_weight`` (wrong length, negative, NaN/inf, all 0) or weights with an
+            option that does not support them.
         """
         self._check_parameters()
-        data, constraints = self._training_data(X, y, sensitive_features)
+        data, constraints = self._training_data(X, y, sensitive_features, sample_weight)
+        self._check_weighted_options(data)
         data, held_out = validation_split(self, data)  # (data, None) without validation_fraction
         margins = constraint_margins(self, data, constraints)  # None without margin
         if held_out is not None and self.margin == "auto":  # certified candidates, fixed sequence
@@ -226,14 +242,31 @@ class _FairEstimator(BaseEstimator):
         check_seed(self.seed, allow_none=False, allow_negative=False)
         check_held_out_parameters(self)
 
+    def _check_weighted_options(self, data: FairData) -> None:
+        """Weighted training data (``sample_weight``) with an option whose statements count
+        rows is a ValueError before any training: the held-out certificates of
+        ``validation_fraction`` and the margins of ``margin="auto"``."""
+        if data.weights is None:
+            return
+        if self.validation_fraction is not None:
+            raise ValueError("validation_fraction: held-out certificates do not support sample weights yet "
+                             "(their intervals count rows); fit with sample_weight and without "
+                             "validation_fraction, or without sample_weight")
+        if isinstance(self.margin, str) and self.margin == "auto":
+            raise ValueError("margin: 'auto' does not support sample weights yet (its standard errors count "
+                             "rows); give a numeric margin with sample_weight")
+
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _training_data(self, X: Any, y: Any, sensitive_features: Any) -> tuple[FairData, list]:
+    def _training_data(self, X: Any, y: Any, sensitive_features: Any,
+                       sample_weight: Any = None) -> tuple[FairData, list]:
         """The training FairData (``X`` validated, ``y`` encoded, the sensitive features named
-        and typed) and the constraint objects (:func:`fairopt.specs.resolve_constraints`, with
+        and typed, the row weights checked) and the constraint objects
+        (:func:`fairopt.specs.resolve_constraints`, with
         :func:`fairopt.training.with_sqp_surrogates`)."""
         X, y = validate_data(self, X, y, dtype=None if has_text_columns(X) else np.float64)
+        weights = check_sample_weight(sample_weight, X.shape[0])
         target = self._encode_training_target(y)
         columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names)
         constraints = with_sqp_surrogates(self.method, self.constraints, resolve_constraints(self.constraints))
@@ -241,7 +274,7 @@ class _FairEstimator(BaseEstimator):
             raise ValueError("sensitive_features: required because constraints are given "
                              f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
         data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=_internal_names(X.shape[1]),
-                                    sensitive_kinds=self.sensitive_kinds)
+                                    sensitive_kinds=self.sensitive_kinds, sample_weight=weights)
         log_encoded_columns(data.preprocessor, getattr(self, "feature_names_in_", None))
         return data, constraints
 

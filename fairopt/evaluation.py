@@ -296,6 +296,8 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
     The model is run once, ``out = model(data.X)`` under ``torch.no_grad()``, one value per
     row: a logit for ``task="binary"``, the prediction for ``"regression"``, the log-rate for
     ``"poisson"`` (expected count ``mu = exposure * exp(out)``, exposure 1 when absent).
+    Row weights (``data.weights``) enter the constraint rows only (their exact values are
+    the weighted ones); the performance and fairness measures count rows, unweighted.
 
     Parameters
     ----------

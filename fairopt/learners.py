@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from fairopt._validation import (check_choice, check_flag, check_seed, nonnegative_float, positive_float, positive_int,
-                                 to_numpy)
-from solvers.losses import scaled_mse_loss
+from fairopt._validation import (check_choice, check_flag, check_sample_weight, check_seed, nonnegative_float,
+                                 positive_float, positive_int, to_numpy)
+from solvers.losses import bce_loss, scaled_mse_loss
 from solvers.problem import row_outputs
 
 __all__ = ["TorchLearner", "LEARNER_TASKS", "OutputScale", "scaled_output", "target_statistics"]
@@ -52,10 +52,20 @@ class OutputScale(nn.Module):
             self.shift.fill_(float(shift))
 
 
-def target_statistics(y: Any) -> tuple[float, float]:
+def target_statistics(y: Any, weights: Any = None) -> tuple[float, float]:
     """``(mean, sd)`` of a regression target in float64; ``sd`` is the population standard
-    deviation, 1 for a constant (or one-row) target so that dividing by it is safe."""
+    deviation, 1 for a constant (or one-row) target so that dividing by it is safe.
+
+    With per-row ``weights`` ``w`` (None: unweighted): the weighted mean
+    ``m = sum_i w_i y_i / sum_i w_i`` and ``sd = sqrt(sum_i w_i (y_i - m)^2 / sum_i w_i)``,
+    the statistics of the data with row ``i`` repeated ``w_i`` times (integer weights).
+    """
     values = torch.as_tensor(np.asarray(to_numpy(y), dtype=np.float64).reshape(-1))
+    if weights is not None:
+        w = torch.as_tensor(np.asarray(to_numpy(weights), dtype=np.float64).reshape(-1))
+        mean = float((w * values).sum() / w.sum())
+        sd = float(torch.sqrt((w * (values - mean) ** 2).sum() / w.sum())) if values.numel() > 1 else 0.0
+        return mean, (sd if sd > 0 and np.isfinite(sd) else 1.0)
     mean = float(values.mean())
     sd = float(values.std(unbiased=False)) if values.numel() > 1 else 0.0
     return mean, (sd if sd > 0 and np.isfinite(sd) else 1.0)
@@ -82,6 +92,11 @@ class TorchLearner:
       docstring), i.e. ``net`` fits the standardised target ``(y - mean y) / sd y`` while
       ``module_`` predicts in the units of ``y``; without it, ``mean((out - y)^2)`` on
       ``net`` itself. Mean and sd are those of the targets of each ``fit``.
+
+    ``fit(X, y, sample_weight=w)`` weighs the rows: each mini-batch loss is the weighted
+    mean ``sum_i w_i l_i / sum_i w_i`` over its rows (:mod:`solvers.losses`), and the
+    target's mean and sd for ``scale_target`` are the weighted ones
+    (:func:`target_statistics`). Weights that are all equal are the unweighted fit.
 
     Training runs inside :func:`torch.random.fork_rng` seeded with ``seed`` (initialisation,
     shuffling, dropout), so the same data and seed give the same model bit for bit on CPU,
@@ -174,24 +189,31 @@ class TorchLearner:
         self.__init__(factory, **merged)
         return self
 
-    def fit(self, X: Any, y: Any) -> "TorchLearner":
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "TorchLearner":
         """Train on ``X`` (n, p) and targets ``y`` (n,); returns ``self``.
+
+        ``sample_weight`` (n,), optional: per-row weights (finite, ``>= 0``, not all 0); the
+        loss of every mini-batch is then the weighted mean over its rows (class docstring).
 
         Raises
         ------
         ValueError
             Shapes that do not match, NaN/inf values, non-0/1 targets for classification, a
-            module whose output is not one value per row.
+            module whose output is not one value per row, invalid weights.
         """
         X_t, y_t = self._inputs(X), self._targets(y)
         if y_t.shape[0] != X_t.shape[0]:
             raise ValueError(f"y: {y_t.shape[0]} targets for {X_t.shape[0]} rows of X")
-        self._set_target_scale(y_t)
+        weights = check_sample_weight(sample_weight, X_t.shape[0])
+        if weights is not None and bool((weights == weights[0]).all()):
+            weights = None  # equal weights: the unweighted fit
+        w_t = None if weights is None else torch.from_numpy(weights).to(device=self.device, dtype=torch.float32)
+        self._set_target_scale(y_t, weights)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             module = self._module(X_t.shape[1])
             generator = torch.Generator().manual_seed(self.seed)
-            self.loss_curve_ = self._train(module, X_t, y_t, generator)
+            self.loss_curve_ = self._train(module, X_t, y_t, generator, w_t)
         return self
 
     def decision_function(self, X: Any) -> np.ndarray:
@@ -235,11 +257,11 @@ class TorchLearner:
             raise ValueError(f"y: classification needs 0/1 targets, got {array[(array != 0) & (array != 1)][0]!r}")
         return torch.from_numpy(array).to(device=self.device, dtype=torch.float32)
 
-    def _set_target_scale(self, y: torch.Tensor) -> None:
+    def _set_target_scale(self, y: torch.Tensor, weights: np.ndarray | None = None) -> None:
         if self.task == "classification":
             self.classes_ = np.array([0, 1])
         if self._scales_target():
-            self.target_shift_, self.target_scale_ = target_statistics(y.double().cpu().numpy())
+            self.target_shift_, self.target_scale_ = target_statistics(y.double().cpu().numpy(), weights)
 
     def _scales_target(self) -> bool:
         return self.task == "regression" and self.scale_target
@@ -265,8 +287,11 @@ class TorchLearner:
         an (n, 1) column is squeezed, any other shape is a ValueError)."""
         return row_outputs(module(X), X.shape[0], what="module_factory")
 
-    def _train(self, module: nn.Module, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> list[float]:
-        """Adam on shuffled mini-batches; the mean loss of each epoch."""
+    def _train(self, module: nn.Module, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator,
+               weights: torch.Tensor | None = None) -> list[float]:
+        """Adam on shuffled mini-batches; the (weighted) mean loss of each epoch."""
+        if weights is not None:
+            return self._train_weighted(module, X, y, generator, weights)
         if self.task == "classification":
             bce = nn.BCEWithLogitsLoss()
             loss_fn = lambda out, target: bce(out, target)  # noqa: E731
@@ -289,6 +314,30 @@ class TorchLearner:
             curve.append(total / n)
         return curve
 
+    def _train_weighted(self, module: nn.Module, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator,
+                        weights: torch.Tensor) -> list[float]:
+        """:meth:`_train` with row weights: the losses of :mod:`solvers.losses` on batches
+        that carry their rows' weights (weighted means); the epoch's loss is the
+        weight-averaged batch loss."""
+        loss = bce_loss if self.task == "classification" else scaled_mse_loss(
+            self.target_scale_ if self.scale_target else 1.0)
+        optimizer = torch.optim.Adam(module.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        module.train()
+        n, curve, total_weight = X.shape[0], [], float(weights.double().sum())
+        for _ in range(self.epochs):
+            order = torch.randperm(n, generator=generator).to(self.device)
+            total = 0.0
+            for start in range(0, n, self.batch_size):
+                idx = order[start:start + self.batch_size]
+                optimizer.zero_grad(set_to_none=True)
+                batch_weights = weights[idx]
+                value = loss(self._forward(module, X[idx]), _Targets(y[idx], batch_weights))
+                value.backward()
+                optimizer.step()
+                total += float(value.detach()) * float(batch_weights.double().sum())
+            curve.append(total / total_weight)
+        return curve
+
     def _check_fitted(self) -> None:
         if getattr(self, "module_", None) is None:
             raise RuntimeError("TorchLearner: call fit(X, y) before predicting")
@@ -299,9 +348,13 @@ class TorchLearner:
 
 
 class _Targets:
-    """The ``batch.y`` a :mod:`solvers.losses` loss reads."""
+    """The ``batch.y`` (and optional ``batch.weights``) a :mod:`solvers.losses` loss reads."""
 
-    __slots__ = ("y",)
+    __slots__ = ("y", "weights")
 
-    def __init__(self, y: torch.Tensor) -> None:
+    def __init__(self, y: torch.Tensor, weights: torch.Tensor | None = None) -> None:
         self.y = y
+        self.weights = weights
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from fairopt._validation import require_unweighted
 from fairopt.constraints.gedi import GeDI
 from fairopt.constraints.rates import DemographicParity
 from fairopt.measures import fauci
@@ -208,7 +209,9 @@ class FaUCI(BasePenalty):
         self._params = {"metric": metric, "sensitive": sensitive, "weights": self.weights, "bins": bins}
 
     def setup(self, data: Any) -> None:
-        """Check the task (binary) and the kind of the sensitive feature."""
+        """Check the task (binary) and the kind of the sensitive feature; data with per-row
+        weights is a ValueError (the FaUCI metrics have no weighted version here yet)."""
+        require_unweighted(data, "FaUCI")
         task = getattr(data, "task", None)
         if task != "binary":
             raise ValueError(f"data.task: FaUCI metrics need a binary classifier (probabilities), got {task!r}")

@@ -142,10 +142,12 @@ def training_problem(options: TrainingOptions, data: FairData) -> tuple[nn.Modul
     """The module the engines train and its loss (the task's named loss).
 
     Regression: ``scaled_output(net, sd, mean)`` (predictions, hence constraints and bounds,
-    in the units of ``y``) with the loss ``MSE / sd^2`` (the standardised problem's loss).
+    in the units of ``y``) with the loss ``MSE / sd^2`` (the standardised problem's loss);
+    with row weights (``data.weights``) the weighted mean and sd, and the weighted MSE
+    (:mod:`solvers.losses`).
     """
     if options.task == "regression":
-        mean, sd = target_statistics(data.y)
+        mean, sd = target_statistics(data.y, getattr(data, "weights", None))
         return scaled_output(model_factory(options)(data.n_features), sd, mean), scaled_mse_loss(sd)
     return model_factory(options)(data.n_features), TASK_LOSSES[options.task]
 
@@ -172,7 +174,7 @@ def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
         return {}
     params = dict(options.engine_params or {})
     if options.method == "lagrangian" and params.get("dual_update", "ascent") == "ascent":
-        _, sd = target_statistics(data.y)
+        _, sd = target_statistics(data.y, getattr(data, "weights", None))
         return {"dual_lr": 1.0 / sd ** 2}
     return {}
 

@@ -44,7 +44,9 @@ class LagrangianDual(FirstOrderTrainer):
     See the module docstring for the iteration (SBR: Fioretto, Van Hentenryck, Mak, Tran,
     Baldo, Lombardi, "Lagrangian Duality for Constrained Deep Learning", 2021). The primal
     objective of a step is ``f_B + sum_i lambda_i v_i,B`` with ``v_i`` the hinge violation
-    of surrogate row ``i``; the multipliers are updated after the primal step.
+    of surrogate row ``i``; the multipliers are updated after the primal step. With
+    weighted rows (``data.weights``) the batch ``B`` keeps its rows' weights: ``f_B`` is the
+    weighted mean loss and ``v_i,B`` the violation of the weighted rows.
 
     Parameters
     ----------

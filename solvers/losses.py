@@ -2,6 +2,17 @@
 
 A loss is a callable ``loss(out, batch) -> scalar tensor``; the engines accept a name
 (``"bce"``, ``"mse"``, ``"poisson"``) or such a callable.
+
+Weighted rows: when the batch carries per-row weights ``w`` (``batch.weights``, see
+:class:`solvers.problem.Batch`), the built-in losses are the weighted means
+
+``L_w = sum_i w_i l_i / sum_i w_i``
+
+of the per-row losses ``l_i`` (0 for a batch whose weights are all 0); with integer weights
+this is the plain mean over the data with row ``i`` repeated ``w_i`` times. An unweighted
+batch (``weights`` absent or None) takes the plain mean, computed exactly as before. A
+loss of the user's own should do the same to be weight-aware; the engines add the pieces of
+row blocks as ``L_w * sum_i w_i`` (:func:`solvers.problem.weight_total`).
 """
 
 from __future__ import annotations
@@ -11,6 +22,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from solvers.problem import row_weights, weighted_mean
+
 __all__ = ["LossFn", "bce_loss", "mse_loss", "poisson_loss", "get_loss", "check_targets", "ScaledLoss",
            "scaled_mse_loss"]
 
@@ -18,26 +31,39 @@ LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
 
 def bce_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
-    """Binary cross-entropy on logits: ``mean(log(1 + e^out) - y * out)``."""
-    return F.binary_cross_entropy_with_logits(out, batch.y.to(out.dtype))
+    """Binary cross-entropy on logits: ``mean(log(1 + e^out) - y * out)``; with row weights
+    ``w`` the weighted mean ``sum_i w_i l_i / sum_i w_i`` (module doc)."""
+    weights = row_weights(batch, out)
+    if weights is None:
+        return F.binary_cross_entropy_with_logits(out, batch.y.to(out.dtype))
+    return weighted_mean(F.binary_cross_entropy_with_logits(out, batch.y.to(out.dtype), reduction="none"), weights)
 
 
 def mse_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
-    """Mean squared error ``mean((out - y)^2)``."""
-    return torch.mean((out - batch.y.to(out.dtype)) ** 2)
+    """Mean squared error ``mean((out - y)^2)``; with row weights ``w``
+    ``sum_i w_i (out_i - y_i)^2 / sum_i w_i``."""
+    weights = row_weights(batch, out)
+    if weights is None:
+        return torch.mean((out - batch.y.to(out.dtype)) ** 2)
+    return weighted_mean((out - batch.y.to(out.dtype)) ** 2, weights)
 
 
 def poisson_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
     """Poisson negative log-likelihood (up to a constant) on a log-rate ``out``.
 
     With exposure ``e`` (``batch.exposure``, or 1) as an offset, ``eta = out + log e`` and
-    ``loss = mean(exp(eta) - y * eta)``.
+    ``loss = mean(exp(eta) - y * eta)``; with row weights ``w`` the weighted mean
+    ``sum_i w_i (exp(eta_i) - y_i eta_i) / sum_i w_i`` (the weights multiply the exposure's
+    per-row likelihood, they do not replace it).
     """
     eta = out
     exposure = getattr(batch, "exposure", None)
     if exposure is not None:
         eta = out + torch.log(exposure.to(out.dtype))
-    return torch.mean(torch.exp(eta) - batch.y.to(out.dtype) * eta)
+    weights = row_weights(batch, out)
+    if weights is None:
+        return torch.mean(torch.exp(eta) - batch.y.to(out.dtype) * eta)
+    return weighted_mean(torch.exp(eta) - batch.y.to(out.dtype) * eta, weights)
 
 
 class ScaledLoss:

@@ -20,6 +20,16 @@ The learner is any object with ``fit(X, y)`` and ``predict(X)`` (or ``predict_pr
 classifier): scikit-learn estimators as they are, torch models through
 ``fairopt.learners.TorchLearner``. It is trained in place.
 
+Weighted rows: when ``data`` carries per-row weights ``w`` (``data.weights``, see
+:class:`solvers.problem.Batch`), every learner fit is weighted (``learner.fit(X, z,
+sample_weight=w)``: the weighted loss ``sum_i w_i l_i / sum_i w_i``), the constraints'
+target encodings and exact values are their weighted ones (the constraints read the
+weights), and the learner score that picks the returned iteration is the weighted accuracy
+or ``R^2``. The master's distance terms ``L(z, p)`` and ``L(z, y)`` stay UNWEIGHTED (plain
+Hamming distance or mean squared error over the rows): the projection only has to find
+feasible targets close to the predictions, and the weighted refit then fits them with the
+weighted loss.
+
 Constraint values are reported with :meth:`Constraint.exact` on the targets and on the
 predictions. For classification the hard labels ``l`` are passed as the outputs ``2 l - 1``
 (+-1), so a constraint that thresholds outputs at any value in ``(-1, 1)`` (0 for logits,
@@ -29,6 +39,7 @@ the default) reads the labels themselves.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import sys
 import time
@@ -39,7 +50,7 @@ import torch
 
 from solvers.history import COLUMN_C_PREDICTIONS, FitResult, History
 from solvers.outcome import BestIterate, warn_unmet
-from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations
+from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations, row_weights
 from solvers.projection import BACKENDS, ProjectionResult, project_targets
 from solvers.validation import as_float_array, check_choice, check_seed, check_verbose, positive_float, positive_int
 from solvers.problem import as_constraint_set
@@ -106,7 +117,8 @@ class MovingTargets:
       (on ``y`` at ``t = 0``); ``c_predictions`` / ``V_predictions``: the same on the
       learner's training predictions ``p_t``;
     * ``score``: training accuracy (classification) or ``R^2`` (regression) of ``p_t``
-      against ``y``; ``learner_seconds`` (fit and predict); ``seconds`` since the start.
+      against ``y`` (weighted for weighted data); ``learner_seconds`` (fit and predict);
+      ``seconds`` since the start.
     """
 
     def __init__(
@@ -159,7 +171,8 @@ class MovingTargets:
             Has ``fit(X, y)`` and ``predict(X)`` (a classifier may offer ``predict_proba``
             instead of ``predict``: labels are then ``P(y = 1) > 0.5``). ``X`` is passed as a
             float32 numpy array; classification targets as int64 0/1, regression targets
-            as float64.
+            as float64. With weighted ``data`` (``data.weights``) its ``fit`` must take
+            ``sample_weight`` (float64 (n,); module doc).
         data : Batch
             Training rows with ``X`` (n, p), ``y`` (n,) and whatever the constraints read
             (e.g. a :class:`fairopt.FairData`).
@@ -201,6 +214,7 @@ class MovingTargets:
         task = _resolve_task(task, data)
         classification = task == "classification"
         X, y = _training_arrays(data, classification)
+        weights = _training_weights(learner, data)
         cons = as_constraint_set(constraints)
         cons.setup(data)
         encodings = cons.target_encoding(data)
@@ -216,9 +230,9 @@ class MovingTargets:
 
             steps = tqdm(steps, desc="Moving Targets", unit="it", leave=False)
         start = time.perf_counter()
-        predictions, learner_seconds = _fit_predict(learner, X, y, classification)
+        predictions, learner_seconds = _fit_predict(learner, X, y, classification, weights)
         record = _iteration_record(0, None, None, y, predictions, learner_seconds, cons, data, classification,
-                                   start)
+                                   start, weights)
         history.append(record)
         tracker = BestIterate(cons.lower, cons.upper, self.feasibility_tol)
         tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record[COLUMN_C_PREDICTIONS], 0)
@@ -233,9 +247,9 @@ class MovingTargets:
                 seed=int(self.seed),
             )
             previous, targets = targets, master.z
-            predictions, learner_seconds = _fit_predict(learner, X, targets, classification)
+            predictions, learner_seconds = _fit_predict(learner, X, targets, classification, weights)
             record = _iteration_record(t, master, previous, y, predictions, learner_seconds, cons, data,
-                                       classification, start)
+                                       classification, start, weights)
             history.append(record)
             tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record[COLUMN_C_PREDICTIONS], t)
             if use_bar:
@@ -270,7 +284,7 @@ class MovingTargets:
 # --------------------------------------------------------------------------------------
 def _iteration_record(t: int, master: ProjectionResult | None, previous: np.ndarray | None, y: np.ndarray,
                       predictions: np.ndarray, learner_seconds: float, cons: ConstraintSet, data: Any,
-                      classification: bool, start: float) -> dict:
+                      classification: bool, start: float, weights: np.ndarray | None = None) -> dict:
     """The history record of iteration ``t`` (keys in the :class:`MovingTargets` docstring)."""
     targets = y if master is None else master.z
     c_targets, v_targets = _constraint_values(cons, data, targets, classification)
@@ -299,7 +313,7 @@ def _iteration_record(t: int, master: ProjectionResult | None, previous: np.ndar
         "V_targets": v_targets,
         COLUMN_C_PREDICTIONS: c_pred,
         "V_predictions": v_pred,
-        "score": _score(predictions, y, classification),
+        "score": _score(predictions, y, classification, weights),
         "learner_seconds": learner_seconds,
         "seconds": time.perf_counter() - start,
     }
@@ -349,6 +363,25 @@ def _training_arrays(data: Any, classification: bool) -> tuple[np.ndarray, np.nd
     return X, y
 
 
+def _training_weights(learner: Any, data: Any) -> np.ndarray | None:
+    """``data``'s row weights as float64 (n,), or None; a learner whose ``fit`` cannot take
+    ``sample_weight`` is a ValueError when there are weights (ignoring them would fit
+    another loss than the one the weighted constraints are stated for)."""
+    weights = row_weights(data)
+    if weights is None:
+        return None
+    try:
+        parameters = inspect.signature(learner.fit).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        parameters = {}
+    takes = "sample_weight" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                                 for p in parameters.values())
+    if not takes:
+        raise ValueError(f"learner: {type(learner).__name__}.fit does not take sample_weight, but data has row "
+                         "weights (data.weights); use a learner whose fit(X, y, sample_weight=...) weighs the loss")
+    return weights.detach().cpu().double().numpy()
+
+
 def _class_balance_encoding(n: int) -> LinearEncoding:
     """``1 <= sum z <= n - 1``: both classes stay present in the targets."""
     return LinearEncoding(name=CLASS_BALANCE, A_z=np.ones((1, n)), lb=[1.0], ub=[n - 1.0],
@@ -370,10 +403,16 @@ def _seed_learner(learner: Any, seed: int) -> None:
         logger.debug("learner %s: random_state set to %d", type(learner).__name__, seed)
 
 
-def _fit_predict(learner: Any, X: np.ndarray, targets: np.ndarray, classification: bool) -> tuple[np.ndarray, float]:
-    """Fit on ``targets`` and return the training predictions (labels for classification)."""
+def _fit_predict(learner: Any, X: np.ndarray, targets: np.ndarray, classification: bool,
+                 weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """Fit on ``targets`` (weighted by ``weights`` when given) and return the training
+    predictions (labels for classification)."""
     start = time.perf_counter()
-    learner.fit(X, targets.astype(np.int64) if classification else targets)
+    targets = targets.astype(np.int64) if classification else targets
+    if weights is None:
+        learner.fit(X, targets)
+    else:
+        learner.fit(X, targets, sample_weight=weights)
     predictions = _predict(learner, X, classification)
     return predictions, time.perf_counter() - start
 
@@ -405,8 +444,18 @@ def _constraint_values(cons: ConstraintSet, data: Any, values: np.ndarray,
     return c.tolist(), float(violation)
 
 
-def _score(predictions: np.ndarray, y: np.ndarray, classification: bool) -> float:
-    """Accuracy (classification) or ``R^2 = 1 - SSE / SST`` (regression) against ``y``."""
+def _score(predictions: np.ndarray, y: np.ndarray, classification: bool,
+           weights: np.ndarray | None = None) -> float:
+    """Accuracy (classification) or ``R^2 = 1 - SSE / SST`` (regression) against ``y``;
+    with ``weights`` the weighted accuracy ``sum_i w_i 1{p_i = y_i} / sum_i w_i`` and the
+    weighted ``R^2`` (weighted sums of squares about the weighted mean)."""
+    if weights is not None:
+        if classification:
+            return float(np.average(predictions == y, weights=weights))
+        mean = float(np.average(y, weights=weights))
+        sst = float(np.sum(weights * (y - mean) ** 2))
+        sse = float(np.sum(weights * (y - predictions) ** 2))
+        return 1.0 - sse / sst if sst > 0 else float("nan")
     if classification:
         return float(np.mean(predictions == y))
     sst = float(np.sum((y - y.mean()) ** 2))

@@ -298,6 +298,11 @@ class Penalty(FirstOrderTrainer):
     A term with weight 0 is left out of the objective (it is still evaluated, without
     gradient, for the history), so ``weight=0`` is plain training, step for step.
 
+    Weighted rows (``data.weights``, :class:`solvers.problem.Batch`): every mini-batch keeps
+    its rows' weights, so ``f`` is the weighted mean loss (:mod:`solvers.losses`) and a
+    constraint's rows are its weighted ones; a penalty callable of the user's own reads
+    ``batch.weights`` itself if it should weigh rows.
+
     Parameters
     ----------
     weight : float or sequence of float, default 1.0

@@ -36,12 +36,31 @@ __all__ = [
     "row_violations",
     "model_outputs",
     "row_outputs",
+    "row_weights",
+    "weight_total",
+    "weighted_mean",
 ]
 
 
 @runtime_checkable
 class Batch(Protocol):
-    """A set of rows: model inputs ``X`` (n, p) and targets ``y`` (n,)."""
+    """A set of rows: model inputs ``X`` (n, p) and targets ``y`` (n,).
+
+    Optional per-row weights
+    ------------------------
+    A batch may also carry ``weights``: a float tensor (n,) of weights ``w_i >= 0`` (survey
+    or importance weights), or ``None`` (the default when the attribute is absent) for an
+    unweighted batch. The engines never look at them directly: they read them through
+    :func:`row_weights`, and every mean over rows that a weighted batch affects becomes the
+    weighted mean ``sum_i w_i v_i / sum_i w_i`` (:func:`weighted_mean`): the built-in
+    losses of :mod:`solvers.losses`, and the group means of constraints that read them.
+    ``subset`` must keep each row's weight with the row (a mini-batch, a balanced batch, a
+    chunk). Integer weights are then equivalent to repeating each row ``w_i`` times.
+
+    ``weights`` is documented here rather than declared as a protocol member: a
+    ``runtime_checkable`` protocol would require the attribute of every batch in
+    ``isinstance`` checks, and an unweighted batch need not have it.
+    """
 
     X: torch.Tensor
     y: torch.Tensor
@@ -120,6 +139,45 @@ def row_outputs(out: Any, n: int, what: str = "model") -> torch.Tensor:
     return out
 
 
+def row_weights(batch: Any, like: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The optional per-row weights of ``batch`` (:class:`Batch`), or None when unweighted.
+
+    ``batch.weights`` (absent or None: unweighted) must be a tensor of shape ``(len(batch),)``;
+    it is returned in ``like``'s dtype and device when ``like`` is given.
+
+    Raises
+    ------
+    ValueError
+        ``batch.weights`` is not a tensor of one value per row.
+    """
+    weights = getattr(batch, "weights", None)
+    if weights is None:
+        return None
+    n = len(batch)
+    if not isinstance(weights, torch.Tensor) or weights.shape != (n,):
+        shape = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+        raise ValueError(f"batch.weights: expected a tensor of shape ({n},) (one weight per row) or None, got {shape}")
+    return weights if like is None else weights.to(dtype=like.dtype, device=like.device)
+
+
+def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``sum_i w_i v_i / sum_i w_i`` (0-dim, differentiable in ``values``).
+
+    A batch whose weights are all 0 carries no information: its weighted mean is 0 (with
+    zero gradient) instead of ``0/0``.
+    """
+    total = weights.sum()
+    return (weights * values).sum() / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def weight_total(batch: Any) -> float:
+    """The number of rows of ``batch``, or the sum of its weights when it has some: the
+    denominator of its (weighted) mean losses, so that ``mean * weight_total`` adds up over
+    disjoint row blocks."""
+    weights = row_weights(batch)
+    return float(len(batch)) if weights is None else float(weights.detach().double().sum())
+
+
 def model_outputs(model: Any, batch: Any) -> torch.Tensor:
     """``model(batch.X)`` as one output per row, shape ``(n,)`` (:func:`row_outputs`): the one
     forward pass every engine runs on a batch."""
@@ -151,13 +209,21 @@ def assign_parameters(params: Sequence[torch.Tensor], flat: torch.Tensor) -> Non
 
 def check_dataset(data: Any) -> int:
     """Require the :class:`Dataset` fields engines use (``X``, ``y``, ``subset``) and at least
-    one row; returns the number of rows."""
+    one row, and optional weights (:func:`row_weights`) that are finite, ``>= 0`` and not all
+    0; returns the number of rows."""
     for attr in ("X", "y", "subset"):
         if not hasattr(data, attr):
             raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}")
     n = len(data)
     if n == 0:
         raise ValueError("data: has no rows")
+    weights = row_weights(data)
+    if weights is not None:
+        w = weights.detach()
+        if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+            raise ValueError("data.weights: expected finite weights >= 0")
+        if not bool((w > 0).any()):
+            raise ValueError("data.weights: all weights are 0; at least one row must have a positive weight")
     return n
 
 

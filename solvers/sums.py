@@ -3,8 +3,11 @@ r"""Derivatives from additive per-group sums: over row chunks (one process) or s
 Every quantity of an SQP iteration under constraints whose rows are functions of per-group
 sums (:class:`solvers.distributed.DataParallelConstraint`: the rate constraints) is a sum
 over rows: ``n f`` and its gradient, the group sums ``S_g`` and counts ``N_g``, their
-Jacobian ``dS/dw`` and the exact sums. :func:`local_sums` computes these pieces on one
-block of rows from one forward pass; pieces of disjoint blocks add up
+Jacobian ``dS/dw`` and the exact sums. With per-row weights ``w_i`` (``batch.weights``) the
+``n`` of ``n f`` is the weight total ``sum_i w_i`` of the block (``f`` is then the weighted
+mean loss, :mod:`solvers.losses`) and the group sums and counts are the weighted ones of
+the constraints' ``partial_sums``: still additive over blocks. :func:`local_sums` computes
+these pieces on one block of rows from one forward pass; pieces of disjoint blocks add up
 (:func:`add_sums`); :func:`derivatives_from_sums` turns the totals into
 :class:`solvers.derivatives.Derivatives` (``f = L/N``, ``g = grad L / N``,
 ``c = C(S, N_g)``, ``J = (dC/dS) dS/dw``).
@@ -26,7 +29,7 @@ from torch import nn
 
 from solvers.derivatives import Derivatives, LocalDerivatives, pullback, rows_jacobian
 from solvers.losses import LossFn
-from solvers.problem import model_outputs
+from solvers.problem import model_outputs, row_weights, weight_total
 
 __all__ = ["FIELDS", "ChunkedDerivatives", "add_sums", "derivatives_from_sums", "exact_in_chunks", "local_sums",
            "rows_from_sums", "supports_sums"]
@@ -36,16 +39,18 @@ FIELDS = ("loss_sum", "n", "grad_sum", "sums", "counts", "dsums", "sums_exact")
 
 def local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_fn: LossFn,
                members: Sequence[Any], pull) -> tuple[dict[str, torch.Tensor], list[int]]:
-    """The additive pieces of one block of rows (a chunk or a rank's shard), all float64: ``loss_sum = n f`` (scalar), ``n``, its
+    """The additive pieces of one block of rows (a chunk or a rank's shard), all float64:
+    ``loss_sum = n f`` (scalar), ``n`` (the weight total for a weighted block), its
     gradient (p,), group ``sums``/``counts`` (G,), ``dsums = dS/dw`` (G, p) and exact sums;
     and the number of sums of each member (data-independent, so equal on every block).
     ``pull(out, params, cot)`` pulls the rows ``cot`` back through the model graph
     (:func:`solvers.derivatives.pullback`)."""
     n = len(batch)
+    total = n if row_weights(batch) is None else weight_total(batch)  # the mean's denominator
     leaf = out.detach().requires_grad_(True)
     leaf64 = out.detach().to(torch.float64).requires_grad_(True)
     with torch.enable_grad():
-        loss_sum = loss_fn(leaf, batch) * n
+        loss_sum = loss_fn(leaf, batch) * total
         parts = [member.partial_sums(leaf64, batch) for member in members]
     (dloss,) = torch.autograd.grad(loss_sum, leaf)
     if parts:
@@ -63,7 +68,7 @@ def local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_f
     sizes = [int(s.numel()) for s, _ in parts]
     return {
         "loss_sum": loss_sum.detach().to(f64).reshape(1),
-        "n": torch.tensor([float(n)], dtype=f64),
+        "n": torch.tensor([float(total)], dtype=f64),
         "grad_sum": rows[0].to(f64),
         "sums": sums.detach().to(f64),
         "counts": counts.to(f64),
@@ -176,19 +181,20 @@ def exact_in_chunks(model: nn.Module, loss_fn: LossFn, cons: Any, data: Any, chu
     if not all(supports_sums(m) for m in members):
         return None
     n = len(data)
+    weighted = row_weights(data) is not None
     loss_sum, sums, counts, sizes = 0.0, None, None, []
     with torch.no_grad():
         for start in range(0, n, chunk_rows):
             chunk = data.subset(torch.arange(start, min(start + chunk_rows, n)))
             out = model_outputs(model, chunk)
-            loss_sum += float(loss_fn(out, chunk)) * len(chunk)
+            loss_sum += float(loss_fn(out, chunk)) * (weight_total(chunk) if weighted else len(chunk))
             if members:
                 parts = [m.partial_sums(out.to(torch.float64), chunk, exact=True) for m in members]
                 s = torch.cat([p[0].reshape(-1) for p in parts]).to(torch.float64)
                 k = torch.cat([p[1].reshape(-1) for p in parts]).to(torch.float64)
                 sums, counts = (s, k) if sums is None else (sums + s, counts + k)
                 sizes = [int(p[0].numel()) for p in parts]
-    denominator = float(n)
+    denominator = weight_total(data) if weighted else float(n)  # rows, or the weight total
     if reduce is not None:
         empty = torch.zeros(0, dtype=torch.float64)
         local = torch.cat([torch.tensor([loss_sum, denominator], dtype=torch.float64),

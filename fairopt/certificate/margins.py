@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fairopt._validation import check_interval, positive_float
+from fairopt._validation import check_interval, positive_float, require_unweighted
 from fairopt.certificate.intervals import (bootstrap_rows, compared_pairs, finite_sides, normal_quantile, outputs_on,
                                            prepared_copy, rate_sides)
 from fairopt.constraints.rates import GroupRateConstraint
@@ -89,7 +89,15 @@ def auto_margin(
     -------
     torch.Tensor, float64 (m,)
         One margin ``>= 0`` per row of the constraint (set up on ``data`` if it was not).
+
+    Raises
+    ------
+    ValueError
+        ``data`` has per-row weights (``data.weights``): the standard errors above count
+        rows (binomial side sizes, unweighted resamples); weighted ones are not implemented.
     """
+    require_unweighted(data, "auto_margin (margin='auto')",
+                       "give a numeric margin, or fit without sample_weight (FairData weights)")
     confidence = check_interval(confidence, "confidence", 0.0, 1.0)
     fraction = check_interval(held_out_fraction, "held_out_fraction", 0.0, 1.0)
     inflation = positive_float(inflation, "inflation")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fairopt._validation import check_interval
+from fairopt._validation import check_interval, require_unweighted
 from fairopt.certificate.intervals import (bootstrap_rows, clear_constraint_cache, clopper_pearson, compared_pairs,
                                            normal_quantile, outputs_on, prepared_copy, rate_sides, ratio_bound,
                                            ratio_upper, row_table, safe_div, safe_ratio, within_bounds, worst_case_rows)
@@ -139,8 +139,12 @@ def certify(
     TypeError
         A constraint type without a certificate.
     ValueError
-        Bad ``confidence``/``n_bootstrap``, outputs of the wrong length.
+        Bad ``confidence``/``n_bootstrap``, outputs of the wrong length, or ``data`` with
+        per-row weights (``data.weights``): the intervals count rows (binomial sides,
+        unweighted resamples), so a weighted measure has no certificate here yet.
     """
+    require_unweighted(data, "certify (held-out certificates)",
+                       "certify unweighted rows, or fit without validation_fraction")
     confidence = check_interval(confidence, "confidence", 0.0, 1.0)
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 10:
         raise ValueError(f"n_bootstrap: expected an integer >= 10, got {n_bootstrap!r}")

@@ -11,6 +11,12 @@ for one-vs-rest),
 
 ``FPR_g = sum_{i in g, y_i = 0} phi(t_i) / #{i in g : y_i = 0}``.
 
+With per-row weights ``w_i`` (``batch.weights``, the weighted rows of
+:mod:`fairopt.constraints.rates`) both are weighted means over the same rows,
+``TPR_g = sum_{i in g, y_i = 1} w_i phi(t_i) / sum_{i in g, y_i = 1} w_i`` (and likewise
+``FPR_g`` over ``y_i = 0``), in the smooth and exact rows, the additive sums and the
+target encoding.
+
 Every comparison (focus ``f``, reference ``r``; the groups, categorical one-vs-rest or
 pairwise comparisons, intersections and marginal attributes are those of
 :mod:`fairopt.constraints.rates`) of a rate ``R`` gives, in the

@@ -11,6 +11,7 @@ import torch
 from fairopt._validation import nonnegative_float
 from fairopt.constraints.rows import FLOAT64, LinearRowsConstraint, Partition
 from fairopt.surrogates import Linear
+from solvers.problem import row_weights
 
 __all__ = ["Covariance"]
 
@@ -30,6 +31,15 @@ class Covariance(LinearRowsConstraint):
       (``K = 2``: the indicator of level 1 only, the other row being its negative);
     - several attributes: the indicators of their intersection cells, or with
       ``groups="marginal"`` each attribute's rows in turn (continuous ones allowed).
+
+    Weighted rows: the covariance is a mean over rows, so with per-row weights ``w_i``
+    (``batch.weights``) it is the weighted covariance
+
+    ``c = sum_i w_i (s_i - s_bar_w) out_i / sum_i w_i``, ``s_bar_w = sum_i w_i s_i / sum_i w_i``
+
+    (again linear in ``out``, the threshold still cancels); with integer weights it equals
+    the covariance on the data with row ``i`` repeated ``w_i`` times. A batch whose weights
+    are all 0 gives 0.
 
     Parameters
     ----------
@@ -71,5 +81,12 @@ class Covariance(LinearRowsConstraint):
             for part in self._partitions
         ]
         values = torch.cat(blocks)
-        W = (values - values.mean(dim=1, keepdim=True)) / max(len(batch), 1)
-        return W, self._D
+        weights = row_weights(batch)
+        if weights is None:
+            W = (values - values.mean(dim=1, keepdim=True)) / max(len(batch), 1)
+            return W, self._D
+        w = weights.to(device=values.device, dtype=FLOAT64)
+        total = w.sum()
+        total = torch.where(total > 0, total, torch.ones_like(total))
+        centre = (values * w).sum(dim=1, keepdim=True) / total  # the weighted mean s_bar_w
+        return (values - centre) * (w / total), self._D

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fairopt.constraints.base import BaseConstraint
-from fairopt._validation import nonnegative_float, sensitive_names
+from fairopt._validation import nonnegative_float, require_unweighted, sensitive_names
 from fairopt._validation import check_choice, check_seed, positive_float, positive_int
 from fairopt.measures.dcov import JOINT_METHODS, METHODS, ccdcov, jdcov
 
@@ -139,7 +139,12 @@ class DistanceCovariance(BaseConstraint):
         }
 
     def setup(self, data: Any) -> None:
-        """Check that the sensitive names exist in ``data`` with a known kind."""
+        """Check that the sensitive names exist in ``data`` with a known kind.
+
+        Raises ``ValueError`` for data with per-row weights (``data.weights``): the
+        distance-covariance U-statistics have no weighted version here yet.
+        """
+        require_unweighted(data, "Distance covariance")
         self._columns(data)
 
     def _columns(self, batch: Any) -> tuple[list[torch.Tensor], list[bool]]:

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fairopt._validation import as_1d_tensor, check_flag, check_same_length, nonnegative_float, positive_float
+from fairopt._validation import (as_1d_tensor, check_flag, check_same_length, nonnegative_float, positive_float,
+                                 require_unweighted)
 from fairopt.constraints.base import BaseConstraint
 from fairopt.exceptions import FairnessWarning
 from fairopt.measures.gedi import KernelBasis, check_degree, check_kernel, standardization
@@ -153,9 +154,12 @@ class GeDI(BaseConstraint):
         """Check the attribute, fix the training standardisation and the absolute bound.
 
         Raises ``ValueError`` for an unknown or categorical attribute, a binary attribute
-        with ``degree > 1``, a constant attribute, an unsupported task, or a training
-        kernel that is rank deficient.
+        with ``degree > 1``, a constant attribute, an unsupported task, a training kernel
+        that is rank deficient, or data with per-row weights (``data.weights``: GeDI has no
+        weighted version yet; ignoring the weights would constrain another measure than the
+        one the weighted training optimises).
         """
+        require_unweighted(data, "GeDI")
         x = self._sensitive_values(data)
         kind = getattr(data, "sensitive_kinds", {}).get(self.sensitive, "continuous")
         if kind == "categorical":

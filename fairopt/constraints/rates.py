@@ -16,6 +16,19 @@ vector of hard labels ``z``. ``W`` and ``D`` depend only on the batch; they are 
 batch with ``one_hot`` (no Python loop over data rows, no boolean indexing) and cached, so the
 per-iteration cost is two matrix-vector products.
 
+Weighted rows: when the batch carries per-row weights ``w_i >= 0`` (``batch.weights``, e.g.
+:attr:`fairopt.FairData.weights`), every group mean is the weighted mean
+
+``P_g = sum_{i in g} w_i phi_i / sum_{i in g} w_i``,
+
+i.e. ``W[g, i] = w_i 1{i in g} / sum_{j in g} w_j``; with integer weights this is the rate
+on the data with row ``i`` repeated ``w_i`` times. The same weights enter :meth:`exact`
+(weighted hard rates), :meth:`target_encoding` (rows linear in ``z`` with the weighted
+``W``) and :meth:`partial_sums` (weighted sums ``sum_{i in g} w_i phi_i`` and weighted counts
+``sum_{i in g} w_i``, still additive over row shards). A group whose rows all have weight 0
+counts as empty (below). Without weights nothing changes (``w_i = 1``, computed exactly as
+before).
+
 Groups
 ------
 ``sensitive`` names one attribute or several (``batch.sensitive[name]``; binary 0/1 or
@@ -68,9 +81,9 @@ import torch
 
 from fairopt._validation import check_binary, check_interval, nonnegative_float
 from fairopt.constraints.covariance import Covariance  # the old import path fairopt.constraints.rates.Covariance
-from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out
+from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
 from fairopt.surrogates import Surrogate
-from solvers.problem import LinearEncoding
+from solvers.problem import LinearEncoding, row_weights
 
 __all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GroupRateConstraint", "GROUPINGS",
            "RowTemplate", "label_mask", "ratio_templates", "difference_templates"]
@@ -225,8 +238,11 @@ class GroupRateConstraint(LinearRowsConstraint):
     def _build_operator(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         groups = self._membership(batch)
         membership = torch.cat([groups if mask is None else groups * mask for mask in self._row_masks(batch)])
+        weights = row_weights(batch)
+        if weights is not None:  # weighted means (module doc)
+            membership = membership * weights.to(device=membership.device, dtype=FLOAT64)[None, :]
         counts = membership.sum(dim=1)
-        W = membership / counts.clamp(min=1.0)[:, None]
+        W = membership / positive_counts(counts)[:, None]
         return W, self._informed_rows(counts, FLOAT64)
 
     def _informed_rows(self, counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -241,7 +257,9 @@ class GroupRateConstraint(LinearRowsConstraint):
         ``sums = M @ phi(out - threshold)`` and ``counts = M @ 1`` with ``M`` (``G x n``) the
         unnormalised 0/1 membership of every side (group or complement, masked to the
         conditioning label of its block for the conditioned constraints, e.g. ``y = 1`` for
-        :class:`EqualImpact`); ``M`` is read off the cached operator ``W = M / n_g``.
+        :class:`EqualImpact`); ``M`` is read off the cached operator ``W = M / n_g``. With
+        row weights ``w`` (module doc) ``M[g, i] = w_i 1{i in g}``: the weighted sums
+        ``sum_{i in g} w_i phi_i`` and the weighted counts ``sum_{i in g} w_i``.
         Both are additive over disjoint row shards, so a sum over shards followed by
         :meth:`from_sums` reproduces ``self(out, data)`` on their union (data-parallel SQP,
         :mod:`solvers.distributed`). ``exact=True`` uses the hard step ``1{out > threshold}``.
@@ -256,12 +274,17 @@ class GroupRateConstraint(LinearRowsConstraint):
         out = check_out(out, batch)
         W, _ = self._operator(batch, out.dtype, out.device)
         membership = (W != 0).to(out.dtype)
+        weights = row_weights(batch, out)
+        if weights is not None:  # W[g, i] != 0 exactly where i is in g with w_i > 0
+            membership = membership * weights[None, :]
         with torch.set_grad_enabled(torch.is_grad_enabled() and not exact):
             sums = membership @ self._transform(out - self.threshold, exact)
         return sums, membership.sum(dim=1)
 
     def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """Rows ``D @ (sums / counts)`` from group sums and counts over the whole data.
+        """Rows ``D @ (sums / counts)`` from group sums and counts over the whole data
+        (weighted sums and counts for weighted rows: then ``sums / counts`` are the weighted
+        group means).
 
         Rows comparing a side with ``counts == 0`` are 0, exactly as in :meth:`__call__`
         (module doc, "Empty groups"). Differentiable in ``sums``; shape ``(m,)``.
@@ -271,7 +294,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         G = self._D.shape[1]
         if sums.shape != (G,) or counts.shape != (G,):
             raise ValueError(f"sums/counts: expected shape ({G},) each, got {tuple(sums.shape)}, {tuple(counts.shape)}")
-        means = sums / counts.clamp(min=1.0)
+        means = sums / positive_counts(counts)
         return self._informed_rows(counts, sums.dtype).to(sums.device) @ means
 
     def target_encoding(self, batch: Any) -> LinearEncoding:
@@ -279,8 +302,9 @@ class GroupRateConstraint(LinearRowsConstraint):
 
         Replacing ``phi(t_i)`` by ``z_i`` in the group means gives rows linear in ``z``; e.g.
         for disparate impact with binary ``S``:
-        ``delta * sum_{S=0} z / n_0 - sum_{S=1} z / n_1 <= 0`` and the symmetric row. On
-        ``z = 1{out > threshold}`` the rows equal :meth:`exact`.
+        ``delta * sum_{S=0} z / n_0 - sum_{S=1} z / n_1 <= 0`` and the symmetric row (with
+        row weights: ``delta * sum_{S=0} w z / sum_{S=0} w - sum_{S=1} w z / sum_{S=1} w <= 0``).
+        On ``z = 1{out > threshold}`` the rows equal :meth:`exact`.
         """
         W, D = self._operator(batch, FLOAT64, torch.device("cpu"))
         return LinearEncoding(

@@ -21,7 +21,7 @@ from fairopt.constraints.base import BaseConstraint
 from fairopt.exceptions import FairnessWarning
 from fairopt.surrogates import Surrogate, get_surrogate
 
-__all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out"]
+__all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out", "positive_counts"]
 
 # the rate constraints' logger: these rows are their machinery
 logger = logging.getLogger("fairopt.constraints.rates")
@@ -173,6 +173,14 @@ def check_out(out: Any, batch: Any) -> torch.Tensor:
     return out if out.is_floating_point() else out.to(torch.get_default_dtype())
 
 
+def positive_counts(counts: torch.Tensor) -> torch.Tensor:
+    """``counts`` with the zeros replaced by 1: the divisor of a group mean (an empty group's
+    sum is 0, so its "mean" is 0). Row counts are whole numbers, so this is
+    ``counts.clamp(min=1)``; weighted counts (sums of row weights) may lie in ``(0, 1)`` and
+    are kept as they are."""
+    return torch.where(counts > 0, counts, torch.ones_like(counts))
+
+
 def _inactive_rows(W: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
     """Rows of ``D @ W`` that no data row informs (all their groups empty or zeroed)."""
     side_active = (W != 0).any(dim=1).to(D.dtype)
@@ -240,9 +248,10 @@ class LinearRowsConstraint(BaseConstraint):
         inactive = _inactive_rows(W, D)
         if bool(inactive.any()):
             rows = [name for name, off in zip(self.row_names, inactive.tolist()) if off]
+            empty = "is empty" if getattr(data, "weights", None) is None else "is empty or has zero total weight"
             warnings.warn(
                 f"{self.name}: {len(rows)} row(s) are identically 0 on the training data because a group "
-                f"is empty; they constrain nothing: {rows}",
+                f"{empty}; they constrain nothing: {rows}",
                 FairnessWarning,
                 stacklevel=2,
             )

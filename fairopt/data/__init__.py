@@ -11,10 +11,12 @@ of rows (the data contract every engine, constraint and measure relies on):
   (binary float32 0/1, categorical int64 codes, continuous float32 raw values);
 * ``cells``: the intersection cell of the binary/categorical sensitive features, a
   compact mixed-radix code (:func:`intersection_cells`);
-* ``exposure`` (n,) float32 or ``None`` (Poisson offset ``log(exposure)``).
+* ``exposure`` (n,) float32 or ``None`` (Poisson offset ``log(exposure)``);
+* ``weights`` (n,) float64 or ``None``: per-row (survey, importance) weights ``w_i >= 0``;
+  the losses and the group rates become weighted means ``sum_i w_i v_i / sum_i w_i``.
 
-Sensitive features travel with the rows: :meth:`FairData.subset` indexes every tensor with
-the same index (a mini-batch is a subset), so constraints never need globals.
+Sensitive features and weights travel with the rows: :meth:`FairData.subset` indexes every
+tensor with the same index (a mini-batch is a subset), so constraints never need globals.
 
 Modules (one job each): ``frames`` (checks of user tables and the numeric-string rule),
 ``preprocessing`` (:class:`Preprocessor`), ``encoding`` (target, exposure, sensitive

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fairopt._validation import check_sample_weight
 from fairopt.data.encoding import (decode_cell_keys, encode_exposure, encode_sensitive, encode_target,
                                    intersection_cells)
 from fairopt.data.frames import (as_name_list, as_number, check_columns_exist, check_frame, coerce_numeric_columns,
@@ -18,7 +19,8 @@ from fairopt.data.frames import (as_name_list, as_number, check_columns_exist, c
 from fairopt.data.preprocessing import Preprocessor
 
 __all__ = ["SENSITIVE_KINDS", "TASKS", "build_fair_data", "check_frame_arguments", "coerce_inputs",
-           "encode_all_sensitive", "prepare_preprocessor", "require_numbers", "resolve_feature_columns"]
+           "encode_all_sensitive", "encode_weights", "prepare_preprocessor", "require_numbers",
+           "resolve_feature_columns"]
 
 logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
 
@@ -33,10 +35,11 @@ def resolve_feature_columns(
     exposure: str | None,
     features: Sequence[str] | None,
     include_sensitive: bool,
+    weights: str | None = None,
 ) -> list[str]:
-    """Input columns: ``features`` (default: all but target/exposure), with the sensitive
-    columns added (include_sensitive) or removed (not include_sensitive)."""
-    reserved = [target] + ([exposure] if exposure is not None else [])
+    """Input columns: ``features`` (default: all but target/exposure/weights), with the
+    sensitive columns added (include_sensitive) or removed (not include_sensitive)."""
+    reserved = [target] + [c for c in (exposure, weights) if c is not None]
     if features is None:
         columns = [c for c in df.columns if c not in reserved]
     else:
@@ -44,7 +47,8 @@ def resolve_feature_columns(
         check_columns_exist(df, columns, "features")
         clash = [c for c in columns if c in reserved]
         if clash:
-            raise ValueError(f"features: {short_list(clash)} is the target/exposure column and cannot be an input")
+            raise ValueError(f"features: {short_list(clash)} is the target/exposure/weights column and cannot be "
+                             "an input")
     if include_sensitive:
         columns = columns + [s for s in sensitive if s not in columns]
     else:
@@ -87,6 +91,31 @@ def check_frame_arguments(
     bad_kinds = {k: v for k, v in sensitive_kinds.items() if v not in SENSITIVE_KINDS}
     if bad_kinds:
         raise ValueError(f"sensitive_kinds: unknown kind(s) {bad_kinds!r}; expected one of {SENSITIVE_KINDS}")
+
+
+def encode_weights(df: pd.DataFrame, weights: Any, target: str, sensitive: list[str],
+                   exposure: str | None) -> tuple[np.ndarray | None, str | None]:
+    """The ``weights=`` of :meth:`FairData.from_frame` as a float64 array (or None) and the
+    name of its column (None for an array): a column of ``df`` that is not the target, a
+    sensitive column or the exposure, or an array with one weight per row; checked by
+    :func:`fairopt._validation.check_sample_weight` (finite, ``>= 0``, not all 0)."""
+    if weights is None:
+        return None, None
+    if isinstance(weights, str):
+        check_columns_exist(df, [weights], "weights")
+        if weights == target or weights in sensitive or weights == exposure:
+            raise ValueError(f"weights: column {weights!r} is also the target, a sensitive column or the exposure")
+        column = df[weights]
+        if pd.api.types.is_bool_dtype(column.dtype):
+            raise ValueError(f"weights: column {weights!r} must hold numbers, got dtype {column.dtype}")
+        if not pd.api.types.is_numeric_dtype(column.dtype):
+            try:  # numbers written as text
+                column = pd.to_numeric(column)
+            except (TypeError, ValueError):
+                raise ValueError(f"weights: column {weights!r} must hold numbers, got dtype {column.dtype}") from None
+        return check_sample_weight(column.to_numpy(dtype=np.float64, na_value=np.nan), len(df),
+                                   f"weights (column {weights!r})"), weights
+    return check_sample_weight(weights, len(df), "weights"), None
 
 
 def prepare_preprocessor(
@@ -188,6 +217,7 @@ def build_fair_data(
     include_sensitive: bool,
     preprocessor: Preprocessor | None,
     reference: Any,
+    weights: Any = None,
 ) -> Any:
     """Shared body of :meth:`FairData.from_frame` and :meth:`FairData.transform`."""
     check_frame(df, "df")
@@ -195,9 +225,11 @@ def build_fair_data(
     categorical_names = as_name_list(categorical, "categorical")
     kinds_declared = dict(sensitive_kinds or {})
     check_frame_arguments(df, target, sensitive_names, categorical_names, task, exposure, kinds_declared)
+    weight_values, weights_name = encode_weights(df, weights, target, sensitive_names, exposure)
     if preprocessor is not None and preprocessor.is_fitted and features is None:
         features = [c for c in preprocessor.columns_ if c not in sensitive_names or include_sensitive]
-    columns = resolve_feature_columns(df, target, sensitive_names, exposure, features, include_sensitive)
+    columns = resolve_feature_columns(df, target, sensitive_names, exposure, features, include_sensitive,
+                                      weights_name)
 
     require_finite_columns(df, [target], "target")
     require_finite_columns(df, sensitive_names, "sensitive")
@@ -225,5 +257,5 @@ def build_fair_data(
         exposure_tensor, feature_names,
         preprocessor=fitted, target_name=target, include_sensitive=include_sensitive,
         cell_levels=cell_levels, exposure_name=exposure, feature_columns=fitted.columns_,
-        frame=df, cell_keys=cell_keys,
+        frame=df, cell_keys=cell_keys, weights=weight_values, weights_name=weights_name,
     )

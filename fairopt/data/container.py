@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fairopt._validation import check_same_length, to_numpy
+from fairopt._validation import check_same_length, check_sample_weight, to_numpy
 from fairopt.data.frames import as_name_list
 from fairopt.data.assembly import SENSITIVE_KINDS, TASKS, build_fair_data
 from fairopt.data.preprocessing import Preprocessor
@@ -46,11 +46,24 @@ class FairData:
     cells : torch.Tensor, int64 (n,); n_cells : int; cell_levels : list of tuples, the
         level labels of each cell (one per binary/categorical feature, in order)
     exposure : torch.Tensor, float32 (n,) or None; exposure_name : its column
+    weights : torch.Tensor, float64 (n,) or None
+        Per-row weights ``w_i >= 0`` (survey or importance weights), or None for unweighted
+        rows. Every mean over rows that training and the constraints take becomes the
+        weighted mean ``sum_i w_i v_i / sum_i w_i``: the losses (:mod:`solvers.losses`)
+        and the group rates ``P_g = sum_{i in g} w_i phi_i / sum_{i in g} w_i``
+        (:mod:`fairopt.constraints.rates`). Integer weights are equivalent to repeating
+        row ``i`` ``w_i`` times. Weights that are all equal are the unweighted problem
+        (every such mean is unchanged) and are stored as None, so that they give the
+        unweighted results bit for bit. ``weights_name`` : the column they came from, or None
     feature_names : list of str (columns of X); feature_columns : raw columns feeding X
     preprocessor : the fitted :class:`Preprocessor` that produced X
     target_name : str; include_sensitive : bool
     frame : the raw rows (pandas DataFrame), indexed lazily
     """
+
+    # class defaults: objects pickled before row weights existed read as unweighted
+    weights: torch.Tensor | None = None
+    weights_name: str | None = None
 
     def __init__(
         self,
@@ -73,6 +86,8 @@ class FairData:
         feature_columns: Sequence[str] | None = None,
         frame: pd.DataFrame | None = None,
         cell_keys: np.ndarray | None = None,
+        weights: Any = None,
+        weights_name: str | None = None,
     ) -> None:
         self.X = X
         self.y = y
@@ -96,6 +111,8 @@ class FairData:
         self._frame_cache = frame
         self._cell_keys = cell_keys
         self._check_contract()
+        self.weights = _row_weights(weights, X.shape[0])
+        self.weights_name = weights_name if self.weights is not None else None
 
     def _check_contract(self) -> None:
         """Shapes and dtypes of the shared data contract."""
@@ -136,6 +153,7 @@ class FairData:
         sensitive_kinds: Mapping[str, str] | None = None,
         include_sensitive: bool = False,
         preprocessor: Preprocessor | None = None,
+        weights: Any = None,
     ) -> "FairData":
         """Build a :class:`FairData` from a DataFrame.
 
@@ -169,18 +187,24 @@ class FairData:
         preprocessor : Preprocessor, optional
             A fitted preprocessor encodes X as it is (e.g. test data with the training
             statistics); an unfitted one is fitted on ``df``. ``None``: a new one, fitted here.
+        weights : str or array (n,), optional
+            Per-row weights (:attr:`weights`): the name of a column of ``df`` (never an
+            input, like the exposure) or an array with one weight per row. Finite,
+            ``>= 0``, not all 0. The preprocessor's standardisation of the inputs stays
+            unweighted (it only fixes the scale of the inputs).
 
         Raises
         ------
         ValueError
             Unknown column names, NaN/inf values in used columns, a target that does not fit
             the task, non-positive exposure, an unknown task or kind, a sensitive feature with
-            fewer than 2 groups, an empty frame - each naming the argument and the value.
+            fewer than 2 groups, an empty frame, weights of the wrong length, negative, NaN
+            or all 0 - each naming the argument and the value.
         """
         return build_fair_data(
             cls, df, target=target, sensitive=sensitive, features=features, categorical=categorical,
             task=task, exposure=exposure, sensitive_kinds=sensitive_kinds,
-            include_sensitive=include_sensitive, preprocessor=preprocessor, reference=None,
+            include_sensitive=include_sensitive, preprocessor=preprocessor, reference=None, weights=weights,
         )
 
     @classmethod
@@ -198,6 +222,7 @@ class FairData:
         categorical: Sequence[str] | None = None,
         preprocessor: Preprocessor | None = None,
         target_name: str = "y",
+        sample_weight: Any = None,
     ) -> "FairData":
         """Build a :class:`FairData` from arrays (numpy, torch or pandas); wraps :meth:`from_frame`.
 
@@ -213,6 +238,8 @@ class FairData:
         feature_names : names of the columns of ``X`` (default ``x0 .. x{p-1}``).
         exposure : array (n,), optional
         target_name : name given to the target column (default ``"y"``).
+        sample_weight : array (n,), optional
+            Per-row weights (:attr:`weights`; ``weights=`` of :meth:`from_frame`).
         """
         X_np = to_numpy(X)
         if X_np.ndim != 2:
@@ -226,6 +253,8 @@ class FairData:
         columns.update({f"sensitive[{k}]": _flat_column(v, f"sensitive[{k}]") for k, v in sensitive.items()})
         if exposure is not None:
             columns["exposure"] = _flat_column(exposure, "exposure")
+        if sample_weight is not None and not np.isscalar(sample_weight):
+            columns["sample_weight"] = _flat_column(sample_weight, "sample_weight")
         check_same_length(**columns)
         exposure_name = "exposure" if exposure is not None else None
         all_names = names + [target_name] + [str(k) for k in sensitive] + ([exposure_name] if exposure_name else [])
@@ -240,21 +269,28 @@ class FairData:
             df, target=target_name, sensitive=[str(k) for k in sensitive], features=names,
             categorical=categorical, task=task, exposure=exposure_name, sensitive_kinds=sensitive_kinds,
             include_sensitive=include_sensitive, preprocessor=preprocessor,
+            weights=check_sample_weight(sample_weight, len(X_np)),
         )
 
-    def transform(self, df: pd.DataFrame) -> "FairData":
+    def transform(self, df: pd.DataFrame, weights: Any = None) -> "FairData":
         """Encode new rows (test or user data) exactly like this data.
 
         Same input columns and fitted :attr:`preprocessor` (training statistics), same
         sensitive codes and kinds, same cell ids (a combination absent here gets a new id
         after the existing ones, logged). A sensitive value outside the known levels is a
         ValueError. ``df`` must contain the target (and exposure) column.
+
+        ``weights`` (a column name or an array, as in :meth:`from_frame`) weighs the new
+        rows; None: this data's weights column (:attr:`weights_name`) when ``df`` has it,
+        else the new rows are unweighted.
         """
+        if weights is None and self.weights_name is not None and self.weights_name in df.columns:
+            weights = self.weights_name
         return build_fair_data(
             type(self), df, target=self.target_name, sensitive=self.sensitive_names,
             features=self.feature_columns, categorical=None, task=self.task, exposure=self.exposure_name,
             sensitive_kinds=self.sensitive_kinds, include_sensitive=self.include_sensitive,
-            preprocessor=self.preprocessor, reference=self,
+            preprocessor=self.preprocessor, reference=self, weights=weights,
         )
 
     def with_preprocessor(self, preprocessor: Preprocessor) -> "FairData":
@@ -319,6 +355,7 @@ class FairData:
             "sensitive": {k: v[index] for k, v in self.sensitive.items()},
             "cells": self.cells[index],
             "exposure": None if self.exposure is None else self.exposure[index],
+            "weights": None if self.weights is None else self.weights[index],
             "_rows": self._rows[row_index],
             "_frame_cache": None,
         }
@@ -331,6 +368,7 @@ class FairData:
             X=self.X.to(device), y=self.y.to(device), cells=self.cells.to(device),
             sensitive={k: v.to(device) for k, v in self.sensitive.items()},
             exposure=None if self.exposure is None else self.exposure.to(device),
+            weights=None if self.weights is None else self.weights.to(device),
         )
 
     def split(self, test_size: float = 0.2, seed: int = 0, stratify: bool = True) -> tuple["FairData", "FairData"]:
@@ -341,7 +379,8 @@ class FairData:
         alone (binary), then to no stratification (logged). See
         :func:`stratified_split_indices` for the apportionment. Both parts are then encoded
         by a fresh clone of :attr:`preprocessor` fitted on the training rows only, so no
-        test statistic leaks into X. Sensitive codes, kinds and cell ids are shared.
+        test statistic leaks into X. Sensitive codes, kinds and cell ids are shared; each
+        row keeps its weight (:attr:`weights`).
 
         Returns
         -------
@@ -380,8 +419,9 @@ class FairData:
 
     def __repr__(self) -> str:
         kinds = ", ".join(f"{k}: {v}" for k, v in self.sensitive_kinds.items())
+        weighted = "" if self.weights is None else f", weights={self.weights_name or 'array'!r}"
         return (f"FairData(n={len(self)}, p={self.n_features}, task={self.task!r}, target={self.target_name!r}, "
-                f"sensitive={{{kinds}}}, n_cells={self.n_cells}, exposure={self.exposure_name!r})")
+                f"sensitive={{{kinds}}}, n_cells={self.n_cells}, exposure={self.exposure_name!r}{weighted})")
 
 
 # --------------------------------------------------------------------------------------
@@ -395,6 +435,21 @@ def _flat_column(values: Any, argument: str) -> np.ndarray:
     if array.ndim != 1:
         raise ValueError(f"{argument}: expected a 1-D array, got shape {array.shape}")
     return array
+
+
+def _row_weights(weights: Any, n: int) -> torch.Tensor | None:
+    """The constructor's ``weights`` checked (:func:`fairopt._validation.check_sample_weight`:
+    one finite weight ``>= 0`` per row, not all 0) as a float64 tensor, or None for None and
+    for weights that are all equal (the unweighted problem, see :class:`FairData`)."""
+    if weights is None:
+        return None
+    values = check_sample_weight(weights, n, "weights")
+    if values.size == 0 or bool((values == values[0]).all()):
+        return None
+    tensor = torch.from_numpy(values)
+    if isinstance(weights, torch.Tensor):
+        tensor = tensor.to(weights.device)
+    return tensor
 
 
 def _as_index(idx: Any, n: int) -> Any:

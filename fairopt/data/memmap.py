@@ -1,7 +1,7 @@
 """Encoded rows on disk, memory-mapped: training on more rows than fit in memory.
 
 :func:`save_memmap` writes the tensors of an encoded :class:`~fairopt.data.FairData`
-(inputs, target, sensitive features, intersection cells, exposure) as ``.npy`` files with a
+(inputs, target, sensitive features, intersection cells, exposure, row weights) as ``.npy`` files with a
 ``meta.json`` beside them. :func:`load_memmap` maps them back into a ``FairData`` whose
 tensors are views of the files (``numpy.load(..., mmap_mode="c")``, copy-on-write): nothing
 is read until rows are indexed, and :meth:`FairData.subset` (a mini-batch, a balanced
@@ -60,6 +60,8 @@ def save_memmap(data: FairData, directory: str | os.PathLike) -> Path:
         np.save(path / f"sensitive_{i}.npy", data.sensitive[name].detach().cpu().numpy())
     if data.exposure is not None:
         np.save(path / "exposure.npy", data.exposure.detach().cpu().numpy())
+    if data.weights is not None:
+        np.save(path / "weights.npy", data.weights.detach().cpu().numpy())
     meta = {
         "format": MEMMAP_FORMAT, "n": len(data), "task": data.task, "sensitive_names": data.sensitive_names,
         "sensitive_kinds": data.sensitive_kinds,
@@ -68,6 +70,7 @@ def save_memmap(data: FairData, directory: str | os.PathLike) -> Path:
         "feature_columns": data.feature_columns, "target_name": data.target_name,
         "include_sensitive": data.include_sensitive, "exposure_name": data.exposure_name,
         "has_exposure": data.exposure is not None,
+        "has_weights": data.weights is not None, "weights_name": data.weights_name,
     }
     (path / "meta.json").write_text(json.dumps(meta, indent=1, default=_json_scalar))
     return path
@@ -107,4 +110,7 @@ def load_memmap(directory: str | os.PathLike) -> FairData:
         target_name=meta["target_name"], include_sensitive=meta["include_sensitive"],
         cell_levels=[tuple(c) for c in meta["cell_levels"]], exposure_name=meta["exposure_name"],
         feature_columns=meta["feature_columns"],
+        # directories written before row weights existed have no "has_weights": unweighted
+        weights=_mapped(path, "weights.npy", n) if meta.get("has_weights", False) else None,
+        weights_name=meta.get("weights_name"),
     )

@@ -343,7 +343,9 @@ class StochasticSQP:
             Training rows (``X``, ``y``, ``__len__``, ``subset``; ``strata`` for balanced
             constraint batches), e.g. a :class:`fairopt.FairData`.
         loss : {"bce", "mse", "poisson"} or callable(out, batch) -> scalar
-            Mean training loss.
+            Mean training loss (the weighted mean ``sum_i w_i l_i / sum_i w_i`` when
+            ``data`` has row weights ``data.weights``; every mini-batch, balanced batch and
+            chunk keeps its rows' weights, and the constraints read them too).
         constraints : Constraint or iterable of Constraint
             Hard constraints ``lower <= c(out) <= upper``; their rows are concatenated.
         strata : tensor, optional
