@@ -46,13 +46,14 @@ from torch import nn
 
 from fairopt.data import FairData
 from fairopt.evaluation import constant_predictions
+from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from fairopt.training import float64_outputs
 from solvers.history import (COLUMN_ACTIVE, COLUMN_C, COLUMN_C_PREDICTIONS, COLUMN_PENALTY, COLUMN_QP_STATUS,
                              COLUMN_VIOL, QP_FINAL, QP_RELAXED, FitResult, History)
 from solvers.problem import row_violations
 
 __all__ = ["POOR_FIT_ACCURACY_MARGIN", "POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
-           "constraint_messages", "inactive_message",
+           "constraint_messages", "fit_warnings", "inactive_message",
            "iteration_records", "not_binding", "not_binding_reason", "poor_fit", "poor_fit_message",
            "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
            "unmet_message"]
@@ -303,3 +304,22 @@ def constant_fit_message(task: str, out: np.ndarray) -> str | None:
     return (f"degenerate model: {reason} on the training data. Its fairness measures are trivially perfect "
             "because it ignores its inputs. Bounds that only a constant model meets, too few epochs or too "
             "large a learning rate cause this: loosen the bounds or change the training settings (see history_).")
+
+
+def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraints: list,
+                 violations: Mapping[str, float], *, method: str, violation_tol: float, relaxed: int,
+                 reference: Mapping[str, float] | None = None) -> list[tuple[type, str]]:
+    """Every warning of a finished fit, as ``(category, message)`` in the order a user should
+    read them: a fit worse than a constant predictor (:func:`poor_fit`,
+    :class:`~fairopt.FairnessWarning`), a degenerate fit (:func:`constant_fit`,
+    :class:`~fairopt.exceptions.DegenerateModelWarning`), then the constraint messages
+    (:func:`constraint_messages`)."""
+    found: list[tuple[type, str]] = []
+    for category, message in ((FairnessWarning, poor_fit(model, data)),
+                              (DegenerateModelWarning, constant_fit(model, data))):
+        if message:
+            found.append((category, message))
+    found += [(FairnessWarning, message) for message in constraint_messages(
+        result, constraints, violations, method=method, violation_tol=violation_tol, relaxed=relaxed,
+        reference=reference)]
+    return found

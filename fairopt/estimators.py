@@ -13,15 +13,8 @@ continuous), builds the model, trains it with the chosen engine and runs the dia
 below. Sensitive features are needed only to train and to evaluate fairness; ``predict``
 takes ``X`` alone (put a sensitive column in ``X`` too if the model may use it).
 
-Methods (``method=``), each with the constraint rows of :mod:`fairopt.constraints`:
-
-- ``"sqp"``: hard constraints, :class:`solvers.StochasticSQP`;
-- ``"penalty"``: ``loss + weight * V(c)``, the total violation of the surrogate rows as a
-  fixed-weight penalty, :class:`solvers.penalty.Penalty` (``engine_params={"weight": w}``);
-- ``"lagrangian"``: learned multipliers, :class:`solvers.lagrangian.LagrangianDual`;
-- ``"moving_targets"``: projection of the targets onto the constraints and refits of a
-  :class:`fairopt.learners.TorchLearner`, :class:`solvers.moving_targets.MovingTargets`
-  (constraints with a linear target encoding only: the rate constraints and GeDI).
+Methods (``method=``): ``"sqp"`` (hard constraints), ``"penalty"``, ``"lagrangian"`` and
+``"moving_targets"``; the engine behind each is in :mod:`fairopt.training`.
 
 After every ``fit`` the estimator runs the diagnostics of :mod:`fairopt.diagnostics` (unmet
 bound, relaxed steps at the end, degenerate model, inactive constraint; their rules are in
@@ -48,13 +41,11 @@ from torch import nn
 
 from fairopt._validation import check_choice, check_flag, check_sample_weight, check_seed, positive_float
 from fairopt.data import FairData
-from fairopt.data.assembly import coerce_inputs
-from fairopt.inputs import has_text_columns, log_encoded_columns
-from fairopt.diagnostics import (constant_fit, constraint_messages, iteration_records, poor_fit,
-                                 pretraining_violations, relaxed_steps)
+from fairopt.inputs import (encoded_inputs, has_text_columns, held_out_rows, internal_names,
+                            log_encoded_columns)
+from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_violations, relaxed_steps
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
-from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from fairopt.held_out import (certificates, certified_sequence, check_held_out_parameters, constraint_margins,
                               generalisation_table, held_out_statements, require_all_groups, tightened,
                               validation_split)
@@ -273,7 +264,7 @@ class _FairEstimator(BaseEstimator):
         if constraints and not columns:
             raise ValueError("sensitive_features: required because constraints are given "
                              f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
-        data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=_internal_names(X.shape[1]),
+        data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=internal_names(X.shape[1]),
                                     sensitive_kinds=self.sensitive_kinds, sample_weight=weights)
         log_encoded_columns(data.preprocessor, getattr(self, "feature_names_in_", None))
         return data, constraints
@@ -316,20 +307,13 @@ class _FairEstimator(BaseEstimator):
 
     # ------------------------------------------------------------------ diagnostics
     def _diagnose(self, data: FairData, constraints: list, result: FitResult, relaxed: int) -> None:
-        """The FairnessWarnings of the module docstring (:mod:`fairopt.diagnostics`), after a
-        fit worse than a constant predictor is reported."""
-        message = poor_fit(self.model_, data)
-        if message:
-            warnings.warn(message, FairnessWarning, stacklevel=3)
-        message = constant_fit(self.model_, data)
-        if message:
-            warnings.warn(message, DegenerateModelWarning, stacklevel=3)
+        """The warnings of :func:`fairopt.diagnostics.fit_warnings` (rules in that module)."""
         if constraints and self.check_inactive:
             self.reference_violations_ = self._reference_violations(data, constraints)
-        for message in constraint_messages(result, constraints, self.train_violations_, method=self.method,
-                                           violation_tol=self.violation_tol, relaxed=relaxed,
-                                           reference=self.reference_violations_):
-            warnings.warn(message, FairnessWarning, stacklevel=3)
+        for category, message in fit_warnings(self.model_, data, result, constraints, self.train_violations_,
+                                              method=self.method, violation_tol=self.violation_tol, relaxed=relaxed,
+                                              reference=self.reference_violations_):
+            warnings.warn(message, category, stacklevel=3)
 
     def _reference_violations(self, data: FairData, constraints: list) -> dict[str, float]:
         """Exact training violations of an unconstrained model trained with the same settings."""
@@ -355,9 +339,7 @@ class _FairEstimator(BaseEstimator):
             raise ValueError(f"model_: non-finite parameters {bad[:3]} (training diverged, status "
                              f"{getattr(self, 'status_', '?')!r}); refit with a smaller lr or fewer epochs")
         X = validate_data(self, X, reset=False, dtype=self._input_dtype())
-        frame = pd.DataFrame(X, columns=_internal_names(X.shape[1]))
-        encoded, _ = self.preprocessor_.transform(coerce_inputs(frame, list(frame.columns), [], [], self.preprocessor_))
-        out = float64_outputs(self.model_, encoded)
+        out = float64_outputs(self.model_, encoded_inputs(X, self.preprocessor_))
         if not np.isfinite(out).all():
             raise ValueError(f"model_: non-finite outputs on {int((~np.isfinite(out)).sum())} row(s) of X")
         return out
@@ -372,22 +354,9 @@ class _FairEstimator(BaseEstimator):
         """Rows encoded like the training data (same preprocessing, kinds and levels)."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=self._input_dtype())
-        target = self._encode_target(np.asarray(y))
-        if target.shape[0] != X.shape[0]:
-            raise ValueError(f"y: {target.shape[0]} values for {X.shape[0]} rows of X")
-        columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names)
-        if sorted(columns) != sorted(self.sensitive_names_):
-            raise ValueError(f"sensitive_features: expected the training features {self.sensitive_names_}, "
-                             f"got {sorted(columns)}")
-        columns = {name: columns[name] for name in self.sensitive_names_}
-        data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=_internal_names(X.shape[1]),
-                                    sensitive_kinds=self.sensitive_kinds_, preprocessor=self.preprocessor_)
-        for name in self.sensitive_names_:
-            if list(data.sensitive_levels[name]) != list(self.sensitive_levels_[name]):
-                raise ValueError(f"sensitive_features: {name!r} has the groups {data.sensitive_levels[name]} on these "
-                                 f"rows but {self.sensitive_levels_[name]} in training; every training group "
-                                 "must be present")
-        return data
+        return held_out_rows(X, self._encode_target(np.asarray(y)), sensitive_columns(
+            sensitive_features, X.shape[0], self.sensitive_names), task=self._task, names=self.sensitive_names_,
+            kinds=self.sensitive_kinds_, levels=self.sensitive_levels_, preprocessor=self.preprocessor_)
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -631,6 +600,3 @@ class FairRegressor(RegressorMixin, _FairEstimator):
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
-def _internal_names(p: int) -> list[str]:
-    """Column names of ``X`` inside the FairData (user names live in ``feature_names_in_``)."""
-    return [f"x{j}" for j in range(p)]

@@ -15,7 +15,8 @@ from fairopt._validation import to_numpy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["has_text_columns", "log_encoded_columns", "sensitive_columns"]
+__all__ = ["encoded_inputs", "has_text_columns", "held_out_rows", "internal_names", "log_encoded_columns",
+           "sensitive_columns"]
 
 
 def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None) -> dict[str, np.ndarray]:
@@ -103,3 +104,41 @@ def log_encoded_columns(preprocessor: Any, user_names: Any) -> None:
         return str(names[int(internal[1:])]) if names is not None else internal
     logger.info("text columns one-hot encoded: %s", [f"{user(c)} ({len(preprocessor.levels_[c])} levels)"
                                                      for c in preprocessor.categorical_])
+
+
+def internal_names(p: int) -> list[str]:
+    """Column names of an estimator's ``X`` inside its FairData (``x0 .. x{p-1}``; the user's
+    names live in ``feature_names_in_``)."""
+    return [f"x{j}" for j in range(p)]
+
+
+def encoded_inputs(X: np.ndarray, preprocessor: Any) -> np.ndarray:
+    """The model inputs of validated rows ``X`` (floats, or objects with text columns), by the
+    fitted ``preprocessor``: numbers held as text converted as at fit
+    (:func:`fairopt.data.assembly.coerce_inputs`), then standardised / one-hot encoded."""
+    from fairopt.data.assembly import coerce_inputs
+
+    frame = pd.DataFrame(X, columns=internal_names(X.shape[1]))
+    encoded, _ = preprocessor.transform(coerce_inputs(frame, list(frame.columns), [], [], preprocessor))
+    return encoded
+
+
+def held_out_rows(X: np.ndarray, target: np.ndarray, columns: dict, *, task: str, names: list, kinds: dict,
+                  levels: dict, preprocessor: Any) -> Any:
+    """A :class:`~fairopt.data.FairData` of new rows encoded like the training data: the
+    training sensitive features ``names`` (all of them, with every training group present:
+    ``levels``), their ``kinds`` and the fitted ``preprocessor``; ValueError otherwise."""
+    from fairopt.data import FairData
+
+    if target.shape[0] != X.shape[0]:
+        raise ValueError(f"y: {target.shape[0]} values for {X.shape[0]} rows of X")
+    if sorted(columns) != sorted(names):
+        raise ValueError(f"sensitive_features: expected the training features {names}, got {sorted(columns)}")
+    columns = {name: columns[name] for name in names}
+    data = FairData.from_arrays(X, target, columns, task=task, feature_names=internal_names(X.shape[1]),
+                                sensitive_kinds=kinds, preprocessor=preprocessor)
+    for name in names:
+        if list(data.sensitive_levels[name]) != list(levels[name]):
+            raise ValueError(f"sensitive_features: {name!r} has the groups {data.sensitive_levels[name]} on these "
+                             f"rows but {levels[name]} in training; every training group must be present")
+    return data

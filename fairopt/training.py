@@ -7,6 +7,16 @@ the options and runs it; the module also holds the model factory (:func:`model_f
 the model and loss the gradient engines train (:func:`training_problem`), the
 estimator-level engine defaults (:data:`ENGINE_DEFAULTS`, :func:`engine_param_defaults`)
 and the rate surrogate of ``method="sqp"`` (:data:`SQP_RATE_SURROGATE`).
+
+Methods (``method=``), each with the constraint rows of :mod:`fairopt.constraints`:
+
+- ``"sqp"``: hard constraints, :class:`solvers.StochasticSQP`;
+- ``"penalty"``: ``loss + weight * V(c)``, the total violation of the surrogate rows as a
+  fixed-weight penalty, :class:`solvers.penalty.Penalty` (``engine_params={"weight": w}``);
+- ``"lagrangian"``: learned multipliers, :class:`solvers.lagrangian.LagrangianDual`;
+- ``"moving_targets"``: projection of the targets onto the constraints and refits of a
+  :class:`fairopt.learners.TorchLearner`, :class:`solvers.moving_targets.MovingTargets`
+  (constraints with a linear target encoding only: the rate constraints and GeDI).
 """
 
 from __future__ import annotations
