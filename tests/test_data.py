@@ -713,3 +713,22 @@ def test_memmap_errors_name_the_file(tmp_path):
         load_memmap(path)
     with pytest.raises(ValueError, match="expected a FairData"):
         save_memmap({"X": 1}, tmp_path / "e")
+
+
+def test_split_keeps_numbers_held_as_text_numeric():
+    """Regression (found through the CLI): split() re-fitted the preprocessor on the raw frame
+    without the numbers-as-text rule, so a column such as "52300" became one-hot encoded in
+    both parts (with unseen-level warnings)."""
+    rng = np.random.default_rng(0)
+    n = 200
+    df = pd.DataFrame({"income": [str(v) for v in rng.integers(20_000, 90_000, n)],
+                       "city": rng.choice(["Lyon", "Porto"], n), "sex": rng.choice(["f", "m"], n),
+                       "y": rng.integers(0, 2, n)})
+    data = FairData.from_frame(df, target="y", sensitive="sex")
+    assert data.preprocessor.numeric_ == ["income"]
+    train, test = data.split(test_size=0.25, seed=0)
+    for part in (train, test):
+        assert part.preprocessor.numeric_ == ["income"] and part.feature_names == ["income", "city=Lyon", "city=Porto"]
+    np.testing.assert_allclose(train.X[:, 0].mean().item(), 0.0, atol=1e-6)  # standardised on the train rows
+    again = data.with_preprocessor(train.preprocessor)
+    assert again.feature_names == train.feature_names and again.X.shape == data.X.shape

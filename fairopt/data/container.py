@@ -12,7 +12,7 @@ import torch
 
 from fairopt._validation import check_same_length, check_sample_weight, to_numpy
 from fairopt.data.frames import as_name_list
-from fairopt.data.assembly import SENSITIVE_KINDS, TASKS, build_fair_data
+from fairopt.data.assembly import SENSITIVE_KINDS, TASKS, build_fair_data, coerce_inputs
 from fairopt.data.preprocessing import Preprocessor
 from fairopt.data.splitting import check_test_size, stratified_split_indices
 
@@ -298,9 +298,15 @@ class FairData:
         if not isinstance(preprocessor, Preprocessor) or not preprocessor.is_fitted:
             raise ValueError(f"preprocessor: expected a fitted Preprocessor, got {preprocessor!r}")
         frame = self._require_frame("with_preprocessor")
-        X, names = preprocessor.transform(frame)
+        X, names = preprocessor.transform(self._inputs(frame, preprocessor))
         return self._replace(X=torch.from_numpy(X), feature_names=names, preprocessor=preprocessor,
                              feature_columns=list(preprocessor.columns_))
+
+    def _inputs(self, frame: pd.DataFrame, preprocessor: Preprocessor | None = None) -> pd.DataFrame:
+        """``frame`` with the input columns that hold numbers as text made numeric, as when
+        this data was built (the roles of the fitted ``preprocessor``, default :attr:`preprocessor`)."""
+        fitted = self.preprocessor if preprocessor is None else preprocessor
+        return coerce_inputs(frame, list(fitted.columns_), list(self.sensitive_names), [], fitted)
 
     # -- views -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -392,7 +398,7 @@ class FairData:
         if self.preprocessor is None or self._source is None:
             logger.info("split: no raw frame or preprocessor; X is subset without re-fitting")
             return self.subset(torch.from_numpy(train_idx)), self.subset(torch.from_numpy(test_idx))
-        frame = self.frame
+        frame = self._inputs(self.frame)
         preprocessor = self.preprocessor.clone()
         X_train, names = preprocessor.fit_transform(frame.iloc[train_idx])
         X_test, _ = preprocessor.transform(frame.iloc[test_idx])
