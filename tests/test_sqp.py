@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -201,3 +203,25 @@ def test_bad_fit_inputs_raise():
     bad = _FnConstraint("bad", lambda w: w[:1], [1.0], [0.0])
     with pytest.raises(ValueError, match="lower"):
         StochasticSQP(epochs=1).fit(_Identity(torch.zeros(4)), data, loss=_quadratic, constraints=[bad])
+
+
+def test_a_failed_relaxed_qp_takes_the_least_violation_step_and_warns():
+    """Regression: 32-row batches under DI plus a 3-group DP bound make degenerate relaxed
+    QPs; one that failed ('numerical') raised RuntimeError mid-training. Now the
+    least-violation step is taken, with one SQPWarning, and training goes on."""
+    import fairopt
+    from fairopt.constraints import DemographicParity, DisparateImpact
+
+    rng = np.random.default_rng(9)
+    n = 200
+    X, s, g = rng.normal(size=(n, 3)), rng.integers(0, 2, n), rng.integers(0, 3, n)
+    y = (X[:, 0] + s + 0.5 * g + rng.normal(size=n) > 1).astype(float)
+    data = fairopt.FairData.from_arrays(X, y, {"s": s, "g": g}, sensitive_kinds={"g": "categorical"})
+    model = fairopt.models.linear(data.n_features, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = StochasticSQP(epochs=5, batch_size=32, seed=9).fit(
+            model, data, constraints=[DisparateImpact("s", 0.8), DemographicParity("g", bound=0.05)])
+    assert any("least-violation step was taken" in str(w.message) for w in caught)
+    assert result.status in ("converged", "not_stationary", "infeasible")
+    assert all(np.isfinite(p.detach().numpy()).all() for p in model.parameters())

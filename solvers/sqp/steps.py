@@ -15,7 +15,7 @@ import torch
 from solvers.derivatives import Derivatives
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_NORMAL, QP_RELAXED
 from solvers.problem import row_violations, violation
-from solvers.qp import diagonal_qp, least_violation_bounds
+from solvers.qp import QPResult, diagonal_qp, least_violation_bounds
 
 __all__ = ["SQPWarning", "StepOptions", "TRUST_RATIO", "adaptive_step", "calibrate", "hessian_diag", "lipschitz",
            "normal_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region", "update_merit_and_ratio"]
@@ -174,14 +174,34 @@ def solve_qp(der: Derivatives, h: torch.Tensor, lower: torch.Tensor, upper: torc
     relax = least_violation_bounds(lo, hi, J64, h64)
     lo, hi = relax.lo, relax.hi
     res = diagonal_qp(g64, h64, J64, lo, hi)
-    if res.status != "optimal":
-        raise RuntimeError(f"SQP: relaxed QP subproblem failed with status {res.status!r} at iteration {state['iteration']}")
+    if res.status != "optimal":  # never an exception mid-training: the normal step meets the relaxed bounds
+        res = _least_violation_step(res, relax.v, J64, lo, hi, state)
     if not state["warned_relaxed"]:
         warnings.warn(
             "SQP: the linearised constraints were infeasible; a relaxed step was taken "
             "(least-violation bounds). See history column 'qp_status'.", SQPWarning, stacklevel=3)
         state["warned_relaxed"] = True
     return res, QP_RELAXED, (lo, hi)
+
+
+def _least_violation_step(failed: QPResult, v: torch.Tensor, J: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
+                          state: dict) -> QPResult:
+    """The least-violation normal step ``v`` (which meets the relaxed bounds by construction)
+    as the step, with zero multipliers, when the relaxed QP itself failed (degenerate rows of
+    a small batch); warns once per fit (:class:`SQPWarning`)."""
+    if not state.get("warned_relaxed_failed"):
+        warnings.warn(f"SQP: the relaxed QP subproblem failed ({failed.status!r}) at iteration {state['iteration']}; "
+                      "the least-violation step was taken instead (no objective decrease in that step). Usually "
+                      "a mini-batch too small for the constraint rows: try a larger batch_size.", SQPWarning,
+                      stacklevel=4)
+        state["warned_relaxed_failed"] = True
+    w = J @ v
+    excess = torch.clamp(torch.maximum(w - hi, lo - w), min=0.0)
+    m = int(J.shape[0])
+    return QPResult(d=v, multipliers=torch.zeros(m, dtype=torch.float64), active=torch.zeros(m, dtype=torch.int8),
+                    status="optimal", objective=float("nan"), kkt_residual=float("nan"),
+                    max_violation=float(excess.max()) if m else 0.0, degenerate=True, method="least_violation",
+                    iterations=0)
 
 
 def trust_region(d: torch.Tensor, g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
