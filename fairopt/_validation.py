@@ -73,6 +73,20 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def column_1d(values: Any, name: str, what: str = "array", allow_empty: bool = True) -> np.ndarray:
+    """``values`` as a 1-D numpy array (an ``(n, 1)`` column is flattened); ValueError naming
+    ``name`` when it is not 1-D (``what`` says what was expected, e.g. "array of labels") or,
+    unless ``allow_empty``, empty."""
+    array = to_numpy(values)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array.reshape(-1)
+    if array.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D {what}, got shape {array.shape}")
+    if not allow_empty and array.size == 0:
+        raise ValueError(f"{name}: is empty (0 rows)")
+    return array
+
+
 def check_same_length(**arrays: Any) -> int:
     """Require all arrays to have the same first dimension; returns it."""
     lengths = {k: len(v) for k, v in arrays.items()}
@@ -132,10 +146,7 @@ def check_sample_weight(sample_weight: Any, n: int, name: str = "sample_weight")
         if weights.dtype.kind not in "iuf":
             raise ValueError(f"{name}: expected numbers, got an array of dtype {weights.dtype}")
         weights = weights.astype(np.float64, copy=True)
-        if weights.ndim == 2 and weights.shape[1] == 1:
-            weights = weights.reshape(-1)
-        if weights.ndim != 1:
-            raise ValueError(f"{name}: expected a 1-D array (n,), got shape {weights.shape}")
+        weights = column_1d(weights, name, "array (n,)")
         if weights.shape[0] != n:
             raise ValueError(f"{name}: {weights.shape[0]} weights for {n} rows")
     if not np.isfinite(weights).all():

@@ -289,53 +289,39 @@ class TorchLearner:
 
     def _train(self, module: nn.Module, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator,
                weights: torch.Tensor | None = None) -> list[float]:
-        """Adam on shuffled mini-batches; the (weighted) mean loss of each epoch."""
+        """Adam on shuffled mini-batches; the (weighted) mean loss of each epoch.
+
+        Unweighted: the plain BCE / scaled MSE of a batch. With row ``weights``: the losses of
+        :mod:`solvers.losses` on batches that carry their rows' weights (weighted means), and
+        the epoch's loss is the weight-averaged batch loss."""
         if weights is not None:
-            return self._train_weighted(module, X, y, generator, weights)
-        if self.task == "classification":
-            bce = nn.BCEWithLogitsLoss()
-            loss_fn = lambda out, target: bce(out, target)  # noqa: E731
+            loss = bce_loss if self.task == "classification" else scaled_mse_loss(
+                self.target_scale_ if self.scale_target else 1.0)
+            batch_loss = lambda out, idx: loss(out, _Targets(y[idx], weights[idx]))  # noqa: E731
+            mass = lambda idx: float(weights[idx].double().sum())  # noqa: E731
         else:
-            scaled = scaled_mse_loss(self.target_scale_ if self.scale_target else 1.0)
-            loss_fn = lambda out, target: scaled(out, _Targets(target))  # noqa: E731
+            if self.task == "classification":
+                bce = nn.BCEWithLogitsLoss()
+                batch_loss = lambda out, idx: bce(out, y[idx])  # noqa: E731
+            else:
+                scaled = scaled_mse_loss(self.target_scale_ if self.scale_target else 1.0)
+                batch_loss = lambda out, idx: scaled(out, _Targets(y[idx]))  # noqa: E731
+            mass = lambda idx: idx.numel()  # noqa: E731
         optimizer = torch.optim.Adam(module.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         module.train()
         n, curve = X.shape[0], []
+        total_mass = float(weights.double().sum()) if weights is not None else n
         for _ in range(self.epochs):
             order = torch.randperm(n, generator=generator).to(self.device)
             total = 0.0
             for start in range(0, n, self.batch_size):
                 idx = order[start:start + self.batch_size]
                 optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(self._forward(module, X[idx]), y[idx])
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * idx.numel()
-            curve.append(total / n)
-        return curve
-
-    def _train_weighted(self, module: nn.Module, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator,
-                        weights: torch.Tensor) -> list[float]:
-        """:meth:`_train` with row weights: the losses of :mod:`solvers.losses` on batches
-        that carry their rows' weights (weighted means); the epoch's loss is the
-        weight-averaged batch loss."""
-        loss = bce_loss if self.task == "classification" else scaled_mse_loss(
-            self.target_scale_ if self.scale_target else 1.0)
-        optimizer = torch.optim.Adam(module.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        module.train()
-        n, curve, total_weight = X.shape[0], [], float(weights.double().sum())
-        for _ in range(self.epochs):
-            order = torch.randperm(n, generator=generator).to(self.device)
-            total = 0.0
-            for start in range(0, n, self.batch_size):
-                idx = order[start:start + self.batch_size]
-                optimizer.zero_grad(set_to_none=True)
-                batch_weights = weights[idx]
-                value = loss(self._forward(module, X[idx]), _Targets(y[idx], batch_weights))
+                value = batch_loss(self._forward(module, X[idx]), idx)
                 value.backward()
                 optimizer.step()
-                total += float(value.detach()) * float(batch_weights.double().sum())
-            curve.append(total / total_weight)
+                total += float(value.detach()) * mass(idx)
+            curve.append(total / total_mass)
         return curve
 
     def _check_fitted(self) -> None:

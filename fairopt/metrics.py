@@ -49,7 +49,7 @@ import numpy as np
 import sklearn
 from sklearn.metrics import make_scorer as sklearn_make_scorer
 
-from fairopt._validation import to_numpy
+from fairopt._validation import column_1d
 from fairopt.exceptions import UndefinedMeasureWarning
 from fairopt.measures.group import (disparate_impact as group_disparate_impact, dp_difference, equal_impact,
                                     equalised_odds, warn_undefined_ratio)
@@ -73,14 +73,7 @@ __all__ = [
 # inputs
 # --------------------------------------------------------------------------------------
 def _labels_1d(x: Any, name: str) -> np.ndarray:
-    arr = to_numpy(x)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr.reshape(-1)
-    if arr.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D array of labels, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ValueError(f"{name}: is empty (0 rows)")
-    return arr
+    return column_1d(x, name, "array of labels", allow_empty=False)
 
 
 def _binary(y_true: Any, y_pred: Any, pos_label: Any) -> tuple[np.ndarray, np.ndarray]:

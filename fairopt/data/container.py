@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fairopt._validation import check_same_length, check_sample_weight, to_numpy
+from fairopt._validation import check_same_length, check_sample_weight, column_1d, to_numpy
 from fairopt.data.frames import as_name_list
 from fairopt.data.assembly import SENSITIVE_KINDS, TASKS, build_fair_data, coerce_inputs
 from fairopt.data.preprocessing import Preprocessor
@@ -249,12 +249,12 @@ class FairData:
             raise ValueError(f"feature_names: {len(names)} names for {X_np.shape[1]} columns of X")
         if not isinstance(sensitive, Mapping):
             raise ValueError(f"sensitive: expected a dict name -> array, got {type(sensitive).__name__}")
-        columns: dict[str, np.ndarray] = {"X": X_np, "y": _flat_column(y, "y")}
-        columns.update({f"sensitive[{k}]": _flat_column(v, f"sensitive[{k}]") for k, v in sensitive.items()})
+        columns: dict[str, np.ndarray] = {"X": X_np, "y": column_1d(y, "y")}
+        columns.update({f"sensitive[{k}]": column_1d(v, f"sensitive[{k}]") for k, v in sensitive.items()})
         if exposure is not None:
-            columns["exposure"] = _flat_column(exposure, "exposure")
+            columns["exposure"] = column_1d(exposure, "exposure")
         if sample_weight is not None and not np.isscalar(sample_weight):
-            columns["sample_weight"] = _flat_column(sample_weight, "sample_weight")
+            columns["sample_weight"] = column_1d(sample_weight, "sample_weight")
         check_same_length(**columns)
         exposure_name = "exposure" if exposure is not None else None
         all_names = names + [target_name] + [str(k) for k in sensitive] + ([exposure_name] if exposure_name else [])
@@ -433,16 +433,6 @@ class FairData:
 # --------------------------------------------------------------------------------------
 # from_frame implementation
 # --------------------------------------------------------------------------------------
-def _flat_column(values: Any, argument: str) -> np.ndarray:
-    """A 1-D numpy column ((n, 1) flattened); ValueError otherwise."""
-    array = to_numpy(values)
-    if array.ndim == 2 and array.shape[1] == 1:
-        array = array.reshape(-1)
-    if array.ndim != 1:
-        raise ValueError(f"{argument}: expected a 1-D array, got shape {array.shape}")
-    return array
-
-
 def _row_weights(weights: Any, n: int) -> torch.Tensor | None:
     """The constructor's ``weights`` checked (:func:`fairopt._validation.check_sample_weight`:
     one finite weight ``>= 0`` per row, not all 0) as a float64 tensor, or None for None and

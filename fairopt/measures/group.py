@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fairopt._validation import as_1d_tensor, check_binary, check_same_length, to_numpy
+from fairopt._validation import as_1d_tensor, check_binary, check_same_length, column_1d, to_numpy
 from fairopt.exceptions import UndefinedMeasureWarning
 from fairopt.measures.performance import float_vector
 
@@ -73,13 +73,7 @@ def encode_groups(sensitive: Any, name: str = "sensitive") -> tuple[np.ndarray, 
         Naming ``name``: not 1-D, empty, missing values (NaN/None), infinite values or
         labels that cannot be sorted together.
     """
-    arr = to_numpy(sensitive)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr.reshape(-1)
-    if arr.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D array of group labels, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ValueError(f"{name}: is empty (0 rows)")
+    arr = column_1d(sensitive, name, "array of group labels", allow_empty=False)
     missing = np.asarray(pd.isna(arr), dtype=bool)
     if missing.any():
         row = int(np.flatnonzero(missing)[0])

@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 from sklearn.base import is_classifier, is_regressor
 
-from fairopt._validation import to_numpy
+from fairopt._validation import column_1d
 from fairopt.measures.group import python_scalar
 from fairopt.persistence import SavedModel
 from fairopt.report.groups import row_count
@@ -71,11 +71,7 @@ class Responses:
 
 
 def _target(y: Any, n: int) -> np.ndarray:
-    arr = to_numpy(y)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr.reshape(-1)
-    if arr.ndim != 1:
-        raise ValueError(f"y: expected a 1-D array, got shape {arr.shape}")
+    arr = column_1d(y, "y")
     if arr.shape[0] != n:
         raise ValueError(f"length mismatch: X has {n} rows, y has {arr.shape[0]}")
     if bool(np.asarray(pd.isna(arr), dtype=bool).any()):
