@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Callable
 
 __all__ = ["main", "COMMANDS", "USER_ERRORS", "register"]
@@ -320,16 +321,22 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
                    help="refuse columns the model does not use (default: ignore them, logged)")
 
 
-@register("predict", "predict the rows of a CSV/parquet file with a model from fairopt train --data",
-          _predict_arguments)
-def _predict(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+def _model_and_rows(args: argparse.Namespace) -> tuple:
+    """The table model of ``args.model`` and the rows of ``args.data`` (its text columns read
+    as text), with the path of the rows."""
     from fairopt import tabular
 
     table = tabular.load_table_model(args.model)
     path = Path(args.data)
-    frame = tabular.read_table(path, text_columns=table.text_columns)
+    return table, path, tabular.read_table(path, text_columns=table.text_columns)
+
+
+@register("predict", "predict the rows of a CSV/parquet file with a model from fairopt train --data",
+          _predict_arguments)
+def _predict(args: argparse.Namespace) -> int:
+    from fairopt import tabular
+
+    table, path, frame = _model_and_rows(args)
     predictions = tabular.predict_table(table, frame, source=path.name, strict=args.strict_columns,
                                         id_column=args.id_column)
     if args.out == "-":
@@ -362,13 +369,9 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
 @register("report", "per-group report (markdown) of a model from fairopt train --data on a CSV/parquet file",
           _report_arguments)
 def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from fairopt import tabular
 
-    table = tabular.load_table_model(args.model)
-    path = Path(args.data)
-    frame = tabular.read_table(path, text_columns=table.text_columns)
+    table, path, frame = _model_and_rows(args)
     text = tabular.report_table(table, frame, source=path.name, target=args.target, sensitive=args.sensitive or (),
                                 n_bootstrap=args.n_bootstrap, seed=args.seed)
     print(text, end="")
