@@ -72,7 +72,7 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--subsample", type=int, help="use a seeded subsample of this many rows")
     p.add_argument("--data-dir", help="directory with the benchmark data files")
     peers = p.add_argument_group("peers", "options of 'fairopt bench peers'")
-    peers.add_argument("--quick", action="store_true", help="peers: delta 0.8, seed 0, five methods")
+    peers.add_argument("--quick", action="store_true", help="peers: delta 0.8, seed 0, five methods; sqp-table2, fair-ridge: short variant")
     peers.add_argument("--datasets", nargs="+", help="peers: data sets")
     peers.add_argument("--methods", nargs="+", help="peers: methods")
     peers.add_argument("--deltas", nargs="+", type=float, help="peers: DI bounds")
@@ -106,7 +106,7 @@ def _bench(args: argparse.Namespace) -> int | None:
     if args.config == "peers":
         return _bench_peers(args)
     result = run_config(args.config, args.out or "fairopt_bench", epochs=args.epochs, seeds=args.seeds, data_dir=args.data_dir,
-                        subsample=args.subsample)
+                        subsample=args.subsample, quick=args.quick)
     print(result.summary)
     print("wrote " + ", ".join(str(f) for f in result.files))
 

@@ -11,7 +11,10 @@
 - plots: :func:`plot_requested_vs_realised`, :func:`plot_tradeoff`,
   :func:`plot_histories`, :func:`plot_calibration`;
 - :mod:`~fairopt.experiments.configs`: named/TOML experiment configurations behind the
-  ``fairopt bench`` and ``fairopt train`` commands.
+  ``fairopt bench`` and ``fairopt train`` commands;
+- :mod:`~fairopt.experiments.paper_configs`: paper experiments runnable by name
+  (``fairopt bench sqp-table2``: :mod:`~fairopt.experiments.sqp_table2`;
+  ``fairopt bench fair-ridge``: :mod:`~fairopt.experiments.fair_ridge`).
 """
 
 from fairopt.experiments.calibration import (

@@ -42,7 +42,9 @@ A configuration is a dict (or a TOML file with the same tables)::
     split = "test"
     history_keys = ["f", "V", "P"]
 
-:data:`BUILTIN` holds the named configurations (``fairopt bench <name>``).
+:data:`BUILTIN` holds the named configurations (``fairopt bench <name>``), including the
+scripted paper experiments of :mod:`fairopt.experiments.paper_configs` (``sqp-table2``,
+``fair-ridge``: description only; :func:`run_config` runs them, ``quick=True`` for ``--quick``).
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -67,7 +68,9 @@ from fairopt.experiments.methods import (
     SQPMethod,
     model_factory,
 )
+from fairopt.experiments.paper_configs import PAPER_CONFIGS, run_paper_config
 from fairopt.experiments.plots import plot_histories, plot_requested_vs_realised, plot_tradeoff
+from fairopt.experiments.reporting import BenchResult, markdown_table
 from fairopt.specs import build_penalty, constraint_builder
 
 __all__ = [
@@ -137,6 +140,8 @@ BUILTIN: dict[str, dict] = {
         ],
         "plots": {"unfairness": "js_divergence", "performance": "rps", "history_keys": ["f", "P"]},
     },
+    # the scripted paper experiments (fairopt.experiments.paper_configs): description only
+    **{name: {"description": paper.description, "scripted": True} for name, paper in PAPER_CONFIGS.items()},
     "demo-adult": {
         "description": "Embedded UCI Adult, linear model: SQP with DI >= delta, the DI hinge penalty and the "
                        "SBR Lagrangian, few epochs (a quick look).",
@@ -187,6 +192,9 @@ def load_config(source: str | Path | Mapping) -> dict:
     Raises ``ValueError`` naming an unknown configuration, section or key, or a missing
     ``data.dataset`` / ``methods``.
     """
+    if isinstance(source, (str, Path)) and str(source) in PAPER_CONFIGS:
+        raise ValueError(f"config: {str(source)!r} is a scripted paper experiment, not a declarative configuration: "
+                         f"run it with run_config({str(source)!r}, out) or `fairopt bench {source}`")
     if isinstance(source, Mapping):
         config = copy.deepcopy(dict(source))
     elif isinstance(source, (str, Path)) and str(source) in BUILTIN:
@@ -323,16 +331,6 @@ def build_methods(config: Mapping, epochs: int | None = None) -> tuple[list[Meth
 
 
 # ----------------------------------------------------------------------------- reporting
-def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
-    """A GitHub markdown table of ``df`` (no optional dependency)."""
-    def cell(v: Any) -> str:
-        return format(v, floatfmt) if isinstance(v, (float, np.floating)) else str(v)
-
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 def _mean_table(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """Means over seeds and folds per (method, value), one column per (measure, split)."""
     keep = [c for c in columns if c in table.columns]
@@ -342,15 +340,6 @@ def _mean_table(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     time = table.groupby(keys, dropna=False, sort=False)["time"].mean().rename("time (s)")
     order = [c for m in keep for c in (f"train {m}", f"test {m}") if c in wide.columns]
     return wide[order].join(time).reset_index()
-
-
-@dataclass
-class BenchResult:
-    """What :func:`run_config` produced: the tidy table, the markdown summary, the files."""
-
-    table: pd.DataFrame
-    summary: str
-    files: list[Path] = field(default_factory=list)
 
 
 def _plot_settings(config: Mapping, task: str) -> dict:
@@ -371,6 +360,7 @@ def run_config(
     seeds: Sequence[int] | None = None,
     data_dir: str | None = None,
     subsample: int | None = None,
+    quick: bool = False,
 ) -> BenchResult:
     """Run a configuration and write ``results.csv``, ``summary.md`` and PNG figures to ``out``.
 
@@ -381,10 +371,17 @@ def run_config(
 
     Parameters
     ----------
-    config : built-in name, TOML path or dict (:func:`load_config`)
+    config : built-in name, TOML path or dict (:func:`load_config`); a paper experiment's name
+        (``sqp-table2``, ``fair-ridge``) runs :func:`~fairopt.experiments.paper_configs.run_paper_config`
     out : directory (created)
     epochs, seeds, data_dir, subsample : optional overrides of the configuration
+    quick : the short variant of a paper experiment (``--quick``); ValueError for the others
     """
+    if isinstance(config, (str, Path)) and str(config) in PAPER_CONFIGS:
+        return run_paper_config(str(config), out, quick=quick, epochs=epochs, seeds=seeds, data_dir=data_dir,
+                                subsample=subsample)
+    if quick:
+        raise ValueError(f"quick: only the paper experiments {sorted(PAPER_CONFIGS)} (and 'peers') have a quick variant")
     config = load_config(config)
     if subsample is not None:
         config["data"]["subsample"] = subsample
