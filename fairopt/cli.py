@@ -131,6 +131,8 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                      help="make the sensitive columns model inputs too")
     own.add_argument("--ignore", action="append", metavar="COL",
                      help="a column that is not a model input, e.g. an id (repeatable)")
+    own.add_argument("--weights", metavar="COL",
+                     help="a column of row weights (>= 0): weighted loss and weighted group rates; not a model input")
     own.add_argument("--task", choices=["auto", "binary", "regression"],
                      help="default auto: binary for two labels, regression for numbers")
     p.add_argument("--constraint", action="append", metavar="SPEC",
@@ -158,12 +160,12 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: Options of ``train --data`` that the built-in ``--dataset`` mode does not take, and back.
-_OWN_DATA_ONLY = ("target", "positive", "sensitive", "include_sensitive", "ignore", "task", "iterations")
+_OWN_DATA_ONLY = ("target", "positive", "sensitive", "include_sensitive", "ignore", "weights", "task", "iterations")
 _DATASET_ONLY = ("penalty", "data_dir")
 _NOT_OPTIONS = ("config", "command", "verbose", "quiet", "argv")
 #: Keys of ``train --data`` (flags or ``--config`` TOML keys).
 _TABLE_KEYS = frozenset({"data", "dataset", "data_dir", "subsample", "target", "positive", "sensitive",
-                         "include_sensitive", "ignore", "task", "constraint", "penalty", "method", "model", "hidden",
+                         "include_sensitive", "ignore", "weights", "task", "constraint", "penalty", "method", "model", "hidden",
                          "epochs", "iterations", "lr", "batch_size", "weight", "optimizer", "dual_lr", "dual_update",
                          "seed", "test_size"})
 
@@ -252,7 +254,7 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
             frame, target=_required(options, "target"), sensitive=_list(options.get("sensitive")),
             task=options.get("task", "auto"), positive=options.get("positive"),
             include_sensitive=bool(options.get("include_sensitive", False)), ignore=_list(options.get("ignore")),
-            source=path.name, **common)
+            weights=options.get("weights"), source=path.name, **common)
     else:  # a built-in data set through the same pipeline (Moving Targets)
         if "penalty" in options:
             raise ValueError("--penalty: only for --method penalty, not moving_targets")

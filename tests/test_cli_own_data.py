@@ -264,3 +264,28 @@ def test_parquet_round_trip(files, tmp_path):
                  str(tmp_path / "p.csv")]) == 0
     from_csv = fairopt.load(out / "model.fairopt").predict(pd.read_csv(files / "loans.csv"))
     assert pd.read_csv(tmp_path / "p.csv")["prediction"].tolist() == from_csv.tolist()
+
+
+def test_train_with_a_weights_column(files, tmp_path, capsys):
+    """--weights COL: the bound holds on the WEIGHTED group rates of the training rows, the
+    column is no model input, and a bad column is one error line with status 2."""
+    frame = loans()
+    rng = np.random.default_rng(3)
+    # women of Lyon count five times: the weighted rates differ from the plain ones
+    frame["w"] = np.where((frame["gender"] == "woman") & (frame["city"] == "Lyon"), 5.0, 1.0) \
+        * rng.uniform(0.5, 1.5, len(frame))
+    frame.to_csv(tmp_path / "weighted.csv", index=False)
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(tmp_path / "weighted.csv"), *COMMON, "--weights", "w", "--epochs", "80",
+                 "--test-size", "0", "--out", str(out), "--quiet"]) == 0
+    saved = fairopt.load(out / "model.fairopt")
+    assert "w" not in saved.preprocessor.columns_
+    approved = saved.predict(frame.drop(columns=["decision"])) == "approved"
+    w, woman = frame["w"].to_numpy(), (frame["gender"] == "woman").to_numpy()
+    rate = lambda group: float((w[group] * approved[group]).sum() / w[group].sum())  # noqa: E731
+    weighted_di = min(rate(woman) / rate(~woman), rate(~woman) / rate(woman))
+    assert weighted_di >= 0.8 - 1e-3, weighted_di
+    frame.assign(w=-frame["w"]).to_csv(tmp_path / "negative.csv", index=False)
+    assert main(["train", "--data", str(tmp_path / "negative.csv"), *COMMON, "--weights", "w",
+                 "--out", str(tmp_path / "bad"), "--quiet"]) == 2
+    assert "--weights" in _one_error_line(capsys, "train")

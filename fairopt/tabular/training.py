@@ -163,6 +163,7 @@ def train_table(
     positive: str | None = None,
     include_sensitive: bool = False,
     ignore: Sequence[str] = (),
+    weights: str | None = None,
     engine_params: dict | None = None,
     categorical: Sequence[str] | None = None,
     sensitive_kinds: dict | None = None,
@@ -173,7 +174,10 @@ def train_table(
     """Train a model on the rows of ``frame`` (module docstring); errors name the CLI flags.
 
     ``engine_params`` go to the engine (e.g. ``weight`` of the penalty engine);
-    ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame`.
+    ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame`;
+    ``weights`` names a column of row weights (``--weights``): the loss and the group rates
+    of the constraints are weighted means (:class:`fairopt.FairData` ``weights``), the column
+    is no model input, and the reports stay unweighted.
     """
     if method not in METHODS:
         raise ValueError(f"--method: expected one of {list(METHODS)}, got {method!r}")
@@ -206,7 +210,11 @@ def train_table(
     require_columns(frame, list(ignore), "--ignore", source)
     if target in sensitive:
         raise ValueError(f"--sensitive: {target!r} is the --target column")
-    reserved = {target, *ignore} | (set() if include_sensitive else set(sensitive))
+    if weights is not None:
+        require_columns(frame, [weights], "--weights", source)
+        if weights in (target, *sensitive):
+            raise ValueError(f"--weights: {weights!r} is the --target or a --sensitive column")
+    reserved = {target, *ignore} | (set() if include_sensitive else set(sensitive)) | ({weights} - {None})
     features = [c for c in frame.columns if c not in reserved]
     if not features:
         raise ValueError(f"--ignore: no input columns remain in {source} (target {target!r}, sensitive "
@@ -237,9 +245,10 @@ def train_table(
     try:
         data = FairData.from_frame(work, target=target, sensitive=sensitive, features=features, task=task,
                                    include_sensitive=include_sensitive, categorical=categorical,
-                                   sensitive_kinds=sensitive_kinds)
+                                   sensitive_kinds=sensitive_kinds, weights=weights)
     except ValueError as exc:
-        raise ValueError(f"{source}: {exc}") from None
+        text = str(exc)
+        raise ValueError(f"{source}: --{text}" if text.startswith("weights") else f"{source}: {text}") from None
     encoding = {"numeric": list(data.preprocessor.numeric_), "one_hot": {c: list(data.preprocessor.levels_[c])
                                                                          for c in data.preprocessor.categorical_},
                 "numeric_text": converted, "n_inputs": data.n_features}
