@@ -583,3 +583,29 @@ def test_minibatch_sqp_meets_a_dcov_bound_on_all_rows():
     assert result.info["feasible"] and any(r.get("phase") == "polish" for r in result.history.records)
     assert realised <= bound * (1 + 1e-3), (realised, bound)
     assert realised >= 0.5 * bound  # the bound binds: the fit keeps the allowed dependence
+
+
+def test_a_jdcov_bound_below_its_floor_warns_at_setup():
+    """A JdCov bound below the value of a constant prediction (the dependence among the
+    sensitive features themselves) is diagnosed before training, with the floor."""
+    import warnings
+
+    import fairopt
+    from fairopt.constraints import DistanceCovariance
+    from fairopt.exceptions import FairnessWarning
+
+    rng = np.random.default_rng(0)
+    n = 300
+    a = rng.normal(size=n)
+    b = a + 0.3 * rng.normal(size=n)  # strongly dependent sensitive features
+    X = rng.normal(size=(n, 2))
+    data = fairopt.FairData.from_arrays(X, (X[:, 0] > 0).astype(float), {"a": a, "b": b})
+    probe = DistanceCovariance(["a", "b"], bound=1.0, kind="jdcov")
+    floor = float(probe.exact(torch.zeros(n, dtype=torch.float64), data)[0])
+    assert floor > 0
+    with pytest.warns(FairnessWarning, match="below .* constant prediction"):
+        DistanceCovariance(["a", "b"], bound=floor / 10, kind="jdcov").setup(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FairnessWarning)
+        DistanceCovariance(["a", "b"], bound=2 * floor, kind="jdcov").setup(data)
+        DistanceCovariance(["a", "b"], bound=0.0, kind="dcov").setup(data)  # dCov's floor is 0

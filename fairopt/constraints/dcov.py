@@ -9,6 +9,7 @@ Used as a hard constraint by the engines or as the penalty of [DC eq 3.1].
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
@@ -17,6 +18,7 @@ import torch
 from fairopt.constraints.base import BaseConstraint
 from fairopt._validation import nonnegative_float, require_unweighted, sensitive_names
 from fairopt._validation import check_choice, check_seed, positive_float, positive_int
+from fairopt.exceptions import FairnessWarning
 from fairopt.measures.dcov import JOINT_METHODS, METHODS, ccdcov, jdcov
 
 __all__ = ["DistanceCovariance", "prediction_from_output"]
@@ -146,6 +148,22 @@ class DistanceCovariance(BaseConstraint):
         """
         require_unweighted(data, "Distance covariance")
         self._columns(data)
+        if self.kind == "jdcov":
+            self._check_floor(data)
+
+    def _check_floor(self, data: Any) -> None:
+        """Warn (:class:`~fairopt.exceptions.FairnessWarning`) when the bound is below the
+        JdCov of a constant prediction on ``data``: the terms among the sensitive features
+        alone, ``c JdCov~(S_1, ..., S_k)``, which no prediction removes (a U-statistic can
+        dip slightly below it, so this is a warning, not an error)."""
+        out = torch.zeros(len(data), dtype=torch.float64)
+        floor = float(self.exact(out, data).reshape(-1)[0])
+        if self.bound < floor - 1e-12:
+            warnings.warn(
+                f"{self.name}: bound {self.bound:g} is below {floor:.6g}, the JdCov of a constant prediction on "
+                "the training rows (the dependence among the sensitive features themselves, which no model "
+                "removes); the bound is most likely unattainable. Use a bound above that floor.",
+                FairnessWarning, stacklevel=3)
 
     def _columns(self, batch: Any) -> tuple[list[torch.Tensor], list[bool]]:
         """The sensitive columns and, per column, whether to one-hot encode it."""
