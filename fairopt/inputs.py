@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 
 from fairopt._validation import to_numpy
+from fairopt.data import FairData
+from fairopt.data.assembly import coerce_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +118,6 @@ def encoded_inputs(X: np.ndarray, preprocessor: Any) -> np.ndarray:
     """The model inputs of validated rows ``X`` (floats, or objects with text columns), by the
     fitted ``preprocessor``: numbers held as text converted as at fit
     (:func:`fairopt.data.assembly.coerce_inputs`), then standardised / one-hot encoded."""
-    from fairopt.data.assembly import coerce_inputs
-
     frame = pd.DataFrame(X, columns=internal_names(X.shape[1]))
     encoded, _ = preprocessor.transform(coerce_inputs(frame, list(frame.columns), [], [], preprocessor))
     return encoded
@@ -128,8 +128,6 @@ def held_out_rows(X: np.ndarray, target: np.ndarray, columns: dict, *, task: str
     """A :class:`~fairopt.data.FairData` of new rows encoded like the training data: the
     training sensitive features ``names`` (all of them, with every training group present:
     ``levels``), their ``kinds`` and the fitted ``preprocessor``; ValueError otherwise."""
-    from fairopt.data import FairData
-
     if target.shape[0] != X.shape[0]:
         raise ValueError(f"y: {target.shape[0]} values for {X.shape[0]} rows of X")
     if sorted(columns) != sorted(names):

@@ -175,8 +175,7 @@ class AllReduceDerivatives:
 def _all_reduce_sum(local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Sum every piece over the ranks with ONE ``all_reduce`` on their concatenation."""
     shapes = [local[k].shape for k in FIELDS]
-    flat = torch.cat([local[k].reshape(-1) for k in FIELDS])
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat = all_reduce_vector(torch.cat([local[k].reshape(-1) for k in FIELDS]))
     pieces = torch.split(flat, [s.numel() for s in shapes])
     return {k: piece.reshape(shape) for k, piece, shape in zip(FIELDS, pieces, shapes)}
 

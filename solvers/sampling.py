@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Iterator
 
 import torch
@@ -23,10 +24,7 @@ def minibatches(n: int, batch_size: int | None, generator: torch.Generator,
         if batch_size is None or batch_size >= n:
             yield None
             return
-        perm = torch.randperm(n, generator=generator)
-        for start in range(0, n, batch_size):
-            yield perm[start : start + batch_size]
-        return
+        steps = math.ceil(n / batch_size)  # one shuffled pass
     size = n if batch_size is None else min(int(batch_size), n)
     perm, start = torch.randperm(n, generator=generator), 0
     for _ in range(int(steps)):

@@ -199,16 +199,25 @@ CONSTRAINTS = [
 ]
 
 
-@pytest.mark.parametrize("make", CONSTRAINTS)
-def test_weighted_rows_equal_the_rows_on_repeated_data(pair, make):
-    """Smooth and exact rows, additive sums and the linear target encoding."""
-    weighted, repeated, rep = pair
+def _assert_rows_match(make, weighted, repeated, rep):
+    """Smooth and exact rows of a constraint on the weighted rows equal those on the rows
+    repeated by their integer weights; returns the weighted constraint and the outputs."""
     c_w, c_r = make(), make()
     c_w.setup(weighted)
     c_r.setup(repeated)
     out = _outputs(len(weighted))
     torch.testing.assert_close(c_w(out, weighted), c_r(out[rep], repeated), rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(c_w.exact(out, weighted), c_r.exact(out[rep], repeated), rtol=1e-12, atol=1e-14)
+    return c_w, out
+
+
+@pytest.mark.parametrize("make", CONSTRAINTS)
+def test_weighted_rows_equal_the_rows_on_repeated_data(pair, make):
+    """Smooth and exact rows, additive sums and the linear target encoding."""
+    weighted, repeated, rep = pair
+    c_w, out = _assert_rows_match(make, weighted, repeated, rep)
+    c_r = make()
+    c_r.setup(repeated)
     # weighted sums and weighted counts: the repeated data's sums and counts
     for exact in (False, True):
         sums_w, counts_w = c_w.partial_sums(out, weighted, exact=exact)
@@ -241,12 +250,7 @@ def test_weighted_rates_are_the_numpy_weighted_group_means(pair):
 def test_weighted_covariance_equals_the_covariance_on_repeated_data(pair):
     weighted, repeated, rep = pair
     for make in (lambda: Covariance("s", bound=0.1), lambda: Covariance("r", bound=0.1)):
-        c_w, c_r = make(), make()
-        c_w.setup(weighted)
-        c_r.setup(repeated)
-        out = _outputs(len(weighted))
-        torch.testing.assert_close(c_w(out, weighted), c_r(out[rep], repeated), rtol=1e-12, atol=1e-14)
-        torch.testing.assert_close(c_w.exact(out, weighted), c_r.exact(out[rep], repeated), rtol=1e-12, atol=1e-14)
+        _assert_rows_match(make, weighted, repeated, rep)
 
 
 def test_a_group_with_zero_total_weight_counts_as_empty():

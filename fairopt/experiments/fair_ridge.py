@@ -67,13 +67,24 @@ from fairopt.experiments.fair_ridge_data import (FULL, LABELS, LINEAR_LOADERS, L
                                                  PAPER_ROWS, QUICK, Settings, subsample_rows)
 from fairopt.experiments.fair_ridge_example import (RidgeDecorrelatedNCLM, example1_bias, example1_data,
                                                     example1_population, example1_profiles, quiet_fit)
+from fairopt.measures import mse
+from solvers.plotting import finish_axes
 
 __all__ = ["Settings", "FULL", "QUICK", "example1_data", "example1_profiles", "example1_bias", "RidgeDecorrelatedNCLM",
            "LINEAR_LOADERS", "LOGISTIC_LOADERS", "run_linear_fold", "run_logistic_fold", "cross_validate",
            "summarise_linear", "summarise_logistic", "run"]
 
 def rmse(y: np.ndarray, prediction: np.ndarray) -> float:
-    return float(np.sqrt(np.mean((y - prediction) ** 2)))
+    """Root mean squared error, ``sqrt`` of :func:`fairopt.measures.mse`."""
+    return math.sqrt(mse(y, prediction))
+
+
+def _timed_fit(row: dict, label: str, estimator: Any, X: np.ndarray, y: np.ndarray, S: np.ndarray) -> Any:
+    """``estimator`` fitted quietly on ``(X, S, y)``; its fit seconds go to ``row[label + "_time"]``."""
+    start = time.perf_counter()
+    model = quiet_fit(estimator, X, y, sensitive=S)
+    row[f"{label}_time"] = time.perf_counter() - start
+    return model
 
 
 def max_abs_cov(S: np.ndarray, values: np.ndarray) -> float:
@@ -107,9 +118,7 @@ def run_linear_fold(name: str, run: int, fold: int, r: float, train: tuple, test
         row[f"{label}_r2s_test"] = model.r2_sensitive(Xt, St)
         bound = max(bound, max_abs_cov(S, model.predict(X, sensitive=S)))
     row["zlm_bound"] = bound
-    start = time.perf_counter()
-    zlm = quiet_fit(ZLM(bound=bound, seed=seed), X, y, sensitive=S)
-    row["zlm_time"] = time.perf_counter() - start
+    zlm = _timed_fit(row, "zlm", ZLM(bound=bound, seed=seed), X, y, S)
     row["zlm_rmse"] = rmse(yt, zlm.predict(Xt))
     row["zlm_train_rmse"] = rmse(y, zlm.predict(X))
     scale = float(np.max(S.std(axis=0))) * float(np.std(y)) or 1.0
@@ -133,17 +142,13 @@ def run_logistic_fold(name: str, run: int, fold: int, r: float, train: tuple, te
 
     (X, S, y), (Xt, St, yt) = train, test
     row = {"dataset": name, "run": run, "fold": fold, "r": r}
-    start = time.perf_counter()
-    fg = quiet_fit(FGRRM(r=r), X, y, sensitive=S)
-    row["fgrrm_time"] = time.perf_counter() - start
+    fg = _timed_fit(row, "fgrrm", FGRRM(r=r), X, y, S)
     row["fgrrm_f1"] = _f1(yt, fg.predict(Xt, sensitive=St))
     row["fgrrm_train_f1"] = _f1(y, fg.predict(X, sensitive=S))
     row["fgrrm_deviance_ratio"] = fg.deviance_ratio_
     bound = max_abs_cov(S, fg.decision_function(X, sensitive=S))
     row["zlrm_bound"] = bound
-    start = time.perf_counter()
-    zl = quiet_fit(ZLRM(bound=bound, seed=seed), X, y, sensitive=S)
-    row["zlrm_time"] = time.perf_counter() - start
+    zl = _timed_fit(row, "zlrm", ZLRM(bound=bound, seed=seed), X, y, S)
     row["zlrm_f1"] = _f1(yt, zl.predict(Xt))
     row["zlrm_train_f1"] = _f1(y, zl.predict(X))
     return row
@@ -294,10 +299,8 @@ def plot_example1(profiles: pd.DataFrame, bias: pd.DataFrame, cv_range: tuple, p
     ax.set_title("ridge-decorrelated NCLM bias ([FR] Fig. 1)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    return path
+    finish_axes(fig.axes, path, None, created=True, dpi=110)
+    return Path(path)
 
 
 def plot_real_data(linear: pd.DataFrame, logistic: pd.DataFrame, path: str | Path) -> Path:
@@ -323,10 +326,8 @@ def plot_real_data(linear: pd.DataFrame, logistic: pd.DataFrame, path: str | Pat
         ax.set_ylabel("validation RMSE" if kind == "linear" else "validation F1")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    return path
+    finish_axes(fig.axes, path, None, created=True, dpi=110)
+    return Path(path)
 
 
 # ----------------------------------------------------------------------------- run + summary

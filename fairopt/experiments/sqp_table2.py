@@ -43,6 +43,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from solvers.plotting import finish_axes
+
 __all__ = ["Settings", "FULL", "QUICK", "PAPER_TABLES", "PAPER_ACTIVATION", "PAPER_MINUTES", "run",
            "run_one", "write_report", "table2", "fig7_table", "plot_fig7"]
 
@@ -362,10 +364,8 @@ def plot_fig7(rows: pd.DataFrame, path: str | Path) -> Path:
         bottom.set_ylabel("train accuracy (%)")
         bottom.grid(alpha=0.3)
         bottom.legend(fontsize=6)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    return path
+    finish_axes(fig.axes, path, None, created=True, dpi=110)
+    return Path(path)
 
 
 # ----------------------------------------------------------------------------- run + summary

@@ -232,8 +232,8 @@ def train_table(
             raise ValueError(f"--target: column {target!r} holds values that are not numbers, e.g. "
                              f"{short_list(bad[:3])}; a regression needs numbers")
         work[target] = np.asarray(numbers, dtype=np.float64)
-    # numbers written as text become numbers here, before FairData keeps the raw frame: its
-    # split() refits the preprocessor on that frame without the rule (they would be one-hot)
+    # numbers written as text become numbers here (the rule FairData.from_frame applies too) so
+    # that the run knows which columns they were: the model file records them for new rows
     work, converted = coerce_numeric_columns(work, features)
     text_inputs = [c for c in _text_levels(frame, features) if c not in converted]
     for column in text_inputs:
