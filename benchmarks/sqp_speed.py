@@ -10,10 +10,11 @@ With ``--constraint gedi`` or ``dcov`` the Adam reference is a step on the loss 
 penalty of the same measure on the same batch (``fairopt.penalties.GeDIPenalty``,
 ``DistanceCovariancePenalty``): the cost of the measure's own gradient is in both.
 
-Also times the two Jacobian strategies (one batched VJP vs m+1
-retained backward calls), row screening on and off (``screen_rows``: Jacobian rows of
+Also times the Jacobian strategies: the stratified pullback (the default for rate rows
+and a row-wise model: two backward passes per iteration, ``solvers.strata``), m+1 retained
+backward calls ("loop") with row screening on and off (``screen_rows``: Jacobian rows of
 constraint rows far inside their bounds are skipped; "rows skipped" is their mean number per
-iteration) and a 500-epoch full-batch run. Prints a table (and --json).
+iteration) and one batched VJP; and a 500-epoch full-batch run. Prints a table (and --json).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from solvers import StochasticSQP
 from _common import data_dir
 
 
-#: (name, jacobian strategy, row screening) of the timed SQP variants; the default engine is "loop, screened".
-VARIANTS = (("batched, all rows", "batched", False), ("loop, all rows", "loop", False), ("loop, screened", "loop", True))
+#: (name, jacobian strategy, row screening) of the timed SQP variants; the default engine is the first
+#: ("auto": stratified for rate rows, else "loop, screened").
+VARIANTS = (("default (auto)", "auto", True), ("loop, screened", "loop", True), ("loop, all rows", "loop", False),
+            ("batched, all rows", "batched", False))
 
 
 def per_call(fn, repeats: int) -> float:

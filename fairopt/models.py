@@ -30,6 +30,9 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 class _SqueezeLast(nn.Module):
     """``(n, 1) -> (n,)``: drops the last dimension of the one-unit output layer."""
 
+    #: Row ``i`` of the output depends on row ``i`` of the input alone (``solvers.strata``).
+    rowwise = True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.squeeze(-1)
 

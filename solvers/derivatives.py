@@ -9,7 +9,8 @@ decide feasibility. :class:`Derivatives` holds them; a *derivative oracle* compu
     On the rows this process holds. One forward pass per batch; ``dc/d out`` through the
     cheap constraint graph (:func:`rows_jacobian`); then the ``1 + m`` rows
     ``[df/d out; dc/d out] @ d out/dw`` are pulled back through the model graph
-    (:func:`pullback`).
+    (:func:`pullback`), or, for group-rate rows and a row-wise model, two vectors per
+    stratum of rows (:mod:`solvers.strata`).
 :class:`solvers.distributed.AllReduceDerivatives`
     The same values on the union of the row shards of a ``torch.distributed`` process
     group (one all-reduce of additive pieces per iteration).
@@ -28,13 +29,15 @@ import torch
 from torch import nn
 
 from solvers.losses import LossFn
-from solvers.problem import model_outputs
+from solvers.problem import model_outputs, row_outputs
+from solvers.strata import StrataPlan, is_rowwise, plan_strata, rank_one_factors
 from solvers.validation import check_choice
 
 __all__ = ["DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "flatten_rows", "pullback",
            "rows_jacobian"]
 
-#: Strategies of :func:`pullback` (``"auto"`` is ``"loop"``).
+#: Strategies of the pullback: ``"auto"`` (the stratified pullback of :mod:`solvers.strata` when the
+#: model is row-wise and the constraints announce strata, else ``"loop"``), ``"batched"``, ``"loop"``.
 JACOBIAN_MODES: tuple[str, ...] = ("auto", "batched", "loop")
 
 
@@ -42,7 +45,8 @@ JACOBIAN_MODES: tuple[str, ...] = ("auto", "batched", "loop")
 class Derivatives:
     """``f``, ``g`` (p,) on the objective batch; ``c`` (m,) float64, ``J`` (m, p) and the
     exact rows ``c_exact`` (m,) float64 (None without constraints) on the constraint batch;
-    seconds spent in the forward pass and in the derivatives."""
+    seconds spent in the forward pass and in the derivatives; ``skipped``: the Jacobian rows
+    left out (zero) on the caller's request (``rows``)."""
 
     f: float
     g: torch.Tensor
@@ -51,6 +55,7 @@ class Derivatives:
     c_exact: torch.Tensor | None
     t_forward: float
     t_jacobian: float
+    skipped: int = 0
 
 
 @runtime_checkable
@@ -108,9 +113,24 @@ class LocalDerivatives:
 
     def __init__(self, jacobian: str = "auto") -> None:
         self.jacobian = check_choice(jacobian, JACOBIAN_MODES, "jacobian")
+        self._plan: StrataPlan | None = None  # the last stratified layout (a full batch recurs every step)
+        self._plan_for: tuple[Any, Any] | None = None
+
+    def stratified_plan(self, model: nn.Module, cons: Any, con_batch: Any) -> StrataPlan | None:
+        """The layout of the stratified pullback for this call, or None for the plain one
+        (``jacobian != "auto"``, a model that is not row-wise, constraints without strata)."""
+        if self.jacobian != "auto" or con_batch is None or not is_rowwise(model):
+            return None
+        if self._plan_for is not None and self._plan_for[0] is cons and self._plan_for[1] is con_batch:
+            return self._plan
+        self._plan, self._plan_for = plan_strata(cons, con_batch), (cons, con_batch)
+        return self._plan
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                  con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
+        plan = self.stratified_plan(model, cons, con_batch)
+        if plan is not None:
+            return self._stratified(model, params, loss_fn, cons, obj_batch, plan)
         t0 = time.perf_counter()
         out = model_outputs(model, obj_batch)
         same = con_batch is obj_batch
@@ -147,4 +167,53 @@ class LocalDerivatives:
         with torch.no_grad():
             c_exact = cons.exact(out_c.detach(), con_batch).reshape(-1).to(torch.float64)
         return Derivatives(float(f.detach()), g, c.detach().to(torch.float64), J, c_exact, t1 - t0,
-                           time.perf_counter() - t1)
+                           time.perf_counter() - t1, 0 if wanted is None else c.numel() - wanted.numel())
+
+    def _stratified(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
+                    plan: StrataPlan) -> Derivatives:
+        """:class:`Derivatives` by the stratified pullback (:mod:`solvers.strata`): the model runs on
+        each stratum's rows of the reordered constraint batch; per stratum, the objective's rows (when
+        the objective batch is the constraint batch) and the factors of ``dc/d out`` are pulled back
+        through that stratum's graph. Every Jacobian row is computed (``rows`` does not apply)."""
+        t0 = time.perf_counter()
+        batch = plan.batch
+        same = obj_batch is plan.source
+        outs = [row_outputs(model(batch.X[start:stop]), stop - start) for start, stop in plan.bounds]
+        out_obj = None if same else model_outputs(model, obj_batch)
+        t1 = time.perf_counter()
+
+        leaf_c = torch.cat([o.detach() for o in outs]).requires_grad_(True)
+        with torch.enable_grad():
+            c = cons(leaf_c, batch).reshape(-1)
+        dc = rows_jacobian(c, leaf_c)  # (m, n): per stratum of rank one (module doc of solvers.strata)
+        if same:
+            with torch.enable_grad():
+                f = loss_fn(leaf_c, batch)
+            (df,) = torch.autograd.grad(f, leaf_c)
+            g = None
+        else:
+            leaf = out_obj.detach().requires_grad_(True)
+            with torch.enable_grad():
+                f = loss_fn(leaf, obj_batch)
+            (df,) = torch.autograd.grad(f, leaf)
+            g = flatten_rows(torch.autograd.grad(out_obj, params, grad_outputs=df), 1)[0]
+        p = sum(int(t.numel()) for t in params)
+        J = torch.zeros(c.numel(), p, dtype=params[0].dtype)
+        g_sum = torch.zeros(p, dtype=params[0].dtype)
+        for (start, stop), out in zip(plan.bounds, outs):
+            coef, factors = rank_one_factors(dc[:, start:stop])
+            cot = factors.to(out.dtype)
+            if same:
+                cot = torch.cat([df[start:stop].reshape(1, -1).to(out.dtype), cot])
+            if cot.shape[0] == 0:
+                continue
+            pulled = pullback(out, params, cot, "loop")
+            if same:
+                g_sum += pulled[0]
+                pulled = pulled[1:]
+            if coef.shape[1]:
+                J += coef.to(J.dtype) @ pulled
+        with torch.no_grad():
+            c_exact = cons.exact(leaf_c.detach(), batch).reshape(-1).to(torch.float64)
+        return Derivatives(float(f.detach()), g_sum if same else g, c.detach().to(torch.float64), J, c_exact,
+                           t1 - t0, time.perf_counter() - t1)

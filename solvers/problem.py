@@ -332,6 +332,20 @@ class ConstraintSet:
         with torch.no_grad():
             return self._cat([c.exact(out, batch).reshape(-1) for c in self.constraints], like=out)
 
+    def strata(self, batch: Any) -> torch.Tensor | None:
+        """One code per row of ``batch``: rows with equal codes are in the same stratum of every
+        member (:mod:`solvers.strata`); None when a member has no ``strata`` method (or no strata)."""
+        codes = []
+        for c in self.constraints:
+            strata = getattr(c, "strata", None)
+            member = strata(batch) if callable(strata) else None
+            if member is None:
+                return None
+            codes.append(torch.as_tensor(member).reshape(-1).long())
+        if not codes:
+            return None
+        return torch.unique(torch.stack(codes, dim=1), dim=0, return_inverse=True)[1]
+
     def target_encoding(self, batch: Any) -> list["LinearEncoding"]:
         """Encodings of all members; raises ValueError naming a member without one."""
         encodings = []

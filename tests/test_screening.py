@@ -59,13 +59,13 @@ def test_local_oracle_pulls_back_only_the_rows_asked_for():
     params = trainable_parameters(model)
     cons = as_constraint_set([DisparateImpact("sex", delta=0.8), DemographicParity("sex", bound=0.05)])
     cons.setup(data)
-    oracle = LocalDerivatives()
+    oracle = LocalDerivatives("loop")  # "auto" takes the stratified pullback here, which computes every row
     full = oracle(model, params, bce_loss, cons, data, data)
     rows = torch.tensor([True, False, True])  # DI: 2 rows, DP: 1 two-sided row
     part = oracle(model, params, bce_loss, cons, data, data, rows)
     assert part.f == full.f and torch.equal(part.g, full.g) and torch.equal(part.c, full.c)
     torch.testing.assert_close(part.J[rows], full.J[rows])
-    assert torch.count_nonzero(part.J[~rows]) == 0
+    assert torch.count_nonzero(part.J[~rows]) == 0 and part.skipped == 1 and full.skipped == 0
     none = oracle(model, params, bce_loss, cons, data, data, torch.zeros(3, dtype=torch.bool))
     assert torch.equal(none.g, full.g) and torch.count_nonzero(none.J) == 0
     with pytest.raises(ValueError, match="rows"):
@@ -88,7 +88,7 @@ def test_screening_skips_rows_and_leaves_the_fit_unchanged():
     fits = {}
     for screen in (False, True):
         model = fairopt.models.linear(data.n_features, seed=0)
-        result = StochasticSQP(epochs=150, screen_rows=screen).fit(
+        result = StochasticSQP(epochs=150, screen_rows=screen, jacobian="loop").fit(
             model, data, loss="bce", constraints=[DisparateImpact("s", delta=0.8)])
         fits[screen] = (torch.cat([p.detach().reshape(-1) for p in model.parameters()]), result)
     (w_all, r_all), (w_screen, r_screen) = fits[False], fits[True]
@@ -102,3 +102,12 @@ def test_screening_skips_rows_and_leaves_the_fit_unchanged():
 def test_screen_rows_must_be_a_flag():
     with pytest.raises(ValueError, match="screen_rows"):
         StochasticSQP(screen_rows="yes")
+
+
+def test_stratified_pullback_skips_nothing_and_says_so():
+    """With the default pullback (stratified for rate rows) every Jacobian row is computed:
+    the history's ``screened`` column is 0 even with screening on."""
+    data = _dutch_like(800)
+    result = StochasticSQP(epochs=30).fit(fairopt.models.linear(data.n_features, seed=0), data, loss="bce",
+                                          constraints=[DisparateImpact("s", delta=0.8)])
+    assert np.nansum(result.history.column("screened")) == 0

@@ -281,6 +281,16 @@ class GroupRateConstraint(LinearRowsConstraint):
             sums = membership @ self._transform(out - self.threshold, exact)
         return sums, membership.sum(dim=1)
 
+    def strata(self, batch: Any) -> torch.Tensor:
+        """One code per row: rows with equal codes belong to the same sides (groups, complements
+        and conditioning labels) and have nonzero weight alike.
+
+        Then ``dc/d out_i = phi'(out_i - threshold) D W[:, i]`` with ``W[g, i] = w_i 1{i in g} / n_g``
+        points the same way for every row of a stratum, which the stratified pullback of the SQP
+        engine uses (``solvers.strata``: two backward passes in all instead of one per row)."""
+        W, _ = self._operator(batch, FLOAT64, torch.device("cpu"))
+        return torch.unique((W != 0).T, dim=0, return_inverse=True)[1]
+
     def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Rows ``D @ (sums / counts)`` from group sums and counts over the whole data
         (weighted sums and counts for weighted rows: then ``sums / counts`` are the weighted

@@ -172,8 +172,13 @@ class StochasticSQP:
     jacobian : {"auto", "batched", "loop"}, default "auto"
         How the ``1 + m`` rows ``[df/dout; dc/dout]`` are pulled back through the model from
         its single forward graph: one batched VJP (``is_grads_batched``) or ``1 + m``
-        backward calls on the retained graph ("loop"); "auto" is "loop", the faster of
-        the two in ``benchmarks/sqp_speed.py`` on CPU.
+        backward calls on the retained graph ("loop"). "auto": for group-rate rows (DI, EI,
+        EO, ...) and a row-wise model (every network of ``fairopt.models``; any
+        ``nn.Sequential`` of linear layers and activations), the stratified pullback of
+        :mod:`solvers.strata` - the model runs on each stratum of rows (rows in the same
+        groups) and two backward passes in all give the gradient and every Jacobian row,
+        whatever ``m``; otherwise "loop", the faster of the other two on CPU
+        (``benchmarks/sqp_speed.py``). Row screening does not apply to the stratified pullback.
     seed : int, default 0
         Seed of the samplers and of the Lipschitz probe direction.
     verbose : int, default 0
@@ -459,7 +464,7 @@ class StochasticSQP:
                 record = sqp_step(params, der, v, lower - offset, upper - offset, state, self, probe,
                                   bounds=(lower, upper), stochastic=not on_all_rows)
                 record["epoch"] = epoch
-                record[COLUMN_SCREENED] = 0 if rows is None else int((~rows).sum())
+                record[COLUMN_SCREENED] = der.skipped
                 if screen is not None and record[COLUMN_QP_STATUS] == QP_RELAXED:
                     screen.reset()
                 elif screen is not None:

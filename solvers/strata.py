@@ -1,0 +1,111 @@
+r"""Stratified pullback: the constraint Jacobian of group-rate rows in one backward pass per stratum.
+
+Rows that are linear in per-row values, ``c(out) = D W phi(out)`` with ``W[g, i] = w_i 1{i in g} / n_g``
+(group rates, weighted or not), have ``dc_r / d out_i = w_i phi'(out_i) sum_g D[r, g] 1{i in g} / n_g``.
+Rows ``i`` that lie in the same groups (a *stratum*) therefore share one direction: on stratum ``A``
+the block ``dc[:, A]`` of the ``m x n`` Jacobian in the outputs is ``a_A v_A'`` with ``a_A`` in
+``R^m`` and ``v_A = (w_i phi'(out_i))_{i in A}``. With the model evaluated separately on each
+stratum's rows (a *row-wise* model: row ``i``'s output depends on row ``i`` alone), the parameter
+Jacobian is
+
+``J = sum_A a_A (v_A' d out_A / dw)``,
+
+one vector-Jacobian product per stratum, plus the objective gradient ``g = sum_A df_A' d out_A/dw``
+on the same per-stratum graphs: two backward passes over the rows in all, whatever the number of
+constraint rows ``m`` (the plain pullback needs ``1 + m``). A block that is not numerically of rank
+one (e.g. two members with different surrogates ``phi``) is pulled back row by row, so the result is
+exact in every case; the rank test is the safeguard, the strata only a hint.
+
+This module is fairness-agnostic: constraints announce their strata through an optional method
+``strata(batch) -> LongTensor (n,)`` (rows with equal codes share every group); models through their
+types (:data:`ROWWISE_TYPES`) or an attribute ``rowwise = True`` on a module whose output rows depend on
+its input rows one by one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["MAX_STRATA", "ROWWISE_TYPES", "StrataPlan", "is_rowwise", "plan_strata", "rank_one_factors"]
+
+#: Module types whose outputs are computed row by row (exact types: a subclass may override
+#: ``forward``). Any other module makes a model non-row-wise unless it sets ``rowwise = True``.
+ROWWISE_TYPES: tuple[type[nn.Module], ...] = (
+    nn.Sequential, nn.Linear, nn.Identity, nn.Dropout, nn.Flatten, nn.LayerNorm, nn.ReLU, nn.LeakyReLU, nn.PReLU,
+    nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Hardtanh,
+)
+
+#: More strata than this and the per-stratum passes cost more than they save: plain pullback.
+MAX_STRATA = 64
+
+
+def is_rowwise(model: nn.Module) -> bool:
+    """Whether ``model(X)[i]`` depends on ``X[i]`` alone, judged from its modules' types.
+
+    True when every module in ``model.modules()`` has an exact type in :data:`ROWWISE_TYPES` or an
+    attribute ``rowwise`` that is True (a custom module's declaration). A batch-normalisation layer,
+    attention across rows or any undeclared custom module gives False.
+    """
+    if not isinstance(model, nn.Module):
+        return False
+    return all(type(m) in ROWWISE_TYPES or getattr(m, "rowwise", False) is True for m in model.modules())
+
+
+@dataclass(frozen=True)
+class StrataPlan:
+    """``source`` reordered by stratum: ``batch = source.subset(order)``, stratum ``k`` in rows
+    ``bounds[k][0]:bounds[k][1]`` of ``batch``."""
+
+    source: Any
+    batch: Any
+    bounds: tuple[tuple[int, int], ...]
+
+
+def plan_strata(cons: Any, batch: Any, max_strata: int = MAX_STRATA) -> StrataPlan | None:
+    """The stratified layout of ``batch`` for the constraint set ``cons``, or None.
+
+    None when ``cons`` has no ``strata`` method (or it returns None: some member has no strata),
+    when there is a single stratum or more than ``max_strata``. The codes are sorted stably, so rows
+    keep their relative order inside a stratum.
+    """
+    strata = getattr(cons, "strata", None)
+    codes = strata(batch) if callable(strata) else None
+    if codes is None:
+        return None
+    codes = torch.as_tensor(codes).reshape(-1)
+    if codes.numel() != len(batch):
+        raise ValueError(f"strata: expected one code per row ({len(batch)}), got {codes.numel()}")
+    _, counts = torch.unique(codes, return_counts=True)
+    if not 1 < counts.numel() <= max_strata:
+        return None
+    order = torch.argsort(codes, stable=True)
+    ends = torch.cumsum(counts, 0).tolist()
+    bounds = tuple(zip([0] + ends[:-1], ends))
+    return StrataPlan(source=batch, batch=batch.subset(order), bounds=bounds)
+
+
+def rank_one_factors(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(coef (m, r), rows (r, k))`` with ``coef @ rows == block`` (an ``m x k`` block of ``dc/d out``).
+
+    ``r = 0`` for a zero block; ``r = 1`` (``rows`` the block's largest row, ``coef`` the least-squares
+    coefficients of every row on it) when every residual is within ``64 eps`` of the block's largest
+    entry, ``eps`` the block's machine precision; otherwise the nonzero rows themselves (``coef`` picks
+    them), so the factorisation is exact up to that tolerance in every case.
+    """
+    m = block.shape[0]
+    scale = block.abs().amax(dim=1) if block.numel() else block.new_zeros(m)
+    top = float(scale.max()) if m else 0.0
+    if top == 0.0:
+        return block.new_zeros(m, 0), block[:0]
+    b64 = block.to(torch.float64)
+    v = b64[int(torch.argmax(scale))]
+    coef = (b64 @ v) / (v @ v)
+    residual = float((b64 - coef[:, None] * v[None, :]).abs().max())
+    if residual <= 64 * torch.finfo(block.dtype).eps * top:
+        return coef[:, None].to(block.dtype), v[None, :].to(block.dtype)
+    nonzero = torch.nonzero(scale > 0).reshape(-1)
+    return torch.eye(m, dtype=block.dtype)[:, nonzero], block[nonzero]

@@ -1,0 +1,138 @@
+"""The stratified pullback (solvers.strata): same derivatives as the row-by-row pullback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fairopt.constraints import DisparateImpact, EqualImpact, EqualizedOdds, GeDI
+from fairopt.data import FairData
+from fairopt.models import linear, mlp
+from fairopt.surrogates import Sigmoid
+from solvers import StochasticSQP
+from solvers.derivatives import LocalDerivatives
+from solvers.losses import bce_loss
+from solvers.problem import as_constraint_set, trainable_parameters
+from solvers.strata import is_rowwise, plan_strata, rank_one_factors
+
+
+def _data(n: int = 400, weights: bool = False, seed: int = 0) -> FairData:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    s = rng.integers(0, 2, n)
+    r = rng.integers(0, 3, n)
+    y = (rng.random(n) < 0.3 + 0.3 * s).astype(float)
+    w = rng.integers(0, 4, n) if weights else None
+    return FairData.from_arrays(X, y, {"s": s, "r": r}, sample_weight=w, sensitive_kinds={"r": "categorical"})
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def _both(model: nn.Module, constraints, data, obj=None):
+    cons = as_constraint_set(constraints)
+    cons.setup(data)
+    params = trainable_parameters(model)
+    obj = data if obj is None else obj
+    auto, loop = LocalDerivatives("auto"), LocalDerivatives("loop")
+    assert auto.stratified_plan(model, cons, data) is not None
+    return auto(model, params, bce_loss, cons, obj, data), loop(model, params, bce_loss, cons, obj, data)
+
+
+@pytest.mark.parametrize("weights", [False, True])
+@pytest.mark.parametrize("which", ["di", "di+ei", "eodds", "categorical"])
+def test_stratified_pullback_equals_row_by_row(which, weights):
+    data = _data(weights=weights)
+    constraints = {"di": [DisparateImpact("s", 0.8)],
+                   "di+ei": [DisparateImpact("s", 0.8), EqualImpact("s", 0.8)],
+                   "eodds": [EqualizedOdds("s", 0.05)],
+                   "categorical": [DisparateImpact("r", 0.8), DisparateImpact("s", 0.9)]}[which]
+    a, b = _both(mlp(data.n_features, hidden=(8,), seed=1), constraints, data)
+    assert a.f == pytest.approx(b.f, rel=1e-6)
+    assert _close(a.g, b.g) < 1e-4 and _close(a.J, b.J) < 1e-4
+    assert torch.allclose(a.c, b.c, atol=1e-6) and torch.allclose(a.c_exact, b.c_exact, atol=1e-6)
+    assert a.J.shape == b.J.shape and a.J.abs().sum() > 0
+
+
+def test_stratified_pullback_with_mixed_surrogates_falls_back_per_stratum():
+    """Two members with different surrogates: a stratum's block has rank two, its rows are
+    pulled back one by one and the Jacobian is still the row-by-row one."""
+    data = _data()
+    cons = [DisparateImpact("s", 0.8), DisparateImpact("s", 0.9, surrogate=Sigmoid(scale=0.3))]
+    a, b = _both(linear(data.n_features, seed=0), cons, data)
+    assert _close(a.J, b.J) < 1e-4 and _close(a.g, b.g) < 1e-4
+
+
+def test_stratified_pullback_with_a_separate_objective_batch():
+    data = _data(600)
+    obj = data.subset(torch.arange(0, 600, 3))
+    a, b = _both(mlp(data.n_features, hidden=(6,), seed=2), [DisparateImpact("s", 0.8)], data, obj=obj)
+    assert a.f == pytest.approx(b.f, rel=1e-6)
+    assert _close(a.g, b.g) < 1e-5 and _close(a.J, b.J) < 1e-4
+
+
+def test_plan_is_none_without_strata_or_row_wise_model():
+    data = _data()
+    oracle = LocalDerivatives("auto")
+    gedi = as_constraint_set([GeDI("s", bound=0.1)])
+    gedi.setup(data)
+    assert oracle.stratified_plan(mlp(data.n_features, seed=0), gedi, data) is None
+    di = as_constraint_set([DisparateImpact("s", 0.8)])
+    di.setup(data)
+    batchnorm = nn.Sequential(nn.Linear(data.n_features, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+    assert oracle.stratified_plan(batchnorm, di, data) is None
+    assert LocalDerivatives("loop").stratified_plan(mlp(data.n_features, seed=0), di, data) is None
+    assert plan_strata(di, data.subset(torch.nonzero(data.sensitive["s"] == 1).reshape(-1))) is None  # one stratum
+
+
+def test_is_rowwise_reads_types_and_declarations():
+    class Custom(nn.Module):
+        def forward(self, x):
+            return x - x.mean(0)
+
+    class Declared(Custom):
+        rowwise = True
+
+    assert is_rowwise(mlp(3, hidden=(4, 4), activation="tanh")) and is_rowwise(linear(3))
+    assert not is_rowwise(nn.Sequential(nn.Linear(3, 1), Custom()))
+    assert is_rowwise(nn.Sequential(nn.Linear(3, 1), Declared()))
+    assert not is_rowwise(lambda x: x)
+
+
+def test_constraint_set_strata_are_the_common_refinement():
+    data = _data()
+    cons = as_constraint_set([DisparateImpact("s", 0.8), EqualImpact("r", 0.8)])
+    cons.setup(data)
+    codes = cons.strata(data)
+    s, r, y = data.sensitive["s"], data.sensitive["r"], data.y
+    # brute force: DI on s splits by s; EI on r (one group vs the rest, among y = 1) by (r, y)
+    key = s * 100 + torch.where(y == 1, r, torch.full_like(r, -1)) + 10
+    for a in range(len(data)):
+        same = codes == codes[a]
+        assert torch.equal(same, key == key[a])
+
+
+def test_rank_one_factors():
+    v = torch.tensor([[1.0, -2.0, 0.5, 3.0]])
+    coef, rows = rank_one_factors(torch.tensor([[2.0], [-1.0], [0.0]]) * v)
+    assert coef.shape == (3, 1) and torch.allclose(coef @ rows, torch.tensor([[2.0], [-1.0], [0.0]]) * v)
+    coef, rows = rank_one_factors(torch.zeros(2, 5))
+    assert coef.shape == (2, 0) and rows.shape == (0, 5)
+    block = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    coef, rows = rank_one_factors(block)
+    assert rows.shape[0] == 2 and torch.equal(coef @ rows, block)
+
+
+def test_sqp_fit_same_with_stratified_and_row_by_row_pullback():
+    data = _data(300)
+    fits = {}
+    for mode in ("auto", "loop"):
+        model = mlp(data.n_features, hidden=(6,), seed=0)
+        res = StochasticSQP(epochs=30, jacobian=mode, screen_rows=False).fit(
+            model, data, loss="bce", constraints=[DisparateImpact("s", 0.8), EqualImpact("s", 0.8)])
+        fits[mode] = (torch.cat([p.detach().reshape(-1) for p in model.parameters()]), res)
+    assert _close(fits["auto"][0], fits["loop"][0]) < 1e-3
+    assert fits["auto"][1].status == fits["loop"][1].status
