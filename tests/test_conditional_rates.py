@@ -348,17 +348,24 @@ def test_sqp_meets_equalized_odds_on_adult(adult_4000):
     StochasticSQP(epochs=150, lr_kmin=50).fit(free, data, loss="bce", constraints=[])
     with torch.no_grad():
         assert min(exact_ratios((free(data.X) > 0).double().numpy(), data)) < 0.5  # the constraint binds
-    model = fairopt.models.linear(data.n_features, seed=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = StochasticSQP(epochs=150, lr_kmin=50).fit(model, data, loss="bce",
-                                                           constraints=[EqualizedOdds("sex", delta=0.8)])
-    with torch.no_grad():
-        pred = (model(data.X) > 0).double().numpy()
-    tpr, fpr = exact_ratios(pred, data)
-    assert tpr >= 0.8 and fpr >= 0.8, (tpr, fpr)
-    assert result.history[-1]["V_exact"] == 0.0 and len(result.history[-1]["c"]) == 4
-    assert (pred == data.y.numpy()).mean() > 0.78
+    # The bound must hold on every seed. The loss reached varies from seed to seed: the TPR
+    # and FPR rows are nearly parallel for a linear model, and one long QP step can collapse
+    # the merit parameter (measured, seeds 0-7: training accuracy 0.77-0.85, one or two seeds
+    # below 0.79), so the accuracy is asked of the median of three seeds.
+    accuracies = []
+    for seed in (0, 1, 2):
+        model = fairopt.models.linear(data.n_features, seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = StochasticSQP(epochs=150, lr_kmin=50).fit(model, data, loss="bce",
+                                                               constraints=[EqualizedOdds("sex", delta=0.8)])
+        with torch.no_grad():
+            pred = (model(data.X) > 0).double().numpy()
+        tpr, fpr = exact_ratios(pred, data)
+        assert tpr >= 0.8 and fpr >= 0.8, (seed, tpr, fpr)
+        assert result.history[-1]["V_exact"] == 0.0 and len(result.history[-1]["c"]) == 4
+        accuracies.append((pred == data.y.numpy()).mean())
+    assert np.median(accuracies) > 0.78, accuracies
 
 
 def test_fair_classifier_spec_meets_equalized_odds(adult_4000):

@@ -348,8 +348,9 @@ def test_inactive_constraint_warns_and_binding_one_does_not(adult, method, lr):
     assert loose.reference_violations_ == {"disparate_impact[sex]": 0.0}
     # the unconstrained reference is exactly the constraint-free fit
     free = FairClassifier(**options).fit(X, y)
-    if method == "sqp":  # an inactive SQP constraint never changes a step
-        np.testing.assert_array_equal(loose.decision_function(X), free.decision_function(X))
+    if method == "sqp":  # an inactive SQP constraint never changes a step: the same fit up to the
+        # float32 rounding of the stratified pullback, which sums the gradient over the groups' rows
+        np.testing.assert_allclose(loose.decision_function(X), free.decision_function(X), rtol=1e-4, atol=1e-5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         binding = FairClassifier(("disparate_impact", "sex", 0.8), check_inactive=True, **options)

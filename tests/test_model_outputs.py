@@ -35,7 +35,11 @@ def data() -> FairData:
 
 
 class _Flat(nn.Module):
-    """The same linear layer with its output flattened to (n,) by the module itself."""
+    """The same linear layer with its output flattened to (n,) by the module itself (row by
+    row, as it declares: the SQP engine then takes the same stratified pullback as for the
+    plain layer)."""
+
+    rowwise = True
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
