@@ -43,3 +43,22 @@ def test_no_private_name_is_imported_across_modules():
     as ``fairopt.measures._dcov_kernels``, are private to their package and may be imported
     inside it)."""
     assert _private_imports() == []
+
+
+#: Paths outside the repository that its text must never point to (the working notes and
+#: the local copies of the papers are not part of the project; papers are cited by tag).
+_OUTSIDE = ("shared/papers", "DESIGN" + ".md")
+
+
+def test_no_file_points_outside_the_repository():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    hits = []
+    for name in tracked.stdout.split():
+        path = ROOT / name
+        if name.startswith("tests/") or not path.is_file() or path.suffix in (".png", ".pt", ".gz", ".npy"):
+            continue
+        text = path.read_text(errors="ignore")
+        hits += [f"{name}: {needle}" for needle in _OUTSIDE if needle in text]
+    assert not hits, hits

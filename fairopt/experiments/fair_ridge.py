@@ -1,7 +1,7 @@
 r"""[FR] Example 1 and the real-data comparison: FRRM, FGRRM, NCLM, ZLM, ZLRM.
 
-Scutari, Panero and Proissl, "Achieving fairness with a simple ridge penalty" ([FR],
-``../shared/papers/fair-ridge-regression.txt``), run with :mod:`fairopt.linear`.
+Scutari, Panero and Proissl, "Achieving fairness with a simple ridge penalty" ([FR]),
+run with :mod:`fairopt.linear`.
 
 Example 1 ([FR] sec. 2.2, 3, 3.1; synthetic)
     ``(X1, X2, X3, S1, S2, S3) ~ N(0, Sigma)`` with unit variances and all correlations 0.3,
@@ -400,7 +400,7 @@ def _summary(settings: Settings, command: str, seconds: float, example: list[str
     lines = [
         "# fair-ridge: [FR] Example 1 and the real-data comparison", "",
         "Scutari, Panero, Proissl, *Achieving fairness with a simple ridge penalty* "
-        "(`../shared/papers/fair-ridge-regression.txt`): FRRM / FGRRM against NCLM and ZLM / ZLRM.", "",
+        "([FR]): FRRM / FGRRM against NCLM and ZLM / ZLRM.", "",
         f"Command: `{command}`", "",
         f"Wall time: {seconds:.0f} s.", "",
     ] + example

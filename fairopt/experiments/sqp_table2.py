@@ -402,7 +402,7 @@ def _summary(rows: pd.DataFrame, settings: Settings, command: str, seconds: floa
     lines = [
         "# sqp-table2: [SQP] Table 2 / Table 4 and Fig. 7", "",
         "Khatti, Robinson, Curtis, *Fair supervised learning through constraints on smooth nonconvex "
-        "unfairness-measure surrogates* (`../shared/papers/sqp-smooth-surrogates.txt`): hard disparate-impact "
+        "unfairness-measure surrogates* ([SQP]): hard disparate-impact "
         "(and equal-impact) constraints trained with stochastic SQP.", "",
         f"Command: `{command}`", "",
         f"Settings: data sets {list(settings.datasets)}, DI deltas {list(settings.deltas)}, table deltas "
