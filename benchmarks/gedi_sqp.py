@@ -40,7 +40,8 @@ Measures per split, on hard predictions (0/1 labels for Adult) unless stated [Ge
 * ``score``: R^2 (regression) or accuracy (classification).
 * training diagnostics of a constrained fit: the absolute bound ``q`` and the final
   violation of the smooth rows (``viol_smooth``, what SQP enforces; on probabilities for
-  Adult) and of the exact rows (``viol_exact``, hard labels), both divided by ``q``.
+  Adult unless ``--target labels``) and of the exact rows (``viol_exact``, hard labels, or
+  probabilities with ``--target probabilities``), both divided by ``q``.
 
     python benchmarks/gedi_sqp.py                                   # full protocol (slow on 2 cores)
     python benchmarks/gedi_sqp.py --datasets adult --folds 5 --max-folds 2 --epochs 200
@@ -236,12 +237,13 @@ def methods(task: Task) -> Iterator[tuple[str, str | None, int, bool | None]]:
             yield "sqp-fine", attribute, degree, True
 
 
-def make_constraint(attribute: str, degree: int, fine: bool, scale: Scale, args) -> GeDI:
-    """The relative GeDI constraint; the coarse row's smoothing is ``(smoothing q / k)^2``."""
+def make_constraint(attribute: str, degree: int, fine: bool, scale: Scale, args, binary: bool) -> GeDI:
+    """The relative GeDI constraint; the coarse row's smoothing is ``(smoothing q / k)^2``;
+    ``--target`` (labels or probabilities) for a classifier (``binary``) only."""
     q = RELATIVE_BOUND * scale.reference
     eps = None if fine else max((args.smoothing * q / degree) ** 2, 1e-12)
     return GeDI(attribute, degree, bound=RELATIVE_BOUND, relative=True, fine=fine, eps=eps, tol=args.fine_tol,
-                surrogate=args.surrogate)
+                surrogate=args.surrogate, target=args.target if binary else None)
 
 
 def train_model(task: Task, train: FairData, constraint: GeDI | None, args) -> tuple[torch.nn.Module, dict]:
@@ -280,7 +282,8 @@ def run_fold(task: Task, data: FairData, fold: int, idx: tuple[np.ndarray, np.nd
     scales = {a: Scale.of(train, a) for a, _ in task.attributes}
     rows = []
     for label, constrained, degree, fine in methods(task):
-        constraint = None if constrained is None else make_constraint(constrained, degree, fine, scales[constrained], args)
+        constraint = None if constrained is None else make_constraint(constrained, degree, fine, scales[constrained], args,
+                                                                      task.classification)
         model, info = train_model(task, train, constraint, args)
         for attribute, k in task.attributes:
             if constrained not in (None, attribute):
@@ -379,7 +382,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--fine-tol", type=float, default=0.1, help="fine rows: |alpha_j| <= tol q / (k - 1), j >= 2")
     ap.add_argument("--hidden", type=int, nargs="+", default=None, help="hidden widths for every task (default: the paper's)")
     ap.add_argument("--surrogate", default=None, help="binary tasks: step surrogate of the smooth rows "
-                    "(e.g. smoothed_step); default: probabilities")
+                    "(e.g. smoothed_step); default: probabilities (the smoothed step with --target labels)")
+    ap.add_argument("--target", default=None, choices=["labels", "probabilities"],
+                    help="binary tasks: what the constraint bounds, GeDI of the hard labels (trained on a smoothed "
+                         "step) or of the probabilities; default: hard labels measured, probabilities trained")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--data-dir")

@@ -19,7 +19,7 @@ from solvers.validation import (check_choice, check_flag, check_interval, check_
 
 __all__ = [
     "as_tensor", "as_1d_tensor", "to_numpy", "check_same_length", "check_binary", "sensitive_names",
-    "check_sample_weight", "require_unweighted", "UNWEIGHTED_HINT",
+    "check_sample_weight", "require_unweighted", "UNWEIGHTED_HINT", "measure_bound",
     # parameter checks, from solvers.validation
     "finite_float", "positive_float", "nonnegative_float", "positive_int", "check_choice", "check_flag",
     "check_interval", "check_seed",
@@ -171,3 +171,23 @@ def require_unweighted(data: Any, who: str, hint: str = UNWEIGHTED_HINT) -> None
     have no weighted version yet and must not silently ignore them."""
     if getattr(data, "weights", None) is not None:
         raise ValueError(f"{who} does not support sample weights yet; {hint}")
+
+
+def measure_bound(value: Any, name: str, measure: str, floor: float = 0.0) -> float:
+    """A bound on ``measure`` from above: ``value`` as a finite float ``>= floor``, the least
+    value the measure takes (0 for GeDI, a distance covariance, a covariance: what a
+    constant prediction gives).
+
+    Raises
+    ------
+    ValueError
+        ``"<name>: expected a real number, ..."`` / ``"... a finite number ..."`` (as
+        :func:`finite_float`), or ``"<name>: <value> is below <floor>, the floor of
+        <measure> ...: no model can meet it"``: a bound the measure cannot reach, diagnosed
+        before training.
+    """
+    bound = finite_float(value, name)
+    if bound < floor:
+        raise ValueError(f"{name}: {value!r} is below {floor:g}, the floor of {measure} (its value for a constant "
+                         f"prediction): no model can meet it; expected a finite number >= {floor:g}")
+    return bound

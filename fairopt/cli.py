@@ -72,11 +72,12 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--subsample", type=int, help="use a seeded subsample of this many rows")
     p.add_argument("--data-dir", help="directory with the benchmark data files")
     peers = p.add_argument_group("peers", "options of 'fairopt bench peers'")
-    peers.add_argument("--quick", action="store_true", help="peers: delta 0.8, seed 0, five methods; sqp-table2, fair-ridge: short variant")
+    peers.add_argument("--quick", action="store_true", help="peers: delta 0.8, seed 0, five methods; a paper experiment (fairopt bench --list): its short variant")
     peers.add_argument("--datasets", nargs="+", help="peers: data sets")
     peers.add_argument("--methods", nargs="+", help="peers: methods")
     peers.add_argument("--deltas", nargs="+", type=float, help="peers: DI bounds")
-    peers.add_argument("--n-jobs", dest="n_jobs", type=int, default=1, help="peers: parallel cells (joblib)")
+    peers.add_argument("--n-jobs", dest="n_jobs", type=int, default=1,
+                       help="peers, gedi-tables: parallel cells (joblib)")
     peers.add_argument("--max-rows", dest="max_rows", type=int, help="peers: seeded row subsample per data set")
 
 
@@ -106,7 +107,7 @@ def _bench(args: argparse.Namespace) -> int | None:
     if args.config == "peers":
         return _bench_peers(args)
     result = run_config(args.config, args.out or "fairopt_bench", epochs=args.epochs, seeds=args.seeds, data_dir=args.data_dir,
-                        subsample=args.subsample, quick=args.quick)
+                        subsample=args.subsample, quick=args.quick, n_jobs=args.n_jobs)
     print(result.summary)
     print("wrote " + ", ".join(str(f) for f in result.files))
 

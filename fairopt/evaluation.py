@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -29,13 +30,14 @@ import pandas as pd
 import torch
 
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning, UndefinedMeasureWarning
+from fairopt.evaluation_fauci import fauci_measures, resolve_combined
 from fairopt.measures.distribution import intersection_cells, js_divergence, uf
 from fairopt.measures.group import group_means, ratio_of_extremes, undefined_ratio_message, undefined_ratio_reason
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
 from solvers.problem import violation
 
-__all__ = ["DEGENERATE", "NOTES", "constant_predictions", "constraint_violations", "evaluate", "fairness_report",
-           "format_report", "model_violations"]
+__all__ = ["DEGENERATE", "NOTES", "RealisedMeasure", "constant_predictions", "constraint_violations", "evaluate",
+           "fairness_report", "format_report", "model_violations", "realised_measures"]
 
 logger = logging.getLogger(__name__)
 
@@ -281,6 +283,68 @@ def constraint_violations(out: torch.Tensor, data: Any, constraints: Iterable[An
     return result
 
 
+@dataclass(frozen=True)
+class RealisedMeasure:
+    """The exact value of the measure one constraint's bound argument bounds.
+
+    Attributes
+    ----------
+    name : str
+        The constraint's (or penalty's) name, as in :func:`evaluate`.
+    measure : str
+        What is measured, e.g. ``"disparate_impact[sex]"`` (the ratio of hard positive
+        rates) or ``"gedi_coarse[age][labels]"`` (the constraint's ``measure``).
+    sense : {"lower", "upper"}
+        ``"lower"``: the bound is met when ``value >= bound`` (a ratio ``delta``);
+        ``"upper"``: when ``value <= bound``.
+    value : float
+        The measure on the data, on the scale of the constructor's bound argument.
+    """
+
+    name: str
+    measure: str
+    sense: str
+    value: float
+
+
+def realised_measures(out: torch.Tensor, data: Any, constraints: Iterable[Any]) -> list[RealisedMeasure]:
+    """The realised measure of every constraint (or penalty) that declares one.
+
+    The one mapping from a bound to what it bounds: each object's own
+    ``realised(out, data)`` (the exact measure on the scale of its bound argument: the
+    ratio of hard positive rates for ``DisparateImpact(delta=...)``, ``||alpha||_1`` of the
+    measured predictions for GeDI, the statistic for a distance covariance, the largest
+    ``|cov|`` for Covariance, the penalised value for a penalty),
+    ``bound_sense`` and ``measure`` (:class:`fairopt.constraints.base.BaseConstraint`).
+    Objects without ``realised`` (e.g. a user's constraint that declares no measure) are
+    left out.
+
+    Parameters
+    ----------
+    out : Tensor (n,)
+        Model outputs on ``data`` (logits for a classifier).
+    data : FairData or batch
+    constraints : iterable
+        Constraints and/or penalties, set up on the training data.
+
+    Raises
+    ------
+    ValueError
+        An object whose ``bound_sense`` is not "lower" or "upper".
+    """
+    measures = []
+    for c in constraints:
+        realised = getattr(c, "realised", None)
+        if not callable(realised):
+            continue
+        sense = getattr(c, "bound_sense", "upper")
+        if sense not in ("lower", "upper"):
+            raise ValueError(f"constraints: {c.name!r} has bound_sense {sense!r}; expected 'lower' or 'upper'")
+        measures.append(RealisedMeasure(name=str(c.name), measure=str(getattr(c, "measure", c.name)), sense=sense,
+                                        value=float(realised(out, data))))
+    return measures
+
+
 def model_violations(model: Callable[[torch.Tensor], torch.Tensor], data: Any,
                      constraints: Iterable[Any]) -> dict[str, float]:
     """:func:`constraint_violations` of ``model``'s outputs on ``data`` (one forward pass,
@@ -290,7 +354,8 @@ def model_violations(model: Callable[[torch.Tensor], torch.Tensor], data: Any,
     return constraint_violations(out, data, constraints)
 
 
-def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constraints: Iterable[Any] = (), threshold: float = 0.0) -> dict[str, Any]:
+def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constraints: Iterable[Any] = (),
+             threshold: float = 0.0, *, fauci_combined: Any = None) -> dict[str, Any]:
     """Performance, realised fairness and exact constraint values of ``model`` on ``data``.
 
     The model is run once, ``out = model(data.X)`` under ``torch.no_grad()``, one value per
@@ -311,6 +376,11 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
     threshold : float
         Hard prediction of the binary task: ``out > threshold`` (0 on logits is probability
         0.5).
+    fauci_combined : None, True, list of names or list of lists of names
+        Binary task only: FaUCI metrics of combined attributes ([FU] sec 3.4), the groups
+        being the cartesian product of the listed sensitive features' groups (continuous
+        features in 3 quantile bins). True: all the sensitive features together
+        (:func:`fairopt.evaluation_fauci.resolve_combined`).
 
     Returns
     -------
@@ -332,6 +402,13 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
         - ``"uf"`` and ``"js_divergence"`` ([DC] eq. 4.1, 4.4) of the response-scale
           predictions across the intersections of all sensitive features (continuous
           ones cut into 3 quantile bins); NaN for a single cell.
+        - binary task, the FaUCI metrics ([FU] eq. 5-11) of the hard predictions
+          (:mod:`fairopt.evaluation_fauci`): for each binary/categorical feature ``f``
+          ``"wdp[f]"``, ``"wdi[f]"``, ``"weo[f]"`` (uniform group weights), for each
+          continuous one ``"gdp[f]"``, ``"gdi[f]"``, ``"geo[f]"`` (10 equal-width bins,
+          density weights), and ``"wdp[f1&f2]"``, ... for each ``fauci_combined``
+          combination. ``wdi``/``gdi`` are NaN (with a note) when no row is predicted
+          positive; all three are NaN when the feature has a single group in ``data``.
         - per constraint ``c``: ``c.name`` -> list of exact row values and
           ``c.name + ".violation"`` -> total violation ``sum_i max(c_i - u_i, 0) +
           max(l_i - c_i, 0)`` (:func:`solvers.problem.violation`); a repeated name gets a
@@ -354,11 +431,17 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
     task = _check_data(data)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
         raise ValueError(f"threshold: expected a finite number, got {threshold!r}")
+    combined = resolve_combined(fauci_combined, [name for name, _, _ in _sensitive_items(data)])
+    if combined and task != "binary":
+        raise ValueError(f"fauci_combined: the FaUCI metrics need a binary classifier, the task is {task!r}")
     out = _forward(model, data)
     notes: dict[str, str] = {}
     results: dict[str, Any] = {"n": int(out.numel())}
     results.update(_performance(out, data, task, float(threshold)))
     results.update(_fairness(out, data, task, float(threshold), notes))
+    if task == "binary":
+        labels = np.asarray(torch.as_tensor(data.y).detach().cpu(), dtype=float)
+        results.update(fauci_measures(_hard(out, float(threshold)), labels, _sensitive_items(data), combined, notes))
     reason = constant_predictions(out, task, float(threshold))
     results[DEGENERATE] = reason is not None
     if reason:

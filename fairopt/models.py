@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from fairopt._validation import check_flag, check_seed, positive_int
+from fairopt._validation import check_flag, check_interval, check_seed, positive_int
 
 __all__ = ["linear", "mlp", "ACTIVATIONS"]
 
@@ -80,11 +80,14 @@ def mlp(
     activation: str = "leaky_relu",
     bias: bool = True,
     seed: int | None = None,
+    dropout: float = 0.0,
 ) -> nn.Module:
     """A feed-forward network ``Linear -> act -> ... -> Linear(., 1)``, output shape ``(n,)``.
 
     The [SQP] sec 4 networks: ``hidden=(32,)`` (Dutch) or ``(256,)`` (ACSIncome) with Leaky
-    ReLU (negative slope 0.01).
+    ReLU (negative slope 0.01). With ``dropout = p > 0`` every hidden activation is followed
+    by ``nn.Dropout(p)`` (the networks of [DC] App. G.2/H.3); it is active in ``train()``
+    mode only, so call ``model.eval()`` before predicting.
 
     Parameters
     ----------
@@ -97,6 +100,9 @@ def mlp(
         Learn the intercepts of every layer.
     seed : int or None, default None
         As in :func:`linear`.
+    dropout : float in [0, 1), default 0.0
+        Dropout probability after each hidden activation; 0 adds no layer (the network is
+        exactly the one without the argument).
 
     Returns
     -------
@@ -104,6 +110,7 @@ def mlp(
         Maps ``X`` of shape ``(n, p)`` to ``out`` of shape ``(n,)``.
     """
     p = positive_int(n_features, "n_features")
+    dropout = check_interval(dropout, "dropout", 0.0, 1.0, closed="left")
     if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool):
         hidden = (hidden,)
     if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence) or len(hidden) == 0:
@@ -116,5 +123,7 @@ def mlp(
     with _seeded(seed):
         for n_in, n_out in zip([p] + widths[:-1], widths):
             layers += [nn.Linear(n_in, n_out, bias=bias), ACTIVATIONS[activation]()]
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
         layers += [nn.Linear(widths[-1], 1, bias=bias), _SqueezeLast()]
     return nn.Sequential(*layers)

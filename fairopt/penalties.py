@@ -34,9 +34,29 @@ __all__ = ["BasePenalty", "DemographicParitySquared", "DistanceCovariancePenalty
 
 
 class BasePenalty:
-    """Common interface: ``name``, ``setup(data)`` and ``__call__(out, batch) -> scalar``."""
+    """Common interface: ``name``, ``setup(data)`` and ``__call__(out, batch) -> scalar``.
+
+    A penalty bounds nothing, but it has a measure, the one its weight trades against the
+    loss: :meth:`realised` gives its exact value, read by
+    :func:`fairopt.evaluation.realised_measures` as for a constraint (``bound_sense`` "upper":
+    smaller is fairer).
+    """
 
     name: str = "penalty"
+    bound_sense: str = "upper"
+
+    @property
+    def measure(self) -> str:
+        """The name of the penalised measure (the penalty's name)."""
+        return self.name
+
+    def realised(self, out: torch.Tensor, batch: Any) -> float:
+        """The exact penalised measure on ``batch``: ``exact(out, batch)`` where the penalty
+        smooths (:class:`DemographicParitySquared`: ``r_dp`` of hard predictions), else the
+        penalty itself, which the others compute exactly on the predictions."""
+        with torch.no_grad():
+            exact = getattr(self, "exact", None)
+            return float(exact(out, batch) if callable(exact) else self(out, batch))
 
     def setup(self, data: Any) -> None:
         """Check the training data and precompute data-only quantities (no-op by default)."""
@@ -122,7 +142,7 @@ class DistanceCovariancePenalty(BasePenalty):
 
     def setup(self, data: Any) -> None:
         """Check that the sensitive features exist with a known kind."""
-        self._statistic.setup(data)
+        self._statistic.setup(data, check_floor=False)  # a penalty has no bound
 
     def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         """The statistic of the batch predictions, a 0-dim tensor."""

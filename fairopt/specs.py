@@ -51,6 +51,8 @@ a table ``{kind = ..., sensitive = ..., <constructor arguments>}``:
 ``eodds:sex>=0.8`` (``equalized_odds``)  :class:`~fairopt.constraints.EqualizedOdds`, delta or bound
 ``covariance:sex:0.01``                 :class:`~fairopt.constraints.Covariance`, bound
 ``gedi:age:0.05``                       :class:`~fairopt.constraints.gedi.GeDI`, bound
+``gedi[labels]:age<=0.05``              GeDI of a classifier's hard labels (``target="labels"``;
+                                        ``gedi[probabilities]``: of its probabilities)
 ``dcov|jdcov|ccdcov:sex,race:0.001``    :class:`~fairopt.constraints.dcov.DistanceCovariance`
 =====================================  ===============================================
 
@@ -237,6 +239,8 @@ def _plain(value: Any, key: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- text and table forms
+#: kind -> the constructor argument a bracket after the kind sets (``gedi[labels]:age:0.05``)
+_KIND_OPTIONS = {"gedi": "target"}
 _ALIASES = {"di": "disparate_impact", "ei": "equal_impact", "dp": "demographic_parity", "eo": "equal_opportunity",
             "fpr": "false_positive_parity", "eodds": "equalized_odds"}
 #: constraint kind -> name of its bound argument (the default one for the kinds of
@@ -314,10 +318,17 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
     if not isinstance(spec, str):
         raise ValueError(f"spec: expected 'kind:sensitive[:bound]' or a table, got {spec!r}")
     parts = spec.split(":")
-    kind = _ALIASES.get(parts[0].strip(), parts[0].strip())
+    kind, bracket, option = parts[0].strip().partition("[")
+    kind = _ALIASES.get(kind.strip(), kind.strip())
     if kind not in CONSTRAINT_KINDS or len(parts) not in (2, 3):
         raise ValueError(f"spec: expected 'kind:sensitive[:bound]' or 'kind:sensitive>=delta|<=bound' with kind in "
                          f"{sorted(CONSTRAINT_KINDS)}, got {spec!r}")
+    extra = {}
+    if bracket:
+        if kind not in _KIND_OPTIONS or not option.endswith("]") or not option[:-1].strip():
+            raise ValueError(f"spec: 'kind[option]' is only {sorted(f'{k}[...]' for k in _KIND_OPTIONS)} (e.g. "
+                             f"'gedi[labels]:age:0.05'), got {parts[0]!r} in {spec!r}")
+        extra[_KIND_OPTIONS[kind]] = option[:-1].strip()
     op = next((op for op in _COMPARISONS if op in parts[1]), None)
     if op is not None:
         if len(parts) != 2:
@@ -327,8 +338,8 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
         if arg not in _bound_args(kind):
             raise ValueError(f"spec: {kind!r} takes {' or '.join(repr(a) for a in _bound_args(kind))}; "
                              f"'{op}' sets {arg!r} ('>=' a ratio delta, '<=' a difference bound), in {spec!r}")
-        return kind, {"sensitive": _names(names, spec), arg: _number(value, arg, spec)}
-    options: dict = {"sensitive": _names(parts[1], spec)}
+        return kind, {"sensitive": _names(names, spec), arg: _number(value, arg, spec), **extra}
+    options: dict = {"sensitive": _names(parts[1], spec), **extra}
     if len(parts) == 3:
         options[CONSTRAINT_KINDS[kind]] = _number(parts[2], CONSTRAINT_KINDS[kind], spec)
     return kind, options

@@ -52,7 +52,8 @@ from solvers.history import COLUMN_C_PREDICTIONS, FitResult, History
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations, row_weights
 from solvers.projection import BACKENDS, ProjectionResult, project_targets
-from solvers.validation import as_float_array, check_choice, check_seed, check_verbose, positive_float, positive_int
+from solvers.validation import (as_float_array, check_choice, check_flag, check_seed, check_verbose, positive_float,
+                                positive_int)
 from solvers.problem import as_constraint_set
 
 __all__ = ["MovingTargets", "MT_TASKS"]
@@ -94,6 +95,13 @@ class MovingTargets:
         Relative gap at which a classification master is optimal (0 proves optimality).
     feasibility_tol : float, default 1e-9
         Total violation below which the final predictions count as feasible (``converged``).
+    warm_start : bool, default False
+        Start every master after the first from the previous master's solution
+        (``project_targets(..., initial=previous)``): the constraints do not change between
+        iterations, so the previous targets (and auxiliary variables) are a feasible
+        incumbent - a MIP start for HiGHS and Gurobi, OSQP's warm start. The optimum is the
+        same; among tied optima (frequent with the Hamming loss) the solver may return
+        another one, so histories can differ from a cold-started run.
     callbacks : sequence of callables
         ``cb(engine, record) -> bool | None`` after every iteration; True stops training.
 
@@ -131,6 +139,7 @@ class MovingTargets:
         *,
         mip_gap: float = 1e-4,
         feasibility_tol: float = 1e-9,
+        warm_start: bool = False,
         callbacks: Sequence[Callable] = (),
     ) -> None:
         self.iterations = iterations
@@ -140,6 +149,7 @@ class MovingTargets:
         self.verbose = verbose
         self.mip_gap = mip_gap
         self.feasibility_tol = feasibility_tol
+        self.warm_start = warm_start
         self.callbacks = tuple(callbacks)
         self._validate_options()
 
@@ -149,6 +159,7 @@ class MovingTargets:
         positive_float(self.time_limit, "time_limit")
         positive_float(self.mip_gap, "mip_gap", allow_zero=True)
         positive_float(self.feasibility_tol, "feasibility_tol", allow_zero=True)
+        check_flag(self.warm_start, "warm_start")
         check_seed(self.seed, allow_none=False, allow_negative=False)
         check_verbose(self.verbose)
         if not all(callable(cb) for cb in self.callbacks):
@@ -237,14 +248,14 @@ class MovingTargets:
         tracker = BestIterate(cons.lower, cons.upper, self.feasibility_tol)
         tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record[COLUMN_C_PREDICTIONS], 0)
 
-        targets, status = y, "max_iterations"
+        targets, status, master = y, "max_iterations", None
         for t in steps:
             alpha = 1.0 / t
             master = project_targets(
                 [predictions, y], weights=[1.0, alpha], encodings=encodings,
                 loss="hamming" if classification else "squared", binary=classification,
                 backend=self.backend, time_limit=float(self.time_limit), mip_gap=float(self.mip_gap),
-                seed=int(self.seed),
+                seed=int(self.seed), initial=master if self.warm_start else None,
             )
             previous, targets = targets, master.z
             predictions, learner_seconds = _fit_predict(learner, X, targets, classification, weights)

@@ -609,3 +609,20 @@ def test_a_jdcov_bound_below_its_floor_warns_at_setup():
         warnings.simplefilter("error", FairnessWarning)
         DistanceCovariance(["a", "b"], bound=2 * floor, kind="jdcov").setup(data)
         DistanceCovariance(["a", "b"], bound=0.0, kind="dcov").setup(data)  # dCov's floor is 0
+
+
+def test_a_jdcov_penalty_has_no_bound_and_no_floor_warning():
+    """The JdCov penalty reuses the statistic with no bound: its setup never warns about one."""
+    import warnings
+
+    import fairopt
+    from fairopt.exceptions import FairnessWarning
+    from fairopt.penalties import DistanceCovariancePenalty
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=300)
+    X = rng.normal(size=(300, 2))
+    data = fairopt.FairData.from_arrays(X, (X[:, 0] > 0).astype(float), {"a": a, "b": a + 0.3 * rng.normal(size=300)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FairnessWarning)
+        DistanceCovariancePenalty(["a", "b"], kind="jdcov").setup(data)

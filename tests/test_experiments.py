@@ -137,7 +137,7 @@ def test_realised_vs_requested_counts_reversals_and_bounds():
                                  ("q", "lambda", [(0.1, 0.5), (1.0, 0.99), (10.0, 0.95), (100.0, 0.9), (1e3, 0.8)])):
         for value, di in pairs:
             rows.append({"method": method, "hyperparameter": hyper, "value": value, "split": "train", "di_ratio": di})
-    reading = realised_vs_requested(pd.DataFrame(rows)).set_index("method")
+    reading = realised_vs_requested(pd.DataFrame(rows), measure="di_ratio").set_index("method")
     assert reading.loc["c", "reversals"] == 0 and reading.loc["c", "bounds_met"] == 2
     assert reading.loc["c", "worst_gap"] == pytest.approx(0.10)
     assert reading.loc["p", "reversals"] == 1 and math.isnan(reading.loc["p", "bounds_met"])

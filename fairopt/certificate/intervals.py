@@ -21,7 +21,7 @@ from fairopt.constraints.rates import GroupRateConstraint
 
 __all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "clear_constraint_cache", "clopper_pearson", "compared_pairs",
            "finite_sides", "normal_quantile", "outputs_on", "prepared_copy", "rate_sides", "ratio_bound",
-           "ratio_upper", "row_table", "safe_div", "safe_ratio", "within_bounds", "worst_case_rows"]
+           "ratio_upper", "row_table", "safe_div", "within_bounds", "worst_case_rows"]
 
 
 BOOTSTRAP_TYPES = (GeDI, DistanceCovariance, Covariance)
@@ -101,15 +101,6 @@ def within_bounds(values_lo: np.ndarray, values_hi: np.ndarray, bound_lo: np.nda
     ok_hi = np.where(np.isfinite(bound_hi), values_hi <= bound_hi + 1e-12, True)
     ok_lo = np.where(np.isfinite(bound_lo), values_lo >= bound_lo - 1e-12, True)
     return ok_hi & ok_lo
-
-
-def safe_ratio(a: float, b: float) -> float:
-    """``min(a / b, b / a)`` with ``0 / 0 = 1`` (equal zero rates)."""
-    if a <= 0.0 and b <= 0.0:
-        return 1.0
-    if a <= 0.0 or b <= 0.0:
-        return 0.0
-    return min(a / b, b / a)
 
 
 def rate_sides(constraint: GroupRateConstraint, out: torch.Tensor, data: Any) -> tuple[np.ndarray, np.ndarray]:

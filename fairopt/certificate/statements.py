@@ -13,7 +13,7 @@ import torch
 from fairopt._validation import check_interval, require_unweighted
 from fairopt.certificate.intervals import (bootstrap_rows, clear_constraint_cache, clopper_pearson, compared_pairs,
                                            normal_quantile, outputs_on, prepared_copy, rate_sides, ratio_bound,
-                                           ratio_upper, row_table, safe_div, safe_ratio, within_bounds, worst_case_rows)
+                                           ratio_upper, row_table, safe_div, within_bounds, worst_case_rows)
 from fairopt.constraints.rates import GroupRateConstraint
 
 __all__ = ["CERTIFY_METHODS", "Certificate", "certify"]
@@ -163,20 +163,19 @@ def _rate_certificate(c: GroupRateConstraint, data: Any, confidence: float, meth
                       n: np.ndarray, rates: np.ndarray, values: np.ndarray, row_lo: np.ndarray, row_hi: np.ndarray,
                       interval: Any, extra_rows: dict) -> Certificate:
     """The certificate both methods of a rate constraint share: ``passed`` from the row
-    bounds, the realised measure (the smallest ratio, or the largest difference, over the
-    compared pairs whose sides both have rows) and the row table. ``interval(pairs,
+    bounds, the realised measure (:meth:`GroupRateConstraint.realised_from_rates`: the
+    smallest ratio, or the largest difference, over the compared pairs whose sides both have
+    rows) and the row table. ``interval(pairs,
     is_ratio) -> (lo, hi)`` is the method's interval of the measure."""
     b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
     passed = bool(within_bounds(row_lo, row_hi, b_lo, b_hi).all())
     pairs = list(zip(c._focus.tolist(), c._ref.tolist()))
-    informed = [(f, r) for f, r in pairs if n[f] > 0 and n[r] > 0]
     is_ratio = c.rate_form == "ratio"  # DisparateImpact, EqualImpact, a conditioned rate with delta
     if is_ratio:
         measure, side, bound = f"{c._prefix} ratio", "lower", c.delta
-        realised = min([safe_ratio(rates[f], rates[r]) for f, r in informed], default=1.0)
     else:
         measure, side, bound = f"{c._prefix} difference", "upper", c.bound
-        realised = max([abs(rates[f] - rates[r]) for f, r in informed], default=0.0)
+    realised = c.realised_from_rates(rates, n)
     lo, hi = interval(pairs, is_ratio)
     rows = row_table(c, values, row_lo, row_hi, b_lo, b_hi)
     rows.update(sides_positive=k.tolist(), sides_n=n.tolist(), **extra_rows)

@@ -105,6 +105,19 @@ class TightenedConstraint(BaseConstraint):
     def target_encoding(self, batch: Any) -> Any:
         return self.constraint.target_encoding(batch)
 
+    @property
+    def measure(self) -> str:
+        """The original constraint's bounded measure (the margin changes its rows, not the measure)."""
+        return getattr(self.constraint, "measure", self.name)
+
+    @property
+    def bound_sense(self) -> str:
+        return getattr(self.constraint, "bound_sense", "upper")
+
+    def realised(self, out: torch.Tensor, batch: Any) -> float:
+        """The original constraint's realised measure (compare it with the user's bound)."""
+        return self.constraint.realised(out, batch)
+
     def get_params(self, deep: bool = True) -> dict:
         """The original constraint's parameters (the margin is not one of them)."""
         return self.constraint.get_params(deep=deep)

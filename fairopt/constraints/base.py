@@ -18,9 +18,22 @@ class BaseConstraint:
     Subclasses set ``self.lower``/``self.upper`` (shape (m,)) in ``__init__`` or in
     :meth:`setup` (when the number of rows depends on the data, e.g. categories), and
     implement ``__call__`` (smooth surrogate rows) and :meth:`exact` (hard-prediction rows).
+
+    The bounded measure: the rows are how an engine enforces a bound, but the user bounds
+    one measure with one number (``DisparateImpact(delta=0.8)`` bounds the ratio of hard
+    positive rates from below, ``GeDI(bound=0.2)`` the L1 norm of the GeDI coefficients
+    from above). A constraint that declares it implements ``realised(out, batch) -> float``,
+    the exact value of that measure on the scale of the constructor's bound argument, and
+    sets :attr:`bound_sense`; :attr:`measure` names it.
+    :func:`fairopt.evaluation.realised_measures` reads it for any constraint (and penalty)
+    that has ``realised``, so a comparison of requested and realised bounds needs no
+    per-constraint code.
     """
 
     name: str = "constraint"
+    #: How the bound argument bounds :meth:`realised`: "upper" (met when ``realised <= bound``)
+    #: or "lower" (a ratio ``delta``, met when ``realised >= delta``).
+    bound_sense: str = "upper"
     lower: torch.Tensor
     upper: torch.Tensor
     row_names: list[str] | None = None
@@ -37,6 +50,11 @@ class BaseConstraint:
     def target_encoding(self, batch: Any) -> LinearEncoding | None:
         """No linear target encoding unless a subclass provides one."""
         return None
+
+    @property
+    def measure(self) -> str:
+        """The name of the bounded measure (the constraint's name unless a subclass says more)."""
+        return self.name
 
     @property
     def n_rows(self) -> int:

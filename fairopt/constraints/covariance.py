@@ -63,6 +63,11 @@ class Covariance(LinearRowsConstraint):
     def _transform(self, t: torch.Tensor, exact: bool) -> torch.Tensor:
         return t  # linear: the exact value is the smooth value
 
+    def realised(self, out: torch.Tensor, batch: Any) -> float:
+        """The bounded measure on ``batch``: ``max_rows |c|``, the largest absolute covariance
+        of a row (``bound`` bounds it from above)."""
+        return float(self.exact(out, batch).abs().max())
+
     @staticmethod
     def _indicator_groups(part: Partition) -> list[int]:
         return [1] if part.n_groups == 2 else list(range(part.n_groups))

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fairopt.constraints.base import BaseConstraint
-from fairopt._validation import nonnegative_float, require_unweighted, sensitive_names
+from fairopt._validation import measure_bound, require_unweighted, sensitive_names
 from fairopt._validation import check_choice, check_seed, positive_float, positive_int
 from fairopt.exceptions import FairnessWarning
 from fairopt.measures.dcov import JOINT_METHODS, METHODS, ccdcov, jdcov
@@ -120,8 +120,8 @@ class DistanceCovariance(BaseConstraint):
         block_size: int | None = None,
     ) -> None:
         self.sensitive = sensitive_names(sensitive)
-        self.bound = nonnegative_float(bound, "bound")
         self.kind = check_choice(kind, KINDS, "kind")
+        self.bound = measure_bound(bound, "bound", self.kind)
         self.c = positive_float(c, "c")
         self.method = check_choice(method, JOINT_METHODS if self.kind == "jdcov" else METHODS, "method")
         self.n_projections = positive_int(n_projections, "n_projections")
@@ -140,15 +140,17 @@ class DistanceCovariance(BaseConstraint):
             "block_size": block_size,
         }
 
-    def setup(self, data: Any) -> None:
-        """Check that the sensitive names exist in ``data`` with a known kind.
+    def setup(self, data: Any, check_floor: bool = True) -> None:
+        """Check that the sensitive names exist in ``data`` with a known kind and, for JdCov,
+        that the bound is above the value of a constant prediction (``check_floor=False``
+        skips it: a penalty that only reuses the statistic has no bound).
 
         Raises ``ValueError`` for data with per-row weights (``data.weights``): the
         distance-covariance U-statistics have no weighted version here yet.
         """
         require_unweighted(data, "Distance covariance")
         self._columns(data)
-        if self.kind == "jdcov":
+        if self.kind == "jdcov" and check_floor:
             self._check_floor(data)
 
     def _check_floor(self, data: Any) -> None:
@@ -208,3 +210,8 @@ class DistanceCovariance(BaseConstraint):
         """
         with torch.no_grad():
             return self(out.detach(), batch)
+
+    def realised(self, out: torch.Tensor, batch: Any) -> float:
+        """The bounded measure on ``batch``: the statistic of :meth:`exact` (``bound`` bounds
+        it from above; a U-statistic, so it can dip slightly below 0)."""
+        return float(self.exact(out, batch).reshape(-1)[0])

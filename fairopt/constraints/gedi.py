@@ -8,6 +8,11 @@ kernel of the protected attribute (:func:`fairopt.measures.gedi.gedi`):
 
 ``q`` is ``bound``, or ``bound * GeDI(x, y_train; V^1)`` with ``relative=True`` (the
 paper's protocol uses ``bound = 0.2`` for every kernel order) [GeDI sec 5].
+
+For a classifier (binary task) ``yhat`` is one of two things, chosen by ``target``: the hard
+labels ``1{out > threshold}`` (what the paper reports, [GeDI sec 5]) or the probabilities
+``sigmoid(out)``. Each constraint says which it measures: ``target="labels"`` is named
+``gedi_coarse[age][labels]``, ``target="probabilities"`` ``gedi_coarse[age][probabilities]``.
 """
 
 from __future__ import annotations
@@ -22,19 +27,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from fairopt._validation import (as_1d_tensor, check_flag, check_same_length, nonnegative_float, positive_float,
-                                 require_unweighted)
+from fairopt._validation import (as_1d_tensor, check_choice, check_flag, check_same_length, finite_float,
+                                 measure_bound, nonnegative_float, positive_float, require_unweighted)
 from fairopt.constraints.base import BaseConstraint
 from fairopt.exceptions import FairnessWarning
 from fairopt.measures.gedi import KernelBasis, check_degree, check_kernel, standardization
-from fairopt.surrogates import get_surrogate
+from fairopt.surrogates import Surrogate, get_surrogate
 from solvers.problem import LinearEncoding
 
-__all__ = ["GeDI"]
+__all__ = ["GeDI", "TARGETS"]
 
 logger = logging.getLogger(__name__)
 
 _TASKS = ("binary", "regression", "poisson")
+#: What a binary task's GeDI measures (``target``): hard labels or probabilities.
+TARGETS = ("labels", "probabilities")
+#: What the exact rows measure, per task (a binary task: per target; None is "labels").
+_MEASURED = {"regression": "predictions", "poisson": "rates"}
 _SMOOTH_L1_BIAS = 0.1  # default eps: the smooth L1 overestimates ||alpha||_1 by <= 10% of q
 _EPS_FLOOR = 1e-12  # default eps when q = 0 (keeps sqrt differentiable at alpha = 0)
 _CACHE_SIZE = 4
@@ -66,9 +75,32 @@ class GeDI(BaseConstraint):
       rows guarantees ``GeDI(V^k) <= (1 + tol) q`` for any feasible point (default
       ``tol = 0.1``: the fine constraint implies the coarse one up to 10%).
 
-    Predictions: ``yhat = sigmoid(out)`` (probabilities) for ``task="binary"``,
-    ``yhat = out`` for regression, ``yhat = exp(out)`` (the rate) for Poisson. The exact
-    rows use hard labels ``out > 0`` for the binary task.
+    Predictions ``yhat``: ``out`` for regression, ``exp(out)`` (the rate) for Poisson, and
+    for ``task="binary"`` what ``target`` says (the rows of :meth:`exact` are the measure
+    the engines check, report and certify; the smooth rows of ``__call__`` are what they
+    train on):
+
+    ============================  ==============================  ==============================
+    ``target``                    exact rows (the measure)        smooth rows (training)
+    ============================  ==============================  ==============================
+    ``"labels"``                  hard labels                     ``surrogate(out - threshold)``,
+                                  ``1{out > threshold}``          default the smoothed step of
+                                                                  :class:`~fairopt.constraints.DisparateImpact`
+    ``"probabilities"``           ``sigmoid(out)``                ``sigmoid(out)``
+    None (default)                hard labels                     ``sigmoid(out)``, or
+                                  ``1{out > threshold}``          ``surrogate(out - threshold)``
+    ============================  ==============================  ==============================
+
+    ``None`` keeps the setting from before ``target`` existed: it reports and checks the
+    hard-label GeDI but trains on the probabilities, a loose surrogate of the step, and
+    leaves the gap to the engines' calibration of the rows on their exact values (on the
+    first Adult fold, 200 epochs, the fine age constraint ended at a constant classifier).
+    ``"labels"`` trains on the smoothed step instead, as the disparate-impact constraints
+    do, so the training rows approach the exact hard-label rows that the engines check.
+    Bounding the probabilities does not bound the labels: with ``"probabilities"`` met on
+    that fold, the hard-label GeDI was 3.7 times the bound. The name says which measure an explicit
+    ``target`` gives (``gedi_coarse[age][labels]``); :attr:`measure` says it for every
+    constraint once set up.
 
     Mini-batches: the kernel of a batch is built from the batch's own sensitive values
     with the TRAINING standardisation (mean/sd fixed in :meth:`setup`), centred on the
@@ -94,11 +126,17 @@ class GeDI(BaseConstraint):
     eps : float or None
         Smoothing of the coarse L1 row (> 0); None for ``(0.1 q / k)^2`` (``1e-12`` if q=0).
     surrogate : str, Surrogate or None
-        Binary tasks only: the prediction the smooth rows use. None: the probability
-        ``sigmoid(out)``. A step surrogate (e.g. ``"smoothed_step"``, see
-        :func:`fairopt.surrogates.get_surrogate`) makes the smooth rows approximate the
-        hard-label GeDI that :meth:`exact` reports: with probabilities, SQP met the smooth
-        rows on Adult/age while the hard-label GeDI stayed 2-5 times the bound.
+        Binary tasks, hard labels (``target`` "labels" or None): the smooth step of the
+        training rows, ``surrogate(out - threshold)`` (see
+        :func:`fairopt.surrogates.get_surrogate`). None: ``"smoothed_step"`` for
+        ``target="labels"``, the probability ``sigmoid(out)`` for ``target=None``. Not
+        allowed with ``target="probabilities"``.
+    target : {"labels", "probabilities"} or None
+        Binary tasks only: what GeDI measures (table above). A regression or Poisson task
+        has one prediction and takes None (ValueError at :meth:`setup` otherwise).
+    threshold : float
+        Binary tasks, hard labels: the decision threshold on ``out`` (0 on logits is
+        probability 0.5), as in :class:`~fairopt.constraints.DisparateImpact`.
     tol : float
         Fine constraint: total allowance for the higher-order coefficients as a fraction
         of ``q`` (>= 0).
@@ -122,25 +160,40 @@ class GeDI(BaseConstraint):
         tol: float = 0.1,
         standardize: bool | None = None,
         surrogate: Any = None,
+        target: str | None = None,
+        threshold: float = 0.0,
     ) -> None:
         if not isinstance(sensitive, str) or not sensitive:
             raise ValueError(f"sensitive: expected the name of a sensitive feature, got {sensitive!r}")
         self.sensitive = sensitive
         self.degree = check_degree(degree)
-        self.bound = nonnegative_float(bound, "bound")
+        self.bound = measure_bound(bound, "bound", "a relative GeDI" if relative is True else "GeDI")
         self.fine = check_flag(fine, "fine")
         self.relative = check_flag(relative, "relative")
         self.kernel = check_kernel(kernel)
         self.eps = None if eps is None else positive_float(eps, "eps")
         self.tol = nonnegative_float(tol, "tol")
         self.standardize = check_flag(standardize, "standardize", allow_none=True)
-        self.surrogate = None if surrogate is None else get_surrogate(surrogate)
+        self.target = None if target is None else check_choice(target, TARGETS, "target")
+        if self.target == "probabilities" and surrogate is not None:
+            raise ValueError(f"surrogate: {surrogate!r} with target='probabilities', which trains on the probabilities "
+                             "themselves; a step surrogate is for target='labels'")
+        step = "smoothed_step" if surrogate is None and self.target == "labels" else surrogate
+        self.surrogate = None if step is None else get_surrogate(step)
+        self.threshold = finite_float(threshold, "threshold")
         self._params = dict(
             sensitive=sensitive, degree=self.degree, bound=self.bound, fine=self.fine,
             relative=self.relative, kernel=self.kernel, eps=self.eps, tol=self.tol,
-            standardize=self.standardize, surrogate=surrogate,
+            standardize=self.standardize, surrogate=surrogate, target=self.target,
+            threshold=self.threshold,
         )
-        self.name = f"gedi_{'fine' if self.fine else 'coarse'}[{sensitive}]"
+        self.name = f"gedi_{'fine' if self.fine else 'coarse'}[{sensitive}]" + (f"[{target}]" if target else "")
+        self.measured: str | None = self.target
+        """What :meth:`exact` measures: "labels" or "probabilities" (binary task),
+        "predictions" (regression) or "rates" (Poisson); None until :meth:`setup` when no
+        ``target`` is given."""
+        self.reference: float | None = None
+        """``GeDI(x, y_train; V^1)``, the scale of a relative bound (set up; None otherwise)."""
         self.absolute_bound: float | None = None
         self.smoothing: float | None = None
         self._task: str | None = None
@@ -154,8 +207,9 @@ class GeDI(BaseConstraint):
         """Check the attribute, fix the training standardisation and the absolute bound.
 
         Raises ``ValueError`` for an unknown or categorical attribute, a binary attribute
-        with ``degree > 1``, a constant attribute, an unsupported task, a training kernel
-        that is rank deficient, or data with per-row weights (``data.weights``: GeDI has no
+        with ``degree > 1``, a constant attribute, an unsupported task, a ``target`` on a task
+        that is not binary, a training kernel that is rank deficient, or data with per-row
+        weights (``data.weights``: GeDI has no
         weighted version yet; ignoring the weights would constrain another measure than the
         one the weighted training optimises).
         """
@@ -175,7 +229,11 @@ class GeDI(BaseConstraint):
         task = getattr(data, "task", "regression")
         if task not in _TASKS:
             raise ValueError(f"task: GeDI supports {_TASKS}, got {task!r}")
+        if self.target is not None and task != "binary":
+            raise ValueError(f"target: {self.target!r} chooses between a classifier's labels and probabilities; the "
+                             f"{task} task has one prediction ({_MEASURED[task]}): leave target=None")
         self._task = task
+        self.measured = _MEASURED.get(task, self.target or "labels")
         standardize = self.standardize if self.standardize is not None else kind != "binary"
         self._shift, self._scale = standardization(x, standardize, f"sensitive[{self.sensitive!r}]")
         self._cache.clear()
@@ -190,7 +248,8 @@ class GeDI(BaseConstraint):
             reference = KernelBasis.build(x, 1, "poly", self._shift, self._scale)
             y_train = as_1d_tensor(data.y, "data.y")
             check_same_length(**{"data.y": y_train, f"sensitive[{self.sensitive!r}]": x})
-            q = self.bound * float(reference.coefficients(y_train).abs().sum())
+            self.reference = float(reference.coefficients(y_train).abs().sum())
+            q = self.bound * self.reference
         self._resolve_bounds(q)
         logger.debug("%s: absolute bound %.6g (eps %.3g, task %s)", self.name, q, self.smoothing, task)
 
@@ -246,15 +305,19 @@ class GeDI(BaseConstraint):
         if out.shape[0] != len(batch):
             raise ValueError(f"out: expected {len(batch)} values (one per batch row), got {out.shape[0]}")
         if self._task == "binary":
+            if self.target == "probabilities":
+                return torch.sigmoid(out)
+            t = out - self.threshold
             if hard:
-                return (out > 0).to(out.dtype)
-            return torch.sigmoid(out) if self.surrogate is None else self.surrogate(out)
+                return Surrogate.step(t)
+            return torch.sigmoid(out) if self.surrogate is None else self.surrogate(t)
         if self._task == "poisson":
             return torch.exp(out)
         return out
 
     def coefficients(self, out: torch.Tensor, batch: Any, hard: bool = False) -> torch.Tensor:
-        """``alpha`` (k,) of the batch predictions (float64; differentiable unless ``hard``)."""
+        """``alpha`` (k,) of the batch predictions (float64): those of the smooth rows, or with
+        ``hard`` those of the exact rows (the measure, class doc; no useful gradient)."""
         return self._basis(batch).coefficients(self._predictions(out, batch, hard))
 
     # ------------------------------------------------------------------ rows
@@ -265,11 +328,45 @@ class GeDI(BaseConstraint):
         return rows.to(out.dtype)
 
     def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
-        """Exact rows on hard predictions: ``[||alpha||_1]`` (coarse) or ``alpha`` (fine)."""
+        """Exact rows of the measured predictions (:attr:`measured`: hard labels
+        ``1{out > threshold}`` or probabilities for a classifier, class doc): ``[||alpha||_1]``
+        (coarse) or ``alpha`` (fine)."""
         with torch.no_grad():
             alpha = self.coefficients(out, batch, hard=True)
             rows = alpha if self.fine else alpha.abs().sum().reshape(1)
         return rows.to(out.dtype)
+
+    # ------------------------------------------------------------------ the bounded measure
+    @property
+    def measure(self) -> str:
+        """The measure the bound argument bounds, with what it is measured on:
+        ``gedi_coarse[age][labels]`` (the name, plus :attr:`measured` once set up for a
+        binary task without an explicit ``target``)."""
+        if self.target is None and self.measured in TARGETS:
+            return f"{self.name}[{self.measured}]"
+        return self.name
+
+    def realised(self, out: torch.Tensor, batch: Any) -> float:
+        """The exact value on ``batch`` of the measure ``bound`` bounds (``bound_sense`` upper).
+
+        Coarse: ``||alpha||_1`` [GeDI eq 17]; fine: the smallest ``q`` whose rows the
+        coefficients meet, ``max(|alpha_1|, max_{j >= 2} |alpha_j| (k - 1) / tol)`` (infinite
+        if ``tol = 0`` and some ``alpha_j != 0``). With ``relative=True`` divided by
+        :attr:`reference` = ``GeDI(x, y_train; V^1)``, the scale of ``bound``. ``alpha``
+        is that of :meth:`exact` (hard labels or probabilities, :attr:`measured`).
+        """
+        alpha = self.exact(out, batch).to(torch.float64).abs().cpu()
+        if not self.fine:
+            value = float(alpha.sum())
+        else:
+            share = torch.tensor([1.0] + [self.tol / (self.degree - 1)] * (self.degree - 1), dtype=torch.float64)
+            scaled = torch.where(alpha == 0, torch.zeros_like(alpha), alpha / share)
+            value = float(scaled.max())
+        if self.relative:
+            if self.reference is None:
+                raise RuntimeError(f"{self.name}: call setup(training data) before realised (the relative scale)")
+            return value / self.reference if self.reference > 0 else (0.0 if value == 0 else math.inf)
+        return value
 
     # ------------------------------------------------------------------ projection
     def target_encoding(self, batch: Any) -> LinearEncoding:
@@ -300,6 +397,16 @@ class GeDI(BaseConstraint):
         between the kernel columns (correlated powers included) [GeDI App. B.1]. The
         projection enforces the higher-order coefficients exactly (``tol`` is not used):
         a solution is feasible for the rows of this constraint for every ``tol >= 0``.
+
+        For a classifier ``z`` holds the 0/1 target labels of Moving Targets: the rows
+        constrain the labels' GeDI (``target`` "labels" or None).
+
+        Fine, binary task, ``k >= 2``: the ``k - 1`` equalities admit no 0/1 vector in
+        general (on Adult/age neither HiGHS nor Gurobi found a feasible point in 20 s for
+        ``k = 2`` on 1,500 rows), so the rows are the coefficients themselves,
+        ``alpha = G^{-1} Ft' z / n`` (no auxiliary variables), with the bounds of the fine
+        rows: ``|alpha_1| <= q``, ``|alpha_j| <= tol q / (k - 1)`` for ``j >= 2``. A 0/1
+        vector meets them exactly when its GeDI coefficients meet this constraint's rows.
         """
         basis = self._basis(batch)
         ft = basis.centred.numpy()
@@ -307,6 +414,11 @@ class GeDI(BaseConstraint):
         n, k = ft.shape
         q = float(self.absolute_bound)
         meta = {"constraint": self.name, "form": "fine" if self.fine else "coarse", "degree": k, "bound": q}
+        if self.fine and self._task == "binary" and k > 1:
+            meta["form"] = "fine-coefficients"
+            rows = np.linalg.solve(gram, ft.T / n)
+            return LinearEncoding(name=self.name, A_z=rows, lb=self.lower.numpy().copy(),
+                                  ub=self.upper.numpy().copy(), meta=meta)
         if self.fine:
             v, c = gram[0, 0], gram[:, 0]
             rows = np.vstack([ft[:, 0], c[1:, None] * ft[None, :, 0] - v * ft[:, 1:].T]) / n

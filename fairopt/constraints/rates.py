@@ -142,6 +142,15 @@ def label_mask(batch: Any, label: int, who: str) -> torch.Tensor:
     return (check_binary(y, "y") == label).to(FLOAT64)
 
 
+def _pair_ratio(a: float, b: float) -> float:
+    """``min(a / b, b / a)`` of two non-negative rates, with ``0 / 0 = 1`` (equal zero rates)."""
+    if a <= 0.0 and b <= 0.0:
+        return 1.0
+    if a <= 0.0 or b <= 0.0:
+        return 0.0
+    return min(a / b, b / a)
+
+
 def _comparisons(partitions: Sequence[Partition], pairwise: bool) -> tuple[list[_Side], list[tuple[int, int]]]:
     """The group means (sides) and the (focus, reference) side pairs to compare (module doc)."""
     sides: list[_Side] = []
@@ -306,6 +315,37 @@ class GroupRateConstraint(LinearRowsConstraint):
             raise ValueError(f"sums/counts: expected shape ({G},) each, got {tuple(sums.shape)}, {tuple(counts.shape)}")
         means = sums / positive_counts(counts)
         return self._informed_rows(counts, sums.dtype).to(sums.device) @ means
+
+    # ------------------------------------------------------------------ the bounded measure
+    @property
+    def bound_sense(self) -> str:
+        """``"lower"`` for the ratio form (``delta`` bounds the ratio from below), else ``"upper"``."""
+        return "lower" if self.rate_form == "ratio" else "upper"
+
+    def realised_from_rates(self, rates: Any, counts: Any) -> float:
+        """The bounded measure from the side rates ``P`` and side counts (``G,`` each).
+
+        Over the compared pairs (focus ``f``, reference ``r``) whose sides both have rows:
+        ratio form, ``min min(P_f / P_r, P_r / P_f)`` (two zero rates are equal: 1; one
+        zero rate: 0), 1.0 when no pair has rows; difference form, ``max |P_f - P_r|``, 0.0
+        when no pair has rows. This is the value ``delta`` (from below) or ``bound`` (from
+        above) is compared with, and the ``realised`` of a held-out certificate.
+        """
+        P = torch.as_tensor(rates, dtype=FLOAT64).reshape(-1).tolist()
+        n = torch.as_tensor(counts, dtype=FLOAT64).reshape(-1).tolist()
+        pairs = [(f, r) for f, r in zip(self._focus.tolist(), self._ref.tolist()) if n[f] > 0 and n[r] > 0]
+        if self.rate_form == "difference":
+            return max((abs(P[f] - P[r]) for f, r in pairs), default=0.0)
+        return min((_pair_ratio(P[f], P[r]) for f, r in pairs), default=1.0)
+
+    def realised(self, out: torch.Tensor, batch: Any) -> float:
+        """The exact bounded measure on ``batch``: :meth:`realised_from_rates` of the hard
+        rates ``1{out > threshold}`` of every side (weighted means with row weights), e.g.
+        the disparate-impact ratio ``min(P_1 / P_0, P_0 / P_1)`` of a binary attribute."""
+        with torch.no_grad():
+            sums, counts = self.partial_sums(out, batch, exact=True)
+        sums, counts = sums.to(FLOAT64).cpu(), counts.to(FLOAT64).cpu()
+        return self.realised_from_rates(sums / positive_counts(counts), counts)
 
     def target_encoding(self, batch: Any) -> LinearEncoding:
         """The rows as linear (in)equalities on hard labels ``z`` (n,): ``lower <= (D W) z <= upper``.

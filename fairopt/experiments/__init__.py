@@ -3,7 +3,8 @@
 - :mod:`~fairopt.experiments.methods`: the :class:`Method` protocol and adapters for the
   torch engines (:class:`SQPMethod`, :class:`PenaltyMethod`, :class:`LagrangianMethod`);
 - :func:`compare`: methods x grid values x seeds x folds -> one tidy DataFrame of exact
-  measures on train and test; :func:`realised_vs_requested` reads it;
+  measures on train and test, with each run's own bounded measure (``realised``);
+  :func:`realised_vs_requested` reads every method on it;
 - :func:`calibrate_penalty`: the JS-divergence elbow of [DC] App F, on a grid set by the
   ratio of [DC] eq 4.5 (:func:`lambda_scale`, :func:`lambda_grid`) unless one is given;
 - :func:`compare_methods`, :func:`compare_to_reference`: Wilcoxon signed-rank tests of a

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fairopt.evaluation import evaluate
+from fairopt.evaluation import RealisedMeasure, evaluate, realised_measures
+from fairopt.evaluation_fauci import resolve_combined
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS, Fitted, Method
 from fairopt.experiments.sweeps import KEY_COLUMN, ResultStore, check_n_jobs, check_threads, execute, run_key, seeded
 
@@ -30,7 +31,9 @@ logger = logging.getLogger(__name__)
 #: Identifier columns of :func:`compare`'s table, in order.
 ID_COLUMNS = ("method", "hyperparameter", "value", "seed", "fold", "split")
 #: Text columns of the table (read back as text from a results CSV).
-TEXT_COLUMNS = ("method", "hyperparameter", "split", "status")
+TEXT_COLUMNS = ("method", "hyperparameter", "split", "measure", "sense", "status")
+#: The columns of a run's bounded measure (:func:`_bounded_measure`), before ``violation``.
+MEASURE_COLUMNS = ("measure", "sense", "realised")
 #: Performance columns per task.
 PERFORMANCE_COLUMNS = {"binary": ("accuracy", "rps"), "regression": ("r2", "mse"), "poisson": ("deviance", "rps")}
 
@@ -114,6 +117,12 @@ def _grid_values(grid: Mapping[str, Sequence[float]] | None, methods: list[Metho
                 raise ValueError(f"grid[{m.name!r}]: expected finite numbers, got {v!r}")
         if not vals:
             raise ValueError(f"grid[{m.name!r}]: is empty")
+        check = getattr(m, "check_value", None)  # an unreachable bound fails here, before any run trains
+        for v in vals if callable(check) else ():
+            try:
+                check(v)
+            except ValueError as exc:
+                raise ValueError(f"grid[{m.name!r}]: value {v!r}: {exc}") from None
         values[m.name] = vals
     return values
 
@@ -126,17 +135,40 @@ def _scalar_metrics(results: Mapping[str, Any]) -> dict[str, float]:
             if not isinstance(v, (list, tuple, Mapping)) and not k.endswith(".violation")}
 
 
+def _bounded_measure(measures: Sequence[RealisedMeasure]) -> dict[str, Any]:
+    """The ``measure``, ``sense`` and ``realised`` columns of one run on one part.
+
+    One measure: its name, sense and value. Several (e.g. the constraints one swept value
+    builds): the names joined by " & " and the value closest to failing its bound (the
+    smallest for lower bounds, the largest for upper bounds); NaN when their senses
+    differ. None: no name and NaN (an unconstrained run, or objects that declare no
+    measure).
+    """
+    if not measures:
+        return {"measure": None, "sense": None, "realised": np.nan}
+    senses = {m.sense for m in measures}
+    values = [m.value for m in measures]
+    if len(senses) > 1:
+        sense, realised = "mixed", np.nan
+    else:
+        sense = senses.pop()
+        realised = min(values) if sense == "lower" else max(values)
+    return {"measure": " & ".join(m.measure for m in measures), "sense": sense, "realised": float(realised)}
+
+
 def _rows_for(method: Method, value: Any, seed: int, fold: int, fitted: Fitted, parts: dict, threshold: float,
-              extra_metrics: Mapping[str, Callable]) -> list[dict]:
+              extra_metrics: Mapping[str, Callable], fauci_combined: Any = None) -> list[dict]:
     rows = []
     for split, part in parts.items():
         out = fitted.outputs(part)
         model = lambda X, out=out: out  # noqa: E731 - the part's outputs, computed once
-        metrics = _scalar_metrics(evaluate(model, part, constraints=fitted.constraints, threshold=threshold))
+        metrics = _scalar_metrics(evaluate(model, part, constraints=fitted.constraints, threshold=threshold,
+                                           fauci_combined=fauci_combined))
         metrics.update({name: float(fn(model, part)) for name, fn in extra_metrics.items()})
+        bounded = _bounded_measure(realised_measures(out, part, fitted.measured_objects))
         rows.append({"method": method.name, "hyperparameter": method.hyperparameter,
                      "value": np.nan if value is None else float(value), "seed": seed, "fold": fold,
-                     "split": split, **metrics, "violation": metrics.get("violation", np.nan),
+                     "split": split, **metrics, **bounded, "violation": metrics.get("violation", np.nan),
                      "time": fitted.seconds, "status": fitted.status})
     return rows
 
@@ -156,6 +188,7 @@ def compare(
     n_jobs: int | None = 1,
     results_path: str | os.PathLike | None = None,
     torch_threads: int | None = None,
+    fauci_combined: Any = None,
 ) -> pd.DataFrame:
     """Train and evaluate every method x value x seed x fold; return a tidy table.
 
@@ -169,7 +202,10 @@ def compare(
         All rows; split by :func:`split_data`.
     grid : mapping method name -> sequence of values, optional
         The hyper-parameter values of each method (bounds or weights); a method not in
-        the grid is trained once with ``value=None``.
+        the grid is trained once with ``value=None``. A method with ``check_value`` (the
+        constrained methods) checks every value first: a bound its measure cannot reach
+        (e.g. a DI ``delta`` above 1, a GeDI or dCov bound below 0) is a ValueError before
+        any run trains.
     seeds : sequence of int, default (0,)
         Training seeds (model initialisation, batch order).
     folds : int, default 1
@@ -219,6 +255,10 @@ def compare(
         Thread counts differ between the calling process and joblib workers and can change
         the last bits of multi-threaded reductions: set it (e.g. 1 with ``n_jobs > 1``) for
         bit-identical tables whatever ``n_jobs``.
+    fauci_combined : None, True, list of names or list of lists of names
+        Binary task: also the FaUCI metrics of these combined (intersectional) attributes,
+        ``wdp[f1&f2]``, ``wdi[f1&f2]``, ``weo[f1&f2]`` (:func:`fairopt.evaluate`). An option of
+        the evaluation, not part of a run's key in ``results_path``.
 
     Returns
     -------
@@ -229,11 +269,20 @@ def compare(
         ``rps``; regression: ``r2``, ``mse``; Poisson: ``deviance``, ``rps``), the exact
         fairness measures of :func:`fairopt.evaluate` (``di_ratio``, ``dp_difference`` and
         their per-feature ``di_ratio[f]``, ``dp_difference[f]``, ``uf``,
-        ``js_divergence``; ``di_ratio`` is NaN when no group has a positive prediction),
+        ``js_divergence``; ``di_ratio`` is NaN when no group has a positive prediction; for
+        a binary task the FaUCI metrics ``wdp[f]``, ``wdi[f]``, ``weo[f]`` of each
+        binary/categorical feature and ``gdp[f]``, ``gdi[f]``, ``geo[f]`` of each continuous
+        one, and those of the ``fauci_combined`` attributes),
         ``degenerate`` (1.0 when the model predicts the same for every row of the part,
         else 0.0; see :func:`fairopt.evaluation.constant_predictions`), the ``extra_metrics``,
-        ``violation`` (exact total violation of the method's own constraints, NaN if it has
-        none), ``time`` (training seconds) and ``status``.
+        the run's own bounded measure (:func:`fairopt.evaluation.realised_measures` of
+        ``Fitted.measured_objects``: the method's constraints, or its penalties): ``measure``
+        (what is measured, e.g. ``disparate_impact[sex]`` or ``gedi_coarse[age][labels]``),
+        ``sense`` ("lower": the swept value bounds it from below, "upper": from above) and
+        ``realised`` (its exact value on the part, on the scale of the swept value; with
+        several constraints the one closest to failing), ``violation`` (exact total
+        violation of the method's own constraints, NaN if it has none), ``time`` (training
+        seconds) and ``status``.
     """
     methods = _check_methods(methods)
     values = _grid_values(grid, methods)
@@ -244,6 +293,8 @@ def compare(
     if not seeds or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in seeds):
         raise ValueError(f"seeds: expected a non-empty sequence of integers, got {seeds!r}")
     n_jobs, torch_threads = check_n_jobs(n_jobs), check_threads(torch_threads)
+    if resolve_combined(fauci_combined, list(getattr(data, "sensitive_kinds", None) or {})) and data.task != "binary":
+        raise ValueError(f"fauci_combined: the FaUCI metrics need a binary classifier, the task is {data.task!r}")
     store = (ResultStore(results_path, rows_per_run=2, text_columns=TEXT_COLUMNS, check_numbers=True)
              if results_path is not None else None)
     settings = {"folds": folds, "split_seed": split_seed, "test_size": test_size, "threshold": threshold}
@@ -261,7 +312,8 @@ def compare(
         if histories is not None:
             histories[outcome.ids] = outcome.history
 
-    execute(_execute_run, [(run, threshold, extra_metrics, torch_threads) for run in todo], n_jobs, collect)
+    execute(_execute_run, [(run, threshold, extra_metrics, torch_threads, fauci_combined) for run in todo], n_jobs,
+            collect)
     if store is None:
         table = pd.DataFrame([row for run in runs for row in rows_of[run.key]])
     else:  # every row read back from the file: a resumed sweep returns what an uninterrupted one does
@@ -301,11 +353,12 @@ class _Outcome:
 
 
 def _execute_run(run: _Run, threshold: float, extra_metrics: Mapping[str, Callable],
-                 torch_threads: int | None) -> _Outcome:
+                 torch_threads: int | None, fauci_combined: Any = None) -> _Outcome:
     """Train and evaluate one run (in a joblib worker or in-process), torch seeded by its seed."""
     with seeded(run.seed, torch_threads):
         fitted = run.method.fit(run.parts["train"], value=run.value, seed=run.seed)
-        rows = _rows_for(run.method, run.value, run.seed, run.fold, fitted, run.parts, threshold, extra_metrics)
+        rows = _rows_for(run.method, run.value, run.seed, run.fold, fitted, run.parts, threshold, extra_metrics,
+                         fauci_combined)
     logger.info("%s %s=%s seed %d fold %d: %.1fs (%s)", run.method.name, run.method.hyperparameter,
                 run.value, run.seed, run.fold, fitted.seconds, fitted.status)
     return _Outcome(run.key, (run.method.name, run.value, run.seed, run.fold), rows, fitted.history)
@@ -314,7 +367,7 @@ def _execute_run(run: _Run, threshold: float, extra_metrics: Mapping[str, Callab
 def _ordered_columns(table: pd.DataFrame) -> pd.DataFrame:
     """Identifiers first, then the measures, then ``violation``, ``time``, ``status``."""
     leading = list(ID_COLUMNS)
-    trailing = ["violation", "time", "status"]
+    trailing = [c for c in (*MEASURE_COLUMNS, "violation", "time", "status") if c in table.columns]
     middle = [c for c in table.columns if c not in leading and c not in trailing]
     return table[leading + middle + trailing]
 
@@ -330,57 +383,81 @@ def _trend(steps: np.ndarray, tol: float) -> float:
 
 def realised_vs_requested(
     results: pd.DataFrame,
-    measure: str = "di_ratio",
+    measure: str | None = None,
     split: str = "train",
     *,
     tol: float = 0.005,
     sense: str | None = None,
 ) -> pd.DataFrame:
-    """How the realised ``measure`` follows each method's swept value (one row per method).
+    """How each method's realised measure follows its swept value (one row per method).
+
+    By default every method is read on its own bounded measure, the ``realised`` column of
+    :func:`compare` (the exact measure its constraints bound - a DI ratio for a DI bound, a
+    GeDI for a GeDI bound, a distance covariance for a dCov bound - or the penalised value
+    for a penalty; :func:`fairopt.evaluation.realised_measures`), with the ``sense`` of its
+    bound; a method without a measure is left out. ``measure=<column>`` reads that column
+    for every method instead (e.g. ``"di_ratio"`` for a common yardstick).
 
     Per method the realised measure is averaged over seeds and folds for each value, the
     values sorted, and ``d_k`` the changes between adjacent values. Columns:
 
-    - ``method``, ``hyperparameter``, ``n_values``, ``realised_min``, ``realised_max``;
+    - ``method``, ``hyperparameter``, ``measure`` (what was read: the method's measure, or
+      the column), ``sense``, ``n_values``, ``realised_min``, ``realised_max``;
     - ``reversals``: adjacent pairs with ``s d_k < -tol``, where the trend ``s`` is the sign of
       the majority of the steps larger than ``tol`` (ties: the sign of ``sum_k d_k``), i.e.
       steps against the method's own trend (0: monotone up to ``tol``);
     - for bound-type hyper-parameters (not in :data:`PENALTY_HYPERPARAMETERS`): ``bounds_met``, the
       number of values whose realised measure satisfies the requested bound within ``tol``
-      (``measure >= value - tol`` for a ratio measure such as ``di_ratio``, the lower-bound
-      ``sense``; ``measure <= value + tol`` otherwise), and ``worst_gap``, the largest
+      (``measure >= value - tol`` for the lower-bound ``sense``, a ratio such as a DI
+      ``delta``; ``measure <= value + tol`` otherwise), and ``worst_gap``, the largest
       shortfall (positive: violated); NaN for penalty weights, which request no bound.
 
     Parameters
     ----------
     results : DataFrame of :func:`compare`
-    measure : str, default "di_ratio"
+    measure : str, optional
+        A column to read for every method; default: each method's own ``realised``.
     split : str, default "train"
     tol : float, default 0.005
     sense : {"lower", "upper"}, optional
-        Whether the value bounds the measure from below or above (default: lower for ratio
-        measures, upper otherwise).
+        Whether the value bounds the measure from below or above. Default: the ``sense``
+        column for the methods' own measures; with ``measure``, lower for ratio columns
+        (``di_ratio...``), upper otherwise.
     """
-    if measure not in results.columns:
-        raise ValueError(f"measure: {measure!r} is not a column of the results")
-    if sense is None:
-        sense = "lower" if measure.startswith(_RATIO_PREFIXES) else "upper"
-    if sense not in ("lower", "upper"):
+    own = measure is None
+    column = "realised" if own else measure
+    needed = ["realised", "measure", "sense"] if own else [measure]
+    missing = [c for c in needed if c not in results.columns]
+    if missing:
+        raise ValueError(f"measure: the results have no column(s) {missing}"
+                         + (" (a table of compare() has them; pass measure=<column> for another table)" if own else ""))
+    if sense is not None and sense not in ("lower", "upper"):
         raise ValueError(f"sense: expected 'lower' or 'upper', got {sense!r}")
     rows = results[(results["split"] == split) & np.isfinite(results["value"].astype(float))]
     out = []
     for name, part in rows.groupby("method", sort=False):
-        means = part.groupby("value")[measure].mean().sort_index()
-        steps = np.diff(means.to_numpy())
+        if own:
+            labels = part["measure"].dropna().unique().tolist()
+            senses = part["sense"].dropna().unique().tolist()
+            if not labels:
+                continue
+            label = " | ".join(str(x) for x in labels)
+            side = sense or (senses[0] if len(senses) == 1 and senses[0] in ("lower", "upper") else None)
+        else:
+            label = measure
+            side = sense or ("lower" if measure.startswith(_RATIO_PREFIXES) else "upper")
+        means = part.groupby("value")[column].mean().sort_index()
+        steps = np.diff(means.to_numpy(dtype=float))
         direction = _trend(steps, tol)
         hyper = part["hyperparameter"].iloc[0]
-        row = {"method": name, "hyperparameter": hyper, "n_values": len(means),
+        row = {"method": name, "hyperparameter": hyper, "measure": label, "sense": side, "n_values": len(means),
                "realised_min": float(means.min()), "realised_max": float(means.max()),
                "reversals": int(np.sum(direction * steps < -tol)), "bounds_met": np.nan, "worst_gap": np.nan}
-        if hyper not in PENALTY_HYPERPARAMETERS:
+        if hyper not in PENALTY_HYPERPARAMETERS and side is not None:
             requested = means.index.to_numpy(dtype=float)
-            gap = requested - means.to_numpy() if sense == "lower" else means.to_numpy() - requested
+            realised = means.to_numpy(dtype=float)
+            gap = requested - realised if side == "lower" else realised - requested
             row["bounds_met"] = int(np.sum(gap <= tol))
-            row["worst_gap"] = float(gap.max())
+            row["worst_gap"] = float(np.max(gap))
         out.append(row)
     return pd.DataFrame(out)

@@ -18,6 +18,7 @@ A configuration is a dict (or a TOML file with the same tables)::
     folds = 1                  # 1: train/test split; k > 1: k-fold cross-validation
     test_size = 0.2
     split_seed = 0
+    fauci_combined = [["sex", "race"]]   # optional: FaUCI metrics of combined attributes
 
     [model]
     kind = "linear"            # or "mlp" with hidden = [32]
@@ -36,7 +37,8 @@ A configuration is a dict (or a TOML file with the same tables)::
     engine = "sqp"             # optional: StochasticSQP on the penalised loss (default "penalty")
 
     [plots]
-    measure = "di_ratio"       # realised measure against requested bounds
+    measure = "di_ratio"       # optional: one column for requested vs realised; default each
+                               # method's own bounded measure (its constraint's, e.g. a GeDI)
     unfairness = "dp_difference"
     performance = "accuracy"
     split = "test"
@@ -59,6 +61,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fairopt.evaluation_fauci import fauci_columns
 from fairopt.experiments.compare import compare, realised_vs_requested
 from fairopt.experiments.methods import (
     PENALTY_HYPERPARAMETERS,
@@ -160,7 +163,7 @@ BUILTIN: dict[str, dict] = {
 _SECTIONS = {
     "name": None, "description": None,
     "data": {"dataset", "options", "subsample", "minmax", "data_dir"},
-    "run": {"seeds", "folds", "test_size", "split_seed"},
+    "run": {"seeds", "folds", "test_size", "split_seed", "fauci_combined"},
     "model": {"kind", "hidden", "activation"},
     "methods": None,
     "plots": {"measure", "unfairness", "performance", "split", "history_keys"},
@@ -344,7 +347,7 @@ def _mean_table(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
 
 def _plot_settings(config: Mapping, task: str) -> dict:
     plots = dict(config.get("plots", {}))
-    plots.setdefault("measure", "di_ratio")
+    plots.setdefault("measure", None)  # None: each method's own bounded measure (compare's "realised")
     plots.setdefault("unfairness", "dp_difference")
     plots.setdefault("performance", _PERFORMANCE[task])
     plots.setdefault("split", "test")
@@ -361,6 +364,7 @@ def run_config(
     data_dir: str | None = None,
     subsample: int | None = None,
     quick: bool = False,
+    n_jobs: int = 1,
 ) -> BenchResult:
     """Run a configuration and write ``results.csv``, ``summary.md`` and PNG figures to ``out``.
 
@@ -376,10 +380,15 @@ def run_config(
     out : directory (created)
     epochs, seeds, data_dir, subsample : optional overrides of the configuration
     quick : the short variant of a paper experiment (``--quick``); ValueError for the others
+    n_jobs : parallel cells of a paper experiment that runs them so (``gedi-tables``); ValueError
+        for the others unless 1
     """
     if isinstance(config, (str, Path)) and str(config) in PAPER_CONFIGS:
         return run_paper_config(str(config), out, quick=quick, epochs=epochs, seeds=seeds, data_dir=data_dir,
-                                subsample=subsample)
+                                subsample=subsample, n_jobs=n_jobs)
+    if n_jobs != 1:
+        raise ValueError(f"n_jobs: a declarative configuration runs its methods one after the other; --n-jobs applies "
+                         f"to 'peers' and the paper experiments {sorted(n for n, c in PAPER_CONFIGS.items() if c.parallel)}")
     if quick:
         raise ValueError(f"quick: only the paper experiments {sorted(PAPER_CONFIGS)} (and 'peers') have a quick variant")
     config = load_config(config)
@@ -394,6 +403,7 @@ def run_config(
     histories: dict = {}
     table = compare(methods, data, grid, seeds=seeds, folds=int(run.get("folds", 1)),
                     test_size=float(run.get("test_size", 0.2)), split_seed=int(run.get("split_seed", 0)),
+                    fauci_combined=run.get("fauci_combined"),
                     histories=histories)
     plots = _plot_settings(config, data.task)
     files = [out / "results.csv"]
@@ -403,7 +413,7 @@ def run_config(
     files.append(out / "tradeoff.png")
     bounded = [m.name for m in methods
                if m.hyperparameter is not None and m.hyperparameter not in PENALTY_HYPERPARAMETERS and m.name in grid]
-    if bounded and plots["measure"] in table.columns:
+    if bounded and (plots["measure"] or "realised") in table.columns:
         plot_requested_vs_realised(table, out / "requested_vs_realised.png", measure=plots["measure"],
                                    split="train", methods=bounded, title=config["name"])
         files.append(out / "requested_vs_realised.png")
@@ -426,20 +436,43 @@ def _slug(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name).strip("_") or "method"
 
 
+def _fauci_means(table: pd.DataFrame, split: str) -> pd.DataFrame:
+    """The FaUCI columns of ``table`` (:func:`fairopt.evaluation_fauci.fauci_columns`) on ``split``,
+    averaged over seeds and folds per (method, value); empty when there are none."""
+    columns = fauci_columns(table.columns)
+    rows = table[table["split"] == split]
+    if not columns or rows.empty:
+        return pd.DataFrame()
+    return rows.groupby(["method", "value"], dropna=False, sort=False)[columns].mean().reset_index()
+
+
 def _summary(config: Mapping, data: Any, table: pd.DataFrame, methods: list[Method], plots: Mapping) -> str:
-    columns = [plots["performance"], plots["measure"], plots["unfairness"], "violation"]
+    columns = [plots["performance"], plots["measure"] or "realised", plots["unfairness"], "violation"]
     means = _mean_table(table, list(dict.fromkeys(columns)))
+    if plots["measure"] is None and "measure" in table.columns:  # name what "realised" measures per method
+        labels = table.groupby("method", sort=False)["measure"].agg(lambda m: " | ".join(map(str, m.dropna().unique())))
+        means.insert(2, "measure", means["method"].map(labels))
     lines = [f"# {config['name']}", "", config.get("description", ""), "",
              f"Data: {config['data']['dataset']}, {len(data)} rows, task {data.task}, sensitive "
              f"{list(data.sensitive_kinds)}; seeds {sorted(table['seed'].unique().tolist())}, "
              f"folds {table['fold'].nunique()}.", "",
              "## Mean results over seeds and folds", "", markdown_table(means), ""]
+    fauci = _fauci_means(table, plots["split"])
+    if not fauci.empty:
+        lines += [f"## FaUCI metrics ({plots['split']}; means over seeds and folds)", "",
+                  "[FU] eq. 5-11 on hard predictions: `wdp`, `wdi`, `weo` of binary/categorical features (uniform "
+                  "group weights), `gdp`, `gdi`, `geo` of continuous ones (10 equal-width bins, density weights); "
+                  "`wdi`/`gdi` are scores (1 is fair), the others unfairness (0 is fair).", "",
+                  markdown_table(fauci), ""]
     reading = realised_vs_requested(table, measure=plots["measure"], split="train")
     if not reading.empty:
+        own = ("each method's own bounded measure (`measure`: what its constraint bounds, or its penalty "
+               "penalises), exact on the training rows" if plots["measure"] is None else f"`{plots['measure']}`")
         lines += ["## Realised vs requested (train)", "",
-                  "`reversals`: adjacent values where the realised measure moves against the method's "
-                  "overall trend by more than 0.005; `bounds_met`: requested bounds satisfied "
-                  "(within 0.005) for bound-type hyper-parameters.", "", markdown_table(reading), ""]
+                  f"Realised: {own}. `reversals`: adjacent values where the realised measure moves against the "
+                  "method's overall trend by more than 0.005; `bounds_met`: requested bounds satisfied "
+                  "(within 0.005; `sense` lower: realised >= value, upper: realised <= value) for bound-type "
+                  "hyper-parameters.", "", markdown_table(reading), ""]
     return "\n".join(lines)
 
 

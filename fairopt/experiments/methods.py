@@ -73,6 +73,9 @@ class Fitted:
         Training wall time.
     info : dict
         Engine extras (multipliers, ...).
+    measured : list or None
+        Objects (constraints, penalties) whose measure the comparison reports as realised
+        (:func:`fairopt.evaluation.realised_measures`); None: ``constraints``.
     """
 
     model: Callable[[torch.Tensor], torch.Tensor]
@@ -82,6 +85,12 @@ class Fitted:
     seconds: float = float("nan")
     info: dict = field(default_factory=dict)
     predict: Callable[[Any], torch.Tensor] | None = None
+    measured: list | None = None
+
+    @property
+    def measured_objects(self) -> list:
+        """``measured``, or the reported ``constraints`` when it is None."""
+        return list(self.constraints if self.measured is None else self.measured)
 
     def outputs(self, batch: Any) -> torch.Tensor:
         """The model output on a batch (FairData), without gradient, as a flat tensor."""
@@ -174,7 +183,12 @@ class _EngineMethod:
         result, constraints = self._run(engine, model, train, loss, value)
         seconds = time.perf_counter() - t0
         return Fitted(model=result.model, history=result.history, constraints=constraints,
-                      status=result.status, seconds=seconds, info=dict(result.info))
+                      status=result.status, seconds=seconds, info=dict(result.info),
+                      measured=self._measured(constraints))
+
+    def _measured(self, constraints: list) -> list:
+        """What the run's realised measure is read from: its constraints by default."""
+        return constraints
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, hyperparameter={self.hyperparameter!r})"
@@ -199,6 +213,12 @@ class _ConstrainedMethod(_EngineMethod):
         if value is None or self.constraint is None:
             return []
         return _as_list(self.constraint(value))
+
+    def check_value(self, value: float | None) -> None:
+        """Build (not set up) the constraints of ``value``: their constructors' ValueError
+        for a bound the measure cannot reach (a DI ``delta`` above 1, a GeDI or dCov bound
+        below 0, ...), raised by :func:`~fairopt.experiments.compare` before any run trains."""
+        self.constraints_for(value)
 
     def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
         constraints = self.constraints_for(value)
@@ -295,6 +315,10 @@ class PenaltyMethod(_EngineMethod):
         if self.engine == "sqp":
             return StochasticSQP(**{**self.engine_options, "seed": seed})
         return Penalty(**{**self.engine_options, "weight": self.weight_for(value), "seed": seed})
+
+    def _measured(self, constraints: list) -> list:
+        """Every penalty (and penalised constraint) with a measure: the penalised values."""
+        return [p for p in self.penalties if callable(getattr(p, "realised", None))]
 
     def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
         reported = [p for p in self.penalties if is_constraint(p)]

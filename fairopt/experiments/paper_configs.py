@@ -1,4 +1,4 @@
-"""Paper experiments runnable by name: ``fairopt bench sqp-table2`` and ``fairopt bench fair-ridge``.
+"""Paper experiments runnable by name: ``fairopt bench sqp-table2``, ``fair-ridge``, ``dcov-pg15``, ``fauci-adult``.
 
 Unlike the declarative configurations of :mod:`fairopt.experiments.configs` (data x methods
 x grid through :func:`~fairopt.experiments.compare`), these reproduce one table or figure
@@ -7,7 +7,15 @@ of a paper with its own protocol and write the paper's numbers beside ours:
 - ``sqp-table2`` (:mod:`fairopt.experiments.sqp_table2`): [SQP] Tables 2 and 4 and Fig. 7 -
   hard DI (and EI) constraints on Dutch, Law and ACSIncome (Colorado) with stochastic SQP;
 - ``fair-ridge`` (:mod:`fairopt.experiments.fair_ridge`): [FR] Example 1 and the real-data
-  comparison of FRRM, FGRRM, NCLM, ZLM and ZLRM.
+  comparison of FRRM, FGRRM, NCLM, ZLM and ZLRM;
+- ``dcov-pg15`` (:mod:`fairopt.experiments.dcov_pg15`): [DC] sec. 5.2, the pg15training Poisson
+  application with CCdCov and JdCov regularisers (Tables 5.3, 5.4, H.3 and Fig. 5.4);
+- ``fauci-adult`` (:mod:`fairopt.experiments.fauci_adult`): [FU] Fig. 1 - FaUCI's DP, DI and EO
+  regularisers on Adult for sex, race and age, trade-off curves against the vanilla network and SQP;
+- ``gedi-tables`` (:mod:`fairopt.experiments.gedi_tables`): [GeDI] Tables 4/5 and Fig. 3 - RF, GB
+  and MLP with Moving Targets under relative GeDI bounds on Adult and Communities, and the
+  preprocessing (target projection) experiment; cached per (task, model, fold), parallel
+  (``n_jobs``, the runners whose config has ``parallel=True``).
 
 Each runs in full (the paper's protocol, or as close as the data and time allow) or with
 ``quick=True`` (``--quick``: a few minutes on one core). :mod:`fairopt.experiments.configs`
@@ -34,6 +42,8 @@ class PaperConfig:
     name: str
     description: str
     runner: Callable[..., tuple[Any, str, list[Path]]]
+    #: the runner also takes ``n_jobs`` (parallel cells); the others refuse ``n_jobs != 1``
+    parallel: bool = False
 
 
 def _sqp_table2(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
@@ -56,6 +66,39 @@ def _fair_ridge(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[i
     return None, summary, files
 
 
+def _dcov_pg15(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
+               subsample: int | None, command: str, progress: bool) -> tuple[Any, str, list[Path]]:
+    from fairopt.experiments import dcov_pg15
+
+    base = dcov_pg15.QUICK if quick else dcov_pg15.FULL
+    settings = dcov_pg15.override(base, epochs=epochs, seeds=seeds, subsample=subsample)
+    protocol = ("quick" if quick else "full ([DC] protocol)") if settings == base else \
+        ("quick" if quick else "full") + " with overrides"
+    return dcov_pg15.run(out, settings, data_dir=data_dir, command=command, progress=progress, protocol=protocol)
+
+
+def _fauci_adult(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
+                 subsample: int | None, command: str, progress: bool) -> tuple[Any, str, list[Path]]:
+    from fairopt.experiments import fauci_adult
+
+    base = fauci_adult.QUICK if quick else fauci_adult.FULL
+    settings = fauci_adult.override(base, epochs=epochs, seeds=seeds, subsample=subsample)
+    protocol = ("quick" if quick else "full ([FU] protocol)") if settings == base else \
+        ("quick" if quick else "full") + " with overrides"
+    return fauci_adult.run(out, settings, data_dir=data_dir, command=command, progress=progress, protocol=protocol)
+
+
+def _gedi_tables(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
+                 subsample: int | None, command: str, progress: bool, n_jobs: int = 1) -> tuple[Any, str, list[Path]]:
+    from fairopt.experiments import gedi_tables
+
+    base = gedi_tables.QUICK if quick else gedi_tables.FULL
+    settings = gedi_tables.override(base, epochs=epochs, seeds=seeds, subsample=subsample)
+    protocol = ("quick" if quick else "full ([GeDI] protocol)") + ("" if settings == base else " with overrides")
+    return gedi_tables.run(out, settings, data_dir=data_dir, command=command, progress=progress, n_jobs=n_jobs,
+                           protocol=protocol)
+
+
 #: The paper experiments, by name.
 PAPER_CONFIGS: dict[str, PaperConfig] = {
     "sqp-table2": PaperConfig(
@@ -70,11 +113,36 @@ PAPER_CONFIGS: dict[str, PaperConfig] = {
         "vs ZLM (C&C, COMPAS, LSAC; 50 x 10-fold CV) and FGRRM vs ZLRM (ADULT, COMPAS; 2 x 10-fold); the paper's "
         "numbers beside ours. --quick: 1 x 10-fold (linear), 1 x 5-fold (logistic), ~3 min.",
         _fair_ridge),
+    "dcov-pg15": PaperConfig(
+        "dcov-pg15",
+        "[DC] sec. 5.2 Tables 5.3/5.4/H.3, Fig. 5.4: pg15training Poisson claim counts (exposure offset), "
+        "CCdCov and JdCov regularisers against gender x region (not inputs), lambda 0..150 on a 70/30 "
+        "calibration split, final models (CCdCov 40, JdCov 30) on the 80/20 split, AdaHessian with Table H.2's "
+        "hyper-parameters, 10 seeds; Poisson deviance, RPS, dCov, JSD, UF with and without the balance "
+        "correction, the paper's numbers beside ours. --quick: 30,000 rows, lambda 0/10/40/150, 1 seed, "
+        "<= 40 epochs (~2 min on one core).",
+        _dcov_pg15),
+    "fauci-adult": PaperConfig(
+        "fauci-adult",
+        "[FU] Fig. 1: FaUCI (BCE + lambda x WDP/WDI/WEO for sex and race, GDP/GDI/GEO for age) on Adult, MLP 100-50, "
+        "batch 500, <= 5000 epochs with early stopping (patience 100) on each of 5 folds, 6-8 lambdas per panel, "
+        "test accuracy against the metric beside the vanilla network, SQP hard constraints (sex, race) and the "
+        "paper's numbers. --quick: fold 0, 3 lambdas per panel, <= 40 epochs, SQP on sex only (~5 min).",
+        _fauci_adult),
+    "gedi-tables": PaperConfig(
+        "gedi-tables",
+        "[GeDI] Tables 4/5 and Fig. 3: RF, GB and MLP unconstrained and with Moving Targets under GeDI <= 20% of "
+        "GeDI(x, y; V^1) (Adult sex/age, Communities race/pctBlack; V^1, or V^5 fine and coarse), 5-fold CV, 10 MT "
+        "iterations, MLP 200 epochs; the preprocessing experiment (targets projected under GeDI-Coarse/Fine of order "
+        "1..5, binned DIDI); the paper's numbers beside ours; cached per cell (resumable), --n-jobs. --quick: GB and "
+        "MLP, Adult 4,000 rows, 2 of 5 folds, 3 MT iterations, MLP 20 epochs, orders 1/3/5 (minutes on 2 cores).",
+        _gedi_tables, parallel=True),
 }
 
 
 def command_line(name: str, out: str | Path, *, quick: bool = False, epochs: int | None = None,
-                 seeds: Sequence[int] | None = None, data_dir: Any = None, subsample: int | None = None) -> str:
+                 seeds: Sequence[int] | None = None, data_dir: Any = None, subsample: int | None = None,
+                 n_jobs: int = 1) -> str:
     """The ``fairopt bench`` command that reproduces a run (written into its summary)."""
     parts = ["fairopt", "bench", name]
     if quick:
@@ -87,13 +155,15 @@ def command_line(name: str, out: str | Path, *, quick: bool = False, epochs: int
         parts += ["--subsample", str(subsample)]
     if data_dir is not None:
         parts += ["--data-dir", str(data_dir)]
+    if n_jobs != 1:
+        parts += ["--n-jobs", str(n_jobs)]
     parts += ["--out", str(out)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
 def run_paper_config(name: str, out: str | Path, *, quick: bool = False, epochs: int | None = None,
                      seeds: Sequence[int] | None = None, data_dir: Any = None, subsample: int | None = None,
-                     progress: bool = True) -> Any:
+                     progress: bool = True, n_jobs: int = 1) -> Any:
     """Run paper experiment ``name`` into ``out``; returns a :class:`~fairopt.experiments.configs.BenchResult`
     (``table``: the per-run table of ``sqp-table2``, the linear-model folds of ``fair-ridge``)."""
     import pandas as pd
@@ -102,10 +172,16 @@ def run_paper_config(name: str, out: str | Path, *, quick: bool = False, epochs:
 
     if name not in PAPER_CONFIGS:
         raise ValueError(f"name: {name!r} is not a paper experiment; available: {sorted(PAPER_CONFIGS)}")
-    command = command_line(name, out, quick=quick, epochs=epochs, seeds=seeds, data_dir=data_dir, subsample=subsample)
-    table, summary, files = PAPER_CONFIGS[name].runner(
+    config = PAPER_CONFIGS[name]
+    if n_jobs != 1 and not config.parallel:
+        raise ValueError(f"n_jobs: {name!r} runs its experiments one after the other; --n-jobs applies to "
+                         f"{sorted(n for n, c in PAPER_CONFIGS.items() if c.parallel)} (and 'peers')")
+    command = command_line(name, out, quick=quick, epochs=epochs, seeds=seeds, data_dir=data_dir, subsample=subsample,
+                           n_jobs=n_jobs)
+    extra = {"n_jobs": n_jobs} if config.parallel else {}
+    table, summary, files = config.runner(
         Path(out), quick=quick, epochs=epochs, seeds=seeds, data_dir=data_dir, subsample=subsample, command=command,
-        progress=progress)
+        progress=progress, **extra)
     if table is None:
         csv = Path(out) / "linear_folds.csv"
         table = pd.read_csv(csv) if csv.is_file() and csv.stat().st_size > 1 else pd.DataFrame()

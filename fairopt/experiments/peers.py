@@ -44,16 +44,16 @@ resumes. It then writes ``OUT/peers.md``, ``OUT/peers.csv`` and ``OUT/tradeoff_<
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from fairopt.experiments.cells import read_cells, write_cell
 from fairopt.experiments.configs import markdown_table
 from fairopt.experiments.peer_adapters import ADAPTERS, Adapter, Part, PeerUnavailable, adapter, available_methods
 from fairopt.measures import disparate_impact
@@ -211,10 +211,7 @@ def _run_cell(cell: Cell, cells_dir: Path, data_dir: str | None, max_rows: int |
         record.update({f"{split}_di": m["di"], f"{split}_acc": m["acc"], f"{split}_rate": m["rate"]})
     record.update(fit_time=float(out.get("fit_time", float("nan"))), status=str(out.get("status", "ok")),
                   note=str(out.get("note", "") or getattr(fn, "note", "")))
-    path = cells_dir / cell.filename(max_rows, include_sensitive)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=float))
-    tmp.replace(path)  # atomic: an interrupted write never leaves a half cell
+    write_cell(cells_dir / cell.filename(max_rows, include_sensitive), record)  # atomic: never a half cell
     return record
 
 
@@ -305,7 +302,7 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
         bar.close()
     failed = [r for r in records if r["status"] in ("skipped", "error")]
     if table == "grid":
-        cells = _read_cells([cells_dir / c.filename(max_rows, include_sensitive) for c in grid])
+        cells = read_cells([cells_dir / c.filename(max_rows, include_sensitive) for c in grid])
     else:
         cells = _cached_cells(cells_dir, max_rows, order=(list(datasets), list(adapters)),
                               include_sensitive=include_sensitive)
@@ -321,18 +318,13 @@ def run_grid(datasets: Sequence[str] = tuple(DATASETS), methods: Sequence[str] |
                        failed=failed)
 
 
-def _read_cells(paths: Iterable[Path]) -> pd.DataFrame:
-    rows = [json.loads(p.read_text()) for p in paths if p.is_file()]
-    return pd.DataFrame(rows)
-
-
 def _cached_cells(cells_dir: Path, max_rows: int | None, order: tuple[list[str], list[str]],
                   include_sensitive: bool = False) -> pd.DataFrame:
     """Every cached cell under ``cells_dir`` run with ``max_rows`` and ``include_sensitive``
     (a cell without the key was run with the sensitive attribute as an input, the old
     default), sorted by dataset and method (in the given orders, unknown names last), delta
     and seed."""
-    cells = _read_cells(sorted(cells_dir.glob("*.json")))
+    cells = read_cells(sorted(cells_dir.glob("*.json")))
     if cells.empty:
         return cells
     same_rows = cells["max_rows"].isna() if max_rows is None else cells["max_rows"] == max_rows

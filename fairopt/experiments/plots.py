@@ -44,7 +44,7 @@ def plot_requested_vs_realised(
     results: pd.DataFrame,
     path: str | Path | None = None,
     *,
-    measure: str = "di_ratio",
+    measure: str | None = None,
     split: str = "train",
     methods: Sequence[str] | None = None,
     title: str | None = None,
@@ -53,16 +53,21 @@ def plot_requested_vs_realised(
     """Realised fairness against the requested bound, one curve per method ([SQP] Fig. 3, 5).
 
     ``x`` is the swept ``value`` (e.g. the requested ``delta`` of a DI constraint), ``y`` the
-    realised ``measure`` on hard predictions (mean over seeds and folds, bars from min to
-    max); the dotted diagonal is ``realised = requested``: a method that enforces the
-    bound lies on or above it (for a lower bound such as DI >= delta).
+    realised measure (mean over seeds and folds, bars from min to max): by default each
+    method's own bounded measure, the ``realised`` column of
+    :func:`~fairopt.experiments.compare` (a DI ratio for a DI bound, a GeDI for a GeDI
+    bound, a distance covariance for a dCov bound; the legend names it), else the column
+    ``measure`` for every method. The dotted diagonal is ``realised = requested``: a method
+    that enforces its bound lies on or above it for a lower bound (DI >= delta), on or
+    below it for an upper bound.
 
     Parameters
     ----------
     results : DataFrame of :func:`~fairopt.experiments.compare`
     path : str or Path, optional
         Write a PNG there.
-    measure : str, default "di_ratio"
+    measure : str, optional
+        A column to plot for every method; default: each method's own ``realised``.
     split : str, default "train"
     methods : sequence of str, optional
         Methods to draw (default: all with a finite value whose hyper-parameter is a bound,
@@ -75,25 +80,31 @@ def plot_requested_vs_realised(
     -------
     matplotlib Axes
     """
-    rows = _select(results, [measure], split)
+    own = measure is None
+    column = "realised" if own else measure
+    rows = _select(results, [column, "measure"] if own else [column], split)
     rows = rows[np.isfinite(rows["value"].astype(float))]
     if methods is None:
         methods = [m for m, part in rows.groupby("method", sort=False)
-                   if "hyperparameter" not in part or not part["hyperparameter"].isin(PENALTY_HYPERPARAMETERS).any()]
+                   if ("hyperparameter" not in part or not part["hyperparameter"].isin(PENALTY_HYPERPARAMETERS).any())
+                   and (not own or part["measure"].notna().any())]
     rows = rows[rows["method"].isin(list(methods))]
     if rows.empty:
         raise ValueError(f"methods: none of {list(methods)} has rows with a requested value in split {split!r}")
     axes = panel_axes(ax, 1)
     panel = axes[0]
-    table = _means(rows, [measure])
+    table = _means(rows, [column])
+    labels = rows.groupby("method", sort=False)["measure"].agg(lambda m: " | ".join(map(str, m.dropna().unique()))) \
+        if own else {}
     for name, part in table.groupby("method", sort=False):
-        err = np.vstack([part[measure] - part[f"{measure}_min"], part[f"{measure}_max"] - part[measure]])
-        panel.errorbar(part["value"], part[measure], yerr=err, marker="o", capsize=2, label=str(name))
-    lo = float(min(table["value"].min(), table[measure].min()))
-    hi = float(max(table["value"].max(), table[measure].max()))
+        err = np.vstack([part[column] - part[f"{column}_min"], part[f"{column}_max"] - part[column]])
+        label = f"{name}: {labels[name]}" if own else str(name)
+        panel.errorbar(part["value"], part[column], yerr=err, marker="o", capsize=2, label=label)
+    lo = float(min(table["value"].min(), table[column].min()))
+    hi = float(max(table["value"].max(), table[column].max()))
     panel.plot([lo, hi], [lo, hi], "k:", lw=1, label="realised = requested")
     panel.set_xlabel("requested bound (value)")
-    panel.set_ylabel(f"realised {measure} ({split})")
+    panel.set_ylabel(f"realised {'bounded measure' if own else measure} ({split})")
     panel.grid(alpha=0.3)
     panel.legend(fontsize=8)
     return finish_axes(axes, path, title, created=ax is None)

@@ -48,7 +48,9 @@ size-limited licence has been seen, ``"auto"`` skips Gurobi for larger problems 
 trying it again.
 
 Every backend gets the same time limit, relative MIP gap, seed and tight feasibility
-tolerances (:data:`FEASIBILITY_TOL`). A backend that stops at its time (or work) limit
+tolerances (:data:`FEASIBILITY_TOL`), and the same optional start (``initial``: a previous
+projection's result, as Moving Targets passes with ``warm_start=True``): a MIP start for
+HiGHS and Gurobi, OSQP's warm start. A backend that stops at its time (or work) limit
 with a feasible incumbent returns it (status ``"time_limit"``, with the gap it reached);
 one that stops without any feasible point raises :class:`RuntimeError` with its status.
 An infeasible problem raises :class:`ProjectionInfeasibleError`, whose message names the

@@ -52,8 +52,13 @@ class GurobiUnavailable(Exception):
 # --------------------------------------------------------------------------------------
 # HiGHS and OSQP
 # --------------------------------------------------------------------------------------
-def _solve_highs(prog: Program, time_limit: float, mip_gap: float, seed: int) -> BackendResult:
-    """The program through ``highspy``: branch-and-cut for binary ``z``, HiGHS QP otherwise."""
+def _solve_highs(prog: Program, time_limit: float, mip_gap: float, seed: int,
+                 start: np.ndarray | None = None) -> BackendResult:
+    """The program through ``highspy``: branch-and-cut for binary ``z``, HiGHS QP otherwise.
+
+    ``start`` (program scale, NaN = not given) is passed with ``Highs.setSolution``: a MIP
+    start that HiGHS checks, and tries to complete when only some values are given (fixing
+    the given integer values, solving for the others); an infeasible start is discarded."""
     import highspy
 
     h = highspy.Highs()
@@ -81,6 +86,9 @@ def _solve_highs(prog: Program, time_limit: float, mip_gap: float, seed: int) ->
     if prog.hessian is not None:
         model.hessian_ = _highs_diagonal_hessian(highspy, prog.hessian)
     h.passModel(model)
+    if start is not None:
+        given = np.flatnonzero(np.isfinite(start)).astype(np.int32)
+        h.setSolution(int(given.size), given, start[given].astype(np.float64))
     h.run()
     status = h.getModelStatus()
     text = h.modelStatusToString(status)
@@ -114,8 +122,10 @@ def _highs_diagonal_hessian(highspy: Any, diagonal: np.ndarray) -> Any:
     return hess
 
 
-def _solve_osqp(prog: Program, time_limit: float, mip_gap: float, seed: int) -> BackendResult:
-    """The convex QP through ``qpsolvers`` / OSQP with tight tolerances and polishing."""
+def _solve_osqp(prog: Program, time_limit: float, mip_gap: float, seed: int,
+                start: np.ndarray | None = None) -> BackendResult:
+    """The convex QP through ``qpsolvers`` / OSQP with tight tolerances and polishing; a
+    complete ``start`` (no NaN) is OSQP's primal warm start (``initvals``)."""
     import qpsolvers
 
     G, h, A_eq, b_eq, *_ = split_rows(prog.A, prog.row_lower, prog.row_upper)
@@ -127,7 +137,8 @@ def _solve_osqp(prog: Program, time_limit: float, mip_gap: float, seed: int) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         solution = qpsolvers.solve_problem(
-            problem, solver="osqp", eps_abs=OSQP_TOL, eps_rel=OSQP_TOL, polish=True,
+            problem, solver="osqp", initvals=start if start is not None and np.isfinite(start).all() else None,
+            eps_abs=OSQP_TOL, eps_rel=OSQP_TOL, polish=True,
             max_iter=OSQP_MAX_ITER, time_limit=float(time_limit), verbose=False,
         )
     info = (solution.extras or {}).get("info")
@@ -180,11 +191,13 @@ def _gurobi_status_names(GRB: Any) -> dict[int, str]:
     return {getattr(status, name): name for name in dir(status) if name.isupper()}
 
 
-def _solve_gurobi(prog: Program, time_limit: float, mip_gap: float, seed: int) -> BackendResult:
+def _solve_gurobi(prog: Program, time_limit: float, mip_gap: float, seed: int,
+                  start: np.ndarray | None = None) -> BackendResult:
     """The program through ``gurobipy``'s matrix API (MILP or convex QP).
 
     Objective ``x' Q x + c' x + constant`` with ``Q = diag(hessian) / 2``; rows
-    ``A x <= ub``, ``A x >= lb`` (finite sides) and ``A x = b`` (``lb == ub``).
+    ``A x <= ub``, ``A x >= lb`` (finite sides) and ``A x = b`` (``lb == ub``). ``start``
+    is the variables' ``Start`` attribute (NaN entries ``GRB.UNDEFINED``: a partial MIP start).
     """
     gp, GRB = _import_gurobi()
     try:
@@ -204,6 +217,8 @@ def _solve_gurobi(prog: Program, time_limit: float, mip_gap: float, seed: int) -
             infinity = float(getattr(GRB, "INFINITY", 1e100))
             x = model.addMVar(prog.n_vars, lb=np.maximum(prog.col_lower, -infinity),
                               ub=np.minimum(prog.col_upper, infinity), vtype=vtype)
+            if start is not None:
+                x.Start = np.where(np.isfinite(start), start, getattr(GRB, "UNDEFINED", 1e101))
             Q = None if prog.hessian is None else sp.diags(prog.hessian / 2.0, format="csr")
             model.setMObjective(Q, prog.cost, prog.offset, sense=GRB.MINIMIZE)
             lo, hi = prog.row_lower, prog.row_upper
@@ -258,10 +273,14 @@ def gurobi_skip_reason(prog: Program) -> str | None:
 _BACKEND_FUNCTIONS = {"highs": _solve_highs, "osqp": _solve_osqp, "gurobi": _solve_gurobi}
 
 
-def solve_program(prog: Program, backend: str, time_limit: float, mip_gap: float, seed: int) -> BackendResult:
+def solve_program(prog: Program, backend: str, time_limit: float, mip_gap: float, seed: int,
+                  start: np.ndarray | None = None) -> BackendResult:
     """Solve ``prog`` with the backend named ``backend`` (``"highs"``, ``"osqp"`` or ``"gurobi"``).
 
-    Raises :class:`GurobiUnavailable` when Gurobi cannot solve it here (not importable, no
-    licence, size limit); the caller decides between an error and a fallback.
+    ``start`` (``prog.n_vars`` values on the program's scale, NaN where unknown) is an
+    initial point: a MIP start for HiGHS and Gurobi (the solver tries to complete a partial
+    one), OSQP's warm start when complete. It changes the path to the solution, not the
+    problem. Raises :class:`GurobiUnavailable` when Gurobi cannot solve it here (not
+    importable, no licence, size limit); the caller decides between an error and a fallback.
     """
-    return _BACKEND_FUNCTIONS[backend](prog, time_limit, mip_gap, seed)
+    return _BACKEND_FUNCTIONS[backend](prog, time_limit, mip_gap, seed, start)

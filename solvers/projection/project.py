@@ -22,7 +22,7 @@ from solvers.projection.program import (
     mean_losses,
 )
 from solvers.projection.results import BackendResult, ProjectionInfeasibleError, ProjectionResult
-from solvers.validation import check_choice, check_flag, check_seed, positive_float
+from solvers.validation import as_float_array, check_choice, check_flag, check_seed, positive_float
 
 __all__ = ["BACKENDS", "LOSSES", "project_targets"]
 
@@ -46,13 +46,13 @@ def _open_source_backend(prog: Program) -> str:
 
 
 def _run_backend(prog: Program, backend: str, time_limit: float, mip_gap: float,
-                 seed: int) -> tuple[str, BackendResult]:
+                 seed: int, start: np.ndarray | None = None) -> tuple[str, BackendResult]:
     """Resolve ``backend`` (logging the choice for "auto") and solve; returns ``(used, raw)``."""
     if backend == "osqp" and prog.binary:
         raise ValueError("backend: 'osqp' solves continuous QPs only; binary targets need 'highs' or 'gurobi'")
     if backend != "auto":
         try:
-            return backend, solve_program(prog, backend, time_limit, mip_gap, seed)
+            return backend, solve_program(prog, backend, time_limit, mip_gap, seed, start)
         except GurobiUnavailable as exc:
             raise RuntimeError(
                 f"backend: 'gurobi' was requested but cannot be used: {exc}. Install gurobipy with a licence "
@@ -62,13 +62,13 @@ def _run_backend(prog: Program, backend: str, time_limit: float, mip_gap: float,
     reason = gurobi_skip_reason(prog)
     if reason is None:
         try:
-            raw = solve_program(prog, "gurobi", time_limit, mip_gap, seed)
+            raw = solve_program(prog, "gurobi", time_limit, mip_gap, seed, start)
             _log_choice("gurobi", f"{prog.n_vars} variables, {prog.n_rows} rows")
             return "gurobi", raw
         except GurobiUnavailable as exc:
             reason = str(exc)
     _log_choice(fallback, reason)
-    return fallback, solve_program(prog, fallback, time_limit, mip_gap, seed)
+    return fallback, solve_program(prog, fallback, time_limit, mip_gap, seed, start)
 
 
 def _log_choice(backend: str, reason: str) -> None:
@@ -112,6 +112,32 @@ def _max_violation(encodings: Sequence[LinearEncoding], z: np.ndarray, aux: Sequ
     return max(values, default=0.0)
 
 
+def _start_vector(initial: Any, prog: Program, encodings: Sequence[LinearEncoding]) -> np.ndarray | None:
+    """``initial`` (a previous :class:`ProjectionResult`, or targets ``z`` (n,)) as a start
+    on the program's scale: ``[z, a_1, ..., a_E] / scale``, NaN for auxiliary variables it
+    does not give (the solver tries to complete them)."""
+    if initial is None:
+        return None
+    z = initial.z if isinstance(initial, ProjectionResult) else initial
+    z = as_float_array(z, "initial").reshape(-1)
+    if z.size != prog.n or not np.isfinite(z).all():
+        raise ValueError(f"initial: expected {prog.n} finite target values (one per reference entry), got "
+                         f"{z.size}{'' if np.isfinite(z).all() else ' with NaN or infinite values'}")
+    if prog.binary and ((z != 0) & (z != 1)).any():
+        raise ValueError("initial: binary targets need a 0/1 start, got "
+                         f"{z[(z != 0) & (z != 1)][0]!r}")
+    start = np.full(prog.n_vars, np.nan)
+    start[: prog.n] = z
+    if isinstance(initial, ProjectionResult):
+        sizes = [enc.n_aux for enc in encodings]
+        if [np.size(a) for a in initial.aux] != sizes:
+            raise ValueError(f"initial: its auxiliary variables have sizes {[np.size(a) for a in initial.aux]}, the "
+                             f"encodings {sizes}; pass initial.z to start from the targets only")
+        for piece, a in zip(prog.aux_slices, initial.aux):
+            start[piece] = np.asarray(a, dtype=float)
+    return start / prog.scale
+
+
 # --------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------
@@ -126,6 +152,7 @@ def project_targets(
     time_limit: float = 60.0,
     mip_gap: float = 1e-4,
     seed: int = 0,
+    initial: Any = None,
 ) -> ProjectionResult:
     """Project references onto the targets allowed by linear encodings (package doc, [GeDI] eq 56).
 
@@ -155,6 +182,14 @@ def project_targets(
         Gurobi default). Use 0 to prove exact optimality.
     seed : int, default 0
         The solver's random seed (HiGHS ``random_seed``, Gurobi ``Seed``).
+    initial : ProjectionResult or array-like (n,), optional
+        A starting point: the result of a previous projection onto the SAME encodings
+        (targets and auxiliary variables), or targets ``z`` alone. HiGHS and Gurobi take it
+        as a MIP start (trying to complete the auxiliary variables when only ``z`` is given,
+        discarding a start that violates a row); OSQP as its warm start when the auxiliary
+        variables are given too. Moving Targets passes the previous master's result: its
+        targets satisfy the constraints, so the solver starts from a feasible incumbent. It
+        changes the path, not the problem: the optimum is the same (up to ties and ``mip_gap``).
 
     Returns
     -------
@@ -198,7 +233,7 @@ def project_targets(
 
     start = time.perf_counter()
     prog = assemble(refs, w, encodings, loss, binary)
-    used, raw = _run_backend(prog, backend, time_limit, mip_gap, seed)
+    used, raw = _run_backend(prog, backend, time_limit, mip_gap, seed, _start_vector(initial, prog, encodings))
     seconds = time.perf_counter() - start
     if raw.status == "infeasible":
         _raise_infeasible(raw, used, refs, w, encodings, loss, binary, time_limit, seed)
