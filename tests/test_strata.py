@@ -12,7 +12,7 @@ from fairopt.data import FairData
 from fairopt.models import linear, mlp
 from fairopt.surrogates import Sigmoid
 from solvers import StochasticSQP
-from solvers.derivatives import LocalDerivatives
+from solvers.derivatives import RACE_CALLS, LocalDerivatives
 from solvers.losses import bce_loss
 from solvers.problem import as_constraint_set, trainable_parameters
 from solvers.strata import is_rowwise, plan_strata, rank_one_factors
@@ -136,3 +136,21 @@ def test_sqp_fit_same_with_stratified_and_row_by_row_pullback():
         fits[mode] = (torch.cat([p.detach().reshape(-1) for p in model.parameters()]), res)
     assert _close(fits["auto"][0], fits["loop"][0]) < 1e-3
     assert fits["auto"][1].status == fits["loop"][1].status
+
+
+def test_auto_races_the_two_pullbacks_and_keeps_the_faster():
+    data = _data()
+    cons = as_constraint_set([DisparateImpact("s", 0.8)])
+    cons.setup(data)
+    model = mlp(data.n_features, hidden=(4,), seed=0)
+    params = trainable_parameters(model)
+    oracle = LocalDerivatives("auto")
+    for _ in range(1 + 2 * RACE_CALLS):
+        oracle(model, params, bce_loss, cons, data, data)
+    assert [len(t) for t in oracle._times.values()] == [RACE_CALLS, RACE_CALLS]
+    oracle._times = {"stratified": [2.0, 1.0], "loop": [1.5, 1.5]}
+    assert oracle._strategy(model, cons) == "stratified"
+    oracle._times = {"stratified": [2.0, 3.0], "loop": [1.5, 1.6]}
+    assert oracle._strategy(model, cons) == "loop"
+    other = mlp(data.n_features, hidden=(4,), seed=1)  # a new fit starts a new race
+    assert oracle._strategy(other, cons) == "stratified" and oracle._calls == 1
