@@ -10,7 +10,7 @@ projected under GeDI of order 1..5, binned DIDI). The paper's numbers are writte
 ours. Every (task, model, fold) is cached under OUT/cells/: a rerun resumes.
 
     python benchmarks/mt_gedi.py --quick --n-jobs 2              # = fairopt bench gedi-tables --quick --n-jobs 2
-    python benchmarks/mt_gedi.py --n-jobs 2                      # the full protocol (hours on 2 cores)
+    python benchmarks/mt_gedi.py --n-jobs 2                      # the full protocol (~1 h on 2 cores)
     python benchmarks/mt_gedi.py --tasks adult_sex --learners gb nn --max-folds 1 --no-preprocessing
 
 Writes summary.md, tables.csv, folds.csv, preprocessing.csv, tables.png and
