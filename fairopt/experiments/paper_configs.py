@@ -26,6 +26,7 @@ shows them) and :func:`~fairopt.experiments.configs.run_config` dispatches to
 
 from __future__ import annotations
 
+import importlib
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,37 +67,22 @@ def _fair_ridge(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[i
     return None, summary, files
 
 
-def _dcov_pg15(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
-               subsample: int | None, command: str, progress: bool) -> tuple[Any, str, list[Path]]:
-    from fairopt.experiments import dcov_pg15
+def _settings_runner(module: str, tag: str) -> Callable[..., tuple[Any, str, list[Path]]]:
+    """The runner of an experiment module with ``FULL``/``QUICK`` settings, ``override`` and
+    ``run(out, settings, *, data_dir, command, progress, protocol, **extra)``; ``tag`` names
+    the paper in the protocol line of the summary ("full ([DC] protocol)", "quick with
+    overrides", ...). Extra keywords (``n_jobs``) go to ``run``."""
 
-    base = dcov_pg15.QUICK if quick else dcov_pg15.FULL
-    settings = dcov_pg15.override(base, epochs=epochs, seeds=seeds, subsample=subsample)
-    protocol = ("quick" if quick else "full ([DC] protocol)") if settings == base else \
-        ("quick" if quick else "full") + " with overrides"
-    return dcov_pg15.run(out, settings, data_dir=data_dir, command=command, progress=progress, protocol=protocol)
+    def runner(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
+               subsample: int | None, command: str, progress: bool, **extra: Any) -> tuple[Any, str, list[Path]]:
+        experiment = importlib.import_module(f"fairopt.experiments.{module}")
+        base = experiment.QUICK if quick else experiment.FULL
+        settings = experiment.override(base, epochs=epochs, seeds=seeds, subsample=subsample)
+        protocol = ("quick" if quick else f"full ([{tag}] protocol)") + ("" if settings == base else " with overrides")
+        return experiment.run(out, settings, data_dir=data_dir, command=command, progress=progress,
+                              protocol=protocol, **extra)
 
-
-def _fauci_adult(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
-                 subsample: int | None, command: str, progress: bool) -> tuple[Any, str, list[Path]]:
-    from fairopt.experiments import fauci_adult
-
-    base = fauci_adult.QUICK if quick else fauci_adult.FULL
-    settings = fauci_adult.override(base, epochs=epochs, seeds=seeds, subsample=subsample)
-    protocol = ("quick" if quick else "full ([FU] protocol)") if settings == base else \
-        ("quick" if quick else "full") + " with overrides"
-    return fauci_adult.run(out, settings, data_dir=data_dir, command=command, progress=progress, protocol=protocol)
-
-
-def _gedi_tables(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
-                 subsample: int | None, command: str, progress: bool, n_jobs: int = 1) -> tuple[Any, str, list[Path]]:
-    from fairopt.experiments import gedi_tables
-
-    base = gedi_tables.QUICK if quick else gedi_tables.FULL
-    settings = gedi_tables.override(base, epochs=epochs, seeds=seeds, subsample=subsample)
-    protocol = ("quick" if quick else "full ([GeDI] protocol)") + ("" if settings == base else " with overrides")
-    return gedi_tables.run(out, settings, data_dir=data_dir, command=command, progress=progress, n_jobs=n_jobs,
-                           protocol=protocol)
+    return runner
 
 
 #: The paper experiments, by name.
@@ -121,14 +107,14 @@ PAPER_CONFIGS: dict[str, PaperConfig] = {
         "hyper-parameters, 10 seeds; Poisson deviance, RPS, dCov, JSD, UF with and without the balance "
         "correction, the paper's numbers beside ours. --quick: 30,000 rows, lambda 0/10/40/150, 1 seed, "
         "<= 40 epochs (~2 min on one core).",
-        _dcov_pg15),
+        _settings_runner("dcov_pg15", "DC")),
     "fauci-adult": PaperConfig(
         "fauci-adult",
         "[FU] Fig. 1: FaUCI (BCE + lambda x WDP/WDI/WEO for sex and race, GDP/GDI/GEO for age) on Adult, MLP 100-50, "
         "batch 500, <= 5000 epochs with early stopping (patience 100) on each of 5 folds, 6-8 lambdas per panel, "
         "test accuracy against the metric beside the vanilla network, SQP hard constraints (sex, race) and the "
         "paper's numbers. --quick: fold 0, 3 lambdas per panel, <= 40 epochs, SQP on sex only (~5 min).",
-        _fauci_adult),
+        _settings_runner("fauci_adult", "FU")),
     "gedi-tables": PaperConfig(
         "gedi-tables",
         "[GeDI] Tables 4/5 and Fig. 3: RF, GB and MLP unconstrained and with Moving Targets under GeDI <= 20% of "
@@ -136,7 +122,7 @@ PAPER_CONFIGS: dict[str, PaperConfig] = {
         "iterations, MLP 200 epochs; the preprocessing experiment (targets projected under GeDI-Coarse/Fine of order "
         "1..5, binned DIDI); the paper's numbers beside ours; cached per cell (resumable), --n-jobs. --quick: GB and "
         "MLP, Adult 4,000 rows, 2 of 5 folds, 3 MT iterations, MLP 20 epochs, orders 1/3/5 (minutes on 2 cores).",
-        _gedi_tables, parallel=True),
+        _settings_runner("gedi_tables", "GeDI"), parallel=True),
 }
 
 
