@@ -146,7 +146,7 @@ class LocalDerivatives:
     def stratified_plan(self, model: nn.Module, cons: Any, con_batch: Any) -> StrataPlan | None:
         """The layout of the stratified pullback for this call, or None for the plain one
         (``jacobian != "auto"``, a model that is not row-wise, constraints without strata)."""
-        if self.jacobian != "auto" or con_batch is None or not is_rowwise(model):
+        if not self._may_stratify(model, cons, con_batch):
             return None
         if self._plan_for is not None and self._plan_for[0] is cons and self._plan_for[1] is con_batch:
             return self._plan
@@ -155,13 +155,19 @@ class LocalDerivatives:
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                  con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
-        plan = self.stratified_plan(model, cons, con_batch)
-        if plan is None:
+        if not self._may_stratify(model, cons, con_batch):
             return self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows)
         name = self._strategy(model, cons)
-        if name == "stratified":
-            return self._timed(name, self._stratified(model, params, loss_fn, cons, obj_batch, plan))
-        return self._timed(name, self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows))
+        if name == "loop":
+            return self._timed(name, self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows))
+        plan = self.stratified_plan(model, cons, con_batch)  # laid out only when it is used
+        if plan is None:  # a batch with a single stratum
+            return self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows)
+        return self._timed(name, self._stratified(model, params, loss_fn, cons, obj_batch, plan))
+
+    def _may_stratify(self, model: nn.Module, cons: Any, con_batch: Any) -> bool:
+        return (self.jacobian == "auto" and con_batch is not None and callable(getattr(cons, "strata", None))
+                and is_rowwise(model))
 
     def _plain(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                con_batch: Any, rows: torch.Tensor | None) -> Derivatives:
