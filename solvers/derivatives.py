@@ -30,19 +30,16 @@ from torch import nn
 
 from solvers.losses import LossFn
 from solvers.problem import model_outputs, row_outputs
-from solvers.strata import StrataPlan, is_rowwise, plan_strata, rank_one_factors
+from solvers.strata import StrataPlan, has_hidden_layer, is_rowwise, plan_strata, rank_one_factors
 from solvers.validation import check_choice
 
 __all__ = ["DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "flatten_rows", "pullback",
            "rows_jacobian"]
 
-#: Strategies of the pullback: ``"auto"`` (when the model is row-wise and the constraints announce
-#: strata, the faster of the stratified pullback of :mod:`solvers.strata` and ``"loop"``, timed on
-#: the first calls of a fit; else ``"loop"``), ``"batched"``, ``"loop"``.
+#: Strategies of the pullback: ``"auto"`` (the stratified pullback of :mod:`solvers.strata` when the
+#: constraints announce strata and the model is row-wise with a hidden layer, else ``"loop"``),
+#: ``"batched"``, ``"loop"``.
 JACOBIAN_MODES: tuple[str, ...] = ("auto", "batched", "loop")
-
-#: Calls timed per strategy before ``"auto"`` keeps the faster one (after one untimed warm-up call).
-RACE_CALLS = 2
 
 
 @dataclass
@@ -119,29 +116,6 @@ class LocalDerivatives:
         self.jacobian = check_choice(jacobian, JACOBIAN_MODES, "jacobian")
         self._plan: StrataPlan | None = None  # the last stratified layout (a full batch recurs every step)
         self._plan_for: tuple[Any, Any] | None = None
-        self._race_for: tuple[Any, Any] | None = None  # (model, constraints) the timings are for
-        self._times: dict[str, list[float]] = {}
-        self._calls = 0
-
-    def _strategy(self, model: nn.Module, cons: Any) -> str:
-        """``"stratified"`` or ``"loop"`` for this call of a fit whose pullback can be stratified:
-        one untimed warm-up call, then :data:`RACE_CALLS` timed calls of each, then the faster
-        (the stratified pullback saves backward passes but adds a pass per stratum, which does
-        not pay for a linear model: Law, 4 rows, 3.6 ms against 2.0 ms per Jacobian)."""
-        if self._race_for is None or self._race_for[0] is not model or self._race_for[1] is not cons:
-            self._race_for, self._times, self._calls = (model, cons), {"stratified": [], "loop": []}, 0
-        self._calls += 1
-        if self._calls == 1:
-            return "stratified"
-        for name in ("stratified", "loop"):
-            if len(self._times[name]) < RACE_CALLS:
-                return name
-        return min(self._times, key=lambda name: min(self._times[name]))
-
-    def _timed(self, name: str, der: Derivatives) -> Derivatives:
-        if self._calls > 1 and len(self._times[name]) < RACE_CALLS:
-            self._times[name].append(der.t_forward + der.t_jacobian)
-        return der
 
     def stratified_plan(self, model: nn.Module, cons: Any, con_batch: Any) -> StrataPlan | None:
         """The layout of the stratified pullback for this call, or None for the plain one
@@ -155,19 +129,18 @@ class LocalDerivatives:
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                  con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
-        if not self._may_stratify(model, cons, con_batch):
+        plan = self.stratified_plan(model, cons, con_batch)
+        if plan is None:
             return self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows)
-        name = self._strategy(model, cons)
-        if name == "loop":
-            return self._timed(name, self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows))
-        plan = self.stratified_plan(model, cons, con_batch)  # laid out only when it is used
-        if plan is None:  # a batch with a single stratum
-            return self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows)
-        return self._timed(name, self._stratified(model, params, loss_fn, cons, obj_batch, plan))
+        return self._stratified(model, params, loss_fn, cons, obj_batch, plan)
 
     def _may_stratify(self, model: nn.Module, cons: Any, con_batch: Any) -> bool:
+        """``"auto"``, constraints with strata, and a row-wise model with a hidden layer: a linear
+        model's backward pass is one cheap product that does not repay a model pass per stratum
+        (Law, 4 rows: 3.6 ms against 2.0 ms per Jacobian). A rule, not a timing, so that a fit
+        is reproducible bit for bit (and a resumed fit continues exactly)."""
         return (self.jacobian == "auto" and con_batch is not None and callable(getattr(cons, "strata", None))
-                and is_rowwise(model))
+                and is_rowwise(model) and has_hidden_layer(model))
 
     def _plain(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                con_batch: Any, rows: torch.Tensor | None) -> Derivatives:

@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["MAX_STRATA", "ROWWISE_TYPES", "StrataPlan", "is_rowwise", "plan_strata", "rank_one_factors"]
+__all__ = ["MAX_STRATA", "ROWWISE_TYPES", "StrataPlan", "has_hidden_layer", "is_rowwise", "plan_strata",
+           "rank_one_factors"]
 
 #: Module types whose outputs are computed row by row (exact types: a subclass may override
 #: ``forward``). Any other module makes a model non-row-wise unless it sets ``rowwise = True``.
@@ -53,6 +54,12 @@ def is_rowwise(model: nn.Module) -> bool:
     if not isinstance(model, nn.Module):
         return False
     return all(type(m) in ROWWISE_TYPES or getattr(m, "rowwise", False) is True for m in model.modules())
+
+
+def has_hidden_layer(model: nn.Module) -> bool:
+    """Whether more than one module of ``model`` holds trainable parameters directly (a network
+    with a hidden layer, not a single linear map)."""
+    return sum(1 for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))) > 1
 
 
 @dataclass(frozen=True)

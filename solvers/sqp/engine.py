@@ -177,9 +177,9 @@ class StochasticSQP:
         ``nn.Sequential`` of linear layers and activations), the stratified pullback of
         :mod:`solvers.strata` - the model runs on each stratum of rows (rows in the same
         groups) and two backward passes in all give the gradient and every Jacobian row,
-        whatever ``m``. It costs one model pass per stratum, which does not pay for a linear
-        model, so "auto" times it against "loop" on the first iterations of the fit and keeps
-        the faster. Otherwise "loop", the faster of the other two on CPU
+        whatever ``m``. It costs one model pass per stratum, which a linear model's cheap
+        backward pass does not repay, so "auto" takes it for models with a hidden layer only.
+        Otherwise "loop", the faster of the other two on CPU
         (``benchmarks/sqp_speed.py``). Row screening does not apply to the stratified pullback.
     seed : int, default 0
         Seed of the samplers and of the Lipschitz probe direction.
