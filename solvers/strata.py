@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["MAX_STRATA", "ROWWISE_TYPES", "StrataPlan", "has_hidden_layer", "is_rowwise", "plan_strata",
+__all__ = ["MAX_STRATA", "MIN_ROWS", "ROWWISE_TYPES", "StrataPlan", "has_hidden_layer", "is_rowwise", "plan_strata",
            "rank_one_factors"]
 
 #: Module types whose outputs are computed row by row (exact types: a subclass may override
@@ -42,6 +42,10 @@ ROWWISE_TYPES: tuple[type[nn.Module], ...] = (
 
 #: More strata than this and the per-stratum passes cost more than they save: plain pullback.
 MAX_STRATA = 64
+#: Fewer rows than this and the layout and per-stratum passes cost more than they save (Dutch,
+#: MLP 32, 20 epochs of mini-batches of 1024 with the batch's own constraint rows: 5.7 s
+#: stratified against 3.4 s row by row; 500 full-batch epochs on 42,294 rows: 6.0 s against 9.7 s).
+MIN_ROWS = 4096
 
 
 def is_rowwise(model: nn.Module) -> bool:

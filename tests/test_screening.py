@@ -105,9 +105,11 @@ def test_screen_rows_must_be_a_flag():
 
 
 def test_stratified_pullback_skips_nothing_and_says_so():
-    """The stratified pullback (the first call of "auto" for rate rows) computes every Jacobian
-    row whatever ``rows`` asks, and says it skipped none."""
-    data = _dutch_like(800)
+    """The stratified pullback ("auto" for rate rows, a network and enough rows) computes every
+    Jacobian row whatever ``rows`` asks, and says it skipped none."""
+    from solvers.strata import MIN_ROWS
+
+    data = _dutch_like(MIN_ROWS)
     model = fairopt.models.mlp(data.n_features, hidden=(4,), seed=0)
     cons = as_constraint_set([DisparateImpact("s", delta=0.8)])
     cons.setup(data)

@@ -18,6 +18,13 @@ from solvers.problem import as_constraint_set, trainable_parameters
 from solvers.strata import is_rowwise, plan_strata, rank_one_factors
 
 
+@pytest.fixture(autouse=True)
+def _small_batches_stratified(monkeypatch):
+    """These tests use a few hundred rows: lift the row threshold below which "auto" keeps the
+    row-by-row pullback (``test_small_batches_keep_the_row_by_row_pullback`` checks it)."""
+    monkeypatch.setattr("solvers.derivatives.MIN_ROWS", 1)
+
+
 def _data(n: int = 400, weights: bool = False, seed: int = 0) -> FairData:
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 4))
@@ -137,3 +144,16 @@ def test_sqp_fit_same_with_stratified_and_row_by_row_pullback():
         fits[mode] = (torch.cat([p.detach().reshape(-1) for p in model.parameters()]), res)
     assert _close(fits["auto"][0], fits["loop"][0]) < 1e-3
     assert fits["auto"][1].status == fits["loop"][1].status
+
+
+def test_small_batches_keep_the_row_by_row_pullback(monkeypatch):
+    from solvers.strata import MIN_ROWS
+
+    monkeypatch.setattr("solvers.derivatives.MIN_ROWS", MIN_ROWS)
+    data = _data(MIN_ROWS + 10)
+    cons = as_constraint_set([DisparateImpact("s", 0.8)])
+    cons.setup(data)
+    model = mlp(data.n_features, hidden=(3,), seed=0)
+    oracle = LocalDerivatives("auto")
+    assert oracle.stratified_plan(model, cons, data) is not None
+    assert oracle.stratified_plan(model, cons, data.subset(torch.arange(MIN_ROWS - 1))) is None

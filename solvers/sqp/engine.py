@@ -178,7 +178,8 @@ class StochasticSQP:
         :mod:`solvers.strata` - the model runs on each stratum of rows (rows in the same
         groups) and two backward passes in all give the gradient and every Jacobian row,
         whatever ``m``. It costs one model pass per stratum, which a linear model's cheap
-        backward pass does not repay, so "auto" takes it for models with a hidden layer only.
+        backward pass does not repay, so "auto" takes it for models with a hidden layer and
+        constraint batches of at least ``solvers.strata.MIN_ROWS`` (4,096) rows only.
         Otherwise "loop", the faster of the other two on CPU
         (``benchmarks/sqp_speed.py``). Row screening does not apply to the stratified pullback.
     seed : int, default 0
