@@ -50,12 +50,22 @@ NOTES = "notes"
 
 
 def _forward(model: Callable[[torch.Tensor], torch.Tensor], data: Any) -> torch.Tensor:
-    """``model(data.X)`` without autograd, as a flat (n,) tensor (one value per row)."""
+    """``model(data.X)`` without autograd, as a flat (n,) tensor (one value per row).
+
+    A ``torch.nn.Module`` in training mode is scored in eval mode (dropout off, batch-norm
+    running statistics) and put back in training mode afterwards."""
     if not callable(model):
         raise ValueError(f"model: expected a callable (e.g. torch.nn.Module), got {type(model).__name__}")
     n = len(data.y)
-    with torch.no_grad():
-        out = model(data.X)
+    training = isinstance(model, torch.nn.Module) and model.training
+    if training:
+        model.eval()
+    try:
+        with torch.no_grad():
+            out = model(data.X)
+    finally:
+        if training:
+            model.train()
     if not isinstance(out, torch.Tensor):
         raise ValueError(f"model: expected a tensor output, got {type(out).__name__}")
     if out.numel() != n:

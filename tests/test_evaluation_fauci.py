@@ -173,3 +173,19 @@ def test_bench_summary_lists_the_fauci_metrics(tmp_path, one_torch_thread):
     assert "## FaUCI metrics (test; means over seeds and folds)" in result.summary
     header = next(line for line in result.summary.splitlines() if line.startswith("| method | value | wdp[sex]"))
     assert "| wdi[sex] | weo[sex] | wdp[race] |" in header and "| wdp[sex&race] |" in header
+
+
+def test_evaluate_scores_a_dropout_network_in_eval_mode_and_restores_its_mode():
+    import fairopt
+    from fairopt.evaluation import evaluate
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    data = fairopt.FairData.from_arrays(X, (X[:, 0] > 0).astype(float), {"s": rng.integers(0, 2, 200)})
+    model = fairopt.models.mlp(data.n_features, hidden=(16,), dropout=0.5, seed=0)
+    model.train()
+    first, second = evaluate(model, data), evaluate(model, data)
+    assert model.training  # put back as it was
+    assert first["accuracy"] == second["accuracy"]  # dropout off: the same outputs every time
+    model.eval()
+    assert evaluate(model, data)["accuracy"] == first["accuracy"] and not model.training
