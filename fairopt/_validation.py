@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from solvers.validation import (check_choice, check_flag, check_interval, check_seed, finite_float, nonnegative_float,
-                                positive_float, positive_int)
+from solvers.validation import (check_choice, check_flag, check_interval, check_seed, check_seeds, finite_float,
+                                nonnegative_float, positive_float, positive_int)
 
 __all__ = [
     "as_tensor", "as_1d_tensor", "to_numpy", "check_same_length", "check_binary", "sensitive_names",
     "check_sample_weight", "require_unweighted", "UNWEIGHTED_HINT", "measure_bound",
     # parameter checks, from solvers.validation
     "finite_float", "positive_float", "nonnegative_float", "positive_int", "check_choice", "check_flag",
-    "check_interval", "check_seed",
+    "check_interval", "check_seed", "check_seeds",
 ]
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "check_choice",
     "check_flag",
     "check_seed",
+    "check_seeds",
     "check_interval",
     "check_verbose",
     "as_float_array",
@@ -300,6 +301,30 @@ def check_seed(seed: Any, *, allow_none: bool = True, allow_negative: bool = Tru
 
 
 # ----------------------------------------------------------------------------- arrays
+def check_seeds(seeds: Any, name: str = "seeds") -> tuple[int, ...]:
+    """Return a non-empty sequence of random seeds as a tuple of ``int``.
+
+    Parameters
+    ----------
+    seeds : iterable
+        Python or numpy integers (bools rejected), at least one.
+    name : str, default "seeds"
+        The parameter's name, used in the error message.
+
+    Raises
+    ------
+    ValueError
+        ``"seeds: expected a non-empty sequence of integers, got ..."``.
+    """
+    try:
+        values = list(seeds)
+    except TypeError:
+        values = []
+    if not values or not all(_is_integer(v) for v in values):
+        raise ValueError(f"{name}: expected a non-empty sequence of integers, got {seeds!r}")
+    return tuple(int(v) for v in values)
+
+
 def as_float_array(value: Any, name: str) -> np.ndarray:
     """Return ``value`` as a float64 numpy array (any shape; NaN/inf are kept).
 

@@ -300,3 +300,12 @@ def test_sqp_refuses_a_bad_seed():
     for bad in (-1, "a", 1.5, None):
         with pytest.raises(ValueError, match="^seed: expected a non-negative integer"):
             StochasticSQP(seed=bad)
+
+
+def test_check_seeds():
+    from solvers.validation import check_seeds
+
+    assert check_seeds([0, np.int64(3)]) == (0, 3) and check_seeds(range(2)) == (0, 1)
+    for bad in ([], [True], [1.5], "ab", 3, None):
+        with pytest.raises(ValueError, match="seeds: expected a non-empty sequence of integers"):
+            check_seeds(bad)

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fairopt._validation import check_seeds
 from fairopt.evaluation import RealisedMeasure, evaluate, realised_measures
 from fairopt.evaluation_fauci import resolve_combined
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS, Fitted, Method
@@ -289,9 +290,7 @@ def compare(
     extra_metrics = dict(extra_metrics or {})
     if not all(callable(fn) for fn in extra_metrics.values()):
         raise ValueError(f"extra_metrics: expected callables (model, data) -> float, got {extra_metrics!r}")
-    seeds = [seeds] if isinstance(seeds, int) else list(seeds)
-    if not seeds or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in seeds):
-        raise ValueError(f"seeds: expected a non-empty sequence of integers, got {seeds!r}")
+    seeds = list(check_seeds([seeds] if isinstance(seeds, int) else seeds))
     n_jobs, torch_threads = check_n_jobs(n_jobs), check_threads(torch_threads)
     if resolve_combined(fauci_combined, list(getattr(data, "sensitive_kinds", None) or {})) and data.task != "binary":
         raise ValueError(f"fauci_combined: the FaUCI metrics need a binary classifier, the task is {data.task!r}")

@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fairopt._validation import check_seeds, positive_int
 from fairopt.experiments import dcov_pg15_report as report
 from fairopt.experiments.early_stopping import EarlyStopping
 
@@ -444,11 +445,8 @@ def override(settings: Settings, *, epochs: int | None = None, seeds: Sequence[i
     largest number of epochs (early stopping may end a run before)."""
     if lambdas is not None and any((not math.isfinite(v)) or v < 0 for v in lambdas):
         raise ValueError(f"lambdas: expected finite values >= 0, got {list(lambdas)}")
-    for name, value in (("epochs", epochs), ("subsample", subsample)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    if seeds is not None and (not len(seeds) or not all(isinstance(v, int) and not isinstance(v, bool) for v in seeds)):
-        raise ValueError(f"seeds: expected a non-empty sequence of integers, got {seeds!r}")
-    changes = {"max_epochs": epochs, "seeds": None if seeds is None else tuple(seeds), "subsample": subsample,
+    epochs = None if epochs is None else positive_int(epochs, "epochs")
+    subsample = None if subsample is None else positive_int(subsample, "subsample")
+    changes = {"max_epochs": epochs, "seeds": None if seeds is None else check_seeds(seeds), "subsample": subsample,
                "lambdas": None if lambdas is None else tuple(float(v) for v in lambdas)}
     return dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})

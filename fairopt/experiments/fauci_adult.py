@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fairopt._validation import check_seeds, positive_int
 from fairopt.experiments import fauci_adult_report as report
 from fairopt.experiments.fauci_adult_report import ATTRIBUTES, METRICS
 
@@ -475,13 +476,10 @@ def override(settings: Settings, *, epochs: int | None = None, seeds: Sequence[i
     """``settings`` with the given fields replaced (None keeps a field); ``epochs`` is the
     largest number of epochs of the penalty runs (early stopping may end a run before) and of
     the SQP runs."""
-    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
-        raise ValueError(f"epochs: expected a positive integer, got {epochs!r}")
-    if seeds is not None and (not list(seeds) or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)):
-        raise ValueError(f"seeds: expected a non-empty list of integers, got {seeds!r}")
+    epochs = None if epochs is None else positive_int(epochs, "epochs")
     if lambdas is not None and any(not math.isfinite(v) or v <= 0 for grid in lambdas.values() for v in grid):
         raise ValueError(f"lambdas: expected finite values > 0 (lambda = 0 is the vanilla run), got {dict(lambdas)}")
-    changes = {"max_epochs": epochs, "sqp_epochs": epochs, "seeds": None if seeds is None else tuple(seeds),
+    changes = {"max_epochs": epochs, "sqp_epochs": epochs, "seeds": None if seeds is None else check_seeds(seeds),
                "subsample": subsample,
                "lambdas": None if lambdas is None else {k: tuple(float(v) for v in g) for k, g in lambdas.items()}}
     return dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})
