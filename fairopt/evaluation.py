@@ -34,7 +34,7 @@ from fairopt.evaluation_fauci import fauci_measures, resolve_combined
 from fairopt.measures.distribution import intersection_cells, js_divergence, uf
 from fairopt.measures.group import group_means, ratio_of_extremes, undefined_ratio_message, undefined_ratio_reason
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
-from solvers.problem import violation
+from solvers.problem import eval_mode, violation
 
 __all__ = ["DEGENERATE", "NOTES", "RealisedMeasure", "constant_predictions", "constraint_violations", "evaluate",
            "fairness_report", "format_report", "model_violations", "realised_measures"]
@@ -57,15 +57,8 @@ def _forward(model: Callable[[torch.Tensor], torch.Tensor], data: Any) -> torch.
     if not callable(model):
         raise ValueError(f"model: expected a callable (e.g. torch.nn.Module), got {type(model).__name__}")
     n = len(data.y)
-    training = isinstance(model, torch.nn.Module) and model.training
-    if training:
-        model.eval()
-    try:
-        with torch.no_grad():
-            out = model(data.X)
-    finally:
-        if training:
-            model.train()
+    with eval_mode(model), torch.no_grad():
+        out = model(data.X)
     if not isinstance(out, torch.Tensor):
         raise ValueError(f"model: expected a tensor output, got {type(out).__name__}")
     if out.numel() != n:

@@ -15,8 +15,9 @@ over rows. Several constraints compose by concatenating rows
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ __all__ = [
     "RowSplit",
     "row_violations",
     "model_outputs",
+    "eval_mode",
     "row_outputs",
     "row_weights",
     "weight_total",
@@ -176,6 +178,21 @@ def weight_total(batch: Any) -> float:
     disjoint row blocks."""
     weights = row_weights(batch)
     return float(len(batch)) if weights is None else float(weights.detach().double().sum())
+
+
+@contextlib.contextmanager
+def eval_mode(model: Any) -> Iterator[None]:
+    """Run the block with ``model`` in eval mode when it is a ``torch.nn.Module`` in training
+    mode (dropout off, batch-norm running statistics) and put it back in training mode
+    afterwards, also on an error; any other callable is left alone."""
+    training = isinstance(model, torch.nn.Module) and model.training
+    if training:
+        model.eval()
+    try:
+        yield
+    finally:
+        if training:
+            model.train()
 
 
 def model_outputs(model: Any, batch: Any) -> torch.Tensor:

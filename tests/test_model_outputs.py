@@ -165,3 +165,21 @@ def test_regressor_accepts_a_single_column_model_factory(data):
     y = X[:, 0] + 0.5 * X[:, 1]
     reg = FairRegressor(model=lambda p: nn.Linear(p, 1), method="penalty", epochs=200, lr=0.05).fit(X, y)
     assert reg.predict(X).shape == (len(X),) and reg.score(X, y) > 0.9
+
+
+def test_eval_mode_switches_a_training_module_and_restores_it_even_on_error():
+    from solvers.problem import eval_mode
+
+    module = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))
+    with eval_mode(module):
+        assert not module.training and not module[1].training
+    assert module.training and module[1].training
+    with pytest.raises(RuntimeError), eval_mode(module):
+        raise RuntimeError("inside")
+    assert module.training
+    module.eval()
+    with eval_mode(module):
+        pass
+    assert not module.training  # a module already in eval mode stays there
+    with eval_mode(lambda x: x):  # any other callable is left alone
+        pass

@@ -14,6 +14,7 @@ from scipy import stats
 from torch import nn
 
 from fairopt.certificate.tightening import TightenedConstraint, bounds_ready, fresh_copy
+from solvers.problem import eval_mode
 from fairopt.constraints.dcov import DistanceCovariance
 from fairopt.constraints.gedi import GeDI
 from fairopt.constraints.covariance import Covariance
@@ -53,13 +54,8 @@ def outputs_on(model_or_outputs: Any, data: Any) -> torch.Tensor:
     """Model outputs on ``data`` (float64, (n,)) from a module/callable or given outputs."""
     if isinstance(model_or_outputs, nn.Module) or (callable(model_or_outputs)
                                                    and not isinstance(model_or_outputs, (torch.Tensor, np.ndarray))):
-        was_training = getattr(model_or_outputs, "training", False)
-        if isinstance(model_or_outputs, nn.Module):
-            model_or_outputs.eval()
-        with torch.no_grad():
+        with eval_mode(model_or_outputs), torch.no_grad():
             out = model_or_outputs(data.X)
-        if was_training:
-            model_or_outputs.train()
     else:
         out = torch.as_tensor(np.asarray(model_or_outputs) if not isinstance(model_or_outputs, torch.Tensor)
                               else model_or_outputs)

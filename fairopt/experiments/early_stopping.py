@@ -10,6 +10,8 @@ from typing import Any, Callable
 
 import torch
 
+from solvers.problem import eval_mode
+
 __all__ = ["EarlyStopping"]
 
 
@@ -37,11 +39,8 @@ class EarlyStopping:
     def __call__(self, engine: Any, record: Mapping[str, Any]) -> bool:
         if (int(record["iteration"]) + 1) % self.steps_per_epoch:
             return False
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             value = float(self.objective())
-        finally:
-            self.model.train()
         self.values.append(value)
         if value < self.best:
             self.best, self.best_epoch, self.wait = value, len(self.values), 0

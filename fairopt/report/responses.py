@@ -39,6 +39,7 @@ from fairopt._validation import column_1d
 from fairopt.measures.group import python_scalar
 from fairopt.persistence import SavedModel
 from fairopt.report.groups import row_count
+from solvers.problem import eval_mode
 
 __all__ = ["TASKS", "Responses", "model_responses", "infer_task"]
 
@@ -183,13 +184,8 @@ def _torch_outputs(module: torch.nn.Module, X: Any, n: int) -> np.ndarray:
     parameter = next(module.parameters(), None)
     if parameter is not None:
         inputs = inputs.to(device=parameter.device, dtype=parameter.dtype)
-    training = module.training
-    module.eval()
-    try:
-        with torch.no_grad():
-            out = module(inputs)
-    finally:
-        module.train(training)
+    with eval_mode(module), torch.no_grad():
+        out = module(inputs)
     if not isinstance(out, torch.Tensor):
         raise ValueError(f"model: expected a tensor output, got {type(out).__name__}")
     out = _check_output(out.detach().to(torch.float64).cpu().numpy(), n, "the torch model")
