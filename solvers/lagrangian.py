@@ -28,7 +28,8 @@ from solvers.history import COLUMN_C, COLUMN_VIOL, FitResult
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.penalty import FirstOrderTrainer
-from solvers.problem import Constraint, as_constraint_set, check_dataset, row_violations, trainable_parameters
+from solvers.problem import (Constraint, as_constraint_set, check_dataset, exact_rows, row_violations,
+                             trainable_parameters)
 from solvers.validation import check_choice, positive_float
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]
@@ -125,8 +126,7 @@ class LagrangianDual(FirstOrderTrainer):
             return None, {COLUMN_C: [], COLUMN_VIOL: [], "V": 0.0, "V_exact": 0.0}
         c, viol = self._row_violations(out, batch)
         self._last_violation = viol.detach().to(torch.float64)
-        with torch.no_grad():
-            exact = self._constraints.exact(out.detach(), batch).reshape(-1).to(torch.float64)
+        exact = exact_rows(self._constraints, out, batch, smooth=c)
         v_exact = float(row_violations(exact, self._lower, self._upper).sum())
         lagrangian = (self.multipliers_.to(viol.dtype) * viol).sum()
         fields = {COLUMN_C: c.detach().tolist(), COLUMN_VIOL: self._last_violation.tolist(),

@@ -257,6 +257,17 @@ def test_subset_indexes_every_field_and_frame_lazily():
     assert part.n_cells == data.n_cells and part.sensitive_levels == data.sensitive_levels
 
 
+def test_subset_by_long_index_equals_advanced_indexing_and_keeps_negative_positions():
+    data = FairData.from_frame(synthetic_frame(50), target="y", sensitive=["sex", "race"], exposure="expo")
+    for idx in (torch.tensor([7, 0, 49, 7]), torch.tensor([-1, 3, -50]), torch.zeros(0, dtype=torch.long)):
+        part = data.subset(idx)
+        for got, full in ((part.X, data.X), (part.y, data.y), (part.cells, data.cells), (part.exposure, data.exposure)):
+            assert torch.equal(got, full[idx])
+        assert part.frame.index.tolist() == [int(i) % 50 for i in idx]
+    with pytest.raises(IndexError):
+        data.subset(torch.tensor([50]))
+
+
 def test_subset_missing_a_group_is_not_an_error():
     df = synthetic_frame(100)
     data = FairData.from_frame(df, target="y", sensitive=["race"])

@@ -514,6 +514,31 @@ def test_constraint_kinds(rng):
     np.testing.assert_allclose(jd.item(), reference.item(), rtol=RTOL)
 
 
+@pytest.mark.parametrize("kind, method", [("dcov", "auto"), ("ccdcov", "auto"), ("jdcov", "auto"),
+                                          ("ccdcov", "projection")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_exact_is_the_smooth_value_so_engines_reuse_it(kind, method, dtype, monkeypatch):
+    from solvers.derivatives import LocalDerivatives
+    from solvers.losses import mse_loss
+
+    batch = _batch("regression")
+    names = ["sex", "race"] if method == "auto" else ["age", "sex"]
+    constraint = DistanceCovariance(names, 1.0, kind=kind, method=method)
+    out = torch.randn(len(batch), dtype=dtype, generator=torch.Generator().manual_seed(1)) + batch.sensitive["sex"].to(dtype)
+    assert DistanceCovariance.smooth_is_exact and ConstraintSet([constraint]).smooth_is_exact
+    assert torch.equal(constraint.exact(out, batch), constraint(out, batch).detach())  # the declaration holds
+    # the SQP oracle then takes c_exact from c: exact() is never evaluated, and the value is the same
+    model = torch.nn.Linear(2, 1)
+    cons = ConstraintSet([constraint])
+    cons.setup(batch)
+    calls = []
+    monkeypatch.setattr(DistanceCovariance, "exact", lambda self, o, b: calls.append(1) or self(o, b).detach())
+    der = LocalDerivatives()(model, list(model.parameters()), mse_loss, cons, batch, batch)
+    assert not calls
+    with torch.no_grad():
+        assert torch.equal(der.c_exact, constraint(model(batch.X).reshape(-1), batch).to(torch.float64))
+
+
 def test_constraint_bounds_violation_and_constraint_set():
     batch = _batch("regression")
     out = batch.sensitive["age"].double() / 10  # strongly dependent on age

@@ -15,7 +15,7 @@ from solvers import StochasticSQP
 from solvers.derivatives import LocalDerivatives
 from solvers.losses import bce_loss
 from solvers.problem import as_constraint_set, trainable_parameters
-from solvers.strata import is_rowwise, plan_strata, rank_one_factors
+from solvers.strata import is_rowwise, plan_strata, rank_one_factors, row_codes
 
 
 @pytest.fixture(autouse=True)
@@ -121,6 +121,23 @@ def test_constraint_set_strata_are_the_common_refinement():
     for a in range(len(data)):
         same = codes == codes[a]
         assert torch.equal(same, key == key[a])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_row_codes_equal_unique_rows(seed):
+    gen = torch.Generator().manual_seed(seed)
+    for n, k, values in ((0, 2, 3), (1, 1, 1), (37, 3, 4), (200, 2, 2), (64, 5, 3)):
+        table = torch.randint(0, values, (n, k), generator=gen)
+        reference = torch.unique(table, dim=0, return_inverse=True)[1] if n else torch.zeros(0, dtype=torch.long)
+        assert torch.equal(row_codes(table), reference)
+        assert torch.equal(row_codes(table > 0), torch.unique(table > 0, dim=0, return_inverse=True)[1]
+                           if n else reference)
+    wide = torch.randint(0, 2**40, (30, 3), generator=gen)  # packed codes past 62 bits: the fallback
+    assert torch.equal(row_codes(wide), torch.unique(wide, dim=0, return_inverse=True)[1])
+    with pytest.raises(ValueError, match="table: expected a 2-d"):
+        row_codes(torch.zeros(3))
+    with pytest.raises(ValueError, match="non-negative"):
+        row_codes(torch.tensor([[0, -1]]))
 
 
 def test_rank_one_factors():

@@ -34,6 +34,10 @@ class BaseConstraint:
     #: How the bound argument bounds :meth:`realised`: "upper" (met when ``realised <= bound``)
     #: or "lower" (a ratio ``delta``, met when ``realised >= delta``).
     bound_sense: str = "upper"
+    #: True when :meth:`exact` returns the values of ``__call__`` (no surrogate: the smooth rows
+    #: are the measure itself). An engine may then take the exact rows from the smooth ones
+    #: instead of evaluating the measure twice.
+    smooth_is_exact: bool = False
     lower: torch.Tensor
     upper: torch.Tensor
     row_names: list[str] | None = None

@@ -202,6 +202,9 @@ class DistanceCovariance(BaseConstraint):
             )
         return value.reshape(1)
 
+    #: :meth:`exact` is ``__call__`` without gradient (an engine reuses the smooth value).
+    smooth_is_exact = True
+
     def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         """The same value without gradient: dCov is already exact on the predictions.
 

@@ -84,6 +84,7 @@ from fairopt.constraints.covariance import Covariance  # the old import path fai
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
 from fairopt.surrogates import Surrogate
 from solvers.problem import LinearEncoding, row_weights
+from solvers.strata import row_codes
 
 __all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GroupRateConstraint", "GROUPINGS",
            "RowTemplate", "label_mask", "ratio_templates", "difference_templates"]
@@ -298,7 +299,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         points the same way for every row of a stratum, which the stratified pullback of the SQP
         engine uses (``solvers.strata``: two backward passes in all instead of one per row)."""
         W, _ = self._operator(batch, FLOAT64, torch.device("cpu"))
-        return torch.unique((W != 0).T, dim=0, return_inverse=True)[1]
+        return row_codes((W != 0).T)
 
     def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Rows ``D @ (sums / counts)`` from group sums and counts over the whole data
