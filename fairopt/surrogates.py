@@ -55,6 +55,12 @@ class Surrogate:
     def derivative(self, t: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def value_and_derivative(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(phi(t), phi'(t))`` without gradient: the values of :meth:`__call__` (bit for bit) and
+        :meth:`derivative`. Subclasses compute both in one pass where they can."""
+        with torch.no_grad():
+            return self(t).detach(), self.derivative(t).detach()
+
     @staticmethod
     def step(t: torch.Tensor) -> torch.Tensor:
         """The hard step ``1{t > 0}`` in the dtype of ``t`` (``t = 0`` maps to 0, [SQP] eq 1)."""
@@ -209,8 +215,14 @@ class SmoothedStep(Surrogate):
 
     def derivative(self, t: torch.Tensor) -> torch.Tensor:
         """``scale * phi_mu'(u)`` (paper) or ``scale * (phi_mu'(u) + phi_mu'(-u)) / (2 (1 - L))``, ``u = scale t``."""
+        return self.value_and_derivative(t)[1]
+
+    def value_and_derivative(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``phi`` and ``phi'`` from one evaluation of the closed form (the forward pass of :meth:`__call__`)."""
         u = self.scale * _as_float_tensor(t).detach()
-        return self.scale * _smoothed_step(u, self.mu, self.variant == "normalized")[1]
+        with torch.no_grad():
+            value, slope = _smoothed_step(u, self.mu, self.variant == "normalized")
+        return value, self.scale * slope
 
 
 class Sigmoid(Surrogate):
@@ -238,8 +250,13 @@ class Sigmoid(Surrogate):
 
     def derivative(self, t: torch.Tensor) -> torch.Tensor:
         """``scale * sigma(scale t) * (1 - sigma(scale t))``."""
-        s = self(t)
-        return self.scale * s * (1.0 - s)
+        return self.value_and_derivative(t)[1]
+
+    def value_and_derivative(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sigma(scale t)`` and its derivative from one sigmoid evaluation."""
+        with torch.no_grad():
+            s = self(t)
+            return s, self.scale * s * (1.0 - s)
 
 
 class Linear(Surrogate):

@@ -34,7 +34,7 @@ from solvers.strata import MIN_ROWS, StrataPlan, has_hidden_layer, is_rowwise, p
 from solvers.validation import check_choice
 
 __all__ = ["DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "flatten_rows", "pullback",
-           "rows_jacobian", "vjp"]
+           "rows_and_output_jacobian", "rows_jacobian", "vjp"]
 
 #: Strategies of the pullback: ``"auto"`` (the stratified pullback of :mod:`solvers.strata` when the
 #: constraints announce strata and the model is row-wise with a hidden layer, else ``"loop"``),
@@ -84,6 +84,26 @@ def rows_jacobian(c: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
     m = int(c.numel())
     rows = [torch.autograd.grad(c[i], leaf, retain_graph=i < m - 1, allow_unused=True)[0] for i in range(m)]
     return torch.stack([r if r is not None else torch.zeros_like(leaf) for r in rows])
+
+
+def rows_and_output_jacobian(cons: Any, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smooth rows ``c`` (m,) and ``dc/d out`` (m, n) at the outputs ``out``, without gradient.
+
+    From the constraints' closed form when they offer one (an optional method
+    ``rows_and_jacobian(out, batch)`` returning the pair, or None, as
+    :meth:`solvers.problem.ConstraintSet.rows_and_jacobian` does); otherwise by one backward pass
+    per row through the graph of ``cons(out, batch)`` (:func:`rows_jacobian`). Group-rate rows
+    have the closed form ``(D W) * phi'``: measured on 1,024 Dutch rows, it replaces a
+    differentiable evaluation and two backward passes (about 0.25 ms of a 2.6 ms mini-batch step).
+    """
+    closed_form = getattr(cons, "rows_and_jacobian", None)
+    pair = closed_form(out.detach(), batch) if callable(closed_form) else None
+    if pair is not None:
+        return pair[0].detach().reshape(-1), pair[1].detach()
+    leaf = out.detach().requires_grad_(True)
+    with torch.enable_grad():
+        c = cons(leaf, batch).reshape(-1)
+    return c.detach(), rows_jacobian(c, leaf)
 
 
 def vjp(out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor, retain_graph: bool = False) -> torch.Tensor:
@@ -171,10 +191,7 @@ class LocalDerivatives:
             return Derivatives(float(f.detach()), g, torch.zeros(0, dtype=torch.float64),
                                torch.zeros(0, g.numel(), dtype=g.dtype), None, t1 - t0, time.perf_counter() - t1)
 
-        leaf_c = leaf if same else out_c.detach().requires_grad_(True)
-        with torch.enable_grad():
-            c = cons(leaf_c, con_batch).reshape(-1)
-        dc = rows_jacobian(c, leaf_c)  # (m, n_c)
+        c, dc = rows_and_output_jacobian(cons, out_c, con_batch)  # (m,), (m, n_c)
         (df,) = torch.autograd.grad(f, leaf)
         if rows is not None and rows.shape != c.shape:
             raise ValueError(f"rows: expected a bool mask of shape ({c.numel()},), got {tuple(rows.shape)}")
@@ -190,7 +207,7 @@ class LocalDerivatives:
         if wanted is not None:
             J = g.new_zeros(c.numel(), g.numel()).index_copy_(0, wanted, J)
         c_exact = exact_rows(cons, out_c, con_batch, smooth=c)
-        return Derivatives(float(f.detach()), g, c.detach().to(torch.float64), J, c_exact, t1 - t0,
+        return Derivatives(float(f.detach()), g, c.to(torch.float64), J, c_exact, t1 - t0,
                            time.perf_counter() - t1, 0 if wanted is None else c.numel() - wanted.numel())
 
     def _stratified(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
@@ -206,11 +223,10 @@ class LocalDerivatives:
         out_obj = None if same else model_outputs(model, obj_batch)
         t1 = time.perf_counter()
 
-        leaf_c = torch.cat([o.detach() for o in outs]).requires_grad_(True)
-        with torch.enable_grad():
-            c = cons(leaf_c, batch).reshape(-1)
-        dc = rows_jacobian(c, leaf_c)  # (m, n): per stratum of rank one (module doc of solvers.strata)
+        out_c = torch.cat([o.detach() for o in outs])
+        c, dc = rows_and_output_jacobian(cons, out_c, batch)  # dc (m, n): per stratum of rank one (solvers.strata)
         if same:
+            leaf_c = out_c.requires_grad_(True)
             with torch.enable_grad():
                 f = loss_fn(leaf_c, batch)
             (df,) = torch.autograd.grad(f, leaf_c)
@@ -237,6 +253,6 @@ class LocalDerivatives:
                 pulled = pulled[1:]
             if coef.shape[1]:
                 J += coef.to(J.dtype) @ pulled
-        c_exact = exact_rows(cons, leaf_c, batch, smooth=c)
+        c_exact = exact_rows(cons, out_c, batch, smooth=c)
         return Derivatives(float(f.detach()), g_sum if same else g, c.detach().to(torch.float64), J, c_exact,
                            t1 - t0, time.perf_counter() - t1)

@@ -332,6 +332,23 @@ class ConstraintSet:
     def __len__(self) -> int:
         return len(self.constraints)
 
+    def rows_and_jacobian(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(c (m,), dc/d out (m, n))`` from the members' optional closed-form
+        ``rows_and_jacobian(out, batch)``, without gradient; None when a member has none (the
+        engine then differentiates ``__call__``)."""
+        pairs = []
+        for c in self.constraints:
+            closed_form = getattr(c, "rows_and_jacobian", None)
+            if not callable(closed_form):
+                return None
+            pair = closed_form(out, batch)
+            if pair is None:
+                return None
+            pairs.append((pair[0].reshape(-1), pair[1].reshape(-1, out.shape[0])))
+        if not pairs:
+            return None
+        return self._cat([v for v, _ in pairs], like=out), torch.cat([j for _, j in pairs]).to(out.dtype)
+
     @property
     def smooth_is_exact(self) -> bool:
         """Every member declares ``smooth_is_exact`` (its exact rows are its smooth rows)."""

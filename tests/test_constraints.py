@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fairopt.constraints import BaseConstraint, Covariance, DemographicParity, DisparateImpact, EqualImpact
+from fairopt.constraints import (BaseConstraint, Covariance, DemographicParity, DisparateImpact, EqualImpact,
+                                 EqualizedOdds, EqualOpportunity)
 from fairopt.exceptions import FairnessWarning
 from fairopt.surrogates import Hinge, Sigmoid, SmoothedStep
 from solvers.problem import ConstraintSet, LinearEncoding, row_violations
@@ -291,6 +292,36 @@ def test_jacobian_is_weight_matrix_times_surrogate_derivative(batch, out):
     w0, w1 = (1 - s) / (1 - s).sum(), s / s.sum()
     expected = torch.stack([0.8 * w0 - w1, 0.8 * w1 - w0]) * c.surrogate.derivative(out)
     torch.testing.assert_close(jac, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: DisparateImpact("sex", delta=0.8), lambda: DisparateImpact("race", surrogate=Sigmoid(scale=5.0)),
+    lambda: EqualImpact("race", delta=0.7, surrogate=Hinge()), lambda: DemographicParity("sex", 0.1),
+    lambda: Covariance(["sex", "race"], 0.1), lambda: EqualizedOdds("sex", 0.8), lambda: EqualOpportunity("race", 0.9),
+], ids=["di", "di-race-sigmoid", "ei-hinge", "dp", "covariance", "eodds", "eopp"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rows_and_jacobian_in_closed_form_equal_autograd(make, dtype, batch, out):
+    c = make()
+    c.setup(batch)
+    o = out.to(dtype)
+    rows, jac = c.rows_and_jacobian(o, batch)
+    assert torch.equal(rows, c(o, batch).detach()) and rows.dtype == dtype and jac.dtype == dtype
+    reference = torch.autograd.functional.jacobian(lambda x: c(x, batch), o)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(jac, reference, rtol=tol, atol=tol * float(reference.abs().max()))
+    pair = ConstraintSet([c, DisparateImpact("sex", 0.9)]).rows_and_jacobian(o, batch)
+    assert pair[0].shape == (c.n_rows + 2,) and pair[1].shape == (c.n_rows + 2, len(batch))
+
+
+def test_rows_and_jacobian_defer_to_autograd_for_redefined_rows(batch, out):
+    class Squared(DisparateImpact):  # redefines the transform only: no closed form
+        def _transform(self, t, exact):
+            return super()._transform(t, exact) ** 2
+
+    c = Squared("sex")
+    c.setup(batch)
+    assert c.rows_and_jacobian(out, batch) is None
+    assert ConstraintSet([DisparateImpact("sex"), c]).rows_and_jacobian(out, batch) is None
 
 
 def test_rows_keep_the_dtype_of_out(batch, out):

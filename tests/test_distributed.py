@@ -276,8 +276,11 @@ def test_one_rank_minibatch_equals_the_plain_engine(one_rank_group):
     batches, the all-reduced sums equal up to float summation order)."""
     data = _synthetic()
     got, want = _fit_minibatch(data, distributed=True), _fit_minibatch(data, distributed=False)
-    assert got["iterations"] == want["iterations"] and got["status"] == want["status"]
+    assert got["status"] == want["status"] and got["feasible"] == want["feasible"]
     assert (got["params"] - want["params"]).abs().max().item() < 1e-4
+    # the polish stops on thresholds of the violation's progress, so rounding of the two ways of
+    # forming dc/dw (closed form per row here, per-group sums there) may end it an iteration or two apart
+    assert abs(got["iterations"] - want["iterations"]) <= 3, (got["iterations"], want["iterations"])
 
 
 def test_one_rank_unconstrained(one_rank_group):

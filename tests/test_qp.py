@@ -9,6 +9,7 @@ violation. Every optimal answer is also checked against the KKT conditions direc
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 from scipy.optimize import linprog, minimize
 
 from solvers.qp import ENUMERATION_MAX_ROWS, diagonal_qp, least_violation_bounds
+from solvers.qp.scalar import SCALAR_MAX_ROWS, solve_scalar
 from solvers.qp.solve import PRIMAL_SLACK
 
 N_RANDOM = 500
@@ -192,11 +194,81 @@ def test_enumeration_and_dual_paths_agree(random_problems):
 
 
 def test_default_path_uses_threshold(random_problems):
-    """solver="active_set" enumerates up to ENUMERATION_MAX_ROWS constrained rows only."""
+    """solver="active_set" enumerates up to ENUMERATION_MAX_ROWS constrained rows, and in scalar
+    arithmetic when the problem has at most SCALAR_MAX_ROWS plain rows (solvers.qp.scalar)."""
     for prob in random_problems[:100]:
         constrained = np.count_nonzero(np.isfinite(prob.lo) | np.isfinite(prob.hi))
         res = diagonal_qp(*prob.tensors())
-        assert res.method == ("enumeration" if constrained <= ENUMERATION_MAX_ROWS else "dual")
+        scalar = solve_scalar(*prob.tensors(), 1e-9, 1e-10, PRIMAL_SLACK)
+        if scalar is not None:
+            assert prob.J.shape[0] <= SCALAR_MAX_ROWS and res.method == "enumeration"
+        else:
+            assert res.method == ("enumeration" if constrained <= ENUMERATION_MAX_ROWS else "dual")
+
+
+def _tensors(prob: Problem, dtype=torch.float64) -> tuple:
+    g, h, J, lo, hi = prob.tensors()
+    return g.to(dtype), h.to(dtype), J.to(dtype), lo, hi
+
+
+def test_scalar_path_equals_the_general_enumeration():
+    """One or two rows: the scalar enumeration returns what the general enumeration returns."""
+    rng = np.random.default_rng(7)
+    taken = 0
+    for k in range(600):
+        m = 1 + k % 2
+        prob = random_problem(rng, m=m, p=int(rng.integers(3, 40)))
+        if k % 7 == 0:  # a row nearly parallel to the other, or a free row
+            prob.J[-1] = prob.J[0] * (1 + 1e-9) if m == 2 else prob.J[-1]
+        for dtype in (torch.float64, torch.float32):
+            inputs = _tensors(prob, dtype)
+            fast = solve_scalar(*inputs, 1e-9, 1e-10, PRIMAL_SLACK)
+            general = diagonal_qp(*inputs, solver="enumeration")
+            if fast is None:
+                continue
+            taken += 1
+            assert fast.status == general.status == "optimal"
+            assert fast.d.dtype == general.d.dtype == dtype and fast.multipliers.dtype == dtype
+            d_f, d_g = fast.d.double().numpy(), general.d.double().numpy()
+            assert np.abs(d_f - d_g).max() <= 1e-9 * (1 + np.abs(d_g).max())
+            y_f, y_g = fast.multipliers.double().numpy(), general.multipliers.double().numpy()
+            assert np.abs(y_f - y_g).max() <= 1e-7 * (1 + np.abs(y_g).max())
+            assert torch.equal(fast.active, general.active) and fast.degenerate == general.degenerate
+            assert fast.iterations == general.iterations and fast.method == "enumeration"
+            for field in ("objective", "kkt_residual", "max_violation"):
+                assert getattr(fast, field) == pytest.approx(getattr(general, field), rel=1e-9, abs=1e-12)
+            if dtype == torch.float64:
+                assert_kkt(prob, fast)
+    assert taken >= 700  # of 1,200: equality rows (one row in five) go to the general path
+
+
+def test_scalar_path_leaves_the_hard_cases_to_the_general_path():
+    g, h = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    J = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]], dtype=torch.float64)
+    lo, hi = torch.tensor([-1.0, -math.inf], dtype=torch.float64), torch.tensor([1.0, 0.5], dtype=torch.float64)
+    assert solve_scalar(g, h, J, lo, hi, 1e-9, 1e-10, PRIMAL_SLACK) is not None  # the plain case
+    cases = {
+        "three rows": (g, h, torch.cat([J, J[:1]]), torch.cat([lo, lo[:1]]), torch.cat([hi, hi[:1]])),
+        "equality": (g, h, J, torch.tensor([0.2, -1.0], dtype=torch.float64), torch.tensor([0.2, 0.5], dtype=torch.float64)),
+        "zero row": (g, h, torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]], dtype=torch.float64), lo, hi),
+        "parallel rows": (g, h, torch.stack([J[0], 2 * J[0]]), lo, hi),
+        "NaN in g": (torch.tensor([math.nan, 0.0, 0.0], dtype=torch.float64), h, J, lo, hi),
+        "h = 0": (g, torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64), J, lo, hi),
+        "lo > hi": (g, h, J, torch.tensor([2.0, -math.inf], dtype=torch.float64), hi),
+        # two rows can only conflict when parallel: J0 d >= 1 and -J0 d >= 1
+        "infeasible": (g, h, torch.stack([J[0], -J[0]]), torch.tensor([1.0, 1.0], dtype=torch.float64),
+                       torch.tensor([math.inf, math.inf], dtype=torch.float64)),
+        "numpy input": tuple(t.numpy() for t in (g, h, J, lo, hi)),
+    }
+    for name, args in cases.items():
+        assert solve_scalar(*args, 1e-9, 1e-10, PRIMAL_SLACK) is None, name
+    # the general path still answers (or raises) as before
+    assert diagonal_qp(*cases["parallel rows"]).method == "dual"
+    assert diagonal_qp(*cases["infeasible"]).status == "infeasible"
+    with pytest.raises(ValueError, match="g: contains NaN"):
+        diagonal_qp(*cases["NaN in g"])
+    with pytest.raises(ValueError, match="lo/hi"):
+        diagonal_qp(*cases["lo > hi"])
 
 
 def test_osqp_path_matches_active_set(random_problems):

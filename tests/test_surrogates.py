@@ -176,6 +176,16 @@ def test_derivative_matches_central_differences(phi):
     torch.testing.assert_close(phi.derivative(t), numeric, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("phi", [SmoothedStep(), SmoothedStep(variant="paper"), Sigmoid(), Sigmoid(scale=3.0),
+                                 Linear(), Hinge()], ids=repr)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_value_and_derivative_are_call_and_derivative(phi, dtype):
+    t = (0.05 * torch.randn(257, generator=torch.Generator().manual_seed(3))).to(dtype).requires_grad_(True)
+    value, slope = phi.value_and_derivative(t)
+    assert torch.equal(value, phi(t).detach()) and not value.requires_grad  # bit for bit the rows' values
+    torch.testing.assert_close(slope, phi.derivative(t.detach()), rtol=0, atol=0)
+
+
 def test_smoothed_step_is_stable_in_float32_for_large_scaled_inputs():
     phi = SmoothedStep()
     t = torch.tensor([-1e4, -40.0, -1.0, 1.0, 40.0, 1e4], dtype=torch.float32, requires_grad=True)

@@ -63,6 +63,9 @@ class Covariance(LinearRowsConstraint):
     def _transform(self, t: torch.Tensor, exact: bool) -> torch.Tensor:
         return t  # linear: the exact value is the smooth value
 
+    def _transform_and_slope(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return t.detach(), torch.ones_like(t)
+
     def realised(self, out: torch.Tensor, batch: Any) -> float:
         """The bounded measure on ``batch``: ``max_rows |c|``, the largest absolute covariance
         of a row (``bound`` bounds it from above)."""

@@ -311,6 +311,30 @@ class LinearRowsConstraint(BaseConstraint):
         """Smooth rows ``D @ (W @ phi(out - threshold))``, shape ``(m,)``, in ``out``'s dtype."""
         return self._rows(out, batch, exact=False)
 
+    def _transform_and_slope(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``phi(t)`` (as :meth:`_transform` gives it) and ``phi'(t)``, without gradient."""
+        return self.surrogate.value_and_derivative(t)
+
+    def rows_and_jacobian(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The smooth rows and their Jacobian in the outputs, in closed form (no autograd).
+
+        ``c = D @ (W @ phi(out - threshold))`` (the values of :meth:`__call__`) and
+        ``dc/d out = (D @ W) * phi'(out - threshold)``, shapes ``(m,)`` and ``(m, n)``, in
+        ``out``'s dtype: what an engine would otherwise get from one backward pass per row
+        through the graph of :meth:`__call__`. None for a subclass that redefines the rows
+        (``__call__``, ``_rows`` or ``_transform``) without redefining ``_transform_and_slope``:
+        the engine then differentiates ``__call__``.
+        """
+        cls = type(self)
+        if (cls.__call__ is not LinearRowsConstraint.__call__ or cls._rows is not LinearRowsConstraint._rows
+                or (cls._transform is not LinearRowsConstraint._transform
+                    and cls._transform_and_slope is LinearRowsConstraint._transform_and_slope)):
+            return None
+        out = check_out(out, batch).detach()
+        W, D = self._operator(batch, out.dtype, out.device)
+        phi, slope = self._transform_and_slope(out - self.threshold)
+        return D @ (W @ phi), (D @ W) * slope[None, :]
+
     def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         """The same rows on hard predictions ``1{out > threshold}`` (no gradient)."""
         with torch.no_grad():
