@@ -258,6 +258,8 @@ class GroupRateConstraint(LinearRowsConstraint):
     def _informed_rows(self, counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """``D`` with the rows that compare an empty side (``counts == 0``) set to 0
         (module doc, "Empty groups")."""
+        if bool((counts > 0).all()):  # every side has rows (the usual case): D as it is
+            return self._D.to(dtype, copy=True)
         informed = (counts[self._focus] > 0) & (counts[self._ref] > 0)
         return self._D.to(dtype) * informed.repeat_interleave(self._n_templates).to(dtype)[:, None]
 
