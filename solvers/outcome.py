@@ -117,6 +117,23 @@ class BestIterate:
         self.best = new
         return True
 
+    def worth_restoring(self, f: float, c_exact: Any, gap: float) -> bool:
+        """Whether an engine should try to make an iterate (objective ``f``, exact rows
+        ``c_exact``) feasible rather than return the best one: True when the iterate violates
+        a row (beyond ``feasibility_tol``) and either no candidate offered so far is feasible
+        or the best (feasible) one's objective exceeds ``f`` by more than ``gap * |f|``.
+        False for a non-finite iterate or when nothing was offered."""
+        if self.best is None or c_exact is None:
+            return False
+        c = torch.as_tensor(c_exact).detach().to(torch.float64).reshape(-1)
+        if not math.isfinite(f) or not bool(torch.isfinite(c).all()):
+            return False
+        if not c.numel() or self.feasible(row_violations(c, self.lower, self.upper)):
+            return False
+        if not self.feasible(self.best.row_violations):
+            return True
+        return self.best.f - f > gap * abs(f)
+
     def restore(self, params: Sequence[torch.Tensor]) -> Candidate | None:
         """Write the best parameters back into ``params`` (in place); returns the candidate."""
         if self.best is None:

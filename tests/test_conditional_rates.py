@@ -348,11 +348,13 @@ def test_sqp_meets_equalized_odds_on_adult(adult_4000):
     StochasticSQP(epochs=150, lr_kmin=50).fit(free, data, loss="bce", constraints=[])
     with torch.no_grad():
         assert min(exact_ratios((free(data.X) > 0).double().numpy(), data)) < 0.5  # the constraint binds
-    # The outcome varies from seed to seed: the TPR and FPR rows are nearly parallel for a
-    # linear model, and one long QP step can collapse the merit parameter (measured, seeds 0-7:
-    # training accuracy 0.77-0.85). Each seed must keep the engine's contract (the bound holds
-    # on the hard labels, or the result says it does not); most seeds must meet the bound, and
-    # the accuracy is asked of the median.
+    # The smoothed Jacobian rows of TPR and FPR can nearly vanish at an iterate of a linear
+    # model, so the linearised bound lies far away: the full-batch trust region keeps such
+    # steps short, and a run that ends a hair outside the bound is polished from its last
+    # iterate (measured, seeds 0-143: all feasible, training accuracy 0.805-0.858, median
+    # 0.851, returned loss <= 0.394; before: 132 of 144 feasible, returned loss up to 4.8).
+    # Each seed must keep the engine's contract (the bound holds on the hard labels, or the
+    # result says it does not).
     accuracies, met = [], 0
     for seed in (0, 1, 2):
         model = fairopt.models.linear(data.n_features, seed=seed)
@@ -367,7 +369,8 @@ def test_sqp_meets_equalized_odds_on_adult(adult_4000):
         assert (result.history[-1]["V_exact"] == 0.0) == result.feasible and len(result.history[-1]["c"]) == 4
         met += result.feasible
         accuracies.append((pred == data.y.numpy()).mean())
-    assert met >= 2 and np.median(accuracies) > 0.78, (met, accuracies)
+        assert result.history[-1]["f"] < 0.45, (seed, result.history[-1]["f"])
+    assert met == 3 and min(accuracies) > 0.79 and np.median(accuracies) > 0.82, (met, accuracies)
 
 
 def test_fair_classifier_spec_meets_equalized_odds(adult_4000):

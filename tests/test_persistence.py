@@ -538,6 +538,8 @@ def test_parameter_added_after_the_file_takes_its_default(tmp_path, saved_classi
     ("epochs_done", 2.5, r"epochs_done: expected a non-negative integer"),
     ("warned_relaxed", "no", r"warned_relaxed: expected True or False"),
     ("L", 0.0, r"L: expected a finite positive number"),
+    ("recent_steps", 0.5, r"recent_steps: expected a list of step lengths, got float"),
+    ("recent_steps", [0.1, -1.0], r"recent_steps: expected a finite number >= 0, got -1.0"),
 ])
 def test_sqp_resume_validates_the_state_like_constructor_arguments(adult, key, value, message):
     """A checkpoint with an invalid merit parameter (or any other state value) is refused

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -10,7 +11,12 @@ import torch
 from scipy.optimize import NonlinearConstraint, minimize
 
 from solvers import StochasticSQP
+from solvers.derivatives import Derivatives
+from solvers.history import History
+from solvers.outcome import BestIterate, NoProgressWarning
 from solvers.sampling import BalancedSampler
+from solvers.sqp.endgame import POLISH_GAP, polish_last
+from solvers.sqp.steps import TRUST_GROWTH, TRUST_MEMORY, recent_radius, remember_step, sqp_step
 
 
 class _Rows:
@@ -225,3 +231,158 @@ def test_a_failed_relaxed_qp_takes_the_least_violation_step_and_warns():
     assert any("least-violation step was taken" in str(w.message) for w in caught)
     assert result.status in ("converged", "not_stationary", "infeasible")
     assert all(np.isfinite(p.detach().numpy()).all() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------- full-batch trust region and polish
+def _quadratic_plus_one(out, batch):
+    """The quadratic objective plus 1 (the divergence guard compares with ``10 |f_0|``, and
+    the unconstrained optimum has ``f = 0``)."""
+    return _quadratic(out, batch) + 1.0
+
+
+class _BiasedRow(_FnConstraint):
+    """A row whose exact measure exceeds its smooth one by ``bias`` (as hard-label rates differ
+    from their smoothed surrogate): the smooth steps stop at the bound, the exact row a hair
+    outside it."""
+
+    def __init__(self, name, fn, lower, upper, bias):
+        super().__init__(name, fn, lower, upper)
+        self.bias = bias
+
+    def exact(self, out, batch):
+        return self.fn(out) + self.bias
+
+
+def test_trust_radius_follows_the_recent_steps():
+    state: dict = {}
+    assert recent_radius(state) == math.inf and recent_radius(state, 0.5) == math.inf  # no memory: no cap
+    lengths = [0.5, 0.1, 0.2, 0.4]
+    for x in lengths:
+        remember_step(state, x)
+    upper_median = sorted(lengths)[len(lengths) // 2]  # by hand: 0.4
+    assert recent_radius(state) == pytest.approx(TRUST_GROWTH * upper_median)
+    assert recent_radius(state, 10.0) == 10.0  # never below the unconstrained step's length
+    kept = state["recent_steps"]
+    remember_step(state, 50.0, capped=True)  # a capped step remembers the median, not its length
+    assert state["recent_steps"][-1] == upper_median and kept == lengths  # a list taken before is left alone
+    for k in range(3 * TRUST_MEMORY):
+        remember_step(state, 1.0 + k)
+    assert state["recent_steps"] == [1.0 + k for k in range(2 * TRUST_MEMORY, 3 * TRUST_MEMORY)]
+
+
+def test_full_batch_step_is_capped_by_the_recent_steps():
+    """A violated row whose Jacobian nearly vanishes (the failure measured on Adult with
+    equalized odds): its linearised bound lies far away. The first step (no memory) takes
+    the QP step in full; with a memory of short steps ``d`` is capped at ``TRUST_GROWTH``
+    times their median, the restoration at ``alpha ||d||``, and ``tau`` is kept."""
+    g = torch.tensor([0.3, -0.2, 0.1], dtype=torch.float64)
+    J = torch.tensor([[1e-3, 0.0, 0.0]], dtype=torch.float64)
+    c = torch.tensor([0.05], dtype=torch.float64)
+    der = Derivatives(f=1.0, g=g, c=c, J=J, c_exact=c.clone(), t_forward=0.0, t_jacobian=0.0)
+    lower = torch.tensor([-math.inf], dtype=torch.float64)
+    upper = torch.zeros(1, dtype=torch.float64)
+    options = StochasticSQP(lr=0.5)
+
+    def step(state):
+        params = [torch.zeros(3, dtype=torch.float64)]
+        record = sqp_step(params, der, torch.zeros(3, dtype=torch.float64), lower, upper, state, options,
+                          lambda: der, bounds=(lower, upper), step_memory=True)
+        return record, params[0]
+
+    base = dict(tau=0.1, xi=1.0, beta=0.5, L=None, Gamma=None, iteration=0, warned_relaxed=False)
+    # the QP with its one row active, by hand: d = -(g + y J')/h with J d = u - c
+    h = torch.sqrt((1.0 - options.beta2) * g**2 + options.hessian_shift)
+    y = (c[0] - (J[0] / h) @ g) / ((J[0] / h) @ J[0])
+    d_qp = -(g + y * J[0]) / h
+    free, _ = step(dict(base))
+    assert free["trust_radius"] == math.inf and free["norm_d"] == pytest.approx(float(d_qp.norm()), rel=1e-9)
+    assert free["norm_d"] > 50 and free["tau"] < 0.01  # the long step collapses tau
+
+    state = dict(base, recent_steps=[0.1] * TRUST_MEMORY)
+    capped, w = step(state)
+    radius = max(TRUST_GROWTH * 0.1, float((g / h).norm()))
+    assert capped["trust_radius"] == pytest.approx(radius) and capped["norm_d"] == pytest.approx(radius)
+    assert capped["tau"] == 0.1 == state["tau"]
+    alpha = capped["alpha"]
+    assert (1 - alpha) * capped["norm_v"] <= alpha * capped["norm_d"] * (1 + 1e-9)
+    assert float(w.norm()) <= 2 * alpha * radius * (1 + 1e-9)
+    assert state["recent_steps"][-1] == pytest.approx(0.1)  # the capped step does not widen the region
+
+
+def test_a_run_from_the_unconstrained_optimum_takes_its_constrained_step():
+    """At the unconstrained optimum ``g = 0``: a radius scaled by ``||g / h||`` would never let
+    the constrained step through; the first step has no memory, so it is taken in full."""
+    data, _ = _problem()
+    model = _Identity(A)
+    con = _FnConstraint("sum", lambda w: w.sum().reshape(1), [-np.inf], [2.0])
+    res = StochasticSQP(epochs=300, tol=1e-9, feasibility_tol=1e-12).fit(model, data, loss=_quadratic_plus_one,
+                                                                        constraints=[con])
+    lam = (A.sum() - 2.0) / (1.0 / Q).sum()  # closed form: w = A - lam / Q on sum(w) = 2
+    np.testing.assert_allclose(model.w.detach().numpy(), (A - lam / Q).numpy(), atol=1e-7)
+    assert res.converged and res.history[0]["trust_radius"] == math.inf and res.history[0]["norm_d"] > 2.0
+
+
+def test_polish_trigger_rule():
+    lower = torch.tensor([-math.inf], dtype=torch.float64)
+    upper = torch.zeros(1, dtype=torch.float64)
+    tracker = BestIterate(lower, upper, 1e-6)
+    hair = torch.tensor([1e-3])  # the last iterate, a hair outside
+    assert not tracker.worth_restoring(0.35, hair, 0.01)  # nothing offered
+    tracker.offer([torch.zeros(1)], 0.40, torch.tensor([0.01]), 0)
+    assert tracker.worth_restoring(0.45, hair, 0.01)  # no iterate was feasible
+    tracker.offer([torch.zeros(1)], 0.657, torch.tensor([-0.1]), 1)  # feasible, poor (the seed-6 case)
+    assert tracker.worth_restoring(0.348, hair, 0.01) and tracker.worth_restoring(0.64, hair, 0.01)
+    assert not tracker.worth_restoring(0.652, hair, 0.01)  # 0.657 - 0.652 < 1 % of 0.652
+    assert not tracker.worth_restoring(0.348, torch.tensor([5e-7]), 0.01)  # within feasibility_tol
+    assert not tracker.worth_restoring(0.348, torch.tensor([-1e-3]), 0.01)
+    assert not tracker.worth_restoring(math.nan, hair, 0.01) and not tracker.worth_restoring(0.348, None, 0.01)
+    options = StochasticSQP(polish_iterations=50)
+    history = History(records=[{"qp_status": "normal"}])
+    assert polish_last(tracker, (0.348, hair), history, options, 150) == 50
+    assert polish_last(tracker, (0.348, hair), history, options, 7) == 7  # never more than the run's epochs
+    assert polish_last(tracker, (0.652, hair), history, options, 150) == 0
+    relaxed = History(records=[{"qp_status": "relaxed"}])  # linearised bounds that cannot be met
+    assert polish_last(tracker, (0.348, hair), relaxed, options, 150) == 0
+    assert POLISH_GAP == 0.01
+
+
+def _hair_outside_run(polish_iterations, bias=0.01):
+    """Full-batch steps (``alpha = 1``) that reach the smooth bound ``sum(w) <= 4`` at the first
+    step and stay on it: the exact row stays ``bias`` outside, and the only feasible iterate
+    is the (poor) start."""
+    data, _ = _problem()
+    model = _Identity(torch.zeros(4))
+    con = _BiasedRow("sum", lambda w: w.sum().reshape(1), [-np.inf], [4.0], bias)
+    engine = StochasticSQP(epochs=20, lr=1.0, lr_schedule="none", hessian_shift=2.25, calibrate_exact=False,
+                           polish_iterations=polish_iterations)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = engine.fit(model, data, loss=_quadratic_plus_one, constraints=[con])
+    return model, res, [w.category for w in caught]
+
+
+def test_a_full_batch_run_ending_a_hair_outside_is_polished_from_its_last_iterate():
+    lam = (A.sum() - 4.0) / (1.0 / Q).sum()
+    last = A - lam / Q  # where the training steps end: the smooth constrained optimum
+    f_start = float(_quadratic_plus_one(torch.zeros(4, dtype=torch.float64), None))
+    model, res, caught = _hair_outside_run(0)  # without the polish: the start comes back
+    assert res.feasible and res.info["returned_iteration"] == 0 and res.history[-1]["f"] == pytest.approx(f_start)
+    assert NoProgressWarning in caught
+
+    model, res, caught = _hair_outside_run(50)
+    steps = [r for r in res.history.records if r["qp_status"] != "final"]
+    phases = [r.get("phase", "training") for r in steps]
+    assert phases == ["training"] * 20 + ["polish"] * 20  # min(polish_iterations, epochs)
+    assert res.info["iterations"] == 40 and res.info["returned_iteration"] >= 20
+    w = model.w.detach()
+    assert res.feasible and float(w.sum()) <= 4.0 - 0.01 + 1e-9  # the exact row meets its bound
+    assert res.history[-1]["f"] < float(_quadratic_plus_one(last, None)) + 0.01 < f_start
+    assert float((w - last).abs().max()) < 0.01 and NoProgressWarning not in caught
+
+
+def test_a_full_batch_run_that_ends_feasible_is_not_polished():
+    model, res, _ = _hair_outside_run(50, bias=0.0)
+    assert res.converged and res.info["termination"] == "converged"  # a feasible KKT point stops it early
+    assert len(res.history) == res.info["iterations"] + 1 and not any("phase" in r for r in res.history.records)
+    model, res, _ = _hair_outside_run(50, bias=-0.01)  # the exact row a hair inside: feasible all along
+    assert res.feasible and not any("phase" in r for r in res.history.records)

@@ -47,7 +47,12 @@ def test_disparate_impact_bound_is_met_and_binding(adult_small):
     assert di >= 0.79, di
     assert result.history[-1]["V_exact"] <= 1e-3
     df = result.history.to_pandas()
-    assert len(df) == 151 and (df["qp_status"].iloc[:-1] == "normal").all() and df["qp_status"].iloc[-1] == "final"
+    # 150 training steps, then the final record; a run that ends a hair outside the bound with
+    # an early, poor best feasible iterate is polished from its last iterate (which run does
+    # depends on floating-point rounding: importing dcor changes it)
+    phase = df["phase"] if "phase" in df else pd.Series("", index=df.index)
+    assert (phase.iloc[:150] != "polish").all() and (phase.iloc[150:-1] == "polish").all()
+    assert len(df) <= 151 + 50 and (df["qp_status"].iloc[:-1] == "normal").all() and df["qp_status"].iloc[-1] == "final"
 
 
 def test_disparate_and_equal_impact_together(adult_small):

@@ -71,7 +71,8 @@ def check_resumed_state(state: dict) -> None:
     """The values of a checkpoint's state, checked like the constructor arguments they
     continue: positive finite ``tau``, ``xi``, ``beta``; positive finite or None ``L``,
     ``Gamma``; finite or None ``merit_avg``; non-negative integers ``since_change``,
-    ``iteration``, ``epochs_done``; a flag ``warned_relaxed``."""
+    ``iteration``, ``epochs_done``; a flag ``warned_relaxed``; where present, a list of
+    finite non-negative step lengths ``recent_steps``."""
     try:
         for name in ("tau", "xi", "beta"):
             positive_float(state[name], name)
@@ -83,6 +84,11 @@ def check_resumed_state(state: dict) -> None:
         for name in ("since_change", "iteration", "epochs_done"):
             positive_int(state[name], name, allow_zero=True)
         check_flag(state["warned_relaxed"], "warned_relaxed")
+        recent = state.get("recent_steps")
+        if recent is not None and not isinstance(recent, (list, tuple)):
+            raise ValueError(f"recent_steps: expected a list of step lengths, got {type(recent).__name__}")
+        for length in recent or ():
+            positive_float(length, "recent_steps", allow_zero=True)
     except ValueError as exc:
         raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
 

@@ -16,8 +16,8 @@ from solvers.problem import assign_parameters, flat_parameters, row_violations
 from solvers.sqp.optimality import DerivativesFn, final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
-__all__ = ["MAX_RESTARTS", "POLISH_EXTENSION", "RESTORING_WINDOW", "EndgameOptions", "TailAverage", "blew_up",
-           "finish", "polish", "still_restoring"]
+__all__ = ["MAX_RESTARTS", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions", "TailAverage",
+           "blew_up", "finish", "polish", "polish_last", "still_restoring"]
 
 #: Divergence-guard restarts (:func:`blew_up`) after which a run is "diverged".
 MAX_RESTARTS = 10
@@ -25,6 +25,9 @@ MAX_RESTARTS = 10
 POLISH_EXTENSION = 4
 #: Iterates over which the polish must reduce the largest exact row violation to go on.
 RESTORING_WINDOW = 10
+#: A full-batch run that ends infeasible is polished when its best feasible iterate's objective
+#: exceeds the last iterate's by more than this fraction (:func:`polish_last`).
+POLISH_GAP = 0.01
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
 
@@ -34,6 +37,7 @@ class EndgameOptions(StepOptions, Protocol):
     (:class:`solvers.sqp.StochasticSQP` has them)."""
 
     polish_iterations: int
+    lr: float
     calibrate_exact: bool
     calibration_weight: float
     tol: float
@@ -97,8 +101,9 @@ def still_restoring(violations: Sequence[float], tol: float) -> bool:
 def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.Module, params: list[torch.Tensor],
            loss_fn: Callable, cons: Any, data: Any, lower: torch.Tensor, upper: torch.Tensor, offset: torch.Tensor,
            state: dict, v: torch.Tensor, tracker: BestIterate, history: History,
-           tail: TailAverage | None) -> tuple[torch.Tensor, str, int]:
-    """Full-batch end-game of a mini-batch run (``polish_iterations``).
+           tail: TailAverage | None, limit: int | None = None) -> tuple[torch.Tensor, str, int]:
+    """Full-batch end-game (``polish_iterations``) of a mini-batch run, or of a full-batch run
+    that ends outside the bounds (``limit``, :func:`polish_last`).
 
     Starts from the tail average of the last epoch when it is finite, runs full-data SQP
     iterations on copies of the engine state (``tau``, ``xi``, ``beta``, the Hessian
@@ -115,10 +120,15 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
     (:func:`still_restoring`): measured on Dutch (MLP 32, batch 256, balanced
     constraint batches of 1024, seed 1), 50 iterations took the largest row violation
     from 0.014 to 1e-4, short of feasible, and the run returned its starting point.
+    ``limit`` (the polish of a full-batch run, from its last iterate, :func:`polish_last`):
+    at most this many iterations, no extension, the run's trust region kept
+    (:func:`solvers.sqp.steps.recent_radius`) and the learning rate back at ``lr``.
     ``derivatives`` is the engine's oracle; ``state`` and ``v`` are not modified.
     Returns the calibration offset, the status and the number of polish iterations.
     """
     st, vv = dict(state), v.clone()
+    if limit is not None:
+        st["beta"] = float(options.lr)
     if tail is not None and tail.count:
         average = tail.mean()
         if bool(torch.isfinite(average).all()):
@@ -126,7 +136,8 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
     status = "max_epochs"
     violations: list[float] = []  # exact violation of every polish iterate
     push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
-    for k in range(POLISH_EXTENSION * int(options.polish_iterations)):
+    budget = POLISH_EXTENSION * int(options.polish_iterations) if limit is None else int(limit)
+    for k in range(budget):
         der = derivatives(model, params, loss_fn, cons, data, data)
         if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
             break
@@ -135,7 +146,8 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
             break
         violations.append(float(row_violations(der.c_exact, lower, upper).max()) if der.c_exact is not None
                           else 0.0)
-        if k >= int(options.polish_iterations) and not still_restoring(violations, options.feasibility_tol):
+        extended = limit is None and k >= int(options.polish_iterations)
+        if extended and not still_restoring(violations, options.feasibility_tol):
             break
         if options.calibrate_exact and der.c_exact is not None:
             offset = calibrate(offset, der.c_exact - der.c, lower, upper, options.calibration_weight)
@@ -143,12 +155,48 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
             excess = (der.c_exact - upper).clamp(min=0) - (lower - der.c_exact).clamp(min=0)
             push = push + excess if bool((excess != 0).any()) else 0.5 * push  # decays once feasible
         record = sqp_step(params, der, vv, lower - offset - push, upper - offset - push, st, options,
-                          lambda: derivatives(model, params, loss_fn, cons, data, data), bounds=(lower, upper))
+                          lambda: derivatives(model, params, loss_fn, cons, data, data), bounds=(lower, upper),
+                          step_memory=limit is not None)
         record["epoch"] = st["epochs_done"]
         record["phase"] = "polish"
         history.append(record)
         st["iteration"] += 1
     return offset, status, st["iteration"] - state["iteration"]
+
+
+def polish_last(tracker: BestIterate, evaluated: tuple[float, torch.Tensor | None], history: History,
+                options: EndgameOptions, epochs: int) -> int:
+    """Polish iterations (:func:`polish` with ``limit``) that a full-batch run should run from its
+    last iterate, 0 for none; ``epochs`` is the number of epochs trained (a resumed run's
+    included, so that a resumed run polishes as the uninterrupted one does).
+
+    ``evaluated`` is the last iterate's objective and exact rows on all training rows. Its
+    rows hover at the bounds, and the exact rows are step functions of the outputs, so a
+    run can end a hair outside while the rule of :class:`solvers.outcome.BestIterate` returns
+    an early, poor feasible iterate (Adult, 4,000 rows, linear model, equalized odds >= 0.8,
+    150 epochs, seed 6 at an earlier commit: loss 0.657 returned, 0.348 at the last iterate).
+    When :meth:`~solvers.outcome.BestIterate.worth_restoring` says so (``POLISH_GAP``; also
+    when no iterate was feasible) and the last step's QP was not relaxed (linearised
+    constraints that cannot be met, e.g. an infeasible problem, are not restored by more of
+    the same steps), up to ``min(polish_iterations, epochs)`` polish iterations follow, each
+    a candidate. Measured on that problem (``lr_kmin=50``) with the trust region of
+    :func:`solvers.sqp.steps.recent_radius`, seeds 0-143: 69 runs polished; 144 of 144
+    feasible, mean returned loss 0.337, largest 0.39 (without the polish: 129 of 144
+    feasible, mean 0.402, 40 runs above 0.4; before both changes: 132 of 144, mean 0.465,
+    74 above 0.4). ``POLISH_GAP`` 0.05: 57 runs polished, mean 0.338, largest 0.41; 0.001: 93
+    runs polished, mean 0.336. The learning rate restarts at ``lr`` (with the run's decayed one: mean 0.367, 23 runs
+    above 0.4, 142 of 144 feasible) and the trust region stays (without it one polish step
+    reached ``||d|| = 1e14``)."""
+    f, c_exact = evaluated
+    relaxed = bool(history.records) and history[-1].get(COLUMN_QP_STATUS) == QP_RELAXED
+    if relaxed or not tracker.worth_restoring(f, c_exact, POLISH_GAP):
+        return 0
+    limit = min(int(options.polish_iterations), int(epochs))
+    best = tracker.best
+    logger.info("SQP: the last iterate (objective %.4g) violates a bound; the best iterate is iteration %d "
+                "(objective %.4g, %s): up to %d full-batch polish iterations from the last iterate", f,
+                best.iteration, best.f, "feasible" if tracker.feasible(best.row_violations) else "infeasible", limit)
+    return limit
 
 
 def finish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.Module, params: list[torch.Tensor],

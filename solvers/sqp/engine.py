@@ -26,7 +26,7 @@ from solvers.sampling import BalancedSampler, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
 from solvers.sqp.oracles import derivative_oracle
-from solvers.sqp.endgame import MAX_RESTARTS, TailAverage, blew_up, finish, polish
+from solvers.sqp.endgame import MAX_RESTARTS, TailAverage, blew_up, finish, polish, polish_last
 from solvers.sqp.optimality import evaluate_all, offer_and_test_kkt
 from solvers.sqp.schedules import LR_SCHEDULES, end_of_epoch, rsqrt_beta
 from solvers.sqp.screening import RowScreen
@@ -107,7 +107,11 @@ class StochasticSQP:
         candidate for the returned model, so the returned model is checked on all rows
         with the exact measure; the polish stops early at a feasible KKT point. It works on
         copies of the engine state, so :meth:`state_dict` and ``resume`` continue the
-        stochastic phase as if no polish had run. 0 turns it off. Full-batch runs ignore it.
+        stochastic phase as if no polish had run. 0 turns it off. A full-batch run polishes
+        only when it ends outside the bounds with no feasible iterate or with a feasible one
+        much worse than its last (:func:`solvers.sqp.endgame.polish_last`): at most
+        ``polish_iterations`` iterations, and no more than the epochs trained (resumed parts
+        included), from the last iterate.
     lr_patience : int, default 20
         Epochs without merit improvement before a "plateau" decay.
     lr_decay : float, default 0.5
@@ -465,7 +469,7 @@ class StochasticSQP:
                     offset = calibrate(offset, der.c_exact - der.c, lower, upper, self.calibration_weight)
                 probe = partial(self._derivatives, model, params, loss_fn, cons, obj_batch, con_batch)
                 record = sqp_step(params, der, v, lower - offset, upper - offset, state, self, probe,
-                                  bounds=(lower, upper), stochastic=not on_all_rows)
+                                  bounds=(lower, upper), stochastic=not on_all_rows, step_memory=on_all_rows)
                 record["epoch"] = epoch
                 record[COLUMN_SCREENED] = der.skipped
                 if screen is not None and record[COLUMN_QP_STATUS] == QP_RELAXED:
@@ -501,10 +505,15 @@ class StochasticSQP:
         if status == "diverged":
             warnings.warn(f"SQP: training diverged at iteration {state['iteration']} (non-finite or exploding "
                           "objective); the best iterate seen before is returned", DivergedWarning, stacklevel=2)
-        elif not full_batch and m and self.polish_iterations and status == "max_epochs":
-            self._tracker = copy.copy(tracker)  # the checkpoint keeps the stochastic phase's best iterate
-            offset, status, polished = polish(self._derivatives, self, model, params, loss_fn, cons, data, lower, upper,
-                                              offset, state, v, tracker, history, tail)
+        elif m and self.polish_iterations and status == "max_epochs":
+            # full batch: only a run that ends outside the bounds, from its last iterate
+            limit = None if not full_batch else 0 if mode == "balanced" else polish_last(
+                tracker, evaluate_all(model, loss_fn, cons, data, self.chunk_rows, self._reduce), history, self,
+                state["epochs_done"])
+            if limit != 0:
+                self._tracker = copy.copy(tracker)  # the checkpoint keeps the training phase's best iterate
+                offset, status, polished = polish(self._derivatives, self, model, params, loss_fn, cons, data, lower,
+                                                  upper, offset, state, v, tracker, history, tail, limit)
         # called from here, so that a BoundWarning points at the caller of fit
         return finish(self._derivatives, self, model, params, loss_fn, cons, data, lower, upper, offset, state,
                       tracker, history, status, last=state["iteration"] + polished,
@@ -548,7 +557,8 @@ class StochasticSQP:
         dict
             ``format`` (1), ``state`` (a copy of :attr:`state_`: ``tau``, ``xi``, ``beta``,
             ``L``, ``Gamma``, ``merit_avg``, ``since_change``, ``iteration``,
-            ``warned_relaxed``, ``epochs_done``), ``hessian_v`` (a copy of the second-moment
+            ``warned_relaxed``, ``epochs_done``; full batch: ``recent_steps``, the memory of
+            the trust region), ``hessian_v`` (a copy of the second-moment
             accumulator ``v`` behind ``H = diag(sqrt(v + mu))``), ``generator`` (the state of
             the sampling generator), ``n_rows`` (constraint rows), ``last_params`` (the last
             iterate, from which a resumed fit continues: the model itself holds the returned,
