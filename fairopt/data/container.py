@@ -355,14 +355,15 @@ class FairData:
 
     def _take(self, index: Any, **changes: Any) -> "FairData":
         row_index = index.cpu() if isinstance(index, torch.Tensor) else index
+        fast = _selectable(index)
         fields = {
-            "X": _take_rows(self.X, index),
-            "y": _take_rows(self.y, index),
-            "sensitive": {k: _take_rows(v, index) for k, v in self.sensitive.items()},
-            "cells": _take_rows(self.cells, index),
-            "exposure": None if self.exposure is None else _take_rows(self.exposure, index),
-            "weights": None if self.weights is None else _take_rows(self.weights, index),
-            "_rows": _take_rows(self._rows, row_index),
+            "X": _take_rows(self.X, index, fast),
+            "y": _take_rows(self.y, index, fast),
+            "sensitive": {k: _take_rows(v, index, fast) for k, v in self.sensitive.items()},
+            "cells": _take_rows(self.cells, index, fast),
+            "exposure": None if self.exposure is None else _take_rows(self.exposure, index, fast),
+            "weights": None if self.weights is None else _take_rows(self.weights, index, fast),
+            "_rows": _take_rows(self._rows, row_index, fast),
             "_frame_cache": None,
         }
         fields.update(changes)
@@ -448,13 +449,20 @@ def _row_weights(weights: Any, n: int) -> torch.Tensor | None:
     return tensor
 
 
-def _take_rows(values: Any, index: Any) -> Any:
-    """``values[index]`` along the first axis; a long index into a tensor goes through
-    ``index_select``, which copies the same rows as advanced indexing about 5x faster (one
-    mini-batch of 1,024 Dutch rows: 7 us against 35 us for ``X``)."""
-    if (isinstance(values, torch.Tensor) and isinstance(index, torch.Tensor) and index.dtype == torch.long
-            and index.dim() == 1 and index.device == values.device and (index.numel() == 0 or int(index.min()) >= 0)):
-        return values.index_select(0, index)  # (negative positions count from the end: left to indexing)
+def _selectable(index: Any) -> bool:
+    """Whether ``index`` is a one-dimensional long tensor of non-negative positions, which
+    ``index_select`` takes (negative positions count from the end: left to indexing). Checked
+    once per subset, not once per field."""
+    return (isinstance(index, torch.Tensor) and index.dtype == torch.long and index.dim() == 1
+            and (index.numel() == 0 or int(index.min()) >= 0))
+
+
+def _take_rows(values: Any, index: Any, selectable: bool) -> Any:
+    """``values[index]`` along the first axis; with ``selectable`` (:func:`_selectable`) a tensor
+    goes through ``index_select``, which copies the same rows as advanced indexing about 5x
+    faster (one mini-batch of 1,024 Dutch rows: 7 us against 35 us for ``X``)."""
+    if selectable and isinstance(values, torch.Tensor) and index.device == values.device:
+        return values.index_select(0, index)
     return values[index]
 
 
