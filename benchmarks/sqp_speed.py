@@ -15,12 +15,21 @@ and a row-wise model: two backward passes per iteration, ``solvers.strata``), m+
 backward calls ("loop") with row screening on and off (``screen_rows``: Jacobian rows of
 constraint rows far inside their bounds are skipped; "rows skipped" is their mean number per
 iteration) and one batched VJP; and a 500-epoch full-batch run. Prints a table (and --json).
+
+On a shared machine the time of one step drifts by tens of per cent within a minute, so the
+Adam step and the default SQP iteration are timed ``--repeats`` times in alternation (Adam,
+then SQP, then Adam again, ...): the table gives the median of each and the median of the
+paired ratios (one ratio per repetition, both halves measured seconds apart). "total ms" is
+the steady-state time of one SQP iteration (every step's derivatives, QP, bookkeeping and
+history record; :func:`sqp_iteration_seconds`), "fit ms/iter" the whole ``fit`` call (set-up,
+the first iteration's Lipschitz probe and the closing evaluation included) per iteration.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import torch
@@ -64,15 +73,23 @@ def adam_step_seconds(model, data, repeats: int, penalty=None) -> float:
 
 
 def sqp_iteration_seconds(model, data, constraints, jacobian: str, iterations: int, screen: bool) -> dict:
-    engine = StochasticSQP(epochs=iterations, jacobian=jacobian, lr_schedule=False, screen_rows=screen)
+    """Seconds per SQP iteration: ``total`` in the steady state (the mean gap between the end of
+    iteration 1 and the end of the last training iteration, taken by a callback: every step's
+    derivatives, QP, bookkeeping and history record, but not the set-up, the first iteration's
+    Lipschitz probe or the closing evaluation - as the Adam step is timed after a warm-up), and
+    ``fit`` (the whole ``fit`` call divided by the iterations taken, polish included)."""
+    stamps: list[float] = []
+    engine = StochasticSQP(epochs=iterations, jacobian=jacobian, lr_schedule=False, screen_rows=screen,
+                           callbacks=[lambda eng, record: stamps.append(time.perf_counter())])
     t0 = time.perf_counter()
     res = engine.fit(model, data, loss="bce", constraints=constraints)
     history = res.history.to_pandas()
-    # per iteration taken: a run that ends outside the bound adds polish iterations (phase "polish")
-    total = (time.perf_counter() - t0) / max(len(history) - 1, 1)
+    fit = (time.perf_counter() - t0) / max(len(history) - 1, 1)
+    training = stamps[:iterations]  # the training phase (a run that ends outside the bound adds polish steps)
+    total = (training[-1] - training[0]) / max(len(training) - 1, 1)
     df = history.iloc[1:-1]  # drop the first (warm-up) iteration and the closing record
-    return {"total": total, "forward": df.t_forward.mean(), "jacobian": df.t_jacobian.mean(), "qp": df.t_qp.mean(),
-            "screened": df.screened.mean() if "screened" in df else 0.0}
+    return {"total": total, "fit": fit, "forward": df.t_forward.mean(), "jacobian": df.t_jacobian.mean(),
+            "qp": df.t_qp.mean(), "screened": df.screened.mean() if "screened" in df else 0.0}
 
 
 def constraint_and_penalty(kind: str, s: str, rows: int, train):
@@ -100,6 +117,8 @@ def main() -> None:
                          "against Adam with the same measure as a penalty")
     ap.add_argument("--max-rows", type=int, help="seeded subsample of the training rows")
     ap.add_argument("--iterations", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="alternating Adam / default-SQP timings; medians reported (the other variants run once)")
     ap.add_argument("--full-epochs", type=int, default=500, help="also time a full run (0 to skip)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--data-dir")
@@ -116,11 +135,22 @@ def main() -> None:
     make = (lambda: models.mlp(train.n_features, hidden=(args.hidden,), seed=0)) if args.model == "mlp" \
         else (lambda: models.linear(train.n_features, seed=0))
     cons, penalty = constraint_and_penalty(args.constraint, s, args.rows, train)
-    adam = adam_step_seconds(make(), train, args.iterations, penalty)
-    rows = {"adam_step_ms": 1e3 * adam}
+    default_name, default_jac, default_screen = VARIANTS[0]
+    adams, defaults = [], []
+    for _ in range(max(args.repeats, 1)):  # alternate: each ratio pairs timings taken seconds apart
+        adams.append(adam_step_seconds(make(), train, args.iterations, penalty))
+        defaults.append(sqp_iteration_seconds(make(), train, cons(), default_jac, args.iterations, default_screen))
+    ratios = [d["total"] / a for d, a in zip(defaults, adams)]
+    order = sorted(range(len(ratios)), key=ratios.__getitem__)
+    adam = statistics.median(adams)
+    rows = {"adam_step_ms": 1e3 * adam, "repeats": len(adams), "ratios": ratios}
     for name, jac, screen in VARIANTS:
-        t = sqp_iteration_seconds(make(), train, cons(), jac, args.iterations, screen)
-        rows[name] = {k: (v if k == "screened" else 1e3 * v) for k, v in t.items()} | {"ratio_to_adam": t["total"] / adam}
+        if name == default_name:  # the repetition with the median ratio
+            t, ratio = defaults[order[len(order) // 2]], statistics.median(ratios)
+        else:
+            t = sqp_iteration_seconds(make(), train, cons(), jac, args.iterations, screen)
+            ratio = t["total"] / adam
+        rows[name] = {k: (v if k == "screened" else 1e3 * v) for k, v in t.items()} | {"ratio_to_adam": ratio}
     if args.full_epochs:
         t0 = time.perf_counter()
         StochasticSQP(epochs=args.full_epochs).fit(make(), train, loss="bce", constraints=cons())
@@ -135,12 +165,15 @@ def main() -> None:
         print(json.dumps({"setting": header, **rows}, indent=1))
         return
     print(header)
-    print(f"{'':30s}{'total ms':>10s}{'forward':>10s}{'jacobian':>10s}{'qp':>10s}{'x Adam':>9s}{'rows skipped':>14s}")
-    print(f"{'Adam step':30s}{rows['adam_step_ms']:10.2f}")
+    print(f"{'':30s}{'total ms':>10s}{'forward':>10s}{'jacobian':>10s}{'qp':>10s}{'x Adam':>9s}{'rows skipped':>14s}"
+          f"{'fit ms/iter':>13s}")
+    print(f"{'Adam step (median)':30s}{rows['adam_step_ms']:10.2f}")
     for name, _, _ in VARIANTS:
         r = rows[name]
         print(f"{'SQP iter (' + name + ')':30s}{r['total']:10.2f}{r['forward']:10.2f}{r['jacobian']:10.2f}{r['qp']:10.2f}"
-              f"{r['ratio_to_adam']:9.2f}{r['screened']:14.2f}")
+              f"{r['ratio_to_adam']:9.2f}{r['screened']:14.2f}{r['fit']:13.2f}")
+    print(f"default engine / Adam, paired ratios of {len(ratios)} alternating repetitions: "
+          + ", ".join(f"{r:.2f}" for r in ratios) + f" (median {statistics.median(ratios):.2f})")
     if args.full_epochs:
         print(f"{args.full_epochs} full-batch SQP epochs (default engine): {rows['full_run_seconds']:.1f} s")
 

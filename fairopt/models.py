@@ -32,6 +32,8 @@ class _SqueezeLast(nn.Module):
 
     #: Row ``i`` of the output depends on row ``i`` of the input alone (``solvers.strata``).
     rowwise = True
+    #: A pure ``(n, 1) -> (n,)`` reshape of the output (``solvers.feedforward``).
+    squeeze_output = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.squeeze(-1)

@@ -91,8 +91,8 @@ def _smooth_max0(v: torch.Tensor, mu: float) -> tuple[torch.Tensor, torch.Tensor
     Where ``v^2`` overflows (``|v| > 1.8e19`` in float32) this gives ``m = max(v, 0)`` and
     ``m' = 0``; ``phi_mu`` and ``phi_mu'`` (which tends to 0 there) remain correct.
     """
-    root = torch.sqrt(v * v + mu)
-    value = torch.clamp(v, min=0.0) + (0.5 * mu) / (v.abs() + root)
+    root = torch.mul(v, v).add_(mu).sqrt_()  # fresh tensors updated in place: one allocation each
+    value = v.abs().add_(root).reciprocal_().mul_(0.5 * mu).add_(torch.clamp(v, min=0.0))
     return value, value / root
 
 
@@ -100,8 +100,8 @@ def _phi_mu(u: torch.Tensor, mu: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The paper's ``phi_mu(u) = 1 - m(1 - m(u + 1/2))`` ([SQP] sec 3.1) and
     ``phi_mu'(u) = m'(1 - m(u + 1/2)) m'(u + 1/2)``."""
     inner, inner_slope = _smooth_max0(u + 0.5, mu)
-    outer, outer_slope = _smooth_max0(1.0 - inner, mu)
-    return 1.0 - outer, outer_slope * inner_slope
+    outer, outer_slope = _smooth_max0(inner.neg_().add_(1.0), mu)
+    return outer.neg_().add_(1.0), outer_slope.mul_(inner_slope)
 
 
 def _lower_limit(mu: float) -> float:

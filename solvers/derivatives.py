@@ -8,9 +8,10 @@ decide feasibility. :class:`Derivatives` holds them; a *derivative oracle* compu
 :class:`LocalDerivatives`
     On the rows this process holds. One forward pass per batch; ``dc/d out`` through the
     cheap constraint graph (:func:`rows_jacobian`); then the ``1 + m`` rows
-    ``[df/d out; dc/d out] @ d out/dw`` are pulled back through the model graph
-    (:func:`pullback`), or, for group-rate rows and a row-wise model, two vectors per
-    stratum of rows (:mod:`solvers.strata`).
+    ``[df/d out; dc/d out] @ d out/dw`` are pulled back to the parameters
+    (:func:`trace_outputs`: in closed form for a plain feed-forward network,
+    :mod:`solvers.feedforward`, else through the autograd graph, :func:`pullback`), or, for
+    group-rate rows and a row-wise model, two vectors per stratum of rows (:mod:`solvers.strata`).
 :class:`solvers.distributed.AllReduceDerivatives`
     The same values on the union of the row shards of a ``torch.distributed`` process
     group (one all-reduce of additive pieces per iteration).
@@ -23,22 +24,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import nn
 
+from solvers.feedforward import FeedForward, FeedForwardTrace
 from solvers.losses import LossFn
-from solvers.problem import exact_rows, model_outputs, row_outputs
+from solvers.problem import exact_rows, row_outputs
 from solvers.strata import MIN_ROWS, StrataPlan, has_hidden_layer, is_rowwise, plan_strata, rank_one_factors
 from solvers.validation import check_choice
 
-__all__ = ["DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "flatten_rows", "pullback",
-           "rows_and_output_jacobian", "rows_jacobian", "vjp"]
+__all__ = ["AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "OutputTrace",
+           "flatten_rows", "pullback", "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "vjp"]
 
 #: Strategies of the pullback: ``"auto"`` (the stratified pullback of :mod:`solvers.strata` when the
-#: constraints announce strata and the model is row-wise with a hidden layer, else ``"loop"``),
-#: ``"batched"``, ``"loop"``.
+#: constraints announce strata and the model is row-wise with a hidden layer; the closed form of
+#: :mod:`solvers.feedforward` for a plain feed-forward network, else ``"loop"``), ``"batched"``,
+#: ``"loop"`` (both through the autograd graph).
 JACOBIAN_MODES: tuple[str, ...] = ("auto", "batched", "loop")
 
 
@@ -133,6 +137,43 @@ def pullback(out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor, j
     return torch.stack([vjp(out, params, cot[i], retain_graph=i < k - 1) for i in range(k)])
 
 
+class OutputTrace(Protocol):
+    """A model's outputs ``out`` (n,) on a batch and the pullback ``cot (k, n) -> cot @ d out/dw``
+    (k, p), called at most once per trace."""
+
+    out: torch.Tensor
+
+    def pullback(self, cot: torch.Tensor) -> torch.Tensor: ...
+
+
+class AutogradTrace:
+    """:class:`OutputTrace` through the autograd graph of ``model(X)`` (any model): :func:`vjp`
+    for one row, :func:`pullback` with the strategy ``jacobian`` for more."""
+
+    def __init__(self, model: nn.Module, params: list[torch.Tensor], X: torch.Tensor, jacobian: str = "loop") -> None:
+        self.out = row_outputs(model(X), X.shape[0])
+        self._params = params
+        self._jacobian = jacobian
+
+    def pullback(self, cot: torch.Tensor) -> torch.Tensor:
+        if cot.shape[0] == 1:
+            return vjp(self.out, self._params, cot[0]).reshape(1, -1)
+        return pullback(self.out, self._params, cot, self._jacobian)
+
+
+def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor,
+                  jacobian: str = "auto") -> FeedForwardTrace | AutogradTrace:
+    """The forward pass of ``model`` on ``X`` ready for pullbacks: the closed form of
+    :mod:`solvers.feedforward` when ``jacobian="auto"`` and ``model`` is a plain feed-forward network
+    whose parameters ``params`` are (measured on Dutch, MLP 32: forward and two gradient rows in
+    8.8 ms against 9.7 ms through autograd, and 2 ms less per SQP iteration); otherwise the autograd
+    graph (:class:`AutogradTrace`, strategy ``"loop"`` for ``"auto"``)."""
+    network = FeedForward.recognise(model, params) if jacobian == "auto" else None
+    if network is not None:
+        return network.trace(X)
+    return AutogradTrace(model, params, X, "loop" if jacobian == "auto" else jacobian)
+
+
 class LocalDerivatives:
     """The derivative oracle on this process's rows (module docstring).
 
@@ -177,9 +218,11 @@ class LocalDerivatives:
                con_batch: Any, rows: torch.Tensor | None) -> Derivatives:
         """:class:`Derivatives` from one forward graph per batch and :func:`pullback`."""
         t0 = time.perf_counter()
-        out = model_outputs(model, obj_batch)
+        trace = trace_outputs(model, params, obj_batch.X, self.jacobian)
         same = con_batch is obj_batch
-        out_c = out if same else (model_outputs(model, con_batch) if con_batch is not None else None)
+        trace_c = trace if same else (trace_outputs(model, params, con_batch.X, self.jacobian)
+                                      if con_batch is not None else None)
+        out, out_c = trace.out, (trace_c.out if trace_c is not None else None)
         t1 = time.perf_counter()
 
         leaf = out.detach().requires_grad_(True)
@@ -187,7 +230,7 @@ class LocalDerivatives:
             f = loss_fn(leaf, obj_batch)
         if out_c is None:  # unconstrained
             (g_out,) = torch.autograd.grad(f, leaf)
-            g = vjp(out, params, g_out)
+            g = trace.pullback(g_out.reshape(1, -1))[0]
             return Derivatives(float(f.detach()), g, torch.zeros(0, dtype=torch.float64),
                                torch.zeros(0, g.numel(), dtype=g.dtype), None, t1 - t0, time.perf_counter() - t1)
 
@@ -199,11 +242,11 @@ class LocalDerivatives:
         if wanted is not None:  # pull back only the rows asked for (one backward pass each)
             dc = dc[wanted]
         if same:
-            flat = pullback(out, params, torch.cat([df.reshape(1, -1), dc.to(df.dtype)], dim=0), self.jacobian)
+            flat = trace.pullback(torch.cat([df.reshape(1, -1), dc.to(df.dtype)], dim=0))
             g, J = flat[0], flat[1:]
         else:
-            g = vjp(out, params, df)
-            J = pullback(out_c, params, dc.to(out_c.dtype), self.jacobian) if dc.shape[0] else g.new_zeros(0, g.numel())
+            g = trace.pullback(df.reshape(1, -1))[0]
+            J = trace_c.pullback(dc.to(out_c.dtype)) if dc.shape[0] else g.new_zeros(0, g.numel())
         if wanted is not None:
             J = g.new_zeros(c.numel(), g.numel()).index_copy_(0, wanted, J)
         c_exact = exact_rows(cons, out_c, con_batch, smooth=c)
@@ -212,47 +255,53 @@ class LocalDerivatives:
 
     def _stratified(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                     plan: StrataPlan) -> Derivatives:
-        """:class:`Derivatives` by the stratified pullback (:mod:`solvers.strata`): the model runs on
-        each stratum's rows of the reordered constraint batch; per stratum, the objective's rows (when
-        the objective batch is the constraint batch) and the factors of ``dc/d out`` are pulled back
-        through that stratum's graph. Every Jacobian row is computed (``rows`` does not apply)."""
+        """:class:`Derivatives` by the stratified pullback (:mod:`solvers.strata`) on the reordered
+        constraint batch: per stratum, the factors of ``dc/d out`` and the objective's rows (when the
+        objective batch is the constraint batch) are pulled back together. A plain feed-forward network
+        is traced once and each stratum is a slice of the trace (:mod:`solvers.feedforward`); any other
+        row-wise model runs on each stratum's rows separately. Every Jacobian row is computed (``rows``
+        does not apply)."""
         t0 = time.perf_counter()
         batch = plan.batch
         same = obj_batch is plan.source
-        outs = [row_outputs(model(batch.X[start:stop]), stop - start) for start, stop in plan.bounds]
-        out_obj = None if same else model_outputs(model, obj_batch)
+        network = FeedForward.recognise(model, params) if self.jacobian == "auto" else None
+        if network is not None:
+            whole = network.trace(batch.X)
+            pulls = [partial(whole.pullback, rows=slice(start, stop)) for start, stop in plan.bounds]
+            out_c = whole.out
+        else:
+            traces = [AutogradTrace(model, params, batch.X[start:stop]) for start, stop in plan.bounds]
+            pulls = [t.pullback for t in traces]
+            out_c = torch.cat([t.out.detach() for t in traces])
+        trace_obj = None if same else trace_outputs(model, params, obj_batch.X, self.jacobian)
         t1 = time.perf_counter()
 
-        out_c = torch.cat([o.detach() for o in outs])
         c, dc = rows_and_output_jacobian(cons, out_c, batch)  # dc (m, n): per stratum of rank one (solvers.strata)
-        if same:
-            leaf_c = out_c.requires_grad_(True)
-            with torch.enable_grad():
-                f = loss_fn(leaf_c, batch)
-            (df,) = torch.autograd.grad(f, leaf_c)
-            g = None
-        else:
-            leaf = out_obj.detach().requires_grad_(True)
-            with torch.enable_grad():
-                f = loss_fn(leaf, obj_batch)
-            (df,) = torch.autograd.grad(f, leaf)
-            g = vjp(out_obj, params, df)
+        obj_out, obj_rows = (out_c, batch) if same else (trace_obj.out, obj_batch)
+        leaf = obj_out.detach().requires_grad_(True)
+        with torch.enable_grad():
+            f = loss_fn(leaf, obj_rows)
+        (df,) = torch.autograd.grad(f, leaf)
+        # the objective's rows join each stratum's pullback (its rows are then read once, while in cache)
+        ride_along = same
+        if not ride_along:
+            g = trace_obj.pullback(df.reshape(1, -1))[0]
         p = sum(int(t.numel()) for t in params)
         J = torch.zeros(c.numel(), p, dtype=params[0].dtype)
         g_sum = torch.zeros(p, dtype=params[0].dtype)
-        for (start, stop), out in zip(plan.bounds, outs):
+        for (start, stop), pull in zip(plan.bounds, pulls):
             coef, factors = rank_one_factors(dc[:, start:stop])
-            cot = factors.to(out.dtype)
-            if same:
-                cot = torch.cat([df[start:stop].reshape(1, -1).to(out.dtype), cot])
+            cot = factors.to(out_c.dtype)
+            if ride_along:
+                cot = torch.cat([df[start:stop].reshape(1, -1).to(out_c.dtype), cot])
             if cot.shape[0] == 0:
                 continue
-            pulled = pullback(out, params, cot, "loop")
-            if same:
+            pulled = pull(cot)
+            if ride_along:
                 g_sum += pulled[0]
                 pulled = pulled[1:]
             if coef.shape[1]:
                 J += coef.to(J.dtype) @ pulled
         c_exact = exact_rows(cons, out_c, batch, smooth=c)
-        return Derivatives(float(f.detach()), g_sum if same else g, c.detach().to(torch.float64), J, c_exact,
+        return Derivatives(float(f.detach()), g_sum if ride_along else g, c.detach().to(torch.float64), J, c_exact,
                            t1 - t0, time.perf_counter() - t1)

@@ -12,7 +12,7 @@ model. Every quantity the SQP iteration needs is a sum over rows:
 
 Each rank therefore computes, from ONE forward pass on its shard, the local
 ``[n_r f_r, n_r, n_r g_r, S_r, N_{g,r}, dS_r/dw, S_r^exact]`` (``1 + G`` pull-backs through
-the model, :func:`solvers.derivatives.pullback`), packs it into one float64
+the model, :func:`solvers.derivatives.trace_outputs`), packs it into one float64
 vector and calls ``all_reduce(SUM)`` once per iteration. The reduced vector is the same on
 every rank, so every rank solves the same QP and takes the same step: the parameters stay
 bit-identical across ranks, and equal the single-process full-data iterates up to
@@ -70,9 +70,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from solvers.derivatives import Derivatives, pullback
+from solvers.derivatives import Derivatives, trace_outputs
 from solvers.losses import LossFn
-from solvers.problem import as_constraint_set, assign_parameters, flat_parameters, model_outputs
+from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
 from solvers.sums import FIELDS, derivatives_from_sums, local_sums, supports_sums
 from solvers.validation import check_flag
 
@@ -146,7 +146,7 @@ class AllReduceDerivatives:
     Parameters
     ----------
     jacobian : {"auto", "batched", "loop"}
-        Strategy of :func:`solvers.derivatives.pullback`.
+        Strategy of :func:`solvers.derivatives.trace_outputs`.
 
     The ``rows`` hint of :class:`solvers.derivatives.DerivativeOracle` is not used here:
     the ``1 + G`` pull-backs of the group sums serve every row at once.
@@ -158,13 +158,13 @@ class AllReduceDerivatives:
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                  con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
         t0 = time.perf_counter()
-        out = model_outputs(model, obj_batch)
+        trace = trace_outputs(model, params, obj_batch.X, self.jacobian)
         if con_batch is not None and con_batch is not obj_batch:  # pragma: no cover - excluded by the options
             raise ValueError("constraint_batch: data-parallel SQP evaluates constraints on the objective rows")
         t1 = time.perf_counter()
         members = list(cons) if con_batch is not None else []
-        local, sizes = local_sums(out, params, obj_batch, loss_fn, members,
-                                   lambda o, p, cot: pullback(o, p, cot, self.jacobian))
+        local, sizes = local_sums(trace.out, params, obj_batch, loss_fn, members,
+                                   lambda o, p, cot: trace.pullback(cot))
         totals = _all_reduce_sum(local)
         return derivatives_from_sums(totals, members, sizes, params[0].dtype, con_batch is not None,
                                    t1 - t0, time.perf_counter() - t1)

@@ -133,21 +133,27 @@ def row_codes(table: torch.Tensor) -> torch.Tensor:
 def rank_one_factors(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(coef (m, r), rows (r, k))`` with ``coef @ rows == block`` (an ``m x k`` block of ``dc/d out``).
 
-    ``r = 0`` for a zero block; ``r = 1`` (``rows`` the block's largest row, ``coef`` the least-squares
-    coefficients of every row on it) when every residual is within ``64 eps`` of the block's largest
-    entry, ``eps`` the block's machine precision; otherwise the nonzero rows themselves (``coef`` picks
-    them), so the factorisation is exact up to that tolerance in every case.
+    ``r = 0`` for a zero block; ``r = 1`` (``rows`` the block's largest row ``v``, ``coef`` the ratios
+    ``block[:, j] / v[j]`` at the largest entry ``j`` of ``v``) when every residual
+    ``|block - coef v'|`` is within ``64 eps`` of the block's largest entry, ``eps`` the block's
+    machine precision; otherwise the nonzero rows themselves (``coef`` picks them), so the
+    factorisation is exact up to that tolerance in every case. Rows that are exactly proportional
+    in real arithmetic (``a_r phi'(out_i)`` rounded once) pass with residuals of a few ``eps``.
+    All in the block's dtype (seven passes over it, no float64 copy).
     """
     m = block.shape[0]
-    scale = block.abs().amax(dim=1) if block.numel() else block.new_zeros(m)
-    top = float(scale.max()) if m else 0.0
+    if block.numel() == 0:
+        return block.new_zeros(m, 0), block[:0]
+    scale = block.abs().amax(dim=1)
+    top_row = int(torch.argmax(scale))
+    top = float(scale[top_row])
     if top == 0.0:
         return block.new_zeros(m, 0), block[:0]
-    b64 = block.to(torch.float64)
-    v = b64[int(torch.argmax(scale))]
-    coef = (b64 @ v) / (v @ v)
-    residual = float((b64 - coef[:, None] * v[None, :]).abs().max())
+    v = block[top_row]
+    j = int(torch.argmax(v.abs()))
+    coef = block[:, j] / v[j]
+    residual = float((block - coef[:, None] * v[None, :]).abs().max())
     if residual <= 64 * torch.finfo(block.dtype).eps * top:
-        return coef[:, None].to(block.dtype), v[None, :].to(block.dtype)
+        return coef[:, None], v[None, :]
     nonzero = torch.nonzero(scale > 0).reshape(-1)
     return torch.eye(m, dtype=block.dtype)[:, nonzero], block[nonzero]

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from solvers.derivatives import Derivatives, LocalDerivatives, pullback, rows_jacobian
+from solvers.derivatives import Derivatives, LocalDerivatives, rows_jacobian, trace_outputs
 from solvers.losses import LossFn
 from solvers.problem import model_outputs, row_weights, weight_total
 
@@ -43,8 +43,8 @@ def local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_f
     ``loss_sum = n f`` (scalar), ``n`` (the weight total for a weighted block), its
     gradient (p,), group ``sums``/``counts`` (G,), ``dsums = dS/dw`` (G, p) and exact sums;
     and the number of sums of each member (data-independent, so equal on every block).
-    ``pull(out, params, cot)`` pulls the rows ``cot`` back through the model graph
-    (:func:`solvers.derivatives.pullback`)."""
+    ``pull(out, params, cot)`` pulls the rows ``cot`` back to the parameters (the
+    ``pullback`` of :func:`solvers.derivatives.trace_outputs`)."""
     n = len(batch)
     total = n if row_weights(batch) is None else weight_total(batch)  # the mean's denominator
     leaf = out.detach().requires_grad_(True)
@@ -135,7 +135,7 @@ class ChunkedDerivatives:
     chunk_rows : int
         Rows per chunk (> 0).
     jacobian : {"auto", "batched", "loop"}
-        Strategy of :func:`solvers.derivatives.pullback`.
+        Strategy of :func:`solvers.derivatives.trace_outputs`.
 
     The ``rows`` hint of :class:`solvers.derivatives.DerivativeOracle` is not used here:
     the ``1 + G`` pull-backs of the group sums serve every row at once.
@@ -159,10 +159,10 @@ class ChunkedDerivatives:
         for start in range(0, n, self.chunk_rows):
             t0 = time.perf_counter()
             chunk = obj_batch.subset(torch.arange(start, min(start + self.chunk_rows, n)))
-            out = model_outputs(model, chunk)
+            trace = trace_outputs(model, params, chunk.X, self.local.jacobian)
             t1 = time.perf_counter()
-            part, sizes = local_sums(out, params, chunk, loss_fn, members,
-                                     lambda o, p, cot: pullback(o, p, cot, self.local.jacobian))
+            part, sizes = local_sums(trace.out, params, chunk, loss_fn, members,
+                                     lambda o, p, cot, trace=trace: trace.pullback(cot))
             total = add_sums(total, part)
             t_forward, t_jacobian = t_forward + (t1 - t0), t_jacobian + (time.perf_counter() - t1)
         return derivatives_from_sums(total, members, sizes, params[0].dtype, con_batch is not None, t_forward,

@@ -151,6 +151,18 @@ def test_rank_one_factors():
     assert rows.shape[0] == 2 and torch.equal(coef @ rows, block)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rank_one_factors_of_rounded_products_stay_rank_one(dtype):
+    """Rows ``a_r * phi'`` rounded once (as the closed-form Jacobian of rate rows builds them)."""
+    slope = torch.rand(20000, generator=torch.Generator().manual_seed(0), dtype=dtype) * 25
+    a = torch.tensor([0.37, -1.9, 1 / 3, 0.0], dtype=dtype)
+    block = a[:, None] * slope[None, :]
+    coef, rows = rank_one_factors(block)
+    assert rows.shape[0] == 1
+    eps = torch.finfo(dtype).eps
+    assert float((coef @ rows - block).abs().max()) <= 8 * eps * float(block.abs().max())
+
+
 def test_sqp_fit_same_with_stratified_and_row_by_row_pullback():
     data = _data(300)
     fits = {}
