@@ -16,6 +16,7 @@ over rows. Several constraints compose by concatenating rows
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
 
@@ -25,6 +26,7 @@ import torch
 from solvers.strata import row_codes
 
 __all__ = [
+    "shared_scratch",
     "Batch",
     "Dataset",
     "Constraint",
@@ -310,6 +312,21 @@ def violation(c: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torc
     return row_violations(c, lower, upper).sum()
 
 
+#: The scratch dict of the :meth:`ConstraintSet.rows_and_jacobian` call in progress.
+_SCRATCH: contextvars.ContextVar[dict | None] = contextvars.ContextVar("constraint_set_scratch", default=None)
+
+
+def shared_scratch() -> dict | None:
+    """A dict shared by the members of the :meth:`ConstraintSet.rows_and_jacobian` call in
+    progress, None outside one. A member that computes an intermediate another member may need
+    too (the same surrogate of the same outputs: disparate and equal impact on one attribute)
+    stores it under a key naming it and its inputs, with a reference to those inputs (so that an
+    ``id`` in the key cannot be reused while the dict lives); the dict is dropped when the call
+    returns.
+    """
+    return _SCRATCH.get()
+
+
 class ConstraintSet:
     """Several constraints as one: rows are concatenated in the given order.
 
@@ -337,14 +354,18 @@ class ConstraintSet:
         ``rows_and_jacobian(out, batch)``, without gradient; None when a member has none (the
         engine then differentiates ``__call__``)."""
         pairs = []
-        for c in self.constraints:
-            closed_form = getattr(c, "rows_and_jacobian", None)
-            if not callable(closed_form):
-                return None
-            pair = closed_form(out, batch)
-            if pair is None:
-                return None
-            pairs.append((pair[0].reshape(-1), pair[1].reshape(-1, out.shape[0])))
+        token = _SCRATCH.set({})  # members may share intermediates (shared_scratch)
+        try:
+            for c in self.constraints:
+                closed_form = getattr(c, "rows_and_jacobian", None)
+                if not callable(closed_form):
+                    return None
+                pair = closed_form(out, batch)
+                if pair is None:
+                    return None
+                pairs.append((pair[0].reshape(-1), pair[1].reshape(-1, out.shape[0])))
+        finally:
+            _SCRATCH.reset(token)
         if not pairs:
             return None
         return self._cat([v for v, _ in pairs], like=out), torch.cat([j for _, j in pairs]).to(out.dtype)

@@ -313,6 +313,25 @@ def test_rows_and_jacobian_in_closed_form_equal_autograd(make, dtype, batch, out
     assert pair[0].shape == (c.n_rows + 2,) and pair[1].shape == (c.n_rows + 2, len(batch))
 
 
+def test_members_with_one_surrogate_share_its_evaluation(batch, out, monkeypatch):
+    """DI and EI on one attribute evaluate the smoothed step of the same outputs once per set call;
+    the rows equal the members' own, and nothing is shared across calls or with another surrogate."""
+    members = [DisparateImpact("sex", 0.8), EqualImpact("sex", 0.8), DisparateImpact("race", 0.9),
+               DisparateImpact("sex", 0.7, surrogate=Sigmoid(scale=5.0))]
+    for c in members:
+        c.setup(batch)
+    alone = [c.rows_and_jacobian(out, batch) for c in members]
+    calls = []
+    original = SmoothedStep.value_and_derivative
+    monkeypatch.setattr(SmoothedStep, "value_and_derivative", lambda self, t: calls.append(1) or original(self, t))
+    rows, jac = ConstraintSet(members).rows_and_jacobian(out, batch)
+    assert len(calls) == 1  # three smoothed-step members, one threshold, one evaluation
+    assert torch.equal(rows, torch.cat([r for r, _ in alone]))
+    assert torch.equal(jac, torch.cat([j for _, j in alone]))
+    ConstraintSet(members).rows_and_jacobian(out + 1.0, batch)
+    assert len(calls) == 2  # a new call evaluates afresh
+
+
 def test_rows_and_jacobian_defer_to_autograd_for_redefined_rows(batch, out):
     class Squared(DisparateImpact):  # redefines the transform only: no closed form
         def _transform(self, t, exact):

@@ -20,6 +20,7 @@ from fairopt._validation import as_1d_tensor, check_binary, finite_float, sensit
 from fairopt.constraints.base import BaseConstraint
 from fairopt.exceptions import FairnessWarning
 from fairopt.surrogates import Surrogate, get_surrogate
+from solvers.problem import shared_scratch
 
 __all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out", "positive_counts"]
 
@@ -331,10 +332,25 @@ class LinearRowsConstraint(BaseConstraint):
                 or (cls._transform is not LinearRowsConstraint._transform
                     and cls._transform_and_slope is LinearRowsConstraint._transform_and_slope)):
             return None
+        source = out
         out = check_out(out, batch).detach()
         W, D = self._operator(batch, out.dtype, out.device)
-        phi, slope = self._transform_and_slope(out - self.threshold)
+        phi, slope = self._shared_transform_and_slope(source, out)
         return D @ (W @ phi), (D @ W) * slope[None, :]
+
+    def _shared_transform_and_slope(self, source: Any, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_transform_and_slope` of ``out - threshold``, computed once per constraint-set
+        evaluation for members with the same surrogate and threshold (``solvers.problem.shared_scratch``:
+        disparate and equal impact on one attribute evaluate the smoothed step of the same outputs)."""
+        scratch = shared_scratch() if type(self)._transform_and_slope is LinearRowsConstraint._transform_and_slope \
+            else None
+        key = ("transform_and_slope", self.surrogate, self.threshold, id(source))
+        if scratch is not None and key in scratch:
+            return scratch[key][1]
+        pair = self._transform_and_slope(out - self.threshold)
+        if scratch is not None:
+            scratch[key] = (source, pair)
+        return pair
 
     def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         """The same rows on hard predictions ``1{out > threshold}`` (no gradient)."""

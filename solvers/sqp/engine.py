@@ -186,6 +186,10 @@ class StochasticSQP:
         constraint batches of at least ``solvers.strata.MIN_ROWS`` (4,096) rows only.
         Otherwise "loop", the faster of the other two on CPU
         (``benchmarks/sqp_speed.py``). Row screening does not apply to the stratified pullback.
+        Under "auto" a plain feed-forward network (``fairopt.models`` networks without active
+        dropout, the linear model) is pulled back in closed form instead of through autograd
+        (:mod:`solvers.feedforward`: one pass of activation derivatives, then one product per
+        layer and row); "loop" and "batched" always use autograd.
     seed : int, default 0
         Seed of the samplers and of the Lipschitz probe direction.
     verbose : int, default 0
