@@ -2,7 +2,9 @@ r"""Closed-form pullback of a feed-forward network: many gradient rows for about
 
 A *feed-forward network* here is an ``nn.Sequential`` (nested ones are flattened) of
 ``nn.Linear`` layers and elementwise activations whose last linear layer has one unit, so that
-row ``i``'s output is one number ``out_i``. Writing ``H_0 = X``, ``Z_l = H_{l-1} W_l' + b_l`` and
+row ``i``'s output is one number ``out_i`` (``nn.Identity``, inactive ``nn.Dropout`` and a
+parameter-free module that declares ``squeeze_output = True``, a pure ``(n, 1) -> (n,)``
+reshape such as the last module of ``fairopt.models`` networks, are skipped). Writing ``H_0 = X``, ``Z_l = H_{l-1} W_l' + b_l`` and
 ``H_l = sigma_l(Z_l)`` (``sigma_l`` the activations after layer ``l``, the identity when there are
 none), the output of row ``i`` is ``H_L[i]``. Its *sensitivity* to layer ``l``'s pre-activations,
 
@@ -17,8 +19,8 @@ so ``k`` cotangents (the objective's ``df/d out`` and the constraint rows' ``dc/
 iteration) cost one pass of activation derivatives plus ``k`` products per layer, where the
 autograd engine repeats the whole backward pass (activation derivatives, the hidden-layer
 products) ``k`` times. On 48,336 Dutch rows, MLP 32, one thread, a forward pass and two gradient
-rows took 7.2 ms this way against 11.2 ms through autograd (``benchmarks/sqp_speed.py`` times the
-engine with both). The values equal autograd's up to floating-point rounding (the same products
+rows took 7.6-9.0 ms this way against 9.2-9.9 ms through autograd (timed alternately in one
+process; ``benchmarks/sqp_speed.py`` times the engine with both). The values equal autograd's up to floating-point rounding (the same products
 summed in another order); the forward pass runs the same kernels as the modules, so ``out`` is
 bit for bit ``model(X)``.
 
