@@ -122,6 +122,8 @@ class FeedForward:
                 return None
         if not layers or layers[-1].linear.out_features != 1:
             return None
+        if len({id(layer.linear) for layer in layers}) != len(layers):  # a layer used twice shares its weights
+            return None
         owner = {}
         for index, layer in enumerate(layers):
             for name in ("weight", "bias"):
@@ -209,7 +211,7 @@ class FeedForwardTrace:
                     elif S.shape[1] == 1:  # a one-unit layer: (v * S)' H is one product for all k rows
                         pieces[index, "weight"] = (cot * S.reshape(1, -1)) @ H
                     else:  # row by row into one buffer: a broadcast (n, k, width) product is slower on CPU
-                        scaled = torch.empty(S.shape, dtype=S.dtype)
+                        scaled = torch.empty(S.shape, dtype=S.dtype, device=S.device)
                         pieces[index, "weight"] = torch.stack(
                             [torch.mul(S, cot[a].unsqueeze(1), out=scaled).t() @ H for a in range(k)])
                 if "bias" in wanted:

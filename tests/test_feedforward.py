@@ -93,6 +93,12 @@ def test_other_models_are_not_recognised(model):
     assert FeedForward.recognise(model, list(model.parameters())) is None
 
 
+def test_a_layer_used_twice_is_not_recognised():
+    shared = nn.Linear(1, 1)
+    model = nn.Sequential(shared, nn.Tanh(), shared)  # tied weights: autograd sums both uses
+    assert FeedForward.recognise(model, list(model.parameters())) is None
+
+
 def test_parameters_outside_the_network_are_not_recognised():
     model = mlp(4, hidden=(5,), seed=0)
     extra = torch.zeros(3, requires_grad=True)
