@@ -139,12 +139,12 @@ def rank_one_factors(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     machine precision; otherwise the nonzero rows themselves (``coef`` picks them), so the
     factorisation is exact up to that tolerance in every case. Rows that are exactly proportional
     in real arithmetic (``a_r phi'(out_i)`` rounded once) pass with residuals of a few ``eps``.
-    All in the block's dtype (seven passes over it, no float64 copy).
+    All in the block's dtype (four passes over it, no float64 copy).
     """
     m = block.shape[0]
     if block.numel() == 0:
         return block.new_zeros(m, 0), block[:0]
-    scale = block.abs().amax(dim=1)
+    scale = block.abs().amax(dim=1)  # (aminmax along a dimension is several times slower on CPU)
     top_row = int(torch.argmax(scale))
     top = float(scale[top_row])
     if top == 0.0:
@@ -152,8 +152,8 @@ def rank_one_factors(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     v = block[top_row]
     j = int(torch.argmax(v.abs()))
     coef = block[:, j] / v[j]
-    residual = float((block - coef[:, None] * v[None, :]).abs().max())
-    if residual <= 64 * torch.finfo(block.dtype).eps * top:
+    low, high = torch.addcmul(block, coef[:, None], v[None, :], value=-1.0).aminmax()  # the residuals, one pass
+    if max(float(high), -float(low)) <= 64 * torch.finfo(block.dtype).eps * top:
         return coef[:, None], v[None, :]
     nonzero = torch.nonzero(scale > 0).reshape(-1)
     return torch.eye(m, dtype=block.dtype)[:, nonzero], block[nonzero]
