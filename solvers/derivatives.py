@@ -165,9 +165,9 @@ def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor,
                   jacobian: str = "auto") -> FeedForwardTrace | AutogradTrace:
     """The forward pass of ``model`` on ``X`` ready for pullbacks: the closed form of
     :mod:`solvers.feedforward` when ``jacobian="auto"`` and ``model`` is a plain feed-forward network
-    whose parameters ``params`` are (measured on Dutch, MLP 32: forward and two gradient rows in
-    8.8 ms against 9.7 ms through autograd, and 2 ms less per SQP iteration); otherwise the autograd
-    graph (:class:`AutogradTrace`, strategy ``"loop"`` for ``"auto"``)."""
+    whose parameters ``params`` are (figures in that module; about 2 ms less per full-batch SQP
+    iteration on Dutch, MLP 32, ``benchmarks/results/sqp_speed.txt``); otherwise the autograd graph
+    (:class:`AutogradTrace`, strategy ``"loop"`` for ``"auto"``)."""
     network = FeedForward.recognise(model, params) if jacobian == "auto" else None
     if network is not None:
         return network.trace(X)
@@ -216,7 +216,7 @@ class LocalDerivatives:
 
     def _plain(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                con_batch: Any, rows: torch.Tensor | None) -> Derivatives:
-        """:class:`Derivatives` from one forward graph per batch and :func:`pullback`."""
+        """:class:`Derivatives` from one trace per batch (:func:`trace_outputs`)."""
         t0 = time.perf_counter()
         trace = trace_outputs(model, params, obj_batch.X, self.jacobian)
         same = con_batch is obj_batch
