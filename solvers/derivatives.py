@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from solvers.feedforward import FeedForward, FeedForwardTrace
-from solvers.losses import LossFn
+from solvers.losses import LossFn, value_and_gradient
 from solvers.problem import exact_rows, row_outputs
 from solvers.strata import MIN_ROWS, StrataPlan, has_hidden_layer, is_rowwise, plan_strata, rank_one_factors
 from solvers.validation import check_choice
@@ -225,17 +225,13 @@ class LocalDerivatives:
         out, out_c = trace.out, (trace_c.out if trace_c is not None else None)
         t1 = time.perf_counter()
 
-        leaf = out.detach().requires_grad_(True)
-        with torch.enable_grad():
-            f = loss_fn(leaf, obj_batch)
+        f, df = value_and_gradient(loss_fn, out, obj_batch)
         if out_c is None:  # unconstrained
-            (g_out,) = torch.autograd.grad(f, leaf)
-            g = trace.pullback(g_out.reshape(1, -1))[0]
-            return Derivatives(float(f.detach()), g, torch.zeros(0, dtype=torch.float64),
+            g = trace.pullback(df.reshape(1, -1))[0]
+            return Derivatives(float(f), g, torch.zeros(0, dtype=torch.float64),
                                torch.zeros(0, g.numel(), dtype=g.dtype), None, t1 - t0, time.perf_counter() - t1)
 
         c, dc = rows_and_output_jacobian(cons, out_c, con_batch)  # (m,), (m, n_c)
-        (df,) = torch.autograd.grad(f, leaf)
         if rows is not None and rows.shape != c.shape:
             raise ValueError(f"rows: expected a bool mask of shape ({c.numel()},), got {tuple(rows.shape)}")
         wanted = None if rows is None or bool(rows.all()) else torch.nonzero(rows).reshape(-1)
@@ -250,7 +246,7 @@ class LocalDerivatives:
         if wanted is not None:
             J = g.new_zeros(c.numel(), g.numel()).index_copy_(0, wanted, J)
         c_exact = exact_rows(cons, out_c, con_batch, smooth=c)
-        return Derivatives(float(f.detach()), g, c.to(torch.float64), J, c_exact, t1 - t0,
+        return Derivatives(float(f), g, c.to(torch.float64), J, c_exact, t1 - t0,
                            time.perf_counter() - t1, 0 if wanted is None else c.numel() - wanted.numel())
 
     def _stratified(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
@@ -278,10 +274,7 @@ class LocalDerivatives:
 
         c, dc = rows_and_output_jacobian(cons, out_c, batch)  # dc (m, n): per stratum of rank one (solvers.strata)
         obj_out, obj_rows = (out_c, batch) if same else (trace_obj.out, obj_batch)
-        leaf = obj_out.detach().requires_grad_(True)
-        with torch.enable_grad():
-            f = loss_fn(leaf, obj_rows)
-        (df,) = torch.autograd.grad(f, leaf)
+        f, df = value_and_gradient(loss_fn, obj_out, obj_rows)
         # the objective's rows join each stratum's pullback (its rows are then read once, while in cache)
         ride_along = same
         if not ride_along:
@@ -289,8 +282,9 @@ class LocalDerivatives:
         p = sum(int(t.numel()) for t in params)
         J = torch.zeros(c.numel(), p, dtype=params[0].dtype)
         g_sum = torch.zeros(p, dtype=params[0].dtype)
+        check = not getattr(cons, "shared_direction", False)  # blocks of rank one by construction need no test
         for (start, stop), pull in zip(plan.bounds, pulls):
-            coef, factors = rank_one_factors(dc[:, start:stop])
+            coef, factors = rank_one_factors(dc[:, start:stop], check)
             cot = factors.to(out_c.dtype)
             if ride_along:
                 cot = torch.cat([df[start:stop].reshape(1, -1).to(out_c.dtype), cot])
@@ -303,5 +297,5 @@ class LocalDerivatives:
             if coef.shape[1]:
                 J += coef.to(J.dtype) @ pulled
         c_exact = exact_rows(cons, out_c, batch, smooth=c)
-        return Derivatives(float(f.detach()), g_sum if ride_along else g, c.detach().to(torch.float64), J, c_exact,
+        return Derivatives(float(f), g_sum if ride_along else g, c.detach().to(torch.float64), J, c_exact,
                            t1 - t0, time.perf_counter() - t1)

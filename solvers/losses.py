@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from solvers.problem import row_weights, weighted_mean
 
 __all__ = ["LossFn", "bce_loss", "mse_loss", "poisson_loss", "get_loss", "check_targets", "ScaledLoss",
-           "scaled_mse_loss"]
+           "scaled_mse_loss", "value_and_gradient"]
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -114,6 +114,60 @@ def get_loss(loss: str | LossFn) -> LossFn:
     if isinstance(loss, str) and loss in _LOSSES:
         return _LOSSES[loss]
     raise ValueError(f"loss: expected one of {sorted(_LOSSES)} or a callable(out, batch), got {loss!r}")
+
+
+def _bce_residual(out: torch.Tensor, batch: Any) -> torch.Tensor:
+    return torch.sigmoid(out) - batch.y.to(out.dtype)
+
+
+def _mse_residual(out: torch.Tensor, batch: Any) -> torch.Tensor:
+    return 2.0 * (out - batch.y.to(out.dtype))
+
+
+def _poisson_residual(out: torch.Tensor, batch: Any) -> torch.Tensor:
+    eta = out
+    exposure = getattr(batch, "exposure", None)
+    if exposure is not None:
+        eta = out + torch.log(exposure.to(out.dtype))
+    return torch.exp(eta) - batch.y.to(out.dtype)
+
+
+#: ``dl_i / d out_i`` of the built-in per-row losses.
+_RESIDUALS: dict[Any, Callable[[torch.Tensor, Any], torch.Tensor]] = {
+    bce_loss: _bce_residual, mse_loss: _mse_residual, poisson_loss: _poisson_residual}
+
+
+def value_and_gradient(loss_fn: LossFn, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss ``f = loss_fn(out, batch)`` (0-dim) and ``df / d out`` (n,), without a graph.
+
+    For the built-in losses (also inside :class:`ScaledLoss`, times its factor) in closed form:
+    with ``r_i = dl_i / d out_i`` (``sigmoid(out_i) - y_i`` for ``"bce"``, ``2 (out_i - y_i)``
+    for ``"mse"``, ``exp(eta_i) - y_i`` for ``"poisson"``), ``df / d out_i = r_i / n``, or
+    ``w_i r_i / sum_j w_j`` with row weights (0 when every weight is 0, as the weighted mean). Any
+    other callable: one backward pass through the graph of ``loss_fn(out, batch)``. The closed form
+    saves that pass (about 60 us of 190 us on 48,336 rows).
+    """
+    factor, base = 1.0, loss_fn
+    while isinstance(base, ScaledLoss):
+        factor, base = factor * base.factor, base._fn
+    residual = _RESIDUALS.get(base)
+    if residual is None:
+        leaf = out.detach().requires_grad_(True)
+        with torch.enable_grad():
+            f = loss_fn(leaf, batch)
+        (df,) = torch.autograd.grad(f, leaf)
+        return f.detach(), df
+    with torch.no_grad():
+        out = out.detach()
+        f = loss_fn(out, batch)
+        r = residual(out, batch)
+        weights = row_weights(batch, out)
+        if weights is None:
+            df = r * (factor / out.shape[0])
+        else:
+            total = float(weights.sum())
+            df = weights * r * (factor / total if total > 0 else 0.0)
+    return f, df
 
 
 def _loss_name(loss: "str | LossFn") -> str | None:

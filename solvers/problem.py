@@ -368,7 +368,18 @@ class ConstraintSet:
             _SCRATCH.reset(token)
         if not pairs:
             return None
+        if len(pairs) == 1:  # no copy of the (m, n) Jacobian
+            return pairs[0][0], pairs[0][1].to(out.dtype)
         return self._cat([v for v, _ in pairs], like=out), torch.cat([j for _, j in pairs]).to(out.dtype)
+
+    @property
+    def shared_direction(self) -> bool:
+        """Every member declares the same non-None ``jacobian_direction``: on each stratum of
+        :meth:`strata`, every column of ``dc/d out`` is a multiple of one shared per-row vector, so
+        the blocks are of rank one by construction (:func:`solvers.strata.rank_one_factors` then
+        need not check them)."""
+        keys = [getattr(c, "jacobian_direction", None) for c in self.constraints]
+        return bool(keys) and keys[0] is not None and all(k == keys[0] for k in keys)
 
     @property
     def smooth_is_exact(self) -> bool:

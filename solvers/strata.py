@@ -130,7 +130,7 @@ def row_codes(table: torch.Tensor) -> torch.Tensor:
     return torch.unique(packed, return_inverse=True)[1]
 
 
-def rank_one_factors(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rank_one_factors(block: torch.Tensor, check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """``(coef (m, r), rows (r, k))`` with ``coef @ rows == block`` (an ``m x k`` block of ``dc/d out``).
 
     ``r = 0`` for a zero block; ``r = 1`` (``rows`` the block's largest row ``v``, ``coef`` the ratios
@@ -139,7 +139,9 @@ def rank_one_factors(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     machine precision; otherwise the nonzero rows themselves (``coef`` picks them), so the
     factorisation is exact up to that tolerance in every case. Rows that are exactly proportional
     in real arithmetic (``a_r phi'(out_i)`` rounded once) pass with residuals of a few ``eps``.
-    All in the block's dtype (four passes over it, no float64 copy).
+    All in the block's dtype (four passes over it, no float64 copy). ``check=False`` (a block
+    of rank one by construction, ``solvers.problem.ConstraintSet.shared_direction``) skips the
+    residual pass and returns the rank-one factors of any nonzero block.
     """
     m = block.shape[0]
     if block.numel() == 0:
@@ -152,6 +154,8 @@ def rank_one_factors(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     v = block[top_row]
     j = int(torch.argmax(v.abs()))
     coef = block[:, j] / v[j]
+    if not check:
+        return coef[:, None], v[None, :]
     low, high = torch.addcmul(block, coef[:, None], v[None, :], value=-1.0).aminmax()  # the residuals, one pass
     if max(float(high), -float(low)) <= 64 * torch.finfo(block.dtype).eps * top:
         return coef[:, None], v[None, :]

@@ -70,3 +70,36 @@ def test_every_engine_checks_targets_before_training(engine):
     with pytest.raises(ValueError, match="loss 'bce': expected 0/1 labels"):
         engine().fit(model, _Rows([0.0, 0.4, 1.0]), loss="bce", **kwargs)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+class _Batch:
+    def __init__(self, y, weights=None, exposure=None):
+        self.y, self.weights, self.exposure = y, weights, exposure
+
+    def __len__(self):
+        return len(self.y)
+
+
+@pytest.mark.parametrize("name", ["bce", "mse", "poisson", "scaled-mse", "custom"])
+@pytest.mark.parametrize("weights", [None, "some", "zeros"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_value_and_gradient_equal_autograd(name, weights, dtype):
+    """The closed-form gradients of the built-in losses against a backward pass through them."""
+    from solvers.losses import get_loss, mse_loss, scaled_mse_loss, value_and_gradient
+
+    g = torch.Generator().manual_seed(0)
+    n = 50
+    out = torch.randn(n, generator=g, dtype=dtype)
+    y = (torch.rand(n, generator=g) < 0.4).to(dtype) if name == "bce" else torch.rand(n, generator=g, dtype=dtype) * 3
+    w = {None: None, "some": torch.randint(0, 3, (n,), generator=g).to(dtype), "zeros": torch.zeros(n, dtype=dtype)}
+    batch = _Batch(y, w[weights], torch.rand(n, generator=g, dtype=dtype) + 0.5 if name == "poisson" else None)
+    loss = {"scaled-mse": scaled_mse_loss(2.5), "custom": lambda o, b: mse_loss(o, b) + o.abs().mean()}.get(name) \
+        or get_loss(name)
+    leaf = out.clone().requires_grad_(True)
+    f_ref = loss(leaf, batch)
+    (df_ref,) = torch.autograd.grad(f_ref, leaf)
+    f, df = value_and_gradient(loss, out, batch)
+    assert not f.requires_grad and not df.requires_grad
+    assert float(f) == float(f_ref)  # the same function call
+    tol = 1e-6 if dtype == torch.float32 else 1e-14
+    torch.testing.assert_close(df, df_ref, rtol=tol, atol=tol)

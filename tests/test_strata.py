@@ -73,6 +73,40 @@ def test_stratified_pullback_with_mixed_surrogates_falls_back_per_stratum():
     assert _close(a.J, b.J) < 1e-4 and _close(a.g, b.g) < 1e-4
 
 
+def test_members_with_one_surrogate_declare_a_shared_direction():
+    """The declaration that lets the stratified pullback skip the rank-one test, and when it holds."""
+    from fairopt.constraints import Covariance
+
+    def shared(cons):
+        return as_constraint_set(cons).shared_direction
+
+    assert shared([DisparateImpact("s", 0.8), EqualImpact("s", 0.8), EqualizedOdds("s", 0.05)])
+    assert shared([DisparateImpact("r", 0.8), DisparateImpact("s", 0.9)])
+    assert not shared([DisparateImpact("s", 0.8), DisparateImpact("s", 0.9, surrogate=Sigmoid(scale=0.3))])
+    assert not shared([DisparateImpact("s", 0.8), Covariance(["s"], 0.1)])
+    assert not shared([])
+
+    class Squared(DisparateImpact):  # its own transform and slope: no shared key
+        def _transform(self, t, exact):
+            return super()._transform(t, exact) ** 2
+
+        def _transform_and_slope(self, t):
+            value, slope = super()._transform_and_slope(t)
+            return value ** 2, 2 * value * slope
+
+    assert Squared("s").jacobian_direction is None
+
+
+def test_rank_one_factors_without_the_check_trust_the_caller():
+    block = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0]])
+    assert rank_one_factors(block)[1].shape[0] == 2  # checked: rank two, the rows themselves
+    coef, rows = rank_one_factors(block, check=False)  # unchecked: the rank-one factors of its largest row
+    assert rows.shape[0] == 1 and torch.equal(rows[0], block[0])
+    v = torch.tensor([[1.0, -2.0, 0.5]])
+    coef, rows = rank_one_factors(torch.tensor([[3.0], [-1.0]]) * v, check=False)
+    torch.testing.assert_close(coef @ rows, torch.tensor([[3.0], [-1.0]]) * v)
+
+
 def test_stratified_pullback_with_a_separate_objective_batch():
     data = _data(600)
     obj = data.subset(torch.arange(0, 600, 3))

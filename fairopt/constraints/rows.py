@@ -327,16 +327,36 @@ class LinearRowsConstraint(BaseConstraint):
         (``__call__``, ``_rows`` or ``_transform``) without redefining ``_transform_and_slope``:
         the engine then differentiates ``__call__``.
         """
-        cls = type(self)
-        if (cls.__call__ is not LinearRowsConstraint.__call__ or cls._rows is not LinearRowsConstraint._rows
-                or (cls._transform is not LinearRowsConstraint._transform
-                    and cls._transform_and_slope is LinearRowsConstraint._transform_and_slope)):
+        if not self._has_closed_form():
             return None
         source = out
         out = check_out(out, batch).detach()
         W, D = self._operator(batch, out.dtype, out.device)
         phi, slope = self._shared_transform_and_slope(source, out)
         return D @ (W @ phi), (D @ W) * slope[None, :]
+
+    def _has_closed_form(self) -> bool:
+        """Whether :meth:`rows_and_jacobian` applies: the rows are this class's ``D @ (W @ phi)``, or a
+        subclass that redefines the transform redefines its slope too."""
+        cls = type(self)
+        return not (cls.__call__ is not LinearRowsConstraint.__call__ or cls._rows is not LinearRowsConstraint._rows
+                    or (cls._transform is not LinearRowsConstraint._transform
+                        and cls._transform_and_slope is LinearRowsConstraint._transform_and_slope))
+
+    @property
+    def jacobian_direction(self) -> tuple | None:
+        """``("surrogate slope", surrogate, threshold)`` when the closed form applies, else None.
+
+        ``dc/d out_i = (D W)[:, i] phi'(out_i - threshold)`` and ``W[g, i] = w_i 1{i in g} / n_g``,
+        so on a stratum (rows in the same groups, :meth:`strata`) every column is a multiple of
+        one per-row vector ``w_i phi'(out_i - threshold)``. Members with equal keys share that
+        vector, and a constraint set of them has rank-one Jacobian blocks per stratum by
+        construction (``solvers.problem.ConstraintSet.shared_direction``). Only the default
+        ``_transform_and_slope`` (the surrogate's) is keyed; a redefined one gives None."""
+        default_slope = type(self)._transform_and_slope is LinearRowsConstraint._transform_and_slope
+        if not (self._has_closed_form() and default_slope):
+            return None
+        return ("surrogate slope", self.surrogate, self.threshold)
 
     def _shared_transform_and_slope(self, source: Any, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`_transform_and_slope` of ``out - threshold``, computed once per constraint-set
