@@ -30,14 +30,15 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 from torch import nn
 
-from solvers.feedforward import FeedForward, FeedForwardTrace
+from solvers.feedforward import FeedForward
 from solvers.losses import LossFn, value_and_gradient
 from solvers.problem import exact_rows, row_outputs
 from solvers.strata import MIN_ROWS, StrataPlan, has_hidden_layer, is_rowwise, plan_strata, rank_one_factors
 from solvers.validation import check_choice
 
 __all__ = ["AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "OutputTrace",
-           "flatten_rows", "pullback", "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "vjp"]
+           "closed_form_network", "flatten_rows", "pullback", "rows_and_output_jacobian", "rows_jacobian",
+           "trace_outputs", "vjp"]
 
 #: Strategies of the pullback: ``"auto"`` (the stratified pullback of :mod:`solvers.strata` when the
 #: constraints announce strata and the model is row-wise with a hidden layer; the closed form of
@@ -161,17 +162,22 @@ class AutogradTrace:
         return pullback(self.out, self._params, cot, self._jacobian)
 
 
-def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor,
-                  jacobian: str = "auto") -> FeedForwardTrace | AutogradTrace:
+def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor, jacobian: str = "auto") -> OutputTrace:
     """The forward pass of ``model`` on ``X`` ready for pullbacks: the closed form of
     :mod:`solvers.feedforward` when ``jacobian="auto"`` and ``model`` is a plain feed-forward network
     whose parameters ``params`` are (figures in that module; about 2 ms less per full-batch SQP
     iteration on Dutch, MLP 32, ``benchmarks/results/sqp_speed.txt``); otherwise the autograd graph
     (:class:`AutogradTrace`, strategy ``"loop"`` for ``"auto"``)."""
-    network = FeedForward.recognise(model, params) if jacobian == "auto" else None
+    network = closed_form_network(model, params, jacobian)
     if network is not None:
         return network.trace(X)
     return AutogradTrace(model, params, X, "loop" if jacobian == "auto" else jacobian)
+
+
+def closed_form_network(model: nn.Module, params: list[torch.Tensor], jacobian: str) -> FeedForward | None:
+    """The feed-forward network of ``model`` whose pullback the oracles take in closed form: under
+    ``jacobian="auto"`` only (``"loop"``/``"batched"`` keep autograd), None for other models."""
+    return FeedForward.recognise(model, params) if jacobian == "auto" else None
 
 
 class LocalDerivatives:
@@ -260,7 +266,7 @@ class LocalDerivatives:
         t0 = time.perf_counter()
         batch = plan.batch
         same = obj_batch is plan.source
-        network = FeedForward.recognise(model, params) if self.jacobian == "auto" else None
+        network = closed_form_network(model, params, self.jacobian)
         if network is not None:
             whole = network.trace(batch.X)
             pulls = [partial(whole.pullback, rows=slice(start, stop)) for start, stop in plan.bounds]
@@ -275,9 +281,7 @@ class LocalDerivatives:
         c, dc = rows_and_output_jacobian(cons, out_c, batch)  # dc (m, n): per stratum of rank one (solvers.strata)
         obj_out, obj_rows = (out_c, batch) if same else (trace_obj.out, obj_batch)
         f, df = value_and_gradient(loss_fn, obj_out, obj_rows)
-        # the objective's rows join each stratum's pullback (its rows are then read once, while in cache)
-        ride_along = same
-        if not ride_along:
+        if not same:
             g = trace_obj.pullback(df.reshape(1, -1))[0]
         p = sum(int(t.numel()) for t in params)
         J = torch.zeros(c.numel(), p, dtype=params[0].dtype)
@@ -286,16 +290,16 @@ class LocalDerivatives:
         for (start, stop), pull in zip(plan.bounds, pulls):
             coef, factors = rank_one_factors(dc[:, start:stop], check)
             cot = factors.to(out_c.dtype)
-            if ride_along:
+            if same:  # the objective's rows join the stratum's pullback (its rows read once, while in cache)
                 cot = torch.cat([df[start:stop].reshape(1, -1).to(out_c.dtype), cot])
             if cot.shape[0] == 0:
                 continue
             pulled = pull(cot)
-            if ride_along:
+            if same:
                 g_sum += pulled[0]
                 pulled = pulled[1:]
             if coef.shape[1]:
                 J += coef.to(J.dtype) @ pulled
         c_exact = exact_rows(cons, out_c, batch, smooth=c)
-        return Derivatives(float(f), g_sum if ride_along else g, c.detach().to(torch.float64), J, c_exact,
+        return Derivatives(float(f), g_sum if same else g, c.detach().to(torch.float64), J, c_exact,
                            t1 - t0, time.perf_counter() - t1)

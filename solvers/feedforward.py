@@ -102,6 +102,7 @@ class FeedForward:
     def __init__(self, layers: Sequence[_Layer], slots: Sequence[tuple[int, str]]) -> None:
         self.layers = tuple(layers)
         self.slots = tuple(slots)  # (layer index, "weight" | "bias") of each tensor of params, in order
+        self.wanted = tuple(frozenset(name for (i, name) in self.slots if i == index) for index in range(len(layers)))
 
     @classmethod
     def recognise(cls, model: nn.Module, params: Sequence[torch.Tensor]) -> FeedForward | None:
@@ -199,8 +200,7 @@ class FeedForwardTrace:
             raise ValueError(f"cot: expected {inputs[0].shape[0]} columns (one per row), got {cot.shape[1]}")
         pieces: dict[tuple[int, str], torch.Tensor] = {}
         with torch.no_grad():
-            for index, layer in enumerate(self.network.layers):
-                wanted = {name for (i, name) in self.network.slots if i == index}
+            for index, wanted in enumerate(self.network.wanted):  # the tensors of params in this layer
                 if not wanted:
                     continue
                 S = sens[index]  # (n, width), or None: ones (n, 1)

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from solvers.derivatives import Derivatives, LocalDerivatives, rows_jacobian, trace_outputs
-from solvers.losses import LossFn
+from solvers.losses import LossFn, value_and_gradient
 from solvers.problem import model_outputs, row_weights, weight_total
 
 __all__ = ["FIELDS", "ChunkedDerivatives", "add_sums", "derivatives_from_sums", "exact_in_chunks", "local_sums",
@@ -47,12 +47,11 @@ def local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_f
     ``pullback`` of :func:`solvers.derivatives.trace_outputs`)."""
     n = len(batch)
     total = n if row_weights(batch) is None else weight_total(batch)  # the mean's denominator
-    leaf = out.detach().requires_grad_(True)
+    f, df = value_and_gradient(loss_fn, out, batch)
+    loss_sum, dloss = f * total, df * total
     leaf64 = out.detach().to(torch.float64).requires_grad_(True)
     with torch.enable_grad():
-        loss_sum = loss_fn(leaf, batch) * total
         parts = [member.partial_sums(leaf64, batch) for member in members]
-    (dloss,) = torch.autograd.grad(loss_sum, leaf)
     if parts:
         sums = torch.cat([s.reshape(-1) for s, _ in parts])
         counts = torch.cat([k.reshape(-1) for _, k in parts]).detach()
@@ -67,7 +66,7 @@ def local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_f
     f64 = torch.float64
     sizes = [int(s.numel()) for s, _ in parts]
     return {
-        "loss_sum": loss_sum.detach().to(f64).reshape(1),
+        "loss_sum": loss_sum.to(f64).reshape(1),
         "n": torch.tensor([float(total)], dtype=f64),
         "grad_sum": rows[0].to(f64),
         "sums": sums.detach().to(f64),

@@ -338,10 +338,9 @@ class LinearRowsConstraint(BaseConstraint):
     def _has_closed_form(self) -> bool:
         """Whether :meth:`rows_and_jacobian` applies: the rows are this class's ``D @ (W @ phi)``, or a
         subclass that redefines the transform redefines its slope too."""
-        cls = type(self)
-        return not (cls.__call__ is not LinearRowsConstraint.__call__ or cls._rows is not LinearRowsConstraint._rows
-                    or (cls._transform is not LinearRowsConstraint._transform
-                        and cls._transform_and_slope is LinearRowsConstraint._transform_and_slope))
+        cls, base = type(self), LinearRowsConstraint
+        return (cls.__call__ is base.__call__ and cls._rows is base._rows
+                and (cls._transform is base._transform or cls._transform_and_slope is not base._transform_and_slope))
 
     @property
     def jacobian_direction(self) -> tuple | None:
@@ -362,9 +361,9 @@ class LinearRowsConstraint(BaseConstraint):
         """:meth:`_transform_and_slope` of ``out - threshold``, computed once per constraint-set
         evaluation for members with the same surrogate and threshold (``solvers.problem.shared_scratch``:
         disparate and equal impact on one attribute evaluate the smoothed step of the same outputs)."""
-        scratch = shared_scratch() if type(self)._transform_and_slope is LinearRowsConstraint._transform_and_slope \
-            else None
-        key = ("transform_and_slope", self.surrogate, self.threshold, id(source))
+        direction = self.jacobian_direction  # None for a redefined slope: not shared
+        scratch = shared_scratch() if direction is not None else None
+        key = (direction, id(source))
         if scratch is not None and key in scratch:
             return scratch[key][1]
         pair = self._transform_and_slope(out - self.threshold)
