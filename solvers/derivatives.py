@@ -32,8 +32,9 @@ from torch import nn
 
 from solvers.feedforward import FeedForward
 from solvers.losses import LossFn, value_and_gradient
-from solvers.problem import exact_rows, row_outputs
-from solvers.strata import MIN_ROWS, StrataPlan, has_hidden_layer, is_rowwise, plan_strata, rank_one_factors
+from solvers.problem import RowFactors, exact_rows, row_outputs
+from solvers.strata import (MIN_ROWS, StrataPlan, has_hidden_layer, is_rowwise, plan_strata, rank_one_factors,
+                            segment_factors)
 from solvers.validation import check_choice
 
 __all__ = ["AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "OutputTrace",
@@ -258,48 +259,83 @@ class LocalDerivatives:
     def _stratified(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                     plan: StrataPlan) -> Derivatives:
         """:class:`Derivatives` by the stratified pullback (:mod:`solvers.strata`) on the reordered
-        constraint batch: per stratum, the factors of ``dc/d out`` and the objective's rows (when the
-        objective batch is the constraint batch) are pulled back together. A plain feed-forward network
-        is traced once and each stratum is a slice of the trace (:mod:`solvers.feedforward`); any other
-        row-wise model runs on each stratum's rows separately. Every Jacobian row is computed (``rows``
-        does not apply)."""
+        constraint batch. A plain feed-forward network is traced once and each stratum is a segment
+        of the trace (:mod:`solvers.feedforward`); any other row-wise model runs on each stratum's
+        rows separately. Constraints whose members share one direction (``shared_direction``) give
+        ``dc/d out`` as one vector ``v`` and a coefficient column per stratum (``rows_and_factors``,
+        else factored from the dense matrix): ``v`` and the objective's ``df/d out`` (when the
+        objective batch is the constraint batch) are pulled back together, segment by segment.
+        Otherwise each stratum's block is factored and checked (:func:`solvers.strata.rank_one_factors`)
+        and pulled back on its own. Every Jacobian row is computed (``rows`` does not apply)."""
         t0 = time.perf_counter()
-        batch = plan.batch
+        batch, bounds = plan.batch, plan.bounds
         same = obj_batch is plan.source
         network = closed_form_network(model, params, self.jacobian)
         if network is not None:
             whole = network.trace(batch.X)
-            pulls = [partial(whole.pullback, rows=slice(start, stop)) for start, stop in plan.bounds]
             out_c = whole.out
+            pulls = [partial(whole.pullback, rows=slice(a, b)) for a, b in bounds]
         else:
-            traces = [AutogradTrace(model, params, batch.X[start:stop]) for start, stop in plan.bounds]
-            pulls = [t.pullback for t in traces]
+            traces = [AutogradTrace(model, params, batch.X[a:b]) for a, b in bounds]
             out_c = torch.cat([t.out.detach() for t in traces])
+            pulls = [t.pullback for t in traces]
         trace_obj = None if same else trace_outputs(model, params, obj_batch.X, self.jacobian)
         t1 = time.perf_counter()
 
-        c, dc = rows_and_output_jacobian(cons, out_c, batch)  # dc (m, n): per stratum of rank one (solvers.strata)
         obj_out, obj_rows = (out_c, batch) if same else (trace_obj.out, obj_batch)
         f, df = value_and_gradient(loss_fn, obj_out, obj_rows)
-        if not same:
-            g = trace_obj.pullback(df.reshape(1, -1))[0]
-        p = sum(int(t.numel()) for t in params)
-        J = torch.zeros(c.numel(), p, dtype=params[0].dtype)
-        g_sum = torch.zeros(p, dtype=params[0].dtype)
-        check = not getattr(cons, "shared_direction", False)  # blocks of rank one by construction need no test
-        for (start, stop), pull in zip(plan.bounds, pulls):
-            coef, factors = rank_one_factors(dc[:, start:stop], check)
-            cot = factors.to(out_c.dtype)
-            if same:  # the objective's rows join the stratum's pullback (its rows read once, while in cache)
-                cot = torch.cat([df[start:stop].reshape(1, -1).to(out_c.dtype), cot])
+        df = df.reshape(1, -1).to(out_c.dtype)
+        g = None if same else trace_obj.pullback(df)[0]
+        if getattr(cons, "shared_direction", False):
+            factors = self._factors(cons, out_c, batch, bounds)
+            c, v = factors.c, factors.direction
+            cot = torch.cat([df, v[None, :]]) if same else v[None, :]
+            if network is not None:
+                pulled = whole.pullback_segments(cot, bounds)  # (strata, rows of cot, p)
+            else:
+                pulled = torch.stack([pull(cot[:, a:b]) for pull, (a, b) in zip(pulls, bounds)])
+            g = pulled[:, 0].sum(0) if same else g
+            J = factors.coef.to(pulled.dtype) @ pulled[:, -1]
+            c_exact = factors.exact if factors.exact is not None else exact_rows(cons, out_c, batch, smooth=c)
+        else:
+            p = sum(int(t.numel()) for t in params)
+            c, g_strata, J = self._checked_strata(cons, out_c, batch, bounds, pulls, df if same else None, p)
+            g = g_strata if same else g
+            c_exact = exact_rows(cons, out_c, batch, smooth=c)
+        return Derivatives(float(f), g, c.detach().to(torch.float64), J, c_exact, t1 - t0,
+                           time.perf_counter() - t1)
+
+    @staticmethod
+    def _factors(cons: Any, out: torch.Tensor, batch: Any, bounds: tuple[tuple[int, int], ...]) -> RowFactors:
+        """The rows and factors of constraints that share one direction: their own
+        ``rows_and_factors`` when they offer it, else the factors of the dense ``dc/d out``
+        (``exact`` None: the caller evaluates the exact rows)."""
+        factored = getattr(cons, "rows_and_factors", None)
+        factors = factored(out, batch, bounds) if callable(factored) else None
+        if factors is not None:
+            return factors
+        c, dc = rows_and_output_jacobian(cons, out, batch)
+        coef, direction = segment_factors(dc, bounds)
+        return RowFactors(c, None, coef, direction)
+
+    @staticmethod
+    def _checked_strata(cons: Any, out: torch.Tensor, batch: Any, bounds: tuple[tuple[int, int], ...], pulls: list,
+                        df: torch.Tensor | None, p: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """``(c, g, J)`` with each stratum's block of ``dc/d out`` factored and checked
+        (:func:`solvers.strata.rank_one_factors`) and pulled back by ``pulls[k]`` together with the
+        objective's ``df`` (1, n) when given (``g`` their sum; None without ``df``); ``p`` parameters."""
+        c, dc = rows_and_output_jacobian(cons, out, batch)
+        J = out.new_zeros(c.numel(), p)
+        g = None if df is None else out.new_zeros(p)
+        for (a, b), pull in zip(bounds, pulls):
+            coef, factors = rank_one_factors(dc[:, a:b])
+            cot = factors.to(out.dtype) if df is None else torch.cat([df[:, a:b], factors.to(out.dtype)])
             if cot.shape[0] == 0:
                 continue
             pulled = pull(cot)
-            if same:
-                g_sum += pulled[0]
+            if df is not None:
+                g += pulled[0]
                 pulled = pulled[1:]
             if coef.shape[1]:
                 J += coef.to(J.dtype) @ pulled
-        c_exact = exact_rows(cons, out_c, batch, smooth=c)
-        return Derivatives(float(f), g_sum if same else g, c.detach().to(torch.float64), J, c_exact,
-                           t1 - t0, time.perf_counter() - t1)
+        return c, g, J

@@ -102,7 +102,11 @@ class FeedForward:
     def __init__(self, layers: Sequence[_Layer], slots: Sequence[tuple[int, str]]) -> None:
         self.layers = tuple(layers)
         self.slots = tuple(slots)  # (layer index, "weight" | "bias") of each tensor of params, in order
-        self.wanted = tuple(frozenset(name for (i, name) in self.slots if i == index) for index in range(len(layers)))
+        sizes = [getattr(layers[i].linear, name).numel() for i, name in self.slots]
+        ends = [sum(sizes[:j + 1]) for j in range(len(sizes))]
+        #: the columns ``(start, stop)`` of each tensor of ``params`` in a flat row, by (layer index, name)
+        self.columns = {slot: (end - size, end) for slot, size, end in zip(self.slots, sizes, ends)}
+        self.n_params = sum(sizes)
 
     @classmethod
     def recognise(cls, model: nn.Module, params: Sequence[torch.Tensor]) -> FeedForward | None:
@@ -189,31 +193,52 @@ class FeedForwardTrace:
         """Rows ``cot @ d out[rows] / d params`` as a (k, p) matrix, ``cot`` (k, n) or (k, len(rows)) for
         a slice ``rows`` of the traced rows (the rows of one stratum: no new forward pass), in the
         order and the flattening of the ``params`` the network was recognised with."""
-        cot = cot.to(self.out.dtype)
-        k = cot.shape[0]
-        sens = self.sensitivities()
-        inputs = self._inputs
+        sens, inputs = self.sensitivities(), self._inputs
         if rows is not None:
             sens = [S if S is None else S[rows] for S in sens]
             inputs = [H[rows] for H in inputs]
-        if cot.shape[1] != inputs[0].shape[0]:
-            raise ValueError(f"cot: expected {inputs[0].shape[0]} columns (one per row), got {cot.shape[1]}")
-        pieces: dict[tuple[int, str], torch.Tensor] = {}
+        return self._pull(cot, sens, inputs, ((0, inputs[0].shape[0]),))[0]
+
+    def pullback_segments(self, cot: torch.Tensor, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
+        """``cot[:, a:b] @ d out[a:b] / d params`` for every segment ``(a, b)`` of ``bounds`` (disjoint
+        row ranges of the traced rows, e.g. the strata of :mod:`solvers.strata`), as an (s, k, p)
+        tensor for ``cot`` (k, n) and ``s`` segments.
+
+        The same numbers as :meth:`pullback` with ``rows=slice(a, b)`` segment by segment, in one
+        call: the sensitivities are sliced once per segment and each segment's products run while
+        its rows are in cache, writing straight into the result."""
+        return self._pull(cot, self.sensitivities(), self._inputs, tuple(bounds))
+
+    def _pull(self, cot: torch.Tensor, sens: list[torch.Tensor | None], inputs: list[torch.Tensor],
+              bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
+        """The (s, k, p) pullbacks of :meth:`pullback_segments` on the rows of ``inputs``."""
+        cot = cot.to(self.out.dtype)
+        k, n = cot.shape
+        if n != inputs[0].shape[0]:
+            raise ValueError(f"cot: expected {inputs[0].shape[0]} columns (one per row), got {n}")
+        result = cot.new_empty(len(bounds), k, self.network.n_params)
+        columns = self.network.columns
         with torch.no_grad():
-            for index, wanted in enumerate(self.network.wanted):  # the tensors of params in this layer
-                if not wanted:
+            for index in range(len(self.network.layers)):
+                S, H = sens[index], inputs[index]  # S (n, width), or None: ones (n, 1)
+                weight, bias = columns.get((index, "weight")), columns.get((index, "bias"))
+                if S is None or S.shape[1] == 1:  # one unit: the scaled cotangent is (k, n)
+                    scaled = cot if S is None else cot * S.reshape(1, -1)
+                    for seg, (a, b) in enumerate(bounds):
+                        if weight is not None:
+                            torch.matmul(scaled[:, a:b], H[a:b], out=result[seg, :, slice(*weight)])
+                        if bias is not None:
+                            torch.sum(scaled[:, a:b], 1, keepdim=True, out=result[seg, :, slice(*bias)])
                     continue
-                S = sens[index]  # (n, width), or None: ones (n, 1)
-                if "weight" in wanted:
-                    H = inputs[index]
-                    if S is None:
-                        pieces[index, "weight"] = cot @ H
-                    elif S.shape[1] == 1:  # a one-unit layer: (v * S)' H is one product for all k rows
-                        pieces[index, "weight"] = (cot * S.reshape(1, -1)) @ H
-                    else:  # row by row into one buffer: a broadcast (n, k, width) product is slower on CPU
-                        scaled = torch.empty(S.shape, dtype=S.dtype, device=S.device)
-                        pieces[index, "weight"] = torch.stack(
-                            [torch.mul(S, cot[a].unsqueeze(1), out=scaled).t() @ H for a in range(k)])
-                if "bias" in wanted:
-                    pieces[index, "bias"] = cot.sum(1, keepdim=True) if S is None else cot @ S
-        return torch.cat([pieces[slot].reshape(k, -1) for slot in self.network.slots], dim=1)
+                # segment by segment, S scaled by each cotangent while the segment's rows are in cache
+                shape = (S.shape[1], H.shape[1])
+                buffer = torch.empty(max(b - a for a, b in bounds), S.shape[1], dtype=S.dtype, device=S.device)
+                for seg, (a, b) in enumerate(bounds):
+                    if weight is not None:
+                        scaled = buffer[:b - a]
+                        for r in range(k):
+                            torch.mul(S[a:b], cot[r, a:b].unsqueeze(1), out=scaled)
+                            torch.matmul(scaled.t(), H[a:b], out=result[seg, r, slice(*weight)].view(shape))
+                    if bias is not None:
+                        torch.matmul(cot[:, a:b], S[a:b], out=result[seg, :, slice(*bias)])
+        return result

@@ -26,6 +26,7 @@ import torch
 from solvers.strata import row_codes
 
 __all__ = [
+    "RowFactors",
     "shared_scratch",
     "Batch",
     "Dataset",
@@ -269,6 +270,18 @@ class RowSplit(NamedTuple):
     equal: np.ndarray
 
 
+class RowFactors(NamedTuple):
+    """Rows of ``m`` constraints at some outputs ``out`` (n,) whose Jacobian ``dc/d out`` is of rank one
+    on each of ``s`` segments of rows: ``dc/d out[:, a:b] = coef[:, k] direction[a:b]'`` on segment
+    ``k = (a, b)`` (``solvers.strata``). ``c`` the smooth rows and ``exact`` the exact rows (None when
+    not evaluated), float64 (m,); ``coef`` (m, s) and ``direction`` (n,) in the dtype of ``out``."""
+
+    c: torch.Tensor
+    exact: torch.Tensor | None
+    coef: torch.Tensor
+    direction: torch.Tensor
+
+
 def split_rows(A: Any, lo: np.ndarray, hi: np.ndarray) -> RowSplit:
     """Split ``lo <= A x <= hi`` (dense or sparse ``A``; infinite sides allowed) into
     ``G x <= h`` and ``A_eq x = b_eq`` as CSC matrices (see :class:`RowSplit`)."""
@@ -371,6 +384,32 @@ class ConstraintSet:
         if len(pairs) == 1:  # no copy of the (m, n) Jacobian
             return pairs[0][0], pairs[0][1].to(out.dtype)
         return self._cat([v for v, _ in pairs], like=out), torch.cat([j for _, j in pairs]).to(out.dtype)
+
+    def rows_and_factors(self, out: torch.Tensor, batch: Any, bounds: Sequence[tuple[int, int]]) -> RowFactors | None:
+        """The members' optional ``rows_and_factors(out, batch, bounds)`` (:class:`RowFactors` on the
+        segments ``bounds``, row ranges inside one stratum of :meth:`strata` each), rows concatenated,
+        without gradient.
+
+        None unless the members share their direction (:attr:`shared_direction`: the ``direction`` of
+        the first member is every member's) and each offers the method and returns factors; the
+        engine then factors the dense :meth:`rows_and_jacobian`."""
+        if not self.shared_direction:
+            return None
+        parts = []
+        token = _SCRATCH.set({})  # the members share the surrogate's values and sums (shared_scratch)
+        try:
+            for c in self.constraints:
+                factored = getattr(c, "rows_and_factors", None)
+                part = factored(out, batch, bounds) if callable(factored) else None
+                if part is None:
+                    return None
+                parts.append(part)
+        finally:
+            _SCRATCH.reset(token)
+        if len(parts) == 1:
+            return parts[0]
+        return RowFactors(torch.cat([p.c.reshape(-1) for p in parts]), torch.cat([p.exact.reshape(-1) for p in parts]),
+                          torch.cat([p.coef for p in parts]), parts[0].direction)
 
     @property
     def shared_direction(self) -> bool:

@@ -25,13 +25,13 @@ its input rows one by one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 __all__ = ["MAX_STRATA", "MIN_ROWS", "ROWWISE_TYPES", "StrataPlan", "has_hidden_layer", "is_rowwise", "plan_strata",
-           "rank_one_factors", "row_codes"]
+           "rank_one_factors", "row_codes", "segment_factors"]
 
 #: Module types whose outputs are computed row by row (exact types: a subclass may override
 #: ``forward``). Any other module makes a model non-row-wise unless it sets ``rowwise = True``.
@@ -161,3 +161,17 @@ def rank_one_factors(block: torch.Tensor, check: bool = True) -> tuple[torch.Ten
         return coef[:, None], v[None, :]
     nonzero = torch.nonzero(scale > 0).reshape(-1)
     return torch.eye(m, dtype=block.dtype)[:, nonzero], block[nonzero]
+
+
+def segment_factors(dc: torch.Tensor, bounds: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(coef (m, s), v (n,))`` with ``dc[:, a:b] == coef[:, k] v[a:b]'`` on each segment ``k = (a, b)``
+    of ``bounds``, for an ``m x n`` matrix whose blocks are of rank one by construction (each the
+    unchecked :func:`rank_one_factors` of the block; a zero block gives ``coef[:, k] = 0``)."""
+    coef = dc.new_zeros(dc.shape[0], len(bounds))
+    v = dc.new_zeros(dc.shape[1])
+    for k, (a, b) in enumerate(bounds):
+        block_coef, rows = rank_one_factors(dc[:, a:b], check=False)
+        if rows.shape[0]:
+            coef[:, k] = block_coef[:, 0]
+            v[a:b] = rows[0]
+    return coef, v

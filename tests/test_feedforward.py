@@ -163,3 +163,22 @@ def test_pullback_of_a_slice_equals_the_pullback_of_those_rows():
     torch.testing.assert_close(whole, _reference(model, params, X[10:25], cot), rtol=2e-5, atol=1e-6)
     with pytest.raises(ValueError, match="cot: expected 15 columns"):
         network.trace(X).pullback(torch.zeros(2, 14), rows=slice(10, 25))
+
+
+def test_segmented_pullback_equals_the_pullback_of_each_segment():
+    """``pullback_segments`` (one call, products per segment) against autograd on each segment."""
+    for hidden in ((5,), (5, 3)):
+        model = mlp(4, hidden=hidden, seed=0)
+        params = list(model.parameters())
+        X = torch.randn(40, 4, generator=torch.Generator().manual_seed(3))
+        cot = torch.randn(2, 40, generator=torch.Generator().manual_seed(4))
+        bounds = ((0, 7), (7, 8), (8, 30), (30, 40))
+        got = FeedForward.recognise(model, params).trace(X).pullback_segments(cot, bounds)
+        assert got.shape == (4, 2, sum(p.numel() for p in params))
+        for seg, (a, b) in enumerate(bounds):
+            torch.testing.assert_close(got[seg], _reference(model, params, X[a:b], cot[:, a:b]), rtol=2e-5, atol=1e-6)
+    partial_params = [model[0].weight]  # a subset of the tensors, in any order: their columns only
+    got = FeedForward.recognise(model, partial_params).trace(X).pullback_segments(cot, bounds)
+    torch.testing.assert_close(got[2], _reference(model, partial_params, X[8:30], cot[:, 8:30]), rtol=2e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="cot: expected 40 columns"):
+        FeedForward.recognise(model, params).trace(X).pullback_segments(torch.zeros(2, 39), bounds)

@@ -212,14 +212,14 @@ def _tensors(prob: Problem, dtype=torch.float64) -> tuple:
 
 
 def test_scalar_path_equals_the_general_enumeration():
-    """One or two rows: the scalar enumeration returns what the general enumeration returns."""
+    """One to four rows: the scalar enumeration returns what the general enumeration returns."""
     rng = np.random.default_rng(7)
-    taken = 0
-    for k in range(600):
-        m = 1 + k % 2
+    taken, by_rows = 0, {m: 0 for m in range(1, SCALAR_MAX_ROWS + 1)}
+    for k in range(1000):
+        m = 1 + k % SCALAR_MAX_ROWS
         prob = random_problem(rng, m=m, p=int(rng.integers(3, 40)))
-        if k % 7 == 0:  # a row nearly parallel to the other, or a free row
-            prob.J[-1] = prob.J[0] * (1 + 1e-9) if m == 2 else prob.J[-1]
+        if k % 7 == 0:  # a row nearly parallel to another, or a free row
+            prob.J[-1] = prob.J[0] * (1 + 1e-9) if m > 1 else prob.J[-1]
         for dtype in (torch.float64, torch.float32):
             inputs = _tensors(prob, dtype)
             fast = solve_scalar(*inputs, 1e-9, 1e-10, PRIMAL_SLACK)
@@ -227,6 +227,7 @@ def test_scalar_path_equals_the_general_enumeration():
             if fast is None:
                 continue
             taken += 1
+            by_rows[m] += 1
             assert fast.status == general.status == "optimal"
             assert fast.d.dtype == general.d.dtype == dtype and fast.multipliers.dtype == dtype
             d_f, d_g = fast.d.double().numpy(), general.d.double().numpy()
@@ -239,7 +240,8 @@ def test_scalar_path_equals_the_general_enumeration():
                 assert getattr(fast, field) == pytest.approx(getattr(general, field), rel=1e-9, abs=1e-12)
             if dtype == torch.float64:
                 assert_kkt(prob, fast)
-    assert taken >= 700  # of 1,200: equality rows (one row in five) go to the general path
+    # of 2,000: equality rows (one row in five) and more than MAX_CANDIDATES active sets go to the general path
+    assert taken >= 800 and min(by_rows.values()) >= 100, by_rows
 
 
 def test_scalar_path_leaves_the_hard_cases_to_the_general_path():
@@ -248,7 +250,13 @@ def test_scalar_path_leaves_the_hard_cases_to_the_general_path():
     lo, hi = torch.tensor([-1.0, -math.inf], dtype=torch.float64), torch.tensor([1.0, 0.5], dtype=torch.float64)
     assert solve_scalar(g, h, J, lo, hi, 1e-9, 1e-10, PRIMAL_SLACK) is not None  # the plain case
     cases = {
-        "three rows": (g, h, torch.cat([J, J[:1]]), torch.cat([lo, lo[:1]]), torch.cat([hi, hi[:1]])),
+        "a repeated row": (g, h, torch.cat([J, J[:1]]), torch.cat([lo, lo[:1]]), torch.cat([hi, hi[:1]])),
+        "five rows": (g, h, torch.eye(5, 3, dtype=torch.float64) + 0.1, torch.full((5,), -1.0, dtype=torch.float64),
+                      torch.full((5,), math.inf, dtype=torch.float64)),
+        # four two-sided rows: 81 candidate active sets, more than MAX_CANDIDATES
+        "81 candidates": (torch.randn(6, dtype=torch.float64), torch.ones(6, dtype=torch.float64),
+                          torch.eye(4, 6, dtype=torch.float64), torch.full((4,), -1.0, dtype=torch.float64),
+                          torch.ones(4, dtype=torch.float64)),
         "equality": (g, h, J, torch.tensor([0.2, -1.0], dtype=torch.float64), torch.tensor([0.2, 0.5], dtype=torch.float64)),
         "zero row": (g, h, torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]], dtype=torch.float64), lo, hi),
         "parallel rows": (g, h, torch.stack([J[0], 2 * J[0]]), lo, hi),

@@ -15,7 +15,7 @@ from solvers import StochasticSQP
 from solvers.derivatives import LocalDerivatives
 from solvers.losses import bce_loss
 from solvers.problem import as_constraint_set, trainable_parameters
-from solvers.strata import is_rowwise, plan_strata, rank_one_factors, row_codes
+from solvers.strata import is_rowwise, plan_strata, rank_one_factors, row_codes, segment_factors
 
 
 @pytest.fixture(autouse=True)
@@ -220,3 +220,50 @@ def test_small_batches_keep_the_row_by_row_pullback(monkeypatch):
     oracle = LocalDerivatives("auto")
     assert oracle.stratified_plan(model, cons, data) is not None
     assert oracle.stratified_plan(model, cons, data.subset(torch.arange(MIN_ROWS - 1))) is None
+
+
+@pytest.mark.parametrize("weights", [False, True])
+def test_rows_and_factors_equal_the_dense_rows_and_jacobian(weights):
+    """The factored rows (segment sums, one direction, a coefficient column per stratum) against
+    the dense closed form and the exact rows, on the stratified layout of the batch."""
+    data = _data(weights=weights)
+    model = mlp(data.n_features, hidden=(4,), seed=0)
+    for constraints in ([DisparateImpact("s", 0.8), EqualImpact("s", 0.8)], [EqualizedOdds("s", 0.05)],
+                        [DisparateImpact("r", 0.8), DisparateImpact("s", 0.9)]):
+        cons = as_constraint_set(constraints)
+        cons.setup(data)
+        plan = plan_strata(cons, data)
+        out = model(plan.batch.X).reshape(-1).detach()
+        factors = cons.rows_and_factors(out, plan.batch, plan.bounds)
+        c, dc = cons.rows_and_jacobian(out, plan.batch)
+        assert factors.c.dtype == factors.exact.dtype == torch.float64
+        torch.testing.assert_close(factors.c, c.double(), rtol=0, atol=1e-6)
+        torch.testing.assert_close(factors.exact, cons.exact(out, plan.batch).double(), rtol=0, atol=1e-6)
+        rebuilt = torch.cat([factors.coef[:, [k]] * factors.direction[None, a:b]
+                             for k, (a, b) in enumerate(plan.bounds)], dim=1)
+        torch.testing.assert_close(rebuilt, dc, rtol=1e-5, atol=1e-6)
+        coef, direction = segment_factors(dc, plan.bounds)  # the engine's fallback from the dense matrix
+        torch.testing.assert_close(torch.cat([coef[:, [k]] * direction[None, a:b] for k, (a, b) in
+                                              enumerate(plan.bounds)], dim=1), dc, rtol=1e-5, atol=1e-7)
+
+
+def test_rows_and_factors_on_segments_that_do_not_tile_the_batch():
+    """Segments in another order (still one stratum each): the sums are taken segment by segment."""
+    data = _data()
+    cons = as_constraint_set([DisparateImpact("s", 0.8)])
+    cons.setup(data)
+    plan = plan_strata(cons, data)
+    (a0, b0), (a1, b1) = plan.bounds
+    bounds = ((a1, b1), (a0, b0 - 5), (b0 - 5, b0))
+    out = torch.randn(len(data), generator=torch.Generator().manual_seed(0))
+    factors = cons.rows_and_factors(out, plan.batch, bounds)
+    torch.testing.assert_close(factors.c, cons(out, plan.batch).double(), rtol=0, atol=1e-6)
+    assert torch.equal(factors.coef[:, 1], factors.coef[:, 2])
+
+
+def test_rows_and_factors_need_one_shared_direction():
+    data = _data()
+    mixed = as_constraint_set([DisparateImpact("s", 0.8), DisparateImpact("s", 0.9, surrogate=Sigmoid(scale=0.3))])
+    mixed.setup(data)
+    plan = plan_strata(mixed, data)
+    assert mixed.rows_and_factors(torch.zeros(len(data)), plan.batch, plan.bounds) is None

@@ -48,8 +48,9 @@ Two exact methods use this algebra:
 constrained rows and uses the dual method beyond; measured, the dual method was faster for
 every m >= 1 (see the constant), so the threshold is 0 and enumeration is kept as
 ``solver="enumeration"``, the paper's algorithm, used to cross-check. The exception is the
-common SQP step with one or two plain rows (``scalar``): there the enumeration is written
-out in Python floats, which removes the array overhead that dominated (3x faster). Nothing forms a
+common SQP step with up to four plain rows (``scalar``): there the enumeration is written
+out in Python floats, which removes the array overhead that dominated (3x faster for two
+rows, 1.6x for four). Nothing forms a
 ``(p+m) x (p+m)`` KKT matrix or a ``p x p`` matrix: cost O(p m^2) to form ``M``, then
 O(m^2) per working-set change of the dual method (typically O(m) changes) and O(3^m m^3)
 for enumeration; memory O(p m).
@@ -61,7 +62,7 @@ Modules (one job each)
 ``results``: :class:`QPResult`, :class:`RelaxedBounds`. ``space``: input validation and the
 constraint-space algebra (``M``, ``q``, KKT tests). ``lp``: the least-violation LP (HiGHS).
 ``active_set``: the exact methods (enumeration, dual active set). ``scalar``: the enumeration
-for one or two plain rows in Python floats. ``reference``: OSQP, the
+for up to four plain rows in Python floats. ``reference``: OSQP, the
 cross-check. ``solve``: :func:`diagonal_qp`, one function over the methods (``solver=``).
 ``relaxation``: :func:`least_violation_bounds`.
 """

@@ -1,22 +1,29 @@
-"""The QP of an SQP step with one or two constrained rows, in scalar arithmetic.
+"""The QP of an SQP step with up to four constrained rows, in scalar arithmetic.
 
-Most SQP steps carry one or two constraint rows (a disparate-impact pair, one distance
-covariance bound), and there the general path of :func:`solvers.qp.diagonal_qp` spends its
-time on the overhead of many small array operations, not on arithmetic: 0.31 ms per QP
-with ``p = 1,441`` parameters, against a mini-batch SQP step of about 2.6 ms. This module
+Most SQP steps carry a few constraint rows (a disparate-impact pair, disparate and equal
+impact together, one distance covariance bound), and there the general path of
+:func:`solvers.qp.diagonal_qp` spends its time on the overhead of many small array
+operations, not on arithmetic: 0.31 ms per QP with two rows and ``p = 1,441`` parameters,
+against a mini-batch SQP step of about 2.6 ms. This module
 solves the same problem, ``min g'd + 1/2 d' diag(h) d  s.t.  lo <= J d <= hi``, by the same
 method as ``solver="enumeration"`` ([SQP] Algorithm 1): every active set with every choice
 of sides, by increasing size, ``y_A = M_AA^{-1} (-q_A - b_A)`` with ``M = J H^{-1} J'`` and
 ``q = J H^{-1} g``, accepted by the KKT test of :func:`solvers.qp.space.kkt_satisfied` with
 the same tolerances; among the accepted candidates of the smallest size the one of least
-``y'My`` wins. The 2 x 2 algebra is written out in Python floats; only ``M``, ``q``, the
-step ``d = -H^{-1}(g + J'y)`` and the checks of the answer touch the ``p``-vectors.
+``y'My`` wins. The ``|A| x |A|`` systems (``|A| <= 4``) are solved in Python floats; only
+``M``, ``q``, the step ``d = -H^{-1}(g + J'y)`` and the checks of the answer touch the
+``p``-vectors. Sizes are examined in increasing order and the search stops at the first size
+with an accepted candidate, so a step with one or two binding rows out of four costs the 11
+candidates of sizes 0 to 2, not all 16.
 
 :func:`solve_scalar` answers only the plain case and returns None otherwise, so that the
-general path decides (and raises its errors): more than :data:`SCALAR_MAX_ROWS` rows, any
+general path decides (and raises its errors): more than :data:`SCALAR_MAX_ROWS` rows or
+more than :data:`MAX_CANDIDATES` candidate active sets (a side per row with a finite bound), any
 input that is not a CPU float32/float64 tensor of the right shape, a non-finite ``g``,
 ``h`` or ``J``, ``h <= 0``, NaN bounds, an equality row or ``lo > hi``, a zero row of
-``J``, two rows nearly parallel (scaled pivot ``1 - r^2 < NEAR_DEPENDENT``), no candidate
+``J``, nearly dependent rows (the smallest eigenvalue of their unit-diagonal Gram matrix
+``D^{-1/2} M D^{-1/2}`` below :data:`NEAR_DEPENDENT`; ``1 - |r|`` for two rows at cosine
+``r``), no candidate
 passing the KKT test (infeasible or degenerate), or a step that misses a row by more than
 the general path allows (:data:`solvers.qp.solve.PRIMAL_SLACK`). Its answers are those of
 the general enumeration (``tests/test_qp.py`` compares them on random problems).
@@ -24,27 +31,42 @@ the general enumeration (``tests/test_qp.py`` compares them on random problems).
 
 from __future__ import annotations
 
+import itertools
 import math
+from functools import lru_cache
 
 import numpy as np
 import torch
 
 from solvers.qp.lp import row_violation
 from solvers.qp.results import QPResult
+from solvers.qp.space import scaled_min_eig
 
-__all__ = ["NEAR_DEPENDENT", "SCALAR_MAX_ROWS", "solve_scalar"]
+__all__ = ["MAX_CANDIDATES", "NEAR_DEPENDENT", "SCALAR_MAX_ROWS", "solve_scalar"]
 
-#: Most constrained rows this path takes (3^2 = 9 candidate active sets).
-SCALAR_MAX_ROWS = 2
-#: Two rows whose scaled pivot ``1 - r^2`` (``r`` their cosine in the ``H^{-1}`` metric) is
-#: below this are left to the general path, which handles dependent rows.
+#: Most constrained rows this path takes.
+SCALAR_MAX_ROWS = 4
+#: Most candidate active sets (the product over rows of 1 + the number of finite sides): four
+#: one-sided rows give 16, three two-sided rows 27; more go to the general path, whose batched
+#: enumeration and dual method cost less than this many candidates in Python.
+MAX_CANDIDATES = 27
+#: Rows whose unit-diagonal Gram matrix (cosines ``r`` in the ``H^{-1}`` metric) has an
+#: eigenvalue below this are left to the general path, which handles dependent rows. Every
+#: active set is then well conditioned (its eigenvalues interlace), as the general
+#: enumeration's rank test would also find.
 NEAR_DEPENDENT = 1e-6
 
 _FLOATS = (torch.float32, torch.float64)
-_SIDES_BY_SIZE = {  # (sides per row) for m = 1, 2: by active-set size, then in the order of the enumeration
-    1: (((0,),), ((1,), (-1,))),
-    2: (((0, 0),), ((0, 1), (0, -1), (1, 0), (-1, 0)), ((1, 1), (1, -1), (-1, 1), (-1, -1))),
-}
+
+
+@lru_cache(maxsize=64)
+def _candidates(sides: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The candidate side choices (+1 upper, -1 lower, 0 inactive) when row ``i`` may take the
+    sides ``sides[i]`` (0 and its finite ones), grouped by active-set size, each group in the
+    order of the general enumeration (``solvers.qp.active_set``: ``(0, 1, -1)`` per row,
+    lexicographically)."""
+    choices = list(itertools.product(*sides))
+    return tuple(tuple(c for c in choices if sum(1 for s in c if s) == size) for size in range(len(sides) + 1))
 
 
 def _host(t: torch.Tensor) -> np.ndarray:
@@ -68,27 +90,47 @@ def _plain_inputs(g, h, J, lo, hi) -> tuple | None:
         return None
     if (lon >= hin).any():  # equalities (and lo > hi) are the general path's
         return None
+    if math.prod(1 + int(np.isfinite(a)) + int(np.isfinite(b)) for a, b in zip(lon, hin)) > MAX_CANDIDATES:
+        return None
     dtype = torch.promote_types(torch.promote_types(g.dtype, h.dtype), J.dtype)
     return gn, hn, Jn, lon, hin, dtype
 
 
-def _candidate_y(sides: tuple[int, ...], M: list, q: list, lo: list, hi: list) -> list | None:
-    """``y`` of one candidate (inactive rows 0), or None when a chosen side is infinite."""
-    bounds = []
+def _solve_small(M: list, active: list[int], r: list[float]) -> list[float]:
+    """``y_A`` with ``M_AA y_A = r`` (``|A| <= 4``, ``M_AA`` symmetric positive definite) by
+    Gaussian elimination in Python floats (no pivoting is needed for such a matrix)."""
+    k = len(active)
+    if k == 1:
+        return [r[0] / M[active[0]][active[0]]]
+    if k == 2:  # Cramer's rule
+        a, b = active
+        det = M[a][a] * M[b][b] - M[a][b] * M[b][a]
+        return [(r[0] * M[b][b] - M[a][b] * r[1]) / det, (M[a][a] * r[1] - M[b][a] * r[0]) / det]
+    A = [[M[i][j] for j in active] + [r[row]] for row, i in enumerate(active)]
+    for col in range(k):
+        pivot = A[col][col]
+        for row in range(col + 1, k):
+            factor = A[row][col] / pivot
+            if factor:
+                for j in range(col, k + 1):
+                    A[row][j] -= factor * A[col][j]
+    y = [0.0] * k
+    for row in range(k - 1, -1, -1):
+        y[row] = (A[row][k] - sum(A[row][j] * y[j] for j in range(row + 1, k))) / A[row][row]
+    return y
+
+
+def _candidate_y(sides: tuple[int, ...], M: list, q: list, lo: list, hi: list) -> list:
+    """``y`` of one candidate (inactive rows 0; every chosen side finite)."""
+    active, rhs = [], []
     for i, s in enumerate(sides):
-        b = hi[i] if s > 0 else (lo[i] if s < 0 else 0.0)
-        if s and not math.isfinite(b):
-            return None
-        bounds.append(b)
-    active = [i for i, s in enumerate(sides) if s]
+        if s:
+            active.append(i)
+            rhs.append(-q[i] - (hi[i] if s > 0 else lo[i]))
     y = [0.0] * len(sides)
-    if len(active) == 1:
-        i = active[0]
-        y[i] = (-q[i] - bounds[i]) / M[i][i]
-    elif len(active) == 2:  # Cramer's rule on M y = -q - b (the pivot was checked by the caller)
-        r0, r1 = -q[0] - bounds[0], -q[1] - bounds[1]
-        det = M[0][0] * M[1][1] - M[0][1] * M[1][0]
-        y = [(r0 * M[1][1] - M[0][1] * r1) / det, (M[0][0] * r1 - M[1][0] * r0) / det]
+    if active:
+        for i, value in zip(active, _solve_small(M, active, rhs)):
+            y[i] = value
     return y
 
 
@@ -133,19 +175,19 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
     lo, hi = lon.tolist(), hin.tolist()
     if any(M[i][i] == 0 for i in range(m)):  # a zero row of J: the general path's
         return None
-    if m == 2 and 1.0 - M[0][1] ** 2 / (M[0][0] * M[1][1]) < NEAR_DEPENDENT:
+    if m > 1 and scaled_min_eig(np.asarray(M)) < NEAR_DEPENDENT:
         return None
     bound_mag = [max(abs(lo[i]) if math.isfinite(lo[i]) else 0.0, abs(hi[i]) if math.isfinite(hi[i]) else 0.0)
                  for i in range(m)]
     base_tol = [tol * (1.0 + abs(q[i]) + bound_mag[i]) for i in range(m)]
-    candidates = [[(sides, _candidate_y(sides, M, q, lo, hi)) for sides in group] for group in _SIDES_BY_SIZE[m]]
-    examined = sum(y is not None for group in candidates for _, y in group)  # as the general enumeration counts
+    groups = _candidates(tuple((0,) + ((1,) if math.isfinite(hi[i]) else ()) + ((-1,) if math.isfinite(lo[i]) else ())
+                               for i in range(m)))
+    examined = sum(len(group) for group in groups)  # the general enumeration solves them all in one batch
     chosen = None
-    for group in candidates:
+    for group in groups:
         accepted = []
-        for sides, y in group:
-            if y is None:
-                continue
+        for sides in group:
+            y = _candidate_y(sides, M, q, lo, hi)
             ok, _, _ = _kkt(y, M, q, lo, hi, base_tol, tol)
             if ok:
                 energy = sum(y[i] * M[i][j] * y[j] for i in range(m) for j in range(m))
@@ -169,7 +211,7 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
     binding = [i for i in range(m) if (math.isfinite(hi[i]) and abs(w[i] - hi[i]) <= t[i])
                or (math.isfinite(lo[i]) and abs(w[i] - lo[i]) <= t[i])]
     # smallest eigenvalue of the binding rows' unit-diagonal Gram matrix: 1 for one row, 1 - |r| for two
-    min_eig = 1.0 - abs(M[0][1]) / math.sqrt(M[0][0] * M[1][1]) if len(binding) == 2 else 1.0
+    min_eig = scaled_min_eig(np.asarray(M)[np.ix_(binding, binding)]) if len(binding) > 1 else 1.0
     residual = gn + hn * d + Jn.T @ y
     np_dtype = np.float64 if dtype == torch.float64 else np.float32
     return QPResult(

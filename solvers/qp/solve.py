@@ -146,10 +146,10 @@ def diagonal_qp(
     lo, hi : tensor (m,)
         Bounds on ``J d``: ``-inf``/``+inf`` for a missing side, ``lo == hi`` for an equality.
     solver : {"active_set", "enumeration", "dual", "osqp"}
-        ``"active_set"`` (default): one or two plain rows (no equality, no zero or nearly
-        parallel rows) are solved by enumeration in scalar arithmetic
-        (:mod:`solvers.qp.scalar`: 0.10 ms against 0.31 ms with 1,441 parameters, the same
-        answer); otherwise enumeration ([SQP] Alg 1) when the number of constrained
+        ``"active_set"`` (default): up to four plain rows (no equality, no zero or nearly
+        dependent rows, at most 27 candidate active sets) are solved by enumeration in scalar
+        arithmetic (:mod:`solvers.qp.scalar`, the same answer; with 1,441 parameters and four
+        one-sided rows 0.23 ms against 0.38 ms on the general path); otherwise enumeration ([SQP] Alg 1) when the number of constrained
         rows is at most :data:`ENUMERATION_MAX_ROWS`, else the dual active-set method
         (Goldfarb-Idnani). ``"enumeration"`` / ``"dual"`` force one of them (enumeration takes
         at most 10 constrained rows, 3^10 sets, and hands over to the dual method when no set
@@ -198,7 +198,7 @@ def diagonal_qp(
     rows 1e-4 rad apart with multipliers ~1e8).
     """
     tol, rank_tol = check_options(solver, tol, rank_tol, max_iter)
-    if solver == "active_set":  # one or two plain rows: the enumeration in scalar arithmetic
+    if solver == "active_set":  # a few plain rows: the enumeration in scalar arithmetic
         answer = solve_scalar(g, h, J, lo, hi, tol, rank_tol, PRIMAL_SLACK)
         if answer is not None:
             return answer

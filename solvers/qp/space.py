@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["NUMPY_DTYPES", "Inputs", "Space", "build_space", "is_degenerate", "kkt_satisfied", "validate_inputs",
-           "zero_rows_feasible"]
+__all__ = ["NUMPY_DTYPES", "Inputs", "Space", "build_space", "is_degenerate", "kkt_satisfied", "scaled_min_eig",
+           "validate_inputs", "zero_rows_feasible"]
 
 
 NUMPY_DTYPES = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16}
@@ -219,7 +219,7 @@ def kkt_satisfied(space: Space, Y: np.ndarray, W: np.ndarray) -> np.ndarray:
     return feasible & signs_ok
 
 
-def _scaled_min_eig(M_sub: np.ndarray) -> float:
+def scaled_min_eig(M_sub: np.ndarray) -> float:
     """Smallest eigenvalue of ``D^{-1/2} M_sub D^{-1/2}`` (unit diagonal): 0 iff rows dependent."""
     if M_sub.shape[0] == 0:
         return 1.0
@@ -236,4 +236,4 @@ def is_degenerate(space: Space, y: np.ndarray, rank_tol: float) -> bool:
     if np.any(binding & space.zero):
         return True
     rows = np.flatnonzero(binding)
-    return _scaled_min_eig(space.M[np.ix_(rows, rows)]) <= rank_tol
+    return scaled_min_eig(space.M[np.ix_(rows, rows)]) <= rank_tol
