@@ -91,17 +91,25 @@ def _smooth_max0(v: torch.Tensor, mu: float) -> tuple[torch.Tensor, torch.Tensor
     Where ``v^2`` overflows (``|v| > 1.8e19`` in float32) this gives ``m = max(v, 0)`` and
     ``m' = 0``; ``phi_mu`` and ``phi_mu'`` (which tends to 0 there) remain correct.
     """
-    root = torch.mul(v, v).add_(mu).sqrt_()  # fresh tensors updated in place: one allocation each
-    value = v.abs().add_(root).reciprocal_().mul_(0.5 * mu).add_(torch.clamp(v, min=0.0))
+    root = torch.addcmul(v.new_full((), mu), v, v).sqrt_()  # fresh tensors updated in place: one allocation each
+    den = torch.abs(v).add_(root)
+    value = torch.clamp(v, min=0.0).addcdiv_(v.new_ones(()), den, value=0.5 * mu)
     return value, value / root
+
+
+def _outer_and_slope(shifted: torch.Tensor, mu: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``m(1 - m(v))`` and ``phi_mu'(u) = m'(1 - m(v)) m'(v)`` at ``v = u + 1/2``, so that
+    ``phi_mu(u) = 1 - m(1 - m(v))``."""
+    inner, inner_slope = _smooth_max0(shifted, mu)
+    outer, outer_slope = _smooth_max0(torch.rsub(inner, 1.0), mu)
+    return outer, outer_slope.mul_(inner_slope)
 
 
 def _phi_mu(u: torch.Tensor, mu: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The paper's ``phi_mu(u) = 1 - m(1 - m(u + 1/2))`` ([SQP] sec 3.1) and
     ``phi_mu'(u) = m'(1 - m(u + 1/2)) m'(u + 1/2)``."""
-    inner, inner_slope = _smooth_max0(u + 0.5, mu)
-    outer, outer_slope = _smooth_max0(inner.neg_().add_(1.0), mu)
-    return outer.neg_().add_(1.0), outer_slope.mul_(inner_slope)
+    outer, slope = _outer_and_slope(u + 0.5, mu)
+    return torch.rsub(outer, 1.0), slope
 
 
 def _lower_limit(mu: float) -> float:
@@ -113,9 +121,12 @@ def _smoothed_step(u: torch.Tensor, mu: float, normalized: bool) -> tuple[torch.
     """``phi_mu`` (paper) or ``phi_c`` (normalized) at ``u`` and its derivative, in one pass."""
     if not normalized:
         return _phi_mu(u, mu)
-    value, slope = _phi_mu(torch.stack([u, -u]), mu)
-    half_range = 2.0 * (1.0 - _lower_limit(mu))
-    return 0.5 + (value[0] - value[1]) / half_range, (slope[0] + slope[1]) / half_range
+    shifted = u.new_empty((2,) + tuple(u.shape))  # u + 1/2 and -u + 1/2, evaluated together
+    torch.add(u, 0.5, out=shifted[0])
+    torch.mul(u, -1.0, out=shifted[1]).add_(0.5)
+    outer, slope = _outer_and_slope(shifted, mu)
+    inverse_range = 0.5 / (1.0 - _lower_limit(mu))  # phi_mu(u) - phi_mu(-u) = outer(-u) - outer(u)
+    return torch.sub(outer[1], outer[0]).mul_(inverse_range).add_(0.5), torch.add(slope[0], slope[1]).mul_(inverse_range)
 
 
 class _SmoothedStepFunction(torch.autograd.Function):

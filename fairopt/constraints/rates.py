@@ -171,12 +171,6 @@ def _comparisons(partitions: Sequence[Partition], pairwise: bool) -> tuple[list[
     return sides, pairs
 
 
-def _tile(bounds: Sequence[tuple[int, int]], n: int) -> bool:
-    """Whether the segments ``bounds`` cover rows ``0..n-1`` in order, without gaps."""
-    return bool(bounds) and bounds[0][0] == 0 and bounds[-1][1] == n and all(
-        b == a for (_, b), (a, _) in zip(bounds[:-1], bounds[1:]))
-
-
 class GroupRateConstraint(LinearRowsConstraint):
     """Rows that are linear combinations of two group means ``P_focus``, ``P_ref`` per comparison.
 
@@ -327,8 +321,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         the Jacobian; members with one surrogate and threshold share ``phi``, ``v`` and the sums
         (``solvers.problem.shared_scratch``). None when the closed form does not apply
         (:attr:`jacobian_direction` is None)."""
-        direction = self.jacobian_direction
-        if direction is None:
+        if self.jacobian_direction is None or type(self).exact is not LinearRowsConstraint.exact:
             return None
         source = out
         out = check_out(out, batch).detach()
@@ -352,14 +345,10 @@ class GroupRateConstraint(LinearRowsConstraint):
         if scratch is not None and key in scratch:
             return scratch[key][1]
         phi, slope = self._shared_transform_and_slope(source, out)
-        values = torch.stack([phi, self._transform(out - self.threshold, exact=True)])
+        step = self._transform(out - self.threshold, exact=True)
         if weights is not None:
-            values, slope = values * weights, slope * weights
-        totals = torch.cumsum(values, dim=1, dtype=FLOAT64)
-        ends = totals[:, [b - 1 for _, b in bounds]]
-        before = torch.cat([ends.new_zeros(2, 1), ends[:, :-1]], dim=1)  # the segments tile the rows in order
-        sums = ends - before if _tile(bounds, out.shape[0]) else torch.stack(
-            [values[:, a:b].sum(dim=1, dtype=FLOAT64) for a, b in bounds], dim=1)
+            phi, step, slope = phi * weights, step * weights, slope * weights
+        sums = [torch.stack([x[a:b].sum(dtype=FLOAT64) for a, b in bounds]) for x in (phi, step)]
         triple = (sums[0], sums[1], slope)
         if scratch is not None:
             scratch[key] = (source, triple)

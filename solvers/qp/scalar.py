@@ -90,10 +90,19 @@ def _plain_inputs(g, h, J, lo, hi) -> tuple | None:
         return None
     if (lon >= hin).any():  # equalities (and lo > hi) are the general path's
         return None
-    if math.prod(1 + int(np.isfinite(a)) + int(np.isfinite(b)) for a, b in zip(lon, hin)) > MAX_CANDIDATES:
-        return None
     dtype = torch.promote_types(torch.promote_types(g.dtype, h.dtype), J.dtype)
     return gn, hn, Jn, lon, hin, dtype
+
+
+def _unit_min_eig(M: list, rows: list[int]) -> float:
+    """Smallest eigenvalue of the unit-diagonal Gram matrix of ``rows``: 1 for one row, ``1 - |r|``
+    for two at cosine ``r``, :func:`solvers.qp.space.scaled_min_eig` for more."""
+    if len(rows) < 2:
+        return 1.0
+    if len(rows) == 2:
+        a, b = rows
+        return 1.0 - abs(M[a][b]) / math.sqrt(M[a][a] * M[b][b])
+    return scaled_min_eig(np.asarray(M)[np.ix_(rows, rows)])
 
 
 def _solve_small(M: list, active: list[int], r: list[float]) -> list[float]:
@@ -173,9 +182,11 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
     M = (0.5 * (M_np + M_np.T)).tolist()
     q = (JH @ gn).tolist()
     lo, hi = lon.tolist(), hin.tolist()
+    if math.prod(1 + math.isfinite(a) + math.isfinite(b) for a, b in zip(lo, hi)) > MAX_CANDIDATES:
+        return None
     if any(M[i][i] == 0 for i in range(m)):  # a zero row of J: the general path's
         return None
-    if m > 1 and scaled_min_eig(np.asarray(M)) < NEAR_DEPENDENT:
+    if m > 1 and _unit_min_eig(M, list(range(m))) < NEAR_DEPENDENT:
         return None
     bound_mag = [max(abs(lo[i]) if math.isfinite(lo[i]) else 0.0, abs(hi[i]) if math.isfinite(hi[i]) else 0.0)
                  for i in range(m)]
@@ -211,7 +222,7 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
     binding = [i for i in range(m) if (math.isfinite(hi[i]) and abs(w[i] - hi[i]) <= t[i])
                or (math.isfinite(lo[i]) and abs(w[i] - lo[i]) <= t[i])]
     # smallest eigenvalue of the binding rows' unit-diagonal Gram matrix: 1 for one row, 1 - |r| for two
-    min_eig = scaled_min_eig(np.asarray(M)[np.ix_(binding, binding)]) if len(binding) > 1 else 1.0
+    min_eig = _unit_min_eig(M, binding)
     residual = gn + hn * d + Jn.T @ y
     np_dtype = np.float64 if dtype == torch.float64 else np.float32
     return QPResult(
