@@ -170,8 +170,9 @@ class FeedForwardTrace:
         self._sensitivities: list[torch.Tensor] | None = None
 
     def sensitivities(self) -> list[torch.Tensor | None]:
-        """``S_l = d out_i / d Z_l[i]`` of every layer, (n, width_l) each (computed once); None for an
-        output layer without activation (``S_L = 1``)."""
+        """``S_l = d out_i / d Z_l[i]`` of every layer, (n, width_l) each (computed once, for all rows:
+        one pass per layer costs less than one per stratum); None for an output layer without
+        activation (``S_L = 1``)."""
         if self._sensitivities is None:
             with torch.no_grad():
                 layers, n = self.network.layers, self.out.shape[0]
@@ -191,13 +192,12 @@ class FeedForwardTrace:
 
     def pullback(self, cot: torch.Tensor, rows: slice | None = None) -> torch.Tensor:
         """Rows ``cot @ d out[rows] / d params`` as a (k, p) matrix, ``cot`` (k, n) or (k, len(rows)) for
-        a slice ``rows`` of the traced rows (the rows of one stratum: no new forward pass), in the
-        order and the flattening of the ``params`` the network was recognised with."""
-        sens, inputs = self.sensitivities(), self._inputs
-        if rows is not None:
-            sens = [S if S is None else S[rows] for S in sens]
-            inputs = [H[rows] for H in inputs]
-        return self._pull(cot, sens, inputs, ((0, inputs[0].shape[0]),))[0]
+        a contiguous slice ``rows`` of the traced rows (the rows of one stratum: no new forward pass),
+        in the order and the flattening of the ``params`` the network was recognised with."""
+        start, stop, step = (rows if rows is not None else slice(None)).indices(self.out.shape[0])
+        if step != 1:
+            raise ValueError(f"rows: expected a contiguous slice (step 1), got step {step}")
+        return self._pull([cot], ((start, stop),))[0]
 
     def pullback_segments(self, cot: torch.Tensor, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
         """``cot[:, a:b] @ d out[a:b] / d params`` for every segment ``(a, b)`` of ``bounds`` (disjoint
@@ -205,40 +205,42 @@ class FeedForwardTrace:
         tensor for ``cot`` (k, n) and ``s`` segments.
 
         The same numbers as :meth:`pullback` with ``rows=slice(a, b)`` segment by segment, in one
-        call: the sensitivities are sliced once per segment and each segment's products run while
-        its rows are in cache, writing straight into the result."""
-        return self._pull(cot, self.sensitivities(), self._inputs, tuple(bounds))
+        call: each segment's products are computed while its rows are in cache, and written
+        straight into the result."""
+        if cot.shape[-1] != self.out.shape[0]:
+            raise ValueError(f"cot: expected {self.out.shape[0]} columns (one per row), got {cot.shape[-1]}")
+        return self._pull([cot[:, a:b] for a, b in bounds], tuple(bounds))
 
-    def _pull(self, cot: torch.Tensor, sens: list[torch.Tensor | None], inputs: list[torch.Tensor],
-              bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
-        """The (s, k, p) pullbacks of :meth:`pullback_segments` on the rows of ``inputs``."""
-        cot = cot.to(self.out.dtype)
-        k, n = cot.shape
-        if n != inputs[0].shape[0]:
-            raise ValueError(f"cot: expected {inputs[0].shape[0]} columns (one per row), got {n}")
-        result = cot.new_empty(len(bounds), k, self.network.n_params)
+    def _pull(self, cots: list[torch.Tensor], bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
+        """The (s, k, p) pullbacks of the cotangents ``cots[j]`` (k, b - a) of the segments ``bounds[j] = (a, b)``."""
+        k = cots[0].shape[0]
+        result = cots[0].new_empty(len(bounds), k, self.network.n_params, dtype=self.out.dtype)
         columns = self.network.columns
+        buffer = None  # cotangent-scaled sensitivities of one segment, reused
         with torch.no_grad():
-            for index in range(len(self.network.layers)):
-                S, H = sens[index], inputs[index]  # S (n, width), or None: ones (n, 1)
-                weight, bias = columns.get((index, "weight")), columns.get((index, "bias"))
-                if S is None or S.shape[1] == 1:  # one unit: the scaled cotangent is (k, n)
-                    scaled = cot if S is None else cot * S.reshape(1, -1)
-                    for seg, (a, b) in enumerate(bounds):
+            for seg, ((a, b), cot) in enumerate(zip(bounds, cots)):
+                cot = cot.to(self.out.dtype)
+                if cot.shape[1] != b - a:
+                    raise ValueError(f"cot: expected {b - a} columns (one per row), got {cot.shape[1]}")
+                for index, S in enumerate(self.sensitivities()):
+                    S = S if S is None else S[a:b]  # S (b - a, width), or None: ones (b - a, 1)
+                    H = self._inputs[index][a:b]
+                    weight, bias = columns.get((index, "weight")), columns.get((index, "bias"))
+                    if S is None or S.shape[1] == 1:  # one unit: the scaled cotangent is (k, b - a)
+                        scaled = cot if S is None else cot * S.reshape(1, -1)
                         if weight is not None:
-                            torch.matmul(scaled[:, a:b], H[a:b], out=result[seg, :, slice(*weight)])
+                            torch.matmul(scaled, H, out=result[seg, :, slice(*weight)])
                         if bias is not None:
-                            torch.sum(scaled[:, a:b], 1, keepdim=True, out=result[seg, :, slice(*bias)])
-                    continue
-                # segment by segment, S scaled by each cotangent while the segment's rows are in cache
-                shape = (S.shape[1], H.shape[1])
-                buffer = torch.empty(max(b - a for a, b in bounds), S.shape[1], dtype=S.dtype, device=S.device)
-                for seg, (a, b) in enumerate(bounds):
+                            torch.sum(scaled, 1, keepdim=True, out=result[seg, :, slice(*bias)])
+                        continue
                     if weight is not None:
-                        scaled = buffer[:b - a]
+                        if buffer is None or buffer.shape[0] < b - a or buffer.shape[1] != S.shape[1]:
+                            buffer = torch.empty(max(b - a, max(y - x for x, y in bounds)), S.shape[1],
+                                                 dtype=S.dtype, device=S.device)
+                        scaled, shape = buffer[:b - a], (S.shape[1], H.shape[1])
                         for r in range(k):
-                            torch.mul(S[a:b], cot[r, a:b].unsqueeze(1), out=scaled)
-                            torch.matmul(scaled.t(), H[a:b], out=result[seg, r, slice(*weight)].view(shape))
+                            torch.mul(S, cot[r].unsqueeze(1), out=scaled)
+                            torch.matmul(scaled.t(), H, out=result[seg, r, slice(*weight)].view(shape))
                     if bias is not None:
-                        torch.matmul(cot[:, a:b], S[a:b], out=result[seg, :, slice(*bias)])
+                        torch.matmul(cot, S, out=result[seg, :, slice(*bias)])
         return result
