@@ -37,9 +37,13 @@ from solvers.strata import (MIN_ROWS, StrataPlan, has_hidden_layer, is_rowwise, 
                             segment_factors)
 from solvers.validation import check_choice
 
-__all__ = ["AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES", "LocalDerivatives", "OutputTrace",
-           "closed_form_network", "flatten_rows", "pullback", "rows_and_output_jacobian", "rows_jacobian",
-           "trace_outputs", "vjp"]
+__all__ = ["AUGMENT_MAX_ELEMENTS", "AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES",
+           "LocalDerivatives", "OutputTrace", "closed_form_network", "flatten_rows", "pullback",
+           "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "vjp"]
+
+#: Largest feature matrix (entries) that :meth:`LocalDerivatives.augmented` copies with a column of
+#: ones (2^24: 64 MiB in float32, e.g. a million rows of 16 features).
+AUGMENT_MAX_ELEMENTS = 2**24
 
 #: Strategies of the pullback: ``"auto"`` (the stratified pullback of :mod:`solvers.strata` when the
 #: constraints announce strata and the model is row-wise with a hidden layer; the closed form of
@@ -163,15 +167,17 @@ class AutogradTrace:
         return pullback(self.out, self._params, cot, self._jacobian)
 
 
-def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor, jacobian: str = "auto") -> OutputTrace:
+def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor, jacobian: str = "auto",
+                  augmented: torch.Tensor | None = None) -> OutputTrace:
     """The forward pass of ``model`` on ``X`` ready for pullbacks: the closed form of
     :mod:`solvers.feedforward` when ``jacobian="auto"`` and ``model`` is a plain feed-forward network
     whose parameters ``params`` are (figures in that module; about 2 ms less per full-batch SQP
-    iteration on Dutch, MLP 32, ``benchmarks/results/sqp_speed.txt``); otherwise the autograd graph
-    (:class:`AutogradTrace`, strategy ``"loop"`` for ``"auto"``)."""
+    iteration on Dutch, MLP 32, ``benchmarks/results/sqp_speed.txt``), with ``augmented = [X | 1]``
+    for its first layer when given (:meth:`solvers.feedforward.FeedForward.trace`); otherwise the
+    autograd graph (:class:`AutogradTrace`, strategy ``"loop"`` for ``"auto"``)."""
     network = closed_form_network(model, params, jacobian)
     if network is not None:
-        return network.trace(X)
+        return network.trace(X, augmented)
     return AutogradTrace(model, params, X, "loop" if jacobian == "auto" else jacobian)
 
 
@@ -194,6 +200,29 @@ class LocalDerivatives:
         self.jacobian = check_choice(jacobian, JACOBIAN_MODES, "jacobian")
         self._plan: StrataPlan | None = None  # the last stratified layout (a full batch recurs every step)
         self._plan_for: tuple[Any, Any] | None = None
+        self._inputs: list[tuple[torch.Tensor, int, torch.Tensor]] = []  # (X, its version, [X | 1]), newest last
+
+    def augmented(self, X: torch.Tensor) -> torch.Tensor | None:
+        """``[X | 1]`` for a feature matrix ``X`` of at least :data:`solvers.strata.MIN_ROWS` rows and
+        at most :data:`AUGMENT_MAX_ELEMENTS` entries (``jacobian="auto"``), else None.
+
+        The closed-form network then takes the first layer's weight and bias as one matrix
+        (:meth:`solvers.feedforward.FeedForward.trace`), at the price of one copy of ``X`` with a
+        column of ones. The copies of the two most recent matrices are kept, so that a full batch,
+        traced at every iteration, is copied once (and a mini-batch objective beside a full
+        constraint batch keeps the latter's copy). A rule on the batch alone, not on what was seen
+        before: a resumed fit takes the same path, bit for bit."""
+        if self.jacobian != "auto" or X.shape[0] < MIN_ROWS or X.numel() > AUGMENT_MAX_ELEMENTS:
+            return None
+        for position, (seen, version, copy) in enumerate(self._inputs):
+            if seen is X and version == X._version:
+                del self._inputs[position]
+                self._inputs.append((X, version, copy))
+                return copy
+        with torch.no_grad():
+            copy = torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)], dim=1)
+        self._inputs = self._inputs[-1:] + [(X, X._version, copy)]
+        return copy
 
     def stratified_plan(self, model: nn.Module, cons: Any, con_batch: Any) -> StrataPlan | None:
         """The layout of the stratified pullback for this call, or None for the plain one
@@ -225,10 +254,10 @@ class LocalDerivatives:
                con_batch: Any, rows: torch.Tensor | None) -> Derivatives:
         """:class:`Derivatives` from one trace per batch (:func:`trace_outputs`)."""
         t0 = time.perf_counter()
-        trace = trace_outputs(model, params, obj_batch.X, self.jacobian)
+        trace = trace_outputs(model, params, obj_batch.X, self.jacobian, self.augmented(obj_batch.X))
         same = con_batch is obj_batch
-        trace_c = trace if same else (trace_outputs(model, params, con_batch.X, self.jacobian)
-                                      if con_batch is not None else None)
+        trace_c = trace if same else (trace_outputs(model, params, con_batch.X, self.jacobian,
+                                                    self.augmented(con_batch.X)) if con_batch is not None else None)
         out, out_c = trace.out, (trace_c.out if trace_c is not None else None)
         t1 = time.perf_counter()
 
@@ -272,7 +301,7 @@ class LocalDerivatives:
         same = obj_batch is plan.source
         network = closed_form_network(model, params, self.jacobian)
         if network is not None:
-            whole = network.trace(batch.X)
+            whole = network.trace(batch.X, self.augmented(batch.X))
             out_c = whole.out
             pulls = [partial(whole.pullback, rows=slice(a, b)) for a, b in bounds]
         else:

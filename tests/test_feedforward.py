@@ -182,3 +182,46 @@ def test_segmented_pullback_equals_the_pullback_of_each_segment():
     torch.testing.assert_close(got[2], _reference(model, partial_params, X[8:30], cot[:, 8:30]), rtol=2e-5, atol=1e-6)
     with pytest.raises(ValueError, match="cot: expected 40 columns"):
         FeedForward.recognise(model, params).trace(X).pullback_segments(torch.zeros(2, 39), bounds)
+
+
+def test_augmented_first_layer_gives_the_same_outputs_and_pullbacks():
+    """``trace(X, augmented=[X | 1])``: the first layer's weight and bias as one product, the same
+    outputs and pullbacks up to rounding; a network without a first-layer bias ignores it."""
+    X = torch.randn(60, 4, generator=torch.Generator().manual_seed(5))
+    augmented = torch.cat([X, torch.ones(60, 1)], dim=1)
+    cot = torch.randn(2, 60, generator=torch.Generator().manual_seed(6))
+    bounds = ((0, 25), (25, 60))
+    models = [mlp(4, hidden=(5,), seed=0), mlp(4, hidden=(5, 3), seed=1), linear(4, seed=2),
+              nn.Sequential(nn.Linear(4, 3, bias=False), nn.Tanh(), nn.Linear(3, 1))]
+    for model in models:
+        for params in (list(model.parameters()), list(model.parameters())[:1], list(model.parameters())[1:]):
+            network = FeedForward.recognise(model, params)
+            plain, fused = network.trace(X), network.trace(X, augmented=augmented)
+            torch.testing.assert_close(fused.out, plain.out, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(fused.pullback_segments(cot, bounds), plain.pullback_segments(cot, bounds),
+                                       rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(fused.pullback(cot), _reference(model, params, X, cot), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"augmented: expected shape \(60, 5\)"):
+        FeedForward.recognise(models[0], list(models[0].parameters())).trace(X, augmented=X)
+
+
+def test_the_oracle_augments_large_feature_matrices_and_keeps_recurring_copies(monkeypatch):
+    """``LocalDerivatives.augmented``: ``[X | 1]`` for batches of at least MIN_ROWS rows (a rule on the
+    batch: a resumed fit takes the same path); the copies of two recurring matrices are kept."""
+    X, other = torch.randn(30, 4), torch.randn(20, 4)
+    assert LocalDerivatives("auto").augmented(X) is None  # fewer rows than MIN_ROWS: a mini-batch
+    monkeypatch.setattr("solvers.derivatives.MIN_ROWS", 10)
+    oracle = LocalDerivatives("auto")
+    copy = oracle.augmented(X)
+    assert torch.equal(copy, torch.cat([X, torch.ones(30, 1)], dim=1)) and oracle.augmented(X) is copy
+    kept = oracle.augmented(other)
+    assert oracle.augmented(other) is kept and oracle.augmented(X) is copy  # both kept
+    for _ in range(3):
+        assert oracle.augmented(torch.randn(30, 4)) is not None  # fresh batches evict each other ...
+        assert oracle.augmented(X) is copy  # ... not the recurring matrix
+    X.add_(1.0)  # changed in place: a new copy
+    fresh = oracle.augmented(X)
+    assert fresh is not copy and torch.equal(fresh[:, :4], X)
+    assert LocalDerivatives("loop").augmented(X) is None
+    monkeypatch.setattr("solvers.derivatives.AUGMENT_MAX_ELEMENTS", 100)
+    assert LocalDerivatives("auto").augmented(X) is None  # 120 entries: over the cap
