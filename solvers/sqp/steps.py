@@ -15,7 +15,6 @@ import torch
 
 from solvers.derivatives import Derivatives
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_NORMAL, QP_RELAXED
-from solvers.problem import row_violations, violation
 from solvers.qp import QPResult, diagonal_qp, least_violation_bounds
 
 __all__ = ["SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step", "calibrate",
@@ -98,12 +97,14 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     h = hessian_diag(der.g, v, first, options)
     t0 = time.perf_counter()
     m = int(der.c.numel())
+    g64, h64 = der.g.to(torch.float64), h.to(torch.float64)
+    J64 = der.J.to(torch.float64)  # once for the QP, the restoration step and the checks below
     if m:
-        res, qp_status, qp_bounds = solve_qp(der, h, lower, upper, state)
+        res, qp_status, qp_bounds = solve_qp(g64, h64, J64, der.c, lower, upper, state)
         d = res.d.to(der.g.dtype)
         y = res.multipliers
         # "u3" = upper side of row 3 in the working set, "l0" = lower side of row 0
-        active = [("u" if int(res.active[i]) > 0 else "l") + str(int(i)) for i in torch.nonzero(res.active).reshape(-1)]
+        active = [("u" if side > 0 else "l") + str(i) for i, side in enumerate(res.active.tolist()) if side]
     else:
         d = -der.g / h
         y = torch.zeros(0, dtype=torch.float64)
@@ -117,9 +118,10 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
         d = cap_norm(d, radius)
     t_qp = time.perf_counter() - t0
 
-    d64, g64, h64 = d.to(torch.float64), der.g.to(torch.float64), h.to(torch.float64)
-    V = float(violation(der.c, lower, upper)) if m else 0.0
-    V_lin = float(violation(der.c + der.J.to(torch.float64) @ d64, lower, upper)) if m else 0.0
+    d64 = d.to(torch.float64)
+    lower_list, upper_list = lower.tolist(), upper.tolist()
+    V = total_violation(der.c.tolist(), lower_list, upper_list)
+    V_lin = total_violation((der.c + J64 @ d64).tolist(), lower_list, upper_list) if m else 0.0
     red = V - V_lin
     gd = float(g64 @ d64)
     dHd = float((h64 * d64 * d64).sum())
@@ -141,7 +143,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     step = alpha * d
     norm_v = 0.0
     if m and options.feasibility_restoration and V > 0 and alpha < 1.0:
-        v_step = normal_step(h, der.J, qp_bounds)
+        v_step = normal_step(h64, J64, qp_bounds)
         if v_step is not None:
             norm_v = float(v_step.norm())
             # stochastic or capped: the restoration moves at most as far as the step itself,
@@ -155,18 +157,18 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     if step_memory and m:
         remember_step(state, math.sqrt(dnorm2), capped)
 
-    kkt = float((g64 + der.J.to(torch.float64).T @ y).abs().max()) if m else float(g64.abs().max())
+    kkt = float((g64 + J64.T @ y).abs().max()) if m else float(g64.abs().max())
     state["last_kkt"] = kkt
-    exact_rows = (row_violations(der.c_exact, true_lower, true_upper) if der.c_exact is not None
-                  else torch.zeros(0, dtype=torch.float64))
+    exact_rows = (_row_violations(der.c_exact.tolist(), true_lower.tolist(), true_upper.tolist())
+                  if der.c_exact is not None else [])
     return {
         "iteration": state["iteration"],
         "f": der.f,
         COLUMN_C: der.c.tolist(),
         "c_exact": der.c_exact.tolist() if der.c_exact is not None else [],
         "V": V,
-        "V_exact": float(exact_rows.sum()),
-        "V_exact_max": float(exact_rows.max()) if exact_rows.numel() else 0.0,
+        "V_exact": sum(exact_rows),
+        "V_exact_max": max(exact_rows, default=0.0),
         "merit": tau * der.f + V,
         "tau": tau,
         "xi": xi,
@@ -184,6 +186,16 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     }
 
 
+def _row_violations(c: list[float], lower: list[float], upper: list[float]) -> list[float]:
+    """:func:`solvers.problem.row_violations` in Python floats (a few rows: no tensor overhead)."""
+    return [max(ci - ui, 0.0) + max(li - ci, 0.0) for ci, li, ui in zip(c, lower, upper)]
+
+
+def total_violation(c: list[float], lower: list[float], upper: list[float]) -> float:
+    """:func:`solvers.problem.violation` in Python floats."""
+    return sum(_row_violations(c, lower, upper))
+
+
 def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOptions) -> torch.Tensor:
     """``h = sqrt(v + mu)`` after updating the second moment ``v`` in place: Adam-type
     ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2) g^2`` at the first step) or AdaGrad ``v += g^2``."""
@@ -197,14 +209,15 @@ def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOpt
     return torch.sqrt(v + options.hessian_shift)
 
 
-def solve_qp(der: Derivatives, h: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, state: dict):
-    """Solve the SQP subproblem; relax the bounds if the linearisation is infeasible.
+def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.Tensor, lower: torch.Tensor,
+             upper: torch.Tensor, state: dict):
+    """Solve the SQP subproblem ``min g'd + 1/2 d'Hd  s.t.  lower <= c + J d <= upper`` (float64
+    ``g``, ``h``, ``J``); relax the bounds if the linearisation is infeasible.
 
     Returns the :class:`solvers.qp.QPResult`, "normal" or "relaxed", and the bounds
     ``(lo, hi)`` on ``J d`` that were solved for. The first relaxed step of a fit warns
     (:class:`SQPWarning`, at the line of the engine that took the step)."""
-    g64, h64, J64 = der.g.to(torch.float64), h.to(torch.float64), der.J.to(torch.float64)
-    lo, hi = lower - der.c, upper - der.c
+    lo, hi = lower - c, upper - c
     res = diagonal_qp(g64, h64, J64, lo, hi)
     if res.status == "optimal":
         return res, QP_NORMAL, (lo, hi)
@@ -316,11 +329,10 @@ def update_merit_and_ratio(state: dict, red: float, gd: float, dHd: float, dnorm
     return tau, xi, dl
 
 
-def normal_step(h: torch.Tensor, J: torch.Tensor, bounds: tuple) -> torch.Tensor | None:
-    """``v = argmin 1/2 v'Hv  s.t.  lo <= J v <= hi``: the least-``H``-norm step onto the
-    linearised feasible set (``lo = l - c``, ``hi = u - c``, relaxed if they were)."""
-    h64 = h.to(torch.float64)
-    res = diagonal_qp(torch.zeros_like(h64), h64, J.to(torch.float64), bounds[0], bounds[1])
+def normal_step(h64: torch.Tensor, J64: torch.Tensor, bounds: tuple) -> torch.Tensor | None:
+    """``v = argmin 1/2 v'Hv  s.t.  lo <= J v <= hi`` (float64 ``h``, ``J``): the least-``H``-norm
+    step onto the linearised feasible set (``lo = l - c``, ``hi = u - c``, relaxed if they were)."""
+    res = diagonal_qp(torch.zeros_like(h64), h64, J64, bounds[0], bounds[1])
     return res.d if res.status == "optimal" else None
 
 
