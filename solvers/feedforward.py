@@ -237,21 +237,21 @@ class FeedForwardTrace:
     def _pull(self, cots: list[torch.Tensor], bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
         """The (s, k, p) pullbacks of the cotangents ``cots[j]`` (k, b - a) of the segments ``bounds[j] = (a, b)``."""
         k = cots[0].shape[0]
-        result = cots[0].new_empty(len(bounds), k, self.network.n_params, dtype=self.out.dtype)
+        for (a, b), cot in zip(bounds, cots):
+            if cot.shape[1] != b - a:
+                raise ValueError(f"cot: expected {b - a} columns (one per row), got {cot.shape[1]}")
+        cots = [cot.to(self.out.dtype) for cot in cots]
+        result = cots[0].new_empty(len(bounds), k, self.network.n_params)
         columns = self.network.columns
-        buffer: torch.Tensor | None = None  # cotangent-scaled sensitivities of one segment, reused
+        whole = len(bounds) == 1 and bounds[0] == (0, self.out.shape[0])  # no slicing
         with torch.no_grad():
-            for seg, ((a, b), cot) in enumerate(zip(bounds, cots)):
-                cot = cot.to(self.out.dtype)
-                if cot.shape[1] != b - a:
-                    raise ValueError(f"cot: expected {b - a} columns (one per row), got {cot.shape[1]}")
-                for index, S in enumerate(self.sensitivities()):
-                    S = S if S is None else S[a:b]  # (b - a, width), or None: ones (b - a, 1)
-                    H = self._inputs[index][a:b]
-                    weight, bias = columns.get((index, "weight")), columns.get((index, "bias"))
-                    augmented = index == 0 and self._augmented_first  # H = [X | 1]: [dW | db] in one product
-                    if S is None or S.shape[1] == 1:  # one unit: the scaled cotangent is (k, b - a)
-                        scaled = cot if S is None else cot * S.reshape(1, -1)
+            for index, (S_all, H_all) in enumerate(zip(self.sensitivities(), self._inputs)):
+                weight, bias = columns.get((index, "weight")), columns.get((index, "bias"))
+                augmented = index == 0 and self._augmented_first  # H = [X | 1]: [dW | db] in one product
+                if S_all is None or S_all.shape[1] == 1:  # one unit: the scaled cotangent is (k, rows)
+                    for seg, ((a, b), cot) in enumerate(zip(bounds, cots)):
+                        H = H_all if whole else H_all[a:b]
+                        scaled = cot if S_all is None else cot * (S_all if whole else S_all[a:b]).reshape(1, -1)
                         if augmented:
                             self._put_augmented(result[seg], scaled @ H, weight, bias)
                             continue
@@ -259,27 +259,24 @@ class FeedForwardTrace:
                             torch.matmul(scaled, H, out=result[seg, :, slice(*weight)])
                         if bias is not None:
                             torch.sum(scaled, 1, keepdim=True, out=result[seg, :, slice(*bias)])
-                        continue
+                    continue
+                width, features = S_all.shape[1], H_all.shape[1]
+                buffer = S_all.new_empty(max(b - a for a, b in bounds), width)  # one segment's scaled S, reused
+                weights = None if weight is None or augmented else result[:, :, slice(*weight)].view(
+                    len(bounds), k, width, features)
+                for seg, ((a, b), cot) in enumerate(zip(bounds, cots)):
+                    S, H = (S_all, H_all) if whole else (S_all[a:b], H_all[a:b])
                     if weight is not None or augmented:
-                        buffer = self._buffer(buffer, bounds, S)
-                        scaled, shape = buffer[:b - a], (S.shape[1], H.shape[1])
+                        scaled = buffer[:b - a]
                         for r in range(k):
                             torch.mul(S, cot[r].unsqueeze(1), out=scaled)
                             if augmented:
                                 self._put_augmented(result[seg, r:r + 1], scaled.t() @ H, weight, bias)
                             else:
-                                torch.matmul(scaled.t(), H, out=result[seg, r, slice(*weight)].view(shape))
+                                torch.matmul(scaled.t(), H, out=weights[seg, r])
                     if bias is not None and not augmented:
                         torch.matmul(cot, S, out=result[seg, :, slice(*bias)])
         return result
-
-    @staticmethod
-    def _buffer(buffer: torch.Tensor | None, bounds: tuple[tuple[int, int], ...], S: torch.Tensor) -> torch.Tensor:
-        """A (rows of the longest segment, width of ``S``) scratch matrix, ``buffer`` when it fits."""
-        rows = max(b - a for a, b in bounds)
-        if buffer is None or buffer.shape[0] < rows or buffer.shape[1] != S.shape[1]:
-            buffer = torch.empty(rows, S.shape[1], dtype=S.dtype, device=S.device)
-        return buffer
 
     @staticmethod
     def _put_augmented(rows: torch.Tensor, product: torch.Tensor, weight: tuple[int, int] | None,

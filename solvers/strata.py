@@ -14,7 +14,10 @@ one vector-Jacobian product per stratum, plus the objective gradient ``g = sum_A
 on the same per-stratum graphs: two backward passes over the rows in all, whatever the number of
 constraint rows ``m`` (the plain pullback needs ``1 + m``). A block that is not numerically of rank
 one (e.g. two members with different surrogates ``phi``) is pulled back row by row, so the result is
-exact in every case; the rank test is the safeguard, the strata only a hint.
+exact in every case; the rank test is the safeguard, the strata only a hint. Constraints whose
+blocks are of rank one by construction may hand the factors themselves, ``a_A`` for every stratum
+and ``v`` on all rows (``solvers.problem.ConstraintSet.rows_and_factors``); otherwise
+:func:`segment_factors` reads them off the dense matrix.
 
 This module is fairness-agnostic: constraints announce their strata through an optional method
 ``strata(batch) -> LongTensor (n,)`` (rows with equal codes share every group); models through their
