@@ -241,9 +241,11 @@ class GroupRateConstraint(LinearRowsConstraint):
         """0/1 membership ``(G, n)`` of every side, sides in ``_comparisons`` order."""
         blocks = []
         for part, (groups, complement) in zip(self._partitions, self._side_groups):
-            block = part.indicators(batch)[groups]
-            blocks.append(torch.where(complement[:, None], 1.0 - block, block))
-        return torch.cat(blocks)
+            # side g: rows whose (validated) code is the side's group, or is not for a complement
+            codes = part.codes(batch)
+            blocks.append(torch.ne(codes[None, :] == groups.to(codes.device)[:, None],
+                                   complement.to(codes.device)[:, None]))
+        return torch.cat(blocks).to(FLOAT64)
 
     def _build_operator(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         groups = self._membership(batch)
