@@ -229,7 +229,25 @@ class FeedForwardTrace:
 
         The same numbers as :meth:`pullback` with ``rows=slice(a, b)`` segment by segment, in one
         call: each segment's products are computed while its rows are in cache, and written
-        straight into the result."""
+        straight into the result.
+
+        Parameters
+        ----------
+        cot : tensor (k, n)
+            Cotangents, one column per traced row.
+        bounds : sequence of (int, int)
+            Disjoint row ranges ``(a, b)``.
+
+        Returns
+        -------
+        tensor (s, k, p)
+            Row ``[j, r]``: ``cot[r, a:b] @ d out[a:b] / d params`` for ``(a, b) = bounds[j]``, in the
+            order and flattening of the ``params`` the network was recognised with.
+
+        Raises
+        ------
+        ValueError
+            ``cot`` does not have one column per traced row."""
         if cot.shape[-1] != self.out.shape[0]:
             raise ValueError(f"cot: expected {self.out.shape[0]} columns (one per row), got {cot.shape[-1]}")
         return self._pull([cot[:, a:b] for a, b in bounds], tuple(bounds))

@@ -321,8 +321,22 @@ class GroupRateConstraint(LinearRowsConstraint):
         the sums in float64. The same numbers as :meth:`rows_and_jacobian` and :meth:`exact` up to
         rounding, in ``O(n)`` work and memory instead of ``O(G n)`` per member and ``O(m n)`` for
         the Jacobian; members with one surrogate and threshold share ``phi``, ``v`` and the sums
-        (``solvers.problem.shared_scratch``). None when the closed form does not apply
-        (:attr:`jacobian_direction` is None)."""
+        (``solvers.problem.shared_scratch``).
+
+        Parameters
+        ----------
+        out : tensor (n,)
+            Model outputs on ``batch``.
+        batch : FairData-like
+            The rows, in the order the segments refer to.
+        bounds : sequence of (int, int)
+            Row ranges ``(a, b)``, each inside one stratum.
+
+        Returns
+        -------
+        RowFactors or None
+            None when the closed form does not apply (:attr:`jacobian_direction` is None, or a
+            subclass redefines :meth:`exact`)."""
         if self.jacobian_direction is None or type(self).exact is not LinearRowsConstraint.exact:
             return None
         source = out
