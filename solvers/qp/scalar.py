@@ -4,7 +4,7 @@ Most SQP steps carry a few constraint rows (a disparate-impact pair, disparate a
 impact together, one distance covariance bound), and there the general path of
 :func:`solvers.qp.diagonal_qp` spends its time on the overhead of many small array
 operations, not on arithmetic: 0.31 ms per QP with two rows and ``p = 1,441`` parameters,
-against a mini-batch SQP step of about 2.6 ms. This module
+against a mini-batch SQP step of about 2 ms. This module
 solves the same problem, ``min g'd + 1/2 d' diag(h) d  s.t.  lo <= J d <= hi``, by the same
 method as ``solver="enumeration"`` ([SQP] Algorithm 1): every active set with every choice
 of sides, by increasing size, ``y_A = M_AA^{-1} (-q_A - b_A)`` with ``M = J H^{-1} J'`` and
@@ -20,7 +20,7 @@ candidates of sizes 0 to 2, not all 16.
 general path decides (and raises its errors): more than :data:`SCALAR_MAX_ROWS` rows or
 more than :data:`MAX_CANDIDATES` candidate active sets (a side per row with a finite bound), any
 input that is not a CPU float32/float64 tensor of the right shape, a non-finite ``g``,
-``h`` or ``J``, ``h <= 0``, NaN bounds, an equality row or ``lo > hi``, a zero row of
+``h`` or ``J`` (or one whose entries' total overflows), ``h <= 0``, NaN bounds, an equality row or ``lo > hi``, a zero row of
 ``J``, nearly dependent rows (the smallest eigenvalue of their unit-diagonal Gram matrix
 ``D^{-1/2} M D^{-1/2}`` below :data:`NEAR_DEPENDENT`; ``1 - |r|`` for two rows at cosine
 ``r``), no candidate
