@@ -249,7 +249,8 @@ class GroupRateConstraint(LinearRowsConstraint):
 
     def _build_operator(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         groups = self._membership(batch)
-        membership = torch.cat([groups if mask is None else groups * mask for mask in self._row_masks(batch)])
+        blocks = [groups if mask is None else groups * mask for mask in self._row_masks(batch)]
+        membership = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
         weights = row_weights(batch)
         if weights is not None:  # weighted means (module doc)
             membership = membership * weights.to(device=membership.device, dtype=FLOAT64)[None, :]

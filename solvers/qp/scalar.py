@@ -38,7 +38,6 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from solvers.qp.lp import row_violation
 from solvers.qp.results import QPResult
 from solvers.qp.space import scaled_min_eig
 
@@ -87,10 +86,9 @@ def _plain_inputs(g, h, J, lo, hi) -> tuple | None:
     # one finite total stands for finite entries (an overflowing total only sends the problem to the general path)
     if not math.isfinite(float(gn.sum()) + float(hn.sum()) + float(Jn.sum())) or hn.min() <= 0:
         return None
-    if np.isnan(lon).any() or np.isnan(hin).any() or (lon == math.inf).any() or (hin == -math.inf).any():
-        return None
-    if (lon >= hin).any():  # equalities (and lo > hi) are the general path's
-        return None
+    for a, b in zip(lon.tolist(), hin.tolist()):  # a few rows: Python floats
+        if math.isnan(a) or math.isnan(b) or a == math.inf or b == -math.inf or a >= b:  # (equalities: general path)
+            return None
     dtype = torch.promote_types(torch.promote_types(g.dtype, h.dtype), J.dtype)
     return gn, hn, Jn, lon, hin, dtype
 
@@ -229,11 +227,11 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
     return QPResult(
         d=torch.from_numpy(np.ascontiguousarray(d, dtype=np_dtype)),
         multipliers=torch.from_numpy(np.ascontiguousarray(y, dtype=np_dtype)),
-        active=torch.tensor(sides, dtype=torch.int8),
+        active=torch.from_numpy(np.array(sides, dtype=np.int8)),
         status="optimal",
         objective=float(gn @ d + 0.5 * hn @ (d * d)),
-        kkt_residual=float(np.max(np.abs(residual), initial=0.0)),
-        max_violation=float(np.max(row_violation(Jd_np, lon, hin), initial=0.0)),
+        kkt_residual=float(np.abs(residual).max()) if residual.size else 0.0,
+        max_violation=max((max(lo[i] - Jd[i], Jd[i] - hi[i], 0.0) for i in range(m)), default=0.0),
         degenerate=min_eig <= rank_tol,
         method="enumeration",
         iterations=examined,

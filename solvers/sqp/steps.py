@@ -199,14 +199,14 @@ def total_violation(c: list[float], lower: list[float], upper: list[float]) -> f
 def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOptions) -> torch.Tensor:
     """``h = sqrt(v + mu)`` after updating the second moment ``v`` in place: Adam-type
     ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2) g^2`` at the first step) or AdaGrad ``v += g^2``."""
-    g2 = g.detach() ** 2
+    g = g.detach()
     if options.hessian == "adagrad":
-        v.add_(g2)
+        v.addcmul_(g, g)
     elif first:
-        v.copy_((1.0 - options.beta2) * g2)
+        torch.mul(g, g, out=v).mul_(1.0 - options.beta2)
     else:
-        v.mul_(options.beta2).add_((1.0 - options.beta2) * g2)
-    return torch.sqrt(v + options.hessian_shift)
+        v.mul_(options.beta2).addcmul_(g, g, value=1.0 - options.beta2)
+    return torch.add(v, options.hessian_shift).sqrt_()
 
 
 def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.Tensor, lower: torch.Tensor,
