@@ -163,8 +163,7 @@ class AllReduceDerivatives:
             raise ValueError("constraint_batch: data-parallel SQP evaluates constraints on the objective rows")
         t1 = time.perf_counter()
         members = list(cons) if con_batch is not None else []
-        local, sizes = local_sums(trace.out, params, obj_batch, loss_fn, members,
-                                   lambda o, p, cot: trace.pullback(cot))
+        local, sizes = local_sums(trace.out, obj_batch, loss_fn, members, trace.pullback)
         totals = _all_reduce_sum(local)
         return derivatives_from_sums(totals, members, sizes, params[0].dtype, con_batch is not None,
                                    t1 - t0, time.perf_counter() - t1)

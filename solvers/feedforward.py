@@ -4,9 +4,10 @@ A *feed-forward network* here is an ``nn.Sequential`` (nested ones are flattened
 ``nn.Linear`` layers and elementwise activations whose last linear layer has one unit, so that
 row ``i``'s output is one number ``out_i`` (``nn.Identity``, inactive ``nn.Dropout`` and a
 parameter-free module that declares ``squeeze_output = True``, a pure ``(n, 1) -> (n,)``
-reshape such as the last module of ``fairopt.models`` networks, are skipped). Writing ``H_0 = X``, ``Z_l = H_{l-1} W_l' + b_l`` and
-``H_l = sigma_l(Z_l)`` (``sigma_l`` the activations after layer ``l``, the identity when there are
-none), the output of row ``i`` is ``H_L[i]``. Its *sensitivity* to layer ``l``'s pre-activations,
+reshape such as the last module of ``fairopt.models`` networks, are skipped). Writing
+``H_0 = X``, ``Z_l = H_{l-1} W_l' + b_l`` and ``H_l = sigma_l(Z_l)`` (``sigma_l`` the activations
+after layer ``l``, the identity when there are none), the output of row ``i`` is ``H_L[i]``. Its
+*sensitivity* to layer ``l``'s pre-activations,
 
 ``S_l[i] = d out_i / d Z_l[i]``,   ``S_L = sigma_L'(Z_L)``,   ``S_l = (S_{l+1} W_{l+1}) * sigma_l'(Z_l)``,
 
@@ -20,10 +21,10 @@ iteration) cost one pass of activation derivatives plus ``k`` products per layer
 autograd engine repeats the whole backward pass (activation derivatives, the hidden-layer
 products) ``k`` times. On 48,336 Dutch rows, MLP 32, one thread, a forward pass and two gradient
 rows took 7.6-9.0 ms this way against 9.2-9.9 ms through autograd (timed alternately in one
-process; ``benchmarks/sqp_speed.py`` times the engine with both). The values equal autograd's up to floating-point rounding (the same products
-summed in another order); the forward pass runs the same kernels as the modules, so ``out`` is
-bit for bit ``model(X)`` (unless the caller hands the first layer ``[X | 1]``, see
-:meth:`FeedForward.trace`: then up to rounding).
+process; ``benchmarks/sqp_speed.py`` times the engine with both). The values equal autograd's
+up to floating-point rounding (the same products summed in another order); the forward pass runs
+the same kernels as the modules, so ``out`` is bit for bit ``model(X)`` (unless the caller hands
+the first layer ``[X | 1]``, see :meth:`FeedForward.trace`: then up to rounding).
 
 Rows of several strata (:mod:`solvers.strata`) are pulled back segment by segment in one call
 (:meth:`FeedForwardTrace.pullback_segments`), each segment's products while its rows are in cache.
@@ -261,15 +262,14 @@ class FeedForwardTrace:
         cots = [cot.to(self.out.dtype) for cot in cots]
         result = cots[0].new_empty(len(bounds), k, self.network.n_params)
         columns = self.network.columns
-        whole = len(bounds) == 1 and bounds[0] == (0, self.out.shape[0])  # no slicing
         with torch.no_grad():
             for index, (S_all, H_all) in enumerate(zip(self.sensitivities(), self._inputs)):
                 weight, bias = columns.get((index, "weight")), columns.get((index, "bias"))
                 augmented = index == 0 and self._augmented_first  # H = [X | 1]: [dW | db] in one product
                 if S_all is None or S_all.shape[1] == 1:  # one unit: the scaled cotangent is (k, rows)
                     for seg, ((a, b), cot) in enumerate(zip(bounds, cots)):
-                        H = H_all if whole else H_all[a:b]
-                        scaled = cot if S_all is None else cot * (S_all if whole else S_all[a:b]).reshape(1, -1)
+                        H = H_all[a:b]
+                        scaled = cot if S_all is None else cot * S_all[a:b].reshape(1, -1)
                         if augmented:
                             self._put_augmented(result[seg], scaled @ H, weight, bias)
                             continue
@@ -283,7 +283,7 @@ class FeedForwardTrace:
                 weights = None if weight is None or augmented else result[:, :, slice(*weight)].view(
                     len(bounds), k, width, features)
                 for seg, ((a, b), cot) in enumerate(zip(bounds, cots)):
-                    S, H = (S_all, H_all) if whole else (S_all[a:b], H_all[a:b])
+                    S, H = S_all[a:b], H_all[a:b]
                     if weight is not None or augmented:
                         scaled = buffer[:b - a]
                         for r in range(k):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ from solvers.strata import row_codes
 __all__ = [
     "RowFactors",
     "shared_scratch",
+    "shared_value",
     "Batch",
     "Dataset",
     "Constraint",
@@ -330,14 +331,27 @@ _SCRATCH: contextvars.ContextVar[dict | None] = contextvars.ContextVar("constrai
 
 
 def shared_scratch() -> dict | None:
-    """A dict shared by the members of the :meth:`ConstraintSet.rows_and_jacobian` call in
-    progress, None outside one. A member that computes an intermediate another member may need
-    too (the same surrogate of the same outputs: disparate and equal impact on one attribute)
-    stores it under a key naming it and its inputs, with a reference to those inputs (so that an
-    ``id`` in the key cannot be reused while the dict lives); the dict is dropped when the call
-    returns.
+    """A dict shared by the members of the :meth:`ConstraintSet.rows_and_jacobian` (or
+    :meth:`ConstraintSet.rows_and_factors`) call in progress, None outside one. A member that
+    computes an intermediate another member may need too (the same surrogate of the same outputs:
+    disparate and equal impact on one attribute) stores it under a key naming it and its inputs,
+    with a reference to those inputs (so that an ``id`` in the key cannot be reused while the dict
+    lives); the dict is dropped when the call returns. :func:`shared_value` does all of that.
     """
     return _SCRATCH.get()
+
+
+def shared_value(key: Any, source: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()``, once per constraint-set call for the members that ask with the same ``key`` and
+    the same ``source`` object (the outputs it was computed from; :func:`shared_scratch`); outside
+    such a call simply ``compute()``."""
+    scratch = _SCRATCH.get()
+    if scratch is None:
+        return compute()
+    entry = scratch.get((key, id(source)))
+    if entry is None:
+        entry = scratch[key, id(source)] = (source, compute())
+    return entry[1]
 
 
 class ConstraintSet:
@@ -366,19 +380,10 @@ class ConstraintSet:
         """``(c (m,), dc/d out (m, n))`` from the members' optional closed-form
         ``rows_and_jacobian(out, batch)``, without gradient; None when a member has none (the
         engine then differentiates ``__call__``)."""
-        pairs = []
-        token = _SCRATCH.set({})  # members may share intermediates (shared_scratch)
-        try:
-            for c in self.constraints:
-                closed_form = getattr(c, "rows_and_jacobian", None)
-                if not callable(closed_form):
-                    return None
-                pair = closed_form(out, batch)
-                if pair is None:
-                    return None
-                pairs.append((pair[0].reshape(-1), pair[1].reshape(-1, out.shape[0])))
-        finally:
-            _SCRATCH.reset(token)
+        pairs = self._each_member("rows_and_jacobian", out, batch)
+        if pairs is None:
+            return None
+        pairs = [(v.reshape(-1), j.reshape(-1, out.shape[0])) for v, j in pairs]
         if not pairs:
             return None
         if len(pairs) == 1:  # no copy of the (m, n) Jacobian
@@ -395,21 +400,29 @@ class ConstraintSet:
         engine then factors the dense :meth:`rows_and_jacobian`."""
         if not self.shared_direction:
             return None
-        parts = []
-        token = _SCRATCH.set({})  # the members share the surrogate's values and sums (shared_scratch)
-        try:
-            for c in self.constraints:
-                factored = getattr(c, "rows_and_factors", None)
-                part = factored(out, batch, bounds) if callable(factored) else None
-                if part is None:
-                    return None
-                parts.append(part)
-        finally:
-            _SCRATCH.reset(token)
+        parts = self._each_member("rows_and_factors", out, batch, bounds)
+        if parts is None:
+            return None
         if len(parts) == 1:
             return parts[0]
         return RowFactors(torch.cat([p.c.reshape(-1) for p in parts]), torch.cat([p.exact.reshape(-1) for p in parts]),
                           torch.cat([p.coef for p in parts]), parts[0].direction)
+
+    def _each_member(self, method: str, *args: Any) -> list | None:
+        """``member.method(*args)`` of every member, inside one :func:`shared_scratch` (members share
+        intermediates); None as soon as a member lacks the method or answers None."""
+        answers = []
+        token = _SCRATCH.set({})
+        try:
+            for c in self.constraints:
+                closed_form = getattr(c, method, None)
+                answer = closed_form(*args) if callable(closed_form) else None
+                if answer is None:
+                    return None
+                answers.append(answer)
+        finally:
+            _SCRATCH.reset(token)
+        return answers
 
     @property
     def shared_direction(self) -> bool:

@@ -37,14 +37,14 @@ __all__ = ["FIELDS", "ChunkedDerivatives", "add_sums", "derivatives_from_sums", 
 FIELDS = ("loss_sum", "n", "grad_sum", "sums", "counts", "dsums", "sums_exact")
 
 
-def local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_fn: LossFn,
-               members: Sequence[Any], pull) -> tuple[dict[str, torch.Tensor], list[int]]:
+def local_sums(out: torch.Tensor, batch: Any, loss_fn: LossFn, members: Sequence[Any],
+               pull: Callable[[torch.Tensor], torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[int]]:
     """The additive pieces of one block of rows (a chunk or a rank's shard), all float64:
     ``loss_sum = n f`` (scalar), ``n`` (the weight total for a weighted block), its
     gradient (p,), group ``sums``/``counts`` (G,), ``dsums = dS/dw`` (G, p) and exact sums;
     and the number of sums of each member (data-independent, so equal on every block).
-    ``pull(out, params, cot)`` pulls the rows ``cot`` back to the parameters (the
-    ``pullback`` of :func:`solvers.derivatives.trace_outputs`)."""
+    ``pull(cot)`` pulls the rows ``cot`` (k, n) back to the parameters, (k, p) (the ``pullback`` of
+    the :func:`solvers.derivatives.trace_outputs` that gave ``out``)."""
     n = len(batch)
     total = n if row_weights(batch) is None else weight_total(batch)  # the mean's denominator
     f, df = value_and_gradient(loss_fn, out, batch)
@@ -62,7 +62,7 @@ def local_sums(out: torch.Tensor, params: list[torch.Tensor], batch: Any, loss_f
     else:
         sums = counts = exact = torch.zeros(0, dtype=torch.float64)
         dsums_dout = torch.zeros(0, n, dtype=out.dtype)
-    rows = pull(out, params, torch.cat([dloss.reshape(1, -1), dsums_dout]))  # (1 + G, p)
+    rows = pull(torch.cat([dloss.reshape(1, -1), dsums_dout]))  # (1 + G, p)
     f64 = torch.float64
     sizes = [int(s.numel()) for s, _ in parts]
     return {
@@ -160,8 +160,7 @@ class ChunkedDerivatives:
             chunk = obj_batch.subset(torch.arange(start, min(start + self.chunk_rows, n)))
             trace = trace_outputs(model, params, chunk.X, self.local.jacobian)
             t1 = time.perf_counter()
-            part, sizes = local_sums(trace.out, params, chunk, loss_fn, members,
-                                     lambda o, p, cot, trace=trace: trace.pullback(cot))
+            part, sizes = local_sums(trace.out, chunk, loss_fn, members, trace.pullback)
             total = add_sums(total, part)
             t_forward, t_jacobian = t_forward + (t1 - t0), t_jacobian + (time.perf_counter() - t1)
         return derivatives_from_sums(total, members, sizes, params[0].dtype, con_batch is not None, t_forward,

@@ -276,9 +276,10 @@ def test_chunked_and_sharded_sums_of_weighted_rows_equal_one_pass(pair):
     shards, total, sizes = torch.arange(len(weighted)).tensor_split(3), None, []
     for idx in shards:  # the data-parallel oracle's pieces, added as its all-reduce would
         shard = weighted.subset(idx)
-        part, sizes = local_sums(model(shard.X).reshape(-1), params, shard, bce_loss, list(cons),
-                                 lambda o, p, cot: torch.stack([torch.cat([g.reshape(-1) for g in torch.autograd.grad(
-                                     o, p, grad_outputs=row, retain_graph=True)]) for row in cot]))
+        out = model(shard.X).reshape(-1)
+        part, sizes = local_sums(out, shard, bce_loss, list(cons),
+                                 lambda cot, out=out: torch.stack([torch.cat([g.reshape(-1) for g in torch.autograd.grad(
+                                     out, params, grad_outputs=row, retain_graph=True)]) for row in cot]))
         total = add_sums(total, part)
     sharded = derivatives_from_sums(total, list(cons), sizes, params[0].dtype, True, 0.0, 0.0)
     for der in (got, sharded):

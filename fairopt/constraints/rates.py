@@ -83,7 +83,7 @@ from fairopt._validation import check_binary, check_interval, nonnegative_float
 from fairopt.constraints.covariance import Covariance  # the old import path fairopt.constraints.rates.Covariance
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
 from fairopt.surrogates import Surrogate
-from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_scratch
+from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
 from solvers.strata import row_codes
 
 __all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GroupRateConstraint", "GROUPINGS",
@@ -322,7 +322,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         the sums in float64. The same numbers as :meth:`rows_and_jacobian` and :meth:`exact` up to
         rounding, in ``O(n)`` work and memory instead of ``O(G n)`` per member and ``O(m n)`` for
         the Jacobian; members with one surrogate and threshold share ``phi``, ``v`` and the sums
-        (``solvers.problem.shared_scratch``).
+        (``solvers.problem.shared_value``).
 
         Parameters
         ----------
@@ -342,34 +342,30 @@ class GroupRateConstraint(LinearRowsConstraint):
             return None
         source = out
         out = check_out(out, batch).detach()
-        W, D = self._operator(batch, FLOAT64, torch.device("cpu"))  # the strata's operator (:meth:`strata`)
-        starts = torch.tensor([a for a, _ in bounds], dtype=torch.long)
+        W, D = self._operator(batch, FLOAT64, out.device)
+        starts = torch.tensor([a for a, _ in bounds], dtype=torch.long, device=out.device)
         columns = W[:, starts]
         weights = row_weights(batch, like=out)
         if weights is not None:
             first = weights[starts].to(FLOAT64)
             columns = columns / torch.where(first > 0, first, torch.ones_like(first))
         coef = D @ columns
-        smooth, exact, v = self._shared_segment_sums(source, out, batch, tuple(bounds), weights)
+        smooth, exact, v = self._shared_segment_sums(source, out, tuple(bounds), weights)
         return RowFactors(coef @ smooth, coef @ exact, coef.to(out.dtype), v)
 
-    def _shared_segment_sums(self, source: Any, out: torch.Tensor, batch: Any, bounds: tuple,
+    def _shared_segment_sums(self, source: Any, out: torch.Tensor, bounds: tuple,
                              weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Float64 segment sums (s,) of ``w * phi(t)`` and ``w * 1{t > 0}`` (``t = out - threshold``) and
         ``v = w * phi'(t)`` (n,), once per constraint-set evaluation for members that share them."""
-        scratch = shared_scratch()
-        key = (self.jacobian_direction, id(source), "segment sums", bounds)
-        if scratch is not None and key in scratch:
-            return scratch[key][1]
-        phi, slope = self._shared_transform_and_slope(source, out)
-        step = self._transform(out - self.threshold, exact=True)
-        if weights is not None:
-            phi, step, slope = phi * weights, step * weights, slope * weights
-        sums = [torch.stack([x[a:b].sum(dtype=FLOAT64) for a, b in bounds]) for x in (phi, step)]
-        triple = (sums[0], sums[1], slope)
-        if scratch is not None:
-            scratch[key] = (source, triple)
-        return triple
+        def segment_sums() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            phi, slope = self._shared_transform_and_slope(source, out)
+            step = self._transform(out - self.threshold, exact=True)
+            if weights is not None:
+                phi, step, slope = phi * weights, step * weights, slope * weights
+            smooth, exact = (torch.stack([x[a:b].sum(dtype=FLOAT64) for a, b in bounds]) for x in (phi, step))
+            return smooth, exact, slope
+
+        return shared_value((self.jacobian_direction, "segment sums", bounds), source, segment_sums)
 
     def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Rows ``D @ (sums / counts)`` from group sums and counts over the whole data

@@ -20,7 +20,7 @@ from fairopt._validation import as_1d_tensor, check_binary, finite_float, sensit
 from fairopt.constraints.base import BaseConstraint
 from fairopt.exceptions import FairnessWarning
 from fairopt.surrogates import Surrogate, get_surrogate
-from solvers.problem import shared_scratch
+from solvers.problem import shared_value
 
 __all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out", "positive_counts"]
 
@@ -359,17 +359,12 @@ class LinearRowsConstraint(BaseConstraint):
 
     def _shared_transform_and_slope(self, source: Any, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`_transform_and_slope` of ``out - threshold``, computed once per constraint-set
-        evaluation for members with the same surrogate and threshold (``solvers.problem.shared_scratch``:
+        evaluation for members with the same surrogate and threshold (``solvers.problem.shared_value``:
         disparate and equal impact on one attribute evaluate the smoothed step of the same outputs)."""
         direction = self.jacobian_direction  # None for a redefined slope: not shared
-        scratch = shared_scratch() if direction is not None else None
-        key = (direction, id(source))
-        if scratch is not None and key in scratch:
-            return scratch[key][1]
-        pair = self._transform_and_slope(out - self.threshold)
-        if scratch is not None:
-            scratch[key] = (source, pair)
-        return pair
+        if direction is None:
+            return self._transform_and_slope(out - self.threshold)
+        return shared_value(direction, source, lambda: self._transform_and_slope(out - self.threshold))
 
     def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         """The same rows on hard predictions ``1{out > threshold}`` (no gradient)."""

@@ -17,14 +17,14 @@ with an accepted candidate, so a step with one or two binding rows out of four c
 candidates of sizes 0 to 2, not all 16.
 
 :func:`solve_scalar` answers only the plain case and returns None otherwise, so that the
-general path decides (and raises its errors): more than :data:`SCALAR_MAX_ROWS` rows or
-more than :data:`MAX_CANDIDATES` candidate active sets (a side per row with a finite bound), any
-input that is not a CPU float32/float64 tensor of the right shape, a non-finite ``g``,
-``h`` or ``J`` (or one whose entries' total overflows), ``h <= 0``, NaN bounds, an equality row or ``lo > hi``, a zero row of
-``J``, nearly dependent rows (the smallest eigenvalue of their unit-diagonal Gram matrix
-``D^{-1/2} M D^{-1/2}`` below :data:`NEAR_DEPENDENT`; ``1 - |r|`` for two rows at cosine
-``r``), no candidate
-passing the KKT test (infeasible or degenerate), or a step that misses a row by more than
+general path decides (and raises its errors): more than :data:`SCALAR_MAX_ROWS` rows or more
+than :data:`MAX_CANDIDATES` candidate active sets (a side per row with a finite bound), any
+input that is not a CPU float32/float64 tensor of the right shape, a non-finite ``g``, ``h``
+or ``J`` (or one whose entries' total overflows), ``h <= 0``, NaN bounds, an equality row or
+``lo > hi``, a zero row of ``J``, nearly dependent rows (the smallest eigenvalue of their
+unit-diagonal Gram matrix ``D^{-1/2} M D^{-1/2}`` below :data:`NEAR_DEPENDENT`; ``1 - |r|``
+for two rows at cosine ``r``), no candidate passing the KKT test (infeasible or degenerate),
+or a step that misses a row by more than
 the general path allows (:data:`solvers.qp.solve.PRIMAL_SLACK`). Its answers are those of
 the general enumeration (``tests/test_qp.py`` compares them on random problems).
 """
