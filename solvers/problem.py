@@ -273,9 +273,10 @@ class RowSplit(NamedTuple):
 
 class RowFactors(NamedTuple):
     """Rows of ``m`` constraints at some outputs ``out`` (n,) whose Jacobian ``dc/d out`` is of rank one
-    on each of ``s`` segments of rows: ``dc/d out[:, a:b] = coef[:, k] direction[a:b]'`` on segment
-    ``k = (a, b)`` (``solvers.strata``). ``c`` the smooth rows and ``exact`` the exact rows (None when
-    not evaluated), float64 (m,); ``coef`` (m, s) and ``direction`` (n,) in the dtype of ``out``."""
+    on each of ``s`` strata of rows: ``dc/d out_i = coef[:, k] direction_i`` for every row ``i`` of
+    stratum ``k`` (``solvers.strata``: on contiguous segments ``(a, b)``, ``dc/d out[:, a:b] =
+    coef[:, k] direction[a:b]'``). ``c`` the smooth rows and ``exact`` the exact rows (None when not
+    evaluated), float64 (m,); ``coef`` (m, s) and ``direction`` (n,) in the dtype of ``out``."""
 
     c: torch.Tensor
     exact: torch.Tensor | None
@@ -390,17 +391,17 @@ class ConstraintSet:
             return pairs[0][0], pairs[0][1].to(out.dtype)
         return self._cat([v for v, _ in pairs], like=out), torch.cat([j for _, j in pairs]).to(out.dtype)
 
-    def rows_and_factors(self, out: torch.Tensor, batch: Any, bounds: Sequence[tuple[int, int]]) -> RowFactors | None:
-        """The members' optional ``rows_and_factors(out, batch, bounds)`` (:class:`RowFactors` on the
-        segments ``bounds``, row ranges inside one stratum of :meth:`strata` each), rows concatenated,
-        without gradient.
+    def rows_and_factors(self, out: torch.Tensor, batch: Any, strata: Any) -> RowFactors | None:
+        """The members' optional ``rows_and_factors(out, batch, strata)`` (:class:`RowFactors` for the
+        strata of :meth:`strata` given row by row, a :class:`solvers.strata.RowStrata`), rows
+        concatenated, without gradient.
 
         None unless the members share their direction (:attr:`shared_direction`: the ``direction`` of
         the first member is every member's) and each offers the method and returns factors; the
         engine then factors the dense :meth:`rows_and_jacobian`."""
         if not self.shared_direction:
             return None
-        parts = self._each_member("rows_and_factors", out, batch, bounds)
+        parts = self._each_member("rows_and_factors", out, batch, strata)
         if parts is None:
             return None
         if len(parts) == 1:

@@ -33,8 +33,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-__all__ = ["MAX_STRATA", "MIN_ROWS", "ROWWISE_TYPES", "StrataPlan", "has_hidden_layer", "is_rowwise", "plan_strata",
-           "rank_one_factors", "row_codes", "segment_factors"]
+__all__ = ["MAX_STRATA", "MIN_ROWS", "ROWWISE_TYPES", "RowStrata", "StrataPlan", "has_hidden_layer", "is_rowwise",
+           "plan_strata", "rank_one_factors", "row_codes", "segment_factors"]
 
 #: Module types whose outputs are computed row by row (exact types: a subclass may override
 #: ``forward``). Any other module makes a model non-row-wise unless it sets ``rowwise = True``.
@@ -69,14 +69,74 @@ def has_hidden_layer(model: nn.Module) -> bool:
     return sum(1 for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))) > 1
 
 
+@dataclass(frozen=True, eq=False)
+class RowStrata:
+    """The stratum of every row of a batch, in any row order.
+
+    ``codes`` (n,) numbers the strata ``0 .. s-1`` (rows with equal codes lie in the same groups,
+    as the constraints' ``strata`` method says); ``representatives`` is a batch of ``s`` rows, row
+    ``k`` one of stratum ``k`` (from this batch or from the data it was drawn from: a mini-batch may
+    miss a stratum). Built from the contiguous segments of a batch ordered by stratum
+    (:meth:`from_bounds`) or from the codes of rows drawn from data whose strata are known (the
+    constructor). Constraints read the groups of each stratum off ``representatives`` once (an object
+    they may cache by identity) and per-stratum sums (:meth:`sums`) off ``codes``.
+    """
+
+    codes: torch.Tensor
+    representatives: Any
+
+    def __post_init__(self) -> None:
+        codes = self.codes
+        if codes.dim() != 1 or codes.is_floating_point() or codes.dtype == torch.bool:
+            raise ValueError(f"codes: expected a 1-d integer tensor, got {codes.dtype} of shape {tuple(codes.shape)}")
+        if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= self.n_strata):
+            raise ValueError(f"codes: expected values in 0..{self.n_strata - 1} (one per representative row)")
+
+    @property
+    def n_strata(self) -> int:
+        return len(self.representatives)
+
+    @classmethod
+    def from_bounds(cls, batch: Any, bounds: Sequence[tuple[int, int]]) -> RowStrata:
+        """Stratum ``k`` = rows ``a:b`` of ``batch`` for ``bounds[k] = (a, b)``; the segments must tile
+        ``0:len(batch)`` in order.
+
+        Raises
+        ------
+        ValueError
+            Segments that are empty, out of order or leave a gap."""
+        ends = [0]
+        for a, b in bounds:
+            if a != ends[-1] or b <= a:
+                raise ValueError(f"bounds: expected non-empty segments that tile the rows in order, got {list(bounds)}")
+            ends.append(b)
+        if ends[-1] != len(batch):
+            raise ValueError(f"bounds: expected segments that tile the {len(batch)} rows, got {list(bounds)}")
+        lengths = torch.tensor([b - a for a, b in bounds], dtype=torch.long)
+        codes = torch.repeat_interleave(torch.arange(len(bounds)), lengths)
+        return cls(codes, batch.subset(torch.tensor(ends[:-1], dtype=torch.long)))
+
+    def sums(self, x: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-stratum sums ``s_k = sum_{i: codes_i = k} x_i`` (float64, (s,)); row counts for ``x = None``."""
+        if x is None:
+            return torch.bincount(self.codes, minlength=self.n_strata).to(torch.float64)
+        codes = self.codes if self.codes.device == x.device else self.codes.to(x.device)
+        return torch.bincount(codes, weights=x.to(torch.float64), minlength=self.n_strata)
+
+    def expand(self, columns: torch.Tensor) -> torch.Tensor:
+        """``columns[:, codes]``: a value per stratum (k, s) spread to a value per row (k, n)."""
+        return columns[:, self.codes.to(columns.device)]
+
+
 @dataclass(frozen=True)
 class StrataPlan:
     """``source`` reordered by stratum: ``batch = source.subset(order)``, stratum ``k`` in rows
-    ``bounds[k][0]:bounds[k][1]`` of ``batch``."""
+    ``bounds[k][0]:bounds[k][1]`` of ``batch`` (``strata``: the same layout as a :class:`RowStrata`)."""
 
     source: Any
     batch: Any
     bounds: tuple[tuple[int, int], ...]
+    strata: RowStrata
 
 
 def plan_strata(cons: Any, batch: Any, max_strata: int = MAX_STRATA) -> StrataPlan | None:
@@ -99,7 +159,8 @@ def plan_strata(cons: Any, batch: Any, max_strata: int = MAX_STRATA) -> StrataPl
     order = torch.argsort(codes, stable=True)
     ends = torch.cumsum(counts, 0).tolist()
     bounds = tuple(zip([0] + ends[:-1], ends))
-    return StrataPlan(source=batch, batch=batch.subset(order), bounds=bounds)
+    ordered = batch.subset(order)
+    return StrataPlan(source=batch, batch=ordered, bounds=bounds, strata=RowStrata.from_bounds(ordered, bounds))
 
 
 def row_codes(table: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from solvers import StochasticSQP
 from solvers.derivatives import LocalDerivatives
 from solvers.losses import bce_loss
 from solvers.problem import as_constraint_set, trainable_parameters
-from solvers.strata import is_rowwise, plan_strata, rank_one_factors, row_codes, segment_factors
+from solvers.strata import RowStrata, is_rowwise, plan_strata, rank_one_factors, row_codes, segment_factors
 
 
 @pytest.fixture(autouse=True)
@@ -234,7 +234,7 @@ def test_rows_and_factors_equal_the_dense_rows_and_jacobian(weights):
         cons.setup(data)
         plan = plan_strata(cons, data)
         out = model(plan.batch.X).reshape(-1).detach()
-        factors = cons.rows_and_factors(out, plan.batch, plan.bounds)
+        factors = cons.rows_and_factors(out, plan.batch, plan.strata)
         c, dc = cons.rows_and_jacobian(out, plan.batch)
         assert factors.c.dtype == factors.exact.dtype == torch.float64
         torch.testing.assert_close(factors.c, c.double(), rtol=0, atol=1e-6)
@@ -247,23 +247,100 @@ def test_rows_and_factors_equal_the_dense_rows_and_jacobian(weights):
                                               enumerate(plan.bounds)], dim=1), dc, rtol=1e-5, atol=1e-7)
 
 
-def test_rows_and_factors_on_segments_that_do_not_tile_the_batch():
-    """Segments in another order (still one stratum each): the sums are taken segment by segment."""
-    data = _data()
-    cons = as_constraint_set([DisparateImpact("s", 0.8)])
+def test_rows_and_factors_on_strata_given_row_by_row():
+    """Rows in any order with their strata given as codes (a mini-batch drawn at random), a stratum
+    split under two codes, and a stratum absent from the batch: the same rows as the dense closed form."""
+    data = _data(weights=True)
+    model = mlp(data.n_features, hidden=(4,), seed=0)
+    for constraints in ([DisparateImpact("s", 0.8), EqualImpact("s", 0.8)], [EqualizedOdds("s", 0.05)]):
+        cons = as_constraint_set(constraints)
+        cons.setup(data)
+        codes = cons.strata(data)
+        n_strata = int(codes.max()) + 1
+        firsts = torch.stack([torch.nonzero(codes == k)[0, 0] for k in range(n_strata)])  # a row of each stratum
+        representatives = data.subset(firsts)
+        idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(1))[:150]
+        idx = idx[codes[idx] != 0]  # stratum 0 has no row in this batch
+        batch = data.subset(idx)
+        strata = RowStrata(codes[idx], representatives)
+        out = model(batch.X).reshape(-1).detach()
+        factors = cons.rows_and_factors(out, batch, strata)
+        c, dc = cons.rows_and_jacobian(out, batch)
+        torch.testing.assert_close(factors.c, c.double(), rtol=0, atol=1e-6)
+        torch.testing.assert_close(factors.exact, cons.exact(out, batch).double(), rtol=0, atol=1e-6)
+        torch.testing.assert_close(strata.expand(factors.coef) * factors.direction[None, :], dc, rtol=1e-5, atol=1e-6)
+        split = codes[idx].clone()
+        split[::2][split[::2] == 1] = n_strata  # half of stratum 1's rows under a new code
+        more = data.subset(torch.cat([firsts, torch.nonzero(codes == 1)[0]]))  # the new code: a row of stratum 1
+        two = cons.rows_and_factors(out, batch, RowStrata(split, more))
+        torch.testing.assert_close(two.c, factors.c, rtol=0, atol=1e-12)
+        torch.testing.assert_close(two.coef[:, 1], two.coef[:, n_strata])
+
+
+def test_row_strata_layouts():
+    data = _data().subset(torch.arange(5))
+    strata = RowStrata.from_bounds(data, ((0, 2), (2, 5)))
+    assert strata.codes.tolist() == [0, 0, 1, 1, 1] and strata.n_strata == 2
+    torch.testing.assert_close(strata.representatives.X, data.X[[0, 2]])
+    torch.testing.assert_close(strata.sums(torch.arange(5.0)), torch.tensor([1.0, 9.0], dtype=torch.float64))
+    torch.testing.assert_close(strata.sums(), torch.tensor([2.0, 3.0], dtype=torch.float64))
+    rows = RowStrata(torch.tensor([2, 0, 2, 0]), data.subset(torch.arange(4)))
+    assert rows.expand(torch.tensor([[10.0, 11.0, 12.0, 13.0]])).tolist() == [[12.0, 10.0, 12.0, 10.0]]
+    assert rows.sums().tolist() == [2.0, 0.0, 2.0, 0.0]
+    for bad in (((0, 2), (3, 5)), ((1, 3), (3, 5)), ((0, 2), (2, 2), (2, 5)), ((0, 2), (2, 4))):
+        with pytest.raises(ValueError, match="tile"):
+            RowStrata.from_bounds(data, bad)
+    with pytest.raises(ValueError, match="values in"):
+        RowStrata(torch.tensor([0, 4]), data.subset(torch.arange(4)))
+    with pytest.raises(ValueError, match="integer"):
+        RowStrata(torch.tensor([0.0, 1.0]), data.subset(torch.arange(4)))
+
+
+@pytest.mark.parametrize("weights", [False, True])
+def test_drawn_batches_take_the_factored_rows(weights):
+    """A batch declared as ``data.subset(idx)`` (``know_strata`` + ``rows_drawn``) gets the same
+    derivatives from per-stratum sums as from the batch's own operator and dense Jacobian."""
+    data = _data(weights=weights)
+    cons = as_constraint_set([DisparateImpact("s", 0.8), EqualImpact("s", 0.8)])
     cons.setup(data)
-    plan = plan_strata(cons, data)
-    (a0, b0), (a1, b1) = plan.bounds
-    bounds = ((a1, b1), (a0, b0 - 5), (b0 - 5, b0))
-    out = torch.randn(len(data), generator=torch.Generator().manual_seed(0))
-    factors = cons.rows_and_factors(out, plan.batch, bounds)
-    torch.testing.assert_close(factors.c, cons(out, plan.batch).double(), rtol=0, atol=1e-6)
-    assert torch.equal(factors.coef[:, 1], factors.coef[:, 2])
+    model = mlp(data.n_features, hidden=(4,), seed=0)
+    params = trainable_parameters(model)
+    idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(2))[:96]
+    batch = data.subset(idx)
+    drawn, plain = LocalDerivatives("auto"), LocalDerivatives("auto")
+    assert drawn.know_strata(cons, data)
+    drawn.rows_drawn(batch, idx)
+    assert drawn._row_strata(batch) is not None and plain._row_strata(batch) is None
+    a = drawn(model, params, bce_loss, cons, batch, batch)
+    b = plain(model, params, bce_loss, cons, batch, batch)
+    assert a.f == b.f
+    torch.testing.assert_close(a.g, b.g, rtol=0, atol=1e-7)
+    torch.testing.assert_close(a.c, b.c, rtol=0, atol=1e-6)
+    torch.testing.assert_close(a.c_exact, b.c_exact, rtol=0, atol=1e-12)
+    torch.testing.assert_close(a.J, b.J, rtol=1e-5, atol=1e-6)
+    other = data.subset(idx[:50])
+    assert drawn._row_strata(other) is None  # not declared: the plain path
 
 
-def test_rows_and_factors_need_one_shared_direction():
+def test_know_strata_declines_constraints_without_a_shared_direction():
     data = _data()
     mixed = as_constraint_set([DisparateImpact("s", 0.8), DisparateImpact("s", 0.9, surrogate=Sigmoid(scale=0.3))])
     mixed.setup(data)
-    plan = plan_strata(mixed, data)
-    assert mixed.rows_and_factors(torch.zeros(len(data)), plan.batch, plan.bounds) is None
+    oracle = LocalDerivatives("auto")
+    assert not oracle.know_strata(mixed, data)
+    oracle.rows_drawn(data.subset(torch.arange(10)), torch.arange(10))  # no effect
+    assert oracle._drawn == []
+
+
+def test_minibatch_fit_same_with_and_without_the_drawn_strata(monkeypatch):
+    data = _data(600)
+    fits = []
+    for declared in (True, False):
+        if not declared:
+            monkeypatch.setattr(LocalDerivatives, "know_strata", lambda self, cons, data: False)
+        model = mlp(data.n_features, hidden=(6,), seed=0)
+        res = StochasticSQP(epochs=4, batch_size=128, seed=0, polish_iterations=0).fit(
+            model, data, loss="bce", constraints=[DisparateImpact("s", 0.8), EqualImpact("s", 0.8)])
+        fits.append((torch.cat([p.detach().reshape(-1) for p in model.parameters()]), res))
+    assert _close(fits[0][0], fits[1][0]) < 1e-4
+    assert len(fits[0][1].history) == len(fits[1][1].history)

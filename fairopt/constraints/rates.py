@@ -84,7 +84,7 @@ from fairopt.constraints.covariance import Covariance  # the old import path fai
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
 from fairopt.surrogates import Surrogate
 from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
-from solvers.strata import row_codes
+from solvers.strata import RowStrata, row_codes
 
 __all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GroupRateConstraint", "GROUPINGS",
            "RowTemplate", "label_mask", "ratio_templates", "difference_templates"]
@@ -247,10 +247,15 @@ class GroupRateConstraint(LinearRowsConstraint):
                                    complement.to(codes.device)[:, None]))
         return torch.cat(blocks).to(FLOAT64)
 
-    def _build_operator(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def _side_membership(self, batch: Any) -> torch.Tensor:
+        """Unweighted 0/1 membership ``(G, n)`` of every side of every block (float64): the side's
+        group membership times the block's row mask (e.g. ``y = 1`` for :class:`EqualImpact`)."""
         groups = self._membership(batch)
         blocks = [groups if mask is None else groups * mask for mask in self._row_masks(batch)]
-        membership = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+        return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+
+    def _build_operator(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        membership = self._side_membership(batch)
         weights = row_weights(batch)
         if weights is not None:  # weighted means (module doc)
             membership = membership * weights.to(device=membership.device, dtype=FLOAT64)[None, :]
@@ -306,32 +311,35 @@ class GroupRateConstraint(LinearRowsConstraint):
         W, _ = self._operator(batch, FLOAT64, torch.device("cpu"))
         return row_codes((W != 0).T)
 
-    def rows_and_factors(self, out: torch.Tensor, batch: Any, bounds: Sequence[tuple[int, int]]) -> RowFactors | None:
-        """The smooth and the exact rows, and their Jacobian in the outputs as factors per segment of
-        rows, without gradient (:class:`solvers.problem.RowFactors`).
+    def rows_and_factors(self, out: torch.Tensor, batch: Any, strata: RowStrata) -> RowFactors | None:
+        """The smooth and the exact rows, and their Jacobian in the outputs as factors per stratum,
+        without gradient (:class:`solvers.problem.RowFactors`).
 
-        ``bounds`` are contiguous row ranges of ``batch``, each inside one stratum (:meth:`strata`),
-        so that ``W[:, i] = w_i W[:, a] / w_a`` for every row ``i`` of segment ``k = (a, b)``
-        (``W[g, i] = w_i 1{i in g} / n_g``). With ``coef[:, k] = D W[:, a] / w_a`` (0 for a stratum
-        of rows without weight) and the segment sums ``s_k(x) = sum_{i=a}^{b-1} w_i x_i``:
+        ``strata`` (:class:`solvers.strata.RowStrata`) gives each row of ``batch`` a stratum of
+        :meth:`strata` (rows in the same sides with nonzero weight alike), in any row order. Every row
+        ``i`` of stratum ``k`` then has ``W[:, i] = w_i M[:, k] / n`` with ``M[:, k]`` the 0/1
+        membership of the stratum's sides (read off its representative row, ``strata.representatives``,
+        through the operator cache: once per representatives object) and ``n_g = sum_k M[g, k] S_k(w)``
+        the weighted side counts from the per-stratum sums ``S_k(x) = sum_{i in k} x_i``. With
+        ``coef[:, k] = D M[:, k] / n`` (0 for a stratum of rows without weight):
 
-        - smooth rows ``c = coef @ s(phi(out - threshold))`` (the values of :meth:`__call__`),
-        - exact rows ``coef @ s(1{out > threshold})`` (those of :meth:`exact`),
-        - ``dc/d out[:, a:b] = coef[:, k] v[a:b]'`` with ``v_i = w_i phi'(out_i - threshold)``,
+        - smooth rows ``c = coef @ S(w * phi(out - threshold))`` (the values of :meth:`__call__`),
+        - exact rows ``coef @ S(w * 1{out > threshold})`` (those of :meth:`exact`),
+        - ``dc/d out_i = coef[:, k] v_i`` for row ``i`` of stratum ``k``, ``v_i = w_i phi'(out_i - threshold)``,
 
         the sums in float64. The same numbers as :meth:`rows_and_jacobian` and :meth:`exact` up to
-        rounding, in ``O(n)`` work and memory instead of ``O(G n)`` per member and ``O(m n)`` for
-        the Jacobian; members with one surrogate and threshold share ``phi``, ``v`` and the sums
-        (``solvers.problem.shared_value``).
+        rounding, in ``O(n)`` work and memory and without the ``G x n`` operator of the batch (a
+        mini-batch drawn at random needs no operator of its own); members with one surrogate and
+        threshold share ``phi``, ``v`` and the sums (``solvers.problem.shared_value``).
 
         Parameters
         ----------
         out : tensor (n,)
             Model outputs on ``batch``.
         batch : FairData-like
-            The rows, in the order the segments refer to.
-        bounds : sequence of (int, int)
-            Row ranges ``(a, b)``, each inside one stratum.
+            The rows.
+        strata : RowStrata
+            The stratum of every row.
 
         Returns
         -------
@@ -342,30 +350,30 @@ class GroupRateConstraint(LinearRowsConstraint):
             return None
         source = out
         out = check_out(out, batch).detach()
-        W, D = self._operator(batch, FLOAT64, out.device)
-        starts = torch.tensor([a for a, _ in bounds], dtype=torch.long, device=out.device)
-        columns = W[:, starts]
+        if strata.codes.shape != out.shape:
+            raise ValueError(f"strata: expected a stratum for each of the {out.shape[0]} rows, "
+                             f"got {tuple(strata.codes.shape)}")
+        representatives, _ = self._operator(strata.representatives, FLOAT64, torch.device("cpu"))
+        membership = (representatives != 0).to(FLOAT64)  # (G, s): W != 0 is membership with nonzero weight
         weights = row_weights(batch, like=out)
-        if weights is not None:
-            first = weights[starts].to(FLOAT64)
-            columns = columns / torch.where(first > 0, first, torch.ones_like(first))
-        coef = D @ columns
-        smooth, exact, v = self._shared_segment_sums(source, out, tuple(bounds), weights)
+        counts = membership @ strata.sums(weights).cpu()
+        coef = self._informed_rows(counts, FLOAT64) @ (membership / positive_counts(counts)[:, None])
+        coef = coef.to(out.device)
+        smooth, exact, v = self._shared_stratum_sums(source, out, strata, weights)
         return RowFactors(coef @ smooth, coef @ exact, coef.to(out.dtype), v)
 
-    def _shared_segment_sums(self, source: Any, out: torch.Tensor, bounds: tuple,
+    def _shared_stratum_sums(self, source: Any, out: torch.Tensor, strata: RowStrata,
                              weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Float64 segment sums (s,) of ``w * phi(t)`` and ``w * 1{t > 0}`` (``t = out - threshold``) and
+        """Float64 per-stratum sums (s,) of ``w * phi(t)`` and ``w * 1{t > 0}`` (``t = out - threshold``) and
         ``v = w * phi'(t)`` (n,), once per constraint-set evaluation for members that share them."""
-        def segment_sums() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def stratum_sums() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             phi, slope = self._shared_transform_and_slope(source, out)
             step = self._transform(out - self.threshold, exact=True)
             if weights is not None:
                 phi, step, slope = phi * weights, step * weights, slope * weights
-            smooth, exact = (torch.stack([x[a:b].sum(dtype=FLOAT64) for a, b in bounds]) for x in (phi, step))
-            return smooth, exact, slope
+            return strata.sums(phi), strata.sums(step), slope
 
-        return shared_value((self.jacobian_direction, "segment sums", bounds), source, segment_sums)
+        return shared_value((self.jacobian_direction, "stratum sums", id(strata)), source, stratum_sums)
 
     def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Rows ``D @ (sums / counts)`` from group sums and counts over the whole data
