@@ -284,6 +284,10 @@ def test_row_strata_layouts():
     torch.testing.assert_close(strata.representatives.X, data.X[[0, 2]])
     torch.testing.assert_close(strata.sums(torch.arange(5.0)), torch.tensor([1.0, 9.0], dtype=torch.float64))
     torch.testing.assert_close(strata.sums(), torch.tensor([2.0, 3.0], dtype=torch.float64))
+    scattered = RowStrata(strata.codes, strata.representatives)  # the same strata without the segments
+    assert scattered.bounds is None
+    torch.testing.assert_close(scattered.sums(torch.arange(5.0)), strata.sums(torch.arange(5.0)))
+    torch.testing.assert_close(scattered.sums(), strata.sums())
     rows = RowStrata(torch.tensor([2, 0, 2, 0]), data.subset(torch.arange(4)))
     assert rows.expand(torch.tensor([[10.0, 11.0, 12.0, 13.0]])).tolist() == [[12.0, 10.0, 12.0, 10.0]]
     assert rows.sums().tolist() == [2.0, 0.0, 2.0, 0.0]
