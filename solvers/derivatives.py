@@ -34,7 +34,7 @@ from solvers.feedforward import FeedForward
 from solvers.losses import LossFn, value_and_gradient
 from solvers.problem import RowFactors, exact_rows, row_outputs
 from solvers.strata import (MIN_ROWS, RowStrata, StrataPlan, has_hidden_layer, is_rowwise, plan_strata, rank_one_factors,
-                            segment_factors)
+                            segment_factors, stratum_codes)
 from solvers.validation import check_choice
 
 __all__ = ["AUGMENT_MAX_ELEMENTS", "AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES",
@@ -202,7 +202,7 @@ class LocalDerivatives:
         self._plan_for: tuple[Any, Any, Any] | None = None  # (model, cons, con_batch) of the last plan
         self._inputs: list[tuple[torch.Tensor, int, torch.Tensor]] = []  # (X, its version, [X | 1]), newest last
         self._data_strata: tuple[torch.Tensor, Any] | None = None  # (stratum code per row, a row of each)
-        self._drawn: list[tuple[Any, RowStrata]] = []  # the last two batches drawn by index, with their strata
+        self._drawn: tuple[Any, RowStrata] | None = None  # the last constraint batch drawn by index, its strata
 
     def know_strata(self, cons: Any, data: Any) -> bool:
         """Read the strata of every row of ``data`` once (``cons.strata(data)``), so that the constraint
@@ -213,17 +213,11 @@ class LocalDerivatives:
         0.67 ms with disparate impact alone). True when ``cons``
         offers this (members that share one direction, :attr:`~solvers.problem.ConstraintSet.shared_direction`,
         with ``strata`` and ``rows_and_factors``); otherwise False and batches keep the plain path."""
-        self._data_strata, self._drawn = None, []
-        if not (getattr(cons, "shared_direction", False) and callable(getattr(cons, "rows_and_factors", None))
-                and callable(getattr(cons, "strata", None))):
+        self._data_strata, self._drawn = None, None
+        if not (getattr(cons, "shared_direction", False) and callable(getattr(cons, "rows_and_factors", None))):
             return False
-        codes = cons.strata(data)
-        if codes is None:
-            return False
-        codes = torch.as_tensor(codes).reshape(-1).long()
-        if codes.numel() != len(data):
-            raise ValueError(f"strata: expected one code per row ({len(data)}), got {codes.numel()}")
-        if codes.numel() == 0:
+        codes = stratum_codes(cons, data)
+        if codes is None or codes.numel() == 0:
             return False
         n = codes.numel()
         first = torch.full((int(codes.max()) + 1,), n, dtype=torch.long)
@@ -232,16 +226,15 @@ class LocalDerivatives:
         return True
 
     def rows_drawn(self, batch: Any, idx: torch.Tensor) -> None:
-        """Declare ``batch`` to be ``data.subset(idx)`` of the data of :meth:`know_strata` (no effect
-        before it); the last two declarations are kept (an objective and a constraint batch)."""
+        """Declare the constraint batch ``batch`` to be ``data.subset(idx)`` of the data of
+        :meth:`know_strata` (no effect before it); the last declaration is kept."""
         if self._data_strata is None:
             return
         codes, representatives = self._data_strata
-        strata = RowStrata(codes[torch.as_tensor(idx, dtype=torch.long)], representatives)
-        self._drawn = [entry for entry in self._drawn[-1:] if entry[0] is not batch] + [(batch, strata)]
+        self._drawn = (batch, RowStrata(codes[torch.as_tensor(idx, dtype=torch.long)], representatives))
 
     def _row_strata(self, batch: Any) -> RowStrata | None:
-        return next((strata for drawn, strata in self._drawn if drawn is batch), None)
+        return self._drawn[1] if self._drawn is not None and self._drawn[0] is batch else None
 
     def augmented(self, X: torch.Tensor) -> torch.Tensor | None:
         """``[X | 1]`` for a feature matrix ``X`` of at least :data:`solvers.strata.MIN_ROWS` rows and

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 __all__ = ["MAX_STRATA", "MIN_ROWS", "ROWWISE_TYPES", "RowStrata", "StrataPlan", "has_hidden_layer", "is_rowwise",
-           "plan_strata", "rank_one_factors", "row_codes", "segment_factors"]
+           "plan_strata", "rank_one_factors", "row_codes", "segment_factors", "stratum_codes"]
 
 #: Module types whose outputs are computed row by row (exact types: a subclass may override
 #: ``forward``). Any other module makes a model non-row-wise unless it sets ``rowwise = True``.
@@ -92,7 +92,8 @@ class RowStrata:
         codes = self.codes
         if codes.dim() != 1 or codes.is_floating_point() or codes.dtype == torch.bool:
             raise ValueError(f"codes: expected a 1-d integer tensor, got {codes.dtype} of shape {tuple(codes.shape)}")
-        if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= self.n_strata):
+        low, high = codes.aminmax() if codes.numel() else (0, 0)
+        if int(low) < 0 or int(high) >= self.n_strata:
             raise ValueError(f"codes: expected values in 0..{self.n_strata - 1} (one per representative row)")
 
     @property
@@ -148,6 +149,24 @@ class StrataPlan:
     strata: RowStrata
 
 
+def stratum_codes(cons: Any, batch: Any) -> torch.Tensor | None:
+    """``cons.strata(batch)`` as a long tensor of one code per row, or None when ``cons`` has no
+    ``strata`` method (or it returns None: some member has no strata).
+
+    Raises
+    ------
+    ValueError
+        The method does not return one code per row."""
+    strata = getattr(cons, "strata", None)
+    codes = strata(batch) if callable(strata) else None
+    if codes is None:
+        return None
+    codes = torch.as_tensor(codes).reshape(-1).long()
+    if codes.numel() != len(batch):
+        raise ValueError(f"strata: expected one code per row ({len(batch)}), got {codes.numel()}")
+    return codes
+
+
 def plan_strata(cons: Any, batch: Any, max_strata: int = MAX_STRATA) -> StrataPlan | None:
     """The stratified layout of ``batch`` for the constraint set ``cons``, or None.
 
@@ -155,13 +174,9 @@ def plan_strata(cons: Any, batch: Any, max_strata: int = MAX_STRATA) -> StrataPl
     when there is a single stratum or more than ``max_strata``. The codes are sorted stably, so rows
     keep their relative order inside a stratum.
     """
-    strata = getattr(cons, "strata", None)
-    codes = strata(batch) if callable(strata) else None
+    codes = stratum_codes(cons, batch)
     if codes is None:
         return None
-    codes = torch.as_tensor(codes).reshape(-1)
-    if codes.numel() != len(batch):
-        raise ValueError(f"strata: expected one code per row ({len(batch)}), got {codes.numel()}")
     _, counts = torch.unique(codes, return_counts=True)
     if not 1 < counts.numel() <= max_strata:
         return None

@@ -434,14 +434,12 @@ class StochasticSQP:
             self._offer_all_rows(model, params, loss_fn, cons, data, tracker, state)
         tail = None
         screen = RowScreen(state) if self.screen_rows and full_batch and m > 1 else None
-        drawn = self._drawn_rows_hook(cons, data, full_batch, m)
+        drawn = self._drawn_rows_hook(cons, data, full_batch, mode, m)
         for epoch in epochs:
             epoch_merits, epoch_f, epoch_V = [], [], []
             tail = TailAverage(params) if not full_batch else None
             for idx in minibatches(n, self.batch_size, gen, steps):
                 obj_batch = data if idx is None else data.subset(idx)
-                if drawn is not None and idx is not None:
-                    drawn(obj_batch, idx)
                 if m == 0:
                     con_batch = None
                 elif sampler is not None:
@@ -451,6 +449,8 @@ class StochasticSQP:
                         drawn(con_batch, sample)
                 elif mode == "batch":
                     con_batch = obj_batch
+                    if drawn is not None and idx is not None:
+                        drawn(con_batch, idx)
                 else:
                     con_batch = data
                 if schedule == "rsqrt":
@@ -599,13 +599,14 @@ class StochasticSQP:
         total = self.constraint_batch_size or self.batch_size
         return BalancedSampler(strata, max(1, int(total) // n_strata), gen)
 
-    def _drawn_rows_hook(self, cons: Any, data: Any, full_batch: bool, m: int) -> Callable[[Any, torch.Tensor], None] | None:
-        """``rows_drawn(batch, idx)`` of the oracle, to be told which rows of ``data`` each batch holds,
-        when it reads per-row strata (``know_strata``: constraint rows of a mini-batch or balanced
-        batch from per-stratum sums); None in full-batch mode, without constraints, or when the
-        oracle or the constraints do not offer it."""
+    def _drawn_rows_hook(self, cons: Any, data: Any, full_batch: bool, mode: str,
+                         m: int) -> Callable[[Any, torch.Tensor], None] | None:
+        """``rows_drawn(batch, idx)`` of the oracle, to be told which rows of ``data`` each constraint
+        batch holds, when it reads per-row strata (``know_strata``: constraint rows of a mini-batch or
+        balanced batch from per-stratum sums); None in full-batch mode, for constraints on all rows
+        (``mode == "full"``), without constraints, or when the oracle or the constraints do not offer it."""
         know = getattr(self._oracle, "know_strata", None)
-        if full_batch or not m or not callable(know) or not know(cons, data):
+        if full_batch or mode == "full" or not m or not callable(know) or not know(cons, data):
             return None
         return self._oracle.rows_drawn
 
