@@ -244,8 +244,12 @@ class LocalDerivatives:
         (:meth:`solvers.feedforward.FeedForward.trace`), at the price of one copy of ``X`` with a
         column of ones. The copies of the two most recent matrices are kept, so that a full batch,
         traced at every iteration, is copied once (and a mini-batch objective beside a full
-        constraint batch keeps the latter's copy). A rule on the batch alone, not on what was seen
-        before: a resumed fit takes the same path, bit for bit."""
+        constraint batch keeps the latter's copy). The copy is column-major (a transposed view of a
+        contiguous ``(features + 1, n)`` matrix): the forward product runs as fast in either layout,
+        and the pullback's ``[X | 1]' (v * S)`` reads it column by column (Dutch, 48,336 rows, MLP
+        32, one thread: 1.05 against 1.32 ms per product, 1.52 ms before the pullback took that
+        orientation). A rule on the batch alone, not on what was seen before: a resumed fit takes
+        the same path, bit for bit."""
         if self.jacobian != "auto" or X.shape[0] < MIN_ROWS or X.numel() > AUGMENT_MAX_ELEMENTS:
             return None
         for position, (seen, version, copy) in enumerate(self._inputs):
@@ -253,8 +257,11 @@ class LocalDerivatives:
                 del self._inputs[position]
                 self._inputs.append((X, version, copy))
                 return copy
-        with torch.no_grad():
-            copy = torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)], dim=1)
+        with torch.no_grad():  # column-major: the pullback's products read it along its columns
+            columns = torch.empty(X.shape[1] + 1, X.shape[0], dtype=X.dtype, device=X.device)
+            columns[:-1] = X.t()
+            columns[-1] = 1
+            copy = columns.t()
         self._inputs = self._inputs[-1:] + [(X, X._version, copy)]
         return copy
 
