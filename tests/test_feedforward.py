@@ -196,11 +196,13 @@ def test_augmented_first_layer_gives_the_same_outputs_and_pullbacks():
     for model in models:
         for params in (list(model.parameters()), list(model.parameters())[:1], list(model.parameters())[1:]):
             network = FeedForward.recognise(model, params)
-            plain, fused = network.trace(X), network.trace(X, augmented=augmented)
-            torch.testing.assert_close(fused.out, plain.out, rtol=1e-6, atol=1e-6)
-            torch.testing.assert_close(fused.pullback_segments(cot, bounds), plain.pullback_segments(cot, bounds),
-                                       rtol=1e-5, atol=1e-6)
-            torch.testing.assert_close(fused.pullback(cot), _reference(model, params, X, cot), rtol=1e-5, atol=1e-6)
+            plain = network.trace(X)
+            for copy in (augmented, augmented.t().contiguous().t()):  # row- and column-major (the oracle's)
+                fused = network.trace(X, augmented=copy)
+                torch.testing.assert_close(fused.out, plain.out, rtol=1e-6, atol=1e-6)
+                torch.testing.assert_close(fused.pullback_segments(cot, bounds), plain.pullback_segments(cot, bounds),
+                                           rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(fused.pullback(cot), _reference(model, params, X, cot), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"augmented: expected shape \(60, 5\)"):
         FeedForward.recognise(models[0], list(models[0].parameters())).trace(X, augmented=X)
 
@@ -214,6 +216,7 @@ def test_the_oracle_augments_large_feature_matrices_and_keeps_recurring_copies(m
     oracle = LocalDerivatives("auto")
     copy = oracle.augmented(X)
     assert torch.equal(copy, torch.cat([X, torch.ones(30, 1)], dim=1)) and oracle.augmented(X) is copy
+    assert copy.t().is_contiguous()  # column-major: the pullback reads it along its columns
     kept = oracle.augmented(other)
     assert oracle.augmented(other) is kept and oracle.augmented(X) is copy  # both kept
     for _ in range(3):
