@@ -22,7 +22,7 @@ import torch
 from scipy.optimize import linprog, minimize
 
 from solvers.qp import ENUMERATION_MAX_ROWS, diagonal_qp, least_violation_bounds
-from solvers.qp.scalar import SCALAR_MAX_ROWS, solve_scalar
+from solvers.qp.scalar import NEAR_DEPENDENT, SCALAR_MAX_ROWS, solve_scalar
 from solvers.qp.solve import PRIMAL_SLACK
 
 N_RANDOM = 500
@@ -242,6 +242,37 @@ def test_scalar_path_equals_the_general_enumeration():
                 assert_kkt(prob, fast)
     # of 2,000: equality rows (one row in five) and more than MAX_CANDIDATES active sets go to the general path
     assert taken >= 800 and min(by_rows.values()) >= 100, by_rows
+
+
+def test_scalar_path_takes_nearly_opposite_rows_above_its_threshold():
+    """Two rows at ``1 - |cos| = 2e-7`` in the ``H^{-1}`` metric (what a disparate-impact pair often
+    gives on a mini-batch) stay on the scalar path, above NEAR_DEPENDENT, and agree with the general
+    enumeration; at ``1e-10`` they go to the general path."""
+    rng = np.random.default_rng(3)
+    for gap, taken in ((2e-7, True), (1e-10, False)):
+        for _ in range(50):
+            p = 60
+            h = torch.as_tensor(rng.uniform(0.5, 2.0, p))
+            J0 = torch.as_tensor(rng.normal(size=p))
+            z = torch.as_tensor(rng.normal(size=p))
+            z -= (z @ (J0 / h)) / (J0 @ (J0 / h)) * J0  # orthogonal to J0 in the H^-1 metric
+            z *= math.sqrt(2 * gap * float(J0 @ (J0 / h)) / float(z @ (z / h)))  # sin^2 = 2 gap, so 1 - |cos| ~ gap
+            J = torch.stack([J0, -J0 + z])
+            g = torch.as_tensor(rng.normal(size=p))
+            lo = torch.full((2,), -math.inf, dtype=torch.float64)
+            hi = torch.as_tensor(rng.uniform(-0.05, 0.3, 2))
+            assert NEAR_DEPENDENT < 2e-7
+            fast = solve_scalar(g, h, J, lo, hi, 1e-9, 1e-10, PRIMAL_SLACK)
+            if not taken:
+                assert fast is None
+                continue
+            general = diagonal_qp(g, h, J, lo, hi, solver="enumeration")
+            assert fast is not None and fast.status == general.status == "optimal"
+            assert torch.equal(fast.active, general.active)
+            d_f, d_g = fast.d.numpy(), general.d.numpy()
+            assert np.abs(d_f - d_g).max() <= 1e-8 * (1 + np.abs(d_g).max())
+            Jd = (J @ fast.d).numpy()
+            assert np.all(Jd <= hi.numpy() + 1e-8 * (1 + np.abs(hi.numpy())))
 
 
 def test_scalar_path_leaves_the_hard_cases_to_the_general_path():
