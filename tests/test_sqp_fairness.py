@@ -96,6 +96,17 @@ def test_stochastic_balanced_constraint_batches(adult_small):
     assert result.info["feasible"] and result.info["max_row_violation"] <= 1e-6
 
 
+def test_mini_batch_polish_takes_no_more_passes_than_the_training(adult_small):
+    """The end-game of a mini-batch run: at most ``min(polish_iterations, epochs)`` full-batch
+    iterations while its iterates meet the bound (more only while it restores feasibility)."""
+    model, result = _fit(adult_small, [DisparateImpact("sex", delta=0.5)], epochs=4, batch_size=500,
+                         polish_iterations=50)
+    records = [r for r in result.history.records if r["qp_status"] != "final"]
+    polish = [r for r in records if r.get("phase") == "polish"]
+    assert 0 < len(polish) <= 4 and result.info["feasible"]
+    assert all(r["V_exact_max"] <= 1e-6 for r in polish)  # feasible throughout: no extension
+
+
 def test_batched_and_loop_jacobians_agree(adult_small):
     cons = [DisparateImpact("sex", delta=0.8)]
     runs = []

@@ -115,7 +115,12 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
     measured on Dutch, MLP 32, batch 256, balanced constraint batches of 1024, seed 2, the
     polish otherwise stalled at a DI row violation of 2.6e-4; without the halving,
     ACS-Colorado runs overshot to DI 0.84 for a bound of 0.8).
-    Past ``polish_iterations`` it goes on (up to ``POLISH_EXTENSION`` times as many)
+    It runs ``min(polish_iterations, epochs trained)`` iterations (resumed parts included), as
+    the polish of a full-batch run does: the end-game takes no more passes over the data than
+    the training did (Dutch, MLP 32, 20 epochs of batches of 1,024 rows, seeds 0-2: 20
+    iterations instead of 50 saved 0.25-0.3 s of a 2 s fit and changed the training accuracy by
+    at most 0.06 points, the training loss by at most 0.002). Past them it goes on (up to
+    ``POLISH_EXTENSION * polish_iterations`` iterations in all)
     while the iterate is still infeasible and its exact violation still falls
     (:func:`still_restoring`): measured on Dutch (MLP 32, batch 256, balanced
     constraint batches of 1024, seed 1), 50 iterations took the largest row violation
@@ -137,6 +142,7 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
     violations: list[float] = []  # exact violation of every polish iterate
     push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
     budget = POLISH_EXTENSION * int(options.polish_iterations) if limit is None else int(limit)
+    base = min(int(options.polish_iterations), int(state["epochs_done"]))
     for k in range(budget):
         der = derivatives(model, params, loss_fn, cons, data, data)
         if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
@@ -146,7 +152,7 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
             break
         violations.append(float(row_violations(der.c_exact, lower, upper).max()) if der.c_exact is not None
                           else 0.0)
-        extended = limit is None and k >= int(options.polish_iterations)
+        extended = limit is None and k >= base
         if extended and not still_restoring(violations, options.feasibility_tol):
             break
         if options.calibrate_exact and der.c_exact is not None:

@@ -102,8 +102,11 @@ class StochasticSQP:
     polish_iterations : int, default 50
         End-game of a mini-batch run: after the last epoch, up to this many full-batch SQP
         iterations on ALL training rows (with exact calibration and feasibility
-        restoration), started from the average of the last epoch's iterates (a Polyak
-        tail average: it removes most of the mini-batch noise). Every polish iterate is a
+        restoration), and no more than the epochs trained (resumed parts included: the
+        end-game takes no more passes over the data than the training), started from the
+        average of the last epoch's iterates (a Polyak tail average: it removes most of the
+        mini-batch noise); an iterate still infeasible and still approaching the bounds
+        goes on, up to four times this many. Every polish iterate is a
         candidate for the returned model, so the returned model is checked on all rows
         with the exact measure; the polish stops early at a feasible KKT point. It works on
         copies of the engine state, so :meth:`state_dict` and ``resume`` continue the
