@@ -11,6 +11,14 @@ the peak memory; one plot of exact violation and loss against wall time per data
     python benchmarks/sqp_stochastic.py --synthetic 1000000      # n = 1e6 synthetic rows, mini-batch only
                                                                  # (in memory, and memory-mapped from disk)
 
+``--repeats R`` runs every job ``R`` times, round-robin over all jobs (a fresh process each
+time), and reports the median wall time with the other figures of the first repetition (the
+runs are deterministic; a table line says so where repetitions differ). On
+a shared machine one fit's time drifts by tens of per cent from minute to minute (the same
+500-epoch full-batch fit took 3.0 and 5.3 s in two runs ten minutes apart), so a single run
+says little about a ratio of two configurations; the table then ends with the per-seed ratio
+of each mini-batch configuration's median time to the full batch's.
+
 Configurations: ``full`` (full batch, 500 epochs: the estimator's default), ``mb<B>``
 (mini-batch ``B``, 20 epochs, constraint rows estimated on the same mini-batch: the
 mini-batch default ``constraint_batch="auto"``), ``mb<B>-full`` (constraints on all rows at
@@ -38,6 +46,7 @@ import argparse
 import json
 import multiprocessing as mp
 import resource
+import statistics
 import sys
 import time
 import warnings
@@ -238,6 +247,19 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _ratio_lines(records: list[dict], repeats: int) -> list[str]:
+    """Per dataset and seed, each other configuration's (median) wall time over the full batch's."""
+    full = {(r["dataset"], r["seed"]): r["seconds"] for r in records if r["config"] == "full"}
+    lines = []
+    for r in records:
+        base = full.get((r["dataset"], r["seed"]))
+        if base and r["config"] != "full":
+            times = ", ".join(f"{x:.2f}" for x in r.get("seconds_all", [r["seconds"]]))
+            lines.append(f"# {r['dataset']} seed {r['seed']}: {r['config']} / full = {r['seconds'] / base:.2f}"
+                         + (f" (median of {repeats} runs: {times} s)" if repeats > 1 else ""))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", nargs="+", default=["dutch", "acsincome"])
@@ -248,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers", action="store_true", help="also run the humancompatible-train peers (PEERS)")
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default=str(DEFAULT_OUT / "sqp_stochastic"))
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of every job, round-robin; the median wall time is reported")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats: expected a positive integer")
     root = str(data_dir(args.data_dir))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -274,17 +300,35 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# {command}", setting, header]
     print(setting, flush=True)
     print(header, flush=True)
-    for dataset, config, seed in jobs:
-        r = run(dataset, config, seed, args.delta, root, args.synthetic)
-        if "error" in r:
-            lines.append(f"{dataset:10s} {config:15s} {seed:4d} failed: {r['error']}")
+    runs: dict[tuple, list[dict]] = {job: [] for job in jobs}
+    for repeat in range(args.repeats):
+        for job in jobs:
+            runs[job].append(run(*job, args.delta, root, args.synthetic))
+            if args.repeats > 1:
+                print(f"repeat {repeat + 1}/{args.repeats} {job}: {runs[job][-1].get('seconds', float('nan')):.2f} s",
+                      flush=True)
+    same = ("train_di", "test_di", "train_acc", "test_acc", "status", "iterations")
+    for (dataset, config, seed), reps in runs.items():
+        failed = next((r for r in reps if "error" in r), None)
+        if failed is not None:
+            lines.append(f"{dataset:10s} {config:15s} {seed:4d} failed: {failed['error']}")
             print(lines[-1], flush=True)
             continue
+        r = reps[0]
+        differ = [k for k in same if any(other[k] != r[k] for other in reps[1:])]
+        if differ:  # said in the table: the figures are those of the first repetition
+            lines.append(f"# {dataset} {config} seed {seed}: the repetitions differ in {', '.join(differ)}")
+            print(lines[-1], flush=True)
+        r["seconds_all"] = [other["seconds"] for other in reps]
+        r["seconds"] = statistics.median(r["seconds_all"])
         records.append(r)
         lines.append(f"{r['dataset']:10s} {r['config']:15s} {r['seed']:4d} {r['n_train']:8d} {r['seconds']:8.2f} "
                      f"{r['train_di']:8.4f} {r['test_di']:7.4f} {r['train_acc']:8.4f} {r['test_acc']:7.4f} "
                      f"{str(r['feasible']):>8s} {r['status']:>15s} {r['peak_mb']:7.0f}")
         print(lines[-1], flush=True)
+    ratios = _ratio_lines(records, args.repeats)
+    lines += ratios
+    print("\n".join(ratios), flush=True)
     for dataset in dict.fromkeys(r["dataset"] for r in records):
         plot([r for r in records if r["dataset"] == dataset], out / f"sqp_stochastic_{dataset}.png")
     (out / "sqp_stochastic.txt").write_text("\n".join(lines) + "\n")

@@ -231,7 +231,7 @@ class LocalDerivatives:
         if self._data_strata is None:
             return
         codes, representatives = self._data_strata
-        self._drawn = (batch, RowStrata(codes[torch.as_tensor(idx, dtype=torch.long)], representatives))
+        self._drawn = (batch, RowStrata(codes.index_select(0, torch.as_tensor(idx, dtype=torch.long)), representatives))
 
     def _row_strata(self, batch: Any) -> RowStrata | None:
         return self._drawn[1] if self._drawn is not None and self._drawn[0] is batch else None

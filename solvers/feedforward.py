@@ -22,7 +22,8 @@ autograd engine repeats the whole backward pass (activation derivatives, the hid
 products) ``k`` times. The last hidden layer needs not even the pass: the output has one unit,
 so ``S_{L-1} = (S_L w_L) * sigma_{L-1}'(Z_{L-1})`` is a row scaling of ``sigma'`` by the fixed
 weight row ``w_L``, and ``v * S_{L-1}`` is one activation-derivative pass of ``v * S_L`` per
-cotangent, scaled by ``w_L`` after the product (:meth:`FeedForwardTrace._pull`). On 48,336 Dutch rows, MLP 32, one thread, a forward pass and two gradient
+cotangent, scaled by ``w_L`` after the product (:meth:`FeedForwardTrace._pull`). On 48,336 Dutch
+rows, MLP 32, one thread, a forward pass and two gradient
 rows took 7.6-9.0 ms this way against 9.2-9.9 ms through autograd (timed alternately in one
 process; ``benchmarks/sqp_speed.py`` times the engine with both). The values equal autograd's
 up to floating-point rounding (the same products summed in another order); the forward pass runs
@@ -207,7 +208,8 @@ class FeedForwardTrace:
                 sens: list[torch.Tensor | None] = [None] * len(layers)
                 sens[-1] = G = self._output_sensitivity()
                 for index in range(len(layers) - 2, -1, -1):
-                    weight = layers[index + 1].linear.weight  # a (n, 1) column of ones times the row: the row, broadcast
+                    # a (n, 1) column of ones times the weight row: the row, broadcast
+                    weight = layers[index + 1].linear.weight
                     G = weight.expand(n, -1) if G is None else G @ weight
                     sens[index] = G = self._activations_backward(index, G, slice(None))
             self._sensitivities = sens
@@ -287,14 +289,16 @@ class FeedForwardTrace:
         layers, last = self.network.layers, len(self.network.layers) - 1
         with torch.no_grad():
             out_sens = self._output_sensitivity()
-            units = cots if out_sens is None else [cot * out_sens[a:b].reshape(1, -1) for (a, b), cot in zip(bounds, cots)]
+            units = cots if out_sens is None else [cot * out_sens[a:b].reshape(1, -1)
+                                                   for (a, b), cot in zip(bounds, cots)]
             for seg, (a, b) in enumerate(bounds):  # the output layer: u' H_{L-1}
                 self._put_unit(result[seg], units[seg], self._inputs[last][a:b], *self._slots(last))
             if last >= 1:  # the last hidden layer, rank one
                 scale, width = layers[last].linear.weight.reshape(-1), layers[last - 1].linear.out_features
                 for seg, (a, b) in enumerate(bounds):
                     for r in range(k):
-                        G = self._activations_backward(last - 1, units[seg][r, :, None].expand(b - a, width), slice(a, b))
+                        u = units[seg][r, :, None].expand(b - a, width)
+                        G = self._activations_backward(last - 1, u, slice(a, b))
                         self._put_layer(result[seg, r], G, self._inputs[last - 1][a:b], *self._slots(last - 1), scale)
             for index in range(last - 2, -1, -1):  # deeper layers: v * S_l from the sensitivities
                 S_all = self.sensitivities()[index]

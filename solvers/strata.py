@@ -134,8 +134,9 @@ class RowStrata:
         return torch.bincount(codes, weights=x.to(torch.float64), minlength=self.n_strata)
 
     def expand(self, columns: torch.Tensor) -> torch.Tensor:
-        """``columns[:, codes]``: a value per stratum (k, s) spread to a value per row (k, n)."""
-        return columns[:, self.codes.to(columns.device)]
+        """``columns[:, codes]``: a value per stratum (k, s) spread to a value per row (k, n) (through
+        ``index_select``, which copies the same entries as advanced indexing several times faster)."""
+        return columns.index_select(1, self.codes.to(columns.device))
 
 
 @dataclass(frozen=True)
