@@ -41,7 +41,7 @@ sense: :meth:`FeedForward.recognise` returns None and the caller keeps the autog
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -49,13 +49,21 @@ from torch import nn
 
 __all__ = ["ACTIVATION_DERIVATIVES", "FeedForward", "FeedForwardTrace", "GENERIC_ACTIVATIONS"]
 
-#: ``(module, G, Z, H) -> G * sigma'(Z)`` for activations whose derivative PyTorch computes from
-#: ``Z`` or ``H = sigma(Z)`` directly (the kernels of their own backward passes).
+def _into(op: Any, *args: Any, out: torch.Tensor | None) -> torch.Tensor:
+    """The aten backward kernel ``op(*args)``, written into ``out`` (its ``grad_input`` overload) when given."""
+    return op(*args) if out is None else op.grad_input(*args, grad_input=out)
+
+
+#: ``(module, G, Z, H, out=None) -> G * sigma'(Z)`` for activations whose derivative PyTorch computes
+#: from ``Z`` or ``H = sigma(Z)`` directly (the kernels of their own backward passes), written into
+#: ``out`` when given (a buffer reused across cotangents: a fresh matrix of a full batch costs its
+#: page faults again at every call).
 ACTIVATION_DERIVATIVES: dict[type[nn.Module], Callable[..., torch.Tensor]] = {
-    nn.ReLU: lambda m, G, Z, H: torch.ops.aten.threshold_backward(G, H, 0),
-    nn.LeakyReLU: lambda m, G, Z, H: torch.ops.aten.leaky_relu_backward(G, Z, m.negative_slope, False),
-    nn.Tanh: lambda m, G, Z, H: torch.ops.aten.tanh_backward(G, H),
-    nn.Sigmoid: lambda m, G, Z, H: torch.ops.aten.sigmoid_backward(G, H),
+    nn.ReLU: lambda m, G, Z, H, out=None: _into(torch.ops.aten.threshold_backward, G, H, 0, out=out),
+    nn.LeakyReLU: lambda m, G, Z, H, out=None: _into(torch.ops.aten.leaky_relu_backward, G, Z, m.negative_slope,
+                                                     False, out=out),
+    nn.Tanh: lambda m, G, Z, H, out=None: _into(torch.ops.aten.tanh_backward, G, H, out=out),
+    nn.Sigmoid: lambda m, G, Z, H, out=None: _into(torch.ops.aten.sigmoid_backward, G, H, out=out),
 }
 
 #: Elementwise activations without parameters whose derivative comes from one small autograd pass
@@ -82,11 +90,13 @@ def _is_activation(module: nn.Module) -> bool:
     return known and not getattr(module, "inplace", False)
 
 
-def _activation_backward(module: nn.Module, G: torch.Tensor, Z: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
-    """``G * sigma'(Z)`` for the activation ``module`` (``H = module(Z)``)."""
+def _activation_backward(module: nn.Module, G: torch.Tensor, Z: torch.Tensor, H: torch.Tensor,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """``G * sigma'(Z)`` for the activation ``module`` (``H = module(Z)``), in ``out`` when given and
+    the activation has a closed form (a fresh tensor otherwise: use the returned one)."""
     closed = ACTIVATION_DERIVATIVES.get(type(module))
     if closed is not None:
-        return closed(module, G, Z, H)
+        return closed(module, G, Z, H, out=out)
     leaf = Z.detach().requires_grad_(True)
     with torch.enable_grad():  # the dot form: no tensor grad_outputs (see solvers.derivatives.vjp)
         (grad,) = torch.autograd.grad(torch.sum(module(leaf) * G), leaf)
@@ -223,11 +233,14 @@ class FeedForwardTrace:
             return self._activations_backward(len(self.network.layers) - 1, torch.ones_like(self._stages[-1][-1]),
                                               slice(None))
 
-    def _activations_backward(self, index: int, G: torch.Tensor, rows: slice) -> torch.Tensor:
-        """``G * sigma_l'(Z_l[rows])`` through the activations of layer ``index`` (``G`` unchanged without any)."""
+    def _activations_backward(self, index: int, G: torch.Tensor, rows: slice,
+                              out: torch.Tensor | None = None) -> torch.Tensor:
+        """``G * sigma_l'(Z_l[rows])`` through the activations of layer ``index`` (``G`` unchanged without
+        any); the last of them writes into ``out`` when given (see :func:`_activation_backward`)."""
         stages, activations = self._stages[index], self.network.layers[index].activations
         for position in range(len(activations) - 1, -1, -1):
-            G = _activation_backward(activations[position], G, stages[position][rows], stages[position + 1][rows])
+            G = _activation_backward(activations[position], G, stages[position][rows], stages[position + 1][rows],
+                                     out=out if position == 0 else None)
         return G
 
     def pullback(self, cot: torch.Tensor, rows: slice | None = None) -> torch.Tensor:
@@ -295,10 +308,11 @@ class FeedForwardTrace:
                 self._put_unit(result[seg], units[seg], self._inputs[last][a:b], *self._slots(last))
             if last >= 1:  # the last hidden layer, rank one
                 scale, width = layers[last].linear.weight.reshape(-1), layers[last - 1].linear.out_features
+                buffer = cots[0].new_empty(max(b - a for a, b in bounds), width)  # one cotangent's u * sigma', reused
                 for seg, (a, b) in enumerate(bounds):
                     for r in range(k):
                         u = units[seg][r, :, None].expand(b - a, width)
-                        G = self._activations_backward(last - 1, u, slice(a, b))
+                        G = self._activations_backward(last - 1, u, slice(a, b), out=buffer[:b - a])
                         self._put_layer(result[seg, r], G, self._inputs[last - 1][a:b], *self._slots(last - 1), scale)
             for index in range(last - 2, -1, -1):  # deeper layers: v * S_l from the sensitivities
                 S_all = self.sensitivities()[index]
