@@ -11,7 +11,7 @@ from fairopt.data import FairData
 from fairopt.models import linear, mlp
 from solvers import StochasticSQP
 from solvers.derivatives import AutogradTrace, LocalDerivatives, trace_outputs
-from solvers.feedforward import FeedForward, FeedForwardTrace
+from solvers.feedforward import ACTIVATION_DERIVATIVES, FeedForward, FeedForwardTrace
 from solvers.losses import bce_loss
 from solvers.problem import as_constraint_set, trainable_parameters
 
@@ -182,6 +182,23 @@ def test_segmented_pullback_equals_the_pullback_of_each_segment():
     torch.testing.assert_close(got[2], _reference(model, partial_params, X[8:30], cot[:, 8:30]), rtol=2e-5, atol=1e-6)
     with pytest.raises(ValueError, match="cot: expected 40 columns"):
         FeedForward.recognise(model, params).trace(X).pullback_segments(torch.zeros(2, 39), bounds)
+
+
+def test_closed_form_activation_derivatives_write_into_a_given_buffer():
+    """``ACTIVATION_DERIVATIVES[type](m, G, Z, H, out=buffer)`` fills ``buffer`` (the pullback reuses one
+    across cotangents) with what the call without ``out`` returns, for an expanded ``G`` too."""
+    gen = torch.Generator().manual_seed(9)
+    Z = torch.randn(30, 4, generator=gen)
+    G = torch.randn(30, 1, generator=gen).expand(30, 4)  # a cotangent per row, as the last hidden layer takes it
+    for module in (nn.ReLU(), nn.LeakyReLU(0.1), nn.Tanh(), nn.Sigmoid()):
+        H = module(Z)
+        fresh = ACTIVATION_DERIVATIVES[type(module)](module, G, Z, H)
+        buffer = torch.full((30, 4), float("nan"))
+        written = ACTIVATION_DERIVATIVES[type(module)](module, G, Z, H, out=buffer)
+        assert written.data_ptr() == buffer.data_ptr() and torch.equal(buffer, fresh), type(module).__name__
+        leaf = Z.clone().requires_grad_(True)
+        (reference,) = torch.autograd.grad((module(leaf) * G).sum(), leaf)
+        torch.testing.assert_close(fresh, reference)
 
 
 def test_augmented_first_layer_gives_the_same_outputs_and_pullbacks():
