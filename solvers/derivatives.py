@@ -33,8 +33,8 @@ from torch import nn
 from solvers.feedforward import FeedForward
 from solvers.losses import LossFn, value_and_gradient
 from solvers.problem import RowFactors, exact_rows, row_outputs
-from solvers.strata import (MIN_ROWS, RowStrata, StrataPlan, has_hidden_layer, is_rowwise, plan_strata, rank_one_factors,
-                            segment_factors, stratum_codes)
+from solvers.strata import (MIN_ROWS, RowStrata, StrataPlan, has_hidden_layer, is_rowwise, plan_strata,
+                            rank_one_factors, segment_factors, stratum_codes)
 from solvers.validation import check_choice
 
 __all__ = ["AUGMENT_MAX_ELEMENTS", "AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES",
@@ -248,8 +248,8 @@ class LocalDerivatives:
         contiguous ``(features + 1, n)`` matrix): the forward product runs as fast in either layout,
         and the pullback's ``[X | 1]' (v * S)`` reads it column by column (a Dutch-sized 48,336 x 51
         matrix, 32 columns of ``v * S``, one thread: 1.05 against 1.32 ms per product, 1.52 ms
-        before the pullback took that orientation). A rule on the batch alone, not on what was seen before: a resumed fit takes
-        the same path, bit for bit."""
+        before the pullback took that orientation). A rule on the batch alone, not on what was seen
+        before: a resumed fit takes the same path, bit for bit."""
         if self.jacobian != "auto" or X.shape[0] < MIN_ROWS or X.numel() > AUGMENT_MAX_ELEMENTS:
             return None
         for position, (seen, version, copy) in enumerate(self._inputs):

@@ -311,19 +311,22 @@ class FeedForwardTrace:
             if last >= 1:  # the last hidden layer, rank one
                 scale, width = layers[last].linear.weight.reshape(-1), layers[last - 1].linear.out_features
                 buffer = cots[0].new_empty(max(b - a for a, b in bounds), width)  # one cotangent's u * sigma', reused
+                slots = self._slots(last - 1)
                 for seg, (a, b) in enumerate(bounds):
+                    H = self._inputs[last - 1][a:b]
                     for r in range(k):
                         u = units[seg][r, :, None].expand(b - a, width)
                         G = self._activations_backward(last - 1, u, slice(a, b), out=buffer[:b - a])
-                        self._put_layer(result[seg, r], G, self._inputs[last - 1][a:b], *self._slots(last - 1), scale)
+                        self._put_layer(result[seg, r], G, H, *slots, scale)
             for index in range(last - 2, -1, -1):  # deeper layers: v * S_l from the sensitivities
                 S_all = self.sensitivities()[index]
                 buffer = S_all.new_empty(max(b - a for a, b in bounds), S_all.shape[1])  # one segment's v * S, reused
+                slots = self._slots(index)
                 for seg, ((a, b), cot) in enumerate(zip(bounds, cots)):
-                    scaled = buffer[:b - a]
+                    scaled, S, H = buffer[:b - a], S_all[a:b], self._inputs[index][a:b]
                     for r in range(k):
-                        torch.mul(S_all[a:b], cot[r].unsqueeze(1), out=scaled)
-                        self._put_layer(result[seg, r], scaled, self._inputs[index][a:b], *self._slots(index))
+                        torch.mul(S, cot[r].unsqueeze(1), out=scaled)
+                        self._put_layer(result[seg, r], scaled, H, *slots)
         return result
 
     def _slots(self, index: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None, bool]:

@@ -17,7 +17,7 @@ from solvers.sqp.optimality import DerivativesFn, final_check, full_derivatives,
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
 __all__ = ["MAX_RESTARTS", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions", "TailAverage",
-           "blew_up", "finish", "polish", "polish_last", "still_restoring"]
+           "blew_up", "finish", "polish", "polish_last", "polish_length", "still_restoring"]
 
 #: Divergence-guard restarts (:func:`blew_up`) after which a run is "diverged".
 MAX_RESTARTS = 10
@@ -88,6 +88,13 @@ class TailAverage:
         return self.total / max(self.count, 1)
 
 
+def polish_length(options: EndgameOptions, epochs: int) -> int:
+    """``min(polish_iterations, epochs)``: the polish iterations of a run that trained ``epochs``
+    epochs (resumed parts included), full batch (:func:`polish_last`) or mini-batch (:func:`polish`,
+    before its extension): the end-game takes no more passes over the data than the training did."""
+    return min(int(options.polish_iterations), int(epochs))
+
+
 def still_restoring(violations: Sequence[float], tol: float) -> bool:
     """True while the last iterate is infeasible (largest row violation above ``tol``) and
     that violation fell by at least 1% over the last ``RESTORING_WINDOW`` iterates."""
@@ -142,7 +149,7 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
     violations: list[float] = []  # exact violation of every polish iterate
     push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
     budget = POLISH_EXTENSION * int(options.polish_iterations) if limit is None else int(limit)
-    base = min(int(options.polish_iterations), int(state["epochs_done"]))
+    base = polish_length(options, state["epochs_done"])
     for k in range(budget):
         der = derivatives(model, params, loss_fn, cons, data, data)
         if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
@@ -197,7 +204,7 @@ def polish_last(tracker: BestIterate, evaluated: tuple[float, torch.Tensor | Non
     relaxed = bool(history.records) and history[-1].get(COLUMN_QP_STATUS) == QP_RELAXED
     if relaxed or not tracker.worth_restoring(f, c_exact, POLISH_GAP):
         return 0
-    limit = min(int(options.polish_iterations), int(epochs))
+    limit = polish_length(options, epochs)
     best = tracker.best
     logger.info("SQP: the last iterate (objective %.4g) violates a bound; the best iterate is iteration %d "
                 "(objective %.4g, %s): up to %d full-batch polish iterations from the last iterate", f,
