@@ -24,8 +24,10 @@ A constraint supports data parallelism when it implements :class:`DataParallelCo
 ``EqualImpact`` and ``DemographicParity`` do.
 
 Scope: full batch (``batch_size=None``, ``constraint_batch="full"``) and mini-batches
-(``batch_size`` rows per rank and step, ``constraint_batch="batch"``: the constraints of a
-step are those of the union of the ranks' mini-batches, the stochastic SQP's own estimate).
+(``batch_size`` rows per rank and step) with ``constraint_batch="snapshot"`` (the default:
+the constraint rows and Jacobian of a periodic pass over the union of all shards,
+linearised in between, :mod:`solvers.sqp.snapshot`) or ``"batch"`` (the constraints of a
+step are those of the union of the ranks' mini-batches).
 Every rank takes ``ceil(n_max / batch_size)`` steps per epoch, ``n_max`` the largest
 shard (a smaller shard reshuffles when its rows run out); the epoch-end candidates, the
 polish and the final check are exact on the union of all shards (:func:`all_reduce_vector`).
@@ -125,14 +127,16 @@ def distributed_active(flag: bool | None) -> bool:
 def check_data_parallel_options(batch_size: Any, constraint_batch: str, constraints: Any) -> None:
     """Data-parallel SQP evaluates the constraints on the objective's rows: all rows
     (``batch_size=None``, ``constraint_batch`` "full" or "auto") or each step's mini-batch
-    (``batch_size`` set, ``constraint_batch`` "batch" or "auto"); every constraint must
-    implement :class:`DataParallelConstraint`; ValueError otherwise."""
+    (``batch_size`` set, ``constraint_batch`` "batch", "snapshot" or "auto"; a snapshot is a pass
+    over all rows of every shard); every constraint must implement
+    :class:`DataParallelConstraint`; ValueError otherwise."""
     if batch_size is None and constraint_batch not in ("full", "auto"):
         raise ValueError(f"constraint_batch: full-batch data-parallel SQP needs 'full' (or 'auto'), got "
                          f"{constraint_batch!r}")
-    if batch_size is not None and constraint_batch not in ("batch", "auto"):
+    if batch_size is not None and constraint_batch not in ("batch", "snapshot", "auto"):
         raise ValueError(f"constraint_batch: mini-batch data-parallel SQP evaluates the constraints on each step's "
-                         f"mini-batches (the union over the ranks): 'batch' (or 'auto'), got {constraint_batch!r}")
+                         f"mini-batches (the union over the ranks) or on all rows of every shard: 'batch', "
+                         f"'snapshot' (or 'auto'), got {constraint_batch!r}")
     for member in as_constraint_set(constraints):
         if not supports_data_parallel(member):
             raise ValueError(f"constraints: {getattr(member, 'name', member)!r} has no partial_sums/from_sums "

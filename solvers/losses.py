@@ -17,15 +17,17 @@ row blocks as ``L_w * sum_i w_i`` (:func:`solvers.problem.weight_total`).
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-from solvers.problem import row_weights, weighted_mean
+from solvers.problem import row_weights, weight_total, weighted_mean
 
 __all__ = ["LossFn", "bce_loss", "mse_loss", "poisson_loss", "get_loss", "check_targets", "ScaledLoss",
-           "scaled_mse_loss", "value_and_gradient"]
+           "scaled_mse_loss", "value_and_gradient", "constant_loss", "loss_name"]
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -170,7 +172,7 @@ def value_and_gradient(loss_fn: LossFn, out: torch.Tensor, batch: Any) -> tuple[
     return f, df
 
 
-def _loss_name(loss: "str | LossFn") -> str | None:
+def loss_name(loss: "str | LossFn") -> str | None:
     """The name behind a named loss (also inside :class:`ScaledLoss`), else None."""
     while isinstance(loss, ScaledLoss):
         loss = loss.loss
@@ -195,7 +197,7 @@ def check_targets(loss: "str | LossFn", data: Any) -> None:
     ValueError
         Naming the loss, the offending value and the loss that fits such targets.
     """
-    name = _loss_name(loss)
+    name = loss_name(loss)
     if name is None:
         return
     y = torch.as_tensor(data.y).reshape(-1)
@@ -214,3 +216,42 @@ def check_targets(loss: "str | LossFn", data: Any) -> None:
         if bool(bad.any()):
             raise ValueError(f"loss 'poisson': expected counts or rates >= 0, got {y[bad][0].item()!r} among "
                              "the targets (use loss='mse' for targets that can be negative)")
+
+
+def constant_loss(loss_fn: LossFn, data: Any, chunk_rows: int | None = None, iterations: int = 30) -> float:
+    """Training loss of the best constant output: ``min_a L(a 1, data)``.
+
+    The reference a trained model must beat (for the binary cross-entropy the loss of
+    ``a = logit(mean y)``, for the squared error the variance of ``y``, for the Poisson loss
+    with exposure ``e`` the loss of ``a = log(sum y / sum e)``). Found by safeguarded Newton
+    steps on the scalar ``a`` (the loss of a constant is convex in ``a`` for these losses;
+    any other loss gets the best ``a`` Newton finds from 0) with autograd derivatives, on all
+    rows of ``data``, in chunks of ``chunk_rows`` rows when given (the mean is the weighted
+    sum of chunk means, :func:`solvers.problem.weight_total`). Non-finite when the loss is.
+    """
+    n = len(data)
+    step = n if chunk_rows is None or chunk_rows >= n else int(chunk_rows)
+    blocks = [data] if step == n else [data.subset(torch.arange(i, min(i + step, n))) for i in range(0, n, step)]
+    totals = [weight_total(b) for b in blocks]
+    denominator = sum(totals)
+
+    def value(a: torch.Tensor) -> torch.Tensor:
+        return sum(loss_fn(a.expand(len(b)), b) * (t / denominator) for b, t in zip(blocks, totals))
+
+    a = torch.zeros((), dtype=torch.float64)
+    best = math.inf
+    for _ in range(int(iterations)):
+        a_var = a.clone().requires_grad_(True)
+        with torch.enable_grad():
+            f = value(a_var)
+            (g,) = torch.autograd.grad(f, a_var, create_graph=True)
+            (h,) = torch.autograd.grad(g, a_var)
+        f_value, g_value, h_value = float(f.detach()), float(g.detach()), float(h)
+        best = min(best, f_value)
+        if not math.isfinite(f_value) or abs(g_value) < 1e-10:
+            break
+        move = -g_value / h_value if h_value > 1e-12 else -g_value
+        a = a + max(-5.0, min(5.0, move))  # Newton, at most 5 units of output per step
+    with torch.no_grad():
+        best = min(best, float(value(a)))
+    return best

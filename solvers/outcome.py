@@ -22,10 +22,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from solvers.problem import assign_parameters, flat_parameters, row_violations
+from solvers.problem import assign_parameters, flat_parameters, model_outputs, row_violations
 
-__all__ = ["BoundWarning", "BestIterate", "Candidate", "DivergedWarning", "NoProgressWarning", "unmet_rows",
-           "warn_if_start", "warn_unmet"]
+__all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
+           "NoProgressWarning", "RISE_TOLERANCE", "TrainingInstabilityWarning", "training_accuracy", "unmet_rows", "warn_if_constant",
+           "warn_if_start", "warn_if_unstable", "warn_unmet"]
+
+#: Relative rise of the training loss over its starting value that :func:`warn_if_unstable` reports.
+RISE_TOLERANCE = 0.05
 
 
 class BoundWarning(UserWarning):
@@ -41,6 +45,21 @@ class DivergedWarning(UserWarning):
 class NoProgressWarning(UserWarning):
     """An engine returns its starting point although it trained: no later iterate was
     better under the best-iterate rule (typically none met the bounds on all rows)."""
+
+
+class ConstantPredictorWarning(UserWarning):
+    """The returned model is no better than the best constant predictor on the training
+    data: its training loss is not below the best constant output's, or (binary
+    cross-entropy) its training accuracy is not above the majority-class rate. Fairness
+    bounds never force this (a constant model meets every bound of a group-rate, covariance
+    or distance-covariance constraint): training failed."""
+
+
+class TrainingInstabilityWarning(UserWarning):
+    """The training loss on all rows rose above its starting value during training (and
+    above the best constant predictor's), or the divergence guard sent the parameters back
+    and cut the learning rate: the returned model may be far from what the budget could
+    reach."""
 
 
 @dataclass
@@ -76,6 +95,10 @@ class BestIterate:
         self.feasibility_tol = float(feasibility_tol)
         self.best: Candidate | None = None
         self.offered = 0
+        #: objective of the first finite candidate, and the largest one offered with its iteration:
+        #: the course of the training loss on all rows (:func:`warn_if_unstable`)
+        self.first_f: float | None = None
+        self.peak: tuple[float, int] | None = None
 
     def feasible(self, row_viol: torch.Tensor) -> bool:
         """Every row within ``feasibility_tol``."""
@@ -108,6 +131,10 @@ class BestIterate:
              else torch.as_tensor(c_exact).detach().to(torch.float64).reshape(-1))
         if not math.isfinite(f) or not bool(torch.isfinite(c).all()):
             return False
+        if self.first_f is None:
+            self.first_f = float(f)
+        if self.peak is None or f > self.peak[0]:
+            self.peak = (float(f), int(iteration))
         viol = row_violations(c, self.lower, self.upper) if c.numel() else c
         new = Candidate(None, float(f), c, viol, int(iteration))  # type: ignore[arg-type]
         if self.best is not None and not self._better(new, self.best):
@@ -180,3 +207,63 @@ def warn_if_start(engine: str, chosen: Candidate | None, start: int, last: int, 
                   "objective). Train longer, with larger batches or a looser bound.", NoProgressWarning,
                   stacklevel=stacklevel)
     return True
+
+
+def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float | None = None,
+                     majority: float | None = None, stacklevel: int = 3) -> bool:
+    """Emit one :class:`ConstantPredictorWarning` when the returned model's training loss ``f`` is
+    not below ``f_constant`` (:func:`solvers.losses.constant_loss`) or its training ``accuracy`` is
+    not above the ``majority``-class rate (both given for a binary loss); returns whether it did."""
+    reasons = []
+    if math.isfinite(f_constant) and not f < f_constant:
+        reasons.append(f"training loss {f:.4g} >= {f_constant:.4g}, the loss of the best constant output")
+    if accuracy is not None and majority is not None and not accuracy > majority:
+        reasons.append(f"training accuracy {accuracy:.4f} <= {majority:.4f}, the majority-class rate")
+    if not reasons:
+        return False
+    warnings.warn(f"{engine}: the returned model is no better than a constant predictor ({'; '.join(reasons)}). "
+                  "The bounds do not force this (a constant model meets them): training failed. Try more "
+                  "epochs, full batches, a smaller lr, or look at the history.", ConstantPredictorWarning,
+                  stacklevel=stacklevel)
+    return True
+
+
+def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_constant: float = -math.inf,
+                     stacklevel: int = 3) -> bool:
+    """Emit one :class:`TrainingInstabilityWarning` when the divergence guard backed off
+    (``restarts > 0``), or when the largest training loss offered to ``tracker`` (on all rows)
+    exceeds both the first one by more than ``RISE_TOLERANCE`` of it and ``f_constant``, the
+    best constant output's loss (a run started at the unconstrained optimum may rise towards the
+    bound's price; never above a constant model's loss, which meets the bounds); returns whether
+    it did."""
+    reasons = []
+    if restarts:
+        reasons.append(f"the divergence guard sent the parameters back {restarts} time(s) and cut the learning "
+                       f"rate by {2 ** restarts:g}")
+    first, peak = tracker.first_f, tracker.peak
+    if (first is not None and peak is not None and peak[0] > first + RISE_TOLERANCE * abs(first)
+            and peak[0] > f_constant):
+        reasons.append(f"the training loss on all rows rose from {first:.4g} to {peak[0]:.4g} (iteration {peak[1]})")
+    if not reasons:
+        return False
+    warnings.warn(f"{engine}: unstable training: {'; '.join(reasons)}. The returned model is the best iterate "
+                  "seen; a smaller lr or larger batches usually help.", TrainingInstabilityWarning,
+                  stacklevel=stacklevel)
+    return True
+
+
+def training_accuracy(model: torch.nn.Module, data: Any, chunk_rows: int | None = None) -> tuple[float, float]:
+    """Accuracy of the logits' sign (``out > 0`` against ``y > 0.5``) on all rows of ``data`` and the
+    majority-class rate ``max(mean y, 1 - mean y)``, both unweighted; forward passes of at most
+    ``chunk_rows`` rows."""
+    n = len(data)
+    step = n if chunk_rows is None else max(1, int(chunk_rows))
+    hits = positives = 0.0
+    with torch.no_grad():
+        for start in range(0, n, step):
+            chunk = data if step >= n else data.subset(torch.arange(start, min(start + step, n)))
+            y = chunk.y.reshape(-1) > 0.5
+            hits += float(((model_outputs(model, chunk).reshape(-1) > 0) == y).sum())
+            positives += float(y.sum())
+    rate = positives / max(n, 1)
+    return hits / max(n, 1), max(rate, 1.0 - rate)

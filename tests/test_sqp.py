@@ -212,8 +212,8 @@ def test_bad_fit_inputs_raise():
 
 
 def test_a_failed_relaxed_qp_takes_the_least_violation_step_and_warns():
-    """Regression: 32-row batches under DI plus a 3-group DP bound make degenerate relaxed
-    QPs; one that failed ('numerical') raised RuntimeError mid-training. Now the
+    """Regression: 32-row batches under DI plus a 3-group DP bound, with the constraints
+    estimated on each batch, make degenerate relaxed QPs; one that failed ('numerical') raised RuntimeError mid-training. Now the
     least-violation step is taken, with one SQPWarning, and training goes on."""
     import fairopt
     from fairopt.constraints import DemographicParity, DisparateImpact
@@ -226,7 +226,7 @@ def test_a_failed_relaxed_qp_takes_the_least_violation_step_and_warns():
     model = fairopt.models.linear(data.n_features, seed=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = StochasticSQP(epochs=5, batch_size=32, seed=9).fit(
+        result = StochasticSQP(epochs=5, batch_size=32, seed=9, constraint_batch="batch").fit(
             model, data, constraints=[DisparateImpact("s", 0.8), DemographicParity("g", bound=0.05)])
     assert any("least-violation step was taken" in str(w.message) for w in caught)
     assert result.status in ("converged", "not_stationary", "infeasible")

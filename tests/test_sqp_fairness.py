@@ -13,7 +13,7 @@ import fairopt
 from fairopt.constraints import DemographicParity, DisparateImpact, EqualImpact
 from fairopt.measures import disparate_impact, equal_impact
 from solvers import StochasticSQP
-from solvers.outcome import BestIterate, NoProgressWarning, warn_if_start
+from solvers.outcome import BestIterate, ConstantPredictorWarning, NoProgressWarning, warn_if_start
 from solvers.sqp import _RESTORING_WINDOW, POLISH_EXTENSION, _still_restoring
 
 
@@ -96,15 +96,27 @@ def test_stochastic_balanced_constraint_batches(adult_small):
     assert result.info["feasible"] and result.info["max_row_violation"] <= 1e-6
 
 
-def test_mini_batch_polish_takes_no_more_passes_than_the_training(adult_small):
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mini_batch_polish_takes_no_more_passes_than_the_training(adult_small, seed):
     """The end-game of a mini-batch run: at most ``min(polish_iterations, epochs)`` full-batch
-    iterations while its iterates meet the bound (more only while it restores feasibility)."""
-    model, result = _fit(adult_small, [DisparateImpact("sex", delta=0.5)], epochs=4, batch_size=500,
-                         polish_iterations=50)
+    iterations while its iterates meet the bound (more only while it restores feasibility),
+    and a returned model that training improved: feasible, its loss below the start's and
+    below the best constant predictor's. Properties of the outcome, over three seeds (this
+    test once asserted one run's polish path, which another CPU's rounding changed)."""
+    from solvers.losses import constant_loss, get_loss
+
+    model = fairopt.models.linear(adult_small.n_features, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConstantPredictorWarning)  # a failed run must say so; none may fail
+        model, result = _fit(adult_small, [DisparateImpact("sex", delta=0.5)], epochs=4, batch_size=500,
+                             polish_iterations=50, model=model, seed=seed)
     records = [r for r in result.history.records if r["qp_status"] != "final"]
     polish = [r for r in records if r.get("phase") == "polish"]
-    assert 0 < len(polish) <= 4 and result.info["feasible"]
-    assert all(r["V_exact_max"] <= 1e-6 for r in polish)  # feasible throughout: no extension
+    assert result.info["feasible"]
+    restoring = any(r["V_exact_max"] > 1e-6 for r in polish)
+    assert len(polish) <= (POLISH_EXTENSION * 50 if restoring else 4), (len(polish), restoring)
+    final = result.history[-1]["f"]
+    assert final < records[0]["f"] and final < constant_loss(get_loss("bce"), adult_small) - 0.02
 
 
 def test_batched_and_loop_jacobians_agree(adult_small):
@@ -160,14 +172,14 @@ def _exact_di(model, data):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_minibatch_default_meets_the_bound_on_all_rows(adult_small, seed):
-    """Mini-batch 300, 8 epochs, constraints estimated on each mini-batch ("auto"): the
+    """Mini-batch 300, 8 epochs, constraints from full-data snapshots ("auto"): the
     full-batch end-game returns a model that meets DI >= 0.8 on ALL training rows, and the
     reported feasibility agrees with a recomputation from the model."""
     model = fairopt.models.mlp(adult_small.n_features, hidden=(8,), seed=seed)
     c = DisparateImpact("sex", delta=0.8, surrogate=fairopt.surrogates.Sigmoid(scale=1.0))
     engine = StochasticSQP(epochs=8, batch_size=300, seed=seed)
     result = engine.fit(model, adult_small, constraints=[c])
-    assert engine.constraint_mode(full_batch=False) == "batch" and engine.schedule_for(False) == "rsqrt"
+    assert engine.constraint_mode(full_batch=False) == "snapshot" and engine.schedule_for(False) == "rsqrt"
     phases = [r.get("phase", "stochastic") for r in result.history.records if r["qp_status"] != "final"]
     assert phases.count("stochastic") + result.info["restarts"] == 8 * 10 and "polish" in phases
     di = _exact_di(model, adult_small)

@@ -18,7 +18,7 @@ def adult():
     frame, _ = fairopt.datasets.load_frame("adult")
     frame = frame.sample(n=900, random_state=0)
     X = frame[["age", "education-num", "hours-per-week", "capital-gain", "capital-loss"]].to_numpy(float)
-    return fairopt.FairData.from_arrays(X, (frame["income"] == ">50K").to_numpy(float),
+    return fairopt.FairData.from_arrays(X, frame["income"].to_numpy(float),
                                         {"sex": (frame["sex"] == "Male").to_numpy(float)})
 
 

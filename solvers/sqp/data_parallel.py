@@ -18,8 +18,8 @@ class DistributedSQP(StochasticSQP):
     an initialised ``torch.distributed`` process group (:mod:`solvers.distributed`).
 
     Same parameters; full batch (``batch_size=None``, ``constraint_batch`` "full" or
-    "auto") or mini-batches of ``batch_size`` rows per rank (``constraint_batch`` "batch" or
-    "auto"; the same number of steps on every rank, :mod:`solvers.distributed`). Only the
+    "auto") or mini-batches of ``batch_size`` rows per rank (``constraint_batch`` "snapshot",
+    "batch" or "auto"; the same number of steps on every rank, :mod:`solvers.distributed`). Only the
     derivative oracle differs from a local fit
     (:class:`solvers.distributed.AllReduceDerivatives`): one all-reduce per iteration makes
     ``f``, ``g``, ``c``, ``J`` and the exact ``c`` those of the union of the shards, so the QP,

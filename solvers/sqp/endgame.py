@@ -11,7 +11,9 @@ from typing import Any, Callable, Protocol, Sequence
 import torch
 
 from solvers.history import COLUMN_ACTIVE, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
-from solvers.outcome import BestIterate, warn_if_start, warn_unmet
+from solvers.losses import loss_name
+from solvers.outcome import (BestIterate, training_accuracy, warn_if_constant, warn_if_start, warn_if_unstable,
+                             warn_unmet)
 from solvers.problem import assign_parameters, flat_parameters, row_violations
 from solvers.sqp.optimality import DerivativesFn, final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
@@ -42,6 +44,7 @@ class EndgameOptions(StepOptions, Protocol):
     calibration_weight: float
     tol: float
     feasibility_tol: float
+    chunk_rows: int | None
 
 
 def blew_up(f: float, state: dict, tracker: BestIterate, params: list[torch.Tensor],
@@ -169,7 +172,7 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
             push = push + excess if bool((excess != 0).any()) else 0.5 * push  # decays once feasible
         record = sqp_step(params, der, vv, lower - offset - push, upper - offset - push, st, options,
                           lambda: derivatives(model, params, loss_fn, cons, data, data), bounds=(lower, upper),
-                          step_memory=limit is not None)
+                          step_memory=True)
         record["epoch"] = st["epochs_done"]
         record["phase"] = "polish"
         history.append(record)
@@ -215,7 +218,7 @@ def polish_last(tracker: BestIterate, evaluated: tuple[float, torch.Tensor | Non
 def finish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.Module, params: list[torch.Tensor],
            loss_fn: Callable, cons: Any, data: Any, lower: torch.Tensor, upper: torch.Tensor, offset: torch.Tensor,
            state: dict, tracker: BestIterate, history: History, status: str, last: int,
-           start_iteration: int) -> FitResult:
+           start_iteration: int, f_constant: float | None = None) -> FitResult:
     """Return the best iterate (:class:`solvers.outcome.BestIterate`), measured on all rows.
 
     The final iterate is a candidate too; the chosen parameters are written back into
@@ -223,7 +226,12 @@ def finish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
     history record describes exactly the returned model, and a
     :class:`solvers.outcome.BoundWarning` names any row it violates (at the line that
     called the engine's ``fit``: call this from ``fit`` directly). ``start_iteration`` is
-    the fit's first iteration (a run that returns it warns).
+    the fit's first iteration (a run that returns it warns). ``f_constant`` is the training
+    loss of the best constant output (:func:`solvers.losses.constant_loss`; None: not
+    checked): a returned model no better than it (or, with the binary cross-entropy, no more
+    accurate than the majority class) warns (:class:`solvers.outcome.ConstantPredictorWarning`),
+    as does a run whose loss on all rows rose above its start or that backed off
+    (:class:`solvers.outcome.TrainingInstabilityWarning`).
     """
     m = int(lower.numel())
     kkt = None
@@ -247,6 +255,11 @@ def finish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
         status = "converged" if converged else ("infeasible" if not feasible else "not_stationary")
     unmet = warn_unmet("SQP", c_exact, lower, upper, cons.row_names, options.feasibility_tol, stacklevel=4)
     warn_if_start("SQP", chosen, start_iteration, last, options.feasibility_tol, stacklevel=4)
+    if f_constant is not None and chosen is not None:
+        accuracy = training_accuracy(model, data, options.chunk_rows) if loss_name(loss_fn) == "bce" else (None, None)
+        warn_if_constant("SQP", chosen.f, f_constant, *accuracy, stacklevel=4)
+    warn_if_unstable("SQP", tracker, state.get("restarts", 0), -math.inf if f_constant is None else f_constant,
+                     stacklevel=4)
     returned = chosen.iteration if chosen is not None else last
     history.append({
         "iteration": last, "epoch": state["epochs_done"], "returned": returned, "f": kkt["f"],

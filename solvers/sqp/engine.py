@@ -19,7 +19,7 @@ from torch import nn
 
 from solvers.derivatives import JACOBIAN_MODES, Derivatives
 from solvers.history import COLUMN_QP_STATUS, COLUMN_SCREENED, QP_RELAXED, FitResult, History
-from solvers.losses import LossFn, check_targets, get_loss
+from solvers.losses import LossFn, check_targets, constant_loss, get_loss
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
 from solvers.sampling import BalancedSampler, minibatches
@@ -30,6 +30,7 @@ from solvers.sqp.endgame import MAX_RESTARTS, TailAverage, blew_up, finish, poli
 from solvers.sqp.optimality import evaluate_all, offer_and_test_kkt
 from solvers.sqp.schedules import LR_SCHEDULES, end_of_epoch, rsqrt_beta
 from solvers.sqp.screening import RowScreen
+from solvers.sqp.snapshot import ConstraintSnapshot, refresh_steps
 from solvers.sqp.steps import calibrate, sqp_step
 from solvers.validation import (check_choice, check_flag, check_interval, check_seed, check_verbose, positive_float,
                                 positive_int)
@@ -37,7 +38,7 @@ from solvers.validation import (check_choice, check_flag, check_interval, check_
 __all__ = ["CONSTRAINT_BATCHES", "DistributedSQP", "StochasticSQP"]
 
 #: Values of ``constraint_batch``.
-CONSTRAINT_BATCHES: tuple[str, ...] = ("auto", "full", "batch", "balanced")
+CONSTRAINT_BATCHES: tuple[str, ...] = ("auto", "full", "batch", "balanced", "snapshot")
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
 
@@ -261,6 +262,7 @@ class StochasticSQP:
         distributed: bool | None = None,
         chunk_rows: int | None = None,
         screen_rows: bool = True,
+        constraint_refresh: int = 2,
     ) -> None:
         self.epochs = epochs
         self.lr = lr
@@ -301,6 +303,7 @@ class StochasticSQP:
         self.distributed = distributed
         self.chunk_rows = chunk_rows
         self.screen_rows = screen_rows
+        self.constraint_refresh = constraint_refresh
         self._validate_options()
 
     # ------------------------------------------------------------------ validation
@@ -335,6 +338,7 @@ class StochasticSQP:
         check_flag(self.distributed, "distributed", allow_none=True)
         if self.chunk_rows is not None:
             positive_int(self.chunk_rows, "chunk_rows")
+        positive_int(self.constraint_refresh, "constraint_refresh", allow_integral_float=True)
         check_seed(self.seed, allow_none=False, allow_negative=False)
         check_verbose(self.verbose)
         if self.constraint_batch == "balanced" and self.batch_size is None and self.constraint_batch_size is None:
@@ -400,7 +404,8 @@ class StochasticSQP:
         self._reduce = all_reduce_vector if isinstance(self._oracle, AllReduceDerivatives) else None
         n_epoch = largest_shard(n) if self._reduce is not None else n
         full_batch = self.batch_size is None or self.batch_size >= n_epoch
-        mode = self.constraint_mode(full_batch) if m else "full"
+        mode = self.constraint_mode(full_batch, cons) if m else "full"
+        self._bounds = (lower, upper)
         sampler = self._balanced_sampler(data, strata, n, gen) if mode == "balanced" else None
         steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
         steps = steps_per_epoch if self._reduce is not None and not full_batch else None
@@ -433,15 +438,18 @@ class StochasticSQP:
         offset = torch.as_tensor(state.get("offset", [0.0] * m), dtype=torch.float64).reshape(m)
         self._anchor = None  # mini-batch: the last sane epoch-end iterate (divergence guard)
         self._start_iteration = state["iteration"]
-        if not full_batch:  # the starting point is a candidate (a run that fails early returns it)
-            self._offer_all_rows(model, params, loss_fn, cons, data, tracker, state)
+        snapshot = (ConstraintSnapshot(refresh_steps(steps_per_epoch, self.constraint_refresh))
+                    if mode == "snapshot" and not full_batch else None)
+        if not full_batch and snapshot is None:  # the starting point is a candidate (a run that fails early
+            self._offer_all_rows(model, params, loss_fn, cons, data, tracker, state)  # returns it); a snapshot's
+            # refreshes offer theirs
         tail = None
         screen = RowScreen(state) if self.screen_rows and full_batch and m > 1 else None
         drawn = self._drawn_rows_hook(cons, data, full_batch, mode, m)
         for epoch in epochs:
             epoch_merits, epoch_f, epoch_V = [], [], []
             tail = TailAverage(params) if not full_batch else None
-            for idx in minibatches(n, self.batch_size, gen, steps):
+            for step_in_epoch, idx in enumerate(minibatches(n, self.batch_size, gen, steps)):
                 obj_batch = data if idx is None else data.subset(idx)
                 if m == 0:
                     con_batch = None
@@ -454,7 +462,7 @@ class StochasticSQP:
                     con_batch = obj_batch
                     if drawn is not None and idx is not None:
                         drawn(con_batch, idx)
-                else:
+                else:  # "full", or "snapshot" (whose rows come from the snapshot below)
                     con_batch = data
                 if schedule == "rsqrt":
                     state["beta"] = rsqrt_beta(state, self.lr, steps_per_epoch)
@@ -462,7 +470,12 @@ class StochasticSQP:
                 rows = None
                 if screen is not None and on_all_rows and state.get("last_kkt", math.inf) > 10.0 * self.tol:
                     rows = screen.rows(lower - offset, upper - offset)
-                der = self._derivatives(model, params, loss_fn, cons, obj_batch, con_batch, rows)
+                if snapshot is not None:
+                    offset = self._snapshot_step(snapshot, step_in_epoch, model, params, loss_fn, cons, data, tracker,
+                                                 state, offset)
+                    der = self._linearised(snapshot, model, params, loss_fn, cons, obj_batch)
+                else:
+                    der = self._derivatives(model, params, loss_fn, cons, obj_batch, con_batch, rows)
                 if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
                     logger.warning("SQP: non-finite objective or gradient at iteration %d; stopping", state["iteration"])
                     status, stop = "diverged", True
@@ -481,8 +494,10 @@ class StochasticSQP:
                 if m and self.calibrate_exact and der.c_exact is not None and (con_batch is data or mode == "batch"):
                     offset = calibrate(offset, der.c_exact - der.c, lower, upper, self.calibration_weight)
                 probe = partial(self._derivatives, model, params, loss_fn, cons, obj_batch, con_batch)
+                if snapshot is not None:
+                    probe = partial(self._linearised, snapshot, model, params, loss_fn, cons, obj_batch)
                 record = sqp_step(params, der, v, lower - offset, upper - offset, state, self, probe,
-                                  bounds=(lower, upper), stochastic=not on_all_rows, step_memory=on_all_rows)
+                                  bounds=(lower, upper), stochastic=not on_all_rows, step_memory=True)
                 record["epoch"] = epoch
                 record[COLUMN_SCREENED] = der.skipped
                 if screen is not None and record[COLUMN_QP_STATUS] == QP_RELAXED:
@@ -501,8 +516,9 @@ class StochasticSQP:
                     break
             if stop:
                 break
-            if not full_batch:  # mini-batch: one candidate per epoch, checked on all rows
-                self._offer_all_rows(model, params, loss_fn, cons, data, tracker, state)
+            if not full_batch and snapshot is None:  # mini-batch: one candidate per epoch, checked on all rows
+                self._offer_all_rows(model, params, loss_fn, cons, data, tracker, state)  # (a snapshot's refreshes
+                # offer theirs: the next epoch's first refresh is this iterate)
             if epoch_merits and schedule in ("plateau", "paper"):
                 end_of_epoch(state, sum(epoch_merits) / len(epoch_merits), sum(epoch_f) / len(epoch_f),
                              sum(epoch_V) / len(epoch_V), epoch, schedule, self)
@@ -530,13 +546,40 @@ class StochasticSQP:
         # called from here, so that a BoundWarning points at the caller of fit
         return finish(self._derivatives, self, model, params, loss_fn, cons, data, lower, upper, offset, state,
                       tracker, history, status, last=state["iteration"] + polished,
-                      start_iteration=self._start_iteration)
+                      start_iteration=self._start_iteration,
+                      f_constant=constant_loss(loss_fn, data, self.chunk_rows) if self._reduce is None else None)
 
-    def constraint_mode(self, full_batch: bool) -> str:
-        """``constraint_batch`` resolved: "auto" is "full" in full-batch mode, else "batch"."""
+    def constraint_mode(self, full_batch: bool, cons: Iterable[Constraint] = ()) -> str:
+        """``constraint_batch`` resolved: "auto" is "full" in full-batch mode; with mini-batches
+        "snapshot", or "batch" when a constraint's pass over all rows costs more than linear time
+        (``cost_on_all_rows == "quadratic"``: the distance-covariance U-statistics, which are
+        unbiased on every batch)."""
         if self.constraint_batch != "auto":
             return self.constraint_batch
-        return "full" if full_batch else "batch"
+        if full_batch:
+            return "full"
+        quadratic = any(getattr(c, "cost_on_all_rows", "linear") == "quadratic" for c in cons)
+        return "batch" if quadratic else "snapshot"
+
+    def _snapshot_step(self, snapshot: ConstraintSnapshot, step_in_epoch: int, model: nn.Module,
+                       params: list[torch.Tensor], loss_fn: LossFn, cons: Any, data: Any, tracker: BestIterate,
+                       state: dict, offset: torch.Tensor) -> torch.Tensor:
+        """Refresh ``snapshot`` on all rows when due (:mod:`solvers.sqp.snapshot`): the full-data
+        pass is also a candidate for the returned model and updates the exact calibration;
+        returns the calibration offset."""
+        if not snapshot.due(step_in_epoch):
+            return offset
+        full = self._derivatives(model, params, loss_fn, cons, data, data)
+        snapshot.refresh(params, full)
+        self._offer(params, full.f, full.c_exact, tracker, state)
+        if self.calibrate_exact and full.c_exact is not None:
+            offset = calibrate(offset, full.c_exact - full.c, *self._bounds, self.calibration_weight)
+        return offset
+
+    def _linearised(self, snapshot: ConstraintSnapshot, model: nn.Module, params: list[torch.Tensor],
+                    loss_fn: LossFn, cons: Any, batch: Any) -> Derivatives:
+        """The objective on ``batch`` with the snapshot's first-order constraint rows."""
+        return snapshot.linearised(params, self._derivatives(model, params, loss_fn, cons, batch, None))
 
     def schedule_for(self, full_batch: bool) -> str:
         """``lr_schedule`` resolved: "auto" is "plateau" in full-batch mode, else "rsqrt"."""
@@ -557,6 +600,11 @@ class StochasticSQP:
         returned model; a sane one (finite objective within ``10 |f_0|``, ``f_0`` the start's)
         becomes the divergence guard's anchor."""
         f_all, c_all = evaluate_all(model, loss_fn, cons, data, self.chunk_rows, self._reduce)
+        self._offer(params, f_all, c_all, tracker, state)
+
+    def _offer(self, params, f_all: float, c_all: torch.Tensor | None, tracker: BestIterate, state: dict) -> None:
+        """Offer an iterate measured on all rows (objective ``f_all``, exact rows ``c_all``) to the
+        tracker; a sane one becomes the divergence guard's anchor (:meth:`_offer_all_rows`)."""
         tracker.offer(params, f_all, c_all, state["iteration"])
         first = state.setdefault("f_first", f_all)
         if math.isfinite(f_all) and f_all <= 10.0 * abs(first) + 1e-8:
@@ -609,7 +657,7 @@ class StochasticSQP:
         balanced batch from per-stratum sums); None in full-batch mode, for constraints on all rows
         (``mode == "full"``), without constraints, or when the oracle or the constraints do not offer it."""
         know = getattr(self._oracle, "know_strata", None)
-        if full_batch or mode == "full" or not m or not callable(know) or not know(cons, data):
+        if full_batch or mode in ("full", "snapshot") or not m or not callable(know) or not know(cons, data):
             return None
         return self._oracle.rows_drawn
 

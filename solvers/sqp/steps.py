@@ -112,7 +112,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     radius, capped = math.inf, False
     if stochastic and m:
         d = trust_region(d, der.g, h)
-    elif step_memory and m:
+    if step_memory and m:
         radius = recent_radius(state, float((der.g / h).norm()))
         capped = float(d.norm()) > radius
         d = cap_norm(d, radius)
@@ -126,7 +126,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     gd = float(g64 @ d64)
     dHd = float((h64 * d64 * d64).sum())
     dnorm2 = float(d64 @ d64)
-    if capped:  # tau and xi are kept from one anomalous, truncated step (see the docstring)
+    if capped or stochastic:  # tau and xi are kept: a truncated step, or estimated reductions (docstring)
         tau, xi = state["tau"], state["xi"]
         dl = -tau * gd + red
     else:
