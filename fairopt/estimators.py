@@ -440,7 +440,9 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
         Activation of ``model="mlp"``.
     epochs : int, optional
         Passes over the training data; ``None``: SQP 500 full-batch epochs (the engine's
-        default; a run stops earlier at a feasible KKT point); penalty and Lagrangian 1000
+        default; a run stops earlier at a feasible KKT point), with ``batch_size`` enough
+        epochs for 500 mini-batch steps (at least 10: faster than the full batch at the
+        same accuracy, :func:`solvers.sqp.engine.auto_epochs`); penalty and Lagrangian 1000
         full-batch Adam epochs (the classifier's default: the engines' own 100 epochs at
         lr 1e-3 stop far from the fit, e.g. Adult 0.67 accuracy instead of 0.83). Moving
         Targets: epochs of each learner refit (default 200).

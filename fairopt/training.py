@@ -164,9 +164,13 @@ def training_problem(options: TrainingOptions, data: FairData) -> tuple[nn.Modul
 
 def engine_options(options: TrainingOptions, engine: str = "") -> dict:
     """``epochs``, ``lr``, ``batch_size`` as given; those left None take the estimator's
-    defaults for ``engine`` (:data:`ENGINE_DEFAULTS`), else the engine's own."""
+    defaults for ``engine`` (:data:`ENGINE_DEFAULTS`), else the engine's own. SQP with
+    mini-batches keeps the engine's ``epochs="auto"`` (a budget of steps, not the full-batch
+    epochs of the defaults)."""
     given = {"epochs": options.epochs, "lr": options.lr, "batch_size": options.batch_size}
-    defaults = ENGINE_DEFAULTS.get(options.task, {}).get(engine, {})
+    defaults = dict(ENGINE_DEFAULTS.get(options.task, {}).get(engine, {}))
+    if engine == "sqp" and options.batch_size is not None:
+        defaults.pop("epochs", None)  # mini-batches: the engine's "auto" budget of steps, not full-batch epochs
     return {k: (defaults[k] if v is None else v) for k, v in given.items() if v is not None or k in defaults}
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from solvers.plotting import finish_axes, panel_axes
 
 __all__ = ["History", "FitResult", "plain_values", "COLUMN_ACTIVE", "COLUMN_C", "COLUMN_C_PREDICTIONS",
-           "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_SCREENED", "COLUMN_VIOL", "QP_FINAL", "QP_NORMAL", "QP_RELAXED"]
+           "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_REFRESHED", "COLUMN_SCREENED", "COLUMN_VIOL", "QP_FINAL", "QP_NORMAL", "QP_RELAXED"]
 
 # History columns that callers read (the engines write them under these names).
 #: SQP: the status of the iteration's QP: :data:`QP_NORMAL`, :data:`QP_RELAXED` (its
@@ -29,6 +29,9 @@ COLUMN_ACTIVE = "active"
 COLUMN_C = "c"
 #: SQP: constraint rows whose Jacobian row was skipped (:mod:`solvers.sqp.screening`).
 COLUMN_SCREENED = "screened"
+#: SQP mini-batches with ``constraint_batch="snapshot"``: whether the step refreshed the
+#: constraint snapshot on all rows (:mod:`solvers.sqp.snapshot`).
+COLUMN_REFRESHED = "refreshed"
 #: LagrangianDual: the per-row surrogate violations of the step.
 COLUMN_VIOL = "viol"
 #: Penalty: the value of each penalty term (one per constraint) of the step.

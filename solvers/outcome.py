@@ -29,7 +29,7 @@ __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning
            "warn_if_start", "warn_if_unstable", "warn_unmet"]
 
 #: Relative rise of the training loss over its starting value that :func:`warn_if_unstable` reports.
-RISE_TOLERANCE = 0.05
+RISE_TOLERANCE = 0.25
 
 
 class BoundWarning(UserWarning):

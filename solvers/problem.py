@@ -117,7 +117,10 @@ class Constraint(Protocol):
 
         A constraint whose ``exact`` equals ``__call__`` without gradient may say so with a
         class attribute ``smooth_is_exact = True`` (optional; absent means False): engines
-        then reuse the smooth values (:func:`exact_rows`)."""
+        then reuse the smooth values (:func:`exact_rows`). A constraint whose rows cost more
+        than linear time in the rows says so with ``cost_on_all_rows = "quadratic"``
+        (optional; absent means "linear"): mini-batch SQP then estimates them on its batches
+        instead of on all rows (:meth:`solvers.sqp.StochasticSQP.constraint_mode`)."""
         ...
 
     def target_encoding(self, batch: Any) -> "LinearEncoding | None":

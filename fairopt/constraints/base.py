@@ -38,6 +38,10 @@ class BaseConstraint:
     #: are the measure itself). An engine may then take the exact rows from the smooth ones
     #: instead of evaluating the measure twice.
     smooth_is_exact: bool = False
+    #: How the cost of the rows on ``n`` rows grows: "linear" (group rates, covariances, GeDI) or
+    #: "quadratic" (pairwise statistics). Mini-batch engines evaluate "linear" rows on all rows
+    #: from time to time (:mod:`solvers.sqp.snapshot`) and keep "quadratic" ones on their batches.
+    cost_on_all_rows: str = "linear"
     lower: torch.Tensor
     upper: torch.Tensor
     row_names: list[str] | None = None

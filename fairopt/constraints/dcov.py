@@ -204,6 +204,8 @@ class DistanceCovariance(BaseConstraint):
 
     #: :meth:`exact` is ``__call__`` without gradient (an engine reuses the smooth value).
     smooth_is_exact = True
+    #: The U-statistics compare every pair of rows (O(n^2) on all rows, unbiased on a batch).
+    cost_on_all_rows = "quadratic"
 
     def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         """The same value without gradient: dCov is already exact on the predictions.
