@@ -215,3 +215,35 @@ def test_a_good_run_warns_nothing(adult_small):
         warnings.simplefilter("error", TrainingInstabilityWarning)
         StochasticSQP(epochs=5, batch_size=500, seed=0).fit(model, adult_small,
                                                             constraints=[DisparateImpact("sex", 0.8)])
+
+
+# ----------------------------------------------------------------------------- epochs="auto"
+def test_auto_epochs_budget_steps_not_passes():
+    from solvers.sqp.engine import FULL_BATCH_EPOCHS, MINIBATCH_MIN_EPOCHS, MINIBATCH_STEPS, auto_epochs
+
+    assert auto_epochs(1, True) == FULL_BATCH_EPOCHS == 500
+    assert auto_epochs(24, False) == math.ceil(MINIBATCH_STEPS / 24) == 21  # full Adult, batches of 1,024
+    assert auto_epochs(200, False) == MINIBATCH_MIN_EPOCHS  # many steps per epoch: at least 10 epochs
+    assert auto_epochs(1, False) == FULL_BATCH_EPOCHS  # one step per epoch: no more than the full batch
+
+
+def test_epochs_auto_resolves_and_bad_values_are_refused(adult_small):
+    engine = StochasticSQP(batch_size=1000, polish_iterations=0, seed=0)
+    engine.fit(fairopt.models.linear(adult_small.n_features, seed=0), adult_small,
+               constraints=[DisparateImpact("sex", 0.8)])
+    assert engine.epochs == "auto" and engine.epochs_ == 167  # 3 steps per epoch -> ceil(500 / 3)
+    for bad in ("many", 0, -1, 2.5):
+        with pytest.raises(ValueError, match="epochs"):
+            StochasticSQP(epochs=bad)
+
+
+def test_estimator_with_batch_size_keeps_the_engine_budget():
+    """FairClassifier(batch_size=...) leaves epochs to the engine's "auto" (a budget of steps),
+    not the full-batch epochs; an explicit epochs is kept."""
+    from fairopt.training import TrainingOptions, engine_options
+
+    given = TrainingOptions(method="sqp", task="regression", batch_size=256)
+    assert "epochs" not in engine_options(given, "sqp")
+    assert engine_options(TrainingOptions(method="sqp", task="regression"), "sqp")["epochs"] == 10000
+    assert engine_options(TrainingOptions(method="sqp", task="regression", batch_size=256, epochs=7),
+                          "sqp")["epochs"] == 7
