@@ -2,7 +2,8 @@
 
 from solvers.derivatives import DerivativeOracle, Derivatives, LocalDerivatives
 from solvers.history import FitResult, History
-from solvers.outcome import BoundWarning, DivergedWarning, NoProgressWarning
+from solvers.outcome import (BoundWarning, ConstantPredictorWarning, DivergedWarning, NoProgressWarning,
+                             TrainingInstabilityWarning)
 from solvers.lagrangian import LagrangianDual
 from solvers.moving_targets import MovingTargets
 from solvers.optimizers import AdaHessian
@@ -28,6 +29,7 @@ _distributed.DistributedSQP = DistributedSQP
 __all__ = [
     "AdaHessian",
     "BoundWarning",
+    "ConstantPredictorWarning",
     "DivergedWarning",
     "Batch",
     "Constraint",
@@ -40,6 +42,7 @@ __all__ = [
     "History",
     "LocalDerivatives",
     "NoProgressWarning",
+    "TrainingInstabilityWarning",
     "LagrangianDual",
     "LeastViolationWarning",
     "LinearEncoding",

@@ -247,3 +247,16 @@ def test_estimator_with_batch_size_keeps_the_engine_budget():
     assert engine_options(TrainingOptions(method="sqp", task="regression"), "sqp")["epochs"] == 10000
     assert engine_options(TrainingOptions(method="sqp", task="regression", batch_size=256, epochs=7),
                           "sqp")["epochs"] == 7
+
+
+def test_hessian_shift_auto_resolves_by_mode(adult_small):
+    from solvers.sqp.engine import FULL_BATCH_SHIFT, MINIBATCH_SHIFT
+
+    engine = StochasticSQP(epochs=1, polish_iterations=0)
+    assert engine.hessian_shift_ == FULL_BATCH_SHIFT  # before a fit: the full-batch value
+    engine.batch_size = 1000
+    engine.fit(fairopt.models.linear(adult_small.n_features, seed=0), adult_small)
+    assert engine.hessian_shift_ == MINIBATCH_SHIFT
+    assert StochasticSQP(hessian_shift=2.0).hessian_shift_ == 2.0
+    with pytest.raises(ValueError, match="hessian_shift"):
+        StochasticSQP(hessian_shift="big")

@@ -305,7 +305,7 @@ def test_full_batch_step_is_capped_by_the_recent_steps():
 
     base = dict(tau=0.1, xi=1.0, beta=0.5, L=None, Gamma=None, iteration=0, warned_relaxed=False)
     # the QP with its one row active, by hand: d = -(g + y J')/h with J d = u - c
-    h = torch.sqrt((1.0 - options.beta2) * g**2 + options.hessian_shift)
+    h = torch.sqrt((1.0 - options.beta2) * g**2 + options.hessian_shift_)
     y = (c[0] - (J[0] / h) @ g) / ((J[0] / h) @ J[0])
     d_qp = -(g + y * J[0]) / h
     free, _ = step(dict(base))

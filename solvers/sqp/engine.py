@@ -35,8 +35,8 @@ from solvers.sqp.steps import calibrate, sqp_step
 from solvers.validation import (check_choice, check_flag, check_interval, check_seed, check_verbose, positive_float,
                                 positive_int)
 
-__all__ = ["CONSTRAINT_BATCHES", "DistributedSQP", "FULL_BATCH_EPOCHS", "MINIBATCH_MIN_EPOCHS", "MINIBATCH_STEPS",
-           "StochasticSQP", "auto_epochs"]
+__all__ = ["CONSTRAINT_BATCHES", "DistributedSQP", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "MINIBATCH_MIN_EPOCHS",
+           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "StochasticSQP", "auto_epochs"]
 
 #: Values of ``constraint_batch``.
 CONSTRAINT_BATCHES: tuple[str, ...] = ("auto", "full", "batch", "balanced", "snapshot")
@@ -46,6 +46,10 @@ CONSTRAINT_BATCHES: tuple[str, ...] = ("auto", "full", "batch", "balanced", "sna
 FULL_BATCH_EPOCHS = 500
 MINIBATCH_STEPS = 500
 MINIBATCH_MIN_EPOCHS = 10
+#: ``hessian_shift="auto"``: the shift ``mu`` of ``h = sqrt(v + mu)`` in full-batch mode and with
+#: mini-batches (see the parameter).
+FULL_BATCH_SHIFT = 0.3
+MINIBATCH_SHIFT = 0.05
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool) -> int:
@@ -175,8 +179,15 @@ class StochasticSQP:
         Second-moment estimate behind ``H = diag(sqrt(v + mu))``.
     beta2 : float, default 0.999
         Decay of the Adam-type second moment.
-    hessian_shift : float, default 0.3
-        ``mu`` in ``h = sqrt(v + mu)``. The authors' reference code uses 100 (``h`` close
+    hessian_shift : float or "auto", default "auto"
+        ``mu`` in ``h = sqrt(v + mu)``; "auto": 0.3 in full-batch mode, 0.05 with
+        mini-batches (:data:`FULL_BATCH_SHIFT`, :data:`MINIBATCH_SHIFT`; the resolved value
+        is ``hessian_shift_`` after :meth:`fit`). With mini-batches the second moment ``v``
+        also holds the gradient's sampling variance, and a smaller shift lets it scale the
+        steps: on the grid of ``constraint_batch`` (two seeds) 0.05 gave 39 of 40 cells within
+        a point of the full batch against 37 at 0.3, and every data set's mean accuracy at
+        least as high (ACS-Colorado, MLP 32, batches of 1,024: 0.7790 against 0.7734; 3,000
+        Adult rows: 0.833-0.842 against 0.826-0.836). The authors' reference code uses 100 (``h`` close
         to 10, ``d`` close to ``-g/10``: plain gradient descent at a tenth of ``lr``). With a
         large shift ``h`` is nearly constant and training under-optimises (Adult, linear,
         DI >= 0.8: loss 0.340 at 10 against 0.3446 at 0.1 with the same surrogate, and
@@ -295,7 +306,7 @@ class StochasticSQP:
         calibration_weight: float = 0.2,
         hessian: str = "adam",
         beta2: float = 0.999,
-        hessian_shift: float = 0.3,
+        hessian_shift: float | str = "auto",
         sigma: float = 0.1,
         epsilon: float = 1e-2,
         tau0: float = 0.1,
@@ -389,7 +400,9 @@ class StochasticSQP:
         for name, allowed in choices.items():
             check_choice(getattr(self, name), allowed, name)
         check_interval(self.beta2, "beta2", 0.0, 1.0, closed="left")
-        for name in ("hessian_shift", "tau0", "xi0", "tau_min", "xi_min", "theta", "lr_factor"):
+        if self.hessian_shift != "auto":
+            positive_float(self.hessian_shift, "hessian_shift")
+        for name in ("tau0", "xi0", "tau_min", "xi_min", "theta", "lr_factor"):
             positive_float(getattr(self, name), name)
         for name in ("sigma", "epsilon", "eta", "lr_weight", "lr_decay", "lr_floor", "calibration_weight"):
             check_interval(getattr(self, name), name, 0.0, 1.0)
@@ -481,6 +494,7 @@ class StochasticSQP:
         status = "max_epochs"
         use_bar = self.verbose > 0 or sys.stderr.isatty()
         self.epochs_ = auto_epochs(steps_per_epoch, full_batch) if self.epochs == "auto" else int(self.epochs)
+        self._minibatch = not full_batch  # resolves hessian_shift_
         epochs = range(state["epochs_done"], state["epochs_done"] + self.epochs_)
         if use_bar:
             from tqdm.auto import tqdm
@@ -648,6 +662,14 @@ class StochasticSQP:
         if kind != "auto":
             return kind
         return "plateau" if full_batch else "rsqrt"
+
+    @property
+    def hessian_shift_(self) -> float:
+        """``hessian_shift`` resolved: "auto" is :data:`MINIBATCH_SHIFT` in a mini-batch fit,
+        else :data:`FULL_BATCH_SHIFT`."""
+        if self.hessian_shift != "auto":
+            return float(self.hessian_shift)
+        return MINIBATCH_SHIFT if getattr(self, "_minibatch", False) else FULL_BATCH_SHIFT
 
     @property
     def schedule_(self) -> str:

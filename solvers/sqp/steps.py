@@ -38,7 +38,7 @@ class StepOptions(Protocol):
 
     hessian: str
     beta2: float
-    hessian_shift: float
+    hessian_shift_: float
     sigma: float
     epsilon: float
     tau_min: float
@@ -197,7 +197,8 @@ def total_violation(c: list[float], lower: list[float], upper: list[float]) -> f
 
 
 def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOptions) -> torch.Tensor:
-    """``h = sqrt(v + mu)`` after updating the second moment ``v`` in place: Adam-type
+    """``h = sqrt(v + mu)`` (``mu = options.hessian_shift_``, the engine's resolved shift) after
+    updating the second moment ``v`` in place: Adam-type
     ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2) g^2`` at the first step) or AdaGrad ``v += g^2``."""
     g = g.detach()
     if options.hessian == "adagrad":
@@ -206,7 +207,7 @@ def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOpt
         torch.mul(g, g, out=v).mul_(1.0 - options.beta2)
     else:
         v.mul_(options.beta2).addcmul_(g, g, value=1.0 - options.beta2)
-    return torch.add(v, options.hessian_shift).sqrt_()
+    return torch.add(v, options.hessian_shift_).sqrt_()
 
 
 def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.Tensor, lower: torch.Tensor,
