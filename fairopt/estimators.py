@@ -26,6 +26,7 @@ held-out rows and warns when they differ by more than ``tol``.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -41,6 +42,7 @@ from torch import nn
 
 from fairopt._validation import check_choice, check_flag, check_sample_weight, check_seed, positive_float
 from fairopt.data import FairData
+from fairopt.data.encoding import positive_class
 from fairopt.inputs import (encoded_inputs, has_text_columns, held_out_rows, internal_names,
                             log_encoded_columns)
 from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_violations, relaxed_steps
@@ -49,6 +51,7 @@ from fairopt.evaluation import model_violations
 from fairopt.held_out import (certificates, certified_sequence, check_held_out_parameters, constraint_margins,
                               generalisation_table, held_out_statements, require_all_groups, tightened,
                               validation_split)
+from fairopt.exceptions import FairnessWarning
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
 from fairopt.inputs import sensitive_columns  # re-exported: the old path fairopt.estimators.sensitive_columns
 from fairopt.specs import resolve_constraints
@@ -166,7 +169,8 @@ class _FairEstimator(BaseEstimator):
             Numeric inputs (encode categorical columns first, e.g. with a
             ``OneHotEncoder`` in a Pipeline). Standardised with the training statistics.
         y : array-like (n,)
-            Two classes (classifier) or numbers (regressor).
+            Two classes (classifier; which one is positive: ``pos_label``) or numbers
+            (regressor).
         sensitive_features : DataFrame, Series, dict or array, optional
             The sensitive features the constraints name (see :func:`sensitive_columns`);
             kinds are inferred (2 values: binary; more numeric values: continuous; text:
@@ -413,12 +417,24 @@ class _FairEstimator(BaseEstimator):
         return generalisation_table(self.train_violations_, held_out, tol)
 
 
+def _with_keyword(function: Callable, name: str, default: Any) -> inspect.Signature:
+    """The signature of ``function`` with one more keyword-only parameter ``name=default``,
+    placed after the last positional one."""
+    signature = inspect.signature(function)
+    params = list(signature.parameters.values())
+    cut = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    extra = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+    return signature.replace(parameters=[*params[:cut], extra, *params[cut:]])
+
+
 class FairClassifier(ClassifierMixin, _FairEstimator):
     """Binary classifier trained under fairness constraints (scikit-learn estimator).
 
-    The model outputs a logit ``out``; ``predict`` is ``classes_[1]`` where ``out > 0``,
-    ``predict_proba`` is ``sigmoid(out)``. Training minimises the mean logistic loss
-    subject to the constraints (hard for ``"sqp"``, see the module docstring).
+    The model outputs the logit ``out`` of the positive class ``pos_label_`` (``pos_label``,
+    else ``classes_[1]``); ``predict`` is that class where ``out > 0``, and its probability
+    is ``sigmoid(out)``. Training minimises the mean logistic loss subject to the
+    constraints (hard for ``"sqp"``, see the module docstring), whose group rates are rates
+    of predicting the positive class.
 
     Parameters
     ----------
@@ -429,6 +445,27 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
         unconstrained SQP steps, ``"penalty"`` and ``"lagrangian"`` are plain first-order
         training of the loss (no penalty term, no multipliers; the same optimiser and
         options as their primal step), ``"moving_targets"`` iterates without fairness rows.
+    pos_label : label, optional
+        The positive class: the outcome the constraints count as favourable (every rate
+        constraint, e.g. disparate impact, demographic parity, equal opportunity or
+        equalized odds, bounds the groups' rates of predicting it) and the class whose logit
+        the model outputs (``out > 0`` predicts it). It must be one of the labels of ``y``
+        (``fit`` raises a ValueError naming them otherwise); ``pos_label_`` records it.
+        ``None``: ``classes_[1]``, the larger label, as in scikit-learn; ``fit`` then warns
+        (:class:`fairopt.FairnessWarning`, naming the class taken) unless the labels are
+        0/1, -1/1 or booleans: text labels such as ``"approved"``/``"rejected"`` sort
+        alphabetically, whatever they mean, and a disparate-impact bound would then
+        constrain the rates of ``"rejected"``. ``pos_label`` does not reorder ``classes_``:
+        they stay sorted, as in every scikit-learn classifier, and ``predict_proba[:, 1]``
+        and a positive ``decision_function`` keep meaning ``classes_[1]``, because
+        scikit-learn's scorers and tools read the columns in sorted label order (its
+        ``"roc_auc"`` and ``"neg_log_loss"`` scorers silently invert on a classifier whose
+        ``classes_`` are not sorted). Like the ``pos_label`` of scikit-learn's metrics and
+        of ``FixedThresholdClassifier``, it chooses which class is positive, not how the
+        outputs are laid out: with ``pos_label=classes_[0]``, ``decision_function`` is
+        ``-out`` and ``predict_proba`` is ``[sigmoid(out), 1 - sigmoid(out)]``.
+        :func:`fairopt.group_report` of the fitted estimator uses ``pos_label_``; pass the
+        same ``pos_label`` to the measures of :mod:`fairopt.metrics` and their scorers.
     method : {"sqp", "penalty", "lagrangian", "moving_targets"}, default "sqp"
     model : {"linear", "mlp"} or callable, default "linear"
         :func:`fairopt.models.linear`, :func:`fairopt.models.mlp`, or a factory
@@ -504,7 +541,11 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
 
     Attributes
     ----------
-    classes_ : ndarray of the two labels; ``classes_[1]`` is the positive class.
+    classes_ : ndarray of the two labels, sorted; ``predict_proba[:, 1]`` is the probability
+        of ``classes_[1]``, and a positive ``decision_function`` means ``classes_[1]``.
+    pos_label_ : the positive class, an element of ``classes_`` (``pos_label``, else
+        ``classes_[1]``): the one the constraints count as favourable and whose logit
+        ``model_`` outputs.
     model_ : torch.nn.Module, the trained model (on standardised inputs).
     preprocessor_ : :class:`fairopt.Preprocessor` fitted on the training ``X``.
     constraints_ : list, the constraint objects set up on the training data.
@@ -534,12 +575,22 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
 
     _task = "binary"  # its engine defaults: fairopt.training.ENGINE_DEFAULTS["binary"]
 
+    def __init__(self, constraints: Any = None, *, pos_label: Any = None, **params: Any) -> None:
+        super().__init__(constraints, **params)
+        self.pos_label = pos_label
+
+    # scikit-learn reads an estimator's parameters from its __init__ signature (and refuses
+    # **kwargs there): the classifier's is the shared one plus pos_label, derived, not repeated
+    __init__.__signature__ = _with_keyword(_FairEstimator.__init__, "pos_label", None)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = False
         return tags
 
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:
+        """Sets ``classes_`` (sorted) and ``pos_label_``; warns when the positive class was
+        taken by default for labels whose order does not say which one is favourable."""
         check_classification_targets(y)
         classes = np.unique(y)
         if classes.size > 2:
@@ -547,8 +598,12 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
                              f"classes: {classes[:10].tolist()}")
         if classes.size < 2:
             raise ValueError(f"y: FairClassifier needs 2 classes, got 1 class: {classes.tolist()}")
+        positive, note = positive_class(classes, self.pos_label)
+        if note:  # stack: here, _training_data, fit, the caller of fit
+            warnings.warn(note, FairnessWarning, stacklevel=4)
         self.classes_ = classes
-        return (y == classes[1]).astype(np.float64)
+        self.pos_label_ = positive
+        return (y == positive).astype(np.float64)
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y).reshape(-1)
@@ -556,21 +611,31 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
         if unknown.any():
             raise ValueError(f"y: labels {np.unique(y[unknown])[:5].tolist()} are not among classes_ "
                              f"{self.classes_.tolist()}")
-        return (y == self.classes_[1]).astype(np.float64)
+        return (y == self.pos_label_).astype(np.float64)
+
+    def _positive_first(self) -> bool:
+        """Whether the positive class is ``classes_[0]`` (``pos_label`` named the smaller label)."""
+        return bool(self.classes_[0] == self.pos_label_)
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """The logit ``out`` of every row, shape (n,); positive means ``classes_[1]``."""
-        return self._outputs(X)
+        """The logit of ``classes_[1]`` per row, shape (n,): positive means ``classes_[1]``.
+
+        It is the model's output ``out``, the logit of ``pos_label_``, negated when
+        ``pos_label_`` is ``classes_[0]``.
+        """
+        out = self._outputs(X)
+        return -out if self._positive_first() else out
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """``[P(classes_[0]), P(classes_[1])]`` per row, shape (n, 2), ``P = sigmoid(out)``."""
-        p1 = expit(self._outputs(X))
-        return np.column_stack([1.0 - p1, p1])
+        """``[P(classes_[0]), P(classes_[1])]`` per row, shape (n, 2), where the positive
+        class ``pos_label_`` has ``P = sigmoid(out)``."""
+        p = expit(self._outputs(X))
+        return np.column_stack([p, 1.0 - p] if self._positive_first() else [1.0 - p, p])
 
     def predict(self, X: Any) -> np.ndarray:
-        """``classes_[1]`` where the logit is positive, else ``classes_[0]``."""
-        positive = self._outputs(X) > 0
-        return self.classes_[positive.astype(np.int64)]
+        """``pos_label_`` where the model's logit ``out`` is positive, else the other class."""
+        positive = (self._outputs(X) > 0).astype(np.int64)
+        return self.classes_[1 - positive if self._positive_first() else positive]
 
 
 class FairRegressor(RegressorMixin, _FairEstimator):
@@ -580,7 +645,8 @@ class FairRegressor(RegressorMixin, _FairEstimator):
     subject to the constraints (typically :class:`~fairopt.constraints.GeDI`,
     :class:`~fairopt.constraints.Covariance` or
     :class:`~fairopt.constraints.DistanceCovariance`, whose bounds are in the units of
-    ``y``). Parameters and attributes as in :class:`FairClassifier` (no ``classes_``).
+    ``y``). Parameters and attributes as in :class:`FairClassifier` (no ``pos_label``,
+    ``classes_`` or ``pos_label_``).
     """
 
     _task = "regression"  # its engine defaults: fairopt.training.ENGINE_DEFAULTS["regression"]

@@ -1,5 +1,6 @@
-"""Encodings of the target, the exposure and the sensitive features, and the intersection
-cells of the binary/categorical sensitive features (:func:`intersection_cells`)."""
+"""Encodings of the target, the exposure and the sensitive features, the intersection
+cells of the binary/categorical sensitive features (:func:`intersection_cells`), and which
+of two class labels is the positive one (:func:`positive_class`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fairopt.data.frames import is_categorical_dtype, level_codes, short_list, unique_levels
+from fairopt.data.frames import as_number, is_categorical_dtype, level_codes, short_list, unique_levels
 
-__all__ = ["encode_target", "encode_exposure", "encode_sensitive", "intersection_cells", "decode_cell_keys"]
+__all__ = ["encode_target", "encode_exposure", "encode_sensitive", "intersection_cells", "decode_cell_keys",
+           "positive_class", "sorted_labels"]
 
 logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
 
@@ -51,6 +53,102 @@ def encode_target(series: pd.Series, task: str) -> torch.Tensor:
             raise ValueError(f"target: column {series.name!r} has {int(fractional.sum())} non-integer counts "
                              f"(e.g. {values[fractional][0].item()!r}); task='poisson' needs integer counts")
     return torch.from_numpy(values.astype(np.float32))
+
+
+def sorted_labels(labels: Sequence[Any]) -> list[Any]:
+    """``labels`` sorted (by their text when they cannot be compared, e.g. mixed types)."""
+    try:
+        return sorted(labels)
+    except TypeError:
+        return sorted(labels, key=str)
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _truth_value(label: Any) -> float | None:
+    """A number for a boolean, a number, or a text spelling one (``"1"``, ``"true"``)."""
+    if isinstance(label, (bool, np.bool_)):
+        return float(label)
+    if isinstance(label, str) and label.strip().lower() in ("true", "false"):
+        return float(label.strip().lower() == "true")
+    return as_number(label)
+
+
+def _order_is_obvious(labels: list[Any]) -> bool:
+    """The sorted labels are 0/1, -1/1 or False/True (or text spelling them), in that order:
+    the last one is the positive class by every convention (scikit-learn's metrics too)."""
+    values = [_truth_value(v) for v in labels]
+    return None not in values and values in ([0.0, 1.0], [-1.0, 1.0])
+
+
+def positive_class(labels: Sequence[Any], positive: Any = None, *, argument: str = "pos_label",
+                   source: str = "y", by_text: bool = False) -> tuple[Any, str | None]:
+    """The positive one of two class labels, and a note when it was taken by default.
+
+    The positive class is the outcome the rate constraints count as favourable (disparate
+    impact, demographic parity, equal opportunity, ... compare the groups' rates of it) and
+    the class whose logit the model outputs. The one rule of :class:`fairopt.FairClassifier`
+    (``pos_label``) and of ``fairopt train --data`` (``--positive``).
+
+    Parameters
+    ----------
+    labels : sequence of the two distinct labels, in any order.
+    positive : optional
+        The positive class; it must be one of ``labels``. ``None``: the last of the
+        sorted labels (scikit-learn's ``classes_[1]``).
+    argument : str, default "pos_label"
+        How the caller spells the option, in the messages (``"pos_label"``, a flag
+        ``"--positive"``).
+    source : str, default "y"
+        What holds the labels, in the error message.
+    by_text : bool, default False
+        Match ``positive`` by its text (``str(label) == str(positive)``; a flag's value is
+        text whatever the column holds); otherwise a label must equal it.
+
+    Returns
+    -------
+    positive : the element of ``labels`` that is the positive class.
+    note : str or None
+        With ``positive=None`` and labels whose order does not say which one is
+        favourable (anything but 0/1, -1/1 and booleans, or text spelling them: text such
+        as ``"approved"``/``"rejected"`` sorts alphabetically, whatever it means), which
+        class was taken and how to choose; None otherwise.
+
+    Raises
+    ------
+    ValueError
+        ``positive`` is not one of the labels (the message names them).
+    """
+    ordered = sorted_labels(list(labels))
+    shown = [_plain(v) for v in ordered]
+    if positive is None:
+        chosen = ordered[-1]
+        if _order_is_obvious(ordered):
+            return chosen, None
+        other = shown[0]
+
+        def option(label: Any) -> str:
+            return f"{argument} {label}" if argument.startswith("-") else f"{argument}={label!r}"
+
+        return chosen, (f"{argument} not given: the positive class is {shown[-1]!r}, the last of the sorted labels "
+                        f"{shown}; the constraints count it as the favourable outcome (their group rates are rates "
+                        f"of predicting {shown[-1]!r}). Pass {option(other)} to make "
+                        f"{other!r} the positive class ({option(shown[-1])} keeps this choice without this warning)")
+
+    def same(label: Any) -> bool:
+        if by_text:
+            return str(_plain(label)) == str(_plain(positive))
+        try:
+            return bool(label == positive)
+        except (TypeError, ValueError):  # e.g. an array given as the label
+            return False
+
+    matches = [v for v in ordered if same(v)]
+    if not matches:
+        raise ValueError(f"{argument}: {_plain(positive)!r} is not a label of {source} (its labels are {shown})")
+    return matches[0], None
 
 
 def encode_exposure(series: pd.Series) -> torch.Tensor:

@@ -61,7 +61,10 @@ FITTED_ATTRIBUTES = ("n_features_in_", "status_", "converged_", "n_iter_", "trai
                      "train_violation_", "reference_violations_", "engine_info_", "sensitive_names_",
                      "sensitive_kinds_", "sensitive_levels_")
 _FITTED_KEYS = frozenset(FITTED_ATTRIBUTES) | {"feature_names_in_"}
-_CLASSIFIER_FITTED_KEYS = frozenset({"classes_", "classes_dtype"})
+_CLASSIFIER_FITTED_KEYS = frozenset({"classes_", "classes_dtype", "pos_label_"})
+#: Fitted attributes added after files were written: absent from older files, whose value
+#: :func:`load` then derives (``pos_label_``: ``classes_[1]``, the only positive class then).
+_OPTIONAL_FITTED_KEYS = frozenset({"pos_label_"})
 PREPROCESSOR_ATTRIBUTES = ("columns", "categorical", "standardize", "columns_", "categorical_", "numeric_",
                            "means_", "scales_", "levels_", "feature_names_", "_fitted")
 
@@ -112,13 +115,14 @@ def _sorted_keys(table: dict) -> list[str]:
     return sorted(map(str, table))
 
 
-def _require_keys(table: Any, expected: frozenset, where: str, allow_missing: bool = False) -> dict:
+def _require_keys(table: Any, expected: frozenset, where: str, allow_missing: bool = False,
+                  optional: frozenset = frozenset()) -> dict:
     """``table`` if it is a dict with exactly the keys ``expected`` (``allow_missing``: a
-    subset of them), else ValueError."""
+    subset of them; ``optional``: keys that may be absent), else ValueError."""
     if not isinstance(table, dict):
         raise ValueError(f"{where}: expected a table (dict), got {type(table).__name__}")
     unknown = _sorted_keys({k: None for k in table if k not in expected})
-    missing = [] if allow_missing else sorted(expected - set(table))
+    missing = [] if allow_missing else sorted(expected - optional - set(table))
     if unknown or missing:
         parts = ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else [])
         raise ValueError(f"{where}: {' and '.join(parts)} (expected exactly {sorted(expected)})")
@@ -175,7 +179,8 @@ def _check_estimator(payload: dict) -> None:
     _require_keys(payload["params"], frozenset(cls._get_param_names()), f"'params' of {cls.__name__}",
                   allow_missing=True)
     fitted_keys = _FITTED_KEYS | (_CLASSIFIER_FITTED_KEYS if cls is FairClassifier else frozenset())
-    _require_keys(payload["fitted"], fitted_keys, f"'fitted' attributes of {cls.__name__}")
+    _require_keys(payload["fitted"], fitted_keys, f"'fitted' attributes of {cls.__name__}",
+                  optional=_OPTIONAL_FITTED_KEYS)
 
 
 def verify_checksum(payload: dict, version: int, name: str) -> None:

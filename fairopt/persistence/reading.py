@@ -201,6 +201,18 @@ def _load_history(payload: dict) -> History:
     return History(row_names=payload["row_names"], records=payload["records"])
 
 
+def _positive_label(classes: np.ndarray, fitted: dict) -> Any:
+    """The element of ``classes`` the file names as ``pos_label_``; ``classes[1]`` for a file
+    written before ``pos_label`` existed."""
+    if "pos_label_" not in fitted:
+        return classes[1]
+    matches = [c for c in classes if c == fitted["pos_label_"]]
+    if not matches:
+        raise ValueError(f"'fitted' attributes of FairClassifier: pos_label_ {fitted['pos_label_']!r} is not one of "
+                         f"classes_ {classes.tolist()}")
+    return matches[0]
+
+
 def _load_estimator(payload: dict, model: Any) -> Any:
     """The estimator with its parameters and the allow-listed fitted attributes."""
     params = dict(payload["params"])
@@ -213,6 +225,7 @@ def _load_estimator(payload: dict, model: Any) -> Any:
     fitted = payload["fitted"]
     if isinstance(estimator, FairClassifier):
         estimator.classes_ = np.asarray(fitted["classes_"], dtype=np.dtype(fitted["classes_dtype"]))
+        estimator.pos_label_ = _positive_label(estimator.classes_, fitted)
     if fitted["feature_names_in_"] is not None:
         estimator.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
     for attribute in FITTED_ATTRIBUTES:

@@ -141,6 +141,7 @@ def _estimator_payload(est: Any) -> dict:
     if hasattr(est, "classes_"):
         fitted["classes_"] = est.classes_.tolist()
         fitted["classes_dtype"] = est.classes_.dtype.str
+        fitted["pos_label_"] = est.pos_label_
     return {
         "class": type(est).__name__,
         "params": _plain(params, "params"),
@@ -176,10 +177,10 @@ def _json_default(value: Any) -> Any:
 def _plain(value: Any, where: str) -> Any:
     """``value`` with numpy scalars/arrays turned into Python values; ValueError for
     anything that is not a number, string, None, list, tuple, dict or tensor."""
+    if isinstance(value, np.generic):  # first: numpy.str_ and numpy.float64 are str and float too
+        return value.item()
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
         return value
-    if isinstance(value, np.generic):
-        return value.item()
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, dict):

@@ -133,7 +133,8 @@ def group_report(
         a SavedModel's schema, else inferred from ``y`` (0/1 or two text labels: binary;
         more than two numbers: regression).
     pos_label : optional
-        The positive class (default: ``classes_[1]``, else 1 for 0/1 ``y``).
+        The positive class (default: a FairClassifier's ``pos_label_``, else ``classes_[1]``,
+        else 1 for 0/1 ``y``).
     min_group_size : int, default 10
         Smallest group (rows entering the metric) that gets a confidence interval.
 

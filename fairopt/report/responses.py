@@ -19,8 +19,9 @@ Classification compares hard predictions ``yhat in {0, 1}`` (1: the positive cla
   (``predict_proba`` for an estimator, ``sigmoid(out)`` for a torch model). Unlike
   :func:`fairopt.evaluate`, whose threshold is on the logit, ``t`` is a probability.
 
-The positive class: ``pos_label`` if given; else ``classes_[1]`` of a classifier that has
-``classes_``; else 1 when ``y`` is coded 0/1 (or boolean); else, for an estimator, the
+The positive class: ``pos_label`` if given; else the ``pos_label_`` of a fitted
+:class:`~fairopt.FairClassifier` (the class its constraints treat as positive); else
+``classes_[1]`` of a classifier that has ``classes_``; else 1 when ``y`` is coded 0/1 (or boolean); else, for an estimator, the
 larger of the two labels of ``y`` (scikit-learn's convention). A torch model needs ``y``
 coded 0/1 or ``pos_label`` (its logit is that of class 1).
 """
@@ -135,7 +136,8 @@ def _estimator_kind(model: Any) -> str | None:
     return None
 
 
-def _positive_label(y: np.ndarray, pos_label: Any, classes: Any, torch_model: bool) -> Any:
+def _positive_label(y: np.ndarray, pos_label: Any, classes: Any, torch_model: bool,
+                    fitted_positive: Any = None) -> Any:
     """The positive class (module docstring); ValueError for non-binary y."""
     labels = np.unique(y)
     if labels.size > 2:
@@ -154,7 +156,7 @@ def _positive_label(y: np.ndarray, pos_label: Any, classes: Any, torch_model: bo
             raise ValueError(f"pos_label: {pos_label!r} is not one of the labels {known}")
         return pos_label
     if classes is not None:
-        return classes[1]
+        return classes[1] if fitted_positive is None else fitted_positive
     if y.dtype.kind == "b" or (_is_numeric(y) and np.isin(labels, (0, 1)).all()):
         return True if y.dtype.kind == "b" else 1
     if torch_model:
@@ -246,7 +248,8 @@ def model_responses(model: Any, X: Any, y: Any, *, task: str | None = None, thre
             raise ValueError("model: produced non-finite predictions (NaN/inf)")
         return Responses("regression", pred, target.astype(np.float64), None, source)
     classes = None if torch_model else getattr(model, "classes_", None)
-    positive = _positive_label(target, pos_label, classes, torch_model)
+    positive = _positive_label(target, pos_label, classes, torch_model,
+                               None if torch_model else getattr(model, "pos_label_", None))
     if torch_model:
         out = _torch_predictions(model, X, n)
         hard = (out > 0) if threshold is None else (1.0 / (1.0 + np.exp(-out)) > threshold)

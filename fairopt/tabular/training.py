@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fairopt.data import FairData, coerce_numeric_columns
+from fairopt.data.encoding import positive_class, sorted_labels
 from fairopt.data.frames import as_number, is_text_dtype, short_list
 from fairopt.diagnostics import constant_fit, constraint_messages, poor_fit
 from fairopt.evaluation import evaluate
@@ -105,21 +106,12 @@ def _task_and_classes(target: pd.Series, task: str, positive: str | None) -> tup
         shown = short_list(sorted(map(str, labels))[:12])
         raise ValueError(f"--target: column {target.name!r} has {len(labels)} distinct values {shown}; a "
                          "classifier needs exactly 2 (use --task regression for a numeric target)")
-    try:
-        labels = sorted(labels)
-    except TypeError:
-        labels = sorted(labels, key=str)
-    if positive is None:
-        if not ({str(v) for v in labels} <= {"0", "1", "True", "False", "0.0", "1.0"}):
-            logger.warning("--positive not given: the positive class is %r, the last of the sorted labels %s; the "
-                           "constraints and the score refer to it", labels[1], labels)
-        return task, labels
-    matches = [v for v in labels if str(v) == str(positive)]
-    if not matches:
-        raise ValueError(f"--positive: {positive!r} is not a label of the target column {target.name!r} "
-                         f"(its labels are {labels})")
-    negative = labels[1] if labels[0] == matches[0] else labels[0]
-    return task, [negative, matches[0]]
+    chosen, note = positive_class(labels, positive, argument="--positive", source=f"the target column "
+                                  f"{target.name!r}", by_text=True)
+    if note:
+        logger.warning("%s", note)
+    negative = next(v for v in sorted_labels(labels) if v is not chosen)
+    return task, [negative, chosen]
 
 
 def _parse_constraints(specs: Sequence[str], method: str) -> list:
