@@ -11,7 +11,9 @@
 training means and deviations, sensitive features typed binary / categorical /
 continuous), builds the model, trains it with the chosen engine and runs the diagnostics
 below. Sensitive features are needed only to train and to evaluate fairness; ``predict``
-takes ``X`` alone (put a sensitive column in ``X`` too if the model may use it).
+takes ``X`` alone (put a sensitive column in ``X`` too if the model may use it). They may be
+column names of ``X`` (``sensitive_features="sex"``: taken out of the inputs), and ``fit``
+also takes a :class:`fairopt.FairData` alone (``fit(fairopt.datasets.load("adult"))``).
 
 Methods (``method=``): ``"sqp"`` (hard constraints), ``"penalty"``, ``"lagrangian"`` and
 ``"moving_targets"``; the engine behind each is in :mod:`fairopt.training`.
@@ -26,7 +28,6 @@ held-out rows and warns when they differ by more than ``tol``.
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -43,8 +44,9 @@ from torch import nn
 from fairopt._validation import check_choice, check_flag, check_sample_weight, check_seed, positive_float
 from fairopt.data import FairData
 from fairopt.data.encoding import positive_class
-from fairopt.inputs import (encoded_inputs, has_text_columns, held_out_rows, internal_names,
-                            log_encoded_columns)
+from fairopt.inputs import (check_missing, constraint_sensitive_names, encoded_inputs, fair_data_rows,
+                            has_text_columns, held_out_rows, internal_names, log_encoded_columns,
+                            sensitive_columns_of_x, without_columns)
 from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_violations, relaxed_steps
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
@@ -160,20 +162,36 @@ class _FairEstimator(BaseEstimator):
         return self
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X: Any, y: Any, *, sensitive_features: Any = None, sample_weight: Any = None) -> "_FairEstimator":
+    def fit(self, X: Any, y: Any = None, *, sensitive_features: Any = None,
+            sample_weight: Any = None) -> "_FairEstimator":
         """Train the model on ``X``, ``y`` under the constraints.
 
         Parameters
         ----------
-        X : array-like (n, p)
-            Numeric inputs (encode categorical columns first, e.g. with a
-            ``OneHotEncoder`` in a Pipeline). Standardised with the training statistics.
+        X : array-like (n, p), DataFrame, or :class:`fairopt.FairData`
+            Inputs, standardised with the training statistics (text columns of a
+            DataFrame are one-hot encoded). A ``FairData`` (e.g.
+            ``fairopt.datasets.load("adult")``) brings its own target, sensitive features
+            and weights (``y``, ``sensitive_features`` and ``sample_weight`` stay None) and
+            its inputs already encoded: they are used as they are, and its fitted
+            preprocessor becomes ``preprocessor_``, so ``predict`` takes its raw input
+            columns (``feature_names_in_``: its ``feature_columns``) or a FairData.
         y : array-like (n,)
             Two classes (classifier; which one is positive: ``pos_label``) or numbers
-            (regressor).
-        sensitive_features : DataFrame, Series, dict or array, optional
-            The sensitive features the constraints name (see :func:`sensitive_columns`);
-            kinds are inferred (2 values: binary; more numeric values: continuous; text:
+            (regressor). None with a FairData.
+        sensitive_features : DataFrame, Series, dict, array, list, or column name(s) of X, optional
+            The sensitive features the constraints name (see :func:`sensitive_columns`):
+            a DataFrame, dict or named Series names its columns; a single unnamed column
+            (1-D array, list, Series without a name, 2-D array of one column) takes
+            ``sensitive_names`` if given, else the one sensitive name the constraints use
+            (a ValueError when they use several: pass a DataFrame or dict then). A column
+            name of the DataFrame ``X``, or a list of them, takes those columns from ``X``
+            and removes them from the model inputs (``dropped_columns_``; ``predict`` drops
+            them from a DataFrame that still holds them): as for the data sets' loaders
+            (``include_sensitive=False``) the model does not read the sensitive attribute,
+            which would be disparate treatment in many settings. To keep a column as an
+            input too, pass its values (``sensitive_features=X["sex"]``). Kinds are
+            inferred (2 values: binary; more numeric values: continuous; text:
             categorical) unless ``sensitive_kinds`` declares them. ``None`` is allowed only
             without constraints: the fit is then the unconstrained model.
         sample_weight : array-like (n,) or float, optional
@@ -198,9 +216,12 @@ class _FairEstimator(BaseEstimator):
         ------
         ValueError
             Bad inputs or parameters (naming them), constraints without sensitive
-            features, a sensitive name a constraint needs but that is absent, invalid
+            features, a sensitive name a constraint needs but that is absent, a sensitive
+            column of another length than ``X`` or with missing values (naming it), a
+            column name that is not a column of ``X`` (naming those of ``X``), invalid
             ``sample_weight`` (wrong length, negative, NaN/inf, all 0) or weights with an
-            option that does not support them.
+            option that does not support them, ``y``/``sensitive_features``/
+            ``sample_weight`` given with a FairData or a FairData of another task.
         """
         self._check_parameters()
         data, constraints = self._training_data(X, y, sensitive_features, sample_weight)
@@ -260,18 +281,57 @@ class _FairEstimator(BaseEstimator):
         and typed, the row weights checked) and the constraint objects
         (:func:`fairopt.specs.resolve_constraints`, with
         :func:`fairopt.training.with_sqp_surrogates`)."""
+        constraints = with_sqp_surrogates(self.method, self.constraints, resolve_constraints(self.constraints))
+        if isinstance(X, FairData):
+            return self._given_data(X, y, sensitive_features, sample_weight), constraints
+        X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(X, sensitive_features)
         X, y = validate_data(self, X, y, dtype=None if has_text_columns(X) else np.float64)
         weights = check_sample_weight(sample_weight, X.shape[0])
         target = self._encode_training_target(y)
-        columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names)
-        constraints = with_sqp_surrogates(self.method, self.constraints, resolve_constraints(self.constraints))
+        columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names,
+                                    wanted=constraint_sensitive_names(constraints))
         if constraints and not columns:
             raise ValueError("sensitive_features: required because constraints are given "
                              f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
+        check_missing(columns)
         data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=internal_names(X.shape[1]),
                                     sensitive_kinds=self.sensitive_kinds, sample_weight=weights)
         log_encoded_columns(data.preprocessor, getattr(self, "feature_names_in_", None))
         return data, constraints
+
+    def _given_data(self, data: FairData, y: Any, sensitive_features: Any, sample_weight: Any) -> FairData:
+        """A FairData given to ``fit``, trained on as it is: its encoded inputs, target,
+        sensitive features and weights. Sets the input attributes (``n_features_in_``,
+        ``feature_names_in_`` unless its columns are the default ``x0, x1, ...``,
+        ``dropped_columns_``: its sensitive columns that are not inputs) and the
+        classifier's ``classes_`` (0 and 1)."""
+        for name, value in (("y", y), ("sensitive_features", sensitive_features), ("sample_weight", sample_weight)):
+            if value is not None:
+                raise ValueError(f"{name}: fit(data) takes it from the FairData (target {data.target_name!r}, "
+                                 f"sensitive features {data.sensitive_names}, its weights); leave {name} None")
+        if data.task != self._task:
+            raise ValueError(f"X: a FairData of task {data.task!r}; {type(self).__name__} trains {self._task!r} "
+                             "data (FairData.from_frame(..., task=...))")
+        if data.preprocessor is None or not data.preprocessor.is_fitted:
+            raise ValueError("X: this FairData has no fitted preprocessor (it was built with the FairData "
+                             "constructor); build it with FairData.from_frame or from_arrays")
+        for name, given, own in (("sensitive_names", self.sensitive_names, data.sensitive_names),
+                                 ("sensitive_kinds", self.sensitive_kinds, data.sensitive_kinds)):
+            if given is not None and not _agrees(given, own):
+                raise ValueError(f"{name}: a FairData names and types its sensitive features itself ({own}); "
+                                 f"leave {name} None or build the FairData with the names and kinds you want")
+        labels = data.y.detach().cpu().numpy()
+        target = self._encode_training_target(labels.astype(np.int64) if self._task == "binary" else labels)
+        if not np.array_equal(target, labels):  # pos_label=0: the other class is the positive one
+            data = data._replace(y=torch.as_tensor(target, dtype=torch.float32, device=data.y.device))
+        columns = list(data.feature_columns)
+        self.n_features_in_ = len(columns)
+        if columns != internal_names(len(columns)):
+            self.feature_names_in_ = np.asarray(columns, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        self.dropped_columns_ = [name for name in data.sensitive_names if name not in columns]
+        return data
 
     # ------------------------------------------------------------------ engines
     def _training_options(self) -> TrainingOptions:
@@ -342,11 +402,45 @@ class _FairEstimator(BaseEstimator):
         if bad:
             raise ValueError(f"model_: non-finite parameters {bad[:3]} (training diverged, status "
                              f"{getattr(self, 'status_', '?')!r}); refit with a smaller lr or fewer epochs")
-        X = validate_data(self, X, reset=False, dtype=self._input_dtype())
-        out = float64_outputs(self.model_, encoded_inputs(X, self.preprocessor_))
+        out = float64_outputs(self.model_, self._model_inputs(X))
         if not np.isfinite(out).all():
             raise ValueError(f"model_: non-finite outputs on {int((~np.isfinite(out)).sum())} row(s) of X")
         return out
+
+    def _model_inputs(self, X: Any) -> np.ndarray:
+        """The encoded model inputs of rows ``X``: a FairData encoded by ``preprocessor_``
+        gives its ``X`` as it is (another FairData its raw input columns); the columns
+        ``dropped_columns_`` of a DataFrame are dropped, then the rows are validated and
+        encoded by ``preprocessor_``."""
+        if isinstance(X, FairData):
+            if X.preprocessor is self.preprocessor_:  # encoded by it already (fit's data, its split() parts)
+                return X.X.detach().cpu().numpy()
+            X = self._fair_data_inputs(X)
+        X = validate_data(self, self._without_dropped(X), reset=False, dtype=self._input_dtype())
+        return encoded_inputs(X, self.preprocessor_)
+
+    def _fair_data_inputs(self, data: FairData) -> Any:
+        """The raw input columns of a FairData (an array when fit saw no column names)."""
+        inputs = fair_data_rows(data)[0]
+        return inputs if hasattr(self, "feature_names_in_") else inputs.to_numpy()
+
+    def _fair_data_arguments(self, data: FairData, y: Any, sensitive_features: Any) -> tuple:
+        """``(y, sensitive_features, sample_weight)`` of a FairData given where ``X`` goes:
+        its target in the estimator's labels, its sensitive columns and its weights."""
+        if y is not None or sensitive_features is not None:
+            raise ValueError("y, sensitive_features: a FairData carries its target and sensitive features; "
+                             "leave them None")
+        _, target, columns, weights = fair_data_rows(data)
+        return self._labels(target), columns, weights
+
+    def _labels(self, target: np.ndarray) -> np.ndarray:
+        """A FairData's target in the labels of ``y`` (the regressor's are its values)."""
+        return target
+
+    def _without_dropped(self, X: Any) -> Any:
+        """A DataFrame ``X`` without the columns ``dropped_columns_`` (estimators loaded or
+        unpickled from before it existed have none)."""
+        return without_columns(X, getattr(self, "dropped_columns_", []))
 
     def _input_dtype(self) -> Any:
         """float64, or None (objects, encoded by the preprocessor) when ``X`` had text columns
@@ -357,10 +451,18 @@ class _FairEstimator(BaseEstimator):
     def _held_out(self, X: Any, y: Any, sensitive_features: Any) -> FairData:
         """Rows encoded like the training data (same preprocessing, kinds and levels)."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=self._input_dtype())
-        return held_out_rows(X, self._encode_target(np.asarray(y)), sensitive_columns(
-            sensitive_features, X.shape[0], self.sensitive_names), task=self._task, names=self.sensitive_names_,
-            kinds=self.sensitive_kinds_, levels=self.sensitive_levels_, preprocessor=self.preprocessor_)
+        if isinstance(X, FairData):
+            y, sensitive_features, _ = self._fair_data_arguments(X, y, sensitive_features)
+            X = self._fair_data_inputs(X)
+        elif y is None:
+            raise ValueError("y: required (the target of these rows), unless X is a FairData")
+        X, sensitive_features, _ = sensitive_columns_of_x(X, sensitive_features)
+        X = validate_data(self, self._without_dropped(X), reset=False, dtype=self._input_dtype())
+        columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names, wanted=self.sensitive_names_)
+        check_missing(columns)
+        return held_out_rows(X, self._encode_target(np.asarray(y)), columns, task=self._task,
+                             names=self.sensitive_names_, kinds=self.sensitive_kinds_, levels=self.sensitive_levels_,
+                             preprocessor=self.preprocessor_)
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -374,12 +476,14 @@ class _FairEstimator(BaseEstimator):
             c.setup(data)
         return constraints
 
-    def evaluate(self, X: Any, y: Any, *, sensitive_features: Any = None) -> dict:
+    def evaluate(self, X: Any, y: Any = None, *, sensitive_features: Any = None) -> dict:
         """:func:`fairopt.evaluate` of the model on these rows: performance, realised
         fairness per sensitive feature and the exact constraint values and violations.
 
-        ``sensitive_features`` must hold the training sensitive features with all their
-        training groups (they are encoded like the training data).
+        ``sensitive_features`` (in any form :meth:`fit` takes) must hold the training
+        sensitive features with all their training groups (they are encoded like the
+        training data). A :class:`fairopt.FairData` ``X`` brings its own ``y`` and
+        sensitive features.
         """
         data = self._held_out(X, y, sensitive_features)
         constraints = self._constraints_for(data)
@@ -388,7 +492,8 @@ class _FairEstimator(BaseEstimator):
         finally:
             release_batch_caches(constraints)
 
-    def check_generalisation(self, X: Any, y: Any, *, sensitive_features: Any, tol: float = 0.02) -> pd.DataFrame:
+    def check_generalisation(self, X: Any, y: Any = None, *, sensitive_features: Any = None,
+                             tol: float = 0.02) -> pd.DataFrame:
         """Compare each constraint's exact violation on held-out rows with its training value.
 
         Warns (:class:`fairopt.FairnessWarning`) for every constraint whose held-out
@@ -397,7 +502,7 @@ class _FairEstimator(BaseEstimator):
 
         Parameters
         ----------
-        X, y : held-out rows.
+        X, y : held-out rows (``X`` a FairData: its own ``y`` and sensitive features).
         sensitive_features : their sensitive features (as in :meth:`fit`).
         tol : float, default 0.02
             Largest accepted ``|held-out violation - training violation|``.
@@ -417,17 +522,29 @@ class _FairEstimator(BaseEstimator):
         return generalisation_table(self.train_violations_, held_out, tol)
 
 
-def _with_keyword(function: Callable, name: str, default: Any) -> inspect.Signature:
-    """The signature of ``function`` with one more keyword-only parameter ``name=default``,
-    placed after the last positional one."""
-    signature = inspect.signature(function)
-    params = list(signature.parameters.values())
-    cut = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-    extra = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
-    return signature.replace(parameters=[*params[:cut], extra, *params[cut:]])
+def _agrees(given: Any, own: Any) -> bool:
+    """Whether ``sensitive_names`` / ``sensitive_kinds`` set on an estimator say what a
+    FairData's own names (a list) / kinds (a dict) say."""
+    if isinstance(own, Mapping):
+        return isinstance(given, Mapping) and all(own.get(k) == v for k, v in given.items())
+    return ([given] if isinstance(given, str) else list(given)) == list(own)
 
 
-class FairClassifier(ClassifierMixin, _FairEstimator):
+class _FairDataScore:
+    """``score(data)`` for a :class:`fairopt.FairData` (placed before scikit-learn's
+    ClassifierMixin / RegressorMixin, whose ``score`` it calls)."""
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """scikit-learn's score (accuracy, R2) of ``predict(X)`` against ``y``, weighted by
+        ``sample_weight``; a FairData ``X`` brings its own target and weights."""
+        if isinstance(X, FairData):
+            if sample_weight is not None:
+                raise ValueError("sample_weight: a FairData carries its weights; leave sample_weight None")
+            y, _, sample_weight = self._fair_data_arguments(X, y, None)
+        return super().score(X, y, sample_weight=sample_weight)
+
+
+class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     """Binary classifier trained under fairness constraints (scikit-learn estimator).
 
     The model outputs the logit ``out`` of the positive class ``pos_label_`` (``pos_label``,
@@ -497,8 +614,11 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
         ``dual_update``), :class:`solvers.moving_targets.MovingTargets` (``iterations``,
         ``backend``, ``time_limit``).
     sensitive_names : str or list of str, optional
-        Names of the sensitive features given as arrays (default ``"sensitive"``, or
-        ``"sensitive_0"``, ... for several columns); they replace DataFrame/dict names too.
+        Names of the sensitive features given as arrays; they replace DataFrame/dict names
+        too. ``None``: a single unnamed column (1-D array, list, Series without a name) takes
+        the one sensitive name the constraints use (``"sex"`` for
+        ``("disparate_impact", "sex", 0.8)``; a ValueError when they use several), else
+        ``"sensitive"``; several array columns are ``"sensitive_0"``, ``"sensitive_1"``, ...
     sensitive_kinds : dict name -> {"binary", "categorical", "continuous"}, optional
         Declared kinds (e.g. integer-coded race as ``"categorical"``, else inferred
         continuous).
@@ -558,7 +678,13 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
         (``check_inactive=True``).
     engine_info_ : dict of the engine's scalar extras (multipliers, final KKT residual).
     sensitive_names_, sensitive_kinds_, sensitive_levels_ : the training sensitive features.
-    n_features_in_, feature_names_in_ : as in scikit-learn.
+    n_features_in_, feature_names_in_ : as in scikit-learn: the model's input columns (without
+        ``dropped_columns_``; a FairData's ``feature_columns``).
+    dropped_columns_ : list of str, the columns of a DataFrame ``X`` that are sensitive
+        features and not model inputs (``sensitive_features`` given as column names of
+        ``X``; a FairData's sensitive columns outside its inputs); ``predict``,
+        ``decision_function`` and the other methods drop them from a DataFrame that holds
+        them. Empty otherwise.
     certificate_ : list of :class:`fairopt.Certificate` (one per constraint) with
         ``validation_fraction``, else None.
     candidates_ : pandas.DataFrame or None. With ``validation_fraction`` and
@@ -575,13 +701,38 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
 
     _task = "binary"  # its engine defaults: fairopt.training.ENGINE_DEFAULTS["binary"]
 
-    def __init__(self, constraints: Any = None, *, pos_label: Any = None, **params: Any) -> None:
-        super().__init__(constraints, **params)
+    # The shared parameters plus pos_label, spelled out: scikit-learn reads an estimator's
+    # parameters from its __init__ signature (and refuses **kwargs there), and the API
+    # reference checks the docstring against it; tests/test_pos_label.py checks that this
+    # list stays the shared one plus pos_label.
+    def __init__(
+        self,
+        constraints: Any = None,
+        *,
+        pos_label: Any = None,
+        method: str = "sqp",
+        model: str | Callable[[int], nn.Module] = "linear",
+        hidden: tuple = (32,),
+        activation: str = "leaky_relu",
+        epochs: int | None = None,
+        lr: float | None = None,
+        batch_size: int | None = None,
+        seed: int = 0,
+        engine_params: dict | None = None,
+        sensitive_names: Any = None,
+        sensitive_kinds: dict | None = None,
+        check_inactive: bool = False,
+        violation_tol: float = 1e-3,
+        verbose: int = 0,
+        margin: float | str = 0.0,
+        validation_fraction: float | None = None,
+        confidence: float = 0.95,
+        on_fail: str = "warn",
+        n_candidates: int = 7,
+    ) -> None:
+        shared = {k: v for k, v in locals().items() if k not in ("self", "pos_label", "__class__")}
+        super().__init__(**shared)
         self.pos_label = pos_label
-
-    # scikit-learn reads an estimator's parameters from its __init__ signature (and refuses
-    # **kwargs there): the classifier's is the shared one plus pos_label, derived, not repeated
-    __init__.__signature__ = _with_keyword(_FairEstimator.__init__, "pos_label", None)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -613,6 +764,16 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
                              f"{self.classes_.tolist()}")
         return (y == self.pos_label_).astype(np.float64)
 
+    def _labels(self, target: np.ndarray) -> np.ndarray:
+        """A FairData's 0/1 target as labels: the values themselves when ``classes_`` are 0
+        and 1 (a FairData's own, or 0/1 labels), else ``pos_label_`` where it is 1 (the
+        outcome a FairData's rate constraints count as favourable) and the other class
+        elsewhere."""
+        if np.array_equal(self.classes_.astype(object), [0, 1]):
+            return self.classes_[target.astype(np.int64)]
+        positive = 0 if self._positive_first() else 1
+        return self.classes_[np.where(target == 1, positive, 1 - positive)]
+
     def _positive_first(self) -> bool:
         """Whether the positive class is ``classes_[0]`` (``pos_label`` named the smaller label)."""
         return bool(self.classes_[0] == self.pos_label_)
@@ -638,7 +799,7 @@ class FairClassifier(ClassifierMixin, _FairEstimator):
         return self.classes_[1 - positive if self._positive_first() else positive]
 
 
-class FairRegressor(RegressorMixin, _FairEstimator):
+class FairRegressor(_FairDataScore, RegressorMixin, _FairEstimator):
     """Least-squares regressor trained under fairness constraints (scikit-learn estimator).
 
     The model's output is the prediction; training minimises the mean squared error

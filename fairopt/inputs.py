@@ -1,6 +1,15 @@
 """The estimators' sensitive features in every accepted form (DataFrame, Series, dict,
-array), named and checked against the rows of ``X``: :func:`sensitive_columns`; and which
-input tables hold text columns (:func:`has_text_columns`)."""
+array, column names of ``X``), named and checked against the rows of ``X``:
+:func:`sensitive_columns`, :func:`sensitive_columns_of_x`; the rows of a
+:class:`~fairopt.data.FairData` as the estimators' arrays (:func:`fair_data_rows`); and
+which input tables hold text columns (:func:`has_text_columns`).
+
+Naming rule of an unnamed column (a 1-D array, list or tensor, a Series without a name,
+a 2-D array of one column): ``names=`` (the estimators' ``sensitive_names``) when given;
+else the one sensitive name the constraints use (``wanted``), so that
+``fit(X, y, sensitive_features=s)`` with ``("disparate_impact", "gender", 0.8)`` binds
+``s`` to ``"gender"`` as fairlearn users expect; a ValueError when the constraints use
+several (which column is which cannot be guessed); ``"sensitive"`` without constraints."""
 
 from __future__ import annotations
 
@@ -11,17 +20,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairopt._validation import to_numpy
+from fairopt._validation import sensitive_names, to_numpy
 from fairopt.data import FairData
 from fairopt.data.assembly import coerce_inputs
+from fairopt.data.frames import short_list
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["encoded_inputs", "has_text_columns", "held_out_rows", "internal_names", "log_encoded_columns",
-           "sensitive_columns"]
+__all__ = ["check_missing", "columns_of_x", "constraint_sensitive_names", "encoded_inputs", "fair_data_rows",
+           "has_text_columns", "held_out_rows", "internal_names", "log_encoded_columns", "names_columns_of_x",
+           "sensitive_columns", "sensitive_columns_of_x", "without_columns"]
+
+#: The name of one unnamed sensitive column when nothing else names it.
+UNNAMED = "sensitive"
 
 
-def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None) -> dict[str, np.ndarray]:
+def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None, *,
+                      wanted: Any = None) -> dict[str, np.ndarray]:
     """The sensitive features as ``{name: 1-D array}``, checked against ``n_rows``.
 
     Parameters
@@ -34,16 +49,24 @@ def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None) -
         Rows of ``X``; every column must have this length.
     names : str or list of str, optional
         Names that replace the natural ones, in column order (one per column).
+    wanted : list of str, optional
+        The sensitive names the constraints use (:func:`constraint_sensitive_names`). Without
+        ``names``, a single unnamed column (1-D array or list, Series without a name, 2-D
+        array of one column) takes the one name of ``wanted``; ValueError when ``wanted``
+        holds several. Empty or None: the column is ``"sensitive"``.
 
     Raises
     ------
     ValueError
         A column of another length, arrays of more than 2 dimensions, names that do not
-        match the number of columns, duplicate names.
+        match the number of columns, duplicate names, one unnamed column for several
+        wanted names.
     """
     if sensitive_features is None:
         return {}
     natural, columns = _named_columns(sensitive_features)
+    if names is None and natural == [UNNAMED] and not _is_named(sensitive_features):
+        natural = [_unnamed_column_name(list(wanted or []))]
     if names is not None:
         given = [names] if isinstance(names, str) else list(names)
         if len(given) != len(columns) or not all(isinstance(n, str) and n for n in given):
@@ -57,6 +80,38 @@ def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None) -
             raise ValueError(f"sensitive_features: {name!r} has shape {column.shape}; expected ({n_rows},), "
                              "one value per row of X")
     return dict(zip(natural, columns))
+
+
+def _is_named(sensitive_features: Any) -> bool:
+    """Whether a container names its columns itself (DataFrame, named Series, dict)."""
+    if isinstance(sensitive_features, pd.Series):
+        return sensitive_features.name is not None
+    return isinstance(sensitive_features, (pd.DataFrame, Mapping))
+
+
+def _unnamed_column_name(wanted: list[str]) -> str:
+    """The name of one unnamed sensitive column: the one name the constraints use."""
+    if len(wanted) <= 1:
+        return wanted[0] if wanted else UNNAMED
+    example = ", ".join(f"{name!r}: ..." for name in wanted)
+    raise ValueError(f"sensitive_features: one unnamed column (an array, a list or a Series without a name) but "
+                     f"{len(wanted)} sensitive features are needed, {wanted} (the constraints name them), so which "
+                     f"one it is cannot be told; pass named columns: a DataFrame with the columns {wanted} or a "
+                     f"dict {{{example}}} (or name the column with sensitive_names=)")
+
+
+def constraint_sensitive_names(constraints: list) -> list[str]:
+    """The sensitive names the constraint objects use (their ``sensitive`` attribute: one
+    name or a list), in order, each once; constraints without one add none."""
+    found: list[str] = []
+    for constraint in constraints:
+        named = getattr(constraint, "sensitive", None)
+        try:
+            names = sensitive_names(named)
+        except ValueError:  # a custom constraint without (or with another kind of) ``sensitive``
+            continue
+        found.extend(name for name in names if name not in found)
+    return found
 
 
 def _named_columns(sensitive_features: Any) -> tuple[list[str], list[np.ndarray]]:
@@ -83,6 +138,87 @@ def _column(values: Any) -> np.ndarray:
     """A numpy column; an (n, 1) array is flattened (other shapes are checked later)."""
     array = to_numpy(values)
     return array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
+
+
+def names_columns_of_x(sensitive_features: Any, X: Any) -> bool:
+    """Whether ``sensitive_features`` names columns of ``X``: a string, or (``X`` a
+    DataFrame) a non-empty list of strings that are all columns of ``X`` or whose length is
+    not the number of rows (a list of one label per row is the values of one attribute)."""
+    if isinstance(sensitive_features, str):
+        return True
+    if not isinstance(X, pd.DataFrame) or not isinstance(sensitive_features, (list, tuple)) or not sensitive_features:
+        return False
+    if not all(isinstance(s, str) for s in sensitive_features):
+        return False
+    return len(sensitive_features) != X.shape[0] or all(s in X.columns for s in sensitive_features)
+
+
+def columns_of_x(names: list[str], X: Any) -> pd.DataFrame:
+    """The named columns of the DataFrame ``X`` (ValueError for an unknown name, naming the
+    columns of ``X``)."""
+    if not isinstance(X, pd.DataFrame):
+        raise ValueError(f"sensitive_features: column name(s) {short_list(names)} need X to be a pandas DataFrame, "
+                         f"got X of type {type(X).__name__}; pass the values instead")
+    unknown = [s for s in names if s not in X.columns]
+    if unknown:
+        shown = [str(c) for c in X.columns[:20]]
+        hint = (f" (a list of labels, one per row, needs {X.shape[0]} values, not {len(names)})"
+                if len(names) > 1 else "")
+        raise ValueError(f"sensitive_features: unknown column(s) {short_list(unknown)} of X; X has the columns {shown}"
+                         + (" ..." if X.shape[1] > 20 else "") + hint)
+    if len(set(names)) != len(names):
+        raise ValueError(f"sensitive_features: duplicate column names {names}")
+    return X.loc[:, names].copy()
+
+
+def sensitive_columns_of_x(X: Any, sensitive_features: Any) -> tuple[Any, Any, list[str]]:
+    """``(X, sensitive_features, taken)``: when ``sensitive_features`` names columns of the
+    DataFrame ``X`` (:func:`names_columns_of_x`), ``X`` without them, those columns (a
+    DataFrame) and their names; otherwise the arguments as they are and ``[]``."""
+    if not names_columns_of_x(sensitive_features, X):
+        return X, sensitive_features, []
+    names = [sensitive_features] if isinstance(sensitive_features, str) else list(sensitive_features)
+    columns = columns_of_x(names, X)
+    if X.shape[1] == len(names):
+        raise ValueError(f"sensitive_features: {short_list(names)} are all the columns of X; taken out as "
+                         "sensitive features, they leave the model no input")
+    return X.drop(columns=names), columns, names
+
+
+def without_columns(X: Any, names: list[str]) -> Any:
+    """``X`` without those of the columns ``names`` it holds (a DataFrame; anything else as it is)."""
+    present = [c for c in names if isinstance(X, pd.DataFrame) and c in X.columns]
+    return X.drop(columns=present) if present else X
+
+
+def check_missing(columns: Mapping[str, Any]) -> None:
+    """ValueError naming the first sensitive column with missing values (NaN, None, NaT):
+    they belong to no group, and a constraint or report cannot count them."""
+    for name, values in columns.items():
+        missing = np.asarray(pd.isna(values), dtype=bool).reshape(-1)
+        if missing.any():
+            raise ValueError(f"sensitive_features: {name!r} has {int(missing.sum())} missing value(s) (NaN/None) of "
+                             f"{missing.size}, e.g. at row {int(np.flatnonzero(missing)[0])}; drop or recode those "
+                             "rows (they form no group)")
+
+
+def fair_data_rows(data: FairData) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray | None]:
+    """The raw rows of ``data`` as the estimators' arguments: its input columns
+    (:attr:`~fairopt.data.FairData.feature_columns` of its frame), its target (0/1 for a
+    binary task), its sensitive columns and its weights (None when unweighted).
+
+    Raises
+    ------
+    ValueError
+        ``data`` has no raw frame (built with the FairData constructor).
+    """
+    frame = data.frame
+    if frame is None:
+        raise ValueError("X: this FairData has no raw frame (it was built with the FairData constructor, not "
+                         "from_frame/from_arrays); pass its inputs as an array instead")
+    weights = None if data.weights is None else data.weights.detach().cpu().numpy()
+    return (frame.loc[:, list(data.feature_columns)], data.y.detach().cpu().numpy().astype(np.float64),
+            frame.loc[:, list(data.sensitive_names)], weights)
 
 
 def has_text_columns(X: Any) -> bool:
@@ -115,10 +251,11 @@ def internal_names(p: int) -> list[str]:
 
 
 def encoded_inputs(X: np.ndarray, preprocessor: Any) -> np.ndarray:
-    """The model inputs of validated rows ``X`` (floats, or objects with text columns), by the
-    fitted ``preprocessor``: numbers held as text converted as at fit
+    """The model inputs of validated rows ``X`` (floats, or objects with text columns, one
+    per input column of the fitted ``preprocessor``: its ``columns_``, which are
+    :func:`internal_names` for the estimators' own), by it: numbers held as text converted as at fit
     (:func:`fairopt.data.assembly.coerce_inputs`), then standardised / one-hot encoded."""
-    frame = pd.DataFrame(X, columns=internal_names(X.shape[1]))
+    frame = pd.DataFrame(X, columns=list(preprocessor.columns_))
     encoded, _ = preprocessor.transform(coerce_inputs(frame, list(frame.columns), [], [], preprocessor))
     return encoded
 
@@ -133,7 +270,7 @@ def held_out_rows(X: np.ndarray, target: np.ndarray, columns: dict, *, task: str
     if sorted(columns) != sorted(names):
         raise ValueError(f"sensitive_features: expected the training features {names}, got {sorted(columns)}")
     columns = {name: columns[name] for name in names}
-    data = FairData.from_arrays(X, target, columns, task=task, feature_names=internal_names(X.shape[1]),
+    data = FairData.from_arrays(X, target, columns, task=task, feature_names=list(preprocessor.columns_),
                                 sensitive_kinds=kinds, preprocessor=preprocessor)
     for name in names:
         if list(data.sensitive_levels[name]) != list(levels[name]):

@@ -228,6 +228,7 @@ def _load_estimator(payload: dict, model: Any) -> Any:
         estimator.pos_label_ = _positive_label(estimator.classes_, fitted)
     if fitted["feature_names_in_"] is not None:
         estimator.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
+    estimator.dropped_columns_ = [str(name) for name in fitted.get("dropped_columns_", [])]
     for attribute in FITTED_ATTRIBUTES:
         setattr(estimator, attribute, fitted[attribute])
     estimator.model_ = load_module(payload["model"], model)

@@ -132,6 +132,7 @@ def _estimator_payload(est: Any) -> dict:
     fitted = {
         "n_features_in_": int(est.n_features_in_),
         "feature_names_in_": list(getattr(est, "feature_names_in_", [])) or None,
+        "dropped_columns_": list(getattr(est, "dropped_columns_", [])),
         "status_": est.status_, "converged_": est.converged_, "n_iter_": est.n_iter_,
         "train_violations_": est.train_violations_, "train_violation_": est.train_violation_,
         "reference_violations_": est.reference_violations_, "engine_info_": est.engine_info_,

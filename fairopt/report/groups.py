@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairopt.inputs import sensitive_columns
+from fairopt.inputs import check_missing, columns_of_x, names_columns_of_x, sensitive_columns
 from fairopt.measures.group import encode_groups, python_scalar
 
 __all__ = ["Groups", "sensitive_frame", "intersection_groups", "row_count"]
@@ -71,33 +71,6 @@ def row_count(x: Any) -> int:
     return len(x)
 
 
-def _is_column_names(sensitive_features: Any, X: Any, n_rows: int) -> bool:
-    """Whether ``sensitive_features`` names columns of ``X`` (see the module docstring)."""
-    if isinstance(sensitive_features, str):
-        return True
-    if not isinstance(X, pd.DataFrame) or not isinstance(sensitive_features, (list, tuple)) or not sensitive_features:
-        return False
-    if not all(isinstance(s, str) for s in sensitive_features):
-        return False
-    # a list of n strings may be the labels of one attribute; it names columns when all are columns
-    return len(sensitive_features) != n_rows or all(s in X.columns for s in sensitive_features)
-
-
-def _columns_of_x(names: list[str], X: Any) -> pd.DataFrame:
-    """The named columns of the DataFrame ``X`` (ValueError for an unknown name)."""
-    if not isinstance(X, pd.DataFrame):
-        raise ValueError(f"sensitive_features: column name(s) {names} need X to be a pandas DataFrame, "
-                         f"got X of type {type(X).__name__}; pass the values instead")
-    unknown = [s for s in names if s not in X.columns]
-    if unknown:
-        shown = [str(c) for c in X.columns[:20]]
-        raise ValueError(f"sensitive_features: unknown column(s) {unknown} of X; X has the columns {shown}"
-                         + (" ..." if X.shape[1] > 20 else ""))
-    if len(set(names)) != len(names):
-        raise ValueError(f"sensitive_features: duplicate column names {names}")
-    return X.loc[:, names].copy()
-
-
 def sensitive_frame(sensitive_features: Any, n_rows: int, X: Any = None) -> pd.DataFrame:
     """The sensitive attributes as a DataFrame (one column each, ``n_rows`` rows), checked.
 
@@ -118,9 +91,9 @@ def sensitive_frame(sensitive_features: Any, n_rows: int, X: Any = None) -> pd.D
     """
     if sensitive_features is None:
         raise ValueError("sensitive_features: required (an array, a DataFrame or column name(s) of X)")
-    if _is_column_names(sensitive_features, X, n_rows):
+    if names_columns_of_x(sensitive_features, X):
         names = [sensitive_features] if isinstance(sensitive_features, str) else list(sensitive_features)
-        frame = _columns_of_x(names, X)
+        frame = columns_of_x(names, X)
     else:
         if isinstance(sensitive_features, pd.DataFrame) and sensitive_features.shape[1] == 0:
             raise ValueError("sensitive_features: the DataFrame has no column")
@@ -146,12 +119,9 @@ def sensitive_frame(sensitive_features: Any, n_rows: int, X: Any = None) -> pd.D
 
 def _check_values(frame: pd.DataFrame) -> None:
     """No missing value and no empty category in any column."""
+    check_missing({name: frame[name] for name in frame.columns})
     for name in frame.columns:
         column = frame[name]
-        missing = np.asarray(pd.isna(column), dtype=bool)
-        if missing.any():
-            raise ValueError(f"sensitive_features: {name!r} has {int(missing.sum())} missing value(s) (NaN/None), "
-                             f"e.g. at row {int(np.flatnonzero(missing)[0])}; drop or recode them (they form no group)")
         if isinstance(column.dtype, pd.CategoricalDtype):
             empty = [c for c in column.cat.categories if not (column == c).any()]
             if empty:
