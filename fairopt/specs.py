@@ -263,10 +263,17 @@ EITHER_FORM_KINDS = ("equal_opportunity", "false_positive_parity", "equalized_od
 PENALTY_KINDS = ("dp_squared", "dcov", "jdcov", "ccdcov", "gedi", "fauci")
 #: comparison of a text spec ``kind:sensitive<op>value`` -> the bound argument it sets
 _COMPARISONS = {">=": "delta", "<=": "bound"}
+#: operators written the other way round (or a lone comparison) -> the one meant
+_MISWRITTEN = {"=>": ">=", "=<": "<=", ">": ">=", "<": "<="}
 _CLASSES = {"disparate_impact": DisparateImpact, "equal_impact": EqualImpact,
             "demographic_parity": DemographicParity, "equal_opportunity": EqualOpportunity,
             "false_positive_parity": FalsePositiveParity, "equalized_odds": EqualizedOdds,
             "covariance": Covariance, "gedi": GeDI}
+
+
+def _short_names() -> str:
+    """The short kind names as ``'di' (disparate_impact), ...`` for error messages."""
+    return ", ".join(f"{short!r} ({kind})" for short, kind in _ALIASES.items())
 
 
 def _bound_args(kind: str) -> tuple[str, ...]:
@@ -307,7 +314,8 @@ def _table(spec: Any, kinds: Any) -> tuple[str, dict]:
     kind = options.pop("kind", None)
     kind = _ALIASES.get(kind, kind)
     if kind not in kinds:
-        raise ValueError(f"spec: 'kind' must be one of {sorted(kinds)}, got {kind!r} in {dict(spec)!r}")
+        raise ValueError(f"spec: 'kind' must be one of {sorted(kinds)} or a short name {_short_names()}, got "
+                         f"{kind!r} in {dict(spec)!r}")
     return kind, options
 
 
@@ -322,7 +330,14 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
     kind = _ALIASES.get(kind.strip(), kind.strip())
     if kind not in CONSTRAINT_KINDS or len(parts) not in (2, 3):
         raise ValueError(f"spec: expected 'kind:sensitive[:bound]' or 'kind:sensitive>=delta|<=bound' with kind in "
-                         f"{sorted(CONSTRAINT_KINDS)}, got {spec!r}")
+                         f"{sorted(CONSTRAINT_KINDS)} or a short name {_short_names()}, got {spec!r}")
+    if len(parts) == 2 and not any(op in parts[1] for op in _COMPARISONS):
+        wrong = next((op for op in _MISWRITTEN if op in parts[1]), None)
+        if wrong is not None:
+            meant = _MISWRITTEN[wrong]
+            raise ValueError(f"spec: unknown comparison {wrong!r} in {spec!r}; write {meant!r} "
+                             f"(e.g. {spec.replace(wrong, meant, 1)!r}): '>=' sets a ratio delta, '<=' a "
+                             "difference bound")
     extra = {}
     if bracket:
         if kind not in _KIND_OPTIONS or not option.endswith("]") or not option[:-1].strip():
