@@ -44,7 +44,7 @@ from torch import nn
 from fairopt._validation import check_choice, check_flag, check_sample_weight, check_seed, positive_float
 from fairopt.data import FairData
 from fairopt.data.encoding import positive_class
-from fairopt.inputs import (check_missing, constraint_sensitive_names, encoded_inputs, fair_data_rows,
+from fairopt.inputs import (check_input_missing, check_missing, constraint_sensitive_names, encoded_inputs, fair_data_rows,
                             has_text_columns, held_out_rows, internal_names, log_encoded_columns,
                             sensitive_columns_of_x, without_columns)
 from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_violations, relaxed_steps
@@ -285,6 +285,7 @@ class _FairEstimator(BaseEstimator):
         if isinstance(X, FairData):
             return self._given_data(X, y, sensitive_features, sample_weight), constraints
         X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(X, sensitive_features)
+        check_input_missing(X)
         X, y = validate_data(self, X, y, dtype=None if has_text_columns(X) else np.float64)
         weights = check_sample_weight(sample_weight, X.shape[0])
         target = self._encode_training_target(y)
@@ -416,8 +417,16 @@ class _FairEstimator(BaseEstimator):
             if X.preprocessor is self.preprocessor_:  # encoded by it already (fit's data, its split() parts)
                 return X.X.detach().cpu().numpy()
             X = self._fair_data_inputs(X)
-        X = validate_data(self, self._without_dropped(X), reset=False, dtype=self._input_dtype())
+        X = self._checked_inputs(X)
         return encoded_inputs(X, self.preprocessor_)
+
+    def _checked_inputs(self, X: Any) -> Any:
+        """``X`` of a fitted estimator without the dropped sensitive columns, checked: missing
+        values named by column (:func:`fairopt.inputs.check_input_missing`), then scikit-learn's
+        validation against the training inputs."""
+        X = self._without_dropped(X)
+        check_input_missing(X)
+        return validate_data(self, X, reset=False, dtype=self._input_dtype())
 
     def _fair_data_inputs(self, data: FairData) -> Any:
         """The raw input columns of a FairData (an array when fit saw no column names)."""
@@ -457,7 +466,7 @@ class _FairEstimator(BaseEstimator):
         elif y is None:
             raise ValueError("y: required (the target of these rows), unless X is a FairData")
         X, sensitive_features, _ = sensitive_columns_of_x(X, sensitive_features)
-        X = validate_data(self, self._without_dropped(X), reset=False, dtype=self._input_dtype())
+        X = self._checked_inputs(X)
         columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names, wanted=self.sensitive_names_)
         check_missing(columns)
         return held_out_rows(X, self._encode_target(np.asarray(y)), columns, task=self._task,

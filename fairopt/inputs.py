@@ -27,7 +27,7 @@ from fairopt.data.frames import short_list
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_missing", "columns_of_x", "constraint_sensitive_names", "encoded_inputs", "fair_data_rows",
+__all__ = ["check_input_missing", "check_missing", "columns_of_x", "constraint_sensitive_names", "encoded_inputs", "fair_data_rows",
            "has_text_columns", "held_out_rows", "internal_names", "log_encoded_columns", "names_columns_of_x",
            "sensitive_columns", "sensitive_columns_of_x", "without_columns"]
 
@@ -200,6 +200,28 @@ def check_missing(columns: Mapping[str, Any]) -> None:
             raise ValueError(f"sensitive_features: {name!r} has {int(missing.sum())} missing value(s) (NaN/None) of "
                              f"{missing.size}, e.g. at row {int(np.flatnonzero(missing)[0])}; drop or recode those "
                              "rows (they form no group)")
+
+
+def check_input_missing(X: Any) -> None:
+    """ValueError naming the first input column with missing values (NaN/None), before
+    scikit-learn's check (whose message names no column); the message keeps its words
+    ("Input X contains NaN"). Other inputs (inf, wrong shapes) are left to that check."""
+    if isinstance(X, pd.DataFrame):
+        names, missing = [str(c) for c in X.columns], X.isna().to_numpy()
+    else:
+        array = np.asarray(X) if not hasattr(X, "toarray") else None  # sparse: scikit-learn's check
+        if array is None or array.ndim != 2 or array.dtype.kind not in "fcO":
+            return
+        names, missing = [f"column {j}" for j in range(array.shape[1])], np.asarray(pd.isna(array), dtype=bool)
+    counts = missing.sum(axis=0)
+    if not counts.any():
+        return
+    j = int(np.flatnonzero(counts)[0])
+    others = int((counts > 0).sum()) - 1
+    raise ValueError(f"Input X contains NaN: {names[j]!r} has {int(counts[j])} missing value(s), e.g. at row "
+                     f"{int(np.flatnonzero(missing[:, j])[0])}" + (f", and {others} more column(s) have some" if others
+                                                                 else "")
+                     + "; impute them (e.g. sklearn.impute.SimpleImputer in a Pipeline) or drop those rows")
 
 
 def fair_data_rows(data: FairData) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray | None]:
