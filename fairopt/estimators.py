@@ -75,6 +75,17 @@ __all__ = ["FairClassifier", "FairRegressor", "METHODS", "sensitive_columns"]
 # --------------------------------------------------------------------------------------
 # the estimators
 # --------------------------------------------------------------------------------------
+def _alias(value: Any, alias: Any, name: str, alias_name: str, default: Any) -> Any:
+    """The value of a parameter that scikit-learn spells ``alias_name``: ``alias`` when given
+    (``value`` at its ``default`` or equal), else ``value``."""
+    if alias is None:
+        return value
+    if value is not None and value != default and value != alias:
+        raise ValueError(f"{alias_name}: {alias_name}={alias!r} and {name}={value!r} name the same parameter; give "
+                         "one of them")
+    return alias
+
+
 class _FairEstimator(BaseEstimator):
     """Shared implementation of :class:`FairClassifier` and :class:`FairRegressor`."""
 
@@ -105,6 +116,8 @@ class _FairEstimator(BaseEstimator):
         confidence: float = 0.95,
         on_fail: str = "warn",
         n_candidates: int = 7,
+        random_state: int | None = None,
+        max_iter: int | None = None,
     ) -> None:
         self.constraints = constraints
         self.method = method
@@ -126,6 +139,8 @@ class _FairEstimator(BaseEstimator):
         self.confidence = confidence
         self.on_fail = on_fail
         self.n_candidates = n_candidates
+        self.random_state = random_state
+        self.max_iter = max_iter
 
     # ------------------------------------------------------------------ parameters
     def get_params(self, deep: bool = True) -> dict:
@@ -255,8 +270,19 @@ class _FairEstimator(BaseEstimator):
             raise ValueError(f"engine_params: {clash} are estimator parameters; set them on the estimator")
         positive_float(self.violation_tol, "violation_tol", allow_zero=True)
         check_flag(self.check_inactive, "check_inactive")
-        check_seed(self.seed, allow_none=False, allow_negative=False)
+        check_seed(self.seed_value(), allow_none=False, allow_negative=False)
+        self.epochs_value()  # both names of the budget agree
         check_held_out_parameters(self)
+
+    def seed_value(self) -> int:
+        """``seed``, or ``random_state`` (scikit-learn's name) when given; ValueError when both
+        are given and differ."""
+        return _alias(self.seed, self.random_state, "seed", "random_state", default=0)
+
+    def epochs_value(self) -> int | None:
+        """``epochs``, or ``max_iter`` (scikit-learn's name) when given; ValueError when both
+        are given and differ."""
+        return _alias(self.epochs, self.max_iter, "epochs", "max_iter", default=None)
 
     def _check_weighted_options(self, data: FairData) -> None:
         """Weighted training data (``sample_weight``) with an option whose statements count
@@ -338,8 +364,8 @@ class _FairEstimator(BaseEstimator):
     def _training_options(self) -> TrainingOptions:
         """The parameters the engines read (:mod:`fairopt.training`), with the task."""
         return TrainingOptions(method=self.method, task=self._task, model=self.model, hidden=self.hidden,
-                               activation=self.activation, epochs=self.epochs, lr=self.lr,
-                               batch_size=self.batch_size, seed=self.seed, verbose=self.verbose,
+                               activation=self.activation, epochs=self.epochs_value(), lr=self.lr,
+                               batch_size=self.batch_size, seed=self.seed_value(), verbose=self.verbose,
                                engine_params=dict(self.engine_params or {}))
 
     def _train(self, data: FairData, constraints: list, reference: bool = False) -> tuple[Any, int]:
@@ -667,6 +693,10 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         keeps its confidence level). A smaller margin is more accurate when the held-out
         rows allow it; each candidate costs one fit, and the sequence stops at the first
         failure. ``1``: a single fit at inflation 2. Ignored otherwise.
+    random_state : int, optional
+        scikit-learn's name for ``seed`` (give one of the two; both, different: ValueError).
+    max_iter : int, optional
+        scikit-learn's name for ``epochs`` (give one of the two; both, different: ValueError).
 
     Attributes
     ----------
@@ -738,6 +768,8 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         confidence: float = 0.95,
         on_fail: str = "warn",
         n_candidates: int = 7,
+        random_state: int | None = None,
+        max_iter: int | None = None,
     ) -> None:
         shared = {k: v for k, v in locals().items() if k not in ("self", "pos_label", "__class__")}
         super().__init__(**shared)

@@ -64,8 +64,8 @@ def validation_split(est: Any, data: FairData) -> tuple[FairData, FairData | Non
     if fraction is None:
         return data, None
     try:
-        _, held_out_idx = stratified_split_indices(data._split_strata(), float(fraction), int(est.seed))
-        train, held_out = data.split(test_size=float(fraction), seed=int(est.seed))
+        _, held_out_idx = stratified_split_indices(data._split_strata(), float(fraction), int(est.seed_value()))
+        train, held_out = data.split(test_size=float(fraction), seed=int(est.seed_value()))
     except ValueError as exc:
         raise ValueError(f"validation_fraction: cannot hold out {fraction!r} of {len(data)} rows ({exc})") from None
     est.validation_indices_ = held_out_idx
@@ -99,7 +99,7 @@ def constraint_margins(est: Any, data: FairData, constraints: list) -> list | No
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FairnessWarning)  # the engine's set-up of the copy reports them
             c.setup(data)
-        margins.append(auto_margin(data, c, float(est.confidence), float(fraction), seed=int(est.seed),
+        margins.append(auto_margin(data, c, float(est.confidence), float(fraction), seed=int(est.seed_value()),
                                    for_certificate=certified, inflation=1.0 if certified else 2.0))
     return margins
 
@@ -120,7 +120,7 @@ def certificates(est: Any, held_out: FairData, model: nn.Module, constraints: li
 
     model.eval()
     try:
-        return [certify(model, held_out, c, float(est.confidence), seed=int(est.seed)) for c in constraints]
+        return [certify(model, held_out, c, float(est.confidence), seed=int(est.seed_value())) for c in constraints]
     finally:
         release_batch_caches(constraints)
 

@@ -45,3 +45,20 @@ def test_inputs_without_missing_values_pass():
     check_input_missing(X)
     check_input_missing(X[["age", "income"]].to_numpy())
     check_input_missing(np.array([[1.0, np.inf]]))  # inf is left to scikit-learn's check
+
+
+def test_scikit_learn_names_of_seed_and_epochs():
+    """``random_state``/``max_iter`` are scikit-learn's names of ``seed``/``epochs``: the same
+    model, and a clash of the two names is an error."""
+    X, y, g = _data()
+    fits = []
+    for params in ({"seed": 3, "epochs": 20}, {"random_state": 3, "max_iter": 20}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf = fairopt.FairClassifier(constraints=[("di", "g", 0.8)], **params).fit(X, y, sensitive_features=g)
+        fits.append(clf.decision_function(X))
+    np.testing.assert_allclose(fits[0], fits[1], rtol=0, atol=1e-6)
+    assert fairopt.FairClassifier(random_state=5).seed_value() == 5 and fairopt.FairRegressor(max_iter=7).epochs_value() == 7
+    for clash in ({"seed": 1, "random_state": 2}, {"epochs": 10, "max_iter": 20}):
+        with pytest.raises(ValueError, match="name the same parameter"):
+            fairopt.FairClassifier(**clash).fit(X, y)
