@@ -7,7 +7,9 @@ Problem::
 Per iteration ``k`` (notation of [B21] and [SQP] Alg. 1):
 
 1. ``g`` = (stochastic) gradient of ``f``; ``c`` and ``J = dc/dw`` on the constraint batch
-   (the full data, or a balanced batch with equal rows per stratum, [SQP] Thm 3.1).
+   (the full data; with mini-batches the full data at the last snapshot and its first-order
+   model in between, :mod:`solvers.sqp.snapshot`; or a balanced batch with equal rows per
+   stratum, [SQP] Thm 3.1).
 2. ``H = diag(h)``: ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2) g^2`` at the first step),
    ``h = sqrt(v + mu)`` (Adam/RMSProp-type; ``hessian="adagrad"`` accumulates ``v += g^2``).
 3. QP ``min_d g'd + 1/2 d'Hd  s.t.  l <= c + Jd <= u`` solved exactly in the m-dimensional
@@ -31,7 +33,8 @@ and :class:`DistributedSQP`. ``steps``: one iteration (steps 2-5 above, the trus
 feasibility restoration, the exact calibration). ``schedules``: the learning-rate
 schedules (step 6). ``optimality``: objective, exact rows and KKT residuals on all rows,
 the early-stop test. ``endgame``: divergence guard, tail average, full-batch polish and
-the returned iterate. ``checkpoint``: the ``state_dict`` content and ``resume``.
+the returned iterate. ``snapshot``: the full-data constraint snapshots of mini-batch steps.
+``checkpoint``: the ``state_dict`` content and ``resume``.
 """
 
 from __future__ import annotations
