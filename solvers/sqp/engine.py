@@ -108,13 +108,16 @@ class StochasticSQP:
           (``cost_on_all_rows = "quadratic"``: the distance covariance). Chosen on a grid of
           Adult, Dutch, Law, ACS-Colorado and COMPAS x linear/MLP 32 x batches of 256/1,024
           rows (10 epochs, DI >= 0.8, default surrogate; ``benchmarks/sqp_stochastic.py
-          --grid``): "snapshot" ended within one accuracy point of 300 full-batch epochs in
-          39 of 40 cells of the first two seeds, "batch" in 22.
+          --grid``): with the other defaults as they are, "snapshot" ended within one
+          accuracy point of 300 full-batch epochs in 58 of 60 cells (seeds 0-2); in the
+          first comparison (two seeds, the step settings then) "snapshot" in 39 of 40,
+          "batch" in 22.
     constraint_refresh : int, default 2
         Full-data refreshes per epoch of ``constraint_batch="snapshot"`` (at fixed steps of
         every epoch, so a resumed run refreshes where the uninterrupted one does). One
-        refresh costs about one full-batch iteration. On the grid above (two seeds) 1
-        refresh per epoch gave 37 of 40 cells within a point, 2 gave 39: between refreshes
+        refresh costs about one full-batch iteration. On the grid above (two seeds, with the
+        step settings of that first comparison) 1 refresh per epoch gave 37 of 40 cells
+        within a point, 2 gave 39: between refreshes
         the first-order model drifts on small, tightly constrained problems (COMPAS, four
         race groups, linear, batches of 256, seed 1: 0.525 accuracy, below the majority
         class, at 1; 0.581 at 2, the full batch 0.576).
