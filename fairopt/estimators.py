@@ -415,6 +415,20 @@ class _FairEstimator(BaseEstimator):
         return model_violations(result.model, data, constraints)
 
     # ------------------------------------------------------------------ prediction
+    def _affine_map(self) -> tuple[np.ndarray, float]:
+        """``(w, b)`` with ``out = x' w + b`` of a fitted ``model="linear"`` on the encoded,
+        standardised inputs (``preprocessor_.feature_names_``), read off the model in float64 at
+        ``x = 0`` and the unit vectors (exact for an affine model, whatever wraps it, e.g. the
+        regressor's output scaling). AttributeError for other models (no coefficients)."""
+        check_is_fitted(self)
+        if self.model != "linear":
+            raise AttributeError(f"coef_: only model='linear' has coefficients, this estimator has "
+                                 f"model={self.model!r}")
+        p = int(self.preprocessor_.n_features)
+        probes = np.vstack([np.zeros((1, p)), np.eye(p)])
+        out = float64_outputs(self.model_, probes)
+        return out[1:] - out[0], float(out[0])
+
     def _outputs(self, X: Any) -> np.ndarray:
         """Model outputs (logits or predictions), float64 (n,).
 
@@ -706,6 +720,8 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         ``classes_[1]``): the one the constraints count as favourable and whose logit
         ``model_`` outputs.
     model_ : torch.nn.Module, the trained model (on standardised inputs).
+    coef_, intercept_ : ``model="linear"`` only: the coefficients (1, n) and intercept (1,) of
+        ``decision_function`` on the encoded, standardised inputs (``preprocessor_.feature_names_``).
     preprocessor_ : :class:`fairopt.Preprocessor` fitted on the training ``X``.
     constraints_ : list, the constraint objects set up on the training data.
     history_ : :class:`fairopt.History` of the engine's iterations.
@@ -819,6 +835,21 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         """Whether the positive class is ``classes_[0]`` (``pos_label`` named the smaller label)."""
         return bool(self.classes_[0] == self.pos_label_)
 
+    @property
+    def coef_(self) -> np.ndarray:
+        """``model="linear"``: the coefficients of ``decision_function`` (the logit of
+        ``classes_[1]``) on the encoded, standardised inputs, shape (1, n), in the order of
+        ``preprocessor_.feature_names_``, as a ``LogisticRegression`` after a ``StandardScaler``
+        in a Pipeline reports them. AttributeError for other models."""
+        w, _ = self._affine_map()
+        return (-w if self._positive_first() else w).reshape(1, -1)
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        """``model="linear"``: the intercept of ``decision_function``, shape (1,)."""
+        _, b = self._affine_map()
+        return np.array([-b if self._positive_first() else b])
+
     def decision_function(self, X: Any) -> np.ndarray:
         """The logit of ``classes_[1]`` per row, shape (n,): positive means ``classes_[1]``.
 
@@ -852,6 +883,18 @@ class FairRegressor(_FairDataScore, RegressorMixin, _FairEstimator):
     """
 
     _task = "regression"  # its engine defaults: fairopt.training.ENGINE_DEFAULTS["regression"]
+
+    @property
+    def coef_(self) -> np.ndarray:
+        """``model="linear"``: the coefficients of ``predict`` on the encoded, standardised
+        inputs, shape (n,), in the order of ``preprocessor_.feature_names_`` (in the units of
+        ``y``). AttributeError for other models."""
+        return self._affine_map()[0]
+
+    @property
+    def intercept_(self) -> float:
+        """``model="linear"``: the intercept of ``predict`` (in the units of ``y``)."""
+        return self._affine_map()[1]
 
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:
         return np.asarray(y, dtype=np.float64).reshape(-1)

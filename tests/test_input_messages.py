@@ -62,3 +62,25 @@ def test_scikit_learn_names_of_seed_and_epochs():
     for clash in ({"seed": 1, "random_state": 2}, {"epochs": 10, "max_iter": 20}):
         with pytest.raises(ValueError, match="name the same parameter"):
             fairopt.FairClassifier(**clash).fit(X, y)
+
+
+def test_linear_models_report_coefficients():
+    """``coef_``/``intercept_`` of ``model="linear"`` reproduce decision_function/predict on the
+    encoded inputs (classifier: also with the smaller label as positive); other models have none."""
+
+    X, y, g = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for pos_label in (None, 0):
+            clf = fairopt.FairClassifier(constraints=[("di", "g", 0.8)], epochs=20, pos_label=pos_label).fit(
+                X, y, sensitive_features=g)
+            encoded = clf._model_inputs(X)  # the encoded, standardised rows the model reads
+            assert clf.coef_.shape == (1, len(clf.preprocessor_.feature_names_)) and clf.intercept_.shape == (1,)
+            np.testing.assert_allclose(encoded @ clf.coef_.ravel() + clf.intercept_[0], clf.decision_function(X),
+                                       rtol=1e-9, atol=1e-9)
+        target = X["age"].to_numpy() * 2.0 + 1.0
+        reg = fairopt.FairRegressor(epochs=20).fit(X, target)
+        np.testing.assert_allclose(reg._model_inputs(X) @ reg.coef_ + reg.intercept_, reg.predict(X),
+                                   rtol=1e-9, atol=1e-9)
+        mlp = fairopt.FairClassifier(model="mlp", epochs=5).fit(X, y)
+    assert not hasattr(mlp, "coef_") and not hasattr(fairopt.FairClassifier(), "coef_")
