@@ -50,12 +50,19 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 
-@register("datasets", "list the benchmark data sets and the data directories searched")
+def _datasets_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="directory with the benchmark data files (searched first)")
+
+
+@register("datasets", "list the benchmark data sets, the data directories searched and the file each one reads",
+          _datasets_arguments)
 def _datasets(args: argparse.Namespace) -> None:
     from fairopt import datasets
 
     print("data sets:", ", ".join(datasets.available()))
     print(f"searched: --data-dir (fairopt train, fairopt bench), ${datasets.ENV_VAR}, {datasets.user_data_dir()}")
+    for name in datasets.available():
+        print(f"  {name:13s} {datasets.locate(name, args.data_dir)}")
     print("UCI Adult is embedded and always available.")
 
 

@@ -258,3 +258,25 @@ def test_overrides_reach_from_frame(no_data_dirs):
     frame, spec = datasets.load_frame("adult")
     rebuilt = loaders.FairData.from_frame(frame, **spec)
     assert torch.equal(rebuilt.X, datasets.load("adult").X)
+
+
+def test_datasets_say_which_file_they_read(tmp_path, monkeypatch):
+    """``fairopt datasets`` (via :func:`fairopt.datasets.locate`) names the file each data set
+    reads, or the file names it looks for (issue: a fairlearn user's first hour, point 7)."""
+    import subprocess
+    import sys
+
+    from fairopt.datasets import locate
+    from fairopt.datasets.loaders import DATA_FILES
+
+    monkeypatch.setenv("FAIROPT_DATA", str(tmp_path / "none"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "dutch.csv.gz").write_bytes(b"")
+    assert locate("dutch", tmp_path) == str(tmp_path / "dutch.csv.gz")
+    assert locate("compas", tmp_path).startswith("not found") and DATA_FILES["compas"][0] in locate("compas", tmp_path)
+    assert locate("adult", tmp_path) == "embedded in the package"
+    with pytest.raises(ValueError, match="unknown dataset"):
+        locate("nope")
+    done = subprocess.run([sys.executable, "-m", "fairopt", "datasets", "--data-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and str(tmp_path / "dutch.csv.gz") in done.stdout and "not found" in done.stdout

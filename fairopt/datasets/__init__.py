@@ -10,6 +10,6 @@ data directory: the ``data_dir`` argument, ``$FAIROPT_DATA`` or :func:`user_data
 """
 
 from fairopt.datasets._paths import ENV_VAR, user_data_dir
-from fairopt.datasets.loaders import available, describe, load, load_frame
+from fairopt.datasets.loaders import available, describe, load, load_frame, locate
 
-__all__ = ["load", "load_frame", "available", "describe", "user_data_dir", "ENV_VAR"]
+__all__ = ["load", "load_frame", "available", "describe", "locate", "user_data_dir", "ENV_VAR"]

@@ -23,13 +23,15 @@ import numpy as np
 import pandas as pd
 
 from fairopt.data import FairData
-from fairopt.datasets._paths import open_data_file
+from fairopt.datasets._paths import find_data_file, open_data_file
 
 __all__ = [
     "load",
     "load_frame",
     "available",
     "describe",
+    "locate",
+    "DATA_FILES",
     "adult_frame",
     "dutch_frame",
     "law_frame",
@@ -106,6 +108,29 @@ ADULT_PARTS = {
     "train": (("adult.data.gz", "adult.data"), 32_561, 30_162),
     "test": (("adult.test.gz", "adult.test"), 16_281, 15_060),
 }
+#: data set -> the file names its loader looks for, in order (Adult: the UCI training file)
+DATA_FILES: dict[str, tuple[str, ...]] = {
+    "adult": ADULT_PARTS["train"][0],
+    "dutch": ("dutch.csv.gz", "dutch.csv"),
+    "law": ("law_school.csv.gz", "law_school.csv", "law_school_clean.csv"),
+    "acsincome": ("acsincome_colorado.csv.gz", "acsincome_colorado.csv"),
+    "communities": ("communities.csv.gz", "communities.csv"),
+    "compas": ("compas-scores-two-years.csv.gz", "compas-scores-two-years.csv"),
+    "pg15training": ("pg15training.csv.gz", "pg15training.csv"),
+}
+
+
+def locate(name: str, data_dir: PathLike = None) -> str:
+    """Where data set ``name`` would be read from: the path of the file found in the search
+    directories (:func:`fairopt.datasets._paths.search_dirs`), "embedded" for UCI Adult when no
+    file overrides it, or "not found" with the file names looked for."""
+    _info(name)
+    found = find_data_file(DATA_FILES[name], data_dir)
+    if found is not None:
+        return str(found)
+    if name == "adult":
+        return "embedded in the package"
+    return "not found (looked for " + ", ".join(DATA_FILES[name]) + ")"
 
 
 def _adult_part(part: str, data_dir: PathLike, keep_missing: bool = False) -> pd.DataFrame:
@@ -197,7 +222,7 @@ def dutch_frame(data_dir: PathLike = None) -> pd.DataFrame:
     categories and are one-hot encoded. Inputs: the 11 columns other than the target, as
     in the SQP paper (sex included).
     """
-    frame, source = _read_csv("dutch", ("dutch.csv.gz", "dutch.csv"), data_dir)
+    frame, source = _read_csv("dutch", DATA_FILES["dutch"], data_dir)
     _require_columns("dutch", frame, DUTCH_COLUMNS, source)
     _check_rows("dutch", frame, DUTCH_ROWS, "", source)
     frame["occupation0"] = (frame["occupation"] == 0).astype(np.int64)
@@ -230,7 +255,7 @@ def law_frame(data_dir: PathLike = None) -> pd.DataFrame:
     rank in years 1 and 3), ``zgpa`` and ``pass_bar`` are measured after the first year
     and would leak the target.
     """
-    frame, source = _read_csv("law", ("law_school.csv.gz", "law_school.csv", "law_school_clean.csv"), data_dir)
+    frame, source = _read_csv("law", DATA_FILES["law"], data_dir)
     _require_columns("law", frame, LAW_FEATURES + ["pass_bar"], source)
     _check_rows("law", frame, LAW_ROWS, "", source)
     for column in ("pass_bar", "male"):
@@ -267,7 +292,7 @@ def acsincome_frame(data_dir: PathLike = None) -> pd.DataFrame:
     worker), ``MAR`` (marital status), ``RELP`` (relationship) and ``RAC1P`` are unordered
     with few levels and are one-hot encoded.
     """
-    frame, source = _read_csv("acsincome", ("acsincome_colorado.csv.gz", "acsincome_colorado.csv"), data_dir)
+    frame, source = _read_csv("acsincome", DATA_FILES["acsincome"], data_dir)
     _require_columns("acsincome", frame, ACS_COLUMNS, source)
     _check_rows("acsincome", frame, ACS_ROWS, "", source)
     for column in ACS_COLUMNS:
@@ -300,7 +325,7 @@ def communities_frame(data_dir: PathLike = None) -> pd.DataFrame:
     stripped of whitespace (the original has ``'rentQrange '``). Inputs: every other
     column (all numeric, standardised), ``race`` included.
     """
-    frame, source = _read_csv("communities", ("communities.csv.gz", "communities.csv"), data_dir)
+    frame, source = _read_csv("communities", DATA_FILES["communities"], data_dir)
     frame.columns = [str(c).strip() for c in frame.columns]
     _require_columns("communities", frame, ["violentPerPop", "pctBlack", "pctWhite"], source)
     incomplete = [c for c in frame.columns if frame[c].isna().any() and c != "violentPerPop"]
@@ -356,7 +381,7 @@ def compas_frame(data_dir: PathLike = None, group_race: bool = True) -> pd.DataF
     default (the task is to predict recidivism, not to re-learn the audited tool), and
     ``is_recid`` is the target's source and must never be an input.
     """
-    frame, source = _read_csv("compas", ("compas-scores-two-years.csv.gz", "compas-scores-two-years.csv"), data_dir)
+    frame, source = _read_csv("compas", DATA_FILES["compas"], data_dir)
     raw_columns = [c for c in COMPAS_COLUMNS if c != "length_of_stay"] + ["c_jail_in", "c_jail_out"]
     _require_columns("compas", frame, raw_columns, source)
     _check_rows("compas", frame, COMPAS_RAW_ROWS, "in the raw file", source)
@@ -410,7 +435,7 @@ def pg15training_frame(data_dir: PathLike = None) -> pd.DataFrame:
     ``Poldur``, ``Density``, ``Value`` numeric. All numeric inputs are standardised (the
     paper min-max scales them; the model class is unaffected).
     """
-    frame, source = _read_csv("pg15training", ("pg15training.csv.gz", "pg15training.csv"), data_dir)
+    frame, source = _read_csv("pg15training", DATA_FILES["pg15training"], data_dir)
     raw_columns = PG15_FEATURES + ["PolNum", "Gender", "Group2", "Exppdays", "Numtppd"]
     _require_columns("pg15training", frame, raw_columns, source)
     _check_rows("pg15training", frame, PG15_RAW_ROWS, "in the raw file", source)
