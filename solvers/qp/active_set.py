@@ -362,10 +362,10 @@ def solve_space(space: Space, method: str, rank_tol: float, max_iter: int) -> _S
     if outcome.status == "optimal":
         y = outcome.y
         if not kkt_satisfied(space, y[None, :], space.w(y)[None, :])[0]:
-            logger.warning("dual active-set result fails the KKT check within tol=%g", space.tol)
+            logger.debug("dual active-set result fails the KKT check within tol=%g", space.tol)
             return _SpaceSolution(None, "numerical", "dual", iterations, none)
         return _SpaceSolution(y, "optimal", "dual", iterations, _active_from_working(outcome.working, y, space.eq))
     if outcome.status == "infeasible" and not confirm_infeasible(space):
-        logger.warning("dual method reported infeasibility that the least-violation LP does not confirm")
+        logger.debug("dual method reported infeasibility that the least-violation LP does not confirm")
         return _SpaceSolution(None, "numerical", "dual", iterations, none)
     return _SpaceSolution(None, outcome.status, "dual", iterations, none)

@@ -192,7 +192,7 @@ def confirm_infeasible(space: Space) -> bool:
     try:
         w, _, _ = least_violation_point(range_basis(space.M), space.lo, space.hi)
     except (LPFailure, np.linalg.LinAlgError) as exc:
-        logger.warning("least-violation LP failed while confirming infeasibility: %s", exc)
+        logger.debug("least-violation LP failed while confirming infeasibility: %s", exc)
         return False
     return float(row_violation(w, space.lo, space.hi).sum()) > float(space.base_tol.sum())
 

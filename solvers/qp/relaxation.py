@@ -62,7 +62,7 @@ def _least_violation_target(space: Space) -> _Target:
     try:
         w2, y2, binding2 = least_violation_point(basis, space.lo, space.hi, violation_cap=least + feasibility_tol)
     except LPFailure as exc:
-        logger.warning("least-move LP failed (%s); using the first least-violation point", exc)
+        logger.debug("least-move LP failed (%s); using the first least-violation point", exc)
         return _Target(w, y, False, binding)
     return _Target(w2, y2, False, binding or binding2)
 
@@ -80,7 +80,7 @@ def _least_norm_step(
     box = build_space(inputs, box_lo, box_hi, space.tol)
     sol = solve_space(box, pick_method("active_set", box), rank_tol, 50 + 20 * box.m)
     if sol.y is None:
-        logger.warning("least-norm step in the relaxed box failed (%s); using the LP point", sol.status)
+        logger.debug("least-norm step in the relaxed box failed (%s); using the LP point", sol.status)
         return lp_step
     qp_step = step_from_multipliers(inputs, sol.y)
     qp_violation = float(row_violation(inputs.J @ qp_step, space.lo, space.hi).sum())

@@ -71,7 +71,7 @@ def blew_up(f: float, state: dict, tracker: BestIterate, params: list[torch.Tens
     state["beta"] *= 0.5
     state["beta_scale"] = state.get("beta_scale", 1.0) * 0.5
     state["restarts"] = state.get("restarts", 0) + 1
-    logger.warning("SQP: objective %.3g at iteration %d exceeds 10x the initial %.3g; back to iteration %d "
+    logger.info("SQP: objective %.3g at iteration %d exceeds 10x the initial %.3g; back to iteration %d "
                    "with learning rate %.3g", f, state["iteration"], first, back_to, state["beta"])
     return True
 

@@ -555,7 +555,7 @@ class StochasticSQP:
                 else:
                     der = self._derivatives(model, params, loss_fn, cons, obj_batch, con_batch, rows)
                 if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
-                    logger.warning("SQP: non-finite objective or gradient at iteration %d; stopping", state["iteration"])
+                    logger.info("SQP: non-finite objective or gradient at iteration %d; stopping", state["iteration"])
                     status, stop = "diverged", True
                     break
                 if blew_up(der.f, state, tracker, params, self._anchor, on_all_rows):
