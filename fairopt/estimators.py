@@ -679,6 +679,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         constraint is reported as unmet; lower it for constraints with small bounds
         (distance covariance).
     verbose : int, default 0
+        0: no output of the estimator (the SQP engine still shows a progress bar when
+        standard error is a terminal); 1: a progress bar and one INFO log line per epoch
+        (``logging``, logger ``solvers.sqp``) whatever the terminal.
     margin : float or "auto", default 0.0
         Train under bounds tightened by this amount on every finite side
         (``upper - margin``, ``lower + margin``, in the units of the constraint rows: rate
