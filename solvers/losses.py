@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from solvers.problem import row_weights, weight_total, weighted_mean
+from solvers.problem import row_chunks, row_weights, weight_total, weighted_mean
 
 __all__ = ["LossFn", "bce_loss", "mse_loss", "poisson_loss", "get_loss", "check_targets", "ScaledLoss",
            "scaled_mse_loss", "value_and_gradient", "constant_loss", "loss_name"]
@@ -229,9 +229,7 @@ def constant_loss(loss_fn: LossFn, data: Any, chunk_rows: int | None = None, ite
     rows of ``data``, in chunks of ``chunk_rows`` rows when given (the mean is the weighted
     sum of chunk means, :func:`solvers.problem.weight_total`). Non-finite when the loss is.
     """
-    n = len(data)
-    step = n if chunk_rows is None or chunk_rows >= n else int(chunk_rows)
-    blocks = [data] if step == n else [data.subset(torch.arange(i, min(i + step, n))) for i in range(0, n, step)]
+    blocks = list(row_chunks(data, chunk_rows))
     totals = [weight_total(b) for b in blocks]
     denominator = sum(totals)
 

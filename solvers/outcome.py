@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from solvers.problem import assign_parameters, flat_parameters, model_outputs, row_violations
+from solvers.problem import assign_parameters, flat_parameters, model_outputs, row_chunks, row_violations
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
            "NoProgressWarning", "RISE_TOLERANCE", "TrainingInstabilityWarning", "training_accuracy", "unmet_rows", "warn_if_constant",
@@ -257,11 +257,9 @@ def training_accuracy(model: torch.nn.Module, data: Any, chunk_rows: int | None 
     majority-class rate ``max(mean y, 1 - mean y)``, both unweighted; forward passes of at most
     ``chunk_rows`` rows."""
     n = len(data)
-    step = n if chunk_rows is None else max(1, int(chunk_rows))
     hits = positives = 0.0
     with torch.no_grad():
-        for start in range(0, n, step):
-            chunk = data if step >= n else data.subset(torch.arange(start, min(start + step, n)))
+        for chunk in row_chunks(data, chunk_rows):
             y = chunk.y.reshape(-1) > 0.5
             hits += float(((model_outputs(model, chunk).reshape(-1) > 0) == y).sum())
             positives += float(y.sum())

@@ -26,6 +26,7 @@ import torch
 from solvers.strata import row_codes
 
 __all__ = [
+    "row_chunks",
     "RowFactors",
     "shared_scratch",
     "shared_value",
@@ -184,6 +185,19 @@ def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """
     total = weights.sum()
     return (weights * values).sum() / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def row_chunks(data: Any, chunk_rows: int | None) -> Iterator[Any]:
+    """The consecutive row blocks ``data.subset(arange(start, start + chunk_rows))`` of ``data``
+    in order (the last one shorter), or ``data`` itself when ``chunk_rows`` is None or covers
+    every row: the one way the full-data passes walk a data set that need not fit in memory."""
+    n = len(data)
+    if chunk_rows is None or int(chunk_rows) >= n:
+        yield data
+        return
+    step = int(chunk_rows)
+    for start in range(0, n, step):
+        yield data.subset(torch.arange(start, min(start + step, n)))
 
 
 def weight_total(batch: Any) -> float:

@@ -29,7 +29,7 @@ from torch import nn
 
 from solvers.derivatives import Derivatives, LocalDerivatives, rows_jacobian, trace_outputs
 from solvers.losses import LossFn, value_and_gradient
-from solvers.problem import model_outputs, row_weights, weight_total
+from solvers.problem import model_outputs, row_chunks, row_weights, weight_total
 
 __all__ = ["FIELDS", "ChunkedDerivatives", "add_sums", "derivatives_from_sums", "exact_in_chunks", "local_sums",
            "rows_from_sums", "supports_sums"]
@@ -155,9 +155,8 @@ class ChunkedDerivatives:
             return self.local(model, params, loss_fn, cons, obj_batch, con_batch, rows)
         t_forward = t_jacobian = 0.0
         total, sizes = None, []
-        for start in range(0, n, self.chunk_rows):
+        for chunk in row_chunks(obj_batch, self.chunk_rows):
             t0 = time.perf_counter()
-            chunk = obj_batch.subset(torch.arange(start, min(start + self.chunk_rows, n)))
             trace = trace_outputs(model, params, chunk.X, self.local.jacobian)
             t1 = time.perf_counter()
             part, sizes = local_sums(trace.out, chunk, loss_fn, members, trace.pullback)
@@ -182,8 +181,7 @@ def exact_in_chunks(model: nn.Module, loss_fn: LossFn, cons: Any, data: Any, chu
     weighted = row_weights(data) is not None
     loss_sum, sums, counts, sizes = 0.0, None, None, []
     with torch.no_grad():
-        for start in range(0, n, chunk_rows):
-            chunk = data.subset(torch.arange(start, min(start + chunk_rows, n)))
+        for chunk in row_chunks(data, chunk_rows):
             out = model_outputs(model, chunk)
             loss_sum += float(loss_fn(out, chunk)) * (weight_total(chunk) if weighted else len(chunk))
             if members:
