@@ -300,7 +300,7 @@ def test_full_batch_step_is_capped_by_the_recent_steps():
     def step(state):
         params = [torch.zeros(3, dtype=torch.float64)]
         record = sqp_step(params, der, torch.zeros(3, dtype=torch.float64), lower, upper, state, options,
-                          lambda: der, bounds=(lower, upper), step_memory=True)
+                          lambda: der, bounds=(lower, upper))
         return record, params[0]
 
     base = dict(tau=0.1, xi=1.0, beta=0.5, L=None, Gamma=None, iteration=0, warned_relaxed=False)

@@ -171,8 +171,7 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
             excess = (der.c_exact - upper).clamp(min=0) - (lower - der.c_exact).clamp(min=0)
             push = push + excess if bool((excess != 0).any()) else 0.5 * push  # decays once feasible
         record = sqp_step(params, der, vv, lower - offset - push, upper - offset - push, st, options,
-                          lambda: derivatives(model, params, loss_fn, cons, data, data), bounds=(lower, upper),
-                          step_memory=True)
+                          lambda: derivatives(model, params, loss_fn, cons, data, data), bounds=(lower, upper))
         record["epoch"] = st["epochs_done"]
         record["phase"] = "polish"
         history.append(record)

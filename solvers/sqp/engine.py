@@ -571,11 +571,11 @@ class StochasticSQP:
                     break
                 if m and self.calibrate_exact and der.c_exact is not None and (con_batch is data or mode == "batch"):
                     offset = calibrate(offset, der.c_exact - der.c, lower, upper, self.calibration_weight)
-                probe = partial(self._derivatives, model, params, loss_fn, cons, obj_batch, con_batch)
-                if snapshot is not None:
-                    probe = partial(self._linearised, snapshot, model, params, loss_fn, cons, obj_batch)
+                probe = (partial(self._derivatives, model, params, loss_fn, cons, obj_batch, con_batch)
+                         if snapshot is None else partial(self._linearised, snapshot, model, params, loss_fn, cons,
+                                                          obj_batch))
                 record = sqp_step(params, der, v, lower - offset, upper - offset, state, self, probe,
-                                  bounds=(lower, upper), stochastic=not on_all_rows, step_memory=True)
+                                  bounds=(lower, upper), stochastic=not on_all_rows)
                 record["epoch"] = epoch
                 record[COLUMN_SCREENED] = der.skipped
                 if snapshot is not None:

@@ -23,8 +23,8 @@ __all__ = ["SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_R
 
 #: Trust region of stochastic steps: ``||d|| <= TRUST_RATIO * ||g / h||`` (see :func:`sqp_step`).
 TRUST_RATIO = 10.0
-#: Trust region of full-batch steps: ``||d|| <= TRUST_GROWTH * median`` of the last
-#: ``TRUST_MEMORY`` steps' ``||d||`` (see :func:`recent_radius`).
+#: Trust region of every constrained step (full batch and mini-batch): ``||d|| <= TRUST_GROWTH *
+#: median`` of the last ``TRUST_MEMORY`` steps' ``||d||`` (see :func:`recent_radius`).
 TRUST_GROWTH = 3.0
 TRUST_MEMORY = 10
 
@@ -52,7 +52,7 @@ class StepOptions(Protocol):
 
 def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lower: torch.Tensor,
              upper: torch.Tensor, state: dict, options: StepOptions, probe: Callable[[], Derivatives],
-             bounds: tuple | None = None, stochastic: bool = False, step_memory: bool = False) -> dict:
+             bounds: tuple | None = None, stochastic: bool = False) -> dict:
     """One SQP step on the working bounds ``lower``/``upper`` (the user's bounds shifted by
     the exact calibration); ``bounds`` are the user's bounds, for the exact violation.
 
@@ -74,9 +74,10 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     learning rate made the restoration the whole step: ``||(1 - alpha) v|| = 0.99 ||d||`` at
     ``alpha = 0.01``, and the loss went from 0.80 to 6.9 in three mini-batch steps).
 
-    ``step_memory`` (full-batch steps): ``d`` is kept in a trust region tied to the steps
-    taken before, ``||d|| <= recent_radius(state)`` (:func:`recent_radius`). The same
-    failure occurs on all rows: the smoothed Jacobian row of a rate constraint can nearly
+    Every constrained step, full-batch or stochastic, is also kept in a trust region tied to
+    the steps taken before, ``||d|| <= recent_radius(state)`` (:func:`recent_radius`; the
+    mini-batch polish inherits the stochastic steps' memory). The same failure occurs on all
+    rows: the smoothed Jacobian row of a rate constraint can nearly
     vanish at one iterate (Adult, 4,000 rows, linear model, equalized odds >= 0.8, seed 1,
     iteration 9: the FPR rows' norms fell from 0.10-0.13 to 0.002 and a multiplier rose to
     3,400), so ``||d||`` went from 0.2 to 7.7 and the loss from 0.40 to 2.3 (seeds 0-143:
@@ -112,7 +113,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     radius, capped = math.inf, False
     if stochastic and m:
         d = trust_region(d, der.g, h)
-    if step_memory and m:
+    if m:
         radius = recent_radius(state, float((der.g / h).norm()))
         capped = float(d.norm()) > radius
         d = cap_norm(d, radius)
@@ -154,7 +155,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
                 norm_v = cap
             step = step + (1.0 - alpha) * v_step.to(d.dtype)
     shift_parameters(params, step, 1.0)
-    if step_memory and m:
+    if m:
         remember_step(state, math.sqrt(dnorm2), capped)
 
     kkt = float((g64 + J64.T @ y).abs().max()) if m else float(g64.abs().max())
@@ -176,7 +177,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
         "beta": beta,
         "norm_d": math.sqrt(dnorm2),
         "norm_v": norm_v,
-        **({"trust_radius": radius} if step_memory and m else {}),
+        **({"trust_radius": radius} if m else {}),
         COLUMN_ACTIVE: active,
         COLUMN_QP_STATUS: qp_status,
         "kkt": kkt,
@@ -269,7 +270,7 @@ def cap_norm(d: torch.Tensor, radius: float) -> torch.Tensor:
 
 
 def recent_radius(state: dict, floor: float = 0.0) -> float:
-    """Full-batch trust radius ``Delta = max(TRUST_GROWTH * median_high(||d_j||), floor)`` over
+    """Trust radius ``Delta = max(TRUST_GROWTH * median_high(||d_j||), floor)`` over
     the last ``TRUST_MEMORY`` remembered steps (``state["recent_steps"]``,
     :func:`remember_step`); infinite while none is remembered, so the first step of a run is
     never capped (a run started at the unconstrained optimum, ``g ~ 0``, takes its
@@ -296,7 +297,7 @@ def recent_radius(state: dict, floor: float = 0.0) -> float:
 
 
 def remember_step(state: dict, norm_d: float, capped: bool = False) -> None:
-    """Remember the length ``||d||`` of a full-batch step in ``state["recent_steps"]`` (a new
+    """Remember the length ``||d||`` of a constrained step in ``state["recent_steps"]`` (a new
     list of the last ``TRUST_MEMORY``, so that a checkpoint taken before keeps its own).
 
     A step that :func:`recent_radius` capped is remembered at the median it was capped by,
