@@ -25,8 +25,8 @@ import torch
 from solvers.problem import assign_parameters, flat_parameters, model_outputs, row_chunks, row_violations
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
-           "NoProgressWarning", "RISE_TOLERANCE", "TrainingInstabilityWarning", "training_accuracy", "unmet_rows", "warn_if_constant",
-           "warn_if_start", "warn_if_unstable", "warn_unmet"]
+           "NoProgressWarning", "RISE_TOLERANCE", "TrainingInstabilityWarning", "training_accuracy", "unmet_rows",
+           "warn_if_constant", "warn_if_start", "warn_if_unstable", "warn_unmet"]
 
 #: Relative rise of the training loss over its starting value that :func:`warn_if_unstable` reports.
 RISE_TOLERANCE = 0.25

@@ -8,8 +8,8 @@ import logging
 import math
 from typing import Protocol
 
-__all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "RSQRT_EPOCHS", "ScheduleOptions", "adjust_learning_rate", "end_of_epoch", "plateau",
-           "rsqrt_beta"]
+__all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "RSQRT_EPOCHS", "ScheduleOptions", "adjust_learning_rate", "end_of_epoch",
+           "plateau", "rsqrt_beta"]
 
 #: Values of ``lr_schedule``.
 LR_SCHEDULES: tuple[str, ...] = ("auto", "plateau", "rsqrt", "paper", "none")
