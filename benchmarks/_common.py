@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Iterable
 
@@ -41,3 +42,11 @@ def write_table(rows: Iterable[dict], out: Path, stem: str) -> pd.DataFrame:
 def markdown(df: pd.DataFrame, floatfmt: str = ".4f") -> str:
     """A GitHub markdown table (:func:`fairopt.experiments.configs.markdown_table`)."""
     return markdown_table(df, floatfmt=floatfmt)
+
+
+def commit() -> str:
+    """The checkout's commit (short hash, "+" when tracked files have changes), for results files."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                           cwd=ROOT)
+    return (head.stdout.strip() or "unknown") + ("+" if dirty.stdout.strip() else "")

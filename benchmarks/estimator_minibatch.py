@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 import warnings
 from pathlib import Path
 
-from _common import DEFAULT_OUT
+from _common import DEFAULT_OUT, commit
 
 
 def fit_once(model: str, batch_size: int | None, parts: tuple) -> dict:
@@ -64,10 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats):
         for c in configs:  # alternately: a shared machine's drift hits every configuration alike
             runs[c].append(fit_once(*c, parts))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
     lines = [f"# python benchmarks/estimator_minibatch.py {' '.join(sys.argv[1:] if argv is None else argv)}",
-             f"# commit {commit}; full Adult, {len(ytr)} training rows, DI >= 0.8 on sex; median of {args.repeats} "
+             f"# commit {commit()}; full Adult, {len(ytr)} training rows, DI >= 0.8 on sex; median of {args.repeats} "
              "alternating runs", f"{'model':7s} {'batch':>6s} {'seconds':>8s} {'trainAcc':>8s} {'testAcc':>8s} "
              f"{'trainDI':>8s} warnings"]
     for (model, batch), reps in runs.items():

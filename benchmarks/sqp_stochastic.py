@@ -64,7 +64,7 @@ import time
 import warnings
 from pathlib import Path
 
-from _common import DEFAULT_OUT, data_dir
+from _common import DEFAULT_OUT, commit, data_dir
 
 CONFIGS = {
     "full": {"epochs": 500},
@@ -316,7 +316,7 @@ def run_grid(args, root: str, out: Path) -> int:
             records.append(r)
             print(f"[{i}/{len(jobs)}] {r['dataset']} {r['model']} {r['batch']} seed {r['seed']} {r['method']}: "
                   f"acc {r['train_acc']:.4f} DI {r['train_di']:.3f} {r['seconds']:.1f} s {r['warned']}", flush=True)
-    lines = [f"# python benchmarks/sqp_stochastic.py {' '.join(sys.argv[1:])}", f"# commit {_commit()}",
+    lines = [f"# python benchmarks/sqp_stochastic.py {' '.join(sys.argv[1:])}", f"# commit {commit()}",
              *grid_report(records, args.delta)]
     (out / "grid.md").write_text("\n".join(lines) + "\n")
     (out / "grid.json").write_text(json.dumps(records, indent=1))
@@ -371,17 +371,6 @@ def grid_report(records: list[dict], delta: float) -> list[str]:
     if misses:
         lines += ["misses: " + "; ".join(misses)]
     return lines
-
-
-def _commit() -> str:
-    """The checkout's commit (short hash, "+" when the tree has changes), for the results files."""
-    import subprocess
-
-    here = Path(__file__).parent
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                           cwd=here)
-    return (head.stdout.strip() or "unknown") + ("+" if dirty.stdout.strip() else "")
 
 
 def _memmap_folder(n: int, seed: int) -> Path:
@@ -499,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{'trainAcc':>8s} {'testAcc':>7s} {'feasible':>8s} {'status':>15s} {'peakMB':>7s}")
     command = "python benchmarks/sqp_stochastic.py " + " ".join(sys.argv[1:] if argv is None else argv)
     setting = "# the sensitive attribute is not a model input (the loaders' default, include_sensitive=False)"
-    lines = [f"# {command}", f"# commit {_commit()}", setting, header]
+    lines = [f"# {command}", f"# commit {commit()}", setting, header]
     print(setting, flush=True)
     print(header, flush=True)
     runs: dict[tuple, list[dict]] = {job: [] for job in jobs}
