@@ -282,7 +282,7 @@ def test_sqp_resume_is_bit_identical(tmp_path, adult, options):
     assert second.history[-1] == full.history[-1]  # the same returned model, described the same way
     assert engine.state_ == full_engine.state_
     if options.get("lr_schedule"):
-        assert full_engine.state_["beta"] < options["lr"]  # the schedule acted within the run
+        assert full_engine.state_.beta < options["lr"]  # the schedule acted within the run
 
 
 def test_sqp_checkpoint_validation(adult):

@@ -16,6 +16,7 @@ from solvers.history import History
 from solvers.outcome import BestIterate, NoProgressWarning
 from solvers.sampling import BalancedSampler
 from solvers.sqp.endgame import POLISH_GAP, polish_last
+from solvers.sqp.state import SQPState
 from solvers.sqp.steps import TRUST_GROWTH, TRUST_MEMORY, recent_radius, remember_step, sqp_step
 
 
@@ -268,7 +269,7 @@ class _BiasedRow(_FnConstraint):
 
 
 def test_trust_radius_follows_the_recent_steps():
-    state: dict = {}
+    state = SQPState(tau=0.1, xi=1.0, beta=0.5)
     assert recent_radius(state) == math.inf and recent_radius(state, 0.5) == math.inf  # no memory: no cap
     lengths = [0.5, 0.1, 0.2, 0.4]
     for x in lengths:
@@ -276,12 +277,12 @@ def test_trust_radius_follows_the_recent_steps():
     upper_median = sorted(lengths)[len(lengths) // 2]  # by hand: 0.4
     assert recent_radius(state) == pytest.approx(TRUST_GROWTH * upper_median)
     assert recent_radius(state, 10.0) == 10.0  # never below the unconstrained step's length
-    kept = state["recent_steps"]
+    kept = state.recent_steps
     remember_step(state, 50.0, capped=True)  # a capped step remembers the median, not its length
-    assert state["recent_steps"][-1] == upper_median and kept == lengths  # a list taken before is left alone
+    assert state.recent_steps[-1] == upper_median and kept == lengths  # a list taken before is left alone
     for k in range(3 * TRUST_MEMORY):
         remember_step(state, 1.0 + k)
-    assert state["recent_steps"] == [1.0 + k for k in range(2 * TRUST_MEMORY, 3 * TRUST_MEMORY)]
+    assert state.recent_steps == [1.0 + k for k in range(2 * TRUST_MEMORY, 3 * TRUST_MEMORY)]
 
 
 def test_full_batch_step_is_capped_by_the_recent_steps():
@@ -299,28 +300,29 @@ def test_full_batch_step_is_capped_by_the_recent_steps():
 
     def step(state):
         params = [torch.zeros(3, dtype=torch.float64)]
-        record = sqp_step(params, der, torch.zeros(3, dtype=torch.float64), lower, upper, state, options,
-                          lambda: der, bounds=(lower, upper))
+        record = sqp_step(params, der, (lower, upper), state, options, lambda: der, bounds=(lower, upper))
         return record, params[0]
 
-    base = dict(tau=0.1, xi=1.0, beta=0.5, L=None, Gamma=None, iteration=0, warned_relaxed=False)
+    def base(**kw):
+        return SQPState(tau=0.1, xi=1.0, beta=0.5, v=torch.zeros(3, dtype=torch.float64), **kw)
+
     # the QP with its one row active, by hand: d = -(g + y J')/h with J d = u - c
     h = torch.sqrt((1.0 - options.beta2) * g**2 + options.hessian_shift_)
     y = (c[0] - (J[0] / h) @ g) / ((J[0] / h) @ J[0])
     d_qp = -(g + y * J[0]) / h
-    free, _ = step(dict(base))
+    free, _ = step(base())
     assert free["trust_radius"] == math.inf and free["norm_d"] == pytest.approx(float(d_qp.norm()), rel=1e-9)
     assert free["norm_d"] > 50 and free["tau"] < 0.01  # the long step collapses tau
 
-    state = dict(base, recent_steps=[0.1] * TRUST_MEMORY)
+    state = base(recent_steps=[0.1] * TRUST_MEMORY)
     capped, w = step(state)
     radius = max(TRUST_GROWTH * 0.1, float((g / h).norm()))
     assert capped["trust_radius"] == pytest.approx(radius) and capped["norm_d"] == pytest.approx(radius)
-    assert capped["tau"] == 0.1 == state["tau"]
+    assert capped["tau"] == 0.1 == state.tau
     alpha = capped["alpha"]
     assert (1 - alpha) * capped["norm_v"] <= alpha * capped["norm_d"] * (1 + 1e-9)
     assert float(w.norm()) <= 2 * alpha * radius * (1 + 1e-9)
-    assert state["recent_steps"][-1] == pytest.approx(0.1)  # the capped step does not widen the region
+    assert state.recent_steps[-1] == pytest.approx(0.1)  # the capped step does not widen the region
 
 
 def test_a_run_from_the_unconstrained_optimum_takes_its_constrained_step():

@@ -34,7 +34,9 @@ feasibility restoration, the exact calibration). ``schedules``: the learning-rat
 schedules (step 6). ``optimality``: objective, exact rows and KKT residuals on all rows,
 the early-stop test. ``endgame``: divergence guard, tail average, full-batch polish and
 the returned iterate. ``snapshot``: the full-data constraint snapshots of mini-batch steps.
-``checkpoint``: the ``state_dict`` content and ``resume``.
+``checkpoint``: the ``state_dict`` content and ``resume``. ``options``: :class:`SQPOptions`, every
+setting, checked once. ``state``: :class:`SQPState` (what the iterations change) and
+:class:`~solvers.sqp.state.FitProblem` (what a fit works on), passed between the modules.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ from solvers.sqp.endgame import RESTORING_WINDOW as _RESTORING_WINDOW
 from solvers.sqp.endgame import still_restoring as _still_restoring
 from solvers.sqp.data_parallel import DistributedSQP
 from solvers.sqp.engine import CONSTRAINT_BATCHES, StochasticSQP
+from solvers.sqp.options import SQPOptions
+from solvers.sqp.state import SQPState
 from solvers.sqp.schedules import LR_SCHEDULES, PLATEAU_RTOL
 from solvers.sqp.steps import TRUST_RATIO, SQPWarning
 
-__all__ = ["StochasticSQP", "SQPWarning", "LR_SCHEDULES"]
+__all__ = ["StochasticSQP", "SQPOptions", "SQPState", "SQPWarning", "LR_SCHEDULES"]

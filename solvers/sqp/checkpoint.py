@@ -10,6 +10,7 @@ import torch
 
 from solvers.outcome import BestIterate
 from solvers.problem import assign_parameters
+from solvers.sqp.state import SQPState
 from solvers.validation import check_flag, finite_float, positive_float, positive_int
 
 __all__ = ["CHECKPOINT_FORMAT", "STATE_KEYS", "check_resumed_state", "checkpoint", "restore_checkpoint",
@@ -22,15 +23,16 @@ STATE_KEYS = ("tau", "xi", "beta", "L", "Gamma", "merit_avg", "since_change", "i
               "epochs_done")
 
 
-def checkpoint(state: dict, v: torch.Tensor, generator: torch.Generator, n_rows: int, last_params: torch.Tensor,
+def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_params: torch.Tensor,
                tracker: BestIterate) -> dict:
     """The content of :meth:`StochasticSQP.state_dict <solvers.sqp.StochasticSQP.state_dict>`:
-    copies of the engine state, the Hessian accumulator ``v``, the sampling generator's
-    state, the number of constraint rows, the last iterate and the tracker's best iterate."""
+    the engine state as a dict (:meth:`SQPState.to_dict <solvers.sqp.state.SQPState.to_dict>`),
+    a copy of its Hessian accumulator ``v``, the sampling generator's state, the number of
+    constraint rows, the last iterate and the tracker's best iterate."""
     return {
         "format": CHECKPOINT_FORMAT,
-        "state": dict(state),
-        "hessian_v": v.detach().clone(),
+        "state": state.to_dict(),
+        "hessian_v": state.v.detach().clone(),
         "generator": generator.get_state(),
         "n_rows": int(n_rows),
         "last_params": last_params.clone(),
@@ -40,9 +42,10 @@ def checkpoint(state: dict, v: torch.Tensor, generator: torch.Generator, n_rows:
     }
 
 
-def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_rows: int) -> dict:
+def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_rows: int) -> SQPState:
     """Check a :meth:`StochasticSQP.state_dict` checkpoint against this problem, load its
-    Hessian accumulator into ``v`` and its generator state into ``gen``; return the state."""
+    Hessian accumulator into ``v`` and its generator state into ``gen``; return the state
+    (holding ``v``)."""
     if not isinstance(resume, dict) or resume.get("format") != CHECKPOINT_FORMAT:
         found = resume.get("format") if isinstance(resume, dict) else type(resume).__name__
         raise ValueError(f"resume: expected a StochasticSQP.state_dict() checkpoint (format {CHECKPOINT_FORMAT}), "
@@ -64,7 +67,10 @@ def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_row
         raise ValueError("resume: the checkpoint's Hessian accumulator has negative or non-finite entries")
     v.copy_(hv.reshape(-1).to(v.dtype))
     gen.set_state(resume["generator"].clone())
-    return dict(state)
+    try:
+        return SQPState.from_dict(state, v)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
 
 
 def check_resumed_state(state: dict) -> None:

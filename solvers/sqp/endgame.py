@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import torch
 
@@ -15,7 +15,8 @@ from solvers.losses import loss_name
 from solvers.outcome import (BestIterate, training_accuracy, warn_if_constant, warn_if_start, warn_if_unstable,
                              warn_unmet)
 from solvers.problem import assign_parameters, flat_parameters, row_violations
-from solvers.sqp.optimality import DerivativesFn, final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
+from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
+from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
 __all__ = ["MAX_RESTARTS", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions", "TailAverage",
@@ -47,19 +48,18 @@ class EndgameOptions(StepOptions, Protocol):
     chunk_rows: int | None
 
 
-def blew_up(f: float, state: dict, tracker: BestIterate, params: list[torch.Tensor],
+def blew_up(f: float, state: SQPState, tracker: BestIterate, params: list[torch.Tensor],
             anchor: tuple[int, torch.Tensor] | None, on_all_rows: bool = True) -> bool:
     """Divergence guard: an objective above ``10 |f_0| + 1e-8`` (``f_0`` the first one on
     all rows) sends the parameters back to the best iterate and halves ``beta``. With
     mini-batches ``f`` is the batch objective; its noise is far below a factor of 10
     unless the run is blowing up (the starting point is always a candidate there), and the
     parameters go back to ``anchor``, the last sane epoch-end iterate ``(iteration, params)``."""
-    if on_all_rows:
-        first = state.setdefault("f_first", f)
-    else:
-        first = state.get("f_first")
-        if first is None:
-            return False
+    if on_all_rows and state.f_first is None:
+        state.f_first = f
+    first = state.f_first
+    if first is None:
+        return False
     if f <= 10.0 * abs(first) + 1e-8 or tracker.best is None:
         return False
     if on_all_rows or anchor is None:
@@ -68,11 +68,11 @@ def blew_up(f: float, state: dict, tracker: BestIterate, params: list[torch.Tens
     else:  # mini-batch: the last epoch-end iterate (the best one may be the untrained start)
         assign_parameters(params, anchor[1])
         back_to = anchor[0]
-    state["beta"] *= 0.5
-    state["beta_scale"] = state.get("beta_scale", 1.0) * 0.5
-    state["restarts"] = state.get("restarts", 0) + 1
+    state.beta *= 0.5
+    state.beta_scale *= 0.5
+    state.restarts += 1
     logger.info("SQP: objective %.3g at iteration %d exceeds 10x the initial %.3g; back to iteration %d "
-                   "with learning rate %.3g", f, state["iteration"], first, back_to, state["beta"])
+                   "with learning rate %.3g", f, state.iteration, first, back_to, state.beta)
     return True
 
 
@@ -108,10 +108,9 @@ def still_restoring(violations: Sequence[float], tol: float) -> bool:
     return violations[-1] < 0.99 * violations[-1 - RESTORING_WINDOW]
 
 
-def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.Module, params: list[torch.Tensor],
-           loss_fn: Callable, cons: Any, data: Any, lower: torch.Tensor, upper: torch.Tensor, offset: torch.Tensor,
-           state: dict, v: torch.Tensor, tracker: BestIterate, history: History,
-           tail: TailAverage | None, limit: int | None = None) -> tuple[torch.Tensor, str, int]:
+def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, state: SQPState,
+           tracker: BestIterate, history: History, tail: TailAverage | None,
+           limit: int | None = None) -> tuple[torch.Tensor, str, int]:
     """Full-batch end-game (``polish_iterations``) of a mini-batch run, or of a full-batch run
     that ends outside the bounds (``limit``, :func:`polish_last`).
 
@@ -138,12 +137,14 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
     ``limit`` (the polish of a full-batch run, from its last iterate, :func:`polish_last`):
     at most this many iterations, no extension, the run's trust region kept
     (:func:`solvers.sqp.steps.recent_radius`) and the learning rate back at ``lr``.
-    ``derivatives`` is the engine's oracle; ``state`` and ``v`` are not modified.
+    ``problem`` holds the model, data, bounds and the engine's oracle; ``state`` is not modified
+    (the polish works on a copy).
     Returns the calibration offset, the status and the number of polish iterations.
     """
-    st, vv = dict(state), v.clone()
+    params, lower, upper = problem.params, problem.lower, problem.upper
+    st = state.copy()
     if limit is not None:
-        st["beta"] = float(options.lr)
+        st.beta = float(options.lr)
     if tail is not None and tail.count:
         average = tail.mean()
         if bool(torch.isfinite(average).all()):
@@ -152,9 +153,9 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
     violations: list[float] = []  # exact violation of every polish iterate
     push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
     budget = POLISH_EXTENSION * int(options.polish_iterations) if limit is None else int(limit)
-    base = polish_length(options, state["epochs_done"])
+    base = polish_length(options, state.epochs_done)
     for k in range(budget):
-        der = derivatives(model, params, loss_fn, cons, data, data)
+        der = problem.on_all_rows()
         if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
             break
         if offer_and_test_kkt(der, params, lower, upper, offset, tracker, st, options.tol):
@@ -170,13 +171,13 @@ def polish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
         if der.c_exact is not None:  # integral action: what is still violated tightens the target
             excess = (der.c_exact - upper).clamp(min=0) - (lower - der.c_exact).clamp(min=0)
             push = push + excess if bool((excess != 0).any()) else 0.5 * push  # decays once feasible
-        record = sqp_step(params, der, vv, lower - offset - push, upper - offset - push, st, options,
-                          lambda: derivatives(model, params, loss_fn, cons, data, data), bounds=(lower, upper))
-        record["epoch"] = st["epochs_done"]
+        record = sqp_step(params, der, (lower - offset - push, upper - offset - push), st, options,
+                          problem.on_all_rows, bounds=(lower, upper))
+        record["epoch"] = st.epochs_done
         record["phase"] = "polish"
         history.append(record)
-        st["iteration"] += 1
-    return offset, status, st["iteration"] - state["iteration"]
+        st.iteration += 1
+    return offset, status, st.iteration - state.iteration
 
 
 def polish_last(tracker: BestIterate, evaluated: tuple[float, torch.Tensor | None], history: History,
@@ -214,36 +215,36 @@ def polish_last(tracker: BestIterate, evaluated: tuple[float, torch.Tensor | Non
     return limit
 
 
-def finish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.Module, params: list[torch.Tensor],
-           loss_fn: Callable, cons: Any, data: Any, lower: torch.Tensor, upper: torch.Tensor, offset: torch.Tensor,
-           state: dict, tracker: BestIterate, history: History, status: str, last: int,
-           start_iteration: int, f_constant: float | None = None) -> FitResult:
+def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, state: SQPState,
+           tracker: BestIterate, history: History, status: str, last: int) -> FitResult:
     """Return the best iterate (:class:`solvers.outcome.BestIterate`), measured on all rows.
 
     The final iterate is a candidate too; the chosen parameters are written back into
     the model, its KKT residuals are measured on the full training data, a closing
     history record describes exactly the returned model, and a
     :class:`solvers.outcome.BoundWarning` names any row it violates (at the line that
-    called the engine's ``fit``: call this from ``fit`` directly). ``start_iteration`` is
-    the fit's first iteration (a run that returns it warns). ``f_constant`` is the training
+    called the engine's ``fit``: call this from ``fit`` directly). ``state.start_iteration`` is
+    the fit's first iteration (a run that returns it warns). ``problem.f_constant`` is the training
     loss of the best constant output (:func:`solvers.losses.constant_loss`; None: not
     checked): a returned model no better than it (or, with the binary cross-entropy, no more
     accurate than the majority class) warns (:class:`solvers.outcome.ConstantPredictorWarning`),
     as does a run whose loss on all rows rose above its start or that backed off
     (:class:`solvers.outcome.TrainingInstabilityWarning`).
     """
+    model, params, loss_fn, cons, data = problem.model, problem.params, problem.loss_fn, problem.cons, problem.data
+    lower, upper, f_constant = problem.lower, problem.upper, problem.f_constant
     m = int(lower.numel())
     kkt = None
     if status != "diverged" or tracker.best is None:
         # full-data derivatives (all-reduced when data-parallel), reused below if this
         # final iterate is the one returned
-        der = full_derivatives(derivatives, model, params, loss_fn, cons, data)
+        der = full_derivatives(problem)
         if der is not None and tracker.offer(params, der.f, der.c_exact, last):
             kkt = kkt_residuals(der, lower - offset, upper - offset)
     chosen = tracker.restore(params)
     if kkt is None:
-        kkt = final_check(derivatives, model, params, loss_fn, cons, data, lower - offset, upper - offset, state)
-    state["final_kkt"], state["final_violation"] = kkt["stationarity"], kkt["V"]
+        kkt = final_check(problem, lower - offset, upper - offset, state)
+    state.final_kkt, state.final_violation = kkt["stationarity"], kkt["V"]
     c_exact = chosen.c_exact if chosen is not None else None
     row_viol = chosen.row_violations if chosen is not None else torch.zeros(0, dtype=torch.float64)
     feasible = chosen is not None and tracker.feasible(row_viol)
@@ -253,29 +254,29 @@ def finish(derivatives: DerivativesFn, options: EndgameOptions, model: torch.nn.
     if status not in ("diverged", "stopped_by_callback"):
         status = "converged" if converged else ("infeasible" if not feasible else "not_stationary")
     unmet = warn_unmet("SQP", c_exact, lower, upper, cons.row_names, options.feasibility_tol, stacklevel=4)
-    warn_if_start("SQP", chosen, start_iteration, last, options.feasibility_tol, stacklevel=4)
+    warn_if_start("SQP", chosen, state.start_iteration, last, options.feasibility_tol, stacklevel=4)
     if f_constant is not None and chosen is not None:
         accuracy = training_accuracy(model, data, options.chunk_rows) if loss_name(loss_fn) == "bce" else (None, None)
         warn_if_constant("SQP", chosen.f, f_constant, *accuracy, stacklevel=4)
-    warn_if_unstable("SQP", tracker, state.get("restarts", 0), -math.inf if f_constant is None else f_constant,
+    warn_if_unstable("SQP", tracker, state.restarts, -math.inf if f_constant is None else f_constant,
                      stacklevel=4)
     returned = chosen.iteration if chosen is not None else last
     history.append({
-        "iteration": last, "epoch": state["epochs_done"], "returned": returned, "f": kkt["f"],
+        "iteration": last, "epoch": state.epochs_done, "returned": returned, "f": kkt["f"],
         "c": kkt["c"], "c_exact": c_exact.tolist() if c_exact is not None else [],
         "V": kkt["V"], "V_exact": float(row_viol.sum()), "V_exact_max": float(row_viol.max()) if m else 0.0,
         "kkt": kkt["stationarity"], "complementarity": kkt["complementarity"], COLUMN_QP_STATUS: QP_FINAL,
-        "tau": state["tau"], "xi": state["xi"], "beta": state["beta"], COLUMN_ACTIVE: kkt["active"],
+        "tau": state.tau, "xi": state.xi, "beta": state.beta, COLUMN_ACTIVE: kkt["active"],
     })
-    info = {"tau": state["tau"], "xi": state["xi"], "beta": state["beta"], "L": state["L"],
-            "Gamma": state["Gamma"], "kkt": kkt["stationarity"], "stationarity": kkt["stationarity"],
+    info = {"tau": state.tau, "xi": state.xi, "beta": state.beta, "L": state.L,
+            "Gamma": state.Gamma, "kkt": kkt["stationarity"], "stationarity": kkt["stationarity"],
             "complementarity": kkt["complementarity"], "violation": float(row_viol.sum()),
             "max_row_violation": float(row_viol.max()) if m else 0.0,
             "violations": row_viol.tolist(), "c_exact": c_exact.tolist() if c_exact is not None else [],
             "feasible": bool(feasible), "stationary": bool(stationary), "termination": termination,
             "returned_iteration": returned, "iterations": last, "unmet_rows": unmet,
             "bound_offset": offset.tolist(), "row_names": cons.row_names,
-            "restarts": state.get("restarts", 0),
+            "restarts": state.restarts,
             "relaxed_steps": sum(r.get(COLUMN_QP_STATUS) == QP_RELAXED for r in history.records),
             "binding_rows": [cons.row_names[int(a[1:])] for a in kkt["active"]]}
     return FitResult(model=model, history=history, status=status, converged=converged, info=info)

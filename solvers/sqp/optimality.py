@@ -13,14 +13,11 @@ from solvers.derivatives import Derivatives
 from solvers.outcome import BestIterate
 from solvers.problem import model_outputs, row_violations, violation
 from solvers.qp import diagonal_qp
+from solvers.sqp.state import FitProblem, SQPState
 from solvers.sums import exact_in_chunks
 
-__all__ = ["DerivativesFn", "at_kkt_point", "evaluate_all", "final_check", "full_derivatives", "kkt_residuals",
+__all__ = ["at_kkt_point", "evaluate_all", "final_check", "full_derivatives", "kkt_residuals",
            "offer_and_test_kkt"]
-
-#: The engine's derivative oracle: ``(model, params, loss_fn, cons, obj_batch, con_batch) -> Derivatives``.
-DerivativesFn = Callable[..., Derivatives]
-
 
 def kkt_residuals(der: Derivatives, lower: torch.Tensor, upper: torch.Tensor) -> dict:
     """KKT residuals at the point where ``der`` was taken, for the bounds ``lower``/``upper``.
@@ -53,11 +50,11 @@ def kkt_residuals(der: Derivatives, lower: torch.Tensor, upper: torch.Tensor) ->
 
 
 def at_kkt_point(der: Derivatives, lower: torch.Tensor, upper: torch.Tensor, offset: torch.Tensor,
-                 tracker: BestIterate, state: dict, tol: float) -> bool:
+                 tracker: BestIterate, state: SQPState, tol: float) -> bool:
     """Early stop test on full-data derivatives: every exact row within the tracker's
     ``feasibility_tol`` and stationarity (:func:`kkt_residuals`) within ``tol``. The
     unit-metric QP is solved only once the previous step's residual is within ``10 tol``."""
-    if state.get("last_kkt", math.inf) > 10.0 * tol and state["iteration"] > 0:
+    if state.last_kkt > 10.0 * tol and state.iteration > 0:
         return False
     if der.c_exact is not None and not tracker.feasible(row_violations(der.c_exact, lower, upper)):
         return False
@@ -65,13 +62,13 @@ def at_kkt_point(der: Derivatives, lower: torch.Tensor, upper: torch.Tensor, off
 
 
 def offer_and_test_kkt(der: Derivatives, params: list[torch.Tensor], lower: torch.Tensor, upper: torch.Tensor,
-                       offset: torch.Tensor, tracker: BestIterate, state: dict, tol: float) -> bool:
+                       offset: torch.Tensor, tracker: BestIterate, state: SQPState, tol: float) -> bool:
     """Offer a full-data iterate to ``tracker``; True (and offered as preferred) when it
     is a feasible KKT point (:func:`at_kkt_point`), which ends training."""
-    tracker.offer(params, der.f, der.c_exact, state["iteration"])
+    tracker.offer(params, der.f, der.c_exact, state.iteration)
     if not at_kkt_point(der, lower, upper, offset, tracker, state, tol):
         return False
-    tracker.offer(params, der.f, der.c_exact, state["iteration"], prefer=True)
+    tracker.offer(params, der.f, der.c_exact, state.iteration, prefer=True)
     return True
 
 
@@ -96,25 +93,24 @@ def evaluate_all(model: torch.nn.Module, loss_fn: Callable, cons: Any, data: Any
     return f, c
 
 
-def full_derivatives(derivatives: DerivativesFn, model: torch.nn.Module, params: list[torch.Tensor],
-                     loss_fn: Callable, cons: Any, data: Any) -> Derivatives | None:
-    """Derivatives on all training rows from the oracle ``derivatives``, None when they are
-    not finite."""
+def full_derivatives(problem: FitProblem) -> Derivatives | None:
+    """Derivatives on all training rows from the problem's oracle, None when they are not
+    finite."""
+    p = problem
     try:
-        der = derivatives(model, params, loss_fn, cons, data, data if cons.n_rows else None)
+        der = p.oracle(p.model, p.params, p.loss_fn, p.cons, p.data, p.data if p.cons.n_rows else None)
     except RuntimeError:  # pragma: no cover - reported through status
         return None
     return der if math.isfinite(der.f) and bool(torch.isfinite(der.g).all()) else None
 
 
-def final_check(derivatives: DerivativesFn, model: torch.nn.Module, params: list[torch.Tensor], loss_fn: Callable,
-                cons: Any, data: Any, lower: torch.Tensor, upper: torch.Tensor, state: dict) -> dict:
+def final_check(problem: FitProblem, lower: torch.Tensor, upper: torch.Tensor, state: SQPState) -> dict:
     """KKT residuals (:func:`kkt_residuals`) of the returned iterate on the full data, for the
     working bounds; infinite when the derivatives there are not finite."""
-    der = full_derivatives(derivatives, model, params, loss_fn, cons, data)
+    der = full_derivatives(problem)
     if der is None:
         return {"stationarity": math.inf, "complementarity": math.inf, "f": math.nan, "c": [], "V": math.nan,
                 "active": []}
     kkt = kkt_residuals(der, lower, upper)
-    state["final_kkt"], state["final_violation"] = kkt["stationarity"], kkt["V"]
+    state.final_kkt, state.final_violation = kkt["stationarity"], kkt["V"]
     return kkt

@@ -1,12 +1,14 @@
 """Learning-rate schedules of the stochastic SQP: how ``beta`` evolves ("rsqrt" per
 iteration; "plateau" and "paper", [SQP] Alg. 2, per epoch), as functions of the engine's
-state dict and options."""
+:class:`~solvers.sqp.state.SQPState` and options."""
 
 from __future__ import annotations
 
 import logging
 import math
 from typing import Protocol
+
+from solvers.sqp.state import SQPState
 
 __all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "RSQRT_EPOCHS", "ScheduleOptions", "adjust_learning_rate", "end_of_epoch",
            "plateau", "rsqrt_beta"]
@@ -43,16 +45,16 @@ class ScheduleOptions(Protocol):
     lr_weight: float
 
 
-def rsqrt_beta(state: dict, lr: float, steps_per_epoch: int) -> float:
+def rsqrt_beta(state: SQPState, lr: float, steps_per_epoch: int) -> float:
     """The "rsqrt" step ``beta_k = lr / sqrt(1 + k / (RSQRT_EPOCHS K))`` at iteration
-    ``k = state["iteration"]`` (``K`` the steps per epoch), scaled by the divergence guard's
+    ``k = state.iteration`` (``K`` the steps per epoch), scaled by the divergence guard's
     ``beta_scale``: the diminishing steps of the stochastic regime of [SQP] Thm 3.1, on a time
     scale of epochs (a resumed run continues the same sequence)."""
     scale = RSQRT_EPOCHS * steps_per_epoch
-    return state.get("beta_scale", 1.0) * float(lr) / math.sqrt(1.0 + state["iteration"] / scale)
+    return state.beta_scale * float(lr) / math.sqrt(1.0 + state.iteration / scale)
 
 
-def end_of_epoch(state: dict, merit: float, f: float, V: float, epoch: int, kind: str,
+def end_of_epoch(state: SQPState, merit: float, f: float, V: float, epoch: int, kind: str,
                  options: ScheduleOptions) -> None:
     """The per-epoch learning-rate control (``lr_schedule`` "plateau" or "paper")."""
     if kind == "paper":
@@ -61,7 +63,7 @@ def end_of_epoch(state: dict, merit: float, f: float, V: float, epoch: int, kind
         plateau(state, f, V, epoch, options)
 
 
-def plateau(state: dict, f: float, V: float, epoch: int, options: ScheduleOptions) -> None:
+def plateau(state: SQPState, f: float, V: float, epoch: int, options: ScheduleOptions) -> None:
     """Halve ``beta`` (``lr_decay``) when the merit stops improving, never below
     ``lr_floor * lr``.
 
@@ -71,29 +73,29 @@ def plateau(state: dict, f: float, V: float, epoch: int, options: ScheduleOption
     run that is still improving keeps its step; a run that oscillates around the
     constraint boundary gets smaller steps, down to the floor (training never freezes).
     """
-    tau = state["tau"]
-    best = state.get("plateau_best")
+    tau = state.tau
+    best = state.plateau_best
     merit = tau * f + V
     if best is None or merit < (tau * best[0] + best[1]) - PLATEAU_RTOL * abs(tau * best[0] + best[1]):
-        state["plateau_best"], state["plateau_wait"] = [f, V], 0
+        state.plateau_best, state.plateau_wait = [f, V], 0
         return
-    state["plateau_wait"] = state.get("plateau_wait", 0) + 1
+    state.plateau_wait += 1
     floor = options.lr_floor * float(options.lr)
-    if state["plateau_wait"] >= options.lr_patience and state["beta"] > floor:
-        state["beta"] = max(floor, state["beta"] * options.lr_decay)
-        state["plateau_wait"] = 0
-        logger.debug("epoch %d: merit plateau, learning rate reduced to %.3e", epoch, state["beta"])
+    if state.plateau_wait >= options.lr_patience and state.beta > floor:
+        state.beta = max(floor, state.beta * options.lr_decay)
+        state.plateau_wait = 0
+        logger.debug("epoch %d: merit plateau, learning rate reduced to %.3e", epoch, state.beta)
 
 
-def adjust_learning_rate(state: dict, merit: float, epoch: int, options: ScheduleOptions) -> None:
+def adjust_learning_rate(state: SQPState, merit: float, epoch: int, options: ScheduleOptions) -> None:
     """[SQP] Alg. 2: divide beta by ``lr_factor`` when the merit's moving average stops
     decreasing, after ``lr_kmin`` epochs and at least ``lr_interval`` epochs apart."""
-    avg = state["merit_avg"]
+    avg = state.merit_avg
     avg = merit if avg is None else options.lr_weight * merit + (1.0 - options.lr_weight) * avg
-    state["merit_avg"] = avg
-    if epoch >= options.lr_kmin and state["beta"] >= options.lr_min:
-        if avg <= merit and state["since_change"] >= options.lr_interval:
-            state["beta"] /= options.lr_factor
-            state["since_change"] = 0
-            logger.debug("epoch %d: learning rate reduced to %.3e", epoch, state["beta"])
-        state["since_change"] += 1
+    state.merit_avg = avg
+    if epoch >= options.lr_kmin and state.beta >= options.lr_min:
+        if avg <= merit and state.since_change >= options.lr_interval:
+            state.beta /= options.lr_factor
+            state.since_change = 0
+            logger.debug("epoch %d: learning rate reduced to %.3e", epoch, state.beta)
+        state.since_change += 1

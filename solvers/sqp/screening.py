@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import torch
 
+from solvers.sqp.state import ScreenMemory, SQPState
+
 __all__ = ["RowScreen", "SCREEN_DECAY", "SCREEN_RATIO", "SCREEN_REFRESH"]
 
 #: Slack, in multiples of the per-iteration movement, beyond which a row is screened.
@@ -38,52 +40,52 @@ SCREEN_DECAY = 0.9
 
 
 class RowScreen:
-    """The screening state of one fit (module docstring), kept as plain lists under
-    ``store["screen"]`` so that the engine's checkpoint carries it (a resumed fit screens
-    exactly as an uninterrupted one).
+    """The screening state of one fit (module docstring), kept in ``state.screen``
+    (:class:`solvers.sqp.state.ScreenMemory`) so that the engine's checkpoint carries it (a
+    resumed fit screens exactly as an uninterrupted one).
 
     Parameters
     ----------
-    store : dict
-        Where the state lives (the engine's ``state``); an existing ``"screen"`` entry is
-        continued.
+    state : SQPState, optional
+        The engine's state; an existing ``screen`` memory is continued (a fresh state when
+        omitted).
     ratio, refresh, decay : float, int, float
         :data:`SCREEN_RATIO`, :data:`SCREEN_REFRESH`, :data:`SCREEN_DECAY` by default.
     """
 
-    def __init__(self, store: dict | None = None, ratio: float = SCREEN_RATIO, refresh: int = SCREEN_REFRESH,
+    def __init__(self, state: SQPState | None = None, ratio: float = SCREEN_RATIO, refresh: int = SCREEN_REFRESH,
                  decay: float = SCREEN_DECAY) -> None:
         self.ratio, self.refresh, self.decay = float(ratio), int(refresh), float(decay)
-        self._store = {} if store is None else store
-        if not isinstance(self._store.get("screen"), dict):
+        self._state = SQPState(tau=1.0, xi=1.0, beta=1.0) if state is None else state
+        if self._state.screen is None:
             self.reset()
 
     def observe(self, c: torch.Tensor) -> None:
         """Record the smooth rows ``c`` of the iteration just taken."""
         c = c.detach().to(torch.float64)
-        state = self._store["screen"]
-        scale = state["scale"]
-        if state["last"] is not None and len(state["last"]) == c.numel():
-            move = (c - torch.tensor(state["last"], dtype=torch.float64)).abs()
+        memory = self._state.screen
+        scale = memory.scale
+        if memory.last is not None and len(memory.last) == c.numel():
+            move = (c - torch.tensor(memory.last, dtype=torch.float64)).abs()
             scale = move if scale is None else torch.maximum(self.decay * torch.tensor(scale, dtype=torch.float64),
                                                              move)
             scale = scale.tolist()
-        self._store["screen"] = {"last": c.tolist(), "scale": scale, "seen": int(state["seen"]) + 1}
+        self._state.screen = ScreenMemory(last=c.tolist(), scale=scale, seen=memory.seen + 1)
 
     def reset(self) -> None:
         """Forget the movement history (after a restart or a relaxed QP)."""
-        self._store["screen"] = {"last": None, "scale": None, "seen": 0}
+        self._state.screen = ScreenMemory()
 
     def rows(self, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor | None:
         """The rows to pull back next (bool (m,)), or None for all of them.
 
         ``lower``/``upper`` are the working bounds the QP will use."""
-        state = self._store["screen"]
-        seen = int(state["seen"])
-        if state["scale"] is None or seen < 2 or seen % self.refresh == 0:
+        memory = self._state.screen
+        seen = memory.seen
+        if memory.scale is None or seen < 2 or seen % self.refresh == 0:
             return None
-        c = torch.tensor(state["last"], dtype=torch.float64)
-        scale = torch.tensor(state["scale"], dtype=torch.float64)
+        c = torch.tensor(memory.last, dtype=torch.float64)
+        scale = torch.tensor(memory.scale, dtype=torch.float64)
         if c.shape != lower.shape:
             return None
         slack = torch.minimum(c - lower.to(c.dtype), upper.to(c.dtype) - c)  # +inf for a free row

@@ -1,7 +1,8 @@
 """One stochastic SQP iteration ([SQP] Alg. 1, [B21]): Hessian estimate, QP subproblem
 (relaxed when the linearisation is infeasible), trust region, merit and ratio parameters,
 step size (fixed or adaptive), feasibility restoration and the exact calibration of the
-working bounds. Functions of explicit tensors, the engine's state dict and its options."""
+working bounds. Functions of explicit tensors, the engine's :class:`~solvers.sqp.state.SQPState`
+and its options."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import statistics
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import torch
@@ -16,10 +18,12 @@ import torch
 from solvers.derivatives import Derivatives
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_NORMAL, QP_RELAXED
 from solvers.qp import QPResult, diagonal_qp, least_violation_bounds
+from solvers.sqp.state import SQPState
 
-__all__ = ["SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step", "calibrate",
-           "cap_norm", "hessian_diag", "lipschitz", "normal_step", "recent_radius", "remember_step", "shift_parameters",
-           "solve_qp", "sqp_step", "trust_region", "update_merit_and_ratio"]
+__all__ = ["Direction", "SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step",
+           "calibrate", "cap_norm", "hessian_diag", "lipschitz", "normal_step", "qp_direction", "recent_radius",
+           "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region",
+           "update_merit_and_ratio"]
 
 #: Trust region of stochastic steps: ``||d|| <= TRUST_RATIO * ||g / h||`` (see :func:`sqp_step`).
 TRUST_RATIO = 10.0
@@ -50,75 +54,37 @@ class StepOptions(Protocol):
     seed: int
 
 
-def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lower: torch.Tensor,
-             upper: torch.Tensor, state: dict, options: StepOptions, probe: Callable[[], Derivatives],
+def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.Tensor, torch.Tensor],
+             state: SQPState, options: StepOptions, probe: Callable[[], Derivatives],
              bounds: tuple | None = None, stochastic: bool = False) -> dict:
-    """One SQP step on the working bounds ``lower``/``upper`` (the user's bounds shifted by
-    the exact calibration); ``bounds`` are the user's bounds, for the exact violation.
+    """One SQP step on the working bounds ``working = (lower, upper)`` (the user's bounds shifted
+    by the exact calibration); ``bounds`` are the user's bounds, for the exact violation.
 
-    Updates ``params``, the Hessian accumulator ``v`` and ``state`` (``tau``, ``xi``, ``L``,
-    ``Gamma``, ``last_kkt``) in place and returns the iteration's history record. ``probe``
-    evaluates the derivatives at the current parameters on the same batches as ``der`` (for
-    the Lipschitz estimates of the adaptive step).
+    Updates ``params`` and ``state`` (the Hessian accumulator ``v``, ``tau``, ``xi``, ``L``,
+    ``Gamma``, ``last_kkt``, ``recent_steps``) in place and returns the iteration's history record.
+    ``probe`` evaluates the derivatives at the current parameters on the same batches as ``der``
+    (for the Lipschitz estimates of the adaptive step).
 
-    ``stochastic`` (derivatives from a mini-batch or a balanced constraint batch): the
-    step is kept in a trust region. A small, noisy constraint Jacobian (a sharp
-    smoothed step on a balanced batch: few rows near the threshold carry all of it)
-    makes the linearised feasible set lie far away, so the QP's multipliers and with
-    them ``d = -(g + J'y) / h`` explode (measured on Dutch, MLP 32, balanced batches:
-    ``||d||`` 1.3 -> 55 in two steps, outputs saturate, the loss grows by orders of
-    magnitude). ``d`` is scaled down to ``||d|| <= TRUST_RATIO * ||g / h||`` (the
-    unconstrained step's length) and the restoration step ``v`` to
-    ``||(1 - alpha) v|| <= alpha ||d||``: a restoration computed from a noisy batch Jacobian
-    moves no farther than the step the learning rate allows (without this cap a small
-    learning rate made the restoration the whole step: ``||(1 - alpha) v|| = 0.99 ||d||`` at
-    ``alpha = 0.01``, and the loss went from 0.80 to 6.9 in three mini-batch steps).
-
-    Every constrained step, full-batch or stochastic, is also kept in a trust region tied to
-    the steps taken before, ``||d|| <= recent_radius(state)`` (:func:`recent_radius`; the
-    mini-batch polish inherits the stochastic steps' memory). The same failure occurs on all
-    rows: the smoothed Jacobian row of a rate constraint can nearly
-    vanish at one iterate (Adult, 4,000 rows, linear model, equalized odds >= 0.8, seed 1,
-    iteration 9: the FPR rows' norms fell from 0.10-0.13 to 0.002 and a multiplier rose to
-    3,400), so ``||d||`` went from 0.2 to 7.7 and the loss from 0.40 to 2.3 (seeds 0-143:
-    a last-iterate loss above 0.5 in 22 runs, ``||d||`` up to 2,161).
-    ``TRUST_RATIO * ||g / h||`` cannot serve there: a run that starts at the unconstrained
-    optimum has ``g ~ 0`` and could never take its constrained step; the first step (no
-    memory) is never capped. A capped step also caps its restoration step as above,
-    ``||(1 - alpha) v|| <= alpha ||d||`` (``v`` aims at the same far linearised set; with
-    ``v`` uncapped, 23 of those 144 runs still ended above 0.5), and leaves the merit and
-    ratio parameters ``tau``, ``xi`` as they were: the [B21] update
-    ``tau <= (1 - sigma) Red / (g'd + d'Hd)`` after a step much longer than the violation
-    it removes collapses ``tau`` (0.1 to 3e-8 in three steps of that seed), after which the
-    merit, and with it the "plateau" schedule, sees the violation only (with the update
-    kept, ``tau`` fell below 1e-3 in 63 of the 144 runs against 4, and the mean
-    last-iterate loss was 0.348 against 0.340)."""
-    true_lower, true_upper = bounds if bounds is not None else (lower, upper)
-    first = state["iteration"] == 0
-    h = hessian_diag(der.g, v, first, options)
-    t0 = time.perf_counter()
+    Trust regions. A small, noisy or nearly vanishing constraint Jacobian puts the linearised
+    feasible set far away, so the multipliers and ``d = -(g + J'y) / h`` explode. Hence:
+    ``stochastic`` steps (mini-batch or balanced constraint batches) are scaled to
+    ``||d|| <= TRUST_RATIO ||g / h||``; every constrained step to
+    ``||d|| <= recent_radius(state, ||g / h||)`` (the first step of a run, with no memory, is
+    never capped); the restoration step ``v`` of a stochastic or capped step to
+    ``||(1 - alpha) v|| <= alpha ||d||``. A capped or stochastic step leaves ``tau`` and ``xi``
+    as they were: [B21]'s update ``tau <= (1 - sigma) Red / (g'd + d'Hd)`` after a truncated
+    step, or from estimated reductions, collapses ``tau`` and the merit then sees the
+    violation only. The measurements behind these rules are in
+    ``benchmarks/results/sqp_design_notes.md``."""
+    lower, upper = working
+    true_lower, true_upper = bounds if bounds is not None else working
+    first = state.iteration == 0
+    h = hessian_diag(der.g, state.v, first, options)
     m = int(der.c.numel())
     g64, h64 = der.g.to(torch.float64), h.to(torch.float64)
     J64 = der.J.to(torch.float64)  # once for the QP, the restoration step and the checks below
-    if m:
-        res, qp_status, qp_bounds = solve_qp(g64, h64, J64, der.c, lower, upper, state)
-        d = res.d.to(der.g.dtype)
-        y = res.multipliers
-        # "u3" = upper side of row 3 in the working set, "l0" = lower side of row 0
-        active = [("u" if side > 0 else "l") + str(i) for i, side in enumerate(res.active.tolist()) if side]
-    else:
-        d = -der.g / h
-        y = torch.zeros(0, dtype=torch.float64)
-        qp_status, active = "unconstrained", []
-    radius, capped = math.inf, False
-    if stochastic and m:
-        d = trust_region(d, der.g, h)
-    if m:
-        radius = recent_radius(state, float((der.g / h).norm()))
-        capped = float(d.norm()) > radius
-        d = cap_norm(d, radius)
-    t_qp = time.perf_counter() - t0
-
+    qp = qp_direction(der, (g64, h64, J64), working, state, stochastic)
+    d, y, capped, radius = qp.d, qp.y, qp.capped, qp.radius
     d64 = d.to(torch.float64)
     lower_list, upper_list = lower.tolist(), upper.tolist()
     V = total_violation(der.c.tolist(), lower_list, upper_list)
@@ -128,42 +94,37 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     dHd = float((h64 * d64 * d64).sum())
     dnorm2 = float(d64 @ d64)
     if capped or stochastic:  # tau and xi are kept: a truncated step, or estimated reductions (docstring)
-        tau, xi = state["tau"], state["xi"]
+        tau, xi = state.tau, state.xi
         dl = -tau * gd + red
     else:
         tau, xi, dl = update_merit_and_ratio(state, red, gd, dHd, dnorm2, options)
 
-    beta = state["beta"]
+    beta = state.beta
     if options.step == "fixed":
         alpha = beta
     else:
-        if state["L"] is None:
-            state["L"], state["Gamma"] = lipschitz(probe, params, der, options.seed)
-        alpha = adaptive_step(beta, tau, xi, dl, V, dnorm2, state["L"], state["Gamma"], options)
+        if state.L is None:
+            state.L, state.Gamma = lipschitz(probe, params, der, options.seed)
+        alpha = adaptive_step(state, dl, V, dnorm2, options)
 
     step = alpha * d
     norm_v = 0.0
     if m and options.feasibility_restoration and V > 0 and alpha < 1.0:
-        v_step = normal_step(h64, J64, qp_bounds)
+        v_step = restoration_step(h64, J64, qp.qp_bounds, alpha * math.sqrt(dnorm2) / (1.0 - alpha),
+                                  stochastic or capped)
         if v_step is not None:
             norm_v = float(v_step.norm())
-            # stochastic or capped: the restoration moves at most as far as the step itself,
-            # ||(1 - alpha) v|| <= alpha ||d|| (see the docstring)
-            cap = alpha * math.sqrt(dnorm2) / (1.0 - alpha)
-            if (stochastic or capped) and norm_v > cap:
-                v_step = v_step * (cap / norm_v)
-                norm_v = cap
             step = step + (1.0 - alpha) * v_step.to(d.dtype)
     shift_parameters(params, step, 1.0)
     if m:
         remember_step(state, math.sqrt(dnorm2), capped)
 
     kkt = float((g64 + J64.T @ y).abs().max()) if m else float(g64.abs().max())
-    state["last_kkt"] = kkt
+    state.last_kkt = kkt
     exact_rows = (_row_violations(der.c_exact.tolist(), true_lower.tolist(), true_upper.tolist())
                   if der.c_exact is not None else [])
     return {
-        "iteration": state["iteration"],
+        "iteration": state.iteration,
         "f": der.f,
         COLUMN_C: der.c.tolist(),
         "c_exact": der.c_exact.tolist() if der.c_exact is not None else [],
@@ -178,13 +139,65 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
         "norm_d": math.sqrt(dnorm2),
         "norm_v": norm_v,
         **({"trust_radius": radius} if m else {}),
-        COLUMN_ACTIVE: active,
-        COLUMN_QP_STATUS: qp_status,
+        COLUMN_ACTIVE: qp.active,
+        COLUMN_QP_STATUS: qp.status,
         "kkt": kkt,
         "t_forward": der.t_forward,
         "t_jacobian": der.t_jacobian,
-        "t_qp": t_qp,
+        "t_qp": qp.seconds,
     }
+
+
+@dataclass
+class Direction:
+    """The step direction of one iteration: ``d`` after its trust regions, the QP's multipliers
+    ``y``, its status ("normal", "relaxed" or "unconstrained") and the bounds on ``J d`` it solved
+    for, the working set (``"u3"``: upper side of row 3), the recent-steps radius, whether it
+    capped ``d``, and the seconds spent."""
+
+    d: torch.Tensor
+    y: torch.Tensor
+    status: str
+    qp_bounds: tuple | None
+    active: list[str]
+    radius: float
+    capped: bool
+    seconds: float
+
+
+def qp_direction(der: Derivatives, metric: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                 working: tuple[torch.Tensor, torch.Tensor], state: SQPState, stochastic: bool) -> Direction:
+    """The QP step ``d`` of :func:`sqp_step` for ``metric = (g, h, J)`` in float64, kept in its trust
+    regions (``TRUST_RATIO ||g / h||`` for a ``stochastic`` step, :func:`recent_radius` for every
+    constrained one); ``-g / h`` without constraint rows."""
+    g64, h64, J64 = metric
+    t0 = time.perf_counter()
+    if not der.c.numel():
+        d = -der.g / h64.to(der.g.dtype)
+        return Direction(d, torch.zeros(0, dtype=torch.float64), "unconstrained", None, [], math.inf, False,
+                         time.perf_counter() - t0)
+    h = h64.to(der.g.dtype)
+    res, status, qp_bounds = solve_qp(g64, h64, J64, der.c, working[0], working[1], state)
+    d = res.d.to(der.g.dtype)
+    active = [("u" if side > 0 else "l") + str(i) for i, side in enumerate(res.active.tolist()) if side]
+    if stochastic:
+        d = trust_region(d, der.g, h)
+    radius = recent_radius(state, float((der.g / h).norm()))
+    capped = float(d.norm()) > radius
+    return Direction(cap_norm(d, radius), res.multipliers, status, qp_bounds, active, radius, capped,
+                     time.perf_counter() - t0)
+
+
+def restoration_step(h64: torch.Tensor, J64: torch.Tensor, qp_bounds: tuple, cap: float,
+                     limited: bool) -> torch.Tensor | None:
+    """The feasibility-restoration step :func:`normal_step`, scaled to ``||v|| <= cap`` when
+    ``limited`` (a stochastic or capped step: the restoration moves at most as far as the step
+    itself, ``||(1 - alpha) v|| <= alpha ||d||``); None when its QP fails."""
+    v_step = normal_step(h64, J64, qp_bounds)
+    if v_step is None:
+        return None
+    norm_v = float(v_step.norm())
+    return v_step * (cap / norm_v) if limited and norm_v > cap else v_step
 
 
 def _row_violations(c: list[float], lower: list[float], upper: list[float]) -> list[float]:
@@ -212,7 +225,7 @@ def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOpt
 
 
 def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.Tensor, lower: torch.Tensor,
-             upper: torch.Tensor, state: dict):
+             upper: torch.Tensor, state: SQPState):
     """Solve the SQP subproblem ``min g'd + 1/2 d'Hd  s.t.  lower <= c + J d <= upper`` (float64
     ``g``, ``h``, ``J``); relax the bounds if the linearisation is infeasible.
 
@@ -228,25 +241,25 @@ def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.T
     res = diagonal_qp(g64, h64, J64, lo, hi)
     if res.status != "optimal":  # never an exception mid-training: the normal step meets the relaxed bounds
         res = _least_violation_step(res, relax.v, J64, lo, hi, state)
-    if not state["warned_relaxed"]:
+    if not state.warned_relaxed:
         warnings.warn(
             "SQP: the linearised constraints were infeasible; a relaxed step was taken "
             "(least-violation bounds). See history column 'qp_status'.", SQPWarning, stacklevel=3)
-        state["warned_relaxed"] = True
+        state.warned_relaxed = True
     return res, QP_RELAXED, (lo, hi)
 
 
 def _least_violation_step(failed: QPResult, v: torch.Tensor, J: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
-                          state: dict) -> QPResult:
+                          state: SQPState) -> QPResult:
     """The least-violation normal step ``v`` (which meets the relaxed bounds by construction)
     as the step, with zero multipliers, when the relaxed QP itself failed (degenerate rows of
     a small batch); warns once per fit (:class:`SQPWarning`)."""
-    if not state.get("warned_relaxed_failed"):
-        warnings.warn(f"SQP: the relaxed QP subproblem failed ({failed.status!r}) at iteration {state['iteration']}; "
+    if not state.warned_relaxed_failed:
+        warnings.warn(f"SQP: the relaxed QP subproblem failed ({failed.status!r}) at iteration {state.iteration}; "
                       "the least-violation step was taken instead (no objective decrease in that step). Usually "
                       "a mini-batch too small for the constraint rows: try a larger batch_size.", SQPWarning,
                       stacklevel=4)
-        state["warned_relaxed_failed"] = True
+        state.warned_relaxed_failed = True
     w = J @ v
     excess = torch.clamp(torch.maximum(w - hi, lo - w), min=0.0)
     m = int(J.shape[0])
@@ -269,9 +282,9 @@ def cap_norm(d: torch.Tensor, radius: float) -> torch.Tensor:
     return d
 
 
-def recent_radius(state: dict, floor: float = 0.0) -> float:
+def recent_radius(state: SQPState, floor: float = 0.0) -> float:
     """Trust radius ``Delta = max(TRUST_GROWTH * median_high(||d_j||), floor)`` over
-    the last ``TRUST_MEMORY`` remembered steps (``state["recent_steps"]``,
+    the last ``TRUST_MEMORY`` remembered steps (``state.recent_steps``,
     :func:`remember_step`); infinite while none is remembered, so the first step of a run is
     never capped (a run started at the unconstrained optimum, ``g ~ 0``, takes its
     constrained step whatever its length, and the next ones may be ``TRUST_GROWTH`` times as
@@ -292,24 +305,24 @@ def recent_radius(state: dict, floor: float = 0.0) -> float:
     region then widens by 3 at every capped step): 13 runs above 0.5, ``||d||`` up to 420.
     Growth 2 or memory 20 did as well (largest 0.41 and 0.46, the differences within the
     seed-to-seed scatter); growth 5: 5 runs above 0.5; memory 5: largest 0.48."""
-    recent = state.get("recent_steps") or ()
+    recent = state.recent_steps
     return max(TRUST_GROWTH * statistics.median_high(recent), float(floor)) if recent else math.inf
 
 
-def remember_step(state: dict, norm_d: float, capped: bool = False) -> None:
-    """Remember the length ``||d||`` of a constrained step in ``state["recent_steps"]`` (a new
+def remember_step(state: SQPState, norm_d: float, capped: bool = False) -> None:
+    """Remember the length ``||d||`` of a constrained step in ``state.recent_steps`` (a new
     list of the last ``TRUST_MEMORY``, so that a checkpoint taken before keeps its own).
 
     A step that :func:`recent_radius` capped is remembered at the median it was capped by,
     not at its length: a run of capped steps keeps the radius where it was instead of
     widening it by ``TRUST_GROWTH`` at every iteration (which let the jumps through again)."""
-    recent = list(state.get("recent_steps") or ())
+    recent = list(state.recent_steps)
     if capped and recent:
         norm_d = statistics.median_high(recent)
-    state["recent_steps"] = (recent + [float(norm_d)])[-TRUST_MEMORY:]
+    state.recent_steps = (recent + [float(norm_d)])[-TRUST_MEMORY:]
 
 
-def update_merit_and_ratio(state: dict, red: float, gd: float, dHd: float, dnorm2: float,
+def update_merit_and_ratio(state: SQPState, red: float, gd: float, dHd: float, dnorm2: float,
                            options: StepOptions) -> tuple[float, float, float]:
     """[B21] merit parameter ``tau`` and ratio parameter ``xi`` after a step ``d``.
 
@@ -318,7 +331,7 @@ def update_merit_and_ratio(state: dict, red: float, gd: float, dHd: float, dnorm
     Each parameter only decreases, by at least the factor ``1 - epsilon``, never below
     ``tau_min``/``xi_min``. Stores ``tau`` and ``xi`` in ``state``; returns them and ``Dl``."""
     den = gd + max(dHd, 0.0)
-    tau, xi = state["tau"], state["xi"]
+    tau, xi = state.tau, state.xi
     tau_trial = (1.0 - options.sigma) * red / den if (den > 0 and red > 0) else math.inf
     if tau > tau_trial:
         tau = max(options.tau_min, min((1.0 - options.epsilon) * tau, tau_trial))
@@ -327,7 +340,7 @@ def update_merit_and_ratio(state: dict, red: float, gd: float, dHd: float, dnorm
         xi_trial = dl / (tau * dnorm2) if dl > 0 else options.xi_min
         if xi > xi_trial:
             xi = max(options.xi_min, min((1.0 - options.epsilon) * xi, xi_trial))
-    state["tau"], state["xi"] = tau, xi
+    state.tau, state.xi = tau, xi
     return tau, xi, dl
 
 
@@ -338,11 +351,12 @@ def normal_step(h64: torch.Tensor, J64: torch.Tensor, bounds: tuple) -> torch.Te
     return res.d if res.status == "optimal" else None
 
 
-def adaptive_step(beta: float, tau: float, xi: float, dl: float, V: float, dnorm2: float, L: float,
-                  Gamma: float, options: StepOptions) -> float:
-    """[B21] Alg. 3.1 step size, capped at 1."""
+def adaptive_step(state: SQPState, dl: float, V: float, dnorm2: float, options: StepOptions) -> float:
+    """[B21] Alg. 3.1 step size, capped at 1, from the model reduction ``dl``, the violation ``V``
+    and ``||d||^2`` with the state's ``beta``, ``tau``, ``xi`` and Lipschitz estimates ``L``, ``Gamma``."""
     if dnorm2 == 0.0:
         return 0.0
+    beta, tau, xi, L, Gamma = state.beta, state.tau, state.xi, state.L, state.Gamma
     lip = tau * L + Gamma
     D = lip * dnorm2
     a_min = 2.0 * (1.0 - options.eta) * beta * xi * tau / lip

@@ -1,0 +1,129 @@
+"""Typed state of one stochastic SQP fit: :class:`SQPState` (what the iterations change and a
+checkpoint carries), :class:`ScreenMemory` (the row screen's part of it) and
+:class:`FitProblem` (what the fit works on: the model, its loss, constraints, data and bounds).
+
+The engine's modules (steps, schedules, end-game, optimality, checkpoint) pass these objects
+instead of string-keyed dicts and long argument lists, as cooper passes its ``CMPState``."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from solvers.derivatives import Derivatives
+
+__all__ = ["CHECKPOINT_FIELDS", "FitProblem", "SQPState", "ScreenMemory"]
+
+
+@dataclass
+class ScreenMemory:
+    """Movement history of the row screen (:class:`solvers.sqp.screening.RowScreen`): the smooth
+    rows of the last iteration, the running movement scale per row and the iterations seen."""
+
+    last: list[float] | None = None
+    scale: list[float] | None = None
+    seen: int = 0
+
+
+#: ``SQPState`` fields that are not part of a checkpoint: the Hessian accumulator (saved on its
+#: own as ``hessian_v``) and the first iteration of the current ``fit`` call.
+_NOT_SAVED = ("v", "start_iteration")
+
+
+@dataclass
+class SQPState:
+    """Everything the iterations of one fit change.
+
+    Merit and ratio parameters ``tau``, ``xi`` ([B21]); the step ``beta`` and its divergence-guard
+    scale ``beta_scale``; the Lipschitz estimates ``L``, ``Gamma`` of the adaptive step; the
+    schedules' memory (``merit_avg``, ``since_change`` of [SQP] Alg. 2; ``plateau_best``,
+    ``plateau_wait`` of "plateau"); counters ``iteration``, ``epochs_done``, ``restarts``; the
+    trust region's ``recent_steps``; the last stationarity residual ``last_kkt``; the first
+    all-rows objective ``f_first`` (divergence guard); the calibration ``offset`` of the working
+    bounds; the row screen's ``screen``; the Hessian accumulator ``v`` of ``H = diag(sqrt(v + mu))``
+    and, after the fit, ``final_kkt`` and ``final_violation``.
+    """
+
+    tau: float
+    xi: float
+    beta: float
+    L: float | None = None
+    Gamma: float | None = None
+    merit_avg: float | None = None
+    since_change: int = 0
+    iteration: int = 0
+    epochs_done: int = 0
+    restarts: int = 0
+    warned_relaxed: bool = False
+    warned_relaxed_failed: bool = False
+    beta_scale: float = 1.0
+    last_kkt: float = math.inf
+    recent_steps: list[float] = field(default_factory=list)
+    plateau_best: list[float] | None = None
+    plateau_wait: int = 0
+    f_first: float | None = None
+    offset: list[float] | None = None
+    screen: ScreenMemory | None = None
+    final_kkt: float | None = None
+    final_violation: float | None = None
+    v: torch.Tensor = field(default_factory=lambda: torch.zeros(0), repr=False, compare=False)
+    start_iteration: int = field(default=0, compare=False)
+
+    def copy(self) -> SQPState:
+        """An independent copy (lists and the accumulator ``v`` copied too), for a phase that must
+        leave this state as it was (the polish)."""
+        return dataclasses.replace(self, recent_steps=list(self.recent_steps), v=self.v.clone(),
+                                   screen=dataclasses.replace(self.screen) if self.screen is not None else None)
+
+    def to_dict(self) -> dict:
+        """The checkpoint form: Python scalars and lists only (``v`` is saved on its own)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_SAVED}
+        out["recent_steps"] = list(self.recent_steps)
+        out["screen"] = dataclasses.asdict(self.screen) if self.screen is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, saved: dict, v: torch.Tensor) -> SQPState:
+        """The state of a checkpoint's ``state`` dict (:meth:`to_dict`) with the accumulator ``v``;
+        keys it does not know raise ``ValueError``."""
+        unknown = sorted(set(saved) - set(CHECKPOINT_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown entries {unknown}")
+        values = dict(saved)
+        screen = values.get("screen")
+        values["screen"] = ScreenMemory(**screen) if isinstance(screen, dict) else None
+        values["recent_steps"] = list(values.get("recent_steps") or ())
+        return cls(**values, v=v)
+
+
+#: Names a checkpoint's ``state`` may hold (every field of :class:`SQPState` but ``v`` and
+#: ``start_iteration``).
+CHECKPOINT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SQPState) if f.name not in _NOT_SAVED)
+
+
+@dataclass
+class FitProblem:
+    """What one fit works on.
+
+    ``model`` and its trainable ``params``; the loss ``loss_fn``; the constraint set ``cons`` with
+    the user's bounds ``lower <= c <= upper``; the training ``data``; the engine's derivative
+    oracle ``oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows=None)``; and
+    ``f_constant``, the training loss of the best constant output (None: not checked)."""
+
+    model: torch.nn.Module
+    params: list[torch.Tensor]
+    loss_fn: Callable
+    cons: Any
+    data: Any
+    lower: torch.Tensor
+    upper: torch.Tensor
+    oracle: Callable[..., Derivatives]
+    f_constant: float | None = None
+
+    def on_all_rows(self) -> Derivatives:
+        """The oracle's derivatives at the current parameters, objective and constraints on all rows."""
+        return self.oracle(self.model, self.params, self.loss_fn, self.cons, self.data, self.data)
