@@ -60,6 +60,7 @@ from fairopt.specs import resolve_constraints
 from fairopt.training import (ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions, float64_outputs,
                               release_batch_caches, train, with_sqp_surrogates)
 from solvers.history import FitResult, plain_values
+from solvers.progress import check_progress
 from solvers.history import plain_values as plain_info  # noqa: F401 - the old name, used by fairopt.persistence before
 
 # Names that lived here before the split into training / diagnostics / held_out, kept at
@@ -110,7 +111,7 @@ class _FairEstimator(BaseEstimator):
         sensitive_kinds: dict | None = None,
         check_inactive: bool = False,
         violation_tol: float = 1e-3,
-        verbose: int = 0,
+        verbose: int | str = "auto",
         margin: float | str = 0.0,
         validation_fraction: float | None = None,
         confidence: float = 0.95,
@@ -270,6 +271,7 @@ class _FairEstimator(BaseEstimator):
             raise ValueError(f"engine_params: {clash} are estimator parameters; set them on the estimator")
         positive_float(self.violation_tol, "violation_tol", allow_zero=True)
         check_flag(self.check_inactive, "check_inactive")
+        check_progress(self.verbose)
         check_seed(self.seed_value(), allow_none=False, allow_negative=False)
         self.epochs_value()  # both names of the budget agree
         check_held_out_parameters(self)
@@ -678,10 +680,12 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         Exact training violation (in the units of the constraint rows) above which a
         constraint is reported as unmet; lower it for constraints with small bounds
         (distance covariance).
-    verbose : int, default 0
-        0: no output of the estimator (the SQP engine still shows a progress bar when
-        standard error is a terminal); 1: a progress bar and one INFO log line per epoch
-        (``logging``, logger ``solvers.sqp``) whatever the terminal.
+    verbose : int or "auto", default "auto"
+        ``"auto"``: a progress bar on standard error once training has run a few seconds
+        (:data:`solvers.progress.AUTO_DELAY_SECONDS`), nothing from a shorter fit; 0: no
+        bar; 1: the bar from the first epoch and one INFO log line per epoch (``logging``,
+        logger ``solvers.sqp``). The engines' internals (QP fallbacks, the Moving Targets
+        solver) log at DEBUG and never print.
     margin : float or "auto", default 0.0
         Train under bounds tightened by this amount on every finite side
         (``upper - margin``, ``lower + margin``, in the units of the constraint rows: rate
@@ -781,7 +785,7 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         sensitive_kinds: dict | None = None,
         check_inactive: bool = False,
         violation_tol: float = 1e-3,
-        verbose: int = 0,
+        verbose: int | str = "auto",
         margin: float | str = 0.0,
         validation_fraction: float | None = None,
         confidence: float = 0.95,

@@ -109,7 +109,7 @@ class TrainingOptions:
     lr: float | None = None
     batch_size: int | None = None
     seed: int = 0
-    verbose: int = 0
+    verbose: int | str = 0
     engine_params: Mapping[str, Any] = field(default_factory=dict)
 
     def engine_kwargs(self) -> dict:

@@ -102,7 +102,7 @@ class LagrangianDual(FirstOrderTrainer):
         optimizer_options: dict | None = None,
         tol: float = 1e-4,
         feasibility_tol: float = 1e-6,
-        verbose: int = 0,
+        verbose: int | str = "auto",
         callbacks: Sequence[Callable] = (),
     ) -> None:
         super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,

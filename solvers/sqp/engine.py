@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import sys
 import warnings
 from functools import partial
 from typing import Any, Callable, Iterable, Sequence
@@ -32,8 +31,8 @@ from solvers.sqp.schedules import LR_SCHEDULES, end_of_epoch, rsqrt_beta
 from solvers.sqp.screening import RowScreen
 from solvers.sqp.snapshot import ConstraintSnapshot, refresh_steps
 from solvers.sqp.steps import calibrate, sqp_step
-from solvers.validation import (check_choice, check_flag, check_interval, check_seed, check_verbose, positive_float,
-                                positive_int)
+from solvers.progress import check_progress, epoch_logs, progress
+from solvers.validation import check_choice, check_flag, check_interval, check_seed, positive_float, positive_int
 
 __all__ = ["CONSTRAINT_BATCHES", "DistributedSQP", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "MINIBATCH_MIN_EPOCHS",
            "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "StochasticSQP", "auto_epochs"]
@@ -267,8 +266,9 @@ class StochasticSQP:
         layer and row); "loop" and "batched" always use autograd.
     seed : int, default 0
         Seed of the samplers and of the Lipschitz probe direction.
-    verbose : int, default 0
-        0 silent, 1 progress bar and per-epoch INFO logs.
+    verbose : int or "auto", default "auto"
+        ``"auto"``: a progress bar once training has run a few seconds; 0 silent; 1 the bar from
+        the start and per-epoch INFO logs (:mod:`solvers.progress`).
     callbacks : sequence of callables
         ``cb(engine, record) -> bool | None`` after every iteration; True stops training.
     distributed : bool or None, default None
@@ -328,7 +328,7 @@ class StochasticSQP:
         feasibility_tol: float = 1e-6,
         jacobian: str = "auto",
         seed: int = 0,
-        verbose: int = 0,
+        verbose: int | str = "auto",
         callbacks: Sequence[Callable] = (),
         distributed: bool | None = None,
         chunk_rows: int | None = None,
@@ -415,7 +415,7 @@ class StochasticSQP:
             positive_int(self.chunk_rows, "chunk_rows")
         positive_int(self.constraint_refresh, "constraint_refresh", allow_integral_float=True)
         check_seed(self.seed, allow_none=False, allow_negative=False)
-        check_verbose(self.verbose)
+        check_progress(self.verbose)
         if self.constraint_batch == "balanced" and self.batch_size is None and self.constraint_batch_size is None:
             raise ValueError("constraint_batch: 'balanced' needs batch_size or constraint_batch_size")
 
@@ -496,14 +496,11 @@ class StochasticSQP:
         self.state_ = state
         self._v, self._generator, self._n_rows = v, gen, m  # live objects behind state_dict()
         status = "max_epochs"
-        use_bar = self.verbose > 0 or sys.stderr.isatty()
+        use_bar = self.verbose != 0
         self.epochs_ = auto_epochs(steps_per_epoch, full_batch) if self.epochs == "auto" else int(self.epochs)
         self._minibatch = not full_batch  # resolves hessian_shift_
         epochs = range(state["epochs_done"], state["epochs_done"] + self.epochs_)
-        if use_bar:
-            from tqdm.auto import tqdm
-
-            epochs = tqdm(epochs, desc="SQP", unit="epoch", disable=not use_bar, leave=False)
+        epochs = progress(epochs, self.verbose, "SQP", "epoch")
 
         model.train()
         stop = False
@@ -605,8 +602,9 @@ class StochasticSQP:
                              sum(epoch_V) / len(epoch_V), epoch, schedule, self)
             state["epochs_done"] = epoch + 1
             if use_bar:
-                epochs.set_postfix(f=f"{history[-1]['f']:.4f}", V=f"{history[-1]['V']:.2e}", beta=f"{state['beta']:.1e}")
-            if self.verbose:
+                epochs.set_postfix(f=f"{history[-1]['f']:.4f}", V=f"{history[-1]['V']:.2e}", beta=f"{state['beta']:.1e}",
+                                   refresh=False)
+            if epoch_logs(self.verbose):
                 logger.info("epoch %d: f=%.5f V=%.3e tau=%.3e beta=%.2e", epoch, history[-1]["f"], history[-1]["V"], state["tau"], state["beta"])
 
         state["offset"] = offset.tolist()
