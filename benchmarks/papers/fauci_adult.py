@@ -33,8 +33,8 @@ attribute, so the age panels have none.
 The metrics of every model come from :func:`fairopt.evaluate` (its FaUCI keys
 ``wdp[sex]``, ..., ``gdi[age]``, and ``wdp[sex&race]`` for the combined attribute).
 :func:`run` writes ``results.csv`` (one row per trained model), ``summary.md`` (the curves and
-the paper's numbers beside ours, :mod:`fairopt.experiments.fauci_adult_report`) and
-``fig1_tradeoffs.png``; ``fairopt bench fauci-adult`` calls it.
+the paper's numbers beside ours, :mod:`benchmarks.papers.fauci_adult_report`) and
+``fig1_tradeoffs.png``; ``python -m benchmarks.papers fauci-adult`` calls it.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ import pandas as pd
 import torch
 
 from fairopt._validation import check_seeds, positive_int
-from fairopt.experiments import fauci_adult_report as report
-from fairopt.experiments.fauci_adult_report import ATTRIBUTES, METRICS
+from benchmarks.papers import fauci_adult_report as report
+from benchmarks.papers.fauci_adult_report import ATTRIBUTES, METRICS
 
 __all__ = ["Settings", "FULL", "QUICK", "METRICS", "ATTRIBUTES", "CHOICES", "Parts", "prepare", "panel_key",
            "train_fauci", "train_sqp", "run_rows", "run", "write_report", "override"]
@@ -236,7 +236,7 @@ def prepare(settings: Settings, data_dir: str | Path | None = None, data: Any = 
 class _TargetOrPatience:
     """Engine callback: [FU] sec. 4.1's two stopping conditions, checked after every epoch.
 
-    Wraps the patience rule of :class:`fairopt.experiments.early_stopping.EarlyStopping` (on the
+    Wraps the patience rule of :class:`benchmarks.papers.early_stopping.EarlyStopping` (on the
     validation objective ``BCE + lambda F``) and adds the target condition: validation accuracy
     ``>= target_accuracy`` and the penalty ``F`` ``<= target``. :attr:`reached` tells which
     condition ended the run.
@@ -244,7 +244,7 @@ class _TargetOrPatience:
 
     def __init__(self, model: torch.nn.Module, valid: Any, penalty: Any, lam: float, steps_per_epoch: int,
                  settings: Settings, target: float | None) -> None:
-        from fairopt.experiments.early_stopping import EarlyStopping
+        from benchmarks.papers.early_stopping import EarlyStopping
         from solvers.losses import get_loss
 
         self.valid, self.penalty, self.lam, self.target = valid, penalty, float(lam), target
@@ -451,7 +451,7 @@ def _header(rows: pd.DataFrame, settings: Settings, command: str, seconds: float
 
 
 def run(out: str | Path, settings: Settings = FULL, data_dir: str | Path | None = None,
-        command: str = "fairopt bench fauci-adult", progress: bool = True, protocol: str | None = None,
+        command: str = "python -m benchmarks.papers fauci-adult", progress: bool = True, protocol: str | None = None,
         data: Any = None) -> tuple[pd.DataFrame, str, list[Path]]:
     """Run ``settings``; write ``results.csv``, ``summary.md`` and ``fig1_tradeoffs.png`` to ``out``.
 

@@ -1,4 +1,4 @@
-"""``fairopt bench dcov-pg15``: the [DC] sec. 5.2 Poisson application, run on tiny synthetic
+"""``python -m benchmarks.papers dcov-pg15``: the [DC] sec. 5.2 Poisson application, run on tiny synthetic
 data through the experiment code; its measures against independent references (scikit-learn's
 mean Poisson deviance, brute-force U-statistic and RPS); the balance correction; the
 real pg15training splits (skipped when ../shared/data is absent)."""
@@ -17,10 +17,10 @@ from sklearn.metrics import mean_poisson_deviance
 from fairopt import models
 from fairopt.cli import main
 from fairopt.data import FairData
-from fairopt.experiments import dcov_pg15
-from fairopt.experiments.early_stopping import EarlyStopping
-from fairopt.experiments import dcov_pg15_report as report
-from fairopt.experiments.paper_configs import PAPER_CONFIGS, command_line
+from benchmarks.papers import dcov_pg15
+from benchmarks.papers.early_stopping import EarlyStopping
+from benchmarks.papers import dcov_pg15_report as report
+from benchmarks.papers import PAPER_CONFIGS, command_line
 
 from conftest import SHARED_DATA, require_shared_file
 
@@ -161,7 +161,8 @@ def test_registered_listed_and_overrides(capsys):
     assert "dcov-pg15" in PAPER_CONFIGS and "--quick" in PAPER_CONFIGS["dcov-pg15"].description
     assert main(["bench", "--list"]) == 0
     assert "dcov-pg15: [DC] sec. 5.2" in capsys.readouterr().out
-    assert command_line("dcov-pg15", "o", quick=True, data_dir="d") == "fairopt bench dcov-pg15 --quick --data-dir d --out o"
+    assert command_line("dcov-pg15", "o", quick=True, data_dir="d") == \
+        "python -m benchmarks.papers dcov-pg15 --quick --data-dir d --out o"
     s = dcov_pg15.override(dcov_pg15.FULL, epochs=7, seeds=[3], subsample=1000, lambdas=[0, 20])
     assert (s.max_epochs, s.seeds, s.subsample, s.lambdas) == (7, (3,), 1000, (0.0, 20.0))
     with pytest.raises(ValueError, match="lambdas"):

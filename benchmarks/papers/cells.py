@@ -1,8 +1,8 @@
 """Resumable experiment grids: one JSON file per finished cell.
 
 A benchmark that runs many independent cells (a data set x method x bound x seed of
-:mod:`fairopt.experiments.peers`, a task x model x fold of
-:mod:`fairopt.experiments.gedi_tables`) stores each finished cell's record as one JSON file;
+:mod:`benchmarks.papers.peers`, a task x model x fold of
+:mod:`benchmarks.papers.gedi_tables`) stores each finished cell's record as one JSON file;
 a rerun skips the cells whose file exists, so an interrupted run resumes where it stopped.
 :func:`write_cell` writes atomically (a temporary file renamed into place), so an
 interruption never leaves a half-written cell that a rerun would take for a finished one.

@@ -1,4 +1,4 @@
-"""The [FU] Fig. 1 experiment (``fairopt bench fauci-adult``) on tiny settings.
+"""The [FU] Fig. 1 experiment (``python -m benchmarks.papers fauci-adult``) on tiny settings.
 
 A synthetic table runs the whole protocol in seconds (folds, early stopping, SQP points,
 results table, figure, the paper's numbers beside ours); the command line runs ``--quick``
@@ -15,8 +15,8 @@ import pytest
 
 from fairopt.cli import main
 from fairopt.data import FairData
-from fairopt.experiments import fauci_adult, fauci_adult_report
-from fairopt.experiments.configs import available_configs
+from benchmarks.papers import fauci_adult, fauci_adult_report
+from benchmarks.papers import PAPER_CONFIGS
 
 pytestmark = [pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning"),
               pytest.mark.usefixtures("one_torch_thread")]
@@ -42,7 +42,7 @@ def _png(path) -> bool:
 
 
 def test_registered_listed_and_protocol_constants(capsys):
-    assert "fauci-adult" in available_configs()
+    assert "fauci-adult" in PAPER_CONFIGS
     assert main(["bench", "--list"]) == 0
     assert "fauci-adult: [FU] Fig. 1" in capsys.readouterr().out
     full = fauci_adult.FULL
@@ -94,7 +94,7 @@ def test_tiny_synthetic_run_writes_the_table_the_figure_and_the_paper_beside_our
     # the report can be rewritten from the saved table alone
     again = tmp_path / "again"
     again.mkdir()
-    text, _ = fauci_adult.write_report(saved, again, TINY, "fairopt bench fauci-adult", 1.0, "custom")
+    text, _ = fauci_adult.write_report(saved, again, TINY, "python -m benchmarks.papers fauci-adult", 1.0, "custom")
     def body(markdown: str) -> str:
         return markdown[markdown.index("## The paper's numbers"):]
 
@@ -129,7 +129,7 @@ def test_quick_from_the_command_line_on_adult(tmp_path, monkeypatch):
     rows = pd.read_csv(out / "results.csv")
     assert len(rows) == 4 and set(rows["method"]) == {"vanilla", "fauci", "sqp"}
     summary = (out / "summary.md").read_text()
-    assert "Command: `fairopt bench fauci-adult --quick" in summary and "Protocol: **quick**" in summary
+    assert "Command: `python -m benchmarks.papers fauci-adult --quick" in summary and "Protocol: **quick**" in summary
     assert _png(out / "fig1_tradeoffs.png")
 
 

@@ -1,4 +1,4 @@
-"""Tables, figure and summary of the [FU] Fig. 1 experiment (:mod:`fairopt.experiments.fauci_adult`).
+"""Tables, figure and summary of the [FU] Fig. 1 experiment (:mod:`benchmarks.papers.fauci_adult`).
 
 The paper's numbers are the ones its text states for Fig. 1 ([FU] sec. 4.2-4.4; the figure
 itself is an image in the available text, so curves cannot be copied) and the x-axis ranges of

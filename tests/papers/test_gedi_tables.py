@@ -1,4 +1,4 @@
-"""``fairopt bench gedi-tables``: [GeDI] Tables 4/5 and Fig. 3 with Moving Targets.
+"""``python -m benchmarks.papers gedi-tables``: [GeDI] Tables 4/5 and Fig. 3 with Moving Targets.
 
 Tiny runs on an Adult subsample (Adult is embedded: no data directory needed): the table
 columns, the paper's values beside ours, the relative GeDI of one row recomputed by the
@@ -16,11 +16,10 @@ import pandas as pd
 import pytest
 
 from fairopt.cli import main
-from fairopt.experiments import gedi_tables
-from fairopt.experiments.configs import run_config
-from fairopt.experiments.gedi_tables_data import PAPER, QUICK, TASKS, model_names, override, protocol_tag
-from fairopt.experiments.gedi_tables_runs import ModelCell, make_learner, relative_didi, relative_gedi, task_folds
-from fairopt.experiments.paper_configs import PAPER_CONFIGS, command_line
+from benchmarks.papers import gedi_tables
+from benchmarks.papers.gedi_tables_data import PAPER, QUICK, TASKS, model_names, override, protocol_tag
+from benchmarks.papers.gedi_tables_runs import ModelCell, make_learner, relative_didi, relative_gedi, task_folds
+from benchmarks.papers import PAPER_CONFIGS, command_line, run_paper_config
 
 from conftest import SHARED_DATA, require_shared_file
 
@@ -59,11 +58,10 @@ def test_registered_listed_and_paper_numbers(capsys):
     assert PAPER["adult_sex"]["GB+MT"][:4] == (0.85, 0.00, 0.85, 0.00)
     assert PAPER["communities_pctblack"]["NN+MT-Coarse"][6:8] == (0.90, 0.54)
     assert command_line("gedi-tables", "out", quick=True, n_jobs=2) == \
-        "fairopt bench gedi-tables --quick --n-jobs 2 --out out"
+        "python -m benchmarks.papers gedi-tables --quick --n-jobs 2 --out out"
     with pytest.raises(ValueError, match="n_jobs"):
-        run_config("sqp-table2", "unused", n_jobs=2)
-    with pytest.raises(ValueError, match="n_jobs"):
-        run_config("demo-adult", "unused", n_jobs=2)
+        run_paper_config("sqp-table2", "unused", n_jobs=2)
+    assert main(["bench", "demo-adult", "--n-jobs", "2", "--out", "unused"]) == 2  # a declarative configuration
 
 
 def test_override_and_protocol_tag():
@@ -164,7 +162,8 @@ def test_quick_through_the_cli(tmp_path, monkeypatch, capsys):
     out = tmp_path / "quick"
     assert main(["bench", "gedi-tables", "--quick", "--out", str(out)]) == 0
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("# gedi-tables") and "Command: `fairopt bench gedi-tables --quick --out" in summary
+    assert summary.startswith("# gedi-tables")
+    assert "Command: `python -m benchmarks.papers gedi-tables --quick --out" in summary
     assert "Protocol: **quick**" in summary and "# gedi-tables" in capsys.readouterr().out
 
 

@@ -1,6 +1,6 @@
-r"""Tables, figure and summary of ``fairopt bench dcov-pg15`` ([DC] sec. 5.2), beside the paper's numbers.
+r"""Tables, figure and summary of ``python -m benchmarks.papers dcov-pg15`` ([DC] sec. 5.2), beside the paper's numbers.
 
-The runner (:mod:`fairopt.experiments.dcov_pg15`) produces one row per trained model, part
+The runner (:mod:`benchmarks.papers.dcov_pg15`) produces one row per trained model, part
 (``valid``, ``subtrain``, ``test``, ``train``) and version of the predictions (``corrected``:
 False for the model's own rates, True after the balance correction of [DC] Remark 5.3).
 This module turns those rows into the paper's tables with the gaps, draws the trade-off

@@ -1,5 +1,5 @@
 """The fair ridge paper's experiment settings and its real data sets as arrays
-(:mod:`fairopt.experiments.fair_ridge`)."""
+(:mod:`benchmarks.papers.fair_ridge`)."""
 
 from __future__ import annotations
 

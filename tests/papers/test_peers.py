@@ -1,4 +1,4 @@
-"""The peer benchmark runner (fairopt.experiments.peers): cache/resume, table, DI, skips."""
+"""The peer benchmark runner (benchmarks.papers.peers): cache/resume, table, DI, skips."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fairopt.experiments import peers
+from benchmarks.papers import peers
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

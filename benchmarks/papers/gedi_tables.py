@@ -3,7 +3,7 @@ r"""[GeDI] Tables 4/5 and Fig. 3: Moving Targets under relative GeDI bounds, and
 The performance and preprocessing experiments of Giuliani et al., "Generalized Disparate
 Impact for Configurable Fairness Solutions in ML" ([GeDI], sec. 5 and App. B):
 
-- tasks ([GeDI] Table 3; :data:`~fairopt.experiments.gedi_tables_data.TASKS`): Adult
+- tasks ([GeDI] Table 3; :data:`~benchmarks.papers.gedi_tables_data.TASKS`): Adult
   (30,162 rows, income) with ``sex`` (binary, Table 4) and ``age`` (continuous, Table 5);
   Communities & Crime (1,993 rows, violentPerPop, regression) with ``race`` (binary,
   Table 4) and ``pctBlack`` (continuous, Table 5);
@@ -20,12 +20,12 @@ Impact for Configurable Fairness Solutions in ML" ([GeDI], sec. 5 and App. B):
   bins) relative to the original targets', and a model trained on them.
 
 Every cell ``(task, model, fold)`` and ``(task, form, order)`` is cached as one JSON file
-under ``OUT/cells/`` (:mod:`fairopt.experiments.cells`): a rerun skips the finished cells,
+under ``OUT/cells/`` (:mod:`benchmarks.papers.cells`): a rerun skips the finished cells,
 so an interrupted run resumes. Cells run in parallel with ``n_jobs`` (joblib processes,
 one thread each). :func:`run` writes ``summary.md`` (ours beside the paper's numbers with
 the gaps, the protocol and the command line), ``folds.csv`` (one row per model and fold),
 ``tables.csv``, ``preprocessing.csv``, ``tables.png`` and ``preprocessing.png``.
-``fairopt bench gedi-tables`` and ``benchmarks/mt_gedi.py`` call it.
+``python -m benchmarks.papers gedi-tables`` and ``benchmarks/mt_gedi.py`` call it.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from fairopt.experiments.cells import read_cells
-from fairopt.experiments.gedi_tables_data import (FULL, PAPER, PAPER_PREPROCESSING, QUICK, TASKS, Settings,
+from benchmarks.papers.cells import read_cells
+from benchmarks.papers.gedi_tables_data import (FULL, PAPER, PAPER_PREPROCESSING, QUICK, TASKS, Settings,
                                                   model_names, override, protocol_tag)
-from fairopt.experiments.gedi_tables_runs import ModelCell, PreprocessingCell, run_cell
+from benchmarks.papers.gedi_tables_runs import ModelCell, PreprocessingCell, run_cell
 from solvers.plotting import finish_axes
 
 __all__ = ["Settings", "FULL", "QUICK", "override", "grid", "run", "summarise", "gaps_beyond_spread",
@@ -361,7 +361,7 @@ def write_report(folds: pd.DataFrame, pre: pd.DataFrame, out: str | Path, settin
 
 
 def run(out: str | Path, settings: Settings = FULL, data_dir: str | Path | None = None,
-        command: str = "fairopt bench gedi-tables", progress: bool = True, n_jobs: int = 1,
+        command: str = "python -m benchmarks.papers gedi-tables", progress: bool = True, n_jobs: int = 1,
         protocol: str = "full") -> tuple[pd.DataFrame, str, list[Path]]:
     """Run (or resume) every cell of ``settings`` into ``out``; write the report.
 

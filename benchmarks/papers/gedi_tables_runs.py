@@ -1,11 +1,11 @@
-"""The cells of ``fairopt bench gedi-tables``: one model on one fold, one preprocessing projection.
+"""The cells of ``python -m benchmarks.papers gedi-tables``: one model on one fold, one preprocessing projection.
 
 A :class:`ModelCell` ``(task, model, fold)`` trains one of the [GeDI] sec. 5 models
 (RF, GB, NN, unconstrained or with Moving Targets) on one training fold and measures it on
 both splits; a :class:`PreprocessingCell` ``(task, form, degree)`` projects a task's targets
 under one GeDI constraint ([GeDI] Fig. 3) and trains a model on them. Each returns one
 record (a flat dict) and is cached by :func:`run_cell` as one JSON file
-(:mod:`fairopt.experiments.cells`).
+(:mod:`benchmarks.papers.cells`).
 
 Measures (``x`` the protected attribute, standardised when continuous, 0/1 when binary):
 
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fairopt.experiments.cells import write_cell
-from fairopt.experiments.gedi_tables_data import TASKS, Settings, Task, protocol_tag
+from benchmarks.papers.cells import write_cell
+from benchmarks.papers.gedi_tables_data import TASKS, Settings, Task, protocol_tag
 from fairopt.measures import accuracy, r2
 from fairopt.measures.gedi import binned_didi, gedi
 

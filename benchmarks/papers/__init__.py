@@ -1,27 +1,33 @@
-"""Paper experiments runnable by name: ``fairopt bench sqp-table2``, ``fair-ridge``, ``dcov-pg15``, ``fauci-adult``.
+"""Paper reproductions, runnable by name from a source checkout.
 
-Unlike the declarative configurations of :mod:`fairopt.experiments.configs` (data x methods
-x grid through :func:`~fairopt.experiments.compare`), these reproduce one table or figure
-of a paper with its own protocol and write the paper's numbers beside ours:
+    python -m benchmarks.papers --list
+    python -m benchmarks.papers sqp-table2 --quick --out /tmp/sqp       # also: fairopt bench sqp-table2
+    python -m benchmarks.papers peers --quick --n-jobs 2
 
-- ``sqp-table2`` (:mod:`fairopt.experiments.sqp_table2`): [SQP] Tables 2 and 4 and Fig. 7 -
+These are not part of the installed library: each reproduces one table or figure of a
+paper with its own protocol and writes the paper's numbers beside ours, so it hard-codes
+those numbers. The library's own experiment tools (:func:`fairopt.experiments.compare`, the
+declarative configurations of :mod:`fairopt.experiments.configs`, sweeps, plots) are what
+they are built from.
+
+- ``sqp-table2`` (:mod:`benchmarks.papers.sqp_table2`): [SQP] Tables 2 and 4 and Fig. 7 -
   hard DI (and EI) constraints on Dutch, Law and ACSIncome (Colorado) with stochastic SQP;
-- ``fair-ridge`` (:mod:`fairopt.experiments.fair_ridge`): [FR] Example 1 and the real-data
+- ``fair-ridge`` (:mod:`benchmarks.papers.fair_ridge`): [FR] Example 1 and the real-data
   comparison of FRRM, FGRRM, NCLM, ZLM and ZLRM;
-- ``dcov-pg15`` (:mod:`fairopt.experiments.dcov_pg15`): [DC] sec. 5.2, the pg15training Poisson
+- ``dcov-pg15`` (:mod:`benchmarks.papers.dcov_pg15`): [DC] sec. 5.2, the pg15training Poisson
   application with CCdCov and JdCov regularisers (Tables 5.3, 5.4, H.3 and Fig. 5.4);
-- ``fauci-adult`` (:mod:`fairopt.experiments.fauci_adult`): [FU] Fig. 1 - FaUCI's DP, DI and EO
+- ``fauci-adult`` (:mod:`benchmarks.papers.fauci_adult`): [FU] Fig. 1 - FaUCI's DP, DI and EO
   regularisers on Adult for sex, race and age, trade-off curves against the vanilla network and SQP;
-- ``gedi-tables`` (:mod:`fairopt.experiments.gedi_tables`): [GeDI] Tables 4/5 and Fig. 3 - RF, GB
+- ``gedi-tables`` (:mod:`benchmarks.papers.gedi_tables`): [GeDI] Tables 4/5 and Fig. 3 - RF, GB
   and MLP with Moving Targets under relative GeDI bounds on Adult and Communities, and the
   preprocessing (target projection) experiment; cached per (task, model, fold), parallel
-  (``n_jobs``, the runners whose config has ``parallel=True``).
+  (``n_jobs``, the runners whose config has ``parallel=True``);
+- ``peers`` (:mod:`benchmarks.papers.peers`): fairopt beside fairlearn, cooper and the
+  Seldonian engine under ``DI >= delta`` (its own options: ``python -m benchmarks.papers peers -h``).
 
-Each runs in full (the paper's protocol, or as close as the data and time allow) or with
-``quick=True`` (``--quick``: a few minutes on one core). :mod:`fairopt.experiments.configs`
-registers them in :data:`~fairopt.experiments.configs.BUILTIN` (so ``fairopt bench --list``
-shows them) and :func:`~fairopt.experiments.configs.run_config` dispatches to
-:func:`run_paper_config`.
+Each paper runs in full (the paper's protocol, or as close as the data and time allow) or
+with ``quick=True`` (``--quick``: minutes on one core). ``fairopt bench NAME`` delegates here
+when it runs from a checkout.
 """
 
 from __future__ import annotations
@@ -32,12 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-__all__ = ["PaperConfig", "PAPER_CONFIGS", "run_paper_config", "command_line"]
+__all__ = ["PaperConfig", "PAPER_CONFIGS", "PEERS", "run_paper_config", "command_line", "main"]
 
 
 @dataclass(frozen=True)
 class PaperConfig:
-    """A named paper experiment: its description (``fairopt bench --list``) and its runner
+    """A named paper experiment: its description (``--list``) and its runner
     ``runner(out, *, quick, epochs, seeds, data_dir, subsample, command, progress) -> (table, summary, files)``."""
 
     name: str
@@ -49,7 +55,7 @@ class PaperConfig:
 
 def _sqp_table2(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
                 subsample: int | None, command: str, progress: bool) -> tuple[Any, str, list[Path]]:
-    from fairopt.experiments import sqp_table2
+    from benchmarks.papers import sqp_table2
 
     settings = sqp_table2.override(sqp_table2.QUICK if quick else sqp_table2.FULL, epochs=epochs, seeds=seeds,
                                    subsample=subsample)
@@ -58,7 +64,7 @@ def _sqp_table2(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[i
 
 def _fair_ridge(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
                 subsample: int | None, command: str, progress: bool) -> tuple[Any, str, list[Path]]:
-    from fairopt.experiments import fair_ridge
+    from benchmarks.papers import fair_ridge
 
     if epochs is not None:
         raise ValueError("epochs: fair-ridge fits closed-form and convex models; --epochs does not apply")
@@ -75,7 +81,7 @@ def _settings_runner(module: str, tag: str) -> Callable[..., tuple[Any, str, lis
 
     def runner(out: Path, *, quick: bool, epochs: int | None, seeds: Sequence[int] | None, data_dir: Any,
                subsample: int | None, command: str, progress: bool, **extra: Any) -> tuple[Any, str, list[Path]]:
-        experiment = importlib.import_module(f"fairopt.experiments.{module}")
+        experiment = importlib.import_module(f"{__name__}.{module}")
         base = experiment.QUICK if quick else experiment.FULL
         settings = experiment.override(base, epochs=epochs, seeds=seeds, subsample=subsample)
         protocol = ("quick" if quick else f"full ([{tag}] protocol)") + ("" if settings == base else " with overrides")
@@ -129,8 +135,8 @@ PAPER_CONFIGS: dict[str, PaperConfig] = {
 def command_line(name: str, out: str | Path, *, quick: bool = False, epochs: int | None = None,
                  seeds: Sequence[int] | None = None, data_dir: Any = None, subsample: int | None = None,
                  n_jobs: int = 1) -> str:
-    """The ``fairopt bench`` command that reproduces a run (written into its summary)."""
-    parts = ["fairopt", "bench", name]
+    """The command that reproduces a run (written into its summary)."""
+    parts = ["python", "-m", "benchmarks.papers", name]
     if quick:
         parts.append("--quick")
     if epochs is not None:
@@ -172,3 +178,54 @@ def run_paper_config(name: str, out: str | Path, *, quick: bool = False, epochs:
         csv = Path(out) / "linear_folds.csv"
         table = pd.read_csv(csv) if csv.is_file() and csv.stat().st_size > 1 else pd.DataFrame()
     return BenchResult(table=table, summary=summary, files=list(files))
+
+
+#: The peer benchmark's name; it takes its own options (:func:`benchmarks.papers.peers.add_arguments`).
+PEERS = "peers"
+_PEERS_DESCRIPTION = ("fairopt beside fairlearn, cooper and the Seldonian engine under DI >= delta; cached and "
+                      "resumable (its own options: --quick --datasets --methods --deltas --seeds --n-jobs --max-rows "
+                      "--include-sensitive --table).")
+
+
+def _parser() -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.papers",
+                                     description="Run a paper reproduction by name (--list shows them).")
+    parser.add_argument("name", nargs="?", help="a paper reproduction (--list), or 'peers' (then: peers -h)")
+    parser.add_argument("--list", action="store_true", help="list the paper reproductions and exit")
+    parser.add_argument("--out", default="fairopt_bench", help="output directory (default fairopt_bench)")
+    parser.add_argument("--quick", action="store_true", help="the short variant (the description says what)")
+    parser.add_argument("--epochs", type=int, help="override the epochs")
+    parser.add_argument("--seeds", type=int, nargs="+", help="override the training seeds")
+    parser.add_argument("--subsample", type=int, help="use a seeded subsample of this many rows")
+    parser.add_argument("--data-dir", dest="data_dir", help="directory with the benchmark data files")
+    parser.add_argument("--n-jobs", dest="n_jobs", type=int, default=1,
+                        help=f"parallel cells: {sorted(n for n, c in PAPER_CONFIGS.items() if c.parallel)}")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.papers NAME [options]`` (and ``fairopt bench NAME`` from a checkout);
+    returns the exit status (2 for an unknown name or a missing one)."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [PEERS]:
+        from benchmarks.papers import peers
+
+        return peers.main(argv[1:])
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.list or args.name is None:
+        for name, config in PAPER_CONFIGS.items():
+            print(f"{name}: {config.description}")
+        print(f"{PEERS}: {_PEERS_DESCRIPTION}")
+        return 0 if args.list else 2
+    if args.name not in PAPER_CONFIGS:
+        parser.error(f"{args.name!r} is not a paper reproduction; available: {[*PAPER_CONFIGS, PEERS]}")
+    result = run_paper_config(args.name, args.out, quick=args.quick, epochs=args.epochs, seeds=args.seeds,
+                              data_dir=args.data_dir, subsample=args.subsample, n_jobs=args.n_jobs)
+    print(result.summary)
+    print("wrote " + ", ".join(str(f) for f in result.files))
+    return 0

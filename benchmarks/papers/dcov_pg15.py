@@ -42,7 +42,7 @@ kept), the initialisation (PyTorch's default), the seeds, and how the test-stage
 averaged (over the same seeds).
 
 :func:`run` writes ``results.csv`` (one row per model, part and version of the predictions),
-``floors.csv``, ``summary.md`` and ``tradeoff.png``; ``fairopt bench dcov-pg15`` calls it.
+``floors.csv``, ``summary.md`` and ``tradeoff.png``; ``python -m benchmarks.papers dcov-pg15`` calls it.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ import pandas as pd
 import torch
 
 from fairopt._validation import check_seeds, positive_int
-from fairopt.experiments import dcov_pg15_report as report
-from fairopt.experiments.early_stopping import EarlyStopping
+from benchmarks.papers import dcov_pg15_report as report
+from benchmarks.papers.early_stopping import EarlyStopping
 
 __all__ = ["Settings", "Hyper", "HYPER", "FULL", "QUICK", "SENSITIVE", "KINDS", "CHOICES",
            "prepare", "stop_slice", "train_model", "measure", "run_rows", "run", "override", "write_report"]
@@ -128,10 +128,10 @@ QUICK = Settings(lambdas=(0.0, 10.0, 40.0, 150.0), seeds=(0,), max_epochs=40, pa
 CHOICES = """\
 - **Where the paper is silent.** Hidden activation ReLU; PyTorch's default initialisation
   (seeded) except the output bias, set to the log of the training rows' claim frequency
-  (``sum N / sum v``, the homogeneous Poisson fit); early stopping on the penalised objective (mean Poisson loss + lambda psi, psi on
-  the whole slice) of a fixed 10% slice of the rows being trained on (stratified on the
-  gender x region cell and claim/no claim), checked after every epoch, patience {patience},
-  at most {max_epochs} epochs, the best epoch's weights kept. The final models are
+  (``sum N / sum v``, the homogeneous Poisson fit); early stopping on the penalised objective
+  (mean Poisson loss + lambda psi, psi on the whole slice) of a fixed 10% slice of the rows being
+  trained on (stratified on the gender x region cell and claim/no claim), checked after every epoch,
+  patience {patience}, at most {max_epochs} epochs, the best epoch's weights kept. The final models are
   trained and averaged over the same seeds as the calibration. The 80/20 and 70/30 splits
   are stratified on the 20 gender x region cells (the paper also stratifies on the
   response); split seed {split_seed}.
@@ -369,8 +369,8 @@ def lambda_scales(rows: pd.DataFrame) -> pd.DataFrame:
     for kind in KINDS:
         value = float(base[kind].mean())
         scale = lambda_scale(loss, value) if value > 0 else math.nan
-        records.append({"regulariser": report.NAMES[kind], "mean loss": f"{loss:.4f}", "regulariser value": f"{value:.4e}",
-                        "scale (eq. 4.5)": f"{scale:.1f}"})
+        records.append({"regulariser": report.NAMES[kind], "mean loss": f"{loss:.4f}",
+                        "regulariser value": f"{value:.4e}", "scale (eq. 4.5)": f"{scale:.1f}"})
     return pd.DataFrame(records)
 
 
@@ -418,7 +418,7 @@ def write_report(rows: pd.DataFrame, floors: pd.DataFrame, out: str | Path, sett
 
 
 def run(out: str | Path, settings: Settings = FULL, data_dir: str | Path | None = None,
-        command: str = "fairopt bench dcov-pg15", progress: bool = True, protocol: str | None = None,
+        command: str = "python -m benchmarks.papers dcov-pg15", progress: bool = True, protocol: str | None = None,
         data: Any = None) -> tuple[pd.DataFrame, str, list[Path]]:
     """Run ``settings``; write ``results.csv``, ``floors.csv``, ``summary.md`` and ``tradeoff.png``.
 

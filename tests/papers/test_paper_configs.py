@@ -1,4 +1,5 @@
-"""The paper experiments runnable by name: ``fairopt bench sqp-table2`` and ``fairopt bench fair-ridge``.
+"""The paper experiments runnable by name (``python -m benchmarks.papers``, ``fairopt bench`` from a
+checkout): ``sqp-table2`` and ``fair-ridge``.
 
 The ``--quick`` variants run here on tiny settings (the module constants QUICK are patched
 down); tests that need the benchmark data skip when ../shared/data is absent.
@@ -13,9 +14,9 @@ import pandas as pd
 import pytest
 
 from fairopt.cli import main
-from fairopt.experiments import fair_ridge, sqp_table2
-from fairopt.experiments.configs import BUILTIN, available_configs, load_config, run_config
-from fairopt.experiments.paper_configs import PAPER_CONFIGS, command_line
+from benchmarks.papers import fair_ridge, sqp_table2
+from fairopt.experiments.configs import BUILTIN, available_configs, load_config
+from benchmarks.papers import PAPER_CONFIGS, command_line, run_paper_config
 
 from conftest import SHARED_DATA, require_shared_file
 
@@ -28,7 +29,8 @@ def _png(path) -> bool:
 
 
 def test_paper_configs_are_listed_and_registered(capsys):
-    assert {"sqp-table2", "fair-ridge"} <= set(available_configs()) and {"sqp-table2", "fair-ridge"} <= set(BUILTIN)
+    assert {"sqp-table2", "fair-ridge"} <= set(PAPER_CONFIGS)
+    assert not {"sqp-table2", "fair-ridge"} & (set(available_configs()) | set(BUILTIN))  # not in the package
     assert main(["bench", "--list"]) == 0
     listed = capsys.readouterr().out
     assert "sqp-table2: [SQP] Tables 2/4 and Fig. 7" in listed and "fair-ridge: [FR] Example 1" in listed
@@ -36,14 +38,13 @@ def test_paper_configs_are_listed_and_registered(capsys):
 
 
 def test_paper_configs_are_not_declarative_and_quick_is_theirs(tmp_path):
-    with pytest.raises(ValueError, match="scripted paper experiment"):
+    with pytest.raises(ValueError, match="neither a built-in configuration"):
         load_config("sqp-table2")
-    with pytest.raises(ValueError, match="quick"):
-        run_config("demo-adult", tmp_path, quick=True)
+    assert main(["bench", "demo-adult", "--quick", "--out", str(tmp_path)]) == 2  # quick is the papers'
     with pytest.raises(ValueError, match="epochs"):
-        run_config("fair-ridge", tmp_path, epochs=3)
+        run_paper_config("fair-ridge", tmp_path, epochs=3)
     assert command_line("fair-ridge", "out dir", quick=True, seeds=[0, 1], data_dir="../shared/data") == \
-        "fairopt bench fair-ridge --quick --seeds 0 1 --data-dir ../shared/data --out 'out dir'"
+        "python -m benchmarks.papers fair-ridge --quick --seeds 0 1 --data-dir ../shared/data --out 'out dir'"
 
 
 def test_sqp_table2_paper_numbers_and_scenarios():
@@ -69,7 +70,7 @@ def test_sqp_table2_quick_runs_and_reports_the_paper_columns(tmp_path, monkeypat
     assert rows["train_acc"].between(0, 100).all() and rows["train_di"].between(0, 1).all()
     assert _png(out / "fig7_realised_di.png")
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("# sqp-table2") and "Command: `fairopt bench sqp-table2 --quick" in summary
+    assert summary.startswith("# sqp-table2") and "Command: `python -m benchmarks.papers sqp-table2 --quick" in summary
     header = next(line for line in summary.splitlines() if line.startswith("| table |"))
     assert "Acc paper" in header and "c̄_di ours / paper" in header
     assert "| 78.00 |" in summary  # Dutch, DI >= 0.8: [SQP] Table 2
@@ -111,7 +112,7 @@ def test_fair_ridge_quick_runs_and_reports_the_paper_columns(tmp_path, monkeypat
     logistic = pd.read_csv(out / "logistic_folds.csv")
     assert len(logistic) == 2 * 2 and logistic["fgrrm_f1"].between(0, 1).all()
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("# fair-ridge") and "Command: `fairopt bench fair-ridge --quick" in summary
+    assert summary.startswith("# fair-ridge") and "Command: `python -m benchmarks.papers fair-ridge --quick" in summary
     assert "paper (sec. 2.2, Fig. 1)" in summary and "3-5%" in summary  # Example 1, Fig. 1
     assert "~0.85" in summary  # Example 1, Fig. 2
     assert "FGRRM F1 over r, paper (sec. 5.3)" in summary and "[0.6141, 0.6489]" in summary  # ADULT

@@ -1,6 +1,6 @@
 """The peer benchmark's method adapters: one ``fit_predict(train, test, delta, seed) -> dict``
 per method (fairopt's estimators, fairlearn, cooper, the Seldonian engine), registered in
-:data:`ADAPTERS` (the list of methods is in the docstring of :mod:`fairopt.experiments.peers`,
+:data:`ADAPTERS` (the list of methods is in the docstring of :mod:`benchmarks.papers.peers`,
 which runs them on a grid)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 __all__ = ["ADAPTERS", "Adapter", "PEERS_INSTALL", "Part", "PeerUnavailable", "SENSITIVE", "adapter",
            "available_methods"]
 
-logger = logging.getLogger("fairopt.experiments.peers")
+logger = logging.getLogger("benchmarks.papers.peers")
 
 SENSITIVE = "s"
 PEERS_INSTALL = ('pip install "fairopt[peers]" && pip install --no-deps seldonian-engine==0.8.11 '

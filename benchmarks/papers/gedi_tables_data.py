@@ -1,4 +1,4 @@
-"""What ``fairopt bench gedi-tables`` runs: the [GeDI] tasks, the paper's numbers and the settings.
+"""What ``python -m benchmarks.papers gedi-tables`` runs: the [GeDI] tasks, the paper's numbers and the settings.
 
 The tasks of [GeDI] Table 3, with the paper's Tables 4 and 5 copied from its text (mean and
 standard deviation over 5 folds, training time in seconds), the preprocessing experiment
@@ -96,7 +96,7 @@ PAPER: dict[str, dict[str, tuple[float, ...]]] = {
 }
 
 #: [GeDI] sec. 5, "Preprocessing experiments" (Fig. 3 is an image: these statements are all
-#: the text gives), keyed by the check that :mod:`fairopt.experiments.gedi_tables` makes.
+#: the text gives), keyed by the check that :mod:`benchmarks.papers.gedi_tables` makes.
 PAPER_PREPROCESSING: dict[str, str] = {
     "satisfied": "All GeDI constraints are satisfied by construction due to the use of an exact solver.",
     "fine_trend": "Increasing the kernel order with the GeDI-Fine approach tends to improve the discretized DIDI "
@@ -111,7 +111,7 @@ PAPER_PREPROCESSING: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Settings:
-    """What :func:`fairopt.experiments.gedi_tables.run` runs (:data:`FULL`: the paper's protocol).
+    """What :func:`benchmarks.papers.gedi_tables.run` runs (:data:`FULL`: the paper's protocol).
 
     Performance tests ([GeDI] sec. 5, App. B.2-B.3): ``folds``-fold cross-validation shuffled
     with ``seed`` (stratified for Adult, as the authors' code), of which the first

@@ -1,5 +1,5 @@
 """The fair ridge paper's Example 1 (synthetic): data, the population values, the
-coefficient profiles and the bias of ridge-decorrelated NCLM (:mod:`fairopt.experiments.fair_ridge`)."""
+coefficient profiles and the bias of ridge-decorrelated NCLM (:mod:`benchmarks.papers.fair_ridge`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from fairopt.experiments.fair_ridge_data import Settings
+from benchmarks.papers.fair_ridge_data import Settings
 
 # ----------------------------------------------------------------------------- Example 1
 def example1_sigma() -> np.ndarray:

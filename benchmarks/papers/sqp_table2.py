@@ -26,7 +26,7 @@ paper's ``c_di``, ``c_ei`` (surrogate) and ``c̄_di``, ``c̄_ei`` (hard) can be 
 
 :func:`run` writes ``results.csv`` (one row per run), ``summary.md`` (our numbers beside the
 paper's, with the gaps) and ``fig7_realised_di.png``. ``benchmarks/sqp_paper.py`` and
-``fairopt bench sqp-table2`` call it.
+``python -m benchmarks.papers sqp-table2`` call it.
 """
 
 from __future__ import annotations
@@ -436,7 +436,8 @@ def _summary(rows: pd.DataFrame, settings: Settings, command: str, seconds: floa
 
 
 def run(out: str | Path, settings: Settings = FULL, data_dir: str | Path | None = None,
-        command: str = "fairopt bench sqp-table2", progress: bool = True) -> tuple[pd.DataFrame, str, list[Path]]:
+        command: str = "python -m benchmarks.papers sqp-table2",
+        progress: bool = True) -> tuple[pd.DataFrame, str, list[Path]]:
     """Run ``settings``; write ``results.csv``, ``summary.md`` and ``fig7_realised_di.png`` to ``out``.
 
     Returns the per-run table, the markdown summary and the files written.

@@ -24,7 +24,7 @@ Registered adapters (:data:`ADAPTERS`):
   the behavioural constraint ``min(PR|[g0]/PR|[g1], PR|[g1]/PR|[g0]) >= delta`` at 95 %
   confidence; it splits candidate/safety data itself and may return no solution ("NSF").
 
-The adapters live in :mod:`fairopt.experiments.peer_adapters`; this module runs them on the
+The adapters live in :mod:`benchmarks.papers.peer_adapters`; this module runs them on the
 grid. The peers are optional. Install them with::
 
     pip install "fairopt[peers]"            # fairlearn, cooper-optim
@@ -53,9 +53,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fairopt.experiments.cells import read_cells, write_cell
+from benchmarks.papers.cells import read_cells, write_cell
 from fairopt.experiments.configs import markdown_table
-from fairopt.experiments.peer_adapters import ADAPTERS, Adapter, Part, PeerUnavailable, adapter, available_methods
+from benchmarks.papers.peer_adapters import ADAPTERS, Adapter, Part, PeerUnavailable, adapter, available_methods
 from fairopt.measures import disparate_impact
 from solvers.plotting import panel_axes
 
@@ -373,7 +373,8 @@ def _markdown(table: pd.DataFrame, command: str | None, failed: list[dict], max_
     lines += [f"Same seeded {1 - TEST_SIZE:.0%}/{TEST_SIZE:.0%} split and feature matrix for every method"
               + (f"; seeded subsample of {max_rows} rows" if max_rows else "") + ". DI = min(P(yhat=1|s=0)/"
               "P(yhat=1|s=1), inverse) on hard predictions; means over seeds (`seeds`). The sensitive attribute "
-              + ("IS" if include_sensitive else "is NOT") + " a column of the feature matrix (for every method alike).", ""]
+              + ("IS" if include_sensitive else "is NOT")
+              + " a column of the feature matrix (for every method alike).", ""]
     lines += [markdown_table(table, floatfmt=".3f"), ""]
     if failed:
         lines += ["Not run (retried on the next run):", ""]
@@ -415,7 +416,7 @@ def plot_tradeoffs(cells: pd.DataFrame, out: str | Path, deltas: Sequence[float]
 
 
 # --------------------------------------------------------------------------------------
-# command line (benchmarks/peers.py and ``fairopt bench peers``)
+# command line (``python -m benchmarks.papers peers``, ``fairopt bench peers`` and benchmarks/peers.py)
 # --------------------------------------------------------------------------------------
 def add_arguments(parser: Any, prefix_out: bool = True) -> None:
     """The runner's options on an ``argparse`` parser."""
@@ -450,15 +451,15 @@ def run_from_args(args: Any, command: str | None = None) -> PeersResult:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m fairopt.experiments.peers [--quick] ...``."""
+    """``python -m benchmarks.papers peers [--quick] ...``."""
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.papers peers", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    command = "python -m fairopt.experiments.peers " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.papers peers " + " ".join(sys.argv[1:] if argv is None else argv)
     result = run_from_args(args, command)
     print(result.markdown)
     print("wrote " + ", ".join(str(f) for f in result.files))

@@ -48,7 +48,7 @@ Real data ([FR] sec. 5.1 / Fig. 7-8 and sec. 5.2 / Fig. 9)
 :func:`run` writes ``summary.md`` (our numbers beside the paper's), ``example1_profiles.csv``,
 ``example1_bias.csv``, ``linear_folds.csv``, ``logistic_folds.csv`` and the figures
 ``example1.png`` and ``real_data.png``. ``benchmarks/fair_linear.py`` and
-``fairopt bench fair-ridge`` call it.
+``python -m benchmarks.papers fair-ridge`` call it.
 """
 
 from __future__ import annotations
@@ -62,10 +62,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from fairopt.experiments.fair_ridge_data import (FULL, LABELS, LINEAR_LOADERS, LOGISTIC_LOADERS, MISSING,
+from benchmarks.papers.fair_ridge_data import (FULL, LABELS, LINEAR_LOADERS, LOGISTIC_LOADERS, MISSING,
                                                  PAPER_F1_RANGE, PAPER_FAIRLEARN_F1, PAPER_FIG1, PAPER_R2S_OLS,
                                                  PAPER_ROWS, QUICK, Settings, subsample_rows)
-from fairopt.experiments.fair_ridge_example import (RidgeDecorrelatedNCLM, example1_bias, example1_data,
+from benchmarks.papers.fair_ridge_example import (RidgeDecorrelatedNCLM, example1_bias, example1_data,
                                                     example1_population, example1_profiles, quiet_fit)
 from fairopt.measures import mse
 from solvers.plotting import finish_axes
@@ -478,7 +478,7 @@ DIFFERENCES = """\
 
 
 def run(out: str | Path, settings: Settings = FULL, data_dir: str | Path | None = None,
-        command: str = "fairopt bench fair-ridge", progress: bool = True) -> tuple[str, list[Path]]:
+        command: str = "python -m benchmarks.papers fair-ridge", progress: bool = True) -> tuple[str, list[Path]]:
     """Run Example 1 and the real-data comparison; write the tables, figures and ``summary.md``."""
     from threadpoolctl import threadpool_limits
 
