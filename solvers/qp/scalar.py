@@ -55,9 +55,8 @@ MAX_CANDIDATES = 27
 #: about ``2e-8`` between rows, 200 times the general enumeration's rank test (``rank_tol``
 #: ``1e-10``), so a ``2 x 2`` solve loses at most about 8 of float64's 16 digits, and the KKT and
 #: primal checks below still judge the answer. The two rows of a disparate-impact bound on a
-#: mini-batch are often this close (Dutch, MLP 32, batches of 1,024 rows: ``1 - |r|`` of
-#: ``1e-7`` to ``7e-7`` in 153 of 1,176 QPs of a 20-epoch fit, which the general path took at
-#: about 0.55 ms each against 0.07 ms here).
+#: mini-batch are often this close (``1 - |r|`` of ``1e-7`` to ``1e-6`` in about one QP in eight
+#: of a mini-batch MLP fit, which the general path takes several times as long to solve).
 NEAR_DEPENDENT = 1e-8
 
 _FLOATS = (torch.float32, torch.float64)

@@ -65,9 +65,9 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     step is kept in a trust region. A small, noisy constraint Jacobian (a sharp
     smoothed step on a balanced batch: few rows near the threshold carry all of it)
     makes the linearised feasible set lie far away, so the QP's multipliers and with
-    them ``d = -(g + J'y) / h`` explode (measured on Dutch, MLP 32, balanced batches:
-    ``||d||`` 1.3 -> 55 in two steps, outputs saturate, the loss grows by orders of
-    magnitude). ``d`` is scaled down to ``||d|| <= TRUST_RATIO * ||g / h||`` (the
+    them ``d = -(g + J'y) / h`` explode (``||d||`` grows many-fold within a few steps,
+    outputs saturate, the loss grows by orders of magnitude). ``d`` is scaled down to
+    ``||d|| <= TRUST_RATIO * ||g / h||`` (the
     unconstrained step's length) and the restoration step ``v`` to
     ``||(1 - alpha) v|| <= alpha ||d||``: a restoration computed from a noisy batch Jacobian
     moves no farther than the step the learning rate allows (without this cap a small
@@ -78,10 +78,8 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, v: torch.Tensor, lowe
     the steps taken before, ``||d|| <= recent_radius(state)`` (:func:`recent_radius`; the
     mini-batch polish inherits the stochastic steps' memory). The same failure occurs on all
     rows: the smoothed Jacobian row of a rate constraint can nearly
-    vanish at one iterate (Adult, 4,000 rows, linear model, equalized odds >= 0.8, seed 1,
-    iteration 9: the FPR rows' norms fell from 0.10-0.13 to 0.002 and a multiplier rose to
-    3,400), so ``||d||`` went from 0.2 to 7.7 and the loss from 0.40 to 2.3 (seeds 0-143:
-    a last-iterate loss above 0.5 in 22 runs, ``||d||`` up to 2,161).
+    vanish at one iterate, a multiplier then grows by orders of magnitude, and so do
+    ``||d||`` and the loss (``benchmarks/results/solver_notes.md``).
     ``TRUST_RATIO * ||g / h||`` cannot serve there: a run that starts at the unconstrained
     optimum has ``g ~ 0`` and could never take its constrained step; the first step (no
     memory) is never capped. A capped step also caps its restoration step as above,
@@ -281,17 +279,13 @@ def recent_radius(state: dict, floor: float = 0.0) -> float:
     calibration, the polish's tightening: without the floor a polish after such a run moved
     1e-4 in 20 iterations towards a bound 0.01 away).
 
-    The constants were chosen on Adult (4,000 rows, linear model, equalized odds >= 0.8,
-    150 epochs, ``lr_kmin=50``, seeds 0-143; without a trust region the last iterate's loss
-    was above 0.5 in 22 runs, ``||d||`` up to 2,161 and 1,496 iterations had a loss above 1).
-    Median of 10, growth 3: no last-iterate loss above 0.46 (mean 0.340), training steps
-    ``||d|| <= 1.2``, no training iteration above 1. The largest recent step instead of the
-    median: 4 runs above 0.5, ``||d||`` up to 17 (a Jacobian row that stays small for a few
-    iterations gets its jump once a few long steps fill the memory; the median moves only
-    when half of it has changed); that and capped steps remembered at their length (the
-    region then widens by 3 at every capped step): 13 runs above 0.5, ``||d||`` up to 420.
-    Growth 2 or memory 20 did as well (largest 0.41 and 0.46, the differences within the
-    seed-to-seed scatter); growth 5: 5 runs above 0.5; memory 5: largest 0.48."""
+    The median rather than the largest recent step: a Jacobian row that stays small for a
+    few iterations gets its jump once a few long steps fill the memory, while the median
+    moves only when half of it has changed; capped steps are not remembered at their length,
+    or the region would widen by ``TRUST_GROWTH`` at every capped step. The constants (median
+    of 10, growth 3) were chosen on 144 seeds of a small equalized-odds problem where steps
+    without a trust region blow up; nearby values do as well
+    (``benchmarks/results/solver_notes.md``)."""
     recent = state.get("recent_steps") or ()
     return max(TRUST_GROWTH * statistics.median_high(recent), float(floor)) if recent else math.inf
 
