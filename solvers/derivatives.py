@@ -103,8 +103,8 @@ def rows_and_output_jacobian(cons: Any, out: torch.Tensor, batch: Any) -> tuple[
     ``rows_and_jacobian(out, batch)`` returning the pair, or None, as
     :meth:`solvers.problem.ConstraintSet.rows_and_jacobian` does); otherwise by one backward pass
     per row through the graph of ``cons(out, batch)`` (:func:`rows_jacobian`). Group-rate rows
-    have the closed form ``(D W) * phi'``: measured on 1,024 Dutch rows, it replaces a
-    differentiable evaluation and two backward passes (about 0.25 ms of a 2.6 ms mini-batch step).
+    have the closed form ``(D W) * phi'``, which replaces a differentiable evaluation and two
+    backward passes (about a tenth of a mini-batch step).
     """
     closed_form = getattr(cons, "rows_and_jacobian", None)
     pair = closed_form(out.detach(), batch) if callable(closed_form) else None
@@ -133,8 +133,7 @@ def pullback(out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor, j
 
     ``jacobian="batched"``: one batched vector-Jacobian product (``is_grads_batched``);
     ``"loop"``/``"auto"``: ``k`` backward calls on the retained graph, which
-    ``benchmarks/sqp_speed.py`` measured faster on CPU (Dutch, MLP 32, 3 rows: 69 ms vs
-    136 ms per Jacobian under load).
+    ``benchmarks/sqp_speed.py`` measured faster on CPU for a few rows.
     """
     k = cot.shape[0]
     if jacobian == "batched":
@@ -171,8 +170,8 @@ def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor,
                   augmented: torch.Tensor | None = None) -> OutputTrace:
     """The forward pass of ``model`` on ``X`` ready for pullbacks: the closed form of
     :mod:`solvers.feedforward` when ``jacobian="auto"`` and ``model`` is a plain feed-forward network
-    whose parameters ``params`` are (figures in that module; about 2 ms less per full-batch SQP
-    iteration on Dutch, MLP 32, ``benchmarks/results/sqp_speed.txt``), with ``augmented = [X | 1]``
+    whose parameters ``params`` are (faster per full-batch SQP iteration:
+    ``benchmarks/results/sqp_speed.txt``), with ``augmented = [X | 1]``
     for its first layer when given (:meth:`solvers.feedforward.FeedForward.trace`); otherwise the
     autograd graph (:class:`AutogradTrace`, strategy ``"loop"`` for ``"auto"``)."""
     network = closed_form_network(model, params, jacobian)
@@ -208,9 +207,8 @@ class LocalDerivatives:
         """Read the strata of every row of ``data`` once (``cons.strata(data)``), so that the constraint
         rows of batches drawn from it by index (:meth:`rows_drawn`) come from per-stratum sums
         (``cons.rows_and_factors``) instead of the batch's own ``G x n`` operator and ``m x n``
-        Jacobian (Dutch, MLP 32, batches of 1,024 rows, one thread, the model pass, the rows and the
-        pullback of one batch: 0.82 against 0.95 ms with disparate and equal impact, 0.64 against
-        0.67 ms with disparate impact alone). True when ``cons``
+        Jacobian (a little faster per mini-batch step, the more so the more constraints share
+        the strata). True when ``cons``
         offers this (members that share one direction, :attr:`~solvers.problem.ConstraintSet.shared_direction`,
         with ``strata`` and ``rows_and_factors``); otherwise False and batches keep the plain path."""
         self._data_strata, self._drawn = None, None
@@ -246,9 +244,8 @@ class LocalDerivatives:
         traced at every iteration, is copied once (and a mini-batch objective beside a full
         constraint batch keeps the latter's copy). The copy is column-major (a transposed view of a
         contiguous ``(features + 1, n)`` matrix): the forward product runs as fast in either layout,
-        and the pullback's ``[X | 1]' (v * S)`` reads it column by column (a Dutch-sized 48,336 x 51
-        matrix, 32 columns of ``v * S``, one thread: 1.05 against 1.32 ms per product, 1.52 ms
-        before the pullback took that orientation). A rule on the batch alone, not on what was seen
+        and the pullback's ``[X | 1]' (v * S)`` reads it column by column (faster per product than
+        the row-major copy on tens of thousands of rows). A rule on the batch alone, not on what was seen
         before: a resumed fit takes the same path, bit for bit."""
         if self.jacobian != "auto" or X.shape[0] < MIN_ROWS or X.numel() > AUGMENT_MAX_ELEMENTS:
             return None
