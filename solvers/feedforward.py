@@ -56,9 +56,8 @@ def _into(op: Any, *args: Any, out: torch.Tensor | None) -> torch.Tensor:
 
 #: ``(module, G, Z, H, out=None) -> G * sigma'(Z)`` for activations whose derivative PyTorch computes
 #: from ``Z`` or ``H = sigma(Z)`` directly (the kernels of their own backward passes), written into
-#: ``out`` when given (a buffer reused across cotangents: written into a fresh full-batch matrix at
-#: every call, the leaky-ReLU kernel took 1.4 ms per call instead of 0.5 ms in the profile of
-#: ``benchmarks/feedforward_pullback.py``'s case, 48,336 rows).
+#: ``out`` when given (a buffer reused across cotangents: a fresh full-batch matrix at every call
+#: made the kernel about three times slower in the profile of ``benchmarks/feedforward_pullback.py``).
 ACTIVATION_DERIVATIVES: dict[type[nn.Module], Callable[..., torch.Tensor]] = {
     nn.ReLU: lambda m, G, Z, H, out=None: _into(torch.ops.aten.threshold_backward, G, H, 0, out=out),
     nn.LeakyReLU: lambda m, G, Z, H, out=None: _into(torch.ops.aten.leaky_relu_backward, G, Z, m.negative_slope,

@@ -36,8 +36,7 @@ one of three paths (the ``path`` of the result):
     ``n <= DENSE_MAX_N`` and a feature is continuous: the U-centred distance matrices are
     built once (n x n) and a resample costs one gather of each continuous matrix plus one
     gather from the K x K table of the discrete features (at most
-    :data:`DENSE_TABLE_MAX_CELLS` cells); 3 to 6 ms per resample at n = 1000 with one
-    continuous and two discrete features (one core), so 999 resamples take a few seconds.
+    :data:`DENSE_TABLE_MAX_CELLS` cells), so at n = 1000 999 resamples take seconds.
 ``"blocked"``
     otherwise (large n with a continuous feature): one :func:`~fairopt.measures.dcov.jdcov`
     call per resample on its exact blocked path, O(n^2 d) time and O(block) memory each.
