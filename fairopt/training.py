@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from fairopt import models
+from fairopt.boosted import run_gbm
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.data import FairData
 from fairopt.learners import scaled_output, target_statistics
@@ -52,7 +53,7 @@ __all__ = ["ENGINES", "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "METHODS", "MODEL_
 #: Values of ``method=``.
 METHODS: tuple[str, ...] = ("sqp", "penalty", "lagrangian", "moving_targets")
 #: Named architectures of ``model=``.
-MODEL_KINDS: tuple[str, ...] = ("linear", "mlp")
+MODEL_KINDS: tuple[str, ...] = ("linear", "mlp", "gbm")
 #: Estimator parameters that ``engine_params`` may not repeat.
 ESTIMATOR_OPTIONS: tuple[str, ...] = ("epochs", "lr", "batch_size", "seed", "verbose")
 #: The options of :class:`solvers.penalty.Penalty` the unconstrained reference training
@@ -280,7 +281,10 @@ ENGINES: dict[str, EngineAdapter] = {
 
 def run_engine(options: TrainingOptions, data: FairData, constraints: list, reference: bool = False) -> FitResult:
     """The engine of ``options.method`` (:data:`ENGINES`) trained on ``data`` under
-    ``constraints`` (``reference``: the same training without constraints)."""
+    ``constraints`` (``reference``: the same training without constraints); ``model="gbm"``:
+    boosted trees (:func:`fairopt.boosted.run_gbm`)."""
+    if options.model == "gbm":
+        return run_gbm(options, data, constraints, reference)
     return ENGINES[options.method](options, data, constraints, reference)
 
 

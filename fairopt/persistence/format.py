@@ -54,6 +54,7 @@ _SPEC_KEYS = {
     "mlp": frozenset({"kind", "n_features", "bias", "activation", "hidden"}),
     "output_scale": frozenset({"kind", "inner"}),
     "custom": frozenset({"kind", "class", "n_features"}),
+    "boosted_trees": frozenset({"kind", "n_features"}),
 }
 #: The only attributes :func:`load` sets on an estimator (``feature_names_in_`` and, for a
 #: classifier, ``classes_`` are rebuilt as arrays) and on a Preprocessor.

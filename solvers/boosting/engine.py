@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -194,6 +195,24 @@ class BoostedSQP:
         history = History(cons.row_names)
         bounds = WorkingBounds(lower, upper, self.calibrate_exact, self.calibration_weight)
         state: dict = {"warned_relaxed": False, "iteration": 0, "stop": False}
+        with one_thread_outside_lightgbm():
+            rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
+        # the scores the last tree was fitted at, plus that tree: the scores after every round
+        last = state["scores"] + _tree_scores(booster, X, rounds_done - 1)
+        last_f = row_derivatives(name, last, data).f
+        last_c = exact_rows(cons, last, data) if m else None
+        tracker.offer_copy(lambda: (rounds_done, 0.0), last_f, last_c, rounds_done)
+        if m and name == "bce":
+            self._shift_candidates(booster, X, init, name, cons, data, lower, upper, tracker, last, last_c,
+                                   rounds_done)
+
+        trees, shift = tracker.best.params if tracker.best is not None else (rounds_done, 0.0)
+        model = BoostedScores(booster.model_to_string(num_iteration=trees) if trees > 0 else "", init + shift)
+        return self._result(model, name, cons, data, bounds, history, state, tracker, init, rounds_done)
+
+    def _boost(self, booster: Any, name: str, cons: Any, data: Any, bounds: WorkingBounds, tracker: BestIterate,
+               history: History, state: dict) -> int:
+        """The rounds (each :meth:`_round` and one tree); returns how many ran."""
         rounds_done = 0
         for t in range(self.rounds):
             state["iteration"] = t
@@ -206,18 +225,7 @@ class BoostedSQP:
                             r["V_exact"])
             if state["stop"]:
                 break
-
-        last = _scores(booster, X, init)
-        last_f = row_derivatives(name, last, data).f
-        last_c = exact_rows(cons, last, data) if m else None
-        tracker.offer_copy(lambda: (rounds_done, 0.0), last_f, last_c, rounds_done)
-        if m and name == "bce":
-            self._shift_candidates(booster, X, init, name, cons, data, lower, upper, tracker, last, last_c,
-                                   rounds_done)
-
-        trees, shift = tracker.best.params if tracker.best is not None else (rounds_done, 0.0)
-        model = BoostedScores(booster.model_to_string(num_iteration=trees) if trees > 0 else "", init + shift)
-        return self._result(model, name, cons, data, bounds, history, state, tracker, init, rounds_done)
+        return rounds_done
 
     # ------------------------------------------------------------------ one round
     def _round(self, preds: np.ndarray, name: str, cons: Any, data: Any, bounds: WorkingBounds,
@@ -226,6 +234,7 @@ class BoostedSQP:
         them as a candidate, solves the QP and returns ``(g + J'y, h)``."""
         t = state["iteration"]
         F = torch.from_numpy(np.asarray(preds, dtype=np.float64).reshape(-1).copy())
+        state["scores"] = F
         der = row_derivatives(name, F, data)
         lower, upper = bounds.lower, bounds.upper
         m = int(lower.numel())
@@ -301,6 +310,29 @@ class BoostedSQP:
                 "bound_offset": (bounds.offset + bounds.push).tolist(),
                 "relaxed_steps": sum(r.get(COLUMN_QP_STATUS) == QP_RELAXED for r in history.records)}
         return FitResult(model=model, history=history, status=status, converged=feasible, info=info)
+
+
+@contextlib.contextmanager
+def one_thread_outside_lightgbm() -> Iterator[None]:
+    """Run the block with one torch thread and one BLAS thread (restored afterwards): the per-round
+    work outside LightGBM is a few passes over ``n``-vectors and an ``m x n`` product, where waking
+    worker threads costs more than it saves, and those threads would compete with LightGBM's own
+    (``n_jobs``) for the cores between the rounds."""
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _tree_scores(booster: Any, X: np.ndarray, index: int) -> torch.Tensor:
+    """The raw score of tree ``index`` alone on ``X``, float64 (n,)."""
+    raw = booster.predict(np.asarray(X, dtype=np.float64), raw_score=True, start_iteration=index, num_iteration=1)
+    return torch.from_numpy(np.asarray(raw, dtype=np.float64).reshape(-1))
 
 
 def _scores(booster: Any, X: np.ndarray, init: float, trees: int | None = None) -> torch.Tensor:

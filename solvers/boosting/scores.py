@@ -10,6 +10,7 @@ parameters; the trees are grown by :class:`solvers.boosting.BoostedSQP`.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,7 @@ class BoostedScores(nn.Module):
         self.register_buffer("offset", torch.tensor(float(offset), dtype=torch.float64))
         self._booster: Any = None
         self._booster_of: torch.Tensor | None = None
+        self._memo: tuple | None = None  # (key of the last rows scored, their raw scores)
 
     @property
     def model_string(self) -> str:
@@ -67,7 +69,7 @@ class BoostedScores(nn.Module):
             import lightgbm
 
             self._booster = lightgbm.Booster(model_str=self.model_string)
-            self._booster_of = self.trees
+            self._booster_of, self._memo = self.trees, None
         return self._booster
 
     @property
@@ -77,13 +79,25 @@ class BoostedScores(nn.Module):
         return 0 if booster is None else int(booster.current_iteration())
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        x = np.asarray(X.detach().cpu().numpy(), dtype=np.float64)
+        x = np.ascontiguousarray(X.detach().cpu().numpy(), dtype=np.float64)
         if x.ndim != 2:
             raise ValueError(f"X: expected a 2-D feature matrix, got shape {tuple(x.shape)}")
-        booster = self.booster
-        raw = np.zeros(x.shape[0]) if booster is None or x.shape[0] == 0 else booster.predict(x, raw_score=True)
-        out = torch.from_numpy(np.asarray(raw, dtype=np.float64).reshape(-1)) + self.offset.detach().cpu().double()
+        out = self._raw_scores(x) + self.offset.detach().cpu().double()
         return out.to(X.device)
+
+    def _raw_scores(self, x: np.ndarray) -> torch.Tensor:
+        """The trees' raw score of the rows ``x`` (float64, C order). The last answer is remembered
+        with a digest of ``x``'s bytes: evaluating a fit (exact measures, diagnostics) scores the same
+        rows several times, and hashing them costs a small part of a pass through hundreds of trees."""
+        booster = self.booster
+        if booster is None or x.shape[0] == 0:
+            return torch.zeros(x.shape[0], dtype=torch.float64)
+        key = (x.shape, hashlib.blake2b(x.data, digest_size=16).digest())
+        if self._memo is not None and self._memo[0] == key:
+            return self._memo[1].clone()
+        raw = torch.from_numpy(np.asarray(booster.predict(x, raw_score=True), dtype=np.float64).reshape(-1))
+        self._memo = (key, raw)
+        return raw.clone()
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
         """Take a saved ``trees`` buffer of any length (the model of another fit), then load as usual."""
@@ -91,12 +105,12 @@ class BoostedScores(nn.Module):
         if isinstance(saved, torch.Tensor) and saved.shape != self.trees.shape:
             self.trees = torch.zeros_like(saved, dtype=torch.uint8)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._booster, self._booster_of = None, None  # the buffer was written in place
+        self._booster, self._booster_of, self._memo = None, None, None  # the buffer was written in place
 
     def __getstate__(self) -> dict:
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
         state = dict(state)
-        state["_booster"], state["_booster_of"] = None, None  # rebuilt from the buffer
+        state["_booster"], state["_booster_of"], state["_memo"] = None, None, None  # rebuilt from the buffer
         return state
 
     def extra_repr(self) -> str:
