@@ -61,13 +61,12 @@ from fairopt.training import (ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingO
                               release_batch_caches, train, with_sqp_surrogates)
 from solvers.history import FitResult, plain_values
 from solvers.progress import check_progress
-from solvers.history import plain_values as plain_info  # noqa: F401 - the old name, used by fairopt.persistence before
 
 # Names that lived here before the split into training / diagnostics / held_out, kept at
-# their old import path. ``OutputScale`` (``out -> scale * out + shift``, fixed buffers)
+# their old import path where the repository still imports them from here. ``OutputScale`` (``out -> scale * out + shift``, fixed buffers)
 # lives in fairopt.learners, shared by TorchLearner and FairRegressor.
-from fairopt.diagnostics import POOR_FIT_ACCURACY_MARGIN, POOR_FIT_R2, TAIL_FRACTION, poor_fit_message  # noqa: F401
-from fairopt.held_out import CANDIDATE_INFLATIONS, ON_FAIL, candidate_inflations  # noqa: F401
+from fairopt.diagnostics import poor_fit_message  # noqa: F401
+from fairopt.held_out import candidate_inflations  # noqa: F401
 from fairopt.learners import OutputScale  # noqa: F401
 from fairopt.training import SQP_RATE_SURROGATE  # noqa: F401
 
