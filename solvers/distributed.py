@@ -58,8 +58,7 @@ Structure: this module knows nothing of the engine. It provides the derivative o
 :class:`solvers.derivatives.DerivativeOracle`) and the checks and broadcast a data-parallel
 fit needs; :class:`solvers.sqp.StochasticSQP` picks this oracle instead of
 :class:`solvers.derivatives.LocalDerivatives` when the process group is active.
-:class:`solvers.sqp.DistributedSQP` is the engine that insists on it (the package attaches
-it here too, so the old path ``solvers.distributed.DistributedSQP`` still imports).
+:class:`solvers.sqp.DistributedSQP` is the engine that insists on it.
 """
 
 from __future__ import annotations
