@@ -634,10 +634,14 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         :func:`fairopt.group_report` of the fitted estimator uses ``pos_label_``; pass the
         same ``pos_label`` to the measures of :mod:`fairopt.metrics` and their scorers.
     method : {"sqp", "penalty", "lagrangian", "moving_targets"}, default "sqp"
-    model : {"linear", "mlp"} or callable, default "linear"
-        :func:`fairopt.models.linear`, :func:`fairopt.models.mlp`, or a factory
-        ``n_features -> torch.nn.Module`` (one float32 output per row: shape (n,), or (n, 1)
-        as from ``torch.nn.Linear(p, 1)``), called under ``torch.manual_seed(seed)``.
+    model : {"linear", "mlp", "gbm"} or callable, default "linear"
+        :func:`fairopt.models.linear`, :func:`fairopt.models.mlp`, ``"gbm"`` (gradient-boosted
+        trees grown under the hard constraints, SQP in function space:
+        :class:`solvers.boosting.BoostedSQP`; ``method="sqp"`` only and no ``batch_size``;
+        ``epochs`` is the number of rounds, default 300, ``lr`` the learning rate, default 0.1;
+        tree options through ``engine_params``, e.g. ``{"num_leaves": 63, "n_jobs": 2}``), or a
+        factory ``n_features -> torch.nn.Module`` (one float32 output per row: shape (n,), or
+        (n, 1) as from ``torch.nn.Linear(p, 1)``), called under ``torch.manual_seed(seed)``.
     hidden : tuple of int, default (32,)
         Hidden-layer widths of ``model="mlp"``.
     activation : {"leaky_relu", "relu", "tanh"}, default "leaky_relu"
