@@ -1,7 +1,9 @@
 """Sensitive features in every accepted form, as one group code per row.
 
-Shared by :func:`fairopt.group_report` and the scorers of :mod:`fairopt.metrics`: one
-attribute gives its own groups, several attributes give their intersections.
+Shared by :func:`fairopt.group_report` and the scorers of :mod:`fairopt.metrics` (a module of
+its own, outside :mod:`fairopt.report`, so that a metric does not load the report and the
+models it reads): one attribute gives its own groups, several attributes give their
+intersections.
 
 Accepted forms of ``sensitive_features`` (``n`` rows):
 
