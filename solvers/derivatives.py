@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from solvers.feedforward import FeedForward
-from solvers.losses import LossFn, value_and_gradient
+from solvers.losses import LossFn, parameter_gradient, value_and_gradient
 from solvers.problem import RowFactors, exact_rows, row_outputs
 from solvers.strata import (MIN_ROWS, RowStrata, StrataPlan, has_hidden_layer, is_rowwise, plan_strata,
                             rank_one_factors, segment_factors, stratum_codes)
@@ -39,7 +39,7 @@ from solvers.validation import check_choice
 
 __all__ = ["AUGMENT_MAX_ELEMENTS", "AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES",
            "LocalDerivatives", "OutputTrace", "closed_form_network", "flatten_rows", "pullback",
-           "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "vjp"]
+           "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "vjp", "with_parameter_gradient"]
 
 #: Largest feature matrix (entries) that :meth:`LocalDerivatives.augmented` copies with a column of
 #: ones (2^24: 64 MiB in float32, e.g. a million rows of 16 features).
@@ -81,6 +81,16 @@ class DerivativeOracle(Protocol):
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                  con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives: ...
+
+
+def with_parameter_gradient(der: Derivatives, loss_fn: LossFn, params: list[torch.Tensor]) -> Derivatives:
+    """``der`` with the objective's gradient in the parameters themselves added to ``g``
+    (:func:`solvers.losses.parameter_gradient`: an L2 penalty on the weights, which does not
+    pass through the outputs that the oracles pull back); ``der`` as it is for other losses."""
+    extra = parameter_gradient(loss_fn, params)
+    if extra is not None:
+        der.g = der.g + extra.to(der.g.dtype)
+    return der
 
 
 def flatten_rows(grads: Sequence[torch.Tensor], k: int) -> torch.Tensor:
@@ -277,8 +287,10 @@ class LocalDerivatives:
                  con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
         plan = self.stratified_plan(model, cons, con_batch)
         if plan is None:
-            return self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows)
-        return self._stratified(model, params, loss_fn, cons, obj_batch, plan)
+            der = self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows)
+        else:
+            der = self._stratified(model, params, loss_fn, cons, obj_batch, plan)
+        return with_parameter_gradient(der, loss_fn, params)
 
     def _may_stratify(self, model: nn.Module, cons: Any, con_batch: Any) -> bool:
         """``"auto"``, constraints with strata, a batch of at least :data:`solvers.strata.MIN_ROWS`

@@ -71,7 +71,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from solvers.derivatives import Derivatives, trace_outputs
+from solvers.derivatives import Derivatives, trace_outputs, with_parameter_gradient
 from solvers.losses import LossFn
 from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
 from solvers.sums import FIELDS, derivatives_from_sums, local_sums, supports_sums
@@ -168,8 +168,9 @@ class AllReduceDerivatives:
         members = list(cons) if con_batch is not None else []
         local, sizes = local_sums(trace.out, obj_batch, loss_fn, members, trace.pullback)
         totals = _all_reduce_sum(local)
-        return derivatives_from_sums(totals, members, sizes, params[0].dtype, con_batch is not None,
-                                   t1 - t0, time.perf_counter() - t1)
+        der = derivatives_from_sums(totals, members, sizes, params[0].dtype, con_batch is not None,
+                                    t1 - t0, time.perf_counter() - t1)
+        return with_parameter_gradient(der, loss_fn, params)  # the same parameters on every rank: added once
 
 
 # ----------------------------------------------------------------------------- pieces
