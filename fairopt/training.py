@@ -40,7 +40,7 @@ from fairopt.surrogates import Sigmoid
 from solvers.history import FitResult
 from solvers.lagrangian import LagrangianDual
 from solvers.losses import L2Regularised, linear_weights, scaled_mse_loss
-from solvers.outcome import BoundWarning
+from solvers.outcome import BoundWarning, NearConstantWarning
 from solvers.penalty import Penalty
 from solvers.problem import row_outputs
 from solvers.sqp import SQPWarning, StochasticSQP
@@ -323,16 +323,16 @@ def run_engine(options: TrainingOptions, data: FairData, constraints: list, refe
 
 def train(options: TrainingOptions, data: FairData, constraints: list, reference: bool = False) -> FitResult:
     """Run the engine of ``method`` (``reference``: the same training without
-    constraints). Returns the FitResult; the engine's per-fit relaxed-step and unmet-bound
-    warnings are dropped (the estimator's diagnostics replace them), any other warning is
-    passed on."""
+    constraints). Returns the FitResult; the engine's per-fit relaxed-step, unmet-bound and
+    near-constant warnings are dropped (the estimator's diagnostics replace them, with the
+    constraint names and the same near-constant rule), any other warning is passed on."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = run_engine(options, data, constraints, reference)
     for w in caught:
         # the engine's relaxed-step and unmet-bound warnings become the estimator's
         # FairnessWarnings (the diagnostics), with the constraint names
-        if not issubclass(w.category, (SQPWarning, BoundWarning)):
+        if not issubclass(w.category, (SQPWarning, BoundWarning, NearConstantWarning)):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return result
 

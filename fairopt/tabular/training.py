@@ -16,7 +16,7 @@ import pandas as pd
 from fairopt.data import FairData, coerce_numeric_columns
 from fairopt.data.encoding import positive_class, sorted_labels
 from fairopt.data.frames import as_number, is_text_dtype, short_list
-from fairopt.diagnostics import constant_fit, constraint_messages, poor_fit
+from fairopt.diagnostics import constraint_messages, fit_quality_warnings
 from fairopt.evaluation import evaluate
 from fairopt.specs import resolve_constraints
 from fairopt.training import METHODS, MODEL_KINDS, TrainingOptions, train, with_sqp_surrogates
@@ -273,9 +273,10 @@ def train_table(
             train_eval = evaluate(result.model, train_data, built)
             violations = {name[:-len(".violation")]: value for name, value in train_eval.items()
                           if name.endswith(".violation")}
-            for message in (poor_fit(result.model, train_data), constant_fit(result.model, train_data),
-                            *constraint_messages(result, built, violations, method=method,
-                                                 violation_tol=VIOLATION_TOL, relaxed=result.relaxed_steps)):
+            quality = [message for _, message in fit_quality_warnings(result.model, train_data, bool(built))]
+            for message in (*quality, *constraint_messages(result, built, violations, method=method,
+                                                           violation_tol=VIOLATION_TOL,
+                                                           relaxed=result.relaxed_steps)):
                 if message:
                     warnings.warn(message, UserWarning, stacklevel=1)
             test_constraints: list = []
