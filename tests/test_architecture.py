@@ -56,6 +56,15 @@ def test_metrics_and_measures_load_no_training_code():
     forbidden = [m for m in loaded for f in contract["forbidden_modules"] if m == f or m.startswith(f + ".")]
     assert forbidden == []
 
+
+def test_import_fairopt_loads_no_experiment_or_paper_code():
+    """``import fairopt`` loads neither the comparison tools (``fairopt.experiments``, on first
+    use) nor the paper reproductions (``benchmarks.papers``, outside the package)."""
+    code = "import fairopt, sys; print([m for m in sys.modules if 'experiments' in m or 'papers' in m])"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
 def _private_imports() -> list[str]:
     hits = []
     for package in PACKAGES:

@@ -47,6 +47,23 @@ def test_paper_configs_are_not_declarative_and_quick_is_theirs(tmp_path):
         "python -m benchmarks.papers fair-ridge --quick --seeds 0 1 --data-dir ../shared/data --out 'out dir'"
 
 
+
+def test_papers_run_by_name_and_fairopt_bench_says_where_they_are(capsys, monkeypatch):
+    import benchmarks.papers
+    import fairopt.cli
+
+    assert benchmarks.papers.main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"{name}: " in listed for name in [*PAPER_CONFIGS, "peers"])
+    with pytest.raises(SystemExit):  # argparse: not a paper reproduction
+        benchmarks.papers.main(["demo-adult"])
+    # an installed wheel has no benchmarks/ beside the package: a clear error, no traceback
+    monkeypatch.setattr(fairopt.cli, "_checkout_papers", lambda: None)
+    capsys.readouterr()
+    assert main(["bench", "sqp-table2", "--quick"]) == 2
+    assert "python -m benchmarks.papers" in capsys.readouterr().err
+    assert main(["bench", "--list"]) == 0 and "source checkout" in capsys.readouterr().out
+
 def test_sqp_table2_paper_numbers_and_scenarios():
     # copied from [SQP] App. E Tables 2 and 4: 3 data sets x 3 scenarios x 2 deltas
     assert len(sqp_table2.PAPER_TABLES) == 18
