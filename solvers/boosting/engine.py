@@ -17,7 +17,7 @@ from solvers.boosting.step import WorkingBounds, round_step
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import check_targets, loss_name
-from solvers.outcome import BestIterate, warn_if_start, warn_unmet
+from solvers.outcome import BestIterate, warn_if_constant, warn_if_start, warn_unmet
 from solvers.problem import as_constraint_set, check_dataset, exact_rows, row_violations
 from solvers.validation import check_flag, check_interval, check_seed, positive_float, positive_int
 
@@ -64,7 +64,8 @@ class BoostedSQP:
     shift of its scores that meets the bounds (:mod:`solvers.boosting.shift`; a constant reads
     no sensitive attribute). The model is :class:`solvers.boosting.BoostedScores` (the trees
     up to the chosen round, plus the starting constant and the shift); it is checked once
-    more on all rows, and a bound it misses emits :class:`solvers.outcome.BoundWarning`.
+    more on all rows, and a bound it misses emits :class:`solvers.outcome.BoundWarning` (a model
+    no better than the best constant, :class:`solvers.outcome.ConstantPredictorWarning`).
 
     Parameters
     ----------
@@ -299,6 +300,14 @@ class BoostedSQP:
         unmet = warn_unmet("BoostedSQP", c_exact if m else None, lower, upper, cons.row_names, self.feasibility_tol,
                            stacklevel=4)
         warn_if_start("BoostedSQP", tracker.best, 0, rounds_done, self.feasibility_tol, stacklevel=4)
+        f_constant = row_derivatives(name, torch.full_like(out, init), data).f  # the best constant's loss
+        if name == "bce":
+            labels = torch.as_tensor(data.y).reshape(-1).double().cpu() > 0.5
+            rate = float(labels.double().mean())
+            accuracy = float(((out.cpu() > 0) == labels).double().mean())
+            warn_if_constant("BoostedSQP", f, f_constant, accuracy, max(rate, 1.0 - rate), stacklevel=4)
+        else:
+            warn_if_constant("BoostedSQP", f, f_constant, stacklevel=4)
         status = "stopped_by_callback" if state["stop"] else ("converged" if feasible else "infeasible")
         history.append({"iteration": rounds_done, "returned": trees, "f": f, "c_exact": c_exact.tolist(),
                         "V_exact": float(viol.sum()), "V_exact_max": float(viol.max()) if m else 0.0,
