@@ -56,6 +56,7 @@ from fairopt.held_out import (certificates, certified_sequence, check_held_out_p
 from fairopt.exceptions import FairnessWarning
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
 from fairopt.inputs import sensitive_columns  # re-exported: the old path fairopt.estimators.sensitive_columns
+from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model
 from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
                               float64_outputs, release_batch_caches, train, with_sqp_surrogates)
@@ -262,9 +263,11 @@ class _FairEstimator(BaseEstimator):
 
     def _check_parameters(self) -> None:
         check_choice(self.method, METHODS, "method")
-        if not (callable(self.model) or self.model in MODEL_KINDS):
-            raise ValueError(f"model: expected one of {MODEL_KINDS} or a callable n_features -> nn.Module, "
-                             f"got {self.model!r}")
+        if is_sklearn_model(self.model):
+            check_sklearn_model(self.model, self.method, self._task)
+        elif not (callable(self.model) or self.model in MODEL_KINDS):
+            raise ValueError(f"model: expected one of {MODEL_KINDS}, a callable n_features -> nn.Module or a "
+                             f"scikit-learn estimator (method='moving_targets'), got {self.model!r}")
         if self.engine_params is not None and not isinstance(self.engine_params, Mapping):
             raise ValueError(f"engine_params: expected a dict of engine options, got {self.engine_params!r}")
         clash = sorted(set(self.engine_params or {}) & set(ESTIMATOR_OPTIONS))

@@ -32,6 +32,7 @@ from torch import nn
 
 from fairopt import models
 from fairopt.boosted import run_gbm
+from fairopt.sklearn_learner import is_sklearn_model, run_sklearn_learner
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.data import FairData
 from fairopt.learners import scaled_output, target_statistics
@@ -315,8 +316,11 @@ ENGINES: dict[str, EngineAdapter] = {
 def run_engine(options: TrainingOptions, data: FairData, constraints: list, reference: bool = False) -> FitResult:
     """The engine of ``options.method`` (:data:`ENGINES`) trained on ``data`` under
     ``constraints`` (``reference``: the same training without constraints); ``model="gbm"``:
-    boosted trees (:func:`fairopt.boosted.run_gbm`)."""
-    if options.model == "gbm":
+    boosted trees (:func:`fairopt.boosted.run_gbm`); a scikit-learn estimator as ``model``: its clone
+    refitted by Moving Targets (:func:`fairopt.sklearn_learner.run_sklearn_learner`)."""
+    if is_sklearn_model(options.model):
+        return run_sklearn_learner(options, data, constraints, reference)
+    if isinstance(options.model, str) and options.model == "gbm":
         return run_gbm(options, data, constraints, reference)
     return ENGINES[options.method](options, data, constraints, reference)
 
