@@ -8,6 +8,7 @@ LightGBM (``objective="binary"``) with the same rounds, learning rate, leaves an
 times are the smaller of ``--repeats`` alternating runs (the machine is shared).
 
     python benchmarks/gbm_fit.py                       # 20,000 rows, seeds 0-2, 300 rounds
+    python benchmarks/gbm_fit.py --num-leaves 31                # LightGBM's default trees, for both
     python benchmarks/gbm_fit.py --rows 5000 --seeds 0 --rounds 100
 """
 
@@ -23,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from fairopt import FairClassifier, FairData
+from fairopt.boosted import GBM_DEFAULTS
 from fairopt.datasets import load_frame
 
 from _common import commit, data_dir, markdown
@@ -35,9 +37,10 @@ def disparate_impact(out: np.ndarray, groups: np.ndarray) -> float:
     return 1.0 if high == 0 else low / high
 
 
-def plain_lightgbm(train: FairData, rounds: int, lr: float, n_jobs: int, seed: int) -> tuple[lightgbm.Booster, float]:
+def plain_lightgbm(train: FairData, rounds: int, lr: float, leaves: int, n_jobs: int,
+                   seed: int) -> tuple[lightgbm.Booster, float]:
     """LightGBM's own binary objective with the engine's tree settings; returns the booster and its fit time."""
-    params = {"objective": "binary", "learning_rate": lr, "num_leaves": 31, "min_data_in_leaf": 20, "seed": seed,
+    params = {"objective": "binary", "learning_rate": lr, "num_leaves": leaves, "min_data_in_leaf": 20, "seed": seed,
               "deterministic": True, "force_col_wise": True, "verbosity": -1, "num_threads": n_jobs}
     start = time.perf_counter()
     booster = lightgbm.train(params, lightgbm.Dataset(train.X.numpy(), label=train.y.numpy()), num_boost_round=rounds)
@@ -50,13 +53,13 @@ def one_seed(data: FairData, seed: int, args: argparse.Namespace) -> list[dict]:
     times_gbm, times_plain = [], []
     for _ in range(args.repeats):
         clf = FairClassifier(("disparate_impact", "sex", args.delta), model="gbm", epochs=args.rounds, lr=args.lr,
-                             seed=seed, engine_params={"n_jobs": args.n_jobs})
+                             seed=seed, engine_params={"n_jobs": args.n_jobs, "num_leaves": args.num_leaves})
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             clf.fit(train)
         times_gbm.append(time.perf_counter() - start)
-        booster, seconds = plain_lightgbm(train, args.rounds, args.lr, args.n_jobs, seed)
+        booster, seconds = plain_lightgbm(train, args.rounds, args.lr, args.num_leaves, args.n_jobs, seed)
         times_plain.append(seconds)
     rows = []
     for method, train_out, test_out, seconds, note in (
@@ -81,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--num-leaves", type=int, default=GBM_DEFAULTS["num_leaves"])
     parser.add_argument("--delta", type=float, default=0.8)
     parser.add_argument("--n-jobs", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
@@ -94,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     means = table.groupby("method", sort=False)[["train DI", "test DI", "test accuracy", "fit s"]].mean()
     ratio = means["fit s"].iloc[0] / means["fit s"].iloc[1]
     print(f"# FairClassifier(model='gbm') on Adult ({len(data)} rows, sample seed 0), 70/30 splits, "
-          f"{args.rounds} rounds, lr {args.lr}, {args.n_jobs} LightGBM thread(s)")
+          f"{args.rounds} rounds, lr {args.lr}, {args.num_leaves} leaves, {args.n_jobs} LightGBM thread(s)")
     print(f"commit {commit()}; python benchmarks/gbm_fit.py " + " ".join(sys.argv[1:] if argv is None else argv))
     print()
     print(markdown(table))

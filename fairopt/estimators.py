@@ -650,7 +650,8 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         trees grown under the hard constraints, SQP in function space:
         :class:`solvers.boosting.BoostedSQP`; ``method="sqp"`` only and no ``batch_size``;
         ``epochs`` is the number of rounds, default 300, ``lr`` the learning rate, default 0.1;
-        tree options through ``engine_params``, e.g. ``{"num_leaves": 63, "n_jobs": 2}``), or a
+        trees of 7 leaves, other tree options through ``engine_params``, e.g.
+        ``{"num_leaves": 15, "n_jobs": 2}``), or a
         factory ``n_features -> torch.nn.Module`` (one float32 output per row: shape (n,), or
         (n, 1) as from ``torch.nn.Linear(p, 1)``), called under ``torch.manual_seed(seed)``.
     hidden : tuple of int, default (32,)
