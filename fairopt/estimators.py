@@ -54,6 +54,7 @@ from fairopt.held_out import (certificates, certified_sequence, check_held_out_p
                               generalisation_table, held_out_statements, require_all_groups, tightened,
                               validation_split)
 from fairopt.exceptions import FairnessWarning
+from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
 from fairopt.inputs import sensitive_columns  # re-exported: the old path fairopt.estimators.sensitive_columns
 from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model
@@ -396,7 +397,6 @@ class _FairEstimator(BaseEstimator):
         self.constraints_ = constraints
         self._constraints_from_training = True
         self.history_ = result.history
-        self.status_ = result.status
         self.converged_ = bool(result.converged)
         self.engine_info_ = plain_values(result.info)
         self.reference_violations_ = None
@@ -407,16 +407,23 @@ class _FairEstimator(BaseEstimator):
         self.sensitive_levels_ = {k: list(v) for k, v in data.sensitive_levels.items()}
         self.train_violations_ = model_violations(model, data, constraints)
         self.train_violation_ = float(sum(self.train_violations_.values()))
+        self.status_ = result.status
 
     # ------------------------------------------------------------------ diagnostics
     def _diagnose(self, data: FairData, constraints: list, result: FitResult, relaxed: int) -> None:
-        """The warnings of :func:`fairopt.diagnostics.fit_warnings` (rules in that module)."""
+        """The warnings of :func:`fairopt.diagnostics.fit_warnings` (rules in that module) and, for
+        ``method="penalty"``, :func:`fairopt.penalty_slack.over_satisfied_rows`."""
         if constraints and self.check_inactive:
             self.reference_violations_ = self._reference_violations(data, constraints)
         for category, message in fit_warnings(self.model_, data, result, constraints, self.train_violations_,
                                               method=self.method, violation_tol=self.violation_tol, relaxed=relaxed,
                                               reference=self.reference_violations_):
             warnings.warn(message, category, stacklevel=3)
+        if self.method == "penalty" and constraints:
+            weight = (self.engine_params or {}).get("weight", "default 1.0")
+            message = penalty_slack_message(over_satisfied_rows(self.model_, data, constraints), weight)
+            if message:
+                warnings.warn(message, FairnessWarning, stacklevel=3)
 
     def _reference_violations(self, data: FairData, constraints: list) -> dict[str, float]:
         """Exact training violations of an unconstrained model trained with the same settings."""
