@@ -119,6 +119,25 @@ def test_row_derivatives_weights_repeat_rows():
     assert starting_constant("bce", data) == pytest.approx(np.log(y.mean() / (1 - y.mean())))
 
 
+@pytest.mark.parametrize("loss,kappa", [("bce", 1.0), ("mse", 2.0)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_row_derivatives_against_the_engines_losses(loss, kappa, weighted):
+    """``f`` is the loss of :mod:`solvers.losses` and ``grad`` its ``df/dF`` times ``W / kappa``."""
+    from solvers.losses import get_loss, value_and_gradient
+
+    data, s, y = _classification(300)
+    if weighted:
+        w = np.random.default_rng(4).uniform(0.2, 3.0, 300)
+        data = FairData.from_arrays(data.X.numpy(), y, {"s": s}, sample_weight=w)
+    F = torch.from_numpy(np.random.default_rng(5).normal(size=300))
+    ours = row_derivatives(loss, F, data)
+    f, df = value_and_gradient(get_loss(loss), F, data)
+    total = float(data.weights.double().sum()) if weighted else 300.0
+    assert ours.f == pytest.approx(float(f), rel=1e-9)
+    np.testing.assert_allclose(ours.grad.numpy(), df.numpy() * total / kappa, rtol=1e-9, atol=1e-12)
+    assert bool((ours.hess > 0).all())
+
+
 # ----------------------------------------------------------------------------- the fits
 def test_unconstrained_matches_plain_lightgbm():
     """Without constraints the engine is LightGBM's binary objective: the same training log loss

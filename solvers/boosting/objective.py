@@ -12,6 +12,7 @@ unweighted); their derivatives in the scores ``F`` are those of the per-row loss
   derivatives of ``(F - y)^2 / 2``),
 
 which are exactly LightGBM's ``binary`` and ``regression`` objectives (with row weights ``w_i``),
+i.e. :func:`solvers.losses.value_and_gradient`'s ``df/dF`` times ``W / kappa``,
 so that an unconstrained fit grows LightGBM's own trees. A common positive factor changes
 neither a leaf value nor the step and multipliers' direction of the SQP subproblem.
 """
@@ -22,9 +23,9 @@ import math
 from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 
-from solvers.losses import get_loss, value_and_gradient
-from solvers.problem import row_weights, weight_total
+from solvers.problem import row_weights, weighted_mean
 
 __all__ = ["BOOSTING_LOSSES", "RowDerivatives", "row_derivatives", "starting_constant"]
 
@@ -42,20 +43,23 @@ class RowDerivatives(NamedTuple):
 
 def row_derivatives(loss: str, scores: torch.Tensor, data: Any) -> RowDerivatives:
     """``f``, ``grad`` and ``hess`` of the named ``loss`` at the scores ``scores`` (n,) on ``data``
-    (module docstring). ``grad`` is :func:`solvers.losses.value_and_gradient`'s ``df/dF`` times
-    ``W / kappa``; ``hess`` the per-row curvature in the same units."""
-    kappa = BOOSTING_LOSSES[loss]
+    (module docstring), in closed form, float64: ``f`` is the weighted mean of ``softplus(F) - y F``
+    (``"bce"``) or of ``(F - y)^2`` (``"mse"``), the mean losses of :mod:`solvers.losses`; one pass
+    of ``sigmoid`` gives both ``grad`` and ``hess`` (a boosting round evaluates them on every row)."""
     scores = scores.detach().to(torch.float64)
-    f, df = value_and_gradient(get_loss(loss), scores, data)
-    scale = weight_total(data) / kappa
+    y = torch.as_tensor(data.y).detach().to(device=scores.device, dtype=torch.float64).reshape(-1)
     weights = row_weights(data, scores)
     if loss == "bce":
         p = torch.sigmoid(scores)
-        curvature = p * (1.0 - p)
+        per_row, grad, hess = F.softplus(scores) - y * scores, p - y, p * (1.0 - p)
+    elif loss == "mse":
+        residual = scores - y
+        per_row, grad, hess = residual * residual, residual, torch.ones_like(scores)
     else:
-        curvature = torch.ones_like(scores)
-    hess = curvature if weights is None else weights * curvature
-    return RowDerivatives(float(f), df * scale, hess)
+        raise ValueError(f"loss: expected one of {sorted(BOOSTING_LOSSES)}, got {loss!r}")
+    if weights is None:
+        return RowDerivatives(float(per_row.mean()), grad, hess)
+    return RowDerivatives(float(weighted_mean(per_row, weights)), weights * grad, weights * hess)
 
 
 def starting_constant(loss: str, data: Any) -> float:
