@@ -141,7 +141,7 @@ class LagrangianDual(FirstOrderTrainer):
 
     def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor | None, dict]:
         if self._n_rows == 0:  # no constraint rows: plain training of the loss (no Lagrangian term)
-            self._last_violation = torch.zeros(0, dtype=torch.float64)
+            self._last_violation = self._last_excess = torch.zeros(0, dtype=torch.float64)
             return None, {COLUMN_C: [], COLUMN_VIOL: [], "V": 0.0, "V_exact": 0.0}
         c, viol = self._row_violations(out, batch)
         self._last_violation = viol.detach().to(torch.float64)
