@@ -59,7 +59,7 @@ from solvers.history import (COLUMN_ACTIVE, COLUMN_C, COLUMN_C_PREDICTIONS, COLU
 from solvers.outcome import near_constant
 from solvers.problem import row_violations
 
-__all__ = ["POOR_FIT_ACCURACY_MARGIN", "POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
+__all__ = ["POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
            "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_message",
            "iteration_records", "not_binding", "not_binding_reason", "poor_fit", "poor_fit_message",
            "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
@@ -69,9 +69,6 @@ __all__ = ["POOR_FIT_ACCURACY_MARGIN", "POOR_FIT_R2", "TAIL_FRACTION", "constant
 TAIL_FRACTION = 0.1
 #: A regression fit is reported as worse than a constant predictor below this training R2.
 POOR_FIT_R2 = -0.05
-#: The former margin of the classifiers' check (accuracy below the majority rate minus it); the
-#: check is now :func:`solvers.outcome.near_constant`. Kept for its import path.
-POOR_FIT_ACCURACY_MARGIN = 0.02
 
 # history columns, as the engines name them (solvers.history); the short names are this
 # module's own (and their old import path)
