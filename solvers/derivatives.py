@@ -132,7 +132,7 @@ def vjp(out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor, retain
     Bit for bit the product ``torch.autograd.grad(out, params, grad_outputs=cot)`` computes (the
     backward pass of ``cot' out`` hands ``1 * cot`` to ``out``), without its tensor
     ``grad_outputs``: PyTorch checks those with its symbolic-shapes module, whose first import
-    (sympy) costs about 0.4 s per process (measured with torch 2.13: 0.39 s of a 2.9 s fit).
+    (sympy) costs a noticeable part of a short fit, once per process.
     """
     scalar = torch.dot(out.reshape(-1), cot.reshape(-1).to(out.dtype))
     return flatten_rows(torch.autograd.grad(scalar, params, retain_graph=retain_graph), 1)[0]
@@ -295,8 +295,8 @@ class LocalDerivatives:
     def _may_stratify(self, model: nn.Module, cons: Any, con_batch: Any) -> bool:
         """``"auto"``, constraints with strata, a batch of at least :data:`solvers.strata.MIN_ROWS`
         rows and a row-wise model with a hidden layer: a linear model's backward pass is one cheap
-        product that does not repay a model pass per stratum (Law, 4 rows: 3.6 ms against 2.0 ms
-        per Jacobian), nor does a small mini-batch. A rule, not a timing, so that a fit is
+        product that does not repay a model pass per stratum (slower per Jacobian), nor does a
+        small mini-batch. A rule, not a timing, so that a fit is
         reproducible bit for bit (and a resumed fit continues exactly)."""
         return (self.jacobian == "auto" and con_batch is not None and len(con_batch) >= MIN_ROWS
                 and callable(getattr(cons, "strata", None)) and is_rowwise(model) and has_hidden_layer(model))
