@@ -122,8 +122,8 @@ class RowStrata:
 
     def sums(self, x: torch.Tensor | None = None) -> torch.Tensor:
         """Per-stratum sums ``s_k = sum_{i: codes_i = k} x_i`` (float64, (s,)); row counts for ``x = None``.
-        Over the slices of :attr:`bounds` when the rows are ordered by stratum (42,294 rows: 15 against
-        100 microseconds for two strata), else a scatter over the codes."""
+        Over the slices of :attr:`bounds` when the rows are ordered by stratum (several times
+        faster than the scatter), else a scatter over the codes."""
         if self.bounds is not None:
             if x is None:
                 return torch.tensor([float(b - a) for a, b in self.bounds], dtype=torch.float64)

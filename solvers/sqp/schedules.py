@@ -14,8 +14,8 @@ __all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "RSQRT_EPOCHS", "ScheduleOptions", "a
 #: Values of ``lr_schedule``.
 LR_SCHEDULES: tuple[str, ...] = ("auto", "plateau", "rsqrt", "paper", "none")
 #: Relative merit decrease that counts as progress for the "plateau" schedule: any decrease
-#: beyond rounding. A run that improves slowly but steadily (measured: an ill-conditioned
-#: least-squares fit on Communities and Crime gaining 5e-6 per epoch) keeps its step; a run
+#: beyond rounding. A run that improves slowly but steadily (an ill-conditioned least-squares
+#: fit can gain a few 1e-6 per epoch) keeps its step; a run
 #: that oscillates around the constraint boundary (no new best merit) gets smaller steps.
 PLATEAU_RTOL = 1e-9
 #: Time constant of the "rsqrt" decay in epochs: ``beta_k = lr / sqrt(1 + k / (RSQRT_EPOCHS K))``
