@@ -293,10 +293,12 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
     files = tabular.write_run(trained, out)
     meta = trained.metadata
     if not args.quiet:
-        print(f"{meta['method']} on {meta['source']}: status {meta['status']}, converged {meta['converged']}, "
-              f"feasible {meta['feasible']}, {trained.seconds:.1f} s")
-        if trained.constraints:
-            print(tabular.constraint_table(trained.constraints, trained.train_eval))
+        print(f"{meta['method']} on {meta['source']}: status {meta['status']} ({trained.seconds:.1f} s). "
+              f"{meta['status_message']}")
+        for rows, results in (("training rows", trained.train_eval), ("held-out rows", trained.test_eval)):
+            lines = tabular.bound_lines(results)
+            if lines:
+                print(f"{rows}: " + "; ".join(lines))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
 

@@ -62,6 +62,8 @@ from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
                               float64_outputs, release_batch_caches, train, with_sqp_surrogates)
 from solvers.history import FitResult, plain_values
+from fairopt.evaluation import bound_statuses
+from fairopt.status import fit_status
 from solvers.progress import check_progress
 
 # Names that lived here before the split into training / diagnostics / held_out, kept at
@@ -407,7 +409,10 @@ class _FairEstimator(BaseEstimator):
         self.sensitive_levels_ = {k: list(v) for k, v in data.sensitive_levels.items()}
         self.train_violations_ = model_violations(model, data, constraints)
         self.train_violation_ = float(sum(self.train_violations_.values()))
-        self.status_ = result.status
+        with torch.no_grad():
+            bounds = bound_statuses(model(data.X).reshape(-1), data, constraints, self.violation_tol)
+        self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_,
+                                                        self.violation_tol, bounds)
 
     # ------------------------------------------------------------------ diagnostics
     def _diagnose(self, data: FairData, constraints: list, result: FitResult, relaxed: int) -> None:
@@ -767,7 +772,14 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     preprocessor_ : :class:`fairopt.Preprocessor` fitted on the training ``X``.
     constraints_ : list, the constraint objects set up on the training data.
     history_ : :class:`fairopt.History` of the engine's iterations.
-    status_ : str; converged_ : bool (the engine's KKT/feasibility test).
+    status_ : str, the result in the user's terms (:mod:`fairopt.status`): ``"converged"``
+        (every bound met on the training rows, stationary), ``"feasible_not_stationary"`` (every
+        bound met; more epochs may lower the loss a little), ``"infeasible"`` (a bound not met on
+        the training rows), ``"diverged"`` or ``"stopped_by_callback"``.
+    status_message_ : str, one sentence: each bound beside its realised measure
+        (``DI[sex] 0.803 (bound >= 0.800)``) and how far from stationary the model is.
+    converged_ : bool, the engine's own test (feasible and stationary), kept for compatibility;
+        ``status_`` says which part failed.
     n_iter_ : int, iterations run (Moving Targets: master iterations).
     train_violations_ : dict constraint name -> exact violation on the training data;
         train_violation_ : their sum.

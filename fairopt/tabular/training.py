@@ -19,6 +19,7 @@ from fairopt.data.frames import as_number, is_text_dtype, short_list
 from fairopt.diagnostics import constraint_messages, fit_quality_warnings
 from fairopt.evaluation import evaluate
 from fairopt.specs import resolve_constraints
+from fairopt.status import BoundStatus, fit_status
 from fairopt.training import METHODS, MODEL_KINDS, TrainingOptions, train, with_sqp_surrogates
 from solvers.history import FitResult
 from fairopt.tabular.tables import (LAYOUT, THRESHOLD, VIOLATION_TOL, plain_value, require_columns,
@@ -305,6 +306,8 @@ def train_table(
     feasible = result.feasible
     if feasible is None and built:
         feasible = bool(train_eval.get("violation", 0.0) <= VIOLATION_TOL)
+    bounds = [BoundStatus(**b) for b in (train_eval.get("bounds") or {}).values()]
+    status, status_message = fit_status(result, method, violations, VIOLATION_TOL, bounds)
     metadata = {
         "layout": LAYOUT, "source": source, "command": command, "fairopt_version": _version(),
         "task": task, "target": target, "classes": None if classes is None else [plain_value(c) for c in classes],
@@ -314,7 +317,8 @@ def train_table(
         "epochs": epochs, "iterations": iterations, "lr": lr, "batch_size": batch_size, "seed": int(seed),
         "test_size": float(test_size), "constraints": list(constraints),
         "engine_params": dict(engine_params or {}),
-        "status": str(result.status), "converged": bool(result.converged), "feasible": feasible,
+        "status": status, "status_message": status_message, "engine_status": str(result.status),
+        "converged": bool(result.converged), "feasible": feasible,
         "train_violations": {k: float(v) for k, v in violations.items()},
         "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
         "seconds": round(seconds, 3),
