@@ -171,6 +171,14 @@ def test_auto_uses_count_search_only_where_it_applies():
     binary = (s == 0).astype(int)
     two = [rate_encoding("ratio", binary, np.ones(n, dtype=bool), 0.8), class_balance(n)]
     assert solve("auto", [y], [1.0], two).backend == "topk"
+    # row weights of two values within each group: weighted counts are not counts (a knapsack), so a MIP
+    w = np.where(np.arange(n) % 2 == 0, 1.0, 2.0)
+    w0, w1 = (binary == 0) * w / (w * (binary == 0)).sum(), (binary == 1) * w / (w * (binary == 1)).sum()
+    weighted = [LinearEncoding("di", np.vstack([0.8 * w0 - w1, 0.8 * w1 - w0]), [-np.inf, -np.inf], [0.0, 0.0]),
+                class_balance(n)]
+    result = solve("auto", [y], [1.0], weighted)
+    assert result.backend != "topk"
+    assert abs(result.objective - solve("highs", [y], [1.0], weighted).objective) <= 1e-9
 
 
 def test_priority_is_validated():
