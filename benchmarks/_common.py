@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Iterable
 
@@ -13,6 +14,8 @@ import pandas as pd
 from fairopt.experiments.configs import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # scripts run as ``python benchmarks/<script>.py`` import benchmarks.papers
+    sys.path.append(str(ROOT))
 DEFAULT_DATA = (ROOT / ".." / "shared" / "data").resolve()
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 

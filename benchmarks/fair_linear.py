@@ -1,13 +1,13 @@
 """Fair linear models of [FR]: Example 1 and FRRM / FGRRM vs NCLM / ZLM / ZLRM on real data.
 
-A thin wrapper around :mod:`fairopt.experiments.fair_ridge` (the same run as
-``fairopt bench fair-ridge``), with options to run a part of it. Protocol of [FR] sec 5
+A thin wrapper around :mod:`benchmarks.papers.fair_ridge` (the same run as
+``python -m benchmarks.papers fair-ridge``), with options to run a part of it. Protocol of [FR] sec 5
 (k-fold cross-validation repeated over seeds, the same folds for every model and bound,
 r in {0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5}; ZLM / ZLRM get the largest realised
 |COV(prediction, S_j)| of FRRM and NCLM / of FGRRM as their bound) on C&C, COMPAS and LSAC
 (linear) and ADULT and COMPAS (logistic), plus [FR] Example 1 (synthetic).
 
-    python benchmarks/fair_linear.py --quick                     # = fairopt bench fair-ridge --quick
+    python benchmarks/fair_linear.py --quick                     # = python -m benchmarks.papers fair-ridge --quick
     python benchmarks/fair_linear.py                             # 50 x 10-fold (linear), 2 x 10-fold (logistic)
     python benchmarks/fair_linear.py --linear communities law --logistic --runs 1 --folds 5
 
@@ -25,9 +25,8 @@ import sys
 
 import torch
 
-from fairopt.experiments import fair_ridge
-
 from _common import DEFAULT_OUT, data_dir
+from benchmarks.papers import fair_ridge
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """The GeDI paper's performance and preprocessing tests with Moving Targets ([GeDI] sec 5, Tables 4-5, Fig. 3).
 
-A thin wrapper around :mod:`fairopt.experiments.gedi_tables` (the same run as
-``fairopt bench gedi-tables``), with options to run a part of it: the tasks of [GeDI]
+A thin wrapper around :mod:`benchmarks.papers.gedi_tables` (the same run as
+``python -m benchmarks.papers gedi-tables``), with options to run a part of it: the tasks of [GeDI]
 Table 3 (Adult with sex and age, Communities & Crime with race and pctBlack), random
 forest, gradient boosting and the paper's MLP, each unconstrained and with Moving Targets
 under GeDI <= 20% of GeDI(x, y_train; V^1) (V^1 for a binary attribute, V^5 fine and coarse
@@ -9,7 +9,7 @@ for a continuous one), 5-fold cross-validation; the preprocessing experiment (ta
 projected under GeDI of order 1..5, binned DIDI). The paper's numbers are written beside
 ours. Every (task, model, fold) is cached under OUT/cells/: a rerun resumes.
 
-    python benchmarks/mt_gedi.py --quick --n-jobs 2              # = fairopt bench gedi-tables --quick --n-jobs 2
+    python benchmarks/mt_gedi.py --quick --n-jobs 2     # = python -m benchmarks.papers gedi-tables --quick --n-jobs 2
     python benchmarks/mt_gedi.py --n-jobs 2                      # the full protocol (~1 h on 2 cores)
     python benchmarks/mt_gedi.py --tasks adult_sex --learners gb nn --max-folds 1 --no-preprocessing
 
@@ -23,10 +23,9 @@ import argparse
 import logging
 import sys
 
-from fairopt.experiments import gedi_tables
-from fairopt.experiments.gedi_tables_data import LEARNERS, TASKS
-
 from _common import DEFAULT_OUT, data_dir
+from benchmarks.papers import gedi_tables
+from benchmarks.papers.gedi_tables_data import LEARNERS, TASKS
 
 
 def main() -> None:

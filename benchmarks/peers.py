@@ -3,11 +3,11 @@
 Same seeded 70/30 split and feature matrix for every method, ``DI >= delta`` on one binary
 sensitive attribute; one cached JSON per (dataset, method, delta, seed) cell under
 ``--out/cells`` (an interrupted run resumes), then ``peers.md``, ``peers.csv`` and
-``tradeoff_<dataset>.png``. The library part is :mod:`fairopt.experiments.peers`.
+``tradeoff_<dataset>.png``. The library part is :mod:`benchmarks.papers.peers`.
 
     python benchmarks/peers.py --quick --n-jobs 2                 # delta 0.8, seed 0, 5 methods
     python benchmarks/peers.py --datasets law --deltas 0.7 0.9 --methods sqp-linear fairlearn-eg
-    fairopt bench peers --quick --out DIR                          # the same through the CLI
+    python -m benchmarks.papers peers --quick --out DIR                          # the same through the CLI
 
 Peers (optional; a missing one is skipped with a logged message)::
 
@@ -23,9 +23,8 @@ import logging
 import sys
 import time
 
-from fairopt.experiments import peers
-
 from _common import DEFAULT_DATA, DEFAULT_OUT
+from benchmarks.papers import peers
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,13 @@
 """The SQP paper's experiment ([SQP] sec 4, Tables 2 and 4, Fig. 7) with fairopt.
 
-A thin wrapper around :mod:`fairopt.experiments.sqp_table2` (the same run as
-``fairopt bench sqp-table2``), with options to run a part of it: Dutch (MLP 32), Law
+A thin wrapper around :mod:`benchmarks.papers.sqp_table2` (the same run as
+``python -m benchmarks.papers sqp-table2``), with options to run a part of it: Dutch (MLP 32), Law
 (linear), ACSIncome (Colorado extract; MLP 256) with the sensitive attribute as an input,
 80/20 split, BCE, 500 full-batch SQP epochs, initial learning rate 0.5, smoothed-step
 surrogate (alpha = 50); DI >= delta for delta in 0.5..0.9, and at 0.8 / 0.9 also EI and
 DI+EI; the paper's numbers beside ours.
 
-    python benchmarks/sqp_paper.py --quick                       # = fairopt bench sqp-table2 --quick
+    python benchmarks/sqp_paper.py --quick                       # = python -m benchmarks.papers sqp-table2 --quick
     python benchmarks/sqp_paper.py                               # the full protocol (5 seeds)
     python benchmarks/sqp_paper.py --datasets dutch --seeds 0 --epochs 100 --deltas 0.8
 
@@ -23,9 +23,8 @@ import sys
 
 import torch
 
-from fairopt.experiments import sqp_table2
-
 from _common import DEFAULT_OUT, data_dir
+from benchmarks.papers import sqp_table2
 
 
 def main() -> None:

@@ -10,7 +10,10 @@
 >>> report = fairopt.evaluate(model, test)
 """
 
-from fairopt import constraints, datasets, experiments, learners, linear, measures, models, penalties, surrogates
+import importlib
+from typing import Any
+
+from fairopt import constraints, datasets, learners, linear, measures, models, penalties, surrogates
 from fairopt.certificate import Certificate, certify
 from fairopt.data import FairData, Preprocessor
 from fairopt.estimators import FairClassifier, FairRegressor
@@ -59,3 +62,10 @@ __all__ = [
     "surrogates",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``fairopt.experiments`` on first use: ``import fairopt`` does not load the comparison tools."""
+    if name == "experiments":
+        return importlib.import_module("fairopt.experiments")
+    raise AttributeError(f"module 'fairopt' has no attribute {name!r}")

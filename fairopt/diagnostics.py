@@ -14,9 +14,15 @@ Diagnostics (:class:`fairopt.FairnessWarning`), after every ``fit``:
   exceeds ``violation_tol`` at the end of training (with the number of relaxed SQP steps,
   i.e. iterations whose linearised constraints had no solution);
 - *relaxed steps at the end*: relaxed SQP steps among the last 10% of the iterations;
-- *degenerate model* (:class:`fairopt.exceptions.DegenerateModelWarning`): the fitted
-  model predicts the same for every training row (classifier: one class for all rows;
-  regressor: zero spread up to float32 resolution), so its fairness is trivially perfect;
+- *near-constant classifier* (:func:`poor_fit_message`, the rule of
+  :func:`solvers.outcome.near_constant`): training accuracy not above the majority-class
+  rate by two standard errors, or one class predicted on (almost) every row; with
+  constraints, the message says that bounds which only such a model meets force this and
+  what to do (a :class:`fairopt.exceptions.DegenerateModelWarning` when every row gets the
+  same class, else a :class:`fairopt.FairnessWarning`);
+- *poor regression fit*: training R2 below ``POOR_FIT_R2``;
+- *degenerate regressor* (:class:`fairopt.exceptions.DegenerateModelWarning`): zero spread
+  of the predictions up to float32 resolution, so its fairness is trivially perfect;
 - *inactive constraint*: a constraint that is satisfied and did not restrict the model.
   The rule reads the history. SQP: no row of the constraint in the QP's active set and
   none violated over the last 10% of the iterations (zero multipliers at the end: the
@@ -50,19 +56,19 @@ from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from fairopt.training import float64_outputs
 from solvers.history import (COLUMN_ACTIVE, COLUMN_C, COLUMN_C_PREDICTIONS, COLUMN_PENALTY, COLUMN_QP_STATUS,
                              COLUMN_VIOL, QP_FINAL, QP_RELAXED, FitResult, History)
+from solvers.outcome import near_constant
 from solvers.problem import row_violations
 
-__all__ = ["POOR_FIT_ACCURACY_MARGIN", "POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
-           "constraint_messages", "fit_warnings", "inactive_message",
+__all__ = ["POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
+           "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_message",
            "iteration_records", "not_binding", "not_binding_reason", "poor_fit", "poor_fit_message",
            "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
            "unmet_message"]
 
 #: Fraction of the final iterations the history diagnostics read.
 TAIL_FRACTION = 0.1
-#: A training fit is reported as worse than a constant predictor below these margins.
+#: A regression fit is reported as worse than a constant predictor below this training R2.
 POOR_FIT_R2 = -0.05
-POOR_FIT_ACCURACY_MARGIN = 0.02
 
 # history columns, as the engines name them (solvers.history); the short names are this
 # module's own (and their old import path)
@@ -243,20 +249,23 @@ def tail_relaxed_message(history: History) -> str | None:
             "data.")
 
 
-def poor_fit(model: nn.Module, data: FairData) -> str | None:
-    """The warning when the fitted model is worse than a constant on ``data``
-    (:func:`poor_fit_message` of its float64 outputs)."""
+def poor_fit(model: nn.Module, data: FairData, constrained: bool = False) -> str | None:
+    """The warning when the fitted model is no better than a constant on ``data``
+    (:func:`poor_fit_message` of its float64 outputs; ``constrained``: trained under bounds)."""
     out = float64_outputs(model, data.X.detach().cpu().numpy())
-    return poor_fit_message(data.task, data.y.detach().cpu().numpy(), out)
+    return poor_fit_message(data.task, data.y.detach().cpu().numpy(), out, constrained)
 
 
-def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray) -> str | None:
-    """The warning text when the training fit is far worse than a constant predictor
+def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: bool = False) -> str | None:
+    """The warning text when the training fit is no better than a constant predictor
     (``None`` otherwise); a pure function of the targets and the model outputs.
 
     Regression: training R2 below ``POOR_FIT_R2`` (-0.05; R2 0 is the mean predictor).
-    Binary: accuracy of ``out > 0`` below the majority-class rate minus
-    ``POOR_FIT_ACCURACY_MARGIN`` (0.02).
+    Binary: a near-constant classifier by :func:`solvers.outcome.near_constant` (the rule the
+    SQP engine checks too): the accuracy of ``out > 0`` not above the majority-class rate
+    ``m`` by two binomial standard errors ``sqrt(m (1 - m) / n)``, or one class predicted on
+    (almost) every row. ``constrained``: the model was trained under bounds, which a constant
+    classifier meets (group rates all equal), so they may be what forced it.
     """
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     out = np.asarray(out, dtype=np.float64).reshape(-1)
@@ -276,10 +285,30 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray) -> str | None:
     if task == "binary":
         majority = float(max(y.mean(), 1.0 - y.mean()))
         accuracy = float(np.mean((out > 0) == (y > 0.5)))
-        if accuracy < majority - POOR_FIT_ACCURACY_MARGIN:
-            return (f"training fit worse than a constant predictor: training accuracy = {accuracy:.3g} < majority-"
-                    f"class rate {majority:.3g} - {POOR_FIT_ACCURACY_MARGIN:g}. {advice}")
+        reasons = near_constant(accuracy, majority, y.size, float(np.mean(out > 0)))
+        if not reasons:
+            return None
+        if not constrained:
+            return (f"near-constant classifier: {'; '.join(reasons)}. No bound was given: training stopped short "
+                    "(increase epochs or lr, see history_) or the inputs say little about the target.")
+        return (f"near-constant classifier: {'; '.join(reasons)}. A constant classifier meets every group-rate "
+                "bound, so bounds this tight leave room for little else (or training stopped short, see "
+                "history_): its fairness says nothing. Loosen the bound (a smaller delta, a larger bound), give "
+                "the model more to work with (informative inputs, model='mlp'), or train longer.")
     return None
+
+
+def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool) -> list[tuple[type, str]]:
+    """The warnings about the fitted model itself, as ``(category, message)``: a classifier
+    that is nearly constant (:func:`poor_fit`; a :class:`~fairopt.exceptions.DegenerateModelWarning`
+    when every row gets the same class, else a :class:`~fairopt.FairnessWarning`), a regressor
+    worse than its mean (:class:`~fairopt.FairnessWarning`) or with constant predictions
+    (:func:`constant_fit`, :class:`~fairopt.exceptions.DegenerateModelWarning`)."""
+    poor, constant = poor_fit(model, data, constrained), constant_fit(model, data)
+    if data.task == "binary":  # the near-constant rule covers one class on every row
+        return [(DegenerateModelWarning if constant else FairnessWarning, poor)] if poor else []
+    return [(category, message) for category, message in ((FairnessWarning, poor),
+                                                          (DegenerateModelWarning, constant)) if message]
 
 
 def constant_fit(model: nn.Module, data: FairData) -> str | None:
@@ -310,15 +339,9 @@ def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraint
                  violations: Mapping[str, float], *, method: str, violation_tol: float, relaxed: int,
                  reference: Mapping[str, float] | None = None) -> list[tuple[type, str]]:
     """Every warning of a finished fit, as ``(category, message)`` in the order a user should
-    read them: a fit worse than a constant predictor (:func:`poor_fit`,
-    :class:`~fairopt.FairnessWarning`), a degenerate fit (:func:`constant_fit`,
-    :class:`~fairopt.exceptions.DegenerateModelWarning`), then the constraint messages
-    (:func:`constraint_messages`)."""
-    found: list[tuple[type, str]] = []
-    for category, message in ((FairnessWarning, poor_fit(model, data)),
-                              (DegenerateModelWarning, constant_fit(model, data))):
-        if message:
-            found.append((category, message))
+    read them: the model itself (:func:`fit_quality_warnings`: near-constant, worse than a
+    constant, degenerate), then the constraint messages (:func:`constraint_messages`)."""
+    found = fit_quality_warnings(model, data, bool(constraints))
     found += [(FairnessWarning, message) for message in constraint_messages(
         result, constraints, violations, method=method, violation_tol=violation_tol, relaxed=relaxed,
         reference=reference)]

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -34,10 +35,12 @@ from fairopt.evaluation_fauci import fauci_measures, resolve_combined
 from fairopt.measures.distribution import intersection_cells, js_divergence, uf
 from fairopt.measures.group import group_means, ratio_of_extremes, undefined_ratio_message, undefined_ratio_reason
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
+from fairopt.status import DEFINITIONS, MET_TOL, BoundStatus, label_of
 from solvers.problem import eval_mode, violation
 
-__all__ = ["DEGENERATE", "NOTES", "RealisedMeasure", "constant_predictions", "constraint_violations", "evaluate",
-           "fairness_report", "format_report", "model_violations", "realised_measures"]
+__all__ = ["BOUNDS", "DEGENERATE", "MEASURE_DEFINITIONS", "NOTES", "RealisedMeasure", "bound_statuses",
+           "constant_predictions", "constraint_violations", "evaluate", "fairness_report", "format_report",
+           "model_violations", "realised_measures"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,34 @@ GROUP_KINDS = ("binary", "categorical")
 DEGENERATE = "degenerate"
 #: Key of :func:`evaluate`'s reasons, ``{measure: why}``, for NaN measures and a degenerate model.
 NOTES = "notes"
+#: Key of :func:`evaluate`'s bounded measures, ``{constraint: {label, value, bound, sense, met}}``.
+BOUNDS = "bounds"
+#: What every measure :func:`format_report` prints means (the key before any ``[feature]``).
+MEASURE_DEFINITIONS: dict[str, str] = {
+    "rows": "number of rows",
+    "accuracy": "share of rows whose hard prediction is the label",
+    "rps": "ranked probability score; for two classes the Brier score, mean (p - y)^2 of the probability p",
+    "r2": "coefficient of determination, 1 - (squared error) / (squared deviation from the mean)",
+    "mse": "mean squared error",
+    "deviance": "mean Poisson unit deviance",
+    "di_ratio": "ratio of the smallest to the largest group mean of the predictions (positive rate for a "
+                "classifier): disparate impact, 1 is parity",
+    "dp_difference": "largest minus smallest group mean of the predictions: demographic-parity difference, 0 is "
+                     "parity",
+    "uf": "demographic unfairness, Var(E[prediction | cell]) / Var(prediction) over the cells of all sensitive "
+          "features, 0 is parity",
+    "js_divergence": "Jensen-Shannon divergence of the prediction distributions of those cells, 0 is parity",
+    "wdp": "FaUCI weighted demographic parity, the mean over groups of |P(yhat=1 | group) - P(yhat=1)|, 0 is "
+           "parity",
+    "wdi": "FaUCI weighted disparate impact, the mean over groups of min(r, 1/r), r the group's positive rate "
+           "over the rest's, 1 is parity",
+    "weo": "FaUCI weighted equalized odds, the mean over groups of the gaps of their TPR and FPR to all rows', 0 "
+           "is parity",
+    "gdp": "wdp over 10 bins of a continuous feature, weighted by bin size",
+    "gdi": "wdi over 10 bins of a continuous feature, weighted by bin size",
+    "geo": "weo over 10 bins of a continuous feature, weighted by bin size",
+    "degenerate": "True when the model predicts the same for every row (its fairness is then trivial)",
+}
 
 
 def _forward(model: Callable[[torch.Tensor], torch.Tensor], data: Any) -> torch.Tensor:
@@ -270,6 +301,22 @@ def _constraint_values(out: torch.Tensor, data: Any, constraints: Iterable[Any])
     return results
 
 
+def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
+                   tol: float = MET_TOL) -> list[BoundStatus]:
+    """The realised measure beside the bound argument of every constraint that declares its
+    measure (:func:`realised_measures`; ``delta`` bounds a ratio from below, ``bound`` the
+    others from above), on the model outputs ``out`` of the rows ``data``, in constraint order;
+    a constraint is ``met`` when its exact violation is at most ``tol``."""
+    measured = [c for c in constraints if callable(getattr(c, "realised", None))]
+    statuses = []
+    for c, measure in zip(measured, realised_measures(out, data, measured)):
+        bound = getattr(c, "delta" if measure.sense == "lower" else "bound", None)
+        statuses.append(BoundStatus(name=str(c.name), label=label_of(c), value=measure.value,
+                                    bound=None if bound is None else float(bound), sense=measure.sense,
+                                    met=_exact_violation(out, data, c)[1] <= tol))
+    return statuses
+
+
 def constraint_violations(out: torch.Tensor, data: Any, constraints: Iterable[Any]) -> dict[str, float]:
     """Exact total violation of each constraint, ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``
     of its exact rows on the model outputs ``out`` (hard predictions for the rate
@@ -421,6 +468,10 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
           spread of the predictions otherwise), with a
           :class:`~fairopt.exceptions.DegenerateModelWarning`; its fairness measures are
           then trivially perfect and mean nothing.
+        - ``"bounds"``: per constraint that declares its measure (keyed as its rows), the
+          realised measure beside the bound argument (:func:`bound_statuses`): ``label``
+          (``DI[sex]``), ``value``, ``bound``, ``sense`` and ``met`` (exact violation at most
+          :data:`fairopt.status.MET_TOL`).
         - ``"notes"``: ``{measure: reason}`` for every NaN ratio of a 0/0 and for
           ``"degenerate"`` when True (empty when there is nothing to say).
 
@@ -450,9 +501,22 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
     if reason:
         notes[DEGENERATE] = f"{reason}; its fairness measures are trivially perfect"
         warnings.warn(f"degenerate model: {notes[DEGENERATE]}", DegenerateModelWarning, stacklevel=2)
+    constraints = list(constraints)
     results.update(_constraint_values(out, data, constraints))
+    results[BOUNDS] = _bounds(out, data, constraints)
     results[NOTES] = notes
     return results
+
+
+def _bounds(out: torch.Tensor, data: Any, constraints: list) -> dict[str, dict[str, Any]]:
+    """The ``"bounds"`` entry of :func:`evaluate`: per constraint with a measure (keyed as its
+    rows, ``name#2`` for a repeated name) the :class:`~fairopt.status.BoundStatus` fields."""
+    keys: dict[str, Any] = {}
+    for c in constraints:
+        keys[_unique_name(str(c.name), keys)] = c
+    measured = [key for key, c in keys.items() if callable(getattr(c, "realised", None))]
+    statuses = bound_statuses(out, data, [keys[key] for key in measured])
+    return {key: asdict(status) for key, status in zip(measured, statuses)}
 
 
 def _as_runs(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -460,12 +524,18 @@ def _as_runs(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     if not isinstance(results, Mapping) or not results:
         raise ValueError(f"results: expected an evaluate() dict or a non-empty mapping of them, got {results!r}")
     # the "notes" of one evaluate() dict is a mapping, not a run
-    nested = [isinstance(v, Mapping) for k, v in results.items() if not (k == NOTES and _is_notes(v))]
+    nested = [isinstance(v, Mapping) for k, v in results.items()
+              if not (k == NOTES and _is_notes(v)) and not (k == BOUNDS and _is_bounds(v))]
     if all(nested):
         return {str(k): v for k, v in results.items()}
     if any(nested):
         raise ValueError("results: mixes evaluate() entries with nested dicts")
     return {"value": results}
+
+
+def _is_bounds(value: Any) -> bool:
+    """Whether ``value`` is the ``"bounds"`` entry of an evaluate() dict (a dict per constraint)."""
+    return isinstance(value, Mapping) and all(isinstance(v, Mapping) and "label" in v for v in value.values())
 
 
 def _is_notes(value: Any) -> bool:
@@ -478,7 +548,7 @@ def _flatten(run: Mapping[str, Any]) -> dict[str, float]:
     ``"degenerate"`` flag is 1.0 (True) or 0.0; the ``"notes"`` are left out."""
     flat: dict[str, float] = {}
     for key, value in run.items():
-        if key == NOTES and _is_notes(value):
+        if (key == NOTES and _is_notes(value)) or (key == BOUNDS and _is_bounds(value)):
             continue
         if isinstance(value, (list, tuple, np.ndarray, torch.Tensor)):
             for i, v in enumerate(np.asarray(value, dtype=float).reshape(-1)):
@@ -526,22 +596,95 @@ def fairness_report(results: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def format_report(results: Mapping[str, Any], digits: int = 4) -> str:
-    """:func:`fairness_report` rendered as fixed-width text for printing or logging.
+    """:func:`fairness_report` rendered as fixed-width text for printing or logging, in the
+    user's terms.
 
-    ``n`` is shown as an integer, ``degenerate`` as True/False, everything else with
-    ``digits`` significant digits. The notes of the runs (why a measure is NaN, why a
-    model is degenerate) follow the table, one line each.
+    One row per measure, each printed once: ``di_ratio`` and ``dp_difference`` without a
+    ``[feature]`` (the first feature's, repeated) and a ``wdi[f]`` equal to ``di_ratio[f]`` in
+    every run (two groups) are left out. A constraint that declares its measure is one row,
+    ``DI[sex] (bound >= 0.800)``, holding the realised value in each run (``unmet`` where the
+    constraint's rows are violated: evaluate's ``"bounds"``), in place of its raw rows and
+    violations; a constraint without one keeps its total violation. ``rows`` (``n``) is an
+    integer, ``degenerate`` True/False, every other number has ``digits`` decimals. Under the
+    table, what each measure printed means (:data:`MEASURE_DEFINITIONS` and the short names of
+    :data:`fairopt.status.DEFINITIONS`), then the notes of the runs (why a measure is NaN, why a
+    model is degenerate), one line each.
     """
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits: expected a positive integer, got {digits!r}")
+    runs = _as_runs(results)
     table = fairness_report(results)
-    text = table.astype(object)
-    for row in table.index:
+    bounds = {run: (r.get(BOUNDS) if _is_bounds(r.get(BOUNDS)) else {}) for run, r in runs.items()}
+    measured = list(dict.fromkeys(key for b in bounds.values() for key in b))
+    shown = [row for row in table.index if not _left_out(str(row), table, measured, bounds)]
+    rows: dict[str, list[str]] = {}
+    for row in shown:
+        values = table.loc[row]
         if row == DEGENERATE:
-            text.loc[row] = [("nan" if pd.isna(v) else str(bool(v))) for v in table.loc[row]]
-            continue
-        fmt = "{:.0f}" if row == "n" else f"{{:.{digits}g}}"
-        text.loc[row] = [("nan" if pd.isna(v) else fmt.format(v)) for v in table.loc[row]]
+            rows[row] = ["nan" if pd.isna(v) else str(bool(v)) for v in values]
+        else:
+            fmt = "{:.0f}" if row == "n" else f"{{:.{digits}f}}"
+            rows["rows" if row == "n" else str(row)] = ["nan" if pd.isna(v) else fmt.format(v) for v in values]
+    labels: list[str] = []
+    for key in measured:
+        first = next(b[key] for b in bounds.values() if key in b)
+        status = BoundStatus(**first)
+        label = f"{status.label} ({status.bound_text})"
+        labels.append(status.label)
+        rows[label] = [f"{b[key]['value']:.{digits}f}" + ("" if b[key]["met"] else " unmet") if key in b else "nan"
+                       for b in bounds.values()]
+    text = pd.DataFrame.from_dict(rows, orient="index", columns=list(table.columns)).to_string()
     lines = [f"{run}: {measure}: {reason}" for run, notes in table.attrs.get("notes", {}).items()
              for measure, reason in notes.items()]
-    return text.to_string() + ("\nnotes:\n" + "\n".join(lines) if lines else "")
+    return (text + "\nwhat the rows mean:\n" + "\n".join(_definitions(list(rows), labels))
+            + ("\nnotes:\n" + "\n".join(lines) if lines else ""))
+
+
+#: Realised measures of evaluate() that a constraint's row repeats, by the constraint's short name.
+_SAME_MEASURE = {"di_ratio": "DI", "dp_difference": "DP"}
+
+
+def _left_out(row: str, table: pd.DataFrame, measured: list[str], bounds: Mapping[str, Mapping]) -> bool:
+    """Whether :func:`format_report` leaves a row of the table out (printed elsewhere or twice)."""
+    if row in ("di_ratio", "dp_difference") and any(str(r).startswith("di_ratio[") for r in table.index):
+        return True
+    base, _, feature = row.partition("[")
+    if base in _SAME_MEASURE and feature:  # e.g. di_ratio[sex] beside the row of a DI[sex] constraint
+        label = f"{_SAME_MEASURE[base]}[{feature}"
+        for key in measured:
+            mine = [b.get(key) for b in bounds.values()]
+            if all(m is not None and m["label"] == label for m in mine) and np.allclose(
+                    [m["value"] for m in mine], table.loc[row].to_numpy(float), rtol=0.0, atol=1e-9, equal_nan=True):
+                return True
+    match = re.fullmatch(r"wdi\[(.+)\]", row)
+    if match and f"di_ratio[{match.group(1)}]" in table.index:
+        a, b = table.loc[row].to_numpy(float), table.loc[f"di_ratio[{match.group(1)}]"].to_numpy(float)
+        if np.all((np.isnan(a) & np.isnan(b)) | (np.abs(a - b) <= 1e-12)):
+            return True
+    for key in measured:  # the raw rows and violations of a constraint shown by its measure
+        if row == f"{key}.violation" or re.fullmatch(re.escape(key) + r"\[\d+\]", row):
+            return True
+    keys = {str(r)[:-len(".violation")] for r in table.index if str(r).endswith(".violation")}
+    return row == "violation" and bool(keys) and keys <= set(measured)
+
+
+def _definitions(rows: list[str], labels: list[str]) -> list[str]:
+    """One line per kind of row :func:`format_report` printed: what it measures."""
+    lines, seen = [], set()
+    for row in rows:
+        base = row.split("[")[0].split(" (")[0]
+        if base.endswith(".violation") or base == "violation":
+            base, text = "violation", ("total exact violation of a constraint's rows, sum of max(c - upper, 0) + "
+                                       "max(lower - c, 0)")
+        elif base in MEASURE_DEFINITIONS:
+            text = MEASURE_DEFINITIONS[base]
+        elif base in DEFINITIONS:
+            text = f"{DEFINITIONS[base]}; the constraint's measure beside its bound, 'unmet' where it does not hold"
+        elif row.split("[")[0] in {label.split("[")[0] for label in labels}:
+            text = "the constraint's measure beside its bound, 'unmet' where it does not hold"
+        else:
+            continue
+        if base not in seen:
+            seen.add(base)
+            lines.append(f"  {base}: {text}")
+    return lines

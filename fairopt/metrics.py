@@ -53,7 +53,7 @@ from fairopt._validation import column_1d
 from fairopt.exceptions import UndefinedMeasureWarning
 from fairopt.measures.group import (disparate_impact as group_disparate_impact, dp_difference, equal_impact,
                                     equalised_odds, warn_undefined_ratio)
-from fairopt.report.groups import intersection_groups
+from fairopt.sensitive_groups import intersection_groups
 
 __all__ = [
     "MEASURES",

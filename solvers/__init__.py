@@ -20,11 +20,6 @@ from solvers.problem import (
 )
 from solvers.qp import LeastViolationWarning, QPResult, diagonal_qp, least_violation_bounds
 from solvers.sqp import DistributedSQP, SQPWarning, StochasticSQP
-from solvers import distributed as _distributed
-
-# the engine moved to solvers.sqp (distributed.py does not import the engine); the old
-# import path solvers.distributed.DistributedSQP keeps working
-_distributed.DistributedSQP = DistributedSQP
 
 __all__ = [
     "AdaHessian",

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from solvers.feedforward import FeedForward
-from solvers.losses import LossFn, value_and_gradient
+from solvers.losses import LossFn, parameter_gradient, value_and_gradient
 from solvers.problem import RowFactors, exact_rows, row_outputs
 from solvers.strata import (MIN_ROWS, RowStrata, StrataPlan, has_hidden_layer, is_rowwise, plan_strata,
                             rank_one_factors, segment_factors, stratum_codes)
@@ -39,7 +39,7 @@ from solvers.validation import check_choice
 
 __all__ = ["AUGMENT_MAX_ELEMENTS", "AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES",
            "LocalDerivatives", "OutputTrace", "closed_form_network", "flatten_rows", "pullback",
-           "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "vjp"]
+           "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "vjp", "with_parameter_gradient"]
 
 #: Largest feature matrix (entries) that :meth:`LocalDerivatives.augmented` copies with a column of
 #: ones (2^24: 64 MiB in float32, e.g. a million rows of 16 features).
@@ -83,6 +83,16 @@ class DerivativeOracle(Protocol):
                  con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives: ...
 
 
+def with_parameter_gradient(der: Derivatives, loss_fn: LossFn, params: list[torch.Tensor]) -> Derivatives:
+    """``der`` with the objective's gradient in the parameters themselves added to ``g``
+    (:func:`solvers.losses.parameter_gradient`: an L2 penalty on the weights, which does not
+    pass through the outputs that the oracles pull back); ``der`` as it is for other losses."""
+    extra = parameter_gradient(loss_fn, params)
+    if extra is not None:
+        der.g = der.g + extra.to(der.g.dtype)
+    return der
+
+
 def flatten_rows(grads: Sequence[torch.Tensor], k: int) -> torch.Tensor:
     """Concatenate per-parameter gradients (each (k, *shape) or shape) into (k, p)."""
     return torch.cat([gr.reshape(k, -1) for gr in grads], dim=1)
@@ -103,8 +113,8 @@ def rows_and_output_jacobian(cons: Any, out: torch.Tensor, batch: Any) -> tuple[
     ``rows_and_jacobian(out, batch)`` returning the pair, or None, as
     :meth:`solvers.problem.ConstraintSet.rows_and_jacobian` does); otherwise by one backward pass
     per row through the graph of ``cons(out, batch)`` (:func:`rows_jacobian`). Group-rate rows
-    have the closed form ``(D W) * phi'``: measured on 1,024 Dutch rows, it replaces a
-    differentiable evaluation and two backward passes (about 0.25 ms of a 2.6 ms mini-batch step).
+    have the closed form ``(D W) * phi'``, which replaces a differentiable evaluation and two
+    backward passes (about a tenth of a mini-batch step).
     """
     closed_form = getattr(cons, "rows_and_jacobian", None)
     pair = closed_form(out.detach(), batch) if callable(closed_form) else None
@@ -122,7 +132,7 @@ def vjp(out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor, retain
     Bit for bit the product ``torch.autograd.grad(out, params, grad_outputs=cot)`` computes (the
     backward pass of ``cot' out`` hands ``1 * cot`` to ``out``), without its tensor
     ``grad_outputs``: PyTorch checks those with its symbolic-shapes module, whose first import
-    (sympy) costs about 0.4 s per process (measured with torch 2.13: 0.39 s of a 2.9 s fit).
+    (sympy) costs a noticeable part of a short fit, once per process.
     """
     scalar = torch.dot(out.reshape(-1), cot.reshape(-1).to(out.dtype))
     return flatten_rows(torch.autograd.grad(scalar, params, retain_graph=retain_graph), 1)[0]
@@ -133,8 +143,7 @@ def pullback(out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor, j
 
     ``jacobian="batched"``: one batched vector-Jacobian product (``is_grads_batched``);
     ``"loop"``/``"auto"``: ``k`` backward calls on the retained graph, which
-    ``benchmarks/sqp_speed.py`` measured faster on CPU (Dutch, MLP 32, 3 rows: 69 ms vs
-    136 ms per Jacobian under load).
+    ``benchmarks/sqp_speed.py`` measured faster on CPU for a few rows.
     """
     k = cot.shape[0]
     if jacobian == "batched":
@@ -171,8 +180,8 @@ def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor,
                   augmented: torch.Tensor | None = None) -> OutputTrace:
     """The forward pass of ``model`` on ``X`` ready for pullbacks: the closed form of
     :mod:`solvers.feedforward` when ``jacobian="auto"`` and ``model`` is a plain feed-forward network
-    whose parameters ``params`` are (figures in that module; about 2 ms less per full-batch SQP
-    iteration on Dutch, MLP 32, ``benchmarks/results/sqp_speed.txt``), with ``augmented = [X | 1]``
+    whose parameters ``params`` are (faster per full-batch SQP iteration:
+    ``benchmarks/results/sqp_speed.txt``), with ``augmented = [X | 1]``
     for its first layer when given (:meth:`solvers.feedforward.FeedForward.trace`); otherwise the
     autograd graph (:class:`AutogradTrace`, strategy ``"loop"`` for ``"auto"``)."""
     network = closed_form_network(model, params, jacobian)
@@ -208,9 +217,8 @@ class LocalDerivatives:
         """Read the strata of every row of ``data`` once (``cons.strata(data)``), so that the constraint
         rows of batches drawn from it by index (:meth:`rows_drawn`) come from per-stratum sums
         (``cons.rows_and_factors``) instead of the batch's own ``G x n`` operator and ``m x n``
-        Jacobian (Dutch, MLP 32, batches of 1,024 rows, one thread, the model pass, the rows and the
-        pullback of one batch: 0.82 against 0.95 ms with disparate and equal impact, 0.64 against
-        0.67 ms with disparate impact alone). True when ``cons``
+        Jacobian (a little faster per mini-batch step, the more so the more constraints share
+        the strata). True when ``cons``
         offers this (members that share one direction, :attr:`~solvers.problem.ConstraintSet.shared_direction`,
         with ``strata`` and ``rows_and_factors``); otherwise False and batches keep the plain path."""
         self._data_strata, self._drawn = None, None
@@ -246,9 +254,8 @@ class LocalDerivatives:
         traced at every iteration, is copied once (and a mini-batch objective beside a full
         constraint batch keeps the latter's copy). The copy is column-major (a transposed view of a
         contiguous ``(features + 1, n)`` matrix): the forward product runs as fast in either layout,
-        and the pullback's ``[X | 1]' (v * S)`` reads it column by column (a Dutch-sized 48,336 x 51
-        matrix, 32 columns of ``v * S``, one thread: 1.05 against 1.32 ms per product, 1.52 ms
-        before the pullback took that orientation). A rule on the batch alone, not on what was seen
+        and the pullback's ``[X | 1]' (v * S)`` reads it column by column (faster per product than
+        the row-major copy on tens of thousands of rows). A rule on the batch alone, not on what was seen
         before: a resumed fit takes the same path, bit for bit."""
         if self.jacobian != "auto" or X.shape[0] < MIN_ROWS or X.numel() > AUGMENT_MAX_ELEMENTS:
             return None
@@ -280,14 +287,16 @@ class LocalDerivatives:
                  con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
         plan = self.stratified_plan(model, cons, con_batch)
         if plan is None:
-            return self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows)
-        return self._stratified(model, params, loss_fn, cons, obj_batch, plan)
+            der = self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows)
+        else:
+            der = self._stratified(model, params, loss_fn, cons, obj_batch, plan)
+        return with_parameter_gradient(der, loss_fn, params)
 
     def _may_stratify(self, model: nn.Module, cons: Any, con_batch: Any) -> bool:
         """``"auto"``, constraints with strata, a batch of at least :data:`solvers.strata.MIN_ROWS`
         rows and a row-wise model with a hidden layer: a linear model's backward pass is one cheap
-        product that does not repay a model pass per stratum (Law, 4 rows: 3.6 ms against 2.0 ms
-        per Jacobian), nor does a small mini-batch. A rule, not a timing, so that a fit is
+        product that does not repay a model pass per stratum (slower per Jacobian), nor does a
+        small mini-batch. A rule, not a timing, so that a fit is
         reproducible bit for bit (and a resumed fit continues exactly)."""
         return (self.jacobian == "auto" and con_batch is not None and len(con_batch) >= MIN_ROWS
                 and callable(getattr(cons, "strata", None)) and is_rowwise(model) and has_hidden_layer(model))

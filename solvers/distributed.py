@@ -58,8 +58,7 @@ Structure: this module knows nothing of the engine. It provides the derivative o
 :class:`solvers.derivatives.DerivativeOracle`) and the checks and broadcast a data-parallel
 fit needs; :class:`solvers.sqp.StochasticSQP` picks this oracle instead of
 :class:`solvers.derivatives.LocalDerivatives` when the process group is active.
-:class:`solvers.sqp.DistributedSQP` is the engine that insists on it (the package attaches
-it here too, so the old path ``solvers.distributed.DistributedSQP`` still imports).
+:class:`solvers.sqp.DistributedSQP` is the engine that insists on it.
 """
 
 from __future__ import annotations
@@ -72,7 +71,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from solvers.derivatives import Derivatives, trace_outputs
+from solvers.derivatives import Derivatives, trace_outputs, with_parameter_gradient
 from solvers.losses import LossFn
 from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
 from solvers.sums import FIELDS, derivatives_from_sums, local_sums, supports_sums
@@ -169,8 +168,9 @@ class AllReduceDerivatives:
         members = list(cons) if con_batch is not None else []
         local, sizes = local_sums(trace.out, obj_batch, loss_fn, members, trace.pullback)
         totals = _all_reduce_sum(local)
-        return derivatives_from_sums(totals, members, sizes, params[0].dtype, con_batch is not None,
-                                   t1 - t0, time.perf_counter() - t1)
+        der = derivatives_from_sums(totals, members, sizes, params[0].dtype, con_batch is not None,
+                                    t1 - t0, time.perf_counter() - t1)
+        return with_parameter_gradient(der, loss_fn, params)  # the same parameters on every rank: added once
 
 
 # ----------------------------------------------------------------------------- pieces

@@ -22,10 +22,10 @@ autograd engine repeats the whole backward pass (activation derivatives, the hid
 products) ``k`` times. The last hidden layer needs not even the pass: the output has one unit,
 so ``S_{L-1} = (S_L w_L) * sigma_{L-1}'(Z_{L-1})`` is a row scaling of ``sigma'`` by the fixed
 weight row ``w_L``, and ``v * S_{L-1}`` is one activation-derivative pass of ``v * S_L`` per
-cotangent, scaled by ``w_L`` after the product (:meth:`FeedForwardTrace._pull`). On 48,336 Dutch
-rows, MLP 32, one thread, a forward pass and two gradient
-rows took 7.6-9.0 ms this way against 9.2-9.9 ms through autograd (timed alternately in one
-process; ``benchmarks/sqp_speed.py`` times the engine with both). The values equal autograd's
+cotangent, scaled by ``w_L`` after the product (:meth:`FeedForwardTrace._pull`). A forward pass
+and two gradient rows take less time this way than through autograd
+(``benchmarks/feedforward_pullback.py``, ``benchmarks/sqp_speed.py`` times the engine with both;
+``benchmarks/results/solver_notes.md``). The values equal autograd's
 up to floating-point rounding (the same products summed in another order); the forward pass runs
 the same kernels as the modules, so ``out`` is bit for bit ``model(X)`` (unless the caller hands
 the first layer ``[X | 1]``, see :meth:`FeedForward.trace`: then up to rounding).
@@ -56,9 +56,8 @@ def _into(op: Any, *args: Any, out: torch.Tensor | None) -> torch.Tensor:
 
 #: ``(module, G, Z, H, out=None) -> G * sigma'(Z)`` for activations whose derivative PyTorch computes
 #: from ``Z`` or ``H = sigma(Z)`` directly (the kernels of their own backward passes), written into
-#: ``out`` when given (a buffer reused across cotangents: written into a fresh full-batch matrix at
-#: every call, the leaky-ReLU kernel took 1.4 ms per call instead of 0.5 ms in the profile of
-#: ``benchmarks/feedforward_pullback.py``'s case, 48,336 rows).
+#: ``out`` when given (a buffer reused across cotangents: a fresh full-batch matrix at every call
+#: made the kernel about three times slower in the profile of ``benchmarks/feedforward_pullback.py``).
 ACTIVATION_DERIVATIVES: dict[type[nn.Module], Callable[..., torch.Tensor]] = {
     nn.ReLU: lambda m, G, Z, H, out=None: _into(torch.ops.aten.threshold_backward, G, H, 0, out=out),
     nn.LeakyReLU: lambda m, G, Z, H, out=None: _into(torch.ops.aten.leaky_relu_backward, G, Z, m.negative_slope,
@@ -168,8 +167,7 @@ class FeedForward:
         held by a caller that traces the same rows again and again (a full batch). The first layer's
         weight and bias then act as one matrix ``[W | b]``: one product instead of a product and a
         broadcast of ``b`` in the forward pass, and the bias gradient comes out of the weight
-        gradient's product in every pullback (Dutch, 48,336 rows, MLP 32, one thread: 0.85 against
-        1.14 ms for the first layer, and no 0.27 ms bias product per pullback). The outputs then
+        gradient's product in every pullback (no separate bias product). The outputs then
         equal ``model(X)`` up to rounding (the bias is summed inside the product), not bit for bit.
         """
         first = self.layers[0].linear
@@ -292,9 +290,8 @@ class FeedForwardTrace:
         ``w_L`` scales the small (features, width) product afterwards. Only deeper layers read
         :meth:`sensitivities`. Each product is formed as ``H' (v * S)``, the orientation in which a
         column-major ``H`` (the ``[X | 1]`` of :meth:`solvers.derivatives.LocalDerivatives.augmented`)
-        is read along its columns (a Dutch-sized first layer, 48,336 rows of 51 inputs, 32 units, one
-        thread, two rows in two strata: 3.4 against 4.6 ms with the sensitivity matrix and the other
-        orientation)."""
+        is read along its columns (faster than forming the sensitivity matrix and the other
+        orientation on a first layer of tens of thousands of rows)."""
         k = cots[0].shape[0]
         for (a, b), cot in zip(bounds, cots):
             if cot.shape[1] != b - a:

@@ -9,10 +9,20 @@ For constraint rows ``l <= c(w) <= u`` with per-row violations
    ascent step on ``lambda`` with gradient ``v_B`` followed by the projection onto
    ``lambda >= 0`` (``dual_update="adam"``, the GeDI authors' SBR code; lr 1e-3).
 
+``dual_update="signed"`` is projected dual ascent on the Lagrangian of the rows written as
+``s_i(w) <= 0`` with the signed excess ``s_i = max(c_i - u_i, l_i - c_i)`` (negative inside
+the bounds): the primal term is ``sum_i lambda_i s_i,B`` and the update
+``lambda_i <- max(0, lambda_i + rho s_i,B)``, so a multiplier also decreases while its row
+holds with room. The hinge updates above only ever increase ``lambda``: a first step that
+overshoots the optimal multiplier leaves an exact penalty steeper than needed, whose kink the
+primal optimiser straddles, and the epoch-end iterates that are feasible lie inside the
+bound, short of the constrained optimum. With the signed update the iteration is the
+primal-dual (Arrow-Hurwicz) method, whose fixed points are the KKT points.
+
 Deviation from LDF's Algorithm 1 (which updates ``lambda`` once per epoch with
 step sizes ``s_k``): the dual update runs after every primal step with a constant step
 ``rho = dual_lr``, as in the SBR code; with full-batch training (``batch_size=None``)
-the two coincide. Because ``v >= 0``, ``lambda`` never decreases: it grows while a row is
+the two coincide. With the hinge updates, because ``v >= 0``, ``lambda`` never decreases: it grows while a row is
 violated and stays where it is once the row is satisfied.
 """
 
@@ -34,8 +44,8 @@ from solvers.validation import check_choice, positive_float
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]
 
-DUAL_UPDATES = ("ascent", "adam")
-_DEFAULT_DUAL_LR = {"ascent": 1.0, "adam": 1e-3}
+DUAL_UPDATES = ("ascent", "adam", "signed")
+_DEFAULT_DUAL_LR = {"ascent": 1.0, "adam": 1e-3, "signed": 1.0}
 
 
 
@@ -56,8 +66,10 @@ class LagrangianDual(FirstOrderTrainer):
         Learning rate of the primal optimiser.
     dual_lr : float, optional
         ``rho`` of the ascent step, or Adam's learning rate on ``lambda``; default 1.0 for
-        ``"ascent"`` and 1e-3 for ``"adam"`` (the GeDI SBR code).
-    dual_update : {"ascent", "adam"}, default "ascent"
+        ``"ascent"`` and ``"signed"``, 1e-3 for ``"adam"`` (the GeDI SBR code).
+    dual_update : {"ascent", "adam", "signed"}, default "ascent"
+        The hinge updates of SBR (``"ascent"``, ``"adam"``) or projected dual ascent on the
+        signed excess (``"signed"``, module docstring).
     batch_size : int or None, default None
     optimizer : {"adam", "sgd", "adahessian"}, default "adam"
         Primal optimiser (:func:`solvers.optimizers.make_optimizer`).
@@ -102,7 +114,7 @@ class LagrangianDual(FirstOrderTrainer):
         optimizer_options: dict | None = None,
         tol: float = 1e-4,
         feasibility_tol: float = 1e-6,
-        verbose: int = 0,
+        verbose: int | str = "auto",
         callbacks: Sequence[Callable] = (),
     ) -> None:
         super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,
@@ -120,15 +132,27 @@ class LagrangianDual(FirstOrderTrainer):
         c = self._constraints(out, batch).reshape(-1)
         return c, row_violations(c, self._lower, self._upper)
 
+    def _signed_excess(self, c: torch.Tensor) -> torch.Tensor:
+        """``s_i = max(c_i - u_i, l_i - c_i)`` (an infinite side drops out): the row's violation
+        when positive, minus its room to the nearer bound when negative."""
+        upper = torch.where(torch.isfinite(self._upper), c - self._upper.to(c.dtype), torch.full_like(c, -math.inf))
+        lower = torch.where(torch.isfinite(self._lower), self._lower.to(c.dtype) - c, torch.full_like(c, -math.inf))
+        return torch.maximum(upper, lower)
+
     def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor | None, dict]:
         if self._n_rows == 0:  # no constraint rows: plain training of the loss (no Lagrangian term)
-            self._last_violation = torch.zeros(0, dtype=torch.float64)
+            self._last_violation = self._last_excess = torch.zeros(0, dtype=torch.float64)
             return None, {COLUMN_C: [], COLUMN_VIOL: [], "V": 0.0, "V_exact": 0.0}
         c, viol = self._row_violations(out, batch)
         self._last_violation = viol.detach().to(torch.float64)
         exact = exact_rows(self._constraints, out, batch, smooth=c)
         v_exact = float(row_violations(exact, self._lower, self._upper).sum())
-        lagrangian = (self.multipliers_.to(viol.dtype) * viol).sum()
+        if self.dual_update == "signed":
+            excess = self._signed_excess(c)
+            self._last_excess = excess.detach().to(torch.float64)
+            lagrangian = (self.multipliers_.to(excess.dtype) * excess).sum()
+        else:
+            lagrangian = (self.multipliers_.to(viol.dtype) * viol).sum()
         fields = {COLUMN_C: c.detach().tolist(), COLUMN_VIOL: self._last_violation.tolist(),
                   "V": float(self._last_violation.sum()), "V_exact": v_exact}
         return lagrangian, fields
@@ -139,6 +163,8 @@ class LagrangianDual(FirstOrderTrainer):
         with torch.no_grad():
             if self.dual_update == "ascent":
                 self.multipliers_.add_(self.dual_lr * viol).clamp_(min=0.0)
+            elif self.dual_update == "signed":
+                self.multipliers_.add_(self.dual_lr * self._last_excess).clamp_(min=0.0)
             else:
                 self._lambda_param.grad = viol.clone()
                 self._dual_optimizer.step()

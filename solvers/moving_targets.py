@@ -14,7 +14,9 @@ experiments ([GeDI] App. B.3, eq 56-57)::
 labels and ``L`` the Hamming distance (fraction of disagreeing rows), so the master is a
 mixed-integer LINEAR program; the rows ``1 <= sum z <= n - 1`` are added so that the learner
 always sees both classes. Regression: ``z`` real, ``L`` the mean squared error, a convex QP.
-Masters are solved by :func:`solvers.projection.project_targets` (HiGHS / OSQP / Gurobi).
+Masters are solved by :func:`solvers.projection.project_targets`: for group rates of unweighted
+hard labels by the exact count search (top-k by cost within each group,
+:mod:`solvers.projection.topk`; ties broken by the learner's score), else HiGHS / OSQP / Gurobi.
 
 The learner is any object with ``fit(X, y)`` and ``predict(X)`` (or ``predict_proba`` for a
 classifier): scikit-learn estimators as they are, torch models through
@@ -41,7 +43,6 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
-import sys
 import time
 from typing import Any, Callable, Iterable, Sequence
 
@@ -52,7 +53,8 @@ from solvers.history import COLUMN_C_PREDICTIONS, FitResult, History
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations, row_weights
 from solvers.projection import BACKENDS, ProjectionResult, project_targets
-from solvers.validation import (as_float_array, check_choice, check_flag, check_seed, check_verbose, positive_float,
+from solvers.progress import check_progress, epoch_logs, progress
+from solvers.validation import (as_float_array, check_choice, check_flag, check_seed, positive_float,
                                 positive_int)
 from solvers.problem import as_constraint_set
 
@@ -78,10 +80,11 @@ class MovingTargets:
     ----------
     iterations : int, default 10
         Number ``T >= 1`` of master/learner iterations after pretraining.
-    backend : {"auto", "highs", "osqp", "gurobi"}, default "auto"
-        Projection backend (:func:`solvers.projection.project_targets`): "auto" uses Gurobi
-        when it is importable and licensed for the problem size, else HiGHS (classification)
-        or OSQP (regression).
+    backend : {"auto", "topk", "highs", "osqp", "gurobi"}, default "auto"
+        Projection backend (:func:`solvers.projection.project_targets`): "auto" uses the count
+        search when the rows read counts of groups (group rates of unweighted hard labels),
+        else Gurobi when it is importable and licensed for the problem size, else HiGHS
+        (classification) or OSQP (regression).
     time_limit : float, default 60.0
         Seconds allowed to each master solve (the GeDI experiments used Gurobi with
         ``WorkLimit = 60``). A master stopped by the limit returns its best feasible targets
@@ -89,8 +92,9 @@ class MovingTargets:
     seed : int, default 0
         Seed of the master solver and of the learner: a learner exposing scikit-learn's
         ``get_params``/``set_params`` with ``random_state=None`` gets ``random_state=seed``.
-    verbose : int, default 0
-        0 silent; 1 progress bar and one INFO log line per iteration.
+    verbose : int or "auto", default "auto"
+        ``"auto"``: a progress bar once training has run a few seconds; 0 silent; 1 the bar from
+        the start and one INFO log line per iteration (:mod:`solvers.progress`).
     mip_gap : float, default 1e-4
         Relative gap at which a classification master is optimal (0 proves optimality).
     feasibility_tol : float, default 1e-9
@@ -135,7 +139,7 @@ class MovingTargets:
         backend: str = "auto",
         time_limit: float = 60.0,
         seed: int = 0,
-        verbose: int = 0,
+        verbose: int | str = "auto",
         *,
         mip_gap: float = 1e-4,
         feasibility_tol: float = 1e-9,
@@ -161,7 +165,7 @@ class MovingTargets:
         positive_float(self.feasibility_tol, "feasibility_tol", allow_zero=True)
         check_flag(self.warm_start, "warm_start")
         check_seed(self.seed, allow_none=False, allow_negative=False)
-        check_verbose(self.verbose)
+        check_progress(self.verbose)
         if not all(callable(cb) for cb in self.callbacks):
             raise ValueError(f"callbacks: expected callables, got {self.callbacks!r}")
 
@@ -234,12 +238,9 @@ class MovingTargets:
         _seed_learner(learner, int(self.seed))
 
         history = History(row_names=cons.row_names)
-        use_bar = self.verbose > 0 or sys.stderr.isatty()
+        use_bar = self.verbose != 0
         steps: Iterable[int] = range(1, int(self.iterations) + 1)
-        if use_bar:
-            from tqdm.auto import tqdm
-
-            steps = tqdm(steps, desc="Moving Targets", unit="it", leave=False)
+        steps = progress(steps, self.verbose, "Moving Targets", "it")
         start = time.perf_counter()
         predictions, learner_seconds = _fit_predict(learner, X, y, classification, weights)
         record = _iteration_record(0, None, None, y, predictions, learner_seconds, cons, data, classification,
@@ -256,6 +257,7 @@ class MovingTargets:
                 loss="hamming" if classification else "squared", binary=classification,
                 backend=self.backend, time_limit=float(self.time_limit), mip_gap=float(self.mip_gap),
                 seed=int(self.seed), initial=master if self.warm_start else None,
+                priority=_scores(learner, X) if classification else None,
             )
             previous, targets = targets, master.z
             predictions, learner_seconds = _fit_predict(learner, X, targets, classification, weights)
@@ -264,8 +266,8 @@ class MovingTargets:
             history.append(record)
             tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record[COLUMN_C_PREDICTIONS], t)
             if use_bar:
-                steps.set_postfix(score=f"{record['score']:.4f}", V=f"{record['V_predictions']:.2e}")
-            if self.verbose:
+                steps.set_postfix(score=f"{record['score']:.4f}", V=f"{record['V_predictions']:.2e}", refresh=False)
+            if epoch_logs(self.verbose):
                 logger.info("MT iteration %d: master %s (%s, %.2f s) objective %.5g, V(z)=%.2e; learner score "
                             "%.4f, V(p)=%.2e", t, master.status, master.backend, master.seconds,
                             master.objective, record["V_targets"], record["score"], record["V_predictions"])
@@ -444,6 +446,20 @@ def _predict(learner: Any, X: np.ndarray, classification: bool) -> np.ndarray:
         raise ValueError(f"learner: {name}.predict must return 0/1 labels for classification, got "
                          f"{values[(values != 0) & (values != 1)][0]!r}")
     return values
+
+
+def _scores(learner: Any, X: np.ndarray) -> np.ndarray | None:
+    """The learner's positive-class score on ``X`` (``predict_proba[:, -1]``, else
+    ``decision_function``), or None: the count search's tie-break (rows nearer to being
+    predicted positive get a one first among targets of equal cost)."""
+    for method in ("predict_proba", "decision_function"):
+        function = getattr(learner, method, None)
+        if not callable(function):
+            continue
+        values = np.asarray(function(X), dtype=float)
+        values = values[:, -1] if values.ndim == 2 else values.reshape(-1)
+        return values if values.shape[0] == X.shape[0] and np.isfinite(values).all() else None
+    return None
 
 
 def _constraint_values(cons: ConstraintSet, data: Any, values: np.ndarray,

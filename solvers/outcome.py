@@ -25,11 +25,17 @@ import torch
 from solvers.problem import assign_parameters, flat_parameters, model_outputs, row_chunks, row_violations
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
-           "NoProgressWarning", "RISE_TOLERANCE", "TrainingInstabilityWarning", "training_accuracy", "unmet_rows",
-           "warn_if_constant", "warn_if_start", "warn_if_unstable", "warn_unmet"]
+           "NEAR_CONSTANT_SHARE", "NEAR_CONSTANT_Z", "NearConstantWarning", "NoProgressWarning", "RISE_TOLERANCE",
+           "TrainingInstabilityWarning", "near_constant", "training_accuracy", "unmet_rows", "warn_if_constant",
+           "warn_if_start", "warn_if_unstable", "warn_unmet"]
 
 #: Relative rise of the training loss over its starting value that :func:`warn_if_unstable` reports.
 RISE_TOLERANCE = 0.25
+#: Standard errors by which a classifier's training accuracy must exceed the majority-class rate
+#: (:func:`near_constant`).
+NEAR_CONSTANT_Z = 2.0
+#: Share of the rows below which the less often predicted class makes a classifier near-constant.
+NEAR_CONSTANT_SHARE = 0.005
 
 
 class BoundWarning(UserWarning):
@@ -53,6 +59,12 @@ class ConstantPredictorWarning(UserWarning):
     cross-entropy) its training accuracy is not above the majority-class rate. Fairness
     bounds never force this (a constant model meets every bound of a group-rate, covariance
     or distance-covariance constraint): training failed."""
+
+
+class NearConstantWarning(ConstantPredictorWarning):
+    """The returned classifier is nearly a constant one (:func:`near_constant`) while its
+    training loss is below the best constant output's: bounds that only such a model meets
+    force this (a constant model meets every group-rate bound), or training stopped short."""
 
 
 class TrainingInstabilityWarning(UserWarning):
@@ -209,22 +221,60 @@ def warn_if_start(engine: str, chosen: Candidate | None, start: int, last: int, 
     return True
 
 
-def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float | None = None,
-                     majority: float | None = None, stacklevel: int = 3) -> bool:
-    """Emit one :class:`ConstantPredictorWarning` when the returned model's training loss ``f`` is
-    not below ``f_constant`` (:func:`solvers.losses.constant_loss`) or its training ``accuracy`` is
-    not above the ``majority``-class rate (both given for a binary loss); returns whether it did."""
+def near_constant(accuracy: float, majority: float, n_rows: int | None = None,
+                  positive_share: float | None = None) -> list[str]:
+    """Why a binary classifier is (nearly) a constant one on its ``n_rows`` training rows; empty
+    when it is not. The rule:
+
+    - its training ``accuracy`` is not above ``majority + NEAR_CONSTANT_Z * se`` with
+      ``se = sqrt(m (1 - m) / n)``, the binomial standard error of an accuracy near the
+      majority-class rate ``m`` (the accuracy of predicting the majority class for every row):
+      within two standard errors it is not measurably better than that constant prediction on
+      these rows (``n_rows`` None: ``se = 0``, accuracy not above ``m``);
+    - or the less often predicted class, ``min(q, 1 - q)`` with ``q = positive_share`` the share of
+      rows predicted positive, covers fewer than ``max(1 row, NEAR_CONSTANT_SHARE * n)``: one
+      class on (almost) every row.
+    """
     reasons = []
-    if math.isfinite(f_constant) and not f < f_constant:
-        reasons.append(f"training loss {f:.4g} >= {f_constant:.4g}, the loss of the best constant output")
-    if accuracy is not None and majority is not None and not accuracy > majority:
-        reasons.append(f"training accuracy {accuracy:.4f} <= {majority:.4f}, the majority-class rate")
+    se = 0.0 if not n_rows else math.sqrt(max(majority * (1.0 - majority), 0.0) / n_rows)
+    if not accuracy > majority + NEAR_CONSTANT_Z * se:
+        margin = f" + {NEAR_CONSTANT_Z:g} standard errors ({NEAR_CONSTANT_Z * se:.4f})" if se > 0 else ""
+        reasons.append(f"training accuracy {accuracy:.4f} is not above the majority-class rate {majority:.4f}"
+                       f"{margin}, what predicting the majority class for every row scores")
+    if positive_share is not None:
+        rare = min(positive_share, 1.0 - positive_share)
+        n = n_rows or 0
+        if rare * n < max(1.0, NEAR_CONSTANT_SHARE * n) - 1e-9:
+            reasons.append(f"one class is predicted for {1.0 - rare:.2%} of the training rows")
+    return reasons
+
+
+def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float | None = None,
+                     majority: float | None = None, stacklevel: int = 3, *, n_rows: int | None = None) -> bool:
+    """Emit one warning when the returned model is no better than a constant predictor; returns
+    whether it did.
+
+    A :class:`ConstantPredictorWarning` (training failed) when its training loss ``f`` is not
+    below ``f_constant`` (:func:`solvers.losses.constant_loss`): a constant output, which meets
+    every group-rate bound, would have a lower loss. Otherwise a :class:`NearConstantWarning`
+    when the binary classifier is nearly constant by the rule of :func:`near_constant`
+    (``accuracy`` and the ``majority``-class rate on ``n_rows`` rows, given for a binary loss)."""
+    failed = math.isfinite(f_constant) and not f < f_constant
+    reasons = [f"training loss {f:.4g} >= {f_constant:.4g}, the loss of the best constant output"] if failed else []
+    if accuracy is not None and majority is not None:
+        reasons += near_constant(accuracy, majority, n_rows)
     if not reasons:
         return False
-    warnings.warn(f"{engine}: the returned model is no better than a constant predictor ({'; '.join(reasons)}). "
-                  "The bounds do not force this (a constant model meets them): training failed. Try more "
-                  "epochs, full batches, a smaller lr, or look at the history.", ConstantPredictorWarning,
-                  stacklevel=stacklevel)
+    if failed:
+        warnings.warn(f"{engine}: the returned model is no better than a constant predictor ({'; '.join(reasons)}). "
+                      "The bounds do not force this (a constant model meets them): training failed. Try more "
+                      "epochs, full batches, a smaller lr, or look at the history.", ConstantPredictorWarning,
+                      stacklevel=stacklevel)
+    else:
+        warnings.warn(f"{engine}: the returned model is nearly a constant predictor ({'; '.join(reasons)}). Bounds "
+                      "that only such a model meets force this (a constant model meets every group-rate bound); "
+                      "otherwise training stopped short: more epochs, full batches or a smaller lr.",
+                      NearConstantWarning, stacklevel=stacklevel)
     return True
 
 

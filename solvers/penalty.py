@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -33,8 +32,9 @@ from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
 from solvers.outcome import DivergedWarning
 from solvers.problem import (assign_parameters, check_dataset, flat_parameters, model_outputs, trainable_parameters,
                              violation)
+from solvers.progress import check_progress, epoch_logs, progress
 from solvers.sampling import minibatches
-from solvers.validation import check_choice, check_seed, check_verbose, positive_float, positive_int
+from solvers.validation import check_choice, check_seed, positive_float, positive_int
 
 __all__ = ["Penalty", "PenaltyTerm", "penalty_terms", "penalised_loss", "FirstOrderTrainer"]
 
@@ -174,7 +174,7 @@ class FirstOrderTrainer:
         optimizer_options: dict | None,
         seed: int,
         tol: float,
-        verbose: int,
+        verbose: int | str,
         callbacks: Sequence[Callable],
     ) -> None:
         self.epochs = epochs
@@ -193,7 +193,7 @@ class FirstOrderTrainer:
         check_choice(optimizer, OPTIMIZERS, "optimizer")
         positive_float(tol, "tol")
         check_seed(seed, allow_none=False)
-        check_verbose(verbose)
+        check_progress(verbose)
 
     # ------------------------------------------------------------------ subclass hooks
     def _extra(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor | None, dict]:
@@ -233,11 +233,7 @@ class FirstOrderTrainer:
         status = "max_epochs"
         iteration = 0
         epochs: Iterable[int] = range(int(self.epochs))
-        use_bar = self.verbose > 0 or sys.stderr.isatty()
-        if use_bar:
-            from tqdm.auto import tqdm
-
-            epochs = tqdm(epochs, desc=self.engine, unit="epoch", leave=False)
+        epochs = progress(epochs, self.verbose, self.engine, "epoch")
         model.train()
         last_finite = flat_parameters(params)
         for epoch in epochs:
@@ -267,7 +263,7 @@ class FirstOrderTrainer:
                     return history, "stopped_by_callback"
             if on_epoch_end is not None:
                 on_epoch_end(iteration)
-            if self.verbose:
+            if epoch_logs(self.verbose):
                 last = history[-1]
                 logger.info("epoch %d: f=%.5f objective=%.5f", epoch, last["f"], last["objective"])
         return history, status
@@ -321,7 +317,8 @@ class Penalty(FirstOrderTrainer):
     tol : float, default 1e-4
         ``converged`` is ``max |grad of the penalised objective|`` on the full data ``<= tol``
         (a subgradient where a hinge term sits at its kink, so it may stay above ``tol``).
-    verbose : int, default 0
+    verbose : int or "auto", default "auto"
+        As in :class:`solvers.StochasticSQP` (:mod:`solvers.progress`).
     callbacks : sequence of callables
         ``cb(engine, record) -> bool | None`` after every step; True stops training.
 
@@ -342,7 +339,7 @@ class Penalty(FirstOrderTrainer):
         *,
         optimizer_options: dict | None = None,
         tol: float = 1e-4,
-        verbose: int = 0,
+        verbose: int | str = "auto",
         callbacks: Sequence[Callable] = (),
     ) -> None:
         super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,

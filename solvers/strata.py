@@ -45,9 +45,9 @@ ROWWISE_TYPES: tuple[type[nn.Module], ...] = (
 
 #: More strata than this and the per-stratum passes cost more than they save: plain pullback.
 MAX_STRATA = 64
-#: Fewer rows than this and the layout and per-stratum passes cost more than they save (Dutch,
-#: MLP 32, 20 epochs of mini-batches of 1024 with the batch's own constraint rows: 5.7 s
-#: stratified against 3.4 s row by row; 500 full-batch epochs on 42,294 rows: 6.0 s against 9.7 s).
+#: Fewer rows than this and the layout and per-stratum passes cost more than they save (slower
+#: than row by row on mini-batches of 1024 rows, faster on a full batch of tens of thousands;
+#: ``benchmarks/results/solver_notes.md``).
 MIN_ROWS = 4096
 
 
@@ -122,8 +122,8 @@ class RowStrata:
 
     def sums(self, x: torch.Tensor | None = None) -> torch.Tensor:
         """Per-stratum sums ``s_k = sum_{i: codes_i = k} x_i`` (float64, (s,)); row counts for ``x = None``.
-        Over the slices of :attr:`bounds` when the rows are ordered by stratum (42,294 rows: 15 against
-        100 microseconds for two strata), else a scatter over the codes."""
+        Over the slices of :attr:`bounds` when the rows are ordered by stratum (several times
+        faster than the scatter), else a scatter over the codes."""
         if self.bounds is not None:
             if x is None:
                 return torch.tensor([float(b - a) for a, b in self.bounds], dtype=torch.float64)
@@ -195,8 +195,8 @@ def row_codes(table: torch.Tensor) -> torch.Tensor:
     The same labels as ``torch.unique(table, dim=0, return_inverse=True)[1]``, computed by
     packing each row into one integer ``sum_j table[:, j] prod_{l > j} r_l`` (``r_l`` the
     number of values of column ``l``; the first column is the most significant, so the order
-    is kept) and a one-dimensional ``unique``: 1.6 ms against 47 ms for the 42,294 rows of
-    Dutch and two columns (one thread). Falls back to ``unique(dim=0)`` when the packed codes would not
+    is kept) and a one-dimensional ``unique``, an order of magnitude faster than
+    ``unique(dim=0)`` on tens of thousands of rows. Falls back to ``unique(dim=0)`` when the packed codes would not
     fit in 62 bits.
     """
     table = torch.as_tensor(table)

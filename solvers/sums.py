@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from solvers.derivatives import Derivatives, LocalDerivatives, rows_jacobian, trace_outputs
+from solvers.derivatives import Derivatives, LocalDerivatives, rows_jacobian, trace_outputs, with_parameter_gradient
 from solvers.losses import LossFn, value_and_gradient
 from solvers.problem import model_outputs, row_chunks, row_weights, weight_total
 
@@ -162,8 +162,9 @@ class ChunkedDerivatives:
             part, sizes = local_sums(trace.out, chunk, loss_fn, members, trace.pullback)
             total = add_sums(total, part)
             t_forward, t_jacobian = t_forward + (t1 - t0), t_jacobian + (time.perf_counter() - t1)
-        return derivatives_from_sums(total, members, sizes, params[0].dtype, con_batch is not None, t_forward,
-                                     t_jacobian)
+        der = derivatives_from_sums(total, members, sizes, params[0].dtype, con_batch is not None, t_forward,
+                                    t_jacobian)
+        return with_parameter_gradient(der, loss_fn, params)
 
 
 def exact_in_chunks(model: nn.Module, loss_fn: LossFn, cons: Any, data: Any, chunk_rows: int,

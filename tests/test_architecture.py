@@ -15,14 +15,55 @@ PACKAGES = ("fairopt", "solvers")
 
 
 def test_import_contracts_are_kept():
-    """fairopt over solvers, no cycles inside a package, oracles independent of the engine
-    (``[tool.importlinter]`` in pyproject.toml)."""
+    """fairopt over solvers, no cycles inside a package, oracles independent of the engine, no
+    training code under the metrics and measures (``[tool.importlinter]`` in pyproject.toml)."""
     pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
     command = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     done = subprocess.run([command, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
 
+
+
+#: Loads every module ``modules`` need, the ``__init__`` of each subpackage on the way included
+#: (import-linter reads import statements only, not the package initialisers an import runs),
+#: with the two top-level initialisers skipped: they import the whole library by design.
+_LOADED = """
+import importlib, sys, types
+for name in ("fairopt", "solvers"):
+    package = types.ModuleType(name)
+    package.__path__ = [sys.argv[1] + "/" + name]
+    sys.modules[name] = package
+for module in sys.argv[2:]:
+    importlib.import_module(module)
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def test_metrics_and_measures_load_no_training_code():
+    """The forbidden contract on ``fairopt.metrics`` and ``fairopt.measures`` holds at run time
+    too: importing them loads none of its forbidden modules through a subpackage's
+    ``__init__`` (as ``fairopt.report`` would load the persistence and the estimators)."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    contract = next(c for c in contracts if c.get("source_modules") == ["fairopt.metrics", "fairopt.measures"])
+    done = subprocess.run([sys.executable, "-c", _LOADED, str(ROOT), *contract["source_modules"]],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = done.stdout.split()
+    assert "fairopt.metrics" in loaded and "fairopt.measures.dcov" in loaded
+    forbidden = [m for m in loaded for f in contract["forbidden_modules"] if m == f or m.startswith(f + ".")]
+    assert forbidden == []
+
+
+def test_import_fairopt_loads_no_experiment_or_paper_code():
+    """``import fairopt`` loads neither the comparison tools (``fairopt.experiments``, on first
+    use) nor the paper reproductions (``benchmarks.papers``, outside the package)."""
+    code = "import fairopt, sys; print([m for m in sys.modules if 'experiments' in m or 'papers' in m])"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 def _private_imports() -> list[str]:
     hits = []

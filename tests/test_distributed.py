@@ -24,7 +24,8 @@ import fairopt
 from fairopt.constraints import DemographicParity, DisparateImpact, EqualImpact
 from fairopt.exceptions import FairnessWarning
 from solvers import StochasticSQP
-from solvers.distributed import DistributedSQP, distributed_active, supports_data_parallel
+from solvers.distributed import distributed_active, supports_data_parallel
+from solvers.sqp import DistributedSQP
 from solvers.problem import assign_parameters
 
 ITERATIONS = 20

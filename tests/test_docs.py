@@ -14,6 +14,8 @@ is installed, and checks the rendered API pages for Sphinx/reST leftovers.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import subprocess
@@ -33,10 +35,65 @@ SLOW_MARK = "<!-- docs-test: slow -->"
 SHARED_DATA = Path(os.environ.get("FAIROPT_SHARED_DATA", ROOT / ".." / "shared" / "data")).resolve()
 
 
+OUTPUT = re.compile(r"[ \t]*\n(?:[ \t]*\n)*(?P<indent>[ \t]*)```text[^\n]*\n(?P<body>.*?)^(?P=indent)```",
+                    re.MULTILINE | re.DOTALL)
+NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?%?$")
+
+
 def python_blocks(text: str) -> list[str]:
     """The bodies of the ```python fenced blocks of a Markdown text, in order (indented
     fences, e.g. inside content tabs, are dedented)."""
-    return [textwrap.dedent(match.group("body")) for match in FENCE.finditer(text)]
+    return [code for code, _ in blocks_and_outputs(text)]
+
+
+def blocks_and_outputs(text: str) -> list[tuple[str, str | None]]:
+    """Each ```python block with the ```text block that follows it with nothing but blank lines
+    between (what the page says the block prints), or None."""
+    pairs = []
+    for match in FENCE.finditer(text):
+        shown = OUTPUT.match(text, match.end())
+        pairs.append((textwrap.dedent(match.group("body")),
+                      textwrap.dedent(shown.group("body")) if shown is not None else None))
+    return pairs
+
+
+def _number(token: str) -> tuple[float, float] | None:
+    """``(value, half a unit of its last printed digit)`` of a printed number, else None."""
+    token = token.rstrip(",;:)").lstrip("(")
+    if not NUMBER.match(token):
+        return None
+    percent = token.endswith("%")
+    mantissa = token.rstrip("%").lower().split("e")[0]
+    digits = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    exponent = int(token.rstrip("%").lower().split("e")[1]) if "e" in token.lower() else 0
+    return float(token.rstrip("%")), 0.5 * 10.0 ** (exponent - digits) * (1 if not percent else 1)
+
+
+def output_differences(printed: str, shown: str, units: float = 4.0) -> list[str]:
+    """Where ``printed`` differs from what the page ``shown``: token by token (whitespace
+    ignored), words equal, numbers within ``units`` halves of the shown number's last digit
+    (a page rounds; another platform's last digit may differ)."""
+    got, want = printed.split(), shown.split()
+    if len(got) != len(want):
+        return [f"{len(got)} tokens printed, {len(want)} shown:\n{printed}"]
+    problems = []
+    for a, b in zip(got, want):
+        number_a, number_b = _number(a), _number(b)
+        if number_a is not None and number_b is not None:
+            if abs(number_a[0] - number_b[0]) > units * number_b[1] + 1e-12:
+                problems.append(f"printed {a}, shown {b}")
+        elif a != b:
+            problems.append(f"printed {a!r}, shown {b!r}")
+    return problems
+
+
+def test_printed_output_comparison():
+    text = "```python\nprint(1)\n```\n\n```text\nacc 0.830  DI 0.80\n```\n```python\nx = 1\n```\n"
+    assert blocks_and_outputs(text) == [("print(1)\n", "acc 0.830  DI 0.80\n"), ("x = 1\n", None)]
+    assert output_differences("acc 0.831  DI 0.80\n", "acc 0.830  DI 0.80") == []
+    assert output_differences("acc 0.850  DI 0.80", "acc 0.830  DI 0.80") == ["printed 0.850, shown 0.830"]
+    assert output_differences("ok True", "ok False") == ["printed 'True', shown 'False'"]
+    assert output_differences("a b", "a") != []
 
 
 def test_block_extraction():
@@ -62,11 +119,19 @@ def _one_thread():
 
 
 def run_page(page: Path) -> dict:
-    """Run the ```python blocks of ``page`` in order in one namespace; return it."""
+    """Run the ```python blocks of ``page`` in order in one namespace; return it. A block
+    followed by a ```text block must print what it shows (:func:`output_differences`)."""
     namespace: dict = {"__name__": f"docs_{page.stem}"}
-    for i, block in enumerate(python_blocks(page.read_text())):
-        code = compile(block, f"{page.relative_to(DOCS)} [block {i + 1}]", "exec")
-        exec(code, namespace)  # noqa: S102 - the documentation's own examples
+    for i, (block, shown) in enumerate(blocks_and_outputs(page.read_text())):
+        where = f"{page.relative_to(DOCS)} [block {i + 1}]"
+        code = compile(block, where, "exec")
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(code, namespace)  # noqa: S102 - the documentation's own examples
+        sys.stdout.write(printed.getvalue())
+        if shown is not None:
+            problems = output_differences(printed.getvalue(), shown)
+            assert not problems, f"{where} prints other than the page shows: " + "; ".join(problems[:5])
     return namespace
 
 

@@ -46,6 +46,12 @@ def class_balance(n: int) -> LinearEncoding:
     return LinearEncoding("class_balance", np.ones((1, n)), [1.0], [n - 1.0])
 
 
+def counted_balance(n: int) -> LinearEncoding:
+    """The class-balance rows through an auxiliary count ``a = sum z``, ``1 <= a <= n - 1``."""
+    return LinearEncoding("class_balance", np.ones((1, n)), [0.0], [0.0], A_a=[[-1.0]], aux_lb=[1.0],
+                          aux_ub=[n - 1.0])
+
+
 def all_binary(n: int) -> np.ndarray:
     return np.array(list(itertools.product([0.0, 1.0], repeat=n)))
 
@@ -416,18 +422,19 @@ def test_auto_falls_back_from_size_limited_gurobi(monkeypatch, caplog) -> None:
     monkeypatch.setitem(projection.backends._GUROBI_STATE, "size_limited", False)
     monkeypatch.setattr(projection.project, "_LOGGED_CHOICES", set())
     n = 30
+    # counted_balance has an auxiliary variable: no count search, the MIP backends solve it
     y = (np.arange(n) % 3 == 0).astype(float)
     with caplog.at_level(logging.INFO, logger="solvers.projection"):
-        result = project_targets(y, encodings=[class_balance(n)], loss="hamming", binary=True)
+        result = project_targets(y, encodings=[counted_balance(n)], loss="hamming", binary=True)
     assert result.backend == "highs" and calls == ["optimize"]
     assert "size-limited" in caplog.text and "using highs" in caplog.text
     # explicit request: a clear error instead of a silent fallback
     with pytest.raises(RuntimeError, match="'gurobi' was requested but cannot be used.*size-limited"):
-        project_targets(y, encodings=[class_balance(n)], loss="hamming", binary=True, backend="gurobi")
+        project_targets(y, encodings=[counted_balance(n)], loss="hamming", binary=True, backend="gurobi")
     # once the licence is known to be size-limited, larger problems skip Gurobi without a try
     big = 2 * projection.GUROBI_SIZE_LIMIT
     calls.clear()
-    result = project_targets(np.zeros(big), encodings=[class_balance(big)], loss="hamming", binary=True)
+    result = project_targets(np.zeros(big), encodings=[counted_balance(big)], loss="hamming", binary=True)
     assert result.backend == "highs" and calls == []
     assert result.z.sum() == 1.0
 

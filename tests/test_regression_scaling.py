@@ -102,9 +102,10 @@ def test_poor_fit_message_rules():
     assert poor_fit_message("regression", y, y) is None
     assert poor_fit_message("regression", y, np.full(4, y.mean())) is None
     assert "R2" in poor_fit_message("regression", y, -y)
-    labels = np.array([1.0, 1.0, 1.0, 0.0])
-    assert poor_fit_message("binary", labels, np.ones(4)) is None
-    assert "accuracy" in poor_fit_message("binary", labels, -np.ones(4))
+    labels = np.array([1.0, 1.0, 1.0, 0.0] * 25)
+    assert poor_fit_message("binary", labels, labels - 0.5) is None
+    assert "accuracy" in poor_fit_message("binary", labels, -np.ones(labels.size))
+    assert "one class is predicted for 100.00%" in poor_fit_message("binary", labels, np.ones(labels.size))
 
 
 def test_scaled_loss_is_the_standardised_mse():

@@ -290,7 +290,7 @@ def test_check_verbose_accepts_levels_and_flags_only():
 def test_engines_refuse_a_truthy_string_for_verbose(engine):
     import solvers
 
-    with pytest.raises(ValueError, match="verbose: expected a non-negative integer or True/False, got 'yes'"):
+    with pytest.raises(ValueError, match="verbose: expected 'auto', a non-negative integer or True/False, got 'yes'"):
         getattr(solvers, engine)(verbose="yes")
 
 

@@ -63,15 +63,17 @@ Constraints of other types raise :class:`TypeError`.
 Modules (one job each): ``statements`` (:class:`Certificate`, :func:`certify`),
 ``intervals`` (outputs, Clopper-Pearson and normal bounds, worst-case rows, bootstrap
 draws), ``margins`` (:func:`auto_margin`), ``tightening`` (:class:`TightenedConstraint`,
-:func:`tighten`).
+:func:`tighten`), ``plotting`` (:func:`plot_certificate`: value, interval and bound per
+constraint and per candidate).
 """
 
 from __future__ import annotations
 
 from fairopt.certificate.intervals import clopper_pearson, worst_case_rows
 from fairopt.certificate.margins import DEFAULT_HELD_OUT_FRACTION, auto_margin
+from fairopt.certificate.plotting import plot_certificate
 from fairopt.certificate.statements import CERTIFY_METHODS, Certificate, certify
 from fairopt.certificate.tightening import TightenedConstraint, tighten
 
-__all__ = ["Certificate", "TightenedConstraint", "auto_margin", "certify", "clopper_pearson", "tighten",
-           "worst_case_rows", "CERTIFY_METHODS", "DEFAULT_HELD_OUT_FRACTION"]
+__all__ = ["Certificate", "TightenedConstraint", "auto_margin", "certify", "clopper_pearson", "plot_certificate",
+           "tighten", "worst_case_rows", "CERTIFY_METHODS", "DEFAULT_HELD_OUT_FRACTION"]

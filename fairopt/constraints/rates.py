@@ -80,13 +80,12 @@ from typing import Any
 import torch
 
 from fairopt._validation import check_binary, check_interval, nonnegative_float
-from fairopt.constraints.covariance import Covariance  # the old import path fairopt.constraints.rates.Covariance
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
 from fairopt.surrogates import Surrogate
 from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
 from solvers.strata import RowStrata, row_codes
 
-__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "Covariance", "GroupRateConstraint", "GROUPINGS",
+__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "GroupRateConstraint", "GROUPINGS",
            "RowTemplate", "label_mask", "ratio_templates", "difference_templates"]
 
 
@@ -109,10 +108,6 @@ class RowTemplate:
     lower: float
     upper: float
     label: str  # format string with {focus} and {ref}
-
-
-#: The former private name, kept for backward compatibility.
-_RowTemplate = RowTemplate
 
 
 def ratio_templates(delta: float) -> list[RowTemplate]:
@@ -439,10 +434,6 @@ class GroupRateConstraint(LinearRowsConstraint):
             ub=self.upper.numpy(),
             meta={"row_names": list(self.row_names)},
         )
-
-
-#: The former private name, kept for backward compatibility.
-_GroupRateConstraint = GroupRateConstraint
 
 
 class DisparateImpact(GroupRateConstraint):

@@ -12,10 +12,11 @@
 - plots: :func:`plot_requested_vs_realised`, :func:`plot_tradeoff`,
   :func:`plot_histories`, :func:`plot_calibration`;
 - :mod:`~fairopt.experiments.configs`: named/TOML experiment configurations behind the
-  ``fairopt bench`` and ``fairopt train`` commands;
-- :mod:`~fairopt.experiments.paper_configs`: paper experiments runnable by name
-  (``fairopt bench sqp-table2``: :mod:`~fairopt.experiments.sqp_table2`;
-  ``fairopt bench fair-ridge``: :mod:`~fairopt.experiments.fair_ridge`).
+  ``fairopt bench`` and ``fairopt train`` commands.
+
+``import fairopt`` does not import this subpackage; ``fairopt.experiments`` loads it on first
+use. The paper reproductions built on it live outside the package, in ``benchmarks/papers``
+of a source checkout (``python -m benchmarks.papers --list``).
 """
 
 from fairopt.experiments.calibration import (

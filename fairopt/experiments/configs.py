@@ -44,9 +44,9 @@ A configuration is a dict (or a TOML file with the same tables)::
     split = "test"
     history_keys = ["f", "V", "P"]
 
-:data:`BUILTIN` holds the named configurations (``fairopt bench <name>``), including the
-scripted paper experiments of :mod:`fairopt.experiments.paper_configs` (``sqp-table2``,
-``fair-ridge``: description only; :func:`run_config` runs them, ``quick=True`` for ``--quick``).
+:data:`BUILTIN` holds the named configurations (``fairopt bench <name>``). The scripted paper
+reproductions (``sqp-table2``, ``fair-ridge``, ...) are not configurations and not part of the
+package: they live in ``benchmarks/papers`` of a source checkout (``python -m benchmarks.papers``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,6 @@ from fairopt.experiments.methods import (
     SQPMethod,
     model_factory,
 )
-from fairopt.experiments.paper_configs import PAPER_CONFIGS, run_paper_config
 from fairopt.experiments.plots import plot_histories, plot_requested_vs_realised, plot_tradeoff
 from fairopt.experiments.reporting import BenchResult, markdown_table
 from fairopt.specs import build_penalty, constraint_builder
@@ -143,8 +142,6 @@ BUILTIN: dict[str, dict] = {
         ],
         "plots": {"unfairness": "js_divergence", "performance": "rps", "history_keys": ["f", "P"]},
     },
-    # the scripted paper experiments (fairopt.experiments.paper_configs): description only
-    **{name: {"description": paper.description, "scripted": True} for name, paper in PAPER_CONFIGS.items()},
     "demo-adult": {
         "description": "Embedded UCI Adult, linear model: SQP with DI >= delta, the DI hinge penalty and the "
                        "SBR Lagrangian, few epochs (a quick look).",
@@ -195,9 +192,6 @@ def load_config(source: str | Path | Mapping) -> dict:
     Raises ``ValueError`` naming an unknown configuration, section or key, or a missing
     ``data.dataset`` / ``methods``.
     """
-    if isinstance(source, (str, Path)) and str(source) in PAPER_CONFIGS:
-        raise ValueError(f"config: {str(source)!r} is a scripted paper experiment, not a declarative configuration: "
-                         f"run it with run_config({str(source)!r}, out) or `fairopt bench {source}`")
     if isinstance(source, Mapping):
         config = copy.deepcopy(dict(source))
     elif isinstance(source, (str, Path)) and str(source) in BUILTIN:
@@ -363,8 +357,6 @@ def run_config(
     seeds: Sequence[int] | None = None,
     data_dir: str | None = None,
     subsample: int | None = None,
-    quick: bool = False,
-    n_jobs: int = 1,
 ) -> BenchResult:
     """Run a configuration and write ``results.csv``, ``summary.md`` and PNG figures to ``out``.
 
@@ -375,22 +367,10 @@ def run_config(
 
     Parameters
     ----------
-    config : built-in name, TOML path or dict (:func:`load_config`); a paper experiment's name
-        (``sqp-table2``, ``fair-ridge``) runs :func:`~fairopt.experiments.paper_configs.run_paper_config`
+    config : built-in name, TOML path or dict (:func:`load_config`)
     out : directory (created)
     epochs, seeds, data_dir, subsample : optional overrides of the configuration
-    quick : the short variant of a paper experiment (``--quick``); ValueError for the others
-    n_jobs : parallel cells of a paper experiment that runs them so (``gedi-tables``); ValueError
-        for the others unless 1
     """
-    if isinstance(config, (str, Path)) and str(config) in PAPER_CONFIGS:
-        return run_paper_config(str(config), out, quick=quick, epochs=epochs, seeds=seeds, data_dir=data_dir,
-                                subsample=subsample, n_jobs=n_jobs)
-    if n_jobs != 1:
-        raise ValueError(f"n_jobs: a declarative configuration runs its methods one after the other; --n-jobs applies "
-                         f"to 'peers' and the paper experiments {sorted(n for n, c in PAPER_CONFIGS.items() if c.parallel)}")
-    if quick:
-        raise ValueError(f"quick: only the paper experiments {sorted(PAPER_CONFIGS)} (and 'peers') have a quick variant")
     config = load_config(config)
     if subsample is not None:
         config["data"]["subsample"] = subsample

@@ -40,8 +40,8 @@ function, the value is ``(2/(n(n-3))) x . G``. Arithmetic is float64 on a centre
 ``"auto"``
     univariate ``s``: ``"grouped"`` if it has at most ``max(16, 8 ceil(log2 n))`` distinct
     values, else ``"univariate"``. The grouped path costs two array passes per group, the
-    univariate one about 25 per bit of ``n``; the measured crossover on 2 CPU cores lies
-    between K = 128 and 256 for n = 1e4..1e6 (K ~ 50 at n = 1e3), the rule stays below it.
+    univariate one about 25 per bit of ``n``; the measured crossover lies between K = 128 and
+    256 for n = 1e4..1e6 (K ~ 50 at n = 1e3), the rule stays below it.
     Multivariate ``s``: ``"grouped"`` if it has at most ``min(GROUPED_MAX_GROUPS, n/2)``
     distinct rows (K x K matrices of at most 32 MB; n K work against the n^2 of the only
     exact alternative; rows that are almost all distinct have no group structure to use),

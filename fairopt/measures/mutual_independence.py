@@ -36,12 +36,11 @@ one of three paths (the ``path`` of the result):
     ``n <= DENSE_MAX_N`` and a feature is continuous: the U-centred distance matrices are
     built once (n x n) and a resample costs one gather of each continuous matrix plus one
     gather from the K x K table of the discrete features (at most
-    :data:`DENSE_TABLE_MAX_CELLS` cells); 3 to 6 ms per resample at n = 1000 with one
-    continuous and two discrete features (one core), so 999 resamples take a few seconds.
+    :data:`DENSE_TABLE_MAX_CELLS` cells), so at n = 1000 999 resamples take seconds.
 ``"blocked"``
     otherwise (large n with a continuous feature): one :func:`~fairopt.measures.dcov.jdcov`
     call per resample on its exact blocked path, O(n^2 d) time and O(block) memory each.
-    Slow (about 0.06 s per resample at n = 1000, growing as n^2): lower ``n_permutations``
+    Slow (a cost per resample growing as n^2): lower ``n_permutations``
     or subsample.
 With one sensitive feature JdCov~^2 is dCov~^2 and the test is the usual distance
 covariance permutation test (univariate continuous ``s``: ``"univariate"``, the
@@ -73,7 +72,7 @@ DENSE_MAX_N = 2500
 GROUPED_PATH_MAX_CELLS = 128
 """Most joint cells of all-discrete features for which each resample is a grouped
 :func:`~fairopt.measures.dcov.jdcov` call (O(n K) per resample) rather than the dense path
-(O(n^2)); measured crossover near K = 200 at n = 1000 on one core."""
+(O(n^2)); below the measured crossover (near K = 200 at n = 1000)."""
 
 DENSE_TABLE_MAX_CELLS = 1024
 """Most cells of the dense path's table of discrete features (an 8 MB float64 matrix)."""

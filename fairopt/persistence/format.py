@@ -54,18 +54,20 @@ _SPEC_KEYS = {
     "mlp": frozenset({"kind", "n_features", "bias", "activation", "hidden"}),
     "output_scale": frozenset({"kind", "inner"}),
     "custom": frozenset({"kind", "class", "n_features"}),
+    "boosted_trees": frozenset({"kind", "n_features"}),
 }
 #: The only attributes :func:`load` sets on an estimator (``feature_names_in_`` and, for a
 #: classifier, ``classes_`` are rebuilt as arrays) and on a Preprocessor.
 FITTED_ATTRIBUTES = ("n_features_in_", "status_", "converged_", "n_iter_", "train_violations_",
                      "train_violation_", "reference_violations_", "engine_info_", "sensitive_names_",
                      "sensitive_kinds_", "sensitive_levels_")
-_FITTED_KEYS = frozenset(FITTED_ATTRIBUTES) | {"feature_names_in_", "dropped_columns_"}
+_FITTED_KEYS = frozenset(FITTED_ATTRIBUTES) | {"feature_names_in_", "dropped_columns_", "status_message_"}
 _CLASSIFIER_FITTED_KEYS = frozenset({"classes_", "classes_dtype", "pos_label_"})
 #: Fitted attributes added after files were written: absent from older files, whose value
 #: :func:`load` then derives (``pos_label_``: ``classes_[1]``, the only positive class then;
-#: ``dropped_columns_``: none, as no column of X was taken as a sensitive feature then).
-_OPTIONAL_FITTED_KEYS = frozenset({"pos_label_", "dropped_columns_"})
+#: ``dropped_columns_``: none, as no column of X was taken as a sensitive feature then;
+#: ``status_message_``: empty, and ``status_`` holds the engine's word of that time).
+_OPTIONAL_FITTED_KEYS = frozenset({"pos_label_", "dropped_columns_", "status_message_"})
 PREPROCESSOR_ATTRIBUTES = ("columns", "categorical", "standardize", "columns_", "categorical_", "numeric_",
                            "means_", "scales_", "levels_", "feature_names_", "_fitted")
 

@@ -1,5 +1,6 @@
 """Torch models in a file: the architecture spec that describes a module (``fairopt.models``
-linear / mlp networks, an output scale, or a custom module) and the module rebuilt from it."""
+linear / mlp networks, an output scale, boosted trees, or a custom module) and the module rebuilt
+from it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from torch import nn
 
 from fairopt import models
 from fairopt.estimators import OutputScale
+from solvers.boosting import BoostedScores
 
 __all__ = ["load_module", "module_of", "module_payload"]
 
@@ -35,7 +37,11 @@ def module_payload(module: nn.Module, n_features: int | None = None) -> dict:
 
 
 def _architecture(module: nn.Module, n_features: int | None = None) -> dict:
-    """The spec that rebuilds ``module`` (module docstring); ``custom`` if not recognised."""
+    """The spec that rebuilds ``module`` (module docstring); ``custom`` if not recognised. Boosted
+    trees (:class:`solvers.boosting.BoostedScores`, ``model="gbm"``) are ``boosted_trees``: their
+    trees and offset are buffers of the state dict."""
+    if isinstance(module, BoostedScores):
+        return {"kind": "boosted_trees", "n_features": n_features}
     children = list(module.children()) if isinstance(module, nn.Sequential) else []
     if len(children) == 2 and isinstance(children[1], OutputScale):
         return {"kind": "output_scale", "inner": _architecture(children[0], n_features)}
@@ -88,6 +94,8 @@ def _rebuild(spec: dict, model: Any) -> nn.Module:
         return nn.Sequential(_rebuild(spec["inner"], model), OutputScale())
     if spec["kind"] == "custom":
         return _custom_module(spec, model)
+    if spec["kind"] == "boosted_trees":
+        return BoostedScores()  # load_state_dict takes the saved trees, whatever their length
     return _build_architecture(spec)
 
 

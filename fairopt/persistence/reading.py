@@ -229,6 +229,7 @@ def _load_estimator(payload: dict, model: Any) -> Any:
     if fitted["feature_names_in_"] is not None:
         estimator.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
     estimator.dropped_columns_ = [str(name) for name in fitted.get("dropped_columns_", [])]
+    estimator.status_message_ = str(fitted.get("status_message_", ""))
     for attribute in FITTED_ATTRIBUTES:
         setattr(estimator, attribute, fitted[attribute])
     estimator.model_ = load_module(payload["model"], model)

@@ -12,7 +12,7 @@ import pandas as pd
 from fairopt._validation import check_interval, check_seed, positive_int
 from fairopt.report.bootstrap import (RowStatistic, bootstrap_replicates, percentile_interval, point_estimates,
                                       ratio_and_difference)
-from fairopt.report.groups import Groups, intersection_groups, row_count
+from fairopt.sensitive_groups import Groups, intersection_groups, row_count
 from fairopt.report.responses import Responses, model_responses
 from fairopt.report.result import GroupReport
 

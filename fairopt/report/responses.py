@@ -39,7 +39,7 @@ from sklearn.base import is_classifier, is_regressor
 from fairopt._validation import column_1d
 from fairopt.measures.group import python_scalar
 from fairopt.persistence import SavedModel
-from fairopt.report.groups import row_count
+from fairopt.sensitive_groups import row_count
 from solvers.problem import eval_mode
 
 __all__ = ["TASKS", "Responses", "model_responses", "infer_task"]

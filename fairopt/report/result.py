@@ -169,6 +169,9 @@ class GroupReport:
         """Bars of one metric per group with their confidence intervals as error bars, and
         the overall value as a dashed line.
 
+        Long group labels (intersections such as ``sex=Male|race=White``) are turned 45
+        degrees and anchored at their end, and a figure made here is laid out to hold them.
+
         Parameters
         ----------
         ax : matplotlib.axes.Axes, optional
@@ -183,10 +186,14 @@ class GroupReport:
         matplotlib.axes.Axes
         """
         self._check_metric(metric)
-        if ax is None:
+        labels = [str(g) for g in self.by_group.index]
+        longest = max((len(s) for s in labels), default=0)
+        created = ax is None
+        if created:
             import matplotlib.pyplot as plt
 
-            _, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(self.by_group) + 2.0), 3.5))
+            # room under the axes for labels turned 45 degrees (about 0.07 inch per character)
+            _, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(self.by_group) + 2.0), 3.5 + 0.05 * longest))
         values = self.by_group[metric].to_numpy(dtype=float)
         low = self.by_group[f"{metric}_low"].to_numpy(dtype=float)
         high = self.by_group[f"{metric}_high"].to_numpy(dtype=float)
@@ -197,11 +204,14 @@ class GroupReport:
                label=metric)
         ax.axhline(float(self.overall[metric]), color="black", linestyle="--", linewidth=1, label="overall")
         ax.set_xticks(positions)
-        labels = [str(g) for g in self.by_group.index]
-        ax.set_xticklabels(labels, rotation=30 if max((len(s) for s in labels), default=0) > 8 else 0,
-                           ha="right" if max((len(s) for s in labels), default=0) > 8 else "center")
+        if longest > 8:
+            ax.set_xticklabels(labels, rotation=45, ha="right", rotation_mode="anchor")
+        else:
+            ax.set_xticklabels(labels)
         ax.set_ylabel(metric)
         interval = "" if self.n_bootstrap == 0 else f" ({self.confidence:.0%} bootstrap CI)"
         ax.set_title(f"{metric} by {self.by_group.index.name}{interval}")
         ax.legend(loc="best", fontsize="small")
+        if created:
+            ax.figure.tight_layout()
         return ax

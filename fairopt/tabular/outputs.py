@@ -21,6 +21,7 @@ from fairopt.evaluation import evaluate
 from fairopt.persistence import save
 from fairopt.report import group_report
 from fairopt.specs import resolve_constraints
+from fairopt.status import BoundStatus
 from solvers.history import History
 from fairopt.tabular.tables import (VIOLATION_TOL, TableModel, load_table_model, require_columns,
                                     require_complete)
@@ -32,8 +33,10 @@ logger = logging.getLogger("fairopt.tabular")
 # the files of a run
 # --------------------------------------------------------------------------------------
 def write_run(trained: TrainedTable, out: str | Path, *, n_bootstrap: int = 200) -> list[Path]:
-    """``model.fairopt``, ``report.md``, ``history.png``, ``history.csv`` and
-    ``metrics.json`` in ``out`` (created); returns the paths."""
+    """``model.fairopt``, ``report.md``, ``history.png``, ``history.csv``, the per-group
+    figures ``groups_train.png`` (and ``groups_test.png`` with held-out rows; none without
+    discrete sensitive columns) and ``metrics.json`` in ``out`` (created); ``report.md`` links
+    the figures. Returns the paths."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out: {str(out)!r} exists and is not a directory")
@@ -42,21 +45,24 @@ def write_run(trained: TrainedTable, out: str | Path, *, n_bootstrap: int = 200)
     save(trained.result.model, model_path, data=trained.train, constraints=trained.constraints,
          metadata=trained.metadata)
     table = load_table_model(model_path)
-    report_logger = logging.getLogger("fairopt.report")
-    level = report_logger.level
-    report_logger.setLevel(logging.ERROR)  # its notes are in report.md, under each table
-    try:
-        report = run_report(trained, table, n_bootstrap=n_bootstrap)
-    finally:
-        report_logger.setLevel(level)
-    (out / "report.md").write_text(report)
     files = [model_path, out / "report.md"]
+    for stale in ("history.png", *GROUP_FIGURES.values()):  # a figure of an earlier run is not this run's
+        (out / stale).unlink(missing_ok=True)
     history = trained.result.history
     if history is not None and len(history):
         history.to_pandas().to_csv(out / "history.csv", index=False)
         plot_training(history, trained.metadata["method"], out / "history.png",
                       title=f"{trained.metadata['method']} on {trained.metadata['source']}")
         files += [out / "history.png", out / "history.csv"]
+    report_logger = logging.getLogger("fairopt.report")
+    level = report_logger.level
+    report_logger.setLevel(logging.ERROR)  # its notes are in report.md, under each table
+    try:
+        report = run_report(trained, table, n_bootstrap=n_bootstrap, figures=out)
+    finally:
+        report_logger.setLevel(level)
+    (out / "report.md").write_text(report)
+    files += [out / name for name in GROUP_FIGURES.values() if (out / name).exists()]
     metrics = {"train": trained.train_eval, "test": trained.test_eval, "status": trained.metadata["status"],
                "converged": trained.metadata["converged"], "feasible": trained.metadata["feasible"],
                "seconds": trained.seconds}
@@ -119,9 +125,22 @@ def _realised(results: dict, sensitive: Sequence[str], task: str) -> str:
     return "\n".join(lines)
 
 
-def _group_markdown(table: TableModel, frame: pd.DataFrame, n_bootstrap: int, seed: int = 0) -> str:
+#: The per-group figure of each part of a run's rows, next to ``report.md``.
+GROUP_FIGURES = {"train": "groups_train.png", "test": "groups_test.png"}
+
+
+def bound_lines(results: dict | None) -> list[str]:
+    """``DI[sex] 0.803 (bound >= 0.800)`` per constraint with a measure (the ``"bounds"`` of
+    :func:`fairopt.evaluate`), with ``, not met`` where its rows are violated."""
+    bounds = (results or {}).get("bounds") or {}
+    return [str(BoundStatus(**b)) + ("" if b["met"] else ", not met") for b in bounds.values()]
+
+
+def _group_markdown(table: TableModel, frame: pd.DataFrame, n_bootstrap: int, seed: int = 0,
+                    figure: Path | None = None) -> str:
     """The per-group report of ``frame`` over the discrete sensitive columns (a note when
-    there is none, or when the report cannot be made, e.g. a single group in these rows)."""
+    there is none, or when the report cannot be made, e.g. a single group in these rows);
+    with ``figure``, its per-group rates are also drawn there (PNG) and linked."""
     columns = table.discrete_sensitive
     if not columns:
         return "No per-group table: the sensitive columns are continuous (see the constraint tables)."
@@ -133,11 +152,24 @@ def _group_markdown(table: TableModel, frame: pd.DataFrame, n_bootstrap: int, se
                               seed=seed)
     except ValueError as exc:
         return f"No per-group table: {exc}"
-    return _demote(report.to_markdown())
+    markdown = _demote(report.to_markdown())
+    if figure is None:
+        return markdown
+    from solvers.plotting import panel_axes
+
+    metric = "selection_rate" if report.task == "binary" else "mean_prediction"
+    ax = report.plot(ax=panel_axes(None, 1)[0], metric=metric)
+    ax.figure.set_size_inches(max(4.6, 0.9 * len(report.by_group) + 2.0), 4.2)
+    ax.figure.tight_layout()
+    ax.figure.savefig(figure, dpi=110, format="png")
+    return f"![{metric} by group]({figure.name})\n\n" + markdown
 
 
-def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 200) -> str:
-    """The ``report.md`` of a run."""
+def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 200,
+               figures: str | Path | None = None) -> str:
+    """The ``report.md`` of a run. With ``figures`` (the run's directory) the per-group rates
+    are drawn there (:data:`GROUP_FIGURES`) and the report links them and the training
+    history ``history.png`` when that file is there."""
     meta = trained.metadata
     lines = [f"# fairopt train: {meta['source']}", "", "```text", meta["command"] or "fairopt train", "```", "",
              "## Run", "", "| | |", "|---|---|"]
@@ -146,7 +178,8 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
             ("task", meta["task"] + positive), ("target", meta["target"]),
             ("sensitive", ", ".join(meta["sensitive"])),
             ("constraints", ", ".join(f"`{s}`" for s in meta["constraints"]) or "none"),
-            ("status", meta["status"]), ("converged", _yes_no(meta["converged"])),
+            ("status", meta["status"]), ("result", meta.get("status_message", "")),
+            ("converged", _yes_no(meta["converged"])),
             ("feasible on the training rows", _yes_no(meta["feasible"]) if meta["constraints"] else "n/a"),
             ("rows", f"{meta['n_train']} training, {meta['n_test']} held out"),
             ("inputs", f"{len(table.features)} columns -> {trained.encoding['n_inputs']} model inputs"),
@@ -156,7 +189,15 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
               + (", ".join(f"{c} ({len(v)} levels)" for c, v in trained.encoding["one_hot"].items()) or "none")
               + (f"; text holding numbers, used as numbers: {', '.join(trained.encoding['numeric_text'])}"
                  if trained.encoding["numeric_text"] else "") + "."]
+    folder = None if figures is None else Path(figures)
+    if folder is not None and (folder / "history.png").exists():
+        lines += ["", "## Training history", "", "Loss and constraint violation per iteration:", "",
+                  "![training history](history.png)"]
     if trained.constraints:
+        lines += ["", "## Bounds", ""]
+        lines += [f"- {rows}: " + "; ".join(found) for rows, found in (
+            ("training rows", bound_lines(trained.train_eval)), ("held-out rows", bound_lines(trained.test_eval)))
+            if found]
         lines += ["", "## Constraints on the training rows", "",
                   "Exact values (hard predictions) of every constraint row and its bounds; a row is met when "
                   f"its violation is at most {VIOLATION_TOL:g}.", "",
@@ -169,10 +210,12 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
     if trained.test_eval is not None:
         lines += ["", "Held-out rows:", "", _realised(trained.test_eval, meta["sensitive"], meta["task"])]
     lines += ["", "## Per-group report: training rows", "",
-              _group_markdown(table, trained.train_frame, n_bootstrap)]
+              _group_markdown(table, trained.train_frame, n_bootstrap,
+                              figure=None if folder is None else folder / GROUP_FIGURES["train"])]
     if trained.test_frame is not None:
         lines += ["", "## Per-group report: held-out rows", "",
-                  _group_markdown(table, trained.test_frame, n_bootstrap)]
+                  _group_markdown(table, trained.test_frame, n_bootstrap,
+                                  figure=None if folder is None else folder / GROUP_FIGURES["test"])]
     if trained.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in trained.warnings]
     return "\n".join(lines) + "\n"

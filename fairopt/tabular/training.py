@@ -16,9 +16,10 @@ import pandas as pd
 from fairopt.data import FairData, coerce_numeric_columns
 from fairopt.data.encoding import positive_class, sorted_labels
 from fairopt.data.frames import as_number, is_text_dtype, short_list
-from fairopt.diagnostics import constant_fit, constraint_messages, poor_fit
+from fairopt.diagnostics import constraint_messages, fit_quality_warnings
 from fairopt.evaluation import evaluate
 from fairopt.specs import resolve_constraints
+from fairopt.status import BoundStatus, fit_status
 from fairopt.training import METHODS, MODEL_KINDS, TrainingOptions, train, with_sqp_surrogates
 from solvers.history import FitResult
 from fairopt.tabular.tables import (LAYOUT, THRESHOLD, VIOLATION_TOL, plain_value, require_columns,
@@ -273,9 +274,10 @@ def train_table(
             train_eval = evaluate(result.model, train_data, built)
             violations = {name[:-len(".violation")]: value for name, value in train_eval.items()
                           if name.endswith(".violation")}
-            for message in (poor_fit(result.model, train_data), constant_fit(result.model, train_data),
-                            *constraint_messages(result, built, violations, method=method,
-                                                 violation_tol=VIOLATION_TOL, relaxed=result.relaxed_steps)):
+            quality = [message for _, message in fit_quality_warnings(result.model, train_data, bool(built))]
+            for message in (*quality, *constraint_messages(result, built, violations, method=method,
+                                                           violation_tol=VIOLATION_TOL,
+                                                           relaxed=result.relaxed_steps)):
                 if message:
                     warnings.warn(message, UserWarning, stacklevel=1)
             test_constraints: list = []
@@ -304,6 +306,8 @@ def train_table(
     feasible = result.feasible
     if feasible is None and built:
         feasible = bool(train_eval.get("violation", 0.0) <= VIOLATION_TOL)
+    bounds = [BoundStatus(**b) for b in (train_eval.get("bounds") or {}).values()]
+    status, status_message = fit_status(result, method, violations, VIOLATION_TOL, bounds)
     metadata = {
         "layout": LAYOUT, "source": source, "command": command, "fairopt_version": _version(),
         "task": task, "target": target, "classes": None if classes is None else [plain_value(c) for c in classes],
@@ -313,7 +317,8 @@ def train_table(
         "epochs": epochs, "iterations": iterations, "lr": lr, "batch_size": batch_size, "seed": int(seed),
         "test_size": float(test_size), "constraints": list(constraints),
         "engine_params": dict(engine_params or {}),
-        "status": str(result.status), "converged": bool(result.converged), "feasible": feasible,
+        "status": status, "status_message": status_message, "engine_status": str(result.status),
+        "converged": bool(result.converged), "feasible": feasible,
         "train_violations": {k: float(v) for k, v in violations.items()},
         "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
         "seconds": round(seconds, 3),

@@ -31,11 +31,14 @@ Backends
 ========  ==========================  ====================================================
 name      problems                     through
 ========  ==========================  ====================================================
+topk      binary, rows on cell counts  the count search of :mod:`solvers.projection.topk` (exact,
+                                       top-k by cost within each cell; no solver)
 highs     MILP (binary) and convex QP  ``highspy`` (HiGHS branch-and-cut; its QP solver)
 osqp      convex QP                    ``qpsolvers`` with OSQP (tight tolerances, polishing)
 gurobi    MILP and convex QP           ``gurobipy`` (optional extra ``fairopt[gurobi]``)
-auto      both                         Gurobi if importable and licensed for the size,
-                                       else HiGHS (MILP) / OSQP (QP); the choice is logged
+auto      both                         the count search when it applies, else Gurobi if
+                                       importable and licensed for the size, else HiGHS
+                                       (MILP) / OSQP (QP); the choice is logged
 ========  ==========================  ====================================================
 
 The pip wheel of ``gurobipy`` carries a size-limited licence (2000 variables and 2000
@@ -62,7 +65,8 @@ Modules (one job each)
 ``results``: :class:`ProjectionResult`, :class:`ProjectionInfeasibleError` and what a backend
 returns. ``program``: validation of the references, weights and encodings, and the
 solver-neutral program they assemble into. ``backends``: one function per backend behind one
-table, and Gurobi's availability and licence. ``project``: :func:`project_targets` (backend
+table, and Gurobi's availability and licence. ``topk``: the count search for binary programs whose
+rows read counts of cells (group rates of hard labels). ``project``: :func:`project_targets` (backend
 choice, run, infeasibility diagnosis, result).
 """
 

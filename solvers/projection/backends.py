@@ -4,6 +4,10 @@ solver=)`` does), and what this process knows about Gurobi (importable, licence 
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import tempfile
 import warnings
 from typing import Any
 
@@ -43,6 +47,10 @@ _GRB_SIZE_LIMIT_EXCEEDED = 10010
 # What this process has learnt about Gurobi: importable (None = not checked yet) and
 # whether its licence was found to be size-limited.
 _GUROBI_STATE: dict[str, bool | None] = {"importable": None, "size_limited": False}
+# Whether this process has built a HiGHS instance (its first one prints the banner).
+_HIGHS_STATE: dict[str, bool] = {"announced": False}
+
+logger = logging.getLogger(__name__)
 
 
 class GurobiUnavailable(Exception):
@@ -61,7 +69,7 @@ def _solve_highs(prog: Program, time_limit: float, mip_gap: float, seed: int,
     the given integer values, solving for the others); an infeasible start is discarded."""
     import highspy
 
-    h = highspy.Highs()
+    h = _new_highs(highspy)
     options = {
         "output_flag": False, "time_limit": float(time_limit), "random_seed": seed,
         "primal_feasibility_tolerance": FEASIBILITY_TOL, "dual_feasibility_tolerance": FEASIBILITY_TOL,
@@ -108,6 +116,29 @@ def _solve_highs(prog: Program, time_limit: float, mip_gap: float, seed: int,
     if kind == "infeasible":
         return BackendResult(None, kind, text, 0.0)
     return BackendResult(x, kind if x is not None else "failed", text, gap)
+
+
+def _new_highs(highspy: Any) -> Any:
+    """A ``highspy.Highs``. The first one built in a process prints the HiGHS banner from C++
+    straight to file descriptor 1, before ``output_flag`` can be set; that construction runs
+    with descriptor 1 sent to a temporary file, whose text is logged at DEBUG."""
+    if _HIGHS_STATE["announced"]:
+        return highspy.Highs()
+    sys.stdout.flush()
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(1)
+        os.dup2(sink.fileno(), 1)
+        try:
+            h = highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        sink.seek(0)
+        banner = sink.read().decode(errors="replace").strip()
+    _HIGHS_STATE["announced"] = True
+    if banner:
+        logger.debug("HiGHS: %s", " ".join(banner.split()))
+    return h
 
 
 def _highs_diagonal_hessian(highspy: Any, diagonal: np.ndarray) -> Any:

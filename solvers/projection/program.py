@@ -149,8 +149,8 @@ def _solved_equalities(enc: LinearEncoding) -> tuple[np.ndarray, np.ndarray, np.
     and replace the rows by ``M E_z z + M E_a a = M b`` with ``M = E_a[:, J]^{-1}``: the same
     set (``M`` is invertible), now of the form ``a_J = ...``. For the GeDI coarse encoding
     this turns the normal equations ``G alpha = Ft'z / n`` into ``alpha = G^{-1} Ft'z / n``
-    and removes the conditioning of the Gram matrix ``G`` (about 4e6 for a degree-5 kernel
-    on Communities' pctBlack), with which OSQP does not converge.
+    and removes the conditioning of the Gram matrix ``G`` (millions for a degree-5 kernel of
+    a skewed continuous attribute), with which OSQP does not converge.
     """
     from scipy.linalg import qr
 

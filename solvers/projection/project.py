@@ -22,6 +22,7 @@ from solvers.projection.program import (
     mean_losses,
 )
 from solvers.projection.results import BackendResult, ProjectionInfeasibleError, ProjectionResult
+from solvers.projection.topk import count_structure, solve_counts
 from solvers.validation import as_float_array, check_choice, check_flag, check_seed, positive_float
 
 __all__ = ["BACKENDS", "LOSSES", "project_targets"]
@@ -30,7 +31,7 @@ __all__ = ["BACKENDS", "LOSSES", "project_targets"]
 logger = logging.getLogger(__package__)
 
 #: Accepted values of ``backend``.
-BACKENDS: tuple[str, ...] = ("auto", "highs", "osqp", "gurobi")
+BACKENDS: tuple[str, ...] = ("auto", "topk", "highs", "osqp", "gurobi")
 #: Accepted values of ``loss``.
 LOSSES: tuple[str, ...] = ("squared", "hamming")
 # "auto" choices already logged at INFO level (repeats go to DEBUG: a Moving Targets fit
@@ -46,10 +47,19 @@ def _open_source_backend(prog: Program) -> str:
 
 
 def _run_backend(prog: Program, backend: str, time_limit: float, mip_gap: float,
-                 seed: int, start: np.ndarray | None = None) -> tuple[str, BackendResult]:
+                 seed: int, start: np.ndarray | None = None,
+                 priority: np.ndarray | None = None) -> tuple[str, BackendResult]:
     """Resolve ``backend`` (logging the choice for "auto") and solve; returns ``(used, raw)``."""
     if backend == "osqp" and prog.binary:
         raise ValueError("backend: 'osqp' solves continuous QPs only; binary targets need 'highs' or 'gurobi'")
+    if backend in ("auto", "topk"):
+        structure = count_structure(prog)
+        if structure is not None:
+            _log_choice("topk", "binary targets whose rows read counts of cells")
+            return "topk", solve_counts(prog, structure, priority)
+        if backend == "topk":
+            raise ValueError("backend: 'topk' needs binary targets, no auxiliary variables and rows that read counts "
+                             "of cells with one pivot cell (solvers.projection.topk); use 'auto' or 'highs'")
     if backend != "auto":
         try:
             return backend, solve_program(prog, backend, time_limit, mip_gap, seed, start)
@@ -138,6 +148,17 @@ def _start_vector(initial: Any, prog: Program, encodings: Sequence[LinearEncodin
     return start / prog.scale
 
 
+def _priority(priority: Any, n: int) -> np.ndarray | None:
+    """``priority`` as finite float64 (n,), or None."""
+    if priority is None:
+        return None
+    values = as_float_array(priority, "priority").reshape(-1)
+    if values.size != n or not np.isfinite(values).all():
+        raise ValueError(f"priority: expected {n} finite values (one per target), got {values.size}"
+                         f"{'' if np.isfinite(values).all() else ' with NaN or infinite values'}")
+    return values
+
+
 # --------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------
@@ -153,6 +174,7 @@ def project_targets(
     mip_gap: float = 1e-4,
     seed: int = 0,
     initial: Any = None,
+    priority: Any = None,
 ) -> ProjectionResult:
     """Project references onto the targets allowed by linear encodings (package doc, [GeDI] eq 56).
 
@@ -173,8 +195,10 @@ def project_targets(
         ``"hamming"`` needs ``binary=True`` and references in ``[0, 1]``.
     binary : bool, default False
         ``z`` in ``{0, 1}^n`` (mixed-integer linear program) instead of real (convex QP).
-    backend : {"auto", "highs", "osqp", "gurobi"}, default "auto"
-        See the module doc; ``"osqp"`` solves continuous problems only.
+    backend : {"auto", "topk", "highs", "osqp", "gurobi"}, default "auto"
+        See the module doc; ``"osqp"`` solves continuous problems only, ``"topk"`` binary
+        programs whose rows read counts of cells (:mod:`solvers.projection.topk`; ``"auto"``
+        uses it whenever it applies).
     time_limit : float, default 60.0
         Seconds allowed to the solver (> 0).
     mip_gap : float, default 1e-4
@@ -190,6 +214,11 @@ def project_targets(
         variables are given too. Moving Targets passes the previous master's result: its
         targets satisfy the constraints, so the solver starts from a feasible incumbent. It
         changes the path, not the problem: the optimum is the same (up to ties and ``mip_gap``).
+        The count search (``"topk"``) is exact and ignores it.
+    priority : array-like (n,), optional
+        Tie-break of the count search (``"topk"``): among targets of equal cost within a cell,
+        those of higher priority get the ones first (Moving Targets passes the learner's
+        score). The optimal cost does not depend on it; the MIP backends ignore it.
 
     Returns
     -------
@@ -230,10 +259,12 @@ def project_targets(
             raise ValueError(f"reference: the Hamming loss needs values in [0, 1], got range "
                              f"[{refs.min():g}, {refs.max():g}]")
     encodings = check_encodings(encodings, refs.shape[1])
+    order = _priority(priority, refs.shape[1])
 
     start = time.perf_counter()
     prog = assemble(refs, w, encodings, loss, binary)
-    used, raw = _run_backend(prog, backend, time_limit, mip_gap, seed, _start_vector(initial, prog, encodings))
+    used, raw = _run_backend(prog, backend, time_limit, mip_gap, seed, _start_vector(initial, prog, encodings),
+                             order)
     seconds = time.perf_counter() - start
     if raw.status == "infeasible":
         _raise_infeasible(raw, used, refs, w, encodings, loss, binary, time_limit, seed)

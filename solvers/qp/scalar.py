@@ -3,8 +3,7 @@
 Most SQP steps carry a few constraint rows (a disparate-impact pair, disparate and equal
 impact together, one distance covariance bound), and there the general path of
 :func:`solvers.qp.diagonal_qp` spends its time on the overhead of many small array
-operations, not on arithmetic: 0.31 ms per QP with two rows and ``p = 1,441`` parameters,
-against a mini-batch SQP step of about 2 ms. This module
+operations, not on arithmetic (a sizeable part of a mini-batch SQP step). This module
 solves the same problem, ``min g'd + 1/2 d' diag(h) d  s.t.  lo <= J d <= hi``, by the same
 method as ``solver="enumeration"`` ([SQP] Algorithm 1): every active set with every choice
 of sides, by increasing size, ``y_A = M_AA^{-1} (-q_A - b_A)`` with ``M = J H^{-1} J'`` and
@@ -55,9 +54,8 @@ MAX_CANDIDATES = 27
 #: about ``2e-8`` between rows, 200 times the general enumeration's rank test (``rank_tol``
 #: ``1e-10``), so a ``2 x 2`` solve loses at most about 8 of float64's 16 digits, and the KKT and
 #: primal checks below still judge the answer. The two rows of a disparate-impact bound on a
-#: mini-batch are often this close (Dutch, MLP 32, batches of 1,024 rows: ``1 - |r|`` of
-#: ``1e-7`` to ``7e-7`` in 153 of 1,176 QPs of a 20-epoch fit, which the general path took at
-#: about 0.55 ms each against 0.07 ms here).
+#: mini-batch are often this close (``1 - |r|`` of ``1e-7`` to ``1e-6`` in about one QP in eight
+#: of a mini-batch MLP fit, which the general path takes several times as long to solve).
 NEAR_DEPENDENT = 1e-8
 
 _FLOATS = (torch.float32, torch.float64)

@@ -21,9 +21,9 @@ __all__ = ["ENUMERATION_MAX_ROWS", "check_options", "diagonal_qp", "pick_method"
 
 #: Largest number of constrained rows for which ``solver="active_set"`` enumerates active
 #: sets (beyond it the dual active-set method is used). Chosen by timing both paths on
-#: random problems (mean solve time in the m-space, 2-core CPU, numpy): for m = 1, 2, 4, 8
-#: enumeration took 137, 163, 214, 494 us and the dual method 77, 108, 158, 291 us, so the
-#: dual method is the default for every m >= 1 (enumeration: ``solver="enumeration"``).
+#: random problems (mean solve time in the m-space): the dual method was faster for every
+#: m in 1, 2, 4, 8, so it is the default for every m >= 1 (enumeration:
+#: ``solver="enumeration"``; ``benchmarks/results/solver_notes.md``).
 ENUMERATION_MAX_ROWS = 0
 
 Solver = Literal["active_set", "enumeration", "dual", "osqp"]
@@ -148,8 +148,8 @@ def diagonal_qp(
     solver : {"active_set", "enumeration", "dual", "osqp"}
         ``"active_set"`` (default): up to four plain rows (no equality, no zero or nearly
         dependent rows, at most 27 candidate active sets) are solved by enumeration in scalar
-        arithmetic (:mod:`solvers.qp.scalar`, the same answer; with 1,441 parameters and four
-        one-sided rows 0.23 ms against 0.38 ms on the general path); otherwise enumeration ([SQP] Alg 1) when the number of constrained
+        arithmetic (:mod:`solvers.qp.scalar`, the same answer, faster than the general path);
+        otherwise enumeration ([SQP] Alg 1) when the number of constrained
         rows is at most :data:`ENUMERATION_MAX_ROWS`, else the dual active-set method
         (Goldfarb-Idnani). ``"enumeration"`` / ``"dual"`` force one of them (enumeration takes
         at most 10 constrained rows, 3^10 sets, and hands over to the dual method when no set

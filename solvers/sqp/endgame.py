@@ -120,20 +120,18 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     The exact rows are step functions of the outputs, so a smooth step that meets the
     calibrated bound can leave a few rows on the wrong side; the polish therefore adds
     the exact violation of every infeasible iterate to a running tightening of the
-    working bounds, halved at every feasible one (integral action without wind-up:
-    measured on Dutch, MLP 32, batch 256, balanced constraint batches of 1024, seed 2, the
-    polish otherwise stalled at a DI row violation of 2.6e-4; without the halving,
-    ACS-Colorado runs overshot to DI 0.84 for a bound of 0.8).
+    working bounds, halved at every feasible one (integral action without wind-up: without
+    the tightening the polish can stall just outside a bound, without the halving it
+    overshoots well inside it).
     It runs ``min(polish_iterations, epochs trained)`` iterations (resumed parts included), as
     the polish of a full-batch run does: the end-game takes no more passes over the data than
-    the training did (Dutch, MLP 32, 20 epochs of batches of 1,024 rows, seeds 0-2: 20
-    iterations instead of 50 saved 0.1-0.25 s of a 1.9-2.1 s fit and changed the training accuracy by
-    at most 0.06 points, the training loss by at most 0.002). Past them it goes on (up to
+    the training did (fewer iterations than ``polish_iterations`` after a short run change
+    its accuracy and loss within noise). Past them it goes on (up to
     ``POLISH_EXTENSION * polish_iterations`` iterations in all)
     while the iterate is still infeasible and its exact violation still falls
-    (:func:`still_restoring`): measured on Dutch (MLP 32, batch 256, balanced
-    constraint batches of 1024, seed 1), 50 iterations took the largest row violation
-    from 0.014 to 1e-4, short of feasible, and the run returned its starting point.
+    (:func:`still_restoring`): a polish can approach feasibility too slowly to reach it
+    within ``polish_iterations``, and the run would return its starting point
+    (``benchmarks/results/solver_notes.md``).
     ``limit`` (the polish of a full-batch run, from its last iterate, :func:`polish_last`):
     at most this many iterations, no extension, the run's trust region kept
     (:func:`solvers.sqp.steps.recent_radius`) and the learning rate back at ``lr``.
@@ -189,8 +187,8 @@ def polish_last(tracker: BestIterate, evaluated: tuple[float, torch.Tensor | Non
     ``evaluated`` is the last iterate's objective and exact rows on all training rows. Its
     rows hover at the bounds, and the exact rows are step functions of the outputs, so a
     run can end a hair outside while the rule of :class:`solvers.outcome.BestIterate` returns
-    an early, poor feasible iterate (Adult, 4,000 rows, linear model, equalized odds >= 0.8,
-    150 epochs, seed 6 at an earlier commit: loss 0.657 returned, 0.348 at the last iterate).
+    an early, poor feasible iterate (with nearly twice the last iterate's loss in one measured
+    run, ``benchmarks/results/solver_notes.md``).
     When :meth:`~solvers.outcome.BestIterate.worth_restoring` says so (``POLISH_GAP``; also
     when no iterate was feasible) and the last step's QP was not relaxed (linearised
     constraints that cannot be met, e.g. an infeasible problem, are not restored by more of
@@ -257,7 +255,7 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     warn_if_start("SQP", chosen, state.start_iteration, last, options.feasibility_tol, stacklevel=4)
     if f_constant is not None and chosen is not None:
         accuracy = training_accuracy(model, data, options.chunk_rows) if loss_name(loss_fn) == "bce" else (None, None)
-        warn_if_constant("SQP", chosen.f, f_constant, *accuracy, stacklevel=4)
+        warn_if_constant("SQP", chosen.f, f_constant, *accuracy, stacklevel=4, n_rows=len(data))
     warn_if_unstable("SQP", tracker, state.restarts, -math.inf if f_constant is None else f_constant,
                      stacklevel=4)
     returned = chosen.iteration if chosen is not None else last

@@ -9,10 +9,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from dataclasses import dataclass
 import math
-import sys
 import warnings
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterable
 
@@ -36,6 +35,7 @@ from solvers.sqp.screening import RowScreen
 from solvers.sqp.snapshot import ConstraintSnapshot, refresh_steps
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import calibrate, sqp_step
+from solvers.progress import epoch_logs, progress
 
 __all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "MINIBATCH_MIN_EPOCHS",
            "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions", "StochasticSQP", "auto_epochs"]
@@ -57,10 +57,8 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool) -> int:
     ``ceil(MINIBATCH_STEPS / K)`` for ``K`` steps per epoch, clipped to
     ``[MINIBATCH_MIN_EPOCHS, FULL_BATCH_EPOCHS]``: a mini-batch step costs a fraction of a
     full-batch iteration, so as many steps as the full batch's iterations make the fit faster
-    than the full batch at the same accuracy (full Adult, linear, DI >= 0.8, batches of 1,024:
-    21 epochs, 0.38 s against 0.63 s, test accuracy 0.8334 against 0.8339,
-    ``benchmarks/estimator_minibatch.py``), and a small data
-    set (few steps per epoch) gets the epochs it needs."""
+    than the full batch at the same accuracy (``benchmarks/results/estimator_minibatch.txt``),
+    and a small data set (few steps per epoch) gets the epochs it needs."""
     if full_batch:
         return FULL_BATCH_EPOCHS
     return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(MINIBATCH_STEPS / max(1, steps_per_epoch))))
@@ -119,7 +117,7 @@ class StochasticSQP:
     trust region, ``||d|| <= min(TRUST_RATIO ||g/h||, max(3 median of the last 10 steps,
     ||g/h||))``, with the restoration step no longer than the step itself
     (:func:`solvers.sqp.steps.sqp_step`); the full-batch polish keeps that memory of steps
-    (without it one polish step reached ``||d|| = 5.6e10`` on COMPAS). The divergence guard
+    (without it one polish step can be orders of magnitude too long). The divergence guard
     backs up the rest, and a run that backed off, whose loss on all rows rose above its
     start, or whose returned model is no better than a constant predictor warns
     (:class:`solvers.outcome.TrainingInstabilityWarning`,
@@ -219,11 +217,8 @@ class StochasticSQP:
         problem = FitProblem(model, params, loss_fn, cons, data, lower, upper, self._derivatives)
         run = self._start(problem, n, strata, resume)
         epochs = range(run.state.epochs_done, run.state.epochs_done + self.epochs_)
-        use_bar = self.verbose > 0 or sys.stderr.isatty()
-        if use_bar:
-            from tqdm.auto import tqdm
-
-            epochs = tqdm(epochs, desc="SQP", unit="epoch", disable=not use_bar, leave=False)
+        use_bar = self.verbose != 0
+        epochs = progress(epochs, self.verbose, "SQP", "epoch")
         model.train()
         status = "max_epochs"
         for epoch in epochs:
@@ -233,8 +228,9 @@ class StochasticSQP:
                 break
             state, history = run.state, run.history
             if use_bar:
-                epochs.set_postfix(f=f"{history[-1]['f']:.4f}", V=f"{history[-1]['V']:.2e}", beta=f"{state.beta:.1e}")
-            if self.verbose:
+                epochs.set_postfix(f=f"{history[-1]['f']:.4f}", V=f"{history[-1]['V']:.2e}", beta=f"{state.beta:.1e}",
+                                   refresh=False)
+            if epoch_logs(self.verbose):
                 logger.info("epoch %d: f=%.5f V=%.3e tau=%.3e beta=%.2e", epoch, history[-1]["f"], history[-1]["V"],
                             state.tau, state.beta)
         polished, status = self._end_game(run, status)

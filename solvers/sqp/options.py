@@ -8,8 +8,8 @@ from typing import Callable, Sequence
 
 from solvers.derivatives import JACOBIAN_MODES
 from solvers.sqp.schedules import LR_SCHEDULES
-from solvers.validation import (check_choice, check_flag, check_interval, check_seed, check_verbose, positive_float,
-                                positive_int)
+from solvers.progress import check_progress
+from solvers.validation import check_choice, check_flag, check_interval, check_seed, positive_float, positive_int
 
 __all__ = ["CONSTRAINT_BATCHES", "OPTION_NAMES", "SQPOptions"]
 
@@ -49,36 +49,30 @@ class SQPOptions:
           per step). The rows are then estimates from ``batch_size`` rows: group rates are
           ratios of batch means over the few rows of each group near the threshold, noisy in
           value and direction, and steps that follow that noise through ``J'y`` lose the
-          objective (Adult, linear, batches of 256: training loss 0.45 -> 5-7, accuracy below
-          the majority class); the distance-covariance family is made of U-statistics,
+          objective (the training loss can grow many-fold and the accuracy fall below the
+          majority class's); the distance-covariance family is made of U-statistics,
           unbiased on every batch;
         - "balanced": a balanced batch with ``constraint_batch_size // n_strata`` rows per
           stratum, drawn at every step ([SQP] Thm 3.1: unbiased group means);
         - "auto": "full" in full-batch mode; with mini-batches "snapshot", or "batch" when a
           constraint's rows cost more than linear time on all rows
-          (``cost_on_all_rows = "quadratic"``: the distance covariance). Chosen on a grid of
-          Adult, Dutch, Law, ACS-Colorado and COMPAS x linear/MLP 32 x batches of 256/1,024
-          rows (10 epochs, DI >= 0.8, default surrogate; ``benchmarks/sqp_stochastic.py
-          --grid``): with the other defaults as they are, "snapshot" ended within one
-          accuracy point of 300 full-batch epochs in 58 of 60 cells (seeds 0-2); in the
-          first comparison (two seeds, the step settings then) "snapshot" in 39 of 40,
-          "batch" in 22.
+          (``cost_on_all_rows = "quadratic"``: the distance covariance). "snapshot" ends
+          nearest the full batch's accuracy on the grid of data sets, models and batch sizes
+          of ``benchmarks/sqp_stochastic.py --grid`` (``benchmarks/results/sqp_stochastic/``).
     constraint_refresh : int, default 2
         Full-data refreshes per epoch of ``constraint_batch="snapshot"`` (at fixed steps of
         every epoch, so a resumed run refreshes where the uninterrupted one does). One
-        refresh costs about one full-batch iteration. On the grid above (two seeds, with the
-        step settings of that first comparison) 1 refresh per epoch gave 37 of 40 cells
-        within a point, 2 gave 39: between refreshes
-        the first-order model drifts on small, tightly constrained problems (COMPAS, four
-        race groups, linear, batches of 256, seed 1: 0.525 accuracy, below the majority
-        class, at 1; 0.581 at 2, the full batch 0.576).
+        refresh costs about one full-batch iteration. Two rather than one: between refreshes
+        the first-order model drifts, most on small, tightly constrained problems (many
+        groups, small batches), where one refresh per epoch can end below the majority
+        class's accuracy (``benchmarks/results/solver_notes.md``).
     step : {"fixed", "adaptive"}, default "fixed"
         ``alpha_k = beta_k`` or the adaptive rule of [B21] Alg. 3.1.
     feasibility_restoration : bool, default True
         With a step size ``alpha < 1`` the linearised constraints are only partly followed,
         so an infeasible iterate approaches the feasible set at rate ``alpha`` per iteration
-        (slowly once the learning-rate schedule has reduced ``beta``; measured on a 3,000-row
-        Adult sample with DI >= 0.8: violation still 4e-3 after 400 epochs). With True the
+        (slowly once the learning-rate schedule has reduced ``beta``: hundreds of epochs can
+        end still infeasible). With True the
         remaining fraction of the normal step
         ``v = argmin 1/2 v'Hv  s.t.  l <= c + Jv <= u`` is added:
         ``w <- w + alpha d + (1 - alpha) v``, so ``c`` meets the linearised bounds after every
@@ -139,14 +133,11 @@ class SQPOptions:
         mini-batches (:data:`FULL_BATCH_SHIFT`, :data:`MINIBATCH_SHIFT`; the resolved value
         is ``hessian_shift_`` after :meth:`fit`). With mini-batches the second moment ``v``
         also holds the gradient's sampling variance, and a smaller shift lets it scale the
-        steps: on the grid of ``constraint_batch`` (two seeds) 0.05 gave 39 of 40 cells within
-        a point of the full batch against 37 at 0.3, and every data set's mean accuracy at
-        least as high (ACS-Colorado, MLP 32, batches of 1,024: 0.7790 against 0.7734; 3,000
-        Adult rows: 0.833-0.842 against 0.826-0.836). The authors' reference code uses 100 (``h`` close
+        steps: on the grid of ``constraint_batch`` 0.05 ended nearer the full batch than 0.3,
+        with no data set's mean accuracy lower. The authors' reference code uses 100 (``h`` close
         to 10, ``d`` close to ``-g/10``: plain gradient descent at a tenth of ``lr``). With a
-        large shift ``h`` is nearly constant and training under-optimises (Adult, linear,
-        DI >= 0.8: loss 0.340 at 10 against 0.3446 at 0.1 with the same surrogate, and
-        test accuracy 1-2 points lower); 0.1-0.3 keep the second-moment scaling effective
+        large shift ``h`` is nearly constant and training under-optimises (a higher loss and
+        a lower test accuracy at the same surrogate); 0.1-0.3 keep the second-moment scaling effective
         (below 0.1 the results barely change). 0.3 rather than 0.1: early steps, before the
         second moment has built up, are at most ``lr / sqrt(0.3)`` times the gradient, which
         keeps small MLPs at ``lr = 0.5`` from blowing up (a divergence guard backs up the rest:
@@ -182,8 +173,9 @@ class SQPOptions:
         layer and row); "loop" and "batched" always use autograd.
     seed : int, default 0
         Seed of the samplers and of the Lipschitz probe direction.
-    verbose : int, default 0
-        0 silent, 1 progress bar and per-epoch INFO logs.
+    verbose : int or "auto", default "auto"
+        ``"auto"``: a progress bar once training has run a few seconds; 0 silent; 1 the bar from
+        the start and per-epoch INFO logs (:mod:`solvers.progress`).
     callbacks : sequence of callables
         ``cb(engine, record) -> bool | None`` after every iteration; True stops training.
     distributed : bool or None, default None
@@ -241,7 +233,7 @@ class SQPOptions:
     feasibility_tol: float = 1e-6
     jacobian: str = "auto"
     seed: int = 0
-    verbose: int = 0
+    verbose: int | str = "auto"
     callbacks: Sequence[Callable] = ()
     distributed: bool | None = None
     chunk_rows: int | None = None
@@ -289,7 +281,7 @@ class SQPOptions:
             positive_int(self.chunk_rows, "chunk_rows")
         positive_int(self.constraint_refresh, "constraint_refresh", allow_integral_float=True)
         check_seed(self.seed, allow_none=False, allow_negative=False)
-        check_verbose(self.verbose)
+        check_progress(self.verbose)
         if self.constraint_batch == "balanced" and self.batch_size is None and self.constraint_batch_size is None:
             raise ValueError("constraint_batch: 'balanced' needs batch_size or constraint_batch_size")
 

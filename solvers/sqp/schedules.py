@@ -16,16 +16,15 @@ __all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "RSQRT_EPOCHS", "ScheduleOptions", "a
 #: Values of ``lr_schedule``.
 LR_SCHEDULES: tuple[str, ...] = ("auto", "plateau", "rsqrt", "paper", "none")
 #: Relative merit decrease that counts as progress for the "plateau" schedule: any decrease
-#: beyond rounding. A run that improves slowly but steadily (measured: an ill-conditioned
-#: least-squares fit on Communities and Crime gaining 5e-6 per epoch) keeps its step; a run
+#: beyond rounding. A run that improves slowly but steadily (an ill-conditioned least-squares
+#: fit can gain a few 1e-6 per epoch) keeps its step; a run
 #: that oscillates around the constraint boundary (no new best merit) gets smaller steps.
 PLATEAU_RTOL = 1e-9
 #: Time constant of the "rsqrt" decay in epochs: ``beta_k = lr / sqrt(1 + k / (RSQRT_EPOCHS K))``
-#: with ``K`` steps per epoch, so the step halves after ``3 RSQRT_EPOCHS`` = 12 epochs. Chosen on a
-#: grid of 5 data sets x linear/MLP x batch 256/1024 (10 epochs, constraint snapshots): a time
-#: constant of one epoch (the step at a third of ``lr`` after 10 epochs) left 3,000-row Adult
-#: samples 0.4-1.6 accuracy points under the full batch and COMPAS cells 0.9 points on average
-#: (6 seeds), 4 epochs 0.0; 10 epochs let more COMPAS runs end above the full batch's loss.
+#: with ``K`` steps per epoch, so the step halves after ``3 RSQRT_EPOCHS`` = 12 epochs. Chosen on the
+#: grid of ``benchmarks/sqp_stochastic.py --grid``: a time constant of one epoch decays the step
+#: before small data sets have converged (accuracy under the full batch's), ten let more runs end
+#: above the full batch's loss (``benchmarks/results/solver_notes.md``).
 RSQRT_EPOCHS = 4
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package

@@ -4,9 +4,8 @@ The convergence theory of stochastic SQP ([SQP] Thm 3.1) takes the constraint va
 Jacobians as exact and only the objective as stochastic. Estimated on a mini-batch, the
 rows of a group-rate constraint are ratios of batch means over the few rows of each group
 near the decision threshold: noisy in value and, worse, in direction, so every step follows
-the noise of ``J' y`` and the objective is lost (on Adult, linear model, batches of 256 rows,
-the smoothed-step disparate-impact rows took the training loss from 0.45 to 5-7 in the
-first epochs).
+the noise of ``J' y`` and the objective is lost (smoothed-step disparate-impact rows on small
+batches can multiply the training loss in the first epochs).
 
 A :class:`ConstraintSnapshot` holds the rows and their Jacobian computed on ALL training rows
 at a snapshot ``w_s`` (one full-data pass: the cost of one full-batch iteration) and hands the

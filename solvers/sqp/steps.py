@@ -75,7 +75,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
     as they were: [B21]'s update ``tau <= (1 - sigma) Red / (g'd + d'Hd)`` after a truncated
     step, or from estimated reductions, collapses ``tau`` and the merit then sees the
     violation only. The measurements behind these rules are in
-    ``benchmarks/results/sqp_design_notes.md``."""
+    ``benchmarks/results/solver_notes.md``."""
     lower, upper = working
     true_lower, true_upper = bounds if bounds is not None else working
     first = state.iteration == 0
@@ -294,17 +294,13 @@ def recent_radius(state: SQPState, floor: float = 0.0) -> float:
     calibration, the polish's tightening: without the floor a polish after such a run moved
     1e-4 in 20 iterations towards a bound 0.01 away).
 
-    The constants were chosen on Adult (4,000 rows, linear model, equalized odds >= 0.8,
-    150 epochs, ``lr_kmin=50``, seeds 0-143; without a trust region the last iterate's loss
-    was above 0.5 in 22 runs, ``||d||`` up to 2,161 and 1,496 iterations had a loss above 1).
-    Median of 10, growth 3: no last-iterate loss above 0.46 (mean 0.340), training steps
-    ``||d|| <= 1.2``, no training iteration above 1. The largest recent step instead of the
-    median: 4 runs above 0.5, ``||d||`` up to 17 (a Jacobian row that stays small for a few
-    iterations gets its jump once a few long steps fill the memory; the median moves only
-    when half of it has changed); that and capped steps remembered at their length (the
-    region then widens by 3 at every capped step): 13 runs above 0.5, ``||d||`` up to 420.
-    Growth 2 or memory 20 did as well (largest 0.41 and 0.46, the differences within the
-    seed-to-seed scatter); growth 5: 5 runs above 0.5; memory 5: largest 0.48."""
+    The median rather than the largest recent step: a Jacobian row that stays small for a
+    few iterations gets its jump once a few long steps fill the memory, while the median
+    moves only when half of it has changed; capped steps are not remembered at their length,
+    or the region would widen by ``TRUST_GROWTH`` at every capped step. The constants (median
+    of 10, growth 3) were chosen on 144 seeds of a small equalized-odds problem where steps
+    without a trust region blow up; nearby values do as well
+    (``benchmarks/results/solver_notes.md``)."""
     recent = state.recent_steps
     return max(TRUST_GROWTH * statistics.median_high(recent), float(floor)) if recent else math.inf
 

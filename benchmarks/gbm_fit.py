@@ -1,0 +1,115 @@
+"""FairClassifier(model="gbm") on Adult under DI >= 0.8 beside plain LightGBM with the same rounds.
+
+A seeded sample of Adult rows (default 20,000, sample seed 0), 70/30 stratified splits (seeds
+0-2, :meth:`fairopt.FairData.split`), the sensitive attribute ``sex`` NOT among the model inputs
+(the loader's ``include_sensitive=False``). Per seed: train and test DI (hard labels, group to
+group), test accuracy and fit time of the boosted fit under the bound, and the same for plain
+LightGBM (``objective="binary"``) with the same rounds, learning rate, leaves and threads; fit
+times are the smaller of ``--repeats`` alternating runs (the machine is shared).
+
+    python benchmarks/gbm_fit.py                       # 20,000 rows, seeds 0-2, 300 rounds
+    python benchmarks/gbm_fit.py --num-leaves 31                # LightGBM's default trees, for both
+    python benchmarks/gbm_fit.py --rows 5000 --seeds 0 --rounds 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+
+import lightgbm
+import numpy as np
+import pandas as pd
+
+from fairopt import FairClassifier, FairData
+from fairopt.boosted import GBM_DEFAULTS
+from fairopt.datasets import load_frame
+
+from _common import commit, data_dir, markdown
+
+
+def disparate_impact(out: np.ndarray, groups: np.ndarray) -> float:
+    """``min(P_0 / P_1, P_1 / P_0)`` of the hard labels ``out > 0`` over the two groups."""
+    rates = [float(np.mean(out[groups == g] > 0)) for g in np.unique(groups)]
+    low, high = min(rates), max(rates)
+    return 1.0 if high == 0 else low / high
+
+
+def plain_lightgbm(train: FairData, rounds: int, lr: float, leaves: int, n_jobs: int,
+                   seed: int) -> tuple[lightgbm.Booster, float]:
+    """LightGBM's own binary objective with the engine's tree settings; returns the booster and its fit time."""
+    params = {"objective": "binary", "learning_rate": lr, "num_leaves": leaves, "min_data_in_leaf": 20, "seed": seed,
+              "deterministic": True, "force_col_wise": True, "verbosity": -1, "num_threads": n_jobs}
+    start = time.perf_counter()
+    booster = lightgbm.train(params, lightgbm.Dataset(train.X.numpy(), label=train.y.numpy()), num_boost_round=rounds)
+    return booster, time.perf_counter() - start
+
+
+def one_seed(data: FairData, seed: int, args: argparse.Namespace) -> list[dict]:
+    train, test = data.split(test_size=0.3, seed=seed)
+    s_train, s_test = train.sensitive["sex"].numpy(), test.sensitive["sex"].numpy()
+    times_gbm, times_plain = [], []
+    for _ in range(args.repeats):
+        clf = FairClassifier(("disparate_impact", "sex", args.delta), model="gbm", epochs=args.rounds, lr=args.lr,
+                             seed=seed, engine_params={"n_jobs": args.n_jobs, "num_leaves": args.num_leaves})
+        start = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            clf.fit(train)
+        times_gbm.append(time.perf_counter() - start)
+        booster, seconds = plain_lightgbm(train, args.rounds, args.lr, args.num_leaves, args.n_jobs, seed)
+        times_plain.append(seconds)
+    rows = []
+    for method, train_out, test_out, seconds, note in (
+        ("FairClassifier(model='gbm'), DI >= %g" % args.delta, clf.decision_function(train),
+         clf.decision_function(test), min(times_gbm),
+         f"returned round {clf.engine_info_['returned_iteration']}, shift {clf.engine_info_['shift']:.3g}, "
+         f"{len(caught)} warning(s)"),
+        ("LightGBM, unconstrained", booster.predict(train.X.numpy(), raw_score=True),
+         booster.predict(test.X.numpy(), raw_score=True), min(times_plain), ""),
+    ):
+        rows.append({"seed": seed, "method": method, "train DI": disparate_impact(train_out, s_train),
+                     "test DI": disparate_impact(test_out, s_test),
+                     "test accuracy": float(np.mean((test_out > 0) == (test.y.numpy() > 0.5))),
+                     "fit s": seconds, "note": note})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir")
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--num-leaves", type=int, default=GBM_DEFAULTS["num_leaves"])
+    parser.add_argument("--delta", type=float, default=0.8)
+    parser.add_argument("--n-jobs", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+    frame, spec = load_frame("adult", data_dir(args.data_dir))
+    data = FairData.from_frame(frame.sample(n=min(args.rows, len(frame)), random_state=0), **spec)
+    if any(name == "sex" or name.startswith("sex") for name in data.feature_columns):
+        raise SystemExit("sex must not be a model input")
+    rows = [row for seed in args.seeds for row in one_seed(data, seed, args)]
+    table = pd.DataFrame(rows)
+    means = table.groupby("method", sort=False)[["train DI", "test DI", "test accuracy", "fit s"]].mean()
+    ratio = means["fit s"].iloc[0] / means["fit s"].iloc[1]
+    print(f"# FairClassifier(model='gbm') on Adult ({len(data)} rows, sample seed 0), 70/30 splits, "
+          f"{args.rounds} rounds, lr {args.lr}, {args.num_leaves} leaves, {args.n_jobs} LightGBM thread(s)")
+    print(f"commit {commit()}; python benchmarks/gbm_fit.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    print()
+    print(markdown(table))
+    print()
+    print("Means over seeds:")
+    print()
+    print(markdown(means.reset_index()))
+    print()
+    print(f"fit time of model='gbm' / plain LightGBM (means): {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Pictures of held-out certificates: the realised value, its confidence interval and the bound.
+
+:func:`plot_certificate` draws one panel per constraint. For a list of
+:class:`~fairopt.certificate.Certificate` objects (``certify``, an estimator's
+``certificate_``), the held-out value with its interval ``[lower, upper]`` as an error bar
+and the bound as a dashed line. For an estimator fitted with ``validation_fraction`` and
+``margin="auto"``, whose ``candidates_`` lists every candidate tried, one point per
+candidate in the order tried (the margin inflation on the x axis): the held-out value and the
+line from it to its confidence bound (the end of the interval the bound is checked against),
+coloured by whether the candidate's certificates passed, the returned one circled. The
+library's plot convention holds (:mod:`solvers.plotting`): ``ax`` is one Axes per panel, or
+None for a new figure on the Agg canvas without pyplot state; the Axes are returned.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from fairopt.certificate.statements import Certificate
+
+__all__ = ["plot_certificate"]
+
+_PASSED, _FAILED = "tab:green", "tab:red"
+
+
+def _certificates_of(source: Any) -> tuple[list[Certificate], Any]:
+    """The certificates and the candidates table (or None) of ``source``."""
+    if isinstance(source, Certificate):
+        return [source], None
+    if hasattr(source, "certificate_"):
+        certificates = getattr(source, "certificate_")
+        if certificates is None:
+            raise ValueError("source: this estimator has no certificate; fit it with validation_fraction= (and "
+                             "margin='auto' for the candidates)")
+        return list(certificates), getattr(source, "candidates_", None)
+    certificates = list(source) if isinstance(source, Sequence) else []
+    if not certificates or not all(isinstance(c, Certificate) for c in certificates):
+        raise ValueError(f"source: expected a Certificate, a list of them or an estimator fitted with "
+                         f"validation_fraction=, got {type(source).__name__}")
+    return certificates, None
+
+
+def _one_certificate(ax: Any, cert: Certificate) -> None:
+    """The held-out value with its interval."""
+    color = _PASSED if cert.passed else _FAILED
+    below, above = max(cert.realised - cert.lower, 0.0), max(cert.upper - cert.realised, 0.0)
+    ax.errorbar([0], [cert.realised], yerr=[[below], [above]], fmt="o", capsize=8, color=color,
+                label=f"held-out value, {cert.confidence:.0%} interval")
+    ax.set_xticks([0])
+    ax.set_xticklabels([f"{cert.n} held-out rows"])
+    ax.set_xlim(-1, 1)
+
+
+def _candidates(ax: Any, cert: Certificate, candidates: Any) -> None:
+    """Every candidate's held-out value and confidence bound, in the order tried."""
+    values = candidates[f"{cert.constraint}: held-out"].to_numpy(float)
+    bounds = candidates[f"{cert.constraint}: confidence bound"].to_numpy(float)
+    passed = candidates["passed"].to_numpy(bool)
+    x = np.arange(len(values))
+    colors = [_PASSED if p else _FAILED for p in passed]
+    ax.vlines(x, np.minimum(values, bounds), np.maximum(values, bounds), colors=colors, lw=2,
+              label=f"to the {cert.confidence:.0%} confidence bound")
+    ax.scatter(x, values, c=colors, zorder=3, label="held-out value")
+    chosen = np.flatnonzero(candidates["chosen"].to_numpy(bool))
+    if chosen.size:
+        ax.scatter(x[chosen], values[chosen], s=160, facecolors="none", edgecolors="black", zorder=4,
+                   label="returned model")
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{v:.2g}" for v in candidates["inflation"].to_numpy(float)])
+    ax.set_xlabel("margin inflation (candidates in the order tried)")
+
+
+def plot_certificate(source: Any, *, ax: Any = None, path: str | Path | None = None, title: str | None = None) -> Any:
+    """Held-out certificates as a picture (module docstring): one panel per constraint.
+
+    Parameters
+    ----------
+    source : Certificate, list of Certificate, or fitted estimator
+        The certificates (:func:`~fairopt.certificate.certify`, ``est.certificate_``) or an
+        estimator fitted with ``validation_fraction`` (its ``candidates_`` too, when it was
+        fitted with ``margin="auto"``).
+    ax : matplotlib Axes or sequence of them, optional
+        One per constraint; None: a new figure.
+    path : str or Path, optional
+        Also write the figure there (PNG).
+    title : str, optional
+        Title of the figure (of the first panel when ``ax`` is given).
+
+    Returns
+    -------
+    matplotlib.axes.Axes or list of them
+        One per constraint (a single Axes for one constraint); ``.figure`` is the figure.
+
+    Raises
+    ------
+    ValueError
+        ``source`` holds no certificate (an estimator fitted without ``validation_fraction``),
+        or ``ax`` is not one Axes per constraint.
+    """
+    from solvers.plotting import finish_axes, panel_axes
+
+    certificates, candidates = _certificates_of(source)
+    created = ax is None
+    panels = panel_axes(ax, len(certificates))
+    for axes, cert in zip(panels, certificates):
+        if candidates is not None and f"{cert.constraint}: held-out" in getattr(candidates, "columns", ()):
+            _candidates(axes, cert, candidates)
+        else:
+            _one_certificate(axes, cert)
+        op = ">=" if cert.bound_side == "lower" else "<="
+        axes.axhline(cert.bound, color="black", linestyle="--", linewidth=1, label=f"bound {op} {cert.bound:g}")
+        axes.set_ylabel(cert.measure)
+        axes.set_title(f"{cert.constraint}: {'passed' if cert.passed else 'FAILED'}", fontsize=9)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7, loc="best")
+    return finish_axes(panels, path, title, created)

@@ -1,0 +1,116 @@
+"""A scikit-learn estimator as the estimators' model: ``model=<estimator>`` with ``method="moving_targets"``.
+
+One job: train a clone of a user's scikit-learn estimator (e.g.
+``HistGradientBoostingClassifier()``) by :class:`solvers.moving_targets.MovingTargets` on an
+estimator's :class:`fairopt.FairData`, and wrap the fitted clone as the torch module the
+estimators predict, evaluate and diagnose with (:class:`FittedEstimator`).
+
+Moving Targets only needs ``fit``/``predict`` of its learner, so any scikit-learn classifier
+(FairClassifier) or regressor (FairRegressor) can be trained under the constraints that have a
+linear target encoding (the group-rate constraints, GeDI). The gradient engines
+(``method="sqp"``, ``"penalty"``, ``"lagrangian"``) need a differentiable model: a scikit-learn
+estimator with them is a ValueError. The estimator given is never fitted itself: every fit
+trains a :func:`sklearn.base.clone` (so ``clone`` of the fair estimator, grid searches and the
+held-out margin's refits each start from the same unfitted parameters).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import clone, is_classifier, is_regressor
+from torch import nn
+
+from solvers.history import FitResult
+
+__all__ = ["FittedEstimator", "check_sklearn_model", "is_sklearn_model", "run_sklearn_learner"]
+
+# logits of predict_proba are clipped to +-LOGIT_CLIP (probabilities 0 and 1 give finite outputs)
+LOGIT_CLIP = 36.0
+
+
+def is_sklearn_model(model: Any) -> bool:
+    """Whether ``model`` is a scikit-learn estimator INSTANCE (``get_params``, ``fit`` and
+    ``predict`` or ``predict_proba``), as opposed to a named model or a module factory."""
+    return (not isinstance(model, (str, type, nn.Module)) and callable(getattr(model, "get_params", None))
+            and callable(getattr(model, "fit", None))
+            and (callable(getattr(model, "predict", None)) or callable(getattr(model, "predict_proba", None))))
+
+
+def check_sklearn_model(model: Any, method: str, task: str) -> None:
+    """ValueError unless ``model`` can be trained with ``method`` for ``task`` (module doc):
+    Moving Targets only; a classifier for ``task="binary"``, a regressor for ``"regression"``."""
+    name = type(model).__name__
+    if method != "moving_targets":
+        raise ValueError(f"model: a scikit-learn estimator ({name}) is trained by method='moving_targets' only "
+                         f"(the other methods differentiate the model), got method={method!r}; use "
+                         "method='moving_targets', or model='gbm' for boosted trees under method='sqp'")
+    if task == "binary" and is_regressor(model):
+        raise ValueError(f"model: FairClassifier needs a scikit-learn classifier, {name} is a regressor")
+    if task == "regression" and is_classifier(model):
+        raise ValueError(f"model: FairRegressor needs a scikit-learn regressor, {name} is a classifier")
+
+
+class FittedEstimator(nn.Module):
+    """A fitted scikit-learn estimator as a module ``x -> out`` (not differentiable).
+
+    Classifier: the logit of ``P(y = 1 | x)``: ``decision_function(x)`` when the estimator has
+    one, else ``log(p / (1 - p))`` of ``p = predict_proba(x)[:, 1]`` clipped to
+    ``[-36, 36]``, else ``2 predict(x) - 1``; so ``out > 0`` exactly when the estimator predicts
+    class 1, the threshold of the estimators' rate constraints and ``predict``. Regressor:
+    ``predict(x)``. Inputs are passed as float32, the precision the estimator was trained on.
+
+    Parameters
+    ----------
+    estimator : object
+        The fitted scikit-learn estimator.
+    task : {"binary", "regression"}
+    """
+
+    def __init__(self, estimator: Any, task: str) -> None:
+        super().__init__()
+        self.estimator = estimator
+        self.task = task
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inputs = x.detach().cpu().numpy().astype(np.float32)
+        est = self.estimator
+        if self.task == "regression":
+            values = np.asarray(est.predict(inputs), dtype=np.float64)
+        elif callable(getattr(est, "decision_function", None)):
+            values = np.asarray(est.decision_function(inputs), dtype=np.float64)
+        elif callable(getattr(est, "predict_proba", None)):
+            p = np.asarray(est.predict_proba(inputs), dtype=np.float64)[:, -1]
+            with np.errstate(divide="ignore"):
+                values = np.clip(np.log(p) - np.log1p(-p), -LOGIT_CLIP, LOGIT_CLIP)
+        else:
+            values = 2.0 * np.asarray(est.predict(inputs), dtype=np.float64) - 1.0
+        return torch.as_tensor(values.reshape(-1), dtype=x.dtype, device=x.device)
+
+    def extra_repr(self) -> str:
+        return f"estimator={self.estimator!r}, task={self.task!r}"
+
+
+def run_sklearn_learner(options: Any, data: Any, constraints: list, reference: bool = False) -> FitResult:
+    """:class:`solvers.moving_targets.MovingTargets` refitting a clone of ``options.model`` (a
+    :class:`fairopt.training.TrainingOptions` whose ``model`` is a scikit-learn estimator) under
+    ``constraints`` (none for ``reference``); the result's model is the best iteration's
+    estimator as a :class:`FittedEstimator`. ``engine_params`` go to the engine; ``epochs``,
+    ``lr`` and ``batch_size`` belong to the torch learners and must be left None."""
+    from solvers.moving_targets import MovingTargets  # loads the projection back-ends: only when used
+
+    check_sklearn_model(options.model, options.method, options.task)
+    given = {k: getattr(options, k) for k in ("epochs", "lr", "batch_size") if getattr(options, k) is not None}
+    if given:
+        raise ValueError(f"{', '.join(sorted(given))}: options of the torch learners; a scikit-learn model takes its "
+                         f"own settings (e.g. model=HistGradientBoostingClassifier(max_iter=...)), got {given}")
+    try:
+        engine = MovingTargets(**options.engine_kwargs())
+    except TypeError as exc:
+        raise ValueError(f"engine_params: MovingTargets does not accept these options ({exc})") from None
+    task = "classification" if options.task == "binary" else "regression"
+    result = engine.fit(clone(options.model), data, constraints=[] if reference else constraints, task=task)
+    result.model = FittedEstimator(result.model, options.task)
+    return result

@@ -1,0 +1,146 @@
+"""A fit's result in the user's terms: each bound beside the measure it bounds, and a status.
+
+A :class:`BoundStatus` (built by :func:`fairopt.evaluation.bound_statuses`, per constraint
+that declares its measure) holds the realised value on some rows beside the user's bound
+argument, printed as ``DI[sex] 0.903 (bound >= 0.800)``; the rows of the constraint decide
+whether it is met (exact violation ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)`` within a
+tolerance, as the estimators' diagnostics decide). :func:`fit_status` turns an engine's
+:class:`solvers.history.FitResult` and those lines into the estimators' ``status_`` and the
+sentence of ``status_message_``:
+
+- ``"converged"``: every bound met on the training rows and the engine's stationarity test
+  passed (a KKT point for SQP);
+- ``"feasible_not_stationary"``: every bound met, the stationarity measure still above the
+  engine's tolerance (more epochs may lower the loss; the bounds hold already);
+- ``"infeasible"``: some bound not met on the training rows;
+- ``"diverged"`` and ``"stopped_by_callback"``: the engine's own words for a run that did not
+  end normally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from solvers.history import FitResult
+
+__all__ = ["ABBREVIATIONS", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "fit_status", "format_number",
+           "label_of"]
+
+#: Short names of the group-rate measures in summaries, by constraint prefix.
+ABBREVIATIONS: dict[str, str] = {
+    "disparate_impact": "DI", "equal_impact": "EI", "equal_opportunity": "EO", "demographic_parity": "DP",
+    "false_positive_parity": "FPR", "equalized_odds": "EOdds",
+}
+#: What each short name stands for (printed where the names are).
+DEFINITIONS: dict[str, str] = {
+    "DI": "disparate impact, the smallest ratio of two groups' positive-prediction rates",
+    "EI": "equal impact, DI on the rows with y = 1",
+    "EO": "equal opportunity, the groups' true-positive rates compared (ratio or difference)",
+    "DP": "demographic parity, the largest difference of two groups' positive-prediction rates",
+    "FPR": "false-positive parity, the groups' false-positive rates compared (ratio or difference)",
+    "EOdds": "equalized odds, true- and false-positive rates compared (ratio or difference)",
+}
+#: Largest exact violation of a constraint reported as met where no tolerance is given (the
+#: estimators' default ``violation_tol``).
+MET_TOL = 1e-3
+#: Values of the estimators' ``status_``.
+STATUSES: tuple[str, ...] = ("converged", "feasible_not_stationary", "infeasible", "diverged", "stopped_by_callback")
+#: The engines' stationarity measure, by ``method=``, as :attr:`FitResult.stationarity` reports it.
+_STATIONARITY = {"sqp": "KKT residual", "penalty": "largest gradient entry of the penalised loss",
+                 "lagrangian": "largest gradient entry of the Lagrangian"}
+
+
+def format_number(value: float, scale: float | None = None) -> str:
+    """Three decimals, or three significant digits for quantities below 0.01 (``scale``: the
+    number whose size decides, e.g. the bound beside a value)."""
+    size = abs(value if scale is None else scale)
+    return f"{value:.3f}" if size >= 0.01 or size == 0 else f"{value:.3g}"
+
+
+@dataclass(frozen=True)
+class BoundStatus:
+    """One constraint's measure on some rows beside its bound.
+
+    Attributes
+    ----------
+    name : str
+        The constraint's name (``disparate_impact[sex]``).
+    label : str
+        Its short name (``DI[sex]``; the name itself for other constraints).
+    value : float
+        The realised measure, on the scale of the bound argument.
+    bound : float or None
+        The bound argument (``delta`` for a ratio, ``bound`` otherwise).
+    sense : {"lower", "upper"}
+        ``"lower"``: met when ``value >= bound``.
+    met : bool
+        The constraint's rows are within their bounds (exact violation within the tolerance).
+    """
+
+    name: str
+    label: str
+    value: float
+    bound: float | None
+    sense: str
+    met: bool
+
+    @property
+    def bound_text(self) -> str:
+        """``bound >= 0.800`` (``bound`` argument unknown: the sense alone)."""
+        op = ">=" if self.sense == "lower" else "<="
+        return f"bound {op} ?" if self.bound is None else f"bound {op} {format_number(self.bound)}"
+
+    def __str__(self) -> str:
+        scale = self.bound if self.bound is not None else self.value
+        short = self.bound is not None and (self.value < self.bound if self.sense == "lower"
+                                            else self.value > self.bound)
+        within = ", met within the violation tolerance" if self.met and short else ""
+        return f"{self.label} {format_number(self.value, scale)} ({self.bound_text}{within})"
+
+
+def label_of(constraint: Any) -> str:
+    """``DI[sex]`` for ``disparate_impact[sex]``: the short name of a group-rate prefix."""
+    name = str(constraint.name)
+    prefix = getattr(constraint, "_prefix", None)
+    if prefix in ABBREVIATIONS and name.startswith(prefix):
+        return ABBREVIATIONS[prefix] + name[len(prefix):]
+    return name
+
+
+def fit_status(result: FitResult, method: str, violations: Mapping[str, float], tol: float,
+               bounds: Sequence[BoundStatus] = ()) -> tuple[str, str]:
+    """``(status, message)`` of a finished fit (module docstring for the statuses).
+
+    ``violations``: the exact training violation of every constraint (by name); ``tol``: the
+    largest one that counts as met; ``bounds``: their measures on the training rows, quoted in
+    the message.
+    """
+    unmet = [name for name, v in violations.items() if v > tol]
+    shown = {b.name: str(b) for b in bounds}
+    if unmet:
+        which = "; ".join(shown.get(name, f"{name} (exact violation {violations[name]:.3g})") for name in unmet)
+        bounds_text = f"not met on the training rows: {which}. See the FairnessWarning for what to try."
+    elif violations:
+        which = "; ".join(shown.get(name, name) for name in violations)
+        bounds_text = f"every bound is met on the training rows: {which}."
+    else:
+        bounds_text = "no bounds (an unconstrained fit)."
+    measure, value = _STATIONARITY.get(method), result.stationarity
+    if result.status in ("diverged", "stopped_by_callback"):
+        status = result.status
+        stationary = ("training diverged; the model is the last sane iterate" if status == "diverged"
+                      else "a callback stopped training")
+    elif unmet:
+        status, stationary = "infeasible", ""
+    else:
+        status = "converged" if result.converged else "feasible_not_stationary"
+        if measure is None or value is None:
+            stationary = "" if result.converged else "no stationarity test for this method"
+        elif result.converged:
+            stationary = f"stationary ({measure} {value:.2g}, within the engine's tolerance)"
+        else:
+            stationary = (f"not stationary yet ({measure} {value:.2g}, above the engine's tolerance): more epochs "
+                          "may lower the loss a little; the bounds hold already")
+    message = bounds_text[0].upper() + bounds_text[1:]
+    return status, message + (f" {stationary[0].upper()}{stationary[1:]}." if stationary else "")

@@ -1,0 +1,362 @@
+"""SQP in function space with gradient-boosted trees: :class:`BoostedSQP`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from solvers.boosting.objective import BOOSTING_LOSSES, row_derivatives, starting_constant
+from solvers.boosting.scores import BoostedScores
+from solvers.boosting.shift import smallest_shifts
+from solvers.boosting.step import WorkingBounds, round_step
+from solvers.derivatives import rows_and_output_jacobian
+from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
+from solvers.losses import check_targets, loss_name
+from solvers.outcome import BestIterate, warn_if_constant, warn_if_start, warn_unmet
+from solvers.problem import as_constraint_set, check_dataset, exact_rows, row_violations
+from solvers.validation import check_flag, check_interval, check_seed, positive_float, positive_int
+
+__all__ = ["BoostedSQP"]
+
+logger = logging.getLogger(__name__)
+
+
+
+class BoostedSQP:
+    r"""Gradient-boosted trees trained under hard constraints: SQP in function space.
+
+    The variables are the per-row raw scores ``F = (F(x_1), ..., F(x_n))``. Round ``t`` of
+    boosting, at the current scores ``F``:
+
+    1. per-row loss derivatives ``g_i`` and curvature ``h_i`` (:mod:`solvers.boosting.objective`:
+       LightGBM's ``grad``/``hess`` of the binary cross-entropy or the squared error, row
+       weights included);
+    2. the smooth constraint rows ``c`` (m,) and their Jacobian ``J = dc/dF`` (m, n) from the
+       constraint objects themselves (:func:`solvers.derivatives.rows_and_output_jacobian`: a
+       closed form where the constraint offers one, else autograd through ``c(F)``), and the
+       exact rows ``c_exact``;
+    3. the SQP subproblem of the step a tree shrunk by ``eta = learning_rate`` takes
+       (:mod:`solvers.boosting.step`), solved by the SQP engine's QP
+       (:func:`solvers.sqp.steps.solve_qp`: exact, with the least-violation relaxation of an
+       infeasible linearisation):
+
+       .. math:: \min_d\; g^\top d + \tfrac12 d^\top \operatorname{diag}(h)\, d
+                 \quad\text{s.t.}\quad l - b - p \le c + \eta J d \le u - b - p,
+
+       with ``b`` the exact calibration of :class:`solvers.StochasticSQP`
+       (``b <- (1 - w) b + w (c_exact - c)``), so the smooth rows give the direction and the
+       exact rows the level, and ``p`` the running sum of the exact rows' violations (halved at
+       every feasible round); its multipliers ``y``;
+    4. one tree fitted by LightGBM (custom objective) to the gradient of the Lagrangian
+       ``G = g + eta J'y`` and the curvature ``h``: leaf values ``-eta sum(G) / sum(h)`` over each
+       leaf's rows, i.e. the QP step ``d = -G / h`` averaged per leaf and shrunk by ``eta``.
+       Without constraints (``y = 0``) this is plain LightGBM with its own objective.
+
+    Returned model: every round's scores are a candidate, compared on ALL training rows with
+    the exact measure (:class:`solvers.outcome.BestIterate`: the feasible one with the lowest
+    loss, else the least violating). For the binary cross-entropy, when the last round (or
+    the least-violating one) is infeasible, the end-game also tries the smallest constant
+    shift of its scores that meets the bounds (:mod:`solvers.boosting.shift`; a constant reads
+    no sensitive attribute). The model is :class:`solvers.boosting.BoostedScores` (the trees
+    up to the chosen round, plus the starting constant and the shift); it is checked once
+    more on all rows, and a bound it misses emits :class:`solvers.outcome.BoundWarning` (a model
+    no better than the best constant, :class:`solvers.outcome.ConstantPredictorWarning`).
+
+    Parameters
+    ----------
+    rounds : int, default 300
+        Boosting rounds (trees).
+    learning_rate : float, default 0.1
+        Shrinkage of every tree (LightGBM's ``learning_rate``).
+    num_leaves : int, default 31
+        Leaves per tree (LightGBM's default).
+    min_child_samples : int, default 20
+        Fewest rows in a leaf (LightGBM's ``min_data_in_leaf`` default).
+    params : dict, optional
+        Further LightGBM parameters (e.g. ``{"feature_fraction": 0.8, "lambda_l2": 1.0}``); the
+        objective is the engine's and cannot be set.
+    n_jobs : int, optional
+        LightGBM threads (``num_threads``); None: LightGBM's default (all cores).
+    calibrate_exact : bool, default True
+        The exact calibration ``b`` of step 3; False: ``b = 0`` (the smooth rows must then meet
+        the bounds themselves).
+    calibration_weight : float, default 0.2
+        ``w`` in ``(0, 1]`` of the calibration.
+    feasibility_tol : float, default 1e-6
+        Largest exact violation of any row (in the row's own units) of a feasible model.
+    seed : int, default 0
+        LightGBM's seed (with ``deterministic=True``: the same fit on the same machine).
+    verbose : int, default 0
+        1: an INFO log line (logger ``solvers.boosting.engine``) every tenth of the rounds.
+    callbacks : sequence of callables
+        ``cb(engine, record) -> bool | None`` after every round; True stops training.
+    """
+
+    def __init__(
+        self,
+        rounds: int = 300,
+        learning_rate: float = 0.1,
+        num_leaves: int = 31,
+        min_child_samples: int = 20,
+        params: dict | None = None,
+        n_jobs: int | None = None,
+        calibrate_exact: bool = True,
+        calibration_weight: float = 0.2,
+        feasibility_tol: float = 1e-6,
+        seed: int = 0,
+        verbose: int = 0,
+        callbacks: Sequence[Callable[[Any, dict], Any]] = (),
+    ) -> None:
+        self.rounds = positive_int(rounds, "rounds", allow_integral_float=True)
+        self.learning_rate = positive_float(learning_rate, "learning_rate")
+        self.num_leaves = positive_int(num_leaves, "num_leaves")
+        if self.num_leaves < 2:
+            raise ValueError(f"num_leaves: expected at least 2, got {num_leaves!r}")
+        self.min_child_samples = positive_int(min_child_samples, "min_child_samples")
+        if params is not None and not isinstance(params, dict):
+            raise ValueError(f"params: expected a dict of LightGBM parameters, got {params!r}")
+        if params is not None and any(k in params for k in ("objective", "application", "app", "loss")):
+            raise ValueError("params: the objective is the engine's (the Lagrangian's gradient); do not set it")
+        self.params = dict(params or {})
+        self.n_jobs = None if n_jobs is None else positive_int(n_jobs, "n_jobs")
+        self.calibrate_exact = check_flag(calibrate_exact, "calibrate_exact")
+        self.calibration_weight = check_interval(calibration_weight, "calibration_weight", 0.0, 1.0, closed="right")
+        self.feasibility_tol = positive_float(feasibility_tol, "feasibility_tol", allow_zero=True)
+        self.seed = check_seed(seed, allow_none=False, allow_negative=False)
+        self.verbose = int(verbose)
+        self.callbacks = list(callbacks)
+
+    def lightgbm_params(self) -> dict:
+        """The LightGBM parameters of the fit (the objective is set by :meth:`fit`)."""
+        params = {"learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
+                  "min_data_in_leaf": self.min_child_samples, "seed": int(self.seed), "deterministic": True,
+                  "force_col_wise": True, "verbosity": -1}
+        if self.n_jobs is not None:
+            params["num_threads"] = self.n_jobs
+        return {**params, **self.params}
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, data: Any, *, loss: Any = "bce", constraints: Any = ()) -> FitResult:
+        """Boost ``rounds`` trees on ``data`` under ``constraints`` (class docstring).
+
+        Parameters
+        ----------
+        data : Dataset
+            ``X`` (n, p), ``y`` (n,), optional ``weights``; the constraints read their fields.
+        loss : {"bce", "mse"}
+            The loss by name (a :class:`solvers.losses.ScaledLoss` of one counts as it: a constant
+            factor does not change the fit).
+        constraints : Constraint, iterable of them, or ConstraintSet
+            Set up on ``data`` here.
+
+        Returns
+        -------
+        FitResult
+            ``model`` a :class:`~solvers.boosting.BoostedScores`; ``converged`` True iff it meets
+            every bound on all training rows (boosting runs its budget of rounds: there is no
+            stationarity test); ``status`` "converged", "infeasible" or "stopped_by_callback";
+            ``info`` as the SQP engine's (``feasible``, ``violation``, ``c_exact``, ``row_names``,
+            ``unmet_rows``, ``returned_iteration``, ``relaxed_steps``) plus ``rounds``,
+            ``shift`` (the end-game's constant) and ``init_score``.
+
+        Raises
+        ------
+        ValueError
+            A loss other than the squared error or the binary cross-entropy, targets it cannot
+            fit, a bad dataset, or a constraint whose rows have no Jacobian in the scores.
+        """
+        import lightgbm
+
+        n = check_dataset(data)
+        name = loss_name(loss)
+        if name not in BOOSTING_LOSSES:
+            raise ValueError(f"loss: BoostedSQP needs per-row curvature and takes {sorted(BOOSTING_LOSSES)}, "
+                             f"got {loss!r}")
+        check_targets(name, data)
+        cons = as_constraint_set(constraints)
+        cons.setup(data)
+        m = cons.n_rows
+        lower, upper = cons.lower.to(torch.float64), cons.upper.to(torch.float64)
+        init = starting_constant(name, data)
+        X = data.X.detach().cpu().numpy() if isinstance(data.X, torch.Tensor) else np.asarray(data.X)
+        y = torch.as_tensor(data.y).detach().cpu().double().numpy()
+        if m:
+            _check_jacobians(cons, torch.full((n,), init, dtype=torch.float64), data)
+
+        params = {**self.lightgbm_params(), "objective": "none"}
+        train_set = lightgbm.Dataset(X, label=y, init_score=np.full(n, init), params=params, free_raw_data=False)
+        booster = lightgbm.Booster(params=params, train_set=train_set)
+
+        tracker = BestIterate(lower, upper, self.feasibility_tol)
+        history = History(cons.row_names)
+        bounds = WorkingBounds(lower, upper, self.calibrate_exact, self.calibration_weight)
+        state: dict = {"warned_relaxed": False, "iteration": 0, "stop": False}
+        with one_thread_outside_lightgbm():
+            rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
+        # the scores the last tree was fitted at, plus that tree: the scores after every round
+        last = state["scores"] + _tree_scores(booster, X, rounds_done - 1)
+        last_f = row_derivatives(name, last, data).f
+        last_c = exact_rows(cons, last, data) if m else None
+        tracker.offer_copy(lambda: (rounds_done, 0.0), last_f, last_c, rounds_done)
+        if m and name == "bce":
+            self._shift_candidates(booster, X, init, name, cons, data, lower, upper, tracker, last, last_c,
+                                   rounds_done)
+
+        trees, shift = tracker.best.params if tracker.best is not None else (rounds_done, 0.0)
+        model = BoostedScores(booster.model_to_string(num_iteration=trees) if trees > 0 else "", init + shift)
+        return self._result(model, name, cons, data, bounds, history, state, tracker, init, rounds_done)
+
+    def _boost(self, booster: Any, name: str, cons: Any, data: Any, bounds: WorkingBounds, tracker: BestIterate,
+               history: History, state: dict) -> int:
+        """The rounds (each :meth:`_round` and one tree); returns how many ran."""
+        rounds_done = 0
+        for t in range(self.rounds):
+            state["iteration"] = t
+            booster.update(fobj=lambda preds, _: self._round(preds, name, cons, data, bounds, tracker, history,
+                                                             state))
+            rounds_done = t + 1
+            if self.verbose and (t + 1) % max(1, self.rounds // 10) == 0:
+                r = history.records[-1]
+                logger.info("boosting round %d/%d: loss %.5g, exact violation %.3g", t + 1, self.rounds, r["f"],
+                            r["V_exact"])
+            if state["stop"]:
+                break
+        return rounds_done
+
+    # ------------------------------------------------------------------ one round
+    def _round(self, preds: np.ndarray, name: str, cons: Any, data: Any, bounds: WorkingBounds,
+               tracker: BestIterate, history: History, state: dict) -> tuple[np.ndarray, np.ndarray]:
+        """LightGBM's custom objective for round ``state["iteration"]`` at the scores ``preds``: offers
+        them as a candidate, solves the QP and returns ``(g + J'y, h)``."""
+        t = state["iteration"]
+        F = torch.from_numpy(np.asarray(preds, dtype=np.float64).reshape(-1).copy())
+        state["scores"] = F
+        der = row_derivatives(name, F, data)
+        lower, upper = bounds.lower, bounds.upper
+        m = int(lower.numel())
+        record: dict = {"iteration": t, "f": der.f}
+        grad = der.grad
+        if m:
+            t0 = time.perf_counter()
+            c, dc = rows_and_output_jacobian(cons, F, data)
+            c, J = c.to(torch.float64), dc.to(torch.float64)
+            c_exact = exact_rows(cons, F, data, smooth=c)
+            tracker.offer_copy(lambda: (t, 0.0), der.f, c_exact, t)
+            lo, hi = bounds.update(c, c_exact)
+            step = round_step(der.grad, der.hess, c, J, lo, hi, self.learning_rate, state)
+            grad = step.gradient
+            exact_viol = row_violations(c_exact, lower, upper)
+            record.update({
+                COLUMN_C: c.tolist(), "c_exact": c_exact.tolist(), "V": float(row_violations(c, lo, hi).sum()),
+                "V_exact": float(exact_viol.sum()), "V_exact_max": float(exact_viol.max()),
+                "multipliers": step.qp.multipliers.tolist(), COLUMN_QP_STATUS: step.status,
+                COLUMN_ACTIVE: [("u" if s > 0 else "l") + str(i) for i, s in enumerate(step.qp.active.tolist()) if s],
+                "t_qp": time.perf_counter() - t0,
+            })
+        else:
+            tracker.offer_copy(lambda: (t, 0.0), der.f, None, t)
+            record.update({"V": 0.0, "V_exact": 0.0, "V_exact_max": 0.0})
+        history.append(record)
+        if any(cb(self, record) for cb in self.callbacks):
+            state["stop"] = True
+        return grad.numpy(), der.hess.numpy()
+
+    # ------------------------------------------------------------------ end-game
+    def _shift_candidates(self, booster: Any, X: np.ndarray, init: float, name: str, cons: Any, data: Any,
+                          lower: torch.Tensor, upper: torch.Tensor, tracker: BestIterate, last: torch.Tensor,
+                          last_c: torch.Tensor, rounds_done: int) -> None:
+        """Offer the smallest feasible constant shifts (:mod:`solvers.boosting.shift`) of the last
+        round's scores when they are infeasible, and of the least-violating round's when no round
+        was feasible."""
+        starts = []
+        if not tracker.feasible(row_violations(last_c, lower, upper)):
+            starts.append((rounds_done, last))
+        best = tracker.best
+        if best is not None and not tracker.feasible(best.row_violations) and best.params[0] != rounds_done:
+            starts.append((best.params[0], _scores(booster, X, init, best.params[0])))
+        for trees, scores in starts:
+            for candidate in smallest_shifts(scores, lambda F: exact_rows(cons, F, data), lower, upper,
+                                             self.feasibility_tol):
+                f = row_derivatives(name, scores + candidate.shift, data).f
+                tracker.offer_copy(lambda k=trees, s=candidate.shift: (k, s), f, candidate.c_exact, trees)
+
+    def _result(self, model: BoostedScores, name: str, cons: Any, data: Any, bounds: WorkingBounds,
+                history: History, state: dict, tracker: BestIterate, init: float, rounds_done: int) -> FitResult:
+        """The final check of the returned model on all training rows, its warnings and the FitResult."""
+        lower, upper = bounds.lower, bounds.upper
+        trees, shift = tracker.best.params if tracker.best is not None else (rounds_done, 0.0)
+        with torch.no_grad():
+            out = model(data.X)
+        f = row_derivatives(name, out, data).f
+        m = int(lower.numel())
+        c_exact = exact_rows(cons, out, data) if m else torch.zeros(0, dtype=torch.float64)
+        viol = row_violations(c_exact, lower, upper) if m else c_exact
+        feasible = bool((viol <= self.feasibility_tol).all()) if m else True
+        unmet = warn_unmet("BoostedSQP", c_exact if m else None, lower, upper, cons.row_names, self.feasibility_tol,
+                           stacklevel=4)
+        warn_if_start("BoostedSQP", tracker.best, 0, rounds_done, self.feasibility_tol, stacklevel=4)
+        f_constant = row_derivatives(name, torch.full_like(out, init), data).f  # the best constant's loss
+        if name == "bce":
+            labels = torch.as_tensor(data.y).reshape(-1).double().cpu() > 0.5
+            rate = float(labels.double().mean())
+            accuracy = float(((out.cpu() > 0) == labels).double().mean())
+            warn_if_constant("BoostedSQP", f, f_constant, accuracy, max(rate, 1.0 - rate), stacklevel=4)
+        else:
+            warn_if_constant("BoostedSQP", f, f_constant, stacklevel=4)
+        status = "stopped_by_callback" if state["stop"] else ("converged" if feasible else "infeasible")
+        history.append({"iteration": rounds_done, "returned": trees, "f": f, "c_exact": c_exact.tolist(),
+                        "V_exact": float(viol.sum()), "V_exact_max": float(viol.max()) if m else 0.0,
+                        "shift": shift, COLUMN_QP_STATUS: QP_FINAL, COLUMN_ACTIVE: []})
+        info = {"feasible": feasible, "violation": float(viol.sum()), "violations": viol.tolist(),
+                "max_row_violation": float(viol.max()) if m else 0.0, "c_exact": c_exact.tolist(),
+                "row_names": cons.row_names, "unmet_rows": unmet, "returned_iteration": trees,
+                "iterations": rounds_done, "rounds": rounds_done, "shift": shift, "init_score": init,
+                "bound_offset": (bounds.offset + bounds.push).tolist(),
+                "relaxed_steps": sum(r.get(COLUMN_QP_STATUS) == QP_RELAXED for r in history.records)}
+        return FitResult(model=model, history=history, status=status, converged=feasible, info=info)
+
+
+@contextlib.contextmanager
+def one_thread_outside_lightgbm() -> Iterator[None]:
+    """Run the block with one torch thread and one BLAS thread (restored afterwards): the per-round
+    work outside LightGBM is a few passes over ``n``-vectors and an ``m x n`` product, where waking
+    worker threads costs more than it saves, and those threads would compete with LightGBM's own
+    (``n_jobs``) for the cores between the rounds."""
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _tree_scores(booster: Any, X: np.ndarray, index: int) -> torch.Tensor:
+    """The raw score of tree ``index`` alone on ``X``, float64 (n,)."""
+    raw = booster.predict(np.asarray(X, dtype=np.float64), raw_score=True, start_iteration=index, num_iteration=1)
+    return torch.from_numpy(np.asarray(raw, dtype=np.float64).reshape(-1))
+
+
+def _scores(booster: Any, X: np.ndarray, init: float, trees: int | None = None) -> torch.Tensor:
+    """``init + `` the raw score of the first ``trees`` trees (all: None) on ``X``, float64 (n,)."""
+    if trees == 0:
+        return torch.full((X.shape[0],), init, dtype=torch.float64)
+    raw = booster.predict(np.asarray(X, dtype=np.float64), raw_score=True, num_iteration=trees)
+    return torch.from_numpy(np.asarray(raw, dtype=np.float64).reshape(-1) + init)
+
+
+def _check_jacobians(cons: Any, scores: torch.Tensor, data: Any) -> None:
+    """ValueError naming the first constraint whose rows have no Jacobian in the per-row scores."""
+    for member in cons:
+        try:
+            rows_and_output_jacobian(member, scores, data)
+        except RuntimeError as exc:
+            raise ValueError(f"constraints: {member.name!r} has no Jacobian with respect to the per-row scores, "
+                             f"which boosting needs ({exc})") from None

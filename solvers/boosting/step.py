@@ -1,0 +1,108 @@
+r"""One round's direction in function space: the SQP subproblem of the step a shrunk tree takes.
+
+At the scores ``F`` with per-row gradient ``g``, curvature ``h``, smooth rows ``c`` and Jacobian
+``J = dc/dF``, a tree fitted to ``(G, h)`` moves the scores by about ``eta d`` with
+``d = -G / h`` (its leaf values, shrunk by the learning rate ``eta``). The subproblem is therefore
+posed for that step:
+
+.. math:: \min_d\; g^\top d + \tfrac12 d^\top \operatorname{diag}(h)\, d
+          \quad\text{s.t.}\quad lo \le c + \eta J d \le hi,
+
+solved by the SQP engine's QP (:func:`solvers.sqp.steps.solve_qp`: exact, with the
+least-violation relaxation of an infeasible linearisation). With its multipliers ``y``,
+stationarity reads ``g + h d + \eta J^\top y = 0``, so the tree gets the gradient of the
+Lagrangian ``G = g + \eta J^\top y`` and the curvature ``h``. Without shrinkage (``eta = 1``)
+this is the SQP step of :class:`solvers.StochasticSQP`; with it, a round corrects the whole
+linearised violation instead of ``eta`` of it (at a KKT point both have the same multipliers
+up to the factor ``eta``).
+
+:class:`WorkingBounds` keeps the bounds ``lo, hi`` the subproblem is solved for: the user's
+bounds less the exact calibration ``b`` of the SQP engine (:func:`solvers.sqp.steps.calibrate`)
+and an integral term ``p``, the running sum of the exact rows' violations, halved at every
+feasible round (the end-game of :func:`solvers.sqp.endgame.polish` does the same): a tree sees
+the inputs only, not the groups, so it follows the group-wise direction ``J'y`` in part and a
+fixed bias would otherwise remain.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from solvers.qp import QPResult
+from solvers.sqp.steps import calibrate, solve_qp
+
+__all__ = ["HESSIAN_FLOOR", "RoundStep", "WorkingBounds", "round_step"]
+
+#: Smallest per-row curvature the subproblem sees (tree learner's units): the QP needs ``h > 0``,
+#: and a logistic row far from the threshold has ``sigmoid' ~ 0``. The tree learner gets the
+#: unfloored curvature (LightGBM's own ``hess``).
+HESSIAN_FLOOR = 1e-6
+
+
+class RoundStep(NamedTuple):
+    """The gradient ``G = g + eta J'y`` (n,) handed to the tree learner, the subproblem's
+    :class:`solvers.qp.QPResult` (its ``d`` the step before shrinkage), ``"normal"`` or
+    ``"relaxed"``."""
+
+    gradient: torch.Tensor
+    qp: QPResult
+    status: str
+
+
+def round_step(grad: torch.Tensor, hess: torch.Tensor, c: torch.Tensor, J: torch.Tensor, lo: torch.Tensor,
+               hi: torch.Tensor, learning_rate: float, state: dict) -> RoundStep:
+    """The direction of one round (module docstring), float64.
+
+    Parameters
+    ----------
+    grad, hess : tensor (n,)
+        Per-row gradient and curvature of the loss (``hess`` floored at :data:`HESSIAN_FLOOR`).
+    c : tensor (m,)
+        Smooth constraint rows at the current scores.
+    J : tensor (m, n)
+        ``dc/dF``.
+    lo, hi : tensor (m,)
+        Working bounds on ``c + eta J d``.
+    learning_rate : float
+        ``eta``.
+    state : dict
+        ``iteration`` and ``warned_relaxed`` (:func:`solvers.sqp.steps.solve_qp` warns once per fit
+        about a relaxed step).
+    """
+    shrunk = float(learning_rate) * J.to(torch.float64)
+    h = hess.to(torch.float64).clamp(min=HESSIAN_FLOOR)
+    g = grad.to(torch.float64)
+    qp, status, _ = solve_qp(g, h, shrunk, c.to(torch.float64), lo.to(torch.float64), hi.to(torch.float64), state)
+    return RoundStep(g + shrunk.T @ qp.multipliers.to(torch.float64), qp, status)
+
+
+class WorkingBounds:
+    """The bounds of the subproblem: ``l - b - p <= c + eta J d <= u - b - p`` (module docstring).
+
+    Parameters
+    ----------
+    lower, upper : tensor (m,)
+        The user's bounds.
+    calibrate_exact : bool
+        Keep the exact calibration ``b`` (else ``b = 0``).
+    calibration_weight : float
+        ``w`` in ``b <- (1 - w) b + w (c_exact - c)``.
+    """
+
+    def __init__(self, lower: torch.Tensor, upper: torch.Tensor, calibrate_exact: bool,
+                 calibration_weight: float) -> None:
+        self.lower, self.upper = lower.to(torch.float64), upper.to(torch.float64)
+        self.calibrate_exact, self.weight = bool(calibrate_exact), float(calibration_weight)
+        self.offset = torch.zeros_like(self.lower)
+        self.push = torch.zeros_like(self.lower)
+
+    def update(self, c: torch.Tensor, c_exact: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Take the rows of a round into ``b`` and ``p``; returns the new ``(lo, hi)`` for ``c + eta J d``."""
+        if self.calibrate_exact:
+            self.offset = calibrate(self.offset, c_exact - c, self.lower, self.upper, self.weight)
+        excess = (c_exact - self.upper).clamp(min=0) - (self.lower - c_exact).clamp(min=0)
+        self.push = self.push + excess if bool((excess != 0).any()) else 0.5 * self.push
+        shift = self.offset + self.push
+        return self.lower - shift, self.upper - shift

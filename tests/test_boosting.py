@@ -1,0 +1,284 @@
+"""solvers.boosting: SQP in function space with LightGBM trees (BoostedSQP and its parts)."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import lightgbm
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+from fairopt.constraints import Covariance, DisparateImpact, GeDI
+from fairopt.data import FairData
+from fairopt.surrogates import Sigmoid
+from solvers.boosting import BoostedScores, BoostedSQP
+from solvers.boosting.objective import row_derivatives, starting_constant
+from solvers.boosting.shift import smallest_shifts
+from solvers.boosting.step import round_step
+from solvers.outcome import BoundWarning
+
+
+def _classification(n: int = 1500, seed: int = 0) -> tuple[FairData, np.ndarray, np.ndarray]:
+    """Binary data with a strong group disparity: group 1 has a higher first feature."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, 4))
+    X[:, 0] += 1.5 * s
+    y = (rng.random(n) < 1 / (1 + np.exp(-(2.0 * X[:, 0] + X[:, 1] - 0.5 * X[:, 2] ** 2)))).astype(float)
+    return FairData.from_arrays(X, y, {"s": s}), s, y
+
+
+def _regression(n: int = 1200, seed: int = 0) -> tuple[FairData, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, 4))
+    X[:, 0] += s
+    y = 2.0 * X[:, 0] + X[:, 1] + 0.3 * rng.normal(size=n)
+    return FairData.from_arrays(X, y, {"s": s}, task="regression"), s, y
+
+
+def _di(out: np.ndarray, s: np.ndarray) -> float:
+    """Realised disparate impact of the hard labels ``out > 0`` (computed here, not by fairopt)."""
+    rates = [np.mean(out[s == g] > 0) for g in (0, 1)]
+    return min(rates) / max(rates)
+
+
+def _log_loss(out: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean(np.logaddexp(0.0, out) - y * out))
+
+
+def _fit(data: FairData, **kwargs):
+    options = {"rounds": 60, "n_jobs": 1, **kwargs.pop("engine", {})}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = BoostedSQP(**options).fit(data, **kwargs)
+    return result, caught
+
+
+# ----------------------------------------------------------------------------- the round's QP
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("learning_rate", [1.0, 0.1])
+def test_round_step_is_the_qp_solution(seed, learning_rate):
+    """``d = -G / h`` with ``G = g + eta J'y`` solves ``min g'd + 1/2 d'Hd s.t. lo <= c + eta J d <= hi``:
+    compared with scipy's SLSQP on the same problem, and the multipliers have the right signs."""
+    rng = np.random.default_rng(seed)
+    n, m = 25, 3
+    g = rng.normal(size=n)
+    h = rng.uniform(0.2, 2.0, size=n)
+    J = rng.normal(size=(m, n))
+    c = rng.normal(size=m)
+    d_free = -g / h  # make the first row bind: its upper side below the unconstrained step's value
+    value = c + learning_rate * J @ d_free
+    lo = np.array([-np.inf, value[1] - 5.0, -np.inf])
+    hi = np.array([value[0] - 0.5, np.inf, value[2] + 5.0])
+    step = round_step(torch.tensor(g), torch.tensor(h), torch.tensor(c), torch.tensor(J), torch.tensor(lo),
+                      torch.tensor(hi), learning_rate, {"warned_relaxed": False, "iteration": 0})
+    d = -(step.gradient.numpy()) / h
+
+    cons = []
+    for i in range(m):
+        if np.isfinite(hi[i]):
+            cons.append({"type": "ineq", "fun": lambda x, i=i: hi[i] - c[i] - learning_rate * J[i] @ x,
+                         "jac": lambda x, i=i: -learning_rate * J[i]})
+        if np.isfinite(lo[i]):
+            cons.append({"type": "ineq", "fun": lambda x, i=i: c[i] + learning_rate * J[i] @ x - lo[i],
+                         "jac": lambda x, i=i: learning_rate * J[i]})
+    ref = minimize(lambda x: g @ x + 0.5 * h @ (x * x), np.zeros(n), jac=lambda x: g + h * x, constraints=cons,
+                   method="SLSQP", options={"ftol": 1e-14, "maxiter": 500})
+    assert ref.success
+    np.testing.assert_allclose(d, ref.x, atol=1e-5 * (1 + np.abs(ref.x).max()))
+    y = step.qp.multipliers.numpy()
+    assert y[0] > 0  # the binding upper side
+    assert abs(y[1]) < 1e-9 and abs(y[2]) < 1e-9
+    assert step.status == "normal"
+
+
+# ----------------------------------------------------------------------------- per-row derivatives
+def test_row_derivatives_weights_repeat_rows():
+    """Integer weights give the per-row gradient and curvature of the data with rows repeated
+    (summed over the copies), and the same loss."""
+    data, s, y = _classification(200)
+    w = np.random.default_rng(1).integers(1, 4, 200)
+    weighted = FairData.from_arrays(data.X.numpy(), y, {"s": s}, sample_weight=w.astype(float))
+    repeated = FairData.from_arrays(np.repeat(data.X.numpy(), w, axis=0), np.repeat(y, w), {"s": np.repeat(s, w)})
+    F = torch.from_numpy(np.random.default_rng(2).normal(size=200))
+    a = row_derivatives("bce", F, weighted)
+    b = row_derivatives("bce", torch.from_numpy(np.repeat(F.numpy(), w)), repeated)
+    owner = np.repeat(np.arange(200), w)
+    np.testing.assert_allclose(a.grad.numpy(), np.bincount(owner, b.grad.numpy()), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.hess.numpy(), np.bincount(owner, b.hess.numpy()), rtol=1e-10, atol=1e-12)
+    assert a.f == pytest.approx(b.f, rel=1e-10)
+    # the unweighted binary cross-entropy: LightGBM's own grad and hess
+    p = 1 / (1 + np.exp(-F.numpy()))
+    c = row_derivatives("bce", F, data)
+    np.testing.assert_allclose(c.grad.numpy(), p - y, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(c.hess.numpy(), p * (1 - p), rtol=1e-10)
+    assert starting_constant("bce", data) == pytest.approx(np.log(y.mean() / (1 - y.mean())))
+
+
+@pytest.mark.parametrize("loss,kappa", [("bce", 1.0), ("mse", 2.0)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_row_derivatives_against_the_engines_losses(loss, kappa, weighted):
+    """``f`` is the loss of :mod:`solvers.losses` and ``grad`` its ``df/dF`` times ``W / kappa``."""
+    from solvers.losses import get_loss, value_and_gradient
+
+    data, s, y = _classification(300)
+    if weighted:
+        w = np.random.default_rng(4).uniform(0.2, 3.0, 300)
+        data = FairData.from_arrays(data.X.numpy(), y, {"s": s}, sample_weight=w)
+    F = torch.from_numpy(np.random.default_rng(5).normal(size=300))
+    ours = row_derivatives(loss, F, data)
+    f, df = value_and_gradient(get_loss(loss), F, data)
+    total = float(data.weights.double().sum()) if weighted else 300.0
+    assert ours.f == pytest.approx(float(f), rel=1e-9)
+    np.testing.assert_allclose(ours.grad.numpy(), df.numpy() * total / kappa, rtol=1e-9, atol=1e-12)
+    assert bool((ours.hess > 0).all())
+
+
+# ----------------------------------------------------------------------------- the fits
+def test_unconstrained_matches_plain_lightgbm():
+    """Without constraints the engine is LightGBM's binary objective: the same training log loss
+    and predictions (up to float32 gradients), for the same rounds and tree settings."""
+    data, s, y = _classification()
+    result, caught = _fit(data, loss="bce")
+    assert not caught
+    ours = result.model(data.X).numpy()
+    params = {"objective": "binary", "learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 20, "seed": 0,
+              "deterministic": True, "force_col_wise": True, "verbosity": -1, "num_threads": 1}
+    plain = lightgbm.train(params, lightgbm.Dataset(data.X.numpy(), label=y), num_boost_round=60)
+    theirs = plain.predict(data.X.numpy(), raw_score=True)
+    assert _log_loss(ours, y) == pytest.approx(_log_loss(theirs, y), rel=2e-3)
+    assert np.mean((ours > 0) == (theirs > 0)) > 0.99
+    assert result.converged and result.info["returned_iteration"] == 60  # the lowest loss: the last round
+
+
+def test_disparate_impact_met_on_all_training_rows():
+    """DI >= 0.8 on the exact measure of the returned model, from a data set whose unconstrained
+    booster is far below it; the model beats a constant predictor."""
+    data, s, y = _classification()
+    free, _ = _fit(data, loss="bce")
+    assert _di(free.model(data.X).numpy(), s) < 0.6
+    result, caught = _fit(data, loss="bce", engine={"rounds": 100},
+                          constraints=[DisparateImpact("s", 0.8, surrogate=Sigmoid(scale=1.0))])
+    out = result.model(data.X).numpy()
+    assert _di(out, s) >= 0.8
+    assert result.converged and result.feasible and result.status == "converged"
+    assert not [w for w in caught if issubclass(w.category, BoundWarning)]
+    assert _log_loss(out, y) < _log_loss(np.full_like(out, starting_constant("bce", data)), y) - 0.05
+    assert np.mean((out > 0) == (y > 0.5)) > max(y.mean(), 1 - y.mean()) + 0.05
+    # the history: one record per round and a closing one for the returned model
+    assert len(result.history) == 101 and result.history[-1]["qp_status"] == "final"
+    assert result.history[-1]["V_exact"] == 0.0
+
+
+def test_regression_covariance_and_gedi_bounds_met():
+    """Squared error under a covariance bound and under a GeDI bound: each met by the returned
+    model, measured here from its predictions (``|mean((s - s_bar) yhat)|``, ``|cov(s, yhat) / var(s)|``)."""
+    data, s, y = _regression()
+    free, _ = _fit(data, loss="mse")
+    pred = free.model(data.X).numpy()
+    cov_free = abs(np.mean((s - s.mean()) * pred))
+    gedi_free = abs(np.cov(s, pred, bias=True)[0, 1] / np.var(s))
+    result, _ = _fit(data, loss="mse", constraints=[Covariance("s", bound=0.3 * cov_free)])
+    pred = result.model(data.X).numpy()
+    assert abs(np.mean((s - s.mean()) * pred)) <= 0.3 * cov_free + 1e-6
+    assert result.converged
+    result, _ = _fit(data, loss="mse", constraints=[GeDI("s", bound=0.3 * gedi_free)])
+    pred = result.model(data.X).numpy()
+    assert abs(np.cov(s, pred, bias=True)[0, 1] / np.var(s)) <= 0.3 * gedi_free * (1 + 1e-6)
+    assert np.mean((pred - y) ** 2) < np.var(y)  # better than the mean
+
+
+def test_sample_weight_changes_the_fit():
+    data, s, y = _classification(800)
+    w = np.where(y > 0.5, 3.0, 1.0)
+    weighted = FairData.from_arrays(data.X.numpy(), y, {"s": s}, sample_weight=w)
+    plain, _ = _fit(data, loss="bce", engine={"rounds": 20})
+    heavy, _ = _fit(weighted, loss="bce", engine={"rounds": 20})
+    a, b = plain.model(data.X).numpy(), heavy.model(data.X).numpy()
+    assert np.mean(b > 0) > np.mean(a > 0) + 0.02  # positives weigh more: more predicted positive
+
+
+def test_infeasible_bounds_warn_and_do_not_converge():
+    """Two rows no model meets (positive rate >= 0.9 and <= 0.1): BoundWarning, converged False."""
+
+    class Rate:
+        name = "rate"
+        lower = torch.tensor([0.9, -np.inf], dtype=torch.float64)
+        upper = torch.tensor([np.inf, 0.1], dtype=torch.float64)
+
+        def setup(self, data):
+            pass
+
+        def __call__(self, out, batch):
+            return torch.sigmoid(out).mean().repeat(2)
+
+        def exact(self, out, batch):
+            return (out > 0).double().mean().repeat(2)
+
+    data, _, _ = _classification(400)
+    result, caught = _fit(data, loss="bce", engine={"rounds": 10}, constraints=[Rate()])
+    assert not result.converged and result.status == "infeasible"
+    assert [w for w in caught if issubclass(w.category, BoundWarning)]
+    assert result.unmet_rows
+
+
+# ----------------------------------------------------------------------------- the end-game
+@pytest.mark.parametrize("seed", range(5))
+def test_smallest_shift_against_brute_force(seed):
+    """With a positive-rate row that grows with the shift, the search finds the smallest feasible
+    number of flipped labels, the same as trying every shift."""
+    rng = np.random.default_rng(seed)
+    scores = torch.from_numpy(np.round(rng.normal(size=60), 1))  # ties included
+    target = float(rng.uniform(0.55, 0.95))
+    rows = lambda F: (F > 0).double().mean().reshape(1)  # noqa: E731
+    found = smallest_shifts(scores, rows, torch.tensor([target]), torch.tensor([np.inf]), 0.0)
+    up = [c for c in found if c.shift > 0]
+    candidates = sorted({float(-v) + 1e-9 for v in scores.tolist() if v <= 0})  # every upward flip point
+    best = next(t for t in candidates if float(rows(scores + t)) >= target)
+    assert len(up) == 1
+    assert float(rows(scores + up[0].shift)) >= target
+    assert float(rows(scores + up[0].shift)) == pytest.approx(float(rows(scores + best)))
+
+
+# ----------------------------------------------------------------------------- the model
+def test_boosted_scores_state_dict_and_pickle():
+    data, _, _ = _classification(300)
+    result, _ = _fit(data, loss="bce", engine={"rounds": 5})
+    model = result.model
+    fresh = BoostedScores()
+    fresh.load_state_dict(model.state_dict())
+    np.testing.assert_array_equal(fresh(data.X).numpy(), model(data.X).numpy())
+    again = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(again(data.X).numpy(), model(data.X).numpy())
+    assert fresh.n_trees == 5 and not list(model.parameters())
+    np.testing.assert_array_equal(BoostedScores(offset=0.3)(data.X).numpy(), np.full(300, 0.3))
+
+
+def test_validation():
+    data, _, _ = _classification(100)
+    with pytest.raises(ValueError, match="loss"):
+        BoostedSQP(rounds=2).fit(data, loss="poisson")
+    with pytest.raises(ValueError, match="objective"):
+        BoostedSQP(params={"objective": "binary"})
+    with pytest.raises(ValueError, match="num_leaves"):
+        BoostedSQP(num_leaves=1)
+
+    class Detached:
+        name = "detached"
+        lower = torch.tensor([-np.inf], dtype=torch.float64)
+        upper = torch.tensor([0.5], dtype=torch.float64)
+
+        def setup(self, data):
+            pass
+
+        def __call__(self, out, batch):
+            return (out.detach() > 0).double().mean().reshape(1)
+
+        exact = __call__
+
+    with pytest.raises(ValueError, match="'detached' has no Jacobian"):
+        BoostedSQP(rounds=2).fit(data, loss="bce", constraints=[Detached()])

@@ -1,0 +1,148 @@
+"""Tests of ``model=<scikit-learn estimator>`` with ``method="moving_targets"`` (fairopt.sklearn_learner)
+and of Moving Targets' default master (the count search) against HiGHS.
+
+References: the engine run directly (solvers.moving_targets.MovingTargets on the estimator's own
+training FairData, with a clone of the same learner), the scikit-learn estimator's own
+``predict``, and HiGHS proving optimality of the first master.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.ensemble import RandomForestClassifier
+from sklearn.linear_model import LinearRegression, LogisticRegression
+from sklearn.tree import DecisionTreeClassifier
+
+from fairopt.constraints import DisparateImpact
+from fairopt.estimators import FairClassifier, FairRegressor
+from fairopt.exceptions import FairnessWarning
+from fairopt.measures import disparate_impact
+from fairopt.sklearn_learner import FittedEstimator, is_sklearn_model
+from solvers.moving_targets import MovingTargets
+from solvers.problem import LinearEncoding
+from solvers.projection import project_targets
+
+
+def make_arrays(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inputs that carry the attribute (column 0 shifted by s) and a target that depends on them."""
+    rng = np.random.default_rng(seed)
+    s = (rng.random(n) < 0.4).astype(int)
+    X = rng.normal(size=(n, 3))
+    X[:, 0] += 1.5 * s
+    y = (X[:, 0] + X[:, 1] + 0.5 * rng.normal(size=n) > 0.8).astype(int)
+    return X, y, s
+
+
+def fit_quietly(estimator, *args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(*args, **kwargs)
+    return [w for w in caught if issubclass(w.category, FairnessWarning)]
+
+
+def test_classifier_matches_the_engine_and_meets_or_warns():
+    X, y, s = make_arrays(600, 0)
+    learner = LogisticRegression(max_iter=500)
+    clf = FairClassifier([("disparate_impact", "s", 0.8)], method="moving_targets", model=learner,
+                         sensitive_names="s", engine_params={"iterations": 4})
+    warned = fit_quietly(clf, X, y, sensitive_features=s)
+    assert not hasattr(learner, "coef_")  # the given estimator is cloned, never fitted
+    assert isinstance(clf.model_, FittedEstimator) and clf.model_.estimator is not learner
+    # the same engine on the estimator's own training data, with another clone
+    data = clf._training_data(X, y, s, None)[0]
+    direct = MovingTargets(iterations=4).fit(clone(learner), data, constraints=[DisparateImpact("s", 0.8)])
+    encoded = data.X.numpy()
+    np.testing.assert_array_equal(clf.predict(X), direct.model.predict(encoded))
+    # out > 0 exactly where the fitted estimator predicts class 1
+    np.testing.assert_array_equal(clf.decision_function(X) > 0, clf.model_.estimator.predict(encoded) == 1)
+    di = disparate_impact(clf.predict(X), s)
+    assert clf.converged_ == (di >= 0.8 - 1e-9)
+    assert di >= 0.8 - 1e-9 or warned  # the bound on the training rows, or a warning
+    assert disparate_impact(LogisticRegression(max_iter=500).fit(X, y).predict(X), s) < 0.8  # the bound binds
+
+
+def test_tree_learner_clone_and_pickle():
+    X, y, s = make_arrays(400, 1)
+    clf = FairClassifier([("disparate_impact", "s", 0.8)], method="moving_targets",
+                         model=DecisionTreeClassifier(max_depth=None), sensitive_names="s",
+                         engine_params={"iterations": 3})
+    fit_quietly(clf, X, y, sensitive_features=s)
+    # a deep tree memorises its targets: the returned model meets the bound on the training rows
+    assert clf.converged_ and disparate_impact(clf.predict(X), s) >= 0.8
+    assert [r["master_backend"] for r in clf.history_.records][1:] == ["topk"] * 3
+    twin = clone(clf)
+    assert twin.model.get_params()["max_depth"] is None and not hasattr(twin, "model_")
+    assert clone(clf).set_params(model__max_depth=3).model.max_depth == 3
+    restored = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(restored.predict(X), clf.predict(X))
+
+
+def test_probability_only_classifier_outputs_are_logits():
+    X, y, s = make_arrays(300, 2)
+    forest = RandomForestClassifier(n_estimators=5, random_state=0).fit(X.astype(np.float32), y)
+    assert not hasattr(forest, "decision_function")
+    module = FittedEstimator(forest, "binary")
+    import torch
+
+    out = module(torch.as_tensor(X)).numpy()
+    np.testing.assert_array_equal(out > 0, forest.predict(X.astype(np.float32)) == 1)
+    p = forest.predict_proba(X.astype(np.float32))[:, 1]
+    inside = (p > 0) & (p < 1)
+    np.testing.assert_allclose(out[inside], np.log(p[inside] / (1 - p[inside])), rtol=1e-9)
+    assert np.isfinite(out).all()
+
+
+def test_regressor_with_a_scikit_learn_model():
+    rng = np.random.default_rng(3)
+    n = 300
+    s = (rng.random(n) < 0.5).astype(int)
+    X = rng.normal(size=(n, 2)) + s[:, None]
+    y = X @ np.array([1.0, 0.5]) + 2.0 * s + 0.1 * rng.normal(size=n)
+    reg = FairRegressor([("gedi", "s", 0.05)], method="moving_targets", model=LinearRegression(),
+                        sensitive_names="s", engine_params={"iterations": 3})
+    fit_quietly(reg, X, y, sensitive_features=s)
+    plain = LinearRegression().fit(X, y).predict(X)
+    gap = lambda p: abs(p[s == 1].mean() - p[s == 0].mean())  # noqa: E731
+    assert gap(reg.predict(X)) < 0.5 * gap(plain)  # the constraint moved the fit towards equal means
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(method="sqp", model=LogisticRegression()), "moving_targets"),
+    (dict(method="moving_targets", model=LinearRegression()), "regressor"),
+    (dict(method="moving_targets", model=LogisticRegression(), epochs=10), "epochs"),
+])
+def test_unsupported_combinations(kwargs, match):
+    X, y, s = make_arrays(100, 4)
+    with pytest.raises(ValueError, match=match):
+        FairClassifier([("disparate_impact", "s", 0.8)], sensitive_names="s", **kwargs).fit(X, y, sensitive_features=s)
+
+
+def test_is_sklearn_model():
+    assert is_sklearn_model(LogisticRegression())
+    assert not is_sklearn_model(LogisticRegression) and not is_sklearn_model("linear")
+    assert not is_sklearn_model(lambda p: None)
+
+
+def test_first_master_is_optimal():
+    """Moving Targets' default master (the count search) reaches HiGHS' optimal cost on the
+    pretrained learner's predictions."""
+    X, y, s = make_arrays(500, 5)
+    clf = FairClassifier([("disparate_impact", "s", 0.8)], method="moving_targets", model=LogisticRegression(),
+                         sensitive_names="s", engine_params={"iterations": 1})
+    fit_quietly(clf, X, y, sensitive_features=s)
+    data = clf._training_data(X, y, s, None)[0]
+    encoded, labels = data.X.numpy().astype(np.float32), data.y.numpy().astype(float)
+    predictions = LogisticRegression().fit(encoded, labels.astype(int)).predict(encoded).astype(float)
+    constraint = DisparateImpact("s", 0.8)
+    constraint.setup(data)
+    encodings = [constraint.target_encoding(data), LinearEncoding("cb", np.ones((1, 500)), [1.0], [499.0])]
+    exact = project_targets([predictions, labels], weights=[1.0, 1.0], encodings=encodings, loss="hamming",
+                            binary=True, backend="highs", mip_gap=0.0)
+    record = clf.history_.records[1]
+    assert record["master_backend"] == "topk"
+    assert abs(record["master_objective"] - exact.objective) <= 1e-9

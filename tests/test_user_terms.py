@@ -1,0 +1,142 @@
+"""Results in the user's terms (issue 31, point 3): a status a user can act on, each bound
+beside the measure it bounds (``DI[s] 0.903 (bound >= 0.800)``) in the estimator, the CLI
+summary and format_report, every abbreviation defined, each measure once, one precision."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import fairopt
+from fairopt.cli import main
+from fairopt.constraints import DemographicParity, DisparateImpact
+from fairopt.evaluation import evaluate, format_report
+from fairopt.status import STATUSES, BoundStatus, fit_status
+from solvers.history import FitResult, History
+
+
+def biased_sample(n: int = 600, seed: int = 0):
+    """A binary group that shifts the label: the unconstrained model's DI is well below 0.8."""
+    rng = np.random.default_rng(seed)
+    s = (rng.random(n) < 0.5).astype(int)
+    X = np.column_stack([rng.normal(size=n) + 0.8 * s, rng.normal(size=n)])
+    y = (X[:, 0] + 0.3 * X[:, 1] + rng.normal(scale=0.7, size=n) > 0.4).astype(int)
+    return X, y, s
+
+
+def di_of(predictions: np.ndarray, s: np.ndarray) -> float:
+    """The disparate-impact ratio of hard predictions, computed here from the group rates."""
+    rates = [np.mean(predictions[s == g] == 1) for g in (0, 1)]
+    return min(rates) / max(rates)
+
+
+def test_a_met_bound_is_said_with_its_measure_and_the_stationarity():
+    X, y, s = biased_sample()
+    clf = fairopt.FairClassifier([("di", "s", 0.9)]).fit(X, y, sensitive_features=s)
+    assert clf.status_ in ("converged", "feasible_not_stationary")
+    assert clf.converged_ == (clf.status_ == "converged")  # the old flag, kept
+    di = di_of(clf.predict(X), s)
+    assert di >= 0.9 - 1e-3
+    assert clf.status_message_.startswith("Every bound is met on the training rows: ")
+    assert f"DI[s] {di:.3f} (bound >= 0.900)" in clf.status_message_
+    assert "KKT residual" in clf.status_message_
+
+
+def test_an_unmet_bound_is_infeasible_with_its_value():
+    X, y, s = biased_sample()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = fairopt.FairClassifier([("di", "s", 0.99)], method="penalty", epochs=3).fit(
+            X, y, sensitive_features=s)
+    assert clf.train_violations_["disparate_impact[s]"] > clf.violation_tol
+    assert clf.status_ == "infeasible" and not clf.converged_
+    assert f"DI[s] {di_of(clf.predict(X), s):.3f} (bound >= 0.990)" in clf.status_message_
+    assert clf.status_message_.startswith("Not met on the training rows")
+
+
+def _result(converged: bool, status: str = "not_stationary", stationarity: float = 0.02) -> FitResult:
+    return FitResult(model=None, history=History(row_names=[]), status=status, converged=converged,
+                     info={"stationarity": stationarity})
+
+
+def test_fit_status_rules():
+    met = [BoundStatus("disparate_impact[s]", "DI[s]", 0.85, 0.8, "lower", True)]
+    assert fit_status(_result(True, "converged", 1e-4), "sqp", {"disparate_impact[s]": 0.0}, 1e-3, met)[0] == \
+        "converged"
+    status, message = fit_status(_result(False), "lagrangian", {"disparate_impact[s]": 0.0}, 1e-3, met)
+    assert status == "feasible_not_stationary" and "largest gradient entry of the Lagrangian 0.02" in message
+    status, message = fit_status(_result(False), "sqp", {"disparate_impact[s]": 0.05}, 1e-3, met)
+    assert status == "infeasible" and "DI[s] 0.850 (bound >= 0.800)" in message
+    assert fit_status(_result(False, "diverged"), "sqp", {}, 1e-3)[0] == "diverged"
+    status, message = fit_status(_result(True, "converged"), "moving_targets", {}, 1e-3)
+    assert status == "converged" and message.startswith("No bounds")
+    assert {"converged", "feasible_not_stationary", "infeasible"} <= set(STATUSES)
+    # a value a hair short of its bound, met within the tolerance, says so
+    assert "met within the violation tolerance" in str(BoundStatus("d", "DI[s]", 0.7996, 0.8, "lower", True))
+
+
+def _fitted_report(digits: int = 4) -> tuple[str, dict, dict]:
+    data = fairopt.datasets.load("adult").subset(np.arange(3000))
+    train, test = data.split(test_size=0.3, seed=0)
+    model = fairopt.models.linear(train.n_features, seed=0)
+    constraints = [DisparateImpact("sex", delta=0.8), DemographicParity("sex", bound=0.01)]
+    fairopt.StochasticSQP(epochs=60, verbose=0).fit(model, train, loss="bce", constraints=constraints[:1])
+    for c in constraints:
+        c.setup(train)
+    runs = {"train": evaluate(model, train, constraints), "test": evaluate(model, test, constraints)}
+    return format_report(runs, digits=digits), runs["train"], runs["test"]
+
+
+def test_format_report_prints_each_measure_once_beside_its_bound():
+    text, train, test = _fitted_report()
+    table, _, definitions = text.partition("\nwhat the rows mean:\n")
+    rows = {line.split("  ")[0].strip(): line for line in table.splitlines()[1:]}
+    # the DI constraint's row holds the realised DI (evaluate's di_ratio[sex]) beside its bound
+    di_row = rows["DI[sex] (bound >= 0.800)"].split(")", 1)[1].split()
+    assert float(di_row[0]) == pytest.approx(train["di_ratio[sex]"], abs=1e-4)
+    assert "di_ratio[sex]" not in rows and "di_ratio" not in rows  # printed once, as the DI row
+    assert "wdi[sex]" not in rows  # equals the DI ratio for two groups
+    # the DP bound of 0.01 is not met on the training rows: marked
+    assert train["bounds"]["demographic_parity[sex]"]["met"] is False
+    assert "unmet" in rows["DP[sex] (bound <= 0.010)"]
+    # no raw constraint rows or violations
+    assert not any(re.search(r"\[\d+\]$|violation", name) for name in rows)
+    # one precision: every number has 4 decimals (rows is a count)
+    for name, line in rows.items():
+        cells = line[len(name):].split() if not name.startswith(("DI[", "DP[")) else line.split(")", 1)[1].split()
+        for cell in cells:
+            if cell not in ("unmet", "True", "False", "nan") and name != "rows":
+                assert re.fullmatch(r"-?\d+\.\d{4}", cell), (name, cell)
+    # every abbreviation printed is defined under the table
+    defined = {line.strip().split(":")[0] for line in definitions.splitlines() if line.startswith("  ")}
+    for name in rows:
+        assert name.split("[")[0].split(" (")[0] in defined, name
+    assert {"rps", "uf", "wdp", "weo", "DI", "DP"} <= defined
+
+
+def test_cli_summary_and_report_say_the_bound_beside_its_measure(tmp_path, capsys):
+    X, y, s = biased_sample(400)
+    frame = pd.DataFrame({"x0": X[:, 0], "x1": X[:, 1], "group": np.where(s == 1, "b", "a"),
+                          "label": np.where(y == 1, "yes", "no")})
+    frame.to_csv(tmp_path / "rows.csv", index=False)
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(tmp_path / "rows.csv"), "--target", "label", "--positive", "yes",
+                 "--sensitive", "group", "--constraint", "di:group>=0.8", "--epochs", "80", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"training rows: DI\[group\] \d\.\d{3} \(bound >= 0\.800\)", printed), printed
+    assert "held-out rows: DI[group]" in printed
+    assert "*P[" not in printed  # no raw constraint row in the summary
+    saved = fairopt.load(out / "model.fairopt")
+    assert saved.metadata["status"] in STATUSES
+    assert saved.metadata["status_message"] in (out / "report.md").read_text()
+
+
+def test_bound_status_scale_of_small_bounds():
+    small = BoundStatus("dcov", "dcov", 0.00123, 0.002, "upper", True)
+    assert str(small) == "dcov 0.00123 (bound <= 0.002)"
+    assert str(BoundStatus("gedi", "gedi", torch.tensor(0.25).item(), None, "upper", True)) == "gedi 0.250 (bound <= ?)"
