@@ -1,5 +1,33 @@
 """The normal step and relaxed bounds of an infeasible linearisation:
-:func:`least_violation_bounds`."""
+:func:`least_violation_bounds`.
+
+Computation (all in the m-space, ``M = J H^{-1} J'``):
+
+1. the reachable values ``J v`` are ``range(M)``, spanned by an explicit basis
+   ``w = B z`` (eigenvectors of the row-normalised ``M``; directions with an eigenvalue
+   at most 1e-12 times the largest are dropped: rounding noise of dependent rows).
+   The l1 LP ``min sum s`` over ``(z, s_up, s_lo)`` with ``B_i z - s_up_i <= hi_i``,
+   ``lo_i - B_i z <= s_lo_i``, ``s >= 0`` and a box ``|z| <= R`` is bounded by
+   construction (every variable is boxed or nonnegative with a nonnegative cost), so
+   HiGHS always has a finite optimum. ``R`` is a thousand times the size a single row
+   needs to reach its bound and is enlarged (up to three times, by 1e3) while a box
+   side binds with a non-zero reduced cost; an optimum with no binding side is an
+   optimum without the box. This gives the least violation ``V*``;
+2. LP minimisers are not unique (e.g. duplicated rows with disjoint bounds: any value
+   between them is optimal), so a second LP of the same form picks, among points with
+   ``V <= V* + tol * sum_i (1 + max finite |bound_i|)``, the point ``w*``
+   that moves the constraint values least, ``min sum_i |w_i|``;
+3. the least ``H``-norm step in the box relaxed to ``w*``,
+   ``v = argmin 1/2 v'Hv  s.t.  min(lo, w*) <= Jv <= max(hi, w*)`` (an exact
+   :func:`diagonal_qp` with ``g = 0``), has the same violation; the relaxed bounds are
+   recomputed from ``Jv`` (they can only tighten). If that QP fails, or rounding left
+   its step more violating than the LP point's step ``H^{-1} J' y`` (``M y = w*``),
+   the LP point's step is used.
+4. the relaxed bounds ``lo' = min(lo, Jv - e)``, ``hi' = max(hi, Jv + e)`` on the violated
+   sides, ``e = PRIMAL_SLACK (1 + |Jv|)`` (1e-7 relative: the step accuracy
+   :func:`diagonal_qp` states), so the relaxed QP has room around ``v`` instead of a
+   degenerate vertex at it.
+"""
 
 from __future__ import annotations
 
@@ -145,32 +173,8 @@ def least_violation_bounds(
     ``V(Jv) = sum_i (lo_i - lo'_i) + (hi'_i - hi_i)`` (up to that widening) is the least
     violation any step reaches.
 
-    Computation (all in the m-space, ``M = J H^{-1} J'``):
-
-    1. the reachable values ``J v`` are ``range(M)``, spanned by an explicit basis
-       ``w = B z`` (eigenvectors of the row-normalised ``M``; directions with an eigenvalue
-       at most 1e-12 times the largest are dropped: rounding noise of dependent rows).
-       The l1 LP ``min sum s`` over ``(z, s_up, s_lo)`` with ``B_i z - s_up_i <= hi_i``,
-       ``lo_i - B_i z <= s_lo_i``, ``s >= 0`` and a box ``|z| <= R`` is bounded by
-       construction (every variable is boxed or nonnegative with a nonnegative cost), so
-       HiGHS always has a finite optimum. ``R`` is a thousand times the size a single row
-       needs to reach its bound and is enlarged (up to three times, by 1e3) while a box
-       side binds with a non-zero reduced cost; an optimum with no binding side is an
-       optimum without the box. This gives the least violation ``V*``;
-    2. LP minimisers are not unique (e.g. duplicated rows with disjoint bounds: any value
-       between them is optimal), so a second LP of the same form picks, among points with
-       ``V <= V* + tol * sum_i (1 + max finite |bound_i|)``, the point ``w*``
-       that moves the constraint values least, ``min sum_i |w_i|``;
-    3. the least ``H``-norm step in the box relaxed to ``w*``,
-       ``v = argmin 1/2 v'Hv  s.t.  min(lo, w*) <= Jv <= max(hi, w*)`` (an exact
-       :func:`diagonal_qp` with ``g = 0``), has the same violation; the relaxed bounds are
-       recomputed from ``Jv`` (they can only tighten). If that QP fails, or rounding left
-       its step more violating than the LP point's step ``H^{-1} J' y`` (``M y = w*``),
-       the LP point's step is used.
-    4. the relaxed bounds ``lo' = min(lo, Jv - e)``, ``hi' = max(hi, Jv + e)`` on the violated
-       sides, ``e = PRIMAL_SLACK (1 + |Jv|)`` (1e-7 relative: the step accuracy
-       :func:`diagonal_qp` states), so the relaxed QP has room around ``v`` instead of a
-       degenerate vertex at it.
+    Computation: the four steps of the module docstring (an l1 LP for the least violation,
+    a second LP for the least move, the least ``H``-norm step, the widened relaxed bounds).
 
     When the least violation is within the summed row tolerances the system counts as
     feasible: the bounds are returned unchanged and ``v`` is the least-norm feasible step.

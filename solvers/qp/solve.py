@@ -1,5 +1,16 @@
 """The QP of the SQP step, one function over several methods (``solver=``), the way
-qpsolvers dispatches ``solve_qp``: :func:`diagonal_qp`."""
+qpsolvers dispatches ``solve_qp``: :func:`diagonal_qp`.
+
+Accuracy of :func:`diagonal_qp`. Every returned solution passed its KKT check (``tol``), and its step
+meets every row within ``base_tol + PRIMAL_SLACK (1 + |bound|)`` (else the QP is confirmed
+infeasible by the least-violation LP, or solved again by OSQP, ``method="osqp"``). Rows at an angle below
+``asin(sqrt(rank_tol))`` to the span of others are treated as dependent: the answer is
+then exact for bounds perturbed within ``tol`` and ``degenerate`` is set (float32
+Jacobians with exactly dependent rows land here). Nearly parallel active rows with
+conflicting bounds force large multipliers; since ``d`` is recovered from ``y``, its
+constraint values then carry a rounding error of about ``eps * sum_j |M_ij y_j|``, which
+the tolerance allows for (``benchmarks/results/solver_notes.md``).
+"""
 
 from __future__ import annotations
 
@@ -186,16 +197,7 @@ def diagonal_qp(
 
     Notes
     -----
-    Accuracy. Every returned solution passed the KKT check above, and its step meets every
-    row within ``base_tol + PRIMAL_SLACK (1 + |bound|)`` (else the QP is confirmed
-    infeasible by the least-violation LP, or solved again by OSQP, ``method="osqp"``). Rows at an angle below
-    ``asin(sqrt(rank_tol))`` to the span of others are treated as dependent: the answer is
-    then exact for bounds perturbed within ``tol`` and ``degenerate`` is set (float32
-    Jacobians with exactly dependent rows land here). Nearly parallel active rows with
-    conflicting bounds force large multipliers; since ``d`` is recovered from ``y``, its
-    constraint values then carry a rounding error of about ``eps * sum_j |M_ij y_j|``, which
-    the tolerance allows for (measured: objective within ~5e-7 relative of Clarabel for
-    rows 1e-4 rad apart with multipliers ~1e8).
+    Accuracy: see the module docstring.
     """
     tol, rank_tol = check_options(solver, tol, rank_tol, max_iter)
     if solver == "active_set":  # a few plain rows: the enumeration in scalar arithmetic
@@ -213,11 +215,18 @@ def diagonal_qp(
     sol = solve_space(space, pick_method(solver, space), rank_tol, max_iter or 50 + 20 * space.m)
     if sol.y is None:
         return _failed(inputs, sol.status, sol.method, sol.iterations)
+    return _checked_step(inputs, space, sol, (tol, rank_tol), max_iter)
+
+
+def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[float, float],
+                  max_iter: int | None) -> QPResult:
+    """The step ``d`` of the m-space solution ``sol`` when it meets every row; else the QP is
+    confirmed infeasible (least-violation LP) or solved again by OSQP (the multipliers hid a
+    real violation: large ones widen the m-space check)."""
+    tol, rank_tol = tolerances
     d = step_from_multipliers(inputs, sol.y)
     if _primal_step_feasible(inputs, space, d):
         return _assemble(inputs, space, d, sol.y, sol.active, sol.method, sol.iterations, rank_tol)
-    # the multipliers hid a real violation (large ones widen the m-space check): an
-    # infeasible QP is reported as such; a feasible one is solved again by OSQP
     if confirm_infeasible(space):
         return _failed(inputs, "infeasible", sol.method, sol.iterations)
     out = solve_with_osqp(inputs, tol, max_iter or 200_000)

@@ -213,7 +213,8 @@ class StochasticSQP:
         lower, upper = cons.lower, cons.upper
         if bool((lower > upper).any()):
             i = int(torch.nonzero(lower > upper)[0])
-            raise ValueError(f"constraints: row {cons.row_names[i]!r} has lower {lower[i].item()} > upper {upper[i].item()}")
+            raise ValueError(f"constraints: row {cons.row_names[i]!r} has lower {lower[i].item()} "
+                             f"> upper {upper[i].item()}")
         problem = FitProblem(model, params, loss_fn, cons, data, lower, upper, self._derivatives)
         run = self._start(problem, n, strata, resume)
         epochs = range(run.state.epochs_done, run.state.epochs_done + self.epochs_)
