@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from fairopt._validation import check_interval, check_seed, positive_int
-from fairopt.report.bootstrap import (RowStatistic, bootstrap_replicates, percentile_interval, point_estimates,
-                                      ratio_and_difference)
+from fairopt.measures.bootstrap import percentile_interval
+from fairopt.report.bootstrap import RowStatistic, bootstrap_replicates, point_estimates, ratio_and_difference
 from fairopt.sensitive_groups import Groups, intersection_groups, row_count
 from fairopt.report.responses import Responses, model_responses
 from fairopt.report.result import GroupReport
