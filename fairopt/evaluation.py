@@ -33,7 +33,7 @@ import torch
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning, UndefinedMeasureWarning
 from fairopt.evaluation_fauci import fauci_measures, resolve_combined
 from fairopt.measures.distribution import intersection_cells, js_divergence, uf
-from fairopt.measures.group import group_means, ratio_of_extremes, undefined_ratio_message, undefined_ratio_reason
+from fairopt.measures.group import group_means, ratio_and_difference, undefined_ratio_message, undefined_ratio_reason
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
 from fairopt.status import DEFINITIONS, MET_TOL, BoundStatus, label_of
 from solvers.problem import eval_mode, violation
@@ -169,13 +169,13 @@ def _group_fairness(values: np.ndarray, sensitive: Any, name: str, task: str) ->
             stacklevel=4,
         )
         return math.nan, math.nan, None
-    ratio = ratio_of_extremes(means) if means.min() >= 0 else math.nan
+    ratio, difference = (float(v) for v in ratio_and_difference(means))
     note = None
     if means.min() >= 0 and means.max() == 0:
         what = "positive predictions" if task == "binary" else "a non-zero mean prediction"
         note = undefined_ratio_reason(what)
         warnings.warn(undefined_ratio_message(f"di_ratio[{name}]", what), UndefinedMeasureWarning, stacklevel=4)
-    return ratio, float(means.max() - means.min()), note
+    return ratio, difference, note
 
 
 def _sensitive_items(data: Any) -> list[tuple[str, Any, str]]:

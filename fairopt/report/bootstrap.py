@@ -26,7 +26,7 @@ import numpy as np
 from fairopt.measures.bootstrap import resample_chunks, stratum_starts
 from fairopt.measures.group import group_means
 
-__all__ = ["RowStatistic", "point_estimates", "bootstrap_replicates", "ratio_and_difference"]
+__all__ = ["RowStatistic", "point_estimates", "bootstrap_replicates"]
 
 
 @dataclass(frozen=True)
@@ -104,17 +104,3 @@ def bootstrap_replicates(stats: list[RowStatistic], codes: np.ndarray, n_groups:
             result[s.name][0][b0:b1] = _finish(group, s.root)
             result[s.name][1][b0:b1] = _finish(total, s.root)
     return result
-
-
-def ratio_and_difference(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``min_g / max_g`` and ``max_g - min_g`` along the last axis (groups).
-
-    Any NaN group value gives NaN for both. The ratio is NaN when a value is negative (a
-    ratio of signed quantities means nothing) and when every value is 0 (0/0: undefined,
-    not "perfectly fair"); a 0 next to a positive value gives 0.
-    """
-    values = np.asarray(values, dtype=float)
-    lo, hi = values.min(axis=-1), values.max(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where((lo >= 0) & (hi > 0), lo / np.where(hi > 0, hi, 1.0), np.nan)
-    return ratio, hi - lo

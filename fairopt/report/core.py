@@ -11,7 +11,8 @@ import pandas as pd
 
 from fairopt._validation import check_interval, check_seed, positive_int
 from fairopt.measures.bootstrap import percentile_interval
-from fairopt.report.bootstrap import RowStatistic, bootstrap_replicates, point_estimates, ratio_and_difference
+from fairopt.measures.group import ratio_and_difference
+from fairopt.report.bootstrap import RowStatistic, bootstrap_replicates, point_estimates
 from fairopt.sensitive_groups import Groups, intersection_groups, row_count
 from fairopt.report.responses import Responses, model_responses
 from fairopt.report.result import GroupReport
