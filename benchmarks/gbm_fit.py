@@ -1,8 +1,8 @@
-"""FairClassifier(model="gbm") on Adult under DI >= 0.8 beside plain LightGBM with the same rounds.
+"""FairClassifier(model="gbm") under DI >= 0.8 beside plain LightGBM with the same rounds.
 
-A seeded sample of Adult rows (default 20,000, sample seed 0), 70/30 stratified splits (seeds
-0-2, :meth:`fairopt.FairData.split`), the sensitive attribute ``sex`` NOT among the model inputs
-(the loader's ``include_sensitive=False``). Per seed: train and test DI (hard labels, group to
+A seeded sample of a data set's rows (default Adult, 20,000 rows, sample seed 0), 70/30 stratified
+splits (seeds 0-2, :meth:`fairopt.FairData.split`), its binary sensitive attribute (Adult: ``sex``)
+NOT among the model inputs (the loader's ``include_sensitive=False``). Per seed: train and test DI (hard labels, group to
 group), test accuracy and fit time of the boosted fit under the bound, and the same for plain
 LightGBM (``objective="binary"``) with the same rounds, learning rate, leaves and threads; fit
 times are the smaller of ``--repeats`` alternating runs (the machine is shared).
@@ -10,6 +10,7 @@ times are the smaller of ``--repeats`` alternating runs (the machine is shared).
     python benchmarks/gbm_fit.py                       # 20,000 rows, seeds 0-2, 300 rounds
     python benchmarks/gbm_fit.py --num-leaves 31                # LightGBM's default trees, for both
     python benchmarks/gbm_fit.py --rows 5000 --seeds 0 --rounds 100
+    python benchmarks/gbm_fit.py --dataset dutch                # Dutch, Law, ACS-Colorado: dutch, law, acsincome
 """
 
 from __future__ import annotations
@@ -49,10 +50,10 @@ def plain_lightgbm(train: FairData, rounds: int, lr: float, leaves: int, n_jobs:
 
 def one_seed(data: FairData, seed: int, args: argparse.Namespace) -> list[dict]:
     train, test = data.split(test_size=0.3, seed=seed)
-    s_train, s_test = train.sensitive["sex"].numpy(), test.sensitive["sex"].numpy()
+    s_train, s_test = train.sensitive[args.sensitive].numpy(), test.sensitive[args.sensitive].numpy()
     times_gbm, times_plain = [], []
     for _ in range(args.repeats):
-        clf = FairClassifier(("disparate_impact", "sex", args.delta), model="gbm", epochs=args.rounds, lr=args.lr,
+        clf = FairClassifier(("disparate_impact", args.sensitive, args.delta), model="gbm", epochs=args.rounds, lr=args.lr,
                              seed=seed, engine_params={"n_jobs": args.n_jobs, "num_leaves": args.num_leaves})
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
@@ -80,6 +81,7 @@ def one_seed(data: FairData, seed: int, args: argparse.Namespace) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir")
+    parser.add_argument("--dataset", default="adult")
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=300)
@@ -89,15 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-jobs", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
-    frame, spec = load_frame("adult", data_dir(args.data_dir))
+    frame, spec = load_frame(args.dataset, data_dir(args.data_dir))
+    args.sensitive = spec["sensitive"][0]
     data = FairData.from_frame(frame.sample(n=min(args.rows, len(frame)), random_state=0), **spec)
-    if any(name == "sex" or name.startswith("sex") for name in data.feature_columns):
-        raise SystemExit("sex must not be a model input")
+    if any(name.startswith(args.sensitive) for name in data.feature_columns):
+        raise SystemExit(f"{args.sensitive} must not be a model input")
+    if data.sensitive_kinds[args.sensitive] != "binary":
+        raise SystemExit(f"{args.dataset}: {args.sensitive} is not binary; DI here compares two groups")
     rows = [row for seed in args.seeds for row in one_seed(data, seed, args)]
     table = pd.DataFrame(rows)
     means = table.groupby("method", sort=False)[["train DI", "test DI", "test accuracy", "fit s"]].mean()
     ratio = means["fit s"].iloc[0] / means["fit s"].iloc[1]
-    print(f"# FairClassifier(model='gbm') on Adult ({len(data)} rows, sample seed 0), 70/30 splits, "
+    print(f"# FairClassifier(model='gbm') on {args.dataset} ({len(data)} rows, sample seed 0, DI on "
+          f"{args.sensitive}), 70/30 splits, "
           f"{args.rounds} rounds, lr {args.lr}, {args.num_leaves} leaves, {args.n_jobs} LightGBM thread(s)")
     print(f"commit {commit()}; python benchmarks/gbm_fit.py " + " ".join(sys.argv[1:] if argv is None else argv))
     print()

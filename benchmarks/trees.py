@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 import time
 import warnings
@@ -239,11 +240,19 @@ def _fairopt(margin: bool, **options: Any) -> Method:
         from fairopt.exceptions import FairnessWarning
 
         messages = [str(w.message) for w in caught if issubclass(w.category, FairnessWarning)]
-        notes = sorted({"bound not met on train (warned)" if "violated" in m else m.split(":")[0][:60]
-                        for m in messages})
-        note = "; ".join(notes)
+        note = "; ".join(sorted({_warning_label(m) for m in messages}))
         return _out(clf.predict(train.X), clf.predict(test.X), seconds, note=note)
     return fit_predict
+
+
+def _warning_label(message: str) -> str:
+    """A short label of an estimator warning: "bound not met on train (warned)" for an unmet
+    bound, else its kind (e.g. "inactive constraint", "near-constant classifier")."""
+    head, _, rest = message.partition(": ")
+    if "violated on the training data" in rest:
+        return "bound not met on train (warned)"
+    label = rest if "[" in head and rest else head
+    return re.split(r" - | \(|[,.;:]", label)[0][:60]
 
 
 for _name, _options in [("fairopt-linear", {}), ("fairopt-mlp", {"model": "mlp"}),

@@ -171,7 +171,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight", type=float, help="penalty weight (--method penalty)")
     p.add_argument("--optimizer", choices=["adam", "sgd", "adahessian"])
     p.add_argument("--dual-lr", dest="dual_lr", type=float)
-    p.add_argument("--dual-update", dest="dual_update", choices=["ascent", "adam"])
+    p.add_argument("--dual-update", dest="dual_update", choices=["ascent", "adam", "signed"])
     p.add_argument("--seed", type=int)
     p.add_argument("--test-size", dest="test_size", type=float, metavar="F",
                    help="held-out fraction (default 0.2; 0: none)")

@@ -50,9 +50,8 @@ from fairopt.inputs import (check_input_missing, check_missing, constraint_sensi
 from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_violations, relaxed_steps
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
-from fairopt.held_out import (certificates, certified_sequence, check_held_out_parameters, constraint_margins,
-                              generalisation_table, held_out_statements, require_all_groups, tightened,
-                              validation_split)
+from fairopt.held_out import (HeldOutOptions, fit_held_out, generalisation_table, raise_or_warn_failed,
+                              require_all_groups)
 from fairopt.exceptions import FairnessWarning
 from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
@@ -247,21 +246,15 @@ class _FairEstimator(BaseEstimator):
         self._check_parameters()
         data, constraints = self._training_data(X, y, sensitive_features, sample_weight)
         self._check_weighted_options(data)
-        data, held_out = validation_split(self, data)  # (data, None) without validation_fraction
-        margins = constraint_margins(self, data, constraints)  # None without margin
-        if held_out is not None and self.margin == "auto":  # certified candidates, fixed sequence
-            result, relaxed, training, certified = certified_sequence(self, data, held_out, constraints, margins,
-                                                                      train=self._train)
-        else:
-            training = tightened(constraints, margins)  # `constraints` itself without margin
-            result, relaxed = self._train(data, training)
-            certified = None if held_out is None else certificates(self, held_out, result.model, constraints)
-            self.candidates_ = None
-        self._set_fitted(data, constraints, result)
-        self._diagnose(data, constraints, result, relaxed)
-        held_out_statements(self, data, constraints, training, certified)
+        options = self._held_out_options()
+        fit = fit_held_out(options, data, constraints, train=self._train)
+        self._set_fitted(fit.data, constraints, fit.result)
+        self._diagnose(fit.data, constraints, fit.result, fit.relaxed)
+        self.validation_indices_, self.candidates_ = fit.validation_indices, fit.candidates
+        self.certificate_, self.predicted_held_out_ = fit.certificate, fit.predicted
+        raise_or_warn_failed(fit.certificate, options.on_fail)
         release_batch_caches(constraints)
-        release_batch_caches(training)
+        release_batch_caches(fit.training)
         return self
 
     def _check_parameters(self) -> None:
@@ -283,7 +276,13 @@ class _FairEstimator(BaseEstimator):
         check_progress(self.verbose)
         check_seed(self.seed_value(), allow_none=False, allow_negative=False)
         self.epochs_value()  # both names of the budget agree
-        check_held_out_parameters(self)
+        self._held_out_options()  # checks margin, validation_fraction, confidence, on_fail, n_candidates
+
+    def _held_out_options(self) -> HeldOutOptions:
+        """The held-out parameters (:mod:`fairopt.held_out`), checked."""
+        return HeldOutOptions(margin=self.margin, validation_fraction=self.validation_fraction,
+                              confidence=self.confidence, on_fail=self.on_fail, n_candidates=self.n_candidates,
+                              seed=self.seed_value())
 
     def alpha_value(self) -> float:
         """``alpha``, or the task's default (:data:`fairopt.training.ALPHA_DEFAULTS`) when None."""

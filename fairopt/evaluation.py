@@ -33,7 +33,7 @@ import torch
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning, UndefinedMeasureWarning
 from fairopt.evaluation_fauci import fauci_measures, resolve_combined
 from fairopt.measures.distribution import intersection_cells, js_divergence, uf
-from fairopt.measures.group import group_means, ratio_of_extremes, undefined_ratio_message, undefined_ratio_reason
+from fairopt.measures.group import group_means, ratio_and_difference, undefined_ratio_message, undefined_ratio_reason
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
 from fairopt.status import DEFINITIONS, MET_TOL, BoundStatus, label_of
 from solvers.problem import eval_mode, violation
@@ -169,13 +169,13 @@ def _group_fairness(values: np.ndarray, sensitive: Any, name: str, task: str) ->
             stacklevel=4,
         )
         return math.nan, math.nan, None
-    ratio = ratio_of_extremes(means) if means.min() >= 0 else math.nan
+    ratio, difference = (float(v) for v in ratio_and_difference(means))
     note = None
     if means.min() >= 0 and means.max() == 0:
         what = "positive predictions" if task == "binary" else "a non-zero mean prediction"
         note = undefined_ratio_reason(what)
         warnings.warn(undefined_ratio_message(f"di_ratio[{name}]", what), UndefinedMeasureWarning, stacklevel=4)
-    return ratio, float(means.max() - means.min()), note
+    return ratio, difference, note
 
 
 def _sensitive_items(data: Any) -> list[tuple[str, Any, str]]:
@@ -483,11 +483,7 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
         The model predicts the same for every row.
     """
     task = _check_data(data)
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
-        raise ValueError(f"threshold: expected a finite number, got {threshold!r}")
-    combined = resolve_combined(fauci_combined, [name for name, _, _ in _sensitive_items(data)])
-    if combined and task != "binary":
-        raise ValueError(f"fauci_combined: the FaUCI metrics need a binary classifier, the task is {task!r}")
+    combined = _check_options(data, task, threshold, fauci_combined)
     out = _forward(model, data)
     notes: dict[str, str] = {}
     results: dict[str, Any] = {"n": int(out.numel())}
@@ -496,16 +492,32 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
     if task == "binary":
         labels = np.asarray(torch.as_tensor(data.y).detach().cpu(), dtype=float)
         results.update(fauci_measures(_hard(out, float(threshold)), labels, _sensitive_items(data), combined, notes))
-    reason = constant_predictions(out, task, float(threshold))
-    results[DEGENERATE] = reason is not None
-    if reason:
-        notes[DEGENERATE] = f"{reason}; its fairness measures are trivially perfect"
-        warnings.warn(f"degenerate model: {notes[DEGENERATE]}", DegenerateModelWarning, stacklevel=2)
+    results[DEGENERATE] = _degenerate(out, task, float(threshold), notes)
     constraints = list(constraints)
     results.update(_constraint_values(out, data, constraints))
     results[BOUNDS] = _bounds(out, data, constraints)
     results[NOTES] = notes
     return results
+
+
+def _check_options(data: Any, task: str, threshold: Any, fauci_combined: Any) -> list[tuple[str, ...]]:
+    """A finite ``threshold``; the combined FaUCI attributes (binary task only), resolved."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise ValueError(f"threshold: expected a finite number, got {threshold!r}")
+    combined = resolve_combined(fauci_combined, [name for name, _, _ in _sensitive_items(data)])
+    if combined and task != "binary":
+        raise ValueError(f"fauci_combined: the FaUCI metrics need a binary classifier, the task is {task!r}")
+    return combined
+
+
+def _degenerate(out: torch.Tensor, task: str, threshold: float, notes: dict[str, str]) -> bool:
+    """Whether the model predicts the same for every row (:func:`constant_predictions`); if so a
+    note and a :class:`~fairopt.exceptions.DegenerateModelWarning` for the caller of :func:`evaluate`."""
+    reason = constant_predictions(out, task, threshold)
+    if reason:
+        notes[DEGENERATE] = f"{reason}; its fairness measures are trivially perfect"
+        warnings.warn(f"degenerate model: {notes[DEGENERATE]}", DegenerateModelWarning, stacklevel=3)
+    return reason is not None
 
 
 def _bounds(out: torch.Tensor, data: Any, constraints: list) -> dict[str, dict[str, Any]]:

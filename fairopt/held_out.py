@@ -1,16 +1,19 @@
 """Held-out statements of the estimators: what a fit says about rows it did not train on.
 
 One job: the estimators' ``margin``, ``validation_fraction``, ``confidence``, ``on_fail``
-and ``n_candidates``: the checks of these options, the margins that tighten the training
-bounds, the held-out part of the rows, the certified candidate sequence, the certificates
-(:func:`fairopt.certificate.certify`, ``certificate_``, ``candidates_``) and the range
-predicted for new rows (``predicted_held_out_``).
+and ``n_candidates`` (:class:`HeldOutOptions`, checked when built): the margins that tighten
+the training bounds, the held-out part of the rows, the certified candidate sequence, the
+certificates (:func:`fairopt.certificate.certify`) and the range predicted for new rows.
+:func:`fit_held_out` runs a whole fit with these options and returns a :class:`HeldOutFit`;
+the estimator sets its fitted attributes (``certificate_``, ``candidates_``,
+``validation_indices_``, ``predicted_held_out_``) from it.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -24,10 +27,9 @@ from fairopt.exceptions import FairnessWarning
 from fairopt.training import release_batch_caches
 from solvers.history import FitResult
 
-__all__ = ["CANDIDATE_INFLATIONS", "ON_FAIL", "candidate_inflations", "certificates", "certified_sequence",
-           "generalisation_table", "require_all_groups",
-           "check_held_out_parameters", "constraint_margins", "held_out_statements", "predicted_held_out",
-           "tightened", "validation_split"]
+__all__ = ["CANDIDATE_INFLATIONS", "ON_FAIL", "HeldOutFit", "HeldOutOptions", "candidate_inflations",
+           "certificates", "certified_sequence", "constraint_margins", "fit_held_out", "generalisation_table",
+           "predicted_held_out", "raise_or_warn_failed", "require_all_groups", "tightened", "validation_split"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,35 +43,111 @@ CANDIDATE_INFLATIONS = (2.0, 0.5)
 Trainer = Callable[[FairData, list], tuple[FitResult, int]]
 
 
-def check_held_out_parameters(est: Any) -> None:
-    """Validate ``margin``, ``validation_fraction``, ``confidence``, ``on_fail`` and ``n_candidates``."""
-    if isinstance(est.margin, str):  # a margin in the units of the constraint rows, or "auto"
-        check_choice(est.margin, ("auto",), "margin")
+@dataclass(frozen=True)
+class HeldOutOptions:
+    """The estimator parameters of the held-out statements, checked when built.
+
+    Attributes
+    ----------
+    margin : float or "auto"
+        Tightening of every training bound, in the units of the constraint rows.
+    validation_fraction : float in (0, 0.5] or None
+        Share of the rows held out for the certificates; None: none held out.
+    confidence : float in (0, 1)
+    on_fail : {"warn", "raise", "ignore"}
+        Reaction to a failed certificate.
+    n_candidates : int >= 1
+        Candidates of the certified sequence (``margin="auto"`` with a held-out part).
+    seed : int
+        Seed of the split, the margins' bootstrap and the certificates.
+    """
+
+    margin: float | str = 0.0
+    validation_fraction: float | None = None
+    confidence: float = 0.95
+    on_fail: str = "warn"
+    n_candidates: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.margin, str):  # a margin in the units of the constraint rows, or "auto"
+            check_choice(self.margin, ("auto",), "margin")
+        else:
+            positive_float(self.margin, "margin", allow_zero=True)
+        if self.validation_fraction is not None:
+            check_interval(self.validation_fraction, "validation_fraction", 0.0, 0.5, closed="right")
+        check_interval(self.confidence, "confidence", 0.0, 1.0)
+        check_choice(self.on_fail, ON_FAIL, "on_fail")
+        positive_int(self.n_candidates, "n_candidates")
+
+
+@dataclass(frozen=True)
+class HeldOutFit:
+    """A fit under the held-out options (:func:`fit_held_out`).
+
+    Attributes
+    ----------
+    data : FairData
+        The rows trained on (all rows without ``validation_fraction``).
+    result : FitResult
+        The returned model's engine result (the chosen candidate's with a certified sequence).
+    relaxed : int
+        Its relaxed SQP steps.
+    training : list
+        The constraints it trained under (the user's without a margin, else tightened copies).
+    certificate : list of Certificate or None
+        One held-out statement per constraint; None without a held-out part.
+    candidates : pandas.DataFrame or None
+        The certified sequence's candidates (inflation, held-out values, passed, chosen).
+    validation_indices : numpy.ndarray or None
+        Rows of the input held out.
+    predicted : pandas.DataFrame or None
+        With a margin: :func:`predicted_held_out`.
+    """
+
+    data: FairData
+    result: FitResult
+    relaxed: int
+    training: list
+    certificate: list | None
+    candidates: pd.DataFrame | None
+    validation_indices: np.ndarray | None
+    predicted: pd.DataFrame | None
+
+
+def fit_held_out(options: HeldOutOptions, data: FairData, constraints: list, *, train: Trainer) -> HeldOutFit:
+    """Hold out ``validation_fraction`` of the rows, compute the margins, train (one fit, or the
+    certified sequence with ``margin="auto"`` and a held-out part) and certify the result on the
+    held-out rows."""
+    data, held_out, indices = validation_split(options, data)  # (data, None, None) without validation_fraction
+    margins = constraint_margins(options, data, constraints)  # None without margin
+    candidates = None
+    if held_out is not None and options.margin == "auto":  # certified candidates, fixed sequence
+        result, relaxed, training, certified, candidates = certified_sequence(options, data, held_out, constraints,
+                                                                              margins, train=train)
     else:
-        positive_float(est.margin, "margin", allow_zero=True)
-    if est.validation_fraction is not None:
-        check_interval(est.validation_fraction, "validation_fraction", 0.0, 0.5, closed="right")
-    check_interval(est.confidence, "confidence", 0.0, 1.0)
-    check_choice(est.on_fail, ON_FAIL, "on_fail")
-    positive_int(est.n_candidates, "n_candidates")
+        training = tightened(constraints, margins)  # `constraints` itself without margin
+        result, relaxed = train(data, training)
+        certified = None if held_out is None else certificates(options, held_out, result.model, constraints)
+    result.model.eval()
+    predicted = None if training is constraints else predicted_held_out(result.model, data, constraints, training)
+    return HeldOutFit(data=data, result=result, relaxed=relaxed, training=training, certificate=certified,
+                      candidates=candidates, validation_indices=indices, predicted=predicted)
 
 
-def validation_split(est: Any, data: FairData) -> tuple[FairData, FairData | None]:
-    """``(train, held_out)``: with ``validation_fraction`` a stratified split (target x
-    sensitive cell, seeded by ``seed``, :meth:`FairData.split`, which re-fits the
-    preprocessing on the training part); without it ``(data, None)``. Sets
-    ``validation_indices_`` (rows of ``X`` held out, or None)."""
-    est.validation_indices_ = None
-    fraction = est.validation_fraction
+def validation_split(options: HeldOutOptions, data: FairData) -> tuple[FairData, FairData | None, np.ndarray | None]:
+    """``(train, held_out, held-out row indices)``: with ``validation_fraction`` a stratified
+    split (target x sensitive cell, seeded by ``seed``, :meth:`FairData.split`, which re-fits
+    the preprocessing on the training part); without it ``(data, None, None)``."""
+    fraction = options.validation_fraction
     if fraction is None:
-        return data, None
+        return data, None, None
     try:
-        _, held_out_idx = stratified_split_indices(data._split_strata(), float(fraction), int(est.seed_value()))
-        train, held_out = data.split(test_size=float(fraction), seed=int(est.seed_value()))
+        _, held_out_idx = stratified_split_indices(data._split_strata(), float(fraction), int(options.seed))
+        train, held_out = data.split(test_size=float(fraction), seed=int(options.seed))
     except ValueError as exc:
         raise ValueError(f"validation_fraction: cannot hold out {fraction!r} of {len(data)} rows ({exc})") from None
-    est.validation_indices_ = held_out_idx
-    return train, held_out
+    return train, held_out, held_out_idx
 
 
 def candidate_inflations(n_candidates: int) -> np.ndarray:
@@ -79,27 +157,27 @@ def candidate_inflations(n_candidates: int) -> np.ndarray:
     return np.linspace(high, low, n_candidates) if n_candidates > 1 else np.array([high])
 
 
-def constraint_margins(est: Any, data: FairData, constraints: list) -> list | None:
+def constraint_margins(options: HeldOutOptions, data: FairData, constraints: list) -> list | None:
     """One margin per constraint (a number, or per-row values in the rows' units), or None
     without a margin. ``margin="auto"``: :func:`fairopt.certificate.auto_margin` for a new
     sample the size of the held-out part (of a 30% hold-out without
     ``validation_fraction``); with ``validation_fraction`` at inflation 1 (one held-out
     half-width ``z se``; :func:`certified_sequence` scales it). The originals are set up
     on ``data`` here (the engine sets up the tightened copies)."""
-    if not constraints or (not isinstance(est.margin, str) and float(est.margin) == 0.0):
+    if not constraints or (not isinstance(options.margin, str) and float(options.margin) == 0.0):
         return None
-    if est.margin != "auto":
-        return [float(est.margin)] * len(constraints)
+    if options.margin != "auto":
+        return [float(options.margin)] * len(constraints)
     from fairopt.certificate import DEFAULT_HELD_OUT_FRACTION, auto_margin
 
-    certified = est.validation_fraction is not None
-    fraction = est.validation_fraction or DEFAULT_HELD_OUT_FRACTION
+    certified = options.validation_fraction is not None
+    fraction = options.validation_fraction or DEFAULT_HELD_OUT_FRACTION
     margins = []
     for c in constraints:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FairnessWarning)  # the engine's set-up of the copy reports them
             c.setup(data)
-        margins.append(auto_margin(data, c, float(est.confidence), float(fraction), seed=int(est.seed_value()),
+        margins.append(auto_margin(data, c, float(options.confidence), float(fraction), seed=int(options.seed),
                                    for_certificate=certified, inflation=1.0 if certified else 2.0))
     return margins
 
@@ -114,19 +192,19 @@ def tightened(constraints: list, margins: list | None, scale: float = 1.0) -> li
     return [tighten(c, m * scale) for c, m in zip(constraints, margins)]
 
 
-def certificates(est: Any, held_out: FairData, model: nn.Module, constraints: list) -> list:
+def certificates(options: HeldOutOptions, held_out: FairData, model: nn.Module, constraints: list) -> list:
     """One :func:`fairopt.certificate.certify` statement per constraint on the held-out rows."""
     from fairopt.certificate import certify
 
     model.eval()
     try:
-        return [certify(model, held_out, c, float(est.confidence), seed=int(est.seed_value())) for c in constraints]
+        return [certify(model, held_out, c, float(options.confidence), seed=int(options.seed)) for c in constraints]
     finally:
         release_batch_caches(constraints)
 
 
-def certified_sequence(est: Any, data: FairData, held_out: FairData, constraints: list, margins: list, *,
-                       train: Trainer) -> tuple[Any, int, list, list]:
+def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairData, constraints: list,
+                       margins: list, *, train: Trainer) -> tuple[FitResult, int, list, list, pd.DataFrame]:
     """Fit candidates under margins of decreasing inflation (:func:`candidate_inflations`),
     certify each on the held-out rows in that order and keep the last one whose
     certificates all pass before the first that fails (or the first candidate when it
@@ -138,16 +216,16 @@ def certified_sequence(est: Any, data: FairData, held_out: FairData, constraints
     certificate needs a pass of the first candidate in the order that violates the bound
     in the population, which happens with probability at most ``1 - confidence``. A smaller
     margin gives a more accurate model when the held-out rows allow it; the sequence stops
-    at the first failure, so a failing candidate costs one fit. Sets ``candidates_``.
+    at the first failure, so a failing candidate costs one fit.
 
     Returns the chosen candidate's FitResult, relaxed-step count, training constraints
-    and certificates.
+    and certificates, and the table of the candidates tried (``chosen`` marks the returned one).
     """
     chosen, chosen_index, rows = None, 0, []
-    for inflation in candidate_inflations(int(est.n_candidates)):
+    for inflation in candidate_inflations(int(options.n_candidates)):
         training = tightened(constraints, margins, float(inflation))
         result, relaxed = train(data, training)
-        certified = certificates(est, held_out, result.model, constraints)
+        certified = certificates(options, held_out, result.model, constraints)
         passed = all(cert.passed for cert in certified)
         rows.append({"inflation": float(inflation), "passed": passed,
                      **{f"{cert.constraint}: held-out": cert.realised for cert in certified},
@@ -157,25 +235,22 @@ def certified_sequence(est: Any, data: FairData, held_out: FairData, constraints
         chosen, chosen_index = (result, relaxed, training, certified), len(rows) - 1
         if not passed:  # the first candidate fails: it is returned, with its failed certificate
             break
-    est.candidates_ = pd.DataFrame(rows).assign(chosen=lambda t: np.arange(len(t)) == chosen_index)
+    table = pd.DataFrame(rows).assign(chosen=lambda t: np.arange(len(t)) == chosen_index)
     logger.info("certified candidates: kept inflation %.3g (%d of %d tried)", rows[chosen_index]["inflation"],
                 chosen_index + 1, len(rows))
-    return chosen
+    return (*chosen, table)
 
 
-def held_out_statements(est: Any, data: FairData, constraints: list, training: list,
-                        certified: list | None) -> None:
-    """``predicted_held_out_`` (with a margin) and ``certificate_`` (with a held-out part),
-    and the ``on_fail`` reaction to a failed certificate."""
-    est.predicted_held_out_ = None if training is constraints else predicted_held_out(est.model_, data, constraints,
-                                                                                      training)
-    est.certificate_ = certified
+def raise_or_warn_failed(certified: list | None, on_fail: str) -> None:
+    """The ``on_fail`` reaction to failed certificates: a :class:`fairopt.exceptions.CertificateError`
+    (``"raise"``), a :class:`fairopt.FairnessWarning` (``"warn"``) or nothing (``"ignore"``, or
+    none failed), naming each failed statement."""
     if certified is None:
         return
     from fairopt.exceptions import CertificateError
 
     failed = [cert for cert in certified if not cert.passed]
-    if not failed or est.on_fail == "ignore":
+    if not failed or on_fail == "ignore":
         return
     message = "; ".join(
         f"{cert.constraint}: {cert.measure} {cert.realised:.4g} on {cert.n} held-out rows, {cert.confidence:.0%} "
@@ -183,7 +258,7 @@ def held_out_statements(est: Any, data: FairData, constraints: list, training: l
         f"{cert.bound:g}" for cert in failed)
     message = (f"held-out certificate failed - {message}. The bound is not shown to hold beyond the training rows "
                "at this confidence (see certificate_; a margin, more data or a looser bound may help).")
-    if est.on_fail == "raise":
+    if on_fail == "raise":
         raise CertificateError(message)
     warnings.warn(message, FairnessWarning, stacklevel=3)
 

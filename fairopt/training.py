@@ -46,9 +46,9 @@ from solvers.penalty import Penalty
 from solvers.problem import row_outputs
 from solvers.sqp import SQPWarning, StochasticSQP
 
-__all__ = ["ALPHA_DEFAULTS", "ENGINES", "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "METHODS", "MODEL_KINDS",
-           "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS",
-           "SQP_RATE_SURROGATE", "EngineAdapter", "TrainingOptions", "engine_options", "engine_param_defaults",
+__all__ = ["ALPHA_DEFAULTS", "ENGINES", "ENGINE_CLASSES", "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "METHODS",
+           "MODEL_KINDS", "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE", "EngineAdapter",
+           "TrainingOptions", "engine_class", "engine_options", "engine_param_defaults",
            "float64_outputs", "model_factory", "release_batch_caches", "run_engine", "run_lagrangian",
            "run_moving_targets", "run_penalty", "run_sqp", "train", "training_problem", "with_sqp_surrogates"]
 
@@ -247,11 +247,30 @@ def with_sqp_surrogates(method: str, specs: Any, constraints: list) -> list:
 # --------------------------------------------------------------------------------------
 # the engine adapters
 # --------------------------------------------------------------------------------------
+#: ``method=`` -> the class of its engine, for the methods whose engine loads with this module;
+#: :func:`engine_class` adds Moving Targets. The one method-to-engine table: the estimators'
+#: adapters below and :mod:`fairopt.experiments.methods` both read it.
+ENGINE_CLASSES: dict[str, type] = {"sqp": StochasticSQP, "penalty": Penalty, "lagrangian": LagrangianDual}
+
+
+def engine_class(method: str) -> type:
+    """The engine class of ``method`` (:data:`METHODS`): :data:`ENGINE_CLASSES`, or
+    :class:`solvers.moving_targets.MovingTargets`, imported on first use (it loads the MILP/QP
+    back-ends)."""
+    if method == "moving_targets":
+        from solvers.moving_targets import MovingTargets
+
+        return MovingTargets
+    if method not in ENGINE_CLASSES:
+        raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
+    return ENGINE_CLASSES[method]
+
+
 def run_sqp(options: TrainingOptions, data: FairData, constraints: list, reference: bool = False) -> FitResult:
     """:class:`solvers.StochasticSQP` with the hard constraints (none for ``reference``)."""
     model, loss = training_problem(options, data)
     kwargs = {**engine_param_defaults(options, data), **options.engine_kwargs()}
-    engine = _make(StochasticSQP, {**engine_options(options, "sqp"), **kwargs})
+    engine = _make(engine_class("sqp"), {**engine_options(options, "sqp"), **kwargs})
     return engine.fit(model, data, loss=loss, constraints=[] if reference else constraints)
 
 
@@ -263,7 +282,7 @@ def run_penalty(options: TrainingOptions, data: FairData, constraints: list, ref
     kwargs = options.engine_kwargs()
     if reference:  # the first-order loop without the Lagrangian/penalty term
         kwargs = {k: kwargs[k] for k in REFERENCE_OPTIONS if k in kwargs}
-    engine = _make(Penalty, {**engine_options(options, "first_order"), **kwargs})
+    engine = _make(engine_class("penalty"), {**engine_options(options, "first_order"), **kwargs})
     return engine.fit(model, data, loss=loss, penalties=[] if reference else constraints)
 
 
@@ -277,7 +296,7 @@ def run_lagrangian(options: TrainingOptions, data: FairData, constraints: list,
     model, loss = training_problem(options, data)
     kwargs = {**engine_param_defaults(options, data), **options.engine_kwargs()}
     defaults = "lagrangian" if "lagrangian" in ENGINE_DEFAULTS.get(options.task, {}) else "first_order"
-    engine = _make(LagrangianDual, {**engine_options(options, defaults), **kwargs})
+    engine = _make(engine_class("lagrangian"), {**engine_options(options, defaults), **kwargs})
     return engine.fit(model, data, loss=loss, constraints=constraints)
 
 
@@ -287,9 +306,8 @@ def run_moving_targets(options: TrainingOptions, data: FairData, constraints: li
     :class:`fairopt.learners.TorchLearner` of the estimator's model (no constraints for
     ``reference``); the result's model is the best iteration's torch module."""
     from fairopt.learners import TorchLearner
-    from solvers.moving_targets import MovingTargets  # loads the MILP/QP back-ends: only when used
 
-    engine = _make(MovingTargets, options.engine_kwargs())
+    engine = _make(engine_class("moving_targets"), options.engine_kwargs())
     task = "classification" if options.task == "binary" else "regression"
     # regression: the learner trains scaled_output(net, sd, mean) with the loss MSE / sd^2,
     # the same standardisation as the other engines (training_problem)
@@ -304,7 +322,7 @@ def run_moving_targets(options: TrainingOptions, data: FairData, constraints: li
     return result
 
 
-#: ``method=`` -> the adapter that builds and runs its engine.
+#: ``method=`` -> the adapter that builds and runs its engine (whose class is :func:`engine_class`).
 ENGINES: dict[str, EngineAdapter] = {
     "sqp": run_sqp,
     "penalty": run_penalty,
@@ -370,12 +388,12 @@ def release_batch_caches(constraints: list) -> None:
             cache.clear()
 
 
-def _make(engine_class: type, options: dict) -> Any:
-    """``engine_class(**options)``; an unknown option is a ValueError naming engine_params."""
+def _make(cls: type, options: dict) -> Any:
+    """``cls(**options)``; an unknown option is a ValueError naming engine_params."""
     try:
-        return engine_class(**options)
+        return cls(**options)
     except TypeError as exc:
-        raise ValueError(f"engine_params: {engine_class.__name__} does not accept these options ({exc})") from None
+        raise ValueError(f"engine_params: {cls.__name__} does not accept these options ({exc})") from None
 
 
 def _seeded_module(factory: Callable[[int], nn.Module], n_features: int, seed: int) -> nn.Module:

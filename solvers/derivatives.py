@@ -30,6 +30,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 from torch import nn
 
+from solvers.contract import offers_closed_form_rows, offers_factored_rows, offers_strata, shares_direction
 from solvers.feedforward import FeedForward
 from solvers.losses import LossFn, parameter_gradient, value_and_gradient
 from solvers.problem import RowFactors, exact_rows, row_outputs
@@ -116,8 +117,7 @@ def rows_and_output_jacobian(cons: Any, out: torch.Tensor, batch: Any) -> tuple[
     have the closed form ``(D W) * phi'``, which replaces a differentiable evaluation and two
     backward passes (about a tenth of a mini-batch step).
     """
-    closed_form = getattr(cons, "rows_and_jacobian", None)
-    pair = closed_form(out.detach(), batch) if callable(closed_form) else None
+    pair = cons.rows_and_jacobian(out.detach(), batch) if offers_closed_form_rows(cons) else None
     if pair is not None:
         return pair[0].detach().reshape(-1), pair[1].detach()
     leaf = out.detach().requires_grad_(True)
@@ -222,7 +222,7 @@ class LocalDerivatives:
         offers this (members that share one direction, :attr:`~solvers.problem.ConstraintSet.shared_direction`,
         with ``strata`` and ``rows_and_factors``); otherwise False and batches keep the plain path."""
         self._data_strata, self._drawn = None, None
-        if not (getattr(cons, "shared_direction", False) and callable(getattr(cons, "rows_and_factors", None))):
+        if not (shares_direction(cons) and offers_factored_rows(cons)):
             return False
         codes = stratum_codes(cons, data)
         if codes is None or codes.numel() == 0:
@@ -299,7 +299,7 @@ class LocalDerivatives:
         small mini-batch. A rule, not a timing, so that a fit is
         reproducible bit for bit (and a resumed fit continues exactly)."""
         return (self.jacobian == "auto" and con_batch is not None and len(con_batch) >= MIN_ROWS
-                and callable(getattr(cons, "strata", None)) and is_rowwise(model) and has_hidden_layer(model))
+                and offers_strata(cons) and is_rowwise(model) and has_hidden_layer(model))
 
     def _plain(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                con_batch: Any, rows: torch.Tensor | None) -> Derivatives:
@@ -372,7 +372,7 @@ class LocalDerivatives:
         f, df = value_and_gradient(loss_fn, obj_out, obj_rows)
         df = df.reshape(1, -1).to(out_c.dtype)
         g = None if same else trace_obj.pullback(df)[0]
-        if getattr(cons, "shared_direction", False):
+        if shares_direction(cons):
             factors = self._factors(cons, out_c, plan)
             c, v = factors.c, factors.direction
             cot = torch.cat([df, v[None, :]]) if same else v[None, :]
@@ -396,8 +396,7 @@ class LocalDerivatives:
         """The rows and factors of constraints that share one direction, on the reordered batch of
         ``plan``: their own ``rows_and_factors`` when they offer it, else the factors of the dense
         ``dc/d out`` (``exact`` None: the caller evaluates the exact rows)."""
-        factored = getattr(cons, "rows_and_factors", None)
-        factors = factored(out, plan.batch, plan.strata) if callable(factored) else None
+        factors = cons.rows_and_factors(out, plan.batch, plan.strata) if offers_factored_rows(cons) else None
         if factors is not None:
             return factors
         c, dc = rows_and_output_jacobian(cons, out, plan.batch)

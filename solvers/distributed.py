@@ -18,7 +18,7 @@ every rank, so every rank solves the same QP and takes the same step: the parame
 bit-identical across ranks, and equal the single-process full-data iterates up to
 floating-point summation order.
 
-A constraint supports data parallelism when it implements :class:`DataParallelConstraint`
+A constraint supports data parallelism when it implements :class:`solvers.contract.SumsConstraint`
 (``partial_sums(out, batch, exact=False) -> (sums, counts)`` and
 ``from_sums(sums, counts) -> c``); :class:`fairopt.constraints.DisparateImpact`,
 ``EqualImpact`` and ``DemographicParity`` do.
@@ -65,38 +65,23 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from solvers.contract import supports_sums
 from solvers.derivatives import Derivatives, trace_outputs, with_parameter_gradient
 from solvers.losses import LossFn
 from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
-from solvers.sums import FIELDS, derivatives_from_sums, local_sums, supports_sums
+from solvers.sums import FIELDS, derivatives_from_sums, local_sums
 from solvers.validation import check_flag
 
-__all__ = ["AllReduceDerivatives", "DataParallelConstraint", "broadcast_parameters", "check_data_parallel_options",
+__all__ = ["AllReduceDerivatives", "broadcast_parameters", "check_data_parallel_options",
            "distributed_active", "supports_data_parallel"]
 
 logger = logging.getLogger(__name__)
-
-
-@runtime_checkable
-class DataParallelConstraint(Protocol):
-    """A constraint whose rows are a function of additive per-group sums.
-
-    ``partial_sums(out, batch, exact=False)`` returns ``(sums, counts)``, two tensors of
-    shape ``(G,)`` that add up over disjoint row shards (``sums`` differentiable in ``out``;
-    ``exact=True``: the sums behind :meth:`Constraint.exact`). ``from_sums(sums, counts)``
-    maps the sums over the whole data to the ``m`` rows ``c``, differentiable in ``sums``,
-    such that ``from_sums(*partial_sums(out, data)) == constraint(out, data)``.
-    """
-
-    def partial_sums(self, out: torch.Tensor, batch: Any, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-    def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor: ...
 
 
 #: True if a constraint has callable ``partial_sums`` and ``from_sums``.
@@ -128,7 +113,7 @@ def check_data_parallel_options(batch_size: Any, constraint_batch: str, constrai
     (``batch_size=None``, ``constraint_batch`` "full" or "auto") or each step's mini-batch
     (``batch_size`` set, ``constraint_batch`` "batch", "snapshot" or "auto"; a snapshot is a pass
     over all rows of every shard); every constraint must implement
-    :class:`DataParallelConstraint`; ValueError otherwise."""
+    :class:`solvers.contract.SumsConstraint`; ValueError otherwise."""
     if batch_size is None and constraint_batch not in ("full", "auto"):
         raise ValueError(f"constraint_batch: full-batch data-parallel SQP needs 'full' (or 'auto'), got "
                          f"{constraint_batch!r}")

@@ -224,7 +224,9 @@ def value_and_gradient(loss_fn: LossFn, out: torch.Tensor, batch: Any) -> tuple[
     for ``"mse"``, ``exp(eta_i) - y_i`` for ``"poisson"``), ``df / d out_i = r_i / n``, or
     ``w_i r_i / sum_j w_j`` with row weights (0 when every weight is 0, as the weighted mean). Any
     other callable: one backward pass through the graph of ``loss_fn(out, batch)``. The closed form
-    saves that pass (about a third of the gradient's time).
+    saves that pass (about a third of the gradient's time). An :class:`L2Regularised` loss: the
+    value of the loss inside plus the penalty, and the inside loss's ``df / d out`` (the penalty's
+    gradient is in the parameters, :func:`parameter_gradient`).
     """
     if isinstance(loss_fn, L2Regularised):  # the penalty has no gradient in out (parameter_gradient)
         f, df = value_and_gradient(loss_fn._fn, out, batch)

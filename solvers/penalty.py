@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from solvers.contract import offers_setup
 from solvers.history import COLUMN_PENALTY, FitResult, History
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
@@ -75,7 +76,8 @@ def _constraint_term(constraint: Any) -> PenaltyTerm:
     def hinge(out: torch.Tensor, batch: Any) -> torch.Tensor:
         return violation(constraint(out, batch).reshape(-1), constraint.lower, constraint.upper)
 
-    return PenaltyTerm(str(getattr(constraint, "name", "constraint")), hinge, getattr(constraint, "setup", None))
+    setup = constraint.setup if offers_setup(constraint) else None
+    return PenaltyTerm(str(getattr(constraint, "name", "constraint")), hinge, setup)
 
 
 def penalty_terms(penalties: Any) -> list[PenaltyTerm]:

@@ -2,7 +2,8 @@
 
 The engines in :mod:`solvers` are fairness-agnostic. They see a dataset only through
 :class:`Dataset` (features, target, row subsets, optional strata for balanced sampling)
-and a constraint only through :class:`Constraint` (smooth values, exact values, bounds).
+and a constraint only through :class:`Constraint` (smooth values, exact values, bounds) and the
+optional capabilities of :mod:`solvers.contract`, where the whole constraint contract is written.
 
 Row convention
 --------------
@@ -23,6 +24,9 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequ
 import numpy as np
 import torch
 
+from solvers.contract import (Constraint, check_bounds, check_constraint, declared_row_names, jacobian_direction,
+                              looks_like_constraint, offers_closed_form_rows, offers_factored_rows, offers_setup,
+                              offers_strata, offers_target_encoding, smooth_is_exact)
 from solvers.strata import row_codes
 
 __all__ = [
@@ -92,41 +96,6 @@ class Dataset(Batch, Protocol):
 
     @property
     def strata(self) -> torch.Tensor | None: ...
-
-
-@runtime_checkable
-class Constraint(Protocol):
-    """A vector of scalar constraint rows ``lower <= c(out) <= upper``.
-
-    ``setup(data)`` is called once by an engine before training, with the training data,
-    so that a constraint can size its rows (e.g. one row pair per category) and
-    precompute data-only quantities. ``lower``/``upper`` are valid after ``setup``.
-    """
-
-    name: str
-    lower: torch.Tensor
-    upper: torch.Tensor
-
-    def setup(self, data: Any) -> None: ...
-
-    def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
-        """Smooth surrogate values c(out), shape (m,), differentiable in ``out``."""
-        ...
-
-    def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
-        """True (possibly non-smooth) values, shape (m,), on hard predictions.
-
-        A constraint whose ``exact`` equals ``__call__`` without gradient may say so with a
-        class attribute ``smooth_is_exact = True`` (optional; absent means False): engines
-        then reuse the smooth values (:func:`exact_rows`). A constraint whose rows cost more
-        than linear time in the rows says so with ``cost_on_all_rows = "quadratic"``
-        (optional; absent means "linear"): mini-batch SQP then estimates them on its batches
-        instead of on all rows (:meth:`solvers.sqp.StochasticSQP.constraint_mode`)."""
-        ...
-
-    def target_encoding(self, batch: Any) -> "LinearEncoding | None":
-        """The constraint as linear (in)equalities on a target vector, or None."""
-        ...
 
 
 def trainable_parameters(model: Any) -> list[torch.Tensor]:
@@ -333,7 +302,7 @@ def exact_rows(cons: Any, out: torch.Tensor, batch: Any, smooth: torch.Tensor | 
     of evaluating the measure a second time (a distance covariance costs as much as its
     gradient, a fifth of an SQP iteration).
     """
-    if smooth is not None and getattr(cons, "smooth_is_exact", False) is True:
+    if smooth is not None and smooth_is_exact(cons):
         return smooth.detach().reshape(-1).to(torch.float64)
     with torch.no_grad():
         return cons.exact(out.detach(), batch).reshape(-1).to(torch.float64)
@@ -384,11 +353,7 @@ class ConstraintSet:
     def __init__(self, constraints: Iterable[Constraint] = ()) -> None:
         self.constraints: list[Constraint] = list(constraints)
         for c in self.constraints:
-            if not callable(c) or not hasattr(c, "exact"):
-                raise ValueError(
-                    f"constraints: {c!r} does not implement the Constraint protocol "
-                    "(__call__, exact, lower, upper)"
-                )
+            check_constraint(c)
         self.name = "+".join(c.name for c in self.constraints) or "none"
 
     def __len__(self) -> int:
@@ -398,7 +363,7 @@ class ConstraintSet:
         """``(c (m,), dc/d out (m, n))`` from the members' optional closed-form
         ``rows_and_jacobian(out, batch)``, without gradient; None when a member has none (the
         engine then differentiates ``__call__``)."""
-        pairs = self._each_member("rows_and_jacobian", out, batch)
+        pairs = self._each_member(offers_closed_form_rows, lambda c: c.rows_and_jacobian(out, batch))
         if pairs is None:
             return None
         pairs = [(v.reshape(-1), j.reshape(-1, out.shape[0])) for v, j in pairs]
@@ -418,7 +383,7 @@ class ConstraintSet:
         engine then factors the dense :meth:`rows_and_jacobian`."""
         if not self.shared_direction:
             return None
-        parts = self._each_member("rows_and_factors", out, batch, strata)
+        parts = self._each_member(offers_factored_rows, lambda c: c.rows_and_factors(out, batch, strata))
         if parts is None:
             return None
         if len(parts) == 1:
@@ -426,15 +391,15 @@ class ConstraintSet:
         return RowFactors(torch.cat([p.c.reshape(-1) for p in parts]), torch.cat([p.exact.reshape(-1) for p in parts]),
                           torch.cat([p.coef for p in parts]), parts[0].direction)
 
-    def _each_member(self, method: str, *args: Any) -> list | None:
-        """``member.method(*args)`` of every member, inside one :func:`shared_scratch` (members share
-        intermediates); None as soon as a member lacks the method or answers None."""
+    def _each_member(self, offers: Callable[[Any], bool], ask: Callable[[Any], Any]) -> list | None:
+        """``ask(member)`` of every member, inside one :func:`shared_scratch` (members share
+        intermediates); None as soon as a member does not ``offers`` the capability (a helper of
+        :mod:`solvers.contract`) or answers None."""
         answers = []
         token = _SCRATCH.set({})
         try:
             for c in self.constraints:
-                closed_form = getattr(c, method, None)
-                answer = closed_form(*args) if callable(closed_form) else None
+                answer = ask(c) if offers(c) else None
                 if answer is None:
                     return None
                 answers.append(answer)
@@ -448,22 +413,24 @@ class ConstraintSet:
         :meth:`strata`, every column of ``dc/d out`` is a multiple of one shared per-row vector, so
         the blocks are of rank one by construction (:func:`solvers.strata.rank_one_factors` then
         need not check them)."""
-        keys = [getattr(c, "jacobian_direction", None) for c in self.constraints]
+        keys = [jacobian_direction(c) for c in self.constraints]
         return bool(keys) and keys[0] is not None and all(k == keys[0] for k in keys)
 
     @property
     def smooth_is_exact(self) -> bool:
         """Every member declares ``smooth_is_exact`` (its exact rows are its smooth rows)."""
-        return bool(self.constraints) and all(getattr(c, "smooth_is_exact", False) is True for c in self.constraints)
+        return bool(self.constraints) and all(smooth_is_exact(c) for c in self.constraints)
 
     def __iter__(self):
         return iter(self.constraints)
 
     def setup(self, data: Any) -> None:
+        """``setup(data)`` of every member that offers it (:class:`solvers.contract.SetUp`), then the
+        check of every member's bounds (:func:`solvers.contract.check_bounds`)."""
         for c in self.constraints:
-            setup = getattr(c, "setup", None)
-            if setup is not None:
-                setup(data)
+            if offers_setup(c):
+                c.setup(data)
+            check_bounds(c)
 
     @property
     def lower(self) -> torch.Tensor:
@@ -478,7 +445,7 @@ class ConstraintSet:
         """``"<constraint name>[<row>]"`` for every row, in order."""
         names = []
         for c in self.constraints:
-            rows = getattr(c, "row_names", None)
+            rows = declared_row_names(c)
             m = int(torch.as_tensor(c.lower).numel())
             names += list(rows) if rows is not None else [f"{c.name}[{i}]" for i in range(m)]
         return names
@@ -499,8 +466,7 @@ class ConstraintSet:
         member (:mod:`solvers.strata`); None when a member has no ``strata`` method (or no strata)."""
         codes = []
         for c in self.constraints:
-            strata = getattr(c, "strata", None)
-            member = strata(batch) if callable(strata) else None
+            member = c.strata(batch) if offers_strata(c) else None
             if member is None:
                 return None
             codes.append(torch.as_tensor(member).reshape(-1).long())
@@ -512,7 +478,7 @@ class ConstraintSet:
         """Encodings of all members; raises ValueError naming a member without one."""
         encodings = []
         for c in self.constraints:
-            enc = c.target_encoding(batch) if hasattr(c, "target_encoding") else None
+            enc = c.target_encoding(batch) if offers_target_encoding(c) else None
             if enc is None:
                 raise ValueError(
                     f"constraints: {c.name!r} has no linear target encoding and cannot be "
@@ -535,7 +501,7 @@ def as_constraint_set(constraints: Any) -> ConstraintSet:
         return constraints
     if constraints is None:
         return ConstraintSet(())
-    if callable(constraints) and hasattr(constraints, "exact"):
+    if looks_like_constraint(constraints):
         return ConstraintSet([constraints])
     return ConstraintSet(list(constraints))
 

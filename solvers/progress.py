@@ -21,7 +21,8 @@ from typing import Any, Iterable
 
 from solvers.validation import check_verbose
 
-__all__ = ["AUTO", "AUTO_DELAY_SECONDS", "LOG_INTERVAL_SECONDS", "check_progress", "epoch_logs", "progress"]
+__all__ = ["AUTO", "AUTO_DELAY_SECONDS", "LOG_INTERVAL_SECONDS", "TERMINAL_INTERVAL_SECONDS", "check_progress", "epoch_logs",
+           "progress"]
 
 #: The ``verbose`` value of a bar shown only on loops that run longer than a few seconds.
 AUTO = "auto"

@@ -33,6 +33,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from solvers.contract import offers_strata
+
 __all__ = ["MAX_STRATA", "MIN_ROWS", "ROWWISE_TYPES", "RowStrata", "StrataPlan", "has_hidden_layer", "is_rowwise",
            "plan_strata", "rank_one_factors", "row_codes", "segment_factors", "stratum_codes"]
 
@@ -158,8 +160,7 @@ def stratum_codes(cons: Any, batch: Any) -> torch.Tensor | None:
     ------
     ValueError
         The method does not return one code per row."""
-    strata = getattr(cons, "strata", None)
-    codes = strata(batch) if callable(strata) else None
+    codes = cons.strata(batch) if offers_strata(cons) else None
     if codes is None:
         return None
     codes = torch.as_tensor(codes).reshape(-1).long()

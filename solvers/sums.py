@@ -1,7 +1,7 @@
 r"""Derivatives from additive per-group sums: over row chunks (one process) or shards.
 
 Every quantity of an SQP iteration under constraints whose rows are functions of per-group
-sums (:class:`solvers.distributed.DataParallelConstraint`: the rate constraints) is a sum
+sums (:class:`solvers.contract.SumsConstraint`: the rate constraints) is a sum
 over rows: ``n f`` and its gradient, the group sums ``S_g`` and counts ``N_g``, their
 Jacobian ``dS/dw`` and the exact sums. With per-row weights ``w_i`` (``batch.weights``) the
 ``n`` of ``n f`` is the weight total ``sum_i w_i`` of the block (``f`` is then the weighted
@@ -27,12 +27,13 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+from solvers.contract import supports_sums
 from solvers.derivatives import Derivatives, LocalDerivatives, rows_jacobian, trace_outputs, with_parameter_gradient
 from solvers.losses import LossFn, value_and_gradient
 from solvers.problem import model_outputs, row_chunks, row_weights, weight_total
 
 __all__ = ["FIELDS", "ChunkedDerivatives", "add_sums", "derivatives_from_sums", "exact_in_chunks", "local_sums",
-           "rows_from_sums", "supports_sums"]
+           "rows_from_sums"]
 
 FIELDS = ("loss_sum", "n", "grad_sum", "sums", "counts", "dsums", "sums_exact")
 
@@ -111,11 +112,6 @@ def add_sums(total: dict[str, torch.Tensor] | None, part: dict[str, torch.Tensor
     if total is None:
         return {k: v.clone() for k, v in part.items()}
     return {k: total[k] + part[k] for k in FIELDS}
-
-
-def supports_sums(member: Any) -> bool:
-    """A constraint whose rows are a function of additive per-group sums."""
-    return callable(getattr(member, "partial_sums", None)) and callable(getattr(member, "from_sums", None))
 
 
 class ChunkedDerivatives:

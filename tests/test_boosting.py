@@ -96,6 +96,25 @@ def test_round_step_is_the_qp_solution(seed, learning_rate):
     assert step.status == "normal"
 
 
+def test_round_step_without_binding_rows_is_the_unconstrained_step():
+    """Bounds the unconstrained minimiser meets: the step is ``-g / h`` with zero multipliers, as the
+    QP solver finds when asked directly."""
+    from solvers.qp import diagonal_qp
+
+    rng = np.random.default_rng(9)
+    n, m = 30, 2
+    g, h, J, c = rng.normal(size=n), rng.uniform(0.5, 2.0, n), rng.normal(size=(m, n)), rng.normal(size=m)
+    value = c + 0.1 * J @ (-g / h)
+    lo, hi = value - 1.0, value + 1.0
+    step = round_step(torch.tensor(g), torch.tensor(h), torch.tensor(c), torch.tensor(J), torch.tensor(lo),
+                      torch.tensor(hi), 0.1, {"warned_relaxed": False, "iteration": 0})
+    direct = diagonal_qp(torch.tensor(g), torch.tensor(h), 0.1 * torch.tensor(J), torch.tensor(lo - c),
+                         torch.tensor(hi - c))
+    np.testing.assert_allclose(-step.gradient.numpy() / h, direct.d.numpy(), atol=1e-12)
+    np.testing.assert_array_equal(step.qp.multipliers.numpy(), np.zeros(m))
+    np.testing.assert_allclose(direct.multipliers.numpy(), np.zeros(m), atol=1e-12)
+
+
 # ----------------------------------------------------------------------------- per-row derivatives
 def test_row_derivatives_weights_repeat_rows():
     """Integer weights give the per-row gradient and curvature of the data with rows repeated

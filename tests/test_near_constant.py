@@ -15,7 +15,7 @@ from fairopt.diagnostics import poor_fit_message
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from solvers.outcome import (NEAR_CONSTANT_SHARE, NEAR_CONSTANT_Z, ConstantPredictorWarning, NearConstantWarning,
                              near_constant, warn_if_constant)
-from tests.conftest import require_shared_file
+from conftest import require_shared_file
 
 
 def test_the_rule_against_its_formula():

@@ -1,6 +1,7 @@
 """The interval arithmetic and sampling behind certificates and margins: model outputs on a
 sample, the constraint copy they are measured with, Clopper-Pearson intervals, worst-case
-rows over a box of rates, ratio bounds, normal quantiles and bootstrap draws."""
+rows over a box of rates, ratio bounds, normal quantiles and bootstrap draws (of
+:mod:`fairopt.measures.bootstrap`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from fairopt.constraints.dcov import DistanceCovariance
 from fairopt.constraints.gedi import GeDI
 from fairopt.constraints.covariance import Covariance
 from fairopt.constraints.rates import GroupRateConstraint
+from fairopt.measures.bootstrap import resample_chunks
 
 __all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "clear_constraint_cache", "clopper_pearson", "compared_pairs",
            "finite_sides", "normal_quantile", "outputs_on", "prepared_copy", "rate_sides", "ratio_bound",
@@ -142,17 +144,18 @@ def row_table(c: Any, values, lo, hi, b_lo, b_hi) -> dict:
 
 
 def bootstrap_rows(c: Any, out: torch.Tensor, data: Any, n_bootstrap: int, seed: int) -> np.ndarray:
-    """Exact rows on ``n_bootstrap`` seeded resamples of the rows, shape (B, m)."""
+    """Exact rows on ``n_bootstrap`` seeded resamples of the rows (the unstratified
+    :func:`fairopt.measures.bootstrap.resample_chunks`), shape (B, m)."""
     n = len(data)
-    generator = torch.Generator().manual_seed(seed)
     draws = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # rank warnings of tiny resamples
-        for _ in range(n_bootstrap):
-            index = torch.randint(n, (n,), generator=generator)
-            sample = data.subset(index)
-            draws.append(c.exact(out[index].to(data.X.dtype), sample).double().reshape(-1).numpy())
-            clear_constraint_cache(c)
+        for _, _, chunk in resample_chunks(np.zeros(n, dtype=np.int64), 1, n_bootstrap, seed):
+            for rows in chunk:
+                index = torch.from_numpy(rows)
+                sample = data.subset(index)
+                draws.append(c.exact(out[index].to(data.X.dtype), sample).double().reshape(-1).numpy())
+                clear_constraint_cache(c)
     return np.stack(draws)
 
 

@@ -12,9 +12,11 @@ import torch
 
 from fairopt._validation import check_interval, require_unweighted
 from fairopt.certificate.intervals import (bootstrap_rows, clear_constraint_cache, clopper_pearson, compared_pairs,
-                                           normal_quantile, outputs_on, prepared_copy, rate_sides, ratio_bound,
-                                           ratio_upper, row_table, safe_div, within_bounds, worst_case_rows)
+                                           finite_sides, normal_quantile, outputs_on, prepared_copy, rate_sides,
+                                           ratio_bound, ratio_upper, row_table, safe_div, within_bounds,
+                                           worst_case_rows)
 from fairopt.constraints.rates import GroupRateConstraint
+from fairopt.measures.bootstrap import percentile_interval
 
 __all__ = ["CERTIFY_METHODS", "Certificate", "certify"]
 
@@ -241,9 +243,7 @@ def _certify_bootstrap(c: Any, out: torch.Tensor, data: Any, confidence: float, 
     values = c.exact(out.to(data.X.dtype), data).double().reshape(-1).numpy()
     draws = bootstrap_rows(c, out, data, n_bootstrap, seed)
     b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
-    sides = int(np.isfinite(b_lo).sum() + np.isfinite(b_hi).sum())
-    tail = (1.0 - confidence) / max(sides, 1)
-    lo, hi = np.quantile(draws, tail, axis=0), np.quantile(draws, 1.0 - tail, axis=0)
+    lo, hi = percentile_interval(draws, confidence, sides=finite_sides(c))
     passed = bool(within_bounds(lo, hi, b_lo, b_hi).all())
     room = np.minimum(np.where(np.isfinite(b_hi), b_hi - hi, np.inf), np.where(np.isfinite(b_lo), lo - b_lo, np.inf))
     j = int(np.argmin(room)) if np.isfinite(room).any() else 0

@@ -5,6 +5,51 @@ split, and evaluates each trained model with :func:`fairopt.evaluate` (exact mea
 hard predictions) on the training and the held-out part. The runs go
 through joblib (``n_jobs``, any joblib backend) and can be saved to and resumed from a CSV
 (``results_path``); the machinery is in :mod:`fairopt.experiments.sweeps`.
+
+Parallel runs (``n_jobs``): any joblib backend runs the sweep without code changes, e.g. a
+Dask or Ray cluster::
+
+    from dask.distributed import Client
+    client = Client("scheduler:8786")          # or Client() for a local cluster
+    with joblib.parallel_config(backend="dask"):
+        table = compare(methods, data, grid, seeds, n_jobs=-1)
+
+(``ray.util.joblib.register_ray()`` and ``backend="ray"`` for Ray). Each run seeds torch's
+generator with its training seed (:func:`~fairopt.experiments.sweeps.seeded`, the caller's
+generator state is restored), so its result does not depend on ``n_jobs``, the backend or
+the order in which runs finish.
+
+Resuming (``results_path``): the train and test rows of each run are appended to the CSV as
+soon as the run finishes, with a ``run_key`` column (:func:`~fairopt.experiments.sweeps.run_key`:
+method, hyper-parameter value, seed, fold and the split settings). Calling ``compare`` again
+with the same file (after a crash or kill) skips the runs already in it and trains the
+others; the returned table is read back from the file, in the order of the grid (fold,
+method, value, seed, split), so it equals that of an uninterrupted sweep (the skipped runs
+keep their saved ``time``). The key does not cover method options or the data: use a new
+file when those change. Rows of runs outside the requested grid stay in the file but are not
+returned. A file whose number columns hold a non-numeric cell is refused with a ValueError
+naming the file, the line, the run key and the column.
+
+The table of :func:`compare`: one row per (method, value, seed, fold, split) with columns ``method``,
+``hyperparameter`` (its name), ``value`` (NaN for None), ``seed``, ``fold``,
+``split`` ("train"/"test"), ``n``, the task's performance (binary: ``accuracy``,
+``rps``; regression: ``r2``, ``mse``; Poisson: ``deviance``, ``rps``), the exact
+fairness measures of :func:`fairopt.evaluate` (``di_ratio``, ``dp_difference`` and
+their per-feature ``di_ratio[f]``, ``dp_difference[f]``, ``uf``,
+``js_divergence``; ``di_ratio`` is NaN when no group has a positive prediction; for
+a binary task the FaUCI metrics ``wdp[f]``, ``wdi[f]``, ``weo[f]`` of each
+binary/categorical feature and ``gdp[f]``, ``gdi[f]``, ``geo[f]`` of each continuous
+one, and those of the ``fauci_combined`` attributes),
+``degenerate`` (1.0 when the model predicts the same for every row of the part,
+else 0.0; see :func:`fairopt.evaluation.constant_predictions`), the ``extra_metrics``,
+the run's own bounded measure (:func:`fairopt.evaluation.realised_measures` of
+``Fitted.measured_objects``: the method's constraints, or its penalties): ``measure``
+(what is measured, e.g. ``disparate_impact[sex]`` or ``gedi_coarse[age][labels]``),
+``sense`` ("lower": the swept value bounds it from below, "upper": from above) and
+``realised`` (its exact value on the part, on the scale of the swept value; with
+several constraints the one closest to failing), ``violation`` (exact total
+violation of the method's own constraints, NaN if it has none), ``time`` (training
+seconds) and ``status``.
 """
 
 from __future__ import annotations
@@ -225,32 +270,14 @@ def compare(
         the predictions.
     n_jobs : int or None, default 1
         Runs (method x value x seed x fold) trained at the same time, through
-        :class:`joblib.Parallel` (``-1``: one per CPU; ``None``: the joblib default). With
-        ``n_jobs > 1`` the default backend is loky (worker processes), so ``methods``,
-        ``data`` and ``extra_metrics`` must be picklable by cloudpickle (lambdas are). Any
-        joblib backend can run the sweep without code changes, e.g. a Dask or Ray cluster::
-
-            from dask.distributed import Client
-            client = Client("scheduler:8786")          # or Client() for a local cluster
-            with joblib.parallel_config(backend="dask"):
-                table = compare(methods, data, grid, seeds, n_jobs=-1)
-
-        (``ray.util.joblib.register_ray()`` and ``backend="ray"`` for Ray). Each run seeds
-        torch's generator with its training seed (:func:`~fairopt.experiments.sweeps.seeded`,
-        the caller's generator state is restored), so its result does not depend on
-        ``n_jobs``, the backend or the order in which runs finish.
+        :class:`joblib.Parallel` (``-1``: one per CPU; ``None``: the joblib default; any
+        joblib backend, module docstring). With ``n_jobs > 1`` the default backend is loky
+        (worker processes), so ``methods``, ``data`` and ``extra_metrics`` must be picklable
+        by cloudpickle (lambdas are). A run's result does not depend on ``n_jobs``.
     results_path : str or os.PathLike, optional
-        A CSV file that makes the sweep resumable. The train and test rows of each run are
-        appended as soon as the run finishes, with a ``run_key`` column
-        (:func:`~fairopt.experiments.sweeps.run_key`: method, hyper-parameter value, seed,
-        fold and the split settings). Calling ``compare`` again with the same file (after a
-        crash or kill) skips the runs already in it and trains the others; the returned
-        table is read back from the file, in the order of the grid (fold, method, value,
-        seed, split), so it equals that of an uninterrupted sweep (the skipped runs keep
-        their saved ``time``). The key does not cover method options or the data: use a new
-        file when those change. Rows of runs outside the requested grid stay in the file
-        but are not returned. A file whose number columns hold a non-numeric cell is refused
-        with a ValueError naming the file, the line, the run key and the column.
+        A CSV file that makes the sweep resumable (module docstring): each run's rows are
+        appended as soon as it finishes, and a later call with the same file trains only the
+        runs not in it; the returned table is read back from the file.
     torch_threads : int, optional
         ``torch.set_num_threads`` inside each run (restored afterwards); default: unchanged.
         Thread counts differ between the calling process and joblib workers and can change
@@ -264,26 +291,8 @@ def compare(
     Returns
     -------
     pandas.DataFrame
-        One row per (method, value, seed, fold, split) with columns ``method``,
-        ``hyperparameter`` (its name), ``value`` (NaN for None), ``seed``, ``fold``,
-        ``split`` ("train"/"test"), ``n``, the task's performance (binary: ``accuracy``,
-        ``rps``; regression: ``r2``, ``mse``; Poisson: ``deviance``, ``rps``), the exact
-        fairness measures of :func:`fairopt.evaluate` (``di_ratio``, ``dp_difference`` and
-        their per-feature ``di_ratio[f]``, ``dp_difference[f]``, ``uf``,
-        ``js_divergence``; ``di_ratio`` is NaN when no group has a positive prediction; for
-        a binary task the FaUCI metrics ``wdp[f]``, ``wdi[f]``, ``weo[f]`` of each
-        binary/categorical feature and ``gdp[f]``, ``gdi[f]``, ``geo[f]`` of each continuous
-        one, and those of the ``fauci_combined`` attributes),
-        ``degenerate`` (1.0 when the model predicts the same for every row of the part,
-        else 0.0; see :func:`fairopt.evaluation.constant_predictions`), the ``extra_metrics``,
-        the run's own bounded measure (:func:`fairopt.evaluation.realised_measures` of
-        ``Fitted.measured_objects``: the method's constraints, or its penalties): ``measure``
-        (what is measured, e.g. ``disparate_impact[sex]`` or ``gedi_coarse[age][labels]``),
-        ``sense`` ("lower": the swept value bounds it from below, "upper": from above) and
-        ``realised`` (its exact value on the part, on the scale of the swept value; with
-        several constraints the one closest to failing), ``violation`` (exact total
-        violation of the method's own constraints, NaN if it has none), ``time`` (training
-        seconds) and ``status``.
+        One row per (method, value, seed, fold, split); its columns are listed in the
+        module docstring.
     """
     methods = _check_methods(methods)
     values = _grid_values(grid, methods)
@@ -298,10 +307,19 @@ def compare(
              if results_path is not None else None)
     settings = {"folds": folds, "split_seed": split_seed, "test_size": test_size, "threshold": threshold}
     runs = _plan(methods, values, seeds, split_data(data, folds, test_size, split_seed), settings)
+    options = (threshold, extra_metrics, torch_threads, fauci_combined)
+    return _ordered_columns(_sweep(runs, store, options, n_jobs, histories))
+
+
+def _sweep(runs: list[_Run], store: ResultStore | None, options: tuple, n_jobs: int | None,
+           histories: dict | None) -> pd.DataFrame:
+    """Train the runs not already in ``store`` (``options``: :func:`_execute_run`'s threshold,
+    extra metrics, torch threads and FaUCI combinations) and return every run's rows, read back
+    from ``store`` when there is one."""
     finished = store.load() if store is not None else {}
     todo = list({run.key: run for run in runs if run.key not in finished}.values())  # a repeated seed runs once
     if finished:
-        logger.info("compare: %d of %d runs already in %s, skipped", len(runs) - len(todo), len(runs), results_path)
+        logger.info("compare: %d of %d runs already in %s, skipped", len(runs) - len(todo), len(runs), store.path)
     rows_of: dict[str, list[dict]] = {}
 
     def collect(outcome: _Outcome) -> None:
@@ -311,14 +329,11 @@ def compare(
         if histories is not None:
             histories[outcome.ids] = outcome.history
 
-    execute(_execute_run, [(run, threshold, extra_metrics, torch_threads, fauci_combined) for run in todo], n_jobs,
-            collect)
+    execute(_execute_run, [(run, *options) for run in todo], n_jobs, collect)
     if store is None:
-        table = pd.DataFrame([row for run in runs for row in rows_of[run.key]])
-    else:  # every row read back from the file: a resumed sweep returns what an uninterrupted one does
-        saved = store.load()
-        table = pd.concat([saved[run.key] for run in runs], ignore_index=True).drop(columns=KEY_COLUMN)
-    return _ordered_columns(table)
+        return pd.DataFrame([row for run in runs for row in rows_of[run.key]])
+    saved = store.load()  # every row read back from the file: a resumed sweep returns what an uninterrupted one does
+    return pd.concat([saved[run.key] for run in runs], ignore_index=True).drop(columns=KEY_COLUMN)
 
 
 @dataclass

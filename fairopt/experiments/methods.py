@@ -2,7 +2,8 @@
 
 A :class:`Method` has a ``name``, the name of the ``hyperparameter`` it is swept over (a
 requested bound such as ``"delta"``, or a penalty ``"weight"``; None if it has none) and
-``fit(train, value=..., seed=...) -> Fitted``. Adapters here wrap the torch engines:
+``fit(train, value=..., seed=...) -> Fitted``. Adapters here wrap the torch engines, whose
+classes they read from the estimators' method table (:func:`fairopt.training.engine_class`):
 
 - :class:`SQPMethod`: :class:`solvers.StochasticSQP` with hard constraints built from the value;
 - :class:`PenaltyMethod`: :class:`solvers.penalty.Penalty` with the value as the weight;
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from fairopt import models
+from fairopt.training import engine_class
 from solvers.history import History
 from solvers.lagrangian import LagrangianDual
 from solvers.penalty import Penalty, is_constraint, penalised_loss
@@ -198,6 +200,8 @@ class _ConstrainedMethod(_EngineMethod):
     """Adapter for engines that take ``constraints=`` built from the swept value."""
 
     default_hyperparameter = "delta"
+    #: The estimators' ``method=`` whose engine this adapter runs (as :class:`PenaltyMethod`'s ``engine``).
+    engine = "sqp"
 
     def __init__(self, constraint: ConstraintBuilder | None, *, model: str | ModelFactory = "linear",
                  name: str | None = None, hyperparameter: str | None = None, loss: Any = None,
@@ -207,6 +211,10 @@ class _ConstrainedMethod(_EngineMethod):
         self.constraint = constraint
         super().__init__(model=model, name=name, hyperparameter=hyperparameter, loss=loss,
                          engine_options=engine_options)
+
+    def _engine(self, value: float | None, seed: int) -> StochasticSQP | LagrangianDual:
+        """The engine of ``engine`` (:func:`fairopt.training.engine_class`) with the options and ``seed``."""
+        return engine_class(self.engine)(**{**self.engine_options, "seed": seed})
 
     def constraints_for(self, value: float | None) -> list:
         """The constraints for ``value`` (none when ``value`` or the builder is None)."""
@@ -243,9 +251,7 @@ class SQPMethod(_ConstrainedMethod):
     """
 
     default_name = "sqp"
-
-    def _engine(self, value: float | None, seed: int) -> StochasticSQP:
-        return StochasticSQP(**{**self.engine_options, "seed": seed})
+    engine = "sqp"
 
 
 class LagrangianMethod(_ConstrainedMethod):
@@ -258,9 +264,7 @@ class LagrangianMethod(_ConstrainedMethod):
     """
 
     default_name = "lagrangian"
-
-    def _engine(self, value: float | None, seed: int) -> LagrangianDual:
-        return LagrangianDual(**{**self.engine_options, "seed": seed})
+    engine = "lagrangian"
 
 
 class PenaltyMethod(_EngineMethod):
@@ -312,9 +316,8 @@ class PenaltyMethod(_EngineMethod):
         return float(self.weight_of(value)) if self.weight_of is not None else float(value)
 
     def _engine(self, value: float | None, seed: int) -> Penalty | StochasticSQP:
-        if self.engine == "sqp":
-            return StochasticSQP(**{**self.engine_options, "seed": seed})
-        return Penalty(**{**self.engine_options, "weight": self.weight_for(value), "seed": seed})
+        weight = {} if self.engine == "sqp" else {"weight": self.weight_for(value)}
+        return engine_class(self.engine)(**{**self.engine_options, **weight, "seed": seed})
 
     def _measured(self, constraints: list) -> list:
         """Every penalty (and penalised constraint) with a measure: the penalised values."""

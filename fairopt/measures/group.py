@@ -38,6 +38,7 @@ __all__ = [
     "dp_difference",
     "equal_impact",
     "equalised_odds",
+    "ratio_and_difference",
     "encode_groups",
     "bin_equal_width",
     "bin_quantiles",
@@ -224,15 +225,26 @@ def _rates(values: torch.Tensor, codes: torch.Tensor, labels: np.ndarray, rows: 
     return sums / counts
 
 
-def ratio_of_extremes(rates: torch.Tensor | np.ndarray) -> float:
-    """``min(rates) / max(rates)``: NaN when all rates are 0 (0/0: nothing to compare).
+def ratio_and_difference(values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``min_g / max_g`` and ``max_g - min_g`` of group values along the last axis (groups).
 
-    A zero rate next to a positive one gives 0.0. Meaningful for non-negative rates. The
-    callers warn about the NaN (:func:`warn_undefined_ratio`).
+    The one computation of the group-to-group ratio and gap (disparate impact, equal impact,
+    ``evaluate``'s ``di_ratio``/``dp_difference`` and :func:`fairopt.group_report`'s ratios and
+    differences, also over bootstrap replicates). Any NaN group value gives NaN for both. The
+    ratio is NaN when a value is negative (a ratio of signed quantities means nothing) and
+    when every value is 0 (0/0: nothing to compare, not "perfectly fair"; the callers warn,
+    :func:`warn_undefined_ratio`); a 0 next to a positive value gives 0.
     """
-    r = np.asarray(to_numpy(rates), dtype=float)
-    hi, lo = float(r.max()), float(r.min())
-    return float("nan") if hi == 0.0 else lo / hi
+    values = np.asarray(to_numpy(values), dtype=float)
+    lo, hi = values.min(axis=-1), values.max(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where((lo >= 0) & (hi > 0), lo / np.where(hi > 0, hi, 1.0), np.nan)
+    return ratio, hi - lo
+
+
+def _ratio(rates: Any) -> float:
+    """:func:`ratio_and_difference`'s ratio of one set of group rates, as a float."""
+    return float(ratio_and_difference(rates)[0])
 
 
 def undefined_ratio_reason(what: str = "positive predictions") -> str:
@@ -250,15 +262,15 @@ def undefined_ratio_message(measure: str, what: str = "positive predictions") ->
 def warn_undefined_ratio(value: float, measure: str, what: str = "positive predictions",
                          stacklevel: int = 3) -> float:
     """``value``, after an :class:`~fairopt.exceptions.UndefinedMeasureWarning` when it is
-    the NaN of a 0/0 ratio (:func:`ratio_of_extremes`)."""
+    the NaN of a 0/0 ratio (:func:`ratio_and_difference`)."""
     if value != value:  # NaN
         warnings.warn(undefined_ratio_message(measure, what), UndefinedMeasureWarning, stacklevel=stacklevel)
     return value
 
 
 def _spread(rates: torch.Tensor) -> float:
-    """``max(rates) - min(rates)``."""
-    return float(rates.max() - rates.min())
+    """:func:`ratio_and_difference`'s difference ``max(rates) - min(rates)``, as a float."""
+    return float(ratio_and_difference(rates)[1])
 
 
 def group_means(values: Any, sensitive: Any) -> dict[Hashable, float]:
@@ -335,7 +347,7 @@ def disparate_impact(pred: Any, sensitive: Any) -> float:
     """
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
-    return warn_undefined_ratio(ratio_of_extremes(_rates(p, codes, labels)), "disparate_impact")
+    return warn_undefined_ratio(_ratio(_rates(p, codes, labels)), "disparate_impact")
 
 
 def dp_difference(pred: Any, sensitive: Any) -> float:
@@ -388,7 +400,7 @@ def equal_impact(pred: Any, sensitive: Any, y_true: Any) -> float:
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
     y = _binary_target(y_true, p.numel())
-    return warn_undefined_ratio(ratio_of_extremes(_rates(p, codes, labels, y == 1, "y_true = 1")), "equal_impact",
+    return warn_undefined_ratio(_ratio(_rates(p, codes, labels, y == 1, "y_true = 1")), "equal_impact",
                                 "positive predictions among its rows with y_true = 1")
 
 

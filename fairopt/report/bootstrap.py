@@ -9,37 +9,24 @@ with ``v`` the row values (a hard prediction, ``1[pred = y]``, ``|y - pred|``, .
 ``r`` the rows it is taken over (all rows; ``y = 1`` for the TPR; ``y = 0`` for the FPR).
 The overall value is the same mean over all groups' rows.
 
-The bootstrap (*stratified by group*): replicate ``b`` draws, for every group ``g`` with
-``n_g`` rows, ``n_g`` of that group's rows uniformly with replacement, independently of the
-other groups, and recomputes every statistic on those rows. Group sizes are therefore
-fixed, as in the data; the number of rows with ``y = 1`` inside a group is not (a
-replicate where a group draws none has an undefined TPR for that group: NaN, left out of
-the quantiles). The ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` sample quantiles
-of the replicates (numpy's default linear interpolation) are the percentile interval.
-
-Implementation: the rows are sorted by group once; a replicate is an ``(n,)`` vector of
-positions, position ``j`` of group ``g(j)`` drawing ``start_g + floor(u_j n_g)`` with
-``u_j ~ U[0, 1)``, so that each group's draws stay contiguous and the group sums of a
-whole chunk of replicates are one ``numpy.add.reduceat`` along the rows. Replicates are
-drawn in chunks of about :data:`CHUNK_ELEMENTS` positions (memory stays bounded for large
-``n``), from one ``numpy.random.default_rng(seed)`` in a fixed order: the same seed gives
-the same intervals.
+The bootstrap (*stratified by group*) is :func:`fairopt.measures.bootstrap.resample_chunks`
+with the groups as strata: group sizes are fixed, as in the data; the number of rows with
+``y = 1`` inside a group is not (a replicate where a group draws none has an undefined TPR for
+that group: NaN, left out of the quantiles of
+:func:`fairopt.measures.bootstrap.percentile_interval`). Each statistic of a chunk of
+replicates is one ``numpy.add.reduceat`` over the groups' contiguous draws.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from fairopt.measures.bootstrap import resample_chunks, stratum_starts
 from fairopt.measures.group import group_means
 
-__all__ = ["RowStatistic", "CHUNK_ELEMENTS", "point_estimates", "bootstrap_replicates", "percentile_interval",
-           "ratio_and_difference"]
-
-#: Bootstrap positions drawn at once (replicates x rows), about 16 MB of int64 per chunk.
-CHUNK_ELEMENTS = 2_000_000
+__all__ = ["RowStatistic", "point_estimates", "bootstrap_replicates"]
 
 
 @dataclass(frozen=True)
@@ -101,21 +88,9 @@ def bootstrap_replicates(stats: list[RowStatistic], codes: np.ndarray, n_groups:
         n_groups)`` and ``overall`` of shape ``(n_bootstrap,)``; NaN where a replicate
         selects no row of a group.
     """
-    n = codes.size
-    sizes = np.bincount(codes, minlength=n_groups)
-    if (sizes == 0).any():
-        raise ValueError("bootstrap: every group needs at least one row")
-    order = np.argsort(codes, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    group_of_position = np.repeat(np.arange(n_groups), sizes)
-    first, size = starts[group_of_position], sizes[group_of_position]
-    rng = np.random.default_rng(seed)
+    sizes, starts = stratum_starts(codes, n_groups)
     result = {s.name: (np.empty((n_bootstrap, n_groups)), np.empty(n_bootstrap)) for s in stats}
-    per_chunk = max(1, CHUNK_ELEMENTS // max(n, 1))
-    for b0 in range(0, n_bootstrap, per_chunk):
-        b1 = min(n_bootstrap, b0 + per_chunk)
-        draws = np.minimum((rng.random((b1 - b0, n)) * size).astype(np.int64), size - 1)
-        rows = order[first + draws]  # (chunk, n): the drawn rows, grouped by position
+    for b0, b1, rows in resample_chunks(codes, n_groups, n_bootstrap, seed):
         for s in stats:
             if s.rows is None:
                 sums = np.add.reduceat(s.values[rows], starts, axis=1)
@@ -129,31 +104,3 @@ def bootstrap_replicates(stats: list[RowStatistic], codes: np.ndarray, n_groups:
             result[s.name][0][b0:b1] = _finish(group, s.root)
             result[s.name][1][b0:b1] = _finish(total, s.root)
     return result
-
-
-def percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval ``[q_{(1-c)/2}, q_{(1+c)/2}]`` of the replicates along axis 0
-    (NaN replicates left out; NaN when none is finite)."""
-    replicates = np.asarray(replicates, dtype=float)
-    if replicates.shape[0] == 0:
-        shape = replicates.shape[1:]
-        return np.full(shape, np.nan), np.full(shape, np.nan)
-    alpha = 1.0 - confidence
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: NaN, no warning
-        low, high = np.nanquantile(replicates, [alpha / 2, 1 - alpha / 2], axis=0)
-    return low, high
-
-
-def ratio_and_difference(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``min_g / max_g`` and ``max_g - min_g`` along the last axis (groups).
-
-    Any NaN group value gives NaN for both. The ratio is NaN when a value is negative (a
-    ratio of signed quantities means nothing) and when every value is 0 (0/0: undefined,
-    not "perfectly fair"); a 0 next to a positive value gives 0.
-    """
-    values = np.asarray(values, dtype=float)
-    lo, hi = values.min(axis=-1), values.max(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where((lo >= 0) & (hi > 0), lo / np.where(hi > 0, hi, 1.0), np.nan)
-    return ratio, hi - lo

@@ -1,4 +1,25 @@
-""":func:`group_report`: per-group metrics, their disparities and bootstrap intervals."""
+""":func:`group_report`: per-group metrics, their disparities and bootstrap intervals.
+
+Disparities of a metric with group values ``m_g``: ``ratio = min_g m_g / max_g m_g``
+(``selection_rate``: disparate impact, fairlearn's ``demographic_parity_ratio``; NaN
+when every ``m_g`` is 0, a 0/0, or when one is negative) and
+``difference = max_g m_g - min_g m_g`` (``selection_rate``: demographic-parity
+difference; ``tpr``: equal opportunity difference).
+
+Confidence intervals: percentile bootstrap, stratified by group. Each of the
+``n_bootstrap`` replicates resamples, within every group separately, as many rows as
+the group has, with replacement, and recomputes every per-group value, the overall
+value, the ratio and the difference; the interval is the ``(1 - confidence) / 2`` and
+``(1 + confidence) / 2`` quantiles of the replicates (details in
+:mod:`fairopt.report.bootstrap` and :mod:`fairopt.measures.bootstrap`). Group sizes are
+held fixed, so the overall interval is that of a stratified sample (slightly narrower than
+an unstratified bootstrap when the groups differ). A group with fewer than ``min_group_size`` rows (for the TPR: rows
+with ``y = 1``; FPR: ``y = 0``) gets a NaN interval, as do the ratio and difference of
+that metric, with a logged warning: a percentile interval from so few rows would
+claim a precision it does not have. The difference is non-negative by construction:
+when the groups are close its replicates pile up above 0 and its interval rarely
+reaches 0; read a lower end near 0 as "no detectable difference".
+"""
 
 from __future__ import annotations
 
@@ -10,8 +31,9 @@ import numpy as np
 import pandas as pd
 
 from fairopt._validation import check_interval, check_seed, positive_int
-from fairopt.report.bootstrap import (RowStatistic, bootstrap_replicates, percentile_interval, point_estimates,
-                                      ratio_and_difference)
+from fairopt.measures.bootstrap import percentile_interval
+from fairopt.measures.group import ratio_and_difference
+from fairopt.report.bootstrap import RowStatistic, bootstrap_replicates, point_estimates
 from fairopt.sensitive_groups import Groups, intersection_groups, row_count
 from fairopt.report.responses import Responses, model_responses
 from fairopt.report.result import GroupReport
@@ -82,25 +104,8 @@ def group_report(
     - regression: ``mean_prediction = mean_G(pred)``, ``mean_target = mean_G(y)``,
       ``mae = mean_G |y - pred|``, ``rmse = sqrt(mean_G (y - pred)^2)``.
 
-    Disparities of a metric with group values ``m_g``: ``ratio = min_g m_g / max_g m_g``
-    (``selection_rate``: disparate impact, fairlearn's ``demographic_parity_ratio``; NaN
-    when every ``m_g`` is 0, a 0/0, or when one is negative) and
-    ``difference = max_g m_g - min_g m_g`` (``selection_rate``: demographic-parity
-    difference; ``tpr``: equal opportunity difference).
-
-    Confidence intervals: percentile bootstrap, stratified by group. Each of the
-    ``n_bootstrap`` replicates resamples, within every group separately, as many rows as
-    the group has, with replacement, and recomputes every per-group value, the overall
-    value, the ratio and the difference; the interval is the ``(1 - confidence) / 2`` and
-    ``(1 + confidence) / 2`` quantiles of the replicates (details in
-    :mod:`fairopt.report.bootstrap`). Group sizes are held fixed, so the overall interval
-    is that of a stratified sample (slightly narrower than an unstratified bootstrap when
-    the groups differ). A group with fewer than ``min_group_size`` rows (for the TPR: rows
-    with ``y = 1``; FPR: ``y = 0``) gets a NaN interval, as do the ratio and difference of
-    that metric, with a logged warning: a percentile interval from so few rows would
-    claim a precision it does not have. The difference is non-negative by construction:
-    when the groups are close its replicates pile up above 0 and its interval rarely
-    reaches 0; read a lower end near 0 as "no detectable difference".
+    Disparities (ratio and difference between groups) and the stratified percentile bootstrap
+    of the intervals are defined in the module docstring (:mod:`fairopt.report.core`).
 
     Parameters
     ----------
@@ -158,6 +163,21 @@ def group_report(
     >>> report.disparities.loc["selection_rate", "ratio"]              # doctest: +SKIP
     """
     n_bootstrap, confidence, seed, min_group_size = _check_parameters(n_bootstrap, confidence, seed, min_group_size)
+    groups = _groups(X, sensitive_features)
+    responses = model_responses(model_or_estimator, X, y, task=task, threshold=threshold, pos_label=pos_label)
+    stats = _statistics(responses)
+    replicates = _replicates(stats, groups, n_bootstrap, seed)
+    notes: list[str] = []
+    by_group, overall, table = _tables(stats, groups, replicates, confidence, min_group_size, notes)
+    return GroupReport(task=responses.task, metrics=tuple(s.name for s in stats), by_group=by_group,
+                       overall=overall, disparities=table, groups=groups.values,
+                       sensitive_names=list(groups.names), confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
+                       min_group_size=min_group_size, threshold=None if threshold is None else float(threshold),
+                       positive=responses.positive, source=responses.source, notes=notes)
+
+
+def _groups(X: Any, sensitive_features: Any) -> Groups:
+    """The groups of the rows of ``X`` (at least two)."""
     try:
         n = row_count(X)
     except TypeError:
@@ -166,21 +186,31 @@ def group_report(
     if len(groups.labels) < 2:
         raise ValueError(f"sensitive_features: a single group {groups.labels} in these rows; at least two are "
                          "needed to compare groups")
-    responses = model_responses(model_or_estimator, X, y, task=task, threshold=threshold, pos_label=pos_label)
-    stats = _statistics(responses)
+    return groups
+
+
+def _replicates(stats: list[RowStatistic], groups: Groups, n_bootstrap: int, seed: int | None) -> dict | None:
+    """:func:`fairopt.report.bootstrap.bootstrap_replicates` of the metrics; None without replicates."""
+    if not n_bootstrap:
+        return None
     started = time.perf_counter()
-    replicates = (bootstrap_replicates(stats, groups.codes, len(groups.labels), n_bootstrap, seed)
-                  if n_bootstrap else None)
-    logger.debug("group_report: %d bootstrap replicates of %d rows in %.2fs", n_bootstrap, n,
+    replicates = bootstrap_replicates(stats, groups.codes, len(groups.labels), n_bootstrap, seed)
+    logger.debug("group_report: %d bootstrap replicates of %d rows in %.2fs", n_bootstrap, groups.codes.size,
                  time.perf_counter() - started)
-    notes: list[str] = []
+    return replicates
+
+
+def _tables(stats: list[RowStatistic], groups: Groups, replicates: dict | None, confidence: float,
+            min_group_size: int, notes: list[str]) -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
+    """``(by_group, overall, disparities)`` of the metrics, with their intervals (``replicates``
+    None: no intervals); what makes a value NaN goes to ``notes``."""
     sizes = groups.sizes
     small = sizes < min_group_size
-    if n_bootstrap and small.any():
+    if replicates is not None and small.any():
         _note(notes, f"groups with fewer than {min_group_size} rows have NaN confidence intervals (and so do "
                      f"the disparities): {_describe(groups, small, sizes)}")
     by_group = pd.DataFrame({"n": sizes}, index=pd.Index(groups.labels, name=groups.name))
-    overall: dict[str, float] = {"n": float(n)}
+    overall: dict[str, float] = {"n": float(sizes.sum())}
     disparities = {}
     for stat in stats:
         values, total = point_estimates(stat, groups.codes, len(groups.labels))
@@ -191,11 +221,7 @@ def group_report(
         disparities[stat.name] = _disparity(stat.name, values, total, ratio_ci, difference_ci, groups, notes)
     table = pd.DataFrame.from_dict(disparities, orient="index")
     table.index.name = "metric"
-    return GroupReport(task=responses.task, metrics=tuple(s.name for s in stats), by_group=by_group,
-                       overall=pd.Series(overall, name="overall"), disparities=table, groups=groups.values,
-                       sensitive_names=list(groups.names), confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
-                       min_group_size=min_group_size, threshold=None if threshold is None else float(threshold),
-                       positive=responses.positive, source=responses.source, notes=notes)
+    return by_group, pd.Series(overall, name="overall"), table
 
 
 def _intervals(stat: RowStatistic, groups: Groups, replicates: dict | None, confidence: float, min_group_size: int,

@@ -7,7 +7,7 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -172,6 +172,61 @@ def train_table(
     of the constraints are weighted means (:class:`fairopt.FairData` ``weights``), the column
     is no model input, and the reports stay unweighted.
     """
+    _check_flags(method, model, task, test_size, epochs, iterations, batch_size)
+    require_columns(frame, [target], "--target", source)
+    built = _parse_constraints(constraints, method)
+    sensitive = _sensitive_columns(sensitive, built)
+    features = _input_columns(frame, target, sensitive, ignore, weights, include_sensitive, source)
+    task, classes = _task_and_classes(frame[target], task, positive)
+    work, converted = _numeric_frame(frame, target, features, task, classes)
+    try:
+        data = FairData.from_frame(work, target=target, sensitive=sensitive, features=features, task=task,
+                                   include_sensitive=include_sensitive, categorical=categorical,
+                                   sensitive_kinds=sensitive_kinds, weights=weights)
+    except ValueError as exc:
+        text = str(exc)
+        raise ValueError(f"{source}: --{text}" if text.startswith("weights") else f"{source}: {text}") from None
+    encoding = _encoding(data, features, converted)
+    if float(test_size) > 0:
+        train_data, test_data = data.split(test_size=float(test_size), seed=int(seed))
+        train_rows, test_rows = train_data.frame.index, test_data.frame.index
+    else:
+        train_data, test_data, train_rows, test_rows = data, None, frame.index, None
+    logger.info("rows: %d for training, %d held out", len(train_data), 0 if test_data is None else len(test_data))
+
+    params = {**dict(engine_params or {}), **({} if iterations is None else {"iterations": int(iterations)})}
+    options = TrainingOptions(method=method, task=task, model=model, hidden=tuple(int(h) for h in hidden),
+                              epochs=None if epochs is None else int(epochs), lr=lr,
+                              batch_size=None if batch_size is None else int(batch_size), seed=int(seed),
+                              engine_params=params)
+    total = epochs if method != "moving_targets" else (iterations or 10)
+    fit = _fit(options, train_data, test_data, built, list(constraints), total, progress)
+
+    text_columns = [c for c in _text_levels(frame, [*features, *sensitive]) if c not in converted]
+    if classes is not None and isinstance(classes[1], str):
+        text_columns.append(target)
+    metadata = {
+        "layout": LAYOUT, "source": source, "command": command, "fairopt_version": _version(),
+        "task": task, "target": target, "classes": None if classes is None else [plain_value(c) for c in classes],
+        "threshold": THRESHOLD, "sensitive": sensitive, "include_sensitive": bool(include_sensitive),
+        "ignored": list(ignore), "text_columns": text_columns, "numeric_text_columns": converted,
+        "method": method, "model": model, "hidden": [int(h) for h in hidden] if model == "mlp" else None,
+        "epochs": epochs, "iterations": iterations, "lr": lr, "batch_size": batch_size, "seed": int(seed),
+        "test_size": float(test_size), "constraints": list(constraints),
+        "engine_params": dict(engine_params or {}), **_outcome(fit, method, built),
+        "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
+        "seconds": round(fit.seconds, 3),
+    }
+    return TrainedTable(result=fit.result, train=train_data, test=test_data, constraints=built,
+                        test_constraints=fit.test_constraints, specs=list(constraints), metadata=metadata,
+                        train_eval=fit.train_eval, test_eval=fit.test_eval, train_frame=frame.loc[train_rows],
+                        test_frame=None if test_rows is None else frame.loc[test_rows], warnings=fit.messages,
+                        seconds=fit.seconds, encoding=encoding)
+
+
+def _check_flags(method: str, model: str, task: str, test_size: float, epochs: int | None, iterations: int | None,
+                 batch_size: int | None) -> None:
+    """The values of ``--method``, ``--model``, ``--task``, ``--test-size`` and the positive counts."""
     if method not in METHODS:
         raise ValueError(f"--method: expected one of {list(METHODS)}, got {method!r}")
     if model not in MODEL_KINDS:
@@ -185,8 +240,11 @@ def train_table(
     for flag, value in (("--epochs", epochs), ("--iterations", iterations), ("--batch-size", batch_size)):
         if value is not None and int(value) < 1:
             raise ValueError(f"{flag}: expected a positive integer, got {value!r}")
-    require_columns(frame, [target], "--target", source)
-    built = _parse_constraints(constraints, method)
+
+
+def _sensitive_columns(sensitive: Sequence[str], built: list) -> list[str]:
+    """``--sensitive`` (each column once), or the columns the constraints name when none is
+    given; every column a constraint names must be among them."""
     needed = [n for c in built for n in _sensitive_of(c)]
     sensitive = list(dict.fromkeys(sensitive))
     if sensitive:
@@ -199,6 +257,13 @@ def train_table(
     if not sensitive:
         raise ValueError("--sensitive: give at least one sensitive column (the groups of the constraints and of "
                          "the report)")
+    return sensitive
+
+
+def _input_columns(frame: pd.DataFrame, target: str, sensitive: list[str], ignore: Sequence[str],
+                   weights: str | None, include_sensitive: bool, source: str) -> list[str]:
+    """The model's input columns: every column but the target, the ignored ones, the weights
+    and (unless ``include_sensitive``) the sensitive ones; the columns used must be complete."""
     require_columns(frame, sensitive, "--sensitive", source)
     require_columns(frame, list(ignore), "--ignore", source)
     if target in sensitive:
@@ -213,8 +278,13 @@ def train_table(
         raise ValueError(f"--ignore: no input columns remain in {source} (target {target!r}, sensitive "
                          f"{sensitive}, ignored {list(ignore)})")
     require_complete(frame, [target, *sensitive, *features], source)
-    task, classes = _task_and_classes(frame[target], task, positive)
+    return features
 
+
+def _numeric_frame(frame: pd.DataFrame, target: str, features: list[str], task: str,
+                   classes: list | None) -> tuple[pd.DataFrame, list[str]]:
+    """``frame`` with the target as numbers (1.0 for the positive class of a binary task) and
+    the inputs holding numbers written as text as numbers; also the names of those inputs."""
     work = frame.copy(deep=False)
     if task == "binary":
         work[target] = (frame[target].to_numpy(dtype=object) == classes[1]).astype(np.float64)
@@ -228,20 +298,17 @@ def train_table(
     # numbers written as text become numbers here (the rule FairData.from_frame applies too) so
     # that the run knows which columns they were: the model file records them for new rows
     work, converted = coerce_numeric_columns(work, features)
-    text_inputs = [c for c in _text_levels(frame, features) if c not in converted]
-    for column in text_inputs:
+    for column in [c for c in _text_levels(frame, features) if c not in converted]:
         levels = frame[column].nunique()
         if levels > max(50, len(frame) // 2):
             logger.warning("column %r has %d distinct text values in %d rows: one-hot encoding gives as many "
                            "inputs; if it is an identifier, leave it out with --ignore %s", column, levels,
                            len(frame), column)
-    try:
-        data = FairData.from_frame(work, target=target, sensitive=sensitive, features=features, task=task,
-                                   include_sensitive=include_sensitive, categorical=categorical,
-                                   sensitive_kinds=sensitive_kinds, weights=weights)
-    except ValueError as exc:
-        text = str(exc)
-        raise ValueError(f"{source}: --{text}" if text.startswith("weights") else f"{source}: {text}") from None
+    return work, converted
+
+
+def _encoding(data: FairData, features: list[str], converted: list[str]) -> dict:
+    """How the input columns became model inputs (numeric, one-hot levels), logged."""
     encoding = {"numeric": list(data.preprocessor.numeric_), "one_hot": {c: list(data.preprocessor.levels_[c])
                                                                          for c in data.preprocessor.categorical_},
                 "numeric_text": converted, "n_inputs": data.n_features}
@@ -249,24 +316,29 @@ def train_table(
                 encoding["numeric"], list(encoding["one_hot"]))
     if converted:
         logger.info("text columns holding only numbers, used as numbers: %s", converted)
-    if float(test_size) > 0:
-        train_data, test_data = data.split(test_size=float(test_size), seed=int(seed))
-        train_rows, test_rows = train_data.frame.index, test_data.frame.index
-    else:
-        train_data, test_data, train_rows, test_rows = data, None, frame.index, None
-    logger.info("rows: %d for training, %d held out", len(train_data), 0 if test_data is None else len(test_data))
+    return encoding
 
-    total = epochs if method != "moving_targets" else (iterations or 10)
-    caught_messages: list[str] = []
+
+@dataclass
+class _Fit:
+    """A table fit and its evaluations (:func:`_fit`)."""
+
+    result: FitResult
+    train_eval: dict
+    violations: dict
+    test_constraints: list
+    test_eval: dict | None
+    messages: list[str]
+    seconds: float
+
+
+def _fit(options: TrainingOptions, train_data: FairData, test_data: FairData | None, built: list,
+         specs: list[str], total: int | None, progress: bool) -> _Fit:
+    """Train under ``built`` with a progress bar, evaluate on the training and held-out rows and
+    log each warning once, in the estimators' wording with the files of a run."""
     started = time.perf_counter()
-    with _progress(method, total, progress) as callback:
-        params = {**dict(engine_params or {}), "callbacks": [callback]}
-        if iterations is not None:
-            params["iterations"] = int(iterations)
-        options = TrainingOptions(method=method, task=task, model=model, hidden=tuple(int(h) for h in hidden),
-                                  epochs=None if epochs is None else int(epochs), lr=lr,
-                                  batch_size=None if batch_size is None else int(batch_size), seed=int(seed),
-                                  engine_params=params)
+    with _progress(options.method, total, progress) as callback:
+        options = replace(options, engine_params={**options.engine_params, "callbacks": [callback]})
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = train(options, train_data, built)
@@ -274,60 +346,54 @@ def train_table(
             train_eval = evaluate(result.model, train_data, built)
             violations = {name[:-len(".violation")]: value for name, value in train_eval.items()
                           if name.endswith(".violation")}
-            quality = [message for _, message in fit_quality_warnings(result.model, train_data, bool(built))]
-            for message in (*quality, *constraint_messages(result, built, violations, method=method,
-                                                           violation_tol=VIOLATION_TOL,
-                                                           relaxed=result.relaxed_steps)):
-                if message:
-                    warnings.warn(message, UserWarning, stacklevel=1)
-            test_constraints: list = []
-            test_eval = None
-            if test_data is not None:
-                test_constraints = resolve_constraints(list(constraints))
-                try:
-                    for c in test_constraints:
-                        c.setup(test_data)
-                    test_eval = evaluate(result.model, test_data, test_constraints)
-                except ValueError as exc:  # e.g. a group without rows in the held-out part
-                    warnings.warn(f"constraints not evaluated on the held-out rows: {exc}", UserWarning,
-                                  stacklevel=1)
-                    test_constraints, test_eval = [], evaluate(result.model, test_data, [])
+            _warn_fit(result, train_data, built, violations, options.method)
+            test_constraints, test_eval = _held_out_evaluation(result, test_data, specs)
     seconds = time.perf_counter() - started
+    messages: list[str] = []
     for w in caught:  # the estimators' wording, with the files of a run
         text = (" ".join(str(w.message).split()).replace("see history_", "see history.png")
                 .replace("violation_tol=", "tolerance "))
-        if text not in caught_messages:
-            caught_messages.append(text)
+        if text not in messages:
+            messages.append(text)
             logger.warning("%s", text)
+    return _Fit(result, train_eval, violations, test_constraints, test_eval, messages, seconds)
 
-    text_columns = [c for c in _text_levels(frame, [*features, *sensitive]) if c not in converted]
-    if classes is not None and isinstance(classes[1], str):
-        text_columns.append(target)
+
+def _warn_fit(result: FitResult, train_data: FairData, built: list, violations: dict, method: str) -> None:
+    """The estimators' fit-quality and constraint warnings of a table fit."""
+    quality = [message for _, message in fit_quality_warnings(result.model, train_data, bool(built))]
+    for message in (*quality, *constraint_messages(result, built, violations, method=method,
+                                                   violation_tol=VIOLATION_TOL, relaxed=result.relaxed_steps)):
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=1)
+
+
+def _held_out_evaluation(result: FitResult, test_data: FairData | None, specs: list[str]) -> tuple[list, dict | None]:
+    """The constraints set up on the held-out rows and the evaluation there (none without them;
+    without constraints, with a warning, when they cannot be set up there)."""
+    if test_data is None:
+        return [], None
+    test_constraints = resolve_constraints(specs)
+    try:
+        for c in test_constraints:
+            c.setup(test_data)
+        return test_constraints, evaluate(result.model, test_data, test_constraints)
+    except ValueError as exc:  # e.g. a group without rows in the held-out part
+        warnings.warn(f"constraints not evaluated on the held-out rows: {exc}", UserWarning, stacklevel=1)
+        return [], evaluate(result.model, test_data, [])
+
+
+def _outcome(fit: _Fit, method: str, built: list) -> dict:
+    """The run's status, engine status, convergence, feasibility and training violations."""
+    result = fit.result
     feasible = result.feasible
     if feasible is None and built:
-        feasible = bool(train_eval.get("violation", 0.0) <= VIOLATION_TOL)
-    bounds = [BoundStatus(**b) for b in (train_eval.get("bounds") or {}).values()]
-    status, status_message = fit_status(result, method, violations, VIOLATION_TOL, bounds)
-    metadata = {
-        "layout": LAYOUT, "source": source, "command": command, "fairopt_version": _version(),
-        "task": task, "target": target, "classes": None if classes is None else [plain_value(c) for c in classes],
-        "threshold": THRESHOLD, "sensitive": sensitive, "include_sensitive": bool(include_sensitive),
-        "ignored": list(ignore), "text_columns": text_columns, "numeric_text_columns": converted,
-        "method": method, "model": model, "hidden": [int(h) for h in hidden] if model == "mlp" else None,
-        "epochs": epochs, "iterations": iterations, "lr": lr, "batch_size": batch_size, "seed": int(seed),
-        "test_size": float(test_size), "constraints": list(constraints),
-        "engine_params": dict(engine_params or {}),
-        "status": status, "status_message": status_message, "engine_status": str(result.status),
-        "converged": bool(result.converged), "feasible": feasible,
-        "train_violations": {k: float(v) for k, v in violations.items()},
-        "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
-        "seconds": round(seconds, 3),
-    }
-    return TrainedTable(result=result, train=train_data, test=test_data, constraints=built,
-                        test_constraints=test_constraints, specs=list(constraints), metadata=metadata,
-                        train_eval=train_eval, test_eval=test_eval, train_frame=frame.loc[train_rows],
-                        test_frame=None if test_rows is None else frame.loc[test_rows], warnings=caught_messages,
-                        seconds=seconds, encoding=encoding)
+        feasible = bool(fit.train_eval.get("violation", 0.0) <= VIOLATION_TOL)
+    bounds = [BoundStatus(**b) for b in (fit.train_eval.get("bounds") or {}).values()]
+    status, status_message = fit_status(result, method, fit.violations, VIOLATION_TOL, bounds)
+    return {"status": status, "status_message": status_message, "engine_status": str(result.status),
+            "converged": bool(result.converged), "feasible": feasible,
+            "train_violations": {k: float(v) for k, v in fit.violations.items()}}
 
 
 def _version() -> str:

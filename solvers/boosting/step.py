@@ -9,7 +9,9 @@ posed for that step:
           \quad\text{s.t.}\quad lo \le c + \eta J d \le hi,
 
 solved by the SQP engine's QP (:func:`solvers.sqp.steps.solve_qp`: exact, with the
-least-violation relaxation of an infeasible linearisation). With its multipliers ``y``,
+least-violation relaxation of an infeasible linearisation), unless the unconstrained minimiser
+``d = -g / h`` already meets every row: then it is the solution, with ``y = 0`` (a bound that does
+not bind costs one product with ``J`` per round). With its multipliers ``y``,
 stationarity reads ``g + h d + \eta J^\top y = 0``, so the tree gets the gradient of the
 Lagrangian ``G = g + \eta J^\top y`` and the curvature ``h``. Without shrinkage (``eta = 1``)
 this is the SQP step of :class:`solvers.StochasticSQP`; with it, a round corrects the whole
@@ -74,7 +76,16 @@ def round_step(grad: torch.Tensor, hess: torch.Tensor, c: torch.Tensor, J: torch
     shrunk = float(learning_rate) * J.to(torch.float64)
     h = hess.to(torch.float64).clamp(min=HESSIAN_FLOOR)
     g = grad.to(torch.float64)
-    qp, status, _ = solve_qp(g, h, shrunk, c.to(torch.float64), lo.to(torch.float64), hi.to(torch.float64), state)
+    c, lo, hi = c.to(torch.float64), lo.to(torch.float64), hi.to(torch.float64)
+    free = -g / h  # the unconstrained minimiser: the QP's solution (y = 0) when it meets every row
+    reached = c + shrunk @ free
+    if bool(((reached >= lo) & (reached <= hi)).all()):
+        m = int(c.numel())
+        qp = QPResult(d=free, multipliers=torch.zeros(m, dtype=torch.float64), active=torch.zeros(m, dtype=torch.int8),
+                      status="optimal", objective=float(g @ free + 0.5 * h @ (free * free)), kkt_residual=0.0,
+                      max_violation=0.0, degenerate=False, method="unconstrained", iterations=0)
+        return RoundStep(g, qp, "normal")
+    qp, status, _ = solve_qp(g, h, shrunk, c, lo, hi, state)
     return RoundStep(g + shrunk.T @ qp.multipliers.to(torch.float64), qp, status)
 
 

@@ -1,0 +1,355 @@
+r"""The Constraint contract: the members every constraint has, the optional capabilities, and the one
+check an engine applies when a constraint enters it.
+
+A constraint is ``m`` scalar rows ``lower_i <= c_i(out) <= upper_i`` of a model's outputs ``out``
+(one per row of a batch, shape ``(n,)``). Every engine needs the members of :class:`Constraint`.
+Each optional capability below is a group of members that an engine uses when a constraint offers
+all of them, and does without otherwise (same result, another path):
+
+========================  ======================================================  ==========================
+capability                members                                                 used by
+========================  ======================================================  ==========================
+:class:`SetUp`            ``setup(data)``                                         every engine, before training
+:class:`TargetEncodable`  ``target_encoding(batch)``                              Moving Targets (projection)
+:class:`ClosedFormRows`   ``rows_and_jacobian(out, batch)``                       SQP derivative oracles
+:class:`Stratified`       ``strata(batch)``                                       SQP stratified Jacobians
+:class:`FactoredRows`     ``strata``, ``jacobian_direction``,                     SQP factored Jacobians,
+                          ``rows_and_factors(out, batch, strata)``                mini-batch rows by stratum
+:class:`SumsConstraint`   ``partial_sums(out, batch, exact)``, ``from_sums``      chunked and data-parallel SQP
+flags                     ``smooth_is_exact``, ``cost_on_all_rows``               exact rows; mini-batch SQP
+========================  ======================================================  ==========================
+
+The engines ask about a capability only through the helpers of this module (:func:`supports_sums`,
+:func:`offers_strata`, ...; :func:`capabilities` lists them all). They probe with ``getattr`` rather
+than ``isinstance`` on the protocols: from Python 3.12 a ``runtime_checkable`` protocol looks members
+up with ``inspect.getattr_static``, which does not see members a wrapper delegates through
+``__getattr__`` (a tightened constraint offers the capabilities of the constraint it wraps).
+
+:func:`check_constraint` runs when constraints enter an engine (:class:`solvers.problem.ConstraintSet`):
+a missing required member, half of a capability (``partial_sums`` without ``from_sums``) or a flag
+of the wrong kind is refused with a :class:`ConstraintContractError` naming the member, instead of a
+silent slow path or an ``AttributeError`` deep inside a fit. :func:`check_bounds` checks the bounds
+after ``setup`` (some constraints size their rows from the data).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Protocol, runtime_checkable
+
+import torch
+
+__all__ = [
+    "COSTS",
+    "ClosedFormRows",
+    "Constraint",
+    "ConstraintContractError",
+    "FactoredRows",
+    "SetUp",
+    "Stratified",
+    "SumsConstraint",
+    "TargetEncodable",
+    "capabilities",
+    "check_bounds",
+    "check_constraint",
+    "cost_on_all_rows",
+    "declared_row_names",
+    "jacobian_direction",
+    "looks_like_constraint",
+    "offers_closed_form_rows",
+    "offers_factored_rows",
+    "offers_setup",
+    "offers_strata",
+    "offers_target_encoding",
+    "shares_direction",
+    "smooth_is_exact",
+    "supports_sums",
+]
+
+#: The values of ``cost_on_all_rows``: how the cost of the rows on ``n`` rows grows.
+COSTS = ("linear", "quadratic")
+
+
+class ConstraintContractError(TypeError, ValueError):
+    """A constraint that does not meet the contract of :mod:`solvers.contract`.
+
+    A ``TypeError`` (the object is not of the required kind) and a ``ValueError`` (the
+    error engines raise for an invalid ``constraints`` argument), so that either catches it.
+    """
+
+
+@runtime_checkable
+class Constraint(Protocol):
+    """The members every constraint has: rows ``lower <= c(out) <= upper``.
+
+    ``name`` (str) labels the rows. ``lower``/``upper`` are float64 tensors ``(m,)`` (a side may
+    be infinite); they may be built by ``setup`` (:class:`SetUp`) and must exist after it.
+    ``__call__`` gives the smooth rows that engines differentiate, ``exact`` the true rows on hard
+    predictions, which decide feasibility and which iterate an engine returns. The violation of
+    row ``i`` is ``max(c_i - upper_i, 0) + max(lower_i - c_i, 0)``.
+
+    Two optional class attributes change how an engine treats the rows (absent: the default):
+    ``smooth_is_exact = True`` says ``exact`` returns the values of ``__call__`` (no surrogate),
+    so engines take the exact rows from the smooth ones (:func:`smooth_is_exact`);
+    ``cost_on_all_rows = "quadratic"`` (default ``"linear"``) says the rows cost more than linear
+    time in the rows (pairwise statistics), so mini-batch SQP estimates them on its batches
+    instead of on all rows (:func:`cost_on_all_rows`). A constraint may also name its rows with
+    ``row_names`` (one string per row).
+    """
+
+    name: str
+    lower: torch.Tensor
+    upper: torch.Tensor
+
+    def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        """Smooth rows ``c(out)``, shape ``(m,)``, differentiable in ``out``."""
+        ...
+
+    def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
+        """Exact rows on hard predictions, shape ``(m,)``, without gradient."""
+        ...
+
+
+@runtime_checkable
+class SetUp(Protocol):
+    """``setup(data)``: called once by every engine with the training data before training, to
+    size the rows (one row pair per category) and precompute data-only quantities."""
+
+    def setup(self, data: Any) -> None: ...
+
+
+@runtime_checkable
+class TargetEncodable(Protocol):
+    """``target_encoding(batch)``: the rows as linear (in)equalities on a target vector ``z`` (one
+    value per row of ``batch``), ``lb <= A_z z + A_a a <= ub`` (a
+    :class:`solvers.problem.LinearEncoding`), or None when the rows have none. Moving Targets
+    projects its targets onto these; the other engines do not use it."""
+
+    def target_encoding(self, batch: Any) -> Any: ...
+
+
+@runtime_checkable
+class ClosedFormRows(Protocol):
+    """``rows_and_jacobian(out, batch)``: the smooth rows ``c`` ``(m,)`` and their Jacobian
+    ``dc/d out`` ``(m, n)`` in closed form, without gradient, or None when it does not apply.
+
+    The SQP derivative oracles use it instead of one backward pass per row through ``__call__``
+    (:func:`solvers.derivatives.rows_and_output_jacobian`); group-rate rows
+    ``c = D W phi(out - t)`` give ``dc/d out = (D W) * phi'(out - t)``."""
+
+    def rows_and_jacobian(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None: ...
+
+
+@runtime_checkable
+class Stratified(Protocol):
+    """``strata(batch)``: one integer code per row of ``batch``, equal for rows on which the rows'
+    Jacobian columns are proportional (rows in the same groups), or None.
+
+    On a batch of at least :data:`solvers.strata.MIN_ROWS` rows and a row-wise model with a hidden
+    layer, the SQP oracle then pulls back one vector per stratum instead of one per constraint row,
+    each stratum's block of ``dc/d out`` checked to be of rank one (:mod:`solvers.strata`)."""
+
+    def strata(self, batch: Any) -> Any: ...
+
+
+@runtime_checkable
+class FactoredRows(Stratified, Protocol):
+    """The rows with their Jacobian as per-stratum factors: on stratum ``k`` of :meth:`strata`,
+    ``dc/d out_i = coef[:, k] direction_i``.
+
+    ``jacobian_direction`` is a hashable key of the shared per-row vector ``direction`` (None: no
+    shared direction); constraints with equal keys share it, so a set of them has rank-one blocks by
+    construction and needs no check. ``rows_and_factors(out, batch, strata)`` returns the smooth
+    rows, the exact rows, ``coef`` ``(m, s)`` and ``direction`` ``(n,)`` for the
+    :class:`solvers.strata.RowStrata` ``strata`` (a :class:`solvers.problem.RowFactors`), or None.
+    The SQP oracle uses them for full and mini-batches alike, and reads the strata of all rows once
+    so that mini-batch rows come from per-stratum sums
+    (:meth:`solvers.derivatives.LocalDerivatives.know_strata`)."""
+
+    @property
+    def jacobian_direction(self) -> Hashable | None: ...
+
+    def rows_and_factors(self, out: torch.Tensor, batch: Any, strata: Any) -> Any: ...
+
+
+@runtime_checkable
+class SumsConstraint(Protocol):
+    """Rows that are a function of additive per-group sums.
+
+    ``partial_sums(out, batch, exact=False)`` returns ``(sums, counts)``, two tensors ``(G,)``
+    that add up over disjoint row blocks (``sums`` differentiable in ``out``; ``exact=True``: the
+    sums behind :meth:`Constraint.exact`); ``from_sums(sums, counts)`` maps the totals over all
+    rows to the ``m`` rows, differentiable in ``sums``, with
+    ``from_sums(*partial_sums(out, data)) == constraint(out, data)``. A group rate is
+    ``sums_g / counts_g`` with ``sums_g = sum_{i in g} w_i phi(out_i - t)`` and
+    ``counts_g = sum_{i in g} w_i``. Full-data SQP passes then run in row chunks
+    (:mod:`solvers.sums`, bounded memory) or over data-parallel shards with one all-reduce
+    (:mod:`solvers.distributed`)."""
+
+    def partial_sums(self, out: torch.Tensor, batch: Any, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor: ...
+
+
+def _offers(constraint: Any, *members: str) -> bool:
+    """Every one of ``members`` is a callable attribute of ``constraint`` (delegated ones included)."""
+    return all(callable(getattr(constraint, name, None)) for name in members)
+
+
+def looks_like_constraint(obj: Any) -> bool:
+    """``obj`` is meant as one constraint (callable with an ``exact`` member), as opposed to an
+    iterable of them; whether it meets the contract is :func:`check_constraint`'s question."""
+    return callable(obj) and hasattr(obj, "exact")
+
+
+def offers_setup(constraint: Any) -> bool:
+    """:class:`SetUp`: ``constraint`` has a callable ``setup``."""
+    return _offers(constraint, "setup")
+
+
+def offers_target_encoding(constraint: Any) -> bool:
+    """:class:`TargetEncodable`: ``constraint`` has a callable ``target_encoding``."""
+    return _offers(constraint, "target_encoding")
+
+
+def offers_closed_form_rows(constraint: Any) -> bool:
+    """:class:`ClosedFormRows`: ``constraint`` has a callable ``rows_and_jacobian``."""
+    return _offers(constraint, "rows_and_jacobian")
+
+
+def offers_strata(constraint: Any) -> bool:
+    """:class:`Stratified`: ``constraint`` has a callable ``strata``."""
+    return _offers(constraint, "strata")
+
+
+def offers_factored_rows(constraint: Any) -> bool:
+    """:class:`FactoredRows`: ``constraint`` has a callable ``rows_and_factors`` (whether the
+    direction is shared is :func:`jacobian_direction`'s, or a constraint set's, answer)."""
+    return _offers(constraint, "rows_and_factors")
+
+
+def supports_sums(constraint: Any) -> bool:
+    """:class:`SumsConstraint`: ``constraint`` has callable ``partial_sums`` and ``from_sums``."""
+    return _offers(constraint, "partial_sums", "from_sums")
+
+
+def jacobian_direction(constraint: Any) -> Hashable | None:
+    """The key of the shared direction of :class:`FactoredRows`, None when there is none."""
+    return getattr(constraint, "jacobian_direction", None)
+
+
+def smooth_is_exact(constraint: Any) -> bool:
+    """The flag ``smooth_is_exact`` of :class:`Constraint` (absent: False)."""
+    return getattr(constraint, "smooth_is_exact", False) is True
+
+
+def cost_on_all_rows(constraint: Any) -> str:
+    """The flag ``cost_on_all_rows`` of :class:`Constraint`, one of :data:`COSTS` (absent: "linear")."""
+    return getattr(constraint, "cost_on_all_rows", "linear")
+
+
+def declared_row_names(constraint: Any) -> list[str] | None:
+    """The optional ``row_names`` of :class:`Constraint` (one name per row), None when absent."""
+    rows = getattr(constraint, "row_names", None)
+    return None if rows is None else list(rows)
+
+
+def shares_direction(cons: Any) -> bool:
+    """A constraint set whose members share one Jacobian direction (the ``shared_direction`` of
+    :class:`solvers.problem.ConstraintSet`: equal non-None :func:`jacobian_direction`); False for
+    anything without that property (a single constraint)."""
+    return bool(getattr(cons, "shared_direction", False))
+
+
+def capabilities(constraint: Any) -> frozenset[str]:
+    """The optional capabilities ``constraint`` offers, by name: ``"setup"``, ``"target_encoding"``,
+    ``"closed_form_rows"``, ``"strata"``, ``"factored_rows"``, ``"shared_direction"`` (a non-None
+    :func:`jacobian_direction`), ``"sums"``, ``"smooth_is_exact"`` and ``"quadratic_cost"``."""
+    offered = {
+        "setup": offers_setup(constraint),
+        "target_encoding": offers_target_encoding(constraint),
+        "closed_form_rows": offers_closed_form_rows(constraint),
+        "strata": offers_strata(constraint),
+        "factored_rows": offers_factored_rows(constraint),
+        "shared_direction": jacobian_direction(constraint) is not None,
+        "sums": supports_sums(constraint),
+        "smooth_is_exact": smooth_is_exact(constraint),
+        "quadratic_cost": cost_on_all_rows(constraint) == "quadratic",
+    }
+    return frozenset(name for name, yes in offered.items() if yes)
+
+
+def _label(constraint: Any) -> str:
+    name = getattr(constraint, "name", None)
+    return repr(name) if isinstance(name, str) else f"{type(constraint).__name__} object"
+
+
+def check_constraint(constraint: Any) -> None:
+    """Refuse ``constraint`` unless it meets the contract (module docstring).
+
+    Required: callable (``__call__``), a callable ``exact`` and a string ``name`` (``lower``/``upper``
+    may appear only in ``setup``: :func:`check_bounds`). A capability offered in part is refused:
+    ``partial_sums`` without ``from_sums`` or the reverse, ``rows_and_factors`` without ``strata``
+    or ``jacobian_direction``. ``smooth_is_exact``, when present, must be a bool and
+    ``cost_on_all_rows`` one of :data:`COSTS`.
+
+    Raises
+    ------
+    ConstraintContractError
+        Naming the constraint and the member at fault.
+    """
+    label = _label(constraint)
+    if not callable(constraint):
+        raise ConstraintContractError(f"constraints: {constraint!r} is not a constraint: it must be callable "
+                                      "(__call__(out, batch): the smooth rows) and have exact, name, lower, upper")
+    if not _offers(constraint, "exact"):
+        raise ConstraintContractError(f"constraints: {label} has no callable 'exact' (exact(out, batch): the rows "
+                                      "on hard predictions), a required member of solvers.contract.Constraint")
+    if not isinstance(getattr(constraint, "name", None), str):
+        raise ConstraintContractError(f"constraints: {label} has no string 'name', a required member of "
+                                      "solvers.contract.Constraint")
+    _check_pairs(constraint, label)
+    flag = getattr(constraint, "smooth_is_exact", False)
+    if not isinstance(flag, bool):
+        raise ConstraintContractError(f"constraints: {label} has smooth_is_exact={flag!r}; expected True or False")
+    cost = getattr(constraint, "cost_on_all_rows", "linear")
+    if cost not in COSTS:
+        raise ConstraintContractError(f"constraints: {label} has cost_on_all_rows={cost!r}; expected one of {COSTS}")
+
+
+def _check_pairs(constraint: Any, label: str) -> None:
+    """Refuse a capability offered in part (:func:`check_constraint`)."""
+    sums = [name for name in ("partial_sums", "from_sums") if _offers(constraint, name)]
+    if len(sums) == 1:
+        missing = "from_sums" if sums[0] == "partial_sums" else "partial_sums"
+        raise ConstraintContractError(f"constraints: {label} has {sums[0]} but no callable {missing}; "
+                                      "solvers.contract.SumsConstraint needs both")
+    if offers_factored_rows(constraint):
+        if not offers_strata(constraint):
+            raise ConstraintContractError(f"constraints: {label} has rows_and_factors but no callable strata; "
+                                          "solvers.contract.FactoredRows needs strata(batch)")
+        if not hasattr(constraint, "jacobian_direction"):
+            raise ConstraintContractError(f"constraints: {label} has rows_and_factors but no jacobian_direction; "
+                                          "solvers.contract.FactoredRows needs it (the shared direction's key)")
+
+
+def check_bounds(constraint: Any) -> None:
+    """Refuse a set-up constraint whose ``lower``/``upper`` are missing or of different sizes.
+
+    Raises
+    ------
+    ConstraintContractError
+        Naming the constraint and the member at fault.
+    """
+    label = _label(constraint)
+    sizes = []
+    for side in ("lower", "upper"):
+        try:
+            value = getattr(constraint, side)
+        except AttributeError as error:
+            raise ConstraintContractError(f"constraints: {label} has no {side!r} after setup ({error}); "
+                                          "solvers.contract.Constraint needs lower and upper") from None
+        sizes.append(int(torch.as_tensor(value).numel()))
+    if sizes[0] != sizes[1]:
+        raise ConstraintContractError(f"constraints: {label} has {sizes[0]} lower and {sizes[1]} upper bounds; "
+                                      "expected one of each per row")
