@@ -17,7 +17,7 @@ from fairopt.surrogates import Sigmoid
 from solvers.boosting import BoostedScores, BoostedSQP
 from solvers.boosting.objective import row_derivatives, starting_constant
 from solvers.boosting.shift import smallest_shifts
-from solvers.boosting.step import round_step
+from solvers.boosting.step import RoundState, round_step
 from solvers.outcome import BoundWarning
 
 
@@ -75,7 +75,7 @@ def test_round_step_is_the_qp_solution(seed, learning_rate):
     lo = np.array([-np.inf, value[1] - 5.0, -np.inf])
     hi = np.array([value[0] - 0.5, np.inf, value[2] + 5.0])
     step = round_step(torch.tensor(g), torch.tensor(h), torch.tensor(c), torch.tensor(J), torch.tensor(lo),
-                      torch.tensor(hi), learning_rate, {"warned_relaxed": False, "iteration": 0})
+                      torch.tensor(hi), learning_rate, RoundState())
     d = -(step.gradient.numpy()) / h
 
     cons = []
@@ -107,7 +107,7 @@ def test_round_step_without_binding_rows_is_the_unconstrained_step():
     value = c + 0.1 * J @ (-g / h)
     lo, hi = value - 1.0, value + 1.0
     step = round_step(torch.tensor(g), torch.tensor(h), torch.tensor(c), torch.tensor(J), torch.tensor(lo),
-                      torch.tensor(hi), 0.1, {"warned_relaxed": False, "iteration": 0})
+                      torch.tensor(hi), 0.1, RoundState())
     direct = diagonal_qp(torch.tensor(g), torch.tensor(h), 0.1 * torch.tensor(J), torch.tensor(lo - c),
                          torch.tensor(hi - c))
     np.testing.assert_allclose(-step.gradient.numpy() / h, direct.d.numpy(), atol=1e-12)

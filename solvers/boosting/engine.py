@@ -13,7 +13,7 @@ import torch
 from solvers.boosting.objective import BOOSTING_LOSSES, row_derivatives, starting_constant
 from solvers.boosting.scores import BoostedScores
 from solvers.boosting.shift import smallest_shifts
-from solvers.boosting.step import WorkingBounds, round_step
+from solvers.boosting.step import RoundState, WorkingBounds, round_step
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import check_targets, loss_name
@@ -195,11 +195,11 @@ class BoostedSQP:
         tracker = BestIterate(lower, upper, self.feasibility_tol)
         history = History(cons.row_names)
         bounds = WorkingBounds(lower, upper, self.calibrate_exact, self.calibration_weight)
-        state: dict = {"warned_relaxed": False, "iteration": 0, "stop": False}
+        state = RoundState()
         with one_thread_outside_lightgbm():
             rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
         # the scores the last tree was fitted at, plus that tree: the scores after every round
-        last = state["scores"] + _tree_scores(booster, X, rounds_done - 1)
+        last = state.scores + _tree_scores(booster, X, rounds_done - 1)
         last_f = row_derivatives(name, last, data).f
         last_c = exact_rows(cons, last, data) if m else None
         tracker.offer_copy(lambda: (rounds_done, 0.0), last_f, last_c, rounds_done)
@@ -212,11 +212,11 @@ class BoostedSQP:
         return self._result(model, name, cons, data, bounds, history, state, tracker, init, rounds_done)
 
     def _boost(self, booster: Any, name: str, cons: Any, data: Any, bounds: WorkingBounds, tracker: BestIterate,
-               history: History, state: dict) -> int:
+               history: History, state: RoundState) -> int:
         """The rounds (each :meth:`_round` and one tree); returns how many ran."""
         rounds_done = 0
         for t in range(self.rounds):
-            state["iteration"] = t
+            state.iteration = t
             booster.update(fobj=lambda preds, _: self._round(preds, name, cons, data, bounds, tracker, history,
                                                              state))
             rounds_done = t + 1
@@ -224,18 +224,18 @@ class BoostedSQP:
                 r = history.records[-1]
                 logger.info("boosting round %d/%d: loss %.5g, exact violation %.3g", t + 1, self.rounds, r["f"],
                             r["V_exact"])
-            if state["stop"]:
+            if state.stop:
                 break
         return rounds_done
 
     # ------------------------------------------------------------------ one round
     def _round(self, preds: np.ndarray, name: str, cons: Any, data: Any, bounds: WorkingBounds,
-               tracker: BestIterate, history: History, state: dict) -> tuple[np.ndarray, np.ndarray]:
-        """LightGBM's custom objective for round ``state["iteration"]`` at the scores ``preds``: offers
+               tracker: BestIterate, history: History, state: RoundState) -> tuple[np.ndarray, np.ndarray]:
+        """LightGBM's custom objective for round ``state.iteration`` at the scores ``preds``: offers
         them as a candidate, solves the QP and returns ``(g + J'y, h)``."""
-        t = state["iteration"]
+        t = state.iteration
         F = torch.from_numpy(np.asarray(preds, dtype=np.float64).reshape(-1).copy())
-        state["scores"] = F
+        state.scores = F
         der = row_derivatives(name, F, data)
         lower, upper = bounds.lower, bounds.upper
         m = int(lower.numel())
@@ -263,7 +263,7 @@ class BoostedSQP:
             record.update({"V": 0.0, "V_exact": 0.0, "V_exact_max": 0.0})
         history.append(record)
         if any(cb(self, record) for cb in self.callbacks):
-            state["stop"] = True
+            state.stop = True
         return grad.numpy(), der.hess.numpy()
 
     # ------------------------------------------------------------------ end-game
@@ -286,7 +286,7 @@ class BoostedSQP:
                 tracker.offer_copy(lambda k=trees, s=candidate.shift: (k, s), f, candidate.c_exact, trees)
 
     def _result(self, model: BoostedScores, name: str, cons: Any, data: Any, bounds: WorkingBounds,
-                history: History, state: dict, tracker: BestIterate, init: float, rounds_done: int) -> FitResult:
+                history: History, state: RoundState, tracker: BestIterate, init: float, rounds_done: int) -> FitResult:
         """The final check of the returned model on all training rows, its warnings and the FitResult."""
         lower, upper = bounds.lower, bounds.upper
         trees, shift = tracker.best.params if tracker.best is not None else (rounds_done, 0.0)
@@ -308,7 +308,7 @@ class BoostedSQP:
             warn_if_constant("BoostedSQP", f, f_constant, accuracy, max(rate, 1.0 - rate), stacklevel=4)
         else:
             warn_if_constant("BoostedSQP", f, f_constant, stacklevel=4)
-        status = "stopped_by_callback" if state["stop"] else ("converged" if feasible else "infeasible")
+        status = "stopped_by_callback" if state.stop else ("converged" if feasible else "infeasible")
         history.append({"iteration": rounds_done, "returned": trees, "f": f, "c_exact": c_exact.tolist(),
                         "V_exact": float(viol.sum()), "V_exact_max": float(viol.max()) if m else 0.0,
                         "shift": shift, COLUMN_QP_STATUS: QP_FINAL, COLUMN_ACTIVE: []})

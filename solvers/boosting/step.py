@@ -28,6 +28,7 @@ fixed bias would otherwise remain.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -35,12 +36,25 @@ import torch
 from solvers.qp import QPResult
 from solvers.sqp.steps import calibrate, solve_qp
 
-__all__ = ["HESSIAN_FLOOR", "RoundStep", "WorkingBounds", "round_step"]
+__all__ = ["HESSIAN_FLOOR", "RoundState", "RoundStep", "WorkingBounds", "round_step"]
 
 #: Smallest per-row curvature the subproblem sees (tree learner's units): the QP needs ``h > 0``,
 #: and a logistic row far from the threshold has ``sigmoid' ~ 0``. The tree learner gets the
 #: unfloored curvature (LightGBM's own ``hess``).
 HESSIAN_FLOOR = 1e-6
+
+
+@dataclass
+class RoundState:
+    """What the rounds of one boosted fit change: the round ``iteration``, the once-per-fit notices
+    of :func:`solvers.sqp.steps.solve_qp` (``warned_relaxed``, ``warned_relaxed_failed``), ``stop``
+    (a callback asked to stop) and the ``scores`` the last tree was fitted at."""
+
+    iteration: int = 0
+    warned_relaxed: bool = False
+    warned_relaxed_failed: bool = False
+    stop: bool = False
+    scores: torch.Tensor | None = None
 
 
 class RoundStep(NamedTuple):
@@ -54,7 +68,7 @@ class RoundStep(NamedTuple):
 
 
 def round_step(grad: torch.Tensor, hess: torch.Tensor, c: torch.Tensor, J: torch.Tensor, lo: torch.Tensor,
-               hi: torch.Tensor, learning_rate: float, state: dict) -> RoundStep:
+               hi: torch.Tensor, learning_rate: float, state: RoundState) -> RoundStep:
     """The direction of one round (module docstring), float64.
 
     Parameters
@@ -69,9 +83,9 @@ def round_step(grad: torch.Tensor, hess: torch.Tensor, c: torch.Tensor, J: torch
         Working bounds on ``c + eta J d``.
     learning_rate : float
         ``eta``.
-    state : dict
-        ``iteration`` and ``warned_relaxed`` (:func:`solvers.sqp.steps.solve_qp` warns once per fit
-        about a relaxed step).
+    state : RoundState
+        The fit's round state (:func:`solvers.sqp.steps.solve_qp` reads ``iteration`` and warns once
+        per fit about a relaxed step).
     """
     shrunk = float(learning_rate) * J.to(torch.float64)
     h = hess.to(torch.float64).clamp(min=HESSIAN_FLOOR)

@@ -22,7 +22,7 @@ from solvers.sqp.state import SQPState
 
 __all__ = ["Direction", "SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step",
            "calibrate", "cap_norm", "hessian_diag", "lipschitz", "normal_step", "qp_direction", "recent_radius",
-           "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region",
+           "RelaxationNotices", "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region",
            "update_merit_and_ratio"]
 
 #: Trust region of stochastic steps: ``||d|| <= TRUST_RATIO * ||g / h||`` (see :func:`sqp_step`).
@@ -224,8 +224,17 @@ def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOpt
     return torch.add(v, options.hessian_shift_).sqrt_()
 
 
+class RelaxationNotices(Protocol):
+    """The state :func:`solve_qp` reads and sets to warn once per fit about a relaxed or failed
+    QP (:class:`~solvers.sqp.state.SQPState` has it, as does the boosting engine's round state)."""
+
+    iteration: int
+    warned_relaxed: bool
+    warned_relaxed_failed: bool
+
+
 def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.Tensor, lower: torch.Tensor,
-             upper: torch.Tensor, state: SQPState):
+             upper: torch.Tensor, state: RelaxationNotices):
     """Solve the SQP subproblem ``min g'd + 1/2 d'Hd  s.t.  lower <= c + J d <= upper`` (float64
     ``g``, ``h``, ``J``); relax the bounds if the linearisation is infeasible.
 
@@ -250,7 +259,7 @@ def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.T
 
 
 def _least_violation_step(failed: QPResult, v: torch.Tensor, J: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
-                          state: SQPState) -> QPResult:
+                          state: RelaxationNotices) -> QPResult:
     """The least-violation normal step ``v`` (which meets the relaxed bounds by construction)
     as the step, with zero multipliers, when the relaxed QP itself failed (degenerate rows of
     a small batch); warns once per fit (:class:`SQPWarning`)."""
