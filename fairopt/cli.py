@@ -167,6 +167,8 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="training epochs (moving_targets: epochs of each learner refit)")
     p.add_argument("--iterations", type=int, metavar="N", help="moving_targets: master iterations (default 10)")
     p.add_argument("--lr", type=float)
+    p.add_argument("--alpha", type=float, help="L2 penalty alpha/2 ||w||^2 on the weights (default: the "
+                                                "estimators', 3e-4 for a classifier, 0 for a regression)")
     p.add_argument("--batch-size", dest="batch_size", type=int)
     p.add_argument("--weight", type=float, help="penalty weight (--method penalty)")
     p.add_argument("--optimizer", choices=["adam", "sgd", "adahessian"])
@@ -187,7 +189,7 @@ _NOT_OPTIONS = ("config", "command", "verbose", "quiet", "argv")
 _TABLE_KEYS = frozenset({"data", "dataset", "data_dir", "subsample", "target", "positive", "sensitive",
                          "include_sensitive", "ignore", "weights", "task", "constraint", "penalty", "method", "model", "hidden",
                          "epochs", "iterations", "lr", "batch_size", "weight", "optimizer", "dual_lr", "dual_update",
-                         "seed", "test_size"})
+                         "seed", "test_size", "alpha"})
 
 
 @register("train", "train one model on your own CSV/parquet file (--data) or a built-in data set (--dataset); "
@@ -264,6 +266,7 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
     common = dict(constraints=_list(options.get("constraint")), method=method, model=options.get("model", "linear"),
                   hidden=hidden, epochs=options.get("epochs"), lr=options.get("lr"),
                   batch_size=options.get("batch_size"), iterations=options.get("iterations"),
+                  alpha=options.get("alpha"),
                   test_size=float(options.get("test_size", 0.2)), seed=int(options.get("seed", 0)),
                   engine_params=engine, progress=not args.quiet, command=tabular.command_line(args.argv))
     if "data" in options:

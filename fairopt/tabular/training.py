@@ -20,8 +20,9 @@ from fairopt.diagnostics import constraint_messages, fit_quality_warnings
 from fairopt.evaluation import evaluate
 from fairopt.specs import resolve_constraints
 from fairopt.status import BoundStatus, fit_status
-from fairopt.training import METHODS, MODEL_KINDS, TrainingOptions, train, with_sqp_surrogates
+from fairopt.training import ALPHA_DEFAULTS, METHODS, MODEL_KINDS, TrainingOptions, train, with_sqp_surrogates
 from solvers.history import FitResult
+from solvers.validation import positive_float
 from fairopt.tabular.tables import (LAYOUT, THRESHOLD, VIOLATION_TOL, plain_value, require_columns,
                                     require_complete)
 
@@ -150,6 +151,7 @@ def train_table(
     lr: float | None = None,
     batch_size: int | None = None,
     iterations: int | None = None,
+    alpha: float | None = None,
     test_size: float = 0.0,
     seed: int = 0,
     task: str = "auto",
@@ -166,7 +168,10 @@ def train_table(
 ) -> TrainedTable:
     """Train a model on the rows of ``frame`` (module docstring); errors name the CLI flags.
 
-    ``engine_params`` go to the engine (e.g. ``weight`` of the penalty engine);
+    ``alpha``: the L2 penalty of the estimators (``None``: their default for the task,
+    :data:`fairopt.training.ALPHA_DEFAULTS`), so that the CLI trains the model
+    ``FairClassifier``/``FairRegressor`` would. ``engine_params`` go to the engine (e.g.
+    ``weight`` of the penalty engine);
     ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame`;
     ``weights`` names a column of row weights (``--weights``): the loss and the group rates
     of the constraints are weighted means (:class:`fairopt.FairData` ``weights``), the column
@@ -198,7 +203,9 @@ def train_table(
     options = TrainingOptions(method=method, task=task, model=model, hidden=tuple(int(h) for h in hidden),
                               epochs=None if epochs is None else int(epochs), lr=lr,
                               batch_size=None if batch_size is None else int(batch_size), seed=int(seed),
-                              engine_params=params)
+                              engine_params=params,
+                              alpha=ALPHA_DEFAULTS[task] if alpha is None else positive_float(alpha, "--alpha",
+                                                                                              allow_zero=True))
     total = epochs if method != "moving_targets" else (iterations or 10)
     fit = _fit(options, train_data, test_data, built, list(constraints), total, progress)
 
@@ -212,6 +219,7 @@ def train_table(
         "ignored": list(ignore), "text_columns": text_columns, "numeric_text_columns": converted,
         "method": method, "model": model, "hidden": [int(h) for h in hidden] if model == "mlp" else None,
         "epochs": epochs, "iterations": iterations, "lr": lr, "batch_size": batch_size, "seed": int(seed),
+        "alpha": options.alpha,
         "test_size": float(test_size), "constraints": list(constraints),
         "engine_params": dict(engine_params or {}), **_outcome(fit, method, built),
         "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
