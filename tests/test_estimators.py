@@ -148,8 +148,11 @@ def test_estimator_equals_direct_engine_run(adult, method):
     np.testing.assert_allclose(clf.decision_function(X), expected, rtol=1e-5, atol=1e-5)
     steps = [r for r in result.history.records if r.get("qp_status") != "final"]  # SQP closes with one record
     assert clf.n_iter_ == len(steps) <= epochs
-    assert clf.status_ == result.status and clf.converged_ == result.converged
+    assert clf.converged_ == result.converged
+    # status_ in the user's terms (fairopt.status): the engine's verdict with the estimator's tolerance
     hand = _disparate_impact_violation((expected > 0).astype(float), s, delta)
+    met = hand <= clf.violation_tol
+    assert clf.status_ == ("infeasible" if not met else "converged" if result.converged else "feasible_not_stationary")
     assert clf.train_violation_ == pytest.approx(hand, abs=F32)
 
 
@@ -398,7 +401,7 @@ def test_lagrangian_method_trains_without_constraints(adult, estimator):
     lagrangian = _quiet(estimator(method="lagrangian", epochs=5).fit, X, y)  # 5 epochs: a poor fit
     penalty = _quiet(estimator(method="penalty", epochs=5).fit, X, y)
     assert lagrangian.engine_info_["multipliers"] == [] and lagrangian.engine_info_["feasible"]
-    assert lagrangian.status_ == "max_epochs" and lagrangian.n_iter_ == 5
+    assert lagrangian.status_ == "feasible_not_stationary" and lagrangian.n_iter_ == 5  # no bound, 5 epochs
     assert lagrangian.constraints_ == [] and lagrangian.train_violations_ == {}
     assert lagrangian.history_.column("objective").tolist() == penalty.history_.column("f").tolist()
     np.testing.assert_array_equal(lagrangian.predict(X), penalty.predict(X))
