@@ -228,3 +228,16 @@ def test_a_user_sums_constraint_takes_the_chunked_path():
         whole = Minimal().exact(model(data.X).squeeze(1), data)
     assert torch.allclose(chunked[1], whole.double(), atol=1e-12)
     assert exact_in_chunks(model, lambda out, batch: out.mean(), as_constraint_set([Minimal()]), data, 70) is None
+
+
+def test_a_tightened_constraint_keeps_the_flags_of_the_original():
+    """A margin moves bounds, not rows: a tightened distance covariance is still quadratic on all
+    rows (so mini-batch SQP keeps its batch estimates), and an exact-smooth constraint stays so."""
+    dcov = TightenedConstraint(fc.DistanceCovariance("x", bound=0.1), 0.01)
+    assert dcov.cost_on_all_rows == "quadratic" == fc.DistanceCovariance("x", bound=0.1).cost_on_all_rows
+    assert StochasticSQP(batch_size=64).constraint_mode(False, [dcov]) == "batch"
+    rate = TightenedConstraint(fc.DisparateImpact("s", delta=0.8), 0.01)
+    assert rate.cost_on_all_rows == "linear"
+    assert StochasticSQP(batch_size=64).constraint_mode(False, [rate]) == "snapshot"
+    for make in (lambda: fc.DistanceCovariance("x", bound=0.1), lambda: fc.DisparateImpact("s", delta=0.8)):
+        assert TightenedConstraint(make(), 0.01).smooth_is_exact == make().smooth_is_exact

@@ -11,6 +11,7 @@ import torch
 
 from fairopt.constraints.base import BaseConstraint
 from fairopt.constraints.gedi import GeDI
+from solvers.contract import cost_on_all_rows, smooth_is_exact
 
 __all__ = ["TightenedConstraint", "bounds_ready", "fresh_copy", "tighten"]
 
@@ -113,6 +114,17 @@ class TightenedConstraint(BaseConstraint):
     @property
     def bound_sense(self) -> str:
         return getattr(self.constraint, "bound_sense", "upper")
+
+    @property
+    def smooth_is_exact(self) -> bool:
+        """The original's flag (a margin moves bounds, not the rows)."""
+        return smooth_is_exact(self.constraint)
+
+    @property
+    def cost_on_all_rows(self) -> str:
+        """The original's cost on all rows: a tightened distance covariance is still quadratic,
+        so mini-batch SQP keeps its batch estimates."""
+        return cost_on_all_rows(self.constraint)
 
     def realised(self, out: torch.Tensor, batch: Any) -> float:
         """The original constraint's realised measure (compare it with the user's bound)."""

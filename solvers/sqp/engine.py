@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
+from solvers.contract import cost_on_all_rows
 from solvers.derivatives import Derivatives
 from solvers.history import COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult, History
 from solvers.losses import LossFn, check_targets, constant_loss, get_loss
@@ -412,7 +413,7 @@ class StochasticSQP:
             return self.constraint_batch
         if full_batch:
             return "full"
-        quadratic = any(getattr(c, "cost_on_all_rows", "linear") == "quadratic" for c in cons)
+        quadratic = any(cost_on_all_rows(c) == "quadratic" for c in cons)
         return "batch" if quadratic else "snapshot"
 
     def _refresh(self, run: _Run) -> None:
