@@ -22,6 +22,7 @@ from fairopt.constraints import DisparateImpact
 from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.exceptions import FairnessWarning
 from fairopt.measures import disparate_impact
+from fairopt.persistence.writing import save
 from fairopt.sklearn_learner import FittedEstimator, is_sklearn_model
 from solvers.moving_targets import MovingTargets
 from solvers.problem import LinearEncoding
@@ -66,7 +67,7 @@ def test_classifier_matches_the_engine_and_meets_or_warns():
     assert disparate_impact(LogisticRegression(max_iter=500).fit(X, y).predict(X), s) < 0.8  # the bound binds
 
 
-def test_tree_learner_clone_and_pickle():
+def test_tree_learner_clone_and_pickle(tmp_path):
     X, y, s = make_arrays(400, 1)
     clf = FairClassifier([("disparate_impact", "s", 0.8)], method="moving_targets",
                          model=DecisionTreeClassifier(max_depth=None), sensitive_names="s",
@@ -80,6 +81,8 @@ def test_tree_learner_clone_and_pickle():
     assert clone(clf).set_params(model__max_depth=3).model.max_depth == 3
     restored = pickle.loads(pickle.dumps(clf))
     np.testing.assert_array_equal(restored.predict(X), clf.predict(X))
+    with pytest.raises(ValueError, match="pickle"):  # fairopt.save stores torch state dicts only
+        save(clf, tmp_path / "model.pt")
 
 
 def test_probability_only_classifier_outputs_are_logits():

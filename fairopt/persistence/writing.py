@@ -19,6 +19,7 @@ from solvers.history import plain_values
 from fairopt.persistence.format import FORMAT, FORMAT_VERSION, PREPROCESSOR_ATTRIBUTES, PathLike, checksum
 from fairopt.persistence.modules import module_of, module_payload
 from fairopt.specs import constraint_from_spec, constraint_to_spec, is_constraint_object, spec_list
+from fairopt.sklearn_learner import is_sklearn_model
 from solvers.history import FitResult, History
 
 __all__ = ["save"]
@@ -58,7 +59,8 @@ def save(
     ------
     ValueError
         An unfitted estimator, an object of another type, a preprocessor that is not
-        fitted, values that are not plain (e.g. a callback in ``engine_params``).
+        fitted, values that are not plain (e.g. a callback in ``engine_params``), an
+        estimator whose ``model`` is a scikit-learn estimator (pickle it instead).
     """
     payload = {"format": FORMAT, "format_version": FORMAT_VERSION, "metadata": _plain(metadata or {}, "metadata")}
     payload.update(_payload(obj, data, preprocessor, constraints))
@@ -126,6 +128,10 @@ def _estimator_payload(est: Any) -> dict:
     check_is_fitted(est)
     params = est.get_params(deep=False)
     model_param = params["model"]
+    if is_sklearn_model(model_param):
+        raise ValueError(f"save: model={type(model_param).__name__}(...) is a scikit-learn estimator, whose fitted "
+                         "state is not a torch state dict; save this estimator with pickle or joblib, as any "
+                         "scikit-learn estimator")
     params["constraints"] = None if params["constraints"] is None else [
         _param_spec(spec) for spec in spec_list(params["constraints"])]
     params["model"] = model_param if isinstance(model_param, str) else "custom"
