@@ -227,7 +227,7 @@ class MovingTargets:
         """
         _check_learner(learner)
         task = _resolve_task(task, data)
-        classification = task == "classification"
+        classification = self._classification = task == "classification"
         X, y = _training_arrays(data, classification)
         weights = _training_weights(learner, data)
         cons = as_constraint_set(constraints)
@@ -251,40 +251,54 @@ class MovingTargets:
 
         targets, status, master = y, "max_iterations", None
         for t in steps:
-            alpha = 1.0 / t
-            master = project_targets(
-                [predictions, y], weights=[1.0, alpha], encodings=encodings,
-                loss="hamming" if classification else "squared", binary=classification,
-                backend=self.backend, time_limit=float(self.time_limit), mip_gap=float(self.mip_gap),
-                seed=int(self.seed), initial=master if self.warm_start else None,
-                priority=_scores(learner, X) if classification else None,
-            )
+            master = self._master(learner, X, (predictions, y), encodings, t, master)
             previous, targets = targets, master.z
             predictions, learner_seconds = _fit_predict(learner, X, targets, classification, weights)
             record = _iteration_record(t, master, previous, y, predictions, learner_seconds, cons, data,
                                        classification, start, weights)
             history.append(record)
             tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record[COLUMN_C_PREDICTIONS], t)
-            if use_bar:
-                steps.set_postfix(score=f"{record['score']:.4f}", V=f"{record['V_predictions']:.2e}", refresh=False)
-            if epoch_logs(self.verbose):
-                logger.info("MT iteration %d: master %s (%s, %.2f s) objective %.5g, V(z)=%.2e; learner score "
-                            "%.4f, V(p)=%.2e", t, master.status, master.backend, master.seconds,
-                            master.objective, record["V_targets"], record["score"], record["V_predictions"])
+            self._report(steps if use_bar else None, t, master, record)
             if any(cb(self, record) for cb in self.callbacks):
                 status = "stopped_by_callback"
                 break
 
         self.targets_ = targets
+        return self._result(tracker, cons, history, status, task)
+
+    def _master(self, learner: Any, X: np.ndarray, references: tuple[np.ndarray, np.ndarray], encodings: list,
+                t: int, previous: ProjectionResult | None) -> ProjectionResult:
+        """Iteration ``t``'s master: the targets nearest the learner's ``predictions`` and, with weight
+        ``1 / t``, the true ``y`` (``references = (predictions, y)``) that meet every encoding."""
+        classification = self._classification
+        return project_targets(
+            list(references), weights=[1.0, 1.0 / t], encodings=encodings,
+            loss="hamming" if classification else "squared", binary=classification,
+            backend=self.backend, time_limit=float(self.time_limit), mip_gap=float(self.mip_gap),
+            seed=int(self.seed), initial=previous if self.warm_start else None,
+            priority=_scores(learner, X) if classification else None,
+        )
+
+    def _report(self, bar: Any, t: int, master: ProjectionResult, record: dict) -> None:
+        """The progress bar's figures and, with ``verbose=1``, one log line per iteration."""
+        if bar is not None:
+            bar.set_postfix(score=f"{record['score']:.4f}", V=f"{record['V_predictions']:.2e}", refresh=False)
+        if epoch_logs(self.verbose):
+            logger.info("MT iteration %d: master %s (%s, %.2f s) objective %.5g, V(z)=%.2e; learner score "
+                        "%.4f, V(p)=%.2e", t, master.status, master.backend, master.seconds,
+                        master.objective, record["V_targets"], record["score"], record["V_predictions"])
+
+    def _result(self, tracker: BestIterate, cons: ConstraintSet, history: History, status: str,
+                task: str) -> FitResult:
+        """The best iterate as a :class:`FitResult` (warns naming any row it violates)."""
         best = tracker.best
         feasible = tracker.feasible(best.row_violations)
         unmet = warn_unmet("MovingTargets", best.c_exact, cons.lower, cons.upper, cons.row_names,
-                           self.feasibility_tol)
+                           self.feasibility_tol, stacklevel=4)
         return FitResult(
-            model=best.params, history=history, status=status,
-            converged=bool(feasible),
+            model=best.params, history=history, status=status, converged=bool(feasible),
             info={
-                "targets": targets, "violation": best.violation, "row_names": cons.row_names,
+                "targets": self.targets_, "violation": best.violation, "row_names": cons.row_names,
                 "returned_iteration": best.iteration, "feasible": bool(feasible), "unmet_rows": unmet,
                 "task": task, "master_seconds": float(np.nansum(history.column("master_seconds"))),
                 "learner_seconds": float(np.nansum(history.column("learner_seconds"))),

@@ -207,18 +207,12 @@ def project_targets(
     seed : int, default 0
         The solver's random seed (HiGHS ``random_seed``, Gurobi ``Seed``).
     initial : ProjectionResult or array-like (n,), optional
-        A starting point: the result of a previous projection onto the SAME encodings
-        (targets and auxiliary variables), or targets ``z`` alone. HiGHS and Gurobi take it
-        as a MIP start (trying to complete the auxiliary variables when only ``z`` is given,
-        discarding a start that violates a row); OSQP as its warm start when the auxiliary
-        variables are given too. Moving Targets passes the previous master's result: its
-        targets satisfy the constraints, so the solver starts from a feasible incumbent. It
-        changes the path, not the problem: the optimum is the same (up to ties and ``mip_gap``).
-        The count search (``"topk"``) is exact and ignores it.
+        A start: a previous projection onto the SAME encodings, or targets ``z`` alone (HiGHS
+        and Gurobi: a MIP start, completed or discarded when it violates a row; OSQP: a warm
+        start given the auxiliary variables too; ``"topk"`` ignores it): the path, not the optimum.
     priority : array-like (n,), optional
-        Tie-break of the count search (``"topk"``): among targets of equal cost within a cell,
-        those of higher priority get the ones first (Moving Targets passes the learner's
-        score). The optimal cost does not depend on it; the MIP backends ignore it.
+        Tie-break of the count search (``"topk"``): among targets of equal cost in a cell, higher
+        priority gets the ones first (the optimal cost does not depend on it; MIPs ignore it).
 
     Returns
     -------
@@ -250,15 +244,7 @@ def project_targets(
     time_limit = positive_float(time_limit, "time_limit")
     mip_gap = positive_float(mip_gap, "mip_gap", allow_zero=True)
     seed = check_seed(seed, allow_none=False, allow_negative=False)
-    refs = check_references(reference)
-    w = check_weights(weights, refs.shape[0])
-    if loss == "hamming":
-        if not binary:
-            raise ValueError("loss: 'hamming' needs binary=True (the Hamming distance of real targets is not offered)")
-        if (refs < 0).any() or (refs > 1).any():
-            raise ValueError(f"reference: the Hamming loss needs values in [0, 1], got range "
-                             f"[{refs.min():g}, {refs.max():g}]")
-    encodings = check_encodings(encodings, refs.shape[1])
+    refs, w, encodings = _checked_problem(reference, weights, encodings, loss, binary)
     order = _priority(priority, refs.shape[1])
 
     start = time.perf_counter()
@@ -271,17 +257,39 @@ def project_targets(
     if raw.x is None:
         raise RuntimeError(f"projection failed: backend {used!r} stopped with status {raw.solver_status!r} and "
                            f"no feasible target vector (time_limit={time_limit:g} s)")
+    result = _projection_result(raw, prog, encodings, (refs, w, loss), used, seconds)
+    logger.debug("projection: %s %s, objective %.6g, gap %.2e, %.3f s, max violation %.2e", used,
+                 raw.solver_status, result.objective, result.gap, seconds, result.max_violation)
+    return result
+
+
+def _checked_problem(reference: Any, weights: Any, encodings: Any, loss: str,
+                     binary: bool) -> tuple[np.ndarray, np.ndarray, list[LinearEncoding]]:
+    """The references (R, n), their weights and the encodings of :func:`project_targets`, checked."""
+    refs = check_references(reference)
+    w = check_weights(weights, refs.shape[0])
+    if loss == "hamming":
+        if not binary:
+            raise ValueError("loss: 'hamming' needs binary=True (the Hamming distance of real targets is not offered)")
+        if (refs < 0).any() or (refs > 1).any():
+            raise ValueError(f"reference: the Hamming loss needs values in [0, 1], got range "
+                             f"[{refs.min():g}, {refs.max():g}]")
+    return refs, w, check_encodings(encodings, refs.shape[1])
+
+
+def _projection_result(raw: Any, prog: Any, encodings: Sequence[LinearEncoding], objective: tuple,
+                       used: str, seconds: float) -> ProjectionResult:
+    """The :class:`ProjectionResult` of a solved program: targets (rounded when binary), auxiliary
+    variables, the weighted objective of ``objective = (refs, w, loss)`` and the largest row violation."""
+    refs, w, loss = objective
     x = raw.x * prog.scale
     z = x[: prog.n]
-    if binary:
+    if prog.binary:
         z = np.round(z).clip(0.0, 1.0)
     aux = tuple(x[s] for s in prog.aux_slices)
     terms = mean_losses(z, refs, loss)
-    result = ProjectionResult(
+    return ProjectionResult(
         z=z, aux=aux, objective=float(w @ terms), terms=tuple(float(t) for t in terms), status=raw.status,
         gap=raw.gap, backend=used, seconds=seconds, solver_status=raw.solver_status,
         max_violation=_max_violation(encodings, z, aux),
     )
-    logger.debug("projection: %s %s, objective %.6g, gap %.2e, %.3f s, max violation %.2e", used,
-                 raw.solver_status, result.objective, result.gap, seconds, result.max_violation)
-    return result
