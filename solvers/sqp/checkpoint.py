@@ -73,24 +73,25 @@ def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_row
         raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
 
 
-def check_resumed_state(state: dict) -> None:
-    """The values of a checkpoint's state, checked like the constructor arguments they
+def check_resumed_state(saved: dict) -> None:
+    """The values of a checkpoint's ``state`` dict ``saved`` (before it becomes an
+    :class:`~solvers.sqp.state.SQPState`), checked like the constructor arguments they
     continue: positive finite ``tau``, ``xi``, ``beta``; positive finite or None ``L``,
     ``Gamma``; finite or None ``merit_avg``; non-negative integers ``since_change``,
     ``iteration``, ``epochs_done``; a flag ``warned_relaxed``; where present, a list of
     finite non-negative step lengths ``recent_steps``."""
     try:
         for name in ("tau", "xi", "beta"):
-            positive_float(state[name], name)
+            positive_float(saved[name], name)
         for name in ("L", "Gamma"):
-            if state[name] is not None:
-                positive_float(state[name], name)
-        if state["merit_avg"] is not None:
-            finite_float(state["merit_avg"], "merit_avg")
+            if saved[name] is not None:
+                positive_float(saved[name], name)
+        if saved["merit_avg"] is not None:
+            finite_float(saved["merit_avg"], "merit_avg")
         for name in ("since_change", "iteration", "epochs_done"):
-            positive_int(state[name], name, allow_zero=True)
-        check_flag(state["warned_relaxed"], "warned_relaxed")
-        recent = state.get("recent_steps")
+            positive_int(saved[name], name, allow_zero=True)
+        check_flag(saved["warned_relaxed"], "warned_relaxed")
+        recent = saved.get("recent_steps")
         if recent is not None and not isinstance(recent, (list, tuple)):
             raise ValueError(f"recent_steps: expected a list of step lengths, got {type(recent).__name__}")
         for length in recent or ():
