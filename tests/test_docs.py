@@ -1,12 +1,27 @@
-"""The documentation: every ```python block runs, and the site builds cleanly.
+"""The documentation: every code block runs and prints what the page shows, and the site builds cleanly.
 
-The blocks of one page run in order in one namespace (a page is a tutorial: later blocks
-use what earlier ones defined), in a temporary working directory, with warnings allowed
-(some pages demonstrate them). Fences may be indented (content tabs); blocks fenced as
-``text`` or ``bash`` are not executed. A block that needs a benchmark data file that is
-not embedded reads it from ``$FAIROPT_DATA`` (set to the test data directory when that
-exists) and the page is skipped when the file is absent. A page with the comment
-``<!-- docs-test: slow -->`` is marked slow.
+The ```python blocks of one page run in order in one namespace (a page is a tutorial: later
+blocks use what earlier ones defined), in a temporary working directory, with warnings
+allowed (some pages demonstrate them). Fences may be indented (content tabs); ``text``
+blocks are output, not code. A block that needs a benchmark data file that is not embedded
+reads it from ``$FAIROPT_DATA`` (set to the test data directory when that exists) and the
+page is skipped when the file is absent. A page with the comment ``<!-- docs-test: slow -->``
+is marked slow.
+
+The shell blocks (``bash``, ``sh``, ``shell``, ``console``) whose every command is the
+library's CLI (``fairopt ...`` or ``python -m fairopt ...``) run after the page's python
+blocks, in the same directory (so the files those wrote exist), as
+``[sys.executable, "-m", "fairopt", ...]``; each must exit 0, and what they print on
+standard output is compared with what the page shows (a following ``text`` block, or the
+lines of a ``console`` block that do not start with ``$``). Every other shell block must be
+marked ``<!-- not run: <why> -->`` right before its fence (installs, several processes,
+benchmarks that take minutes): a shell block that is neither run nor marked fails the test.
+
+Shown output is compared token by token, numbers within the rounding of the last digit
+shown (:func:`output_differences`). Two stated exceptions: a line ``...`` stands for any
+number of printed lines (the page shows an excerpt), and in shell output a duration
+(a number followed by `` s``, e.g. ``(2.0 s)``) is not compared: the CLI prints how long
+the fit took, which depends on the machine.
 
 ``test_site_builds`` runs ``mkdocs build --strict`` (a few seconds) when the ``docs`` extra
 is installed, and checks the rendered API pages for Sphinx/reST leftovers.
@@ -18,9 +33,11 @@ import contextlib
 import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -38,6 +55,11 @@ SHARED_DATA = Path(os.environ.get("FAIROPT_SHARED_DATA", ROOT / ".." / "shared" 
 OUTPUT = re.compile(r"[ \t]*\n(?:[ \t]*\n)*(?P<indent>[ \t]*)```text[^\n]*\n(?P<body>.*?)^(?P=indent)```",
                     re.MULTILINE | re.DOTALL)
 NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?%?$")
+SHELL_FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>bash|sh|shell|console)[^\n]*\n(?P<body>.*?)^(?P=indent)```",
+                         re.MULTILINE | re.DOTALL)
+NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<why>[^>\s][^>]*?)\s*-->[ \t]*\n(?:[ \t]*\n)*[ \t]*$")
+ELISION = "..."
+DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)? s\b")
 
 
 def python_blocks(text: str) -> list[str]:
@@ -57,6 +79,63 @@ def blocks_and_outputs(text: str) -> list[tuple[str, str | None]]:
     return pairs
 
 
+@dataclass(frozen=True)
+class ShellBlock:
+    """A shell block of a page: the line its fence opens on, its commands (words, with
+    comments and line continuations resolved), what the page shows it prints (None when
+    nothing), and the reason given by a ``<!-- not run: ... -->`` mark before it (else None)."""
+
+    line: int
+    commands: tuple[tuple[str, ...], ...]
+    shown: str | None
+    not_run: str | None
+
+    @property
+    def runs(self) -> bool:
+        """Whether the test runs it: not marked, and every command is the library's CLI."""
+        return self.not_run is None and bool(self.commands) and all(cli_argv(c) for c in self.commands)
+
+
+def cli_argv(words: tuple[str, ...]) -> list[str] | None:
+    """The argument vector that runs a page's ``fairopt ...`` / ``python -m fairopt ...``
+    command with this interpreter; None for any other command."""
+    if words[:1] == ("fairopt",):
+        return [sys.executable, "-m", "fairopt", *words[1:]]
+    if len(words) >= 3 and Path(words[0]).name in ("python", "python3") and words[1:3] == ("-m", "fairopt"):
+        return [sys.executable, "-m", "fairopt", *words[3:]]
+    return None
+
+
+def shell_blocks(text: str) -> list[ShellBlock]:
+    """The shell blocks of a Markdown text, in order. In a ``console`` block the lines that
+    start with ``$`` are commands and the others their output; in the other shell languages
+    every line is a command and the output, if shown, is the ``text`` block that follows."""
+    blocks = []
+    for match in SHELL_FENCE.finditer(text):
+        body = textwrap.dedent(match.group("body"))
+        console = match.group("lang") == "console"
+        commands, output, pending = [], [], ""
+        for line in body.splitlines():
+            if console and not pending and not line.startswith("$"):
+                output.append(line)
+                continue
+            pending += (line[1:] if console and not pending else line).strip()
+            if pending.endswith("\\"):
+                pending = pending[:-1] + " "
+                continue
+            words = tuple(shlex.split(pending, comments=True))
+            if words:
+                commands.append(words)
+            pending = ""
+        following = OUTPUT.match(text, match.end())
+        shown = "\n".join(output) if any(line.strip() for line in output) else (
+            textwrap.dedent(following.group("body")) if following is not None else None)
+        mark = NOT_RUN.search(text, 0, match.start())
+        blocks.append(ShellBlock(line=text.count("\n", 0, match.start()) + 1, commands=tuple(commands),
+                                 shown=shown, not_run=mark.group("why") if mark else None))
+    return blocks
+
+
 def _number(token: str) -> tuple[float, float] | None:
     """``(value, half a unit of its last printed digit)`` of a printed number, else None."""
     token = token.rstrip(",;:)").lstrip("(")
@@ -72,7 +151,42 @@ def _number(token: str) -> tuple[float, float] | None:
 def output_differences(printed: str, shown: str, units: float = 4.0) -> list[str]:
     """Where ``printed`` differs from what the page ``shown``: token by token (whitespace
     ignored), words equal, numbers within ``units`` halves of the shown number's last digit
-    (a page rounds; another platform's last digit may differ)."""
+    (a page rounds; another platform's last digit may differ). A shown line ``...`` stands
+    for any number of printed lines: the shown parts between elisions must appear in order,
+    the first at the start and the last at the end unless an elision precedes or follows it."""
+    if any(line.strip() == ELISION for line in shown.splitlines()):
+        return _elided_differences(printed, shown, units)
+    return _token_differences(printed, shown, units)
+
+
+def _elided_differences(printed: str, shown: str, units: float) -> list[str]:
+    """:func:`output_differences` of a shown excerpt: each part between ``...`` lines is
+    matched against a run of consecutive printed lines (blank lines ignored on both sides),
+    at the first place it fits after the previous part."""
+    lines = [line for line in printed.splitlines() if line.strip()]
+    parts: list[list[str]] = [[]]
+    for line in shown.splitlines():
+        if line.strip() == ELISION:
+            parts.append([])
+        elif line.strip():
+            parts[-1].append(line)
+    cursor = 0
+    for i, part in enumerate(parts):
+        if not part:
+            continue
+        first, last = i == 0, i == len(parts) - 1
+        starts = [cursor] if first else ([len(lines) - len(part)] if last else range(cursor, len(lines)))
+        found = next((start for start in starts if start >= cursor and start + len(part) <= len(lines)
+                      and not _token_differences("\n".join(lines[start:start + len(part)]), "\n".join(part), units)),
+                     None)
+        if found is None:
+            return [f"shown part {i + 1} of the excerpt ({part[0]!r} ...) is not printed"
+                    f"{' at the start' if first else ' at the end' if last else ''}:\n{printed}"]
+        cursor = found + len(part)
+    return []
+
+
+def _token_differences(printed: str, shown: str, units: float) -> list[str]:
     got, want = printed.split(), shown.split()
     if len(got) != len(want):
         return [f"{len(got)} tokens printed, {len(want)} shown:\n{printed}"]
@@ -101,6 +215,42 @@ def test_block_extraction():
     assert python_blocks(text) == ["x = 1\n", "y = x + 1\n"]
     tabbed = '=== "a"\n\n    ```python\n    z = 2\n    if z:\n        z += 1\n    ```\n'
     assert python_blocks(tabbed) == ["z = 2\nif z:\n    z += 1\n"]
+
+
+def test_excerpts_and_durations_in_shown_output():
+    printed = "# title\n\nrow a 0.81\nrow b 0.66\nrow c 0.50\n## part\nx 1\n"
+    assert output_differences(printed, "# title\nrow a 0.81\n...\n## part\nx 1") == []
+    assert output_differences(printed, "# title\n...\nrow c 0.50\n...") == []
+    assert output_differences(printed, "row a 0.81\n...") != []  # the first part must start the output
+    assert output_differences(printed, "...\nrow c 0.50") != []  # the last part must end it
+    assert output_differences(printed, "# title\n...\n## part\ny 1") != []
+    assert output_differences(printed, "# title\n...\nrow c 0.50\nrow b 0.66\n...") != []  # order counts
+    shown, ran = "sqp: status converged (2.0 s). DI 0.810", "sqp: status converged (14.5 s). DI 0.810"
+    assert output_differences(DURATION.sub("<s>", ran), DURATION.sub("<s>", shown)) == []
+    assert output_differences(DURATION.sub("<s>", ran.replace("0.810", "0.790")), DURATION.sub("<s>", shown)) != []
+
+
+def test_shell_block_extraction():
+    text = ("```bash\nfairopt train --data a.csv \\\n    --constraint \"di:g>=0.8\"  # a comment\n```\n\n"
+            "```text\nsqp on a.csv\n```\n"
+            "<!-- not run: installs packages -->\n\n```bash\npip install fairopt\n```\n"
+            "```sh\nmake install\n```\n"
+            "```console\n$ python -m fairopt datasets\nadult  embedded\n```\n")
+    train, pip, make, console = shell_blocks(text)
+    assert train.commands == (("fairopt", "train", "--data", "a.csv", "--constraint", "di:g>=0.8"),)
+    assert train.runs and train.shown == "sqp on a.csv\n" and train.line == 1
+    assert cli_argv(train.commands[0])[:3] == [sys.executable, "-m", "fairopt"]
+    assert pip.not_run == "installs packages" and not pip.runs
+    assert make.not_run is None and not make.runs  # neither run nor marked: the page test fails on it
+    assert console.runs and console.commands == (("python", "-m", "fairopt", "datasets"),)
+    assert console.shown == "adult  embedded"
+
+
+def test_every_shell_block_runs_or_is_marked():
+    """No page skips a shell block silently: each is run by test_page_snippets_run or says why not."""
+    unmarked = [f"{page.relative_to(DOCS)}:{block.line}" for page in PAGES
+                for block in shell_blocks(page.read_text()) if not block.runs and block.not_run is None]
+    assert not unmarked, "shell blocks neither run nor marked <!-- not run: <why> -->: " + ", ".join(unmarked)
 
 
 def test_pages_exist_and_have_code():
@@ -135,6 +285,30 @@ def run_page(page: Path) -> dict:
     return namespace
 
 
+def run_shell_blocks(page: Path, cwd: Path) -> None:
+    """Run the shell blocks of ``page`` that the test runs (:attr:`ShellBlock.runs`) in
+    ``cwd``; each command must exit 0, and a block whose output the page shows must print it
+    on standard output (:func:`output_differences`, durations not compared). A block neither
+    run nor marked ``<!-- not run: ... -->`` fails."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for block in shell_blocks(page.read_text()):
+        where = f"{page.relative_to(DOCS)} [shell block at line {block.line}]"
+        if block.not_run is not None:
+            continue
+        assert block.runs, f"{where} is neither run (its commands are not all `fairopt ...`) " \
+                           "nor marked <!-- not run: <why> -->"
+        printed = ""
+        for words in block.commands:
+            done = subprocess.run(cli_argv(words), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, f"{where}: {shlex.join(words)} exited {done.returncode}:\n" \
+                                         + done.stdout[-2000:] + done.stderr[-3000:]
+            printed += done.stdout
+        sys.stdout.write(printed)
+        if block.shown is not None:
+            problems = output_differences(DURATION.sub("<seconds>", printed), DURATION.sub("<seconds>", block.shown))
+            assert not problems, f"{where} prints other than the page shows: " + "; ".join(problems[:5])
+
+
 def _page_param(page: Path):
     marks = [pytest.mark.slow] if SLOW_MARK in page.read_text() else []
     return pytest.param(page, marks=marks, id=str(page.relative_to(DOCS)))
@@ -151,6 +325,7 @@ def test_page_snippets_run(page, tmp_path, monkeypatch):
         if "fairopt does not download data" in str(error):  # the loaders' missing-file message
             pytest.skip(f"{page.name} needs a benchmark data file that is absent: {error}")
         raise
+    run_shell_blocks(page, tmp_path)
 
 
 def test_custom_constraint_example_meets_its_budget(tmp_path, monkeypatch):
