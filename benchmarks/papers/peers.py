@@ -53,6 +53,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from benchmarks._common import commit
 from benchmarks.papers.cells import read_cells, write_cell
 from fairopt.experiments.configs import markdown_table
 from benchmarks.papers.peer_adapters import ADAPTERS, Adapter, Part, PeerUnavailable, adapter, available_methods
@@ -366,7 +367,8 @@ def _markdown(table: pd.DataFrame, command: str | None, failed: list[dict], max_
               covered: int | None = None, include_sensitive: bool = False) -> str:
     lines = ["# Peer benchmark: DI >= delta on one binary sensitive attribute", ""]
     if command:
-        lines += ["Command (the last run into this directory):", "", f"    {command}", ""]
+        lines += ["Command (the last run into this directory):", "", f"    {command}", "",
+                  f"Commit of that run: {commit()}.", ""]
     if covered is not None:
         lines += [f"The table covers every cell cached under `cells/` ({covered} cells, from one or more runs "
                   "into this directory; one JSON file per dataset, method, delta and seed).", ""]
