@@ -10,14 +10,20 @@ ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 100
 
 
-def _long_functions(package: str, root: Path = ROOT) -> list[str]:
-    found = []
+def _functions(package: str, root: Path = ROOT):
+    """``(path, node)`` for every function definition of the modules under ``root / package``."""
     for path in sorted((root / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lines = node.end_lineno - node.lineno + 1
-                if lines >= LIMIT:
-                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({lines} lines)")
+                yield path, node
+
+
+def _long_functions(package: str, root: Path = ROOT) -> list[str]:
+    found = []
+    for path, node in _functions(package, root):
+        lines = node.end_lineno - node.lineno + 1
+        if lines >= LIMIT:
+            found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({lines} lines)")
     return found
 
 
@@ -40,15 +46,13 @@ def test_solvers_functions_are_under_100_lines():
 def _wide_functions(package: str, limit: int = 8, root: Path = ROOT) -> list[str]:
     """Functions taking more than ``limit`` arguments (``self``/``cls`` not counted)."""
     found = []
-    for path in sorted((root / package).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                a = node.args
-                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
-                count = len(names) + (a.vararg is not None) + (a.kwarg is not None)
-                count -= bool(names) and names[0] in ("self", "cls")
-                if count > limit:
-                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({count} arguments)")
+    for path, node in _functions(package, root):
+        a = node.args
+        names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+        count = len(names) + (a.vararg is not None) + (a.kwarg is not None)
+        count -= bool(names) and names[0] in ("self", "cls")
+        if count > limit:
+            found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({count} arguments)")
     return found
 
 

@@ -71,7 +71,8 @@ logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine pac
 class _Run:
     """The loop context of one :meth:`StochasticSQP.fit`: the problem and state, the returned
     iterate's tracker, the history, the calibration ``offset`` of the working bounds, the batch
-    and constraint modes with their samplers, the snapshot, the row screen and the tail average."""
+    and constraint modes with their samplers, the snapshot, the row screen, the tail average and the
+    divergence guard's anchor."""
 
     problem: FitProblem
     state: SQPState
@@ -90,6 +91,8 @@ class _Run:
     screen: RowScreen | None
     drawn: Callable[[Any, torch.Tensor], None] | None
     tail: TailAverage | None = None
+    #: mini-batch: the last sane all-rows candidate ``(iteration, params)`` (divergence guard)
+    anchor: tuple[int, torch.Tensor] | None = None
 
 
 class StochasticSQP:
@@ -266,7 +269,6 @@ class StochasticSQP:
         if resume is not None:
             resume_iterates(resume, problem.params, tracker)
         self._tracker = tracker
-        self._anchor = None  # mini-batch: the last sane epoch-end iterate (divergence guard)
         offset = torch.as_tensor(state.offset if state.offset is not None else [0.0] * m,
                                  dtype=torch.float64).reshape(m)
         run = _Run(problem=problem, state=state, tracker=tracker, history=History(row_names=cons.row_names),
@@ -353,7 +355,7 @@ class StochasticSQP:
         if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
             logger.info("SQP: non-finite objective or gradient at iteration %d; stopping", state.iteration)
             return "diverged"
-        if blew_up(der.f, state, run.tracker, p.params, self._anchor, on_all_rows):
+        if blew_up(der.f, state, run.tracker, p.params, run.anchor, on_all_rows):
             if state.restarts > MAX_RESTARTS:
                 return "diverged"
             if screen is not None:
@@ -471,7 +473,7 @@ class StochasticSQP:
         if state.f_first is None:
             state.f_first = f_all
         if math.isfinite(f_all) and f_all <= 10.0 * abs(state.f_first) + 1e-8:
-            self._anchor = (state.iteration, flat_parameters(params))
+            run.anchor = (state.iteration, flat_parameters(params))
 
     def state_dict(self) -> dict:
         """The engine's state after :meth:`fit`, to continue training with ``fit(..., resume=)``.

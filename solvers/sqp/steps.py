@@ -83,7 +83,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
     m = int(der.c.numel())
     g64, h64 = der.g.to(torch.float64), h.to(torch.float64)
     J64 = der.J.to(torch.float64)  # once for the QP, the restoration step and the checks below
-    qp = qp_direction(der, (g64, h64, J64), working, state, stochastic)
+    qp = qp_direction(der, h, (g64, h64, J64), working, state, stochastic)
     d, y, capped, radius = qp.d, qp.y, qp.capped, qp.radius
     d64 = d.to(torch.float64)
     lower_list, upper_list = lower.tolist(), upper.tolist()
@@ -165,18 +165,18 @@ class Direction:
     seconds: float
 
 
-def qp_direction(der: Derivatives, metric: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+def qp_direction(der: Derivatives, h: torch.Tensor, metric: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
                  working: tuple[torch.Tensor, torch.Tensor], state: SQPState, stochastic: bool) -> Direction:
-    """The QP step ``d`` of :func:`sqp_step` for ``metric = (g, h, J)`` in float64, kept in its trust
-    regions (``TRUST_RATIO ||g / h||`` for a ``stochastic`` step, :func:`recent_radius` for every
-    constrained one); ``-g / h`` without constraint rows."""
+    """The QP step ``d`` of :func:`sqp_step` for the Hessian diagonal ``h`` (``metric = (g, h, J)``: the
+    float64 copies the QP takes), kept in its trust regions (``TRUST_RATIO ||g / h||`` for a
+    ``stochastic`` step, :func:`recent_radius` for every constrained one); ``-g / h`` without
+    constraint rows."""
     g64, h64, J64 = metric
     t0 = time.perf_counter()
     if not der.c.numel():
-        d = -der.g / h64.to(der.g.dtype)
+        d = -der.g / h
         return Direction(d, torch.zeros(0, dtype=torch.float64), "unconstrained", None, [], math.inf, False,
                          time.perf_counter() - t0)
-    h = h64.to(der.g.dtype)
     res, status, qp_bounds = solve_qp(g64, h64, J64, der.c, working[0], working[1], state)
     d = res.d.to(der.g.dtype)
     active = [("u" if side > 0 else "l") + str(i) for i, side in enumerate(res.active.tolist()) if side]
