@@ -1,26 +1,9 @@
-"""Parameter checks: the one place where the engines and :mod:`fairopt` validate options.
+"""Parameter checks shared by the engines and :mod:`fairopt`, so every option accepts the same values.
 
-Every "a positive number", "a positive integer", "one of these choices", "True or False",
-"a number in an interval" and "a seed" check of the engines (:mod:`solvers`) and of
-:mod:`fairopt` (which imports these functions directly or through
-``fairopt._validation``) is one of the functions below, modelled on scikit-learn's
-``sklearn/utils/validation.py``. Keeping a single implementation keeps the accepted values
-and the messages of all parameters consistent.
-
-Conventions
------------
-* A failed check raises ``ValueError`` with the message
-  ``"<name>: expected <what>, got <value!r>"``, so that the message names the parameter
-  first and shows the offending value as the caller wrote it.
-* A bool (Python or numpy) is never a number: ``True`` is rejected wherever a number or
-  an integer is expected.
-* Numbers must be finite: NaN and +-inf are rejected.
-* A check returns the validated value converted to the plain Python type (``float``,
-  ``int``, ``bool``, ``str``); callers that store parameters as given (scikit-learn
-  convention) may ignore the return value.
-
-This module depends on numpy only (no torch, no :mod:`fairopt`): :mod:`solvers` never
-imports :mod:`fairopt`.
+Modelled on scikit-learn's ``sklearn/utils/validation.py``. A failed check raises ``ValueError``
+``"<name>: expected <what>, got <value!r>"`` (``name`` is the parameter's name); a bool is never a
+number; numbers must be finite; a check returns the value as a plain Python type. numpy only: the
+engines never import :mod:`fairopt`.
 """
 
 from __future__ import annotations
@@ -68,26 +51,7 @@ def _number(value: Any, name: str, what: str) -> float:
 
 # ----------------------------------------------------------------------------- numbers
 def finite_float(value: Any, name: str) -> float:
-    """Return ``value`` as a finite ``float``.
-
-    Parameters
-    ----------
-    value : Any
-        A real number: a Python or numpy scalar, or anything ``float()`` converts
-        (e.g. a 0-d array or a one-element tensor). Bools, strings and bytes are rejected.
-    name : str
-        The parameter's name, used in the error message.
-
-    Returns
-    -------
-    float
-
-    Raises
-    ------
-    ValueError
-        ``"<name>: expected a real number, got ..."`` for a non-number (or a bool),
-        ``"<name>: expected a finite number, got ..."`` for NaN or +-inf.
-    """
+    """Return ``value`` (anything ``float()`` converts but a bool, str or bytes) as a finite ``float``."""
     if _is_bool(value) or isinstance(value, (str, bytes)):
         raise ValueError(f"{name}: expected a real number, got {value!r}")
     try:
@@ -100,27 +64,7 @@ def finite_float(value: Any, name: str) -> float:
 
 
 def positive_float(value: Any, name: str, *, allow_zero: bool = False) -> float:
-    """Return ``value`` as a finite ``float`` ``> 0`` (``>= 0`` with ``allow_zero``).
-
-    Parameters
-    ----------
-    value : Any
-        A real number (see :func:`finite_float`).
-    name : str
-        The parameter's name, used in the error message.
-    allow_zero : bool, default False
-        Accept 0.
-
-    Returns
-    -------
-    float
-
-    Raises
-    ------
-    ValueError
-        ``"<name>: expected a finite positive number, got ..."`` (``"expected a finite
-        number >= 0"`` with ``allow_zero``), also for bools, non-numbers, NaN and +-inf.
-    """
+    """Return ``value`` as a finite ``float`` ``> 0`` (``>= 0`` with ``allow_zero``)."""
     what = "a finite number >= 0" if allow_zero else "a finite positive number"
     result = _number(value, name, what)
     if result < 0 or (result == 0 and not allow_zero):
@@ -129,40 +73,15 @@ def positive_float(value: Any, name: str, *, allow_zero: bool = False) -> float:
 
 
 def nonnegative_float(value: Any, name: str) -> float:
-    """Return ``value`` as a finite ``float`` ``>= 0``: ``positive_float(value, name, allow_zero=True)``.
-
-    Raises
-    ------
-    ValueError
-        ``"<name>: expected a finite number >= 0, got ..."``.
-    """
+    """Return ``value`` as a finite ``float`` ``>= 0``."""
     return positive_float(value, name, allow_zero=True)
 
 
 def positive_int(value: Any, name: str, *, allow_zero: bool = False, allow_integral_float: bool = False) -> int:
-    """Return ``value`` as an ``int`` ``>= 1`` (``>= 0`` with ``allow_zero``).
+    """Return ``value`` (a Python or numpy integer) as an ``int`` ``>= 1`` (``>= 0`` with ``allow_zero``).
 
-    Parameters
-    ----------
-    value : Any
-        A Python or numpy integer; bools are rejected.
-    name : str
-        The parameter's name, used in the error message.
-    allow_zero : bool, default False
-        Accept 0.
-    allow_integral_float : bool, default False
-        Also accept a finite float with an integral value such as ``10.0`` (the engines'
-        loop counts and batch sizes have always accepted it, e.g. from a TOML ``1e3``).
-
-    Returns
-    -------
-    int
-
-    Raises
-    ------
-    ValueError
-        ``"<name>: expected a positive integer, got ..."`` (``"expected a non-negative
-        integer"`` with ``allow_zero``).
+    ``allow_integral_float`` also accepts a float with an integral value such as a TOML ``1e3``,
+    for loop counts and batch sizes.
     """
     ok = _is_integer(value)
     if not ok and allow_integral_float and isinstance(value, (float, np.floating)):
@@ -174,29 +93,10 @@ def positive_int(value: Any, name: str, *, allow_zero: bool = False, allow_integ
 
 
 def check_interval(value: Any, name: str, low: float, high: float, *, closed: Closed = "neither") -> float:
-    """Return ``value`` as a finite ``float`` in the interval from ``low`` to ``high``.
+    """Return ``value`` as a finite ``float`` between ``low`` and ``high``.
 
-    Parameters
-    ----------
-    value : Any
-        A real number (see :func:`finite_float`).
-    name : str
-        The parameter's name, used in the error message.
-    low, high : float
-        The ends of the interval.
-    closed : {"neither", "left", "right", "both"}, default "neither"
-        Which ends belong to the interval: ``(low, high)``, ``[low, high)``,
-        ``(low, high]`` or ``[low, high]``.
-
-    Returns
-    -------
-    float
-
-    Raises
-    ------
-    ValueError
-        ``"<name>: expected a number in (low, high), got ..."`` with the brackets of
-        ``closed``, also for bools, non-numbers, NaN and +-inf.
+    ``closed`` says which ends belong to the interval: "neither" ``(low, high)``, "left"
+    ``[low, high)``, "right" ``(low, high]`` or "both" ``[low, high]``.
     """
     if closed not in _CLOSED:
         raise ValueError(f"closed: expected one of {list(_CLOSED)}, got {closed!r}")
@@ -212,52 +112,16 @@ def check_interval(value: Any, name: str, low: float, high: float, *, closed: Cl
 
 # ----------------------------------------------------------------------------- others
 def check_choice(value: Any, allowed: Sequence[str], name: str) -> str:
-    """Return ``value`` if it is one of the strings ``allowed``.
-
-    Parameters
-    ----------
-    value : Any
-        The option given.
-    allowed : sequence of str
-        The accepted options.
-    name : str
-        The parameter's name, used in the error message.
-
-    Returns
-    -------
-    str
-
-    Raises
-    ------
-    ValueError
-        ``"<name>: expected one of ['a', 'b'], got ..."``.
-    """
+    """Return ``value`` if it is one of the strings ``allowed``."""
     if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{name}: expected one of {list(allowed)}, got {value!r}")
     return value
 
 
 def check_flag(value: Any, name: str, *, allow_none: bool = False) -> bool | None:
-    """Return ``value`` as a ``bool`` if it is ``True`` or ``False`` (Python or numpy).
+    """Return ``value`` as a ``bool`` if it is a Python or numpy ``True``/``False`` (0/1 are refused).
 
-    Parameters
-    ----------
-    value : Any
-        The flag given; integers such as 0/1 and strings such as "yes" are rejected.
-    name : str
-        The parameter's name, used in the error message.
-    allow_none : bool, default False
-        Accept ``None`` (returned as ``None``), e.g. for "decide automatically".
-
-    Returns
-    -------
-    bool or None
-
-    Raises
-    ------
-    ValueError
-        ``"<name>: expected True or False, got ..."`` (``"expected None, True or False"``
-        with ``allow_none``).
+    ``allow_none`` also accepts ``None``, e.g. for "decide automatically".
     """
     if value is None and allow_none:
         return None
@@ -269,28 +133,9 @@ def check_flag(value: Any, name: str, *, allow_none: bool = False) -> bool | Non
 
 def check_seed(seed: Any, *, allow_none: bool = True, allow_negative: bool = True,
                name: str = "seed") -> int | None:
-    """Return a random seed as an ``int`` (or ``None``).
+    """Return a random seed (a Python or numpy integer, or ``None`` if ``allow_none``) as an ``int``.
 
-    Parameters
-    ----------
-    seed : Any
-        A Python or numpy integer (bools rejected), or ``None`` if ``allow_none``.
-    allow_none : bool, default True
-        Accept ``None`` (no fixed seed).
-    allow_negative : bool, default True
-        Accept negative integers (False where the seed goes to numpy or a MIP solver).
-    name : str, default "seed"
-        The parameter's name, used in the error message.
-
-    Returns
-    -------
-    int or None
-
-    Raises
-    ------
-    ValueError
-        ``"seed: expected an integer or None, got ..."``; ``"a non-negative integer"``
-        without ``allow_negative``, without ``"or None"`` unless ``allow_none``.
+    ``allow_negative=False`` where the seed goes to numpy or a MIP solver.
     """
     if seed is None and allow_none:
         return None
@@ -302,20 +147,7 @@ def check_seed(seed: Any, *, allow_none: bool = True, allow_negative: bool = Tru
 
 # ----------------------------------------------------------------------------- arrays
 def check_seeds(seeds: Any, name: str = "seeds") -> tuple[int, ...]:
-    """Return a non-empty sequence of random seeds as a tuple of ``int``.
-
-    Parameters
-    ----------
-    seeds : iterable
-        Python or numpy integers (bools rejected), at least one.
-    name : str, default "seeds"
-        The parameter's name, used in the error message.
-
-    Raises
-    ------
-    ValueError
-        ``"seeds: expected a non-empty sequence of integers, got ..."``.
-    """
+    """Return a non-empty iterable of random seeds as a tuple of ``int``."""
     try:
         values = list(seeds)
     except TypeError:
@@ -326,25 +158,7 @@ def check_seeds(seeds: Any, name: str = "seeds") -> tuple[int, ...]:
 
 
 def as_float_array(value: Any, name: str) -> np.ndarray:
-    """Return ``value`` as a float64 numpy array (any shape; NaN/inf are kept).
-
-    Parameters
-    ----------
-    value : Any
-        Array-like: a numpy array, a list, a pandas object or a torch tensor (detached and
-        moved to the CPU; torch is not imported).
-    name : str
-        The argument's name, used in the error message.
-
-    Returns
-    -------
-    numpy.ndarray of float64
-
-    Raises
-    ------
-    ValueError
-        ``"<name>: expected numbers, got <type> (...)"`` when the conversion fails.
-    """
+    """Return an array-like or a torch tensor (without importing torch) as a float64 array; NaN/inf are kept."""
     if hasattr(value, "detach"):  # torch tensors, without importing torch
         value = value.detach().cpu().numpy()
     try:
@@ -354,15 +168,7 @@ def as_float_array(value: Any, name: str) -> np.ndarray:
 
 
 def check_verbose(value: Any, name: str = "verbose") -> int:
-    """Return a verbosity level as an ``int``: a non-negative integer, or ``True``/``False``
-    (1/0), as scikit-learn's ``verbose``.
-
-    Raises
-    ------
-    ValueError
-        ``"<name>: expected a non-negative integer or True/False, got ..."`` (e.g. for
-        ``"yes"``, a string that would otherwise be truthy).
-    """
+    """Return a verbosity level, a non-negative integer or ``True``/``False`` (1/0), as an ``int``."""
     if _is_bool(value):
         return int(bool(value))
     if not _is_integer(value) or value < 0:
