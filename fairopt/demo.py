@@ -20,7 +20,7 @@ import pandas as pd
 from fairopt import datasets, models
 from fairopt.constraints import DisparateImpact
 from fairopt.evaluation import evaluate
-from fairopt.estimators import SQP_RATE_SURROGATE
+from fairopt.training import SQP_RATE_SURROGATE
 from solvers import StochasticSQP
 
 logger = logging.getLogger(__name__)

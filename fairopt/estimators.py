@@ -55,7 +55,7 @@ from fairopt.held_out import (HeldOutOptions, fit_held_out, generalisation_table
 from fairopt.exceptions import FairnessWarning
 from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
-from fairopt.inputs import sensitive_columns  # re-exported: the old path fairopt.estimators.sensitive_columns
+from fairopt.inputs import sensitive_columns
 from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model
 from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
@@ -65,15 +65,7 @@ from fairopt.evaluation import bound_statuses
 from fairopt.status import fit_status
 from solvers.progress import check_progress
 
-# Names that lived here before the split into training / diagnostics / held_out, kept at
-# their old import path where the repository still imports them from here. ``OutputScale`` (``out -> scale * out + shift``, fixed buffers)
-# lives in fairopt.learners, shared by TorchLearner and FairRegressor.
-from fairopt.diagnostics import poor_fit_message  # noqa: F401
-from fairopt.held_out import candidate_inflations  # noqa: F401
-from fairopt.learners import OutputScale  # noqa: F401
-from fairopt.training import SQP_RATE_SURROGATE  # noqa: F401
-
-__all__ = ["FairClassifier", "FairRegressor", "METHODS", "sensitive_columns"]
+__all__ = ["FairClassifier", "FairRegressor", "METHODS"]
 
 # --------------------------------------------------------------------------------------
 # the estimators

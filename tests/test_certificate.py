@@ -237,7 +237,7 @@ def test_auto_margin_inflation_scales_the_certificate_margin():
 
 
 def test_candidate_inflations_fixed_decreasing_sequence():
-    from fairopt.estimators import candidate_inflations
+    from fairopt.held_out import candidate_inflations
 
     np.testing.assert_allclose(candidate_inflations(7), [2.0, 1.75, 1.5, 1.25, 1.0, 0.75, 0.5])
     np.testing.assert_allclose(candidate_inflations(1), [2.0])

@@ -19,7 +19,9 @@ from torch import nn
 import fairopt
 from fairopt.constraints import Covariance, DemographicParity, DisparateImpact, DistanceCovariance, EqualImpact, GeDI
 from fairopt.data import FairData
-from fairopt.estimators import SQP_RATE_SURROGATE, FairClassifier, FairRegressor, sensitive_columns
+from fairopt.estimators import FairClassifier, FairRegressor
+from fairopt.inputs import sensitive_columns
+from fairopt.training import SQP_RATE_SURROGATE
 from fairopt.exceptions import FairnessWarning
 from fairopt.specs import constraint_from_spec, constraint_to_spec, resolve_constraints
 from solvers import StochasticSQP
@@ -134,7 +136,7 @@ def test_estimator_equals_direct_engine_run(adult, method):
 
     data = FairData.from_arrays(X, y, {"sex": s}, feature_names=[f"x{j}" for j in range(X.shape[1])])
     model = fairopt.models.linear(data.n_features, seed=0)
-    # specs under method="sqp" use the soft rate surrogate (estimators.SQP_RATE_SURROGATE)
+    # specs under method="sqp" use the soft rate surrogate (training.SQP_RATE_SURROGATE)
     constraint = DisparateImpact("sex", delta=delta, **({"surrogate": SQP_RATE_SURROGATE} if method == "sqp" else {}))
     engine = {"sqp": StochasticSQP, "penalty": Penalty, "lagrangian": LagrangianDual}[method](
         epochs=epochs, lr=lr, seed=0)

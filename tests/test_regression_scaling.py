@@ -13,7 +13,7 @@ from sklearn.metrics import r2_score
 
 from fairopt import FairRegressor, FairnessWarning
 from fairopt.constraints import Covariance
-from fairopt.estimators import poor_fit_message
+from fairopt.diagnostics import poor_fit_message
 from fairopt.learners import OutputScale, TorchLearner, scaled_output, target_statistics
 from solvers.losses import scaled_mse_loss
 

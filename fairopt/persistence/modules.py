@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from fairopt import models
-from fairopt.estimators import OutputScale
+from fairopt.learners import OutputScale
 from solvers.boosting import BoostedScores
 
 __all__ = ["load_module", "module_of", "module_payload"]
