@@ -1,18 +1,12 @@
 """GeDI fairness constraint, coarse and fine [GeDI sec 4].
 
-With ``alpha(yhat)`` the least-squares coefficients of the predictions on the centred
-kernel of the protected attribute (:func:`fairopt.measures.gedi.gedi`):
+With ``alpha(yhat)`` the least-squares coefficients of the predictions on the centred kernel of the
+protected attribute (:func:`fairopt.measures.gedi.gedi`):
 
 * coarse: ``GeDI(x, yhat; F) = ||alpha||_1 <= q``                     [GeDI eq 18-20]
 * fine:   ``|alpha_1| <= q`` and ``alpha_j = 0`` for ``j = 2..k``      [GeDI eq 22, 24]
 
-``q`` is ``bound``, or ``bound * GeDI(x, y_train; V^1)`` with ``relative=True`` (the
-paper's protocol uses ``bound = 0.2`` for every kernel order) [GeDI sec 5].
-
-For a classifier (binary task) ``yhat`` is one of two things, chosen by ``target``: the hard
-labels ``1{out > threshold}`` (what the paper reports, [GeDI sec 5]) or the probabilities
-``sigmoid(out)``. Each constraint says which it measures: ``target="labels"`` is named
-``gedi_coarse[age][labels]``, ``target="probabilities"`` ``gedi_coarse[age][probabilities]``.
+``q`` is ``bound``, or ``bound * GeDI(x, y_train; V^1)`` with ``relative=True`` [GeDI sec 5].
 """
 
 from __future__ import annotations
@@ -58,93 +52,52 @@ class _CacheEntry:
 
 
 class GeDI(BaseConstraint):
-    """Generalized Disparate Impact constraint on one numeric protected attribute.
+    """Generalized Disparate Impact constraint on one numeric protected attribute [GeDI eq 16].
 
-    Rows (``lower <= c(out) <= upper``), with ``alpha`` the GeDI coefficients of the
-    batch predictions ``yhat`` [GeDI eq 16]:
+    * coarse: one row ``sum_j sqrt(alpha_j^2 + eps) <= q``. Since ``|a| <= sqrt(a^2 + eps) <= |a| +
+      sqrt(eps)`` the smooth row overestimates ``||alpha||_1`` by at most ``k sqrt(eps)``, so meeting it
+      meets the exact constraint; :meth:`exact` gives ``||alpha||_1``.
+    * fine: ``-q <= alpha_1 <= q`` and ``|alpha_j| <= tol q / (k - 1)`` for ``j = 2..k``. Exact zeros are
+      unattainable for hard predictions, hence the tolerance; split over ``k - 1`` rows it guarantees
+      ``GeDI(V^k) <= (1 + tol) q``.
 
-    * coarse (``fine=False``): ONE row ``sum_j sqrt(alpha_j^2 + eps) <= q``, a smooth
-      upper bound of ``||alpha||_1``: ``|a| <= sqrt(a^2 + eps) <= |a| + sqrt(eps)``, so
-      the surrogate overestimates by at most ``k sqrt(eps)`` (satisfying it implies the
-      exact constraint). Default ``eps = (0.01 q / k)^2``: a bias of at most 1% of ``q``.
-      :meth:`exact` gives the exact ``||alpha||_1``.
-    * fine (``fine=True``): ``k`` rows ``-q <= alpha_1 <= q`` and
-      ``-tol q / (k - 1) <= alpha_j <= tol q / (k - 1)`` for ``j = 2..k``. Exact zeros are
-      unattainable for hard predictions and noisy for mini-batch estimates, so
-      higher-order coefficients get a tolerance; splitting ``tol q`` over the ``k - 1``
-      rows guarantees ``GeDI(V^k) <= (1 + tol) q`` for any feasible point (default
-      ``tol = 0.1``: the fine constraint implies the coarse one up to 10%).
+    ``yhat`` is ``out`` (regression), ``exp(out)`` (Poisson) or, for a binary task, what ``target`` says:
+    ``"labels"`` measures ``1{out > threshold}`` and trains on ``surrogate(out - threshold)``;
+    ``"probabilities"`` measures and trains on ``sigmoid(out)``; None measures the labels but trains on
+    ``sigmoid(out)`` (or ``surrogate``), a loose surrogate of the step. Bounding the probabilities does not
+    bound the labels. An explicit ``target`` is part of the name (``gedi_coarse[age][labels]``).
 
-    Predictions ``yhat``: ``out`` for regression, ``exp(out)`` (the rate) for Poisson, and
-    for ``task="binary"`` what ``target`` says (the rows of :meth:`exact` are the measure
-    the engines check, report and certify; the smooth rows of ``__call__`` are what they
-    train on):
-
-    ============================  ==============================  ==============================
-    ``target``                    exact rows (the measure)        smooth rows (training)
-    ============================  ==============================  ==============================
-    ``"labels"``                  hard labels                     ``surrogate(out - threshold)``,
-                                  ``1{out > threshold}``          default the smoothed step of
-                                                                  :class:`~fairopt.constraints.DisparateImpact`
-    ``"probabilities"``           ``sigmoid(out)``                ``sigmoid(out)``
-    None (default)                hard labels                     ``sigmoid(out)``, or
-                                  ``1{out > threshold}``          ``surrogate(out - threshold)``
-    ============================  ==============================  ==============================
-
-    ``None`` keeps the setting from before ``target`` existed: it reports and checks the
-    hard-label GeDI but trains on the probabilities, a loose surrogate of the step, and
-    leaves the gap to the engines' calibration of the rows on their exact values (on the
-    first Adult fold, 200 epochs, the fine age constraint ended at a constant classifier).
-    ``"labels"`` trains on the smoothed step instead, as the disparate-impact constraints
-    do, so the training rows approach the exact hard-label rows that the engines check.
-    Bounding the probabilities does not bound the labels: with ``"probabilities"`` met on
-    that fold, the hard-label GeDI was 3.7 times the bound. The name says which measure an explicit
-    ``target`` gives (``gedi_coarse[age][labels]``); :attr:`measure` says it for every
-    constraint once set up.
-
-    Mini-batches: the kernel of a batch is built from the batch's own sensitive values
-    with the TRAINING standardisation (mean/sd fixed in :meth:`setup`), centred on the
-    batch, with the batch's own least-squares operator. It is cached per batch object
-    (identity and length; the cache holds a reference so an id is never reused), so
-    full-batch training computes it once.
+    A batch's kernel uses the training standardisation (fixed in :meth:`setup`), centred on the batch, and
+    is cached per batch object.
 
     Parameters
     ----------
     sensitive : str
-        Name of a continuous or binary sensitive feature (``batch.sensitive[name]``).
+        Continuous or binary sensitive feature (``batch.sensitive[name]``).
     degree : int
-        Kernel order ``k`` (1 for a binary attribute: higher powers are collinear).
+        Kernel order ``k`` (1 for a binary attribute: its powers are collinear).
     bound : float
         ``q >= 0``: absolute, or relative to ``GeDI(x, y_train; V^1)`` if ``relative``.
     fine : bool
-        Fine-grained constraint on the coefficients instead of the L1 norm.
+        Constrain the coefficients instead of their L1 norm.
     relative : bool
-        Interpret ``bound`` as a fraction of the training data's ``GeDI(V^1)`` (polynomial
-        order 1 whatever ``degree``/``kernel``, as in the paper's experiments).
+        ``bound`` is a fraction of the training data's ``GeDI(V^1)`` (order 1 whatever ``degree``).
     kernel : {"poly", "fourier"}
         Kernel basis, see :mod:`fairopt.measures.gedi`.
     eps : float or None
-        Smoothing of the coarse L1 row (> 0); None for ``(0.1 q / k)^2`` (``1e-12`` if q=0).
-    surrogate : str, Surrogate or None
-        Binary tasks, hard labels (``target`` "labels" or None): the smooth step of the
-        training rows, ``surrogate(out - threshold)`` (see
-        :func:`fairopt.surrogates.get_surrogate`). None: ``"smoothed_step"`` for
-        ``target="labels"``, the probability ``sigmoid(out)`` for ``target=None``. Not
-        allowed with ``target="probabilities"``.
-    target : {"labels", "probabilities"} or None
-        Binary tasks only: what GeDI measures (table above). A regression or Poisson task
-        has one prediction and takes None (ValueError at :meth:`setup` otherwise).
-    threshold : float
-        Binary tasks, hard labels: the decision threshold on ``out`` (0 on logits is
-        probability 0.5), as in :class:`~fairopt.constraints.DisparateImpact`.
+        Smoothing of the coarse row (> 0); None for ``(0.1 q / k)^2`` (``1e-12`` if ``q = 0``).
     tol : float
-        Fine constraint: total allowance for the higher-order coefficients as a fraction
-        of ``q`` (>= 0).
+        Fine constraint: allowance for the higher-order coefficients as a fraction of ``q`` (>= 0).
     standardize : bool or None
-        Standardise the attribute with the training mean and population sd. None: yes for
-        a continuous attribute, no for a binary one (kept as its 0/1 code, so that
-        ``GeDI(V^1)`` is exactly the regression DIDI and ``bound`` reads as a DIDI
-        [GeDI App. A.4]).
+        Standardise with the training mean and population sd. None: yes unless the attribute is binary
+        (kept 0/1 so that ``GeDI(V^1)`` is the regression DIDI [GeDI App. A.4]).
+    surrogate : str, Surrogate or None
+        Binary task, hard labels: the smooth step of the training rows. None: ``"smoothed_step"`` for
+        ``target="labels"``, ``sigmoid(out)`` for None. Not allowed with ``"probabilities"``.
+    target : {"labels", "probabilities"} or None
+        Binary tasks only (``ValueError`` at :meth:`setup` for the other tasks).
+    threshold : float
+        Binary task: the decision threshold on ``out``.
     """
 
     def __init__(
@@ -189,9 +142,7 @@ class GeDI(BaseConstraint):
         )
         self.name = f"gedi_{'fine' if self.fine else 'coarse'}[{sensitive}]" + (f"[{target}]" if target else "")
         self.measured: str | None = self.target
-        """What :meth:`exact` measures: "labels" or "probabilities" (binary task),
-        "predictions" (regression) or "rates" (Poisson); None until :meth:`setup` when no
-        ``target`` is given."""
+        """What :meth:`exact` measures: "labels", "probabilities", "predictions" or "rates" (after setup)."""
         self.reference: float | None = None
         """``GeDI(x, y_train; V^1)``, the scale of a relative bound (set up; None otherwise)."""
         self.absolute_bound: float | None = None
@@ -204,14 +155,11 @@ class GeDI(BaseConstraint):
 
     # ------------------------------------------------------------------ setup
     def setup(self, data: Any) -> None:
-        """Check the attribute, fix the training standardisation and the absolute bound.
+        """Check the attribute and fix the training standardisation and the absolute bound.
 
-        Raises ``ValueError`` for an unknown or categorical attribute, a binary attribute
-        with ``degree > 1``, a constant attribute, an unsupported task, a ``target`` on a task
-        that is not binary, a training kernel that is rank deficient, or data with per-row
-        weights (``data.weights``: GeDI has no
-        weighted version yet; ignoring the weights would constrain another measure than the
-        one the weighted training optimises).
+        Raises ``ValueError`` for an unknown, categorical or constant attribute, a binary one with
+        ``degree > 1``, an unsupported task, a ``target`` on a non-binary task, a rank-deficient training
+        kernel, or weighted data (GeDI has no weighted version).
         """
         require_unweighted(data, "GeDI")
         x = self._sensitive_values(data)
@@ -316,8 +264,7 @@ class GeDI(BaseConstraint):
         return out
 
     def coefficients(self, out: torch.Tensor, batch: Any, hard: bool = False) -> torch.Tensor:
-        """``alpha`` (k,) of the batch predictions (float64): those of the smooth rows, or with
-        ``hard`` those of the exact rows (the measure, class doc; no useful gradient)."""
+        """``alpha`` (k,) of the smooth rows' predictions, or with ``hard`` of the measured ones (float64)."""
         return self._basis(batch).coefficients(self._predictions(out, batch, hard))
 
     # ------------------------------------------------------------------ rows
@@ -328,9 +275,7 @@ class GeDI(BaseConstraint):
         return rows.to(out.dtype)
 
     def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
-        """Exact rows of the measured predictions (:attr:`measured`: hard labels
-        ``1{out > threshold}`` or probabilities for a classifier, class doc): ``[||alpha||_1]``
-        (coarse) or ``alpha`` (fine)."""
+        """Exact rows of the measured predictions (:attr:`measured`): ``[||alpha||_1]`` (coarse) or ``alpha`` (fine)."""
         with torch.no_grad():
             alpha = self.coefficients(out, batch, hard=True)
             rows = alpha if self.fine else alpha.abs().sum().reshape(1)
@@ -339,21 +284,16 @@ class GeDI(BaseConstraint):
     # ------------------------------------------------------------------ the bounded measure
     @property
     def measure(self) -> str:
-        """The measure the bound argument bounds, with what it is measured on:
-        ``gedi_coarse[age][labels]`` (the name, plus :attr:`measured` once set up for a
-        binary task without an explicit ``target``)."""
+        """The bounded measure's name, with :attr:`measured` appended for a binary task without ``target``."""
         if self.target is None and self.measured in TARGETS:
             return f"{self.name}[{self.measured}]"
         return self.name
 
     def realised(self, out: torch.Tensor, batch: Any) -> float:
-        """The exact value on ``batch`` of the measure ``bound`` bounds (``bound_sense`` upper).
+        """The exact value of the measure ``bound`` bounds (from above).
 
-        Coarse: ``||alpha||_1`` [GeDI eq 17]; fine: the smallest ``q`` whose rows the
-        coefficients meet, ``max(|alpha_1|, max_{j >= 2} |alpha_j| (k - 1) / tol)`` (infinite
-        if ``tol = 0`` and some ``alpha_j != 0``). With ``relative=True`` divided by
-        :attr:`reference` = ``GeDI(x, y_train; V^1)``, the scale of ``bound``. ``alpha``
-        is that of :meth:`exact` (hard labels or probabilities, :attr:`measured`).
+        Coarse: ``||alpha||_1`` [GeDI eq 17]; fine: the smallest ``q`` the coefficients meet,
+        ``max(|alpha_1|, max_{j >= 2} |alpha_j| (k - 1) / tol)``. Divided by :attr:`reference` when ``relative``.
         """
         alpha = self.exact(out, batch).to(torch.float64).abs().cpu()
         if not self.fine:
@@ -372,41 +312,19 @@ class GeDI(BaseConstraint):
     def target_encoding(self, batch: Any) -> LinearEncoding:
         """The constraint as linear rows on a target vector ``z`` (n,) [GeDI eq 19-20, 54].
 
-        All rows are divided by ``n`` (covariance scale). ``Ft`` is the batch kernel, centred,
-        ``G = Ft'Ft / n``; since the columns of ``Ft`` have zero mean,
-        ``Ft'(z - mean z) = Ft' z``, so centring ``z`` needs no extra rows.
+        Rows are divided by ``n``. ``Ft`` is the centred batch kernel and ``G = Ft'Ft / n``; its columns have
+        zero mean, so ``Ft'(z - mean z) = Ft' z``. Coarse, with auxiliaries ``a = [alpha (free), t (>= 0)]``::
 
-        Coarse, auxiliary variables ``a = [alpha (k, free), t (k, >= 0)]``::
+            G alpha - Ft' z / n = 0,   t_j - alpha_j >= 0,   t_j + alpha_j >= 0,   sum_j t_j <= q
 
-            G alpha - Ft' z / n = 0              (k rows: the normal equations)
-            t_j - alpha_j >= 0,  t_j + alpha_j >= 0
-            sum_j t_j <= q                        (exact ||alpha||_1 <= q)
+        Fine, covariance form (``v = G_11``, ``c_j = G_j1``)::
 
-        Fine, covariance form without auxiliary variables (``F_1`` the first column,
-        ``v = var(F_1) = G_11``, ``c_j = cov(F_j, F_1) = G_j1``)::
+            -q v <= cov(F_1, z) <= q v,   c_j cov(F_1, z) - v cov(F_j, z) = 0  (j = 2..k)
 
-            -q v <= cov(F_1, z) <= q v
-            c_j cov(F_1, z) - v cov(F_j, z) = 0   for j = 2..k
-
-        Equivalence with ``alpha = (alpha_1, 0, ..., 0)``, ``|alpha_1| <= q``: the normal
-        equations ``G alpha = Ft'z / n`` have a unique solution when ``Ft`` has full rank.
-        If ``alpha = a e_1`` they read ``c_j a = cov(F_j, z)`` for all ``j``; row 1 gives
-        ``a = cov(F_1, z) / v`` and substituting it in rows ``j >= 2`` gives the equalities
-        above. Conversely, if the equalities hold, ``a e_1`` with that ``a`` solves the normal
-        equations, hence is THE solution. This holds for any ``k`` and any correlation
-        between the kernel columns (correlated powers included) [GeDI App. B.1]. The
-        projection enforces the higher-order coefficients exactly (``tol`` is not used):
-        a solution is feasible for the rows of this constraint for every ``tol >= 0``.
-
-        For a classifier ``z`` holds the 0/1 target labels of Moving Targets: the rows
-        constrain the labels' GeDI (``target`` "labels" or None).
-
-        Fine, binary task, ``k >= 2``: the ``k - 1`` equalities admit no 0/1 vector in
-        general (on Adult/age neither HiGHS nor Gurobi found a feasible point in 20 s for
-        ``k = 2`` on 1,500 rows), so the rows are the coefficients themselves,
-        ``alpha = G^{-1} Ft' z / n`` (no auxiliary variables), with the bounds of the fine
-        rows: ``|alpha_1| <= q``, ``|alpha_j| <= tol q / (k - 1)`` for ``j >= 2``. A 0/1
-        vector meets them exactly when its GeDI coefficients meet this constraint's rows.
+        For full-rank ``Ft`` these hold exactly when the unique solution of the normal equations is
+        ``alpha = (a, 0, ..., 0)`` with ``|a| <= q`` [GeDI App. B.1]; they enforce the higher orders exactly
+        (``tol`` unused). For a binary task with ``k >= 2`` the equalities admit no 0/1 vector in general, so
+        the rows are the coefficients ``alpha = G^{-1} Ft' z / n`` with the fine rows' bounds.
         """
         basis = self._basis(batch)
         ft = basis.centred.numpy()

@@ -1,73 +1,33 @@
 """Group-rate fairness constraints ([SQP] sec 2-3): disparate impact, equal impact, demographic parity.
 
-Every constraint here (and :class:`~fairopt.constraints.covariance.Covariance`, built on the same
-machinery in :mod:`fairopt.constraints.rows`) is linear in one transformed output per row. With
-``t = out - threshold`` and a surrogate ``phi`` (:mod:`fairopt.surrogates`), the smooth rows
-are
+Every constraint here is linear in one transformed output per row. With ``t = out - threshold`` and a
+surrogate ``phi`` (:mod:`fairopt.surrogates`) the smooth rows are
 
 ``c(out) = D @ (W @ phi(t))``,
 
-where ``W`` (``G x n``) holds group-membership weights normalised to means
-(``W[g, i] = 1{i in g} / n_g``, so ``(W @ phi)_g = P_g``, the mean of ``phi`` over group
-``g``) and ``D`` (``m x G``) combines the group means into rows (e.g. ``delta * P_0 - P_1``).
-:meth:`exact` evaluates the same rows with ``phi`` replaced by the hard step
-``1{out > threshold}``, and :meth:`target_encoding` returns ``D @ W`` as linear rows on a
-vector of hard labels ``z``. ``W`` and ``D`` depend only on the batch; they are built once per
-batch with ``one_hot`` (no Python loop over data rows, no boolean indexing) and cached, so the
-per-iteration cost is two matrix-vector products.
+``W`` (``G x n``) holding the group means (``W[g, i] = w_i 1{i in g} / sum_{j in g} w_j``, ``w_i = 1``
+without ``batch.weights``; integer weights act as repeated rows) and ``D`` (``m x G``) combining them
+into rows (e.g. ``delta * P_0 - P_1``). :meth:`exact` replaces ``phi`` by ``1{out > threshold}``;
+:meth:`target_encoding` returns ``D @ W`` as rows linear in hard labels ``z``. ``W`` and ``D`` depend
+only on the batch, so they are built once per batch and cached (keyed on ``id(batch)``, its length and
+``out``'s dtype/device; a batch must not change in place after first use).
 
-Weighted rows: when the batch carries per-row weights ``w_i >= 0`` (``batch.weights``, e.g.
-:attr:`fairopt.FairData.weights`), every group mean is the weighted mean
+Groups (``sensitive``: one attribute or several, binary or codes ``0..K-1``):
 
-``P_g = sum_{i in g} w_i phi_i / sum_{i in g} w_i``,
+- ``K = 2``: group 1 against group 0 ([SQP] eq 5, Thm 2.1);
+- ``K > 2``, ``groups="one_vs_rest"`` (default): each group against the rows not in it (``K``
+  comparisons; two groups can each be within ``delta`` of their complements yet ``delta^2`` apart);
+- ``groups="pairwise"``: every pair ``g < h``, ``K (K - 1) / 2`` comparisons;
+- several attributes: the intersection cells in row-major order (last attribute fastest), or with
+  ``groups="marginal"`` each attribute on its own groups, blocks concatenated.
 
-i.e. ``W[g, i] = w_i 1{i in g} / sum_{j in g} w_j``; with integer weights this is the rate
-on the data with row ``i`` repeated ``w_i`` times. The same weights enter :meth:`exact`
-(weighted hard rates), :meth:`target_encoding` (rows linear in ``z`` with the weighted
-``W``) and :meth:`partial_sums` (weighted sums ``sum_{i in g} w_i phi_i`` and weighted counts
-``sum_{i in g} w_i``, still additive over row shards). A group whose rows all have weight 0
-counts as empty (below). Without weights nothing changes (``w_i = 1``, computed exactly as
-before).
+Conditioned blocks (:class:`EqualImpact`, :mod:`fairopt.constraints.conditional`) take the means over
+rows with one label (``y = 1``: true-positive rates, ``y = 0``: false-positive rates); several labels
+stack masked blocks in ``W`` with a block-diagonal ``D``.
 
-Groups
-------
-``sensitive`` names one attribute or several (``batch.sensitive[name]``; binary 0/1 or
-categorical codes ``0..K-1``):
-
-- a binary attribute (or any grouping with ``K = 2`` groups) gives one comparison: group 1
-  against group 0 ([SQP] eq 5 and Thm 2.1 use exactly these two rates);
-- ``K > 2`` groups, ``groups="one_vs_rest"`` (default): each group ``g`` against the rows
-  not in ``g`` - ``K`` comparisons, so the number of rows grows linearly in ``K``, and each
-  group's rate is compared with the population it is excluded from (the usual reading of
-  "group vs rest" disparate impact). It does not bound every pair of groups: two groups can
-  each be within ``delta`` of their complements yet about ``delta^2`` of each other;
-- ``groups="pairwise"``: every unordered pair ``{g, h}``, ``g < h`` (group ``h`` against
-  group ``g``) - ``K (K - 1) / 2`` comparisons, bounding every pair;
-- several attributes: the groups are the intersection cells of their levels, in row-major
-  order of the listed attributes (the last attribute varies fastest, like
-  ``itertools.product``), compared one-vs-rest or pairwise as above; with
-  ``groups="marginal"`` each attribute is instead constrained on its own groups (its pair
-  if ``K = 2``, else one-vs-rest) and the row blocks are concatenated in the listed order.
-
-Conditioned blocks: :class:`EqualImpact` and the constraints of
-:mod:`fairopt.constraints.conditional` (equal opportunity, false-positive-rate parity,
-equalized odds) take the group means over the rows with a given label only (``y = 1``:
-true-positive rates, ``y = 0``: false-positive rates). A constraint may condition on
-several labels (equalized odds: both); each label is a block with its own sides, ``W``
-stacks the blocks' masked memberships and ``D`` is block diagonal, so the rows of all
-blocks share one operator.
-
-Empty groups: a group with no rows in a batch (no rows with the conditioning label for
-the conditioned constraints) has no defined mean. Every row that compares it is set to 0 ("no
-information": the row is satisfied and has zero gradient) instead of being dropped, so the
-number of rows never depends on the batch. This is logged at debug level for each new batch,
-and :meth:`setup` warns (:class:`~fairopt.exceptions.FairnessWarning`) when it happens on the
-training data itself.
-
-The cache keeps the operators of the last few batches, keyed on ``id(batch)``,
-``len(batch)`` and the dtype/device of ``out``; each entry holds a reference to its batch so
-that no other object can take the same id while it is cached. It assumes a batch is not
-modified in place after first use.
+Empty groups: a row comparing a group without rows in the batch is set to 0 (satisfied, no gradient)
+rather than dropped, so the number of rows never depends on the batch; :meth:`setup` warns
+(:class:`~fairopt.exceptions.FairnessWarning`) when this happens on the training data.
 """
 
 from __future__ import annotations
@@ -111,8 +71,7 @@ class RowTemplate:
 
 
 def ratio_templates(delta: float) -> list[RowTemplate]:
-    """The ratio rows of one comparison: ``delta * P_ref - P_focus <= 0`` and
-    ``delta * P_focus - P_ref <= 0`` (both rates within a ratio ``delta``)."""
+    """Ratio rows of one comparison: ``delta * P_ref - P_focus <= 0`` and ``delta * P_focus - P_ref <= 0``."""
     return [
         RowTemplate(-1.0, delta, -math.inf, 0.0, f"{delta:g}*P[{{ref}}]-P[{{focus}}]"),
         RowTemplate(delta, -1.0, -math.inf, 0.0, f"{delta:g}*P[{{focus}}]-P[{{ref}}]"),
@@ -125,13 +84,7 @@ def difference_templates(bound: float) -> list[RowTemplate]:
 
 
 def label_mask(batch: Any, label: int, who: str) -> torch.Tensor:
-    """``1{y_i = label}`` (float64, ``(n,)``) from the batch's 0/1 labels ``batch.y``.
-
-    Raises
-    ------
-    ValueError
-        ``batch.y`` missing, of the wrong shape, or not 0/1 (``who`` names the constraint).
-    """
+    """``1{y_i = label}`` (float64, ``(n,)``) from ``batch.y``; ``ValueError`` naming ``who`` unless 0/1 of length n."""
     y = getattr(batch, "y", None)
     if not isinstance(y, torch.Tensor) or y.shape != (len(batch),):
         raise ValueError(f"y: {who} needs a 0/1 tensor batch.y of shape ({len(batch)},)")
@@ -167,14 +120,11 @@ def _comparisons(partitions: Sequence[Partition], pairwise: bool) -> tuple[list[
 
 
 class GroupRateConstraint(LinearRowsConstraint):
-    """Rows that are linear combinations of two group means ``P_focus``, ``P_ref`` per comparison.
+    """Rows that combine two group means ``P_focus``, ``P_ref`` per comparison.
 
-    The common base of :class:`DisparateImpact`, :class:`DemographicParity` and the
-    conditioned rates of :mod:`fairopt.constraints.conditional` (group rate constraints,
-    certified in closed form by :mod:`fairopt.certificate`). A subclass gives its row
-    templates (:func:`ratio_templates` or :func:`difference_templates`) and, to condition
-    on labels, a row mask (:meth:`_row_mask`) or one mask per labelled block
-    (:meth:`_block_labels`, :meth:`_row_masks`).
+    Base of :class:`DisparateImpact`, :class:`DemographicParity` and :mod:`fairopt.constraints.conditional`.
+    A subclass gives its row templates and, to condition on labels, a row mask (:meth:`_row_mask`) or one
+    mask per labelled block (:meth:`_block_labels`, :meth:`_row_masks`).
     """
 
     def _row_templates(self) -> list[RowTemplate]:  # pragma: no cover - abstract
@@ -182,9 +132,7 @@ class GroupRateConstraint(LinearRowsConstraint):
 
     @property
     def rate_form(self) -> str:
-        """``"ratio"`` (rows ``delta * P_r - P_f <= 0``, attribute ``delta``) or
-        ``"difference"`` (rows ``-bound <= P_f - P_r <= bound``, attribute ``bound``): the
-        ratio form when the constraint has a ``delta`` that is not None."""
+        """``"ratio"`` (rows ``delta * P_r - P_f <= 0``) when the constraint has a ``delta``, else ``"difference"``."""
         return "ratio" if getattr(self, "delta", None) is not None else "difference"
 
     def _row_mask(self, batch: Any) -> torch.Tensor | None:
@@ -192,8 +140,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         return None
 
     def _block_labels(self) -> tuple[str, ...]:
-        """One label per conditioned block of sides and rows (module doc); ``""`` for the
-        single unlabelled block of the unconditioned and the one-mask constraints."""
+        """One label per conditioned block; ``""`` for the single unlabelled block."""
         return ("",)
 
     def _row_masks(self, batch: Any) -> list[torch.Tensor | None]:
@@ -243,8 +190,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         return torch.cat(blocks).to(FLOAT64)
 
     def _side_membership(self, batch: Any) -> torch.Tensor:
-        """Unweighted 0/1 membership ``(G, n)`` of every side of every block (float64): the side's
-        group membership times the block's row mask (e.g. ``y = 1`` for :class:`EqualImpact`)."""
+        """0/1 membership ``(G, n)`` of every side of every block: group membership times the block's row mask."""
         groups = self._membership(batch)
         blocks = [groups if mask is None else groups * mask for mask in self._row_masks(batch)]
         return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
@@ -259,32 +205,19 @@ class GroupRateConstraint(LinearRowsConstraint):
         return W, self._informed_rows(counts, FLOAT64)
 
     def _informed_rows(self, counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """``D`` with the rows that compare an empty side (``counts == 0``) set to 0
-        (module doc, "Empty groups")."""
+        """``D`` with the rows that compare an empty side (``counts == 0``) set to 0."""
         if bool((counts > 0).all()):  # every side has rows (the usual case): D as it is
             return self._D.to(dtype, copy=True)
         informed = (counts[self._focus] > 0) & (counts[self._ref] > 0)
         return self._D.to(dtype) * informed.repeat_interleave(self._n_templates).to(dtype)[:, None]
 
     def partial_sums(self, out: torch.Tensor, batch: Any, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-group sums of ``phi(out - threshold)`` and group counts on ``batch``.
+        """Per-side sums ``M @ phi(out - threshold)`` and counts ``M @ 1`` on ``batch``.
 
-        ``sums = M @ phi(out - threshold)`` and ``counts = M @ 1`` with ``M`` (``G x n``) the
-        unnormalised 0/1 membership of every side (group or complement, masked to the
-        conditioning label of its block for the conditioned constraints, e.g. ``y = 1`` for
-        :class:`EqualImpact`); ``M`` is read off the cached operator ``W = M / n_g``. With
-        row weights ``w`` (module doc) ``M[g, i] = w_i 1{i in g}``: the weighted sums
-        ``sum_{i in g} w_i phi_i`` and the weighted counts ``sum_{i in g} w_i``.
-        Both are additive over disjoint row shards, so a sum over shards followed by
-        :meth:`from_sums` reproduces ``self(out, data)`` on their union (data-parallel SQP,
-        :mod:`solvers.distributed`). ``exact=True`` uses the hard step ``1{out > threshold}``.
-
-        Returns
-        -------
-        sums : Tensor (G,)
-            In ``out``'s dtype, differentiable in ``out`` (unless ``exact``).
-        counts : Tensor (G,)
-            Rows per side, same dtype, no gradient.
+        ``M[g, i] = w_i 1{i in g}`` is the unnormalised membership (masked by the block's label). Both are
+        additive over disjoint row shards, so summing over shards and calling :meth:`from_sums` reproduces
+        ``self(out, data)`` on their union (data-parallel SQP). ``exact=True`` uses ``1{out > threshold}``;
+        ``sums`` is differentiable in ``out`` otherwise, ``counts`` never.
         """
         out = check_out(out, batch)
         W, _ = self._operator(batch, out.dtype, out.device)
@@ -297,50 +230,28 @@ class GroupRateConstraint(LinearRowsConstraint):
         return sums, membership.sum(dim=1)
 
     def strata(self, batch: Any) -> torch.Tensor:
-        """One code per row: rows with equal codes belong to the same sides (groups, complements
-        and conditioning labels) and have nonzero weight alike.
+        """One code per row; rows with equal codes share their sides and have nonzero weight alike.
 
-        Then ``dc/d out_i = phi'(out_i - threshold) D W[:, i]`` with ``W[g, i] = w_i 1{i in g} / n_g``
-        points the same way for every row of a stratum, which the stratified pullback of the SQP
-        engine uses (``solvers.strata``: two backward passes in all instead of one per row)."""
+        ``dc/d out_i = phi'(out_i - threshold) D W[:, i]`` then points the same way for every row of a stratum,
+        which the stratified pullback of the SQP engine uses (two backward passes instead of one per row).
+        """
         W, _ = self._operator(batch, FLOAT64, torch.device("cpu"))
         return row_codes((W != 0).T)
 
     def rows_and_factors(self, out: torch.Tensor, batch: Any, strata: RowStrata) -> RowFactors | None:
-        """The smooth and the exact rows, and their Jacobian in the outputs as factors per stratum,
-        without gradient (:class:`solvers.problem.RowFactors`).
+        """Smooth and exact rows with their Jacobian as factors per stratum (:class:`solvers.problem.RowFactors`).
 
-        ``strata`` (:class:`solvers.strata.RowStrata`) gives each row of ``batch`` a stratum of
-        :meth:`strata` (rows in the same sides with nonzero weight alike), in any row order. Every row
-        ``i`` of stratum ``k`` then has ``W[:, i] = w_i M[:, k] / n`` with ``M[:, k]`` the 0/1
-        membership of the stratum's sides (read off its representative row, ``strata.representatives``,
-        through the operator cache: once per representatives object) and ``n_g = sum_k M[g, k] S_k(w)``
-        the weighted side counts from the per-stratum sums ``S_k(x) = sum_{i in k} x_i``. With
-        ``coef[:, k] = D M[:, k] / n`` (0 for a stratum of rows without weight):
-
-        - smooth rows ``c = coef @ S(w * phi(out - threshold))`` (the values of :meth:`__call__`),
-        - exact rows ``coef @ S(w * 1{out > threshold})`` (those of :meth:`exact`),
-        - ``dc/d out_i = coef[:, k] v_i`` for row ``i`` of stratum ``k``, ``v_i = w_i phi'(out_i - threshold)``,
-
-        the sums in float64. The same numbers as :meth:`rows_and_jacobian` and :meth:`exact` up to
-        rounding, in ``O(n)`` work and memory and without the ``G x n`` operator of the batch (a
-        mini-batch drawn at random needs no operator of its own); members with one surrogate and
-        threshold share ``phi``, ``v`` and the sums (``solvers.problem.shared_value``).
-
-        Parameters
-        ----------
-        out : tensor (n,)
-            Model outputs on ``batch``.
-        batch : FairData-like
-            The rows.
-        strata : RowStrata
-            The stratum of every row.
+        Row ``i`` of stratum ``k`` has ``W[:, i] = w_i M[:, k] / n`` with ``M[:, k]`` the stratum's 0/1 side
+        membership and ``n_g = sum_k M[g, k] S_k(w)``, ``S_k(x) = sum_{i in k} x_i``. With
+        ``coef[:, k] = D M[:, k] / n``: smooth rows ``coef @ S(w * phi)``, exact rows
+        ``coef @ S(w * 1{out > threshold})`` and ``dc/d out_i = coef[:, k] w_i phi'(out_i - threshold)``:
+        ``O(n)`` work and no ``G x n`` operator per mini-batch.
 
         Returns
         -------
         RowFactors or None
-            None when the closed form does not apply (:attr:`jacobian_direction` is None, or a
-            subclass redefines :meth:`exact`)."""
+            None when the closed form does not apply (no :attr:`jacobian_direction`, or a redefined :meth:`exact`).
+        """
         if self.jacobian_direction is None or type(self).exact is not LinearRowsConstraint.exact:
             return None
         source = out
@@ -359,8 +270,7 @@ class GroupRateConstraint(LinearRowsConstraint):
 
     def _shared_stratum_sums(self, source: Any, out: torch.Tensor, strata: RowStrata,
                              weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Float64 per-stratum sums (s,) of ``w * phi(t)`` and ``w * 1{t > 0}`` (``t = out - threshold``) and
-        ``v = w * phi'(t)`` (n,), once per constraint-set evaluation for members that share them."""
+        """Per-stratum sums of ``w * phi(t)``, ``w * 1{t > 0}`` and ``v = w * phi'(t)``, shared by members alike."""
         def stratum_sums() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             phi, slope = self._shared_transform_and_slope(source, out)
             step = self._transform(out - self.threshold, exact=True)
@@ -371,13 +281,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         return shared_value((self.jacobian_direction, "stratum sums", id(strata)), source, stratum_sums)
 
     def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """Rows ``D @ (sums / counts)`` from group sums and counts over the whole data
-        (weighted sums and counts for weighted rows: then ``sums / counts`` are the weighted
-        group means).
-
-        Rows comparing a side with ``counts == 0`` are 0, exactly as in :meth:`__call__`
-        (module doc, "Empty groups"). Differentiable in ``sums``; shape ``(m,)``.
-        """
+        """Rows ``D @ (sums / counts)`` from side sums and counts over the whole data; empty sides give 0 rows."""
         if getattr(self, "_D", None) is None:
             raise ValueError(f"{self.name}: call setup(data) before from_sums (the rows are sized from the data)")
         G = self._D.shape[1]
@@ -393,13 +297,10 @@ class GroupRateConstraint(LinearRowsConstraint):
         return "lower" if self.rate_form == "ratio" else "upper"
 
     def realised_from_rates(self, rates: Any, counts: Any) -> float:
-        """The bounded measure from the side rates ``P`` and side counts (``G,`` each).
+        """The bounded measure from the side rates and counts, over the compared pairs whose sides have rows.
 
-        Over the compared pairs (focus ``f``, reference ``r``) whose sides both have rows:
-        ratio form, ``min min(P_f / P_r, P_r / P_f)`` (two zero rates are equal: 1; one
-        zero rate: 0), 1.0 when no pair has rows; difference form, ``max |P_f - P_r|``, 0.0
-        when no pair has rows. This is the value ``delta`` (from below) or ``bound`` (from
-        above) is compared with, and the ``realised`` of a held-out certificate.
+        Ratio form: ``min min(P_f / P_r, P_r / P_f)`` (two zero rates: 1; one: 0; no pair: 1.0). Difference
+        form: ``max |P_f - P_r|`` (no pair: 0.0).
         """
         P = torch.as_tensor(rates, dtype=FLOAT64).reshape(-1).tolist()
         n = torch.as_tensor(counts, dtype=FLOAT64).reshape(-1).tolist()
@@ -409,22 +310,17 @@ class GroupRateConstraint(LinearRowsConstraint):
         return min((_pair_ratio(P[f], P[r]) for f, r in pairs), default=1.0)
 
     def realised(self, out: torch.Tensor, batch: Any) -> float:
-        """The exact bounded measure on ``batch``: :meth:`realised_from_rates` of the hard
-        rates ``1{out > threshold}`` of every side (weighted means with row weights), e.g.
-        the disparate-impact ratio ``min(P_1 / P_0, P_0 / P_1)`` of a binary attribute."""
+        """:meth:`realised_from_rates` of the hard (weighted) rates ``1{out > threshold}`` of every side."""
         with torch.no_grad():
             sums, counts = self.partial_sums(out, batch, exact=True)
         sums, counts = sums.to(FLOAT64).cpu(), counts.to(FLOAT64).cpu()
         return self.realised_from_rates(sums / positive_counts(counts), counts)
 
     def target_encoding(self, batch: Any) -> LinearEncoding:
-        """The rows as linear (in)equalities on hard labels ``z`` (n,): ``lower <= (D W) z <= upper``.
+        """The rows as linear (in)equalities on hard labels ``z``: ``lower <= (D W) z <= upper``.
 
-        Replacing ``phi(t_i)`` by ``z_i`` in the group means gives rows linear in ``z``; e.g.
-        for disparate impact with binary ``S``:
-        ``delta * sum_{S=0} z / n_0 - sum_{S=1} z / n_1 <= 0`` and the symmetric row (with
-        row weights: ``delta * sum_{S=0} w z / sum_{S=0} w - sum_{S=1} w z / sum_{S=1} w <= 0``).
-        On ``z = 1{out > threshold}`` the rows equal :meth:`exact`.
+        E.g. disparate impact with binary ``S``: ``delta * sum_{S=0} w z / sum_{S=0} w - sum_{S=1} w z /
+        sum_{S=1} w <= 0`` and its mirror; on ``z = 1{out > threshold}`` the rows equal :meth:`exact`.
         """
         W, D = self._operator(batch, FLOAT64, torch.device("cpu"))
         return LinearEncoding(
@@ -437,36 +333,22 @@ class GroupRateConstraint(LinearRowsConstraint):
 
 
 class DisparateImpact(GroupRateConstraint):
-    r"""Disparate impact: the positive rates of two groups within a ratio ``delta`` ([SQP] eq 5).
+    r"""Disparate impact: positive rates within a ratio ``delta`` ([SQP] eq 5).
 
-    For binary ``S`` with ``P_s`` the mean of ``phi(out - threshold)`` over group ``s``:
-
-    ``delta * P_0 - P_1 <= 0`` and ``delta * P_1 - P_0 <= 0``,
-
-    i.e. ``min(P_0 / P_1, P_1 / P_0) >= delta`` (the four-fifths rule at ``delta = 0.8``).
-    With ``K > 2`` groups, intersections and ``groups="marginal"``, every comparison
-    (focus ``f``, reference ``r``) contributes the pair ``delta * P_r - P_f <= 0``,
-    ``delta * P_f - P_r <= 0`` (module doc). :meth:`exact` uses the hard rates
-    ``mean(1{out > threshold})``, whose realised ratio is the DI reported by the evaluation.
+    ``delta * P_0 - P_1 <= 0`` and ``delta * P_1 - P_0 <= 0``, i.e. ``min(P_0 / P_1, P_1 / P_0) >= delta``
+    (the four-fifths rule at 0.8), per comparison for more groups (module doc).
 
     Parameters
     ----------
     sensitive : str or list of str
-        Binary or categorical sensitive attribute(s) (``batch.sensitive``); a list gives
-        intersection cells (or separate attributes with ``groups="marginal"``).
+        Sensitive attribute(s) in ``batch.sensitive``; a list gives intersection cells.
     delta : float, default 0.8
         Ratio in ``(0, 1]``.
     surrogate : str or Surrogate, default "smoothed_step"
         See :func:`fairopt.surrogates.get_surrogate`.
     threshold : float, default 0.0
-        Decision threshold on ``out`` (0 for logits).
+        Decision threshold on ``out``.
     groups : {"one_vs_rest", "pairwise", "marginal"}, default "one_vs_rest"
-
-    Raises
-    ------
-    ValueError
-        ``delta`` outside ``(0, 1]``, an unknown ``surrogate``/``groups``, or (at setup/call) an
-        unknown or continuous sensitive attribute.
     """
 
     _prefix = "disparate_impact"
@@ -491,12 +373,7 @@ class DisparateImpact(GroupRateConstraint):
 
 
 class EqualImpact(DisparateImpact):
-    r"""Equal impact: :class:`DisparateImpact` on the rows with ``y = 1`` ([SQP] sec 2.2).
-
-    ``delta * P(yhat = 1 | Y = 1, S = 0) <= P(yhat = 1 | Y = 1, S = 1)`` and the symmetric
-    row, with the rates estimated over the rows of each group that have ``y = 1``
-    (``batch.y`` must be 0/1). Same parameters as :class:`DisparateImpact`.
-    """
+    r"""Equal impact: :class:`DisparateImpact` on the rows with ``y = 1`` ([SQP] sec 2.2)."""
 
     _prefix = "equal_impact"
 
@@ -507,10 +384,7 @@ class EqualImpact(DisparateImpact):
 class DemographicParity(GroupRateConstraint):
     r"""Demographic parity: ``-bound <= P_1 - P_0 <= bound`` ([SQP] eq 2).
 
-    For ``K > 2`` groups, one row ``P_g - P_rest`` per group (one-vs-rest) or ``P_h - P_g``
-    per pair (pairwise); see the module doc. ``P`` are surrogate means of
-    ``phi(out - threshold)``; :meth:`exact` uses hard predictions. [SQP] Thm 2.1: a bounded
-    surrogate with ``|c_dp| <= bound`` and all ``phi`` within ``gamma`` of 0 or 1 gives a hard
+    [SQP] Thm 2.1: ``|c_dp| <= bound`` with every ``phi`` within ``gamma`` of 0 or 1 gives a hard
     difference of at most ``bound + 2 gamma``.
 
     Parameters
