@@ -9,33 +9,17 @@ experiments ([GeDI] App. B.3, eq 56-57)::
         z_t = argmin_{z in C}  L(z, p_{t-1}) + alpha_t L(z, y)        (master, eq 56)
         learner.fit(X, z_t);   p_t = learner.predict(X)               (learner, eq 57)
 
-``C`` is the set of target vectors that satisfy every constraint's linear target encoding
-(:meth:`Constraint.target_encoding`). Classification: ``z`` binary, ``p`` the learner's hard
-labels and ``L`` the Hamming distance (fraction of disagreeing rows), so the master is a
-mixed-integer LINEAR program; the rows ``1 <= sum z <= n - 1`` are added so that the learner
-always sees both classes. Regression: ``z`` real, ``L`` the mean squared error, a convex QP.
-Masters are solved by :func:`solvers.projection.project_targets`: for group rates of unweighted
-hard labels by the exact count search (top-k by cost within each group,
-:mod:`solvers.projection.topk`; ties broken by the learner's score), else HiGHS / OSQP / Gurobi.
+``C`` is the set of targets that meet every constraint's linear :meth:`Constraint.target_encoding`.
+Classification: ``z`` binary, ``p`` hard labels, ``L`` the Hamming distance, a mixed-integer linear
+master, with ``1 <= sum z <= n - 1`` so that the learner sees both classes. Regression: ``z`` real,
+``L`` the mean squared error, a convex QP. :func:`solvers.projection.project_targets` solves the
+masters (group rates of unweighted hard labels by the exact count search, else HiGHS/OSQP/Gurobi).
 
-The learner is any object with ``fit(X, y)`` and ``predict(X)`` (or ``predict_proba`` for a
-classifier): scikit-learn estimators as they are, torch models through
-``fairopt.learners.TorchLearner``. It is trained in place.
-
-Weighted rows: when ``data`` carries per-row weights ``w`` (``data.weights``, see
-:class:`solvers.problem.Batch`), every learner fit is weighted (``learner.fit(X, z,
-sample_weight=w)``: the weighted loss ``sum_i w_i l_i / sum_i w_i``), the constraints'
-target encodings and exact values are their weighted ones (the constraints read the
-weights), and the learner score that picks the returned iteration is the weighted accuracy
-or ``R^2``. The master's distance terms ``L(z, p)`` and ``L(z, y)`` stay UNWEIGHTED (plain
-Hamming distance or mean squared error over the rows): the projection only has to find
-feasible targets close to the predictions, and the weighted refit then fits them with the
-weighted loss.
-
-Constraint values are reported with :meth:`Constraint.exact` on the targets and on the
-predictions. For classification the hard labels ``l`` are passed as the outputs ``2 l - 1``
-(+-1), so a constraint that thresholds outputs at any value in ``(-1, 1)`` (0 for logits,
-the default) reads the labels themselves.
+The learner is any object with ``fit(X, y)`` and ``predict(X)`` (or ``predict_proba``), trained in
+place. With row weights (``data.weights``) the learner's fits, the constraints and the score that
+picks the returned iteration are weighted; the master's distances stay unweighted, as they only
+have to find feasible targets near the predictions. Hard labels ``l`` reach
+:meth:`Constraint.exact` as the outputs ``2 l - 1``, so a threshold anywhere in ``(-1, 1)`` reads them.
 """
 
 from __future__ import annotations
@@ -81,17 +65,12 @@ class MovingTargets:
     iterations : int, default 10
         Number ``T >= 1`` of master/learner iterations after pretraining.
     backend : {"auto", "topk", "highs", "osqp", "gurobi"}, default "auto"
-        Projection backend (:func:`solvers.projection.project_targets`): "auto" uses the count
-        search when the rows read counts of groups (group rates of unweighted hard labels),
-        else Gurobi when it is importable and licensed for the problem size, else HiGHS
-        (classification) or OSQP (regression).
+        Projection backend (:func:`solvers.projection.project_targets`).
     time_limit : float, default 60.0
-        Seconds allowed to each master solve (the GeDI experiments used Gurobi with
-        ``WorkLimit = 60``). A master stopped by the limit returns its best feasible targets
-        (``master_status = "time_limit"`` in the history).
+        Seconds per master solve ([GeDI]: Gurobi ``WorkLimit = 60``); a stopped master returns its
+        best feasible targets (``master_status = "time_limit"``).
     seed : int, default 0
-        Seed of the master solver and of the learner: a learner exposing scikit-learn's
-        ``get_params``/``set_params`` with ``random_state=None`` gets ``random_state=seed``.
+        Seed of the master solver, and ``random_state`` of a scikit-learn learner that has None.
     verbose : int or "auto", default "auto"
         ``"auto"``: a progress bar once training has run a few seconds; 0 silent; 1 the bar from
         the start and one INFO log line per iteration (:mod:`solvers.progress`).
@@ -100,12 +79,9 @@ class MovingTargets:
     feasibility_tol : float, default 1e-9
         Total violation below which the final predictions count as feasible (``converged``).
     warm_start : bool, default False
-        Start every master after the first from the previous master's solution
-        (``project_targets(..., initial=previous)``): the constraints do not change between
-        iterations, so the previous targets (and auxiliary variables) are a feasible
-        incumbent - a MIP start for HiGHS and Gurobi, OSQP's warm start. The optimum is the
-        same; among tied optima (frequent with the Hamming loss) the solver may return
-        another one, so histories can differ from a cold-started run.
+        Start every master from the previous one's solution, a feasible incumbent since the
+        constraints do not change. The optimum is the same, but among tied optima (frequent with
+        the Hamming loss) another may be returned.
     callbacks : sequence of callables
         ``cb(engine, record) -> bool | None`` after every iteration; True stops training.
 
@@ -118,19 +94,14 @@ class MovingTargets:
     -------
     One record per iteration ``t`` (0 = pretraining, where master fields are NaN/None):
 
-    * ``iteration``, ``alpha`` (``1/t``);
-    * ``master_objective`` (``= master_loss_predictions + alpha * master_loss_targets``),
-      ``master_loss_predictions`` ``L(z_t, p_{t-1})``, ``master_loss_targets`` ``L(z_t, y)``,
-      ``master_status`` (``"optimal"``, ``"time_limit"``, ``"suboptimal"``),
-      ``master_solver_status`` (the backend's text), ``master_gap``, ``master_backend``,
-      ``master_seconds``, ``master_max_violation`` (largest encoding-row violation);
+    * ``iteration``, ``alpha`` (``1/t``), ``master_objective`` (``master_loss_predictions
+      + alpha * master_loss_targets``, i.e. ``L(z_t, p_{t-1}) + alpha L(z_t, y)``), ``master_status``
+      ("optimal", "time_limit", "suboptimal"), ``master_solver_status``, ``master_gap``,
+      ``master_backend``, ``master_seconds``, ``master_max_violation``;
     * ``targets_change``: mean ``|z_t - z_{t-1}|`` with ``z_0 = y``;
-    * ``c_targets`` / ``V_targets``: exact constraint rows and total violation on ``z_t``
-      (on ``y`` at ``t = 0``); ``c_predictions`` / ``V_predictions``: the same on the
-      learner's training predictions ``p_t``;
-    * ``score``: training accuracy (classification) or ``R^2`` (regression) of ``p_t``
-      against ``y`` (weighted for weighted data); ``learner_seconds`` (fit and predict);
-      ``seconds`` since the start.
+    * ``c_targets``/``V_targets`` and ``c_predictions``/``V_predictions``: exact rows and total
+      violation on ``z_t`` (``y`` at ``t = 0``) and on ``p_t``;
+    * ``score``: training accuracy or ``R^2`` of ``p_t``; ``learner_seconds``; ``seconds``.
     """
 
     def __init__(
@@ -183,43 +154,28 @@ class MovingTargets:
         Parameters
         ----------
         learner : object
-            Has ``fit(X, y)`` and ``predict(X)`` (a classifier may offer ``predict_proba``
-            instead of ``predict``: labels are then ``P(y = 1) > 0.5``). ``X`` is passed as a
-            float32 numpy array; classification targets as int64 0/1, regression targets
-            as float64. With weighted ``data`` (``data.weights``) its ``fit`` must take
-            ``sample_weight`` (float64 (n,); module doc).
+            ``fit(X, y)`` and ``predict(X)`` or ``predict_proba`` (labels ``P(y = 1) > 0.5``); ``X``
+            float32, targets int64 0/1 or float64; with row weights ``fit`` takes ``sample_weight``.
         data : Batch
-            Training rows with ``X`` (n, p), ``y`` (n,) and whatever the constraints read
-            (e.g. a :class:`fairopt.FairData`).
+            ``X`` (n, p), ``y`` (n,) and whatever the constraints read.
         constraints : Constraint or iterable of Constraint
-            Each must provide a linear :meth:`target_encoding`; one that does not raises
-            ValueError naming it. An empty list runs the iterations without fairness
-            constraints (classification keeps the class-balance rows).
+            Each with a linear :meth:`target_encoding`; an empty list trains without fairness rows.
         task : {"classification", "regression"}, optional
-            Default: from ``data.task`` ("binary" -> classification, "regression" ->
-            regression).
+            Default: from ``data.task`` ("binary" or "regression").
 
         Returns
         -------
         FitResult
-            ``model`` is a copy of ``learner`` as it was after the BEST iteration (0 =
-            pretraining included): among those whose training predictions meet every row
-            within ``feasibility_tol`` on the exact measure, the one with the highest
-            learner score, else the least-violating one
-            (:class:`solvers.outcome.BestIterate`); ``learner`` itself is left after the
-            last iteration. A returned model that violates a row emits
-            :class:`solvers.outcome.BoundWarning`. ``history`` has one record per iteration
-            (keys in the class docstring); ``status`` is ``"max_iterations"`` or
-            ``"stopped_by_callback"``; ``converged`` tells whether the returned model's
-            training predictions meet every row; ``info`` holds the final ``targets``, the
-            returned model's ``violation``, ``returned_iteration``, ``feasible``,
-            ``unmet_rows``, ``row_names`` and the total ``master_seconds``/``learner_seconds``.
+            ``model``: a copy of ``learner`` after the best iteration (pretraining included) by
+            :class:`solvers.outcome.BestIterate`, with a :class:`solvers.outcome.BoundWarning` if it
+            violates a row; ``learner`` itself is left after the last. ``status``: "max_iterations"
+            or "stopped_by_callback"; ``info``: ``targets``, ``violation``, ``returned_iteration``,
+            ``feasible``, ``unmet_rows``, ``row_names``, ``master_seconds``, ``learner_seconds``.
 
         Raises
         ------
         ValueError
-            A learner without ``fit``/``predict``, bad data, an unknown or mismatched task,
-            a non-0/1 target for classification, a constraint without target encoding.
+            Invalid learner, data, task or targets; a constraint without target encoding.
         solvers.projection.ProjectionInfeasibleError
             A master has no feasible targets (the message names the constraints).
         RuntimeError
@@ -391,9 +347,8 @@ def _training_arrays(data: Any, classification: bool) -> tuple[np.ndarray, np.nd
 
 
 def _training_weights(learner: Any, data: Any) -> np.ndarray | None:
-    """``data``'s row weights as float64 (n,), or None; a learner whose ``fit`` cannot take
-    ``sample_weight`` is a ValueError when there are weights (ignoring them would fit
-    another loss than the one the weighted constraints are stated for)."""
+    """``data``'s row weights as float64 (n,), or None; refused for a learner whose ``fit`` takes no
+    ``sample_weight``, which would fit another loss than the weighted constraints are stated for."""
     weights = row_weights(data)
     if weights is None:
         return None
@@ -463,9 +418,8 @@ def _predict(learner: Any, X: np.ndarray, classification: bool) -> np.ndarray:
 
 
 def _scores(learner: Any, X: np.ndarray) -> np.ndarray | None:
-    """The learner's positive-class score on ``X`` (``predict_proba[:, -1]``, else
-    ``decision_function``), or None: the count search's tie-break (rows nearer to being
-    predicted positive get a one first among targets of equal cost)."""
+    """The positive-class score (``predict_proba[:, -1]`` or ``decision_function``), or None: the count
+    search's tie-break among targets of equal cost."""
     for method in ("predict_proba", "decision_function"):
         function = getattr(learner, method, None)
         if not callable(function):
@@ -487,9 +441,7 @@ def _constraint_values(cons: ConstraintSet, data: Any, values: np.ndarray,
 
 def _score(predictions: np.ndarray, y: np.ndarray, classification: bool,
            weights: np.ndarray | None = None) -> float:
-    """Accuracy (classification) or ``R^2 = 1 - SSE / SST`` (regression) against ``y``;
-    with ``weights`` the weighted accuracy ``sum_i w_i 1{p_i = y_i} / sum_i w_i`` and the
-    weighted ``R^2`` (weighted sums of squares about the weighted mean)."""
+    """Accuracy or ``R^2 = 1 - SSE / SST`` against ``y``, weighted with ``weights``."""
     if weights is not None:
         if classification:
             return float(np.average(predictions == y, weights=weights))
