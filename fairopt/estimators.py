@@ -1,29 +1,16 @@
 """scikit-learn estimators trained under fairness constraints.
 
-:class:`FairClassifier` (binary classification, logistic loss) and :class:`FairRegressor`
-(least squares) put the library's engines behind the scikit-learn estimator interface::
+:class:`FairClassifier` (logistic loss) and :class:`FairRegressor` (least squares) put the
+library's engines behind the scikit-learn estimator interface::
 
     clf = FairClassifier(constraints=[("disparate_impact", "sex", 0.8)], epochs=200)
     clf.fit(X, y, sensitive_features=S)
     clf.predict(X_test)
 
-``fit`` builds a :class:`fairopt.FairData` from the arrays (``X`` standardised with the
-training means and deviations, sensitive features typed binary / categorical /
-continuous), builds the model, trains it with the chosen engine and runs the diagnostics
-below. Sensitive features are needed only to train and to evaluate fairness; ``predict``
-takes ``X`` alone (put a sensitive column in ``X`` too if the model may use it). They may be
-column names of ``X`` (``sensitive_features="sex"``: taken out of the inputs), and ``fit``
-also takes a :class:`fairopt.FairData` alone (``fit(fairopt.datasets.load("adult"))``).
-
-Methods (``method=``): ``"sqp"`` (hard constraints), ``"penalty"``, ``"lagrangian"`` and
-``"moving_targets"``; the engine behind each is in :mod:`fairopt.training`.
-
-After every ``fit`` the estimator runs the diagnostics of :mod:`fairopt.diagnostics` (unmet
-bound, relaxed steps at the end, degenerate model, inactive constraint; their rules are in
-that module's docstring) and warns (:class:`fairopt.FairnessWarning`).
-
-:meth:`check_generalisation` compares the training violation with the violation on
-held-out rows and warns when they differ by more than ``tol``.
+``fit`` builds a :class:`fairopt.FairData` (``X`` standardised, sensitive features typed), trains
+the model with the engine of ``method`` (:mod:`fairopt.training`) and warns
+(:class:`fairopt.FairnessWarning`) on the diagnostics of :mod:`fairopt.diagnostics`. Sensitive
+features are needed only to train and to evaluate fairness: ``predict`` takes ``X`` alone.
 """
 
 from __future__ import annotations
@@ -71,8 +58,7 @@ __all__ = ["FairClassifier", "FairRegressor", "METHODS"]
 # the estimators
 # --------------------------------------------------------------------------------------
 def _alias(value: Any, alias: Any, name: str, alias_name: str, default: Any) -> Any:
-    """The value of a parameter that scikit-learn spells ``alias_name``: ``alias`` when given
-    (``value`` at its ``default`` or equal), else ``value``."""
+    """``alias`` (scikit-learn's spelling of the parameter) when given, else ``value``; both, different: ValueError."""
     if alias is None:
         return value
     if value is not None and value != default and value != alias:
@@ -143,11 +129,8 @@ class _FairEstimator(BaseEstimator):
     def get_params(self, deep: bool = True) -> dict:
         """The estimator's parameters (scikit-learn protocol).
 
-        With ``deep=True`` and ``constraints`` a list of specs, also every element as
-        ``constraints__<i>`` and, for a constraint object, each of its parameters as
-        ``constraints__<i>__<name>`` (e.g. ``constraints__0__delta``), so that a grid
-        search can vary one bound; a single constraint object gives
-        ``constraints__<name>`` (scikit-learn's own nesting).
+        With ``deep=True`` also ``constraints__<i>`` and ``constraints__<i>__<name>`` for a list of
+        constraint specs, so that a grid search can vary one bound (e.g. ``constraints__0__delta``).
         """
         params = super().get_params(deep=deep)
         if deep:
@@ -155,13 +138,8 @@ class _FairEstimator(BaseEstimator):
         return params
 
     def set_params(self, **params: Any) -> "_FairEstimator":
-        """Set parameters (scikit-learn protocol); returns ``self``.
-
-        Besides the estimator's own and scikit-learn's nested ``<param>__<name>`` keys:
-        ``constraints__<i>`` replaces element ``i`` of a list of constraint specs (the
-        estimator gets a new list) and ``constraints__<i>__<name>`` sets a parameter of the
-        constraint object at ``i`` (its ``set_params``, in place, as scikit-learn sets the
-        parameters of a nested estimator). ``constraints`` itself, if given, is set first.
+        """Set parameters (scikit-learn protocol), including ``constraints__<i>`` (replaces element ``i``)
+        and ``constraints__<i>__<name>`` (sets a parameter of the constraint object at ``i``); returns ``self``.
         """
         indexed = {k: v for k, v in params.items() if constraint_index(k) is not None}
         rest = {k: v for k, v in params.items() if k not in indexed}
@@ -181,44 +159,24 @@ class _FairEstimator(BaseEstimator):
         Parameters
         ----------
         X : array-like (n, p), DataFrame, or :class:`fairopt.FairData`
-            Inputs, standardised with the training statistics (text columns of a
-            DataFrame are one-hot encoded). A ``FairData`` (e.g.
-            ``fairopt.datasets.load("adult")``) brings its own target, sensitive features
-            and weights (``y``, ``sensitive_features`` and ``sample_weight`` stay None) and
-            its inputs already encoded: they are used as they are, and its fitted
-            preprocessor becomes ``preprocessor_``, so ``predict`` takes its raw input
-            columns (``feature_names_in_``: its ``feature_columns``) or a FairData.
+            Inputs, standardised with the training statistics (text columns one-hot encoded).
+            A ``FairData`` brings its own target, sensitive features, weights and fitted
+            preprocessor (``preprocessor_``; ``predict`` then takes its raw input columns).
         y : array-like (n,)
-            Two classes (classifier; which one is positive: ``pos_label``) or numbers
-            (regressor). None with a FairData.
+            Two classes (classifier) or numbers (regressor). None with a FairData.
         sensitive_features : DataFrame, Series, dict, array, list, or column name(s) of X, optional
-            The sensitive features the constraints name (see :func:`sensitive_columns`):
-            a DataFrame, dict or named Series names its columns; a single unnamed column
-            (1-D array, list, Series without a name, 2-D array of one column) takes
-            ``sensitive_names`` if given, else the one sensitive name the constraints use
-            (a ValueError when they use several: pass a DataFrame or dict then). A column
-            name of the DataFrame ``X``, or a list of them, takes those columns from ``X``
-            and removes them from the model inputs (``dropped_columns_``; ``predict`` drops
-            them from a DataFrame that still holds them): as for the data sets' loaders
-            (``include_sensitive=False``) the model does not read the sensitive attribute,
-            which would be disparate treatment in many settings. To keep a column as an
-            input too, pass its values (``sensitive_features=X["sex"]``). Kinds are
-            inferred (2 values: binary; more numeric values: continuous; text:
-            categorical) unless ``sensitive_kinds`` declares them. ``None`` is allowed only
-            without constraints: the fit is then the unconstrained model.
+            The sensitive features the constraints name (:func:`fairopt.inputs.sensitive_columns`).
+            A single unnamed column takes ``sensitive_names`` or the one name the constraints use.
+            Column names of a DataFrame ``X`` are taken out of the model inputs
+            (``dropped_columns_``) so the model does not read the sensitive attribute; pass the
+            values (``X["sex"]``) to keep it as an input. Kinds are inferred (2 values: binary;
+            more numbers: continuous; text: categorical) unless ``sensitive_kinds`` declares
+            them. ``None`` only without constraints.
         sample_weight : array-like (n,) or float, optional
-            Per-row weights ``w_i`` (survey or importance weights; finite, ``>= 0``, not all
-            0), as in scikit-learn. The training loss becomes the weighted mean
-            ``sum_i w_i l_i / sum_i w_i`` and every group rate of the rate constraints the
-            weighted rate ``P_g = sum_{i in g} w_i 1{yhat_i = 1} / sum_{i in g} w_i`` (the
-            exact one, whose bound is enforced; the engines' surrogate rates likewise), so
-            integer weights train as if row ``i`` were repeated ``w_i`` times;
-            ``train_violations_`` are the weighted ones. Weights that are all equal are the
-            unweighted fit. The standardisation of ``X`` stays unweighted. Not supported
-            (ValueError): GeDI, distance covariance and FaUCI constraints, and
-            ``validation_fraction`` or ``margin="auto"`` (their held-out certificates and
-            margins count rows). Routed by scikit-learn's metadata routing
-            (``set_fit_request(sample_weight=True)``).
+            Row weights ``w_i >= 0``: the loss becomes ``sum_i w_i l_i / sum_i w_i`` and each group
+            rate ``P_g = sum_{i in g} w_i 1{yhat_i = 1} / sum_{i in g} w_i``, so integer weights
+            train as repeated rows. Not supported (ValueError) with GeDI, distance covariance and
+            FaUCI constraints, ``validation_fraction`` or ``margin="auto"``, which count rows.
 
         Returns
         -------
@@ -227,13 +185,9 @@ class _FairEstimator(BaseEstimator):
         Raises
         ------
         ValueError
-            Bad inputs or parameters (naming them), constraints without sensitive
-            features, a sensitive name a constraint needs but that is absent, a sensitive
-            column of another length than ``X`` or with missing values (naming it), a
-            column name that is not a column of ``X`` (naming those of ``X``), invalid
-            ``sample_weight`` (wrong length, negative, NaN/inf, all 0) or weights with an
-            option that does not support them, ``y``/``sensitive_features``/
-            ``sample_weight`` given with a FairData or a FairData of another task.
+            Bad inputs or parameters, missing or misaligned sensitive features, invalid
+            ``sample_weight`` or weights with an option that counts rows, or
+            ``y``/``sensitive_features``/``sample_weight`` given with a FairData.
         """
         self._check_parameters()
         data, constraints = self._training_data(X, y, sensitive_features, sample_weight)
@@ -281,19 +235,15 @@ class _FairEstimator(BaseEstimator):
         return ALPHA_DEFAULTS[self._task] if self.alpha is None else float(self.alpha)
 
     def seed_value(self) -> int:
-        """``seed``, or ``random_state`` (scikit-learn's name) when given; ValueError when both
-        are given and differ."""
+        """``seed``, or ``random_state`` when given."""
         return _alias(self.seed, self.random_state, "seed", "random_state", default=0)
 
     def epochs_value(self) -> int | None:
-        """``epochs``, or ``max_iter`` (scikit-learn's name) when given; ValueError when both
-        are given and differ."""
+        """``epochs``, or ``max_iter`` when given."""
         return _alias(self.epochs, self.max_iter, "epochs", "max_iter", default=None)
 
     def _check_weighted_options(self, data: FairData) -> None:
-        """Weighted training data (``sample_weight``) with an option whose statements count
-        rows is a ValueError before any training: the held-out certificates of
-        ``validation_fraction`` and the margins of ``margin="auto"``."""
+        """ValueError for ``sample_weight`` with ``validation_fraction`` or ``margin="auto"``, which count rows."""
         if data.weights is None:
             return
         if self.validation_fraction is not None:
@@ -309,10 +259,9 @@ class _FairEstimator(BaseEstimator):
 
     def _training_data(self, X: Any, y: Any, sensitive_features: Any,
                        sample_weight: Any = None) -> tuple[FairData, list]:
-        """The training FairData (``X`` validated, ``y`` encoded, the sensitive features named
-        and typed, the row weights checked) and the constraint objects
-        (:func:`fairopt.specs.resolve_constraints`, with
-        :func:`fairopt.training.with_sqp_surrogates`)."""
+        """The training FairData (inputs validated, target encoded, sensitive features named and typed) and
+        the constraint objects.
+        """
         constraints = with_sqp_surrogates(self.method, self.constraints, resolve_constraints(self.constraints))
         if isinstance(X, FairData):
             return self._given_data(X, y, sensitive_features, sample_weight), constraints
@@ -333,11 +282,7 @@ class _FairEstimator(BaseEstimator):
         return data, constraints
 
     def _given_data(self, data: FairData, y: Any, sensitive_features: Any, sample_weight: Any) -> FairData:
-        """A FairData given to ``fit``, trained on as it is: its encoded inputs, target,
-        sensitive features and weights. Sets the input attributes (``n_features_in_``,
-        ``feature_names_in_`` unless its columns are the default ``x0, x1, ...``,
-        ``dropped_columns_``: its sensitive columns that are not inputs) and the
-        classifier's ``classes_`` (0 and 1)."""
+        """A FairData given to ``fit``, used as it is; sets the input attributes and the classifier's labels."""
         for name, value in (("y", y), ("sensitive_features", sensitive_features), ("sample_weight", sample_weight)):
             if value is not None:
                 raise ValueError(f"{name}: fit(data) takes it from the FairData (target {data.target_name!r}, "
@@ -375,9 +320,7 @@ class _FairEstimator(BaseEstimator):
                                engine_params=dict(self.engine_params or {}), alpha=self.alpha_value())
 
     def _train(self, data: FairData, constraints: list, reference: bool = False) -> tuple[Any, int]:
-        """Run the engine of ``method`` (``reference``: the same training without
-        constraints). Returns the FitResult and the number of relaxed SQP steps, whose
-        per-fit engine warning is replaced by the estimator's diagnostics."""
+        """The engine's FitResult (``reference``: trained without constraints) and its relaxed SQP steps."""
         result = train(self._training_options(), data, constraints, reference)
         return result, relaxed_steps(result)
 
@@ -407,8 +350,7 @@ class _FairEstimator(BaseEstimator):
 
     # ------------------------------------------------------------------ diagnostics
     def _diagnose(self, data: FairData, constraints: list, result: FitResult, relaxed: int) -> None:
-        """The warnings of :func:`fairopt.diagnostics.fit_warnings` (rules in that module) and, for
-        ``method="penalty"``, :func:`fairopt.penalty_slack.over_satisfied_rows`."""
+        """Warn on :func:`fairopt.diagnostics.fit_warnings` and, for the penalty method, on over-satisfied rows."""
         if constraints and self.check_inactive:
             self.reference_violations_ = self._reference_violations(data, constraints)
         for category, message in fit_warnings(self.model_, data, result, constraints, self.train_violations_,
@@ -431,10 +373,10 @@ class _FairEstimator(BaseEstimator):
 
     # ------------------------------------------------------------------ prediction
     def _affine_map(self) -> tuple[np.ndarray, float]:
-        """``(w, b)`` with ``out = x' w + b`` of a fitted ``model="linear"`` on the encoded,
-        standardised inputs (``preprocessor_.feature_names_``), read off the model in float64 at
-        ``x = 0`` and the unit vectors (exact for an affine model, whatever wraps it, e.g. the
-        regressor's output scaling). AttributeError for other models (no coefficients)."""
+        """``(w, b)`` with ``out = x' w + b`` of a linear model, read off its outputs at ``x = 0`` and the unit
+        vectors (exact for any affine model, e.g. with the regressor's output scaling). AttributeError for
+        other models.
+        """
         check_is_fitted(self)
         if self.model != "linear":
             raise AttributeError(f"coef_: only model='linear' has coefficients, this estimator has "
@@ -445,13 +387,7 @@ class _FairEstimator(BaseEstimator):
         return out[1:] - out[0], float(out[0])
 
     def _outputs(self, X: Any) -> np.ndarray:
-        """Model outputs (logits or predictions), float64 (n,).
-
-        Raises
-        ------
-        ValueError
-            The fitted model has non-finite parameters (a diverged fit; its predictions
-            would be meaningless, e.g. class 0 for every row) or gives non-finite outputs.
+        """Model outputs (logits or predictions), float64 (n,); ValueError when they or the parameters are not finite.
         """
         check_is_fitted(self)
         bad = [name for name, p in self.model_.named_parameters() if not bool(torch.isfinite(p).all())]
@@ -464,10 +400,7 @@ class _FairEstimator(BaseEstimator):
         return out
 
     def _model_inputs(self, X: Any) -> np.ndarray:
-        """The encoded model inputs of rows ``X``: a FairData encoded by ``preprocessor_``
-        gives its ``X`` as it is (another FairData its raw input columns); the columns
-        ``dropped_columns_`` of a DataFrame are dropped, then the rows are validated and
-        encoded by ``preprocessor_``."""
+        """The encoded model inputs of rows ``X`` (a FairData encoded by ``preprocessor_`` as it is)."""
         if isinstance(X, FairData):
             if X.preprocessor is self.preprocessor_:  # encoded by it already (fit's data, its split() parts)
                 return X.X.detach().cpu().numpy()
@@ -476,9 +409,7 @@ class _FairEstimator(BaseEstimator):
         return encoded_inputs(X, self.preprocessor_)
 
     def _checked_inputs(self, X: Any) -> Any:
-        """``X`` of a fitted estimator without the dropped sensitive columns, checked: missing
-        values named by column (:func:`fairopt.inputs.check_input_missing`), then scikit-learn's
-        validation against the training inputs."""
+        """``X`` without the dropped sensitive columns, checked against the training inputs."""
         X = self._without_dropped(X)
         check_input_missing(X)
         return validate_data(self, X, reset=False, dtype=self._input_dtype())
@@ -489,8 +420,7 @@ class _FairEstimator(BaseEstimator):
         return inputs if hasattr(self, "feature_names_in_") else inputs.to_numpy()
 
     def _fair_data_arguments(self, data: FairData, y: Any, sensitive_features: Any) -> tuple:
-        """``(y, sensitive_features, sample_weight)`` of a FairData given where ``X`` goes:
-        its target in the estimator's labels, its sensitive columns and its weights."""
+        """``(y, sensitive_features, sample_weight)`` of a FairData given where ``X`` goes."""
         if y is not None or sensitive_features is not None:
             raise ValueError("y, sensitive_features: a FairData carries its target and sensitive features; "
                              "leave them None")
@@ -502,13 +432,11 @@ class _FairEstimator(BaseEstimator):
         return target
 
     def _without_dropped(self, X: Any) -> Any:
-        """A DataFrame ``X`` without the columns ``dropped_columns_`` (estimators loaded or
-        unpickled from before it existed have none)."""
+        """A DataFrame ``X`` without the columns ``dropped_columns_``."""
         return without_columns(X, getattr(self, "dropped_columns_", []))
 
     def _input_dtype(self) -> Any:
-        """float64, or None (objects, encoded by the preprocessor) when ``X`` had text columns
-        at fit."""
+        """float64, or None (objects) when ``X`` had text columns at fit."""
         return None if self.preprocessor_.categorical_ else np.float64
 
     # ------------------------------------------------------------------ held-out rows
@@ -541,13 +469,10 @@ class _FairEstimator(BaseEstimator):
         return constraints
 
     def evaluate(self, X: Any, y: Any = None, *, sensitive_features: Any = None) -> dict:
-        """:func:`fairopt.evaluate` of the model on these rows: performance, realised
-        fairness per sensitive feature and the exact constraint values and violations.
+        """:func:`fairopt.evaluate` of the model on these rows: performance, realised fairness and the
+        exact constraint values and violations.
 
-        ``sensitive_features`` (in any form :meth:`fit` takes) must hold the training
-        sensitive features with all their training groups (they are encoded like the
-        training data). A :class:`fairopt.FairData` ``X`` brings its own ``y`` and
-        sensitive features.
+        The sensitive features (in any form :meth:`fit` takes) must hold all the training groups.
         """
         data = self._held_out(X, y, sensitive_features)
         constraints = self._constraints_for(data)
@@ -560,9 +485,8 @@ class _FairEstimator(BaseEstimator):
                              tol: float = 0.02) -> pd.DataFrame:
         """Compare each constraint's exact violation on held-out rows with its training value.
 
-        Warns (:class:`fairopt.FairnessWarning`) for every constraint whose held-out
-        violation differs from the training violation by more than ``tol`` (in the units
-        of the constraint rows: rate differences for the rate constraints).
+        Warns (:class:`fairopt.FairnessWarning`) for each constraint whose violations differ by more
+        than ``tol`` (units of the constraint rows).
 
         Parameters
         ----------
@@ -574,8 +498,7 @@ class _FairEstimator(BaseEstimator):
         Returns
         -------
         pandas.DataFrame
-            One row per constraint, columns ``train``, ``held_out`` and ``gap``
-            (``held_out - train``).
+            One row per constraint, columns ``train``, ``held_out`` and ``gap``.
         """
         positive_float(tol, "tol", allow_zero=True)
         data = self._held_out(X, y, sensitive_features)
@@ -587,20 +510,17 @@ class _FairEstimator(BaseEstimator):
 
 
 def _agrees(given: Any, own: Any) -> bool:
-    """Whether ``sensitive_names`` / ``sensitive_kinds`` set on an estimator say what a
-    FairData's own names (a list) / kinds (a dict) say."""
+    """Whether names / kinds set on an estimator agree with a FairData's own."""
     if isinstance(own, Mapping):
         return isinstance(given, Mapping) and all(own.get(k) == v for k, v in given.items())
     return ([given] if isinstance(given, str) else list(given)) == list(own)
 
 
 class _FairDataScore:
-    """``score(data)`` for a :class:`fairopt.FairData` (placed before scikit-learn's
-    ClassifierMixin / RegressorMixin, whose ``score`` it calls)."""
+    """``score(data)`` for a :class:`fairopt.FairData`, before scikit-learn's mixins whose ``score`` it calls."""
 
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
-        """scikit-learn's score (accuracy, R2) of ``predict(X)`` against ``y``, weighted by
-        ``sample_weight``; a FairData ``X`` brings its own target and weights."""
+        """scikit-learn's score (accuracy, R2); a FairData ``X`` brings its own target and weights."""
         if isinstance(X, FairData):
             if sample_weight is not None:
                 raise ValueError("sample_weight: a FairData carries its weights; leave sample_weight None")
@@ -611,166 +531,108 @@ class _FairDataScore:
 class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     """Binary classifier trained under fairness constraints (scikit-learn estimator).
 
-    The model outputs the logit ``out`` of the positive class ``pos_label_`` (``pos_label``,
-    else ``classes_[1]``); ``predict`` is that class where ``out > 0``, and its probability
-    is ``sigmoid(out)``. Training minimises the mean logistic loss subject to the
-    constraints (hard for ``"sqp"``, see the module docstring), whose group rates are rates
-    of predicting the positive class.
+    The model outputs the logit ``out`` of the positive class ``pos_label_``; ``predict`` is that
+    class where ``out > 0`` and its probability is ``sigmoid(out)``. Training minimises the mean
+    logistic loss subject to the constraints, whose group rates are rates of predicting the
+    positive class.
 
     Parameters
     ----------
     constraints : spec or list of specs, optional
         ``("disparate_impact", "sex", 0.8)``, ``"demographic_parity:sex:0.05"``, a table
-        ``{"kind": ..., ...}`` or constraint objects (:mod:`fairopt.specs`). ``None``: no
-        constraint (the unconstrained model), with every ``method``: ``"sqp"`` takes
-        unconstrained SQP steps, ``"penalty"`` and ``"lagrangian"`` are plain first-order
-        training of the loss (no penalty term, no multipliers; the same optimiser and
-        options as their primal step), ``"moving_targets"`` iterates without fairness rows.
+        ``{"kind": ..., ...}`` or constraint objects (:mod:`fairopt.specs`). ``None``: the
+        unconstrained model, trained by the same ``method`` without fairness terms.
     pos_label : label, optional
-        The positive class: the outcome the constraints count as favourable (every rate
-        constraint, e.g. disparate impact, demographic parity, equal opportunity or
-        equalized odds, bounds the groups' rates of predicting it) and the class whose logit
-        the model outputs (``out > 0`` predicts it). It must be one of the labels of ``y``
-        (``fit`` raises a ValueError naming them otherwise); ``pos_label_`` records it.
-        ``None``: ``classes_[1]``, the larger label, as in scikit-learn; ``fit`` then warns
-        (:class:`fairopt.FairnessWarning`, naming the class taken) unless the labels are
-        0/1, -1/1 or booleans: text labels such as ``"approved"``/``"rejected"`` sort
-        alphabetically, whatever they mean, and a disparate-impact bound would then
-        constrain the rates of ``"rejected"``. ``pos_label`` does not reorder ``classes_``:
-        they stay sorted, as in every scikit-learn classifier, and ``predict_proba[:, 1]``
-        and a positive ``decision_function`` keep meaning ``classes_[1]``, because
-        scikit-learn's scorers and tools read the columns in sorted label order (its
-        ``"roc_auc"`` and ``"neg_log_loss"`` scorers silently invert on a classifier whose
-        ``classes_`` are not sorted). Like the ``pos_label`` of scikit-learn's metrics and
-        of ``FixedThresholdClassifier``, it chooses which class is positive, not how the
-        outputs are laid out: with ``pos_label=classes_[0]``, ``decision_function`` is
-        ``-out`` and ``predict_proba`` is ``[sigmoid(out), 1 - sigmoid(out)]``.
-        :func:`fairopt.group_report` of the fitted estimator uses ``pos_label_``; pass the
-        same ``pos_label`` to the measures of :mod:`fairopt.metrics` and their scorers.
+        The positive class, one of the labels of ``y``: the outcome whose group rates the rate
+        constraints bound and whose logit the model outputs. ``None``: ``classes_[1]``, with a
+        :class:`fairopt.FairnessWarning` unless the labels are 0/1, -1/1 or booleans (sorted text
+        labels say nothing about which outcome is favourable). ``classes_`` stay sorted, so
+        ``predict_proba[:, 1]`` and a positive ``decision_function`` keep meaning ``classes_[1]``
+        as scikit-learn's scorers expect; pass the same ``pos_label`` to :mod:`fairopt.metrics`.
     method : {"sqp", "penalty", "lagrangian", "moving_targets"}, default "sqp"
+        The engine (:mod:`fairopt.training`); ``"sqp"`` enforces the bounds as hard constraints.
     model : {"linear", "mlp", "gbm"} or callable, default "linear"
         :func:`fairopt.models.linear`, :func:`fairopt.models.mlp`, ``"gbm"`` (gradient-boosted
-        trees grown under the hard constraints, SQP in function space:
-        :class:`solvers.boosting.BoostedSQP`; ``method="sqp"`` only and no ``batch_size``;
-        ``epochs`` is the number of rounds, default 300, ``lr`` the learning rate, default 0.1;
-        trees of 7 leaves, other tree options through ``engine_params``, e.g.
-        ``{"num_leaves": 15, "n_jobs": 2}``), or a
-        factory ``n_features -> torch.nn.Module`` (one float32 output per row: shape (n,), or
-        (n, 1) as from ``torch.nn.Linear(p, 1)``), called under ``torch.manual_seed(seed)``.
+        trees grown under the hard constraints, :class:`solvers.boosting.BoostedSQP`;
+        ``method="sqp"`` without ``batch_size``; ``epochs`` rounds, default 300, ``lr`` default
+        0.1, tree options through ``engine_params``), or a factory ``n_features -> nn.Module``
+        with one float32 output per row, called under ``torch.manual_seed(seed)``.
     hidden : tuple of int, default (32,)
         Hidden-layer widths of ``model="mlp"``.
     activation : {"leaky_relu", "relu", "tanh"}, default "leaky_relu"
         Activation of ``model="mlp"``.
     alpha : float, optional
-        L2 penalty: training minimises ``mean loss + alpha / 2 * sum_k ||W_k||^2`` over the
-        weight matrices ``W_k`` of the model's ``nn.Linear`` layers (the coefficients of
-        ``model="linear"``; every layer of an MLP, the output layer included), not the biases
-        or intercept, with every method (Moving Targets: the learner's Adam
-        ``weight_decay = alpha``, which also reaches the biases). In the scale of the mean loss:
-        scikit-learn's ``LogisticRegression(C=C)`` on ``n`` rows (objective
-        ``||w||^2 / 2 + C sum_i l_i``) is ``alpha = 1 / (C n)``, and for the regressor, whose loss
-        is the mean squared error of the standardised target, ``Ridge(alpha=a)`` on that target is
-        ``alpha = 2 a / n``. ``None``: :data:`fairopt.training.ALPHA_DEFAULTS`, 3e-4 for the
-        classifier (chosen on German credit, Law, COMPAS and a 5,000-row Dutch sample under
-        DI >= 0.8, seeds 0-2: the best mean test accuracy of 0, 3e-4, 1e-3 and 3e-3, and on full
-        Adult and Dutch within 0.05 points of ``alpha=0``), 0 for the regressor.
+        L2 penalty: training minimises ``mean loss + alpha / 2 * sum_k ||W_k||^2`` over the weight
+        matrices of the ``nn.Linear`` layers (not the biases; Moving Targets: Adam
+        ``weight_decay``). ``LogisticRegression(C=C)`` on ``n`` rows is ``alpha = 1 / (C n)``;
+        ``Ridge(alpha=a)`` on the standardised target is ``alpha = 2 a / n``. ``None``:
+        :data:`fairopt.training.ALPHA_DEFAULTS` (3e-4 for the classifier, 0 for the regressor).
     epochs : int, optional
-        Passes over the training data; ``None``: SQP 500 full-batch epochs (the engine's
-        default; a run stops earlier at a feasible KKT point), with ``batch_size`` enough
-        epochs for 500 mini-batch steps (at least 10: faster than the full batch at the
-        same accuracy, :func:`solvers.sqp.engine.auto_epochs`); penalty and Lagrangian 1000
-        full-batch Adam epochs (the classifier's default: the engines' own 100 epochs at
-        lr 1e-3 stop far from the fit, e.g. Adult 0.67 accuracy instead of 0.83). Moving
-        Targets: epochs of each learner refit (default 200).
+        Passes over the training data. ``None``: SQP 500 full-batch epochs, or with
+        ``batch_size`` enough for 500 steps (:func:`solvers.sqp.engine.auto_epochs`); penalty
+        and Lagrangian 1000 full-batch Adam epochs; Moving Targets 200 per learner refit.
     lr : float, optional
-        Learning rate; ``None``: SQP 0.5; Adam 0.02 for penalty and Lagrangian (the
-        classifier's default), 1e-3 for the Moving Targets learner.
+        Learning rate; ``None``: SQP 0.5, penalty and Lagrangian 0.02, Moving Targets 1e-3.
     batch_size : int, optional
         Rows per mini-batch; ``None``: full batch (Moving Targets learner: 128).
     seed : int, default 0
         Model initialisation and engine randomness.
     engine_params : dict, optional
-        Further arguments of the engine: :class:`solvers.StochasticSQP` (e.g.
-        ``lr_schedule``, ``step``), :class:`solvers.penalty.Penalty` (``weight``,
-        ``optimizer``), :class:`solvers.lagrangian.LagrangianDual` (``dual_lr``,
-        ``dual_update``), :class:`solvers.moving_targets.MovingTargets` (``iterations``,
-        ``backend``, ``time_limit``).
+        Further arguments of the engine: :class:`solvers.StochasticSQP`,
+        :class:`solvers.penalty.Penalty`, :class:`solvers.lagrangian.LagrangianDual` or
+        :class:`solvers.moving_targets.MovingTargets`.
     sensitive_names : str or list of str, optional
-        Names of the sensitive features given as arrays; they replace DataFrame/dict names
-        too. ``None``: a single unnamed column (1-D array, list, Series without a name) takes
-        the one sensitive name the constraints use (``"sex"`` for
-        ``("disparate_impact", "sex", 0.8)``; a ValueError when they use several), else
-        ``"sensitive"``; several array columns are ``"sensitive_0"``, ``"sensitive_1"``, ...
+        Names of sensitive features given as arrays (they replace DataFrame/dict names).
+        ``None``: a single unnamed column takes the one sensitive name the constraints use, else
+        ``"sensitive"``; several are ``"sensitive_0"``, ``"sensitive_1"``, ...
     sensitive_kinds : dict name -> {"binary", "categorical", "continuous"}, optional
-        Declared kinds (e.g. integer-coded race as ``"categorical"``, else inferred
-        continuous).
+        Declared kinds (e.g. integer-coded race as ``"categorical"``); otherwise inferred.
     check_inactive : bool, default False
-        Also train an unconstrained reference model and warn for every bound it already
-        satisfies.
+        Also train an unconstrained reference model and warn for every bound it already meets.
     violation_tol : float, default 1e-3
-        Exact training violation (in the units of the constraint rows) above which a
-        constraint is reported as unmet; lower it for constraints with small bounds
-        (distance covariance).
+        Exact training violation (units of the constraint rows) above which a constraint is
+        reported unmet; lower it for constraints with small bounds (distance covariance).
     verbose : int or "auto", default "auto"
-        ``"auto"``: a progress bar on standard error once training has run a few seconds
-        (:data:`solvers.progress.AUTO_DELAY_SECONDS`), nothing from a shorter fit; 0: no
-        bar; 1: the bar from the first epoch and one INFO log line per epoch (``logging``,
-        logger ``solvers.sqp``). The engines' internals (QP fallbacks, the Moving Targets
-        solver) log at DEBUG and never print.
+        ``"auto"``: a progress bar once training has run a few seconds; 0: none; 1: the bar and
+        one INFO log line per epoch (logger ``solvers.sqp``).
     margin : float or "auto", default 0.0
-        Train under bounds tightened by this amount on every finite side
-        (``upper - margin``, ``lower + margin``, in the units of the constraint rows: rate
-        differences for the rate constraints) so that the value on new rows has room to
-        move. ``"auto"``: :func:`fairopt.certificate.auto_margin`, per row, from the group
-        sizes (rate constraints) or a bootstrap (others), for a new sample the size of the
-        held-out part (of a 30% hold-out without ``validation_fraction``). A margin alone
-        is a prediction (``predicted_held_out_``), not a guarantee.
+        Train under bounds tightened by this amount (``upper - margin``, ``lower + margin``) so
+        the value on new rows has room to move. ``"auto"``: :func:`fairopt.certificate.auto_margin`
+        per row for a new sample the size of the held-out part (30% without
+        ``validation_fraction``). A margin is a prediction (``predicted_held_out_``), not a
+        guarantee.
     validation_fraction : float in (0, 0.5], optional
-        Hold out this fraction of the rows (stratified by target x sensitive cell, seeded
-        by ``seed``), train on the rest, and certify the trained model on the held-out rows
-        with :func:`fairopt.certificate.certify` (``certificate_``). The model is NOT
-        refitted on all rows afterwards: the certificate is about the model you get.
+        Hold out this fraction of the rows (stratified by target x sensitive cell), train on the
+        rest and certify the model on the held-out rows (:func:`fairopt.certificate.certify`,
+        ``certificate_``). The model is not refitted on all rows, so the certificate is about it.
     confidence : float, default 0.95
         Confidence level of the certificates and of ``margin="auto"``.
     on_fail : {"warn", "raise", "ignore"}, default "warn"
-        A failed certificate emits a :class:`fairopt.FairnessWarning` naming the
-        constraint, realised value, confidence bound and bound; ``"raise"`` raises
-        :class:`fairopt.exceptions.CertificateError` (after fitting).
+        A failed certificate warns (:class:`fairopt.FairnessWarning`) or raises
+        :class:`fairopt.exceptions.CertificateError` after fitting.
     n_candidates : int, default 7
-        With ``validation_fraction`` and ``margin="auto"``: fit up to this many candidates
-        under margins of decreasing inflation (2 to 0.5 times the held-out part's
-        certificate half-width ``z se``, evenly spaced), certify them in that order and
-        return the last one that passes before the first that fails (fixed-sequence
-        testing: the order is fixed before any held-out row is seen, so the certificate
-        keeps its confidence level). A smaller margin is more accurate when the held-out
-        rows allow it; each candidate costs one fit, and the sequence stops at the first
-        failure. ``1``: a single fit at inflation 2. Ignored otherwise.
+        With ``validation_fraction`` and ``margin="auto"``: fit candidates under margins of
+        inflation 2 down to 0.5 times the certificate half-width ``z se`` and keep the last that
+        passes before the first failure (fixed-sequence testing keeps the confidence level).
     random_state : int, optional
-        scikit-learn's name for ``seed`` (give one of the two; both, different: ValueError).
+        scikit-learn's name for ``seed`` (both, different: ValueError).
     max_iter : int, optional
-        scikit-learn's name for ``epochs`` (give one of the two; both, different: ValueError).
+        scikit-learn's name for ``epochs`` (both, different: ValueError).
 
     Attributes
     ----------
-    classes_ : ndarray of the two labels, sorted; ``predict_proba[:, 1]`` is the probability
-        of ``classes_[1]``, and a positive ``decision_function`` means ``classes_[1]``.
-    pos_label_ : the positive class, an element of ``classes_`` (``pos_label``, else
-        ``classes_[1]``): the one the constraints count as favourable and whose logit
-        ``model_`` outputs.
+    classes_ : ndarray of the two labels, sorted.
+    pos_label_ : the positive class (``pos_label``, else ``classes_[1]``).
     model_ : torch.nn.Module, the trained model (on standardised inputs).
     coef_, intercept_ : ``model="linear"`` only: the coefficients (1, n) and intercept (1,) of
-        ``decision_function`` on the encoded, standardised inputs (``preprocessor_.feature_names_``).
+        ``decision_function`` on the encoded inputs (``preprocessor_.feature_names_``).
     preprocessor_ : :class:`fairopt.Preprocessor` fitted on the training ``X``.
     constraints_ : list, the constraint objects set up on the training data.
     history_ : :class:`fairopt.History` of the engine's iterations.
-    status_ : str, the result in the user's terms (:mod:`fairopt.status`): ``"converged"``
-        (every bound met on the training rows, stationary), ``"feasible_not_stationary"`` (every
-        bound met; more epochs may lower the loss a little), ``"infeasible"`` (a bound not met on
-        the training rows), ``"diverged"`` or ``"stopped_by_callback"``.
-    status_message_ : str, one sentence: each bound beside its realised measure
-        (``DI[sex] 0.803 (bound >= 0.800)``) and how far from stationary the model is.
-    converged_ : bool, the engine's own test (feasible and stationary), kept for compatibility;
-        ``status_`` says which part failed.
+    status_ : str (:mod:`fairopt.status`): ``"converged"``, ``"feasible_not_stationary"``,
+        ``"infeasible"``, ``"diverged"`` or ``"stopped_by_callback"``.
+    status_message_ : str, each bound beside its realised measure and the distance from stationarity.
+    converged_ : bool, the engine's own test (feasible and stationary).
     n_iter_ : int, iterations run (Moving Targets: master iterations).
     train_violations_ : dict constraint name -> exact violation on the training data;
         train_violation_ : their sum.
@@ -778,33 +640,21 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         (``check_inactive=True``).
     engine_info_ : dict of the engine's scalar extras (multipliers, final KKT residual).
     sensitive_names_, sensitive_kinds_, sensitive_levels_ : the training sensitive features.
-    n_features_in_, feature_names_in_ : as in scikit-learn: the model's input columns (without
-        ``dropped_columns_``; a FairData's ``feature_columns``).
-    dropped_columns_ : list of str, the columns of a DataFrame ``X`` that are sensitive
-        features and not model inputs (``sensitive_features`` given as column names of
-        ``X``; a FairData's sensitive columns outside its inputs); ``predict``,
-        ``decision_function`` and the other methods drop them from a DataFrame that holds
-        them. Empty otherwise.
-    certificate_ : list of :class:`fairopt.Certificate` (one per constraint) with
-        ``validation_fraction``, else None.
-    candidates_ : pandas.DataFrame or None. With ``validation_fraction`` and
-        ``margin="auto"``: per candidate tried, the margin ``inflation``, whether its
-        certificates ``passed``, the held-out value of each measure and its confidence bound, and which one
-        was ``chosen``.
-    validation_indices_ : ndarray of the rows of ``X`` held out (``validation_fraction``),
-        else None; the model, preprocessing and ``train_violations_`` use the other rows.
-    predicted_held_out_ : pandas.DataFrame or None. With a margin: per constraint row
-        the exact training value, the margin and the range ``train -/+ margin``
-        predicted for new rows (a prediction, not a certificate), and whether it lies
-        within the bounds.
+    n_features_in_, feature_names_in_ : the model's input columns, as in scikit-learn.
+    dropped_columns_ : list of str, sensitive columns of a DataFrame ``X`` that are not model
+        inputs; the prediction methods drop them.
+    certificate_ : list of :class:`fairopt.Certificate` with ``validation_fraction``, else None.
+    candidates_ : pandas.DataFrame or None, per candidate margin tried: its ``inflation``, whether
+        it ``passed``, the held-out values and bounds, and which was ``chosen``.
+    validation_indices_ : ndarray of the held-out rows of ``X``, else None.
+    predicted_held_out_ : pandas.DataFrame or None, with a margin: per constraint row the training
+        value, the margin and the predicted range ``train -/+ margin`` for new rows.
     """
 
     _task = "binary"  # its engine defaults: fairopt.training.ENGINE_DEFAULTS["binary"]
 
-    # The shared parameters plus pos_label, spelled out: scikit-learn reads an estimator's
-    # parameters from its __init__ signature (and refuses **kwargs there), and the API
-    # reference checks the docstring against it; tests/test_pos_label.py checks that this
-    # list stays the shared one plus pos_label.
+    # spelled out: scikit-learn reads the parameters from the signature (no **kwargs);
+    # tests/test_pos_label.py checks this list is the shared one plus pos_label
     def __init__(
         self,
         constraints: Any = None,
@@ -843,8 +693,7 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         return tags
 
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:
-        """Sets ``classes_`` (sorted) and ``pos_label_``; warns when the positive class was
-        taken by default for labels whose order does not say which one is favourable."""
+        """Set ``classes_`` and ``pos_label_``; warn when the positive class was taken by default."""
         check_classification_targets(y)
         classes = np.unique(y)
         if classes.size > 2:
@@ -868,25 +717,21 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         return (y == self.pos_label_).astype(np.float64)
 
     def _labels(self, target: np.ndarray) -> np.ndarray:
-        """A FairData's 0/1 target as labels: the values themselves when ``classes_`` are 0
-        and 1 (a FairData's own, or 0/1 labels), else ``pos_label_`` where it is 1 (the
-        outcome a FairData's rate constraints count as favourable) and the other class
-        elsewhere."""
+        """A FairData's 0/1 target as labels, 1 being ``pos_label_``."""
         if np.array_equal(self.classes_.astype(object), [0, 1]):
             return self.classes_[target.astype(np.int64)]
         positive = 0 if self._positive_first() else 1
         return self.classes_[np.where(target == 1, positive, 1 - positive)]
 
     def _positive_first(self) -> bool:
-        """Whether the positive class is ``classes_[0]`` (``pos_label`` named the smaller label)."""
+        """Whether the positive class is ``classes_[0]``."""
         return bool(self.classes_[0] == self.pos_label_)
 
     @property
     def coef_(self) -> np.ndarray:
-        """``model="linear"``: the coefficients of ``decision_function`` (the logit of
-        ``classes_[1]``) on the encoded, standardised inputs, shape (1, n), in the order of
-        ``preprocessor_.feature_names_``, as a ``LogisticRegression`` after a ``StandardScaler``
-        in a Pipeline reports them. AttributeError for other models."""
+        """``model="linear"``: the coefficients of ``decision_function`` on the encoded, standardised inputs,
+        shape (1, n), as a ``LogisticRegression`` after a ``StandardScaler`` reports them.
+        """
         w, _ = self._affine_map()
         return (-w if self._positive_first() else w).reshape(1, -1)
 
@@ -897,17 +742,12 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         return np.array([-b if self._positive_first() else b])
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """The logit of ``classes_[1]`` per row, shape (n,): positive means ``classes_[1]``.
-
-        It is the model's output ``out``, the logit of ``pos_label_``, negated when
-        ``pos_label_`` is ``classes_[0]``.
-        """
+        """The logit of ``classes_[1]`` per row, shape (n,): ``out``, negated when ``pos_label_`` is ``classes_[0]``."""
         out = self._outputs(X)
         return -out if self._positive_first() else out
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """``[P(classes_[0]), P(classes_[1])]`` per row, shape (n, 2), where the positive
-        class ``pos_label_`` has ``P = sigmoid(out)``."""
+        """``[P(classes_[0]), P(classes_[1])]`` per row, shape (n, 2), with ``P(pos_label_) = sigmoid(out)``."""
         p = expit(self._outputs(X))
         return np.column_stack([p, 1.0 - p] if self._positive_first() else [1.0 - p, p])
 
@@ -920,21 +760,17 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
 class FairRegressor(_FairDataScore, RegressorMixin, _FairEstimator):
     """Least-squares regressor trained under fairness constraints (scikit-learn estimator).
 
-    The model's output is the prediction; training minimises the mean squared error
-    subject to the constraints (typically :class:`~fairopt.constraints.GeDI`,
-    :class:`~fairopt.constraints.Covariance` or
-    :class:`~fairopt.constraints.DistanceCovariance`, whose bounds are in the units of
-    ``y``). Parameters and attributes as in :class:`FairClassifier` (no ``pos_label``,
-    ``classes_`` or ``pos_label_``).
+    Training minimises the mean squared error subject to the constraints (typically
+    :class:`~fairopt.constraints.GeDI`, :class:`~fairopt.constraints.Covariance` or
+    :class:`~fairopt.constraints.DistanceCovariance`, bounds in the units of ``y``). Parameters and
+    attributes as in :class:`FairClassifier`, without ``pos_label``, ``classes_`` and ``pos_label_``.
     """
 
     _task = "regression"  # its engine defaults: fairopt.training.ENGINE_DEFAULTS["regression"]
 
     @property
     def coef_(self) -> np.ndarray:
-        """``model="linear"``: the coefficients of ``predict`` on the encoded, standardised
-        inputs, shape (n,), in the order of ``preprocessor_.feature_names_`` (in the units of
-        ``y``). AttributeError for other models."""
+        """``model="linear"``: the coefficients of ``predict`` on the encoded, standardised inputs, shape (n,)."""
         return self._affine_map()[0]
 
     @property
