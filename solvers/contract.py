@@ -19,17 +19,12 @@ capability                members                                               
 flags                     ``smooth_is_exact``, ``cost_on_all_rows``               exact rows; mini-batch SQP
 ========================  ======================================================  ==========================
 
-The engines ask about a capability only through the helpers of this module (:func:`supports_sums`,
-:func:`offers_strata`, ...; :func:`capabilities` lists them all). They probe with ``getattr`` rather
-than ``isinstance`` on the protocols: from Python 3.12 a ``runtime_checkable`` protocol looks members
-up with ``inspect.getattr_static``, which does not see members a wrapper delegates through
-``__getattr__`` (a tightened constraint offers the capabilities of the constraint it wraps).
-
-:func:`check_constraint` runs when constraints enter an engine (:class:`solvers.problem.ConstraintSet`):
-a missing required member, half of a capability (``partial_sums`` without ``from_sums``) or a flag
-of the wrong kind is refused with a :class:`ConstraintContractError` naming the member, instead of a
-silent slow path or an ``AttributeError`` deep inside a fit. :func:`check_bounds` checks the bounds
-after ``setup`` (some constraints size their rows from the data).
+The engines ask through this module's helpers (:func:`capabilities` lists them all), which probe
+with ``getattr``: from Python 3.12 ``isinstance`` on a ``runtime_checkable`` protocol does not see
+members a wrapper delegates through ``__getattr__``. :func:`check_constraint` runs when constraints
+enter an engine and refuses a missing member, half a capability or a wrong flag with a
+:class:`ConstraintContractError`, instead of a slow path or an ``AttributeError`` deep in a fit;
+:func:`check_bounds` checks the bounds after ``setup``, which may size them from the data.
 """
 
 from __future__ import annotations
@@ -70,30 +65,19 @@ COSTS = ("linear", "quadratic")
 
 
 class ConstraintContractError(TypeError, ValueError):
-    """A constraint that does not meet the contract of :mod:`solvers.contract`.
-
-    A ``TypeError`` (the object is not of the required kind) and a ``ValueError`` (the
-    error engines raise for an invalid ``constraints`` argument), so that either catches it.
-    """
+    """A constraint that does not meet the contract; a ``TypeError`` and the engines' ``ValueError``."""
 
 
 @runtime_checkable
 class Constraint(Protocol):
     """The members every constraint has: rows ``lower <= c(out) <= upper``.
 
-    ``name`` (str) labels the rows. ``lower``/``upper`` are float64 tensors ``(m,)`` (a side may
-    be infinite); they may be built by ``setup`` (:class:`SetUp`) and must exist after it.
-    ``__call__`` gives the smooth rows that engines differentiate, ``exact`` the true rows on hard
-    predictions, which decide feasibility and which iterate an engine returns. The violation of
-    row ``i`` is ``max(c_i - upper_i, 0) + max(lower_i - c_i, 0)``.
-
-    Two optional class attributes change how an engine treats the rows (absent: the default):
-    ``smooth_is_exact = True`` says ``exact`` returns the values of ``__call__`` (no surrogate),
-    so engines take the exact rows from the smooth ones (:func:`smooth_is_exact`);
-    ``cost_on_all_rows = "quadratic"`` (default ``"linear"``) says the rows cost more than linear
-    time in the rows (pairwise statistics), so mini-batch SQP estimates them on its batches
-    instead of on all rows (:func:`cost_on_all_rows`). A constraint may also name its rows with
-    ``row_names`` (one string per row).
+    ``lower``/``upper`` are float64 ``(m,)`` (sides may be infinite), possibly built by ``setup``.
+    ``__call__`` gives the smooth rows engines differentiate; ``exact`` the true rows on hard
+    predictions, which decide feasibility and the returned iterate. Optional: ``row_names``;
+    ``smooth_is_exact = True`` (``exact`` equals ``__call__``, so engines reuse the smooth rows);
+    ``cost_on_all_rows = "quadratic"`` (pairwise statistics: mini-batch SQP estimates them on its
+    batches instead of on all rows).
     """
 
     name: str
@@ -129,41 +113,30 @@ class TargetEncodable(Protocol):
 
 @runtime_checkable
 class ClosedFormRows(Protocol):
-    """``rows_and_jacobian(out, batch)``: the smooth rows ``c`` ``(m,)`` and their Jacobian
-    ``dc/d out`` ``(m, n)`` in closed form, without gradient, or None when it does not apply.
-
-    The SQP derivative oracles use it instead of one backward pass per row through ``__call__``
-    (:func:`solvers.derivatives.rows_and_output_jacobian`); group-rate rows
-    ``c = D W phi(out - t)`` give ``dc/d out = (D W) * phi'(out - t)``."""
+    """``rows_and_jacobian(out, batch)``: ``c`` ``(m,)`` and ``dc/d out`` ``(m, n)`` in closed form, or
+    None, which saves the SQP oracles a backward pass per row (group rates ``c = D W phi(out - t)``
+    give ``dc/d out = (D W) * phi'(out - t)``)."""
 
     def rows_and_jacobian(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None: ...
 
 
 @runtime_checkable
 class Stratified(Protocol):
-    """``strata(batch)``: one integer code per row of ``batch``, equal for rows on which the rows'
-    Jacobian columns are proportional (rows in the same groups), or None.
-
-    On a batch of at least :data:`solvers.strata.MIN_ROWS` rows and a row-wise model with a hidden
-    layer, the SQP oracle then pulls back one vector per stratum instead of one per constraint row,
-    each stratum's block of ``dc/d out`` checked to be of rank one (:mod:`solvers.strata`)."""
+    """``strata(batch)``: one integer code per row, equal where the Jacobian columns are proportional
+    (rows in the same groups), or None; the SQP oracle then pulls back one vector per stratum
+    instead of one per constraint row (:mod:`solvers.strata`)."""
 
     def strata(self, batch: Any) -> Any: ...
 
 
 @runtime_checkable
 class FactoredRows(Stratified, Protocol):
-    """The rows with their Jacobian as per-stratum factors: on stratum ``k`` of :meth:`strata`,
-    ``dc/d out_i = coef[:, k] direction_i``.
+    """The Jacobian as per-stratum factors, ``dc/d out_i = coef[:, k] direction_i`` on stratum ``k``.
 
-    ``jacobian_direction`` is a hashable key of the shared per-row vector ``direction`` (None: no
-    shared direction); constraints with equal keys share it, so a set of them has rank-one blocks by
-    construction and needs no check. ``rows_and_factors(out, batch, strata)`` returns the smooth
-    rows, the exact rows, ``coef`` ``(m, s)`` and ``direction`` ``(n,)`` for the
-    :class:`solvers.strata.RowStrata` ``strata`` (a :class:`solvers.problem.RowFactors`), or None.
-    The SQP oracle uses them for full and mini-batches alike, and reads the strata of all rows once
-    so that mini-batch rows come from per-stratum sums
-    (:meth:`solvers.derivatives.LocalDerivatives.know_strata`)."""
+    ``rows_and_factors(out, batch, strata)`` returns a :class:`solvers.problem.RowFactors` or None;
+    ``jacobian_direction`` keys the shared per-row ``direction`` (None: none), so constraints with
+    equal keys have rank-one blocks by construction. Mini-batch rows then come from per-stratum
+    sums (:meth:`solvers.derivatives.LocalDerivatives.know_strata`)."""
 
     @property
     def jacobian_direction(self) -> Hashable | None: ...
@@ -173,17 +146,13 @@ class FactoredRows(Stratified, Protocol):
 
 @runtime_checkable
 class SumsConstraint(Protocol):
-    """Rows that are a function of additive per-group sums.
+    """Rows that are a function of additive per-group sums, so that full-data SQP passes run in row
+    chunks (:mod:`solvers.sums`) or over data-parallel shards (:mod:`solvers.distributed`).
 
-    ``partial_sums(out, batch, exact=False)`` returns ``(sums, counts)``, two tensors ``(G,)``
-    that add up over disjoint row blocks (``sums`` differentiable in ``out``; ``exact=True``: the
-    sums behind :meth:`Constraint.exact`); ``from_sums(sums, counts)`` maps the totals over all
-    rows to the ``m`` rows, differentiable in ``sums``, with
-    ``from_sums(*partial_sums(out, data)) == constraint(out, data)``. A group rate is
-    ``sums_g / counts_g`` with ``sums_g = sum_{i in g} w_i phi(out_i - t)`` and
-    ``counts_g = sum_{i in g} w_i``. Full-data SQP passes then run in row chunks
-    (:mod:`solvers.sums`, bounded memory) or over data-parallel shards with one all-reduce
-    (:mod:`solvers.distributed`)."""
+    ``partial_sums(out, batch, exact=False)`` returns ``(sums, counts)`` ``(G,)``, additive over
+    disjoint row blocks (``exact=True``: the sums behind ``exact``); ``from_sums(sums, counts)`` maps
+    the totals to the rows, ``from_sums(*partial_sums(out, data)) == constraint(out, data)``. A group
+    rate is ``sums_g / counts_g``, ``sums_g = sum_{i in g} w_i phi(out_i - t)``, ``counts_g = sum w_i``."""
 
     def partial_sums(self, out: torch.Tensor, batch: Any, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         ...
@@ -197,8 +166,7 @@ def _offers(constraint: Any, *members: str) -> bool:
 
 
 def looks_like_constraint(obj: Any) -> bool:
-    """``obj`` is meant as one constraint (callable with an ``exact`` member), as opposed to an
-    iterable of them; whether it meets the contract is :func:`check_constraint`'s question."""
+    """``obj`` is meant as one constraint (callable with ``exact``), not an iterable of them."""
     return callable(obj) and hasattr(obj, "exact")
 
 
@@ -223,8 +191,7 @@ def offers_strata(constraint: Any) -> bool:
 
 
 def offers_factored_rows(constraint: Any) -> bool:
-    """:class:`FactoredRows`: ``constraint`` has a callable ``rows_and_factors`` (whether the
-    direction is shared is :func:`jacobian_direction`'s, or a constraint set's, answer)."""
+    """:class:`FactoredRows`: ``constraint`` has a callable ``rows_and_factors``."""
     return _offers(constraint, "rows_and_factors")
 
 
@@ -255,9 +222,7 @@ def declared_row_names(constraint: Any) -> list[str] | None:
 
 
 def shares_direction(cons: Any) -> bool:
-    """A constraint set whose members share one Jacobian direction (the ``shared_direction`` of
-    :class:`solvers.problem.ConstraintSet`: equal non-None :func:`jacobian_direction`); False for
-    anything without that property (a single constraint)."""
+    """A :class:`solvers.problem.ConstraintSet` whose members share one Jacobian direction."""
     return bool(getattr(cons, "shared_direction", False))
 
 
@@ -285,19 +250,8 @@ def _label(constraint: Any) -> str:
 
 
 def check_constraint(constraint: Any) -> None:
-    """Refuse ``constraint`` unless it meets the contract (module docstring).
-
-    Required: callable (``__call__``), a callable ``exact`` and a string ``name`` (``lower``/``upper``
-    may appear only in ``setup``: :func:`check_bounds`). A capability offered in part is refused:
-    ``partial_sums`` without ``from_sums`` or the reverse, ``rows_and_factors`` without ``strata``
-    or ``jacobian_direction``. ``smooth_is_exact``, when present, must be a bool and
-    ``cost_on_all_rows`` one of :data:`COSTS`.
-
-    Raises
-    ------
-    ConstraintContractError
-        Naming the constraint and the member at fault.
-    """
+    """Refuse, with a :class:`ConstraintContractError` naming the member, a constraint without
+    ``__call__``, ``exact`` or a string ``name``, with half a capability, or with a wrong flag."""
     label = _label(constraint)
     if not callable(constraint):
         raise ConstraintContractError(f"constraints: {constraint!r} is not a constraint: it must be callable "
@@ -334,13 +288,7 @@ def _check_pairs(constraint: Any, label: str) -> None:
 
 
 def check_bounds(constraint: Any) -> None:
-    """Refuse a set-up constraint whose ``lower``/``upper`` are missing or of different sizes.
-
-    Raises
-    ------
-    ConstraintContractError
-        Naming the constraint and the member at fault.
-    """
+    """Refuse a set-up constraint whose ``lower``/``upper`` are missing or of different sizes."""
     label = _label(constraint)
     sizes = []
     for side in ("lower", "upper"):

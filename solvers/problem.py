@@ -1,17 +1,10 @@
 """Protocols shared by every engine: datasets, batches, constraints and encodings.
 
-The engines in :mod:`solvers` are fairness-agnostic. They see a dataset only through
-:class:`Dataset` (features, target, row subsets, optional strata for balanced sampling)
-and a constraint only through :class:`Constraint` (smooth values, exact values, bounds) and the
-optional capabilities of :mod:`solvers.contract`, where the whole constraint contract is written.
-
-Row convention
---------------
-A constraint contributes ``m`` scalar rows ``lower_i <= c_i(out) <= upper_i``; a side may
-be infinite. The violation of row ``i`` is
-``max(c_i - u_i, 0) + max(l_i - c_i, 0)`` and the total violation ``V(c)`` is the sum
-over rows. Several constraints compose by concatenating rows
-(:class:`ConstraintSet`).
+The engines are fairness-agnostic: they see data only through :class:`Dataset` and a constraint
+only through :class:`Constraint` and the optional capabilities of :mod:`solvers.contract`. A
+constraint contributes ``m`` rows ``l_i <= c_i(out) <= u_i`` (a side may be infinite), with
+violation ``max(c_i - u_i, 0) + max(l_i - c_i, 0)``, summed to ``V(c)``; constraints compose by
+concatenating rows (:class:`ConstraintSet`).
 """
 
 from __future__ import annotations
@@ -60,20 +53,10 @@ __all__ = [
 class Batch(Protocol):
     """A set of rows: model inputs ``X`` (n, p) and targets ``y`` (n,).
 
-    Optional per-row weights
-    ------------------------
-    A batch may also carry ``weights``: a float tensor (n,) of weights ``w_i >= 0`` (survey
-    or importance weights), or ``None`` (the default when the attribute is absent) for an
-    unweighted batch. The engines never look at them directly: they read them through
-    :func:`row_weights`, and every mean over rows that a weighted batch affects becomes the
-    weighted mean ``sum_i w_i v_i / sum_i w_i`` (:func:`weighted_mean`): the built-in
-    losses of :mod:`solvers.losses`, and the group means of constraints that read them.
-    ``subset`` must keep each row's weight with the row (a mini-batch, a balanced batch, a
-    chunk). Integer weights are then equivalent to repeating each row ``w_i`` times.
-
-    ``weights`` is documented here rather than declared as a protocol member: a
-    ``runtime_checkable`` protocol would require the attribute of every batch in
-    ``isinstance`` checks, and an unweighted batch need not have it.
+    A batch may also carry ``weights``, a float tensor (n,) of ``w_i >= 0`` (absent or None:
+    unweighted), read through :func:`row_weights`; every mean over rows then becomes
+    ``sum_i w_i v_i / sum_i w_i`` (:func:`weighted_mean`), and ``subset`` keeps each row's weight.
+    It is not a protocol member because ``isinstance`` would then require it of every batch.
     """
 
     X: torch.Tensor
@@ -88,11 +71,8 @@ class Batch(Protocol):
 
 @runtime_checkable
 class Dataset(Batch, Protocol):
-    """A batch that can also tell the engine which stratum (group) each row is in.
-
-    ``strata`` is a long tensor (n,) of group ids used by balanced samplers
-    (equal count per group, [SQP] Thm 3.1), or ``None`` when there are no groups.
-    """
+    """A batch with ``strata``: a long tensor (n,) of group ids for balanced samplers ([SQP] Thm 3.1),
+    or None."""
 
     @property
     def strata(self) -> torch.Tensor | None: ...
@@ -109,13 +89,8 @@ def trainable_parameters(model: Any) -> list[torch.Tensor]:
 
 
 def row_outputs(out: Any, n: int, what: str = "model") -> torch.Tensor:
-    """A model's outputs on ``n`` rows as one value per row, shape ``(n,)``.
-
-    The output convention of every engine: a model maps ``X`` (n, p) to ``(n,)``; the
-    ``(n, 1)`` column of a single-output module (a plain ``torch.nn.Linear(p, 1)``) is
-    squeezed to ``(n,)`` (a view: gradients flow through it). Any other shape is a
-    ValueError naming ``what``.
-    """
+    """A model's outputs as shape ``(n,)``, the engines' convention; an ``(n, 1)`` column (a
+    ``torch.nn.Linear(p, 1)``) is squeezed as a view."""
     if not isinstance(out, torch.Tensor):
         raise ValueError(f"{what}: expected a tensor output, got {type(out).__name__}")
     if out.dim() == 2 and out.shape[0] == n and out.shape[1] == 1:
@@ -126,16 +101,8 @@ def row_outputs(out: Any, n: int, what: str = "model") -> torch.Tensor:
 
 
 def row_weights(batch: Any, like: torch.Tensor | None = None) -> torch.Tensor | None:
-    """The optional per-row weights of ``batch`` (:class:`Batch`), or None when unweighted.
-
-    ``batch.weights`` (absent or None: unweighted) must be a tensor of shape ``(len(batch),)``;
-    it is returned in ``like``'s dtype and device when ``like`` is given.
-
-    Raises
-    ------
-    ValueError
-        ``batch.weights`` is not a tensor of one value per row.
-    """
+    """``batch.weights`` (:class:`Batch`), checked to be one value per row, in ``like``'s dtype and
+    device when given; None when unweighted."""
     weights = getattr(batch, "weights", None)
     if weights is None:
         return None
@@ -147,19 +114,15 @@ def row_weights(batch: Any, like: torch.Tensor | None = None) -> torch.Tensor | 
 
 
 def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``sum_i w_i v_i / sum_i w_i`` (0-dim, differentiable in ``values``).
-
-    A batch whose weights are all 0 carries no information: its weighted mean is 0 (with
-    zero gradient) instead of ``0/0``.
-    """
+    """``sum_i w_i v_i / sum_i w_i``, differentiable in ``values``; 0 instead of ``0/0`` when all
+    weights are 0."""
     total = weights.sum()
     return (weights * values).sum() / torch.where(total > 0, total, torch.ones_like(total))
 
 
 def row_chunks(data: Any, chunk_rows: int | None) -> Iterator[Any]:
-    """The consecutive row blocks ``data.subset(arange(start, start + chunk_rows))`` of ``data``
-    in order (the last one shorter), or ``data`` itself when ``chunk_rows`` is None or covers
-    every row: the one way the full-data passes walk a data set that need not fit in memory."""
+    """``data`` in consecutive blocks of ``chunk_rows`` rows (``data`` itself when None or larger):
+    how the full-data passes walk a data set that need not fit in memory."""
     n = len(data)
     if chunk_rows is None or int(chunk_rows) >= n:
         yield data
@@ -170,18 +133,15 @@ def row_chunks(data: Any, chunk_rows: int | None) -> Iterator[Any]:
 
 
 def weight_total(batch: Any) -> float:
-    """The number of rows of ``batch``, or the sum of its weights when it has some: the
-    denominator of its (weighted) mean losses, so that ``mean * weight_total`` adds up over
-    disjoint row blocks."""
+    """The rows of ``batch``, or the sum of its weights: the denominator of its mean losses, so that
+    ``mean * weight_total`` adds up over disjoint blocks."""
     weights = row_weights(batch)
     return float(len(batch)) if weights is None else float(weights.detach().double().sum())
 
 
 @contextlib.contextmanager
 def eval_mode(model: Any) -> Iterator[None]:
-    """Run the block with ``model`` in eval mode when it is a ``torch.nn.Module`` in training
-    mode (dropout off, batch-norm running statistics) and put it back in training mode
-    afterwards, also on an error; any other callable is left alone."""
+    """Run the block with a ``torch.nn.Module`` in eval mode, restoring training mode afterwards."""
     training = isinstance(model, torch.nn.Module) and model.training
     if training:
         model.eval()
@@ -193,8 +153,7 @@ def eval_mode(model: Any) -> Iterator[None]:
 
 
 def model_outputs(model: Any, batch: Any) -> torch.Tensor:
-    """``model(batch.X)`` as one output per row, shape ``(n,)`` (:func:`row_outputs`): the one
-    forward pass every engine runs on a batch."""
+    """``model(batch.X)`` as shape ``(n,)`` (:func:`row_outputs`)."""
     return row_outputs(model(batch.X), len(batch))
 
 
@@ -204,13 +163,7 @@ def flat_parameters(params: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def assign_parameters(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
-    """Write the flat vector ``flat`` (as from :func:`flat_parameters`) into ``params`` in place.
-
-    Raises
-    ------
-    ValueError
-        ``flat`` does not have one entry per parameter entry.
-    """
+    """Write the flat vector ``flat`` (as from :func:`flat_parameters`) into ``params`` in place."""
     total = sum(p.numel() for p in params)
     if flat.numel() != total:
         raise ValueError(f"expected {total} parameter values, got {flat.numel()}")
@@ -222,9 +175,8 @@ def assign_parameters(params: Sequence[torch.Tensor], flat: torch.Tensor) -> Non
 
 
 def check_dataset(data: Any) -> int:
-    """Require the :class:`Dataset` fields engines use (``X``, ``y``, ``subset``) and at least
-    one row, and optional weights (:func:`row_weights`) that are finite, ``>= 0`` and not all
-    0; returns the number of rows."""
+    """The number of rows of ``data``, checked to have ``X``, ``y``, ``subset``, a row, and weights
+    (if any) finite, ``>= 0`` and not all 0."""
     for attr in ("X", "y", "subset"):
         if not hasattr(data, attr):
             raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}")
@@ -242,11 +194,9 @@ def check_dataset(data: Any) -> int:
 
 
 class RowSplit(NamedTuple):
-    """Two-sided rows ``lo <= A x <= hi`` in the one-sided form QP solvers take:
-    ``G x <= h`` (the finite upper sides, then the negated finite lower sides, of the
-    non-equality rows) and ``A_eq x = b_eq`` (rows with ``lo == hi``); ``upper``, ``lower``
-    and ``equal`` are the boolean row masks behind each block, in row order (to map the
-    solver's multipliers back to rows). Blocks with no rows are None."""
+    """``lo <= A x <= hi`` as QP solvers take it: ``G x <= h`` (finite upper sides, then negated finite
+    lower sides) and ``A_eq x = b_eq`` (``lo == hi``); the masks ``upper``, ``lower``, ``equal`` map
+    multipliers back to rows. Empty blocks are None."""
 
     G: Any
     h: np.ndarray | None
@@ -258,11 +208,9 @@ class RowSplit(NamedTuple):
 
 
 class RowFactors(NamedTuple):
-    """Rows of ``m`` constraints at some outputs ``out`` (n,) whose Jacobian ``dc/d out`` is of rank one
-    on each of ``s`` strata of rows: ``dc/d out_i = coef[:, k] direction_i`` for every row ``i`` of
-    stratum ``k`` (``solvers.strata``: on contiguous segments ``(a, b)``, ``dc/d out[:, a:b] =
-    coef[:, k] direction[a:b]'``). ``c`` the smooth rows and ``exact`` the exact rows (None when not
-    evaluated), float64 (m,); ``coef`` (m, s) and ``direction`` (n,) in the dtype of ``out``."""
+    """``m`` rows whose Jacobian is of rank one on each of ``s`` strata: ``dc/d out_i = coef[:, k]
+    direction_i`` for row ``i`` in stratum ``k``. ``c``, ``exact`` (or None) float64 (m,); ``coef``
+    (m, s) and ``direction`` (n,) in the dtype of ``out``."""
 
     c: torch.Tensor
     exact: torch.Tensor | None
@@ -271,8 +219,7 @@ class RowFactors(NamedTuple):
 
 
 def split_rows(A: Any, lo: np.ndarray, hi: np.ndarray) -> RowSplit:
-    """Split ``lo <= A x <= hi`` (dense or sparse ``A``; infinite sides allowed) into
-    ``G x <= h`` and ``A_eq x = b_eq`` as CSC matrices (see :class:`RowSplit`)."""
+    """Split ``lo <= A x <= hi`` (dense or sparse ``A``) into CSC blocks (:class:`RowSplit`)."""
     import scipy.sparse as sp
 
     A = sp.csr_matrix(A)
@@ -295,13 +242,8 @@ def row_violations(c: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) ->
 
 
 def exact_rows(cons: Any, out: torch.Tensor, batch: Any, smooth: torch.Tensor | None = None) -> torch.Tensor:
-    """The exact rows ``cons.exact(out, batch)`` as a float64 vector (m,), without gradient.
-
-    When ``cons`` declares ``smooth_is_exact`` (:class:`Constraint`) and the smooth rows
-    ``smooth = cons(out, batch)`` of the same outputs are at hand, they are returned instead
-    of evaluating the measure a second time (a distance covariance costs as much as its
-    gradient, a fifth of an SQP iteration).
-    """
+    """``cons.exact(out, batch)`` as float64 (m,) without gradient; the smooth rows ``smooth`` of the
+    same outputs when ``cons`` declares ``smooth_is_exact``, which saves a second evaluation."""
     if smooth is not None and smooth_is_exact(cons):
         return smooth.detach().reshape(-1).to(torch.float64)
     with torch.no_grad():
@@ -318,20 +260,15 @@ _SCRATCH: contextvars.ContextVar[dict | None] = contextvars.ContextVar("constrai
 
 
 def shared_scratch() -> dict | None:
-    """A dict shared by the members of the :meth:`ConstraintSet.rows_and_jacobian` (or
-    :meth:`ConstraintSet.rows_and_factors`) call in progress, None outside one. A member that
-    computes an intermediate another member may need too (the same surrogate of the same outputs:
-    disparate and equal impact on one attribute) stores it under a key naming it and its inputs,
-    with a reference to those inputs (so that an ``id`` in the key cannot be reused while the dict
-    lives); the dict is dropped when the call returns. :func:`shared_value` does all of that.
-    """
+    """The dict shared by the members during one :meth:`ConstraintSet.rows_and_jacobian` or
+    :meth:`ConstraintSet.rows_and_factors` call (None outside), where members leave intermediates
+    others need too (:func:`shared_value`)."""
     return _SCRATCH.get()
 
 
 def shared_value(key: Any, source: Any, compute: Callable[[], Any]) -> Any:
-    """``compute()``, once per constraint-set call for the members that ask with the same ``key`` and
-    the same ``source`` object (the outputs it was computed from; :func:`shared_scratch`); outside
-    such a call simply ``compute()``."""
+    """``compute()``, once per constraint-set call for the same ``key`` and ``source`` object (kept
+    alive so that its ``id`` is not reused); outside such a call simply ``compute()``."""
     scratch = _SCRATCH.get()
     if scratch is None:
         return compute()
@@ -342,13 +279,7 @@ def shared_value(key: Any, source: Any, compute: Callable[[], Any]) -> Any:
 
 
 class ConstraintSet:
-    """Several constraints as one: rows are concatenated in the given order.
-
-    Parameters
-    ----------
-    constraints : iterable of Constraint
-        The members; each keeps its own ``name`` and bounds.
-    """
+    """Several constraints as one, rows concatenated in order; each keeps its name and bounds."""
 
     def __init__(self, constraints: Iterable[Constraint] = ()) -> None:
         self.constraints: list[Constraint] = list(constraints)
@@ -374,13 +305,9 @@ class ConstraintSet:
         return self._cat([v for v, _ in pairs], like=out), torch.cat([j for _, j in pairs]).to(out.dtype)
 
     def rows_and_factors(self, out: torch.Tensor, batch: Any, strata: Any) -> RowFactors | None:
-        """The members' optional ``rows_and_factors(out, batch, strata)`` (:class:`RowFactors` for the
-        strata of :meth:`strata` given row by row, a :class:`solvers.strata.RowStrata`), rows
-        concatenated, without gradient.
-
-        None unless the members share their direction (:attr:`shared_direction`: the ``direction`` of
-        the first member is every member's) and each offers the method and returns factors; the
-        engine then factors the dense :meth:`rows_and_jacobian`."""
+        """The members' ``rows_and_factors`` (:class:`RowFactors` on a :class:`solvers.strata.RowStrata`)
+        concatenated, without gradient; None unless all offer them and share their direction (the
+        engine then factors :meth:`rows_and_jacobian`)."""
         if not self.shared_direction:
             return None
         parts = self._each_member(offers_factored_rows, lambda c: c.rows_and_factors(out, batch, strata))
@@ -392,9 +319,8 @@ class ConstraintSet:
                           torch.cat([p.coef for p in parts]), parts[0].direction)
 
     def _each_member(self, offers: Callable[[Any], bool], ask: Callable[[Any], Any]) -> list | None:
-        """``ask(member)`` of every member, inside one :func:`shared_scratch` (members share
-        intermediates); None as soon as a member does not ``offers`` the capability (a helper of
-        :mod:`solvers.contract`) or answers None."""
+        """``ask(member)`` of every member inside one :func:`shared_scratch`; None as soon as one does not
+        ``offers`` the capability or answers None."""
         answers = []
         token = _SCRATCH.set({})
         try:
@@ -409,10 +335,8 @@ class ConstraintSet:
 
     @property
     def shared_direction(self) -> bool:
-        """Every member declares the same non-None ``jacobian_direction``: on each stratum of
-        :meth:`strata`, every column of ``dc/d out`` is a multiple of one shared per-row vector, so
-        the blocks are of rank one by construction (:func:`solvers.strata.rank_one_factors` then
-        need not check them)."""
+        """Every member declares the same non-None ``jacobian_direction``, so the blocks of
+        ``dc/d out`` are of rank one by construction and need no check."""
         keys = [jacobian_direction(c) for c in self.constraints]
         return bool(keys) and keys[0] is not None and all(k == keys[0] for k in keys)
 
@@ -425,8 +349,7 @@ class ConstraintSet:
         return iter(self.constraints)
 
     def setup(self, data: Any) -> None:
-        """``setup(data)`` of every member that offers it (:class:`solvers.contract.SetUp`), then the
-        check of every member's bounds (:func:`solvers.contract.check_bounds`)."""
+        """``setup(data)`` of every member that offers it, then :func:`solvers.contract.check_bounds`."""
         for c in self.constraints:
             if offers_setup(c):
                 c.setup(data)
@@ -462,8 +385,8 @@ class ConstraintSet:
             return self._cat([c.exact(out, batch).reshape(-1) for c in self.constraints], like=out)
 
     def strata(self, batch: Any) -> torch.Tensor | None:
-        """One code per row of ``batch``: rows with equal codes are in the same stratum of every
-        member (:mod:`solvers.strata`); None when a member has no ``strata`` method (or no strata)."""
+        """One code per row, equal for rows in the same stratum of every member; None when a member
+        has no strata."""
         codes = []
         for c in self.constraints:
             member = c.strata(batch) if offers_strata(c) else None
@@ -508,11 +431,8 @@ def as_constraint_set(constraints: Any) -> ConstraintSet:
 
 @dataclass
 class LinearEncoding:
-    """Linear (in)equalities on a target vector ``z`` (n,) and auxiliary variables ``a`` (k,).
-
-    Rows: ``lb <= A_z z + A_a a <= ub`` (equalities have ``lb == ub``), with auxiliary
-    variable bounds ``aux_lb <= a <= aux_ub``. Used by projection (Moving Targets) masters.
-    """
+    """Rows ``lb <= A_z z + A_a a <= ub`` on targets ``z`` (n,) and auxiliary variables
+    ``aux_lb <= a <= aux_ub`` (k,), for the projection masters of Moving Targets."""
 
     name: str
     A_z: np.ndarray
