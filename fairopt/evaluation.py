@@ -1,20 +1,12 @@
 """Evaluation of a trained model: performance, realised fairness and constraint values.
 
-:func:`evaluate` runs the model once on a dataset (the FairData contract: ``X``, ``y``,
-``task``, ``sensitive``, ``sensitive_kinds``, ``exposure``) and returns a flat dict of
-numbers; :func:`fairness_report` and :func:`format_report` lay one or several such dicts
-(e.g. ``{"train": ..., "test": ...}``) out as a table (history -> evaluation with the exact measures -> report).
-
-Realised fairness is measured on hard predictions for classification (``out >
-threshold`` on logits), group to group.
-
-Two cases are never reported as "perfectly fair":
-
-- a ratio measure (``di_ratio``) whose groups all have a zero rate is 0/0: NaN, with an
-  :class:`~fairopt.exceptions.UndefinedMeasureWarning` and the reason in ``"notes"``;
-- a *degenerate* model, one that predicts the same for every row (:func:`constant_predictions`),
-  gets ``"degenerate": True``, a :class:`~fairopt.exceptions.DegenerateModelWarning` and
-  the reason in ``"notes"``: its fairness measures are trivially perfect.
+:func:`evaluate` runs the model once on a dataset and returns a flat dict of numbers;
+:func:`fairness_report` and :func:`format_report` lay one or several such dicts out as a table.
+Fairness of a classifier is measured on hard predictions ``out > threshold``. Two cases are never
+reported as "perfectly fair": a ratio whose groups all have a zero rate (0/0: NaN with an
+:class:`~fairopt.exceptions.UndefinedMeasureWarning`) and a model that predicts the same for every
+row (``"degenerate": True`` with a :class:`~fairopt.exceptions.DegenerateModelWarning`); the
+reasons go to ``"notes"``.
 """
 
 from __future__ import annotations
@@ -81,10 +73,7 @@ MEASURE_DEFINITIONS: dict[str, str] = {
 
 
 def _forward(model: Callable[[torch.Tensor], torch.Tensor], data: Any) -> torch.Tensor:
-    """``model(data.X)`` without autograd, as a flat (n,) tensor (one value per row).
-
-    A ``torch.nn.Module`` in training mode is scored in eval mode (dropout off, batch-norm
-    running statistics) and put back in training mode afterwards."""
+    """``model(data.X)`` without autograd, in eval mode, as a flat (n,) finite tensor."""
     if not callable(model):
         raise ValueError(f"model: expected a callable (e.g. torch.nn.Module), got {type(model).__name__}")
     n = len(data.y)
@@ -147,18 +136,16 @@ def _performance(out: torch.Tensor, data: Any, task: str, threshold: float) -> d
 
 
 def _fairness_values(out: torch.Tensor, task: str, threshold: float) -> np.ndarray:
-    """What group fairness compares: hard 0/1 predictions (binary task) or response-scale means."""
+    """Hard 0/1 predictions (binary task) or response-scale predictions: what group fairness compares."""
     return _hard(out, threshold) if task == "binary" else _response(out, task)
 
 
 def _group_fairness(values: np.ndarray, sensitive: Any, name: str, task: str) -> tuple[float, float, str | None]:
-    """``(di_ratio, dp_difference, note)`` of ``values`` across the groups of one feature.
+    """``(di_ratio, dp_difference, note)`` across the groups of one feature.
 
-    ``di_ratio = min_g m_g / max_g m_g`` and ``dp_difference = max_g m_g - min_g m_g`` with
-    ``m_g`` the group means. NaN (with a FairnessWarning) when the feature has one group in
-    this data; ``di_ratio`` is NaN when some group mean is negative (a ratio is meaningless)
-    and when every group mean is 0 (0/0, with an UndefinedMeasureWarning; ``note`` is then
-    the reason, None otherwise).
+    ``di_ratio = min_g m_g / max_g m_g`` and ``dp_difference = max_g m_g - min_g m_g`` with ``m_g``
+    the group means; NaN for a single group, ``di_ratio`` NaN for a negative mean or when every mean
+    is 0 (0/0, with a warning; ``note`` says why).
     """
     means = np.array(list(group_means(values, sensitive).values()))
     if means.size < 2:
@@ -190,8 +177,7 @@ def _sensitive_items(data: Any) -> list[tuple[str, Any, str]]:
 
 def _fairness(out: torch.Tensor, data: Any, task: str, threshold: float,
               notes: dict[str, str]) -> dict[str, float]:
-    """di_ratio / dp_difference per binary or categorical feature, and UF / JS over all cells
-    (the reason of a 0/0 ``di_ratio`` goes to ``notes``)."""
+    """di_ratio / dp_difference per binary or categorical feature, and UF / JS over all cells."""
     values = _fairness_values(out, task, threshold)
     items = _sensitive_items(data)
     results: dict[str, float] = {}
@@ -214,13 +200,10 @@ def _fairness(out: torch.Tensor, data: Any, task: str, threshold: float,
 def constant_predictions(out: Any, task: str, threshold: float = 0.0) -> str | None:
     """Why the model outputs ``out`` are degenerate (the same prediction for every row), or None.
 
-    The rule: for ``task="binary"`` every hard prediction ``out > threshold`` is the same
-    class (a constant classifier); for ``"regression"`` and ``"poisson"`` the predictions
-    on the response scale (the prediction; the rate ``exp(out)``) have zero spread, up to
-    float32 resolution: ``max - min <= eps32 * max(1, max |p|)`` with ``eps32 = 1.19e-7``
-    (the model computes in float32, so smaller differences are rounding, not signal).
-    A pure function of the outputs, shared by :func:`evaluate` and the estimators'
-    post-fit diagnostics.
+    Binary task: every hard prediction ``out > threshold`` is the same class. Otherwise the
+    response-scale predictions have zero spread up to float32 resolution,
+    ``max - min <= eps32 * max(1, max |p|)``: the model computes in float32, so smaller differences
+    are rounding.
     """
     o = torch.as_tensor(out).detach().reshape(-1).to(torch.float64).cpu()
     if o.numel() == 0:
@@ -241,10 +224,8 @@ def constant_predictions(out: Any, task: str, threshold: float = 0.0) -> str | N
 
 
 def _distribution_fairness(response: np.ndarray, items: list[tuple[str, Any, str]]) -> dict[str, float]:
-    """UF and JS divergence of the response-scale predictions across all intersectional cells.
-
-    Continuous features are cut into 3 quantile bins ([DC] sec 5.1). NaN when the data
-    holds a single cell.
+    """UF and JS divergence of the predictions across all intersectional cells (continuous features in 3
+    quantile bins, [DC] sec 5.1); NaN for a single cell.
     """
     cells = intersection_cells(*[v for _, v, _ in items], kinds=[k for _, _, k in items])
     if cells.max() < 1:
@@ -254,7 +235,7 @@ def _distribution_fairness(response: np.ndarray, items: list[tuple[str, Any, str
 
 
 def _unique_name(name: str, taken: Mapping[str, Any]) -> str:
-    """``name``, or ``name#2``, ``name#3``, ... when already used by another constraint."""
+    """``name``, or ``name#2``, ``name#3``, ... when already taken."""
     if name not in taken:
         return name
     k = 2
@@ -271,8 +252,9 @@ def _check_protocol(c: Any) -> None:
 
 
 def _exact_violation(out: torch.Tensor, data: Any, c: Any) -> tuple[torch.Tensor, float]:
-    """The exact row values of one constraint (float64, on the CPU) and their total
-    violation ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``."""
+    """The exact row values of one constraint (float64, CPU) and their violation
+    ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``.
+    """
     with torch.no_grad():
         values = torch.as_tensor(c.exact(out, data)).detach().reshape(-1).to(torch.float64).cpu()
     lower = torch.as_tensor(c.lower, dtype=torch.float64).reshape(-1)
@@ -303,10 +285,9 @@ def _constraint_values(out: torch.Tensor, data: Any, constraints: Iterable[Any])
 
 def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
                    tol: float = MET_TOL) -> list[BoundStatus]:
-    """The realised measure beside the bound argument of every constraint that declares its
-    measure (:func:`realised_measures`; ``delta`` bounds a ratio from below, ``bound`` the
-    others from above), on the model outputs ``out`` of the rows ``data``, in constraint order;
-    a constraint is ``met`` when its exact violation is at most ``tol``."""
+    """The realised measure beside the bound of every constraint that declares its measure, in
+    constraint order; ``met`` when the exact violation is at most ``tol``.
+    """
     measured = [c for c in constraints if callable(getattr(c, "realised", None))]
     statuses = []
     for c, measure in zip(measured, realised_measures(out, data, measured)):
@@ -318,13 +299,8 @@ def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
 
 
 def constraint_violations(out: torch.Tensor, data: Any, constraints: Iterable[Any]) -> dict[str, float]:
-    """Exact total violation of each constraint, ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``
-    of its exact rows on the model outputs ``out`` (hard predictions for the rate
-    constraints), keyed by constraint name (``name#2``, ``name#3``, ... for a repeated name).
-
-    The ``<name>.violation`` entries of :func:`evaluate`, computed the same way, without
-    the rest; a constraint whose bounds are built on first use (the rate constraints)
-    needs no ``setup(data)`` first.
+    """Exact total violation ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)`` of each constraint on the
+    outputs ``out``, keyed by name (``name#2`` for a repeat): :func:`evaluate`'s ``.violation`` entries.
     """
     result: dict[str, float] = {}
     for c in constraints:
@@ -340,15 +316,13 @@ class RealisedMeasure:
     Attributes
     ----------
     name : str
-        The constraint's (or penalty's) name, as in :func:`evaluate`.
+        The constraint's (or penalty's) name.
     measure : str
-        What is measured, e.g. ``"disparate_impact[sex]"`` (the ratio of hard positive
-        rates) or ``"gedi_coarse[age][labels]"`` (the constraint's ``measure``).
+        What is measured, e.g. ``"disparate_impact[sex]"``.
     sense : {"lower", "upper"}
-        ``"lower"``: the bound is met when ``value >= bound`` (a ratio ``delta``);
-        ``"upper"``: when ``value <= bound``.
+        ``"lower"``: met when ``value >= bound`` (a ratio ``delta``); ``"upper"``: ``value <= bound``.
     value : float
-        The measure on the data, on the scale of the constructor's bound argument.
+        The measure on the data, on the scale of the bound argument.
     """
 
     name: str
@@ -360,14 +334,9 @@ class RealisedMeasure:
 def realised_measures(out: torch.Tensor, data: Any, constraints: Iterable[Any]) -> list[RealisedMeasure]:
     """The realised measure of every constraint (or penalty) that declares one.
 
-    The one mapping from a bound to what it bounds: each object's own
-    ``realised(out, data)`` (the exact measure on the scale of its bound argument: the
-    ratio of hard positive rates for ``DisparateImpact(delta=...)``, ``||alpha||_1`` of the
-    measured predictions for GeDI, the statistic for a distance covariance, the largest
-    ``|cov|`` for Covariance, the penalised value for a penalty),
-    ``bound_sense`` and ``measure`` (:class:`fairopt.constraints.base.BaseConstraint`).
-    Objects without ``realised`` (e.g. a user's constraint that declares no measure) are
-    left out.
+    Each object's own ``realised(out, data)``, ``bound_sense`` and ``measure``
+    (:class:`fairopt.constraints.base.BaseConstraint`): the one mapping from a bound to what it
+    bounds. Objects without ``realised`` are left out.
 
     Parameters
     ----------
@@ -380,7 +349,7 @@ def realised_measures(out: torch.Tensor, data: Any, constraints: Iterable[Any]) 
     Raises
     ------
     ValueError
-        An object whose ``bound_sense`` is not "lower" or "upper".
+        A ``bound_sense`` other than "lower" or "upper".
     """
     measures = []
     for c in constraints:
@@ -397,8 +366,7 @@ def realised_measures(out: torch.Tensor, data: Any, constraints: Iterable[Any]) 
 
 def model_violations(model: Callable[[torch.Tensor], torch.Tensor], data: Any,
                      constraints: Iterable[Any]) -> dict[str, float]:
-    """:func:`constraint_violations` of ``model``'s outputs on ``data`` (one forward pass,
-    no gradients): the exact total violation of each constraint, keyed by name."""
+    """:func:`constraint_violations` of ``model``'s outputs on ``data``."""
     with torch.no_grad():
         out = model(data.X).reshape(-1)
     return constraint_violations(out, data, constraints)
@@ -408,11 +376,9 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
              threshold: float = 0.0, *, fauci_combined: Any = None) -> dict[str, Any]:
     """Performance, realised fairness and exact constraint values of ``model`` on ``data``.
 
-    The model is run once, ``out = model(data.X)`` under ``torch.no_grad()``, one value per
-    row: a logit for ``task="binary"``, the prediction for ``"regression"``, the log-rate for
-    ``"poisson"`` (expected count ``mu = exposure * exp(out)``, exposure 1 when absent).
-    Row weights (``data.weights``) enter the constraint rows only (their exact values are
-    the weighted ones); the performance and fairness measures count rows, unweighted.
+    The model runs once, ``out = model(data.X)``: a logit (binary), the prediction (regression) or
+    the log-rate (poisson, ``mu = exposure * exp(out)``). Row weights enter the constraint rows only;
+    performance and fairness measures are unweighted.
 
     Parameters
     ----------
@@ -421,59 +387,31 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
     data : FairData or batch
         Reads ``X``, ``y``, ``task``, ``sensitive``, ``sensitive_kinds``, ``exposure``.
     constraints : iterable of Constraint
-        Objects with ``name``, ``lower``, ``upper`` and ``exact(out, batch)``, already set up
-        (the caller's job: ``setup(data)`` is not called here).
+        Constraints already set up (``setup(data)`` is not called here).
     threshold : float
-        Hard prediction of the binary task: ``out > threshold`` (0 on logits is probability
-        0.5).
+        Hard prediction of the binary task: ``out > threshold``.
     fauci_combined : None, True, list of names or list of lists of names
-        Binary task only: FaUCI metrics of combined attributes ([FU] sec 3.4), the groups
-        being the cartesian product of the listed sensitive features' groups (continuous
-        features in 3 quantile bins). True: all the sensitive features together
+        Binary task: FaUCI metrics of combined attributes ([FU] sec 3.4) over the cartesian product
+        of the listed features' groups; True: all sensitive features
         (:func:`fairopt.evaluation_fauci.resolve_combined`).
 
     Returns
     -------
     dict
-        - ``"n"``: number of rows.
-        - binary: ``"accuracy"`` (hard predictions) and ``"rps"`` (= Brier score of
-          ``sigmoid(out)``, [DC] App. E.2); regression: ``"r2"``, ``"mse"``; poisson:
-          ``"deviance"`` (mean unit deviance) and ``"rps"`` (:func:`poisson_rps`).
-        - for each binary/categorical sensitive feature ``f``: ``"di_ratio[f]"`` =
-          ``min_g m_g / max_g m_g`` and ``"dp_difference[f]"`` = ``max_g m_g - min_g m_g``,
-          where ``m_g`` is the positive rate of hard predictions (binary task) or the mean
-          prediction on the response scale (prediction; predicted rate ``exp(out)`` for
-          poisson). ``"di_ratio"`` and ``"dp_difference"`` repeat the first such feature.
-          NaN when a feature has a single group in ``data`` (a FairnessWarning is issued);
-          ``di_ratio`` is NaN when a group mean is negative (regression), and when every
-          group rate is 0 (no group has positive predictions: 0/0 is undefined, not
-          "perfectly fair"; an :class:`~fairopt.exceptions.UndefinedMeasureWarning` names
-          the measure and ``"notes"`` says why).
-        - ``"uf"`` and ``"js_divergence"`` ([DC] eq. 4.1, 4.4) of the response-scale
-          predictions across the intersections of all sensitive features (continuous
-          ones cut into 3 quantile bins); NaN for a single cell.
-        - binary task, the FaUCI metrics ([FU] eq. 5-11) of the hard predictions
-          (:mod:`fairopt.evaluation_fauci`): for each binary/categorical feature ``f``
-          ``"wdp[f]"``, ``"wdi[f]"``, ``"weo[f]"`` (uniform group weights), for each
-          continuous one ``"gdp[f]"``, ``"gdi[f]"``, ``"geo[f]"`` (10 equal-width bins,
-          density weights), and ``"wdp[f1&f2]"``, ... for each ``fauci_combined``
-          combination. ``wdi``/``gdi`` are NaN (with a note) when no row is predicted
-          positive; all three are NaN when the feature has a single group in ``data``.
-        - per constraint ``c``: ``c.name`` -> list of exact row values and
-          ``c.name + ".violation"`` -> total violation ``sum_i max(c_i - u_i, 0) +
-          max(l_i - c_i, 0)`` (:func:`solvers.problem.violation`); a repeated name gets a
-          ``#2``, ``#3``, ... suffix. ``"violation"``: the sum over constraints.
-        - ``"degenerate"``: True when the model predicts the same for every row
-          (:func:`constant_predictions`: one class for every row of the binary task, zero
-          spread of the predictions otherwise), with a
-          :class:`~fairopt.exceptions.DegenerateModelWarning`; its fairness measures are
-          then trivially perfect and mean nothing.
-        - ``"bounds"``: per constraint that declares its measure (keyed as its rows), the
-          realised measure beside the bound argument (:func:`bound_statuses`): ``label``
-          (``DI[sex]``), ``value``, ``bound``, ``sense`` and ``met`` (exact violation at most
-          :data:`fairopt.status.MET_TOL`).
-        - ``"notes"``: ``{measure: reason}`` for every NaN ratio of a 0/0 and for
-          ``"degenerate"`` when True (empty when there is nothing to say).
+        - ``"n"``; binary: ``"accuracy"`` and ``"rps"`` (Brier score of ``sigmoid(out)``, [DC]
+          App. E.2); regression: ``"r2"``, ``"mse"``; poisson: ``"deviance"`` and ``"rps"``.
+        - per binary/categorical feature ``f``: ``"di_ratio[f]" = min_g m_g / max_g m_g`` and
+          ``"dp_difference[f]" = max_g m_g - min_g m_g`` over group means ``m_g`` of the hard
+          predictions (binary) or response-scale predictions; ``"di_ratio"``/``"dp_difference"``
+          repeat the first feature.
+        - ``"uf"`` and ``"js_divergence"`` ([DC] eq. 4.1, 4.4) across the intersections of all
+          sensitive features.
+        - binary: the FaUCI metrics ([FU] eq. 5-11, :mod:`fairopt.evaluation_fauci`) ``wdp``, ``wdi``,
+          ``weo`` per group feature, ``gdp``, ``gdi``, ``geo`` per continuous one.
+        - per constraint: ``name`` -> exact row values, ``name.violation`` -> total violation;
+          ``"violation"``: their sum.
+        - ``"degenerate"`` (:func:`constant_predictions`), ``"bounds"`` (:func:`bound_statuses`
+          by constraint) and ``"notes"`` (``{measure: reason}`` for NaN ratios and a degenerate model).
 
     Warns
     -----
@@ -511,8 +449,7 @@ def _check_options(data: Any, task: str, threshold: Any, fauci_combined: Any) ->
 
 
 def _degenerate(out: torch.Tensor, task: str, threshold: float, notes: dict[str, str]) -> bool:
-    """Whether the model predicts the same for every row (:func:`constant_predictions`); if so a
-    note and a :class:`~fairopt.exceptions.DegenerateModelWarning` for the caller of :func:`evaluate`."""
+    """Whether the model predicts the same for every row; if so a note and a DegenerateModelWarning."""
     reason = constant_predictions(out, task, threshold)
     if reason:
         notes[DEGENERATE] = f"{reason}; its fairness measures are trivially perfect"
@@ -521,8 +458,7 @@ def _degenerate(out: torch.Tensor, task: str, threshold: float, notes: dict[str,
 
 
 def _bounds(out: torch.Tensor, data: Any, constraints: list) -> dict[str, dict[str, Any]]:
-    """The ``"bounds"`` entry of :func:`evaluate`: per constraint with a measure (keyed as its
-    rows, ``name#2`` for a repeated name) the :class:`~fairopt.status.BoundStatus` fields."""
+    """The ``"bounds"`` entry of :func:`evaluate`: the BoundStatus fields per constraint with a measure."""
     keys: dict[str, Any] = {}
     for c in constraints:
         keys[_unique_name(str(c.name), keys)] = c
@@ -556,8 +492,7 @@ def _is_notes(value: Any) -> bool:
 
 
 def _flatten(run: Mapping[str, Any]) -> dict[str, float]:
-    """One row per number: list entries (constraint rows) become ``name[i]``; the
-    ``"degenerate"`` flag is 1.0 (True) or 0.0; the ``"notes"`` are left out."""
+    """One number per row: list entries become ``name[i]``, ``"degenerate"`` 1.0 or 0.0, notes left out."""
     flat: dict[str, float] = {}
     for key, value in run.items():
         if (key == NOTES and _is_notes(value)) or (key == BOUNDS and _is_bounds(value)):
@@ -576,23 +511,20 @@ def fairness_report(results: Mapping[str, Any]) -> pd.DataFrame:
     Parameters
     ----------
     results : dict
-        One evaluate() dict (one column, ``"value"``) or a mapping of them, e.g.
-        ``{"train": evaluate(m, train), "test": evaluate(m, test)}`` (one column each).
+        One evaluate() dict (column ``"value"``) or a mapping of them, e.g.
+        ``{"train": evaluate(m, train), "test": evaluate(m, test)}``.
 
     Returns
     -------
     pandas.DataFrame
-        One row per measure in first-seen order (constraint row values expanded to
-        ``name[i]``), one float column per run; NaN where a run lacks a measure. The
-        ``degenerate`` row is 1.0 for True (the run's model predicts the same for every
-        row) and 0.0 for False. ``table.attrs["notes"]`` holds why: ``{run: {measure:
-        reason}}`` for the runs with NaN ratios of a 0/0 or a degenerate model
-        (:func:`format_report` prints them under the table).
+        One row per measure (constraint rows expanded to ``name[i]``), one float column per run,
+        NaN where a run lacks a measure; ``degenerate`` is 1.0 or 0.0. ``table.attrs["notes"]``:
+        ``{run: {measure: reason}}``.
 
     Warns
     -----
     DegenerateModelWarning
-        One, naming the runs whose model is degenerate.
+        Naming the runs whose model is degenerate.
     """
     chosen = _as_runs(results)
     runs = {name: _flatten(run) for name, run in chosen.items()}
@@ -608,19 +540,12 @@ def fairness_report(results: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def format_report(results: Mapping[str, Any], digits: int = 4) -> str:
-    """:func:`fairness_report` rendered as fixed-width text for printing or logging, in the
-    user's terms.
+    """:func:`fairness_report` as fixed-width text, in the user's terms.
 
-    One row per measure, each printed once: ``di_ratio`` and ``dp_difference`` without a
-    ``[feature]`` (the first feature's, repeated) and a ``wdi[f]`` equal to ``di_ratio[f]`` in
-    every run (two groups) are left out. A constraint that declares its measure is one row,
-    ``DI[sex] (bound >= 0.800)``, holding the realised value in each run (``unmet`` where the
-    constraint's rows are violated: evaluate's ``"bounds"``), in place of its raw rows and
-    violations; a constraint without one keeps its total violation. ``rows`` (``n``) is an
-    integer, ``degenerate`` True/False, every other number has ``digits`` decimals. Under the
-    table, what each measure printed means (:data:`MEASURE_DEFINITIONS` and the short names of
-    :data:`fairopt.status.DEFINITIONS`), then the notes of the runs (why a measure is NaN, why a
-    model is degenerate), one line each.
+    Each measure is printed once (the feature-less ``di_ratio``/``dp_difference`` and a ``wdi[f]``
+    equal to ``di_ratio[f]`` are left out); a constraint that declares its measure is one row,
+    ``DI[sex] (bound >= 0.800)``, with ``unmet`` where violated. Under the table: what each row means
+    (:data:`MEASURE_DEFINITIONS`, :data:`fairopt.status.DEFINITIONS`) and the runs' notes.
     """
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits: expected a positive integer, got {digits!r}")
@@ -657,7 +582,7 @@ _SAME_MEASURE = {"di_ratio": "DI", "dp_difference": "DP"}
 
 
 def _left_out(row: str, table: pd.DataFrame, measured: list[str], bounds: Mapping[str, Mapping]) -> bool:
-    """Whether :func:`format_report` leaves a row of the table out (printed elsewhere or twice)."""
+    """Whether :func:`format_report` leaves a row out (printed elsewhere or twice)."""
     if row in ("di_ratio", "dp_difference") and any(str(r).startswith("di_ratio[") for r in table.index):
         return True
     base, _, feature = row.partition("[")
@@ -681,7 +606,7 @@ def _left_out(row: str, table: pd.DataFrame, measured: list[str], bounds: Mappin
 
 
 def _definitions(rows: list[str], labels: list[str]) -> list[str]:
-    """One line per kind of row :func:`format_report` printed: what it measures."""
+    """One line per kind of row printed: what it measures."""
     lines, seen = [], set()
     for row in rows:
         base = row.split("[")[0].split(" (")[0]
