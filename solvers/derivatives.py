@@ -1,23 +1,12 @@
 r"""First-order information of one SQP iteration, as a value and as interchangeable oracles.
 
-An SQP iteration needs, at the current parameters ``w``, the objective ``f`` and its
-gradient ``g`` on an objective batch, the smooth constraint rows ``c`` and their Jacobian
-``J = dc/dw`` on a constraint batch, and the exact (non-smooth) rows ``c_exact`` that
-decide feasibility. :class:`Derivatives` holds them; a *derivative oracle* computes them.
-
-:class:`LocalDerivatives`
-    On the rows this process holds. One forward pass per batch; ``dc/d out`` through the
-    cheap constraint graph (:func:`rows_jacobian`); then the ``1 + m`` rows
-    ``[df/d out; dc/d out] @ d out/dw`` are pulled back to the parameters
-    (:func:`trace_outputs`: in closed form for a plain feed-forward network,
-    :mod:`solvers.feedforward`, else through the autograd graph, :func:`pullback`), or, for
-    group-rate rows and a row-wise model, two vectors per stratum of rows (:mod:`solvers.strata`).
-:class:`solvers.distributed.AllReduceDerivatives`
-    The same values on the union of the row shards of a ``torch.distributed`` process
-    group (one all-reduce of additive pieces per iteration).
-
-Engines pick one oracle and never look inside: the data-parallel engine differs from the
-local one only by its oracle.
+An iteration needs ``f`` and ``g`` on an objective batch, the smooth rows ``c``, ``J = dc/dw`` and
+the exact rows ``c_exact`` on a constraint batch (:class:`Derivatives`). :class:`LocalDerivatives`
+computes them on this process's rows: one forward pass per batch, ``dc/d out`` through the cheap
+constraint graph, then ``[df/d out; dc/d out] @ d out/dw`` pulled back in closed form
+(:mod:`solvers.feedforward`), through autograd (:func:`pullback`), or per stratum of rows
+(:mod:`solvers.strata`). :class:`solvers.distributed.AllReduceDerivatives` gives the same values on
+the union of a process group's row shards; engines differ only by their oracle.
 """
 
 from __future__ import annotations
@@ -42,23 +31,17 @@ __all__ = ["AUGMENT_MAX_ELEMENTS", "AutogradTrace", "DerivativeOracle", "Derivat
            "LocalDerivatives", "OutputTrace", "closed_form_network", "flatten_rows", "pullback",
            "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "vjp", "with_parameter_gradient"]
 
-#: Largest feature matrix (entries) that :meth:`LocalDerivatives.augmented` copies with a column of
-#: ones (2^24: 64 MiB in float32, e.g. a million rows of 16 features).
+#: Largest feature matrix (entries) that :meth:`LocalDerivatives.augmented` copies (64 MiB in float32).
 AUGMENT_MAX_ELEMENTS = 2**24
 
-#: Strategies of the pullback: ``"auto"`` (the stratified pullback of :mod:`solvers.strata` when the
-#: constraints announce strata and the model is row-wise with a hidden layer; the closed form of
-#: :mod:`solvers.feedforward` for a plain feed-forward network, else ``"loop"``), ``"batched"``,
-#: ``"loop"`` (both through the autograd graph).
+#: Strategies of the pullback (``SQPOptions.jacobian``).
 JACOBIAN_MODES: tuple[str, ...] = ("auto", "batched", "loop")
 
 
 @dataclass
 class Derivatives:
-    """``f``, ``g`` (p,) on the objective batch; ``c`` (m,) float64, ``J`` (m, p) and the
-    exact rows ``c_exact`` (m,) float64 (None without constraints) on the constraint batch;
-    seconds spent in the forward pass and in the derivatives; ``skipped``: the Jacobian rows
-    left out (zero) on the caller's request (``rows``)."""
+    """``f``, ``g`` (p,); ``c`` (m,) float64, ``J`` (m, p), ``c_exact`` (m,) float64 or None; seconds of
+    the forward pass and of the derivatives; ``skipped``: Jacobian rows left zero on request."""
 
     f: float
     g: torch.Tensor
@@ -72,22 +55,16 @@ class Derivatives:
 
 @runtime_checkable
 class DerivativeOracle(Protocol):
-    """Computes :class:`Derivatives` of ``loss_fn`` and the constraint set ``cons`` for
-    ``model`` (whose trainable tensors are ``params``) on ``obj_batch``/``con_batch``
-    (``con_batch`` None: unconstrained).
-
-    ``rows`` (bool (m,), optional) names the constraint rows whose Jacobian row the caller
-    needs; the others may come back as zero rows (a hint: an oracle may ignore it and
-    return every row). ``c`` and ``c_exact`` always hold every row."""
+    """:class:`Derivatives` of ``loss_fn`` and ``cons`` on ``obj_batch``/``con_batch`` (None:
+    unconstrained); ``rows`` (bool (m,)) hints which Jacobian rows are needed, the rest may be zero."""
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                  con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives: ...
 
 
 def with_parameter_gradient(der: Derivatives, loss_fn: LossFn, params: list[torch.Tensor]) -> Derivatives:
-    """``der`` with the objective's gradient in the parameters themselves added to ``g``
-    (:func:`solvers.losses.parameter_gradient`: an L2 penalty on the weights, which does not
-    pass through the outputs that the oracles pull back); ``der`` as it is for other losses."""
+    """``der`` with the gradient of terms on the parameters themselves (an L2 penalty), which do not
+    pass through the outputs, added to ``g``."""
     extra = parameter_gradient(loss_fn, params)
     if extra is not None:
         der.g = der.g + extra.to(der.g.dtype)
@@ -100,23 +77,15 @@ def flatten_rows(grads: Sequence[torch.Tensor], k: int) -> torch.Tensor:
 
 
 def rows_jacobian(c: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
-    """``dc/d leaf`` as an (m, n) matrix: one small backward per row through the cheap
-    constraint graph (the expensive model graph is not involved)."""
+    """``dc/d leaf`` (m, n): one backward per row through the cheap constraint graph only."""
     m = int(c.numel())
     rows = [torch.autograd.grad(c[i], leaf, retain_graph=i < m - 1, allow_unused=True)[0] for i in range(m)]
     return torch.stack([r if r is not None else torch.zeros_like(leaf) for r in rows])
 
 
 def rows_and_output_jacobian(cons: Any, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """The smooth rows ``c`` (m,) and ``dc/d out`` (m, n) at the outputs ``out``, without gradient.
-
-    From the constraints' closed form when they offer one (an optional method
-    ``rows_and_jacobian(out, batch)`` returning the pair, or None, as
-    :meth:`solvers.problem.ConstraintSet.rows_and_jacobian` does); otherwise by one backward pass
-    per row through the graph of ``cons(out, batch)`` (:func:`rows_jacobian`). Group-rate rows
-    have the closed form ``(D W) * phi'``, which replaces a differentiable evaluation and two
-    backward passes (about a tenth of a mini-batch step).
-    """
+    """``c`` (m,) and ``dc/d out`` (m, n) without gradient: the constraints' closed form
+    (:class:`solvers.contract.ClosedFormRows`) when offered, else :func:`rows_jacobian`."""
     pair = cons.rows_and_jacobian(out.detach(), batch) if offers_closed_form_rows(cons) else None
     if pair is not None:
         return pair[0].detach().reshape(-1), pair[1].detach()
@@ -127,24 +96,15 @@ def rows_and_output_jacobian(cons: Any, out: torch.Tensor, batch: Any) -> tuple[
 
 
 def vjp(out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor, retain_graph: bool = False) -> torch.Tensor:
-    """The row ``cot' d out / dw`` as a flat (p,) vector: the gradient of the scalar ``cot' out``.
-
-    Bit for bit the product ``torch.autograd.grad(out, params, grad_outputs=cot)`` computes (the
-    backward pass of ``cot' out`` hands ``1 * cot`` to ``out``), without its tensor
-    ``grad_outputs``: PyTorch checks those with its symbolic-shapes module, whose first import
-    (sympy) costs a noticeable part of a short fit, once per process.
-    """
+    """``cot' d out / dw`` (p,) as the gradient of the scalar ``cot' out``: bit for bit what
+    ``grad_outputs=cot`` gives, without the symbolic-shapes import (sympy) that argument triggers."""
     scalar = torch.dot(out.reshape(-1), cot.reshape(-1).to(out.dtype))
     return flatten_rows(torch.autograd.grad(scalar, params, retain_graph=retain_graph), 1)[0]
 
 
 def pullback(out: torch.Tensor, params: list[torch.Tensor], cot: torch.Tensor, jacobian: str = "auto") -> torch.Tensor:
-    """Rows ``cot @ d out / d w`` as a (k, p) matrix from the single graph of ``out``.
-
-    ``jacobian="batched"``: one batched vector-Jacobian product (``is_grads_batched``);
-    ``"loop"``/``"auto"``: ``k`` backward calls on the retained graph, which
-    ``benchmarks/sqp_speed.py`` measured faster on CPU for a few rows.
-    """
+    """``cot @ d out / d w`` (k, p): one batched VJP ("batched") or ``k`` backward calls on the
+    retained graph ("loop"/"auto", faster on CPU for a few rows)."""
     k = cot.shape[0]
     if jacobian == "batched":
         grads = torch.autograd.grad(out, params, grad_outputs=cot, is_grads_batched=True, retain_graph=True)
@@ -162,8 +122,7 @@ class OutputTrace(Protocol):
 
 
 class AutogradTrace:
-    """:class:`OutputTrace` through the autograd graph of ``model(X)`` (any model): :func:`vjp`
-    for one row, :func:`pullback` with the strategy ``jacobian`` for more."""
+    """:class:`OutputTrace` through the autograd graph of any ``model(X)``."""
 
     def __init__(self, model: nn.Module, params: list[torch.Tensor], X: torch.Tensor, jacobian: str = "loop") -> None:
         self.out = row_outputs(model(X), X.shape[0])
@@ -178,12 +137,8 @@ class AutogradTrace:
 
 def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor, jacobian: str = "auto",
                   augmented: torch.Tensor | None = None) -> OutputTrace:
-    """The forward pass of ``model`` on ``X`` ready for pullbacks: the closed form of
-    :mod:`solvers.feedforward` when ``jacobian="auto"`` and ``model`` is a plain feed-forward network
-    whose parameters ``params`` are (faster per full-batch SQP iteration:
-    ``benchmarks/results/sqp_speed.txt``), with ``augmented = [X | 1]``
-    for its first layer when given (:meth:`solvers.feedforward.FeedForward.trace`); otherwise the
-    autograd graph (:class:`AutogradTrace`, strategy ``"loop"`` for ``"auto"``)."""
+    """The forward pass on ``X`` ready for pullbacks: in closed form for a plain feed-forward network
+    under "auto" (``augmented = [X | 1]`` for its first layer), else :class:`AutogradTrace`."""
     network = closed_form_network(model, params, jacobian)
     if network is not None:
         return network.trace(X, augmented)
@@ -191,19 +146,12 @@ def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor,
 
 
 def closed_form_network(model: nn.Module, params: list[torch.Tensor], jacobian: str) -> FeedForward | None:
-    """The feed-forward network of ``model`` whose pullback the oracles take in closed form: under
-    ``jacobian="auto"`` only (``"loop"``/``"batched"`` keep autograd), None for other models."""
+    """``model`` as a :class:`FeedForward` under ``jacobian="auto"``, else None."""
     return FeedForward.recognise(model, params) if jacobian == "auto" else None
 
 
 class LocalDerivatives:
-    """The derivative oracle on this process's rows (module docstring).
-
-    Parameters
-    ----------
-    jacobian : {"auto", "batched", "loop"}
-        Strategy of :func:`pullback`.
-    """
+    """The derivative oracle on this process's rows, with pullback strategy ``jacobian``."""
 
     def __init__(self, jacobian: str = "auto") -> None:
         self.jacobian = check_choice(jacobian, JACOBIAN_MODES, "jacobian")
@@ -214,13 +162,9 @@ class LocalDerivatives:
         self._drawn: tuple[Any, RowStrata] | None = None  # the last constraint batch drawn by index, its strata
 
     def know_strata(self, cons: Any, data: Any) -> bool:
-        """Read the strata of every row of ``data`` once (``cons.strata(data)``), so that the constraint
-        rows of batches drawn from it by index (:meth:`rows_drawn`) come from per-stratum sums
-        (``cons.rows_and_factors``) instead of the batch's own ``G x n`` operator and ``m x n``
-        Jacobian (a little faster per mini-batch step, the more so the more constraints share
-        the strata). True when ``cons``
-        offers this (members that share one direction, :attr:`~solvers.problem.ConstraintSet.shared_direction`,
-        with ``strata`` and ``rows_and_factors``); otherwise False and batches keep the plain path."""
+        """Read the strata of all rows of ``data`` once, so that batches drawn by index
+        (:meth:`rows_drawn`) get their rows from per-stratum sums instead of an ``m x n`` Jacobian.
+        False, keeping the plain path, unless ``cons`` shares one direction and offers factored rows."""
         self._data_strata, self._drawn = None, None
         if not (shares_direction(cons) and offers_factored_rows(cons)):
             return False
@@ -245,18 +189,11 @@ class LocalDerivatives:
         return self._drawn[1] if self._drawn is not None and self._drawn[0] is batch else None
 
     def augmented(self, X: torch.Tensor) -> torch.Tensor | None:
-        """``[X | 1]`` for a feature matrix ``X`` of at least :data:`solvers.strata.MIN_ROWS` rows and
-        at most :data:`AUGMENT_MAX_ELEMENTS` entries (``jacobian="auto"``), else None.
-
-        The closed-form network then takes the first layer's weight and bias as one matrix
-        (:meth:`solvers.feedforward.FeedForward.trace`), at the price of one copy of ``X`` with a
-        column of ones. The copies of the two most recent matrices are kept, so that a full batch,
-        traced at every iteration, is copied once (and a mini-batch objective beside a full
-        constraint batch keeps the latter's copy). The copy is column-major (a transposed view of a
-        contiguous ``(features + 1, n)`` matrix): the forward product runs as fast in either layout,
-        and the pullback's ``[X | 1]' (v * S)`` reads it column by column (faster per product than
-        the row-major copy on tens of thousands of rows). A rule on the batch alone, not on what was seen
-        before: a resumed fit takes the same path, bit for bit."""
+        """``[X | 1]`` under "auto" for ``X`` of at least :data:`solvers.strata.MIN_ROWS` rows and at most
+        :data:`AUGMENT_MAX_ELEMENTS` entries, else None: the first layer's weight and bias as one
+        product. The two newest copies are kept (a full batch is copied once); column-major, since the
+        pullback's ``[X | 1]' (v * S)`` reads columns. A rule on the batch alone, so a resumed fit
+        takes the same path."""
         if self.jacobian != "auto" or X.shape[0] < MIN_ROWS or X.numel() > AUGMENT_MAX_ELEMENTS:
             return None
         for position, (seen, version, copy) in enumerate(self._inputs):
@@ -293,11 +230,9 @@ class LocalDerivatives:
         return with_parameter_gradient(der, loss_fn, params)
 
     def _may_stratify(self, model: nn.Module, cons: Any, con_batch: Any) -> bool:
-        """``"auto"``, constraints with strata, a batch of at least :data:`solvers.strata.MIN_ROWS`
-        rows and a row-wise model with a hidden layer: a linear model's backward pass is one cheap
-        product that does not repay a model pass per stratum (slower per Jacobian), nor does a
-        small mini-batch. A rule, not a timing, so that a fit is
-        reproducible bit for bit (and a resumed fit continues exactly)."""
+        """"auto", constraints with strata, at least :data:`solvers.strata.MIN_ROWS` rows and a row-wise
+        model with a hidden layer (a linear model or a small batch does not repay a pass per stratum).
+        A rule, not a timing, so that fits are reproducible."""
         return (self.jacobian == "auto" and con_batch is not None and len(con_batch) >= MIN_ROWS
                 and offers_strata(cons) and is_rowwise(model) and has_hidden_layer(model))
 
@@ -344,15 +279,10 @@ class LocalDerivatives:
 
     def _stratified(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                     plan: StrataPlan) -> Derivatives:
-        """:class:`Derivatives` by the stratified pullback (:mod:`solvers.strata`) on the reordered
-        constraint batch. A plain feed-forward network is traced once and each stratum is a segment
-        of the trace (:mod:`solvers.feedforward`); any other row-wise model runs on each stratum's
-        rows separately. Constraints whose members share one direction (``shared_direction``) give
-        ``dc/d out`` as one vector ``v`` and a coefficient column per stratum (``rows_and_factors``,
-        else factored from the dense matrix): ``v`` and the objective's ``df/d out`` (when the
-        objective batch is the constraint batch) are pulled back together, segment by segment.
-        Otherwise each stratum's block is factored and checked (:func:`solvers.strata.rank_one_factors`)
-        and pulled back on its own. Every Jacobian row is computed (``rows`` does not apply)."""
+        """:class:`Derivatives` by the stratified pullback on the reordered constraint batch (every row).
+        A feed-forward network is traced once, a stratum being a segment; other row-wise models run
+        per stratum. With a shared direction ``v``, ``J = coef @ (v pulled back per segment)``, with
+        ``df/d out`` pulled back alongside; otherwise each block is factored, checked and pulled back."""
         t0 = time.perf_counter()
         batch, bounds = plan.batch, plan.bounds
         same = obj_batch is plan.source
@@ -393,9 +323,8 @@ class LocalDerivatives:
 
     @staticmethod
     def _factors(cons: Any, out: torch.Tensor, plan: StrataPlan) -> RowFactors:
-        """The rows and factors of constraints that share one direction, on the reordered batch of
-        ``plan``: their own ``rows_and_factors`` when they offer it, else the factors of the dense
-        ``dc/d out`` (``exact`` None: the caller evaluates the exact rows)."""
+        """Rows and factors on ``plan``'s batch: ``rows_and_factors`` if offered, else factored from the
+        dense ``dc/d out`` (``exact`` None)."""
         factors = cons.rows_and_factors(out, plan.batch, plan.strata) if offers_factored_rows(cons) else None
         if factors is not None:
             return factors
@@ -406,9 +335,8 @@ class LocalDerivatives:
     @staticmethod
     def _checked_strata(cons: Any, out: torch.Tensor, batch: Any, bounds: tuple[tuple[int, int], ...], pulls: list,
                         df: torch.Tensor | None, p: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """``(c, g, J)`` with each stratum's block of ``dc/d out`` factored and checked
-        (:func:`solvers.strata.rank_one_factors`) and pulled back by ``pulls[k]`` together with the
-        objective's ``df`` (1, n) when given (``g`` their sum; None without ``df``); ``p`` parameters."""
+        """``(c, g, J)``, each stratum's block factored, checked and pulled back by ``pulls[k]`` with the
+        objective's ``df`` (1, n) when given (else ``g`` None)."""
         c, dc = rows_and_output_jacobian(cons, out, batch)
         J = out.new_zeros(c.numel(), p)
         g = None if df is None else out.new_zeros(p)
