@@ -13,21 +13,13 @@ __all__ = ["BaseConstraint"]
 
 
 class BaseConstraint:
-    """Common machinery: bounds as float64 tensors, row names, violation, repr.
+    """Common machinery: bounds as float64 tensors, row names, violation, repr, scikit-learn parameters.
 
-    Subclasses set ``self.lower``/``self.upper`` (shape (m,)) in ``__init__`` or in
-    :meth:`setup` (when the number of rows depends on the data, e.g. categories), and
-    implement ``__call__`` (smooth surrogate rows) and :meth:`exact` (hard-prediction rows).
-
-    The bounded measure: the rows are how an engine enforces a bound, but the user bounds
-    one measure with one number (``DisparateImpact(delta=0.8)`` bounds the ratio of hard
-    positive rates from below, ``GeDI(bound=0.2)`` the L1 norm of the GeDI coefficients
-    from above). A constraint that declares it implements ``realised(out, batch) -> float``,
-    the exact value of that measure on the scale of the constructor's bound argument, and
-    sets :attr:`bound_sense`; :attr:`measure` names it.
-    :func:`fairopt.evaluation.realised_measures` reads it for any constraint (and penalty)
-    that has ``realised``, so a comparison of requested and realised bounds needs no
-    per-constraint code.
+    Subclasses set ``self.lower``/``self.upper`` (shape (m,)) in ``__init__`` or :meth:`setup` and implement
+    ``__call__`` (smooth rows) and :meth:`exact` (hard-prediction rows). The rows enforce one user-facing
+    bound on one measure (``DisparateImpact(delta=0.8)`` bounds the hard DI ratio from below); a constraint
+    that implements ``realised(out, batch) -> float`` (that measure on the bound's scale) and sets
+    :attr:`bound_sense` is read by :func:`fairopt.evaluation.realised_measures` without per-class code.
     """
 
     name: str = "constraint"
@@ -91,28 +83,15 @@ class BaseConstraint:
     # under the constructor's names, in ``self._params``.
 
     def get_params(self, deep: bool = True) -> dict:
-        """Constructor parameters (for repr, specs, persistence and scikit-learn).
-
-        Parameters
-        ----------
-        deep : bool, default True
-            Accepted for the scikit-learn protocol; a constraint holds no nested
-            estimators, so the table is the same either way.
-        """
+        """Constructor parameters (for repr, specs, persistence and scikit-learn; ``deep`` is ignored)."""
         return dict(getattr(self, "_params", {}))
 
     def set_params(self, **params: Any) -> "BaseConstraint":
-        """Change constructor parameters in place; returns ``self``.
+        """Change constructor parameters in place and return ``self``.
 
-        The constraint becomes ``type(self)(**{**self.get_params(), **params})``: the new
-        values are validated as by the constructor (nothing changes on an error) and the
-        data-dependent state of :meth:`setup` is dropped (engines set a constraint up
-        before training).
-
-        Raises
-        ------
-        ValueError
-            A name that is not a constructor parameter, or an invalid value.
+        The constraint becomes ``type(self)(**{**self.get_params(), **params})``: values are validated as by
+        the constructor (nothing changes on error) and the state of :meth:`setup` is dropped. ``ValueError``
+        for an unknown name or invalid value.
         """
         if not params:
             return self
@@ -127,8 +106,7 @@ class BaseConstraint:
         return self
 
     def __sklearn_clone__(self) -> "BaseConstraint":
-        """:func:`sklearn.base.clone`: a new constraint, not set up, built from deep copies
-        of the constructor parameters (a subclass that declares none is deep-copied)."""
+        """A new, not set up constraint from deep copies of the constructor parameters (:func:`sklearn.base.clone`)."""
         if "_params" not in vars(self):
             return copy.deepcopy(self)
         return type(self)(**{k: copy.deepcopy(v) for k, v in self.get_params(deep=False).items()})

@@ -1,5 +1,4 @@
-"""The covariance constraint: ``|cov(out, s)|`` bounded, linear in the outputs, on the
-machinery of :mod:`fairopt.constraints.rows`."""
+"""The covariance constraint: ``|cov(out, s)|`` bounded, linear in the outputs."""
 
 from __future__ import annotations
 
@@ -17,29 +16,14 @@ __all__ = ["Covariance"]
 
 
 class Covariance(LinearRowsConstraint):
-    r"""Decision-boundary covariance (Zafar et al.; [SQP] sec 2.3): ``|mean((s - mean s) * out)| <= bound``.
+    r"""Decision-boundary covariance (Zafar et al.; [SQP] sec 2.3): ``|c| <= bound`` per row.
 
-    ``c = (1/n) sum_i (s_i - s_bar) out_i`` with the batch mean ``s_bar``; linear in ``out``
-    (the threshold cancels because ``s - s_bar`` sums to 0), so :meth:`exact` equals the smooth
-    value. ``s`` is
-
-    - a binary attribute: its 0/1 values (one row); by [SQP] Thm 2.2 the row equals
-      ``n_0 n_1 / n^2 * (mean_1 out - mean_0 out)``;
-    - a continuous attribute: its raw values (one row; the bound is in units of ``s`` times
-      ``out``, so standardise ``s`` for a unit-free bound);
-    - a categorical attribute with ``K > 2`` levels: one row per level indicator ``1{s = k}``
-      (``K = 2``: the indicator of level 1 only, the other row being its negative);
-    - several attributes: the indicators of their intersection cells, or with
-      ``groups="marginal"`` each attribute's rows in turn (continuous ones allowed).
-
-    Weighted rows: the covariance is a mean over rows, so with per-row weights ``w_i``
-    (``batch.weights``) it is the weighted covariance
-
-    ``c = sum_i w_i (s_i - s_bar_w) out_i / sum_i w_i``, ``s_bar_w = sum_i w_i s_i / sum_i w_i``
-
-    (again linear in ``out``, the threshold still cancels); with integer weights it equals
-    the covariance on the data with row ``i`` repeated ``w_i`` times. A batch whose weights
-    are all 0 gives 0.
+    ``c = sum_i w_i (s_i - s_bar_w) out_i / sum_i w_i`` with ``s_bar_w`` the batch's weighted mean
+    (``w_i = 1`` without ``batch.weights``); linear in ``out`` and the threshold cancels, so :meth:`exact`
+    equals the smooth value. ``s`` is a binary attribute's 0/1 values (by [SQP] Thm 2.2 the row is
+    ``n_0 n_1 / n^2 * (mean_1 out - mean_0 out)``), a continuous attribute's raw values, one indicator
+    ``1{s = k}`` per level of a categorical one, or the indicators of intersection cells (with
+    ``groups="marginal"``: each attribute's rows in turn).
 
     Parameters
     ----------
@@ -47,8 +31,6 @@ class Covariance(LinearRowsConstraint):
     bound : float
         ``>= 0``.
     groups : {"one_vs_rest", "marginal"}, default "one_vs_rest"
-        "one_vs_rest" names the per-group indicators (group against the rest, as for the rate
-        constraints); pairwise comparisons are not defined for a covariance.
     """
 
     _prefix = "covariance"
@@ -67,8 +49,7 @@ class Covariance(LinearRowsConstraint):
         return t.detach(), torch.ones_like(t)
 
     def realised(self, out: torch.Tensor, batch: Any) -> float:
-        """The bounded measure on ``batch``: ``max_rows |c|``, the largest absolute covariance
-        of a row (``bound`` bounds it from above)."""
+        """The bounded measure on ``batch``: the largest absolute covariance of a row."""
         return float(self.exact(out, batch).abs().max())
 
     @staticmethod

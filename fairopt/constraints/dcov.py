@@ -1,10 +1,4 @@
-"""Distance-covariance fairness constraint [DC eq 3.2, 3.4, 3.6].
-
-One constraint row ``dependence(prediction(out), s) <= bound``: the dependence between the
-model's predictions and the sensitive features, measured by the unbiased dCov~^2, the
-bias-corrected JdCov~^2 of Chakraborty & Zhang, or CCdCov (:mod:`fairopt.measures.dcov`).
-Used as a hard constraint by the engines or as the penalty of [DC eq 3.1].
-"""
+"""Distance-covariance fairness constraint [DC eq 3.2, 3.4, 3.6]: ``dependence(prediction(out), s) <= bound``."""
 
 from __future__ import annotations
 
@@ -34,12 +28,8 @@ _PREDICTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 def prediction_from_output(out: torch.Tensor, task: str) -> torch.Tensor:
-    """The prediction the dCov regularisers of [DC] act on, from the model output.
-
-    ``task="binary"``: the probability ``sigmoid(out)`` (``out`` is a logit; [DC sec 5.1]
-    regularises predicted recidivism probabilities); ``"regression"``: ``out`` itself;
-    ``"poisson"``: the rate ``exp(out)`` (``out`` is a log-rate, exposure enters only the
-    loss as an offset; [DC sec 5.2] regularises the predicted claim frequency).
+    """The prediction the dCov regularisers of [DC] act on: ``sigmoid(out)`` (binary, [DC sec 5.1]), ``out``
+    (regression) or the rate ``exp(out)`` (Poisson, [DC sec 5.2]).
     """
     if task not in _PREDICTIONS:
         raise ValueError(f"batch.task: expected one of {list(_PREDICTIONS)}, got {task!r}")
@@ -56,31 +46,16 @@ def _batch_mapping(batch: Any, field: str) -> Mapping:
 class DistanceCovariance(BaseConstraint):
     """Bound on the distance covariance between predictions and sensitive features.
 
-    One row, ``-inf <= D(yhat, s_1, ..., s_d) <= bound``, with ``yhat`` the prediction
-    (:func:`prediction_from_output`: ``sigmoid(out)`` for ``batch.task="binary"``,
-    ``out`` for ``"regression"``, ``exp(out)`` for ``"poisson"``) and ``D``:
+    One row ``D(yhat, s_1, ..., s_d) <= bound`` with ``yhat`` from :func:`prediction_from_output` and ``D``:
 
-    ``kind="dcov"``
-        dCov~^2(yhat, s) [DC eq 3.2] with ``s`` the sensitive vector; with several names
-        ``s`` is their concatenation, so the value equals ``"ccdcov"``.
-    ``kind="ccdcov"``
-        CCdCov(yhat, (s_1, ..., s_d)) = dCov~^2 with the concatenated features [DC eq 3.6].
-    ``kind="jdcov"``
-        JdCov~^2(yhat, s_1, ..., s_d; c) of Chakraborty & Zhang [DC eq 3.4]; it also
-        contains the dependence among the sensitive features themselves (a constant in
-        ``out``), so a bound below that level is infeasible [DC sec 3.2.2].
+    - ``"dcov"``: dCov~^2(yhat, s) [DC eq 3.2], ``s`` the concatenated features (then equal to ``"ccdcov"``);
+    - ``"ccdcov"``: CCdCov, dCov~^2 with the concatenated features [DC eq 3.6];
+    - ``"jdcov"``: JdCov~^2(yhat, s_1, ..., s_d; c) [DC eq 3.4]; it includes the dependence among the
+      sensitive features (constant in ``out``), so a bound below it is infeasible [DC sec 3.2.2].
 
-    Sensitive columns come from the batch (``batch.sensitive[name]``, typed by
-    ``batch.sensitive_kinds[name]``): binary features enter as their 0/1 value,
-    categorical codes one-hot (distance sqrt(2) between different levels; the distance
-    between integer codes would depend on the arbitrary order of the levels, [DC App
-    B.1]), continuous features as their raw values (the statistics are not
-    scale-invariant; rescale the column to change its weight in a concatenation).
-
-    The U-statistics are unbiased for the population quantity on every batch, so a
-    mini-batch value is an unbiased estimate. The value is differentiable in ``out``
-    (tie-safe subgradient, sign(0) = 0) and can be slightly negative; it is never
-    clamped.
+    Binary features enter as 0/1, categorical ones one-hot (integer codes would make distances depend on
+    the level order, [DC App B.1]), continuous ones raw (the statistics are not scale-invariant). The
+    U-statistics are unbiased on every batch, may dip below 0 and are never clamped.
 
     Parameters
     ----------
@@ -90,19 +65,12 @@ class DistanceCovariance(BaseConstraint):
         Upper bound, >= 0.
     kind : {"dcov", "jdcov", "ccdcov"}
     c : float
-        Constant of JdCov~^2 (``kind="jdcov"`` only), > 0; 1 as in [DC] and the authors'
-        package.
+        Constant of JdCov~^2 (``kind="jdcov"``), > 0.
     method : str
-        Computation path of :mod:`fairopt.measures.dcov`. ``"auto"`` picks the exact
-        grouped path for binary/categorical features (and integer-valued continuous ones
-        such as age in years, through their joint cells), the univariate path for one
-        continuous feature, and the exact O(n^2) blocked path when a continuous feature
-        with (almost) all values distinct is combined with others; ``"projection"``
-        approximates that last case in O(n_projections n log n). ``kind="jdcov"``
-        accepts ``"auto"``, ``"grouped"``, ``"blocked"``.
+        Computation path of :mod:`fairopt.measures.dcov` (``"auto"`` picks an exact one; ``"projection"``
+        approximates a distinct-valued continuous feature combined with others in O(n_projections n log n)).
     n_projections, seed : int
-        Directions and their seed for ``method="projection"`` (same directions on every
-        call).
+        Directions and their seed for ``method="projection"``.
     block_size : int, optional
         Rows per block of the blocked path.
     """
@@ -141,12 +109,9 @@ class DistanceCovariance(BaseConstraint):
         }
 
     def setup(self, data: Any, check_floor: bool = True) -> None:
-        """Check that the sensitive names exist in ``data`` with a known kind and, for JdCov,
-        that the bound is above the value of a constant prediction (``check_floor=False``
-        skips it: a penalty that only reuses the statistic has no bound).
-
-        Raises ``ValueError`` for data with per-row weights (``data.weights``): the
-        distance-covariance U-statistics have no weighted version here yet.
+        """Check the sensitive names and kinds and, for JdCov, warn when the bound is below a constant
+        prediction's value (``check_floor=False`` skips it). ``ValueError`` for weighted data (no weighted
+        U-statistic).
         """
         require_unweighted(data, "Distance covariance")
         self._columns(data)
@@ -154,10 +119,7 @@ class DistanceCovariance(BaseConstraint):
             self._check_floor(data)
 
     def _check_floor(self, data: Any) -> None:
-        """Warn (:class:`~fairopt.exceptions.FairnessWarning`) when the bound is below the
-        JdCov of a constant prediction on ``data``: the terms among the sensitive features
-        alone, ``c JdCov~(S_1, ..., S_k)``, which no prediction removes (a U-statistic can
-        dip slightly below it, so this is a warning, not an error)."""
+        """Warn when the bound is below ``c JdCov~(S_1, ..., S_k)``, the JdCov of a constant prediction."""
         out = torch.zeros(len(data), dtype=torch.float64)
         floor = float(self.exact(out, data).reshape(-1)[0])
         if self.bound < floor - 1e-12:
@@ -208,15 +170,10 @@ class DistanceCovariance(BaseConstraint):
     cost_on_all_rows = "quadratic"
 
     def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
-        """The same value without gradient: dCov is already exact on the predictions.
-
-        There is no smooth surrogate here: the statistic is computed exactly (all paths
-        but ``method="projection"``) on the predicted probabilities / values / rates.
-        """
+        """The same value without gradient: the statistic has no surrogate."""
         with torch.no_grad():
             return self(out.detach(), batch)
 
     def realised(self, out: torch.Tensor, batch: Any) -> float:
-        """The bounded measure on ``batch``: the statistic of :meth:`exact` (``bound`` bounds
-        it from above; a U-statistic, so it can dip slightly below 0)."""
+        """The bounded measure on ``batch``: the statistic of :meth:`exact`."""
         return float(self.exact(out, batch).reshape(-1)[0])

@@ -1,7 +1,6 @@
-"""The machinery of constraints that are linear in one transformed output per row
-(``c(out) = D @ (W @ phi(out - threshold))``; the docstring of :mod:`fairopt.constraints.rates`
-explains ``W``, ``D``, the groups and the batch cache): group partitions of the sensitive
-features, and :class:`LinearRowsConstraint`, the base of the rate and covariance constraints."""
+"""Machinery of constraints linear in one transformed output per row, ``c(out) = D @ (W @ phi(out -
+threshold))`` (see :mod:`fairopt.constraints.rates`): group partitions and :class:`LinearRowsConstraint`.
+"""
 
 from __future__ import annotations
 
@@ -44,9 +43,8 @@ FLOAT64 = torch.float64
 class Partition:
     """The rows split into groups by one attribute or by the cells of several.
 
-    ``sizes`` holds the number of levels of each attribute in ``names`` and ``labels`` one
-    label per group (``"sex=F&race=B"``). A continuous attribute has ``sizes == ()`` and its
-    name as the only label.
+    ``sizes`` holds each attribute's number of levels and ``labels`` one label per group (``"sex=F&race=B"``);
+    a continuous attribute has ``sizes == ()`` and its name as the only label.
     """
 
     names: tuple[str, ...]
@@ -175,10 +173,8 @@ def check_out(out: Any, batch: Any) -> torch.Tensor:
 
 
 def positive_counts(counts: torch.Tensor) -> torch.Tensor:
-    """``counts`` with the zeros replaced by 1: the divisor of a group mean (an empty group's
-    sum is 0, so its "mean" is 0). Row counts are whole numbers, so this is
-    ``counts.clamp(min=1)``; weighted counts (sums of row weights) may lie in ``(0, 1)`` and
-    are kept as they are."""
+    """``counts`` with zeros replaced by 1: the divisor of a group mean (an empty group's sum is 0, so its mean is 0).
+    """
     return torch.where(counts > 0, counts, torch.ones_like(counts))
 
 
@@ -239,10 +235,8 @@ class LinearRowsConstraint(BaseConstraint):
         self._upper = value
 
     def setup(self, data: Any) -> None:
-        """Size the rows from ``data.sensitive_levels``/``sensitive_kinds`` and check ``data``.
-
-        Warns with :class:`~fairopt.exceptions.FairnessWarning` when some rows are inactive
-        on ``data`` (an empty group: the row is identically 0, see the module doc).
+        """Size the rows from ``data.sensitive_levels``/``sensitive_kinds``; warn
+        (:class:`~fairopt.exceptions.FairnessWarning`) about rows that are identically 0 on ``data``.
         """
         self._configure(data)
         W, D = self._build_operator(data)
@@ -318,14 +312,10 @@ class LinearRowsConstraint(BaseConstraint):
         return self.surrogate.value_and_derivative(t)
 
     def rows_and_jacobian(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The smooth rows and their Jacobian in the outputs, in closed form (no autograd).
+        """Smooth rows and their Jacobian in closed form: ``c = D @ (W @ phi(t))``, ``dc/d out = (D W) * phi'(t)``.
 
-        ``c = D @ (W @ phi(out - threshold))`` (the values of :meth:`__call__`) and
-        ``dc/d out = (D @ W) * phi'(out - threshold)``, shapes ``(m,)`` and ``(m, n)``, in
-        ``out``'s dtype: what an engine would otherwise get from one backward pass per row
-        through the graph of :meth:`__call__`. None for a subclass that redefines the rows
-        (``__call__``, ``_rows`` or ``_transform``) without redefining ``_transform_and_slope``:
-        the engine then differentiates ``__call__``.
+        What an engine would otherwise get from one backward pass per row. None when a subclass redefines the
+        rows without redefining ``_transform_and_slope`` (the engine then differentiates ``__call__``).
         """
         if not self._has_closed_form():
             return None
@@ -336,8 +326,7 @@ class LinearRowsConstraint(BaseConstraint):
         return D @ (W @ phi), (D @ W) * slope[None, :]
 
     def _has_closed_form(self) -> bool:
-        """Whether :meth:`rows_and_jacobian` applies: the rows are this class's ``D @ (W @ phi)``, or a
-        subclass that redefines the transform redefines its slope too."""
+        """Whether the rows are ``D @ (W @ phi)`` with a slope that matches the transform."""
         cls, base = type(self), LinearRowsConstraint
         return (cls.__call__ is base.__call__ and cls._rows is base._rows
                 and (cls._transform is base._transform or cls._transform_and_slope is not base._transform_and_slope))
@@ -346,21 +335,19 @@ class LinearRowsConstraint(BaseConstraint):
     def jacobian_direction(self) -> tuple | None:
         """``("surrogate slope", surrogate, threshold)`` when the closed form applies, else None.
 
-        ``dc/d out_i = (D W)[:, i] phi'(out_i - threshold)`` and ``W[g, i] = w_i 1{i in g} / n_g``,
-        so on a stratum (rows in the same groups, :meth:`strata`) every column is a multiple of
-        one per-row vector ``w_i phi'(out_i - threshold)``. Members with equal keys share that
-        vector, and a constraint set of them has rank-one Jacobian blocks per stratum by
-        construction (``solvers.problem.ConstraintSet.shared_direction``). Only the default
-        ``_transform_and_slope`` (the surrogate's) is keyed; a redefined one gives None."""
+        ``dc/d out_i = (D W)[:, i] phi'(out_i - threshold)``, so on a stratum every column is a multiple of the
+        per-row vector ``w_i phi'(out_i - threshold)``; members with equal keys share it, which gives rank-one
+        Jacobian blocks per stratum (``solvers.problem.ConstraintSet.shared_direction``).
+        """
         default_slope = type(self)._transform_and_slope is LinearRowsConstraint._transform_and_slope
         if not (self._has_closed_form() and default_slope):
             return None
         return ("surrogate slope", self.surrogate, self.threshold)
 
     def _shared_transform_and_slope(self, source: Any, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`_transform_and_slope` of ``out - threshold``, computed once per constraint-set
-        evaluation for members with the same surrogate and threshold (``solvers.problem.shared_value``:
-        disparate and equal impact on one attribute evaluate the smoothed step of the same outputs)."""
+        """:meth:`_transform_and_slope` of ``out - threshold``, computed once per evaluation for members with one
+        surrogate and threshold (``solvers.problem.shared_value``).
+        """
         direction = self.jacobian_direction  # None for a redefined slope: not shared
         if direction is None:
             return self._transform_and_slope(out - self.threshold)
