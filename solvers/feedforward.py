@@ -1,10 +1,9 @@
 r"""Closed-form pullback of a feed-forward network: many gradient rows for about one backward pass.
 
-A *feed-forward network* here is an ``nn.Sequential`` (nested ones are flattened) of
-``nn.Linear`` layers and elementwise activations whose last linear layer has one unit, so that
-row ``i``'s output is one number ``out_i`` (``nn.Identity``, inactive ``nn.Dropout`` and a
-parameter-free module that declares ``squeeze_output = True``, a pure ``(n, 1) -> (n,)``
-reshape such as the last module of ``fairopt.models`` networks, are skipped). Writing
+A *feed-forward network* here is an ``nn.Sequential`` (nested ones flattened) of ``nn.Linear``
+layers and elementwise activations ending in one unit (``nn.Identity``, inactive ``nn.Dropout`` and
+a parameter-free ``squeeze_output = True`` reshape are skipped); anything else is left to autograd
+(:meth:`FeedForward.recognise` returns None). Writing
 ``H_0 = X``, ``Z_l = H_{l-1} W_l' + b_l`` and ``H_l = sigma_l(Z_l)`` (``sigma_l`` the activations
 after layer ``l``, the identity when there are none), the output of row ``i`` is ``H_L[i]``. Its
 *sensitivity* to layer ``l``'s pre-activations,
@@ -16,26 +15,12 @@ cotangent ``v`` (n,) is then, layer by layer,
 
 ``dW_l = (v * S_l)' H_{l-1}``,   ``db_l = S_l' v``,
 
-so ``k`` cotangents (the objective's ``df/d out`` and the constraint rows' ``dc/d out`` of an SQP
-iteration) cost one pass of activation derivatives plus ``k`` products per layer, where the
-autograd engine repeats the whole backward pass (activation derivatives, the hidden-layer
-products) ``k`` times. The last hidden layer needs not even the pass: the output has one unit,
-so ``S_{L-1} = (S_L w_L) * sigma_{L-1}'(Z_{L-1})`` is a row scaling of ``sigma'`` by the fixed
-weight row ``w_L``, and ``v * S_{L-1}`` is one activation-derivative pass of ``v * S_L`` per
-cotangent, scaled by ``w_L`` after the product (:meth:`FeedForwardTrace._pull`). A forward pass
-and two gradient rows take less time this way than through autograd
-(``benchmarks/feedforward_pullback.py``, ``benchmarks/sqp_speed.py`` times the engine with both;
-``benchmarks/results/solver_notes.md``). The values equal autograd's
-up to floating-point rounding (the same products summed in another order); the forward pass runs
-the same kernels as the modules, so ``out`` is bit for bit ``model(X)`` (unless the caller hands
-the first layer ``[X | 1]``, see :meth:`FeedForward.trace`: then up to rounding).
-
-Rows of several strata (:mod:`solvers.strata`) are pulled back segment by segment in one call
-(:meth:`FeedForwardTrace.pullback_segments`), each segment's products while its rows are in cache.
-
-Anything else (dropout that is active, normalisation layers, parametric or in-place activations,
-parameters outside the linear layers, several output units) is not a feed-forward network in this
-sense: :meth:`FeedForward.recognise` returns None and the caller keeps the autograd pullback.
+so ``k`` cotangents (an SQP iteration's ``df/d out`` and ``dc/d out``) cost one pass of activation
+derivatives plus ``k`` products per layer, where autograd repeats the whole backward pass ``k``
+times (``benchmarks/feedforward_pullback.py``). The last hidden layer needs no sensitivity matrix:
+``S_{L-1} = (S_L w_L) * sigma_{L-1}'(Z_{L-1})`` is ``sigma'`` scaled by the output weight row
+(:meth:`FeedForwardTrace._pull`). Values equal autograd's up to rounding; ``out`` is bit for bit
+``model(X)`` unless the first layer is handed ``[X | 1]``.
 """
 
 from __future__ import annotations
@@ -54,10 +39,8 @@ def _into(op: Any, *args: Any, out: torch.Tensor | None) -> torch.Tensor:
     return op(*args) if out is None else op.grad_input(*args, grad_input=out)
 
 
-#: ``(module, G, Z, H, out=None) -> G * sigma'(Z)`` for activations whose derivative PyTorch computes
-#: from ``Z`` or ``H = sigma(Z)`` directly (the kernels of their own backward passes), written into
-#: ``out`` when given (a buffer reused across cotangents: a fresh full-batch matrix at every call
-#: made the kernel about three times slower in the profile of ``benchmarks/feedforward_pullback.py``).
+#: ``(module, G, Z, H, out=None) -> G * sigma'(Z)`` by PyTorch's own backward kernels, written into the
+#: reused buffer ``out`` when given (a fresh full-batch matrix per call is much slower).
 ACTIVATION_DERIVATIVES: dict[type[nn.Module], Callable[..., torch.Tensor]] = {
     nn.ReLU: lambda m, G, Z, H, out=None: _into(torch.ops.aten.threshold_backward, G, H, 0, out=out),
     nn.LeakyReLU: lambda m, G, Z, H, out=None: _into(torch.ops.aten.leaky_relu_backward, G, Z, m.negative_slope,
@@ -112,11 +95,7 @@ class _Layer:
 
 
 class FeedForward:
-    """A recognised feed-forward network and the positions of its parameters in ``params``.
-
-    Build it with :meth:`recognise`; :meth:`trace` runs the forward pass and keeps what the
-    closed-form pullback needs.
-    """
+    """A recognised feed-forward network (:meth:`recognise`) and its parameters' positions in ``params``."""
 
     def __init__(self, layers: Sequence[_Layer], slots: Sequence[tuple[int, str]]) -> None:
         self.layers = tuple(layers)
@@ -129,9 +108,8 @@ class FeedForward:
 
     @classmethod
     def recognise(cls, model: nn.Module, params: Sequence[torch.Tensor]) -> FeedForward | None:
-        """The network of ``model`` with ``params`` (tensors of its linear layers, any order, each
-        once) as the variables, or None when ``model`` is not a feed-forward network in the sense
-        of the module docstring or ``params`` holds another tensor."""
+        """The network of ``model`` with ``params`` (its linear layers' tensors, any order, each once) as
+        the variables, or None when it is not a feed-forward network (module docstring)."""
         layers: list[_Layer] = []
         for module in _flat_modules(model):
             if type(module) is nn.Linear:
@@ -160,15 +138,10 @@ class FeedForward:
         return cls(layers, slots)
 
     def trace(self, X: torch.Tensor, augmented: torch.Tensor | None = None) -> FeedForwardTrace:
-        """The forward pass on ``X`` (n, features) without an autograd graph, keeping every
-        layer's input and pre-activation.
+        """The forward pass on ``X`` without an autograd graph, keeping each layer's input and stages.
 
-        ``augmented`` (optional): ``X`` with a column of ones appended, ``[X | 1]`` (n, features + 1),
-        held by a caller that traces the same rows again and again (a full batch). The first layer's
-        weight and bias then act as one matrix ``[W | b]``: one product instead of a product and a
-        broadcast of ``b`` in the forward pass, and the bias gradient comes out of the weight
-        gradient's product in every pullback (no separate bias product). The outputs then
-        equal ``model(X)`` up to rounding (the bias is summed inside the product), not bit for bit.
+        With ``augmented = [X | 1]`` the first layer acts as one matrix ``[W | b]``, so its bias
+        gradient comes out of the weight product; ``out`` then equals ``model(X)`` up to rounding.
         """
         first = self.layers[0].linear
         use_augmented = augmented is not None and first.bias is not None
@@ -207,10 +180,8 @@ class FeedForwardTrace:
         self._sensitivities: list[torch.Tensor] | None = None
 
     def sensitivities(self) -> list[torch.Tensor | None]:
-        """``S_l = d out_i / d Z_l[i]`` of every layer, (n, width_l) each (computed once, for all rows:
-        one pass per layer costs less than one per stratum); None for an output layer without
-        activation (``S_L = 1``). The pullback reads them for the layers below the last hidden one
-        only (:meth:`_pull`)."""
+        """``S_l = d out_i / d Z_l[i]`` (n, width_l) of every layer, once for all rows; None for an output
+        layer without activation (``S_L = 1``)."""
         if self._sensitivities is None:
             with torch.no_grad():
                 layers, n = self.network.layers, self.out.shape[0]
@@ -243,55 +214,28 @@ class FeedForwardTrace:
         return G
 
     def pullback(self, cot: torch.Tensor, rows: slice | None = None) -> torch.Tensor:
-        """Rows ``cot @ d out[rows] / d params`` as a (k, p) matrix, ``cot`` (k, n) or (k, len(rows)) for
-        a contiguous slice ``rows`` of the traced rows (the rows of one stratum: no new forward pass),
-        in the order and the flattening of the ``params`` the network was recognised with."""
+        """``cot @ d out[rows] / d params`` (k, p) for a contiguous slice ``rows`` of the traced rows, in
+        the order of the ``params`` the network was recognised with."""
         start, stop, step = (rows if rows is not None else slice(None)).indices(self.out.shape[0])
         if step != 1:
             raise ValueError(f"rows: expected a contiguous slice (step 1), got step {step}")
         return self._pull([cot], ((start, stop),))[0]
 
     def pullback_segments(self, cot: torch.Tensor, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
-        """``cot[:, a:b] @ d out[a:b] / d params`` for every segment ``(a, b)`` of ``bounds`` (disjoint
-        row ranges of the traced rows, e.g. the strata of :mod:`solvers.strata`), as an (s, k, p)
-        tensor for ``cot`` (k, n) and ``s`` segments.
-
-        The same numbers as :meth:`pullback` with ``rows=slice(a, b)`` segment by segment, in one
-        call: each segment's products are computed while its rows are in cache, and written
-        straight into the result.
-
-        Parameters
-        ----------
-        cot : tensor (k, n)
-            Cotangents, one column per traced row.
-        bounds : sequence of (int, int)
-            Disjoint row ranges ``(a, b)``.
-
-        Returns
-        -------
-        tensor (s, k, p)
-            Row ``[j, r]``: ``cot[r, a:b] @ d out[a:b] / d params`` for ``(a, b) = bounds[j]``, in the
-            order and flattening of the ``params`` the network was recognised with.
-
-        Raises
-        ------
-        ValueError
-            ``cot`` does not have one column per traced row."""
+        """``cot[:, a:b] @ d out[a:b] / d params`` for each disjoint segment ``(a, b)`` of ``bounds`` (the
+        strata of :mod:`solvers.strata`), (s, k, p) for ``cot`` (k, n): :meth:`pullback` per segment
+        in one call, each segment's products computed while its rows are in cache."""
         if cot.shape[-1] != self.out.shape[0]:
             raise ValueError(f"cot: expected {self.out.shape[0]} columns (one per row), got {cot.shape[-1]}")
         return self._pull([cot[:, a:b] for a, b in bounds], tuple(bounds))
 
     def _pull(self, cots: list[torch.Tensor], bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
-        """The (s, k, p) pullbacks of the cotangents ``cots[j]`` (k, b - a) of the segments ``bounds[j] = (a, b)``.
+        """The (s, k, p) pullbacks of ``cots[j]`` (k, b - a) on the segments ``bounds[j] = (a, b)``.
 
-        The output layer has one unit, so the layer below it needs no sensitivity matrix: for a
-        cotangent ``v``, ``v * S_{L-1} = (u * sigma_{L-1}'(Z_{L-1})) diag(w_L)`` with ``u = v * S_L`` and
-        ``w_L`` the output layer's weight row: one activation-derivative pass per cotangent, and
-        ``w_L`` scales the small (features, width) product afterwards. Only deeper layers read
-        :meth:`sensitivities`. Each product is formed as ``H' (v * S)``, the orientation in which a
-        column-major ``H`` (the ``[X | 1]`` of :meth:`solvers.derivatives.LocalDerivatives.augmented`)
-        is read along its columns (faster than forming the sensitivity matrix and the other
-        orientation on a first layer of tens of thousands of rows)."""
+        Below the output unit ``v * S_{L-1} = (u * sigma_{L-1}'(Z_{L-1})) diag(w_L)``, ``u = v * S_L``:
+        one activation pass per cotangent, ``w_L`` scaling the small product; only deeper layers read
+        :meth:`sensitivities`. Products are ``H' (v * S)``, reading a column-major ``[X | 1]`` along
+        its columns."""
         k = cots[0].shape[0]
         for (a, b), cot in zip(bounds, cots):
             if cot.shape[1] != b - a:
@@ -327,9 +271,8 @@ class FeedForwardTrace:
         return result
 
     def _slots(self, index: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None, bool]:
-        """The columns ``(start, stop)`` of layer ``index``'s weight and bias in a flat row (None: not
-        a variable), and whether its input is ``[X | 1]`` (then the bias gradient is the last column
-        of the weight product)."""
+        """The columns of layer ``index``'s weight and bias in a flat row (None: not a variable), and
+        whether its input is ``[X | 1]``."""
         columns = self.network.columns
         return columns.get((index, "weight")), columns.get((index, "bias")), index == 0 and self._augmented_first
 
