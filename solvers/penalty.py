@@ -1,16 +1,8 @@
 """Penalty (soft-constraint) training: ``min_w f(w) + sum_j weight_j P_j(w)``.
 
-``f`` is the mean training loss and each ``P_j`` a differentiable scalar term of the model
-output: the total violation of a constraint's surrogate rows, or any callable
-``P(out, batch) -> scalar`` (a squared demographic-parity gap, a distance covariance, a
-GeDI or FaUCI metric, ...; :mod:`fairopt.penalties` has ready ones). The engine knows
-nothing about fairness: it sees the :class:`~solvers.problem.Constraint` protocol or a
-callable.
-
-This module also holds :class:`FirstOrderTrainer`, the mini-batch loop shared with
-:class:`solvers.lagrangian.LagrangianDual`: one forward pass per batch, the objective
-``f + extra`` (``extra`` from the subclass), one optimiser step (Adam, SGD or AdaHessian),
-then a subclass hook (the dual update of the Lagrangian engine).
+``f`` is the mean training loss and each ``P_j`` the total violation of a constraint's surrogate
+rows or any callable ``P(out, batch) -> scalar`` (:mod:`fairopt.penalties` has ready ones).
+:class:`FirstOrderTrainer` is the mini-batch loop shared with :class:`solvers.lagrangian.LagrangianDual`.
 """
 
 from __future__ import annotations
@@ -45,11 +37,8 @@ PenaltyFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
 
 def is_constraint(obj: Any) -> bool:
-    """Whether ``obj`` follows the Constraint protocol: callable, with ``exact`` and bounds.
-
-    The bounds of some constraints exist only after ``setup`` (a property that raises
-    before), so their presence is checked with ``dir`` without evaluating them.
-    """
+    """Whether ``obj`` is a constraint: callable, with ``exact`` and bounds (looked up with ``dir``, as
+    some bounds raise before ``setup``)."""
     names = set(dir(obj))
     return callable(obj) and {"exact", "lower", "upper"} <= names
 
@@ -81,14 +70,9 @@ def _constraint_term(constraint: Any) -> PenaltyTerm:
 
 
 def penalty_terms(penalties: Any) -> list[PenaltyTerm]:
-    """Normalise ``penalties`` (one object or an iterable) into :class:`PenaltyTerm` s.
-
-    - a :class:`~solvers.problem.Constraint` (callable with ``exact``, ``lower``, ``upper``) becomes the
-      total violation of its surrogate rows (a hinge; zero inside the bounds);
-    - any other callable ``P(out, batch) -> scalar tensor`` is used as it is; its ``name``
-      (or class/function name) labels it and its ``setup(data)``, if any, is called before
-      training.
-    """
+    """``penalties`` (one or an iterable) as :class:`PenaltyTerm` s: a constraint becomes the total
+    violation of its surrogate rows; any other callable ``P(out, batch) -> scalar`` is used as it is,
+    labelled by its ``name`` (or class/function name), with its ``setup(data)`` if any."""
     if penalties is None:
         return []
     items = [penalties] if callable(penalties) or isinstance(penalties, PenaltyTerm) else list(penalties)
@@ -134,13 +118,9 @@ def _set_up_terms(penalties: Any, data: Any) -> list[PenaltyTerm]:
 
 
 def penalised_loss(loss: str | LossFn, penalties: Any, weight: float | Sequence[float], data: Any) -> LossFn:
-    """The penalised objective ``loss(out, batch) + sum_j weight_j P_j(out, batch)`` as one loss.
-
-    For engines that take a plain loss, e.g. the regularisation-only approach of [SQP]
-    sec 4.2 (``StochasticSQP`` without constraints on ``loss + (1/lambda) r``). The penalties
-    are normalised by :func:`penalty_terms` and set up on ``data`` now; terms with weight 0
-    are left out.
-    """
+    """``loss(out, batch) + sum_j weight_j P_j(out, batch)`` as one loss, for engines that take a plain
+    loss (the regularisation-only approach of [SQP] sec 4.2); terms are set up on ``data`` now and
+    those of weight 0 left out."""
     base = get_loss(loss)
     terms = _set_up_terms(penalties, data)
     active = [(w, t) for w, t in zip(_term_weights(_check_weights(weight), len(terms)), terms) if w > 0]
@@ -155,14 +135,9 @@ def penalised_loss(loss: str | LossFn, penalties: Any, weight: float | Sequence[
 
 
 class FirstOrderTrainer:
-    """The mini-batch loop shared by :class:`Penalty` and :class:`~solvers.lagrangian.LagrangianDual`.
-
-    Per step on a batch ``B`` (shuffled mini-batches from ``seed``, or the full data):
-    ``out = model(B.X)``, objective ``f(out) + extra(out)`` (``extra`` from
-    :meth:`_extra`), gradients (with their graph for AdaHessian), one optimiser step,
-    then :meth:`_after_step`. A non-finite objective stops training with status
-    ``"diverged"`` before the step is taken.
-    """
+    """The mini-batch loop of :class:`Penalty` and :class:`~solvers.lagrangian.LagrangianDual`: per batch
+    the objective ``f + extra`` (:meth:`_extra`), one optimiser step, then :meth:`_after_step`; a
+    non-finite objective stops with status "diverged" and the last finite iterate."""
 
     engine = "first_order"
 
@@ -209,7 +184,7 @@ class FirstOrderTrainer:
 
     @staticmethod
     def _forward(model: nn.Module, batch: Any) -> torch.Tensor:
-        """``model(batch.X)`` as (n,) (:func:`solvers.problem.model_outputs`: an (n, 1) column is squeezed)."""
+        """``model(batch.X)`` as (n,)."""
         return model_outputs(model, batch)
 
     @staticmethod
@@ -224,8 +199,7 @@ class FirstOrderTrainer:
 
     def _train(self, model: nn.Module, data: Any, loss_fn: LossFn, row_names: Sequence[str],
                on_epoch_end: Callable[[int], None] | None = None) -> tuple[History, str]:
-        """Run the epochs; return the history and the status. ``on_epoch_end(iteration)`` is
-        called after every completed epoch (e.g. to offer the iterate as a candidate)."""
+        """Run the epochs, calling ``on_epoch_end(iteration)`` after each; the history and the status."""
         params = trainable_parameters(model)
         n = check_dataset(data)
         optimizer = make_optimizer(self.optimizer, params, lr=self.lr, seed=self.seed, **self.optimizer_options)
@@ -284,22 +258,11 @@ class FirstOrderTrainer:
 class Penalty(FirstOrderTrainer):
     r"""Train ``min_w f(w) + sum_j weight_j P_j(w)`` with a fixed penalty weight.
 
-    The soft-constraint baseline: the regularisation-only approach of [SQP] eq. 3 (with
-    ``weight = 1/lambda``), the distance-covariance regulariser of [DC] eq. 3.1
-    (``weight = lambda``), FaUCI's ``E + lambda F`` [FU] eq. 12. ``f`` is the mean loss of a
-    mini-batch and each ``P_j`` is evaluated on the same batch:
-
-    - a :class:`~solvers.problem.Constraint` contributes the total violation of its surrogate
-      rows, ``V(c) = sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)`` (zero inside the bounds);
-    - any callable ``P(out, batch) -> scalar`` contributes its value.
-
-    A term with weight 0 is left out of the objective (it is still evaluated, without
-    gradient, for the history), so ``weight=0`` is plain training, step for step.
-
-    Weighted rows (``data.weights``, :class:`solvers.problem.Batch`): every mini-batch keeps
-    its rows' weights, so ``f`` is the weighted mean loss (:mod:`solvers.losses`) and a
-    constraint's rows are its weighted ones; a penalty callable of the user's own reads
-    ``batch.weights`` itself if it should weigh rows.
+    The soft-constraint baseline: [SQP] eq. 3 (``weight = 1/lambda``), the distance-covariance
+    regulariser of [DC] eq. 3.1, FaUCI's ``E + lambda F`` [FU] eq. 12. ``f`` is a mini-batch's
+    (weighted) mean loss and each ``P_j`` is evaluated on the same batch: a constraint's
+    ``V(c) = sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``, or a callable's value. A term of weight 0
+    is only recorded, so ``weight=0`` is plain training.
 
     Parameters
     ----------
@@ -317,8 +280,8 @@ class Penalty(FirstOrderTrainer):
     seed : int, default 0
         Seed of the mini-batch order (and of AdaHessian's probe vectors).
     tol : float, default 1e-4
-        ``converged`` is ``max |grad of the penalised objective|`` on the full data ``<= tol``
-        (a subgradient where a hinge term sits at its kink, so it may stay above ``tol``).
+        ``converged``: ``max |grad of the penalised objective|`` on the full data ``<= tol`` (a
+        subgradient at a hinge's kink may stay above it).
     verbose : int or "auto", default "auto"
         As in :class:`solvers.StochasticSQP` (:mod:`solvers.progress`).
     callbacks : sequence of callables
@@ -371,10 +334,8 @@ class Penalty(FirstOrderTrainer):
         Parameters
         ----------
         model : torch.nn.Module
-            Maps ``data.X`` (n, p) to one output per row, (n,) or (n, 1) (a single-output
-            module such as ``torch.nn.Linear(p, 1)``; squeezed to (n,)).
+            Maps ``data.X`` (n, p) to one output per row, (n,) or (n, 1).
         data : Dataset
-            ``X``, ``y``, ``__len__``, ``subset`` (e.g. :class:`fairopt.FairData`).
         loss : {"bce", "mse", "poisson"} or callable(out, batch) -> scalar
         penalties : Constraint, callable or iterable of them
             See :func:`penalty_terms`.
