@@ -1,26 +1,12 @@
 """Calibration of a penalty weight by the JS-divergence elbow ([DC] sec 4.3 and App F).
 
-The procedure of [DC] Algorithm 2: split the training data into a sub-training (70%) and a
-validation part (30%), stratified on the target and the protected attributes; train the
-model for every candidate ``lambda`` (``lambda = 0``, the unregularised baseline,
-included) on the sub-training part; evaluate the JS divergence of the predictions across
-the intersectional groups and an accuracy metric on the validation part; pick ``lambda``
-at the "elbow" of the JS-divergence curve: "the smallest lambda such that increasing lambda
-further will bring negligible reductions in JSD" (App F, Algorithm 2, line 12).
-
-:func:`select_elbow` makes "negligible" precise: with ``J(lambda)`` the mean validation
-JSD, the reduction still available beyond ``lambda_k`` is ``J(lambda_k) - min_{j >= k}
-J(lambda_j)``; the selected ``lambda`` is the smallest one whose remaining reduction is at
-most ``tolerance`` times the total reduction ``J(lambda_0) - min_j J(lambda_j)``.
-On the paper's COMPAS validation means (Table 5.1) the default ``tolerance = 0.1`` picks
-``lambda = 10`` for JdCov (the paper's choice) and 20 for CCdCov (the paper: 25 on its
-finer grid of step 5).
-
-The candidate grid: "select lambda values with magnitudes comparable to the ratio of the
-baseline model's validation loss to the regulariser (JdCov or CCdCov) computed using the
-predictions of the baseline model" ([DC] sec 4.3.2, eq 4.5). :func:`lambda_scale` is that
-ratio, :func:`lambda_grid` a grid around it, and :func:`calibrate_penalty` uses both when
-no ``lambdas`` are given.
+[DC] Algorithm 2: split the training data 70/30 (stratified on target and protected
+attributes), train for every candidate ``lambda`` (0 included) on the first part, evaluate the JS
+divergence across intersectional groups and an accuracy metric on the second, and pick the
+"elbow": "the smallest lambda such that increasing lambda further will bring negligible
+reductions in JSD" (App F, line 12), made precise by :func:`select_elbow`. Without a grid,
+candidates are multiples of the ratio of the baseline's validation loss to its regulariser
+([DC] sec 4.3.2, eq 4.5): :func:`lambda_scale`, :func:`lambda_grid`.
 """
 
 from __future__ import annotations
@@ -65,14 +51,10 @@ def _finite_vector(values: Any, name: str) -> np.ndarray:
 def select_elbow(lambdas: Sequence[float], fairness: Sequence[float], tolerance: float = 0.1) -> int:
     """Index of the elbow of a fairness-vs-``lambda`` curve ([DC] App F, Algorithm 2 line 12).
 
-    With the candidates sorted by ``lambda`` and ``J_k`` their (mean validation) unfairness,
-    the selected index is the smallest ``k`` with
-
-    ``J_k - min_{j >= k} J_j <= tolerance * (J_0 - min_j J_j)``,
-
-    i.e. the smallest ``lambda`` beyond which no larger ``lambda`` reduces the unfairness by
-    more than ``tolerance`` of the total reduction the sweep achieves. If no candidate
-    improves on the first (``J_0 = min J``), the first is returned.
+    With ``J_k`` the unfairness of the ``k``-th smallest ``lambda``, the smallest ``k`` with
+    ``J_k - min_{j >= k} J_j <= tolerance * (J_0 - min_j J_j)``: beyond it no larger ``lambda``
+    reduces the unfairness by more than ``tolerance`` of the sweep's total reduction (0 when none
+    improves on the first).
 
     Parameters
     ----------
@@ -105,21 +87,17 @@ def select_elbow(lambdas: Sequence[float], fairness: Sequence[float], tolerance:
 def lambda_scale(loss: float | Sequence[float] | np.ndarray, regulariser: float) -> float:
     """The ratio of [DC] eq (4.5): baseline validation loss over the baseline regulariser.
 
-    ``scale = | (1/n_valid) sum_i L(yhat_i, y_i) | / psi(yhat, s_1, ..., s_d)``
-
-    with ``yhat`` the validation predictions of the model trained without regularisation
-    (``lambda = 0``), ``L`` the training loss of the objective (3.1) (e.g. the binary
-    cross-entropy of eq 5.1, the Poisson loss of eq 5.2) and ``psi`` the regulariser
-    (JdCov~^2, CCdCov, ...) on the same predictions. Penalty weights of this magnitude make
-    ``lambda psi`` comparable to the loss ([DC] sec 4.3.2). The absolute value covers
-    losses defined up to a constant (a Poisson log-likelihood can be negative).
+    ``scale = | (1/n_valid) sum_i L(yhat_i, y_i) | / psi(yhat, s_1, ..., s_d)`` with ``yhat`` the
+    validation predictions of the unregularised model and ``psi`` the regulariser (JdCov~^2, CCdCov,
+    ...): weights of this magnitude make ``lambda psi`` comparable to the loss. The absolute value
+    covers losses defined up to a constant (a Poisson log-likelihood).
 
     Parameters
     ----------
     loss : float or array-like
         The mean validation loss, or per-row losses (their mean is taken).
     regulariser : float
-        ``psi`` on the baseline validation predictions; must be > 0.
+        ``psi`` on the baseline validation predictions.
 
     Returns
     -------
@@ -129,8 +107,7 @@ def lambda_scale(loss: float | Sequence[float] | np.ndarray, regulariser: float)
     Raises
     ------
     ValueError
-        Non-finite inputs, a zero mean loss, or ``regulariser <= 0`` (the baseline already
-        looks independent of the sensitive features: there is no scale to match; pass the
+        Non-finite inputs, a zero mean loss, or ``regulariser <= 0`` (no scale to match: pass the
         candidate lambdas explicitly).
     """
     losses = np.asarray(loss, dtype=float).reshape(-1)
@@ -156,7 +133,7 @@ def lambda_grid(scale: float, multipliers: Sequence[float] = DEFAULT_LAMBDA_MULT
     scale : float
         :func:`lambda_scale`, > 0.
     multipliers : sequence of float
-        Positive, strictly increasing multiples (default :data:`DEFAULT_LAMBDA_MULTIPLIERS`).
+        Positive, strictly increasing multiples.
 
     Returns
     -------
@@ -181,20 +158,17 @@ class CalibrationResult:
     selected : float
         The chosen ``lambda``.
     summary : pandas.DataFrame
-        One row per ``lambda`` (sorted): ``value``, mean and standard deviation over seeds of
-        the fairness and accuracy metrics on the validation part, ``n_seeds``, and
-        ``selected`` (bool).
+        One row per ``lambda``: ``value``, mean and standard deviation over seeds of the two
+        metrics on the validation part, ``n_seeds`` and ``selected``.
     runs : pandas.DataFrame
-        :func:`~fairopt.experiments.compare` rows of every run (``split="test"`` is the
-        validation part).
+        :func:`~fairopt.experiments.compare` rows of every run (``split="test"``: validation).
     fairness, accuracy : str
         The metric columns used.
     tolerance : float
     lambda_scale : float or None
         The eq (4.5) ratio that set the grid (None when ``lambdas`` were given).
     baseline_loss, baseline_regulariser : float or None
-        Its two sides: the mean validation loss and regulariser of the ``lambda = 0`` runs
-        (means over seeds; None when ``lambdas`` were given).
+        Its two sides, means over seeds of the ``lambda = 0`` runs.
     """
 
     selected: float
@@ -229,34 +203,27 @@ def calibrate_penalty(
     method : Method
         Usually a :class:`~fairopt.experiments.PenaltyMethod` whose value is ``lambda``.
     data : FairData
-        The training data (the held-out test set stays outside calibration, [DC] sec 4.3).
+        The training data (the test set stays outside calibration, [DC] sec 4.3).
     lambdas : sequence of float, optional
-        Candidate strengths (``>= 0``); 0 (the baseline) is added if absent. When omitted,
-        the baseline (``lambda = 0``) is trained first and the grid is
-        ``lambda_grid(lambda_scale(loss, psi), multipliers)``: multiples of the ratio of
-        [DC] eq (4.5) between its mean validation loss (the method's training loss, default
-        the task's: :func:`~fairopt.experiments.default_loss`) and the sum of its penalties
-        on its validation predictions, both averaged over the seeds (needs a method with
-        ``penalties``, such as :class:`~fairopt.experiments.PenaltyMethod`, whose value is
-        the penalty weight, i.e. no ``weight_of``). The baseline runs are those of the
-        table; nothing is trained twice.
+        Candidate strengths ``>= 0`` (0 added if absent). Omitted: the baseline is trained first
+        and the grid is ``lambda_grid(lambda_scale(loss, psi), multipliers)`` with its mean
+        validation loss and sum of penalties (needs a method with ``penalties`` whose value is the
+        weight itself, no ``weight_of``).
     seeds : sequence of int, default (0,)
-        Training seeds; metrics are averaged over them (the paper: 10).
+        Training seeds; metrics are averaged over them.
     valid_size : float, default 0.3
         Validation share; the split is stratified on target x intersection cell.
     split_seed : int, default 0
     fairness : str, default "js_divergence"
         Unfairness column of :func:`~fairopt.experiments.compare` (lower is fairer).
     accuracy : str, optional
-        Accuracy column reported alongside (default: ``rps`` for binary and Poisson tasks,
-        ``mse`` for regression).
+        Accuracy column reported alongside (default ``rps``; ``mse`` for regression).
     tolerance : float, default 0.1
         See :func:`select_elbow`.
     extra_metrics : mapping, optional
-        Further columns of the runs (:func:`~fairopt.experiments.compare`), e.g. the
-        regulariser's value on the validation predictions.
+        Further columns of the runs (:func:`~fairopt.experiments.compare`).
     multipliers : sequence of float, default :data:`DEFAULT_LAMBDA_MULTIPLIERS`
-        Multiples of the eq (4.5) ratio when ``lambdas`` is omitted (ignored otherwise).
+        Multiples of the eq (4.5) ratio when ``lambdas`` is omitted.
 
     Returns
     -------
@@ -305,8 +272,9 @@ def calibrate_penalty(
 
 
 def _scale_metrics(method: Method, data: Any, valid_size: float, split_seed: int) -> dict[str, Callable]:
-    """Extra metrics giving the two sides of eq (4.5) on a part: the method's training loss
-    and the sum of its penalties (set up on the sub-training part, as the engine does)."""
+    """Extra metrics giving the two sides of eq (4.5) on a part: the method's training loss and the
+    sum of its penalties (set up on the sub-training part).
+    """
     penalties = getattr(method, "penalties", None)
     if not penalties:
         raise ValueError(f"lambdas: required for {method!r}, which has no `penalties` to evaluate eq (4.5) with")

@@ -1,55 +1,23 @@
 """Compare training methods over hyper-parameter grids, seeds and splits (one tidy table).
 
-:func:`compare` trains every method for every value of its grid, every seed and every
-split, and evaluates each trained model with :func:`fairopt.evaluate` (exact measures on
-hard predictions) on the training and the held-out part. The runs go
-through joblib (``n_jobs``, any joblib backend) and can be saved to and resumed from a CSV
-(``results_path``); the machinery is in :mod:`fairopt.experiments.sweeps`.
+:func:`compare` trains every method for every value of its grid, every seed and every split, and
+evaluates each model with :func:`fairopt.evaluate` on the training and held-out parts. Runs go
+through joblib (``n_jobs``, any backend: ``with joblib.parallel_config(backend="dask"): ...``);
+each seeds torch with its training seed (:func:`~fairopt.experiments.sweeps.seeded`), so its
+result does not depend on ``n_jobs``, the backend or the finishing order.
 
-Parallel runs (``n_jobs``): any joblib backend runs the sweep without code changes, e.g. a
-Dask or Ray cluster::
+Resuming (``results_path``): each run's rows are appended to a CSV with a ``run_key``
+(:func:`~fairopt.experiments.sweeps.run_key`: method, value, seed, fold, split settings) as soon
+as it finishes; a later call with the same file trains only the missing runs and reads the table
+back in grid order, equal to that of an uninterrupted sweep. The key covers neither method
+options nor the data: use a new file when those change.
 
-    from dask.distributed import Client
-    client = Client("scheduler:8786")          # or Client() for a local cluster
-    with joblib.parallel_config(backend="dask"):
-        table = compare(methods, data, grid, seeds, n_jobs=-1)
-
-(``ray.util.joblib.register_ray()`` and ``backend="ray"`` for Ray). Each run seeds torch's
-generator with its training seed (:func:`~fairopt.experiments.sweeps.seeded`, the caller's
-generator state is restored), so its result does not depend on ``n_jobs``, the backend or
-the order in which runs finish.
-
-Resuming (``results_path``): the train and test rows of each run are appended to the CSV as
-soon as the run finishes, with a ``run_key`` column (:func:`~fairopt.experiments.sweeps.run_key`:
-method, hyper-parameter value, seed, fold and the split settings). Calling ``compare`` again
-with the same file (after a crash or kill) skips the runs already in it and trains the
-others; the returned table is read back from the file, in the order of the grid (fold,
-method, value, seed, split), so it equals that of an uninterrupted sweep (the skipped runs
-keep their saved ``time``). The key does not cover method options or the data: use a new
-file when those change. Rows of runs outside the requested grid stay in the file but are not
-returned. A file whose number columns hold a non-numeric cell is refused with a ValueError
-naming the file, the line, the run key and the column.
-
-The table of :func:`compare`: one row per (method, value, seed, fold, split) with columns ``method``,
-``hyperparameter`` (its name), ``value`` (NaN for None), ``seed``, ``fold``,
-``split`` ("train"/"test"), ``n``, the task's performance (binary: ``accuracy``,
-``rps``; regression: ``r2``, ``mse``; Poisson: ``deviance``, ``rps``), the exact
-fairness measures of :func:`fairopt.evaluate` (``di_ratio``, ``dp_difference`` and
-their per-feature ``di_ratio[f]``, ``dp_difference[f]``, ``uf``,
-``js_divergence``; ``di_ratio`` is NaN when no group has a positive prediction; for
-a binary task the FaUCI metrics ``wdp[f]``, ``wdi[f]``, ``weo[f]`` of each
-binary/categorical feature and ``gdp[f]``, ``gdi[f]``, ``geo[f]`` of each continuous
-one, and those of the ``fauci_combined`` attributes),
-``degenerate`` (1.0 when the model predicts the same for every row of the part,
-else 0.0; see :func:`fairopt.evaluation.constant_predictions`), the ``extra_metrics``,
-the run's own bounded measure (:func:`fairopt.evaluation.realised_measures` of
-``Fitted.measured_objects``: the method's constraints, or its penalties): ``measure``
-(what is measured, e.g. ``disparate_impact[sex]`` or ``gedi_coarse[age][labels]``),
-``sense`` ("lower": the swept value bounds it from below, "upper": from above) and
-``realised`` (its exact value on the part, on the scale of the swept value; with
-several constraints the one closest to failing), ``violation`` (exact total
-violation of the method's own constraints, NaN if it has none), ``time`` (training
-seconds) and ``status``.
+The table: one row per (method, value, seed, fold, split) with the :data:`ID_COLUMNS`, ``n``, the
+task's performance, the exact fairness measures of :func:`fairopt.evaluate` (FaUCI metrics for a
+binary task), ``degenerate``, the ``extra_metrics``, the run's own bounded measure
+(``measure``, ``sense``, ``realised``: :func:`fairopt.evaluation.realised_measures` of its
+constraints or penalties, the one closest to failing when several), ``violation`` (of the
+method's own constraints), ``time`` (training seconds) and ``status``.
 """
 
 from __future__ import annotations
@@ -85,8 +53,7 @@ PERFORMANCE_COLUMNS = {"binary": ("accuracy", "rps"), "regression": ("r2", "mse"
 
 
 def _fold_indices(strata: np.ndarray, folds: int, seed: int) -> list[np.ndarray]:
-    """Stratified k-fold test indices: each stratum's rows, shuffled by ``seed``, dealt
-    round-robin to the folds (fold sizes within one row per stratum)."""
+    """Stratified k-fold test indices: each stratum's rows, shuffled by ``seed``, dealt round-robin."""
     rng = np.random.default_rng(seed)
     assignment = np.empty(len(strata), dtype=np.int64)
     offset = 0
@@ -112,11 +79,9 @@ def _refit_parts(data: Any, train_idx: np.ndarray, test_idx: np.ndarray) -> tupl
 def split_data(data: Any, folds: int = 1, test_size: float = 0.2, seed: int = 0) -> list[tuple[int, Any, Any]]:
     """``(fold, train, test)`` parts of ``data`` (a FairData), stratified and leak-free.
 
-    ``folds=1``: :meth:`FairData.split` (a ``test_size`` share held out); ``folds=k > 1``:
-    stratified k-fold cross-validation, each row held out once, with the strata of
-    :meth:`FairData.split` (target x intersection cell for a binary task, the cell otherwise).
-    The preprocessor (standardisation, one-hot levels) is re-fitted on each training part,
-    so nothing of the held-out rows leaks into ``X``.
+    ``folds=1``: :meth:`FairData.split`; ``folds=k > 1``: stratified k-fold cross-validation with the
+    strata of :meth:`FairData.split`. The preprocessor is re-fitted on each training part, so nothing
+    of the held-out rows leaks into ``X``.
     """
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1:
         raise ValueError(f"folds: expected a positive integer, got {folds!r}")
@@ -174,9 +139,7 @@ def _grid_values(grid: Mapping[str, Sequence[float]] | None, methods: list[Metho
 
 
 def _scalar_metrics(results: Mapping[str, Any]) -> dict[str, float]:
-    """The scalar entries of an evaluate() dict: measures, ``degenerate`` (as 1.0 or 0.0) and
-    the total ``violation`` (per-constraint row lists, per-constraint violations and the
-    text ``notes`` are left out)."""
+    """The scalar entries of an evaluate() dict (``degenerate`` as 1.0 or 0.0, total ``violation``)."""
     return {k: float(v) if isinstance(v, bool) else v for k, v in results.items()
             if not isinstance(v, (list, tuple, Mapping)) and not k.endswith(".violation")}
 
@@ -184,11 +147,8 @@ def _scalar_metrics(results: Mapping[str, Any]) -> dict[str, float]:
 def _bounded_measure(measures: Sequence[RealisedMeasure]) -> dict[str, Any]:
     """The ``measure``, ``sense`` and ``realised`` columns of one run on one part.
 
-    One measure: its name, sense and value. Several (e.g. the constraints one swept value
-    builds): the names joined by " & " and the value closest to failing its bound (the
-    smallest for lower bounds, the largest for upper bounds); NaN when their senses
-    differ. None: no name and NaN (an unconstrained run, or objects that declare no
-    measure).
+    Several measures: names joined by " & " and the value closest to failing (smallest for lower
+    bounds, largest for upper; NaN for mixed senses). None: no name and NaN.
     """
     if not measures:
         return {"measure": None, "sense": None, "realised": np.nan}
@@ -241,17 +201,13 @@ def compare(
     Parameters
     ----------
     methods : Method or sequence of Method
-        :class:`~fairopt.experiments.SQPMethod`, :class:`~fairopt.experiments.PenaltyMethod`,
-        :class:`~fairopt.experiments.LagrangianMethod` or any object of the
-        :class:`~fairopt.experiments.Method` protocol; names must be unique.
+        Objects of the :class:`~fairopt.experiments.Method` protocol, with unique names.
     data : FairData
         All rows; split by :func:`split_data`.
     grid : mapping method name -> sequence of values, optional
-        The hyper-parameter values of each method (bounds or weights); a method not in
-        the grid is trained once with ``value=None``. A method with ``check_value`` (the
-        constrained methods) checks every value first: a bound its measure cannot reach
-        (e.g. a DI ``delta`` above 1, a GeDI or dCov bound below 0) is a ValueError before
-        any run trains.
+        Each method's hyper-parameter values (bounds or weights); a method not in the grid trains
+        once with ``value=None``. Values a method's ``check_value`` rejects (an unreachable bound)
+        are a ValueError before any run trains.
     seeds : sequence of int, default (0,)
         Training seeds (model initialisation, batch order).
     folds : int, default 1
@@ -262,37 +218,26 @@ def compare(
     threshold : float, default 0.0
         Decision threshold on the output for hard predictions.
     histories : dict, optional
-        If given, filled with ``(method, value, seed, fold) -> History`` for the runs trained
-        in this call (not for runs skipped because ``results_path`` already holds them).
+        Filled with ``(method, value, seed, fold) -> History`` for the runs trained in this call.
     extra_metrics : mapping name -> callable(model, part) -> float, optional
-        Further columns, evaluated on each trained model and part (``model(part.X)`` returns
-        the part's outputs, computed once without gradient), e.g. a distance covariance of
-        the predictions.
+        Further columns; ``model(part.X)`` returns the part's outputs, computed once.
     n_jobs : int or None, default 1
-        Runs (method x value x seed x fold) trained at the same time, through
-        :class:`joblib.Parallel` (``-1``: one per CPU; ``None``: the joblib default; any
-        joblib backend, module docstring). With ``n_jobs > 1`` the default backend is loky
-        (worker processes), so ``methods``, ``data`` and ``extra_metrics`` must be picklable
-        by cloudpickle (lambdas are). A run's result does not depend on ``n_jobs``.
+        Runs trained at the same time through :class:`joblib.Parallel` (``-1``: one per CPU). With
+        the default loky backend ``methods``, ``data`` and ``extra_metrics`` must be picklable by
+        cloudpickle.
     results_path : str or os.PathLike, optional
-        A CSV file that makes the sweep resumable (module docstring): each run's rows are
-        appended as soon as it finishes, and a later call with the same file trains only the
-        runs not in it; the returned table is read back from the file.
+        A CSV that makes the sweep resumable (module docstring).
     torch_threads : int, optional
-        ``torch.set_num_threads`` inside each run (restored afterwards); default: unchanged.
-        Thread counts differ between the calling process and joblib workers and can change
-        the last bits of multi-threaded reductions: set it (e.g. 1 with ``n_jobs > 1``) for
-        bit-identical tables whatever ``n_jobs``.
+        ``torch.set_num_threads`` inside each run; set it (e.g. 1) for bit-identical tables
+        whatever ``n_jobs`` (thread counts change the last bits of reductions).
     fauci_combined : None, True, list of names or list of lists of names
-        Binary task: also the FaUCI metrics of these combined (intersectional) attributes,
-        ``wdp[f1&f2]``, ``wdi[f1&f2]``, ``weo[f1&f2]`` (:func:`fairopt.evaluate`). An option of
-        the evaluation, not part of a run's key in ``results_path``.
+        Binary task: also the FaUCI metrics of these combined attributes (:func:`fairopt.evaluate`);
+        not part of a run's key.
 
     Returns
     -------
     pandas.DataFrame
-        One row per (method, value, seed, fold, split); its columns are listed in the
-        module docstring.
+        One row per (method, value, seed, fold, split); columns in the module docstring.
     """
     methods = _check_methods(methods)
     values = _grid_values(grid, methods)
@@ -313,9 +258,7 @@ def compare(
 
 def _sweep(runs: list[_Run], store: ResultStore | None, options: tuple, n_jobs: int | None,
            histories: dict | None) -> pd.DataFrame:
-    """Train the runs not already in ``store`` (``options``: :func:`_execute_run`'s threshold,
-    extra metrics, torch threads and FaUCI combinations) and return every run's rows, read back
-    from ``store`` when there is one."""
+    """Train the runs not already in ``store`` and return every run's rows (read back from ``store``)."""
     finished = store.load() if store is not None else {}
     todo = list({run.key: run for run in runs if run.key not in finished}.values())  # a repeated seed runs once
     if finished:
@@ -405,26 +348,15 @@ def realised_vs_requested(
 ) -> pd.DataFrame:
     """How each method's realised measure follows its swept value (one row per method).
 
-    By default every method is read on its own bounded measure, the ``realised`` column of
-    :func:`compare` (the exact measure its constraints bound - a DI ratio for a DI bound, a
-    GeDI for a GeDI bound, a distance covariance for a dCov bound - or the penalised value
-    for a penalty; :func:`fairopt.evaluation.realised_measures`), with the ``sense`` of its
-    bound; a method without a measure is left out. ``measure=<column>`` reads that column
-    for every method instead (e.g. ``"di_ratio"`` for a common yardstick).
-
-    Per method the realised measure is averaged over seeds and folds for each value, the
-    values sorted, and ``d_k`` the changes between adjacent values. Columns:
-
-    - ``method``, ``hyperparameter``, ``measure`` (what was read: the method's measure, or
-      the column), ``sense``, ``n_values``, ``realised_min``, ``realised_max``;
-    - ``reversals``: adjacent pairs with ``s d_k < -tol``, where the trend ``s`` is the sign of
-      the majority of the steps larger than ``tol`` (ties: the sign of ``sum_k d_k``), i.e.
-      steps against the method's own trend (0: monotone up to ``tol``);
-    - for bound-type hyper-parameters (not in :data:`PENALTY_HYPERPARAMETERS`): ``bounds_met``, the
-      number of values whose realised measure satisfies the requested bound within ``tol``
-      (``measure >= value - tol`` for the lower-bound ``sense``, a ratio such as a DI
-      ``delta``; ``measure <= value + tol`` otherwise), and ``worst_gap``, the largest
-      shortfall (positive: violated); NaN for penalty weights, which request no bound.
+    By default each method is read on its own bounded measure (``realised`` of :func:`compare`)
+    with its bound's ``sense``; ``measure=<column>`` reads that column for every method instead.
+    Per method the measure is averaged over seeds and folds per value, values sorted, ``d_k`` the
+    changes between adjacent values. Columns: ``method``, ``hyperparameter``, ``measure``,
+    ``sense``, ``n_values``, ``realised_min``, ``realised_max``; ``reversals``, the steps with
+    ``s d_k < -tol`` against the trend ``s`` (sign of the majority of steps larger than ``tol``);
+    for bounds (not :data:`PENALTY_HYPERPARAMETERS`) ``bounds_met``, the values met within ``tol``
+    (``measure >= value - tol`` for a lower bound, ``<= value + tol`` otherwise), and ``worst_gap``,
+    the largest shortfall.
 
     Parameters
     ----------
@@ -434,9 +366,8 @@ def realised_vs_requested(
     split : str, default "train"
     tol : float, default 0.005
     sense : {"lower", "upper"}, optional
-        Whether the value bounds the measure from below or above. Default: the ``sense``
-        column for the methods' own measures; with ``measure``, lower for ratio columns
-        (``di_ratio...``), upper otherwise.
+        Whether the value bounds the measure from below or above. Default: the ``sense`` column,
+        or with ``measure`` lower for ratio columns (``di_ratio...``), upper otherwise.
     """
     own = measure is None
     column = "realised" if own else measure
