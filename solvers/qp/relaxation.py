@@ -1,32 +1,20 @@
-"""The normal step and relaxed bounds of an infeasible linearisation:
-:func:`least_violation_bounds`.
+"""The normal step and relaxed bounds of an infeasible linearisation: :func:`least_violation_bounds`.
 
-Computation (all in the m-space, ``M = J H^{-1} J'``):
+In the m-space, ``M = J H^{-1} J'``:
 
-1. the reachable values ``J v`` are ``range(M)``, spanned by an explicit basis
-   ``w = B z`` (eigenvectors of the row-normalised ``M``; directions with an eigenvalue
-   at most 1e-12 times the largest are dropped: rounding noise of dependent rows).
-   The l1 LP ``min sum s`` over ``(z, s_up, s_lo)`` with ``B_i z - s_up_i <= hi_i``,
-   ``lo_i - B_i z <= s_lo_i``, ``s >= 0`` and a box ``|z| <= R`` is bounded by
-   construction (every variable is boxed or nonnegative with a nonnegative cost), so
-   HiGHS always has a finite optimum. ``R`` is a thousand times the size a single row
-   needs to reach its bound and is enlarged (up to three times, by 1e3) while a box
-   side binds with a non-zero reduced cost; an optimum with no binding side is an
-   optimum without the box. This gives the least violation ``V*``;
-2. LP minimisers are not unique (e.g. duplicated rows with disjoint bounds: any value
-   between them is optimal), so a second LP of the same form picks, among points with
-   ``V <= V* + tol * sum_i (1 + max finite |bound_i|)``, the point ``w*``
-   that moves the constraint values least, ``min sum_i |w_i|``;
-3. the least ``H``-norm step in the box relaxed to ``w*``,
-   ``v = argmin 1/2 v'Hv  s.t.  min(lo, w*) <= Jv <= max(hi, w*)`` (an exact
-   :func:`diagonal_qp` with ``g = 0``), has the same violation; the relaxed bounds are
-   recomputed from ``Jv`` (they can only tighten). If that QP fails, or rounding left
-   its step more violating than the LP point's step ``H^{-1} J' y`` (``M y = w*``),
-   the LP point's step is used.
-4. the relaxed bounds ``lo' = min(lo, Jv - e)``, ``hi' = max(hi, Jv + e)`` on the violated
-   sides, ``e = PRIMAL_SLACK (1 + |Jv|)`` (1e-7 relative: the step accuracy
-   :func:`diagonal_qp` states), so the relaxed QP has room around ``v`` instead of a
-   degenerate vertex at it.
+1. the reachable values ``J v`` are ``range(M)``, spanned by ``w = B z`` (eigenvectors of the
+   row-normalised ``M`` above 1e-12 times the largest eigenvalue). The l1 LP ``min sum s`` with
+   ``lo_i - s_lo_i <= B_i z <= hi_i + s_up_i``, ``s >= 0`` and a box ``|z| <= R`` is bounded by
+   construction; ``R`` is enlarged (up to three times, by 1e3) while a box side binds. This gives
+   the least violation ``V*``;
+2. LP minimisers are not unique, so a second LP picks among points with
+   ``V <= V* + tol * sum_i (1 + max finite |bound_i|)`` the one that moves the values least,
+   ``min sum_i |w_i|``;
+3. ``v = argmin 1/2 v'Hv  s.t.  min(lo, w*) <= Jv <= max(hi, w*)`` (:func:`diagonal_qp` with
+   ``g = 0``), or the LP point's step ``H^{-1} J' y`` (``M y = w*``) if that QP fails or rounding
+   left it more violating;
+4. ``lo' = min(lo, Jv - e)``, ``hi' = max(hi, Jv + e)`` on the violated sides,
+   ``e = PRIMAL_SLACK (1 + |Jv|)``, so that the relaxed QP has room around ``v``.
 """
 
 from __future__ import annotations
@@ -52,10 +40,8 @@ logger = logging.getLogger(__name__)
 
 
 def _cast_outwards(inputs: Inputs, lo: np.ndarray, hi: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bounds in the output dtype, rounded outwards so that the cast box contains ``[lo, hi]``.
-
-    (A dtype numpy lacks, e.g. bfloat16, is cast to nearest.)
-    """
+    """Bounds in the output dtype, rounded outwards so that the cast box contains ``[lo, hi]`` (to
+    nearest for a dtype numpy lacks)."""
     np_dtype = NUMPY_DTYPES.get(inputs.dtype)
     if np_dtype is None:
         return inputs.to_torch(lo), inputs.to_torch(hi)
@@ -76,11 +62,8 @@ class _Target:
 
 
 def _least_violation_target(space: Space) -> _Target:
-    """Steps 1-2 of :func:`least_violation_bounds`: least violation, then least move.
-
-    Raises :class:`LPFailure` (or ``LinAlgError``) when the first LP cannot be solved; a
-    failure of the second LP only loses the least-move choice (logged).
-    """
+    """Steps 1-2 (module docstring); :class:`LPFailure` or ``LinAlgError`` when the first LP fails, a
+    failed second LP only loses the least move."""
     basis = range_basis(space.M)
     feasibility_tol = float(space.base_tol.sum())
     w, y, binding = least_violation_point(basis, space.lo, space.hi)
@@ -98,12 +81,7 @@ def _least_violation_target(space: Space) -> _Target:
 def _least_norm_step(
     inputs: Inputs, space: Space, target: _Target, box_lo: np.ndarray, box_hi: np.ndarray, rank_tol: float
 ) -> np.ndarray:
-    """Step 3 of :func:`least_violation_bounds`: the least ``H``-norm step in the box.
-
-    Falls back to the LP point's step ``H^{-1} J' y`` (``J v = M y = w*``) when the QP has
-    no solution, or when rounding in an ill-conditioned QP left its step with a larger
-    violation than the LP point's (by more than the summed row tolerances).
-    """
+    """Step 3 (module docstring): the least ``H``-norm step in the box, or the LP point's step."""
     lp_step = -step_from_multipliers(inputs, target.y)  # g = 0, so J v = M y = w*
     box = build_space(inputs, box_lo, box_hi, space.tol)
     sol = solve_space(box, pick_method("active_set", box), rank_tol, 50 + 20 * box.m)
@@ -121,16 +99,9 @@ def _least_norm_step(
 
 
 def _relaxed_box(lo: np.ndarray, hi: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``lo' = min(lo, w - e)``, ``hi' = max(hi, w + e)`` on the sides ``w`` violates, with
-    ``e = PRIMAL_SLACK (1 + |w|)``; other sides unchanged.
-
-    Relaxing exactly to ``w`` makes ``v`` a degenerate vertex where more rows touch than
-    there are free directions (inconsistent equalities: the relaxed set may be the single
-    point ``v``); the active-set method then computes its vertex only to rounding amplified
-    by the conditioning of ``M``, and the step can miss the other touching rows by more
-    than ``diagonal_qp`` allows (soak: 1.6x its stated accuracy, 10 rows in 5 variables).
-    The margin is that stated accuracy, so the relaxed QP keeps room around ``v``.
-    """
+    """``lo' = min(lo, w - e)``, ``hi' = max(hi, w + e)`` on the sides ``w`` violates,
+    ``e = PRIMAL_SLACK (1 + |w|)``: relaxing exactly to ``w`` makes ``v`` a degenerate vertex that the
+    active-set method computes only to rounding amplified by the conditioning of ``M``."""
     margin = PRIMAL_SLACK * (1.0 + np.abs(w))
     lo_r = np.where(w < lo, w - margin, lo)
     hi_r = np.where(w > hi, w + margin, hi)
@@ -163,27 +134,16 @@ def least_violation_bounds(
 ) -> RelaxedBounds:
     """Least-violation normal step and relaxed bounds for an infeasible linearisation.
 
-    When ``lo <= J d <= hi`` has no solution (``lo = l - c``,
-    ``hi = u - c`` in the SQP), take a normal step ``v`` minimising the total violation
+    When ``lo <= J d <= hi`` has no solution (``lo = l - c``, ``hi = u - c`` in the SQP), take the
+    normal step ``v`` minimising
 
     .. math::  V(Jv; lo, hi) = \\sum_i \\max(J_i v - hi_i, 0) + \\max(lo_i - J_i v, 0)
 
     and relax the bounds to ``lo' = min(lo, Jv)``, ``hi' = max(hi, Jv)`` (widened by the step
-    accuracy, step 4 below). The QP with ``(lo', hi')`` is feasible (``v`` satisfies it), and
-    ``V(Jv) = sum_i (lo_i - lo'_i) + (hi'_i - hi_i)`` (up to that widening) is the least
-    violation any step reaches.
-
-    Computation: the four steps of the module docstring (an l1 LP for the least violation,
-    a second LP for the least move, the least ``H``-norm step, the widened relaxed bounds).
-
-    When the least violation is within the summed row tolerances the system counts as
-    feasible: the bounds are returned unchanged and ``v`` is the least-norm feasible step.
-
-    Fallback: if HiGHS still fails on the first LP (a numerical failure: the LP always
-    has an optimum), nothing is raised; a :class:`LeastViolationWarning` is emitted and the
-    zero step is returned with every row relaxed to contain 0,
-    ``lo' = min(lo, 0)``, ``hi' = max(hi, 0)`` (``v = w = 0``, ``violation = V(0)``), which
-    keeps the relaxed QP feasible but may relax more than the least.
+    accuracy), so that the QP is feasible with the least violation any step reaches (the four steps
+    of the module docstring). Within the summed row tolerances the bounds are kept and ``v`` is the
+    least-norm feasible step. If HiGHS fails on the first LP, the zero step with every row relaxed
+    to contain 0 is returned with a :class:`LeastViolationWarning`.
 
     Parameters
     ----------
@@ -194,26 +154,18 @@ def least_violation_bounds(
     h : tensor (p,)
         Diagonal Hessian (metric of the step), ``> 0``.
     tol, rank_tol : float
-        As in :func:`diagonal_qp` (``tol`` for the feasibility test and step 2, both for
-        the QP of step 3).
+        As in :func:`diagonal_qp`.
 
     Returns
     -------
     RelaxedBounds
-        ``v``, ``w = J v``, relaxed ``lo``/``hi`` (dtype of ``J, h``; rounded outwards when it
-        is not float64, so ``lo' <= lo`` and ``hi' >= hi`` always) and the violation of ``v``
-        (0 and unchanged bounds when feasible).
-
-    Raises
-    ------
-    ValueError
-        As :func:`diagonal_qp` for bad inputs.
+        ``v``, ``w = J v``, relaxed ``lo``/``hi`` in the dtype of ``J, h`` (rounded outwards) and the
+        violation of ``v``.
 
     Warns
     -----
     LeastViolationWarning
-        The LP failed (zero-step fallback above), or its box still bound after the
-        enlargements (the relaxation is then the least within that box).
+        The LP failed, or its box still bound after the enlargements.
     """
     tol, rank_tol = check_options("active_set", tol, rank_tol, None)
     inputs = validate_inputs(None, h, J, lo, hi)
