@@ -1,18 +1,9 @@
 """Mean training losses on a model output ``out`` (one value per row).
 
-A loss is a callable ``loss(out, batch) -> scalar tensor``; the engines accept a name
-(``"bce"``, ``"mse"``, ``"poisson"``) or such a callable.
-
-Weighted rows: when the batch carries per-row weights ``w`` (``batch.weights``, see
-:class:`solvers.problem.Batch`), the built-in losses are the weighted means
-
-``L_w = sum_i w_i l_i / sum_i w_i``
-
-of the per-row losses ``l_i`` (0 for a batch whose weights are all 0); with integer weights
-this is the plain mean over the data with row ``i`` repeated ``w_i`` times. An unweighted
-batch (``weights`` absent or None) takes the plain mean, computed exactly as before. A
-loss of the user's own should do the same to be weight-aware; the engines add the pieces of
-row blocks as ``L_w * sum_i w_i`` (:func:`solvers.problem.weight_total`).
+A loss is a callable ``loss(out, batch) -> scalar tensor``; the engines accept one or a name
+("bce", "mse", "poisson"). With row weights ``w`` (:class:`solvers.problem.Batch`) the built-in
+losses are ``L_w = sum_i w_i l_i / sum_i w_i`` (0 when all weights are 0), so that the engines can
+add row blocks as ``L_w * sum_i w_i`` (:func:`solvers.problem.weight_total`).
 """
 
 from __future__ import annotations
@@ -35,8 +26,7 @@ LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
 
 def bce_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
-    """Binary cross-entropy on logits: ``mean(log(1 + e^out) - y * out)``; with row weights
-    ``w`` the weighted mean ``sum_i w_i l_i / sum_i w_i`` (module doc)."""
+    """Binary cross-entropy on logits, ``mean(log(1 + e^out) - y * out)`` (weighted: module doc)."""
     weights = row_weights(batch, out)
     if weights is None:
         return F.binary_cross_entropy_with_logits(out, batch.y.to(out.dtype))
@@ -44,8 +34,7 @@ def bce_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
 
 
 def mse_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
-    """Mean squared error ``mean((out - y)^2)``; with row weights ``w``
-    ``sum_i w_i (out_i - y_i)^2 / sum_i w_i``."""
+    """Mean squared error ``mean((out - y)^2)`` (weighted: module doc)."""
     weights = row_weights(batch, out)
     if weights is None:
         return torch.mean((out - batch.y.to(out.dtype)) ** 2)
@@ -53,13 +42,8 @@ def mse_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
 
 
 def poisson_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
-    """Poisson negative log-likelihood (up to a constant) on a log-rate ``out``.
-
-    With exposure ``e`` (``batch.exposure``, or 1) as an offset, ``eta = out + log e`` and
-    ``loss = mean(exp(eta) - y * eta)``; with row weights ``w`` the weighted mean
-    ``sum_i w_i (exp(eta_i) - y_i eta_i) / sum_i w_i`` (the weights multiply the exposure's
-    per-row likelihood, they do not replace it).
-    """
+    """Poisson negative log-likelihood (up to a constant) on a log-rate: ``mean(exp(eta) - y * eta)``,
+    ``eta = out + log e`` with exposure ``e`` (``batch.exposure``, or 1); row weights multiply it."""
     eta = out
     exposure = getattr(batch, "exposure", None)
     if exposure is not None:
@@ -71,13 +55,8 @@ def poisson_loss(out: torch.Tensor, batch: Any) -> torch.Tensor:
 
 
 class ScaledLoss:
-    """``factor * loss(out, batch)``: a named loss rescaled by a constant (picklable).
-
-    The engines' step sizes and tolerances are tuned for losses of order 1; a caller that
-    trains on targets in large units can divide the loss by the target variance so that the
-    engine sees the gradient scale of the standardised problem while the model output, and
-    so every constraint on it, stays in the target's units (see :func:`scaled_mse_loss`).
-    """
+    """``factor * loss(out, batch)`` (picklable): the engines' steps and tolerances are tuned for losses
+    of order 1, and targets in large units keep their units this way (:func:`scaled_mse_loss`)."""
 
     def __init__(self, loss: "str | LossFn", factor: float) -> None:
         factor = float(factor)
@@ -95,13 +74,8 @@ class ScaledLoss:
 
 
 def scaled_mse_loss(scale: float) -> ScaledLoss:
-    """``mean((out - y)^2) / scale^2``, the mean squared error of the standardised output.
-
-    With ``out = scale * z + shift`` (e.g. a model ending in an output scaling) and
-    ``y_s = (y - shift) / scale`` this equals ``mean((z - y_s)^2)``: the loss of the
-    standardised regression, with predictions and constraint values still in ``y``'s units.
-    ``scale`` must be positive and finite (use 1 for a constant target).
-    """
+    """``mean((out - y)^2) / scale^2``: with ``out = scale * z + shift`` and ``y_s = (y - shift) / scale``
+    the standardised regression's ``mean((z - y_s)^2)``, predictions and constraints in ``y``'s units."""
     scale = float(scale)
     if not (scale > 0 and scale < float("inf")):
         raise ValueError(f"scale: expected a positive finite number, got {scale!r}")
@@ -111,26 +85,10 @@ def scaled_mse_loss(scale: float) -> ScaledLoss:
 class L2Regularised:
     """``loss(out, batch) + alpha / 2 * sum_k ||W_k||^2``: a loss with an L2 penalty on weight tensors.
 
-    ``weights`` are live parameter tensors of the model being trained (typically the weight
-    matrices of its ``nn.Linear`` layers, :func:`linear_weights`, so that biases and
-    intercepts are not shrunk). The penalty does not depend on the rows: added to every
-    batch's mean loss it is the penalty of the objective once, also when an engine sums
-    chunk means weighted by their share of the rows.
-
-    The engines that differentiate the objective through autograd (the first-order ones)
-    see the penalty's gradient ``alpha W_k`` through ``__call__``. Engines that take
-    ``df/d out`` from :func:`value_and_gradient` and pull it back through the model (SQP's
-    derivative oracles) add :func:`parameter_gradient`, since the penalty does not pass
-    through the outputs.
-
-    Parameters
-    ----------
-    loss : str or callable(out, batch) -> scalar
-        The mean loss (a name of :func:`get_loss` or a callable).
-    weights : sequence of torch.Tensor
-        The tensors whose squared norms are penalised.
-    alpha : float
-        ``>= 0``; 0 leaves the loss as it is.
+    ``weights`` are live parameter tensors (:func:`linear_weights`: no biases); the penalty does not
+    depend on the rows, so it counts once in any weighted sum of batch means. Autograd engines see
+    its gradient ``alpha W_k`` through ``__call__``; engines that pull back ``df/d out`` add
+    :func:`parameter_gradient`, as the penalty does not pass through the outputs. ``alpha >= 0``.
     """
 
     def __init__(self, loss: "str | LossFn", weights: Sequence[torch.Tensor], alpha: float) -> None:
@@ -153,8 +111,7 @@ class L2Regularised:
         return value + self.penalty().to(value.dtype)
 
     def gradient(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
-        """``d penalty / d params`` as one flat vector in the order of ``params``: ``alpha W``
-        for a penalised tensor, 0 for the others (biases)."""
+        """``d penalty / d params`` flat: ``alpha W`` for a penalised tensor, 0 for the others."""
         ids = {id(w) for w in self.weights}
         return torch.cat([(self.alpha * p.detach() if id(p) in ids else torch.zeros_like(p)).reshape(-1)
                           for p in params])
@@ -164,9 +121,7 @@ class L2Regularised:
 
 
 def linear_weights(model: nn.Module) -> list[torch.Tensor]:
-    """The weight matrices of the ``nn.Linear`` layers of ``model`` (not their biases): the
-    tensors an L2 penalty on "the weights" shrinks, for a linear model its coefficients
-    and for an MLP every layer's matrix, the output layer's included."""
+    """The weight matrices (not the biases) of ``model``'s ``nn.Linear`` layers: what an L2 penalty shrinks."""
     return [m.weight for m in model.modules() if isinstance(m, nn.Linear) and m.weight.requires_grad]
 
 
@@ -178,8 +133,7 @@ def unregularised(loss: "str | LossFn") -> "str | LossFn":
 
 
 def parameter_gradient(loss: "str | LossFn", params: Sequence[torch.Tensor]) -> torch.Tensor | None:
-    """The gradient that a loss has directly in the parameters, not through the outputs: that
-    of an :class:`L2Regularised` penalty (flat, in the order of ``params``); None for other losses."""
+    """The gradient of an :class:`L2Regularised` penalty, flat in the order of ``params``; else None."""
     return loss.gradient(params) if isinstance(loss, L2Regularised) and loss.alpha > 0 else None
 
 
@@ -217,16 +171,12 @@ _RESIDUALS: dict[Any, Callable[[torch.Tensor, Any], torch.Tensor]] = {
 
 
 def value_and_gradient(loss_fn: LossFn, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """The loss ``f = loss_fn(out, batch)`` (0-dim) and ``df / d out`` (n,), without a graph.
+    """``f = loss_fn(out, batch)`` and ``df / d out`` (n,) without a graph.
 
-    For the built-in losses (also inside :class:`ScaledLoss`, times its factor) in closed form:
-    with ``r_i = dl_i / d out_i`` (``sigmoid(out_i) - y_i`` for ``"bce"``, ``2 (out_i - y_i)``
-    for ``"mse"``, ``exp(eta_i) - y_i`` for ``"poisson"``), ``df / d out_i = r_i / n``, or
-    ``w_i r_i / sum_j w_j`` with row weights (0 when every weight is 0, as the weighted mean). Any
-    other callable: one backward pass through the graph of ``loss_fn(out, batch)``. The closed form
-    saves that pass (about a third of the gradient's time). An :class:`L2Regularised` loss: the
-    value of the loss inside plus the penalty, and the inside loss's ``df / d out`` (the penalty's
-    gradient is in the parameters, :func:`parameter_gradient`).
+    Built-in losses (also scaled) in closed form, saving a backward pass: ``df / d out_i = r_i / n``
+    or ``w_i r_i / sum_j w_j``, with ``r_i`` = ``sigmoid(out_i) - y_i`` (bce), ``2 (out_i - y_i)``
+    (mse), ``exp(eta_i) - y_i`` (poisson); other callables by autograd. An :class:`L2Regularised`
+    loss adds its penalty to ``f`` only (:func:`parameter_gradient`).
     """
     if isinstance(loss_fn, L2Regularised):  # the penalty has no gradient in out (parameter_gradient)
         f, df = value_and_gradient(loss_fn._fn, out, batch)
@@ -268,18 +218,8 @@ def loss_name(loss: "str | LossFn") -> str | None:
 
 
 def check_targets(loss: "str | LossFn", data: Any) -> None:
-    """Refuse targets that a named loss cannot fit, before any training.
-
-    ``"bce"`` needs 0/1 labels, ``"poisson"`` finite counts (or rates) ``>= 0``, ``"mse"``
-    finite numbers; a callable of the user's own is not checked. Without this, ``"bce"`` on
-    real-valued targets or ``"poisson"`` on negative ones trains silently to a meaningless
-    model.
-
-    Raises
-    ------
-    ValueError
-        Naming the loss, the offending value and the loss that fits such targets.
-    """
+    """Refuse targets a named loss cannot fit (bce: 0/1, poisson: ``>= 0``, all: finite), which would
+    otherwise train silently to a meaningless model; a callable is not checked."""
     name = loss_name(loss)
     if name is None:
         return
@@ -302,16 +242,11 @@ def check_targets(loss: "str | LossFn", data: Any) -> None:
 
 
 def constant_loss(loss_fn: LossFn, data: Any, chunk_rows: int | None = None, iterations: int = 30) -> float:
-    """Training loss of the best constant output: ``min_a L(a 1, data)``.
+    """``min_a L(a 1, data)``, the loss of the best constant output, which a trained model must beat
+    (bce: ``a = logit(mean y)``; mse: the variance of ``y``; poisson: ``a = log(sum y / sum e)``).
 
-    The reference a trained model must beat (for the binary cross-entropy the loss of
-    ``a = logit(mean y)``, for the squared error the variance of ``y``, for the Poisson loss
-    with exposure ``e`` the loss of ``a = log(sum y / sum e)``). Found by safeguarded Newton
-    steps on the scalar ``a`` (the loss of a constant is convex in ``a`` for these losses;
-    any other loss gets the best ``a`` Newton finds from 0) with autograd derivatives, on all
-    rows of ``data``, in chunks of ``chunk_rows`` rows when given (the mean is the weighted
-    sum of chunk means, :func:`solvers.problem.weight_total`). Non-finite when the loss is.
-    An :class:`L2Regularised` loss counts without its penalty: a constant output has zero weights.
+    Safeguarded Newton steps on ``a`` from 0 (convex for the built-in losses), over all rows in
+    chunks of ``chunk_rows``; an :class:`L2Regularised` loss without its penalty.
     """
     loss_fn = get_loss(unregularised(loss_fn))
     blocks = list(row_chunks(data, chunk_rows))
