@@ -1,20 +1,11 @@
 """Smooth surrogates of the step function for rate constraints.
 
-A rate such as ``P(yhat = 1 | S = s)`` is an average of the step ``1{t > 0}`` over the
-rows of a group, with ``t = out - threshold`` the distance to the decision threshold
-([SQP] eq 1). The step has no useful gradient, so training replaces it by a smooth
-surrogate ``phi(t)``; the exact (hard) value is kept for reporting. Every surrogate here is
-a callable on a torch tensor ``t`` with
-
-- ``phi(t)``: differentiable with autograd (first derivatives; the smoothed step through an
-  autograd Function that reuses its closed-form derivative, the others through plain torch
-  operations),
-- ``phi.derivative(t)``: the closed-form derivative ``d phi / dt``,
-- ``phi.step(t)``: the hard step ``(t > 0)`` as a float tensor.
-
-Available: :class:`SmoothedStep` ([SQP] sec 3.1, default), :class:`Sigmoid`,
-:class:`Linear` (the covariance surrogate, [SQP] Thm 2.2) and :class:`Hinge`
-(``max(t, 0)``). :func:`get_surrogate` resolves a name or an instance.
+A rate such as ``P(yhat = 1 | S = s)`` averages the step ``1{t > 0}`` over a group, with
+``t = out - threshold`` ([SQP] eq 1). The step has no useful gradient, so training replaces it by
+a smooth ``phi(t)`` and keeps the exact value for reporting. Each surrogate gives ``phi(t)``
+(autograd), ``phi.derivative(t)`` (closed form) and ``phi.step(t)`` (the hard step):
+:class:`SmoothedStep` ([SQP] sec 3.1, default), :class:`Sigmoid`, :class:`Linear` (the covariance
+surrogate, [SQP] Thm 2.2) and :class:`Hinge`; :func:`get_surrogate` resolves a name.
 """
 
 from __future__ import annotations
@@ -41,11 +32,7 @@ def _as_float_tensor(t: Any) -> torch.Tensor:
 
 
 class Surrogate:
-    """A smooth approximation ``phi(t)`` of the step ``1{t > 0}`` ([SQP] eq 1).
-
-    Subclasses implement :meth:`__call__` and :meth:`derivative`; :meth:`step` is the hard
-    step shared by all of them (what ``phi`` approximates).
-    """
+    """A smooth approximation ``phi(t)`` of the step ``1{t > 0}`` ([SQP] eq 1)."""
 
     name: str = "surrogate"
 
@@ -56,8 +43,7 @@ class Surrogate:
         raise NotImplementedError
 
     def value_and_derivative(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(phi(t), phi'(t))`` without gradient: the values of :meth:`__call__` (bit for bit) and
-        :meth:`derivative`. Subclasses compute both in one pass where they can."""
+        """``(phi(t), phi'(t))`` without gradient, in one pass where a subclass can."""
         with torch.no_grad():
             return self(t).detach(), self.derivative(t).detach()
 
@@ -82,14 +68,11 @@ class Surrogate:
 
 
 def _smooth_max0(v: torch.Tensor, mu: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``m(v) = (v + sqrt(v^2 + mu)) / 2`` (the smooth ``max(v, 0)`` of [SQP] sec 3.1) and ``m'(v)``.
+    """``m(v) = (v + sqrt(v^2 + mu)) / 2`` (the smooth ``max(v, 0)`` of [SQP] sec 3.1) and
+    ``m'(v) = m(v) / sqrt(v^2 + mu)``.
 
-    Evaluated as ``max(v, 0) + (mu/2) / (sqrt(v^2 + mu) + |v|)``, the same number for either
-    sign of ``v`` (multiply by the conjugate) but free of the cancellation in
-    ``v + sqrt(v^2 + mu)`` for ``v << 0`` (in float32 it returns 0 already at ``v = -1e3``).
-    The derivative is ``m'(v) = (1 + v / sqrt(v^2 + mu)) / 2 = m(v) / sqrt(v^2 + mu)``.
-    Where ``v^2`` overflows (``|v| > 1.8e19`` in float32) this gives ``m = max(v, 0)`` and
-    ``m' = 0``; ``phi_mu`` and ``phi_mu'`` (which tends to 0 there) remain correct.
+    Evaluated as ``max(v, 0) + (mu/2) / (sqrt(v^2 + mu) + |v|)``, the same number without the
+    cancellation of ``v + sqrt(v^2 + mu)`` for ``v << 0`` (float32 returns 0 there).
     """
     root = torch.addcmul(v.new_full((), mu), v, v).sqrt_()  # fresh tensors updated in place: one allocation each
     den = torch.abs(v).add_(root)
@@ -132,12 +115,9 @@ def _smoothed_step(u: torch.Tensor, mu: float, normalized: bool) -> tuple[torch.
 class _SmoothedStepFunction(torch.autograd.Function):
     """``phi(u)`` with its closed-form derivative saved in the forward pass.
 
-    One forward pass gives both value and slope; the backward pass is one multiplication
-    instead of a walk back through the ~20 elementwise operations of the forward (about 3x
-    faster forward+backward in the constraint hot path). Written in the ``setup_context`` style with
-    ``generate_vmap_rule`` so that batched vector-Jacobian products (``is_grads_batched``,
-    ``torch.func.vjp`` + ``vmap``) work. Second derivatives are not provided (the backward
-    is marked once-differentiable, so asking for them raises instead of returning zeros).
+    The backward pass is one multiplication instead of a walk back through the forward's
+    elementwise operations. ``generate_vmap_rule`` makes batched vector-Jacobian products work;
+    the backward is once-differentiable, so second derivatives raise instead of returning zeros.
     """
 
     generate_vmap_rule = True
@@ -159,44 +139,29 @@ class _SmoothedStepFunction(torch.autograd.Function):
 
 
 class SmoothedStep(Surrogate):
-    r"""Smoothed step of [SQP] sec 3.1, scaled: ``phi(t) = phi_c(scale * t)`` (default variant).
+    """Smoothed step of [SQP] sec 3.1, scaled: ``phi(t) = phi_c(scale * t)`` (default variant).
 
-    The paper smooths the clipped ramp ``min(max(0, u + 1/2), 1)`` with the smooth
-    maximum ``m(u) = (u + sqrt(u^2 + mu)) / 2``:
+    The paper smooths the ramp ``min(max(0, u + 1/2), 1)`` with ``m(u) = (u + sqrt(u^2 + mu)) / 2``:
+    ``phi_mu(u) = 1 - m(1 - m(u + 1/2))`` at ``u = alpha t``. ``phi_mu`` ranges over
+    ``(L, 1)`` with ``L = (1 - sqrt(1 + mu)) / 2`` and is not exactly odd about ``(0, 1/2)``, which
+    [SQP] Thm 2.1 assumes. ``variant="normalized"`` therefore uses
 
-    ``phi_mu(u) = 1 - m(1 - m(u + 1/2))``,
+    ``phi_c(u) = 1/2 + (phi_mu(u) - phi_mu(-u)) / (2 (1 - L))``,
 
-    and evaluates it at ``u = alpha * t`` ([SQP] sec 3.1, "phi_mu(alpha t)"; ``alpha`` is
-    ``scale`` here). ``phi_mu`` is increasing with ``inf phi_mu = L = (1 - sqrt(1 + mu)) / 2``
-    (about ``-mu/4``, reached as ``u -> -inf``) and ``sup phi_mu = 1``. It is *not* exactly
-    odd about ``(0, 1/2)``: at ``mu = 1e-2``, ``phi_mu(0) - 1/2 = -4.9e-5`` and
-    ``max_u |phi_mu(u) + phi_mu(-u) - 1| = 2.5e-3``, whereas [SQP] Thm 2.1
-    assumes ``phi`` maps into ``[0, 1]`` with ``phi - 1/2`` odd.
-
-    ``variant="normalized"`` (default) therefore uses the symmetrised and rescaled
-
-    ``phi_c(u) = (1/2 (phi_mu(u) + 1 - phi_mu(-u)) - L/2) / (1 - L)
-    = 1/2 + (phi_mu(u) - phi_mu(-u)) / (2 (1 - L))``,
-
-    which is exactly odd about ``(0, 1/2)``, strictly increasing from 0 to 1 (limits, never
-    reached), and within ``O(mu)`` of ``phi_mu`` (``2.5e-3`` at ``mu = 1e-2``).
+    exactly odd, strictly increasing from 0 to 1 and within ``O(mu)`` of ``phi_mu``;
     ``variant="paper"`` evaluates ``phi_mu`` as published.
 
     Parameters
     ----------
     scale : float, default 50.0
-        ``alpha > 0``; ``phi`` rises from near 0 to near 1 over ``|t| < 1 / (2 scale)``.
-        [SQP] sec 4.1 tried ``alpha in {1, 5, 10, 20, 50, 100}`` and chose 50 as the value
-        with the smallest gap between the imposed and the realised disparate impact.
+        ``alpha > 0``; ``phi`` rises from near 0 to near 1 over ``|t| < 1 / (2 scale)``. [SQP]
+        sec 4.1 chose 50 from ``{1, 5, 10, 20, 50, 100}`` (smallest gap between imposed and
+        realised disparate impact).
     mu : float, default 1e-2
-        Smoothing ``mu > 0`` of the two corners of the ramp. [SQP] leaves ``mu`` as a user
-        choice and does not report the value used in its experiments. ``1e-2`` rounds the
-        corners over ``|u -/+ 1/2| ~ sqrt(mu) = 0.1`` of the unit ramp (largest deviation
-        from the ramp ``sqrt(mu)/2 = 0.05``, at the corners) with curvature
-        ``|phi''| <= 1 / (2 sqrt(mu)) = 5`` in ``u`` (``5 * scale^2`` in ``t``); a smaller
-        ``mu`` sharpens the corners (curvature grows like ``mu^{-1/2}``, which hurts the
-        SQP model) without bringing ``phi`` closer to the step, which ``scale`` controls.
-        For the paper variant ``mu`` also sets the asymmetry above (``O(mu)``).
+        Smoothing of the ramp's corners (left open by [SQP]): they round over
+        ``|u -/+ 1/2| ~ sqrt(mu)`` with curvature ``|phi''| <= 1 / (2 sqrt(mu))`` in ``u``. A smaller
+        ``mu`` sharpens the corners, hurting the SQP model, without bringing ``phi`` closer to the
+        step, which ``scale`` controls.
     variant : {"normalized", "paper"}, default "normalized"
 
     Examples
@@ -229,7 +194,7 @@ class SmoothedStep(Surrogate):
         return self.value_and_derivative(t)[1]
 
     def value_and_derivative(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``phi`` and ``phi'`` from one evaluation of the closed form (the forward pass of :meth:`__call__`)."""
+        """``phi`` and ``phi'`` from one evaluation of the closed form."""
         u = self.scale * _as_float_tensor(t).detach()
         with torch.no_grad():
             value, slope = _smoothed_step(u, self.mu, self.variant == "normalized")
@@ -237,15 +202,14 @@ class SmoothedStep(Surrogate):
 
 
 class Sigmoid(Surrogate):
-    """Scaled logistic sigmoid ``phi(t) = sigma(scale * t) = 1 / (1 + exp(-scale t))`` [SQP] sec 2.3, 3.1.
+    """Scaled logistic sigmoid ``phi(t) = 1 / (1 + exp(-scale t))`` ([SQP] sec 2.3, 3.1).
 
     Odd about ``(0, 1/2)`` and ``[0, 1]``-valued, so [SQP] Thm 2.1 applies.
 
     Parameters
     ----------
     scale : float, default 50.0
-        ``alpha > 0``; [SQP] sec 4.1 found ``alpha = 50`` best for both the sigmoid and the
-        smoothed step.
+        ``alpha > 0`` ([SQP] sec 4.1: 50).
     """
 
     name = "sigmoid"
@@ -273,7 +237,7 @@ class Sigmoid(Surrogate):
 class Linear(Surrogate):
     """Identity ``phi(t) = t``: the covariance surrogate of Zafar et al. ([SQP] sec 2.3, Thm 2.2).
 
-    Unbounded, so [SQP] Thm 2.1 does not apply; with it a group-rate difference equals
+    Unbounded, so [SQP] Thm 2.1 does not apply; a group-rate difference is then
     ``N^2 / (N_0 N_1)`` times the covariance ``mean((s - mean s) * out)``.
     """
 
@@ -296,7 +260,7 @@ class Hinge(Surrogate):
         return torch.clamp(_as_float_tensor(t), min=0.0)
 
     def derivative(self, t: torch.Tensor) -> torch.Tensor:
-        """``1{t > 0}`` (the subgradient 0 is used at ``t = 0``, as autograd does)."""
+        """``1{t > 0}`` (subgradient 0 at ``t = 0``, as autograd)."""
         return self.step(t)
 
 
@@ -306,20 +270,20 @@ SURROGATES: dict[str, type[Surrogate]] = {
 
 
 def get_surrogate(spec: "str | Surrogate", **kwargs: Any) -> Surrogate:
-    """Resolve a surrogate from a name or an instance.
+    """Resolve a surrogate from a name (built with ``kwargs``, e.g. ``scale=10``) or an instance.
 
     Parameters
     ----------
     spec : str or Surrogate
-        One of ``"smoothed_step"``, ``"sigmoid"``, ``"linear"``, ``"hinge"`` (built with
-        ``kwargs``, e.g. ``scale=10``), or a :class:`Surrogate` instance (returned as is).
+        One of ``"smoothed_step"``, ``"sigmoid"``, ``"linear"``, ``"hinge"``, or an instance
+        (returned as is).
     **kwargs
-        Constructor arguments for a named surrogate; not allowed with an instance.
+        Constructor arguments of a named surrogate.
 
     Raises
     ------
     ValueError
-        For an unknown name, a non-surrogate object, or ``kwargs`` given with an instance.
+        An unknown name, a non-surrogate object, or ``kwargs`` with an instance.
     """
     if isinstance(spec, Surrogate):
         if kwargs:
