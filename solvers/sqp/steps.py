@@ -1,8 +1,6 @@
-"""One stochastic SQP iteration ([SQP] Alg. 1, [B21]): Hessian estimate, QP subproblem
-(relaxed when the linearisation is infeasible), trust region, merit and ratio parameters,
-step size (fixed or adaptive), feasibility restoration and the exact calibration of the
-working bounds. Functions of explicit tensors, the engine's :class:`~solvers.sqp.state.SQPState`
-and its options."""
+"""One stochastic SQP iteration ([SQP] Alg. 1, [B21]): Hessian estimate, QP subproblem (relaxed when
+infeasible), trust regions, merit and ratio parameters, step size, feasibility restoration and the
+exact calibration of the working bounds."""
 
 from __future__ import annotations
 
@@ -57,25 +55,17 @@ class StepOptions(Protocol):
 def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.Tensor, torch.Tensor],
              state: SQPState, options: StepOptions, probe: Callable[[], Derivatives],
              bounds: tuple | None = None, stochastic: bool = False) -> dict:
-    """One SQP step on the working bounds ``working = (lower, upper)`` (the user's bounds shifted
-    by the exact calibration); ``bounds`` are the user's bounds, for the exact violation.
+    """One SQP step on the calibrated ``working = (lower, upper)`` bounds (``bounds``: the user's, for
+    the exact violation); updates ``params`` and ``state`` in place and returns the history record.
+    ``probe`` evaluates the derivatives at the current parameters (the adaptive step's Lipschitz
+    estimates).
 
-    Updates ``params`` and ``state`` (the Hessian accumulator ``v``, ``tau``, ``xi``, ``L``,
-    ``Gamma``, ``last_kkt``, ``recent_steps``) in place and returns the iteration's history record.
-    ``probe`` evaluates the derivatives at the current parameters on the same batches as ``der``
-    (for the Lipschitz estimates of the adaptive step).
-
-    Trust regions. A small, noisy or nearly vanishing constraint Jacobian puts the linearised
-    feasible set far away, so the multipliers and ``d = -(g + J'y) / h`` explode. Hence:
-    ``stochastic`` steps (mini-batch or balanced constraint batches) are scaled to
-    ``||d|| <= TRUST_RATIO ||g / h||``; every constrained step to
-    ``||d|| <= recent_radius(state, ||g / h||)`` (the first step of a run, with no memory, is
-    never capped); the restoration step ``v`` of a stochastic or capped step to
-    ``||(1 - alpha) v|| <= alpha ||d||``. A capped or stochastic step leaves ``tau`` and ``xi``
-    as they were: [B21]'s update ``tau <= (1 - sigma) Red / (g'd + d'Hd)`` after a truncated
-    step, or from estimated reductions, collapses ``tau`` and the merit then sees the
-    violation only. The measurements behind these rules are in
-    ``benchmarks/results/solver_notes.md``."""
+    A small or noisy constraint Jacobian puts the linearised feasible set far away and makes
+    ``d = -(g + J'y) / h`` explode, hence trust regions: ``stochastic`` steps ``||d|| <= TRUST_RATIO
+    ||g / h||``, every constrained step ``||d|| <= recent_radius(state, ||g / h||)``, the restoration
+    ``||(1 - alpha) v|| <= alpha ||d||`` after a stochastic or capped step. Such a step keeps ``tau``
+    and ``xi``: [B21]'s ``tau <= (1 - sigma) Red / (g'd + d'Hd)`` from a truncated step or estimated
+    reductions collapses ``tau`` (``benchmarks/results/solver_notes.md``)."""
     lower, upper = working
     true_lower, true_upper = bounds if bounds is not None else working
     first = state.iteration == 0
@@ -150,10 +140,9 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
 
 @dataclass
 class Direction:
-    """The step direction of one iteration: ``d`` after its trust regions, the QP's multipliers
-    ``y``, its status ("normal", "relaxed" or "unconstrained") and the bounds on ``J d`` it solved
-    for, the working set (``"u3"``: upper side of row 3), the recent-steps radius, whether it
-    capped ``d``, and the seconds spent."""
+    """One iteration's direction: ``d`` after its trust regions, the multipliers ``y``, the QP status and
+    bounds on ``J d``, the working set (``"u3"``: upper side of row 3), the radius, whether it capped
+    ``d``, the seconds spent."""
 
     d: torch.Tensor
     y: torch.Tensor
@@ -167,10 +156,8 @@ class Direction:
 
 def qp_direction(der: Derivatives, h: torch.Tensor, metric: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
                  working: tuple[torch.Tensor, torch.Tensor], state: SQPState, stochastic: bool) -> Direction:
-    """The QP step ``d`` of :func:`sqp_step` for the Hessian diagonal ``h`` (``metric = (g, h, J)``: the
-    float64 copies the QP takes), kept in its trust regions (``TRUST_RATIO ||g / h||`` for a
-    ``stochastic`` step, :func:`recent_radius` for every constrained one); ``-g / h`` without
-    constraint rows."""
+    """The QP step of :func:`sqp_step` in its trust regions (``metric``: float64 ``g``, ``h``, ``J``);
+    ``-g / h`` without constraint rows."""
     g64, h64, J64 = metric
     t0 = time.perf_counter()
     if not der.c.numel():
@@ -190,9 +177,7 @@ def qp_direction(der: Derivatives, h: torch.Tensor, metric: tuple[torch.Tensor, 
 
 def restoration_step(h64: torch.Tensor, J64: torch.Tensor, qp_bounds: tuple, cap: float,
                      limited: bool) -> torch.Tensor | None:
-    """The feasibility-restoration step :func:`normal_step`, scaled to ``||v|| <= cap`` when
-    ``limited`` (a stochastic or capped step: the restoration moves at most as far as the step
-    itself, ``||(1 - alpha) v|| <= alpha ||d||``); None when its QP fails."""
+    """:func:`normal_step`, scaled to ``||v|| <= cap`` when ``limited``; None when its QP fails."""
     v_step = normal_step(h64, J64, qp_bounds)
     if v_step is None:
         return None
@@ -211,9 +196,8 @@ def total_violation(c: list[float], lower: list[float], upper: list[float]) -> f
 
 
 def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOptions) -> torch.Tensor:
-    """``h = sqrt(v + mu)`` (``mu = options.hessian_shift_``, the engine's resolved shift) after
-    updating the second moment ``v`` in place: Adam-type
-    ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2) g^2`` at the first step) or AdaGrad ``v += g^2``."""
+    """``h = sqrt(v + mu)`` after updating ``v`` in place: Adam ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2)
+    g^2`` at the first step) or AdaGrad ``v += g^2``."""
     g = g.detach()
     if options.hessian == "adagrad":
         v.addcmul_(g, g)
@@ -225,8 +209,7 @@ def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOpt
 
 
 class RelaxationNotices(Protocol):
-    """The state :func:`solve_qp` reads and sets to warn once per fit about a relaxed or failed
-    QP (:class:`~solvers.sqp.state.SQPState` has it, as does the boosting engine's round state)."""
+    """The state :func:`solve_qp` uses to warn once per fit about a relaxed or failed QP."""
 
     iteration: int
     warned_relaxed: bool
@@ -235,12 +218,8 @@ class RelaxationNotices(Protocol):
 
 def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.Tensor, lower: torch.Tensor,
              upper: torch.Tensor, state: RelaxationNotices):
-    """Solve the SQP subproblem ``min g'd + 1/2 d'Hd  s.t.  lower <= c + J d <= upper`` (float64
-    ``g``, ``h``, ``J``); relax the bounds if the linearisation is infeasible.
-
-    Returns the :class:`solvers.qp.QPResult`, "normal" or "relaxed", and the bounds
-    ``(lo, hi)`` on ``J d`` that were solved for. The first relaxed step of a fit warns
-    (:class:`SQPWarning`, at the line of the engine that took the step)."""
+    """``min g'd + 1/2 d'Hd  s.t.  lower <= c + J d <= upper``, the bounds relaxed when infeasible (the
+    first time with an :class:`SQPWarning`): the result, "normal" or "relaxed", and ``(lo, hi)``."""
     lo, hi = lower - c, upper - c
     res = diagonal_qp(g64, h64, J64, lo, hi)
     if res.status == "optimal":
@@ -260,9 +239,8 @@ def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.T
 
 def _least_violation_step(failed: QPResult, v: torch.Tensor, J: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
                           state: RelaxationNotices) -> QPResult:
-    """The least-violation normal step ``v`` (which meets the relaxed bounds by construction)
-    as the step, with zero multipliers, when the relaxed QP itself failed (degenerate rows of
-    a small batch); warns once per fit (:class:`SQPWarning`)."""
+    """The least-violation step ``v``, which meets the relaxed bounds, with zero multipliers, when the
+    relaxed QP itself failed (degenerate rows of a small batch); warns once per fit."""
     if not state.warned_relaxed_failed:
         warnings.warn(f"SQP: the relaxed QP subproblem failed ({failed.status!r}) at iteration {state.iteration}; "
                       "the least-violation step was taken instead (no objective decrease in that step). Usually "
@@ -292,35 +270,20 @@ def cap_norm(d: torch.Tensor, radius: float) -> torch.Tensor:
 
 
 def recent_radius(state: SQPState, floor: float = 0.0) -> float:
-    """Trust radius ``Delta = max(TRUST_GROWTH * median_high(||d_j||), floor)`` over
-    the last ``TRUST_MEMORY`` remembered steps (``state.recent_steps``,
-    :func:`remember_step`); infinite while none is remembered, so the first step of a run is
-    never capped (a run started at the unconstrained optimum, ``g ~ 0``, takes its
-    constrained step whatever its length, and the next ones may be ``TRUST_GROWTH`` times as
-    long). ``floor`` is the unconstrained step's length ``||g / h||`` (:func:`sqp_step`): a
-    step no longer than plain descent would take is no anomaly, and a run whose steps have
-    shrunk to nothing near a KKT point can still follow its bounds when they move (the
-    calibration, the polish's tightening: without the floor a polish after such a run moved
-    1e-4 in 20 iterations towards a bound 0.01 away).
+    """``Delta = max(TRUST_GROWTH * median_high(||d_j||), floor)`` over the last ``TRUST_MEMORY`` steps;
+    infinite before any, so a run's first constrained step is never capped.
 
-    The median rather than the largest recent step: a Jacobian row that stays small for a
-    few iterations gets its jump once a few long steps fill the memory, while the median
-    moves only when half of it has changed; capped steps are not remembered at their length,
-    or the region would widen by ``TRUST_GROWTH`` at every capped step. The constants (median
-    of 10, growth 3) were chosen on 144 seeds of a small equalized-odds problem where steps
-    without a trust region blow up; nearby values do as well
-    (``benchmarks/results/solver_notes.md``)."""
+    ``floor = ||g / h||``: a step no longer than plain descent is no anomaly, and a run whose steps
+    have shrunk near a KKT point can still follow moving bounds. The median rather than the largest
+    step moves only when half the memory has changed, so one long step does not open the region
+    (constants: ``benchmarks/results/solver_notes.md``)."""
     recent = state.recent_steps
     return max(TRUST_GROWTH * statistics.median_high(recent), float(floor)) if recent else math.inf
 
 
 def remember_step(state: SQPState, norm_d: float, capped: bool = False) -> None:
-    """Remember the length ``||d||`` of a constrained step in ``state.recent_steps`` (a new
-    list of the last ``TRUST_MEMORY``, so that a checkpoint taken before keeps its own).
-
-    A step that :func:`recent_radius` capped is remembered at the median it was capped by,
-    not at its length: a run of capped steps keeps the radius where it was instead of
-    widening it by ``TRUST_GROWTH`` at every iteration (which let the jumps through again)."""
+    """Append ``||d||`` to a new list ``state.recent_steps`` (a checkpoint keeps its own); a capped step
+    counts as the median it was capped by, or capped steps would widen the region every iteration."""
     recent = list(state.recent_steps)
     if capped and recent:
         norm_d = statistics.median_high(recent)
@@ -329,12 +292,11 @@ def remember_step(state: SQPState, norm_d: float, capped: bool = False) -> None:
 
 def update_merit_and_ratio(state: SQPState, red: float, gd: float, dHd: float, dnorm2: float,
                            options: StepOptions) -> tuple[float, float, float]:
-    """[B21] merit parameter ``tau`` and ratio parameter ``xi`` after a step ``d``.
+    """[B21] merit ``tau`` and ratio ``xi`` after a step ``d``, stored in ``state`` and returned with ``Dl``.
 
-    ``tau_trial = (1 - sigma) Red / (g'd + max(d'Hd, 0))`` with ``Red = V(c) - V(c + Jd)``
-    (``red``); the model reduction is ``Dl = -tau g'd + Red`` and ``xi_trial = Dl / (tau ||d||^2)``.
-    Each parameter only decreases, by at least the factor ``1 - epsilon``, never below
-    ``tau_min``/``xi_min``. Stores ``tau`` and ``xi`` in ``state``; returns them and ``Dl``."""
+    ``tau_trial = (1 - sigma) Red / (g'd + max(d'Hd, 0))``, ``Red = V(c) - V(c + Jd)``;
+    ``Dl = -tau g'd + Red``; ``xi_trial = Dl / (tau ||d||^2)``. Each only decreases, by at least the
+    factor ``1 - epsilon``, never below ``tau_min``/``xi_min``."""
     den = gd + max(dHd, 0.0)
     tau, xi = state.tau, state.xi
     tau_trial = (1.0 - options.sigma) * red / den if (den > 0 and red > 0) else math.inf
@@ -379,10 +341,8 @@ def adaptive_step(state: SQPState, dl: float, V: float, dnorm2: float, options: 
 
 def lipschitz(probe: Callable[[], Derivatives], params: list[torch.Tensor], der: Derivatives, seed: int,
               displacement: float = 1e-4) -> tuple[float, float]:
-    """Finite-difference estimates of the Lipschitz constants of g and J along a
-    random unit direction: ``L = ||g(w + e u) - g(w)|| / e``,
-    ``Gamma = sum_i ||J_i(w + e u) - J_i(w)|| / e``. ``probe`` evaluates the derivatives
-    at the (displaced) parameters; the direction is drawn from ``seed + 1``."""
+    """Finite-difference Lipschitz estimates along a random unit ``u`` (from ``seed + 1``):
+    ``L = ||g(w + e u) - g(w)|| / e``, ``Gamma = sum_i ||J_i(w + e u) - J_i(w)|| / e``."""
     gen = torch.Generator().manual_seed(int(seed) + 1)
     u = torch.randn(der.g.numel(), generator=gen, dtype=der.g.dtype)
     u = u / u.norm()
@@ -398,13 +358,9 @@ def lipschitz(probe: Callable[[], Derivatives], params: list[torch.Tensor], der:
 
 def calibrate(offset: torch.Tensor, gap: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
               weight: float) -> torch.Tensor:
-    """Exact calibration of the working bounds: ``b <- (1 - w) b + w (c_exact - c)``.
-
-    The smooth rows ``c`` differ from the exact rows by a bias that changes slowly
-    with the model; the QP is solved for ``l - b <= c + J d <= u - b``, so that the
-    EXACT rows meet ``l <= c_exact <= u``. Rows with no finite bound keep ``b = 0``.
-    ``weight`` is ``w`` (``calibration_weight``); a fairopt extension of [SQP] Alg. 1.
-    """
+    """``b <- (1 - w) b + w (c_exact - c)``: the QP then solves ``l - b <= c + J d <= u - b``, so that the
+    exact rows meet the bounds despite the surrogate's slowly changing bias; ``b = 0`` on unbounded
+    rows. A fairopt extension of [SQP] Alg. 1."""
     w = weight
     finite = torch.isfinite(lower) | torch.isfinite(upper)
     gap = torch.where(finite & torch.isfinite(gap), gap, torch.zeros_like(gap))
