@@ -1,64 +1,43 @@
 """Constraint specifications: short user-facing forms <-> constraint objects.
 
-The estimators (:class:`fairopt.FairClassifier`, :class:`fairopt.FairRegressor`) and the
-persistence functions (:func:`fairopt.save`, :func:`fairopt.load`) accept a constraint in
-any of these forms:
+The estimators, the CLI, the TOML configs and :func:`fairopt.save` / :func:`fairopt.load` accept a
+constraint in any of these forms:
 
 =============================================  =================================================
 form                                           meaning
 =============================================  =================================================
-``("disparate_impact", "sex", 0.8)``           kind, sensitive name(s), bound: the third element
-                                               is the constructor's bound argument (``delta``
-                                               for the ratio constraints, ``bound`` otherwise)
+``("disparate_impact", "sex", 0.8)``           kind, sensitive name(s), the kind's bound argument
 ``("gedi", "age", 0.2, {"relative": True})``   the same with further constructor arguments
-``"disparate_impact:sex:0.8"``                 the text form of the CLI and the TOML configs
-``"equal_opportunity:sex>=0.8"``               the same with the bound as a comparison:
-                                               ``>=`` gives ``delta`` (a ratio), ``<=`` gives
-                                               ``bound`` (a difference)
+``"disparate_impact:sex:0.8"``                 the text form (CLI, TOML)
+``"equal_opportunity:sex>=0.8"``               ``>=`` sets ``delta`` (a ratio), ``<=`` ``bound``
 ``{"kind": "dcov", "sensitive": [...], ...}``  a table of constructor arguments
 a constraint object                            used as it is (the estimators copy it first)
 =============================================  =================================================
 
-Kinds and their bound arguments (the registry :data:`CONSTRAINT_KINDS`):
-``disparate_impact`` / ``di`` and ``equal_impact`` / ``ei`` (``delta``, a ratio in
-``(0, 1]``), ``demographic_parity`` / ``dp``, ``covariance``, ``gedi``, ``dcov``,
-``jdcov``, ``ccdcov`` (``bound``). The label-conditioned rates ``equal_opportunity`` /
-``eo`` (true-positive rates), ``false_positive_parity`` / ``fpr`` (false-positive rates)
-and ``equalized_odds`` / ``eodds`` (both) take either ``delta`` (ratio form) or ``bound``
-(difference form): the bound of a tuple or of ``kind:sensitive:value`` is ``delta``;
-``kind:sensitive<=value``, a table with ``bound`` or a tuple with the option
-``{"delta": None}`` (``("eo", "sex", 0.05, {"delta": None})``) gives the difference form.
-A sensitive element may be one name or a list of names (intersections, or several
-attributes with ``{"groups": "marginal"}``).
+Kinds (:data:`CONSTRAINT_KINDS`) and their classes:
 
-:func:`constraint_to_spec` goes the other way: a table made of Python scalars, strings and
-lists only (safe for ``torch.load(..., weights_only=True)`` and JSON) from which
+=====================================  ===============================================
+``disparate_impact`` (``di``)           :class:`~fairopt.constraints.DisparateImpact`, delta
+``equal_impact`` (``ei``)               :class:`~fairopt.constraints.EqualImpact`, delta
+``demographic_parity`` (``dp``)         :class:`~fairopt.constraints.DemographicParity`, bound
+``equal_opportunity`` (``eo``)          :class:`~fairopt.constraints.EqualOpportunity`, delta or bound
+``false_positive_parity`` (``fpr``)     :class:`~fairopt.constraints.FalsePositiveParity`, delta or bound
+``equalized_odds`` (``eodds``)          :class:`~fairopt.constraints.EqualizedOdds`, delta or bound
+``covariance``                          :class:`~fairopt.constraints.Covariance`, bound
+``gedi``, ``gedi[labels]``              :class:`~fairopt.constraints.gedi.GeDI`, bound (``target=``)
+``dcov``, ``jdcov``, ``ccdcov``         :class:`~fairopt.constraints.dcov.DistanceCovariance`, bound
+=====================================  ===============================================
+
+The label-conditioned kinds take ``delta`` from a tuple or ``kind:sensitive:value``, and the
+difference form ``bound`` from ``kind:sensitive<=value``, a table with ``bound`` or the option
+``{"delta": None}``. A sensitive element is one name or a list (intersections; several attributes
+with ``{"groups": "marginal"}``; comma-separated in text). :func:`constraint_to_spec` writes a
+table of plain values (safe for ``torch.load(..., weights_only=True)`` and JSON) from which
 :func:`constraint_from_spec` rebuilds an equal constraint.
 
-Text and table forms (CLI flags, TOML configs; :func:`build_constraint`,
-:func:`build_penalty`)
------------------------------------------------------------------------------------
-Constraint specs, ``kind:sensitive[:bound]``, ``kind:sensitive>=delta`` (a ratio kind) or
-``kind:sensitive<=bound`` (a difference kind) (several sensitive names comma-separated), or
-a table ``{kind = ..., sensitive = ..., <constructor arguments>}``:
-
-=====================================  ===============================================
-``disparate_impact:sex:0.8`` (``di``)   :class:`~fairopt.constraints.DisparateImpact`, delta
-``equal_impact:sex:0.8`` (``ei``)       :class:`~fairopt.constraints.EqualImpact`, delta
-``demographic_parity:sex:0.05`` (``dp``) :class:`~fairopt.constraints.DemographicParity`, bound
-``eo:sex>=0.8``, ``eo:sex<=0.05``        :class:`~fairopt.constraints.EqualOpportunity`, delta or bound
-``fpr:sex>=0.8``, ``fpr:sex<=0.05``      :class:`~fairopt.constraints.FalsePositiveParity`, delta or bound
-``eodds:sex>=0.8`` (``equalized_odds``)  :class:`~fairopt.constraints.EqualizedOdds`, delta or bound
-``covariance:sex:0.01``                 :class:`~fairopt.constraints.Covariance`, bound
-``gedi:age:0.05``                       :class:`~fairopt.constraints.gedi.GeDI`, bound
-``gedi[labels]:age<=0.05``              GeDI of a classifier's hard labels (``target="labels"``;
-                                        ``gedi[probabilities]``: of its probabilities)
-``dcov|jdcov|ccdcov:sex,race:0.001``    :class:`~fairopt.constraints.dcov.DistanceCovariance`
-=====================================  ===============================================
-
 Penalty specs (:mod:`fairopt.penalties`): ``dp_squared:sex``, ``dcov|jdcov|ccdcov:sex,race,age``,
-``gedi:age[:degree]``, ``fauci:<metric>:<sensitive>`` (metric wdp, wdi, weo, gdp, gdi, geo),
-or a table ``{kind = ..., ...}``.
+``gedi:age[:degree]``, ``fauci:<metric>:<sensitive>`` (metric wdp, wdi, weo, gdp, gdi, geo), or a
+table ``{kind = ..., ...}``.
 """
 
 from __future__ import annotations
@@ -81,8 +60,7 @@ _SURROGATE_KEY = "surrogate"
 
 
 def is_constraint_object(obj: Any) -> bool:
-    """Whether ``obj`` is a constraint object (callable with ``exact``; the
-    :class:`solvers.problem.Constraint` protocol) rather than a specification."""
+    """Whether ``obj`` is a constraint object (callable with ``exact``) rather than a specification."""
     return callable(obj) and callable(getattr(obj, "exact", None))
 
 
@@ -94,13 +72,8 @@ def _is_single_spec(obj: Any) -> bool:
 
 
 def spec_list(constraints: Any) -> list:
-    """The ``constraints`` argument as a list of single specs: ``None`` -> ``[]``, one spec
-    -> ``[spec]`` (a tuple whose first element is a string is one spec), a list -> itself.
-
-    Raises
-    ------
-    ValueError
-        For anything that is neither a spec nor a list/tuple of specs.
+    """The ``constraints`` argument as a list of single specs (``None`` -> ``[]``; a tuple whose first
+    element is a string is one spec); ValueError for anything else.
     """
     if constraints is None:
         return []
@@ -112,24 +85,21 @@ def spec_list(constraints: Any) -> list:
 
 
 def resolve_constraints(constraints: Any) -> list:
-    """Constraint objects, freshly built or deep-copied, from one spec or a list of specs.
+    """New constraint objects (not set up; the caller's are deep-copied) from one spec or a list of specs.
 
     Parameters
     ----------
     constraints : None, a spec, or a list/tuple of specs
-        See the module docstring. ``None`` and an empty list give ``[]``. A tuple whose
-        first element is a string is ONE spec; any other list or tuple is a list of specs.
+        See the module docstring.
 
     Returns
     -------
     list
-        New constraint objects (not set up): the caller's objects are never modified.
 
     Raises
     ------
     ValueError
-        For an unknown kind, a malformed spec, or invalid constructor arguments (the
-        constructors' own errors, which name the argument).
+        An unknown kind, a malformed spec, or invalid constructor arguments.
     """
     return [constraint_from_spec(spec) for spec in spec_list(constraints)]
 
@@ -190,26 +160,19 @@ def _kind(constraint: Any) -> str:
 
 
 def constraint_to_spec(constraint: Any, resolved: bool = False) -> dict:
-    """A table ``{"kind": ..., <constructor arguments>}`` that rebuilds ``constraint``.
-
-    Values are Python scalars, strings, lists and dicts only (a surrogate becomes
-    ``{"name": ..., <its parameters>}``).
+    """A table ``{"kind": ..., <constructor arguments>}`` of plain values that rebuilds ``constraint``.
 
     Parameters
     ----------
-    constraint : a fairopt constraint object (DisparateImpact, EqualImpact,
-        DemographicParity, EqualOpportunity, FalsePositiveParity, EqualizedOdds,
-        Covariance, GeDI, DistanceCovariance).
+    constraint : a fairopt constraint object of a registered kind.
     resolved : bool, default False
-        For a GeDI constraint with ``relative=True`` that has been set up: write the
-        absolute bound it resolved on its training data (``bound=absolute_bound``,
-        ``relative=False``), so the rebuilt constraint enforces the same number without
-        the training data.
+        For a set-up GeDI with ``relative=True``: write the absolute bound it resolved on its
+        training data, so the rebuilt constraint enforces the same number without that data.
 
     Raises
     ------
     ValueError
-        For an object that is not one of the classes above.
+        For an object of another class.
     """
     table: dict[str, Any] = {"kind": _kind(constraint)}
     for key, value in constraint.get_params().items():
@@ -282,9 +245,9 @@ def _bound_args(kind: str) -> tuple[str, ...]:
 
 
 def _bound_name(kind: str, options: Mapping) -> str:
-    """The bound argument a spec's value sets: ``bound`` for an either-form kind whose
-    options give ``bound`` and no ``delta``, or ``delta=None`` (the difference form), else
-    the kind's own."""
+    """The bound argument a spec's value sets: ``bound`` for an either-form kind whose options choose
+    the difference form, else the kind's own.
+    """
     if kind in EITHER_FORM_KINDS and options.get("delta") is None and (
             "delta" in options or options.get("bound") is not None):
         return "bound"
@@ -374,10 +337,9 @@ def _make_constraint(kind: str, options: dict) -> Any:
 
 
 def build_constraint(spec: str | Mapping, bound: float | None = None) -> Any:
-    """A constraint from a spec (module docstring); ``bound`` overrides the spec's bound.
+    """A constraint from a spec; ``bound`` overrides the spec's bound.
 
-    E.g. ``build_constraint("disparate_impact:sex:0.8")`` is
-    ``DisparateImpact("sex", delta=0.8)``.
+    ``build_constraint("disparate_impact:sex:0.8")`` is ``DisparateImpact("sex", delta=0.8)``.
     """
     kind, options = _parse_constraint(spec)
     if bound is not None:
@@ -386,8 +348,9 @@ def build_constraint(spec: str | Mapping, bound: float | None = None) -> Any:
 
 
 def constraint_builder(spec: str | Mapping) -> tuple[Callable[[float], Any], str, float | None]:
-    """``(value -> constraint, name of the bound argument, the spec's own bound or None)``
-    for sweeping a constraint's bound; the spec is validated now."""
+    """``(value -> constraint, bound argument's name, the spec's own bound or None)`` for sweeping a
+    bound; the spec is validated now.
+    """
     kind, options = _parse_constraint(spec)
     name = _bound_name(kind, options)
     default = options.get(name)
