@@ -1,25 +1,10 @@
-"""Distribution-level unfairness across intersectional cells: UF and JS divergence.
+"""Distribution-level unfairness across intersectional cells: UF and JS divergence ([DC] sec 4.2).
 
-Lee, Antonio, Avanzi, Marchi, Zhou, "Machine Learning with Multitype Protected
-Attributes: Intersectional Fairness through Regularisation" [DC] sec 4.2.
-
-Cells are the intersections of the sensitive features: binary and categorical features
-are used as they are; a continuous feature is first cut into ``n_quantiles`` equal-count
-bins ([DC] sec 4.2.3 "we discretise the continuous attributes into intervals"; sec 5.1
-uses the 33rd and 67th percentiles, i.e. ``n_quantiles = 3``). Only cells that occur in
-the data count.
-
-Kinds: ``kinds=`` gives each feature's kind ("binary", "categorical" or "continuous"), as
-in ``FairData.sensitive_kinds``. When omitted it is inferred from the data contract's
-dtypes (``FairData`` stores binary features as float 0/1, categorical ones as integer
-codes and continuous ones as float values): integer, boolean, string and object arrays
-are categorical; floating arrays are binary when every value is 0 or 1 and continuous
-otherwise. Pass ``kinds`` for float-coded categories.
-
-Finite-sample floor of the JS divergence: :func:`js_divergence` is a plug-in (histogram)
-estimate and is positive even for predictions independent of the cells;
-:func:`js_divergence_floor` gives that floor by simulation, with its chi-square
-approximation ``(B - 1)(C - 1) / (2 n)`` nats.
+Cells are the occurring intersections of the sensitive features; a continuous feature is first cut
+into ``n_quantiles`` equal-count bins ([DC] sec 4.2.3; sec 5.1 uses tertiles). Without ``kinds`` a
+feature's kind follows ``FairData``'s dtypes: integer, boolean, string and object arrays are
+categorical, floating ones binary when all values are 0/1 and continuous otherwise (pass ``kinds`` for
+float-coded categories).
 """
 
 from __future__ import annotations
@@ -43,7 +28,7 @@ KINDS = ("binary", "categorical", "continuous")
 
 
 def _infer_kind(values: Any) -> str:
-    """Kind of a sensitive feature from its dtype (see the module docstring)."""
+    """Kind of a sensitive feature from its dtype (module doc)."""
     arr = to_numpy(values)
     if arr.dtype.kind != "f":
         return "categorical"
@@ -64,18 +49,16 @@ def intersection_cells(*sensitive: Any, kinds: Sequence[str] | None = None, n_qu
     Parameters
     ----------
     *sensitive : array-like of shape (n,)
-        One or more sensitive features (or precomputed cell ids).
+        Sensitive features (or precomputed cell ids).
     kinds : sequence of str, optional
-        One of "binary", "categorical", "continuous" per feature; inferred by default
-        (module docstring).
+        "binary", "categorical" or "continuous" per feature; inferred by default (module doc).
     n_quantiles : int
-        Number of equal-count bins for a continuous feature (default 3, as [DC] sec 5.1).
+        Equal-count bins for a continuous feature.
 
     Returns
     -------
     numpy.ndarray of int64, shape (n,)
-        Cell ids ``0 .. C-1`` of the occurring combinations, in lexicographic order of the
-        per-feature codes.
+        Cell ids ``0 .. C-1`` of the occurring combinations, in lexicographic order of the codes.
     """
     if not sensitive:
         raise ValueError("sensitive: at least one sensitive feature is required")
@@ -106,28 +89,17 @@ def _pred_and_cells(pred: Any, sensitive: tuple, kinds: Sequence[str] | None, n_
 def uf(pred: Any, *sensitive: Any, kinds: Sequence[str] | None = None, n_quantiles: int = 3) -> float:
     """Demographic unfairness ``UF = Var(E[yhat | cell]) / Var(yhat)`` ([DC] eq. 4.1).
 
-    Both variances are population variances over the rows, so the numerator is the
-    between-cell term of the law of total variance: cell means weighted by cell sizes,
-
-    ``Var(E[yhat | S]) = sum_s (n_s / n) (mean_s - mean)^2``,  ``Var(yhat) = (1/n) sum_i (yhat_i - mean)^2``,
-
-    and ``0 <= UF <= 1``: 0 when all cell means are equal, 1 when predictions are constant
-    within cells. Constant predictions (``Var(yhat) = 0``) give 0.0 (nothing varies).
+    With population variances the numerator is the between-cell term of the law of total variance,
+    ``sum_s (n_s / n) (mean_s - mean)^2``, so ``0 <= UF <= 1``; constant predictions give 0.0.
 
     Parameters
     ----------
     pred : array-like of shape (n,)
-        Predictions on the response scale (probabilities, predicted rates, ...).
+        Predictions on the response scale.
     *sensitive : array-like of shape (n,)
-        The cell ids (e.g. ``FairData.cells``) or several sensitive features whose
-        intersections form the cells (:func:`intersection_cells`); >= 2 cells.
+        Cell ids or several sensitive features (:func:`intersection_cells`); >= 2 cells.
     kinds, n_quantiles
         As in :func:`intersection_cells`.
-
-    Returns
-    -------
-    float
-        In [0, 1]; lower is fairer.
     """
     values, cells, n_cells = _pred_and_cells(pred, sensitive, kinds, n_quantiles)
     counts = np.bincount(cells, minlength=n_cells)
@@ -150,40 +122,15 @@ def js_divergence(
 ) -> float:
     """Generalised Jensen-Shannon divergence of the prediction distributions across cells ([DC] eq. 4.4).
 
-    ``D_JS = sum_s pi_s KL(P(yhat | cell s) || P(yhat))`` with ``pi_s = n_s / n`` the cell
-    proportions and ``KL(P || Q) = sum_x P(x) log(P(x) / Q(x))``. The distributions are
-    histograms of ``yhat`` on common equal-width bins; ``P(yhat)`` is the pooled histogram,
-    which is the ``pi``-mixture of the cell histograms, so this is Lin's (1991) generalised
-    JS divergence ``H(P) - sum_s pi_s H(P_s)`` with weights ``pi`` (finite without any
-    smoothing: ``P(x) > 0`` wherever some ``P_s(x) > 0``). Terms with ``P_s(x) = 0`` are 0.
+    ``D_JS = sum_s pi_s KL(P(yhat | s) || P(yhat))`` with ``pi_s = n_s / n``, on histograms of ``yhat``
+    over common equal-width bins. The pooled histogram is the ``pi``-mixture of the cell histograms, so
+    this is Lin's (1991) ``H(P) - sum_s pi_s H(P_s)``, finite without smoothing; in bits it lies in
+    ``[0, log2(#cells)]``. The default natural log is an assumption: [DC] gives no base.
 
-    Log base: [DC] writes "log" without a base; the natural log (nats) is the default,
-    ``base=2`` gives bits, in which case ``0 <= D_JS <= log2(#cells)``.
-
-    Estimation: a plug-in estimate on histograms, no kernel density. ``pred`` is cut into
-    ``bins`` equal-width bins over ``[min pred, max pred]`` (default 10; or the given edges)
-    and the cell-conditional and pooled bin frequencies replace the distributions. The
-    estimate is then the empirical mutual information ``I(bin; cell)`` between the binned
-    prediction and the cell, which is biased upwards.
-
-    Finite-sample floor: for predictions independent of the cells the population value is
-    0, but ``2 n D_JS`` (nats) is the likelihood-ratio (G) statistic of the ``B x C``
-    contingency table of bins and cells and is approximately chi-square with
-    ``(B - 1)(C - 1)`` degrees of freedom, so the reported value is about
-
-        floor(n, B, C) ~= (B - 1)(C - 1) / (2 n)   nats   (divide by ln(base) otherwise),
-
-    ``B`` the occupied bins, ``C`` the occupied cells. It falls as ``1/n`` and grows with
-    the bins and cells: 10 bins and 2 cells at n = 1000 give about 0.0045 nats; the 24
-    cells of COMPAS (sex x race x age tertiles) at its validation size n = 1482 about 0.07
-    nats. Values near the floor cannot be told from independence. The approximation needs
-    a few rows per (bin, cell); :func:`js_divergence_floor` simulates the floor for given
-    ``n``, bins and cell proportions. For the floor of one's own data, recompute the
-    divergence with the predictions permuted (which keeps both marginals and breaks the
-    dependence)::
-
-        rng = np.random.default_rng(0)
-        floor = np.mean([js_divergence(rng.permutation(pred), *sensitive) for _ in range(200)])
+    The plug-in estimate is the empirical mutual information between binned prediction and cell, biased
+    upwards: under independence ``2 n D_JS`` (nats) is the G statistic of the ``B x C`` table, about
+    chi-square with ``(B - 1)(C - 1)`` degrees of freedom, so the floor is about ``(B - 1)(C - 1) / (2 n)``
+    nats (:func:`js_divergence_floor` simulates it; permuting ``pred`` gives the floor of one's own data).
 
     Parameters
     ----------
@@ -192,21 +139,18 @@ def js_divergence(
     *sensitive : array-like of shape (n,)
         Cell ids or several sensitive features (:func:`intersection_cells`); >= 2 cells.
     bins : int or sequence of float
-        Number of equal-width bins of ``yhat`` over ``[min yhat, max yhat]`` (default 10),
-        or explicit edges (e.g. ``np.linspace(0, 1, 21)`` for probabilities; values outside
-        go to the end bins).
+        Equal-width bins over ``[min yhat, max yhat]``, or explicit edges (outside values go to the end bins).
     n_quantiles : int
-        Equal-count bins for a continuous sensitive feature (default 3).
+        Equal-count bins for a continuous sensitive feature.
     kinds : sequence of str, optional
         Kinds of the sensitive features (:func:`intersection_cells`).
     base : float
-        Logarithm base (> 0, != 1); default ``e``.
+        Logarithm base (> 0, != 1).
 
     Returns
     -------
     float
-        ``>= 0`` (rounding below 0 is clipped); 0 when every cell has the pooled
-        histogram. Lower is fairer.
+        ``>= 0`` (rounding below 0 is clipped); lower is fairer.
     """
     if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 0 and base != 1):
         raise ValueError(f"base: expected a positive logarithm base other than 1, got {base!r}")
@@ -226,21 +170,10 @@ def js_divergence(
 
 @dataclass(frozen=True)
 class JSDivergenceFloor:
-    """The finite-sample floor of :func:`js_divergence` (see :func:`js_divergence_floor`).
+    """The finite-sample floor of :func:`js_divergence` (:func:`js_divergence_floor`).
 
-    Attributes
-    ----------
-    n, bins, n_cells : int
-        Sample size, number of bins and number of cells simulated.
-    mean, std : float
-        Mean and standard deviation (ddof 1) of the simulated divergences: ``mean`` is the
-        floor.
-    quantile_95 : float
-        95% quantile of the simulated divergences (a value above it is unlikely under
-        independence).
-    approximation : float
-        ``(bins - 1)(n_cells - 1) / (2 n ln(base))``, the chi-square approximation.
-    n_simulations : int
+    ``mean`` is the floor, ``std`` (ddof 1) and ``quantile_95`` describe the simulated values, and
+    ``approximation`` is ``(bins - 1)(n_cells - 1) / (2 n ln(base))``.
     """
 
     n: int
@@ -271,34 +204,25 @@ def js_divergence_floor(
 ) -> JSDivergenceFloor:
     """Simulated value of :func:`js_divergence` for predictions independent of the cells.
 
-    Each simulation draws ``n`` predictions from ``sampler`` and, independently, ``n`` cell
-    labels with the given proportions, and evaluates :func:`js_divergence` with ``bins``
-    equal-width bins (the estimator's own code). The population divergence is 0, so the
-    mean is the estimator's floor at this ``n``: about ``(bins - 1)(cells - 1) / (2 n)``
-    nats (module docstring of :func:`js_divergence`), falling as ``1/n``.
+    Each simulation draws ``n`` predictions from ``sampler`` and, independently, ``n`` cell labels with
+    the given proportions, and evaluates :func:`js_divergence`; the population value is 0, so the mean is
+    the estimator's floor at this ``n``.
 
     Parameters
     ----------
     n : int
         Sample size, >= 2.
     bins : int, default 10
-        Number of equal-width bins of the predictions (as ``js_divergence(bins=...)``).
+        Equal-width bins of the predictions.
     cells : int or sequence of float, default 2
-        Number of equally likely cells (>= 2), or the cell proportions (>= 2 positive
-        numbers, normalised to sum 1), e.g. the observed cell shares of a data set.
+        Number of equally likely cells (>= 2), or cell proportions (normalised to sum 1).
     n_simulations : int, default 200
     seed : int or None, default 0
         Seed of ``numpy.random.default_rng``.
     base : float, default e
-        Logarithm base, as in :func:`js_divergence`.
+        Logarithm base.
     sampler : {"uniform", "normal"} or callable, default "uniform"
-        Distribution of the predictions: ``callable(rng, n) -> array``. The floor depends on
-        it only through how evenly the equal-width bins are filled ("normal" leaves the
-        outer bins nearly empty, which lowers the effective number of bins).
-
-    Returns
-    -------
-    JSDivergenceFloor
+        ``callable(rng, n) -> array``; it matters only through how evenly the bins are filled.
     """
     n = positive_int(n, "n")
     if n < 2:

@@ -1,50 +1,27 @@
 """Permutation test of mutual independence with the joint distance covariance [DC sec 4.2.2, App E.1].
 
-The null hypothesis is [DC] eq (4.3): the prediction and the sensitive features are
-*mutually* independent, ``F(yhat, s_1, ..., s_d) = F(yhat) F(s_1) ... F(s_d)``. The
-statistic is the bias-corrected joint distance covariance of Chakraborty and Zhang (2019),
-``T_0 = JdCov~^2(yhat, s_1, ..., s_d; c)`` [DC eq 3.4, B.5], computed by
-:func:`fairopt.measures.dcov.jdcov`.
-
-Permutation scheme ([DC] App E.1, second test; Chakraborty and Zhang 2019, sec 4): the
-prediction is kept in place and **every sensitive feature is permuted by its own
-independent permutation** (the rows of a multi-column feature, e.g. a one-hot block, move
-together). This breaks the link of each feature with the prediction *and* with the other
-features, which is what mutual independence requires; the joint-row permutation of
-:func:`fairopt.measures.independence_test` (one permutation for all features) tests the
-weaker hypothesis (4.2) instead. With ``R`` resamples ``T^(r) = JdCov~^2(yhat,
-s_1^(r), ..., s_d^(r))`` and
+H0 is [DC] eq (4.3), ``F(yhat, s_1, ..., s_d) = F(yhat) F(s_1) ... F(s_d)``, with the statistic
+``T_0 = JdCov~^2(yhat, s_1, ..., s_d; c)`` [DC eq 3.4, B.5]. Each resample keeps ``yhat`` in place and
+permutes every sensitive feature by its own permutation (a multi-column feature moves as a block,
+[DC] App E.1; Chakraborty and Zhang 2019 sec 4): that breaks each feature's link with the prediction
+and with the other features, as mutual independence requires (one joint permutation, as in
+:func:`fairopt.measures.independence_test`, tests the weaker eq 4.2). Then
 
     p = (1 + #{r : T^(r) >= T_0}) / (1 + R)                               [DC eq E.3]
 
-with ``>=`` (and a round-off tolerance) instead of the paper's ``>``, so that the p-value
-stays valid for discrete statistics. As [DC] sec 4.3.1 stresses, dependent sensitive
-features violate the null by themselves: the test then rejects whatever the prediction
-does.
-
-Because JdCov~^2 is invariant under a common permutation of all its arguments, permuting
-each feature independently with ``yhat`` fixed gives the same null distribution as
-permuting all ``d + 1`` variables independently. The resamples are computed exactly along
-one of three paths (the ``path`` of the result):
+with ``>=`` (up to round-off) instead of the paper's ``>``, valid for discrete statistics. Dependent
+sensitive features violate H0 by themselves ([DC] sec 4.3.1). The resamples are exact along one path:
 
 ``"grouped"``
-    every sensitive feature takes few distinct values and their product is at most
-    :data:`fairopt.measures.dcov.GROUPED_MAX_GROUPS`: each resample is one call of
-    :func:`~fairopt.measures.dcov.jdcov` on the permuted features (its grouped path,
-    O(n log n + n K) per resample, K = joint cells).
+    all features discrete with few joint cells: one grouped :func:`~fairopt.measures.dcov.jdcov` call
+    per resample, O(n log n + n K).
 ``"dense"``
-    ``n <= DENSE_MAX_N`` and a feature is continuous: the U-centred distance matrices are
-    built once (n x n) and a resample costs one gather of each continuous matrix plus one
-    gather from the K x K table of the discrete features (at most
-    :data:`DENSE_TABLE_MAX_CELLS` cells), so at n = 1000 999 resamples take seconds.
+    ``n <= DENSE_MAX_N`` with a continuous feature: the U-centred n x n matrices are built once and a
+    resample gathers their permuted rows (the discrete features from one K x K table).
+``"univariate"``
+    one univariate continuous feature: the O(n log n) path of Huo and Szekely per resample.
 ``"blocked"``
-    otherwise (large n with a continuous feature): one :func:`~fairopt.measures.dcov.jdcov`
-    call per resample on its exact blocked path, O(n^2 d) time and O(block) memory each.
-    Slow (a cost per resample growing as n^2): lower ``n_permutations``
-    or subsample.
-With one sensitive feature JdCov~^2 is dCov~^2 and the test is the usual distance
-covariance permutation test (univariate continuous ``s``: ``"univariate"``, the
-O(n log n) path of Huo and Szekely per resample).
+    otherwise: one blocked ``jdcov`` call per resample, O(n^2 d) each (slow: lower ``n_permutations``).
 """
 
 from __future__ import annotations
@@ -70,18 +47,14 @@ DENSE_MAX_N = 2500
 """Largest sample size of the ``"dense"`` path (a few n x n float64 matrices, 50 MB each)."""
 
 GROUPED_PATH_MAX_CELLS = 128
-"""Most joint cells of all-discrete features for which each resample is a grouped
-:func:`~fairopt.measures.dcov.jdcov` call (O(n K) per resample) rather than the dense path
-(O(n^2)); below the measured crossover (near K = 200 at n = 1000)."""
+"""Most joint cells of all-discrete features resampled by grouped ``jdcov`` calls (O(n K)) instead of densely."""
 
 DENSE_TABLE_MAX_CELLS = 1024
 """Most cells of the dense path's table of discrete features (an 8 MB float64 matrix)."""
 
 RELATIVE_TIE_TOLERANCE = 1e-10
-"""A resample counts as at least as extreme when ``T^(r) >= T_0 - tol`` with
-``tol = RELATIVE_TIE_TOLERANCE * max(1, c^(d+1))``: the statistic is a difference of sums
-of order ``c^(d+1)``, so equal statistics computed along different paths differ by
-round-off of that order times 1e-15."""
+"""A resample is as extreme when ``T^(r) >= T_0 - tol``, ``tol = RELATIVE_TIE_TOLERANCE * max(1, c^(d+1))``:
+the statistic is a difference of sums of order ``c^(d+1)``, so equal values from two paths differ by round-off."""
 
 NULL_QUANTILES = (0.5, 0.9, 0.95, 0.99)
 """Quantiles of the permutation distribution reported in :class:`JdCovTestResult`."""
@@ -96,7 +69,7 @@ class JdCovTestResult:
     statistic : float
         ``T_0 = JdCov~^2(pred, s_1, ..., s_d; c)`` (bias-corrected, can be slightly negative).
     pvalue : float
-        ``(1 + #{r : T^(r) >= T_0}) / (1 + R)`` [DC eq E.3]; ``p_value`` is the same number.
+        ``(1 + #{r : T^(r) >= T_0}) / (1 + R)`` [DC eq E.3].
     n_permutations : int
         ``R``.
     c : float
@@ -104,13 +77,11 @@ class JdCovTestResult:
     features : tuple of str
         Names of the sensitive features, in the order they entered the statistic.
     path : str
-        How the resamples were computed (module docstring): ``"grouped"``, ``"dense"``,
-        ``"univariate"`` or ``"blocked"``.
+        How the resamples were computed (module doc).
     null_mean, null_std : float
         Mean and standard deviation (ddof 1) of the ``R`` permutation statistics.
     null_quantiles : dict
-        ``{q: quantile}`` of the permutation statistics for ``q`` in :data:`NULL_QUANTILES`
-        (the 0.95 entry is the critical value of a 5% test).
+        ``{q: quantile}`` of the permutation statistics for ``q`` in :data:`NULL_QUANTILES`.
     null_distribution : numpy.ndarray
         The ``R`` permutation statistics, in the order they were drawn.
     """
@@ -125,11 +96,6 @@ class JdCovTestResult:
     null_std: float
     null_quantiles: dict = field(repr=False)
     null_distribution: np.ndarray = field(repr=False)
-
-    @property
-    def p_value(self) -> float:
-        """The same number as :attr:`pvalue`."""
-        return self.pvalue
 
 
 def _sensitive_columns(
@@ -177,15 +143,12 @@ def _centred_factor(feature: np.ndarray, c: float) -> np.ndarray:
 
 def _dense_null(x: np.ndarray, features: list[np.ndarray], c: float, draws: Iterator[list[np.ndarray]],
                 discrete: list[tuple[np.ndarray, np.ndarray] | None]) -> np.ndarray:
-    """Permutation statistics on the dense path (see the module docstring).
+    """Permutation statistics on the dense path.
 
-    ``JdCov~^2 = (1/(n(n-3))) sum_{k != l} (c + U_x(k, l)) prod_i (c + U_i(k, l))
-    - c^(d+1) (n-1)/(n-3)`` [DC eq B.5 with the sign convention of :func:`jdcov`]; the
-    factor of ``x`` has a zero diagonal so that the sum skips ``k = l``. A feature with
-    ``discrete[i] = (codes, representatives)`` enters through its K x K group matrix, all
-    such features together through the Kronecker product of theirs, indexed by the joint
-    code of the permuted rows; the others (``None``) through their n x n matrices. Every
-    n x n buffer is allocated once.
+    ``JdCov~^2 = (1/(n(n-3))) sum_{k != l} (c + U_x(k, l)) prod_i (c + U_i(k, l)) - c^(d+1) (n-1)/(n-3)``
+    (the factor of ``x`` has a zero diagonal so the sum skips ``k = l``). Features with
+    ``discrete[i] = (codes, representatives)`` enter through the Kronecker product of their K x K group
+    matrices, indexed by the joint code of the permuted rows; the others through their n x n matrices.
     """
     n, d = x.shape[0], len(features)
     x_factor = _centred_factor(x.reshape(-1, 1), c)
@@ -262,11 +225,10 @@ def jdcov_permutation_test(
 ) -> JdCovTestResult:
     """Permutation test of mutual independence of ``pred`` and the sensitive features [DC eq 4.3, E.3].
 
-    ``H0: F(pred, s_1, ..., s_d) = F(pred) F(s_1) ... F(s_d)`` against any dependence, with
-    the statistic ``T_0 = JdCov~^2(pred, s_1, ..., s_d; c)`` [DC eq 3.4, B.5] and the null
-    distribution of ``R`` resamples in which every sensitive feature is permuted
-    independently while ``pred`` stays fixed ([DC] App E.1; module docstring):
-    ``p = (1 + #{r : T^(r) >= T_0}) / (1 + R)``.
+    ``p = (1 + #{r : T^(r) >= T_0}) / (1 + R)`` with ``T = JdCov~^2(pred, s_1, ..., s_d; c)`` and each
+    feature permuted on its own in every resample (module doc). With one feature this is the dCov
+    permutation test of Szekely and Rizzo. The p-value's Monte Carlo standard error is about
+    ``sqrt(p (1 - p) / R)``.
 
     Parameters
     ----------
@@ -279,33 +241,16 @@ def jdcov_permutation_test(
     n_permutations : int, default 999
         ``R``. The smallest attainable p-value is ``1 / (R + 1)``.
     seed : int or None, default 0
-        Seed of ``numpy.random.default_rng``; resample ``r`` draws ``d`` permutations
-        ``rng.permutation(n)``, one per feature in order.
+        Seed of ``numpy.random.default_rng``; resample ``r`` draws one ``rng.permutation(n)`` per feature.
     c : float, default 1.0
-        The positive constant of JdCov~^2 (1 in [DC] and the authors' R package).
+        The positive constant of JdCov~^2.
     categorical : bool, sequence or mapping name -> bool, optional
-        Which features to one-hot encode (distance sqrt(2) between levels, [DC App B.1]);
-        ``None`` infers from the dtype (integers, strings, booleans, pandas categoricals
-        are categorical; floats numeric), as :func:`fairopt.measures.dcov.jdcov` does.
+        Which features to one-hot encode ([DC App B.1]); None infers from the dtype, as
+        :func:`fairopt.measures.dcov.jdcov` does.
 
     Returns
     -------
     JdCovTestResult
-        The statistic, the p-value and a summary of the permutation distribution.
-
-    Raises
-    ------
-    ValueError
-        For predictions that are not 1-D, not finite or fewer than 4; sensitive features of
-        another length, with missing values or none at all; ``n_permutations < 1``;
-        ``c <= 0``; an invalid seed.
-
-    Notes
-    -----
-    With one sensitive feature this is the distance-covariance permutation test of
-    Szekely and Rizzo (dCov~^2 statistic, the rows of ``s`` permuted). The p-value is
-    only as precise as ``R`` allows: its Monte Carlo standard error is about
-    ``sqrt(p (1 - p) / R)``.
     """
     n_permutations = positive_int(n_permutations, "n_permutations")
     c = positive_float(c, "c")
