@@ -1,28 +1,16 @@
 r"""Stratified pullback: the constraint Jacobian of group-rate rows in one backward pass per stratum.
 
-Rows that are linear in per-row values, ``c(out) = D W phi(out)`` with ``W[g, i] = w_i 1{i in g} / n_g``
-(group rates, weighted or not), have ``dc_r / d out_i = w_i phi'(out_i) sum_g D[r, g] 1{i in g} / n_g``.
-Rows ``i`` that lie in the same groups (a *stratum*) therefore share one direction: on stratum ``A``
-the block ``dc[:, A]`` of the ``m x n`` Jacobian in the outputs is ``a_A v_A'`` with ``a_A`` in
-``R^m`` and ``v_A = (w_i phi'(out_i))_{i in A}``. With the model evaluated separately on each
-stratum's rows (a *row-wise* model: row ``i``'s output depends on row ``i`` alone), the parameter
-Jacobian is
+Group rates ``c(out) = D W phi(out)``, ``W[g, i] = w_i 1{i in g} / n_g``, have
+``dc_r / d out_i = w_i phi'(out_i) sum_g D[r, g] 1{i in g} / n_g``, so on a *stratum* ``A`` (rows in
+the same groups) the block ``dc[:, A] = a_A v_A'``, ``v_A = (w_i phi'(out_i))_{i in A}``. For a
+*row-wise* model (output ``i`` depends on row ``i`` alone, :func:`is_rowwise`)
 
 ``J = sum_A a_A (v_A' d out_A / dw)``,
 
-one vector-Jacobian product per stratum, plus the objective gradient ``g = sum_A df_A' d out_A/dw``
-on the same per-stratum graphs: two backward passes over the rows in all, whatever the number of
-constraint rows ``m`` (the plain pullback needs ``1 + m``). A block that is not numerically of rank
-one (e.g. two members with different surrogates ``phi``) is pulled back row by row, so the result is
-exact in every case; the rank test is the safeguard, the strata only a hint. Constraints whose
-blocks are of rank one by construction may hand the factors themselves, ``a_A`` for every stratum
-and ``v`` on all rows (``solvers.problem.ConstraintSet.rows_and_factors``); otherwise
-:func:`segment_factors` reads them off the dense matrix.
-
-This module is fairness-agnostic: constraints announce their strata through an optional method
-``strata(batch) -> LongTensor (n,)`` (rows with equal codes share every group); models through their
-types (:data:`ROWWISE_TYPES`) or an attribute ``rowwise = True`` on a module whose output rows depend on
-its input rows one by one.
+with ``g = sum_A df_A' d out_A/dw`` on the same per-stratum graphs: two backward passes whatever the
+number of rows ``m`` (the plain pullback needs ``1 + m``). A block not numerically of rank one is
+pulled back row by row (:func:`rank_one_factors`), so the strata are only a hint. Constraints
+announce strata by ``strata(batch)`` (:class:`solvers.contract.Stratified`).
 """
 
 from __future__ import annotations
@@ -38,8 +26,8 @@ from solvers.contract import offers_strata
 __all__ = ["MAX_STRATA", "MIN_ROWS", "ROWWISE_TYPES", "RowStrata", "StrataPlan", "has_hidden_layer", "is_rowwise",
            "plan_strata", "rank_one_factors", "row_codes", "segment_factors", "stratum_codes"]
 
-#: Module types whose outputs are computed row by row (exact types: a subclass may override
-#: ``forward``). Any other module makes a model non-row-wise unless it sets ``rowwise = True``.
+#: Module types computed row by row (exact types: a subclass may override ``forward``); other modules
+#: declare it with ``rowwise = True``.
 ROWWISE_TYPES: tuple[type[nn.Module], ...] = (
     nn.Sequential, nn.Linear, nn.Identity, nn.Dropout, nn.Flatten, nn.LayerNorm, nn.ReLU, nn.LeakyReLU, nn.PReLU,
     nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Hardtanh,
@@ -47,47 +35,32 @@ ROWWISE_TYPES: tuple[type[nn.Module], ...] = (
 
 #: More strata than this and the per-stratum passes cost more than they save: plain pullback.
 MAX_STRATA = 64
-#: Fewer rows than this and the layout and per-stratum passes cost more than they save (slower
-#: than row by row on mini-batches of 1024 rows, faster on a full batch of tens of thousands;
-#: ``benchmarks/results/solver_notes.md``).
+#: Fewer rows than this and the per-stratum passes cost more than they save (solver_notes.md).
 MIN_ROWS = 4096
 
 
 def is_rowwise(model: nn.Module) -> bool:
-    """Whether ``model(X)[i]`` depends on ``X[i]`` alone, judged from its modules' types.
-
-    True when every module in ``model.modules()`` has an exact type in :data:`ROWWISE_TYPES` or an
-    attribute ``rowwise`` that is True (a custom module's declaration). A batch-normalisation layer,
-    attention across rows or any undeclared custom module gives False.
-    """
+    """Whether ``model(X)[i]`` depends on ``X[i]`` alone: every module of an exact type in
+    :data:`ROWWISE_TYPES` or declaring ``rowwise = True``."""
     if not isinstance(model, nn.Module):
         return False
     return all(type(m) in ROWWISE_TYPES or getattr(m, "rowwise", False) is True for m in model.modules())
 
 
 def has_hidden_layer(model: nn.Module) -> bool:
-    """Whether more than one module of ``model`` holds trainable parameters directly (a network
-    with a hidden layer, not a single linear map)."""
+    """Whether more than one module holds trainable parameters directly (not a single linear map)."""
     return sum(1 for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))) > 1
 
 
 @dataclass(frozen=True, eq=False)
 class RowStrata:
-    """The stratum of every row of a batch, in any row order.
-
-    ``codes`` (n,) numbers the strata ``0 .. s-1`` (rows with equal codes lie in the same groups,
-    as the constraints' ``strata`` method says); ``representatives`` is a batch of ``s`` rows, row
-    ``k`` one of stratum ``k`` (from this batch or from the data it was drawn from: a mini-batch may
-    miss a stratum). Built from the contiguous segments of a batch ordered by stratum
-    (:meth:`from_bounds`) or from the codes of rows drawn from data whose strata are known (the
-    constructor). Constraints read the groups of each stratum off ``representatives`` once (an object
-    they may cache by identity) and per-stratum sums (:meth:`sums`) off ``codes``.
-    """
+    """The stratum ``codes`` (n,), ``0 .. s-1``, of a batch's rows, and ``representatives``, a batch whose
+    row ``k`` is in stratum ``k`` (possibly from the full data: a mini-batch may miss a stratum), off
+    which constraints read each stratum's groups once."""
 
     codes: torch.Tensor
     representatives: Any
-    #: the contiguous segments of the strata when the rows are ordered by stratum (:meth:`from_bounds`):
-    #: sums over slices then, several times faster than a scatter over codes on large batches
+    #: the strata's contiguous segments when the rows are ordered by stratum: sums over slices, not a scatter
     bounds: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
@@ -104,13 +77,7 @@ class RowStrata:
 
     @classmethod
     def from_bounds(cls, batch: Any, bounds: Sequence[tuple[int, int]]) -> RowStrata:
-        """Stratum ``k`` = rows ``a:b`` of ``batch`` for ``bounds[k] = (a, b)``; the segments must tile
-        ``0:len(batch)`` in order.
-
-        Raises
-        ------
-        ValueError
-            Segments that are empty, out of order or leave a gap."""
+        """Stratum ``k`` = rows ``a:b`` of ``batch`` for ``bounds[k] = (a, b)``, segments tiling the rows in order."""
         ends = [0]
         for a, b in bounds:
             if a != ends[-1] or b <= a:
@@ -123,9 +90,7 @@ class RowStrata:
         return cls(codes, batch.subset(torch.tensor(ends[:-1], dtype=torch.long)), tuple(bounds))
 
     def sums(self, x: torch.Tensor | None = None) -> torch.Tensor:
-        """Per-stratum sums ``s_k = sum_{i: codes_i = k} x_i`` (float64, (s,)); row counts for ``x = None``.
-        Over the slices of :attr:`bounds` when the rows are ordered by stratum (several times
-        faster than the scatter), else a scatter over the codes."""
+        """Per-stratum sums ``s_k = sum_{i: codes_i = k} x_i`` (float64, (s,)); row counts for ``x = None``."""
         if self.bounds is not None:
             if x is None:
                 return torch.tensor([float(b - a) for a, b in self.bounds], dtype=torch.float64)
@@ -136,8 +101,8 @@ class RowStrata:
         return torch.bincount(codes, weights=x.to(torch.float64), minlength=self.n_strata)
 
     def expand(self, columns: torch.Tensor) -> torch.Tensor:
-        """``columns[:, codes]``: a value per stratum (k, s) spread to a value per row (k, n) (through
-        ``index_select``, which copies the same entries as advanced indexing several times faster)."""
+        """``columns[:, codes]``: (k, s) per stratum spread to (k, n) per row (``index_select``, faster than
+        advanced indexing)."""
         return columns.index_select(1, self.codes.to(columns.device))
 
 
@@ -153,13 +118,7 @@ class StrataPlan:
 
 
 def stratum_codes(cons: Any, batch: Any) -> torch.Tensor | None:
-    """``cons.strata(batch)`` as a long tensor of one code per row, or None when ``cons`` has no
-    ``strata`` method (or it returns None: some member has no strata).
-
-    Raises
-    ------
-    ValueError
-        The method does not return one code per row."""
+    """``cons.strata(batch)`` as a long tensor of one code per row, or None."""
     codes = cons.strata(batch) if offers_strata(cons) else None
     if codes is None:
         return None
@@ -170,12 +129,8 @@ def stratum_codes(cons: Any, batch: Any) -> torch.Tensor | None:
 
 
 def plan_strata(cons: Any, batch: Any, max_strata: int = MAX_STRATA) -> StrataPlan | None:
-    """The stratified layout of ``batch`` for the constraint set ``cons``, or None.
-
-    None when ``cons`` has no ``strata`` method (or it returns None: some member has no strata),
-    when there is a single stratum or more than ``max_strata``. The codes are sorted stably, so rows
-    keep their relative order inside a stratum.
-    """
+    """``batch`` reordered stably by stratum, or None without strata, with one or more than
+    ``max_strata``."""
     codes = stratum_codes(cons, batch)
     if codes is None:
         return None
@@ -190,16 +145,9 @@ def plan_strata(cons: Any, batch: Any, max_strata: int = MAX_STRATA) -> StrataPl
 
 
 def row_codes(table: torch.Tensor) -> torch.Tensor:
-    """One code per row of ``table`` (n, k) of non-negative integers or booleans: equal rows get
-    equal codes, numbered 0, 1, ... in the lexicographic order of the rows.
-
-    The same labels as ``torch.unique(table, dim=0, return_inverse=True)[1]``, computed by
-    packing each row into one integer ``sum_j table[:, j] prod_{l > j} r_l`` (``r_l`` the
-    number of values of column ``l``; the first column is the most significant, so the order
-    is kept) and a one-dimensional ``unique``, an order of magnitude faster than
-    ``unique(dim=0)`` on tens of thousands of rows. Falls back to ``unique(dim=0)`` when the packed codes would not
-    fit in 62 bits.
-    """
+    """``torch.unique(table, dim=0, return_inverse=True)[1]`` for a non-negative integer table (n, k), by
+    packing each row into ``sum_j table[:, j] prod_{l > j} r_l`` (``r_l`` the values of column ``l``)
+    and a much faster one-dimensional ``unique``; ``unique(dim=0)`` beyond 62 bits."""
     table = torch.as_tensor(table)
     if table.dim() != 2:
         raise ValueError(f"table: expected a 2-d tensor (rows, columns), got shape {tuple(table.shape)}")
@@ -223,15 +171,10 @@ def row_codes(table: torch.Tensor) -> torch.Tensor:
 def rank_one_factors(block: torch.Tensor, check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """``(coef (m, r), rows (r, k))`` with ``coef @ rows == block`` (an ``m x k`` block of ``dc/d out``).
 
-    ``r = 0`` for a zero block; ``r = 1`` (``rows`` the block's largest row ``v``, ``coef`` the ratios
-    ``block[:, j] / v[j]`` at the largest entry ``j`` of ``v``) when every residual
-    ``|block - coef v'|`` is within ``64 eps`` of the block's largest entry, ``eps`` the block's
-    machine precision; otherwise the nonzero rows themselves (``coef`` picks them), so the
-    factorisation is exact up to that tolerance in every case. Rows that are exactly proportional
-    in real arithmetic (``a_r phi'(out_i)`` rounded once) pass with residuals of a few ``eps``.
-    All in the block's dtype (four passes over it, no float64 copy). ``check=False`` (a block
-    of rank one by construction, ``solvers.problem.ConstraintSet.shared_direction``) skips the
-    residual pass and returns the rank-one factors of any nonzero block.
+    ``r = 0`` for a zero block; ``r = 1`` (``v`` the largest row, ``coef = block[:, j] / v[j]`` at its
+    largest entry) when every residual ``|block - coef v'|`` is within ``64 eps`` of the largest
+    entry; otherwise the nonzero rows themselves, so the factorisation is exact in every case.
+    ``check=False`` (rank one by construction) skips the residual pass.
     """
     m = block.shape[0]
     if block.numel() == 0:
@@ -254,9 +197,8 @@ def rank_one_factors(block: torch.Tensor, check: bool = True) -> tuple[torch.Ten
 
 
 def segment_factors(dc: torch.Tensor, bounds: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(coef (m, s), v (n,))`` with ``dc[:, a:b] == coef[:, k] v[a:b]'`` on each segment ``k = (a, b)``
-    of ``bounds``, for an ``m x n`` matrix whose blocks are of rank one by construction (each the
-    unchecked :func:`rank_one_factors` of the block; a zero block gives ``coef[:, k] = 0``)."""
+    """``(coef (m, s), v (n,))`` with ``dc[:, a:b] == coef[:, k] v[a:b]'`` on each segment of ``bounds``,
+    for blocks of rank one by construction."""
     coef = dc.new_zeros(dc.shape[0], len(bounds))
     v = dc.new_zeros(dc.shape[1])
     for k, (a, b) in enumerate(bounds):
