@@ -1,55 +1,28 @@
 """Binary projections whose rows read counts of cells: top-k within each cell, a search over counts.
 
-Problem
--------
-A binary program ``min_z c'z`` over ``z`` in ``{0, 1}^n`` subject to ``lower <= A z <= upper``
-(no auxiliary variables) whose matrix ``A`` has few DISTINCT columns. Rows ``i`` with the same
-column ``A[:, i]`` form a cell ``g`` (``n_g`` rows); only the number ``k_g = sum_{i in g} z_i``
-of ones in each cell enters the rows, ``A z = sum_g a_g k_g`` with ``a_g`` the cell's column.
-Group-rate constraints on unweighted hard labels have this form: for disparate impact with a
-binary attribute the rows are ``delta k_0 / n_0 - k_1 / n_1 <= 0`` and the symmetric one (two
-cells), for a rate conditioned on ``y = 1`` the rows with ``y = 0`` form a third cell whose
-column is zero in those rows, and a count row over all targets (Moving Targets' class balance
-``1 <= sum z <= n - 1``) has the same coefficient on every cell.
-
-Within a cell the cheapest ``k`` ones are the ``k`` rows of smallest cost, so with the cell's
-costs sorted ascending, ``s_{g,(1)} <= ... <= s_{g,(n_g)}``, the program is
+A binary program ``min_z c'z``, ``z`` in ``{0, 1}^n``, ``lower <= A z <= upper``, whose ``A`` has few
+distinct columns: rows with the same column ``a_g`` form a cell ``g``, and only its count of ones
+``k_g`` enters, ``A z = sum_g a_g k_g``. Group rates on unweighted hard labels have this form (e.g.
+disparate impact ``delta k_0 / n_0 - k_1 / n_1 <= 0``; Moving Targets' ``1 <= sum z <= n - 1`` is a
+count row). The cheapest ``k`` ones of a cell are its ``k`` smallest costs
+``s_{g,(1)} <= ... <= s_{g,(n_g)}``, so the program is
 
 .. math::
 
     \\min_{k}\\; \\sum_g F_g(k_g), \\qquad F_g(k) = \\sum_{j=1}^{k} s_{g,(j)}, \\qquad
     \\text{s.t.}\\; lower \\le \\sum_g a_g k_g \\le upper,\\; k_g \\in \\{0, \\dots, n_g\\},
 
-whose every ``F_g`` is convex in ``k`` (its increments ``s_{g,(j)}`` are non-decreasing) and
-minimised over ``[lo, hi]`` by ``clip(m_g, lo, hi)`` with ``m_g = #{j : s_{g,(j)} < 0}``.
+with every ``F_g`` convex (non-decreasing increments), minimised over ``[lo, hi]`` by
+``clip(m_g, lo, hi)``, ``m_g = #{j : s_{g,(j)} < 0}``.
 
-Search (the general rule)
--------------------------
-Pick a pivot cell ``p`` such that every row involves, besides ``p``, at most one other cell,
-except at most one row whose coefficients are equal on all the other cells it involves (a count
-of those cells). For every pivot count ``k_p = 0..n_p``:
-
-* a row ``l <= a_p k_p + a_g k_g <= u`` bounds ``k_g`` to the integer interval
-  ``[ceil((l - a_p k_p) / a_g), floor((u - a_p k_p) / a_g)]`` (swapped for ``a_g < 0``; rows
-  widened by :data:`~solvers.projection.FEASIBILITY_TOL`, as every backend's);
-* each other cell takes ``k_g = clip(m_g, lo_g, hi_g)``;
-* the count row ``l <= a_p k_p + b sum_{g in S} k_g <= u``, if the clipped counts miss it,
-  is met at its nearer end ``T`` by adding the cheapest increments ``s_{g,(j)}``,
-  ``j > k_g``, ``j <= hi_g`` (or removing the dearest ones ``j <= k_g``, ``j > lo_g``) of
-  the cells of ``S`` until ``sum_{g in S} k_g = T``: for separable convex costs under one sum
-  constraint the greedy exchange is optimal;
-
-and the best feasible pivot count wins. With two groups (disparate impact, demographic
-parity) this is a 1-D scan over ``k_0`` with the best feasible ``k_1`` from prefix sums. Cost:
-``O(n log n)`` for the sorts, ``O(n_p m C)`` for the scan (vectorised over ``k_p``; ``m``
-rows, ``C`` cells), plus ``O(n)`` for each pivot count at which the count row binds.
-Programs without such a pivot (e.g. pairwise rows among three or more groups, row weights
-that differ within a group) are not this structure: :func:`count_structure` returns None and
-the MIP backends solve them.
-
-Ties in cost are broken by ``priority`` (higher first to get a one): Moving Targets passes the
-learner's score, so that among equally good targets the flipped rows are those nearest to the
-learner's decision boundary. The optimum's cost does not depend on it.
+The search takes a pivot cell ``p`` such that every row involves at most one other cell, except at
+most one count row with equal coefficients on its other cells. For every ``k_p = 0..n_p``: a row
+``l <= a_p k_p + a_g k_g <= u`` bounds ``k_g`` to ``[ceil((l - a_p k_p) / a_g), floor((u - a_p k_p)
+/ a_g)]`` (swapped for ``a_g < 0``, widened by ``FEASIBILITY_TOL``); each other cell takes
+``clip(m_g, lo_g, hi_g)``; a missed count row is met at its nearer end by the cheapest increments
+(or dearest decrements) of its cells, the optimal greedy exchange for separable convex costs under
+one sum. The best feasible ``k_p`` wins: ``O(n log n + n_p m C)``. Programs without a pivot go to
+the MIP backends. Ties in cost go to the higher ``priority`` (Moving Targets: the learner's score).
 """
 
 from __future__ import annotations
@@ -73,21 +46,8 @@ _EQUAL_RTOL = 1e-12
 
 @dataclass(frozen=True)
 class CountStructure:
-    """The cells of a binary program and the pivot of its count search (module doc).
-
-    Attributes
-    ----------
-    cells : numpy.ndarray
-        Cell index of every target (n,), ``0..C-1``.
-    columns : numpy.ndarray
-        ``(m, C)``: the constraint column ``a_g`` shared by the rows of each cell.
-    lower, upper : numpy.ndarray
-        Row bounds ``(m,)``.
-    pivot : int
-        The cell whose count is scanned.
-    count_row : int or None
-        The row coupling several non-pivot cells with equal coefficients, if any.
-    """
+    """The cells of a binary program (``cells`` (n,), their columns ``a_g`` (m, C)), its row bounds, the
+    pivot cell and the count row coupling several other cells, if any (module doc)."""
 
     cells: np.ndarray
     columns: np.ndarray
@@ -98,11 +58,8 @@ class CountStructure:
 
 
 def count_structure(prog: Program) -> CountStructure | None:
-    """The cells and pivot of ``prog`` (module doc), or None when the count search does not apply.
-
-    It applies to binary programs without auxiliary variables, without a quadratic term, with
-    at most :data:`MAX_CELLS` distinct constraint columns and a pivot cell (module doc).
-    """
+    """The cells and pivot of ``prog``, or None unless it is binary, linear, without auxiliary variables,
+    with at most :data:`MAX_CELLS` cells and a pivot."""
     if not prog.binary or prog.n_vars != prog.n or prog.hessian is not None:
         return None
     A = prog.A.toarray() if sp.issparse(prog.A) else np.asarray(prog.A, dtype=float)
@@ -140,21 +97,8 @@ def _count_row(columns: np.ndarray, pivot: int) -> int | None | bool:
 
 
 def solve_counts(prog: Program, structure: CountStructure, priority: np.ndarray | None = None) -> BackendResult:
-    """The optimal ``z`` of ``prog`` by the count search (module doc), on the program's scale.
-
-    Parameters
-    ----------
-    prog : Program
-        A binary program with the cells of ``structure`` (from :func:`count_structure`).
-    structure : CountStructure
-    priority : numpy.ndarray, optional
-        ``(n,)`` tie-break among rows of equal cost within a cell: higher first to get a one.
-
-    Returns
-    -------
-    BackendResult
-        Status ``"optimal"`` (gap 0) with ``x = z``, or ``"infeasible"`` with ``x = None``.
-    """
+    """The optimal ``z`` of ``prog`` by the count search, "optimal" (gap 0) or "infeasible" (``x`` None);
+    ``priority`` (n,) breaks ties within a cell, higher first to get a one."""
     cost = np.asarray(prog.cost[: prog.n], dtype=float)
     tie = np.zeros(prog.n) if priority is None else -np.asarray(priority, dtype=float)
     cells, columns = structure.cells, structure.columns
@@ -237,9 +181,8 @@ def _interval(low: np.ndarray, high: np.ndarray, a: float) -> tuple[np.ndarray, 
 
 
 def _meet_count(target: int, counts: dict, lo: dict, hi: dict, sorted_costs: list) -> tuple[dict, float]:
-    """Counts of the cells ``counts`` with sum ``target``: add the cheapest increments above the
-    current counts (or drop the dearest below them) within ``[lo, hi]``; returns the new counts
-    and the change of cost."""
+    """Counts summing to ``target`` by the cheapest increments (or dearest decrements) within ``[lo, hi]``;
+    the new counts and the change of cost."""
     now = sum(counts.values())
     grow = target > now
     labels, values = [], []
