@@ -1,9 +1,8 @@
 """Fairness metrics with the scikit-learn signature, and scorers for model selection.
 
-The functions take ``(y_true, y_pred, *, sensitive_features)`` like scikit-learn's
-metrics, with hard predictions ``y_pred`` (class labels; ``pos_label`` is the positive
-class). With ``P_g = P(yhat = 1 | g)`` the selection rate of group ``g``,
-``TPR_g = P(yhat = 1 | g, y = 1)`` and ``FPR_g = P(yhat = 1 | g, y = 0)``:
+The functions take ``(y_true, y_pred, *, sensitive_features)`` with hard predictions ``y_pred``.
+With ``P_g = P(yhat = 1 | g)``, ``TPR_g = P(yhat = 1 | g, y = 1)`` and
+``FPR_g = P(yhat = 1 | g, y = 0)``:
 
 ============================== ========================================================
 ``disparate_impact``           ``min_g P_g / max_g P_g`` (= ``demographic_parity_ratio``)
@@ -14,30 +13,18 @@ class). With ``P_g = P(yhat = 1 | g)`` the selection rate of group ``g``,
 ``equalized_odds_difference``  ``max(TPR difference, FPR difference)``
 ============================== ========================================================
 
-They are the measures of :mod:`fairopt.measures.group` (:func:`~fairopt.measures.disparate_impact`,
-:func:`~fairopt.measures.dp_difference`, :func:`~fairopt.measures.equal_impact`,
-:func:`~fairopt.measures.equalised_odds`) behind that signature, with their conventions:
-a ratio whose groups all have rate 0 is 0/0, NaN with an
-:class:`~fairopt.exceptions.UndefinedMeasureWarning` (not "perfectly fair"); a group
-without rows with ``y = 1`` (TPR) or ``y = 0`` (FPR) is a ``ValueError``.
-``sensitive_features`` may hold one attribute (1-D) or several (2-D array, DataFrame:
-their intersections), as in :func:`fairopt.group_report`.
+They are the measures of :mod:`fairopt.measures.group` behind that signature: a ratio whose groups
+all have rate 0 is NaN with an :class:`~fairopt.exceptions.UndefinedMeasureWarning` (not
+"perfectly fair"); a group without rows of the label a TPR/FPR needs is a ``ValueError``. Several
+sensitive columns give their intersections.
 
-Scorers: :func:`make_scorer` wraps a measure as a scikit-learn scorer that requests
-``sensitive_features`` through metadata routing, so that a search passes each fold's
-slice of the sensitive features to it::
-
-    import sklearn
-    from sklearn.model_selection import GridSearchCV
+:func:`make_scorer` wraps a measure as a scorer that requests ``sensitive_features`` through
+metadata routing, so a search passes each fold's slice::
 
     sklearn.set_config(enable_metadata_routing=True)
     search = GridSearchCV(estimator, grid, refit="acc",
                           scoring={"acc": "accuracy", "di": fairopt.metrics.make_scorer("disparate_impact")})
     search.fit(X, y, sensitive_features=s)   # routed to the "di" scorer only, sliced per fold
-
-Metadata routing must be enabled when the search runs (scikit-learn passes no metadata
-to scorers otherwise); the estimator's ``fit`` must not request ``sensitive_features``
-unless it uses them.
 """
 
 from __future__ import annotations
@@ -77,10 +64,8 @@ def _labels_1d(x: Any, name: str) -> np.ndarray:
 
 
 def _binary(y_true: Any, y_pred: Any, pos_label: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``y_true`` and ``y_pred`` as float 0/1 (1: ``pos_label``).
-
-    ``pos_label=None``: 1 (or True) when the labels are 0/1 or boolean, else the larger of
-    the two labels (scikit-learn's ``classes_[1]``); more than two labels is an error.
+    """``y_true`` and ``y_pred`` as float 0/1, 1 being ``pos_label`` (default: 1 for 0/1 or boolean
+    labels, else the larger label, scikit-learn's ``classes_[1]``).
     """
     yt, yp = _labels_1d(y_true, "y_true"), _labels_1d(y_pred, "y_pred")
     if yt.shape[0] != yp.shape[0]:
@@ -133,13 +118,10 @@ def _prepare(y_true: Any, y_pred: Any, sensitive_features: Any, pos_label: Any) 
 def disparate_impact(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
     """Disparate impact ``min_g P(yhat=1 | g) / max_g P(yhat=1 | g)`` (1: parity).
 
-    :func:`fairopt.measures.disparate_impact` of the hard predictions. ``y_true`` is not
-    used (it is part of the scikit-learn signature) beyond its length.
-
     Parameters
     ----------
     y_true, y_pred : array-like (n,)
-        True and predicted labels (two classes).
+        True and predicted labels (two classes); ``y_true`` is used for its length only.
     sensitive_features : array-like (n,) or (n, k), DataFrame
         Group of each row; several columns give their intersections.
     pos_label : optional
@@ -148,8 +130,7 @@ def disparate_impact(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_l
     Returns
     -------
     float
-        In [0, 1]; NaN (with an UndefinedMeasureWarning) when no group has a positive
-        prediction.
+        In [0, 1]; NaN (with an UndefinedMeasureWarning) when no group has a positive prediction.
     """
     _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
     return float(group_disparate_impact(p, s))
@@ -162,20 +143,14 @@ def demographic_parity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: An
 
 def demographic_parity_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
                                   pos_label: Any = None) -> float:
-    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)`` (0: parity).
-
-    :func:`fairopt.measures.dp_difference`; parameters as :func:`disparate_impact`.
-    """
+    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)`` (0: parity)."""
     _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
     return float(dp_difference(p, s))
 
 
 def equal_opportunity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
-    """``min_g TPR_g / max_g TPR_g`` with ``TPR_g = P(yhat=1 | g, y=1)`` (1: equal opportunity).
-
-    :func:`fairopt.measures.equal_impact`; every group needs a row with ``y_true``
-    positive (ValueError otherwise). NaN (with an UndefinedMeasureWarning) when every
-    TPR is 0.
+    """``min_g TPR_g / max_g TPR_g`` with ``TPR_g = P(yhat=1 | g, y=1)`` (1: equal opportunity); NaN
+    with a warning when every TPR is 0.
     """
     y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
     _require_rows(y, s, 1)
@@ -187,12 +162,7 @@ def equal_opportunity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any
 
 def equal_opportunity_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
                                  pos_label: Any = None) -> float:
-    """``max_g TPR_g - min_g TPR_g`` (0: equal opportunity).
-
-    :func:`fairopt.measures.dp_difference` on the rows with ``y = 1`` (the ``y = 1`` part
-    of :func:`fairopt.measures.equalised_odds`); every group needs a row with ``y_true``
-    positive.
-    """
+    """``max_g TPR_g - min_g TPR_g`` (0: equal opportunity)."""
     y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
     _require_rows(y, s, 1)
     positives = y == 1
@@ -200,12 +170,8 @@ def equal_opportunity_difference(y_true: Any, y_pred: Any, *, sensitive_features
 
 
 def equalized_odds_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
-    """``min(min_g TPR_g / max_g TPR_g, min_g FPR_g / max_g FPR_g)`` (1: equalized odds).
-
-    The smaller of the TPR and FPR ratios (:func:`fairopt.measures.equal_impact` on the
-    rows with ``y = 1`` and with ``y = 0``). Every group needs rows with both labels. NaN
-    (with an UndefinedMeasureWarning) when either ratio is 0/0 (every group's TPR, or
-    every group's FPR, is 0).
+    """``min(min_g TPR_g / max_g TPR_g, min_g FPR_g / max_g FPR_g)`` (1: equalized odds); NaN with a
+    warning when either ratio is 0/0.
     """
     y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
     _require_rows(y, s, 1)
@@ -222,17 +188,14 @@ def equalized_odds_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, p
 
 def equalized_odds_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
                               pos_label: Any = None) -> float:
-    """``max(max_g TPR_g - min_g TPR_g, max_g FPR_g - min_g FPR_g)`` (0: equalized odds).
-
-    :func:`fairopt.measures.equalised_odds`; every group needs rows with both labels.
-    """
+    """``max(max_g TPR_g - min_g TPR_g, max_g FPR_g - min_g FPR_g)`` (0: equalized odds)."""
     y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
     _require_rows(y, s, 1)
     _require_rows(y, s, 0)
     return float(equalised_odds(p, s, y))
 
 
-#: name -> (function, greater_is_better); the British spellings are aliases.
+#: name -> (function, greater_is_better).
 MEASURES: dict[str, tuple[Callable[..., float], bool]] = {
     "disparate_impact": (disparate_impact, True),
     "demographic_parity_ratio": (demographic_parity_ratio, True),
@@ -241,8 +204,6 @@ MEASURES: dict[str, tuple[Callable[..., float], bool]] = {
     "equal_opportunity_difference": (equal_opportunity_difference, False),
     "equalized_odds_ratio": (equalized_odds_ratio, True),
     "equalized_odds_difference": (equalized_odds_difference, False),
-    "equalised_odds_ratio": (equalized_odds_ratio, True),
-    "equalised_odds_difference": (equalized_odds_difference, False),
 }
 
 
@@ -254,43 +215,34 @@ def _measure(name: Any) -> tuple[Callable[..., float], bool]:
 
 def fairness_score(y_true: Any, y_pred: Any, *, measure: str, sensitive_features: Any = None,
                    pos_label: Any = None) -> float:
-    """The measure named ``measure`` (a key of :data:`MEASURES`), the score function of
-    :func:`make_scorer`. ``sensitive_features=None`` is an error that explains how to
-    route them (metadata routing)."""
+    """The measure named ``measure`` (a key of :data:`MEASURES`): the score function of :func:`make_scorer`."""
     function, _ = _measure(measure)
     return function(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label)
 
 
 def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool | None = None, **kwargs: Any) -> Any:
-    """A scikit-learn scorer of a fairness measure that receives ``sensitive_features``
-    through metadata routing.
+    """A scikit-learn scorer of a fairness measure that receives ``sensitive_features`` through
+    metadata routing.
 
-    The scorer calls the estimator's ``predict`` and scores ``measure(y_true, y_pred,
-    sensitive_features=..., **kwargs)``. It is built with :func:`sklearn.metrics.make_scorer`
-    and ``set_score_request(sensitive_features=True)``; with
-    ``sklearn.set_config(enable_metadata_routing=True)``, ``GridSearchCV(...).fit(X, y,
-    sensitive_features=s)`` and ``cross_validate(..., params={"sensitive_features": s})``
-    pass it the rows of ``s`` of each test fold.
+    It scores ``measure(y_true, estimator.predict(X), sensitive_features=..., **kwargs)``; with
+    ``sklearn.set_config(enable_metadata_routing=True)`` a search or ``cross_validate`` passes it the
+    rows of ``s`` of each test fold.
 
     Parameters
     ----------
     measure : str or callable
-        A name of :data:`MEASURES` (``"disparate_impact"``, ``"demographic_parity_ratio"``,
-        ``"demographic_parity_difference"``, ``"equal_opportunity_ratio"``,
-        ``"equal_opportunity_difference"``, ``"equalized_odds_ratio"``,
-        ``"equalized_odds_difference"``), or a function ``f(y_true, y_pred, *,
-        sensitive_features, **kwargs)`` (then ``greater_is_better`` is required).
+        A name of :data:`MEASURES`, or ``f(y_true, y_pred, *, sensitive_features, **kwargs)`` (then
+        ``greater_is_better`` is required).
     greater_is_better : bool, optional
-        Default: True for the ratios (1 is parity), False for the differences (0 is
-        parity; scikit-learn then reports ``-difference``, so that larger is better).
+        Default: True for the ratios, False for the differences (scikit-learn then reports
+        ``-difference``).
     **kwargs
         Passed to the measure, e.g. ``pos_label``.
 
     Returns
     -------
     scorer
-        ``scorer(estimator, X, y, sensitive_features=s)`` (callable directly too, with
-        routing enabled).
+        ``scorer(estimator, X, y, sensitive_features=s)``.
     """
     if callable(measure):
         if greater_is_better is None:
