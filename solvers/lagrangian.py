@@ -9,21 +9,13 @@ For constraint rows ``l <= c(w) <= u`` with per-row violations
    ascent step on ``lambda`` with gradient ``v_B`` followed by the projection onto
    ``lambda >= 0`` (``dual_update="adam"``, the GeDI authors' SBR code; lr 1e-3).
 
-``dual_update="signed"`` is projected dual ascent on the Lagrangian of the rows written as
-``s_i(w) <= 0`` with the signed excess ``s_i = max(c_i - u_i, l_i - c_i)`` (negative inside
-the bounds): the primal term is ``sum_i lambda_i s_i,B`` and the update
-``lambda_i <- max(0, lambda_i + rho s_i,B)``, so a multiplier also decreases while its row
-holds with room. The hinge updates above only ever increase ``lambda``: a first step that
-overshoots the optimal multiplier leaves an exact penalty steeper than needed, whose kink the
-primal optimiser straddles, and the epoch-end iterates that are feasible lie inside the
-bound, short of the constrained optimum. With the signed update the iteration is the
-primal-dual (Arrow-Hurwicz) method, whose fixed points are the KKT points.
-
-Deviation from LDF's Algorithm 1 (which updates ``lambda`` once per epoch with
-step sizes ``s_k``): the dual update runs after every primal step with a constant step
-``rho = dual_lr``, as in the SBR code; with full-batch training (``batch_size=None``)
-the two coincide. With the hinge updates, because ``v >= 0``, ``lambda`` never decreases: it grows while a row is
-violated and stays where it is once the row is satisfied.
+``dual_update="signed"`` is projected dual ascent on ``s_i(w) <= 0`` with the signed excess
+``s_i = max(c_i - u_i, l_i - c_i)``: primal term ``sum_i lambda_i s_i,B``, update
+``lambda_i <- max(0, lambda_i + rho s_i,B)``, the primal-dual (Arrow-Hurwicz) method whose fixed
+points are the KKT points. The hinge updates only increase ``lambda``, so an overshooting first
+step leaves a penalty steeper than needed and feasible iterates inside the bound, short of the
+optimum. Unlike LDF's Algorithm 1 (once per epoch), the dual update follows every primal step with
+``rho = dual_lr``, as in the SBR code; full-batch training makes the two coincide.
 """
 
 from __future__ import annotations
@@ -52,12 +44,8 @@ _DEFAULT_DUAL_LR = {"ascent": 1.0, "adam": 1e-3, "signed": 1.0}
 class LagrangianDual(FirstOrderTrainer):
     r"""Primal-dual training of ``min_w f(w) s.t. l <= c(w) <= u`` by Lagrangian duality.
 
-    See the module docstring for the iteration (SBR: Fioretto, Van Hentenryck, Mak, Tran,
-    Baldo, Lombardi, "Lagrangian Duality for Constrained Deep Learning", 2021). The primal
-    objective of a step is ``f_B + sum_i lambda_i v_i,B`` with ``v_i`` the hinge violation
-    of surrogate row ``i``; the multipliers are updated after the primal step. With
-    weighted rows (``data.weights``) the batch ``B`` keeps its rows' weights: ``f_B`` is the
-    weighted mean loss and ``v_i,B`` the violation of the weighted rows.
+    The iteration of the module docstring (SBR: Fioretto, Van Hentenryck, Mak, Tran, Baldo,
+    Lombardi, "Lagrangian Duality for Constrained Deep Learning", 2021), on (weighted) batches.
 
     Parameters
     ----------
@@ -84,18 +72,12 @@ class LagrangianDual(FirstOrderTrainer):
     verbose, callbacks
         As in :class:`solvers.Penalty`.
 
-    History columns: ``f``, ``objective`` (the Lagrangian on the batch), ``c[row]``,
-    ``viol[row]`` (surrogate, batch, before the step), ``V`` (their sum), ``V_exact``
-    (exact rows of the batch), ``lambda[row]`` (after the dual update).
+    History columns: ``f``, ``objective`` (the batch Lagrangian), ``c[row]``, ``viol[row]``
+    (surrogate, before the step), ``V``, ``V_exact``, ``lambda[row]`` (after the dual update).
 
-    Without constraints (``constraints=()``, the default, or constraints with no rows) there
-    are no multipliers and no Lagrangian term: ``fit`` is plain first-order training of the
-    loss with the same optimiser and options as the primal step: the iterates are step for
-    step those of :class:`solvers.Penalty` without penalties (``objective == f``,
-    ``V == V_exact == 0``, ``lambda == []``). The returned model is, as with constraints, the
-    epoch-end iterate with the lowest loss on all rows (every iterate is feasible), ``info``
-    has ``multipliers == []`` and ``feasible`` True, and ``converged`` is stationarity within
-    ``tol``.
+    Without constraint rows there is no Lagrangian term: the iterates are step for step those of
+    :class:`solvers.Penalty` without penalties, and the returned model is the epoch-end iterate of
+    lowest loss.
     """
 
     engine = "lagrangian"
@@ -133,8 +115,7 @@ class LagrangianDual(FirstOrderTrainer):
         return c, row_violations(c, self._lower, self._upper)
 
     def _signed_excess(self, c: torch.Tensor) -> torch.Tensor:
-        """``s_i = max(c_i - u_i, l_i - c_i)`` (an infinite side drops out): the row's violation
-        when positive, minus its room to the nearer bound when negative."""
+        """``s_i = max(c_i - u_i, l_i - c_i)``, an infinite side dropping out."""
         upper = torch.where(torch.isfinite(self._upper), c - self._upper.to(c.dtype), torch.full_like(c, -math.inf))
         lower = torch.where(torch.isfinite(self._lower), self._lower.to(c.dtype) - c, torch.full_like(c, -math.inf))
         return torch.maximum(upper, lower)
@@ -180,22 +161,16 @@ class LagrangianDual(FirstOrderTrainer):
         loss: str | LossFn = "bce",
         constraints: Constraint | Sequence[Constraint] = (),
     ) -> FitResult:
-        """Train ``model`` in place on ``data`` subject to ``constraints`` (as penalties
-        with learned multipliers); without constraints, plain training of ``loss`` (class
-        docstring).
+        """Train ``model`` in place on ``data`` subject to ``constraints``.
 
         Returns
         -------
         FitResult
-            The model is left at the best epoch-end iterate on all training rows (every
-            exact row within ``feasibility_tol`` and the lowest loss, else the least
-            violation; :class:`solvers.outcome.BestIterate`); a returned model that violates
-            a row emits :class:`solvers.outcome.BoundWarning`. ``info``: ``multipliers``
-            (final ``lambda``), ``row_names``, ``violation`` (exact total violation of the
-            returned model), ``c_exact``, ``feasible``, ``returned_iteration``,
-            ``stationarity`` (max-abs gradient of the Lagrangian on the full data at the
-            returned model). ``converged`` requires feasibility and stationarity within
-            ``tol``.
+            The model is left at the best epoch-end iterate on all rows
+            (:class:`solvers.outcome.BestIterate`; a :class:`solvers.outcome.BoundWarning` if it
+            violates a row). ``info``: ``multipliers``, ``row_names``, ``violation``, ``c_exact``,
+            ``feasible``, ``returned_iteration``, ``stationarity`` (max-abs gradient of the
+            Lagrangian on all rows); ``converged``: feasible and stationary within ``tol``.
         """
         loss_fn = get_loss(loss)
         check_dataset(data)
