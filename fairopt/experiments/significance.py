@@ -1,24 +1,15 @@
 """Paired comparison of two methods with the Wilcoxon signed-rank test [DC sec 4.1, App D item 1].
 
-[DC] compares the accuracy of a regularised and an unregularised model with the one-sided
-Wilcoxon signed-rank test on paired values (their App D item 1, eq D.1-D.2): with
-``d_i = a_i - b_i`` the paired differences, zero differences dropped, ``W+`` the sum of
-the ranks of ``|d_i|`` (average ranks for ties) over the positive ``d_i``, and, for ``n``
-non-zero pairs, the normal approximation with continuity correction
+With ``d_i = a_i - b_i`` the paired differences (zeros dropped), ``W+`` the sum of the ranks of
+``|d_i|`` over the positive ``d_i`` and ``n`` non-zero pairs, [DC] tests ``median(d) > 0`` with
 
     p = P(Z > (W+ - n(n+1)/4 - 0.5) / sqrt(n(n+1)(2n+1)/24))            [DC eq D.2]
 
-for ``H_A: median(d) > 0``. The paper pairs the per-observation scores of two models on the
-same test rows; :func:`compare_methods` pairs any rows of a results table that share the
-``pair_on`` key, by default the training seed and the fold of :func:`~fairopt.experiments.compare`
-(two methods evaluated on the same splits with the same seeds). To pair per observation as
-the paper does, pass a table with one row per (method, observation) and
+:func:`compare_methods` pairs the rows of a results table that share the ``pair_on`` key (default
+seed and fold of :func:`~fairopt.experiments.compare`) and calls :func:`scipy.stats.wilcoxon`. To
+pair per observation as the paper does, pass one row per (method, observation) with
 ``pair_on=("row",)``; ``wilcoxon_options={"method": "approx", "correction": True}`` with
-``alternative="greater"`` is then eq (D.2) (scipy's ``"auto"`` uses the exact null
-distribution for up to 50 pairs without ties or zeros).
-
-The computation is :func:`scipy.stats.wilcoxon` (Wilcoxon 1945; zero differences dropped,
-``zero_method="wilcox"``, as in the paper's step (b)).
+``alternative="greater"`` is then eq (D.2).
 """
 
 from __future__ import annotations
@@ -54,8 +45,7 @@ class WilcoxonComparison:
     n_nonzero : int
         Pairs with a non-zero difference (the ``n`` of the test).
     statistic : float
-        scipy's statistic: ``min(W+, W-)`` for ``"two-sided"``, ``W+`` for a one-sided
-        test; 0.0 when every difference is zero.
+        scipy's statistic (``min(W+, W-)`` two-sided, ``W+`` one-sided); 0.0 when all differences are 0.
     pvalue : float
         1.0 when every difference is zero.
     median_difference, mean_difference : float
@@ -92,8 +82,7 @@ def _matches(column: pd.Series, value: Any) -> pd.Series:
 
 
 def _arm_rows(table: pd.DataFrame, arm: Any, by: tuple[str, ...], name: str) -> pd.DataFrame:
-    """The rows of ``table`` of one arm: a mapping ``{column: value}``, a tuple of values of
-    the ``by`` columns, or one value of the single ``by`` column."""
+    """The rows of one arm: a mapping ``{column: value}``, a tuple of values of the ``by`` columns, or one value."""
     if isinstance(arm, Mapping):
         filters = dict(arm)
     elif isinstance(arm, tuple):
@@ -168,36 +157,31 @@ def compare_methods(
 ) -> WilcoxonComparison:
     """Wilcoxon signed-rank test of ``metric`` between two methods on paired runs [DC App D, eq D.1-D.2].
 
-    The rows of ``method_a`` and ``method_b`` are paired on their ``pair_on`` key and the
-    differences ``d = a - b`` tested with :func:`scipy.stats.wilcoxon`:
-    ``H0: median(d) = 0`` against ``median(d) != 0`` (``"two-sided"``), ``> 0``
-    (``"greater"``: ``a`` larger, e.g. a regularised model's higher RPS, as in [DC] eq D.1)
-    or ``< 0`` (``"less"``).
+    Tests ``H0: median(a - b) = 0`` against ``!= 0`` (``"two-sided"``), ``> 0`` (``"greater"``,
+    [DC] eq D.1) or ``< 0`` (``"less"``).
 
     Parameters
     ----------
     table : pandas.DataFrame
-        Results with one row per run, e.g. :func:`~fairopt.experiments.compare`'s table.
+        One row per run, e.g. :func:`~fairopt.experiments.compare`'s table.
     metric : str
-        The column compared (``"rps"``, ``"accuracy"``, ``"js_divergence"``, ...).
+        The column compared.
     method_a, method_b
-        Each arm: a value of the ``by`` column (default: a method name), a tuple of values
-        of the ``by`` columns, or a mapping ``{column: value}`` such as
-        ``{"method": "jdcov", "value": 10.0}`` (NaN matches NaN).
+        Each arm: a value of the ``by`` column, a tuple of values of the ``by`` columns, or a
+        mapping ``{column: value}`` such as ``{"method": "jdcov", "value": 10.0}`` (NaN matches NaN).
     pair_on : sequence of str, default ("seed", "fold")
-        Columns whose values identify a pair; each key must occur once per arm.
+        Columns identifying a pair; each key must occur once per arm.
     alternative : {"two-sided", "greater", "less"}
     split : str or None, default "test"
-        Keep only the rows of this ``split`` when the table has that column; None keeps all.
+        Keep only the rows of this ``split``; None keeps all.
     by : str or sequence of str, default "method"
-        The column(s) that a non-mapping arm refers to.
+        The column(s) a non-mapping arm refers to.
     min_pairs : int, default 5
         Fewest pairs accepted (:data:`MIN_PAIRS`).
     drop_unpaired : bool, default False
-        Keys present for only one arm are an error; True drops them instead.
+        Drop keys present for one arm only instead of raising.
     wilcoxon_options : mapping, optional
-        Further arguments of :func:`scipy.stats.wilcoxon` (``method``, ``correction``,
-        ``zero_method``).
+        Further arguments of :func:`scipy.stats.wilcoxon`.
 
     Returns
     -------
@@ -206,9 +190,8 @@ def compare_methods(
     Raises
     ------
     ValueError
-        Unknown columns, an arm without rows, several rows of an arm per key, missing or
-        non-finite values, unpaired keys (unless ``drop_unpaired``), fewer than
-        ``min_pairs`` pairs, or an unknown ``alternative``.
+        Unknown columns, an arm without rows or with several per key, non-finite values, unpaired
+        keys, fewer than ``min_pairs`` pairs, or an unknown ``alternative``.
     """
     if alternative not in ALTERNATIVES:
         raise ValueError(f"alternative: expected one of {ALTERNATIVES}, got {alternative!r}")
@@ -241,8 +224,8 @@ def compare_methods(
 def holm_adjust(pvalues: Sequence[float]) -> np.ndarray:
     """Holm's (1979) step-down adjustment of ``m`` p-values (family-wise error control).
 
-    With the p-values sorted, ``p_(1) <= ... <= p_(m)``, the adjusted value of the j-th is
-    ``max_{i <= j} min(1, (m - i + 1) p_(i))``, returned in the input order.
+    With ``p_(1) <= ... <= p_(m)`` the adjusted ``j``-th is ``max_{i <= j} min(1, (m - i + 1) p_(i))``,
+    in the input order.
     """
     p = np.asarray(pvalues, dtype=float).reshape(-1)
     if p.size and (not np.isfinite(p).all() or (p < 0).any() or (p > 1).any()):
@@ -271,23 +254,19 @@ def compare_to_reference(
     table, metric
         As in :func:`compare_methods`.
     reference
-        The reference arm (``method_b`` of every comparison), e.g. the unregularised model.
+        The reference arm (``method_b``), e.g. the unregularised model.
     methods : sequence, optional
-        The arms compared with it (``method_a``); default: every distinct value (tuple of
-        values) of the ``by`` columns in the table (after the ``split`` filter) other than
-        the reference.
+        The arms compared with it; default every other distinct value of the ``by`` columns.
     by : str or sequence of str, default "method"
         E.g. ``("method", "value")`` to compare every hyper-parameter value separately.
     **options
-        ``pair_on``, ``alternative``, ``split``, ``min_pairs``, ``drop_unpaired``,
-        ``wilcoxon_options`` of :func:`compare_methods`.
+        Further keywords of :func:`compare_methods`.
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``method``, ``reference``, ``metric``, ``n_pairs``, ``n_nonzero``,
-        ``median_difference``, ``mean_difference`` (method minus reference),
-        ``statistic``, ``pvalue`` and ``pvalue_holm`` (:func:`holm_adjust` over the rows).
+        ``method``, ``reference``, ``metric``, ``n_pairs``, ``n_nonzero``, ``median_difference``,
+        ``mean_difference`` (method minus reference), ``statistic``, ``pvalue`` and ``pvalue_holm``.
     """
     by_columns = (by,) if isinstance(by, str) else tuple(by)
     if methods is None:
