@@ -1,30 +1,15 @@
 """Balance-property correction of Poisson rate predictions (Lindholm and Wuthrich 2024) [DC Remark 5.3].
 
-A claim-frequency model with predicted rates ``mu_i`` (claims per unit of exposure) and
-exposures ``v_i`` has the *balance property* on a portfolio with observed claim counts
-``N_i`` when
-
-    sum_i v_i mu_i = sum_i N_i,
-
-i.e. the premium charged covers the claims on average at portfolio level. Early stopping,
-regularisation and fairness penalties break it ([DC] Remark 5.3, citing Wuthrich 2020);
-[DC] recommends the simple post-processing of Lindholm and Wuthrich (2024), the
-multiplicative correction
+Rates ``mu_i`` with exposures ``v_i`` are balanced on a portfolio with claim counts ``N_i`` when
+``sum_i v_i mu_i = sum_i N_i`` (the premium covers the claims on average). Early stopping and fairness
+penalties break it; [DC] recommends the multiplicative correction
 
     alpha = sum_i N_i / sum_i v_i mu_i,        mu_i^bal = alpha mu_i,
 
-after which ``sum_i v_i mu_i^bal = sum_i N_i`` holds exactly (up to float round-off).
-
-For a log link, ``mu_i = exp(eta_i)``, this is the intercept shift ``eta_i -> eta_i +
-log(alpha)``: the same correction written on the linear-predictor scale (it is what the
-unpenalised maximum-likelihood intercept of a Poisson GLM satisfies automatically). It
-leaves every ratio ``mu_i / mu_j`` unchanged, so the ranking of risks and scale-free
-fairness measures are unaffected; scale-dependent ones (dCov~^2 of the rates, which is
-positively homogeneous of degree one in them) are multiplied by ``alpha``.
-
-Compute ``alpha`` on the training portfolio and apply the same factor to new predictions
-(:func:`apply_balance_correction` with ``factor=``); correcting each new portfolio with its
-own observed claims would use the outcomes being predicted.
+which for a log link is the intercept shift ``log(alpha)``. Ratios ``mu_i / mu_j`` and scale-free
+fairness measures are unchanged; dCov~^2 of the rates (homogeneous of degree one) is multiplied by
+``alpha``. Compute ``alpha`` on the training portfolio and apply it to new predictions (``factor=``):
+correcting with a new portfolio's own claims would use the outcomes being predicted.
 """
 
 from __future__ import annotations
@@ -57,29 +42,16 @@ def _checked(pred_rate: Any, exposure: Any, claims: Any) -> tuple[np.ndarray, np
 
 
 def balance_correction(pred_rate: Any, exposure: Any, claims: Any) -> float:
-    """Multiplicative balance correction ``alpha = sum_i N_i / sum_i v_i mu_i`` (Lindholm and Wuthrich 2024).
+    """Multiplicative balance correction ``alpha = sum_i N_i / sum_i v_i mu_i`` (1 when already balanced).
 
     Parameters
     ----------
     pred_rate : array-like or torch.Tensor, shape (n,)
-        Predicted rates ``mu_i`` per unit of exposure (e.g. ``exp(out)`` of a Poisson model),
-        all > 0 and finite.
+        Predicted rates ``mu_i`` per unit of exposure, > 0.
     exposure : array-like or torch.Tensor, shape (n,)
-        Exposures ``v_i`` (e.g. years insured), all > 0 and finite.
+        Exposures ``v_i``, > 0.
     claims : array-like or torch.Tensor, shape (n,)
-        Observed claim counts ``N_i`` >= 0 (need not be integers), with a positive total.
-
-    Returns
-    -------
-    float
-        ``alpha > 0``; 1 when the predictions are already balanced. On the log scale the
-        same correction is the intercept shift ``log(alpha)``.
-
-    Raises
-    ------
-    ValueError
-        Arrays of different lengths, empty or not 1-D; non-finite values; a rate or an
-        exposure <= 0; a negative count; no claims at all (the balanced premium would be 0).
+        Observed claim counts ``N_i`` >= 0 with a positive total.
     """
     rate, volume, counts = _checked(pred_rate, exposure, claims)
     total_claims = float(np.sum(counts))
@@ -91,11 +63,7 @@ def balance_correction(pred_rate: Any, exposure: Any, claims: Any) -> float:
 def apply_balance_correction(
     pred_rate: Any, exposure: Any = None, claims: Any = None, *, factor: float | None = None
 ) -> np.ndarray:
-    """Balanced rates ``alpha * mu_i``, with ``sum_i v_i alpha mu_i = sum_i N_i`` on the data given.
-
-    Either pass ``exposure`` and ``claims`` (``alpha`` = :func:`balance_correction` of these
-    rows) or a ``factor`` computed before, e.g. on the training portfolio, to correct new
-    predictions.
+    """Balanced rates ``alpha * mu_i``: ``alpha`` from ``exposure`` and ``claims``, or a given ``factor``.
 
     Parameters
     ----------
@@ -104,12 +72,7 @@ def apply_balance_correction(
     exposure, claims : array-like, optional
         As in :func:`balance_correction`; required when ``factor`` is None.
     factor : float, optional
-        A correction ``alpha > 0`` to apply as it is.
-
-    Returns
-    -------
-    numpy.ndarray of float64, shape (n,)
-        The corrected rates.
+        A correction ``alpha > 0`` computed before (e.g. on the training portfolio).
     """
     if factor is None:
         if exposure is None or claims is None:

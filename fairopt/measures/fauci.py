@@ -1,43 +1,23 @@
-"""FaUCI fairness metrics: weighted (categorical A) and generalised (continuous A) DP, DI, EO.
+"""FaUCI fairness metrics: weighted (categorical A) and generalised (continuous A) DP, DI, EO ([FU] sec 3.1).
 
-Magnini, Ciatto, Calegari, Omicini, "Enforcing Fairness via Constraint Injection with
-FaUCI" [FU] sec 3.1. With ``h`` the prediction (a probability in [0, 1]
-or a hard 0/1 label) and ``w_a`` group weights summing to 1:
+With ``h`` the prediction (probability or 0/1 label) and group weights ``w_a`` summing to 1:
 
 - ``WDP = sum_a w_a |E[h | A=a] - E[h]|``                              [FU] eq. 5
 - ``WDI = sum_a w_a eta(E[h | A=a] / E[h | A!=a])``, ``eta(x) = min(x, 1/x)``  eq. 8
 - ``WEO = sum_a w_a sum_{y in {0,1}} |E[h | A=a, Y=y] - E[h | Y=y]|``     eq. 10
 
-The generalised versions GDP, GDI, GEO ([FU] eq. 7, 9, 11) replace the sum over values of
-a continuous ``A`` by the integral ``int_l^u ... w_a da``. As in the paper's implementation
-([FU] sec 3.3: "histogram-based, several non-overlapping intervals of the same width") the
-integral is a sum over equal-width bins of ``A`` on ``[min A, max A]``, each bin acting as
-one group with weight ``w_b = int_{bin b} w_a da``. With density weights ``w_a = P[A=a]``
-(eq. 6) the bin weight is the bin's share of rows.
+GDP, GDI, GEO ([FU] eq. 7, 9, 11) integrate over a continuous ``A``; as in the paper's implementation
+([FU] sec 3.3) the integral is a sum over equal-width bins of ``A``, bin weight ``w_b = int_b w_a da``.
 
-Weights (``weights=``):
+``weights``: ``"uniform"`` (``1/N`` over the groups present; the W* default, as the paper's experiments,
+[FU] sec 4.1), ``"proportional"``/``"density"`` (``n_a / n``; the G* default, [FU] eq. 6), or user
+weights (mapping by label, or sequence over sorted labels / bins; non-negative, summing to 1). A group
+with positive weight but no row is left out with a :class:`~fairopt.exceptions.FairnessWarning` and
+the rest rescaled.
 
-- ``"uniform"``: ``w_a = 1/N`` over the ``N`` groups (bins) present in the data. This is
-  what the paper's experiments use for the W* metrics ([FU] sec 4.1: "the same weight to
-  each value of the protected attribute ... since the attributes we want to protect are
-  unbalanced"), hence the default of :func:`wdp`, :func:`wdi`, :func:`weo`.
-- ``"proportional"`` (alias ``"density"``): ``w_a = n_a / n``, the group frequencies used
-  in the paper's Algorithms 1-3 and, as the density of A, in its G* experiments, hence the
-  default of :func:`gdp`, :func:`gdi`, :func:`geo`.
-- user weights: a mapping ``{label: weight}`` or a sequence aligned with the sorted group
-  labels (W*) or with the bins (G*), non-negative and summing to 1 ([FU] sec 3.1: "The
-  sum of the weights must be equal to 1"). A group or bin with positive weight but no
-  row in the data (e.g. a mini-batch) has no conditional mean: it is left out, the other
-  weights are rescaled to sum to 1, and a :class:`~fairopt.exceptions.FairnessWarning` is
-  issued.
-
-Direction: WDP/GDP and WEO/GEO are unfairness penalties (0 is fair; WDP/GDP <= 1, WEO/GEO
-<= 2 as the sum over the two classes), while WDI/GDI are fairness scores in [0, 1] (1 is
-fair): the paper trains with the penalty ``1 - WDI`` ([FU] sec 2.1).
-
-Soft and hard predictions are both accepted (values in [0, 1]). With a torch tensor
-``pred`` the value is a 0-dim tensor computed with torch ops, differentiable in ``pred``
-(for use as a penalty, [FU] eq. 12); with any other input it is a Python float.
+WDP/GDP (<= 1) and WEO/GEO (<= 2) are penalties (0 is fair); WDI/GDI are scores in [0, 1] (1 is fair,
+the paper trains on ``1 - WDI``). A torch ``pred`` gives a 0-dim tensor differentiable in ``pred``
+([FU] eq. 12), any other input a float.
 """
 
 from __future__ import annotations
@@ -70,10 +50,7 @@ WEIGHT_SUM_TOL = 1e-6
 
 
 def _prediction(pred: Any) -> tuple[torch.Tensor, bool]:
-    """``pred`` as a floating tensor with values in [0, 1]; and whether it was a tensor.
-
-    Tensors keep their dtype (float) and autograd graph; other inputs become float64.
-    """
+    """``pred`` as a floating tensor in [0, 1] (tensors keep dtype and graph) and whether it was a tensor."""
     is_tensor = isinstance(pred, torch.Tensor)
     t = as_1d_tensor(pred, "pred")
     if not (is_tensor and t.is_floating_point()):
@@ -100,16 +77,7 @@ def _targets(y_true: Any, pred: torch.Tensor) -> torch.Tensor:
 
 
 def _user_weights(weights: Mapping[Any, float] | Sequence[float] | np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """User weights aligned with ``slots`` (group labels or bin indices), validated.
-
-    A mapping may hold labels absent from ``slots`` (groups missing from this sample): their
-    weight counts as the weight of an empty group.
-
-    Returns
-    -------
-    numpy.ndarray of shape (len(slots) + 1,)
-        The weight of each slot, then the total weight of mapping labels not in ``slots``.
-    """
+    """User weights aligned with ``slots``, then the total weight of mapping labels not in ``slots``."""
     try:
         if isinstance(weights, Mapping):
             lookup = {python_scalar(k): float(v) for k, v in weights.items()}
@@ -136,17 +104,7 @@ def _user_weights(weights: Mapping[Any, float] | Sequence[float] | np.ndarray, s
 
 
 def _resolve_weights(weights: WeightSpec, slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Weights of the non-empty slots, summing to 1 (see the module docstring).
-
-    Parameters
-    ----------
-    weights : str, mapping or sequence
-        ``"uniform"``, ``"proportional"``/``"density"`` or user weights.
-    slots : numpy.ndarray of shape (S,)
-        Group labels or bin indices.
-    counts : numpy.ndarray of shape (S,)
-        Rows per slot (zero for an empty bin).
-    """
+    """Weights of the non-empty slots (group labels or bins), summing to 1 (module doc)."""
     present = counts > 0
     if isinstance(weights, str):
         if weights == "uniform":
@@ -227,10 +185,7 @@ def _di_value(pred: torch.Tensor, codes: torch.Tensor, w: torch.Tensor) -> torch
 
 
 def _eo_value(pred: torch.Tensor, codes: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``sum_a w_a sum_y |E[h | A=a, Y=y] - E[h | Y=y]|`` ([FU] eq. 10/11).
-
-    A pair ``(a, y)`` without rows has no conditional mean and contributes nothing.
-    """
+    """``sum_a w_a sum_y |E[h | A=a, Y=y] - E[h | Y=y]|`` ([FU] eq. 10/11); an empty pair ``(a, y)`` adds nothing."""
     total = pred.new_zeros(())
     for value in (0, 1):
         rows = (y == value).to(pred.dtype)
@@ -254,21 +209,16 @@ def _eo_value(pred: torch.Tensor, codes: torch.Tensor, y: torch.Tensor, w: torch
 def wdp(pred: Any, sensitive: Any, weights: WeightSpec = "uniform") -> torch.Tensor | float:
     """Weighted demographic parity ``WDP = sum_a w_a |E[h | A=a] - E[h]|`` ([FU] eq. 5).
 
+    For binary ``A``: ``|P_0 - P_1| / 2`` with uniform weights, ``2 pi_0 pi_1 |P_0 - P_1|`` proportional.
+
     Parameters
     ----------
     pred : array-like or torch.Tensor of shape (n,)
-        Predictions in [0, 1] (probabilities or hard labels).
+        Predictions in [0, 1].
     sensitive : array-like of shape (n,)
-        Binary or categorical attribute ``A`` (any sortable labels); >= 2 groups.
+        Binary or categorical attribute; >= 2 groups.
     weights : {"uniform", "proportional", "density"}, mapping or sequence
-        Group weights ``w_a`` (see the module docstring); default ``"uniform"`` as in the
-        paper's experiments.
-
-    Returns
-    -------
-    float or 0-dim torch.Tensor
-        In [0, 1]; 0 is parity. For binary ``A``: ``|P_0 - P_1| / 2`` with uniform weights,
-        ``2 pi_0 pi_1 |P_0 - P_1|`` with proportional weights.
+        Group weights (module doc).
     """
     p, is_tensor = _prediction(pred)
     codes, w = _categorical_groups(sensitive, p, weights)
@@ -278,23 +228,8 @@ def wdp(pred: Any, sensitive: Any, weights: WeightSpec = "uniform") -> torch.Ten
 def wdi(pred: Any, sensitive: Any, weights: WeightSpec = "uniform") -> torch.Tensor | float:
     """Weighted disparate impact ``WDI = sum_a w_a eta(E[h | A=a] / E[h | A!=a])`` ([FU] eq. 8).
 
-    ``eta(x) = min(x, 1/x)``, computed as ``min(m_a, m_!a) / max(m_a, m_!a)``: 1 when both
-    means are 0 (nothing to compare), 0 when exactly one is 0. For binary ``A`` (any
-    weights) WDI equals the disparate impact ``min(P_0/P_1, P_1/P_0)``.
-
-    Parameters
-    ----------
-    pred : array-like or torch.Tensor of shape (n,)
-        Predictions in [0, 1].
-    sensitive : array-like of shape (n,)
-        Binary or categorical attribute; >= 2 groups.
-    weights : {"uniform", "proportional", "density"}, mapping or sequence
-        Group weights (default ``"uniform"``).
-
-    Returns
-    -------
-    float or 0-dim torch.Tensor
-        A fairness score in [0, 1] (1 is fair); the FaUCI penalty is ``1 - WDI``.
+    ``eta`` is ``min(m, m') / max(m, m')``: 1 when both means are 0, 0 when one is. For binary ``A`` WDI is
+    the disparate impact ``min(P_0/P_1, P_1/P_0)``. Parameters as in :func:`wdp`.
     """
     p, is_tensor = _prediction(pred)
     codes, w = _categorical_groups(sensitive, p, weights)
@@ -304,21 +239,7 @@ def wdi(pred: Any, sensitive: Any, weights: WeightSpec = "uniform") -> torch.Ten
 def weo(pred: Any, sensitive: Any, y_true: Any, weights: WeightSpec = "uniform") -> torch.Tensor | float:
     """Weighted equalised odds ``WEO = sum_a w_a sum_y |E[h | A=a, Y=y] - E[h | Y=y]|`` ([FU] eq. 10).
 
-    Parameters
-    ----------
-    pred : array-like or torch.Tensor of shape (n,)
-        Predictions in [0, 1].
-    sensitive : array-like of shape (n,)
-        Binary or categorical attribute; >= 2 groups.
-    y_true : array-like of shape (n,)
-        True labels in {0, 1}. A pair ``(a, y)`` with no rows contributes nothing.
-    weights : {"uniform", "proportional", "density"}, mapping or sequence
-        Group weights (default ``"uniform"``).
-
-    Returns
-    -------
-    float or 0-dim torch.Tensor
-        In [0, 2] (two classes); 0 is fair.
+    ``y_true`` holds 0/1 labels; other parameters as in :func:`wdp`. In [0, 2].
     """
     p, is_tensor = _prediction(pred)
     y = _targets(y_true, p)
@@ -327,10 +248,7 @@ def weo(pred: Any, sensitive: Any, y_true: Any, weights: WeightSpec = "uniform")
 
 
 def gdp(pred: Any, sensitive: Any, bins: BinSpec = 10, weights: WeightSpec = "density") -> torch.Tensor | float:
-    """Generalised demographic parity ``GDP = int_l^u |E[h | A=a] - E[h]| w_a da`` ([FU] eq. 7).
-
-    Histogram version: ``sum_b w_b |E[h | A in bin b] - E[h]|`` over the non-empty
-    equal-width bins of ``A`` (see the module docstring).
+    """Generalised demographic parity ``GDP = int_l^u |E[h | A=a] - E[h]| w_a da`` ([FU] eq. 7), over bins.
 
     Parameters
     ----------
@@ -339,16 +257,9 @@ def gdp(pred: Any, sensitive: Any, bins: BinSpec = 10, weights: WeightSpec = "de
     sensitive : array-like of shape (n,)
         Continuous attribute ``A``.
     bins : int or sequence of float
-        Number of equal-width bins on ``[min A, max A]`` (default 10), or explicit edges
-        (values outside go to the end bins).
+        Equal-width bins on ``[min A, max A]``, or explicit edges (outside values go to the end bins).
     weights : {"density", "proportional", "uniform"} or sequence
-        Bin weights; default ``"density"`` (``w_a = P[A=a]``, [FU] eq. 6 and sec 4.1). A
-        sequence has one weight per bin.
-
-    Returns
-    -------
-    float or 0-dim torch.Tensor
-        In [0, 1]; 0 is fair.
+        Bin weights (one per bin for a sequence).
     """
     p, is_tensor = _prediction(pred)
     codes, w = _binned_groups(sensitive, p, bins, weights)
@@ -356,23 +267,14 @@ def gdp(pred: Any, sensitive: Any, bins: BinSpec = 10, weights: WeightSpec = "de
 
 
 def gdi(pred: Any, sensitive: Any, bins: BinSpec = 10, weights: WeightSpec = "density") -> torch.Tensor | float:
-    """Generalised disparate impact ``GDI = int_l^u eta(E[h | A=a] / E[h | A!=a]) w_a da`` ([FU] eq. 9).
-
-    Histogram version over the non-empty equal-width bins of ``A``; parameters as in
-    :func:`gdp`. A fairness score in [0, 1] (1 is fair).
-    """
+    """Generalised disparate impact ``int_l^u eta(E[h | A=a] / E[h | A!=a]) w_a da`` ([FU] eq. 9), as :func:`gdp`."""
     p, is_tensor = _prediction(pred)
     codes, w = _binned_groups(sensitive, p, bins, weights)
     return _result(_di_value(p, codes, w), is_tensor)
 
 
 def geo(pred: Any, sensitive: Any, y_true: Any, bins: BinSpec = 10, weights: WeightSpec = "density") -> torch.Tensor | float:
-    """Generalised equalised odds ``GEO = int_l^u (eo(a, 0) + eo(a, 1)) w_a da`` ([FU] eq. 11).
-
-    ``eo(a, y) = |E[h | A=a, Y=y] - E[h | Y=y]|``; histogram version over the non-empty
-    equal-width bins of ``A``. ``y_true`` as in :func:`weo`, other parameters as in
-    :func:`gdp`. In [0, 2]; 0 is fair.
-    """
+    """Generalised equalised odds ``int_l^u (eo(a, 0) + eo(a, 1)) w_a da`` ([FU] eq. 11), as :func:`gdp`/:func:`weo`."""
     p, is_tensor = _prediction(pred)
     y = _targets(y_true, p)
     codes, w = _binned_groups(sensitive, p, bins, weights)

@@ -1,33 +1,17 @@
 """Generalized Disparate Impact (GeDI) and the Disparate Impact Discrimination Index (DIDI).
 
-GeDI [GeDI sec 3-4] measures how well a user-chosen function of the
-protected attribute ``x`` explains the target ``y``. With a kernel matrix ``F`` (n, k)
-of basis functions of ``x``, centred columns ``Ft = F - mean(F)`` and centred target
-``yt = y - mean(y)``::
+GeDI [GeDI sec 3-4] measures how well functions of the protected attribute ``x`` explain ``y``. With
+a kernel ``F`` (n, k) of the standardised ``x``, ``Ft = F - mean(F)`` and ``yt = y - mean(y)``::
 
     alpha = argmin_a ||Ft a - yt||^2        [GeDI eq 15-16]
     GeDI(x, y; F) = ||alpha||_1             [GeDI eq 17]
 
-Conventions fixed here (they reproduce the published numbers, see ``tests/test_gedi.py``):
-
-* ``x`` is standardised with its mean and POPULATION standard deviation (``ddof=0``, as
-  scikit-learn's ``StandardScaler`` in the GeDI authors' code) before the kernel is built.
-  ``y`` is used as given: GeDI is deliberately sensitive to the scale of ``y``
-  [GeDI sec 3]; the paper's regression target is min-max scaled to [0, 1] beforehand.
-* Polynomial kernel ``V^k``: ``F_j = z^j``, ``j = 1..k``, ``z`` the standardised ``x``.
-* Fourier kernel with ``k`` columns: ``F_j = sin(m z)`` for odd ``j`` and ``cos(m z)`` for
-  even ``j``, with integer angular frequency ``m = ceil(j / 2)`` on the standardised scale
-  (``sin z, cos z, sin 2z, cos 2z, ...``; the base period ``2 pi`` spans about six
-  standard deviations, so the first column is close to linear on the bulk of the data).
-* ``alpha`` is computed with the pseudo-inverse of ``Ft`` from its thin SVD, which is the
-  least-squares solution of the normal equations ``Ft'Ft alpha = Ft' yt`` without forming
-  ``Ft'Ft`` (whose condition number is the square of that of ``Ft``: large for high powers).
-  The arithmetic is float64 whatever the input precision.
-
-With ``k = 1`` and the polynomial kernel, ``GeDI(x, y; V^1) = |cov(z, y) / var(z)|``
-[GeDI eq 13]; with standardised ``z`` this is ``|cov(x, y)| / sd(x)``. For a binary ``x``
-coded 0/1 and NOT standardised (``standardize=False``) it is exactly the regression DIDI,
-and half of the classification DIDI of a binary target [GeDI App. A.4, eq 47 and 49].
+Conventions (they reproduce the published numbers, ``tests/test_gedi.py``): ``x`` is standardised
+with the population sd (``ddof=0``, as the authors' ``StandardScaler``); ``y`` is used as given (GeDI
+is deliberately scale-sensitive); ``V^k`` has columns ``z^j``, the Fourier kernel ``sin z, cos z,
+sin 2z, ...``; ``alpha`` comes from the thin-SVD pseudo-inverse of ``Ft`` in float64, which avoids
+squaring the condition number in ``Ft'Ft``. ``GeDI(x, y; V^1) = |cov(z, y) / var(z)|`` [GeDI eq 13];
+for a 0/1 ``x`` with ``standardize=False`` it is the regression DIDI [GeDI App. A.4, eq 47, 49].
 """
 
 from __future__ import annotations
@@ -62,7 +46,7 @@ KERNELS: tuple[str, ...] = ("poly", "fourier")
 # argument checks shared with fairopt.constraints.gedi
 # ----------------------------------------------------------------------------------------
 def check_degree(degree: Any) -> int:
-    """Require a positive integer kernel order ``k``; returns it as ``int``."""
+    """Require an integer kernel order ``k >= 1``."""
     if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or degree < 1:
         raise ValueError(f"degree: expected an integer >= 1, got {degree!r}")
     return int(degree)
@@ -79,16 +63,9 @@ def check_kernel(kernel: Any) -> str:
 # kernel construction and the least-squares operator
 # ----------------------------------------------------------------------------------------
 def standardization(x: torch.Tensor, standardize: bool = True, name: str = "x") -> tuple[float, float]:
-    """Shift and scale that standardise ``x``: ``z = (x - shift) / scale``.
+    """``(shift, scale)`` with ``z = (x - shift) / scale``: the mean and population sd, or ``(0, 1)``.
 
-    ``shift = mean(x)`` and ``scale`` the population standard deviation
-    ``sqrt(mean((x - mean x)^2))`` (``ddof=0``). With ``standardize=False`` the identity
-    ``(0.0, 1.0)`` is returned (``x`` is used as coded, e.g. a 0/1 group indicator).
-
-    Raises
-    ------
-    ValueError
-        If ``x`` is constant (no kernel can be fitted).
+    ``ValueError`` for a constant ``x`` (no kernel can be fitted).
     """
     xd = x.detach().to(torch.float64)
     scale = float(xd.std(correction=0)) if xd.numel() > 1 else 0.0
@@ -115,17 +92,8 @@ def _kernel_matrix(z: torch.Tensor, degree: int, kernel: str) -> torch.Tensor:
 class KernelBasis:
     """The centred kernel of one sample of ``x`` and its least-squares operator.
 
-    Attributes
-    ----------
-    centred : torch.Tensor
-        ``Ft`` (n, k), float64: kernel columns minus their sample means.
-    pinv : torch.Tensor
-        ``Ft^+`` (k, n): ``alpha = Ft^+ (y - mean y)`` solves ``Ft'Ft alpha = Ft' yt``
-        [GeDI eq 16] (minimum-norm solution if ``Ft`` is rank deficient).
-    gram : torch.Tensor
-        ``Ft'Ft / n`` (k, k): the covariance matrix of the kernel columns.
-    rank : int
-        Numerical rank of ``Ft`` (singular values above ``s_max * max(n, k) * eps``).
+    ``centred`` is ``Ft`` (n, k, float64), ``pinv`` is ``Ft^+`` (minimum-norm ``alpha = Ft^+ yt``
+    [GeDI eq 16]), ``gram`` is ``Ft'Ft / n`` and ``rank`` the numerical rank of ``Ft``.
     """
 
     centred: torch.Tensor
@@ -143,10 +111,8 @@ class KernelBasis:
 
     @classmethod
     def build(cls, x: torch.Tensor, degree: int, kernel: str, shift: float, scale: float) -> "KernelBasis":
-        """Kernel of ``z = (x - shift) / scale``, centred on THIS sample.
-
-        ``shift``/``scale`` come from :func:`standardization` of the training sample, so
-        a mini-batch gets the training standardisation and its own centring.
+        """Kernel of ``z = (x - shift) / scale`` centred on this sample: a batch gets the training
+        standardisation and its own centring.
         """
         z = (x.detach().to(torch.float64).reshape(-1) - shift) / scale
         centred = _kernel_matrix(z, degree, kernel)
@@ -185,48 +151,29 @@ def gedi(
     return_coefficients: bool = False,
     standardize: bool = True,
 ) -> Any:
-    """Generalized Disparate Impact ``GeDI(x, y; F) = ||alpha||_1`` [GeDI eq 8, 15-17].
+    """Generalized Disparate Impact ``GeDI(x, y; F) = ||alpha||_1`` [GeDI eq 8, 15-17]::
 
-    ``alpha`` is the least-squares fit of the centred target on the centred kernel
-    columns of the standardised attribute (see the module docstring for the exact kernel
-    bases and the SVD-based solve)::
-
-        z = (x - mean x) / sd(x)                       (population sd; skipped if standardize=False)
-        F = [f_1(z), ..., f_k(z)],  Ft = F - mean(F),  yt = y - mean(y)
-        Ft'Ft alpha = Ft' yt,       GeDI = sum_j |alpha_j|
-
-    Special cases: ``GeDI(x, y; V^1) = |cov(z, y) / var(z)|`` [GeDI eq 13], and for a
-    binary ``x`` coded 0/1 with ``standardize=False`` it equals :func:`didi` (regression)
-    and half the classification DIDI of a binary ``y`` [GeDI App. A.4].
+        z = (x - mean x) / sd(x),  Ft = F(z) - mean F(z),  Ft'Ft alpha = Ft' (y - mean y)
 
     Parameters
     ----------
     x : array-like or torch.Tensor, shape (n,)
         Numeric protected attribute (continuous, or a 0/1 indicator).
     y : array-like or torch.Tensor, shape (n,)
-        Target or predictions. Torch input gives a torch result differentiable in ``y``.
+        Target or predictions; torch input gives a result differentiable in ``y``.
     degree : int
-        Kernel order ``k`` (number of basis columns).
+        Kernel order ``k``.
     kernel : {"poly", "fourier"}
-        ``"poly"``: ``z, z^2, ..., z^k`` (``V^k`` in the paper); ``"fourier"``:
-        ``sin z, cos z, sin 2z, cos 2z, ...`` (first ``k``).
     return_coefficients : bool
-        Also return ``alpha`` (shape (k,)).
+        Also return ``alpha`` (k,).
     standardize : bool
-        Standardise ``x`` first (default, as in the paper's experiments). Use ``False``
-        for a 0/1 indicator whose GeDI(V^1) should read as a DIDI.
-
-    Returns
-    -------
-    float or torch.Tensor, or a tuple (value, alpha)
-        Numpy/pandas input gives ``float`` (and a numpy ``alpha``); torch input gives
-        tensors in ``y``'s float dtype.
+        Standardise ``x`` first; False for a 0/1 indicator whose GeDI(V^1) reads as a DIDI.
 
     Raises
     ------
     ValueError
-        Bad shapes, non-finite values, a constant ``x``, an unknown kernel or a degree
-        whose kernel matrix is rank deficient (e.g. ``degree >= 2`` for a binary ``x``).
+        Bad shapes, non-finite values, a constant ``x`` or a rank-deficient kernel (e.g. ``degree >= 2``
+        for a binary ``x``).
     """
     degree = check_degree(degree)
     kernel = check_kernel(kernel)
@@ -281,55 +228,27 @@ def _didi_from_codes(pred: Any, codes: np.ndarray, classification: bool) -> Any:
 def didi(pred: Any, sensitive: Any, classification: bool = False) -> Any:
     """Disparate Impact Discrimination Index [GeDI eq 1-2, Aghaei et al. 2019].
 
-    Regression::
-
-        DIDI_r = sum_v | mean(pred | x = v) - mean(pred) |
-
-    Classification (binary target, two classes ``u in {0, 1}``)::
-
-        DIDI_c = sum_u sum_v | P(pred = u | x = v) - P(pred = u) |
-
-    For a binary target both class terms are equal, so ``DIDI_c = 2 DIDI_r``
-    [GeDI App. A.4, eq 49]. With probabilities ``p`` of class 1 instead of hard labels,
-    ``P(pred = 1 | x = v)`` is read as ``mean(p | x = v)`` (the expected DIDI, smooth in
-    ``p``).
+    ``DIDI_r = sum_v |mean(pred | x = v) - mean(pred)|``;
+    ``DIDI_c = sum_u sum_v |P(pred = u | x = v) - P(pred = u)|`` over the classes ``u in {0, 1}``, equal to
+    ``2 DIDI_r`` for a binary target [GeDI App. A.4, eq 49]. Probabilities of class 1 give the expected,
+    smooth DIDI.
 
     Parameters
     ----------
     pred : array-like or torch.Tensor, shape (n,)
-        Predictions or targets (regression), or 0/1 labels / class-1 probabilities
-        (classification). Torch input gives a differentiable torch scalar.
+        Predictions, or 0/1 labels / class-1 probabilities for ``classification``.
     sensitive : array-like or torch.Tensor, shape (n,)
-        Discrete protected attribute: any labels (numbers, strings, categories); each
-        distinct value is a group ``v``.
+        Discrete protected attribute; each distinct value is a group.
     classification : bool
-        Use ``DIDI_c`` (sum over both classes) instead of ``DIDI_r``.
-
-    Returns
-    -------
-    float or torch.Tensor
+        ``DIDI_c`` instead of ``DIDI_r``.
     """
     codes, _ = encode_groups(sensitive, "sensitive")
     return _didi_from_codes(pred, codes, classification)
 
 
 def binned_didi(pred: Any, x: Any, bins: int, classification: bool = False) -> Any:
-    """DIDI over quantile bins of a continuous attribute (DIDI-``bins`` in [GeDI sec 5]).
-
-    ``x`` is discretised with :func:`fairopt.measures.group.bin_quantiles` (edges at the
-    ``j / bins`` sample quantiles, right-closed bins as ``pandas.qcut``, tied edges merged)
-    and :func:`didi` is computed on the bin codes.
-
-    Parameters
-    ----------
-    pred : array-like or torch.Tensor, shape (n,)
-        Predictions; see :func:`didi`.
-    x : array-like or torch.Tensor, shape (n,)
-        Continuous protected attribute.
-    bins : int
-        Number of quantile bins (>= 1).
-    classification : bool
-        Classification DIDI (see :func:`didi`).
+    """:func:`didi` over ``bins`` quantile bins of a continuous ``x`` (DIDI-``bins`` in [GeDI sec 5]; bins of
+    :func:`fairopt.measures.group.bin_quantiles`).
     """
     if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
         raise ValueError(f"bins: expected an integer >= 1, got {bins!r}")

@@ -1,21 +1,11 @@
 """Group-rate fairness measures on hard predictions, and the group coding they share.
 
-Realised fairness is measured group to group on hard 0/1 predictions: with ``P_g = P(yhat = 1 | S = g)`` the positive rate of group ``g``,
-
-- disparate impact ``DI = min_g P_g / max_g P_g`` (``= min(P_0/P_1, P_1/P_0)`` for binary S;
-  NaN with an :class:`~fairopt.exceptions.UndefinedMeasureWarning` when every ``P_g`` is 0),
-- demographic-parity difference ``max_g P_g - min_g P_g``,
-- equal impact: DI on the rows with ``y = 1``,
-- equalised odds: the largest between-group rate gap among rows with ``y = 0`` and ``y = 1``.
-
-``sensitive`` may be binary or categorical with any sortable hashable labels (numbers,
-strings, booleans); groups are the sorted unique labels (``numpy.unique``). Every group
-measure takes its arguments in the order ``(pred, sensitive, ...)``.
-
-This module also holds the group coding shared by :mod:`fairopt.measures.fauci` and
-:mod:`fairopt.measures.distribution`: :func:`encode_groups` (labels to integer codes),
-:func:`bin_equal_width` and :func:`bin_quantiles` (continuous values to bins) and the
-differentiable per-group sums :func:`group_sums`.
+With ``P_g = P(yhat = 1 | S = g)``: disparate impact ``min_g P_g / max_g P_g``, demographic-parity
+difference ``max_g P_g - min_g P_g``, equal impact (DI on the rows with ``y = 1``) and equalised odds
+(the largest gap among rows with ``y = 0`` and ``y = 1``). Groups are the sorted unique labels of
+``sensitive`` (any sortable hashable labels); arguments come in the order ``(pred, sensitive, ...)``.
+The group coding (:func:`encode_groups`, :func:`bin_equal_width`, :func:`bin_quantiles`,
+:func:`group_sums`) is shared with :mod:`fairopt.measures.fauci` and :mod:`~fairopt.measures.distribution`.
 """
 
 from __future__ import annotations
@@ -54,13 +44,6 @@ __all__ = [
 def encode_groups(sensitive: Any, name: str = "sensitive") -> tuple[np.ndarray, np.ndarray]:
     """Integer group codes of a 1-D array of labels.
 
-    Parameters
-    ----------
-    sensitive : array-like of shape (n,)
-        Group labels: numbers, strings, booleans (numpy, torch, pandas or list).
-    name : str
-        Argument name used in error messages.
-
     Returns
     -------
     codes : numpy.ndarray of int64, shape (n,)
@@ -71,8 +54,7 @@ def encode_groups(sensitive: Any, name: str = "sensitive") -> tuple[np.ndarray, 
     Raises
     ------
     ValueError
-        Naming ``name``: not 1-D, empty, missing values (NaN/None), infinite values or
-        labels that cannot be sorted together.
+        Naming ``name``: not 1-D, empty, missing or infinite values, or labels that cannot be sorted together.
     """
     arr = column_1d(sensitive, name, "array of group labels", allow_empty=False)
     missing = np.asarray(pd.isna(arr), dtype=bool)
@@ -106,17 +88,15 @@ def bin_equal_width(values: Any, bins: int | Sequence[float] | np.ndarray, name:
     values : array-like of shape (n,)
         Finite values.
     bins : int or sequence of float
-        Number of equal-width bins spanning ``[min(values), max(values)]``, or explicit
-        strictly increasing edges ``e_0 < ... < e_B`` (e.g. computed on training data).
+        Number of bins spanning ``[min, max]``, or strictly increasing edges ``e_0 < ... < e_B``.
     name : str
         Argument name of ``values`` in error messages.
 
     Returns
     -------
     codes : numpy.ndarray of int64, shape (n,)
-        Bin index in ``0 .. B-1``. Bins are ``[e_j, e_{j+1})`` except the last, which is
-        closed (as in ``numpy.histogram``); with explicit edges, values below ``e_0`` go to
-        the first bin and values above ``e_B`` to the last.
+        Bin ``[e_j, e_{j+1})`` (the last closed, as ``numpy.histogram``); values outside explicit edges go
+        to the end bins.
     edges : numpy.ndarray of shape (B + 1,)
     """
     x = float_vector(values, name)
@@ -138,26 +118,10 @@ def _bin_edges(x: np.ndarray, bins: int | Sequence[float] | np.ndarray) -> np.nd
 
 
 def bin_quantiles(values: Any, n_quantiles: int, name: str = "sensitive") -> np.ndarray:
-    """Quantile bins of a continuous variable (equal-count groups).
+    """Equal-count bins: interior edges at the sample quantiles ``q_{j/Q}``, right-closed as ``pandas.qcut``.
 
-    The interior edges are the sample quantiles ``q_{j/Q}``, ``j = 1..Q-1`` (numpy's
-    default linear interpolation); bins are right-closed, ``(q_{(j-1)/Q}, q_{j/Q}]``, the
-    first one containing the minimum (as ``pandas.qcut``). Tied edges are merged, so
-    heavily tied data can give fewer than ``Q`` bins.
-
-    Parameters
-    ----------
-    values : array-like of shape (n,)
-    n_quantiles : int
-        Number of bins ``Q >= 1`` ([DC] sec 5.1 bins age at its 33rd and 67th percentiles,
-        i.e. ``Q = 3``).
-    name : str
-        Argument name of ``values`` in error messages.
-
-    Returns
-    -------
-    numpy.ndarray of int64, shape (n,)
-        Bin index in ``0 .. Q'-1`` (``Q' <= Q`` bins after merging ties).
+    Tied edges are merged, so tied data can give fewer than ``n_quantiles`` bins; returns codes ``0..Q'-1``.
+    ([DC] sec 5.1 bins age at its tertiles, ``Q = 3``.)
     """
     if isinstance(n_quantiles, bool) or not isinstance(n_quantiles, (int, np.integer)) or n_quantiles < 1:
         raise ValueError(f"n_quantiles: expected an integer >= 1, got {n_quantiles!r}")
@@ -167,11 +131,7 @@ def bin_quantiles(values: Any, n_quantiles: int, name: str = "sensitive") -> np.
 
 
 def group_sums(values: torch.Tensor, codes: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group sums and counts, differentiable in ``values``.
-
-    Returns ``(sums, counts)``, both of shape ``(n_groups,)`` and the dtype of ``values``:
-    ``sums[g] = sum_{i: codes_i = g} values_i`` and ``counts[g] = #{i: codes_i = g}``.
-    """
+    """Per-group ``sums[g] = sum_{codes_i = g} values_i`` and ``counts[g]``, differentiable in ``values``."""
     sums = values.new_zeros(n_groups).index_add(0, codes, values)
     counts = torch.bincount(codes, minlength=n_groups).to(values.dtype)
     return sums, counts
@@ -211,10 +171,7 @@ def _groups_of(sensitive: Any, n: int) -> tuple[torch.Tensor, np.ndarray]:
 
 
 def _rates(values: torch.Tensor, codes: torch.Tensor, labels: np.ndarray, rows: torch.Tensor | None = None, condition: str = "") -> torch.Tensor:
-    """Mean of ``values`` per group, over the rows where ``rows`` is True (all by default).
-
-    Raises ``ValueError`` naming ``y_true`` when a group has no such row.
-    """
+    """Mean of ``values`` per group over the rows where ``rows`` is True; ``ValueError`` for a group without any."""
     if rows is not None:
         values, codes = values[rows], codes[rows]
     sums, counts = group_sums(values, codes, labels.size)
@@ -226,14 +183,12 @@ def _rates(values: torch.Tensor, codes: torch.Tensor, labels: np.ndarray, rows: 
 
 
 def ratio_and_difference(values: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``min_g / max_g`` and ``max_g - min_g`` of group values along the last axis (groups).
+    """``min_g / max_g`` and ``max_g - min_g`` of group values along the last axis: the one computation of the
+    group ratio and gap.
 
-    The one computation of the group-to-group ratio and gap (disparate impact, equal impact,
-    ``evaluate``'s ``di_ratio``/``dp_difference`` and :func:`fairopt.group_report`'s ratios and
-    differences, also over bootstrap replicates). Any NaN group value gives NaN for both. The
-    ratio is NaN when a value is negative (a ratio of signed quantities means nothing) and
-    when every value is 0 (0/0: nothing to compare, not "perfectly fair"; the callers warn,
-    :func:`warn_undefined_ratio`); a 0 next to a positive value gives 0.
+    NaN in gives NaN for both. The ratio is NaN for a negative value (a ratio of signed quantities means
+    nothing) and when every value is 0 (0/0: undefined, not "perfectly fair"; callers warn with
+    :func:`warn_undefined_ratio`).
     """
     values = np.asarray(to_numpy(values), dtype=float)
     lo, hi = values.min(axis=-1), values.max(axis=-1)
@@ -253,16 +208,14 @@ def undefined_ratio_reason(what: str = "positive predictions") -> str:
 
 
 def undefined_ratio_message(measure: str, what: str = "positive predictions") -> str:
-    """The text of the :class:`~fairopt.exceptions.UndefinedMeasureWarning` of the ratio
-    measure ``measure`` when every group rate is 0 (``what``: what no group has)."""
+    """Text of the :class:`~fairopt.exceptions.UndefinedMeasureWarning` of a 0/0 ratio measure ``measure``."""
     return (f"{measure}: {undefined_ratio_reason(what)}. It is returned as NaN. Check whether the model is "
             "degenerate (the same prediction for every row).")
 
 
 def warn_undefined_ratio(value: float, measure: str, what: str = "positive predictions",
                          stacklevel: int = 3) -> float:
-    """``value``, after an :class:`~fairopt.exceptions.UndefinedMeasureWarning` when it is
-    the NaN of a 0/0 ratio (:func:`ratio_and_difference`)."""
+    """``value``, after an :class:`~fairopt.exceptions.UndefinedMeasureWarning` when it is NaN (0/0)."""
     if value != value:  # NaN
         warnings.warn(undefined_ratio_message(measure, what), UndefinedMeasureWarning, stacklevel=stacklevel)
     return value
@@ -274,20 +227,7 @@ def _spread(rates: torch.Tensor) -> float:
 
 
 def group_means(values: Any, sensitive: Any) -> dict[Hashable, float]:
-    """Mean of ``values`` per group: ``{g: mean(values_i : S_i = g)}``.
-
-    Parameters
-    ----------
-    values : array-like of shape (n,)
-        Any finite values (scores, predicted rates, ...).
-    sensitive : array-like of shape (n,)
-        Group labels; a single group is allowed here.
-
-    Returns
-    -------
-    dict
-        Sorted group label (as a Python scalar) -> mean.
-    """
+    """Mean of ``values`` per group: ``{label: mean(values_i : S_i = label)}`` (one group is allowed)."""
     v = torch.as_tensor(float_vector(values, "values"))
     codes, labels = encode_groups(sensitive)
     check_same_length(values=v, sensitive=codes)
@@ -296,20 +236,7 @@ def group_means(values: Any, sensitive: Any) -> dict[Hashable, float]:
 
 
 def group_rates(pred: Any, sensitive: Any) -> dict[Hashable, float]:
-    """Positive rate per group, ``P(yhat = 1 | S = g)``, on hard 0/1 predictions.
-
-    Parameters
-    ----------
-    pred : array-like of shape (n,)
-        Hard predictions in {0, 1}.
-    sensitive : array-like of shape (n,)
-        Group labels (binary or categorical, any sortable hashable labels).
-
-    Returns
-    -------
-    dict
-        Sorted group label (as a Python scalar) -> rate in [0, 1].
-    """
+    """Positive rate per group, ``{label: P(yhat = 1 | S = label)}``, on hard 0/1 predictions."""
     p = _hard_predictions(pred)
     codes, labels = encode_groups(sensitive)
     check_same_length(pred=p, sensitive=codes)
@@ -318,15 +245,11 @@ def group_rates(pred: Any, sensitive: Any) -> dict[Hashable, float]:
 
 
 def disparate_impact(pred: Any, sensitive: Any) -> float:
-    """Disparate impact ``DI = min_g P(yhat=1 | g) / max_g P(yhat=1 | g)``.
+    """Disparate impact ``DI = min_g P(yhat=1 | g) / max_g P(yhat=1 | g)`` ([SQP] eq. 5 on hard predictions).
 
-    For binary ``S`` this is ``min(P_0/P_1, P_1/P_0)`` ([SQP] eq. 5 realised on hard
-    predictions). Conventions: when some group has rate 0 and another a positive rate,
-    ``DI = 0.0``; when every group has rate 0 (no positive prediction at all) the ratio is
-    0/0: ``DI`` is NaN and an :class:`~fairopt.exceptions.UndefinedMeasureWarning` (a
-    :class:`~fairopt.exceptions.FairnessWarning`) names the measure and says that no group
-    has positive predictions. Such predictions are not "perfectly fair": a model that never
-    predicts the positive class is degenerate.
+    In [0, 1], 1 is parity; 0 when some group has rate 0 and another not. When every rate is 0 the ratio
+    is 0/0: NaN with an :class:`~fairopt.exceptions.UndefinedMeasureWarning` (a model that never predicts
+    the positive class is degenerate, not fair).
 
     Parameters
     ----------
@@ -334,16 +257,6 @@ def disparate_impact(pred: Any, sensitive: Any) -> float:
         Hard predictions in {0, 1}.
     sensitive : array-like of shape (n,)
         Group labels; at least two groups.
-
-    Returns
-    -------
-    float
-        In [0, 1]; 1 is perfect parity. NaN when no group has a positive prediction.
-
-    Warns
-    -----
-    UndefinedMeasureWarning
-        When the value is NaN (0/0).
     """
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
@@ -351,51 +264,17 @@ def disparate_impact(pred: Any, sensitive: Any) -> float:
 
 
 def dp_difference(pred: Any, sensitive: Any) -> float:
-    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)``.
-
-    Parameters
-    ----------
-    pred : array-like of shape (n,)
-        Hard predictions in {0, 1}.
-    sensitive : array-like of shape (n,)
-        Group labels; at least two groups.
-
-    Returns
-    -------
-    float
-        In [0, 1]; 0 is perfect parity.
-    """
+    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)``, in [0, 1]."""
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
     return _spread(_rates(p, codes, labels))
 
 
 def equal_impact(pred: Any, sensitive: Any, y_true: Any) -> float:
-    """Equal impact: disparate impact on the rows with ``y_true = 1``.
+    """Equal impact: :func:`disparate_impact` on the rows with ``y_true = 1`` (the ratio of true-positive rates).
 
-    ``EI = min_g P(yhat=1 | g, y=1) / max_g P(yhat=1 | g, y=1)``: the ratio of the groups'
-    true-positive rates, with the zero-rate conventions of :func:`disparate_impact`: NaN
-    with an :class:`~fairopt.exceptions.UndefinedMeasureWarning` when no group has a
-    positive prediction among its rows with ``y_true = 1`` (0/0).
-
-    Parameters
-    ----------
-    pred : array-like of shape (n,)
-        Hard predictions in {0, 1}.
-    sensitive : array-like of shape (n,)
-        Group labels; at least two groups.
-    y_true : array-like of shape (n,)
-        True labels in {0, 1}; every group needs a row with ``y_true = 1``.
-
-    Returns
-    -------
-    float
-        In [0, 1]; NaN when no group has a positive prediction among its ``y_true = 1`` rows.
-
-    Warns
-    -----
-    UndefinedMeasureWarning
-        When the value is NaN (0/0).
+    Every group needs a row with ``y_true = 1``; NaN with an
+    :class:`~fairopt.exceptions.UndefinedMeasureWarning` when no group has a true positive.
     """
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
@@ -405,27 +284,10 @@ def equal_impact(pred: Any, sensitive: Any, y_true: Any) -> float:
 
 
 def equalised_odds(pred: Any, sensitive: Any, y_true: Any, return_parts: bool = False) -> float | tuple[float, dict[int, float]]:
-    """Equalised-odds gap: the largest between-group rate difference over ``y in {0, 1}``.
+    """Equalised-odds gap ``max_{y in {0,1}} [max_g P(yhat=1 | g, y) - min_g P(yhat=1 | g, y)]`` (Hardt et al. 2016).
 
-    ``EO = max_{y in {0,1}} [max_g P(yhat=1 | g, y) - min_g P(yhat=1 | g, y)]``, i.e. the
-    larger of the false-positive-rate gap (``y = 0``) and the true-positive-rate gap
-    (``y = 1``) between groups (Hardt et al. 2016). 0 means equalised odds hold exactly.
-
-    Parameters
-    ----------
-    pred : array-like of shape (n,)
-        Hard predictions in {0, 1}.
-    sensitive : array-like of shape (n,)
-        Group labels; at least two groups.
-    y_true : array-like of shape (n,)
-        True labels in {0, 1}; every group needs rows with ``y = 0`` and with ``y = 1``.
-    return_parts : bool
-        Also return the per-``y`` gaps.
-
-    Returns
-    -------
-    float, or (float, dict)
-        The gap in [0, 1]; with ``return_parts`` also ``{0: FPR gap, 1: TPR gap}``.
+    The larger of the false- and true-positive-rate gaps; every group needs rows with both labels.
+    ``return_parts`` also returns ``{0: FPR gap, 1: TPR gap}``.
     """
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())

@@ -1,14 +1,8 @@
 """Predictive-performance measures: accuracy, MSE, R^2, Poisson deviance, RPS.
 
-All functions take numpy arrays, torch tensors (detached internally), pandas objects or
-lists, and return Python floats. The plain ones (accuracy, MSE, R^2) validate and then
-call :mod:`sklearn.metrics`. Inputs are validated at the boundary: NaN/inf values,
-empty inputs, length mismatches and out-of-domain values raise ``ValueError`` naming the
-argument and the offending value.
-
-The ranked probability score follows [DC] App. E.2 (eq. E.4-E.5); the Poisson deviance is
-the mean unit deviance used as the accuracy metric of the Poisson application in [DC]
-sec 5.2.
+Inputs may be numpy, torch (detached), pandas or lists; results are floats. NaN/inf, empty inputs,
+length mismatches and out-of-domain values raise ``ValueError`` naming the argument. The RPS follows
+[DC] App. E.2 (eq. E.4-E.5); the Poisson deviance is the accuracy metric of [DC] sec 5.2.
 """
 
 from __future__ import annotations
@@ -33,10 +27,7 @@ POISSON_RPS_TAIL = 1e-12
 
 
 def float_vector(x: Any, name: str) -> np.ndarray:
-    """``x`` as a finite, non-empty, 1-D float64 numpy array (``ValueError`` naming ``name``).
-
-    Shared input helper of the measures modules.
-    """
+    """``x`` as a finite, non-empty, 1-D float64 array (``ValueError`` naming ``name``)."""
     arr = to_numpy(as_1d_tensor(x, name, torch.float64))
     if arr.size == 0:
         raise ValueError(f"{name}: is empty (0 rows)")
@@ -59,21 +50,7 @@ def _require(condition: np.ndarray, values: np.ndarray, name: str, what: str) ->
 
 
 def accuracy(y_true: Any, pred: Any) -> float:
-    """Share of rows whose hard label equals the true label.
-
-    ``accuracy = (1/n) sum_i 1[pred_i == y_true_i]``.
-
-    Parameters
-    ----------
-    y_true, pred : array-like of shape (n,)
-        Hard (integer-valued) labels, e.g. 0/1. Probabilities or logits are rejected:
-        threshold them first (``pred = (prob > 0.5)``).
-
-    Returns
-    -------
-    float
-        In [0, 1].
-    """
+    """Share of rows whose hard label equals the true label; probabilities or logits are rejected."""
     y, p = _paired(y_true, pred)
     _require(y == np.round(y), y, "y_true", "expected hard (integer-valued) labels")
     _require(p == np.round(p), p, "pred", "expected hard (integer-valued) labels")
@@ -89,14 +66,8 @@ def mse(y_true: Any, pred: Any) -> float:
 def r2(y_true: Any, pred: Any) -> float:
     """Coefficient of determination ``R^2 = 1 - SS_res / SS_tot``.
 
-    ``SS_res = sum_i (y_i - pred_i)^2`` and ``SS_tot = sum_i (y_i - mean(y))^2``. When
-    ``y_true`` is constant (``SS_tot = 0``) R^2 is undefined; as in scikit-learn's
-    ``r2_score`` it is then reported as 1.0 for a perfect prediction and 0.0 otherwise.
-
-    Returns
-    -------
-    float
-        At most 1; negative when ``pred`` is worse than predicting the mean.
+    For a constant ``y_true`` (``SS_tot = 0``) it is 1.0 for a perfect prediction and 0.0 otherwise, as
+    scikit-learn's ``r2_score``.
     """
     y, p = _paired(y_true, pred)
     return float(r2_score(y, p))  # force_finite: 1.0 / 0.0 for a constant y_true, as documented
@@ -124,25 +95,18 @@ def _counts(y: Any, name: str = "y", integer: bool = False) -> np.ndarray:
 
 
 def poisson_deviance(y: Any, mu: Any, exposure: Any = None) -> float:
-    """Mean Poisson unit deviance.
+    """Mean Poisson unit deviance ``(1/n) sum_i 2 (y_i log(y_i / m_i) - (y_i - m_i))`` ([DC] sec 5.2, Table 5.4).
 
-    ``D = (1/n) sum_i 2 * (y_i log(y_i / m_i) - (y_i - m_i))`` with ``y log y = 0`` at
-    ``y = 0`` and ``m_i = exposure_i * mu_i`` the expected count ([DC] sec 5.2, Table 5.4).
+    ``y log y = 0`` at ``y = 0`` and ``m_i = exposure_i * mu_i`` is the expected count.
 
     Parameters
     ----------
     y : array-like of shape (n,)
         Observed counts (non-negative; need not be integers).
     mu : array-like of shape (n,)
-        Predicted mean: the expected count when ``exposure`` is None, otherwise the rate
-        per unit of exposure. Must be positive (zero only where ``y`` is zero).
+        Predicted mean count, or rate per unit of ``exposure``; positive (zero only where ``y`` is zero).
     exposure : array-like of shape (n,), optional
-        Positive exposures (e.g. policy years); the expected count is ``exposure * mu``.
-
-    Returns
-    -------
-    float
-        Non-negative; 0 only for a perfect fit ``m = y``.
+        Positive exposures.
     """
     yy = _counts(y)
     m = _expected_counts(mu, exposure, yy.size, "mu")
@@ -158,26 +122,18 @@ def _squared_cdf_error(cdf_k: np.ndarray, y: np.ndarray, k: float) -> np.ndarray
 
 
 def rps(y: Any, prob: Any) -> float:
-    """Mean ranked probability score for ordered classes ([DC] App. E.2, eq. E.4-E.5).
+    """Mean ranked probability score for ordered classes ([DC] App. E.2, eq. E.4-E.5); lower is better.
 
-    ``RPS_i = sum_{k=0}^{C-1} (F_ik - O_ik)^2`` with ``F_ik`` the predicted and ``O_ik =
-    1[y_i <= k]`` the observed cumulative probability of class ``k``; the last term is zero
-    (both cumulatives are 1) and is left out. The mean over rows is returned (eq. E.5).
-    Lower is better.
+    ``RPS_i = sum_{k=0}^{C-2} (F_ik - 1[y_i <= k])^2`` with ``F_ik`` the predicted cumulative probability
+    (the term ``k = C - 1`` is always 0).
 
     Parameters
     ----------
     y : array-like of shape (n,)
-        Observed class, an integer in ``0 .. C-1`` (0/1 for binary).
+        Observed class in ``0 .. C-1``.
     prob : array-like of shape (n,) or (n, C)
-        Binary case: the predicted probability of class 1, in [0, 1]; then the score is
-        ``(prob_i - y_i)^2`` (the Brier score). Ordered multi-class case: a matrix of class
-        probabilities whose rows sum to 1.
-
-    Returns
-    -------
-    float
-        In [0, C - 1].
+        Probability of class 1 (binary: the Brier score ``(prob_i - y_i)^2``), or rows of ordered class
+        probabilities summing to 1.
     """
     p = to_numpy(as_tensor(prob, "prob", torch.float64))
     if p.ndim == 2 and p.shape[1] > 1:
@@ -214,37 +170,24 @@ def _poisson_truncation(y: np.ndarray, mean: np.ndarray, tail: float = POISSON_R
 
 
 def poisson_rps(y: Any, rate: Any, K: int | None = None, exposure: Any = None) -> float:
-    """Mean ranked probability score of Poisson count forecasts truncated at ``K`` ([DC] App. E.2).
+    """Mean ranked probability score of Poisson forecasts ``N_i ~ Poisson(exposure_i rate_i)`` truncated at ``K``.
 
-    The forecast for row ``i`` is ``N_i ~ Poisson(m_i)``, ``m_i = exposure_i * rate_i``. The
-    infinite range of counts is truncated to the ordered categories ``0, 1, ..., K`` where
-    the last category means "K or more": the tail mass ``P(N_i > K)`` is lumped into it,
-    so the truncated forecast is still a probability distribution, and an observed count
-    above ``K`` is recorded in category ``K``. With ``F_i`` the Poisson CDF, eq. E.4 becomes
-
-    ``RPS_i = sum_{k=0}^{K-1} (F_i(k) - 1[y_i <= k])^2``
-
-    (the term of category ``K`` is zero: both cumulatives are 1). This is the untruncated
-    score with its terms ``k >= K`` dropped; they add ``sum_{k>=K} (1 - F_i(k))^2`` for rows
-    with ``y_i <= K``, which vanishes as ``K`` grows. The mean over rows is returned (E.5).
+    Categories ``0..K``, the last meaning "K or more" (the tail mass is lumped into it and larger counts
+    recorded there), so with ``F_i`` the Poisson CDF eq. E.4 of [DC] App. E.2 reads
+    ``RPS_i = sum_{k=0}^{K-1} (F_i(k) - 1[y_i <= k])^2``: the untruncated score without its terms
+    ``k >= K``, which vanish as ``K`` grows.
 
     Parameters
     ----------
     y : array-like of shape (n,)
         Observed counts (non-negative integers).
     rate : array-like of shape (n,)
-        Predicted Poisson mean (per unit of exposure when ``exposure`` is given), >= 0.
+        Predicted Poisson mean (per unit of ``exposure`` when given), >= 0.
     K : int, optional
-        Largest category (>= 1). Default: the smallest ``K >= max(y)`` at which every row's
-        tail ``P(N_i > K)`` is at most ``1e-12``, so the value equals the untruncated RPS
-        to about 1e-12.
+        Largest category (>= 1); default the smallest ``K >= max(y)`` with every tail ``P(N_i > K)``
+        at most :data:`POISSON_RPS_TAIL`.
     exposure : array-like of shape (n,), optional
-        Positive exposures; the predicted mean count is ``exposure * rate``.
-
-    Returns
-    -------
-    float
-        Non-negative; lower is better.
+        Positive exposures.
     """
     yy = _counts(y, integer=True)
     m = _expected_counts(rate, exposure, yy.size, "rate")
