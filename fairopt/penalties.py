@@ -1,22 +1,15 @@
 """Differentiable fairness penalties for :class:`solvers.Penalty`.
 
-Each penalty is a callable ``P(out, batch) -> 0-dim tensor`` on the model output ``out``
-(logit, prediction or log-rate) of a batch (the FairData contract), differentiable in
-``out``, with a ``name`` and a ``setup(data)`` that the engine calls once with the training
-data. Pass them to the engine: ``Penalty(weight=10).fit(model, data,
-penalties=[DemographicParitySquared("sex")])``. A hard constraint
-(:mod:`fairopt.constraints`) can be passed too: the engine penalises the total violation of
-its surrogate rows.
+Each penalty is a callable ``P(out, batch) -> 0-dim tensor``, differentiable in the model output
+``out``, with a ``name`` and a ``setup(data)`` the engine calls once with the training data:
+``Penalty(weight=10).fit(model, data, penalties=[DemographicParitySquared("sex")])``. Predictions
+are ``sigmoid(out)`` (binary), ``out`` (regression) or ``exp(out)`` (Poisson).
 
-- :class:`DemographicParitySquared`: ``r_dp = q^2``, the squared gap of smoothed positive
-  rates ([SQP] eq. 4, the regularisation-only baseline of its sec 4.2);
-- :class:`DistanceCovariancePenalty`: dCov~^2, JdCov~^2 or CCdCov of the predictions and
-  the sensitive features ([DC] eq. 3.2, 3.4, 3.6);
+- :class:`DemographicParitySquared`: ``r_dp = q^2``, the squared gap of smoothed positive rates
+  ([SQP] eq. 4, the regularisation-only baseline of its sec 4.2);
+- :class:`DistanceCovariancePenalty`: dCov~^2, JdCov~^2 or CCdCov ([DC] eq. 3.2, 3.4, 3.6);
 - :class:`GeDIPenalty`: ``GeDI(x, yhat; V^k) = ||alpha||_1`` ([GeDI] eq. 17);
-- :class:`FaUCI`: the FaUCI metrics WDP, WDI, WEO and GDP, GDI, GEO ([FU] eq. 5-12).
-
-Predictions: ``sigmoid(out)`` (probabilities) for ``task="binary"``, ``out`` for
-regression, ``exp(out)`` (the rate) for Poisson.
+- :class:`FaUCI`: WDP, WDI, WEO and GDP, GDI, GEO ([FU] eq. 5-12).
 """
 
 from __future__ import annotations
@@ -36,10 +29,8 @@ __all__ = ["BasePenalty", "DemographicParitySquared", "DistanceCovariancePenalty
 class BasePenalty:
     """Common interface: ``name``, ``setup(data)`` and ``__call__(out, batch) -> scalar``.
 
-    A penalty bounds nothing, but it has a measure, the one its weight trades against the
-    loss: :meth:`realised` gives its exact value, read by
-    :func:`fairopt.evaluation.realised_measures` as for a constraint (``bound_sense`` "upper":
-    smaller is fairer).
+    :meth:`realised` gives the exact value of the penalised measure, read by
+    :func:`fairopt.evaluation.realised_measures` as for a constraint (smaller is fairer).
     """
 
     name: str = "penalty"
@@ -51,9 +42,9 @@ class BasePenalty:
         return self.name
 
     def realised(self, out: torch.Tensor, batch: Any) -> float:
-        """The exact penalised measure on ``batch``: ``exact(out, batch)`` where the penalty
-        smooths (:class:`DemographicParitySquared`: ``r_dp`` of hard predictions), else the
-        penalty itself, which the others compute exactly on the predictions."""
+        """The exact penalised measure on ``batch``: ``exact(out, batch)`` where the penalty smooths, else
+        the penalty itself.
+        """
         with torch.no_grad():
             exact = getattr(self, "exact", None)
             return float(exact(out, batch) if callable(exact) else self(out, batch))
@@ -70,13 +61,11 @@ class BasePenalty:
 
 
 class DemographicParitySquared(BasePenalty):
-    r"""Squared demographic-parity gap of smoothed rates ([SQP] eq. 4): ``r_dp = q^2``.
+    """Squared demographic-parity gap of smoothed rates ([SQP] eq. 4): ``r_dp = q^2``.
 
-    For a binary ``S``, ``q = P_1 - P_0`` with ``P_s`` the mean over group ``s`` of the
-    surrogate ``phi(out - threshold)`` (smoothed step by default, [SQP] sec 3.1); the
-    paper's regularisation-only approach minimises ``loss + (1/lambda) r_dp``. For ``K > 2``
-    groups the rows of :class:`~fairopt.constraints.DemographicParity` (one per group against
-    the rest, or per pair) are used and ``r_dp = sum_rows q_row^2``.
+    For a binary ``S``, ``q = P_1 - P_0`` with ``P_s`` the group mean of the surrogate
+    ``phi(out - threshold)``; the paper minimises ``loss + (1/lambda) r_dp``. For ``K > 2`` groups
+    ``r_dp = sum_rows q_row^2`` over the rows of :class:`~fairopt.constraints.DemographicParity`.
 
     Parameters
     ----------
@@ -109,16 +98,13 @@ class DemographicParitySquared(BasePenalty):
 
 
 class DistanceCovariancePenalty(BasePenalty):
-    r"""Distance-covariance regulariser ``psi(yhat, s_1, ..., s_d)`` of [DC] eq. 3.1.
+    """Distance-covariance regulariser ``psi(yhat, s_1, ..., s_d)`` of [DC] eq. 3.1.
 
-    ``kind="dcov"``: dCov~^2(yhat, s) [DC eq. 3.2] (with several features, of their
-    concatenation); ``"jdcov"``: JdCov~^2(yhat, s_1, ..., s_d; c) [eq. 3.4];
-    ``"ccdcov"``: CCdCov, dCov~^2 with the concatenated features, categoricals one-hot
-    [eq. 3.6]. The value is the unbiased U-statistic of the batch (so a mini-batch value is
-    unbiased), differentiable in ``out``, never clamped (it can be slightly negative). It is
-    the value of :class:`fairopt.constraints.DistanceCovariance`, which documents the
-    encoding of the features. For the sum of marginal terms of [DC] eq. 3.3, pass one
-    penalty per feature with per-term weights.
+    ``kind="dcov"``: dCov~^2(yhat, s) [eq. 3.2]; ``"jdcov"``: JdCov~^2(yhat, s_1, ..., s_d; c)
+    [eq. 3.4]; ``"ccdcov"``: dCov~^2 with the concatenated features, categoricals one-hot [eq. 3.6].
+    The unbiased U-statistic of the batch (so a mini-batch value is unbiased, and it can be slightly
+    negative), as in :class:`fairopt.constraints.DistanceCovariance`. For the sum of marginal terms of
+    eq. 3.3, pass one penalty per feature.
 
     Parameters
     ----------
@@ -150,13 +136,11 @@ class DistanceCovariancePenalty(BasePenalty):
 
 
 class GeDIPenalty(BasePenalty):
-    r"""GeDI of the predictions, ``||alpha||_1`` ([GeDI] eq. 15-17).
+    """GeDI of the predictions, ``||alpha||_1`` ([GeDI] eq. 15-17).
 
-    ``alpha`` are the least-squares coefficients of the batch predictions on the batch's
-    centred kernel ``V^k`` (polynomial) or Fourier basis of the sensitive attribute,
-    standardised with the TRAINING mean and sd (fixed in :meth:`setup`); computed by
-    :class:`fairopt.constraints.GeDI`. The L1 norm is exact (a subgradient at
-    ``alpha_j = 0``).
+    ``alpha``: the least-squares coefficients of the batch predictions on the centred kernel ``V^k``
+    of the sensitive attribute, standardised with the training mean and sd
+    (:class:`fairopt.constraints.GeDI`).
 
     Parameters
     ----------
@@ -165,7 +149,7 @@ class GeDIPenalty(BasePenalty):
     degree : int, default 1
     kernel : {"poly", "fourier"}, default "poly"
     standardize : bool or None
-        As in :class:`fairopt.constraints.GeDI` (None: continuous yes, binary no).
+        As in :class:`fairopt.constraints.GeDI`.
     """
 
     def __init__(self, sensitive: str, degree: int = 1, kernel: str = "poly", standardize: bool | None = None) -> None:
@@ -194,20 +178,17 @@ _FAUCI_METRICS = {
 
 
 class FaUCI(BasePenalty):
-    r"""A FaUCI fairness metric as a penalty ``F`` in ``E + lambda F`` ([FU] eq. 12).
+    """A FaUCI fairness metric as a penalty ``F`` in ``E + lambda F`` ([FU] eq. 12).
 
-    On the predicted probabilities ``h = sigmoid(out)`` of a binary classifier:
-    ``"wdp"``, ``"weo"`` (weighted, binary/categorical ``A``; [FU] eq. 5, 10) and ``"gdp"``,
-    ``"geo"`` (generalised, continuous ``A`` in equal-width bins; eq. 7, 11) are used as they
-    are (0 is fair); the fairness scores ``"wdi"``, ``"gdi"`` (eq. 8, 9; 1 is fair) enter as
-    ``1 - WDI`` / ``1 - GDI`` as in the paper's training. Definitions and weights:
-    :mod:`fairopt.measures.fauci`.
+    On ``h = sigmoid(out)``: ``"wdp"``, ``"weo"`` ([FU] eq. 5, 10) and ``"gdp"``, ``"geo"`` (continuous
+    ``A`` in bins; eq. 7, 11) as they are (0 is fair); the scores ``"wdi"``, ``"gdi"`` (eq. 8, 9; 1 is
+    fair) enter as ``1 - WDI`` / ``1 - GDI``. Definitions: :mod:`fairopt.measures.fauci`.
 
     Parameters
     ----------
     metric : {"wdp", "wdi", "weo", "gdp", "gdi", "geo"}
     sensitive : str
-        A binary/categorical (W*) or continuous (G*) sensitive feature of the batch.
+        A binary/categorical (W*) or continuous (G*) sensitive feature.
     weights : str, mapping or sequence, optional
         Group/bin weights; default ``"uniform"`` for W* and ``"density"`` for G*.
     bins : int or sequence of float, default 10
@@ -229,8 +210,7 @@ class FaUCI(BasePenalty):
         self._params = {"metric": metric, "sensitive": sensitive, "weights": self.weights, "bins": bins}
 
     def setup(self, data: Any) -> None:
-        """Check the task (binary) and the kind of the sensitive feature; data with per-row
-        weights is a ValueError (the FaUCI metrics have no weighted version here yet)."""
+        """Check the task (binary), the kind of the sensitive feature and that rows are unweighted."""
         require_unweighted(data, "FaUCI")
         task = getattr(data, "task", None)
         if task != "binary":
