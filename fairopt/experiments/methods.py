@@ -1,19 +1,10 @@
 """Training methods behind one interface, for comparisons and calibration.
 
-A :class:`Method` has a ``name``, the name of the ``hyperparameter`` it is swept over (a
-requested bound such as ``"delta"``, or a penalty ``"weight"``; None if it has none) and
-``fit(train, value=..., seed=...) -> Fitted``. Adapters here wrap the torch engines, whose
-classes they read from the estimators' method table (:func:`fairopt.training.engine_class`):
-
-- :class:`SQPMethod`: :class:`solvers.StochasticSQP` with hard constraints built from the value;
-- :class:`PenaltyMethod`: :class:`solvers.penalty.Penalty` with the value as the weight;
-- :class:`LagrangianMethod`: :class:`solvers.lagrangian.LagrangianDual` with constraints built
-  from the value.
-
-Adding another method (Moving Targets, a fair linear model, a scikit-learn estimator) is one
-small class with these three members whose ``fit`` returns a :class:`Fitted` holding a
-callable ``model(X) -> out`` on the output scale of the task (logits for classification),
-or ``predict(batch) -> out`` when the model also reads the batch's sensitive attributes.
+A :class:`Method` has a ``name``, the ``hyperparameter`` it is swept over (a bound such as
+``"delta"``, a penalty ``"weight"``, or None) and ``fit(train, value=..., seed=...) -> Fitted``.
+:class:`SQPMethod`, :class:`PenaltyMethod` and :class:`LagrangianMethod` wrap the engines of
+:func:`fairopt.training.engine_class`; another method is one small class whose ``fit`` returns a
+:class:`Fitted` holding ``model(X) -> out`` (or ``predict(batch) -> out``).
 """
 
 from __future__ import annotations
@@ -59,31 +50,31 @@ class Fitted:
     Attributes
     ----------
     model : callable
-        ``model(X) -> out`` (n,): logits (binary), predictions (regression) or log-rates
-        (Poisson), e.g. the trained ``torch.nn.Module``.
+        ``model(X) -> out`` (n,): logits, predictions or log-rates.
     predict : callable, optional
-        ``predict(batch) -> out`` for models that need more than ``X`` (e.g. the sensitive
-        attributes, as the fair ridge models of [FR]); used instead of ``model`` when given.
+        ``predict(batch) -> out`` for models that read more than ``X`` (e.g. the sensitive
+        attributes, as the fair ridge models of [FR]); used instead of ``model``.
     history : History or None
         Per-iteration training records.
     constraints : list
-        Constraints set up on the training data whose exact values and violation should be
-        reported (the method's own hard constraints; empty for none).
+        The method's own constraints, set up, whose exact values and violation are reported.
     status : str
         The engine's final status.
+    converged : bool
+        The engine's own test (feasible and stationary).
     seconds : float
         Training wall time.
     info : dict
         Engine extras (multipliers, ...).
     measured : list or None
-        Objects (constraints, penalties) whose measure the comparison reports as realised
-        (:func:`fairopt.evaluation.realised_measures`); None: ``constraints``.
+        Objects whose measure is reported as realised; None: ``constraints``.
     """
 
     model: Callable[[torch.Tensor], torch.Tensor]
     history: History | None = None
     constraints: list = field(default_factory=list)
     status: str = "fitted"
+    converged: bool = False
     seconds: float = float("nan")
     info: dict = field(default_factory=dict)
     predict: Callable[[Any], torch.Tensor] | None = None
@@ -108,10 +99,9 @@ class Method(Protocol):
     Attributes
     ----------
     name : str
-        Label of the method in result tables and plots (unique within a comparison).
+        Label in result tables and plots (unique within a comparison).
     hyperparameter : str or None
-        Name of the swept value (``"delta"``, ``"bound"``, ``"weight"``); None if the method
-        takes none.
+        Name of the swept value; None if the method takes none.
     """
 
     name: str
@@ -123,8 +113,7 @@ class Method(Protocol):
 
 
 def model_factory(kind: str = "linear", hidden: Sequence[int] = (32,), activation: str = "leaky_relu") -> ModelFactory:
-    """A factory ``(n_features, seed) -> model`` for :func:`fairopt.models.linear` or
-    :func:`fairopt.models.mlp` (seeded initialisation)."""
+    """A factory ``(n_features, seed) -> model`` of :func:`fairopt.models.linear` or :func:`fairopt.models.mlp`."""
     if kind == "linear":
         return lambda n_features, seed: models.linear(n_features, seed=seed)
     if kind == "mlp":
@@ -184,8 +173,8 @@ class _EngineMethod:
         t0 = time.perf_counter()
         result, constraints = self._run(engine, model, train, loss, value)
         seconds = time.perf_counter() - t0
-        return Fitted(model=result.model, history=result.history, constraints=constraints,
-                      status=result.status, seconds=seconds, info=dict(result.info),
+        return Fitted(model=result.model, history=result.history, constraints=constraints, status=result.status,
+                      converged=bool(result.converged), seconds=seconds, info=dict(result.info),
                       measured=self._measured(constraints))
 
     def _measured(self, constraints: list) -> list:
@@ -223,9 +212,9 @@ class _ConstrainedMethod(_EngineMethod):
         return _as_list(self.constraint(value))
 
     def check_value(self, value: float | None) -> None:
-        """Build (not set up) the constraints of ``value``: their constructors' ValueError
-        for a bound the measure cannot reach (a DI ``delta`` above 1, a GeDI or dCov bound
-        below 0, ...), raised by :func:`~fairopt.experiments.compare` before any run trains."""
+        """Build the constraints of ``value``: their constructors raise for an unreachable bound before any
+        run of a sweep trains.
+        """
         self.constraints_for(value)
 
     def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
@@ -257,10 +246,8 @@ class SQPMethod(_ConstrainedMethod):
 class LagrangianMethod(_ConstrainedMethod):
     """Lagrangian dual (SBR) training with constraints ``constraint(value)``.
 
-    Parameters as in :class:`SQPMethod` (default name ``"lagrangian"``); ``engine_options``
-    go to :class:`solvers.lagrangian.LagrangianDual`. Without constraints (value None, or
-    a builder that returns none) the engine trains the loss alone, like the penalty method
-    with no penalty.
+    Parameters as in :class:`SQPMethod` (default name ``"lagrangian"``); ``engine_options`` go to
+    :class:`solvers.lagrangian.LagrangianDual`.
     """
 
     default_name = "lagrangian"
@@ -273,21 +260,20 @@ class PenaltyMethod(_EngineMethod):
     Parameters
     ----------
     penalties : penalty, Constraint or list of them
-        What :meth:`solvers.penalty.Penalty.fit` accepts (:mod:`fairopt.penalties`; a
-        Constraint is penalised by its total surrogate violation).
+        What :meth:`solvers.penalty.Penalty.fit` accepts (a Constraint is penalised by its
+        surrogate violation).
     model, name (default "penalty"), loss
         As in :class:`SQPMethod`.
     hyperparameter : str, default "weight"
     weight_of : callable value -> weight, optional
-        Map the swept value to the penalty weight, e.g. ``lambda lam: 1 / lam`` for the
-        [SQP] eq. 3 parameterisation ``loss + (1/lambda) r``; default: the value itself.
+        Map the swept value to the weight, e.g. ``lambda lam: 1 / lam`` for [SQP] eq. 3,
+        ``loss + (1/lambda) r``; default: the value itself.
     engine : {"penalty", "sqp"}, default "penalty"
-        Train with :class:`solvers.penalty.Penalty` (Adam, SGD or AdaHessian), or with
-        :class:`solvers.StochasticSQP` without constraints on the penalised loss
-        (:func:`solvers.penalty.penalised_loss`): the regularisation-only approach of [SQP]
-        sec 4.2, trained by the same algorithm as the constrained models.
+        :class:`solvers.penalty.Penalty`, or :class:`solvers.StochasticSQP` without constraints on
+        the penalised loss: [SQP] sec 4.2's regularisation-only approach trained by the same
+        algorithm as the constrained models.
     **engine_options
-        Arguments of the engine (``epochs``, ``lr``, ``optimizer``, ...).
+        Arguments of the engine.
     """
 
     default_name = "penalty"
