@@ -1,64 +1,28 @@
 """Data-parallel full-batch SQP on ``torch.distributed``.
 
-Every rank holds a disjoint shard of the training rows and an identical copy of the
-model. Every quantity the SQP iteration needs is a sum over rows:
+Every rank holds a disjoint shard of the rows and the same model, and everything an SQP iteration
+needs is a sum over rows: ``f = (1/N) sum_r n_r f_r``, ``g = (1/N) sum_r n_r g_r``, and rows
+``c = C(S, N_g)`` of per-group sums ``S_g = sum_i M[g, i] phi_i`` and counts ``N_g`` (e.g. rates
+``c = D @ (S / N_g)``), so ``J = (dC/dS) sum_r dS_r/dw``. Each rank computes its
+``[n_r f_r, n_r, n_r g_r, S_r, N_{g,r}, dS_r/dw, S_r^exact]`` from one forward pass and ``1 + G``
+pullbacks, and one ``all_reduce(SUM)`` per iteration gives every rank the same QP and step: the
+parameters stay identical across ranks and equal the single-process iterates up to summation order.
+Constraints must implement :class:`solvers.contract.SumsConstraint`.
 
-- the objective ``f = (1/N) sum_r n_r f_r`` and its gradient ``g = (1/N) sum_r n_r g_r``,
-  with ``f_r`` the mean loss on shard ``r`` (``n_r`` rows, ``N = sum_r n_r``);
-- the constraint rows ``c = C(S, N_g)`` are a function of per-group sums
-  ``S_g = sum_i M[g, i] phi_i`` and counts ``N_g = sum_i M[g, i]`` (e.g. the rate
-  constraints ``c = D @ (S / N_g)``), so ``J = dc/dw = (dC/dS) (dS/dw)`` with
-  ``dS/dw = sum_r dS_r/dw``.
+Scope: full batch, or mini-batches of ``batch_size`` rows per rank with ``constraint_batch``
+"snapshot" (a pass over all shards, :mod:`solvers.sqp.snapshot`) or "batch" (the union of the
+ranks' mini-batches); every rank takes ``ceil(n_max / batch_size)`` steps per epoch; epoch-end
+candidates, polish and final check are exact on all shards. The loss must be a mean over rows;
+callbacks must decide identically on every rank, or the ranks deadlock. ``StochasticSQP`` picks
+:class:`AllReduceDerivatives` when ``torch.distributed`` is initialised (``distributed=None``) and
+broadcasts rank 0's parameters first::
 
-Each rank therefore computes, from ONE forward pass on its shard, the local
-``[n_r f_r, n_r, n_r g_r, S_r, N_{g,r}, dS_r/dw, S_r^exact]`` (``1 + G`` pull-backs through
-the model, :func:`solvers.derivatives.trace_outputs`), packs it into one float64
-vector and calls ``all_reduce(SUM)`` once per iteration. The reduced vector is the same on
-every rank, so every rank solves the same QP and takes the same step: the parameters stay
-bit-identical across ranks, and equal the single-process full-data iterates up to
-floating-point summation order.
-
-A constraint supports data parallelism when it implements :class:`solvers.contract.SumsConstraint`
-(``partial_sums(out, batch, exact=False) -> (sums, counts)`` and
-``from_sums(sums, counts) -> c``); :class:`fairopt.constraints.DisparateImpact`,
-``EqualImpact`` and ``DemographicParity`` do.
-
-Scope: full batch (``batch_size=None``, ``constraint_batch="full"``) and mini-batches
-(``batch_size`` rows per rank and step) with ``constraint_batch="snapshot"`` (the default:
-the constraint rows and Jacobian of a periodic pass over the union of all shards,
-linearised in between, :mod:`solvers.sqp.snapshot`) or ``"batch"`` (the constraints of a
-step are those of the union of the ranks' mini-batches).
-Every rank takes ``ceil(n_max / batch_size)`` steps per epoch, ``n_max`` the largest
-shard (a smaller shard reshuffles when its rows run out); the epoch-end candidates, the
-polish and the final check are exact on the union of all shards (:func:`all_reduce_vector`).
-Balanced constraint batches raise ``ValueError``. The loss must be a mean over rows (the
-built-in ``"bce"``, ``"mse"``, ``"poisson"`` are). Callbacks must decide identically on
-every rank (records agree on every rank except the timing columns), or the ranks deadlock.
-
-Launch
-------
-Initialise the process group, give each rank its shard and fit as usual; ``StochasticSQP``
-switches to this engine automatically when ``torch.distributed`` is initialised
-(``distributed=None``; pass ``distributed=False`` to train each rank on its own)::
-
-    # train_dp.py, run with:  torchrun --nproc_per_node=2 train_dp.py
-    import torch, torch.distributed as dist
+    # torchrun --nproc_per_node=2 train_dp.py
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     shard = data.subset(torch.arange(len(data)).tensor_split(world)[rank])
-    torch.manual_seed(0); model = ...   # or rely on the broadcast from rank 0
     StochasticSQP(epochs=500).fit(model, shard, loss="bce", constraints=DisparateImpact("sex"))
     dist.destroy_process_group()
-
-At the start of a data-parallel fit the parameters are broadcast from rank 0 (as
-``DistributedDataParallel`` does), so the ranks start from the same point.
-
-Structure: this module knows nothing of the engine. It provides the derivative oracle
-:class:`AllReduceDerivatives` (the data-parallel implementation of
-:class:`solvers.derivatives.DerivativeOracle`) and the checks and broadcast a data-parallel
-fit needs; :class:`solvers.sqp.StochasticSQP` picks this oracle instead of
-:class:`solvers.derivatives.LocalDerivatives` when the process group is active.
-:class:`solvers.sqp.DistributedSQP` is the engine that insists on it.
 """
 
 from __future__ import annotations
@@ -79,26 +43,15 @@ from solvers.sums import FIELDS, derivatives_from_sums, local_sums
 from solvers.validation import check_flag
 
 __all__ = ["AllReduceDerivatives", "broadcast_parameters", "check_data_parallel_options",
-           "distributed_active", "supports_data_parallel"]
+           "distributed_active"]
 
 logger = logging.getLogger(__name__)
 
 
-#: True if a constraint has callable ``partial_sums`` and ``from_sums``.
-supports_data_parallel = supports_sums
-
 
 def distributed_active(flag: bool | None) -> bool:
-    """Resolve the engine's ``distributed`` option.
-
-    ``None`` (auto): True iff ``torch.distributed`` is available and initialised.
-    ``True``: requires an initialised process group. ``False``: never.
-
-    Raises
-    ------
-    ValueError
-        ``flag`` is not None/True/False, or True without an initialised process group.
-    """
+    """The engine's ``distributed`` option resolved: None when ``torch.distributed`` is initialised,
+    True requiring it (ValueError otherwise), False never."""
     flag = check_flag(flag, "distributed", allow_none=True)
     if flag is None:
         return dist.is_available() and dist.is_initialized()
@@ -109,11 +62,8 @@ def distributed_active(flag: bool | None) -> bool:
 
 
 def check_data_parallel_options(batch_size: Any, constraint_batch: str, constraints: Any) -> None:
-    """Data-parallel SQP evaluates the constraints on the objective's rows: all rows
-    (``batch_size=None``, ``constraint_batch`` "full" or "auto") or each step's mini-batch
-    (``batch_size`` set, ``constraint_batch`` "batch", "snapshot" or "auto"; a snapshot is a pass
-    over all rows of every shard); every constraint must implement
-    :class:`solvers.contract.SumsConstraint`; ValueError otherwise."""
+    """Refuse options data-parallel SQP cannot run: constraints off the objective's rows ("full" for a
+    full batch; "batch" or "snapshot" with mini-batches) or without ``partial_sums``/``from_sums``."""
     if batch_size is None and constraint_batch not in ("full", "auto"):
         raise ValueError(f"constraint_batch: full-batch data-parallel SQP needs 'full' (or 'auto'), got "
                          f"{constraint_batch!r}")
@@ -122,23 +72,14 @@ def check_data_parallel_options(batch_size: Any, constraint_batch: str, constrai
                          f"mini-batches (the union over the ranks) or on all rows of every shard: 'batch', "
                          f"'snapshot' (or 'auto'), got {constraint_batch!r}")
     for member in as_constraint_set(constraints):
-        if not supports_data_parallel(member):
+        if not supports_sums(member):
             raise ValueError(f"constraints: {getattr(member, 'name', member)!r} has no partial_sums/from_sums "
                              "and cannot be used with data-parallel SQP")
 
 
 class AllReduceDerivatives:
-    """The derivative oracle over the union of all ranks' shards (module docstring): one
-    forward pass on this rank's shard, ``1 + G`` pull-backs, ONE all-reduce.
-
-    Parameters
-    ----------
-    jacobian : {"auto", "batched", "loop"}
-        Strategy of :func:`solvers.derivatives.trace_outputs`.
-
-    The ``rows`` hint of :class:`solvers.derivatives.DerivativeOracle` is not used here:
-    the ``1 + G`` pull-backs of the group sums serve every row at once.
-    """
+    """The derivative oracle over the union of all ranks' shards: one forward pass, ``1 + G`` pullbacks
+    (which serve every row, so the ``rows`` hint is unused) and one all-reduce."""
 
     def __init__(self, jacobian: str = "auto") -> None:
         self.jacobian = jacobian
@@ -176,8 +117,7 @@ def all_reduce_vector(vector: torch.Tensor) -> torch.Tensor:
 
 
 def largest_shard(n: int) -> int:
-    """The most rows any rank holds (one ``all_reduce`` with MAX): every rank sizes its
-    epochs by it, so that all take the same number of mini-batch steps."""
+    """The most rows any rank holds, by which every rank sizes its epochs to take the same steps."""
     value = torch.tensor([int(n)], dtype=torch.int64)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return int(value.item())

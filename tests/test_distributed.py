@@ -24,7 +24,8 @@ import fairopt
 from fairopt.constraints import DemographicParity, DisparateImpact, EqualImpact
 from fairopt.exceptions import FairnessWarning
 from solvers import StochasticSQP
-from solvers.distributed import distributed_active, supports_data_parallel
+from solvers.contract import supports_sums
+from solvers.distributed import distributed_active
 from solvers.sqp import DistributedSQP
 from solvers.problem import assign_parameters
 
@@ -190,7 +191,7 @@ def test_sums_over_shards_reproduce_the_rows(make):
     data = _synthetic()
     constraint = make()
     constraint.setup(data)
-    assert supports_data_parallel(constraint)
+    assert supports_sums(constraint)
     out = torch.randn(len(data), dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     shards = [_shard(data, r, 3) for r in range(3)]
     offsets = torch.arange(len(data)).tensor_split(3)
