@@ -1,16 +1,9 @@
 """What an engine returns: the best iterate it saw, and an honest word when a bound is unmet.
 
-Engines offer candidate iterates to a :class:`BestIterate` together with the objective and
-the EXACT constraint values measured on the full training data. The selection rule:
-
-1. among the candidates whose every row is within ``feasibility_tol`` of its bounds
-   (``max(c_i - u_i, 0) + max(l_i - c_i, 0) <= feasibility_tol`` for every row ``i``), the
-   one with the lowest objective;
-2. if no candidate is feasible, the one with the lowest total exact violation (ties: the
-   lowest objective).
-
-:func:`warn_unmet` emits one :class:`BoundWarning` naming every row that the returned iterate
-violates, with its realised value and its bound.
+Engines offer candidates to a :class:`BestIterate` with their objective and exact rows on all
+training rows. It keeps the feasible one (every ``max(c_i - u_i, 0) + max(l_i - c_i, 0) <=
+feasibility_tol``) of lowest objective, else the one of least total violation (ties: objective).
+:func:`warn_unmet` names every row the returned iterate violates.
 """
 
 from __future__ import annotations
@@ -39,45 +32,37 @@ NEAR_CONSTANT_SHARE = 0.005
 
 
 class BoundWarning(UserWarning):
-    """A hard bound is not met by the model an engine returns (measured exactly, on all
-    training rows)."""
+    """The returned model violates a hard bound (exactly, on all training rows)."""
 
 
 class DivergedWarning(UserWarning):
-    """Training stopped on a non-finite (or exploding) objective; the engine returns the
-    last finite iterate (or the best one it checked before) and ``converged=False``."""
+    """Training stopped on a non-finite or exploding objective; the last finite (or best) iterate is
+    returned."""
 
 
 class NoProgressWarning(UserWarning):
-    """An engine returns its starting point although it trained: no later iterate was
-    better under the best-iterate rule (typically none met the bounds on all rows)."""
+    """The starting point is returned: no later iterate was better (typically none was feasible)."""
 
 
 class ConstantPredictorWarning(UserWarning):
-    """The returned model is no better than the best constant predictor on the training
-    data: its training loss is not below the best constant output's, or (binary
-    cross-entropy) its training accuracy is not above the majority-class rate. Fairness
-    bounds never force this (a constant model meets every bound of a group-rate, covariance
-    or distance-covariance constraint): training failed."""
+    """The returned model's training loss is not below the best constant output's: training failed, as
+    fairness bounds never force this (a constant model meets them)."""
 
 
 class NearConstantWarning(ConstantPredictorWarning):
-    """The returned classifier is nearly a constant one (:func:`near_constant`) while its
-    training loss is below the best constant output's: bounds that only such a model meets
-    force this (a constant model meets every group-rate bound), or training stopped short."""
+    """The returned classifier is nearly constant (:func:`near_constant`): bounds only such a model
+    meets force it, or training stopped short."""
 
 
 class TrainingInstabilityWarning(UserWarning):
-    """The training loss on all rows rose above its starting value during training (and
-    above the best constant predictor's), or the divergence guard sent the parameters back
-    and cut the learning rate: the returned model may be far from what the budget could
-    reach."""
+    """The training loss rose above its start and the best constant's, or the divergence guard backed
+    off: the returned model may be far from what the budget could reach."""
 
 
 @dataclass
 class Candidate:
-    """One offered iterate: a copy of it (flat parameters, or any object an engine keeps,
-    e.g. a fitted learner), objective, exact rows, where it came from."""
+    """One offered iterate: its copy (flat parameters or e.g. a fitted learner), objective, exact rows,
+    iteration."""
 
     params: Any
     f: float
@@ -91,15 +76,8 @@ class Candidate:
 
 
 class BestIterate:
-    """Keeps the best iterate offered so far (module docstring for the rule).
-
-    Parameters
-    ----------
-    lower, upper : tensor (m,)
-        The user's bounds (never a shifted working copy).
-    feasibility_tol : float
-        Largest per-row exact violation that counts as feasible.
-    """
+    """The best iterate offered so far (module docstring) against the user's bounds, never a shifted
+    working copy."""
 
     def __init__(self, lower: torch.Tensor, upper: torch.Tensor, feasibility_tol: float) -> None:
         self.lower = lower.to(torch.float64)
@@ -126,18 +104,13 @@ class BestIterate:
 
     def offer(self, params: Sequence[torch.Tensor], f: float, c_exact: torch.Tensor | None, iteration: int,
               prefer: bool = False) -> bool:
-        """Consider the current parameters; returns True when they become the best.
-
-        A non-finite objective or exact value is never accepted. ``prefer=True`` (a
-        feasible KKT point that stopped training) takes the place of the best whatever its
-        objective, if it is feasible.
-        """
+        """Whether the current parameters become the best (never with non-finite values); ``prefer`` (a
+        feasible KKT point that stopped training) replaces the best if feasible."""
         return self.offer_copy(lambda: flat_parameters(params), f, c_exact, iteration, prefer)
 
     def offer_copy(self, copy: Callable[[], Any], f: float, c_exact: Any, iteration: int,
                    prefer: bool = False) -> bool:
-        """:meth:`offer` for any iterate: ``copy()`` is called (only) when it becomes the best
-        and its result is kept as ``best.params``."""
+        """:meth:`offer` for any iterate, ``copy()`` called only when it becomes the best."""
         self.offered += 1
         c = (torch.zeros(0, dtype=torch.float64) if c_exact is None
              else torch.as_tensor(c_exact).detach().to(torch.float64).reshape(-1))
@@ -157,11 +130,8 @@ class BestIterate:
         return True
 
     def worth_restoring(self, f: float, c_exact: Any, gap: float) -> bool:
-        """Whether an engine should try to make an iterate (objective ``f``, exact rows
-        ``c_exact``) feasible rather than return the best one: True when the iterate violates
-        a row (beyond ``feasibility_tol``) and either no candidate offered so far is feasible
-        or the best (feasible) one's objective exceeds ``f`` by more than ``gap * |f|``.
-        False for a non-finite iterate or when nothing was offered."""
+        """Whether to make an infeasible finite iterate feasible rather than return the best: no feasible
+        candidate yet, or the best one's objective above ``f`` by more than ``gap * |f|``."""
         if self.best is None or c_exact is None:
             return False
         c = torch.as_tensor(c_exact).detach().to(torch.float64).reshape(-1)
@@ -209,9 +179,8 @@ def warn_unmet(engine: str, c_exact: torch.Tensor | None, lower: torch.Tensor, u
 
 def warn_if_start(engine: str, chosen: Candidate | None, start: int, last: int, tol: float,
                   stacklevel: int = 3) -> bool:
-    """Emit one :class:`NoProgressWarning` when the returned candidate is the starting
-    point (iteration ``start``) of a run that went on to iteration ``last > start``;
-    returns whether it did."""
+    """Warn (:class:`NoProgressWarning`) when the returned candidate is the start of a run that went on;
+    whether it did."""
     if chosen is None or chosen.iteration != start or last <= start:
         return False
     warnings.warn(f"{engine}: the starting point is returned: none of the {last - start} later iterates offered "
@@ -223,17 +192,12 @@ def warn_if_start(engine: str, chosen: Candidate | None, start: int, last: int, 
 
 def near_constant(accuracy: float, majority: float, n_rows: int | None = None,
                   positive_share: float | None = None) -> list[str]:
-    """Why a binary classifier is (nearly) a constant one on its ``n_rows`` training rows; empty
-    when it is not. The rule:
+    """Why a binary classifier is (nearly) constant on its ``n_rows`` training rows; empty when it is not.
 
-    - its training ``accuracy`` is not above ``majority + NEAR_CONSTANT_Z * se`` with
-      ``se = sqrt(m (1 - m) / n)``, the binomial standard error of an accuracy near the
-      majority-class rate ``m`` (the accuracy of predicting the majority class for every row):
-      within two standard errors it is not measurably better than that constant prediction on
-      these rows (``n_rows`` None: ``se = 0``, accuracy not above ``m``);
-    - or the less often predicted class, ``min(q, 1 - q)`` with ``q = positive_share`` the share of
-      rows predicted positive, covers fewer than ``max(1 row, NEAR_CONSTANT_SHARE * n)``: one
-      class on (almost) every row.
+    Its ``accuracy`` is not above ``m + NEAR_CONSTANT_Z * se``, ``se = sqrt(m (1 - m) / n)`` the binomial
+    standard error at the majority-class rate ``m`` (0 without ``n_rows``); or the rarer predicted
+    class, ``min(q, 1 - q)`` for ``q = positive_share``, covers fewer than
+    ``max(1, NEAR_CONSTANT_SHARE * n)`` rows.
     """
     reasons = []
     se = 0.0 if not n_rows else math.sqrt(max(majority * (1.0 - majority), 0.0) / n_rows)
@@ -251,14 +215,9 @@ def near_constant(accuracy: float, majority: float, n_rows: int | None = None,
 
 def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float | None = None,
                      majority: float | None = None, stacklevel: int = 3, *, n_rows: int | None = None) -> bool:
-    """Emit one warning when the returned model is no better than a constant predictor; returns
-    whether it did.
-
-    A :class:`ConstantPredictorWarning` (training failed) when its training loss ``f`` is not
-    below ``f_constant`` (:func:`solvers.losses.constant_loss`): a constant output, which meets
-    every group-rate bound, would have a lower loss. Otherwise a :class:`NearConstantWarning`
-    when the binary classifier is nearly constant by the rule of :func:`near_constant`
-    (``accuracy`` and the ``majority``-class rate on ``n_rows`` rows, given for a binary loss)."""
+    """Warn when the returned model is no better than a constant (:class:`ConstantPredictorWarning`:
+    ``f`` not below ``f_constant``) or nearly constant (:class:`NearConstantWarning`,
+    :func:`near_constant`); whether it did."""
     failed = math.isfinite(f_constant) and not f < f_constant
     reasons = [f"training loss {f:.4g} >= {f_constant:.4g}, the loss of the best constant output"] if failed else []
     if accuracy is not None and majority is not None:
@@ -280,12 +239,9 @@ def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float |
 
 def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_constant: float = -math.inf,
                      stacklevel: int = 3) -> bool:
-    """Emit one :class:`TrainingInstabilityWarning` when the divergence guard backed off
-    (``restarts > 0``), or when the largest training loss offered to ``tracker`` (on all rows)
-    exceeds both the first one by more than ``RISE_TOLERANCE`` of it and ``f_constant``, the
-    best constant output's loss (a run started at the unconstrained optimum may rise towards the
-    bound's price; never above a constant model's loss, which meets the bounds); returns whether
-    it did."""
+    """Warn (:class:`TrainingInstabilityWarning`) when the divergence guard backed off, or the largest
+    loss offered to ``tracker`` exceeds the first by ``RISE_TOLERANCE`` of it and ``f_constant`` (a
+    rise towards the bound's price is expected, beyond a constant model's loss is not); whether it did."""
     reasons = []
     if restarts:
         reasons.append(f"the divergence guard sent the parameters back {restarts} time(s) and cut the learning "
@@ -303,9 +259,7 @@ def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_con
 
 
 def training_accuracy(model: torch.nn.Module, data: Any, chunk_rows: int | None = None) -> tuple[float, float]:
-    """Accuracy of the logits' sign (``out > 0`` against ``y > 0.5``) on all rows of ``data`` and the
-    majority-class rate ``max(mean y, 1 - mean y)``, both unweighted; forward passes of at most
-    ``chunk_rows`` rows."""
+    """Unweighted accuracy of ``out > 0`` against ``y > 0.5`` on all rows, and ``max(mean y, 1 - mean y)``."""
     n = len(data)
     hits = positives = 0.0
     with torch.no_grad():
