@@ -1,11 +1,5 @@
-"""First-order and diagonal second-order optimisers for the penalty and Lagrangian engines.
-
-- :class:`AdaHessian` (Yao et al. 2021), the optimiser of the distance-covariance paper
-  [DC App D]; torch has none, so this module implements it.
-- :func:`hutchinson_diagonal`: the Hutchinson estimate of the Hessian diagonal behind it.
-- :func:`make_optimizer`: ``"adam"``, ``"sgd"`` or ``"adahessian"`` by name, and
-  :func:`needs_create_graph` (AdaHessian needs the gradient's graph).
-"""
+"""Optimisers of the penalty and Lagrangian engines by name (:func:`make_optimizer`), with
+:class:`AdaHessian` (Yao et al. 2021), the optimiser of [DC App D], which torch does not ship."""
 
 from __future__ import annotations
 
@@ -35,33 +29,12 @@ def hutchinson_diagonal(
     generator: torch.Generator | None = None,
     vectors: Sequence[Sequence[torch.Tensor]] | None = None,
 ) -> list[torch.Tensor]:
-    """Hutchinson's estimate of the Hessian diagonal, ``diag(H) ~ mean_k z_k * (H z_k)``.
+    """Hutchinson's estimate ``diag(H) ~ mean_k z_k * (H z_k)``, one detached tensor per parameter.
 
-    With ``z`` a Rademacher vector (independent +-1 entries), ``E[z_i (Hz)_i] =
-    sum_j H_ij E[z_i z_j] = H_ii``: the estimate is unbiased, and averaging over all
-    ``2^p`` sign vectors gives ``diag(H)`` exactly (Bekas, Kokiopoulou, Saad 2007; Yao et
-    al. 2021, eq. 6). ``Hz`` is one Hessian-vector product, the gradient of ``g' z``
-    through the graph of ``g``.
-
-    Parameters
-    ----------
-    grads : sequence of torch.Tensor
-        ``dL/dparams`` computed with ``create_graph=True`` (one per parameter).
-    params : sequence of torch.Tensor
-        The parameters the gradients were taken with respect to.
-    n_samples : int, default 1
-        Number of Rademacher vectors averaged (ignored when ``vectors`` is given).
-    generator : torch.Generator, optional
-        Source of the random signs.
-    vectors : sequence of sequences of torch.Tensor, optional
-        Explicit probe vectors (each a list shaped like ``params``), e.g. to enumerate all
-        sign vectors.
-
-    Returns
-    -------
-    list of torch.Tensor
-        The estimate, one detached tensor per parameter (zeros where the gradient does not
-        depend on the parameter).
+    For Rademacher ``z``, ``E[z_i (Hz)_i] = sum_j H_ij E[z_i z_j] = H_ii`` (Bekas, Kokiopoulou, Saad
+    2007; Yao et al. 2021, eq. 6), exact over all ``2^p`` sign vectors; ``Hz`` is the gradient of
+    ``g' z`` through the graph of ``grads`` (taken with ``create_graph=True``). ``vectors`` gives the
+    probes explicitly, else ``n_samples`` are drawn from ``generator``.
     """
     grads, params = list(grads), list(params)
     if len(grads) != len(params):
@@ -93,12 +66,7 @@ def hutchinson_diagonal(
 
 
 def _spatial_average(d: torch.Tensor) -> torch.Tensor:
-    """Mean of ``|d|`` over the spatial dimensions (2, 3, ...) of a convolution kernel.
-
-    Yao et al. 2021, eq. 9: the Hessian diagonal of a kernel ``(c_out, c_in, k_1, ...)`` is
-    averaged over each ``k_1 x k_2 ...`` block; parameters with at most two dimensions
-    (linear layers, biases) keep block size 1.
-    """
+    """``|d|`` averaged over a convolution kernel's spatial dimensions (Yao et al. 2021, eq. 9)."""
     if d.dim() <= 2:
         return d.abs()
     dims = tuple(range(2, d.dim()))
@@ -108,10 +76,7 @@ def _spatial_average(d: torch.Tensor) -> torch.Tensor:
 class AdaHessian(torch.optim.Optimizer):
     r"""AdaHessian (Yao, Gholami, Shen, Mustafa, Keutzer, Mahoney, AAAI 2021), implemented here.
 
-    torch ships no AdaHessian; this is fairopt's implementation of Algorithm 1 of the paper
-    (the optimiser of the distance-covariance paper, [DC App D]). Per step ``t`` with gradient
-    ``g_t`` and Hutchinson estimate ``D_t = z * (H_t z)`` of the Hessian diagonal
-    (:func:`hutchinson_diagonal`, ``n_samples`` Rademacher vectors):
+    Algorithm 1 of the paper, with ``D_t = z * (H_t z)`` from :func:`hutchinson_diagonal`:
 
     .. code-block:: text
 
@@ -121,14 +86,8 @@ class AdaHessian(torch.optim.Optimizer):
         w_{t+1} = w_t - lr * (m_t / (1 - b1^t)) / ((sqrt(v_t) / sqrt(1 - b2^t))^k + eps)
                       - lr * weight_decay * w_t
 
-    with ``k`` the Hessian power (``k = 1``: the full diagonal Newton-like scaling; ``k = 0``
-    is momentum SGD). The absolute value before averaging follows the authors' reference
-    code; without averaging it changes nothing since ``v`` is built from ``D^2``.
-
-    Every step needs the gradient's graph: compute gradients with
-    ``torch.autograd.grad(loss, params, create_graph=True)`` (assigned to ``p.grad``) or
-    ``loss.backward(create_graph=True)``. The step detaches ``p.grad`` afterwards, so the
-    graph is freed at the next ``zero_grad``.
+    with ``k`` the Hessian power (``k = 0`` is momentum SGD); ``|D|`` follows the authors' code.
+    Gradients need their graph (``loss.backward(create_graph=True)``); the step detaches ``p.grad``.
 
     Parameters
     ----------
@@ -175,8 +134,7 @@ class AdaHessian(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
-        """One AdaHessian step; ``closure`` (optional) re-evaluates the loss and sets the
-        gradients with their graph, and its value is returned."""
+        """One AdaHessian step; an optional ``closure`` re-evaluates the loss and gradients."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -215,12 +173,8 @@ class AdaHessian(torch.optim.Optimizer):
 
 
 def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, seed: int = 0, **options: Any) -> torch.optim.Optimizer:
-    """An optimiser by name: ``"adam"`` (:class:`torch.optim.Adam`), ``"sgd"``
-    (:class:`torch.optim.SGD`) or ``"adahessian"`` (:class:`AdaHessian`, seeded by ``seed``).
-
-    ``options`` go to the optimiser's constructor (e.g. ``momentum=0.9`` for SGD,
-    ``betas=(0.95, 0.999)``, ``hessian_power=0.5`` for AdaHessian).
-    """
+    """:class:`torch.optim.Adam`, :class:`torch.optim.SGD` or :class:`AdaHessian` (seeded by ``seed``) by
+    name, ``options`` going to its constructor."""
     check_choice(name, OPTIMIZERS, "optimizer")
     params = list(params)
     try:
