@@ -1,17 +1,14 @@
 """scikit-learn style adapters for torch models (learners for :class:`solvers.MovingTargets`).
 
-Moving Targets ([MT]) refits its learner on new targets at every
-iteration through ``fit(X, y)`` and reads ``predict(X)``. scikit-learn estimators have that
-interface already; :class:`TorchLearner` gives it to a torch module: it builds the module
-from a factory, trains it with Adam on mini-batches (the [GeDI] App. B.2 protocol: Adam with
-default hyper-parameters, batch size 128, 200 epochs) and predicts.
+Moving Targets ([MT]) refits its learner on new targets through ``fit(X, y)`` and reads
+``predict(X)``; :class:`TorchLearner` gives a torch module that interface, trained with Adam on
+mini-batches (the [GeDI] App. B.2 protocol: default Adam, batches of 128, 200 epochs).
 
-Regression targets are standardised in one way throughout the library (here and in
-:class:`fairopt.FairRegressor` for every engine): the trained module is
-``Sequential(net, OutputScale(sd, mean))`` (:func:`scaled_output`), whose output is in the
-units of ``y`` (so constraints and their bounds are too), and the loss is
-:func:`solvers.losses.scaled_mse_loss` ``= mean((out - y)^2) / sd^2``, the mean squared
-error of the standardised prediction ``net(x)`` against ``(y - mean) / sd``.
+Regression targets are standardised one way throughout the library (here and in
+:class:`fairopt.FairRegressor`): the module is ``Sequential(net, OutputScale(sd, mean))``
+(:func:`scaled_output`), whose output is in the units of ``y`` (so are constraints and bounds),
+and the loss :func:`solvers.losses.scaled_mse_loss` ``= mean((out - y)^2) / sd^2`` is the mean
+squared error of ``net(x)`` against ``(y - mean) / sd``.
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ LEARNER_TASKS: tuple[str, ...] = ("classification", "regression")
 
 
 class OutputScale(nn.Module):
-    """``out -> scale * out + shift`` with fixed buffers (saved in the state dict): maps a
-    standardised regression output back to the units of ``y``."""
+    """``out -> scale * out + shift`` with fixed buffers: a standardised output in the units of ``y``."""
 
     def __init__(self, scale: float = 1.0, shift: float = 0.0) -> None:
         super().__init__()
@@ -53,12 +49,11 @@ class OutputScale(nn.Module):
 
 
 def target_statistics(y: Any, weights: Any = None) -> tuple[float, float]:
-    """``(mean, sd)`` of a regression target in float64; ``sd`` is the population standard
-    deviation, 1 for a constant (or one-row) target so that dividing by it is safe.
+    """``(mean, sd)`` of a regression target in float64 (population sd; 1 for a constant target so
+    dividing by it is safe).
 
-    With per-row ``weights`` ``w`` (None: unweighted): the weighted mean
-    ``m = sum_i w_i y_i / sum_i w_i`` and ``sd = sqrt(sum_i w_i (y_i - m)^2 / sum_i w_i)``,
-    the statistics of the data with row ``i`` repeated ``w_i`` times (integer weights).
+    With ``weights`` ``w``: ``m = sum_i w_i y_i / sum_i w_i`` and
+    ``sd = sqrt(sum_i w_i (y_i - m)^2 / sum_i w_i)``, the statistics of row ``i`` repeated ``w_i`` times.
     """
     values = torch.as_tensor(np.asarray(to_numpy(y), dtype=np.float64).reshape(-1))
     if weights is not None:
@@ -72,63 +67,45 @@ def target_statistics(y: Any, weights: Any = None) -> tuple[float, float]:
 
 
 def scaled_output(module: nn.Module, scale: float, shift: float) -> nn.Sequential:
-    """``Sequential(module, OutputScale(scale, shift))``: ``module`` predicts the
-    standardised target, the result predicts ``y``. Train it with
-    :func:`solvers.losses.scaled_mse_loss` ``(scale)``."""
+    """``Sequential(module, OutputScale(scale, shift))``: ``module`` predicts the standardised target,
+    the result ``y``; train it with :func:`solvers.losses.scaled_mse_loss` ``(scale)``.
+    """
     return nn.Sequential(module, OutputScale(scale, shift))
 
 
 class TorchLearner:
     """A torch module trained and queried like a scikit-learn estimator.
 
-    ``fit(X, y)`` builds a fresh module ``module_factory(p)`` (unless ``warm_start``) under
-    ``torch.manual_seed(seed)`` and trains it for ``epochs`` passes of shuffled mini-batches
-    with Adam, minimising
-
-    * classification: binary cross-entropy on the logit output,
-      ``mean(log(1 + e^out) - y out)`` (targets 0/1);
-    * regression: mean squared error; with ``scale_target`` (default) the module trained is
-      ``scaled_output(net, sd y, mean y)`` and the loss ``mean((out - y)^2) / sd^2`` (module
-      docstring), i.e. ``net`` fits the standardised target ``(y - mean y) / sd y`` while
-      ``module_`` predicts in the units of ``y``; without it, ``mean((out - y)^2)`` on
-      ``net`` itself. Mean and sd are those of the targets of each ``fit``.
-
-    ``fit(X, y, sample_weight=w)`` weighs the rows: each mini-batch loss is the weighted
-    mean ``sum_i w_i l_i / sum_i w_i`` over its rows (:mod:`solvers.losses`), and the
-    target's mean and sd for ``scale_target`` are the weighted ones
-    (:func:`target_statistics`). Weights that are all equal are the unweighted fit.
-
-    Training runs inside :func:`torch.random.fork_rng` seeded with ``seed`` (initialisation,
-    shuffling, dropout), so the same data and seed give the same model bit for bit on CPU,
-    and the global RNG is left untouched.
+    ``fit(X, y)`` builds ``module_factory(p)`` (unless ``warm_start``) and trains it with Adam for
+    ``epochs`` passes of shuffled mini-batches, minimising the binary cross-entropy
+    ``mean(log(1 + e^out) - y out)`` (classification) or the mean squared error (regression; with
+    ``scale_target`` on the standardised target, module docstring). ``sample_weight`` makes each
+    batch loss the weighted mean ``sum_i w_i l_i / sum_i w_i`` and the target statistics weighted.
+    Training runs in :func:`torch.random.fork_rng` seeded with ``seed``: the same data and seed give
+    the same model, and the global RNG is untouched.
 
     Parameters
     ----------
     module_factory : callable
-        ``module_factory(n_features) -> torch.nn.Module`` mapping ``(n, p)`` float32 inputs
-        to one output per row (shape ``(n,)`` or ``(n, 1)``): a logit for classification,
-        the prediction for regression (e.g. ``lambda p: fairopt.models.mlp(p, (32, 32, 32),
-        activation="relu")``).
+        ``module_factory(n_features) -> torch.nn.Module`` with one output per row: a logit
+        (classification) or the prediction (regression).
     task : {"classification", "regression"}, default "classification"
     epochs : int, default 200
     batch_size : int, default 128
-        Rows per Adam step (the last batch of an epoch may be smaller).
     lr : float, default 1e-3
-        Adam learning rate (the torch default).
+        Adam learning rate.
     weight_decay : float, default 0.0
     scale_target : bool, default True
-        Regression only: train on the standardised target (see above).
+        Regression only: train on the standardised target.
     warm_start : bool, default False
-        Continue from the current weights on the next ``fit`` (same number of features)
-        instead of building a new module.
+        Continue from the current weights on the next ``fit`` (same number of features).
     seed : int, default 0
     device : str or torch.device, default "cpu"
 
     Attributes
     ----------
     module_ : torch.nn.Module
-        The trained module (after :meth:`fit`), predicting in the units of ``y``: for a
-        regression with ``scale_target``, ``Sequential(net, OutputScale(sd, mean))``.
+        The trained module, predicting in the units of ``y``.
     target_shift_, target_scale_ : float
         Regression with ``scale_target``: mean and sd of the last targets.
     n_features_in_ : int
@@ -190,16 +167,13 @@ class TorchLearner:
         return self
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "TorchLearner":
-        """Train on ``X`` (n, p) and targets ``y`` (n,); returns ``self``.
-
-        ``sample_weight`` (n,), optional: per-row weights (finite, ``>= 0``, not all 0); the
-        loss of every mini-batch is then the weighted mean over its rows (class docstring).
+        """Train on ``X`` (n, p) and targets ``y`` (n,), rows weighted by ``sample_weight``; returns ``self``.
 
         Raises
         ------
         ValueError
-            Shapes that do not match, NaN/inf values, non-0/1 targets for classification, a
-            module whose output is not one value per row, invalid weights.
+            Mismatched shapes, NaN/inf values, non-0/1 classification targets, a module without one
+            output per row, invalid weights.
         """
         X_t, y_t = self._inputs(X), self._targets(y)
         if y_t.shape[0] != X_t.shape[0]:
@@ -217,8 +191,7 @@ class TorchLearner:
         return self
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """Raw module outputs (n,): logits (classification) or predictions (regression,
-        in the units of ``y``)."""
+        """Raw module outputs (n,): logits, or predictions in the units of ``y``."""
         self._check_fitted()
         X_t = self._inputs(X)
         if X_t.shape[1] != self.n_features_in_:
@@ -283,17 +256,12 @@ class TorchLearner:
         return self.module_
 
     def _forward(self, module: nn.Module, X: torch.Tensor) -> torch.Tensor:
-        """``module(X)`` as (n,): the engines' output convention (:func:`solvers.problem.row_outputs`,
-        an (n, 1) column is squeezed, any other shape is a ValueError)."""
+        """``module(X)`` as (n,) (:func:`solvers.problem.row_outputs`)."""
         return row_outputs(module(X), X.shape[0], what="module_factory")
 
     def _train(self, module: nn.Module, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator,
                weights: torch.Tensor | None = None) -> list[float]:
-        """Adam on shuffled mini-batches; the (weighted) mean loss of each epoch.
-
-        Unweighted: the plain BCE / scaled MSE of a batch. With row ``weights``: the losses of
-        :mod:`solvers.losses` on batches that carry their rows' weights (weighted means), and
-        the epoch's loss is the weight-averaged batch loss."""
+        """Adam on shuffled mini-batches; returns the (weighted) mean loss of each epoch."""
         if weights is not None:
             loss = bce_loss if self.task == "classification" else scaled_mse_loss(
                 self.target_scale_ if self.scale_target else 1.0)
