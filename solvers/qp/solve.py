@@ -1,15 +1,11 @@
-"""The QP of the SQP step, one function over several methods (``solver=``), the way
-qpsolvers dispatches ``solve_qp``: :func:`diagonal_qp`.
+"""The QP of the SQP step, one function over several methods (``solver=``): :func:`diagonal_qp`.
 
-Accuracy of :func:`diagonal_qp`. Every returned solution passed its KKT check (``tol``), and its step
-meets every row within ``base_tol + PRIMAL_SLACK (1 + |bound|)`` (else the QP is confirmed
-infeasible by the least-violation LP, or solved again by OSQP, ``method="osqp"``). Rows at an angle below
-``asin(sqrt(rank_tol))`` to the span of others are treated as dependent: the answer is
-then exact for bounds perturbed within ``tol`` and ``degenerate`` is set (float32
-Jacobians with exactly dependent rows land here). Nearly parallel active rows with
-conflicting bounds force large multipliers; since ``d`` is recovered from ``y``, its
-constraint values then carry a rounding error of about ``eps * sum_j |M_ij y_j|``, which
-the tolerance allows for (``benchmarks/results/solver_notes.md``).
+Every returned solution passed its KKT check (``tol``) and its step meets every row within
+``base_tol + PRIMAL_SLACK (1 + |bound|)``, else the QP is confirmed infeasible or solved again by
+OSQP. Rows within ``asin(sqrt(rank_tol))`` of the span of others count as dependent (``degenerate``:
+exact for bounds perturbed within ``tol``). Nearly parallel active rows with conflicting bounds
+force large multipliers, and ``d`` recovered from ``y`` carries a rounding error of about
+``eps * sum_j |M_ij y_j|``, which the tolerance allows for.
 """
 
 from __future__ import annotations
@@ -30,11 +26,8 @@ from solvers.validation import check_choice, positive_float, positive_int
 __all__ = ["ENUMERATION_MAX_ROWS", "check_options", "diagonal_qp", "pick_method", "step_from_multipliers"]
 
 
-#: Largest number of constrained rows for which ``solver="active_set"`` enumerates active
-#: sets (beyond it the dual active-set method is used). Chosen by timing both paths on
-#: random problems (mean solve time in the m-space): the dual method was faster for every
-#: m in 1, 2, 4, 8, so it is the default for every m >= 1 (enumeration:
-#: ``solver="enumeration"``; ``benchmarks/results/solver_notes.md``).
+#: Most constrained rows for which ``solver="active_set"`` enumerates; 0 as the dual method was
+#: faster for every m timed (``benchmarks/results/solver_notes.md``).
 ENUMERATION_MAX_ROWS = 0
 
 Solver = Literal["active_set", "enumeration", "dual", "osqp"]
@@ -82,12 +75,9 @@ def _assemble(
     )
 
 
-#: Rounding a step recovered from large multipliers may leave its rows outside their bounds
-#: by about ``eps * sum_j |M_ij y_j|``; the m-space check allows that much. The step itself
-#: must still meet every row within ``base_tol + PRIMAL_SLACK * (1 + |bound|)``: beyond it
-#: the multipliers hid a real violation (found by the property tests: up to 1e16 on
-#: inconsistent equalities, which are then reported "infeasible"; 72 at a degenerate vertex
-#: of narrow rows, where OSQP then solves the QP again).
+#: The m-space check allows ``eps * sum_j |M_ij y_j|``, but the step itself must meet every row
+#: within ``base_tol + PRIMAL_SLACK * (1 + |bound|)``: beyond it large multipliers hid a real
+#: violation (then "infeasible", or solved again by OSQP).
 PRIMAL_SLACK = 1e-7
 
 
@@ -138,13 +128,9 @@ def diagonal_qp(
 ) -> QPResult:
     """Exact solution of ``min_d g'd + 1/2 d' diag(h) d  s.t.  lo <= J d <= hi``.
 
-    The step subproblem of the SQP (with the bounds already shifted by the
-    constraint values: pass ``lo = l - c``, ``hi = u - c``). All algebra is in the
-    m-dimensional constraint space: ``M = J H^{-1} J'`` and ``q = J H^{-1} g`` are formed
-    once, then an active set ``A`` with sides ``b_A`` costs the ``|A| x |A|`` solve
-    ``M_AA y_A = -q_A - b_A``, and ``d = -H^{-1}(g + J' y)``; see the module docstring for
-    the derivation and the sign convention: ``y_i > 0`` upper side active, ``y_i < 0``
-    lower side active, ``g + h * d + J' y = 0``.
+    The SQP step subproblem (``lo = l - c``, ``hi = u - c``), solved in the constraint space with
+    ``d = -H^{-1}(g + J' y)``, ``y_i > 0`` at an active upper side, ``< 0`` at a lower
+    (:mod:`solvers.qp`).
 
     Parameters
     ----------
@@ -157,22 +143,14 @@ def diagonal_qp(
     lo, hi : tensor (m,)
         Bounds on ``J d``: ``-inf``/``+inf`` for a missing side, ``lo == hi`` for an equality.
     solver : {"active_set", "enumeration", "dual", "osqp"}
-        ``"active_set"`` (default): up to four plain rows (no equality, no zero or nearly
-        dependent rows, at most 27 candidate active sets) are solved by enumeration in scalar
-        arithmetic (:mod:`solvers.qp.scalar`, the same answer, faster than the general path);
-        otherwise enumeration ([SQP] Alg 1) when the number of constrained
-        rows is at most :data:`ENUMERATION_MAX_ROWS`, else the dual active-set method
-        (Goldfarb-Idnani). ``"enumeration"`` / ``"dual"`` force one of them (enumeration takes
-        at most 10 constrained rows, 3^10 sets, and hands over to the dual method when no set
-        passes, i.e. on infeasible or degenerate systems). ``"osqp"`` solves the same problem
-        through ``qpsolvers`` with OSQP (``eps_abs = eps_rel = tol``, polishing on) for
-        cross-checking: ``d`` is OSQP's primal solution and the multipliers its duals.
+        "active_set": up to four plain rows by :mod:`solvers.qp.scalar`, else enumeration ([SQP]
+        Alg 1) up to :data:`ENUMERATION_MAX_ROWS` constrained rows, else the dual method
+        (Goldfarb-Idnani). "enumeration" (at most 10 rows; the dual method when no set passes) and
+        "dual" force one; "osqp" solves it with OSQP through ``qpsolvers``, for cross-checks.
     tol : float
-        Feasibility/complementarity tolerance: row ``i`` counts as feasible (or binding) when
-        it violates (or misses) its bound by at most
-        ``tol * (1 + |q_i| + max finite |bound_i| + sum_j |M_ij| |y_j|)``, relative to the
-        terms of ``J_i d = -q_i - sum_j M_ij y_j``; a multiplier may have the wrong sign by at
-        most ``tol * (1 + max|y|)``. Also OSQP's ``eps_abs``/``eps_rel``.
+        Row ``i`` is feasible (binding) within ``tol * (1 + |q_i| + max finite |bound_i| +
+        sum_j |M_ij| |y_j|)``; a multiplier may have the wrong sign by ``tol * (1 + max|y|)``.
+        Also OSQP's ``eps_abs``/``eps_rel``.
     rank_tol : float
         A row counts as a linear combination of others when the squared sine of its angle to
         their span (in the ``H^{-1}`` metric) is at most ``rank_tol``.
@@ -182,22 +160,9 @@ def diagonal_qp(
     Returns
     -------
     QPResult
-        ``d`` and ``multipliers`` in the promoted dtype of the tensors among ``g, h, J`` on
-        their device (computed in float64 on the host: inputs on another device are copied
-        once, O(p m)). They are ``None`` unless ``status == "optimal"``: ``"infeasible"``
-        means no ``d`` satisfies the bounds (confirmed by a least-violation LP; see
-        :func:`least_violation_bounds`), ``"numerical"`` that no solution passed the KKT
-        check (never returned as a step).
-
-    Raises
-    ------
-    ValueError
-        Bad shapes, NaN, infinite ``g``/``h``/``J``, ``h <= 0``, ``lo = +inf``,
-        ``hi = -inf``, ``lo > hi`` (naming the row), unknown ``solver``, bad tolerances.
-
-    Notes
-    -----
-    Accuracy: see the module docstring.
+        ``d`` and ``multipliers`` (computed in float64, returned in the inputs' dtype and device),
+        None unless ``status == "optimal"``: "infeasible" is confirmed by a least-violation LP,
+        "numerical" means no solution passed the KKT check.
     """
     tol, rank_tol = check_options(solver, tol, rank_tol, max_iter)
     if solver == "active_set":  # a few plain rows: the enumeration in scalar arithmetic
@@ -220,9 +185,7 @@ def diagonal_qp(
 
 def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[float, float],
                   max_iter: int | None) -> QPResult:
-    """The step ``d`` of the m-space solution ``sol`` when it meets every row; else the QP is
-    confirmed infeasible (least-violation LP) or solved again by OSQP (the multipliers hid a
-    real violation: large ones widen the m-space check)."""
+    """The step of ``sol`` if it meets every row; else "infeasible" (confirmed by the LP) or OSQP's."""
     tol, rank_tol = tolerances
     d = step_from_multipliers(inputs, sol.y)
     if _primal_step_feasible(inputs, space, d):
