@@ -1,28 +1,11 @@
 """Exact and approximate "kernels" of the sensitive side of dCov~^2.
 
-Every statistic of :mod:`fairopt.measures.dcov` has the form
-
-    T(x) = offset + (1 / (n (n - 3))) * sum_{i != j} |x_i - x_j| W_ij,
-
-with ``W`` a symmetric, zero-diagonal, U-centred matrix that depends on the sensitive
-features only (for dCov~^2 it is B~, the U-centred distance matrix of ``s`` [DC eq A.7];
-for JdCov~^2 it is built from products of U-centred matrices). Because U-centring is an
-orthogonal projection and the rows of ``W`` sum to zero, replacing ``|x_i - x_j|`` by its
-U-centred version changes nothing, which is what makes ``T`` linear in the distances of x.
-
-A kernel never stores ``W``: it computes, for a given ``x``,
-
-    G_k = sum_j sign(x_k - x_j) W_kj        (sign(0) = 0),
-
-which is half the gradient of ``sum_{i != j} |x_i - x_j| W_ij`` with respect to ``x_k``.
-``T - offset`` is positively homogeneous of degree one in ``x`` and
-``(x_k - x_j) sign(x_k - x_j) = |x_k - x_j|`` for any value given to sign(0), so Euler's
-identity holds exactly:
-
-    T(x) - offset = (2 / (n (n - 3))) sum_k x_k G_k,   dT/dx_k = (2 / (n (n - 3))) G_k.
-
-One pass therefore gives the value and the (tie-safe) gradient. All arithmetic is float64
-on a centred copy of ``x``.
+Every statistic of :mod:`fairopt.measures.dcov` is ``T(x) = offset + (1/(n(n-3))) sum_{i != j}
+|x_i - x_j| W_ij`` with ``W`` symmetric, zero-diagonal, U-centred and depending on ``s`` only (B~
+[DC eq A.7] for dCov~^2). A kernel never stores ``W``; it computes ``G_k = sum_j sign(x_k - x_j) W_kj``
+(sign(0) = 0). ``T - offset`` is homogeneous of degree one in ``x``, so by Euler's identity
+``T(x) - offset = (2/(n(n-3))) x . G`` and ``dT/dx_k = (2/(n(n-3))) G_k``: one pass gives the value
+and the tie-safe gradient (float64, on a centred copy of ``x``).
 """
 
 from __future__ import annotations
@@ -61,11 +44,10 @@ def pairwise_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def factorize_rows(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of the distinct rows of ``s`` (n, q) and one representative row per code.
+    """Codes of the distinct rows of ``s`` (n, q), by first appearance, and one representative row per code.
 
-    Hash-based (``pandas.factorize`` per column, combined pairwise), O(n q). Codes are
-    numbered by first appearance. Two codes may share a value only in the corner case of
-    ``0.0`` and ``-0.0``; their distance is then 0 and every grouped formula stays exact.
+    Hash-based (``pandas.factorize`` per column), O(n q); ``0.0`` and ``-0.0`` may get two codes, at
+    distance 0, which keeps every grouped formula exact.
     """
     n, q = s.shape
     codes = np.zeros(n, dtype=np.int64)
@@ -80,18 +62,10 @@ def factorize_rows(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def grouped_u_centre(matrix: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, float]:
-    """U-centre an n x n matrix given as a K x K matrix over the groups of the samples.
+    """U-centre [DC eq A.7] the n x n matrix ``A(k, l) = matrix[g_k, g_l]`` (``k != l``, zero diagonal) given by groups.
 
-    The n x n matrix is ``A(k, l) = matrix[g_k, g_l]`` for ``k != l`` and 0 on the
-    diagonal (``matrix[h, h]`` is the value for two *distinct* samples of group ``h``).
-    Its row sums are ``r_h = sum_h' n_h' matrix[h, h'] - matrix[h, h]`` and its total is
-    ``t = sum_h n_h r_h``; the U-centred matrix [DC eq A.7] is again a group matrix,
-
-        A~[h, h'] = matrix[h, h'] - r_h / (n - 2) - r_h' / (n - 2) + t / ((n - 1)(n - 2)).
-
-    Returns
-    -------
-    (centred, total) : (K, K) float64 matrix and ``t = sum_{k != l} A(k, l)``.
+    With ``r_h = sum_h' n_h' matrix[h, h'] - matrix[h, h]`` and ``t = sum_h n_h r_h`` the result is a group
+    matrix, ``A~[h, h'] = matrix[h, h'] - (r_h + r_h') / (n - 2) + t / ((n - 1)(n - 2))``; returns it and ``t``.
     """
     n = float(counts.sum())
     rows = matrix @ counts - np.diag(matrix)
@@ -128,35 +102,24 @@ class DistanceKernel:
         raise NotImplementedError(f"{type(self).__name__} does not represent a distance matrix")
 
     def permutation_values(self, x: np.ndarray, permutations: Iterable[np.ndarray]) -> np.ndarray:
-        """``T`` with the sensitive rows permuted: ``s -> s[perm]`` for every ``perm``.
-
-        ``sum_{i != j} |x_i - x_j| W_{perm_i, perm_j}`` equals the statistic of
-        ``x[argsort(perm)]`` against the unpermuted ``W``.
-        """
+        """``T`` with the sensitive rows permuted by each ``perm``: the statistic of ``x[argsort(perm)]``."""
         return np.array([self.value(x[np.argsort(perm)]) for perm in permutations])
 
 
 class GroupedKernel(DistanceKernel):
     """``W_kj = matrix[g_k, g_j]`` for samples in K groups: O(n log n + n K) per call.
 
+    With ``x`` sorted once and tie blocks ``[first_k, stop_k)``, for a sample ``k`` of group ``a``:
+    ``G_k = P_a[first_k] + P_a[stop_k] - P_a[n]``, ``P_a`` the prefix sums of ``W[a, g_j]`` (one per group).
+
     Parameters
     ----------
     codes : ndarray of int64, shape (n,)
         Group of every sample, ``0..K-1``.
     matrix : ndarray, shape (K, K)
-        Symmetric group matrix of ``W`` (U-centred, e.g. from :func:`grouped_u_centre`).
+        Symmetric U-centred group matrix of ``W``.
     raw : ndarray, shape (K, K), optional
-        The un-centred distance matrix between the groups, needed by :meth:`self_inner`.
-
-    Notes
-    -----
-    With ``x`` sorted once and tie blocks ``[first_k, stop_k)``, for a sample ``k`` of
-    group ``a``::
-
-        G_k = sum_{j < first_k} W[g_j, a] - sum_{j >= stop_k} W[g_j, a]
-            = P_a[first_k] + P_a[stop_k] - P_a[n],   P_a = prefix sums of W[a, g_j],
-
-    one prefix sum of length n per group ``a``, so tied ``x`` contribute sign(0) = 0.
+        The un-centred distances between the groups, needed by :meth:`self_inner`.
     """
 
     def __init__(self, codes: np.ndarray, matrix: np.ndarray, raw: np.ndarray | None = None) -> None:
@@ -215,21 +178,13 @@ class GroupedKernel(DistanceKernel):
 
 
 class UnivariateKernel(DistanceKernel):
-    """B~ of a univariate sample ``y``: Huo-Szekely (2016) O(n log n) per call.
+    """B~ of a univariate sample ``y``: Huo-Szekely (2016), O(n log n) per call.
 
-    Notes
-    -----
-    With ``b_kj = |y_k - y_j|``, row sums ``b_k.`` and total ``b..`` [DC eq A.7]::
-
-        G_k = S_k - (b_k. sigma_k + tau_k) / (n - 2) + b.. sigma_k / ((n - 1)(n - 2)),
-
-    ``sigma_k = sum_j sign(x_k - x_j)``, ``tau_k = sum_j sign(x_k - x_j) b_j.`` (prefix
-    sums over ``x`` sorted with tie blocks) and ``S_k = sum_j sign(x_k - x_j) |y_k - y_j|``.
-    For ``S_k`` the samples are sorted by ``(x, y)``; the sum of ``|y_k - y_j|`` over the
-    earlier positions comes from the dominance sums (count and sum of ``y`` over earlier
-    samples with smaller ``y``), and the earlier/later members of ``k``'s tie block in
-    ``x`` (sorted by ``y``) are removed or added by prefix sums, so that
-    ``S_k = 2 (earlier - tie_before) + (tie_before + tie_after) - b_k.``.
+    With ``b_kj = |y_k - y_j|``, row sums ``b_k.`` and total ``b..`` [DC eq A.7]:
+    ``G_k = S_k - (b_k. sigma_k + tau_k) / (n - 2) + b.. sigma_k / ((n - 1)(n - 2))``, where
+    ``sigma_k = sum_j sign(x_k - x_j)`` and ``tau_k = sum_j sign(x_k - x_j) b_j.`` are prefix sums over
+    sorted ``x`` and ``S_k = sum_j sign(x_k - x_j) |y_k - y_j|`` comes from the dominance sums over
+    ``(x, y)``-sorted samples, corrected within ``k``'s tie block in ``x``.
     """
 
     def __init__(self, y: np.ndarray) -> None:
@@ -288,13 +243,9 @@ def _unit_directions(rng: np.random.Generator, count: int, q: int) -> np.ndarray
 class ProjectionKernel(DistanceKernel):
     """Random-projection approximation of B~ for multivariate ``s`` (Huang & Huo 2017).
 
-    ``|s_i - s_j| = C_q E_u |u'(s_i - s_j)|`` for ``u`` uniform on the unit sphere, and
-    U-centring is linear, so ``B~ = C_q E_u B~(u's)`` and
-
-        dCov~^2(x, s) ~= (C_q / K) sum_{k=1..K} dCov~^2(x, u_k's),
-
-    each term by the univariate O(n log n) path. Unbiased for the exact statistic (over
-    the directions), standard error O(1/sqrt(K)); exact when ``q = 1``.
+    ``|s_i - s_j| = C_q E_u |u'(s_i - s_j)|`` for ``u`` uniform on the sphere and U-centring is linear, so
+    ``dCov~^2(x, s) ~= (C_q / K) sum_k dCov~^2(x, u_k's)``: unbiased over the directions, standard error
+    O(1/sqrt(K)), exact when ``q = 1``.
 
     Parameters
     ----------
@@ -302,7 +253,7 @@ class ProjectionKernel(DistanceKernel):
     n_projections : int
         ``K``, the number of directions.
     seed : int
-        Seed of the directions (``numpy.random.default_rng``).
+        Seed of the directions.
     """
 
     def __init__(self, s: np.ndarray, n_projections: int, seed: int | None) -> None:

@@ -1,15 +1,9 @@
 """Sorting primitives behind the O(n log n) distance-covariance paths.
 
-Two building blocks, both vectorised numpy with no Python loop over the n samples:
-
-* :class:`TiedOrder` sorts a sample once and records, for every sorted position, the
-  tie block it belongs to. With it, "how many / how much of the sample lies strictly
-  below / strictly above x_k" is a lookup into a prefix sum, which is what makes
-  ``sign(x_k - x_j)`` with ``sign(0) = 0`` exact under ties.
-* :func:`dominance_sums` gives, for every position ``p`` of a sequence, the count and the
-  weighted sum of the earlier positions whose rank is smaller: the 2-D dominance sums of
-  the Huo-Szekely (2016) algorithm. It is a most-significant-bit-first radix partition
-  over the rank bits: one pass of O(n) array operations per bit, ``ceil(log2 n)`` passes.
+:class:`TiedOrder` sorts a sample once and records each position's tie block, so counts and sums
+strictly below / above ``x_k`` are prefix-sum lookups (``sign(0) = 0`` exact under ties).
+:func:`dominance_sums` gives the 2-D dominance sums of Huo-Szekely (2016) by a radix partition over
+the rank bits: ``ceil(log2 n)`` passes of O(n) array operations.
 """
 
 from __future__ import annotations
@@ -22,11 +16,7 @@ __all__ = ["TiedOrder", "dominance_sums", "exclusive_cumsum"]
 
 
 def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
-    """Prefix sums with a leading zero along axis 0: ``out[p] = sum(values[:p])``.
-
-    The result has ``len(values) + 1`` rows, so ``out[b] - out[a]`` is the sum over
-    the half-open range ``[a, b)``.
-    """
+    """Prefix sums with a leading zero along axis 0: ``out[b] - out[a]`` is the sum over ``[a, b)``."""
     out = np.zeros((values.shape[0] + 1,) + values.shape[1:], dtype=np.float64)
     np.cumsum(values, axis=0, out=out[1:])
     return out
@@ -34,20 +24,8 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class TiedOrder:
-    """A sample sorted ascending, with the tie block of every sorted position.
-
-    Attributes
-    ----------
-    order : ndarray of int64, shape (n,)
-        Permutation that sorts the sample: ``values = sample[order]``.
-    values : ndarray of float64, shape (n,)
-        The sorted sample.
-    first : ndarray of int64, shape (n,)
-        ``first[p]`` is the first sorted position holding ``values[p]``; it is also the
-        number of sample points strictly below ``values[p]``.
-    stop : ndarray of int64, shape (n,)
-        One past the last sorted position holding ``values[p]``; ``n - stop[p]`` is the
-        number of sample points strictly above ``values[p]``.
+    """A sample sorted ascending (``values = sample[order]``) with the tie block ``[first[p], stop[p])`` of
+    every sorted position: ``first[p]`` points lie strictly below ``values[p]``, ``n - stop[p]`` above.
     """
 
     order: np.ndarray
@@ -57,11 +35,7 @@ class TiedOrder:
 
     @classmethod
     def of(cls, sample: np.ndarray, order: np.ndarray | None = None) -> "TiedOrder":
-        """Sort ``sample`` (1-D float64); ``order`` may be supplied if already known.
-
-        A supplied ``order`` must sort ``sample`` ascending (ties in any order), e.g. a
-        lexicographic order with a secondary key.
-        """
+        """Sort ``sample`` (1-D float64); a supplied ``order`` must sort it ascending (ties in any order)."""
         if order is None:
             order = np.argsort(sample)
         order = np.asarray(order, dtype=np.int64)
@@ -92,36 +66,14 @@ class TiedOrder:
 def dominance_sums(rank: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Counts and weighted sums over dominated predecessors (Huo-Szekely 2016, sec 3).
 
-    For every position ``p`` of a sequence::
+    ``count[p] = #{p' < p : rank[p'] < rank[p]}`` and ``weighted[p]`` the sum of ``weight[p']`` over the
+    same set, ``rank`` a permutation of ``0..n-1``; returns two float64 arrays.
 
-        count[p]    = #{p' < p : rank[p'] < rank[p]}
-        weighted[p] = sum_{p' < p, rank[p'] < rank[p]} weight[p']
-
-    Parameters
-    ----------
-    rank : ndarray of int, shape (n,)
-        A permutation of ``0..n-1`` (ordinal ranks, ties already broken).
-    weight : ndarray of float64, shape (n,)
-
-    Returns
-    -------
-    (count, weighted) : two float64 arrays of shape (n,)
-
-    Notes
-    -----
-    The sequence is padded to ``N = 2^L >= n`` with dummy elements of rank ``n..N-1``
-    placed after every real one (they never precede a real element, so they never
-    contribute). A pair ``rank[p'] < rank[p]`` has a highest differing rank bit ``l``:
-    both ranks lie in the same *group* ``rank >> (l + 1)``, ``p'`` has bit ``l`` equal to
-    0 and ``p`` has it equal to 1. Keeping the elements arranged by
-    ``(rank >> (l + 1), position)``, group ``g`` fills exactly the slots
-    ``[g 2^(l+1), (g+1) 2^(l+1))`` (the ranks are a permutation of ``0..N-1``), so a
-    within-group prefix sum of the bit-0 weights, read at the bit-1 members, adds every
-    pair of level ``l`` exactly once. A stable partition on bit ``l`` (prefix counts, no
-    sort) gives the arrangement of level ``l - 1``; after level 0 slot ``s`` holds rank
-    ``s``. Cost: ``L = ceil(log2 n)`` levels of O(N) array operations, all on
-    preallocated buffers (a fresh 8 MB allocation per operation would cost more than
-    the arithmetic).
+    Padded to ``N = 2^L`` with dummy ranks after every real element, each pair ``rank[p'] < rank[p]`` has
+    a highest differing bit ``l``, within the group ``rank >> (l + 1)``. Arranged by
+    ``(rank >> (l + 1), position)`` the groups fill contiguous slots, so a within-group prefix sum of the
+    bit-0 weights read at the bit-1 members adds every level-``l`` pair once; a stable partition on bit
+    ``l`` gives the next level's arrangement. All buffers are preallocated.
     """
     rank = np.asarray(rank, dtype=np.int64)
     n = rank.shape[0]

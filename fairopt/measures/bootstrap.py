@@ -1,19 +1,12 @@
-"""The one bootstrap of the package: seeded (optionally stratified) resamples of row indices and
-their percentile intervals.
+"""The one bootstrap of the package: seeded, optionally stratified resamples of row indices and their
+percentile intervals.
 
-A replicate draws, for every stratum ``g`` with ``n_g`` rows, ``n_g`` of that stratum's rows
-uniformly with replacement, independently of the other strata, so stratum sizes stay as in the
-data (one stratum: the ordinary bootstrap of ``n`` rows out of ``n``). The rows are sorted by
-stratum once; replicate ``b`` is an ``(n,)`` vector whose position ``j``, of stratum ``g(j)``,
-holds the row ``order[start_g + floor(u_j n_g)]`` with ``u_j ~ U[0, 1)``: each stratum's draws
-are contiguous, starting at ``start_g``, so per-stratum sums of a whole chunk of replicates are
-one ``numpy.add.reduceat`` along the rows. Replicates come in chunks of about
-:data:`CHUNK_ELEMENTS` positions (memory stays bounded for large ``n``), from one
-``numpy.random.default_rng(seed)`` in a fixed order: the same seed gives the same resamples.
-
-Users: :func:`fairopt.group_report`'s per-group intervals (strata = groups) and the held-out
-certificates and margins of GeDI, distance covariance and covariance bounds
-(:mod:`fairopt.certificate`, one stratum).
+A replicate draws ``n_g`` rows of each stratum ``g`` uniformly with replacement, so stratum sizes stay
+as in the data (one stratum: the ordinary bootstrap). Each stratum's draws are contiguous from
+``start_g``, so per-stratum sums over a chunk of replicates are one ``numpy.add.reduceat``. Chunks of
+about :data:`CHUNK_ELEMENTS` positions bound memory; one ``default_rng(seed)`` in a fixed order makes
+the resamples reproducible. Used by :func:`fairopt.group_report` (strata = groups) and
+:mod:`fairopt.certificate` (one stratum).
 """
 
 from __future__ import annotations
@@ -30,12 +23,8 @@ CHUNK_ELEMENTS = 2_000_000
 
 
 def stratum_starts(codes: np.ndarray, n_strata: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(sizes, starts)``: rows per stratum and the first position of each stratum in a replicate.
-
-    Raises
-    ------
-    ValueError
-        When a stratum has no row (nothing to draw from).
+    """``(sizes, starts)``: rows per stratum and each stratum's first position in a replicate (``ValueError``
+    for an empty stratum).
     """
     sizes = np.bincount(codes, minlength=n_strata)
     if (sizes == 0).any():
@@ -45,24 +34,11 @@ def stratum_starts(codes: np.ndarray, n_strata: int) -> tuple[np.ndarray, np.nda
 
 def resample_chunks(codes: np.ndarray, n_strata: int, n_bootstrap: int,
                     seed: int | None) -> Iterator[tuple[int, int, np.ndarray]]:
-    """Stratified bootstrap resamples, chunk by chunk (module docstring).
+    """Stratified bootstrap resamples, chunk by chunk: yields ``(b0, b1, rows)``.
 
-    Parameters
-    ----------
-    codes : numpy.ndarray of int, shape (n,)
-        Stratum of every row, in ``0 .. n_strata - 1`` (all zeros: the unstratified bootstrap).
-    n_strata : int
-    n_bootstrap : int
-        Replicates in all.
-    seed : int or None
-        Seed of ``numpy.random.default_rng``.
-
-    Yields
-    ------
-    (b0, b1, rows)
-        Replicates ``b0 .. b1 - 1``; ``rows`` of shape ``(b1 - b0, n)`` holds the drawn row
-        indices, stratum ``g``'s at positions ``starts[g] .. starts[g] + n_g - 1``
-        (:func:`stratum_starts`).
+    ``rows`` (``(b1 - b0, n)``) holds the drawn row indices of replicates ``b0 .. b1 - 1``, stratum ``g``'s
+    at positions ``starts[g] .. starts[g] + n_g - 1``; ``codes`` (n,) gives every row's stratum
+    (all zeros: unstratified).
     """
     codes = np.asarray(codes, dtype=np.int64)
     n = codes.size
@@ -79,13 +55,10 @@ def resample_chunks(codes: np.ndarray, n_strata: int, n_bootstrap: int,
 
 
 def percentile_interval(replicates: np.ndarray, confidence: float, sides: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval ``[q_t, q_{1-t}]``, ``t = (1 - confidence) / sides``, of the replicates
-    along axis 0.
+    """Percentile interval ``[q_t, q_{1-t}]``, ``t = (1 - confidence) / sides``, of the replicates along axis 0.
 
-    ``sides = 2`` is the two-sided interval at ``confidence``; a certificate of ``k`` finite
-    bounds takes ``sides = k`` so that each one-sided statement holds at ``1 - (1 - c) / k`` and
-    all of them together at ``c`` (union bound). NaN replicates are left out; NaN where none is
-    finite.
+    A certificate of ``k`` finite bounds takes ``sides = k``: each one-sided statement at
+    ``1 - (1 - c) / k``, all together at ``c`` (union bound). NaN replicates are left out.
     """
     replicates = np.asarray(replicates, dtype=float)
     if replicates.shape[0] == 0:

@@ -1,11 +1,7 @@
-"""HGR maximal correlation estimated by a discretised Gaussian KDE (Mary et al. 2019).
+"""HGR maximal correlation estimated by a discretised Gaussian KDE (Mary, Calauzenes and El Karoui 2019).
 
-The Hirschfeld-Gebelein-Renyi coefficient ``HGR(x, y) = sup_{f, g} corr(f(x), g(y))``
-equals the second largest singular value of ``Q(a, b) = p(a, b) / sqrt(p(a) p(b))``
-(Witsenhausen 1975; the largest is 1, with singular vectors ``sqrt(p(a))``,
-``sqrt(p(b))``). Mary, Calauzenes and El Karoui ("Fairness-Aware Learning for Continuous
-Attributes and Treatments", ICML 2019) estimate ``p`` by a Gaussian kernel density
-estimate evaluated on a grid fixes the details used here.
+``HGR(x, y) = sup_{f, g} corr(f(x), g(y))`` is the second largest singular value of
+``Q(a, b) = p(a, b) / sqrt(p(a) p(b))`` (Witsenhausen 1975); ``p`` is a Gaussian KDE on a grid.
 """
 
 from __future__ import annotations
@@ -38,8 +34,7 @@ def kde_grid_size(bandwidth: float) -> int:
 
 
 def _standardise_unbiased(t: torch.Tensor) -> torch.Tensor:
-    """``(t - mean) / sd`` with the unbiased sd (``ddof=1``, as Mary et al.'s code); a
-    constant vector is only centred (its KDE is then a product density: HGR ~ 0)."""
+    """``(t - mean) / sd`` with ``ddof=1`` (as Mary et al.'s code); a constant vector is only centred."""
     centred = t - t.mean()
     sd = t.std(correction=1)
     return centred / sd if float(sd.detach()) > 0.0 else centred
@@ -51,34 +46,24 @@ def _gaussian_weights(u: torch.Tensor, grid: torch.Tensor, bandwidth: float) -> 
 
 
 def hgr_kde(x: Any, y: Any, damping: float = 1e-10) -> Any:
-    """HGR coefficient estimated with a Gaussian KDE on a grid [Mary et al. 2019].
-
-    Steps (``d = 2`` dimensions)::
+    """HGR coefficient estimated with a Gaussian KDE on a grid [Mary et al. 2019]::
 
         u, v  = standardised x, y              (mean 0, unbiased sd 1)
-        h     = (n (d + 2) / 4) ** (-1 / (d + 4)),   B = int(min(50, 5 / h))
+        h     = (n (d + 2) / 4) ** (-1 / (d + 4)),   B = int(min(50, 5 / h)),   d = 2
         g     = B equally spaced points on [-2.5, 2.5]
         p(a, b) = 1/(n 2 pi h^2) sum_i exp(-((u_i - g_a)^2 + (v_i - g_b)^2) / (2 h^2)) + damping
-        P     = p / sum(p),   P_x = P 1,   P_y = P' 1
-        Q     = P / sqrt(P_x P_y')
-        HGR   = sigma_2(Q)                     (second largest singular value)
+        P     = p / sum(p),   Q = P / sqrt(P_x P_y'),   HGR = sigma_2(Q)
 
-    The Gaussian kernel is separable, so ``p = Kx' Ky / (n 2 pi h^2)`` with ``Kx``, ``Ky``
-    the (n, B) kernel weights: O(n B) time and memory. The estimate lies in [0, 1] and is
-    deterministic. ``damping`` keeps empty grid cells strictly positive (as in the
-    authors' code) so that ``Q`` is defined.
+    The kernel is separable, so ``p = Kx' Ky / (n 2 pi h^2)``: O(n B). ``damping`` keeps empty cells
+    positive (as the authors' code) so that ``Q`` is defined. In [0, 1], deterministic; torch input gives a
+    result differentiable in ``x`` and ``y``.
 
     Parameters
     ----------
     x, y : array-like or torch.Tensor, shape (n,)
-        Two numeric samples (n >= 2). With torch input the result is a torch scalar
-        differentiable in ``x`` and ``y`` (generic case: distinct singular values).
+        Two numeric samples (n >= 2).
     damping : float
         Added to every grid density value before normalisation (> 0).
-
-    Returns
-    -------
-    float or torch.Tensor
     """
     if not (isinstance(damping, (int, float)) and damping > 0 and math.isfinite(damping)):
         raise ValueError(f"damping: expected a positive finite number, got {damping!r}")

@@ -1,20 +1,13 @@
 """Tests of independence between predictions and sensitive features [DC sec 4.2.2, App E.1].
 
-Both tests use the bias-corrected distance correlation ``dCorr~^2(x, s)`` of
-:func:`fairopt.measures.dcov.dcorr` as their statistic:
+Both use the bias-corrected ``dCorr~^2(x, s)`` (:func:`fairopt.measures.dcov.dcorr`):
 
-* ``"chi2"`` - Shen, Panda & Vogelstein (2022): under independence
-  ``n dCorr~^2 + 1`` is asymptotically dominated by a chi-square with one degree of
-  freedom, ``p = P(chi2_1 > n dCorr~^2 + 1)`` (the form used by hyppo; [DC eq E.2]
-  omits the ``+ 1``, which only matters for tiny n). O(n log n) for grouped or
-  univariate ``s``.
-* ``"permutation"`` - the rows of ``s`` are permuted jointly (which keeps the
-  dependence among the sensitive features and breaks only their link with ``x``)
-  and ``p = (1 + #{r : T_r >= T_0}) / (1 + R)`` [DC eq E.3, with ">=" instead of ">" so
-  that the p-value is valid for discrete statistics]. The denominator of dCorr~^2 does
-  not change under a permutation of ``s``, so only dCov~^2 is recomputed: O(n K) per
-  resample for ``s`` with K distinct rows (``x`` is sorted once), O(n log n) for
-  univariate ``s``, O(n^2) otherwise.
+* ``"chi2"`` (Shen, Panda & Vogelstein 2022): ``p = P(chi2_1 > n dCorr~^2 + 1)``, the hyppo form ([DC eq
+  E.2] omits the ``+ 1``, which matters only for tiny n);
+* ``"permutation"``: the rows of ``s`` permuted jointly (keeping the dependence among the sensitive
+  features, breaking only their link with ``x``), ``p = (1 + #{r : T_r >= T_0}) / (1 + R)`` [DC eq E.3,
+  ``>=`` so the p-value is valid for discrete statistics]. dCorr's denominator is permutation
+  invariant, so only dCov~^2 is recomputed (O(n K) per resample for K distinct rows of ``s``).
 """
 
 from __future__ import annotations
@@ -45,17 +38,8 @@ by float round-off, ~1e-15)."""
 
 @dataclass(frozen=True)
 class IndependenceTestResult:
-    """Outcome of :func:`independence_test`.
-
-    Attributes
-    ----------
-    statistic : float
-        ``dCorr~^2(x, s)`` (bias-corrected, can be slightly negative).
-    pvalue : float
-    method : str
-        ``"chi2"`` or ``"permutation"``.
-    n_resamples : int or None
-        Number of permutations (None for ``"chi2"``).
+    """Outcome of :func:`independence_test`: ``statistic`` (dCorr~^2), ``pvalue``, ``method`` and ``n_resamples``
+    (None for ``"chi2"``).
     """
 
     statistic: float
@@ -78,25 +62,22 @@ def independence_test(
     Parameters
     ----------
     x : array-like or torch.Tensor, shape (n,)
-        Predictions (detached if a tensor), n >= 4.
+        Predictions (detached), n >= 4.
     s : array-like, shape (n,) or (n, q)
-        Numeric sensitive features (encode categoricals first, e.g. with
-        :func:`fairopt.measures.dcov.encode_sensitive`); several features are tested
-        jointly [DC eq 4.2].
+        Numeric sensitive features (encode categoricals first,
+        :func:`fairopt.measures.dcov.encode_sensitive`); several are tested jointly [DC eq 4.2].
     method : {"chi2", "permutation"}
     n_resamples : int
-        Number of permutations ``R`` for ``method="permutation"``.
+        Permutations ``R`` for ``method="permutation"``.
     seed : int or None
-        Seed of the permutations (``numpy.random.default_rng(seed)``; the r-th resample
-        uses ``s[rng.permutation(n)]``, drawn in order).
+        Seed of ``numpy.random.default_rng``; resample ``r`` uses ``s[rng.permutation(n)]``.
     dcov_method : str
-        Computation path of dCov~^2 (see :func:`fairopt.measures.dcov.dcov`).
+        Computation path of dCov~^2 (:func:`fairopt.measures.dcov.dcov`).
 
     Returns
     -------
     IndependenceTestResult
-        ``statistic`` is dCorr~^2; ``pvalue`` is 1 when a distance variance is <= 0
-        (e.g. constant predictions).
+        ``pvalue`` is 1 when a distance variance is <= 0 (e.g. constant predictions).
     """
     check_choice(method, ("chi2", "permutation"), "method")
     check_choice(dcov_method, METHODS, "dcov_method")
