@@ -179,7 +179,8 @@ def _fairopt(kind: str | None) -> Fit:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             out = _timed_predict(model, part, lambda: model.fit(part.X, part.y, sensitive_features=sensitive))
-        messages = sorted({str(w.message).split(":")[0][:80] for w in caught if issubclass(w.category, FairnessWarning)})
+        messages = sorted({str(w.message).split(":")[0][:80] for w in caught
+                           if issubclass(w.category, FairnessWarning)})
         note = "; ".join(messages) + ("" if model.converged_ else ("; " if messages else "") + "not converged")
         return out[0], out[1], out[2], note
     return fit
