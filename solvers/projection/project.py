@@ -1,6 +1,5 @@
-"""Projecting targets: :func:`project_targets` validates its arguments, assembles the program,
-chooses the backend (``"auto"``: Gurobi if usable, else HiGHS / OSQP, logged), runs it,
-diagnoses an infeasible problem and returns the :class:`~solvers.projection.ProjectionResult`."""
+""":func:`project_targets`: validate, assemble the program, choose and run the backend, diagnose an
+infeasible problem."""
 
 from __future__ import annotations
 
@@ -27,15 +26,13 @@ from solvers.validation import as_float_array, check_choice, check_flag, check_s
 
 __all__ = ["BACKENDS", "LOSSES", "project_targets"]
 
-# The records keep the logger name they had before the package was split: "solvers.projection".
 logger = logging.getLogger(__package__)
 
 #: Accepted values of ``backend``.
 BACKENDS: tuple[str, ...] = ("auto", "topk", "highs", "osqp", "gurobi")
 #: Accepted values of ``loss``.
 LOSSES: tuple[str, ...] = ("squared", "hamming")
-# "auto" choices already logged at INFO level (repeats go to DEBUG: a Moving Targets fit
-# solves one master per iteration).
+# "auto" choices already logged at INFO (repeats at DEBUG: Moving Targets solves a master per iteration)
 _LOGGED_CHOICES: set[str] = set()
 
 
@@ -123,9 +120,8 @@ def _max_violation(encodings: Sequence[LinearEncoding], z: np.ndarray, aux: Sequ
 
 
 def _start_vector(initial: Any, prog: Program, encodings: Sequence[LinearEncoding]) -> np.ndarray | None:
-    """``initial`` (a previous :class:`ProjectionResult`, or targets ``z`` (n,)) as a start
-    on the program's scale: ``[z, a_1, ..., a_E] / scale``, NaN for auxiliary variables it
-    does not give (the solver tries to complete them)."""
+    """``initial`` (a :class:`ProjectionResult` or targets ``z``) as ``[z, a_1, ..., a_E] / scale``, NaN
+    for auxiliary variables it does not give."""
     if initial is None:
         return None
     z = initial.z if isinstance(initial, ProjectionResult) else initial
@@ -176,43 +172,29 @@ def project_targets(
     initial: Any = None,
     priority: Any = None,
 ) -> ProjectionResult:
-    """Project references onto the targets allowed by linear encodings (package doc, [GeDI] eq 56).
-
-    Solves ``min_{z, a} sum_r w_r L(z, r_r)`` subject to every encoding's rows
-    ``lb <= A_z z + A_a a <= ub`` and auxiliary bounds, with ``L`` the mean squared or mean
-    absolute (Hamming) difference, ``z`` binary or real.
+    """``min_{z, a} sum_r w_r L(z, r_r)`` subject to every encoding's rows (package doc, [GeDI] eq 56).
 
     Parameters
     ----------
     reference : array-like (n,) or (R, n), or a sequence of R vectors (n,)
-        The references ``r_r`` (numpy, torch or lists). Moving Targets passes the
-        predictions and the true targets.
+        The references ``r_r`` (Moving Targets: the predictions and the true targets).
     weights : float or sequence of R floats, optional
         ``w_r >= 0`` with a positive sum; default all ones.
     encodings : LinearEncoding or sequence of LinearEncoding
-        Constraint rows on ``z`` (and on each encoding's own auxiliary variables).
     loss : {"squared", "hamming"}, default "squared"
-        ``"hamming"`` needs ``binary=True`` and references in ``[0, 1]``.
+        "hamming" needs ``binary=True`` and references in ``[0, 1]``.
     binary : bool, default False
-        ``z`` in ``{0, 1}^n`` (mixed-integer linear program) instead of real (convex QP).
+        ``z`` in ``{0, 1}^n`` (MILP) instead of real (convex QP).
     backend : {"auto", "topk", "highs", "osqp", "gurobi"}, default "auto"
-        See the module doc; ``"osqp"`` solves continuous problems only, ``"topk"`` binary
-        programs whose rows read counts of cells (:mod:`solvers.projection.topk`; ``"auto"``
-        uses it whenever it applies).
     time_limit : float, default 60.0
-        Seconds allowed to the solver (> 0).
     mip_gap : float, default 1e-4
-        Relative optimality gap at which a MILP is declared optimal (>= 0; the HiGHS and
-        Gurobi default). Use 0 to prove exact optimality.
+        Relative gap at which a MILP counts as optimal (0 proves optimality).
     seed : int, default 0
-        The solver's random seed (HiGHS ``random_seed``, Gurobi ``Seed``).
     initial : ProjectionResult or array-like (n,), optional
-        A start: a previous projection onto the SAME encodings, or targets ``z`` alone (HiGHS
-        and Gurobi: a MIP start, completed or discarded when it violates a row; OSQP: a warm
-        start given the auxiliary variables too; ``"topk"`` ignores it): the path, not the optimum.
+        A start, a previous projection onto the same encodings or targets alone: it changes the
+        path, not the optimum ("topk" ignores it).
     priority : array-like (n,), optional
-        Tie-break of the count search (``"topk"``): among targets of equal cost in a cell, higher
-        priority gets the ones first (the optimal cost does not depend on it; MIPs ignore it).
+        The count search's tie-break within a cell, higher first to get a one.
 
     Returns
     -------
@@ -220,15 +202,10 @@ def project_targets(
 
     Raises
     ------
-    ValueError
-        Bad arguments (each message names the argument and the value), references outside
-        ``[0, 1]`` for the Hamming loss, an encoding whose ``A_z`` does not have ``n``
-        columns or whose bounds admit no value, ``"osqp"`` with binary targets.
     ProjectionInfeasibleError
-        (a RuntimeError) No feasible target vector; the message names the constraints.
+        No feasible target vector; the message names the constraints.
     RuntimeError
-        The solver stopped without a feasible point (e.g. time limit), failed, or
-        ``backend="gurobi"`` is not usable here (not installed, no licence, size limit).
+        The solver stopped without a feasible point or failed, or "gurobi" is unusable.
 
     Examples
     --------
@@ -279,8 +256,8 @@ def _checked_problem(reference: Any, weights: Any, encodings: Any, loss: str,
 
 def _projection_result(raw: Any, prog: Any, encodings: Sequence[LinearEncoding], objective: tuple,
                        used: str, seconds: float) -> ProjectionResult:
-    """The :class:`ProjectionResult` of a solved program: targets (rounded when binary), auxiliary
-    variables, the weighted objective of ``objective = (refs, w, loss)`` and the largest row violation."""
+    """The :class:`ProjectionResult` of a solved program (binary targets rounded); ``objective`` is
+    ``(refs, w, loss)``."""
     refs, w, loss = objective
     x = raw.x * prog.scale
     z = x[: prog.n]
