@@ -1,43 +1,22 @@
 """Post-fit diagnostics of the estimators: what a user should know about a finished fit.
 
-One job: turn a :class:`solvers.history.FitResult` (with the constraints, the data and the
-exact training violations it needs) into the texts of the estimators' warnings
-(:class:`fairopt.FairnessWarning`): an unmet bound, relaxed SQP steps at the end, a fit
-worse than a constant predictor, a degenerate fit (the same prediction for every training
-row, a :class:`fairopt.exceptions.DegenerateModelWarning`), an inactive bound. The functions are pure: they return
-the messages (``None`` or an empty list when there is nothing to say) and the estimator
-warns.
+Pure functions that turn a :class:`solvers.history.FitResult`, the constraints, the data and the
+exact training violations into warning texts (``None`` or ``[]`` when there is nothing to say);
+the estimator warns (:class:`fairopt.FairnessWarning`, or
+:class:`fairopt.exceptions.DegenerateModelWarning` for a constant model):
 
-Diagnostics (:class:`fairopt.FairnessWarning`), after every ``fit``:
-
-- *infeasible or unmet bound*: a constraint whose exact violation on the training data
-  exceeds ``violation_tol`` at the end of training (with the number of relaxed SQP steps,
-  i.e. iterations whose linearised constraints had no solution);
+- *unmet bound*: exact training violation above ``violation_tol`` at the end;
 - *relaxed steps at the end*: relaxed SQP steps among the last 10% of the iterations;
-- *near-constant classifier* (:func:`poor_fit_message`, the rule of
-  :func:`solvers.outcome.near_constant`): training accuracy not above the majority-class
-  rate by two standard errors, or one class predicted on (almost) every row; with
-  constraints, the message says that bounds which only such a model meets force this and
-  what to do (a :class:`fairopt.exceptions.DegenerateModelWarning` when every row gets the
-  same class, else a :class:`fairopt.FairnessWarning`);
-- *poor regression fit*: training R2 below ``POOR_FIT_R2``;
-- *degenerate regressor* (:class:`fairopt.exceptions.DegenerateModelWarning`): zero spread
-  of the predictions up to float32 resolution, so its fairness is trivially perfect;
-- *inactive constraint*: a constraint that is satisfied and did not restrict the model.
-  The rule reads the history. SQP: no row of the constraint in the QP's active set and
-  none violated over the last 10% of the iterations (zero multipliers at the end: the
-  final point is stationary without the constraint). Penalty and Lagrangian: its
-  surrogate violation was 0 at every step (the term never changed a step; a hinge that
-  was active earlier and is 0 at the end proves nothing, as the model may sit inside the
-  bound only because the term pushed it there). Moving Targets: the unconstrained
-  pre-trained learner already satisfies it. With ``check_inactive=True`` an unconstrained
-  reference model with the same settings is trained as well and every bound it already
-  satisfies is reported (a second fit).
+- *near-constant classifier* (:func:`solvers.outcome.near_constant`) or *poor regression fit*
+  (training R2 below :data:`POOR_FIT_R2`); *degenerate regressor*: zero spread of predictions;
+- *inactive constraint*: satisfied and not restricting the model. SQP: no row in the QP active
+  set and none violated over the last 10% (zero multipliers at the end). Penalty and Lagrangian:
+  the surrogate violation was 0 at every step (a term that acted earlier and is 0 at the end
+  proves nothing). Moving Targets: the pre-trained learner already meets it. With
+  ``check_inactive=True`` also every bound an unconstrained reference model meets.
 
-What the engine reports about the returned model is read from ``result.info``; what only
-the iterations tell (the last iterations' QP status and active set, every step's surrogate
-violation or penalty, the pre-trained Moving Targets learner) is read from the history,
-through the column names the engines define (:mod:`solvers.history`).
+What only the iterations tell is read from the history, through the column names of
+:mod:`solvers.history`.
 """
 
 from __future__ import annotations
@@ -70,8 +49,7 @@ TAIL_FRACTION = 0.1
 #: A regression fit is reported as worse than a constant predictor below this training R2.
 POOR_FIT_R2 = -0.05
 
-# history columns, as the engines name them (solvers.history); the short names are this
-# module's own (and their old import path)
+# history columns, as the engines name them (solvers.history)
 QP_STATUS, RELAXED, FINAL, ACTIVE = COLUMN_QP_STATUS, QP_RELAXED, QP_FINAL, COLUMN_ACTIVE
 C, VIOL, PENALTY, C_PREDICTIONS = COLUMN_C, COLUMN_VIOL, COLUMN_PENALTY, COLUMN_C_PREDICTIONS
 
@@ -94,16 +72,13 @@ def iteration_records(history: History) -> list[dict]:
 
 
 def tail(history: History) -> list[dict]:
-    """The last ``TAIL_FRACTION`` of the iteration records (at least one); the closing SQP
-    record that describes the returned model is not an iteration."""
+    """The last ``TAIL_FRACTION`` of the iteration records (at least one)."""
     records = iteration_records(history)
     return records[-max(1, math.ceil(TAIL_FRACTION * len(records))):] if records else []
 
 
 def relaxed_steps(result: FitResult) -> int:
-    """The number of relaxed SQP steps of a fit (iterations whose linearised constraints
-    had no solution; :attr:`solvers.history.FitResult.relaxed_steps`), 0 for the other
-    engines."""
+    """The number of relaxed SQP steps of a fit (0 for the other engines)."""
     return result.relaxed_steps
 
 
@@ -118,8 +93,7 @@ def row_blocks(constraints: list) -> list[slice]:
 
 
 def pretraining_violations(history: History, constraints: list, names: list[str]) -> dict[str, float]:
-    """Moving Targets: exact training violations of the unconstrained pre-trained learner
-    (iteration 0 of the history), keyed by ``names`` (one per constraint)."""
+    """Moving Targets: exact training violations of the pre-trained learner (iteration 0), keyed by ``names``."""
     values = torch.tensor(history[0][C_PREDICTIONS], dtype=torch.float64)
     return {name: float(row_violations(values[rows], c.lower, c.upper).sum())
             for name, rows, c in zip(names, row_blocks(constraints), constraints)}
@@ -131,14 +105,11 @@ def pretraining_violations(history: History, constraints: list, names: list[str]
 def constraint_messages(result: FitResult, constraints: list, violations: Mapping[str, float], *, method: str,
                         violation_tol: float, relaxed: int,
                         reference: Mapping[str, float] | None = None) -> list[str]:
-    """The FairnessWarning texts about the constraints after a fit, in order: per
-    constraint an unmet bound (:func:`unmet_message`) or else an inactive one
-    (:func:`inactive_message`), then relaxed steps among the last iterations
-    (:func:`tail_relaxed_message`).
+    """The FairnessWarning texts about the constraints: per constraint an unmet or else an inactive
+    bound, then relaxed steps among the last iterations.
 
-    ``violations``: the exact training violation of each constraint (in constraint
-    order), ``relaxed``: the fit's relaxed SQP steps (:func:`relaxed_steps`),
-    ``reference``: the exact violations of the unconstrained reference model, if trained.
+    ``violations``: exact training violation per constraint; ``relaxed``: the fit's relaxed SQP
+    steps; ``reference``: the unconstrained reference model's violations, if trained.
     """
     if not constraints:
         return []
@@ -167,11 +138,8 @@ def unmet_message(name: str, violation: float, violation_tol: float, relaxed: in
 
 def inactive_message(name: str, method: str, binding_free: bool, reference: Mapping[str, float] | None,
                      violation_tol: float) -> str | None:
-    """The warning for a constraint that did not restrict the model, if it did not.
-
-    ``binding_free``: the history rule held (:func:`not_binding`); ``reference``: the
-    exact violations of the unconstrained reference model (``check_inactive=True``), else
-    None.
+    """The warning for a constraint that did not restrict the model (``binding_free``: the history
+    rule held; ``reference``: the reference model's violations or None), if any.
     """
     reasons = []
     if binding_free:
@@ -186,8 +154,7 @@ def inactive_message(name: str, method: str, binding_free: bool, reference: Mapp
 
 
 def not_binding(method: str, history: History, index: int, rows: slice, constraint: Any) -> bool:
-    """The history rule for an inactive constraint (module docstring): ``index`` is the
-    constraint's position, ``rows`` its rows in the concatenated constraint set."""
+    """The history rule for an inactive constraint (module docstring) at position ``index``, rows ``rows``."""
     lower = constraint.lower.to(torch.float64)
     upper = constraint.upper.to(torch.float64)
     return _NOT_BINDING_RULES[method](history, index, rows, lower, upper)
@@ -238,8 +205,7 @@ def not_binding_reason(method: str) -> str:
 
 
 def tail_relaxed_message(history: History) -> str | None:
-    """The warning for relaxed SQP steps among the last ``TAIL_FRACTION`` of the iterations,
-    if there were any."""
+    """The warning for relaxed SQP steps among the last ``TAIL_FRACTION`` of the iterations, if any."""
     last = tail(history)
     tail_relaxed = sum(r.get(QP_STATUS) == RELAXED for r in last)
     if not tail_relaxed:
@@ -250,22 +216,18 @@ def tail_relaxed_message(history: History) -> str | None:
 
 
 def poor_fit(model: nn.Module, data: FairData, constrained: bool = False) -> str | None:
-    """The warning when the fitted model is no better than a constant on ``data``
-    (:func:`poor_fit_message` of its float64 outputs; ``constrained``: trained under bounds)."""
+    """:func:`poor_fit_message` of the model's float64 outputs on ``data``."""
     out = float64_outputs(model, data.X.detach().cpu().numpy())
     return poor_fit_message(data.task, data.y.detach().cpu().numpy(), out, constrained)
 
 
 def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: bool = False) -> str | None:
-    """The warning text when the training fit is no better than a constant predictor
-    (``None`` otherwise); a pure function of the targets and the model outputs.
+    """The warning text when the training fit is no better than a constant predictor, else None.
 
-    Regression: training R2 below ``POOR_FIT_R2`` (-0.05; R2 0 is the mean predictor).
-    Binary: a near-constant classifier by :func:`solvers.outcome.near_constant` (the rule the
-    SQP engine checks too): the accuracy of ``out > 0`` not above the majority-class rate
-    ``m`` by two binomial standard errors ``sqrt(m (1 - m) / n)``, or one class predicted on
-    (almost) every row. ``constrained``: the model was trained under bounds, which a constant
-    classifier meets (group rates all equal), so they may be what forced it.
+    Regression: training R2 below ``POOR_FIT_R2``. Binary: :func:`solvers.outcome.near_constant`,
+    the accuracy of ``out > 0`` not above the majority rate ``m`` by two standard errors
+    ``sqrt(m (1 - m) / n)``, or one class on (almost) every row. ``constrained``: trained under
+    bounds, which a constant classifier meets, so they may have forced it.
     """
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     out = np.asarray(out, dtype=np.float64).reshape(-1)
@@ -299,11 +261,7 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: boo
 
 
 def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool) -> list[tuple[type, str]]:
-    """The warnings about the fitted model itself, as ``(category, message)``: a classifier
-    that is nearly constant (:func:`poor_fit`; a :class:`~fairopt.exceptions.DegenerateModelWarning`
-    when every row gets the same class, else a :class:`~fairopt.FairnessWarning`), a regressor
-    worse than its mean (:class:`~fairopt.FairnessWarning`) or with constant predictions
-    (:func:`constant_fit`, :class:`~fairopt.exceptions.DegenerateModelWarning`)."""
+    """``(category, message)`` about the fitted model itself: near-constant, worse than its mean, or constant."""
     poor, constant = poor_fit(model, data, constrained), constant_fit(model, data)
     if data.task == "binary":  # the near-constant rule covers one class on every row
         return [(DegenerateModelWarning if constant else FairnessWarning, poor)] if poor else []
@@ -312,20 +270,14 @@ def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool) ->
 
 
 def constant_fit(model: nn.Module, data: FairData) -> str | None:
-    """The warning when the fitted model predicts the same for every row of ``data``
-    (:func:`constant_fit_message` of its float64 outputs); the estimator emits it as a
-    :class:`fairopt.exceptions.DegenerateModelWarning`."""
+    """:func:`constant_fit_message` of the model's float64 outputs on ``data``."""
     out = float64_outputs(model, data.X.detach().cpu().numpy())
     return constant_fit_message(data.task, out)
 
 
 def constant_fit_message(task: str, out: np.ndarray) -> str | None:
-    """The warning text when the outputs ``out`` are degenerate (``None`` otherwise); a pure
-    function of the outputs.
-
-    The rule is :func:`fairopt.evaluation.constant_predictions` with threshold 0 (the
-    estimators' ``predict``): binary, every training row predicted the same class;
-    regression, predictions with zero spread up to float32 resolution.
+    """The warning text when the outputs are degenerate (:func:`fairopt.evaluation.constant_predictions`
+    at threshold 0), else None.
     """
     reason = constant_predictions(np.asarray(out, dtype=np.float64), task, 0.0)
     if reason is None:
@@ -338,9 +290,7 @@ def constant_fit_message(task: str, out: np.ndarray) -> str | None:
 def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraints: list,
                  violations: Mapping[str, float], *, method: str, violation_tol: float, relaxed: int,
                  reference: Mapping[str, float] | None = None) -> list[tuple[type, str]]:
-    """Every warning of a finished fit, as ``(category, message)`` in the order a user should
-    read them: the model itself (:func:`fit_quality_warnings`: near-constant, worse than a
-    constant, degenerate), then the constraint messages (:func:`constraint_messages`)."""
+    """Every warning of a finished fit as ``(category, message)``: the model first, then the constraints."""
     found = fit_quality_warnings(model, data, bool(constraints))
     found += [(FairnessWarning, message) for message in constraint_messages(
         result, constraints, violations, method=method, violation_tol=violation_tol, relaxed=relaxed,
