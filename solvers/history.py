@@ -42,9 +42,8 @@ COLUMN_C_PREDICTIONS = "c_predictions"
 
 
 def plain_values(info: dict) -> dict:
-    """The entries of ``info`` that are plain values (None, bools, numbers, strings, lists of
-    them; numpy/torch scalars become Python ones); arrays such as the Moving Targets
-    training targets are dropped (they are training data)."""
+    """The entries of ``info`` that are plain values or lists of them (numpy/torch scalars as Python
+    ones); arrays, which hold training data, are dropped."""
     def plain(v: Any) -> bool:
         return v is None or isinstance(v, (bool, numbers.Number, str))
 
@@ -58,16 +57,8 @@ def plain_values(info: dict) -> dict:
 
 
 class History:
-    """An append-only list of per-iteration records (dicts of scalars or short lists).
-
-    Vector entries (e.g. the constraint values ``c``) are expanded into one column per row
-    by :meth:`to_pandas`, named ``"<key>[<row name>]"``.
-
-    Parameters
-    ----------
-    row_names : sequence of str, optional
-        Names of the constraint rows, used to name expanded vector columns.
-    """
+    """An append-only list of per-iteration records; :meth:`to_pandas` expands vector entries into
+    columns ``"<key>[<row name>]"`` by ``row_names``."""
 
     def __init__(self, row_names: Sequence[str] = (), records: Iterable[dict] = ()) -> None:
         self.row_names = list(row_names)
@@ -173,23 +164,10 @@ INFO_BINDING_ROWS = "binding_rows"
 
 @dataclass
 class FitResult:
-    """What an engine's ``fit`` returns.
-
-    The outcome every caller needs is also read through the properties ``feasible``,
-    ``violation``, ``c_exact``, ``row_names``, ``unmet_rows``, ``binding_rows``,
-    ``stationarity``, ``complementarity``, ``returned_iteration`` and ``relaxed_steps``,
-    the same for every engine (None where an engine has no such notion, e.g. feasibility
-    for the penalty engine).
-
-    Attributes
-    ----------
-    model : the trained model (the same object that was passed in, trained in place).
-    history : History of per-iteration records.
-    status : str, e.g. ``"max_epochs"``, ``"converged"``, ``"stopped_by_callback"``, ``"diverged"``.
-    converged : bool, whether the final iterate satisfies the engine's stationarity and
-        feasibility tolerances.
-    info : dict of engine-specific extras (timings, final multipliers, ...).
-    """
+    """What an engine's ``fit`` returns: the model (trained in place), its :class:`History`, a
+    ``status`` ("max_epochs", "converged", "stopped_by_callback", "diverged", ...), whether it
+    ``converged`` within the engine's tolerances, and ``info``, read through the properties below
+    the same way for every engine (None where an engine has no such notion)."""
 
     model: Any
     history: History
