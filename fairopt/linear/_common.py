@@ -1,21 +1,8 @@
-"""Pieces shared by the fair linear models ([FR] sec 2-3).
+"""Pieces shared by the fair linear models ([FR] sec 2-3): input validation, :class:`Decorrelation`
+([FR] eq (1)), :class:`Whitening`, :func:`r2_sensitive` ([FR] eq (4)), :func:`solve_decreasing`, the
+estimator bases and :data:`RANK_RTOL`, the one rank convention of the package.
 
-- input conversion and validation at the public boundary (:func:`as_matrix`,
-  :func:`as_vector`, :func:`check_fraction`, ...);
-- :class:`Decorrelation`, the auxiliary OLS model of [FR] eq (1) that removes from ``X`` the
-  part linearly explained by ``S``;
-- :class:`Whitening`, an affine map to uncorrelated unit-variance coordinates (used to
-  condition NCLM's conic program and the Zafar models' SQP fits);
-- :func:`r2_sensitive`, the fraction of explained variance attributable to ``S``, [FR] eq (4);
-- :func:`solve_decreasing`, bracketed root finding on a decreasing function that returns
-  the end of the bracket on the feasible side (``f <= 0``);
-- :class:`DecorrelatedLinearModel`, the estimator base of FRRM, NCLM and FGRRM, whose
-  linear predictor is ``intercept_ + S alpha_ + U beta_`` with ``U`` the decorrelated ``X``,
-  and :class:`DecorrelatedRegressor` (``predict``/``score``) for the least-squares ones;
-- :data:`RANK_RTOL`, the one rank convention of the package (:func:`least_squares`).
-
-Variances and covariances are population moments (divisor ``n``); every ratio used here is
-invariant to that choice.
+Variances are population moments (divisor ``n``); every ratio used here is invariant to that choice.
 """
 
 from __future__ import annotations
@@ -32,15 +19,12 @@ from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
 from fairopt._validation import check_interval
-from fairopt._validation import nonnegative_float as check_nonnegative, positive_int as check_positive_int
 
 __all__ = [
     "as_matrix",
     "least_squares",
     "as_vector",
     "check_fraction",
-    "check_nonnegative",
-    "check_positive_int",
     "check_rows",
     "check_fit_arrays",
     "Decorrelation",
@@ -83,13 +67,7 @@ def _to_array(value: Any, name: str) -> np.ndarray:
 
 
 def as_matrix(value: Any, name: str) -> np.ndarray:
-    """A 2-D float64 array ``(n, k)`` with ``n >= 1`` and ``k >= 1``; a 1-D input is one column.
-
-    Raises
-    ------
-    ValueError
-        Non-numeric or non-finite values, more than 2 dimensions, or no rows/columns.
-    """
+    """A finite 2-D float64 array ``(n, k)``, ``n, k >= 1``; a 1-D input is one column."""
     array = _to_array(value, name)
     if array.ndim == 1:
         array = array[:, None]
@@ -111,8 +89,7 @@ def as_vector(value: Any, name: str) -> np.ndarray:
 
 
 def least_squares(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Minimum-norm least squares ``A^+ b``, dropping singular values below
-    ``sqrt(RANK_RTOL)`` times the largest (the rank convention of this package)."""
+    """Minimum-norm least squares ``A^+ b``, singular values below ``sqrt(RANK_RTOL)`` of the largest dropped."""
     return np.linalg.lstsq(A, b, rcond=math.sqrt(RANK_RTOL))[0]
 
 
@@ -126,13 +103,8 @@ def check_rows(**arrays: np.ndarray) -> int:
 
 
 def check_fit_arrays(X: Any, y: Any, sensitive: Any, model: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The training ``X`` (n, p), ``y`` (n,) and ``S`` (n, q) as float64, validated.
-
-    Raises
-    ------
-    ValueError
-        ``sensitive`` missing, non-numeric or non-finite values, different row counts, fewer
-        than 2 rows, or a constant sensitive column (it carries no group information).
+    """The training ``X`` (n, p), ``y`` (n,) and ``S`` (n, q) as float64; ``ValueError`` for a missing
+    ``sensitive``, bad values or shapes, fewer than 2 rows or a constant sensitive column.
     """
     if sensitive is None:
         raise ValueError(f"sensitive: {model} needs the sensitive attributes; pass sensitive=S")
@@ -165,18 +137,10 @@ def check_fraction(value: Any, name: str = "r") -> float:
 class Decorrelation:
     r"""The auxiliary OLS model ``X = B_0 + S B + U`` of [FR] eq (1) (Komiyama et al. 2018).
 
-    ``B`` is the OLS coefficient matrix of the centred ``X`` on the centred ``S``
-    (``B = S_c^+ X_c``, minimum-norm when ``S`` is rank deficient, :func:`least_squares`) and
-    ``B_0 = mean(X) - mean(S) B``. The residuals ``U = X - B_0 - S B`` are the de-correlated
-    predictors: on the training data they have mean zero and ``S_c' U = 0`` exactly
-    (up to rounding), so ``COV(S, U) = 0``. A predictor that ``S`` explains completely
-    (training ``VAR(U_j) <= RANK_RTOL * VAR(X_j)``, e.g. a copy of a sensitive column) gets
-    ``U_j = 0`` exactly instead of rounding noise.
-
-    Attributes (after :meth:`fit`)
-    ------------------------------
-    x_mean : (p,) ; s_mean : (q,) ; coef : (q, p) the matrix ``B``;
-    explained : (p,) bool, the predictors with ``U_j = 0``.
+    ``B = S_c^+ X_c`` (minimum-norm) and ``B_0 = mean(X) - mean(S) B``; the residuals ``U`` have mean zero
+    and ``S_c' U = 0`` on the training data. A predictor that ``S`` explains completely
+    (``VAR(U_j) <= RANK_RTOL * VAR(X_j)``) gets ``U_j = 0`` exactly instead of rounding noise
+    (``explained``). Attributes after :meth:`fit`: ``x_mean``, ``s_mean``, ``coef`` (``B``), ``explained``.
     """
 
     def fit(self, X: np.ndarray, S: np.ndarray) -> "Decorrelation":
@@ -203,15 +167,9 @@ class Decorrelation:
 class Whitening:
     r"""Affine map ``Z -> (Z - mean) W`` to uncorrelated unit-variance coordinates.
 
-    With the eigen-decomposition ``Z_c' Z_c / n = A diag(l) A'``, ``W = A_+ diag(l_+^{-1/2})``
-    keeps the eigen-directions with ``l > RANK_RTOL * max(l)`` (rank deficiency is dropped),
-    so the whitened training columns have identity covariance. A linear form ``Z_c b`` equals
-    ``(Z_c W) b~`` with ``b = W b~`` on the kept directions. Constant data give ``rank == 0``
-    (``W`` has no columns).
-
-    Attributes (after :meth:`fit`)
-    ------------------------------
-    mean : (k,) ; matrix : (k, rank) the matrix ``W``.
+    With ``Z_c' Z_c / n = A diag(l) A'``, ``W = A_+ diag(l_+^{-1/2})`` over the directions with
+    ``l > RANK_RTOL * max(l)``; constant data give ``rank == 0``. Attributes after :meth:`fit`: ``mean``,
+    ``matrix`` (``W``).
     """
 
     def fit(self, Z: np.ndarray) -> "Whitening":
@@ -234,13 +192,9 @@ class Whitening:
 def r2_sensitive(alpha: Any, beta: Any, S: Any, U: Any) -> float:
     r"""Fraction of the explained variance attributable to ``S``, [FR] eq (4).
 
-    ``R^2_S(alpha, beta) = alpha' VAR(S) alpha / (alpha' VAR(S) alpha + beta' VAR(U) beta)``
-
-    with the sample covariance matrices of the rows given. On the training data of a
-    decorrelated model ``S`` and ``U`` are orthogonal, so the denominator is ``VAR(y_hat)``
-    and ``R^2_S = VAR(S alpha) / VAR(y_hat)``; on other rows the two differ by the (small)
-    sample covariance of ``S alpha`` and ``U beta``, and eq (4) is what is returned.
-    Returns 0 when the model explains no variance at all.
+    ``R^2_S = alpha' VAR(S) alpha / (alpha' VAR(S) alpha + beta' VAR(U) beta)`` on the rows given (equal to
+    ``VAR(S alpha) / VAR(y_hat)`` on the training data, where ``S`` and ``U`` are orthogonal); 0 when
+    nothing is explained.
 
     Parameters
     ----------
@@ -263,8 +217,7 @@ def r2_sensitive(alpha: Any, beta: Any, S: Any, U: Any) -> float:
 
 
 def variance_share(s_part: np.ndarray, u_part: np.ndarray) -> float:
-    """Eq (4) from the two linear parts ``S alpha`` and ``U beta``:
-    ``VAR(S alpha) / (VAR(S alpha) + VAR(U beta))`` (0 if both variances are 0)."""
+    """``VAR(S alpha) / (VAR(S alpha) + VAR(U beta))`` from the two linear parts (0 if both are 0), eq (4)."""
     var_s = float(np.mean((s_part - s_part.mean()) ** 2))
     var_u = float(np.mean((u_part - u_part.mean()) ** 2))
     total = var_s + var_u
@@ -272,18 +225,11 @@ def variance_share(s_part: np.ndarray, u_part: np.ndarray) -> float:
 
 
 def solve_decreasing(func: Callable[[float], float], lo: float, hi: float, *, what: str) -> float:
-    """A root of a decreasing ``func`` in the bracket ``[lo, hi]`` (``func(lo) >= 0 >= func(hi)``).
+    """A root of a decreasing ``func`` in ``[lo, hi]``, on the feasible side (``func <= 0``).
 
-    Brent's method to full precision, then the result is moved up (by a few ulps) to a point
-    where ``func <= 0``: for the models here ``func`` is a realised fairness measure minus
-    its bound, so the returned point always satisfies the bound. A bracket that is exact up
-    to rounding (``func(lo) <= 0``, e.g. ``lo == hi`` when the bounds coincide) returns
-    ``lo``; a ``func(hi)`` positive by rounding moves ``hi`` up by a few ulps.
-
-    Raises
-    ------
-    RuntimeError
-        The bracket does not contain a sign change (``what`` names the quantity sought).
+    Brent's method to full precision, then moved up by a few ulps until ``func <= 0``: ``func`` is a
+    realised fairness measure minus its bound, so the result always meets the bound. ``func(lo) <= 0``
+    returns ``lo``. ``RuntimeError`` (naming ``what``) when the bracket has no sign change.
     """
     if func(lo) <= 0.0:
         return lo
@@ -311,15 +257,10 @@ def _feasible_above(func: Callable[[float], float], x: float, attempts: int = 60
 
 
 class DecorrelatedLinearModel(BaseEstimator):
-    r"""Base of the models on ``S`` and the de-correlated ``U``: ``eta = c + S alpha + U beta``.
-
-    Subclasses fit ``alpha_``, ``beta_`` and ``intercept_`` (for the raw, uncentred ``S``)
-    after :meth:`_prepare` has fitted the :class:`Decorrelation`.
-    """
+    r"""Base of the models ``eta = intercept_ + S alpha_ + U beta_`` on ``S`` and the de-correlated ``U``."""
 
     def _prepare(self, X: Any, y: Any, sensitive: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Validate the fit inputs and fit the auxiliary model; return the centred ``S_c``,
-        the de-correlated ``U`` and ``y``."""
+        """Validate the fit inputs and fit the :class:`Decorrelation`; return ``S_c``, ``U`` and ``y``."""
         X, y, S = check_fit_arrays(X, y, sensitive, type(self).__name__)
         self.n_features_in_ = X.shape[1]
         self.n_sensitive_in_ = S.shape[1]

@@ -1,42 +1,28 @@
 r"""Fair generalised ridge regression, FGRRM ([FR] sec 4.4).
 
-A GLM with canonical link on the sensitive attributes and the OLS-de-correlated
-predictors ([FR] eq (1)), ``eta = theta_0 + S_c alpha + U beta`` (``S_c = S - mean_train(S)``,
-plus ``log(exposure)`` as an offset for Poisson), fitted by penalised maximum likelihood
-([FR] eq (16))::
+A canonical-link GLM ``eta = theta_0 + S_c alpha + U beta`` (``S_c = S - mean_train(S)``, ``U`` the
+OLS-de-correlated predictors of [FR] eq (1), ``log(exposure)`` as a Poisson offset), fitted by
+penalised maximum likelihood ([FR] eq (16))::
 
     (theta_0, alpha, beta) = argmin D(theta_0, alpha, beta) + lambda(r) ||alpha||^2,
 
-with ``D`` the deviance (-2 log-likelihood relative to the saturated model). ``lambda(r)`` is
-chosen so that the share of explained deviance due to ``S`` ([FR] eq (17))
+``D`` the deviance, with ``lambda(r)`` chosen so that [FR] eq (17) holds:
 
 ``DR(alpha, beta) = (D(0, beta) - D(alpha, beta)) / (D(0, 0) - D(alpha, beta)) <= r``,
 
-where ``D(a, b)`` is the deviance of ``eta = theta_0 + S_c a + U b`` **at the fitted
-intercept** ``theta_0`` (no refit; as in the authors' ``fairml`` package). Two choices made
-explicit here, because the paper leaves them open:
+every ``D(a, b)`` taken at the fitted intercept (no refit, as the authors' ``fairml``). Where the
+paper leaves it open: ``S`` enters centred, so zeroing ``alpha`` removes the deviation of ``S alpha``
+from its mean as ``VAR(S alpha)`` does in eq (4) and the ratio does not depend on the coding of ``S``
+(``fairml`` zeroes ``alpha`` on the raw design, so its values can differ).
 
-- ``S`` enters centred at its training mean, so "setting ``alpha = 0``" removes the deviation
-  of ``S alpha`` from its mean, as ``VAR(S alpha)`` does in [FR] eq (4). With raw ``S`` the
-  ratio would depend on the coding of ``S`` (e.g. swapping 0/1 of a binary attribute).
-  (``fairml`` zeroes ``alpha`` on the raw design, so its values can differ from these.)
-- ``D(0, 0)`` keeps the fitted intercept (it is not the null deviance of a refitted
-  intercept-only model).
+[FR] sec 4.4 says that for a Gaussian GLM eq (17) reduces to ``R^2_S``; that holds at ``lambda = 0``
+only (the ridge normal equations add ``2 lambda ||a||^2`` to numerator and denominator).
+:func:`deviance_ratio` accepts ``family="gaussian"`` to check it; Gaussian models are fitted by
+:class:`~fairopt.linear.FRRM`.
 
-For a Gaussian GLM, [FR] sec 4.4 states that eq (17) reduces to ``R^2_S``. That holds at
-``lambda = 0`` only: with the ridge normal equations ``S_c'(y - eta) = lambda alpha`` one gets
-``D(0,b) - D(a,b) = ||S_c a||^2 + 2 lambda ||a||^2`` and
-``D(0,0) - D(a,b) = ||S_c a||^2 + ||U b||^2 + 2 lambda ||a||^2``; the numerator is the ridge
-"explained sum of squares" ``2 a'S_c'y - ||S_c a||^2`` (the quantity behind the
-``(l + 2 lambda) / (l + lambda)^2`` factor quoted in [FR] sec 3.1), so at the same ``alpha``
-the deviance ratio exceeds ``R^2_S``. :func:`deviance_ratio` supports ``family="gaussian"``
-to make this checkable; Gaussian models are fitted by :class:`~fairopt.linear.FRRM`.
-
-Estimation: penalised Newton-Raphson (IRLS with step halving on the penalised deviance,
-exact Hessian ``2 Z'WZ + 2 diag(penalty)``), warm-started along the search; ``lambda(r)`` by
-Brent's method on ``log lambda`` inside a bracket found by factors of 10 from the curvature
-scale ``trace(S_c' W S_c) / q`` of the unpenalised fit. The returned ``lambda`` always
-satisfies the bound (:func:`~fairopt.linear._common.solve_decreasing`).
+Estimation: penalised Newton-Raphson with step halving, warm-started along the search;
+``lambda(r)`` by Brent's method on ``log lambda`` in a bracket found by factors of 10 from the
+curvature scale ``trace(S_c' W S_c) / q``. The returned ``lambda`` always meets the bound.
 """
 
 from __future__ import annotations
@@ -53,14 +39,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import accuracy_score, d2_tweedie_score
 
 from fairopt.exceptions import FairnessWarning
-from fairopt._validation import check_choice
+from fairopt._validation import check_choice, nonnegative_float, positive_int
 from fairopt.linear._common import (
     RANK_RTOL,
     DecorrelatedLinearModel,
     as_vector,
     check_fraction,
-    check_nonnegative,
-    check_positive_int,
     check_rows,
     solve_decreasing,
 )
@@ -78,11 +62,8 @@ _BRACKET_STEPS = 40
 
 @dataclass(frozen=True)
 class _Family:
-    """A GLM family with its canonical link, as functions of the linear predictor ``eta``.
-
-    ``deviance(y, eta) = 2 sum_i [l_i(saturated) - l_i(eta)]``; for the canonical link the
-    gradient of the deviance in ``eta`` is ``-2 (y - mean(eta))`` and its curvature
-    ``2 weight(eta)``.
+    """A GLM family with its canonical link, as functions of ``eta``: the deviance's gradient in ``eta`` is
+    ``-2 (y - mean(eta))`` and its curvature ``2 weight(eta)``.
     """
 
     name: str
@@ -142,10 +123,8 @@ def deviance_ratio(
     r"""Share of explained deviance due to ``S``, [FR] eq (17).
 
     ``DR = (D(0, beta) - D(alpha, beta)) / (D(0, 0) - D(alpha, beta))`` with
-    ``D(a, b) = deviance(y, intercept + [S_c a] + [U b])``: the three deviances use the same
-    ``intercept`` (the fitted one, plus any offset) and drop the sensitive part ``s_part`` and
-    then also the predictor part ``u_part``. Returns 0 when the model explains no deviance
-    (``D(0, 0) <= D(alpha, beta)``).
+    ``D(a, b) = deviance(y, intercept + [S_c a] + [U b])``, all at the same ``intercept``; 0 when the
+    model explains no deviance.
 
     Parameters
     ----------
@@ -153,11 +132,11 @@ def deviance_ratio(
     intercept : float or array (n,)
         Fitted intercept (an array to include an offset such as ``log(exposure)``).
     s_part : array (n,)
-        ``S_c alpha`` (the sensitive attributes centred at their training mean).
+        ``S_c alpha``, the sensitive attributes centred at their training mean.
     u_part : array (n,)
         ``U beta``.
     family : {"binomial", "poisson", "gaussian"}
-        ``"gaussian"`` (residual sum of squares) is for checking [FR] sec 4.4; see the module doc.
+        ``"gaussian"`` (residual sum of squares) checks [FR] sec 4.4 (module doc).
     """
     family = check_choice(family, tuple(_FAMILY_TABLE), "family")
     y = as_vector(y, "y")
@@ -194,10 +173,9 @@ def _penalised_newton(
 ) -> _GLMFit:
     r"""Minimise ``D(Z theta + offset) + sum_j penalty_j theta_j^2`` by damped Newton steps.
 
-    Step ``delta`` solves ``(Z'WZ + diag(penalty)) delta = Z'(y - mu) - penalty * theta`` (half
-    the Newton system of the objective; minimum-norm solution if singular); the step is halved until the objective decreases
-    (Armijo, 1e-4). Once the Newton decrement ``delta' (Z'(y - mu) - penalty theta)`` is at
-    most ``tol * (1 + |objective|)`` the last full step is taken and the fit returned.
+    The step solves ``(Z'WZ + diag(penalty)) delta = Z'(y - mu) - penalty * theta`` (minimum-norm if
+    singular) and is halved until an Armijo decrease (1e-4); once the Newton decrement is at most
+    ``tol * (1 + |objective|)`` the full step is taken and the fit returned.
     """
     theta = theta.copy()
 
@@ -233,18 +211,15 @@ def _penalised_newton(
 
 
 class FGRRM(DecorrelatedLinearModel):
-    r"""Fair generalised ridge regression ([FR] sec 4.4): ridge on ``S`` with ``DR <= r``.
+    r"""Fair generalised ridge regression ([FR] sec 4.4): a ridge on ``S`` with the deviance ratio ``DR <= r``.
 
-    Logistic (``family="binomial"``) or log-linear (``"poisson"``) regression on ``S`` and the
-    de-correlated ``U``, with the ridge penalty ``lambda_`` on ``alpha`` chosen so that the
-    share of explained deviance due to ``S``, [FR] eq (17), equals ``r`` when the bound is
-    active (module doc for the exact definitions).
+    Logistic (``"binomial"``) or log-linear (``"poisson"``) regression on ``S`` and the de-correlated ``U``;
+    the penalty ``lambda_`` makes [FR] eq (17) equal ``r`` when the bound is active (module doc).
 
     Parameters
     ----------
     r : float, default 0.0
-        Bound on the deviance ratio, in ``[0, 1]``; ``r = 0`` drops ``S`` (``alpha_ = 0``,
-        ``lambda_ = inf``), ``r = 1`` is the unpenalised GLM.
+        Bound on the deviance ratio in ``[0, 1]``; 0 drops ``S`` (``lambda_ = inf``), 1 is the plain GLM.
     family : {"binomial", "poisson"}, default "binomial"
     tol : float, default 1e-12
         Newton decrement tolerance (relative to the penalised deviance).
@@ -256,19 +231,14 @@ class FGRRM(DecorrelatedLinearModel):
     alpha_ : ndarray (q,)
         Coefficients of the sensitive attributes.
     beta_ : ndarray (p,)
-        Coefficients of the de-correlated predictors (they change with ``r`` in GLMs with a
-        fixed scale, [FR] Example 2).
+        Coefficients of the de-correlated predictors (they change with ``r``, [FR] Example 2).
     intercept_ : float
         For the raw ``S``: ``eta = intercept_ + S alpha_ + U beta_ (+ log exposure)``.
     lambda_ : float
         The ridge penalty of eq (16) on the deviance scale.
-    deviance_ratio_ : float
-        Realised eq (17) on the training data.
-    deviance_ratio_unpenalised_ : float
-        Eq (17) of the unpenalised fit; the bound is active iff it exceeds ``r``.
-    active_ : bool
-    converged_ : bool
-        Whether the final penalised Newton fit converged.
+    deviance_ratio_, deviance_ratio_unpenalised_ : float
+        Eq (17) of the fit and of the unpenalised fit; the bound is active iff the latter exceeds ``r``.
+    active_, converged_ : bool
     classes_ : ndarray ``[0, 1]`` (binomial only)
     decorrelation_, n_features_in_, n_sensitive_in_ : as in FRRM.
     """
@@ -281,21 +251,19 @@ class FGRRM(DecorrelatedLinearModel):
 
     # -- fitting --------------------------------------------------------------------
     def fit(self, X: Any, y: Any, sensitive: Any = None, exposure: Any = None) -> "FGRRM":
-        """Fit on ``X`` (n, p), ``y`` (n,), sensitive attributes (n, q) and, for Poisson, an
-        optional ``exposure`` (n,) entering as the offset ``log(exposure)``.
+        """Fit on ``X`` (n, p), ``y`` (n,), ``sensitive`` (n, q) and, for Poisson, ``exposure`` (an offset).
 
         Raises
         ------
         ValueError
-            ``r`` outside ``[0, 1]``, unknown ``family``, ``y`` not 0/1 (binomial) or negative
-            (Poisson), bad exposure, shape mismatches, non-finite values.
+            Invalid ``r``, ``family``, response, exposure or shapes.
         RuntimeError
-            No ``lambda`` in ``[1e-40, 1e40]`` times the curvature scale brackets the bound.
+            No ``lambda`` up to ``1e40`` times the curvature scale meets the bound.
         """
         r = check_fraction(self.r, "r")
         family = check_choice(self.family, FAMILIES, "family")
-        tol = check_nonnegative(self.tol, "tol")
-        max_iter = check_positive_int(self.max_iter, "max_iter")
+        tol = nonnegative_float(self.tol, "tol")
+        max_iter = positive_int(self.max_iter, "max_iter")
         S_c, U, y = self._prepare(X, y, sensitive)
         _check_response(y, family)
         offset = _log_exposure(exposure, len(y), family)
@@ -392,8 +360,7 @@ class _PenaltySearch:
         return math.log(max(mean, 1e-12)) - float(np.mean(self.offset))
 
     def fit(self, lam: float) -> _GLMFit:
-        """The penalised fit at ``lam`` (``inf``: ``alpha = 0`` exactly, S dropped); cached, so
-        the final fit is exactly the one whose ratio the search accepted."""
+        """The penalised fit at ``lam`` (``inf``: ``S`` dropped), cached so the final fit is the one accepted."""
         if lam not in self.cache:
             self.cache[lam] = self._fit(lam)
         return self.cache[lam]

@@ -1,47 +1,25 @@
 r"""Fair ridge regression model, FRRM ([FR] sec 3).
 
-Model ([FR] eq (2) and (10)), with ``S_c`` the centred sensitive attributes and ``U`` the
-predictors de-correlated from ``S`` by OLS ([FR] eq (1), :class:`~fairopt.linear._common.Decorrelation`)::
+With ``S_c`` the centred sensitive attributes and ``U`` the predictors de-correlated from ``S`` by OLS
+([FR] eq (1), :class:`~fairopt.linear._common.Decorrelation`), [FR] eq (2), (10)::
 
     (alpha, beta) = argmin ||y_c - S_c alpha - U beta||^2 + lambda(r) ||alpha||^2
 
-Because ``S_c' U = 0`` the problem separates ([FR] eq (11)):
-``beta = U^+ y`` (OLS, minimum-norm if ``U`` is rank deficient; independent of ``r``) and
-``alpha(lambda) = (S_c'S_c + lambda I)^{-1} S_c' y`` (ridge). The fairness bound is [FR] eq (4),
+``S_c' U = 0`` separates it ([FR] eq (11)): ``beta = U^+ y`` (OLS, independent of ``r``) and
+``alpha(lambda) = (S_c'S_c + lambda I)^{-1} S_c' y``. The bound is [FR] eq (4),
+``R^2_S = alpha' VAR(S) alpha / (alpha' VAR(S) alpha + beta' VAR(U) beta) <= r``; when OLS violates it,
+``lambda(r)`` solves [FR] eq (12), ``g(lambda) = ||S_c alpha(lambda)||^2 = C = r / (1 - r) ||U beta||^2``.
 
-``R^2_S = alpha' VAR(S) alpha / (alpha' VAR(S) alpha + beta' VAR(U) beta) <= r``.
+Bracket: with ``S_c'S_c = A diag(l_i) A'`` and ``z = A' S_c' y``,
+``g(lambda) = sum_i (z_i^2 / l_i) (l_i / (l_i + lambda))^2`` lies between ``D_0 (l / (l + lambda))^2``
+at ``l_min`` and ``l_max`` (``D_0 = g(0)``), so the root lies in ``[l_min, l_max] * (sqrt(D_0 / C) - 1)``
+and Brent's method finds it. The paper's bracket (sec 3.1, after Lipovetsky 2006) bounds the ridge
+"explained sum of squares" ``2 alpha'S'y - alpha'S'S alpha`` instead of ``g`` and can miss the root.
 
-If the OLS fit satisfies it, ``lambda(r) = 0``. Otherwise ``lambda(r)`` solves [FR] eq (12),
-``||S_c alpha(lambda)||^2 = C`` with ``C = r / (1 - r) ||U beta||^2``, i.e. ``R^2_S = r``.
-
-Bracket for ``lambda(r)``. With ``S_c'S_c = A diag(l_i) A'`` and ``z = A' S_c' y``,
-
-``g(lambda) = ||S_c alpha(lambda)||^2 = sum_i l_i z_i^2 / (l_i + lambda)^2
-            = sum_i (z_i^2 / l_i) (l_i / (l_i + lambda))^2``,
-
-and ``l / (l + lambda)`` increases in ``l``, so with ``D_0 = g(0) = sum_i z_i^2 / l_i``
-
-``D_0 (l_min / (l_min + lambda))^2 <= g(lambda) <= D_0 (l_max / (l_max + lambda))^2``.
-
-Setting each bound equal to ``C`` gives ``lambda_lo = l_min (sqrt(D_0 / C) - 1)`` and
-``lambda_hi = l_max (sqrt(D_0 / C) - 1)``; ``g`` decreases strictly, so the root lies in
-``[lambda_lo, lambda_hi]`` and Brent's method finds it. (The paper's bracket, sec 3.1, uses
-the factor ``(l + 2 lambda) / (l + lambda)^2`` from Lipovetsky (2006) with
-``d = ||A' S'y||^2``; that factor describes the ridge "explained sum of squares"
-``2 alpha'S'y - alpha'S'S alpha``, not ``alpha'S'S alpha = n alpha' VAR(S) alpha`` of eq (12).
-On [FR] Example 1 (n = 2000) its interval lies 10-70 times above the root of (12), so the
-bracket here is derived directly from ``g``.)
-
-Closed form ([FR] sec 3.2). When ``S_c' S_c = n I`` (independent, unit-variance columns) the
-bracket collapses and, with ``c = sqrt(beta' VAR(U) beta)`` and ``k = sqrt(r / (1 - r))``,
-
-``lambda(r) = ||S_c' y|| / (c k) - n``  and  ``alpha = c k S_c' y / ||S_c' y||``  (eq (13)-(14)).
-
-The printed eq (13)-(14) show the squared norm ``||S'y||_2^2``; that is a typo: from the
-equation above (13), ``||S'y||^2 / (n + lambda)^2 = k^2 c^2`` gives ``n + lambda = ||S'y|| / (k c)``,
-and only the unsquared norm makes ``alpha' VAR(S) alpha = ||alpha||^2 = k^2 c^2`` hold.
-
-``lambda`` is on the scale of the sum of squares in (10) (it grows with ``n``).
+Closed form ([FR] sec 3.2): when ``S_c'S_c = n I``, with ``c = sqrt(beta' VAR(U) beta)`` and
+``k = sqrt(r / (1 - r))``, ``lambda(r) = ||S_c' y|| / (c k) - n`` and ``alpha = c k S_c' y / ||S_c' y||``
+(eq (13)-(14); the printed squared norm is a typo: only the unsquared one gives
+``||alpha||^2 = k^2 c^2``). ``lambda`` is on the sum-of-squares scale of (10) (it grows with ``n``).
 """
 
 from __future__ import annotations
@@ -75,9 +53,9 @@ IDENTITY_RTOL = 1e-10
 
 @dataclass(frozen=True)
 class _RidgePath:
-    r"""The ridge coefficients ``alpha(lambda) = (S_c'S_c + lambda I)^{-1} S_c' y`` in the
-    eigenbasis of ``S_c'S_c = A diag(l) A'`` (directions with ``l ~ 0`` dropped: ``S_c'y`` has
-    no component there, so they never contribute)."""
+    r"""``alpha(lambda) = (S_c'S_c + lambda I)^{-1} S_c' y`` in the eigenbasis of ``S_c'S_c`` (null directions
+    dropped: ``S_c'y`` has no component there).
+    """
 
     eigvecs: np.ndarray  # A, (q, k)
     eigvals: np.ndarray  # l, (k,)
@@ -108,56 +86,38 @@ class _RidgePath:
 
 
 class FRRM(DecorrelatedRegressor):
-    r"""Fair ridge regression ([FR] sec 3): ridge penalty on ``S`` chosen so that ``R^2_S <= r``.
+    r"""Fair ridge regression ([FR] sec 3): a ridge penalty on ``S`` chosen so that ``R^2_S <= r``.
 
-    ``y_hat = intercept_ + S alpha_ + U beta_`` with ``U`` the predictors de-correlated from
-    ``S`` by OLS ([FR] eq (1)); ``beta_`` is the OLS fit of ``y`` on ``U`` (it does not depend
-    on ``r``) and ``alpha_`` the ridge fit of ``y`` on ``S`` with the penalty ``lambda_`` that
-    makes the share of explained variance due to ``S`` ([FR] eq (4)) equal to ``r`` when the
-    bound is active ([FR] eq (10)-(12)); see the module docstring for the bracket and the
-    closed form.
+    ``y_hat = intercept_ + S alpha_ + U beta_``: ``beta_`` the OLS fit on the de-correlated ``U``,
+    ``alpha_`` the ridge fit on ``S`` whose penalty makes ``R^2_S = r`` when the bound is active (module doc).
 
     Parameters
     ----------
     r : float, default 0.0
-        Bound on ``R^2_S`` in ``[0, 1]``. ``r = 0`` gives ``alpha_ = 0`` (``lambda_ = inf``):
-        the predictions are uncorrelated with every sensitive attribute on the training
-        data. ``r = 1`` is the unconstrained OLS fit.
+        Bound on ``R^2_S`` in ``[0, 1]``; 0 gives ``alpha_ = 0`` (predictions uncorrelated with ``S`` on
+        the training data), 1 the OLS fit.
     method : {"auto", "root", "closed_form"}, default "auto"
-        How ``lambda(r)`` is found when the bound is active: Brent's method on the
-        eigenvalue bracket ("root"), or [FR] eq (13)-(14), valid only when the centred ``S``
-        has ``S_c'S_c = n I`` ("closed_form"; ValueError otherwise). "auto" uses the closed
-        form exactly when that condition holds (relative tolerance 1e-10).
+        Brent's method on the eigenvalue bracket, or [FR] eq (13)-(14), valid only when
+        ``S_c'S_c = n I`` (ValueError otherwise); "auto" takes the closed form exactly then.
 
     Attributes
     ----------
     alpha_ : ndarray (q,)
-        Coefficients of the (raw) sensitive attributes.
+        Coefficients of the raw sensitive attributes.
     beta_ : ndarray (p,)
         Coefficients of the de-correlated predictors ``U`` (:meth:`decorrelate`).
     intercept_ : float
-        ``mean(y) - mean(S) alpha_`` (``U`` has mean zero on the training data).
     lambda_ : float
-        The ridge penalty ``lambda(r)`` of eq (10) (0 if the bound is inactive, inf if r = 0).
+        The ridge penalty of eq (10) (0 if the bound is inactive, inf if ``r = 0``).
     lambda_bracket_ : tuple of float or None
-        The eigenvalue bracket searched (None when no search was needed).
-    r2_sensitive_ : float
-        Realised ``R^2_S`` (eq (4)) on the training data.
-    r2_sensitive_ols_ : float
-        ``R^2_S`` of the unconstrained OLS fit; the bound is active iff it exceeds ``r``.
+        The bracket searched.
+    r2_sensitive_, r2_sensitive_ols_ : float
+        ``R^2_S`` of the fit and of the OLS fit; the bound is active iff the latter exceeds ``r``.
     active_ : bool
-        Whether the bound was active.
     method_ : {"ols", "zero", "root", "closed_form"}
-        How ``alpha_`` was obtained.
     decorrelation_ : Decorrelation
-        The auxiliary model ``X = B_0 + S B + U`` (``coef`` is ``B``).
+        The auxiliary model ``X = B_0 + S B + U``.
     n_features_in_, n_sensitive_in_ : int
-
-    Examples
-    --------
-    >>> model = FRRM(r=0.05).fit(X, y, sensitive=S)          # doctest: +SKIP
-    >>> model.r2_sensitive_                                   # doctest: +SKIP
-    0.05
     """
 
     def __init__(self, r: float = 0.0, method: str = "auto") -> None:
@@ -165,17 +125,7 @@ class FRRM(DecorrelatedRegressor):
         self.method = method
 
     def fit(self, X: Any, y: Any, sensitive: Any = None) -> "FRRM":
-        """Fit on predictors ``X`` (n, p), response ``y`` (n,) and sensitive attributes (n, q).
-
-        Raises
-        ------
-        ValueError
-            ``r`` outside ``[0, 1]``, an unknown ``method``, shape mismatches, non-finite
-            values, a constant sensitive column, or ``method="closed_form"`` when
-            ``S_c'S_c != n I``.
-        FairnessWarning
-            (warning) when ``0 < r < 1`` and the bound is inactive.
-        """
+        """Fit on ``X`` (n, p), ``y`` (n,) and ``sensitive`` (n, q); warns when a bound ``0 < r < 1`` is inactive."""
         r = check_fraction(self.r, "r")
         method = check_choice(self.method, METHODS, "method")
         S_c, U, y = self._prepare(X, y, sensitive)
@@ -228,8 +178,7 @@ def _is_scaled_identity(S_c: np.ndarray) -> bool:
 
 
 def _closed_form_lambda(S_c: np.ndarray, y_c: np.ndarray, var_u: float, r: float) -> float:
-    r"""[FR] eq (13) with the unsquared norm (module doc): ``lambda = ||S_c'y|| / (c k) - n``,
-    ``c^2 = beta' VAR(U) beta = var_u``, ``k = sqrt(r / (1 - r))``; positive when the bound is active."""
+    r"""[FR] eq (13) with the unsquared norm: ``lambda = ||S_c'y|| / (c k) - n``, ``c^2 = var_u``."""
     return float(np.linalg.norm(S_c.T @ y_c)) / math.sqrt(var_u * r / (1.0 - r)) - S_c.shape[0]
 
 

@@ -1,41 +1,26 @@
 r"""Komiyama et al. (2018) fair linear regression, NCLM ([FR] sec 2).
 
-The model is [FR] eq (2), ``y = S alpha + U beta + e`` on the sensitive attributes and the
-OLS-de-correlated predictors ([FR] eq (1)), fitted by least squares subject to
-``R^2_S(alpha, beta) <= r`` ([FR] eq (4)-(6))::
+[FR] eq (2), ``y = S alpha + U beta + e`` with ``U`` the OLS-de-correlated predictors, fitted by least
+squares subject to ``R^2_S(alpha, beta) <= r`` ([FR] eq (4)-(6))::
 
     min  alpha' V_S alpha + beta' V_U beta - 2 (E(yS)' alpha + E(yU)' beta)
     s.t. (1 - r) alpha' V_S alpha - r beta' V_U beta <= 0,
 
-a non-convex QCQP. Komiyama et al. solve the convex relaxation [FR] eq (7) (Yamada and
-Takeda 2018)::
+a non-convex QCQP, through its convex relaxation [FR] eq (7) (Yamada and Takeda 2018)::
 
     min gamma  s.t.  theta' diag(V_S, V_U) theta - 2 b' theta <= gamma,
                      theta' diag(V_S / r, 0) theta - 2 b' theta <= gamma,
 
-with ``theta = (alpha, beta)`` and ``b = (E(yS), E(yU))``: ``max(f_0, f_0 + f_1)`` where ``f_1``
-is the constraint written as ``alpha'V_S alpha / r - alpha'V_S alpha - beta'V_U beta``.
+``theta = (alpha, beta)``, ``b = (E(yS), E(yU))``. After whitening ``S`` and ``U``
+(:class:`~fairopt.linear._common.Whitening`) every quadratic form is a squared norm, each constraint
+``||x||^2 <= z`` the cone ``(z + 1, z - 1, 2x) in SOC``, solved by Clarabel; the interior point fixes
+the value to its tolerance but the point only to about its square root, so Newton's method on the KKT
+conditions polishes it, and ``alpha`` is scaled down if rounding leaves ``R^2_S > r``. In whitened
+coordinates (6) is the projection of the OLS point onto the cone
+``||alpha~|| <= sqrt(r / (1 - r)) ||beta~||``, so the relaxation is exact (the tests check it).
 
-Implementation
---------------
-The relaxation is solved as a second-order cone program with **Clarabel** (open-source
-interior-point conic solver; ``clarabel`` Python package). Before solving, ``S`` and ``U``
-are whitened (:class:`~fairopt.linear._common.Whitening`, ``V_S = V_U = I`` in the new
-coordinates, rank-deficient directions dropped) and ``y`` is scaled so that ``||b|| = 1``;
-every quadratic form is then a plain squared norm and each constraint ``||x||^2 <= z`` is the
-cone ``(z + 1, z - 1, 2x) in SOC``. Clarabel's point is polished by Newton's method on the
-KKT conditions of (7) (:func:`_polish`; the interior point fixes the optimal value to its
-tolerance but the point only to about the square root of it), and ``alpha`` is scaled down
-if rounding leaves ``R^2_S`` above ``r``. The coefficients are mapped back afterwards.
-
-The relaxation is exact here: in whitened coordinates problem (6) is the projection of the
-OLS point onto the cone ``||alpha~|| <= sqrt(r / (1 - r)) ||beta~||``, and the tests check the
-solver against that projection.
-
-Special cases handled exactly, without the solver: ``r = 0`` (eq (7) is undefined; the
-limit ``alpha = 0``, ``beta = OLS`` is returned, as in the paper) and an inactive bound
-(``R^2_S`` of the OLS fit ``<= r``: the OLS fit minimises eq (7), whose second constraint
-is then slack).
+``r = 0`` (eq (7) undefined: the limit ``alpha = 0``, ``beta = OLS``) and an inactive bound (the OLS
+fit) are solved without the solver.
 """
 
 from __future__ import annotations
@@ -48,12 +33,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from fairopt.exceptions import FairnessWarning
+from fairopt._validation import nonnegative_float, positive_int
 from fairopt.linear._common import (
     DecorrelatedRegressor,
     Whitening,
     check_fraction,
-    check_nonnegative,
-    check_positive_int,
     variance_share,
 )
 
@@ -63,33 +47,29 @@ logger = logging.getLogger(__name__)
 
 
 class NCLM(DecorrelatedRegressor):
-    r"""Komiyama et al. (2018) fair least squares with ``R^2_S <= r`` ([FR] eq (6)-(7)).
+    r"""Komiyama et al. (2018) fair least squares with ``R^2_S <= r`` ([FR] eq (6)-(7)), by Clarabel (module doc).
 
-    Solves the convex relaxation [FR] eq (7) with the Clarabel conic solver (module doc).
-    Unlike :class:`~fairopt.linear.FRRM`, both ``alpha_`` and ``beta_`` move with ``r``
-    (``beta_`` first grows above its OLS value to enlarge the denominator of ``R^2_S``).
+    Unlike :class:`~fairopt.linear.FRRM` both ``alpha_`` and ``beta_`` move with ``r`` (``beta_`` grows
+    to enlarge the denominator of ``R^2_S``).
 
     Parameters
     ----------
     r : float, default 0.0
-        Bound on ``R^2_S`` ([FR] eq (4)) in ``[0, 1]``; ``r = 0`` returns the limit
-        ``alpha = 0``, ``beta = OLS``.
+        Bound on ``R^2_S`` ([FR] eq (4)) in ``[0, 1]``.
     tol : float, default 1e-10
-        Clarabel's feasibility and (absolute/relative) duality-gap tolerances (its "reduced"
-        tolerances are set to ``max(tol, 1e-8)``; "AlmostSolved" is accepted and logged).
+        Clarabel's feasibility and duality-gap tolerances (its reduced tolerances ``max(tol, 1e-8)``;
+        "AlmostSolved" is accepted and logged).
     max_iter : int, default 200
         Clarabel's iteration limit.
 
     Attributes
     ----------
     alpha_, beta_, intercept_ : as in :class:`~fairopt.linear.FRRM`.
-    r2_sensitive_ : float
-        Realised ``R^2_S`` on the training data.
-    r2_sensitive_ols_ : float
-        ``R^2_S`` of the OLS fit; the bound is active iff it exceeds ``r``.
+    r2_sensitive_, r2_sensitive_ols_ : float
+        ``R^2_S`` of the fit and of the OLS fit; the bound is active iff the latter exceeds ``r``.
     active_ : bool
     solver_status_ : str
-        Clarabel's status (``"Solved"``), or ``"ols"`` / ``"zero"`` for the special cases.
+        Clarabel's status, or ``"ols"`` / ``"zero"`` for the special cases.
     decorrelation_, n_features_in_, n_sensitive_in_ : as in FRRM.
     """
 
@@ -99,21 +79,12 @@ class NCLM(DecorrelatedRegressor):
         self.max_iter = max_iter
 
     def fit(self, X: Any, y: Any, sensitive: Any = None) -> "NCLM":
-        """Fit on ``X`` (n, p), ``y`` (n,) and the sensitive attributes (n, q).
-
-        Raises
-        ------
-        ValueError
-            ``r`` outside ``[0, 1]``, bad ``tol``/``max_iter``, shape mismatches, non-finite
-            values, a constant sensitive column.
-        RuntimeError
-            Clarabel did not solve the cone program (the message gives its status).
-        """
+        """Fit on ``X`` (n, p), ``y`` (n,) and ``sensitive`` (n, q); ``RuntimeError`` when Clarabel fails."""
         r = check_fraction(self.r, "r")
-        tol = check_nonnegative(self.tol, "tol")
+        tol = nonnegative_float(self.tol, "tol")
         if tol == 0.0:
             raise ValueError("tol: expected a positive tolerance, got 0")
-        max_iter = check_positive_int(self.max_iter, "max_iter")
+        max_iter = positive_int(self.max_iter, "max_iter")
         S_c, U, y = self._prepare(X, y, sensitive)
         ws, wu = Whitening().fit(S_c), Whitening().fit(U)
         s_tilde, u_tilde = ws.transform(S_c), wu.transform(U)
@@ -152,12 +123,10 @@ def _solve_relaxation(a: np.ndarray, c: np.ndarray, r: float, tol: float, max_it
 
 
 def _clarabel_relaxation(a: np.ndarray, c: np.ndarray, r: float, tol: float, max_iter: int):
-    r"""[FR] eq (7) as a second-order cone program solved by Clarabel.
+    r"""[FR] eq (7) as a second-order cone program: variables ``(alpha~, beta~, gamma)``, objective ``gamma``.
 
-    Variables ``v = (alpha~, beta~, gamma)``; with ``z = gamma + 2 b'theta`` and ``b = (a, c)``
-    the constraints are ``||theta||^2 <= z`` and ``||alpha~||^2 / r <= z``, each written as
-    ``(z + 1, z - 1, 2x) in SOC`` (``(z+1)^2 - (z-1)^2 = 4z``), in Clarabel's form
-    ``A v + s = h``, ``s in K``; the objective is ``gamma``.
+    With ``z = gamma + 2 b'theta`` the constraints ``||theta||^2 <= z`` and ``||alpha~||^2 / r <= z`` are
+    ``(z + 1, z - 1, 2x) in SOC`` (``(z+1)^2 - (z-1)^2 = 4z``), in Clarabel's form ``A v + s = h``.
     """
     import clarabel
 
@@ -203,13 +172,10 @@ def _kkt_residual(theta: np.ndarray, mu: float, b: np.ndarray, weights: np.ndarr
 def _polish(alpha: np.ndarray, beta: np.ndarray, a: np.ndarray, c: np.ndarray, r: float, steps: int = 8):
     r"""Newton's method on the KKT conditions of eq (7) from the solver's point.
 
-    With the bound active both constraints of (7) bind at the optimum (the second alone is
-    unbounded below in ``beta``), so with multipliers ``1 - mu`` and ``mu`` the optimum solves
-    ``F = (2 (theta - b) + mu grad f_1(theta), f_1(theta)) = 0``, where in whitened coordinates
-    ``f_1 = (1/r - 1) ||alpha~||^2 - ||beta~||^2``. An interior-point solution fixes the
-    optimal *value* to the gap tolerance but the *point* only to about its square root (the
-    objective is strongly convex); a few Newton steps on ``F`` bring it to rounding error. The
-    polished point is used only if it lowers ``||F||`` and ``0 <= mu <= 1``.
+    With the bound active both constraints bind, so with multipliers ``1 - mu`` and ``mu`` the optimum
+    solves ``F = (2 (theta - b) + mu grad f_1(theta), f_1(theta)) = 0``,
+    ``f_1 = (1/r - 1) ||alpha~||^2 - ||beta~||^2``. The polished point is kept only if it lowers ``||F||``
+    with ``0 <= mu <= 1``.
     """
     b = np.concatenate([a, c])
     theta = np.concatenate([alpha, beta])

@@ -1,31 +1,17 @@
-r"""Zafar et al. (2019) covariance-bounded linear and logistic regression: ZLM and ZLRM.
+r"""Zafar et al. (2019) covariance-bounded linear and logistic regression: ZLM and ZLRM ([FR] sec 5 baselines).
 
-[FR] sec 5 (baselines). The model uses the predictors only (the
-sensitive attributes appear in the constraints, never as inputs, as in Zafar et al. and the
-authors' ``fairml`` package): ``eta = intercept + X w``, fitted by least squares (ZLM) or
-maximum likelihood (ZLRM) subject to, for every sensitive column ``S_j``,
+``eta = intercept + X w`` on the predictors only (the sensitive attributes appear in the constraints,
+as in Zafar et al. and ``fairml``), fitted by least squares (ZLM) or maximum likelihood (ZLRM, ``eta``
+the logit) subject to ``|COV(S_j, eta)| = |(1/n) sum_i (s_ij - mean(S_j)) eta_i| <= bound`` for every
+sensitive column (population covariance; ``fairml`` divides by ``n - 1``).
 
-``|COV(S_j, eta)| = |(1/n) sum_i (s_ij - mean(S_j)) eta_i| <= bound``
-
-(population covariance on the training rows; ``fairml`` divides by ``n - 1``). For ZLM,
-``eta = y_hat``; for ZLRM ``eta`` is the logit (the signed distance to the decision boundary).
-
-Engine. Both are fitted by :class:`solvers.StochasticSQP` (full batch) on a
-:func:`fairopt.models.linear` model with the :class:`fairopt.constraints.Covariance`
-constraint on continuous copies of the sensitive columns: *the SQP engine with the
-Covariance constraint on a linear model is ZLRM*. To make the engine's
-diagonal Hessian model adequate, the inputs are first whitened
-(:class:`~fairopt.linear._common.Whitening`: the least-squares Hessian becomes ``2 I``) and,
-for ZLM, ``y`` is scaled to unit variance (the bound is scaled with it); the default engine
-uses ``hessian_shift=1`` (unit curvature) instead of the value 100 tuned for networks. The
-coefficients are mapped back to the original ``X``.
-
-ZLM is a convex QP (least squares with ``2q`` linear inequalities): ``ZLM(solver="qp")``
-solves it exactly with Clarabel through ``qpsolvers`` - the reference for the SQP route.
-
-At ``bound = 0`` these models solve the constrained problem (predictions uncorrelated with
-every ``S_j``); the ``fairml`` implementation instead drops every predictor with a non-zero
-covariance with ``S``, which typically leaves an intercept-only model ([FR] sec 5.1).
+Both run :class:`solvers.StochasticSQP` (full batch) on a linear model with the
+:class:`fairopt.constraints.Covariance` constraint: the SQP engine with that constraint on a linear
+model is ZLRM. The inputs are whitened first (:class:`~fairopt.linear._common.Whitening`, least-squares
+Hessian ``2 I``) and ZLM's ``y`` scaled to unit variance, so the engine's diagonal Hessian model with
+``hessian_shift=1`` fits. ``ZLM(solver="qp")`` solves ZLM's convex QP exactly with Clarabel, the
+reference for the SQP route. At ``bound = 0`` the constrained problem is solved; ``fairml`` instead
+drops every predictor correlated with ``S`` ([FR] sec 5.1).
 """
 
 from __future__ import annotations
@@ -43,14 +29,13 @@ from sklearn.utils.validation import check_is_fitted
 from fairopt.constraints.covariance import Covariance
 from fairopt.data import FairData, Preprocessor
 from fairopt.exceptions import FairnessWarning
-from fairopt._validation import check_choice
+from fairopt._validation import check_choice, nonnegative_float
 from fairopt.linear._common import (
     Whitening,
     as_matrix,
     as_vector,
     check_columns,
     check_fit_arrays,
-    check_nonnegative,
     check_rows,
     regression_score,
 )
@@ -67,13 +52,10 @@ _FEASIBILITY_RTOL = 1e-5
 
 
 def default_engine(epochs: int, seed: int = 0) -> StochasticSQP:
-    """The engine used when ``engine=None``: full-batch SQP with ``lr = 0.5``, fixed step and
-    ``hessian_shift = 1`` (whitened inputs have unit curvature), the paper's learning-rate
-    schedule and a stationarity tolerance of 1e-7 (a run stops early once it is reached).
+    """The engine used when ``engine=None``: full-batch SQP, ``lr = 0.5``, ``hessian_shift = 1`` (whitened
+    inputs have unit curvature), the paper's schedule and a stationarity tolerance of 1e-7.
 
-    ``epochs`` is 100 for ZLM (least squares on whitened inputs converges to ~1e-9 in about
-    30 iterations) and 200 for ZLRM (the logistic curvature is at most 1/4; about 150
-    iterations to reach the same accuracy on [FR] Example 2).
+    ``epochs`` is 100 for ZLM and 200 for ZLRM (the logistic curvature is at most 1/4).
     """
     return StochasticSQP(epochs=epochs, lr=0.5, hessian_shift=1.0, lr_schedule="paper", tol=1e-7, seed=seed)
 
@@ -123,8 +105,9 @@ class _ZafarModel(BaseEstimator):
         return weights, float(layer.bias.detach().double()), result
 
     def _finish(self, X: np.ndarray, S: np.ndarray, bound: float, eta_scale: float) -> None:
-        """Realised covariances on the training rows; warn if they exceed the bound by more
-        than :data:`_FEASIBILITY_RTOL` times ``max_j sd(S_j) * eta_scale``."""
+        """Realised covariances on the training rows; warn when they exceed the bound by more than
+        :data:`_FEASIBILITY_RTOL` ``* max_j sd(S_j) * eta_scale``.
+        """
         eta = X @ self.coef_ + self.intercept_
         S_c = S - S.mean(axis=0)
         self.covariances_ = S_c.T @ eta / X.shape[0]
@@ -136,33 +119,27 @@ class _ZafarModel(BaseEstimator):
 
 
 class ZLM(RegressorMixin, _ZafarModel):
-    r"""Zafar et al. linear regression with ``|COV(S_j, y_hat)| <= bound`` for every ``j``.
-
-    Least squares on ``X`` (the sensitive attributes are not inputs) subject to the marginal
-    covariance bounds of the module docstring.
+    r"""Zafar et al. linear regression with ``|COV(S_j, y_hat)| <= bound`` for every ``j`` (module doc).
 
     Parameters
     ----------
     bound : float, default 0.0
         Largest allowed ``|COV(S_j, y_hat)|`` (units of ``S_j`` times ``y``), ``>= 0``.
     solver : {"sqp", "qp"}, default "sqp"
-        ``"sqp"``: :class:`solvers.StochasticSQP` with the :class:`fairopt.constraints.Covariance`
-        constraint (the issue's route); ``"qp"``: the exact convex QP with Clarabel via
-        ``qpsolvers``.
+        :class:`solvers.StochasticSQP` with the Covariance constraint, or the exact QP (Clarabel).
     engine : StochasticSQP or None
-        The SQP engine (default :func:`default_engine` with 100 epochs).
+        The SQP engine (default :func:`default_engine`).
     seed : int, default 0
-        Initialisation of the linear model (and the default engine's seed).
+        Initialisation of the linear model and the default engine's seed.
 
     Attributes
     ----------
     coef_ : ndarray (p,)
-        Coefficients of ``X``.
     intercept_ : float
     covariances_ : ndarray (q,)
         Realised ``COV(S_j, y_hat)`` on the training rows.
     fit_result_ : solvers.FitResult or None
-        The engine's result (None for ``solver="qp"``).
+        None for ``solver="qp"``.
     n_features_in_, n_sensitive_in_ : int
     """
 
@@ -177,17 +154,8 @@ class ZLM(RegressorMixin, _ZafarModel):
         self.seed = seed
 
     def fit(self, X: Any, y: Any, sensitive: Any = None) -> "ZLM":
-        """Fit on ``X`` (n, p), ``y`` (n,) and the sensitive attributes (n, q).
-
-        Raises
-        ------
-        ValueError
-            ``bound < 0``, unknown ``solver``, a bad ``engine``, shape mismatches, non-finite
-            values, a constant sensitive column.
-        RuntimeError
-            The QP solver failed (``solver="qp"``).
-        """
-        bound = check_nonnegative(self.bound, "bound")
+        """Fit on ``X`` (n, p), ``y`` (n,) and the sensitive attributes (n, q)."""
+        bound = nonnegative_float(self.bound, "bound")
         solver = check_choice(self.solver, ("sqp", "qp"), "solver")
         engine = self._check_engine() if solver == "sqp" else None
         X, y, S = check_fit_arrays(X, y, sensitive, type(self).__name__)
@@ -208,8 +176,7 @@ class ZLM(RegressorMixin, _ZafarModel):
         return self
 
     def predict(self, X: Any, sensitive: Any = None) -> np.ndarray:
-        """``intercept_ + X coef_``, shape (n,); ``sensitive`` is not used (accepted for a
-        uniform API with the other fair linear models)."""
+        """``intercept_ + X coef_``; ``sensitive`` is accepted for a uniform API and not used."""
         X = self._inputs(X)
         return self.intercept_ + X @ self.coef_
 
@@ -219,20 +186,16 @@ class ZLM(RegressorMixin, _ZafarModel):
 
 
 class ZLRM(ClassifierMixin, _ZafarModel):
-    r"""Zafar et al. logistic regression with ``|COV(S_j, logit)| <= bound`` for every ``j``.
-
-    Maximum likelihood on ``X`` (no sensitive inputs) through :class:`solvers.StochasticSQP`
-    with the :class:`fairopt.constraints.Covariance` constraint on the logit of a linear
-    model (module doc).
+    r"""Zafar et al. logistic regression with ``|COV(S_j, logit)| <= bound`` for every ``j`` (module doc).
 
     Parameters
     ----------
     bound : float, default 0.0
         Largest allowed ``|COV(S_j, logit)|``, ``>= 0``.
     engine : StochasticSQP or None
-        The SQP engine (default :func:`default_engine` with 200 epochs).
+        The SQP engine (default :func:`default_engine`).
     seed : int, default 0
-        Initialisation of the linear model (and the default engine's seed).
+        Initialisation of the linear model and the default engine's seed.
 
     Attributes
     ----------
@@ -255,15 +218,8 @@ class ZLRM(ClassifierMixin, _ZafarModel):
         self.seed = seed
 
     def fit(self, X: Any, y: Any, sensitive: Any = None) -> "ZLRM":
-        """Fit on ``X`` (n, p), 0/1 labels ``y`` (n,) and the sensitive attributes (n, q).
-
-        Raises
-        ------
-        ValueError
-            ``bound < 0``, labels other than 0/1, a bad ``engine``, shape mismatches,
-            non-finite values, a constant sensitive column.
-        """
-        bound = check_nonnegative(self.bound, "bound")
+        """Fit on ``X`` (n, p), 0/1 labels ``y`` (n,) and the sensitive attributes (n, q)."""
+        bound = nonnegative_float(self.bound, "bound")
         engine = self._check_engine()
         X, y, S = check_fit_arrays(X, y, sensitive, type(self).__name__)
         bad = ~np.isin(y, (0.0, 1.0))
@@ -301,11 +257,9 @@ class ZLRM(ClassifierMixin, _ZafarModel):
 
 
 def _least_squares_qp(X_white: np.ndarray, target: np.ndarray, S: np.ndarray, bound: float) -> np.ndarray:
-    r"""Exact ZLM in whitened coordinates: ``min ||target - X_w w||^2 / n`` s.t. ``|M w| <= bound``.
+    r"""Exact ZLM in whitened coordinates: ``min ||w||^2 - 2 c'w`` s.t. ``|M w| <= bound`` (Clarabel via ``qpsolvers``).
 
-    With ``X_w'X_w / n = I`` and a centred target the objective is ``||w||^2 - 2 c'w + const``,
-    ``c = X_w' target / n``, and ``M = S_c' X_w / n`` (rows: ``COV(S_j, X_w w)``). Solved with
-    Clarabel through ``qpsolvers``.
+    ``c = X_w' target / n`` and ``M = S_c' X_w / n`` (rows ``COV(S_j, X_w w)``), since ``X_w'X_w / n = I``.
     """
     import scipy.sparse as sp
     from qpsolvers import solve_qp
