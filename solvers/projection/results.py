@@ -18,32 +18,22 @@ class ProjectionResult:
     Attributes
     ----------
     z : numpy.ndarray
-        The projected targets ``(n,)``, float64; exactly 0.0/1.0 when ``binary``.
+        The targets (n,), float64; exactly 0.0/1.0 when binary.
     aux : tuple of numpy.ndarray
-        Auxiliary variables of each encoding, in the order of ``encodings`` (empty arrays
-        for encodings without auxiliary variables).
+        Each encoding's auxiliary variables, in order.
     objective : float
-        ``sum_r w_r L(z, r_r)`` evaluated at ``z`` in float64 (not the solver's number).
-    terms : tuple of float
-        The unweighted losses ``L(z, r_r)``, one per reference.
+        ``sum_r w_r L(z, r_r)`` recomputed in float64; ``terms``: the unweighted ``L(z, r_r)``.
     status : str
-        ``"optimal"`` (optimal within the relative gap ``mip_gap`` for MILPs, within the
-        solver tolerances for QPs), ``"time_limit"`` (the best feasible point found before
-        the time/work limit) or ``"suboptimal"`` (another limit, or an OSQP solution that
-        is only accurate to its looser internal check).
+        "optimal" (within ``mip_gap`` or the solver tolerances), "time_limit" (the best feasible
+        point found) or "suboptimal".
     gap : float
-        Relative MIP gap ``|primal - bound| / |primal|`` reported by the solver (0.0 for
-        continuous problems).
-    backend : str
-        ``"highs"``, ``"osqp"`` or ``"gurobi"``: the backend that produced ``z``.
+        The solver's relative MIP gap (0.0 for continuous problems).
+    backend, solver_status : str
+        The backend that produced ``z`` and its own status text.
     seconds : float
-        Wall time of the solve (model construction included).
-    solver_status : str
-        The backend's own status text (e.g. HiGHS ``"Optimal"``, OSQP ``"solved"``,
-        Gurobi ``"OPTIMAL"``), with OSQP's polishing outcome.
+        Wall time of the solve, model construction included.
     max_violation : float
-        Largest row violation ``max(row - ub, lb - row, 0)`` over all encodings at
-        ``(z, aux)``, after rounding a binary ``z``.
+        Largest encoding-row violation at ``(z, aux)``, after rounding a binary ``z``.
     """
 
     z: np.ndarray
@@ -64,18 +54,8 @@ class ProjectionResult:
 
 
 class ProjectionInfeasibleError(RuntimeError):
-    """The projection problem has no feasible point.
-
-    Attributes
-    ----------
-    constraints : tuple of str
-        Names of the encodings that are infeasible on their own, or, when each one is
-        feasible alone, of all encodings (jointly infeasible).
-    jointly : bool
-        True when no single encoding is infeasible on its own.
-    status : str
-        The backend status that reported infeasibility.
-    """
+    """The projection problem has no feasible point: ``constraints`` names the encodings infeasible on
+    their own, or all of them when only ``jointly`` infeasible; ``status`` is the backend's."""
 
     def __init__(self, message: str, constraints: Sequence[str], jointly: bool, status: str) -> None:
         super().__init__(message)

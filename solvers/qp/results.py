@@ -16,35 +16,25 @@ class QPResult:
 
     Attributes
     ----------
-    d : torch.Tensor or None
-        The step, shape ``(p,)``, dtype of the inputs. ``None`` unless ``status`` is
-        ``"optimal"``.
-    multipliers : torch.Tensor or None
-        Signed multipliers ``y`` (m,): ``> 0`` upper side active, ``< 0`` lower side active,
-        ``0`` inactive, so that ``g + h * d + J' y = 0``. ``None`` unless optimal.
+    d, multipliers : torch.Tensor or None
+        The step (p,) and signed multipliers ``y`` (m,) with ``g + h * d + J' y = 0`` (``y > 0``:
+        upper side active), in the inputs' dtype; None unless optimal.
     active : torch.Tensor
-        int8 (m,): ``+1`` upper side in the final working set, ``-1`` lower side, ``0`` not
-        in it. Equality rows are ``+-1`` by the sign of their multiplier (``+1`` if zero).
-        All zeros when not optimal.
+        int8 (m,): ``+1``/``-1`` upper/lower side in the final working set (equalities by the sign
+        of ``y``), 0 otherwise.
     status : str
-        ``"optimal"``; ``"infeasible"`` (no ``d`` satisfies ``lo <= J d <= hi``, confirmed by
-        a least-violation LP); or ``"numerical"`` (the method stopped without a solution
-        that passes the KKT check within ``tol``: never returned as a step).
-    objective : float
-        ``g'd + 1/2 d' diag(h) d`` (NaN unless optimal).
-    kkt_residual : float
-        ``||g + h * d + J' y||_inf`` in float64, before casting ``d`` to the output dtype
-        (NaN unless optimal).
-    max_violation : float
-        ``max_i max(J_i d - hi_i, lo_i - J_i d, 0)`` of the float64 step (NaN unless optimal).
+        "optimal", "infeasible" (confirmed by a least-violation LP) or "numerical" (no solution
+        passed the KKT check; never returned as a step).
+    objective, kkt_residual, max_violation : float
+        ``g'd + 1/2 d' diag(h) d``, ``||g + h * d + J' y||_inf`` and the largest row violation, in
+        float64 (NaN unless optimal).
     degenerate : bool
-        The rows binding at the solution are linearly dependent in the ``H^{-1}`` metric
-        (LICQ fails; includes zero rows of ``J`` at a zero bound). ``d`` is still unique;
-        the multipliers are one valid choice among many.
+        The binding rows are linearly dependent in the ``H^{-1}`` metric: ``d`` is unique, ``y`` one
+        valid choice.
     method : str
-        ``"enumeration"``, ``"dual"`` or ``"osqp"``: the method that produced the answer.
+        "enumeration", "dual" or "osqp".
     iterations : int
-        Candidates examined (enumeration), working-set changes (dual), or OSQP iterations.
+        Candidates examined, working-set changes or OSQP iterations.
     """
 
     d: torch.Tensor | None
@@ -61,22 +51,9 @@ class QPResult:
 
 @dataclass(frozen=True)
 class RelaxedBounds:
-    """Result of :func:`least_violation_bounds`.
-
-    Attributes
-    ----------
-    v : torch.Tensor
-        Normal step (p,) of least total violation (the least ``H``-norm one within the
-        relaxed box, see :func:`least_violation_bounds`).
-    w : torch.Tensor
-        ``J v`` (m,).
-    lo, hi : torch.Tensor
-        Relaxed bounds ``min(lo, J v)`` and ``max(hi, J v)`` (m,); rounded outwards when
-        the output dtype is narrower than float64, so that ``v`` stays feasible for them.
-    violation : float
-        The minimal total violation ``V(J v; lo, hi)``; 0 up to rounding when the system is
-        feasible.
-    """
+    """Result of :func:`least_violation_bounds`: the normal step ``v`` (p,), ``w = J v``, the relaxed
+    bounds ``lo = min(lo, J v)``, ``hi = max(hi, J v)`` (rounded outwards in a narrower dtype) and the
+    least total ``violation`` (0 up to rounding when feasible)."""
 
     v: torch.Tensor
     w: torch.Tensor
