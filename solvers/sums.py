@@ -1,22 +1,12 @@
 r"""Derivatives from additive per-group sums: over row chunks (one process) or shards.
 
-Every quantity of an SQP iteration under constraints whose rows are functions of per-group
-sums (:class:`solvers.contract.SumsConstraint`: the rate constraints) is a sum
-over rows: ``n f`` and its gradient, the group sums ``S_g`` and counts ``N_g``, their
-Jacobian ``dS/dw`` and the exact sums. With per-row weights ``w_i`` (``batch.weights``) the
-``n`` of ``n f`` is the weight total ``sum_i w_i`` of the block (``f`` is then the weighted
-mean loss, :mod:`solvers.losses`) and the group sums and counts are the weighted ones of
-the constraints' ``partial_sums``: still additive over blocks. :func:`local_sums` computes
-these pieces on one block of rows from one forward pass; pieces of disjoint blocks add up
-(:func:`add_sums`); :func:`derivatives_from_sums` turns the totals into
-:class:`solvers.derivatives.Derivatives` (``f = L/N``, ``g = grad L / N``,
-``c = C(S, N_g)``, ``J = (dC/dS) dS/dw``).
-
-:class:`ChunkedDerivatives` uses this in one process: a full-data pass over ``n`` rows is
-done in chunks of ``chunk_rows`` rows, so its memory is bounded by the chunk, not by ``n``
-(the data may be a memory-mapped source that is never loaded whole). The data-parallel
-oracle (:class:`solvers.distributed.AllReduceDerivatives`) adds the pieces of the ranks
-with one all-reduce instead.
+Under :class:`solvers.contract.SumsConstraint` constraints every quantity of an SQP iteration is a
+sum over rows (weighted with ``batch.weights``): ``n f`` and its gradient, the group sums ``S_g`` and
+counts ``N_g``, ``dS/dw`` and the exact sums. :func:`local_sums` computes them on one block from one
+forward pass, :func:`add_sums` adds disjoint blocks, and :func:`derivatives_from_sums` gives
+``f = L/N``, ``g = grad L / N``, ``c = C(S, N_g)``, ``J = (dC/dS) dS/dw``.
+:class:`ChunkedDerivatives` bounds a full-data pass's memory by a chunk (the data may be memory
+mapped); :class:`solvers.distributed.AllReduceDerivatives` adds the ranks' pieces instead.
 """
 
 from __future__ import annotations
@@ -40,12 +30,9 @@ FIELDS = ("loss_sum", "n", "grad_sum", "sums", "counts", "dsums", "sums_exact")
 
 def local_sums(out: torch.Tensor, batch: Any, loss_fn: LossFn, members: Sequence[Any],
                pull: Callable[[torch.Tensor], torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[int]]:
-    """The additive pieces of one block of rows (a chunk or a rank's shard), all float64:
-    ``loss_sum = n f`` (scalar), ``n`` (the weight total for a weighted block), its
-    gradient (p,), group ``sums``/``counts`` (G,), ``dsums = dS/dw`` (G, p) and exact sums;
-    and the number of sums of each member (data-independent, so equal on every block).
-    ``pull(cot)`` pulls the rows ``cot`` (k, n) back to the parameters, (k, p) (the ``pullback`` of
-    the :func:`solvers.derivatives.trace_outputs` that gave ``out``)."""
+    """The float64 pieces of one block (:data:`FIELDS`: ``loss_sum = n f``, ``n`` or the weight total,
+    its gradient, ``sums``/``counts`` (G,), ``dsums = dS/dw`` (G, p), exact sums) and each member's
+    number of sums; ``pull`` is the pullback of the trace that gave ``out``."""
     n = len(batch)
     total = n if row_weights(batch) is None else weight_total(batch)  # the mean's denominator
     f, df = value_and_gradient(loss_fn, out, batch)
@@ -115,25 +102,12 @@ def add_sums(total: dict[str, torch.Tensor] | None, part: dict[str, torch.Tensor
 
 
 class ChunkedDerivatives:
-    """The derivative oracle of one process with full-data passes done in row chunks.
+    """The derivative oracle of one process with full-data passes in chunks of ``chunk_rows`` rows.
 
-    A call on a block of more than ``chunk_rows`` rows, with the constraints on the same
-    rows and every constraint implementing ``partial_sums``/``from_sums``, runs one forward
-    pass and ``1 + G`` pull-backs per chunk of ``chunk_rows`` rows (``batch.subset``) and
-    adds the pieces (:func:`local_sums`): peak memory is that of one chunk. Any other call
-    (a mini-batch, a balanced constraint batch, constraints without sums) is
-    :class:`solvers.derivatives.LocalDerivatives`. Values equal the unchunked ones up to
-    floating-point summation order.
-
-    Parameters
-    ----------
-    chunk_rows : int
-        Rows per chunk (> 0).
-    jacobian : {"auto", "batched", "loop"}
-        Strategy of :func:`solvers.derivatives.trace_outputs`.
-
-    The ``rows`` hint of :class:`solvers.derivatives.DerivativeOracle` is not used here:
-    the ``1 + G`` pull-backs of the group sums serve every row at once.
+    A call on more than ``chunk_rows`` rows, constraints on the same rows and all with sums, runs a
+    forward pass and ``1 + G`` pullbacks per chunk and adds the pieces, so peak memory is one
+    chunk's; any other call is :class:`solvers.derivatives.LocalDerivatives`. Values equal the
+    unchunked ones up to summation order; the ``rows`` hint is unused.
     """
 
     def __init__(self, chunk_rows: int, jacobian: str = "auto") -> None:
@@ -166,11 +140,8 @@ class ChunkedDerivatives:
 def exact_in_chunks(model: nn.Module, loss_fn: LossFn, cons: Any, data: Any, chunk_rows: int,
                     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
                     ) -> tuple[float, torch.Tensor | None] | None:
-    """Objective ``f`` and exact rows ``c_exact`` of ``model`` on all rows of ``data``, one
-    forward pass (no gradients) per chunk of ``chunk_rows`` rows, from additive sums; None
-    when a constraint has no ``partial_sums``/``from_sums`` (the caller then makes one
-    pass). ``reduce`` (data-parallel): sums a float64 vector over the ranks, so that ``f``
-    and ``c_exact`` are those of the union of every rank's ``data``."""
+    """``f`` and ``c_exact`` on all rows of ``data`` from additive sums, one forward pass per chunk; None
+    when a constraint has no sums. ``reduce`` sums a float64 vector over the ranks (data-parallel)."""
     members = list(cons)
     if not all(supports_sums(m) for m in members):
         return None
