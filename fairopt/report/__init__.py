@@ -1,12 +1,8 @@
 """Per-group reports of a trained model: :func:`group_report` and :class:`GroupReport`.
 
-Modules (one job each), besides :mod:`fairopt.sensitive_groups` (outside the package, so that
-the metrics import no training code), which turns the sensitive features into one group code
-per row: ``responses`` runs any supported model (fairopt estimators, scikit-learn estimators,
-:class:`~fairopt.SavedModel`, torch modules) into hard predictions or numbers;
-``bootstrap`` computes the per-group statistics and their stratified percentile
-bootstrap; ``result`` holds :class:`GroupReport` (tables, Markdown, plot); ``core`` puts
-them together in :func:`group_report`.
+``responses`` runs any supported model into predictions, ``bootstrap`` computes the per-group
+statistics and their stratified bootstrap, ``result`` holds :class:`GroupReport`, ``core`` puts
+them together; the group codes come from :mod:`fairopt.sensitive_groups`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Per-group statistics and their stratified percentile bootstrap (vectorised numpy).
 
-Every statistic of :func:`fairopt.group_report` is a group mean of a per-row value over
-a subset of the rows, optionally followed by a square root:
-
-``m_g = mean{ v_i : codes_i = g, r_i }``  (``sqrt(m_g)`` for a root statistic: RMSE),
-
-with ``v`` the row values (a hard prediction, ``1[pred = y]``, ``|y - pred|``, ...) and
-``r`` the rows it is taken over (all rows; ``y = 1`` for the TPR; ``y = 0`` for the FPR).
-The overall value is the same mean over all groups' rows.
-
-The bootstrap (*stratified by group*) is :func:`fairopt.measures.bootstrap.resample_chunks`
-with the groups as strata: group sizes are fixed, as in the data; the number of rows with
-``y = 1`` inside a group is not (a replicate where a group draws none has an undefined TPR for
-that group: NaN, left out of the quantiles of
-:func:`fairopt.measures.bootstrap.percentile_interval`). Each statistic of a chunk of
-replicates is one ``numpy.add.reduceat`` over the groups' contiguous draws.
+Every statistic of :func:`fairopt.group_report` is a group mean of row values over some rows,
+optionally rooted: ``m_g = mean{ v_i : codes_i = g, r_i }`` (``sqrt(m_g)`` for RMSE), with ``r``
+all rows, ``y = 1`` (TPR) or ``y = 0`` (FPR). The bootstrap is
+:func:`fairopt.measures.bootstrap.resample_chunks` with the groups as strata: group sizes are
+fixed, the rows with ``y = 1`` inside a group are not (a replicate without any gives NaN, left out
+of the quantiles). Each statistic of a chunk is one ``numpy.add.reduceat`` over the groups' draws.
 """
 
 from __future__ import annotations
@@ -42,7 +33,7 @@ class RowStatistic:
     root : bool
         Report ``sqrt(m_g)`` (RMSE from the mean squared error).
     condition : str
-        What ``rows`` selects, for messages (e.g. ``"y = 1"``); empty for all rows.
+        What ``rows`` selects, for messages (e.g. ``"y = 1"``).
     """
 
     name: str
@@ -62,12 +53,7 @@ def _finish(means: np.ndarray, root: bool) -> np.ndarray:
 
 
 def point_estimates(stat: RowStatistic, codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, float]:
-    """``(m_g per group, overall value)`` on the data itself.
-
-    The group means are :func:`fairopt.measures.group_means` of the selected rows; a group
-    with no selected row gets NaN (e.g. the TPR of a group without ``y = 1`` rows), as
-    does the overall value when no row is selected.
-    """
+    """``(m_g per group, overall value)`` on the data itself; NaN for a group (or all) without selected rows."""
     values, chosen = (stat.values, codes) if stat.rows is None else (stat.values[stat.rows], codes[stat.rows])
     per_group = np.full(n_groups, np.nan)
     if values.size:
@@ -79,14 +65,8 @@ def point_estimates(stat: RowStatistic, codes: np.ndarray, n_groups: int) -> tup
 
 def bootstrap_replicates(stats: list[RowStatistic], codes: np.ndarray, n_groups: int, n_bootstrap: int,
                          seed: int | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Stratified bootstrap replicates of every statistic (module docstring).
-
-    Returns
-    -------
-    dict
-        ``name -> (per_group, overall)`` with ``per_group`` of shape ``(n_bootstrap,
-        n_groups)`` and ``overall`` of shape ``(n_bootstrap,)``; NaN where a replicate
-        selects no row of a group.
+    """Stratified bootstrap replicates of every statistic: ``name -> (per_group, overall)`` of shapes
+    ``(n_bootstrap, n_groups)`` and ``(n_bootstrap,)``, NaN where a replicate selects no row of a group.
     """
     sizes, starts = stratum_starts(codes, n_groups)
     result = {s.name: (np.empty((n_bootstrap, n_groups)), np.empty(n_bootstrap)) for s in stats}

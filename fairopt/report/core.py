@@ -1,24 +1,15 @@
 """:func:`group_report`: per-group metrics, their disparities and bootstrap intervals.
 
-Disparities of a metric with group values ``m_g``: ``ratio = min_g m_g / max_g m_g``
-(``selection_rate``: disparate impact, fairlearn's ``demographic_parity_ratio``; NaN
-when every ``m_g`` is 0, a 0/0, or when one is negative) and
-``difference = max_g m_g - min_g m_g`` (``selection_rate``: demographic-parity
-difference; ``tpr``: equal opportunity difference).
+Disparities of group values ``m_g``: ``ratio = min_g m_g / max_g m_g`` (NaN for a 0/0 or a
+negative value; for ``selection_rate`` the disparate impact) and
+``difference = max_g m_g - min_g m_g``.
 
-Confidence intervals: percentile bootstrap, stratified by group. Each of the
-``n_bootstrap`` replicates resamples, within every group separately, as many rows as
-the group has, with replacement, and recomputes every per-group value, the overall
-value, the ratio and the difference; the interval is the ``(1 - confidence) / 2`` and
-``(1 + confidence) / 2`` quantiles of the replicates (details in
-:mod:`fairopt.report.bootstrap` and :mod:`fairopt.measures.bootstrap`). Group sizes are
-held fixed, so the overall interval is that of a stratified sample (slightly narrower than
-an unstratified bootstrap when the groups differ). A group with fewer than ``min_group_size`` rows (for the TPR: rows
-with ``y = 1``; FPR: ``y = 0``) gets a NaN interval, as do the ratio and difference of
-that metric, with a logged warning: a percentile interval from so few rows would
-claim a precision it does not have. The difference is non-negative by construction:
-when the groups are close its replicates pile up above 0 and its interval rarely
-reaches 0; read a lower end near 0 as "no detectable difference".
+Intervals: percentile bootstrap stratified by group (:mod:`fairopt.report.bootstrap`): each
+replicate resamples every group with replacement at its own size and recomputes every value; the
+interval is the ``(1 -/+ confidence) / 2`` quantiles. A group with fewer than ``min_group_size``
+rows entering a metric gets NaN intervals (and so do that metric's disparities): so few rows would
+claim a precision they do not have. The difference is non-negative by construction, so its
+interval rarely reaches 0: read a lower end near 0 as "no detectable difference".
 """
 
 from __future__ import annotations
@@ -93,53 +84,36 @@ def group_report(
 ) -> GroupReport:
     """Per-group performance and fairness of a model, with bootstrap confidence intervals.
 
-    The model is run once on ``X``; each metric is computed per group of the sensitive
-    features, over all rows, and compared between groups.
-
-    Metrics, with ``yhat`` the hard 0/1 prediction (classification), ``y`` the target
-    (1: positive class) and ``G`` the rows of a group:
-
-    - classification: ``selection_rate = mean_G(yhat)``, ``tpr = mean_{G, y=1}(yhat)``,
-      ``fpr = mean_{G, y=0}(yhat)``, ``accuracy = mean_G(1[yhat = y])``;
-    - regression: ``mean_prediction = mean_G(pred)``, ``mean_target = mean_G(y)``,
-      ``mae = mean_G |y - pred|``, ``rmse = sqrt(mean_G (y - pred)^2)``.
-
-    Disparities (ratio and difference between groups) and the stratified percentile bootstrap
-    of the intervals are defined in the module docstring (:mod:`fairopt.report.core`).
+    The model runs once on ``X``; each metric is computed per group, over all rows, and compared
+    between groups. With ``yhat`` the hard prediction and ``G`` a group's rows: classification
+    ``selection_rate = mean_G(yhat)``, ``tpr = mean_{G, y=1}(yhat)``, ``fpr = mean_{G, y=0}(yhat)``,
+    ``accuracy = mean_G(1[yhat = y])``; regression ``mean_prediction``, ``mean_target``,
+    ``mae = mean_G |y - pred|``, ``rmse = sqrt(mean_G (y - pred)^2)``.
 
     Parameters
     ----------
     model_or_estimator : estimator, fairopt.SavedModel or torch.nn.Module
-        A fitted :class:`~fairopt.FairClassifier` / :class:`~fairopt.FairRegressor`, any
-        scikit-learn-style estimator with ``predict`` (and ``predict_proba`` for a
-        ``threshold``), a :class:`~fairopt.SavedModel` from :func:`fairopt.load`, or a torch
-        module (one output per row: a logit for classification). See
-        :mod:`fairopt.report.responses` for how each is run.
+        A fitted fairopt or scikit-learn-style estimator, a :class:`~fairopt.SavedModel`, or a torch
+        module with one output per row (:mod:`fairopt.report.responses`).
     X : array-like, DataFrame or tensor (n, p)
-        The rows, given to the model unchanged (a SavedModel with a preprocessor encodes a
-        DataFrame first).
+        The rows, given to the model unchanged (a SavedModel encodes a DataFrame first).
     y : array-like (n,)
         The target: two labels (classification) or numbers (regression).
     sensitive_features : array-like, DataFrame, dict, column name or list of column names
-        One attribute (1-D: its groups) or several (2-D / DataFrame / dict: their
-        intersections, labelled ``"sex=Male|race=White"``), or column name(s) of the
-        DataFrame ``X`` (the column stays in ``X``: drop it yourself if the model was
-        trained without it).
+        One attribute or several (their intersections, labelled ``"sex=Male|race=White"``), or
+        column name(s) of the DataFrame ``X`` (the column stays in ``X``).
     threshold : float in (0, 1), optional
-        Classification: a row is positive when the predicted probability of the positive
-        class exceeds it. None: the model's own decision (``predict``; logit > 0).
+        Classification: positive when the predicted probability exceeds it; None: ``predict``.
     n_bootstrap : int, default 1000
         Bootstrap replicates (0: no intervals).
     confidence : float in (0, 1), default 0.95
     seed : int or None, default 0
-        Seed of ``numpy.random.default_rng``: the same seed gives the same intervals.
+        Seed of ``numpy.random.default_rng``.
     task : {"binary", "classification", "regression"}, optional
-        Default: the estimator's kind (scikit-learn's ``is_classifier`` / ``is_regressor``),
-        a SavedModel's schema, else inferred from ``y`` (0/1 or two text labels: binary;
-        more than two numbers: regression).
+        Default: the estimator's kind, a SavedModel's schema, else inferred from ``y``.
     pos_label : optional
-        The positive class (default: a FairClassifier's ``pos_label_``, else ``classes_[1]``,
-        else 1 for 0/1 ``y``).
+        The positive class (default: a FairClassifier's ``pos_label_``, else ``classes_[1]``, else
+        1 for 0/1 ``y``).
     min_group_size : int, default 10
         Smallest group (rows entering the metric) that gets a confidence interval.
 
@@ -151,15 +125,13 @@ def group_report(
     Raises
     ------
     ValueError
-        Lengths of ``X``, ``y`` and ``sensitive_features`` that differ (both are named);
-        an unknown column name; NaN in the sensitive features or in ``y``; a group with 0
-        rows (an unused category); fewer than two groups; non-binary ``y`` for a
-        classifier; a model of no supported kind; bad parameters.
+        Lengths that differ, an unknown column, NaN in the sensitive features or ``y``, an empty
+        group, fewer than two groups, non-binary ``y`` for a classifier, an unsupported model, bad
+        parameters.
 
     Examples
     --------
     >>> report = fairopt.group_report(clf, X_test, y_test, S_test)     # doctest: +SKIP
-    >>> report.by_group[["n", "selection_rate", "selection_rate_low", "selection_rate_high"]]  # doctest: +SKIP
     >>> report.disparities.loc["selection_rate", "ratio"]              # doctest: +SKIP
     """
     n_bootstrap, confidence, seed, min_group_size = _check_parameters(n_bootstrap, confidence, seed, min_group_size)
@@ -202,8 +174,7 @@ def _replicates(stats: list[RowStatistic], groups: Groups, n_bootstrap: int, see
 
 def _tables(stats: list[RowStatistic], groups: Groups, replicates: dict | None, confidence: float,
             min_group_size: int, notes: list[str]) -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
-    """``(by_group, overall, disparities)`` of the metrics, with their intervals (``replicates``
-    None: no intervals); what makes a value NaN goes to ``notes``."""
+    """``(by_group, overall, disparities)`` with their intervals; what makes a value NaN goes to ``notes``."""
     sizes = groups.sizes
     small = sizes < min_group_size
     if replicates is not None and small.any():

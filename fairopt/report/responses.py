@@ -1,29 +1,16 @@
-"""What :func:`fairopt.group_report` compares: the task, the hard (or numeric) predictions
-and the target of every row, from any supported model.
+"""What :func:`fairopt.group_report` compares: the task, the predictions and the target of every row,
+from any supported model.
 
-Supported models:
+Models: a fitted fairopt or scikit-learn-style estimator (``predict``; ``predict_proba`` for a
+``threshold``); a :class:`~fairopt.SavedModel` (its torch model on ``saved.encode(X)`` for a
+DataFrame when a preprocessor was saved; its schema's task); a ``torch.nn.Module`` with one
+output per row (a logit for classification, the prediction for regression).
 
-- a fitted :class:`~fairopt.FairClassifier` / :class:`~fairopt.FairRegressor`, or any
-  scikit-learn-style estimator with ``predict`` (``predict_proba`` for a ``threshold``);
-- a :class:`~fairopt.SavedModel` (from :func:`fairopt.load`): its torch model, on
-  ``saved.encode(X)`` when ``X`` is a DataFrame and a preprocessor was saved, else on
-  ``X`` as it is; its task is the saved schema's when there is one;
-- a ``torch.nn.Module``: one output per row, a logit for classification (the
-  probability of class 1 is ``sigmoid(out)``), the prediction for regression.
-
-Classification compares hard predictions ``yhat in {0, 1}`` (1: the positive class):
-
-- ``threshold=None``: the model's own decision, ``predict(X) == positive`` for an
-  estimator, ``out > 0`` (probability above 0.5) for a torch model;
-- ``threshold=t``: ``p > t`` with ``p`` the predicted probability of the positive class
-  (``predict_proba`` for an estimator, ``sigmoid(out)`` for a torch model). Unlike
-  :func:`fairopt.evaluate`, whose threshold is on the logit, ``t`` is a probability.
-
-The positive class: ``pos_label`` if given; else the ``pos_label_`` of a fitted
-:class:`~fairopt.FairClassifier` (the class its constraints treat as positive); else
-``classes_[1]`` of a classifier that has ``classes_``; else 1 when ``y`` is coded 0/1 (or boolean); else, for an estimator, the
-larger of the two labels of ``y`` (scikit-learn's convention). A torch model needs ``y``
-coded 0/1 or ``pos_label`` (its logit is that of class 1).
+Classification compares hard predictions: ``threshold=None`` is the model's own decision
+(``predict``, or ``out > 0``); ``threshold=t`` is ``p > t`` on the probability of the positive
+class (unlike :func:`fairopt.evaluate`, whose threshold is on the logit). The positive class:
+``pos_label``; else a FairClassifier's ``pos_label_``; else ``classes_[1]``; else 1 for 0/1 or
+boolean ``y``; else an estimator's larger label (a torch model needs 0/1 ``y`` or ``pos_label``).
 """
 
 from __future__ import annotations
@@ -86,8 +73,9 @@ def _is_numeric(arr: np.ndarray) -> bool:
 
 
 def infer_task(y: np.ndarray) -> str:
-    """``"binary"`` for 0/1, boolean or two-label text ``y``; ``"regression"`` for numbers
-    with more than two values. Two numbers other than 0 and 1 are ambiguous: ValueError."""
+    """``"binary"`` for 0/1, boolean or two-label text ``y``, ``"regression"`` for more than two numbers;
+    two numbers other than 0 and 1 are ambiguous: ValueError.
+    """
     labels = np.unique(y)
     if not _is_numeric(y):
         if labels.size <= 2:
@@ -123,8 +111,7 @@ def _resolve_task(task: str | None, model: Any, y: np.ndarray) -> str:
 
 
 def _estimator_kind(model: Any) -> str | None:
-    """``"binary"`` / ``"regression"`` from scikit-learn's tags, None when they do not say
-    (or the object has no tags: a duck-typed estimator outside scikit-learn's hierarchy)."""
+    """``"binary"`` / ``"regression"`` from scikit-learn's tags, None when they do not say."""
     try:
         if is_classifier(model):
             return "binary"
@@ -177,7 +164,7 @@ def _check_output(out: np.ndarray, n: int, what: str) -> np.ndarray:
 
 
 def _torch_outputs(module: torch.nn.Module, X: Any, n: int) -> np.ndarray:
-    """``module(X)`` as float64 (n,), in eval mode (the mode is restored), without autograd."""
+    """``module(X)`` as float64 (n,), in eval mode, without autograd."""
     if isinstance(X, torch.Tensor):
         inputs = X
     else:
@@ -223,10 +210,8 @@ def model_responses(model: Any, X: Any, y: Any, *, task: str | None = None, thre
     Raises
     ------
     ValueError
-        A model of no supported kind; ``X`` and ``y`` of different lengths; NaN in
-        ``y``; non-binary ``y`` (or classifier) for classification; a ``threshold``
-        that is not a probability, or given for regression or for an estimator without
-        ``predict_proba``; non-finite or misshapen predictions.
+        An unsupported model; mismatched lengths; NaN in ``y``; non-binary ``y`` or classifier for
+        classification; a bad or misplaced ``threshold``; non-finite or misshapen predictions.
     """
     n = _row_count(X)
     target = _target(y, n)

@@ -49,38 +49,33 @@ def _markdown_table(header: list[str], rows: list[list[str]], right: list[bool])
 class GroupReport:
     """Per-group performance and fairness of one model, with bootstrap confidence intervals.
 
-    Built by :func:`fairopt.group_report` (see there for the metrics and the bootstrap).
+    Built by :func:`fairopt.group_report` (metrics and bootstrap defined there).
 
     Attributes
     ----------
     task : {"binary", "regression"}
     metrics : tuple of str
-        Classification: ``selection_rate``, ``tpr``, ``fpr``, ``accuracy``; regression:
-        ``mean_prediction``, ``mean_target``, ``mae``, ``rmse``.
     by_group : pandas.DataFrame
-        One row per group (index: the group labels, named after the attribute(s)),
-        columns ``n`` and, per metric ``m``, ``m``, ``m_low``, ``m_high`` (the point value
-        and the ends of its confidence interval; NaN interval for a group with fewer than
-        ``min_group_size`` rows, or rows with ``y = 1`` / ``y = 0`` for the TPR / FPR).
+        One row per group: ``n`` and per metric ``m`` the columns ``m``, ``m_low``, ``m_high``
+        (NaN interval for a group under ``min_group_size`` rows entering the metric).
     overall : pandas.Series
         The same columns over all rows.
     disparities : pandas.DataFrame
-        One row per metric: ``ratio`` (``min_g m_g / max_g m_g``), ``ratio_low``,
-        ``ratio_high``, ``difference`` (``max_g m_g - min_g m_g``), ``difference_low``,
-        ``difference_high``, the groups with the lowest and highest value (``group_min``,
-        ``group_max``) and the ``overall`` value.
+        One row per metric: ``ratio`` (``min_g m_g / max_g m_g``), ``difference``
+        (``max_g m_g - min_g m_g``), their ``_low`` / ``_high`` ends, ``group_min``, ``group_max``
+        and ``overall``.
     groups : pandas.DataFrame
-        The value of every sensitive attribute in each group (index as ``by_group``).
+        The value of every sensitive attribute in each group.
     sensitive_names : list of str
     confidence : float; n_bootstrap : int; seed : int or None; min_group_size : int
     threshold : float or None
-        The probability threshold of the hard predictions (None: the model's ``predict``).
+        The probability threshold of the hard predictions (None: ``predict``).
     positive : object or None
         The positive class (classification).
     source : str
         The kind of model the predictions came from.
     notes : list of str
-        What is NaN and why (small groups, undefined rates, 0/0 ratios).
+        What is NaN and why.
     """
 
     task: str
@@ -122,18 +117,16 @@ class GroupReport:
                 f"stratified by group, {seed}); none for groups under {self.min_group_size} rows")
 
     def to_markdown(self, digits: int = 3) -> str:
-        """The report as Markdown: a description, the per-group table (with the overall row),
-        the disparity table and the notes.
+        """The report as Markdown: a description, the per-group and disparity tables and the notes.
 
         Parameters
         ----------
         digits : int, default 3
-            Decimals of the numbers (significant digits for values of 10^4 and more).
+            Decimals (significant digits from 10^4).
 
         Returns
         -------
         str
-            Plain Markdown (pipe tables; the ``|`` of intersection labels is escaped).
         """
         if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
             raise ValueError(f"digits: expected an integer >= 0, got {digits!r}")
@@ -166,20 +159,15 @@ class GroupReport:
 
     # ------------------------------------------------------------------ plot
     def plot(self, ax: Any = None, metric: str = "selection_rate") -> Any:
-        """Bars of one metric per group with their confidence intervals as error bars, and
-        the overall value as a dashed line.
-
-        Long group labels (intersections such as ``sex=Male|race=White``) are turned 45
-        degrees and anchored at their end, and a figure made here is laid out to hold them.
+        """Bars of one metric per group with their intervals as error bars and the overall value as a
+        dashed line; long labels are turned 45 degrees.
 
         Parameters
         ----------
         ax : matplotlib.axes.Axes, optional
-            Where to draw; a new figure's axes by default (``matplotlib.pyplot.subplots``;
-            the backend is left as configured).
+            Where to draw; a new figure's axes by default.
         metric : str, default "selection_rate"
-            One of :attr:`metrics` (regression reports have no ``selection_rate``: pass
-            e.g. ``metric="mean_prediction"``).
+            One of :attr:`metrics`.
 
         Returns
         -------
