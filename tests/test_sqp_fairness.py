@@ -14,7 +14,7 @@ from fairopt.constraints import DemographicParity, DisparateImpact, EqualImpact
 from fairopt.measures import disparate_impact, equal_impact
 from solvers import StochasticSQP
 from solvers.outcome import BestIterate, ConstantPredictorWarning, NoProgressWarning, warn_if_start
-from solvers.sqp import _RESTORING_WINDOW, POLISH_EXTENSION, _still_restoring
+from solvers.sqp.endgame import POLISH_EXTENSION, RESTORING_WINDOW, still_restoring
 
 
 @pytest.fixture(scope="module")
@@ -228,11 +228,11 @@ def test_minibatch_nonfinite_loss_restores_a_finite_iterate_and_warns(adult_smal
 
 
 def test_polish_goes_on_only_while_it_restores_feasibility():
-    assert _still_restoring([0.1, 0.05], 1e-6)
-    assert not _still_restoring([0.1, 1e-7], 1e-6)  # feasible: done
-    assert not _still_restoring([], 1e-6)
-    assert not _still_restoring([0.01] * (_RESTORING_WINDOW + 1), 1e-6)  # stalled
-    assert _still_restoring([0.01 * 0.9 ** k for k in range(3 * _RESTORING_WINDOW)], 1e-6)  # still falling
+    assert still_restoring([0.1, 0.05], 1e-6)
+    assert not still_restoring([0.1, 1e-7], 1e-6)  # feasible: done
+    assert not still_restoring([], 1e-6)
+    assert not still_restoring([0.01] * (RESTORING_WINDOW + 1), 1e-6)  # stalled
+    assert still_restoring([0.01 * 0.9 ** k for k in range(3 * RESTORING_WINDOW)], 1e-6)  # still falling
 
 
 def test_polish_extension_is_bounded(adult_small):

@@ -1,26 +1,15 @@
 r"""Row screening: which constraint rows need their Jacobian in the next SQP iteration.
 
-A row far inside its bounds is inactive in the QP subproblem and has a zero multiplier,
-so its Jacobian row changes neither the step ``d = -(g + J'y) / h`` nor the merit and
-ratio updates, unless the step itself would carry the row to a bound. Each Jacobian row
-costs one backward pass through the model (:func:`solvers.derivatives.pullback`), the
-largest part of an iteration, so skipping rows that cannot bind is the cheapest saving.
-With disparate impact on a binary attribute, for instance, the two rows
-``delta P_0 - P_1 <= 0`` and ``delta P_1 - P_0 <= 0`` cannot both be near their bounds
-when ``delta < 1``: one of them is always far inside.
-
-Rule. With ``c^k`` the smooth rows at iteration ``k`` and ``s_i`` a running scale of how
-far row ``i`` moves per iteration, ``s_i <- max(decay * s_i, |c_i^k - c_i^{k-1}|)``, row
-``i`` is screened at iteration ``k + 1`` when its slack to the nearest finite bound
-exceeds ``ratio * s_i``:
+A row far inside its bounds has a zero multiplier, so its Jacobian row, one backward pass each,
+changes neither the step nor the merit (e.g. of disparate impact's two rows one is always far
+inside). With ``s_i <- max(decay * s_i, |c_i^k - c_i^{k-1}|)`` the row's movement scale, row ``i`` is
+screened at iteration ``k + 1`` when
 
 ``min(c_i^k - l_i, u_i - c_i^k) > ratio * s_i``  (and ``s_i > 0``).
 
-Every ``refresh``-th iteration pulls back all rows, and nothing is screened before two
-iterations have been seen, after a relaxed QP, or while the caller asks for all rows
-(the engine does near a KKT point, where the stationarity test needs the full Jacobian,
-and in mini-batch modes, whose row values are noisy). Screened rows come back from the
-oracle as zero Jacobian rows: ``0 <= u_i - c_i`` holds, so the QP sees a free row.
+All rows are pulled back every ``refresh``-th iteration, in the first two, after a relaxed QP and
+when the engine asks (near a KKT point, mini-batch modes). A screened row's zero Jacobian row is a
+free row in the QP.
 """
 
 from __future__ import annotations
@@ -40,18 +29,8 @@ SCREEN_DECAY = 0.9
 
 
 class RowScreen:
-    """The screening state of one fit (module docstring), kept in ``state.screen``
-    (:class:`solvers.sqp.state.ScreenMemory`) so that the engine's checkpoint carries it (a
-    resumed fit screens exactly as an uninterrupted one).
-
-    Parameters
-    ----------
-    state : SQPState, optional
-        The engine's state; an existing ``screen`` memory is continued (a fresh state when
-        omitted).
-    ratio, refresh, decay : float, int, float
-        :data:`SCREEN_RATIO`, :data:`SCREEN_REFRESH`, :data:`SCREEN_DECAY` by default.
-    """
+    """The screening of one fit, kept in ``state.screen`` so that a resumed fit screens exactly as an
+    uninterrupted one (a fresh state when ``state`` is None)."""
 
     def __init__(self, state: SQPState | None = None, ratio: float = SCREEN_RATIO, refresh: int = SCREEN_REFRESH,
                  decay: float = SCREEN_DECAY) -> None:
@@ -77,9 +56,7 @@ class RowScreen:
         self._state.screen = ScreenMemory()
 
     def rows(self, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor | None:
-        """The rows to pull back next (bool (m,)), or None for all of them.
-
-        ``lower``/``upper`` are the working bounds the QP will use."""
+        """The rows to pull back next (bool (m,)) against the QP's working bounds, or None for all."""
         memory = self._state.screen
         seen = memory.seen
         if memory.scale is None or seen < 2 or seen % self.refresh == 0:
