@@ -1,5 +1,4 @@
-"""The :class:`FairData` container (fields in the docstring of :mod:`fairopt.data`); its
-assembly from a DataFrame is :mod:`fairopt.data.assembly`."""
+"""The :class:`FairData` container; its assembly from a DataFrame is :mod:`fairopt.data.assembly`."""
 
 from __future__ import annotations
 
@@ -27,11 +26,9 @@ logger = logging.getLogger("fairopt.data")  # one logger for the whole data laye
 # FairData
 # --------------------------------------------------------------------------------------
 class FairData:
-    """Rows for fair learning: inputs, target, typed sensitive features, cells, exposure.
+    """Rows for fair learning: inputs, target, typed sensitive features, cells, exposure, weights.
 
-    Build it with :meth:`from_frame` (a DataFrame) or :meth:`from_arrays` (numpy/torch
-    arrays); the constructor only checks the contract. See the module docstring for
-    the fields.
+    Build it with :meth:`from_frame` or :meth:`from_arrays`; the constructor only checks the contract.
 
     Attributes
     ----------
@@ -47,14 +44,9 @@ class FairData:
         level labels of each cell (one per binary/categorical feature, in order)
     exposure : torch.Tensor, float32 (n,) or None; exposure_name : its column
     weights : torch.Tensor, float64 (n,) or None
-        Per-row weights ``w_i >= 0`` (survey or importance weights), or None for unweighted
-        rows. Every mean over rows that training and the constraints take becomes the
-        weighted mean ``sum_i w_i v_i / sum_i w_i``: the losses (:mod:`solvers.losses`)
-        and the group rates ``P_g = sum_{i in g} w_i phi_i / sum_{i in g} w_i``
-        (:mod:`fairopt.constraints.rates`). Integer weights are equivalent to repeating
-        row ``i`` ``w_i`` times. Weights that are all equal are the unweighted problem
-        (every such mean is unchanged) and are stored as None, so that they give the
-        unweighted results bit for bit. ``weights_name`` : the column they came from, or None
+        Per-row weights ``w_i >= 0``: every mean over rows in training and the constraints becomes
+        ``sum_i w_i v_i / sum_i w_i`` (integer weights act as repeated rows). All-equal weights are stored
+        as None, so they give the unweighted results bit for bit. ``weights_name``: their column or None.
     feature_names : list of str (columns of X); feature_columns : raw columns feeding X
     preprocessor : the fitted :class:`Preprocessor` that produced X
     target_name : str; include_sensitive : bool
@@ -162,44 +154,36 @@ class FairData:
         df : pandas.DataFrame
             The raw rows (kept, unmodified, as :attr:`frame`).
         target : str
-            Target column. ``task="binary"``: values 0/1 (bool accepted);
-            ``"poisson"``: non-negative integer counts; ``"regression"``: numbers.
+            Target column: 0/1 (binary), non-negative integer counts (poisson) or numbers (regression).
         sensitive : str or list of str
             Sensitive columns, in order (the order of :attr:`cells`' mixed radix).
         features : list of str, optional
-            Input columns. ``None``: every column except the target and the exposure.
-            Sensitive columns are added when ``include_sensitive`` and removed otherwise.
+            Input columns; None: every column but the target and the exposure. Sensitive columns are
+            added when ``include_sensitive`` and removed otherwise.
         categorical : list of str, optional
-            Columns to treat as categorical (one-hot in X; a numeric sensitive column listed
-            here is inferred ``"categorical"`` instead of ``"continuous"``). Object, string,
-            category and bool columns are always categorical.
+            Columns to one-hot encode (a numeric sensitive column listed here is inferred categorical).
+            Object, string, category and bool columns always are.
         task : {"binary", "regression", "poisson"}
         exposure : str, optional
             Exposure column (time at risk, > 0), never an input.
         sensitive_kinds : dict name -> {"binary", "categorical", "continuous"}, optional
-            Declared kinds; the others are inferred: 2 distinct values -> binary
-            (numeric {0,1} kept, other levels coded in sorted order, 0 for the first);
-            numeric with more values -> continuous; otherwise categorical.
+            Declared kinds; otherwise 2 distinct values -> binary (numeric {0,1} kept, else sorted levels),
+            numeric with more values -> continuous, the rest categorical.
         include_sensitive : bool, default False
-            Whether the sensitive columns are model inputs (part of X). By default they are
-            not: the constraints use them, the model does not see them (a model that reads
-            sex or race is disparate treatment in many jurisdictions). Pass True to use them.
+            Whether the sensitive columns are model inputs. By default the constraints use them and the
+            model does not (reading sex or race is disparate treatment in many jurisdictions).
         preprocessor : Preprocessor, optional
-            A fitted preprocessor encodes X as it is (e.g. test data with the training
-            statistics); an unfitted one is fitted on ``df``. ``None``: a new one, fitted here.
+            A fitted one encodes X as it is (e.g. test data); an unfitted or missing one is fitted on ``df``.
         weights : str or array (n,), optional
-            Per-row weights (:attr:`weights`): the name of a column of ``df`` (never an
-            input, like the exposure) or an array with one weight per row. Finite,
-            ``>= 0``, not all 0. The preprocessor's standardisation of the inputs stays
-            unweighted (it only fixes the scale of the inputs).
+            Per-row weights (:attr:`weights`): a column of ``df`` (never an input) or an array; finite,
+            ``>= 0``, not all 0. The input standardisation stays unweighted.
 
         Raises
         ------
         ValueError
-            Unknown column names, NaN/inf values in used columns, a target that does not fit
-            the task, non-positive exposure, an unknown task or kind, a sensitive feature with
-            fewer than 2 groups, an empty frame, weights of the wrong length, negative, NaN
-            or all 0 - each naming the argument and the value.
+            Unknown columns, NaN/inf in used columns, a target that does not fit the task, non-positive
+            exposure, an unknown task or kind, a sensitive feature with fewer than 2 groups, an empty frame
+            or invalid weights, each naming the argument and the value.
         """
         return build_fair_data(
             cls, df, target=target, sensitive=sensitive, features=features, categorical=categorical,
@@ -224,7 +208,7 @@ class FairData:
         target_name: str = "y",
         sample_weight: Any = None,
     ) -> "FairData":
-        """Build a :class:`FairData` from arrays (numpy, torch or pandas); wraps :meth:`from_frame`.
+        """Build a :class:`FairData` from numpy, torch or pandas arrays (through :meth:`from_frame`).
 
         Parameters
         ----------
@@ -232,14 +216,13 @@ class FairData:
             Model inputs (standardised by the preprocessor like any numeric column).
         y : array (n,)
         sensitive : dict name -> array (n,)
-            Sensitive features, kept apart from ``X``; ``include_sensitive=True`` appends
-            them to the inputs (default False: ``X`` is taken to be the full input).
+            Sensitive features, kept apart from ``X`` unless ``include_sensitive``.
         task, sensitive_kinds, categorical, preprocessor : as in :meth:`from_frame`.
         feature_names : names of the columns of ``X`` (default ``x0 .. x{p-1}``).
         exposure : array (n,), optional
-        target_name : name given to the target column (default ``"y"``).
+        target_name : name given to the target column.
         sample_weight : array (n,), optional
-            Per-row weights (:attr:`weights`; ``weights=`` of :meth:`from_frame`).
+            Per-row weights (``weights=`` of :meth:`from_frame`).
         """
         X_np = to_numpy(X)
         if X_np.ndim != 2:
@@ -275,14 +258,9 @@ class FairData:
     def transform(self, df: pd.DataFrame, weights: Any = None) -> "FairData":
         """Encode new rows (test or user data) exactly like this data.
 
-        Same input columns and fitted :attr:`preprocessor` (training statistics), same
-        sensitive codes and kinds, same cell ids (a combination absent here gets a new id
-        after the existing ones, logged). A sensitive value outside the known levels is a
-        ValueError. ``df`` must contain the target (and exposure) column.
-
-        ``weights`` (a column name or an array, as in :meth:`from_frame`) weighs the new
-        rows; None: this data's weights column (:attr:`weights_name`) when ``df`` has it,
-        else the new rows are unweighted.
+        Same input columns, fitted :attr:`preprocessor`, sensitive codes and cell ids (an unseen combination
+        gets a new id, logged; an unknown sensitive value is a ValueError). ``df`` must contain the target
+        (and exposure). ``weights`` as in :meth:`from_frame`; None takes :attr:`weights_name` when ``df`` has it.
         """
         if weights is None and self.weights_name is not None and self.weights_name in df.columns:
             weights = self.weights_name
@@ -303,8 +281,7 @@ class FairData:
                              feature_columns=list(preprocessor.columns_))
 
     def _inputs(self, frame: pd.DataFrame, preprocessor: Preprocessor | None = None) -> pd.DataFrame:
-        """``frame`` with the input columns that hold numbers as text made numeric, as when
-        this data was built (the roles of the fitted ``preprocessor``, default :attr:`preprocessor`)."""
+        """``frame`` with numbers-as-text input columns made numeric, as when this data was built."""
         fitted = self.preprocessor if preprocessor is None else preprocessor
         return coerce_inputs(frame, list(fitted.columns_), list(self.sensitive_names), [], fitted)
 
@@ -345,11 +322,9 @@ class FairData:
         return new
 
     def subset(self, idx: Any) -> "FairData":
-        """Rows ``idx`` (int tensor/array/list, boolean mask, or slice) as a FairData.
+        """Rows ``idx`` (positions, boolean mask or slice) as a FairData, by tensor indexing only.
 
-        Pure tensor indexing: the raw frame is only indexed when :attr:`frame` is read.
-        Levels, kinds, ``n_cells`` and cell ids are those of the full data; a group or
-        cell may be absent from a subset (mini-batches may miss groups).
+        Levels, kinds and cell ids are those of the full data; a subset may miss groups or cells.
         """
         return self._take(_as_index(idx, len(self)))
 
@@ -379,15 +354,12 @@ class FairData:
         )
 
     def split(self, test_size: float = 0.2, seed: int = 0, stratify: bool = True) -> tuple["FairData", "FairData"]:
-        """Deterministic train/test split with the preprocessor re-fitted on the TRAIN rows.
+        """Deterministic train/test split with the preprocessor re-fitted on the training rows.
 
-        Rows are stratified (``stratify=True``) by target x cell for binary tasks, by cell
-        otherwise; when some stratum has fewer than 2 rows it falls back to the target
-        alone (binary), then to no stratification (logged). See
-        :func:`stratified_split_indices` for the apportionment. Both parts are then encoded
-        by a fresh clone of :attr:`preprocessor` fitted on the training rows only, so no
-        test statistic leaks into X. Sensitive codes, kinds and cell ids are shared; each
-        row keeps its weight (:attr:`weights`).
+        ``stratify=True`` stratifies by target x cell (binary) or cell, falling back to the target, then to
+        none when a stratum has fewer than 2 rows (:func:`stratified_split_indices`). A fresh clone of
+        :attr:`preprocessor` fitted on the training rows encodes both parts, so no test statistic leaks into
+        X; codes, cells and weights are kept.
 
         Returns
         -------
@@ -435,9 +407,9 @@ class FairData:
 # from_frame implementation
 # --------------------------------------------------------------------------------------
 def _row_weights(weights: Any, n: int) -> torch.Tensor | None:
-    """The constructor's ``weights`` checked (:func:`fairopt._validation.check_sample_weight`:
-    one finite weight ``>= 0`` per row, not all 0) as a float64 tensor, or None for None and
-    for weights that are all equal (the unweighted problem, see :class:`FairData`)."""
+    """The constructor's ``weights`` as a float64 tensor (:func:`fairopt._validation.check_sample_weight`), or
+    None for None and for all-equal weights.
+    """
     if weights is None:
         return None
     values = check_sample_weight(weights, n, "weights")
@@ -450,17 +422,15 @@ def _row_weights(weights: Any, n: int) -> torch.Tensor | None:
 
 
 def _selectable(index: Any) -> bool:
-    """Whether ``index`` is a one-dimensional long tensor of non-negative positions, which
-    ``index_select`` takes (negative positions count from the end: left to indexing). Checked
-    once per subset, not once per field."""
+    """Whether ``index`` is a 1-D long tensor of non-negative positions (what ``index_select`` takes)."""
     return (isinstance(index, torch.Tensor) and index.dtype == torch.long and index.dim() == 1
             and (index.numel() == 0 or int(index.min()) >= 0))
 
 
 def _take_rows(values: Any, index: Any, selectable: bool) -> Any:
-    """``values[index]`` along the first axis; with ``selectable`` (:func:`_selectable`) a tensor
-    goes through ``index_select``, which copies the same rows as advanced indexing several
-    times faster."""
+    """``values[index]`` along the first axis, through ``index_select`` when ``selectable`` (faster than
+    advanced indexing).
+    """
     if selectable and isinstance(values, torch.Tensor) and index.device == values.device:
         return values.index_select(0, index)
     return values[index]

@@ -1,6 +1,6 @@
-"""Encodings of the target, the exposure and the sensitive features, the intersection
-cells of the binary/categorical sensitive features (:func:`intersection_cells`), and which
-of two class labels is the positive one (:func:`positive_class`)."""
+"""Encodings of the target, the exposure and the sensitive features, the intersection cells of the
+discrete sensitive features, and which of two class labels is the positive one.
+"""
 
 from __future__ import annotations
 
@@ -29,11 +29,7 @@ def _require_numeric(series: pd.Series, argument: str, purpose: str) -> np.ndarr
 
 
 def encode_target(series: pd.Series, task: str) -> torch.Tensor:
-    """The target as float32, checked against the task.
-
-    binary: values in {0, 1} (bool accepted); poisson: non-negative integers;
-    regression: any finite number.
-    """
+    """The target as float32: 0/1 (binary), non-negative integers (poisson) or any finite number (regression)."""
     values = _require_numeric(series, "target", f"for task={task!r}")
     if task == "binary":
         bad = ~np.isin(values, (0.0, 1.0))
@@ -77,8 +73,9 @@ def _truth_value(label: Any) -> float | None:
 
 
 def _order_is_obvious(labels: list[Any]) -> bool:
-    """The sorted labels are 0/1, -1/1 or False/True (or text spelling them), in that order:
-    the last one is the positive class by every convention (scikit-learn's metrics too)."""
+    """Whether the sorted labels are 0/1, -1/1 or False/True (or text spelling them): then the last one is
+    the positive class by every convention.
+    """
     values = [_truth_value(v) for v in labels]
     return None not in values and values in ([0.0, 1.0], [-1.0, 1.0])
 
@@ -87,39 +84,28 @@ def positive_class(labels: Sequence[Any], positive: Any = None, *, argument: str
                    source: str = "y", by_text: bool = False) -> tuple[Any, str | None]:
     """The positive one of two class labels, and a note when it was taken by default.
 
-    The positive class is the outcome the rate constraints count as favourable (disparate
-    impact, demographic parity, equal opportunity, ... compare the groups' rates of it) and
-    the class whose logit the model outputs. The one rule of :class:`fairopt.FairClassifier`
-    (``pos_label``) and of ``fairopt train --data`` (``--positive``).
+    The positive class is the outcome the rate constraints count as favourable and the class whose logit
+    the model outputs: the one rule of :class:`fairopt.FairClassifier` (``pos_label``) and
+    ``fairopt train --data`` (``--positive``).
 
     Parameters
     ----------
     labels : sequence of the two distinct labels, in any order.
     positive : optional
-        The positive class; it must be one of ``labels``. ``None``: the last of the
-        sorted labels (scikit-learn's ``classes_[1]``).
+        The positive class, one of ``labels``; None: the last of the sorted labels (``classes_[1]``).
     argument : str, default "pos_label"
-        How the caller spells the option, in the messages (``"pos_label"``, a flag
-        ``"--positive"``).
+        How the caller spells the option, in the messages.
     source : str, default "y"
         What holds the labels, in the error message.
     by_text : bool, default False
-        Match ``positive`` by its text (``str(label) == str(positive)``; a flag's value is
-        text whatever the column holds); otherwise a label must equal it.
+        Match ``positive`` by its text (a flag's value is text whatever the column holds).
 
     Returns
     -------
     positive : the element of ``labels`` that is the positive class.
     note : str or None
-        With ``positive=None`` and labels whose order does not say which one is
-        favourable (anything but 0/1, -1/1 and booleans, or text spelling them: text such
-        as ``"approved"``/``"rejected"`` sorts alphabetically, whatever it means), which
-        class was taken and how to choose; None otherwise.
-
-    Raises
-    ------
-    ValueError
-        ``positive`` is not one of the labels (the message names them).
+        With ``positive=None`` and labels whose order says nothing (anything but 0/1, -1/1 and booleans:
+        ``"approved"``/``"rejected"`` sort alphabetically), which class was taken and how to choose.
     """
     ordered = sorted_labels(list(labels))
     shown = [_plain(v) for v in ordered]
@@ -162,8 +148,8 @@ def encode_exposure(series: pd.Series) -> torch.Tensor:
 
 
 def _infer_sensitive_kind(series: pd.Series, declared_categorical: bool) -> str:
-    """binary if 2 distinct values; continuous if numeric with more (unless declared
-    categorical); categorical otherwise."""
+    """binary with 2 distinct values, continuous if numeric with more (unless declared categorical), else categorical.
+    """
     n_distinct = series.nunique(dropna=True)
     if n_distinct == 2:
         return "binary"
@@ -194,21 +180,11 @@ def encode_sensitive(
     declared_categorical: bool,
     levels: list[Any] | None = None,
 ) -> tuple[torch.Tensor, str, list[Any], np.ndarray | None]:
-    """Encode one sensitive column.
+    """Encode one sensitive column: ``(tensor, kind, levels, codes)``.
 
-    Parameters
-    ----------
-    series : the raw column.
-    kind : declared kind, or None to infer (:func:`_infer_sensitive_kind`).
-    declared_categorical : whether the user listed the column in ``categorical``.
-    levels : reference levels (encoding new rows like an existing FairData); ``None`` to
-        learn them from ``series``, in which case at least 2 groups are required.
-
-    Returns
-    -------
-    tensor : binary float32 0/1, categorical int64 codes, continuous float32 raw values.
-    kind, levels : the resolved kind and level labels.
-    codes : int64 codes for binary/categorical features (None for continuous).
+    The tensor is float32 0/1 (binary), int64 codes (categorical) or float32 raw values (continuous,
+    ``codes`` None). ``kind`` None infers it; ``levels`` None learns them from ``series`` (at least 2
+    groups), else encodes like an existing FairData.
     """
     name = series.name
     if kind is None:
@@ -245,25 +221,12 @@ def intersection_cells(
     n_rows: int,
     reference_keys: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    r"""Intersection cell ids of discrete sensitive features.
+    r"""Intersection cell ids of discrete sensitive features: ``(cells, keys)``.
 
-    Each row gets the mixed-radix key :math:`k = \sum_j c_j \prod_{l > j} K_l` of its codes
-    :math:`c_j \in \{0..K_j-1\}` (features in order); keys are then compacted to ids
-    ``0..n_cells-1`` in increasing key order over the combinations present. With no
-    discrete feature every row is in cell 0.
-
-    Parameters
-    ----------
-    codes : one int64 code array (n,) per binary/categorical sensitive feature.
-    radices : number of levels :math:`K_j` of each feature.
-    n_rows : number of rows (needed when there is no discrete feature).
-    reference_keys : keys of an existing encoding, in id order. Keys found there keep their
-        id; new combinations get ids appended after them (logged).
-
-    Returns
-    -------
-    cells : int64 (n,) cell ids.
-    keys : int64 (n_cells,) the mixed-radix key of each cell id.
+    Each row gets the mixed-radix key :math:`k = \sum_j c_j \prod_{l > j} K_l` of its codes, compacted to
+    ids ``0..n_cells-1`` in increasing key order; no discrete feature puts every row in cell 0. With
+    ``reference_keys`` (an existing encoding's keys in id order) known keys keep their id and new
+    combinations are appended (logged).
     """
     if not codes:
         return np.zeros(n_rows, dtype=np.int64), np.zeros(1, dtype=np.int64)

@@ -98,11 +98,8 @@ def require_finite_columns(df: pd.DataFrame, columns: Sequence[str], argument: s
 
 
 def unique_levels(series: pd.Series) -> list[Any]:
-    """Distinct values of a column as Python objects, in a deterministic order.
-
-    Category columns keep their category order (restricted to the values present); all
-    other columns are sorted (numbers numerically, strings lexicographically; mixed types
-    by type name, then text).
+    """Distinct values of a column in a deterministic order: a category dtype's order (values present), else
+    sorted (mixed types by type name, then text).
     """
     present = series.dropna().unique()
     if isinstance(series.dtype, pd.CategoricalDtype):
@@ -124,8 +121,7 @@ def level_codes(series: pd.Series, levels: Sequence[Any]) -> np.ndarray:
 # numeric-looking text columns
 # --------------------------------------------------------------------------------------
 def as_number(value: Any) -> float | None:
-    """``value`` as a float if it is a real number (not a bool) or a string spelling one
-    (``float(value.strip())`` accepts it) within the float range, else None."""
+    """``value`` as a float if it is a real number (not a bool) or a string ``float()`` accepts, else None."""
     if isinstance(value, (bool, np.bool_)):
         return None
     try:
@@ -145,8 +141,7 @@ def is_text_dtype(series: pd.Series) -> bool:
 
 
 def _numeric_version(series: pd.Series) -> pd.Series | None:
-    """The float64 version of a text column whose non-missing values all parse as numbers
-    (missing values stay NaN); None if a value does not parse or none is present."""
+    """The float64 version of a text column whose non-missing values all parse as numbers, else None."""
     present = series[series.notna()]
     if present.empty:
         return None
@@ -167,14 +162,9 @@ def coerce_numeric_columns(
 ) -> tuple[pd.DataFrame, list[Any]]:
     """Turn text columns that hold only numbers (e.g. ``"1.5"``, ``"3"``) into float columns.
 
-    The rule, shared by every fairopt entry point that builds model inputs from a frame
-    (:meth:`FairData.from_frame`, :meth:`FairData.from_arrays`): an object or string
-    column whose non-missing values ALL parse as numbers (Python/numpy numbers other than
-    bools, or strings ``float()`` accepts after stripping blanks) becomes float64, missing
-    values becoming NaN. Any other column is left as it is: text columns with at least one
-    non-number (``"1"`` next to ``"a"``) stay categorical (one-hot encoded), as do category
-    and bool columns and columns holding only missing values. Conversions are logged (INFO,
-    this module's logger) with the column names.
+    The one rule of every entry point that builds model inputs from a frame: an object or string column
+    whose non-missing values all parse (:func:`as_number`) becomes float64 (missing values NaN); any other
+    column is left as it is (``"1"`` next to ``"a"`` stays categorical). Conversions are logged.
 
     Parameters
     ----------
@@ -186,15 +176,9 @@ def coerce_numeric_columns(
     Returns
     -------
     frame : pandas.DataFrame
-        ``frame`` itself when nothing was converted, else a shallow copy with the converted
-        columns replaced.
+        ``frame`` itself when nothing was converted, else a shallow copy.
     converted : list
-        Names of the converted columns, in the order of ``columns``.
-
-    Raises
-    ------
-    ValueError
-        ``frame`` is not a DataFrame, or a name in ``columns`` is not one of its columns.
+        Names of the converted columns.
     """
     if not isinstance(frame, pd.DataFrame):
         raise ValueError(f"frame: expected a pandas DataFrame, got {type(frame).__name__}")

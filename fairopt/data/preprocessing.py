@@ -20,27 +20,20 @@ logger = logging.getLogger("fairopt.data")  # one logger for the whole data laye
 class Preprocessor:
     r"""Turn a DataFrame into a float32 design matrix with statistics learned on training rows.
 
-    Numeric columns are standardised, :math:`z = (x - \mu_{train}) / \sigma_{train}` with the
-    population standard deviation (``ddof=0``); a constant column gets
-    :math:`\sigma = 1` (it becomes all zeros). The statistics are computed on each column
-    divided by a power of two near its largest magnitude (exact for ordinary values, and no
-    overflow or underflow for values such as ``1e300`` or ``1e-300``). A value whose encoding
-    does not fit the float32 model inputs (beyond about ``3.4e38`` after standardisation, or
-    as given with ``standardize=False``) is a ValueError naming the column, the row and the
-    value. Categorical columns are one-hot encoded with one indicator per level seen at
-    :meth:`fit` (levels sorted; category dtype keeps its order). A level not seen at fit
-    time is encoded as an all-zero one-hot row and logged at WARNING level. Output columns
-    follow the order of ``columns``; a categorical column expands in place into
+    Numeric columns are standardised, :math:`z = (x - \mu_{train}) / \sigma_{train}` (population sd; a
+    constant column gets :math:`\sigma = 1`), computed on each column divided by a power of two near its
+    largest magnitude so ``1e300`` or ``1e-300`` neither overflow nor underflow. A value whose encoding
+    exceeds the float32 range is a ValueError naming column, row and value. Categorical columns are one-hot
+    with the levels seen at :meth:`fit` (sorted; a category dtype keeps its order); an unseen level gives
+    an all-zero row (logged). Outputs follow ``columns``, a categorical column expanding in place into
     ``"column=level"`` indicators.
 
     Parameters
     ----------
     columns : list of str, optional
-        Input columns. ``None``: every column of the frame passed to :meth:`fit`.
+        Input columns; None: every column of the frame passed to :meth:`fit`.
     categorical : list of str, optional
-        Columns to one-hot encode in addition to the non-numeric ones (object, string,
-        category and bool columns are always categorical). Use it for integer-coded
-        nominal variables.
+        Columns to one-hot encode besides the non-numeric ones (e.g. integer-coded nominal variables).
     standardize : bool, default True
         If False, numeric columns are passed through unchanged.
 
@@ -167,11 +160,7 @@ class Preprocessor:
         return out, list(self.feature_names_)
 
     def _standardised(self, df: pd.DataFrame) -> np.ndarray:
-        """``(x - mean) / scale`` of the numeric columns, float64, checked to fit float32.
-
-        A ValueError names the first column, row and value whose encoding is beyond the
-        float32 range (it would become inf, or 0 after a division by inf).
-        """
+        """``(x - mean) / scale`` of the numeric columns (float64), ``ValueError`` beyond the float32 range."""
         values = df[self.numeric_].to_numpy(dtype=np.float64)
         means = np.array([self.means_[c] for c in self.numeric_])
         scales = np.array([self.scales_[c] for c in self.numeric_])
