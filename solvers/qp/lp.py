@@ -145,12 +145,8 @@ def _solve_boxed_lp(
     cost of 0 or 1, so the LP (always feasible: ``z = 0`` with large slacks) has a finite
     optimum. If a box side binds (non-zero reduced cost) the box is enlarged by
     ``_BOX_GROWTH`` up to ``_MAX_BOX_ENLARGEMENTS`` times; an optimum with no binding side
-    is an optimum of the LP without the box. Returns ``(z, still_binding)``.
-
-    Raises
-    ------
-    LPFailure
-        HiGHS stopped without an optimum (status and message in the text).
+    is an optimum of the LP without the box. Returns ``(z, still_binding)``; :class:`LPFailure` when
+    HiGHS stops without an optimum.
     """
     r = basis.shape[1]
     cost, A, b, ns = _lp_tables(basis, lo, hi, violation_cap)

@@ -1,31 +1,15 @@
 """The QP of an SQP step with up to four constrained rows, in scalar arithmetic.
 
-Most SQP steps carry a few constraint rows (a disparate-impact pair, disparate and equal
-impact together, one distance covariance bound), and there the general path of
-:func:`solvers.qp.diagonal_qp` spends its time on the overhead of many small array
-operations, not on arithmetic (a sizeable part of a mini-batch SQP step). This module
-solves the same problem, ``min g'd + 1/2 d' diag(h) d  s.t.  lo <= J d <= hi``, by the same
-method as ``solver="enumeration"`` ([SQP] Algorithm 1): every active set with every choice
-of sides, by increasing size, ``y_A = M_AA^{-1} (-q_A - b_A)`` with ``M = J H^{-1} J'`` and
-``q = J H^{-1} g``, accepted by the KKT test of :func:`solvers.qp.space.kkt_satisfied` with
-the same tolerances; among the accepted candidates of the smallest size the one of least
-``y'My`` wins. The ``|A| x |A|`` systems (``|A| <= 4``) are solved in Python floats; only
-``M``, ``q``, the step ``d = -H^{-1}(g + J'y)`` and the checks of the answer touch the
-``p``-vectors. Sizes are examined in increasing order and the search stops at the first size
-with an accepted candidate, so a step with one or two binding rows out of four costs the 11
-candidates of sizes 0 to 2, not all 16.
-
-:func:`solve_scalar` answers only the plain case and returns None otherwise, so that the
-general path decides (and raises its errors): more than :data:`SCALAR_MAX_ROWS` rows or more
-than :data:`MAX_CANDIDATES` candidate active sets (a side per row with a finite bound), any
-input that is not a CPU float32/float64 tensor of the right shape, a non-finite ``g``, ``h``
-or ``J`` (or one whose entries' total overflows), ``h <= 0``, NaN bounds, an equality row or
-``lo > hi``, a zero row of ``J``, nearly dependent rows (the smallest eigenvalue of their
-unit-diagonal Gram matrix ``D^{-1/2} M D^{-1/2}`` below :data:`NEAR_DEPENDENT`; ``1 - |r|``
-for two rows at cosine ``r``), no candidate passing the KKT test (infeasible or degenerate),
-or a step that misses a row by more than
-the general path allows (:data:`solvers.qp.solve.PRIMAL_SLACK`). Its answers are those of
-the general enumeration (``tests/test_qp.py`` compares them on random problems).
+Most SQP steps carry a few rows, where the general path of :func:`solvers.qp.diagonal_qp` spends its
+time on the overhead of small array operations. This module solves the same problem by the same
+method as ``solver="enumeration"`` ([SQP] Algorithm 1): active sets by increasing size,
+``y_A = M_AA^{-1} (-q_A - b_A)``, the KKT test of :func:`solvers.qp.space.kkt_satisfied`, the least
+``y'My`` among the accepted candidates of the smallest size, the ``|A| x |A|`` systems in Python
+floats. :func:`solve_scalar` returns None, leaving the general path to decide (and raise), for
+anything but the plain case: too many rows or candidates, inputs other than finite CPU
+float32/float64 tensors, ``h <= 0``, equality or zero rows, nearly dependent rows
+(:data:`NEAR_DEPENDENT`), no accepted candidate, or a step missing a row by more than
+:data:`solvers.qp.solve.PRIMAL_SLACK`.
 """
 
 from __future__ import annotations
@@ -48,14 +32,9 @@ SCALAR_MAX_ROWS = 4
 #: one-sided rows give 16, three two-sided rows 27; more go to the general path, whose batched
 #: enumeration and dual method cost less than this many candidates in Python.
 MAX_CANDIDATES = 27
-#: Rows whose unit-diagonal Gram matrix (cosines ``r`` in the ``H^{-1}`` metric) has an
-#: eigenvalue below this are left to the general path, which handles dependent rows. Every
-#: active set is then well conditioned (its eigenvalues interlace): a squared sine of at least
-#: about ``2e-8`` between rows, 200 times the general enumeration's rank test (``rank_tol``
-#: ``1e-10``), so a ``2 x 2`` solve loses at most about 8 of float64's 16 digits, and the KKT and
-#: primal checks below still judge the answer. The two rows of a disparate-impact bound on a
-#: mini-batch are often this close (``1 - |r|`` of ``1e-7`` to ``1e-6`` in about one QP in eight
-#: of a mini-batch MLP fit, which the general path takes several times as long to solve).
+#: Rows whose unit-diagonal Gram matrix (cosines ``r``) has an eigenvalue below this go to the general
+#: path. Every active set is then well conditioned (eigenvalues interlace): a ``2 x 2`` solve loses at
+#: most about 8 of float64's 16 digits, and the KKT and primal checks still judge the answer.
 NEAR_DEPENDENT = 1e-8
 
 _FLOATS = (torch.float32, torch.float64)
@@ -63,10 +42,8 @@ _FLOATS = (torch.float32, torch.float64)
 
 @lru_cache(maxsize=64)
 def _candidates(sides: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """The candidate side choices (+1 upper, -1 lower, 0 inactive) when row ``i`` may take the
-    sides ``sides[i]`` (0 and its finite ones), grouped by active-set size, each group in the
-    order of the general enumeration (``solvers.qp.active_set``: ``(0, 1, -1)`` per row,
-    lexicographically)."""
+    """The side choices (+1, -1, 0) with row ``i`` taking ``sides[i]``, by active-set size, each group in
+    the general enumeration's order."""
     choices = list(itertools.product(*sides))
     return tuple(tuple(c for c in choices if sum(1 for s in c if s) == size) for size in range(len(sides) + 1))
 
@@ -168,12 +145,8 @@ def _kkt(y: list, M: list, q: list, lo: list, hi: list, base_tol: list, tol: flo
 
 
 def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: float) -> QPResult | None:
-    """The QP by enumeration in scalar arithmetic, or None for the general path (module doc).
-
-    Parameters are those of :func:`solvers.qp.diagonal_qp` (already checked ``tol`` and
-    ``rank_tol``); ``primal_slack`` is its ``PRIMAL_SLACK``. The result has ``method =
-    "enumeration"`` and ``iterations`` = the candidates examined.
-    """
+    """The QP by enumeration in scalar arithmetic (:func:`solvers.qp.diagonal_qp`'s arguments, checked),
+    or None for the general path."""
     plain = _plain_inputs(g, h, J, lo, hi)
     if plain is None:
         return None
