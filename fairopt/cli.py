@@ -221,7 +221,9 @@ def _train(args: argparse.Namespace) -> int:
     result = run_train(options, out)
     if not args.quiet:
         print(result["report"])
-    print(f"status {result['status']}, {result['seconds']:.1f} s; wrote {out}")
+    print(f"{options.get('method', 'sqp')} on {options['dataset']}: status {result['status']} "
+          f"({result['seconds']:.1f} s). {result['status_message']}")
+    print(f"wrote {out}")
     return 0
 
 

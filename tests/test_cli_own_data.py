@@ -289,3 +289,39 @@ def test_train_with_a_weights_column(files, tmp_path, capsys):
     assert main(["train", "--data", str(tmp_path / "negative.csv"), *COMMON, "--weights", "w",
                  "--out", str(tmp_path / "bad"), "--quiet"]) == 2
     assert "--weights" in _one_error_line(capsys, "train")
+
+
+@pytest.mark.parametrize("task, method", [("binary", "sqp"), ("regression", "penalty")])
+def test_table_path_is_the_estimator_fitted_directly(tmp_path, task, method):
+    """train_table builds a FairClassifier / FairRegressor: the saved run predicts what the
+    estimator fitted directly on the same training rows with the same settings predicts."""
+    from fairopt.tabular import train_table, write_run
+
+    frame = loans(300, seed=2)
+    frame["income"] = frame["income"].str.replace("_", "").astype(int)  # numbers: the same columns both ways
+    frame["limit"] = frame["age"] * 100.0 + np.random.default_rng(1).normal(0, 500, len(frame))
+    target, spec = ("decision", SPEC) if task == "binary" else ("limit", "covariance:gender:10")
+    unused = ["applicant", "limit" if task == "binary" else "decision"]
+    trained = train_table(frame, target=target, positive="approved" if task == "binary" else None,
+                          sensitive=["gender"], ignore=unused, constraints=[spec], method=method, epochs=30, seed=3,
+                          test_size=0.25, progress=False)
+    write_run(trained, tmp_path, n_bootstrap=0)
+    saved = fairopt.load(tmp_path / "model.fairopt")
+
+    rows = trained.train_frame
+    inputs = rows.drop(columns=[*unused, target, "gender"])
+    if task == "binary":
+        direct = fairopt.FairClassifier([spec], pos_label="approved", method=method, epochs=30, seed=3)
+    else:
+        direct = fairopt.FairRegressor([spec], method=method, epochs=30, seed=3)
+    direct.fit(inputs, rows[target], sensitive_features=rows["gender"])
+    new = frame.drop(columns=[*unused, target, "gender"])
+    if task == "binary":
+        assert saved.predict(frame).tolist() == direct.predict(new).tolist()
+        approved = list(direct.classes_).index("approved")
+        np.testing.assert_allclose(saved.predict_proba(frame)[:, 1], direct.predict_proba(new)[:, approved],
+                                   rtol=0, atol=1e-9)
+    else:
+        np.testing.assert_allclose(saved.predict(frame), direct.predict(new), rtol=1e-9, atol=1e-9)
+    assert saved.metadata["status"] == direct.status_
+    assert saved.metadata["train_violations"] == pytest.approx(direct.train_violations_, abs=1e-12)

@@ -476,9 +476,12 @@ def run_train(options: Mapping[str, Any], out: str | Path) -> dict:
     Returns
     -------
     dict
-        ``{"train": ..., "test": ..., "status": ..., "seconds": ...}``.
+        ``{"train": ..., "test": ..., "status": ..., "status_message": ..., "seconds": ...}``: the
+        status in the estimators' terms (:func:`fairopt.status.fit_status`).
     """
     from fairopt.evaluation import evaluate, format_report
+    from fairopt.status import MET_TOL, BoundStatus, fit_status
+    from solvers.history import FitResult
 
     opts = {k: v for k, v in dict(options).items() if v is not None}
     unknown = sorted(set(opts) - _TRAIN_KEYS)
@@ -520,11 +523,15 @@ def run_train(options: Mapping[str, Any], out: str | Path) -> dict:
     fitted = method.fit(train, value=value, seed=int(opts.get("seed", 0)))
     results = {"train": evaluate(fitted.model, train, fitted.constraints),
                "test": evaluate(fitted.model, test, fitted.constraints)}
+    violations = {k[:-len(".violation")]: v for k, v in results["train"].items() if k.endswith(".violation")}
+    bounds = [BoundStatus(**b) for b in (results["train"].get("bounds") or {}).values()]
+    engine = FitResult(fitted.model, fitted.history, fitted.status, fitted.converged, fitted.info)
+    status, message = fit_status(engine, method_kind, violations, MET_TOL, bounds)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report = format_report(results)
     (out / "report.txt").write_text(report + "\n")
-    (out / "metrics.json").write_text(json.dumps({**results, "status": fitted.status, "seconds": fitted.seconds},
+    (out / "metrics.json").write_text(json.dumps({**results, "status": status, "seconds": fitted.seconds},
                                                  indent=1, default=float))
     if fitted.history is not None and len(fitted.history):
         fitted.history.to_pandas().to_csv(out / "history.csv", index=False)
@@ -532,7 +539,7 @@ def run_train(options: Mapping[str, Any], out: str | Path) -> dict:
         plot_histories({method.name: fitted.history}, out / "history.png", keys=keys, title=method.name)
     if isinstance(fitted.model, torch.nn.Module):
         torch.save(fitted.model.state_dict(), out / "model.pt")
-    return {**results, "status": fitted.status, "seconds": fitted.seconds, "report": report}
+    return {**results, "status": status, "status_message": message, "seconds": fitted.seconds, "report": report}
 
 
 def _hidden(hidden: Any) -> tuple[int, ...]:

@@ -13,8 +13,8 @@ Training (:func:`train_table`) reads the columns by their names:
   values all spell numbers become numbers, other text columns are one-hot encoded, both
   logged.
 
-The model is trained by the engine of ``method`` (:func:`fairopt.training.train`, the
-engines of :class:`fairopt.FairClassifier`, with their defaults) and saved with
+The model is a :class:`fairopt.FairClassifier` (binary target) or
+:class:`fairopt.FairRegressor` fitted with the options given (their defaults otherwise) and saved with
 :func:`fairopt.save` as a :class:`~fairopt.SavedModel`: the torch model, the fitted
 preprocessor (raw columns to model inputs, training statistics), the schema, the
 constraints and, in ``metadata``, what :func:`predict_table` needs besides (target name and

@@ -42,13 +42,13 @@ def write_run(trained: TrainedTable, out: str | Path, *, n_bootstrap: int = 200)
         raise ValueError(f"--out: {str(out)!r} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     model_path = out / "model.fairopt"
-    save(trained.result.model, model_path, data=trained.train, constraints=trained.constraints,
+    save(trained.estimator.model_, model_path, data=trained.train, constraints=trained.constraints,
          metadata=trained.metadata)
     table = load_table_model(model_path)
     files = [model_path, out / "report.md"]
     for stale in ("history.png", *GROUP_FIGURES.values()):  # a figure of an earlier run is not this run's
         (out / stale).unlink(missing_ok=True)
-    history = trained.result.history
+    history = trained.estimator.history_
     if history is not None and len(history):
         history.to_pandas().to_csv(out / "history.csv", index=False)
         plot_training(history, trained.metadata["method"], out / "history.png",

@@ -7,7 +7,7 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -16,13 +16,10 @@ import pandas as pd
 from fairopt.data import FairData, coerce_numeric_columns
 from fairopt.data.encoding import positive_class, sorted_labels
 from fairopt.data.frames import as_number, is_text_dtype, short_list
-from fairopt.diagnostics import constraint_messages, fit_quality_warnings
+from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.evaluation import evaluate
 from fairopt.specs import resolve_constraints
-from fairopt.status import BoundStatus, fit_status
-from fairopt.training import ALPHA_DEFAULTS, METHODS, MODEL_KINDS, TrainingOptions, train, with_sqp_surrogates
-from solvers.history import FitResult
-from solvers.validation import positive_float
+from solvers.history import INFO_FEASIBLE
 from fairopt.tabular.tables import (LAYOUT, THRESHOLD, VIOLATION_TOL, plain_value, require_columns,
                                     require_complete)
 
@@ -33,9 +30,10 @@ logger = logging.getLogger("fairopt.tabular")
 # --------------------------------------------------------------------------------------
 @dataclass
 class TrainedTable:
-    """The outcome of :func:`train_table` (what :func:`write_run` writes)."""
+    """The outcome of :func:`train_table` (what :func:`write_run` writes): the fitted
+    estimator, the data it saw and the evaluations of both parts of the rows."""
 
-    result: FitResult
+    estimator: FairClassifier | FairRegressor
     train: FairData
     test: FairData | None
     constraints: list
@@ -51,24 +49,10 @@ class TrainedTable:
     encoding: dict
 
 
-class _NoTTY:
-    """``sys.stderr`` as the engines see it during a CLI fit: not a terminal, so they draw no
-    progress bar of their own (the CLI draws one, or none with ``--quiet``)."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def isatty(self) -> bool:
-        return False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
 @contextmanager
 def _progress(method: str, total: int | None, enabled: bool) -> Iterator[Any]:
-    """A tqdm bar on the real stderr (shown after 1 s, only on a terminal) and the engine
-    callback that advances it; the engines' own bars are hidden meanwhile."""
+    """A tqdm bar on stderr (shown after 1 s, only on a terminal) and the engine callback that
+    advances it (the estimator is fitted with ``verbose=0``: no bar of its own)."""
     from tqdm.auto import tqdm
 
     stream = sys.stderr
@@ -85,11 +69,9 @@ def _progress(method: str, total: int | None, enabled: bool) -> Iterator[Any]:
             seen["n"] = done
         return False
 
-    sys.stderr = _NoTTY(stream)
     try:
         yield callback
     finally:
-        sys.stderr = stream
         bar.close()
 
 
@@ -116,7 +98,9 @@ def _task_and_classes(target: pd.Series, task: str, positive: str | None) -> tup
     return task, [negative, chosen]
 
 
-def _parse_constraints(specs: Sequence[str], method: str) -> list:
+def _parse_constraints(specs: Sequence[str]) -> list:
+    """The constraint objects of the specs (for the sensitive columns they name), each error
+    naming its ``--constraint``."""
     objects = []
     for spec in specs:
         try:
@@ -125,7 +109,7 @@ def _parse_constraints(specs: Sequence[str], method: str) -> list:
             text = str(exc)
             text = text[len("spec: "):] if text.startswith("spec: ") else text
             raise ValueError(f"--constraint {spec!r}: {text}") from None
-    return with_sqp_surrogates(method, list(specs), objects)
+    return objects
 
 
 def _sensitive_of(constraint: Any) -> list[str]:
@@ -168,18 +152,19 @@ def train_table(
 ) -> TrainedTable:
     """Train a model on the rows of ``frame`` (module docstring); errors name the CLI flags.
 
-    ``alpha``: the L2 penalty of the estimators (``None``: their default for the task,
-    :data:`fairopt.training.ALPHA_DEFAULTS`), so that the CLI trains the model
-    ``FairClassifier``/``FairRegressor`` would. ``engine_params`` go to the engine (e.g.
-    ``weight`` of the penalty engine);
+    The model is a :class:`fairopt.FairClassifier` (binary target) or
+    :class:`fairopt.FairRegressor` fitted on the training part with the options of the same
+    names (``alpha=None``: the estimators' default; ``iterations`` and ``engine_params``,
+    e.g. ``weight`` of the penalty engine, as its ``engine_params``); what the run reports
+    (status, convergence, training violations) is read from its fitted attributes.
     ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame`;
     ``weights`` names a column of row weights (``--weights``): the loss and the group rates
     of the constraints are weighted means (:class:`fairopt.FairData` ``weights``), the column
     is no model input, and the reports stay unweighted.
     """
-    _check_flags(method, model, task, test_size, epochs, iterations, batch_size)
+    _check_flags(method, task, test_size, epochs, iterations, batch_size)
     require_columns(frame, [target], "--target", source)
-    built = _parse_constraints(constraints, method)
+    built = _parse_constraints(constraints)
     sensitive = _sensitive_columns(sensitive, built)
     features = _input_columns(frame, target, sensitive, ignore, weights, include_sensitive, source)
     task, classes = _task_and_classes(frame[target], task, positive)
@@ -200,14 +185,13 @@ def train_table(
     logger.info("rows: %d for training, %d held out", len(train_data), 0 if test_data is None else len(test_data))
 
     params = {**dict(engine_params or {}), **({} if iterations is None else {"iterations": int(iterations)})}
-    options = TrainingOptions(method=method, task=task, model=model, hidden=tuple(int(h) for h in hidden),
-                              epochs=None if epochs is None else int(epochs), lr=lr,
-                              batch_size=None if batch_size is None else int(batch_size), seed=int(seed),
-                              engine_params=params,
-                              alpha=ALPHA_DEFAULTS[task] if alpha is None else positive_float(alpha, "--alpha",
-                                                                                              allow_zero=True))
+    estimator = (FairClassifier if task == "binary" else FairRegressor)(
+        list(constraints), method=method, model=model, hidden=tuple(int(h) for h in hidden), alpha=alpha,
+        epochs=None if epochs is None else int(epochs), lr=lr,
+        batch_size=None if batch_size is None else int(batch_size), seed=int(seed), engine_params=params,
+        violation_tol=VIOLATION_TOL, verbose=0)
     total = epochs if method != "moving_targets" else (iterations or 10)
-    fit = _fit(options, train_data, test_data, built, list(constraints), total, progress)
+    fit = _fit(estimator, train_data, test_data, list(constraints), total, progress)
 
     text_columns = [c for c in _text_levels(frame, [*features, *sensitive]) if c not in converted]
     if classes is not None and isinstance(classes[1], str):
@@ -219,26 +203,23 @@ def train_table(
         "ignored": list(ignore), "text_columns": text_columns, "numeric_text_columns": converted,
         "method": method, "model": model, "hidden": [int(h) for h in hidden] if model == "mlp" else None,
         "epochs": epochs, "iterations": iterations, "lr": lr, "batch_size": batch_size, "seed": int(seed),
-        "alpha": options.alpha,
+        "alpha": estimator.alpha_value(),
         "test_size": float(test_size), "constraints": list(constraints),
-        "engine_params": dict(engine_params or {}), **_outcome(fit, method, built),
+        "engine_params": dict(engine_params or {}), **_outcome(estimator, fit.train_eval),
         "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
         "seconds": round(fit.seconds, 3),
     }
-    return TrainedTable(result=fit.result, train=train_data, test=test_data, constraints=built,
+    return TrainedTable(estimator=estimator, train=train_data, test=test_data, constraints=estimator.constraints_,
                         test_constraints=fit.test_constraints, specs=list(constraints), metadata=metadata,
                         train_eval=fit.train_eval, test_eval=fit.test_eval, train_frame=frame.loc[train_rows],
                         test_frame=None if test_rows is None else frame.loc[test_rows], warnings=fit.messages,
                         seconds=fit.seconds, encoding=encoding)
 
 
-def _check_flags(method: str, model: str, task: str, test_size: float, epochs: int | None, iterations: int | None,
+def _check_flags(method: str, task: str, test_size: float, epochs: int | None, iterations: int | None,
                  batch_size: int | None) -> None:
-    """The values of ``--method``, ``--model``, ``--task``, ``--test-size`` and the positive counts."""
-    if method not in METHODS:
-        raise ValueError(f"--method: expected one of {list(METHODS)}, got {method!r}")
-    if model not in MODEL_KINDS:
-        raise ValueError(f"--model: expected one of {list(MODEL_KINDS)}, got {model!r}")
+    """The values of ``--task``, ``--test-size`` and the positive counts (the estimator checks
+    ``--method``, ``--model`` and the other options of its own)."""
     if task not in ("auto", "binary", "regression"):
         raise ValueError(f"--task: expected auto, binary or regression, got {task!r}")
     if not 0.0 <= float(test_size) < 1.0:
@@ -329,54 +310,41 @@ def _encoding(data: FairData, features: list[str], converted: list[str]) -> dict
 
 @dataclass
 class _Fit:
-    """A table fit and its evaluations (:func:`_fit`)."""
+    """The evaluations of a table fit (:func:`_fit`)."""
 
-    result: FitResult
     train_eval: dict
-    violations: dict
     test_constraints: list
     test_eval: dict | None
     messages: list[str]
     seconds: float
 
 
-def _fit(options: TrainingOptions, train_data: FairData, test_data: FairData | None, built: list,
+def _fit(estimator: FairClassifier | FairRegressor, train_data: FairData, test_data: FairData | None,
          specs: list[str], total: int | None, progress: bool) -> _Fit:
-    """Train under ``built`` with a progress bar, evaluate on the training and held-out rows and
-    log each warning once, in the estimators' wording with the files of a run."""
+    """Fit ``estimator`` on the training rows with a progress bar, evaluate it on the training
+    and held-out rows and log each of its warnings once."""
     started = time.perf_counter()
-    with _progress(options.method, total, progress) as callback:
-        options = replace(options, engine_params={**options.engine_params, "callbacks": [callback]})
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            result = train(options, train_data, built)
-            result.model.eval()
-            train_eval = evaluate(result.model, train_data, built)
-            violations = {name[:-len(".violation")]: value for name, value in train_eval.items()
-                          if name.endswith(".violation")}
-            _warn_fit(result, train_data, built, violations, options.method)
-            test_constraints, test_eval = _held_out_evaluation(result, test_data, specs)
+    params = estimator.engine_params
+    with _progress(estimator.method, total, progress) as callback, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.set_params(engine_params={**params, "callbacks": [callback]})
+        try:
+            estimator.fit(train_data)
+        finally:
+            estimator.set_params(engine_params=params)
+        train_eval = evaluate(estimator.model_, train_data, estimator.constraints_)
+        test_constraints, test_eval = _held_out_evaluation(estimator.model_, test_data, specs)
     seconds = time.perf_counter() - started
     messages: list[str] = []
-    for w in caught:  # the estimators' wording, with the files of a run
-        text = (" ".join(str(w.message).split()).replace("see history_", "see history.png")
-                .replace("violation_tol=", "tolerance "))
+    for w in caught:
+        text = " ".join(str(w.message).split())
         if text not in messages:
             messages.append(text)
             logger.warning("%s", text)
-    return _Fit(result, train_eval, violations, test_constraints, test_eval, messages, seconds)
+    return _Fit(train_eval, test_constraints, test_eval, messages, seconds)
 
 
-def _warn_fit(result: FitResult, train_data: FairData, built: list, violations: dict, method: str) -> None:
-    """The estimators' fit-quality and constraint warnings of a table fit."""
-    quality = [message for _, message in fit_quality_warnings(result.model, train_data, bool(built))]
-    for message in (*quality, *constraint_messages(result, built, violations, method=method,
-                                                   violation_tol=VIOLATION_TOL, relaxed=result.relaxed_steps)):
-        if message:
-            warnings.warn(message, UserWarning, stacklevel=1)
-
-
-def _held_out_evaluation(result: FitResult, test_data: FairData | None, specs: list[str]) -> tuple[list, dict | None]:
+def _held_out_evaluation(model: Any, test_data: FairData | None, specs: list[str]) -> tuple[list, dict | None]:
     """The constraints set up on the held-out rows and the evaluation there (none without them;
     without constraints, with a warning, when they cannot be set up there)."""
     if test_data is None:
@@ -385,28 +353,24 @@ def _held_out_evaluation(result: FitResult, test_data: FairData | None, specs: l
     try:
         for c in test_constraints:
             c.setup(test_data)
-        return test_constraints, evaluate(result.model, test_data, test_constraints)
+        return test_constraints, evaluate(model, test_data, test_constraints)
     except ValueError as exc:  # e.g. a group without rows in the held-out part
         warnings.warn(f"constraints not evaluated on the held-out rows: {exc}", UserWarning, stacklevel=1)
-        return [], evaluate(result.model, test_data, [])
+        return [], evaluate(model, test_data, [])
 
 
-def _outcome(fit: _Fit, method: str, built: list) -> dict:
-    """The run's status, engine status, convergence, feasibility and training violations."""
-    result = fit.result
-    feasible = result.feasible
-    if feasible is None and built:
-        feasible = bool(fit.train_eval.get("violation", 0.0) <= VIOLATION_TOL)
-    bounds = [BoundStatus(**b) for b in (fit.train_eval.get("bounds") or {}).values()]
-    status, status_message = fit_status(result, method, fit.violations, VIOLATION_TOL, bounds)
-    return {"status": status, "status_message": status_message, "engine_status": str(result.status),
-            "converged": bool(result.converged), "feasible": feasible,
-            "train_violations": {k: float(v) for k, v in fit.violations.items()}}
+def _outcome(estimator: FairClassifier | FairRegressor, train_eval: dict) -> dict:
+    """The run's status and its sentence, convergence, feasibility (the engine's, else the exact
+    training violation within the tolerance) and training violations, from the estimator."""
+    feasible = estimator.engine_info_.get(INFO_FEASIBLE)
+    if feasible is None and estimator.constraints_:
+        feasible = bool(train_eval.get("violation", 0.0) <= VIOLATION_TOL)
+    return {"status": estimator.status_, "status_message": estimator.status_message_,
+            "converged": bool(estimator.converged_), "feasible": feasible,
+            "train_violations": {k: float(v) for k, v in estimator.train_violations_.items()}}
 
 
 def _version() -> str:
     from fairopt import __version__
 
     return str(__version__)
-
-
