@@ -1,11 +1,9 @@
 """Figures of comparison results: requested vs realised bound, trade-off curves, histories.
 
-Every function draws on ``ax=`` (one Axes per panel) or, without it, on a new
-:class:`matplotlib.figure.Figure` (object-oriented API, no pyplot state, never
-``matplotlib.use``: :mod:`solvers.plotting`), writes the figure as a PNG when ``path`` is
-given and returns the Axes (a list of them for several panels; the figure is ``.figure``). Inputs are the tidy table of
-:func:`~fairopt.experiments.compare`, :class:`~solvers.History` objects or a
-:class:`~fairopt.experiments.CalibrationResult`.
+Every function draws on ``ax=`` or on a new :class:`matplotlib.figure.Figure` (no pyplot state:
+:mod:`solvers.plotting`), writes a PNG to ``path`` when given, titles it ``title`` and returns the
+Axes (a list for several panels). Inputs are the table of :func:`~fairopt.experiments.compare`,
+:class:`~solvers.History` objects or a :class:`~fairopt.experiments.CalibrationResult`.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from solvers.plotting import finish_axes, panel_axes
 __all__ = ["plot_requested_vs_realised", "plot_tradeoff", "plot_histories", "plot_calibration"]
 
 def _select(results: Any, columns: Sequence[str], split: str | None) -> pd.DataFrame:
-    """Rows of ``split`` with finite ``value``; ValueError naming a missing column or an empty selection."""
+    """Rows of ``split``; ValueError naming a missing column or an empty selection."""
     if not isinstance(results, pd.DataFrame):
         raise ValueError(f"results: expected the DataFrame of compare(), got {type(results).__name__}")
     missing = [c for c in ("method", "value", "split", *columns) if c not in results.columns]
@@ -52,29 +50,22 @@ def plot_requested_vs_realised(
 ) -> Any:
     """Realised fairness against the requested bound, one curve per method ([SQP] Fig. 3, 5).
 
-    ``x`` is the swept ``value`` (e.g. the requested ``delta`` of a DI constraint), ``y`` the
-    realised measure (mean over seeds and folds, bars from min to max): by default each
-    method's own bounded measure, the ``realised`` column of
-    :func:`~fairopt.experiments.compare` (a DI ratio for a DI bound, a GeDI for a GeDI
-    bound, a distance covariance for a dCov bound; the legend names it), else the column
-    ``measure`` for every method. The dotted diagonal is ``realised = requested``: a method
-    that enforces its bound lies on or above it for a lower bound (DI >= delta), on or
-    below it for an upper bound.
+    ``x`` is the swept ``value``, ``y`` the realised measure (mean over seeds and folds, bars from
+    min to max): each method's own bounded measure (``realised``) or the column ``measure``. On the
+    dotted diagonal ``realised = requested``, a method that enforces its bound lies on or above it
+    for a lower bound (DI >= delta), on or below it for an upper bound.
 
     Parameters
     ----------
     results : DataFrame of :func:`~fairopt.experiments.compare`
     path : str or Path, optional
-        Write a PNG there.
     measure : str, optional
         A column to plot for every method; default: each method's own ``realised``.
     split : str, default "train"
     methods : sequence of str, optional
-        Methods to draw (default: all with a finite value whose hyper-parameter is a bound,
-        not a penalty strength of :data:`~fairopt.experiments.methods.PENALTY_HYPERPARAMETERS`).
+        Default: all whose hyper-parameter is a bound, not a penalty strength.
     title : str, optional
     ax : matplotlib Axes, optional
-        Draw there instead of on a new figure.
 
     Returns
     -------
@@ -121,11 +112,8 @@ def plot_tradeoff(
     title: str | None = None,
     ax: Any = None,
 ) -> Any:
-    """Performance against unfairness, one curve per method through its grid values.
-
-    Each point is one hyper-parameter value (mean over seeds and folds), joined in the
-    order of the values and labelled with the value when ``annotate``; an unswept method
-    is a single point.
+    """Performance against unfairness, one curve per method through its grid values (means over seeds
+    and folds, labelled with the value when ``annotate``).
 
     Parameters
     ----------
@@ -133,12 +121,11 @@ def plot_tradeoff(
     path : str or Path, optional
     performance : str, default "accuracy"
     unfairness : str, default "dp_difference"
-        Any measure column (``di_ratio`` works too: there higher is fairer).
+        Any measure column (for ``di_ratio`` higher is fairer).
     split : str, default "test"
     annotate : bool, default True
     title : str, optional
     ax : matplotlib Axes, optional
-        Draw there instead of on a new figure.
 
     Returns
     -------
@@ -176,18 +163,16 @@ def plot_histories(
     Parameters
     ----------
     histories : mapping label -> History
-        E.g. ``{"sqp delta=0.8": result.history, ...}``; a run lacking a key is skipped
-        in that panel.
+        A run lacking a key is skipped in that panel.
     path : str or Path, optional
     keys : sequence of str, default ("f", "V")
-        History columns (``f`` loss, ``V`` surrogate violation, ``V_exact``, ``P`` penalty,
-        ``objective``, ...); keys no run recorded are dropped.
+        History columns; keys no run recorded are dropped.
     x : str, default "iteration"
     log_keys : sequence of str
         Keys drawn on a symlog scale.
     title : str, optional
     ax : sequence of matplotlib Axes, optional
-        One Axes per kept key, instead of a new figure.
+        One per kept key.
 
     Returns
     -------
@@ -218,9 +203,9 @@ def plot_histories(
 
 
 def plot_calibration(result: Any, path: str | Path | None = None, *, title: str | None = None, ax: Any = None) -> Any:
-    """The calibration sweep ([DC] Fig. 5.2): unfairness vs ``lambda`` (left) and vs
-    accuracy (right), validation means, the selected ``lambda`` marked; on two Axes
-    ``ax`` if given; returns the two Axes."""
+    """The calibration sweep ([DC] Fig. 5.2): validation unfairness vs ``lambda`` and vs accuracy, the
+    selected ``lambda`` marked; returns the two Axes.
+    """
     for attr in ("summary", "fairness", "accuracy", "selected"):
         if not hasattr(result, attr):
             raise ValueError(f"result: expected a CalibrationResult, missing {attr!r}")

@@ -1,22 +1,11 @@
 """Parallel, resumable sweeps: the machinery behind ``compare(n_jobs=..., results_path=...)``.
 
-A sweep is a list of independent *runs* (one method x hyper-parameter value x seed x fold),
-each identified by a stable text key (:func:`run_key`). This module
-is fairness-agnostic; it provides
-
-- :func:`run_key`: the key of a run, a pure function of its identifiers and of the sweep
-  settings that change its result (number of folds, split seed, test share, threshold);
-- :func:`seeded`: a context in which a run seeds torch from its own seed (and optionally
-  fixes torch's thread count) without touching the caller's global RNG state, so a run's
-  result depends on its seed only, not on the worker, ``n_jobs`` or the execution order;
-- :class:`ResultStore`: an append-only CSV of finished runs (a ``run_key`` column, all rows
-  of a run written at once), read back to skip finished runs after a restart;
-- :func:`execute`: run tasks through :class:`joblib.Parallel`, handing each result to a
-  callback as soon as its run finishes (so a kill loses only the runs in flight).
-
-Because :func:`execute` goes through joblib, the backend is chosen by the caller's
-``joblib.parallel_config`` (``"loky"`` processes by default for ``n_jobs > 1``; ``"dask"``
-or ``"ray"`` with their joblib integrations).
+A sweep is a list of independent runs, each with a stable text key (:func:`run_key`).
+:func:`seeded` makes a run's result depend on its seed only (not on the worker, ``n_jobs`` or
+the order); :class:`ResultStore` is an append-only CSV of finished runs read back to skip them
+after a restart; :func:`execute` runs tasks through :class:`joblib.Parallel` (the backend of the
+caller's ``joblib.parallel_config``) and hands each result over as soon as it finishes, so a kill
+loses only the runs in flight. Fairness-agnostic.
 """
 
 from __future__ import annotations
@@ -52,11 +41,9 @@ def run_key(method: str, hyperparameter: str | None, value: float | None, seed: 
     """The stable key of one run of a sweep.
 
     ``"<method>|<hyperparameter>=<value>|seed=<seed>|fold=<fold>/<folds>|split_seed=<s>|
-    test_size=<t>|threshold=<thr>"`` with floats written by ``repr`` (shortest round-trip
-    text), so the key of a run is the same in every process and Python session. The split
-    settings are part of the key: a results file reused with other splits or another decision
-    threshold does not pass off old rows as new runs. Method options (epochs, learning rate)
-    and the data are *not* part of the key: use a new results file when they change.
+    test_size=<t>|threshold=<thr>"`` with floats written by ``repr``, so it is the same in every
+    process. The split settings are part of it, so a file reused with other splits does not pass off
+    old rows as new runs; method options and the data are not.
     """
     test = "na" if folds > 1 else repr(float(test_size))
     return (f"{method}|{hyperparameter}={_format_value(value)}|seed={int(seed)}|fold={int(fold)}/{int(folds)}"
@@ -65,14 +52,11 @@ def run_key(method: str, hyperparameter: str | None, value: float | None, seed: 
 
 @contextlib.contextmanager
 def seeded(seed: int, threads: int | None = None) -> Iterator[None]:
-    """Run the body with torch's CPU generator seeded by ``seed`` and restored afterwards.
+    """Run the body with torch's CPU generator seeded by ``seed`` inside
+    :func:`torch.random.fork_rng`, the caller's state unchanged on exit.
 
-    ``torch.manual_seed(seed)`` inside :func:`torch.random.fork_rng`: whatever the body draws
-    from torch's global generator depends on ``seed`` only, and the caller's generator state
-    is unchanged on exit. ``threads`` (optional) sets ``torch.set_num_threads`` for the body
-    and restores the previous value: results of multi-threaded reductions can differ in the
-    last bits with the thread count, which differs between a parent process and joblib
-    workers, so a fixed count makes runs bit-identical for every ``n_jobs``.
+    ``threads`` sets ``torch.set_num_threads`` for the body: the last bits of multi-threaded
+    reductions depend on the thread count, which differs between a parent and joblib workers.
     """
     before = torch.get_num_threads()
     try:
@@ -105,18 +89,11 @@ def check_threads(threads: Any) -> int | None:
 class ResultStore:
     """An append-only CSV of finished runs, keyed by :data:`KEY_COLUMN` (the last column).
 
-    Each finished run's rows (``rows_per_run`` of them, e.g. its train and test rows) are
-    appended in one write. :meth:`load` returns the complete runs; it repairs what an
-    interrupted write can leave behind (a last line without newline, a run with fewer than
-    ``rows_per_run`` rows) by rewriting the file without it, so those runs are simply run
-    again. One writer at a time: the caller (the parent process of a sweep) appends results
-    as its workers return them; two sweeps must not share a file concurrently. Floats are
-    parsed exactly (``float_precision="round_trip"`` before pandas 3): every value read back
-    is the float that was written (only an empty field is missing: a text "None" stays text).
-    With ``check_numbers=True`` every column other than the key and ``text_columns`` holds
-    numbers: a cell there that is not a number (a hand edit, a file written by another tool)
-    is a ValueError naming the file, the line, the run key and the column, so a sweep never
-    resumes from a damaged row.
+    Each run's ``rows_per_run`` rows are appended in one write; :meth:`load` drops what an
+    interrupted write leaves (a partial last line, an incomplete run) so those runs run again. One
+    writer at a time. Floats read back exactly (``float_precision="round_trip"`` before pandas 3); with
+    ``check_numbers`` a non-number in a number column is a ValueError naming file, line, run and
+    column, so a sweep never resumes from a damaged row.
 
     Parameters
     ----------
@@ -125,10 +102,9 @@ class ResultStore:
     rows_per_run : int
         Rows that make up one complete run.
     text_columns : sequence of str
-        Columns of text that may be None throughout (read back as None, not as a float NaN).
+        Text columns that may be None throughout (read back as None, not NaN).
     check_numbers : bool, default False
-        Whether all the other columns (but the key) must hold numbers (numbers written as
-        text, such as ``nan``, are read as floats).
+        Whether all other columns but the key must hold numbers.
     """
 
     def __init__(self, path: str | os.PathLike, rows_per_run: int, text_columns: Sequence[str] = (),
@@ -167,8 +143,7 @@ class ResultStore:
         return frame
 
     def _require_numbers(self, frame: pd.DataFrame) -> None:
-        """Refuse a file whose number columns hold text; make such a column float when all
-        its cells are numbers written as text (e.g. ``nan``)."""
+        """Refuse a file whose number columns hold text; make a column of numbers written as text float."""
         for column in frame.columns:
             if column == KEY_COLUMN or column in self.text_columns or pd.api.types.is_numeric_dtype(frame[column]):
                 continue
@@ -206,7 +181,7 @@ class ResultStore:
         return list(pd.read_csv(self.path, nrows=0).columns)
 
     def _write(self, frame: pd.DataFrame, mode: str) -> None:
-        """Write ``frame`` (the key column last) in one call: ``mode`` "w" (with header) or "a"."""
+        """Write ``frame`` (key column last) in one call: ``mode`` "w" (atomic, with header) or "a"."""
         columns = [c for c in frame.columns if c != KEY_COLUMN] + [KEY_COLUMN]
         text = frame[columns].to_csv(index=False, header=(mode == "w"))
         if mode == "w":
@@ -236,14 +211,9 @@ class ResultStore:
 
 def execute(function: Callable[..., Any], tasks: Iterable[tuple], n_jobs: int | None,
             on_result: Callable[[Any], None]) -> None:
-    """Run ``function(*task)`` for every task through joblib; ``on_result`` each result as it comes.
-
-    Results are handed over in completion order (``return_as="generator_unordered"``), one
-    run at a time (``batch_size=1``), so the caller can persist each finished run at once;
-    a backend without generator support (joblib's ``"multiprocessing"``) hands them over
-    when all have finished. The backend is the caller's ``joblib.parallel_config`` (default:
-    loky processes for ``n_jobs > 1``, in-process for ``n_jobs=1``). An exception of a run
-    propagates after the results delivered before it were handed to ``on_result``.
+    """Run ``function(*task)`` for every task through joblib, calling ``on_result`` on each result as
+    it finishes (``return_as="generator_unordered"``, ``batch_size=1``; a backend that cannot stream
+    hands them over at the end). A run's exception propagates after the earlier results were handed over.
     """
     tasks = list(tasks)
     if not tasks:
