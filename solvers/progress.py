@@ -1,17 +1,9 @@
 """Progress bars of the engines' training loops: one rule for when a user sees one.
 
-``verbose`` of every engine (and of the estimators, which pass it on):
-
-- ``0``: no bar and no per-epoch log lines;
-- ``"auto"`` (the default): a tqdm bar on standard error that appears only once the loop has
-  run for :data:`AUTO_DELAY_SECONDS`; a fit that ends sooner writes nothing, a long one shows
-  its progress whether or not standard error is a terminal;
-- ``1`` or more (``True``): the bar from the first epoch, and one INFO log line per epoch
-  (``logging``).
-
-The bar is removed when the loop ends (``leave=False``). On a stream that is not a terminal
-(a log file, a CI job) the bar is redrawn every :data:`LOG_INTERVAL_SECONDS` rather than several
-times a second, so a long fit adds a line every half minute, not thousands.
+``verbose``: 0 nothing; "auto" a tqdm bar on standard error once the loop has run
+:data:`AUTO_DELAY_SECONDS`; 1 or more the bar from the start and an INFO log line per epoch. The bar
+is removed at the end, and redrawn only every :data:`LOG_INTERVAL_SECONDS` on a stream that is not
+a terminal, so a log file gets a line every half minute, not thousands.
 """
 
 from __future__ import annotations
@@ -35,14 +27,7 @@ TERMINAL_INTERVAL_SECONDS = 0.1
 
 
 def check_progress(value: Any, name: str = "verbose") -> int | str:
-    """``"auto"``, or the verbosity level of :func:`solvers.validation.check_verbose` (a
-    non-negative integer, or True/False as 1/0).
-
-    Raises
-    ------
-    ValueError
-        Any other value, e.g. ``"yes"`` or ``-1``.
-    """
+    """``"auto"``, or a verbosity level of :func:`solvers.validation.check_verbose`."""
     if isinstance(value, str) and value == AUTO:
         return AUTO
     try:

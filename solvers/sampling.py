@@ -12,14 +12,9 @@ __all__ = ["minibatches", "BalancedSampler"]
 
 def minibatches(n: int, batch_size: int | None, generator: torch.Generator,
                 steps: int | None = None) -> Iterator[torch.Tensor | None]:
-    """Index tensors of one shuffled epoch; a single ``None`` (the full data) if
-    ``batch_size`` is None or covers all rows (and no ``steps`` are asked for).
-
-    ``steps`` (data-parallel mini-batches, where every rank must take the same number of
-    steps): exactly ``steps`` batches of at most ``batch_size`` rows, from as many
-    shuffled passes over the ``n`` rows as needed (a rank with fewer rows than the others
-    starts a new permutation when its rows run out); with ``steps = ceil(n / batch_size)``
-    the batches are those of the call without ``steps``."""
+    """Index tensors of one shuffled epoch, or a single None (the full data) when ``batch_size`` is None
+    or covers all rows; with ``steps`` (data-parallel: every rank takes the same number) exactly
+    that many batches, reshuffling when the rows run out."""
     if steps is None:
         if batch_size is None or batch_size >= n:
             yield None
@@ -35,23 +30,9 @@ def minibatches(n: int, batch_size: int | None, generator: torch.Generator,
 
 
 class BalancedSampler:
-    """Draw batches with the same number of rows from every stratum.
-
-    Within each stratum rows are drawn uniformly without replacement, so the batch mean
-    of any per-row quantity over the rows of stratum ``s`` is an unbiased estimate of its
-    full-data mean over stratum ``s`` ([SQP] Thm 3.1). Constraints built from group means
-    of the SAME strata (e.g. disparate impact on the stratifying attribute) therefore get
-    unbiased row values.
-
-    Parameters
-    ----------
-    strata : torch.Tensor
-        Long tensor (n,) of stratum ids.
-    per_stratum : int
-        Rows drawn from each stratum (capped at the stratum size).
-    generator : torch.Generator
-        Source of randomness.
-    """
+    """Batches of ``per_stratum`` rows (capped at the stratum size) from every stratum of ``strata``
+    (n,), drawn uniformly without replacement, so that group means over the same strata are
+    unbiased ([SQP] Thm 3.1)."""
 
     def __init__(self, strata: torch.Tensor, per_stratum: int, generator: torch.Generator) -> None:
         if per_stratum < 1:

@@ -144,13 +144,10 @@ def _reference_scale(refs: np.ndarray, weights: np.ndarray, binary: bool) -> flo
 def _solved_equalities(enc: LinearEncoding) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(A_z, A_a, lb, ub)`` of ``enc`` with its equality rows solved for auxiliary variables.
 
-    If the equality rows ``E_z z + E_a a = b`` (``lb == ub``) have ``r`` rows and ``E_a``
-    has rank ``r``, pick ``r`` independent auxiliary columns ``J`` (QR with column pivoting)
-    and replace the rows by ``M E_z z + M E_a a = M b`` with ``M = E_a[:, J]^{-1}``: the same
-    set (``M`` is invertible), now of the form ``a_J = ...``. For the GeDI coarse encoding
-    this turns the normal equations ``G alpha = Ft'z / n`` into ``alpha = G^{-1} Ft'z / n``
-    and removes the conditioning of the Gram matrix ``G`` (millions for a degree-5 kernel of
-    a skewed continuous attribute), with which OSQP does not converge.
+    When the ``r`` equality rows ``E_z z + E_a a = b`` have ``rank(E_a) = r``, ``r`` independent columns
+    ``J`` (pivoted QR) give the same set as ``M E_z z + M E_a a = M b``, ``M = E_a[:, J]^{-1}``. For
+    the GeDI coarse encoding this turns ``G alpha = Ft'z / n`` into ``alpha = G^{-1} Ft'z / n``,
+    removing the ill-conditioned Gram matrix on which OSQP does not converge.
     """
     from scipy.linalg import qr
 
@@ -174,15 +171,10 @@ def assemble(refs: np.ndarray, weights: np.ndarray, encodings: Sequence[LinearEn
              binary: bool) -> Program:
     """Stack the encodings into one program over ``x = [z, a_1, ..., a_E] / s``.
 
-    Two exact rescalings keep the solvers' absolute tolerances meaningful whatever the
-    units of the targets (e.g. crimes per 100k people, up to ~5000):
-
-    * continuous problems are solved for ``x / s`` with ``s`` the RMS of the weighted mean
-      reference: references, row bounds and auxiliary bounds are divided by ``s``
-      (``sum_r w_r ||s u - r_r||^2 = s^2 sum_r w_r ||u - r_r / s||^2``, and the rows are
-      linear and homogeneous in ``(z, a)``);
-    * equality rows are solved for auxiliary variables (:func:`_solved_equalities`);
-    * every row is divided (with its bounds) by its largest absolute coefficient.
+    Exact rescalings keep the solvers' absolute tolerances meaningful in any units: continuous
+    problems are solved for ``x / s``, ``s`` the RMS of the weighted mean reference
+    (``sum_r w_r ||s u - r_r||^2 = s^2 sum_r w_r ||u - r_r / s||^2``); equality rows are solved for
+    auxiliary variables (:func:`_solved_equalities`); each row is divided by its largest coefficient.
     """
     n = refs.shape[1]
     scale = _reference_scale(refs, weights, binary)

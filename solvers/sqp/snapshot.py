@@ -1,24 +1,16 @@
 r"""Constraint information of mini-batch steps from a periodic full-data snapshot.
 
-The convergence theory of stochastic SQP ([SQP] Thm 3.1) takes the constraint values and
-Jacobians as exact and only the objective as stochastic. Estimated on a mini-batch, the
-rows of a group-rate constraint are ratios of batch means over the few rows of each group
-near the decision threshold: noisy in value and, worse, in direction, so every step follows
-the noise of ``J' y`` and the objective is lost (smoothed-step disparate-impact rows on small
-batches can multiply the training loss in the first epochs).
-
-A :class:`ConstraintSnapshot` holds the rows and their Jacobian computed on ALL training rows
-at a snapshot ``w_s`` (one full-data pass: the cost of one full-batch iteration) and hands the
-steps in between their first-order model
+Stochastic SQP's theory ([SQP] Thm 3.1) takes the constraints as exact; estimated on a mini-batch,
+group rates are ratios of means over the few rows near the threshold, noisy in value and
+direction, and steps that follow the noise of ``J' y`` lose the objective. A
+:class:`ConstraintSnapshot` holds the rows and Jacobian on all rows at ``w_s`` (the cost of one
+full-batch iteration) and hands the steps in between their first-order model
 
 .. math:: c(w) \approx c(w_s) + J(w_s) (w - w_s), \qquad J(w) \approx J(w_s),
 
-which is exact up to ``O(||w - w_s||^2)`` and has no sampling noise at all. Each step then
-needs the objective's gradient on its batch only (one pull-back instead of ``1 + m``), so a
-mini-batch epoch costs one epoch of plain training plus the snapshots. The snapshot is
-refreshed ``refreshes`` times per epoch, at fixed steps of the epoch (so that a run resumed
-at an epoch boundary refreshes where the uninterrupted run does); every refresh is also a
-full-data candidate for the returned model and updates the exact calibration.
+exact up to ``O(||w - w_s||^2)``, without sampling noise; each step pulls back the objective only.
+Refreshes happen at fixed steps of each epoch (a resumed run refreshes where the uninterrupted one
+does), and each is a full-data candidate for the returned model.
 """
 
 from __future__ import annotations
@@ -40,14 +32,8 @@ def refresh_steps(steps_per_epoch: int, refreshes: int) -> int:
 
 
 class ConstraintSnapshot:
-    """Rows ``c_s``, Jacobian ``J_s`` (float64) and parameters ``w_s`` of the last full-data pass.
-
-    Parameters
-    ----------
-    every : int
-        Steps between refreshes within an epoch (:func:`refresh_steps`): a refresh is due at
-        the steps ``0, every, 2 every, ...`` of every epoch, and whenever no snapshot exists.
-    """
+    """Rows ``c_s``, Jacobian ``J_s`` (float64) and parameters ``w_s`` of the last full-data pass, due
+    again at steps ``0, every, 2 every, ...`` of every epoch (:func:`refresh_steps`)."""
 
     def __init__(self, every: int) -> None:
         if int(every) < 1:
