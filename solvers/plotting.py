@@ -1,10 +1,8 @@
 """Axes for the library's plots, without touching the user's matplotlib state.
 
-Every plot function of the library takes ``ax=`` (one Axes, or one per panel) and returns
-the Axes it drew on. Without ``ax`` it builds a :class:`matplotlib.figure.Figure` with the
-object-oriented API and an Agg canvas: no pyplot state (figures made in a loop are not
-kept alive by pyplot) and never ``matplotlib.use`` (the user's backend is left alone).
-The figure of the returned Axes is ``axes.figure``.
+Every plot function takes ``ax=`` (one Axes, or one per panel) and returns the Axes it drew on;
+without it, a new :class:`matplotlib.figure.Figure` on an Agg canvas, so that pyplot keeps no
+figures alive and the user's backend is left alone.
 """
 
 from __future__ import annotations
@@ -19,14 +17,7 @@ PANEL_SIZE = (4.6, 3.6)
 
 
 def panel_axes(ax: Any, n_panels: int, argument: str = "ax") -> list:
-    """``n_panels`` Axes to draw on: ``ax`` itself (one Axes for one panel, a sequence of
-    ``n_panels`` Axes otherwise) or, when ``ax`` is None, the panels of a new figure.
-
-    Raises
-    ------
-    ValueError
-        ``ax`` is neither an Axes nor a sequence of ``n_panels`` of them.
-    """
+    """``n_panels`` Axes to draw on: ``ax`` (one Axes, or a sequence of ``n_panels``) or a new figure's."""
     from matplotlib.axes import Axes
 
     if ax is None:

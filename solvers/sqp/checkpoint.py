@@ -74,12 +74,8 @@ def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_row
 
 
 def check_resumed_state(saved: dict) -> None:
-    """The values of a checkpoint's ``state`` dict ``saved`` (before it becomes an
-    :class:`~solvers.sqp.state.SQPState`), checked like the constructor arguments they
-    continue: positive finite ``tau``, ``xi``, ``beta``; positive finite or None ``L``,
-    ``Gamma``; finite or None ``merit_avg``; non-negative integers ``since_change``,
-    ``iteration``, ``epochs_done``; a flag ``warned_relaxed``; where present, a list of
-    finite non-negative step lengths ``recent_steps``."""
+    """A checkpoint's ``state`` dict ``saved``, checked like the settings it continues before it becomes
+    an :class:`~solvers.sqp.state.SQPState`."""
     try:
         for name in ("tau", "xi", "beta"):
             positive_float(saved[name], name)

@@ -17,28 +17,13 @@ class DistributedSQP(StochasticSQP):
     """:class:`StochasticSQP` that insists on data-parallel training over the row shards of
     an initialised ``torch.distributed`` process group (:mod:`solvers.distributed`).
 
-    Same parameters; full batch (``batch_size=None``, ``constraint_batch`` "full" or
-    "auto") or mini-batches of ``batch_size`` rows per rank (``constraint_batch`` "snapshot",
-    "batch" or "auto"; the same number of steps on every rank, :mod:`solvers.distributed`). Only the
-    derivative oracle differs from a local fit
-    (:class:`solvers.distributed.AllReduceDerivatives`): one all-reduce per iteration makes
-    ``f``, ``g``, ``c``, ``J`` and the exact ``c`` those of the union of the shards, so the QP,
-    merit, step and learning-rate rules run identically on every rank. ``StochasticSQP``
-    itself switches to that oracle when the process group is initialised
-    (``distributed=None``).
+    Only the derivative oracle differs (:class:`solvers.distributed.AllReduceDerivatives`), which
+    ``StochasticSQP`` itself picks when the process group is initialised.
     """
 
     def fit(self, model: nn.Module, data: Any, **fit_args: Any) -> FitResult:
-        """:meth:`StochasticSQP.fit` on this rank's shard; every rank must call it with the
-        same options, the same constraints and its own disjoint, non-empty shard.
-
-        Raises
-        ------
-        ValueError
-            ``distributed=False``, no initialised process group, ``constraint_batch``
-            "balanced" (or "full" with mini-batches), or a constraint without
-            ``partial_sums``/``from_sums``.
-        """
+        """:meth:`StochasticSQP.fit` on this rank's disjoint, non-empty shard, with the same options and
+        constraints on every rank."""
         if self.distributed is False:
             raise ValueError("distributed: DistributedSQP needs distributed=None or True, got False")
         distributed_active(True)

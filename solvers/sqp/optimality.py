@@ -75,11 +75,8 @@ def offer_and_test_kkt(der: Derivatives, params: list[torch.Tensor], lower: torc
 def evaluate_all(model: torch.nn.Module, loss_fn: Callable, cons: Any, data: Any,
                  chunk_rows: int | None = None,
                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[float, torch.Tensor | None]:
-    """Objective and exact constraint rows of the current model on all training rows
-    (one forward pass, no gradients; in chunks of ``chunk_rows`` rows when set and the
-    constraints allow it, :func:`solvers.sums.exact_in_chunks`). ``reduce``
-    (data-parallel): the sum over the ranks, so that the values are those of the union of
-    the shards (the constraints then have additive sums: the data-parallel options say so)."""
+    """Objective and exact rows of the current model on all training rows, in chunks of ``chunk_rows``
+    when the constraints allow (:func:`solvers.sums.exact_in_chunks`); ``reduce`` sums over ranks."""
     if reduce is not None:
         return exact_in_chunks(model, loss_fn, cons, data, int(chunk_rows or max(len(data), 1)), reduce)
     if chunk_rows is not None and len(data) > chunk_rows:

@@ -15,16 +15,12 @@ __all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "RSQRT_EPOCHS", "ScheduleOptions", "a
 
 #: Values of ``lr_schedule``.
 LR_SCHEDULES: tuple[str, ...] = ("auto", "plateau", "rsqrt", "paper", "none")
-#: Relative merit decrease that counts as progress for the "plateau" schedule: any decrease
-#: beyond rounding. A run that improves slowly but steadily (an ill-conditioned least-squares
-#: fit can gain a few 1e-6 per epoch) keeps its step; a run
-#: that oscillates around the constraint boundary (no new best merit) gets smaller steps.
+#: Relative merit decrease that counts as "plateau" progress: any beyond rounding, so that a slow but
+#: steady run keeps its step.
 PLATEAU_RTOL = 1e-9
 #: Time constant of the "rsqrt" decay in epochs: ``beta_k = lr / sqrt(1 + k / (RSQRT_EPOCHS K))``
-#: with ``K`` steps per epoch, so the step halves after ``3 RSQRT_EPOCHS`` = 12 epochs. Chosen on the
-#: grid of ``benchmarks/sqp_stochastic.py --grid``: a time constant of one epoch decays the step
-#: before small data sets have converged (accuracy under the full batch's), ten let more runs end
-#: above the full batch's loss (``benchmarks/results/solver_notes.md``).
+#: (``K`` steps per epoch): the step halves after 12 epochs; one epoch decays it before small data sets
+#: converge, ten leave more runs above the full batch's loss (``benchmarks/results/solver_notes.md``).
 RSQRT_EPOCHS = 4
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
@@ -63,15 +59,9 @@ def end_of_epoch(state: SQPState, merit: float, f: float, V: float, epoch: int, 
 
 
 def plateau(state: SQPState, f: float, V: float, epoch: int, options: ScheduleOptions) -> None:
-    """Halve ``beta`` (``lr_decay``) when the merit stops improving, never below
-    ``lr_floor * lr``.
-
-    The merit ``tau f + V`` of the epoch (means over its iterations) is compared, at the
-    CURRENT merit parameter ``tau``, with the best epoch so far; no new best (beyond a
-    relative :data:`PLATEAU_RTOL`) for ``lr_patience`` consecutive epochs is a plateau. A
-    run that is still improving keeps its step; a run that oscillates around the
-    constraint boundary gets smaller steps, down to the floor (training never freezes).
-    """
+    """``beta *= lr_decay`` (never below ``lr_floor * lr``) when the epoch's mean merit ``tau f + V``, at
+    the current ``tau``, has reached no new best for ``lr_patience`` epochs: a run oscillating around
+    the boundary gets smaller steps, an improving one keeps its step."""
     tau = state.tau
     best = state.plateau_best
     merit = tau * f + V
