@@ -1,70 +1,31 @@
 r"""Confidence statements about a constraint's exact measure on a sample of rows.
 
-A bound enforced on the training rows holds on those rows. This module answers the
-question that matters at deployment: given a model and rows it did NOT see, how sure can
-we be that the constraint holds for the population those rows come from?
+A bound enforced on the training rows holds on those rows; at deployment the question is how sure we
+can be that it holds for the population that unseen rows come from. :func:`certify` gives a
+:class:`Certificate` for one constraint on one sample (typically a held-out part): the realised
+measure, a confidence interval and whether the bound holds at the stated confidence.
+:func:`auto_margin` is the tightening ``margin="auto"`` applies during training; :func:`tighten`
+copies a constraint with its finite bounds moved inwards.
 
-:func:`certify`
-    A :class:`Certificate` for one constraint on one sample of rows (typically a held-out
-    validation part): the realised value of the user-facing measure, a confidence interval,
-    and whether the bound holds at the stated confidence.
-:func:`auto_margin`
-    The per-row tightening ``margin="auto"`` of the estimators applies during training, so
-    that the value on a new sample of a stated size is predicted to stay within the bound.
-:func:`tighten`
-    A copy of a constraint whose finite bounds are moved inwards by a margin (the user's
-    object is never changed).
+Rate constraints (:class:`~fairopt.constraints.rates.GroupRateConstraint` and the conditioned rates)
+have rows ``c = D P``, ``P_g = k_g / n_g`` the hard positive rate of every side, each ``k_g`` binomial:
 
-Rate constraints (Clopper-Pearson with a union bound)
------------------------------------------------------
-:class:`~fairopt.constraints.DisparateImpact`, :class:`~fairopt.constraints.EqualImpact`,
-:class:`~fairopt.constraints.DemographicParity` and the label-conditioned
-:class:`~fairopt.constraints.EqualOpportunity`, :class:`~fairopt.constraints.FalsePositiveParity`
-and :class:`~fairopt.constraints.EqualizedOdds` have rows ``c = D P`` where ``P`` holds
-the hard positive rate ``P_g = k_g / n_g`` of every group side ``g`` (group or
-complement, restricted to ``y = 1`` for equal impact and the true-positive rates, to
-``y = 0`` for the false-positive rates) and ``D`` has known signs. Given the
-rows, each ``k_g`` is binomial, so
+- ``method="normal"`` (default): each row ``r = sum_g a_g P_g`` has standard error
+  ``sqrt(sum_g a_g^2 p_g (1 - p_g) / n_g)`` and the one-sided bound ``r +- z se`` with a union bound
+  over the compared pairs (a large-sample statement, as the Seldonian toolkit's);
+- ``method="clopper-pearson"``: exact intervals ``[L_g, U_g]`` per side at ``1 - alpha / G``
+  (``alpha = 1 - confidence``); by the union bound all ``G`` rates lie in ``prod_g [L_g, U_g]`` at
+  ``1 - alpha`` (no independence needed), and a linear row's extremes over it are at corners. Valid at
+  any sample size, but wider.
 
-1. every side gets an exact (Clopper-Pearson) two-sided interval ``[L_g, U_g]`` at level
-   ``1 - alpha / G`` (``alpha = 1 - confidence``, ``G`` sides; ``L_g`` is the
-   ``alpha / (2G)`` quantile of ``Beta(k_g, n_g - k_g + 1)``, ``U_g`` the
-   ``1 - alpha / (2G)`` quantile of ``Beta(k_g + 1, n_g - k_g)``);
-2. by the union (Bonferroni) bound all ``G`` true rates lie in the rectangle
-   ``prod_g [L_g, U_g]`` simultaneously with probability at least ``1 - alpha``
-   (no independence between sides is needed, so complements are fine);
-3. a row ``sum_g a_g P_g`` is linear, so its extremes over the rectangle are at corners:
-   ``max = sum_{a_g > 0} a_g U_g + sum_{a_g < 0} a_g L_g`` and symmetrically for the
-   ``min``. Every row's interval ``[min, max]`` holds simultaneously at ``1 - alpha``.
+``passed`` is True iff every row's worst case lies within its bound. The reported measure is the ratio
+``min(P_f / P_r, P_r / P_f)`` (ratio form, lower bound e.g. ``min(L_f / U_r, L_r / U_f)``) or the
+difference ``|P_f - P_r|`` (difference form), over the comparisons.
 
-``passed`` is True iff every row's worst case lies within its bound (finite sides only):
-then, with probability at least ``confidence`` over the sample, the population rows
-satisfy the constraint. The user-facing measure is reported too: for disparate / equal
-impact and the ratio form (``delta``) of the conditioned rates the ratio
-``min(P_f / P_r, P_r / P_f)`` (smallest over the comparisons, TPR and FPR alike), whose
-lower confidence bound ``min(L_f / U_r, L_r / U_f)`` is ``>= delta`` exactly when the two
-worst-case rows are ``<= 0``; for demographic parity and the difference form
-(``bound``) of the conditioned rates the absolute difference
-``|P_f - P_r|`` (largest over the comparisons) with upper bound
-``max(U_f - L_r, U_r - L_f)``.
-
-Other constraints (seeded percentile bootstrap)
------------------------------------------------
-:class:`~fairopt.constraints.GeDI`, :class:`~fairopt.constraints.DistanceCovariance` and
-:class:`~fairopt.constraints.Covariance` are not means of independent indicators. Their
-exact rows are recomputed on ``n_bootstrap`` resamples (with replacement, seeded) of the
-rows; with ``k`` finite bound sides over all rows, a finite upper bound is compared with
-the ``1 - alpha / k`` quantile and a finite lower bound with the ``alpha / k`` quantile
-(one-sided at the confidence level, Bonferroni over the sides). A percentile bootstrap is
-approximate, not exact; the headline measure is the row with the least room to its bound.
-
-Constraints of other types raise :class:`TypeError`.
-
-Modules (one job each): ``statements`` (:class:`Certificate`, :func:`certify`),
-``intervals`` (outputs, Clopper-Pearson and normal bounds, worst-case rows, bootstrap
-draws), ``margins`` (:func:`auto_margin`), ``tightening`` (:class:`TightenedConstraint`,
-:func:`tighten`), ``plotting`` (:func:`plot_certificate`: value, interval and bound per
-constraint and per candidate).
+GeDI, distance covariance and covariance are not means of indicators: their exact rows are recomputed
+on ``n_bootstrap`` seeded resamples and, with ``k`` finite bound sides, compared with the
+``1 - alpha / k`` (upper) or ``alpha / k`` (lower) percentile (approximate; Bonferroni over the sides).
+Other constraint types raise :class:`TypeError`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Pictures of held-out certificates: the realised value, its confidence interval and the bound.
 
-:func:`plot_certificate` draws one panel per constraint. For a list of
-:class:`~fairopt.certificate.Certificate` objects (``certify``, an estimator's
-``certificate_``), the held-out value with its interval ``[lower, upper]`` as an error bar
-and the bound as a dashed line. For an estimator fitted with ``validation_fraction`` and
-``margin="auto"``, whose ``candidates_`` lists every candidate tried, one point per
-candidate in the order tried (the margin inflation on the x axis): the held-out value and the
-line from it to its confidence bound (the end of the interval the bound is checked against),
-coloured by whether the candidate's certificates passed, the returned one circled. The
-library's plot convention holds (:mod:`solvers.plotting`): ``ax`` is one Axes per panel, or
-None for a new figure on the Agg canvas without pyplot state; the Axes are returned.
+:func:`plot_certificate` draws one panel per constraint: for certificates, the held-out value with its
+interval as an error bar and the bound as a dashed line; for an estimator fitted with
+``validation_fraction`` and ``margin="auto"``, one point per candidate in the order tried, with a line
+to its confidence bound, coloured by pass/fail, the returned one circled. ``ax`` follows
+:mod:`solvers.plotting`'s convention (one Axes per panel, or None for a new Agg figure).
 """
 
 from __future__ import annotations
@@ -74,14 +69,13 @@ def _candidates(ax: Any, cert: Certificate, candidates: Any) -> None:
 
 
 def plot_certificate(source: Any, *, ax: Any = None, path: str | Path | None = None, title: str | None = None) -> Any:
-    """Held-out certificates as a picture (module docstring): one panel per constraint.
+    """Held-out certificates as a picture: one panel per constraint (module doc).
 
     Parameters
     ----------
     source : Certificate, list of Certificate, or fitted estimator
-        The certificates (:func:`~fairopt.certificate.certify`, ``est.certificate_``) or an
-        estimator fitted with ``validation_fraction`` (its ``candidates_`` too, when it was
-        fitted with ``margin="auto"``).
+        Certificates (:func:`~fairopt.certificate.certify`, ``est.certificate_``) or an estimator fitted
+        with ``validation_fraction``.
     ax : matplotlib Axes or sequence of them, optional
         One per constraint; None: a new figure.
     path : str or Path, optional
@@ -92,13 +86,12 @@ def plot_certificate(source: Any, *, ax: Any = None, path: str | Path | None = N
     Returns
     -------
     matplotlib.axes.Axes or list of them
-        One per constraint (a single Axes for one constraint); ``.figure`` is the figure.
+        One per constraint; ``.figure`` is the figure.
 
     Raises
     ------
     ValueError
-        ``source`` holds no certificate (an estimator fitted without ``validation_fraction``),
-        or ``ax`` is not one Axes per constraint.
+        ``source`` holds no certificate, or ``ax`` is not one Axes per constraint.
     """
     from solvers.plotting import finish_axes, panel_axes
 

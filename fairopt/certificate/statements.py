@@ -30,26 +30,23 @@ class Certificate:
     constraint : str
         The constraint's name (e.g. ``"disparate_impact[sex]"``).
     measure : str
-        What ``realised``/``lower``/``upper`` measure: ``"disparate_impact ratio"``,
-        ``"demographic_parity difference"``, or a row name (bootstrap constraints).
+        What ``realised``/``lower``/``upper`` measure (``"disparate_impact ratio"``, or a row name).
     realised : float
         The measure on the certification rows (hard predictions).
     lower, upper : float
-        Confidence interval of the measure in the population the rows are drawn from.
+        Confidence interval of the measure in the population.
     confidence : float
-        Confidence level (default 0.95).
     bound : float
         The user's bound on the measure (``delta`` for a ratio, ``bound`` otherwise).
     bound_side : {"lower", "upper"}
-        ``"lower"``: the measure must be ``>= bound`` (ratios); ``"upper"``: ``<= bound``.
+        Whether the measure must be ``>= bound`` (ratios) or ``<= bound``.
     passed : bool
-        Every row of the constraint satisfies its bound at the confidence level.
+        Every row satisfies its bound at the confidence level.
     n : int
         Rows the statement is based on.
-    method : {"clopper-pearson", "bootstrap"}
+    method : {"normal", "clopper-pearson", "bootstrap"}
     rows : dict
-        Per constraint row: ``names``, realised ``values``, simultaneous interval
-        ``lower``/``upper`` and the bounds ``bound_lower``/``bound_upper`` (lists).
+        Per row: ``names``, ``values``, simultaneous ``lower``/``upper`` and ``bound_lower``/``bound_upper``.
     """
 
     constraint: str
@@ -67,8 +64,7 @@ class Certificate:
 
     @property
     def confidence_bound(self) -> float:
-        """The end of the interval that the bound is checked against (``lower`` for a
-        ratio that must stay above ``bound``, else ``upper``)."""
+        """The end of the interval the bound is checked against (``lower`` for a ratio, else ``upper``)."""
         return self.lower if self.bound_side == "lower" else self.upper
 
     def to_dict(self) -> dict:
@@ -104,15 +100,12 @@ def certify(
     Parameters
     ----------
     model_outputs_or_model : torch.nn.Module, callable, Tensor or array (n,)
-        The model (called on ``data.X``) or its outputs on ``data`` (logits for a
-        classifier, thresholded at the constraint's ``threshold``).
+        The model (called on ``data.X``) or its outputs (logits for a classifier).
     data : FairData
-        The certification rows, encoded like the training data (e.g. the held-out part of
-        :meth:`FairData.split`). Not used for training.
+        The certification rows, encoded like the training data and not used for training.
     constraint : constraint object or spec
-        A constraint set up on the training data keeps that set-up (GeDI's
-        standardisation and relative bound); one never set up is set up on ``data``.
-        Neither it nor its caches are modified.
+        Set up on the training data it keeps that set-up (e.g. GeDI's standardisation); never set up, it
+        is set up on ``data``. Neither it nor its caches are modified.
     confidence : float, default 0.95
         Level of the simultaneous statement, in (0, 1).
     n_bootstrap : int, default 200
@@ -120,30 +113,16 @@ def certify(
     seed : int, default 0
         Seed of the bootstrap resamples.
     method : {"normal", "clopper-pearson"}, default "normal"
-        Rate constraints only. "normal": every row ``r = sum_g a_g P_g`` is linear in the
-        side rates, so its estimate has standard error
-        ``se_r = sqrt(sum_g a_g^2 p_g (1 - p_g) / n_g)`` (``p_g = (k_g + 1/2) / (n_g + 1)``,
-        which keeps a variance at 0 or n positives); the row's one-sided bound is
-        ``r +- z se_r`` with ``z`` the normal quantile at ``1 - alpha / pairs`` (a union
-        bound over the compared pairs of sides: the two rows of a pair cannot both be
-        violated, see :func:`compared_pairs`). This is the large-sample statement the Seldonian
-        toolkit makes (Student-t there). "clopper-pearson": exact intervals per side at
-        ``1 - alpha / G`` and the worst corner of their rectangle for every row: valid at
-        any sample size, but much wider (on 4,200 Adult rows a realised DI of 0.92 had a
-        lower bound of 0.77 against about 0.85 with "normal").
-
-    Returns
-    -------
-    Certificate
+        Rate constraints only (module doc). ``p_g = (k_g + 1/2) / (n_g + 1)`` in the normal standard
+        error keeps a variance at 0 or n positives.
 
     Raises
     ------
     TypeError
         A constraint type without a certificate.
     ValueError
-        Bad ``confidence``/``n_bootstrap``, outputs of the wrong length, or ``data`` with
-        per-row weights (``data.weights``): the intervals count rows (binomial sides,
-        unweighted resamples), so a weighted measure has no certificate here yet.
+        Bad ``confidence``/``n_bootstrap``/``method``, outputs of the wrong length, or weighted ``data``
+        (the intervals count rows).
     """
     require_unweighted(data, "certify (held-out certificates)",
                        "certify unweighted rows, or fit without validation_fraction")
@@ -164,11 +143,10 @@ def certify(
 def _rate_certificate(c: GroupRateConstraint, data: Any, confidence: float, method: str, k: np.ndarray,
                       n: np.ndarray, rates: np.ndarray, values: np.ndarray, row_lo: np.ndarray, row_hi: np.ndarray,
                       interval: Any, extra_rows: dict) -> Certificate:
-    """The certificate both methods of a rate constraint share: ``passed`` from the row
-    bounds, the realised measure (:meth:`GroupRateConstraint.realised_from_rates`: the
-    smallest ratio, or the largest difference, over the compared pairs whose sides both have
-    rows) and the row table. ``interval(pairs,
-    is_ratio) -> (lo, hi)`` is the method's interval of the measure."""
+    """The certificate both rate methods share: ``passed`` from the row bounds, the realised measure
+    (:meth:`GroupRateConstraint.realised_from_rates`) and the row table; ``interval(pairs, is_ratio)`` is the
+    method's interval of the measure.
+    """
     b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
     passed = bool(within_bounds(row_lo, row_hi, b_lo, b_hi).all())
     pairs = list(zip(c._focus.tolist(), c._ref.tolist()))
@@ -187,16 +165,13 @@ def _rate_certificate(c: GroupRateConstraint, data: Any, confidence: float, meth
 
 
 def _rates_and_rows(c: GroupRateConstraint, n: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Side rates ``k / n`` (0 for an empty side) and the realised rows, which follow the
-    library's convention (a row comparing an empty side is 0)."""
+    """Side rates ``k / n`` (0 for an empty side) and the realised rows (a row comparing an empty side is 0)."""
     rates = np.where(n > 0, k / np.maximum(n, 1.0), 0.0)
     return rates, c._informed_rows(torch.as_tensor(n), torch.float64).numpy() @ rates
 
 
 def _certify_rates(c: GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
-    """Clopper-Pearson intervals per side and worst-case rows (``certify(method="clopper-pearson")``);
-    the interval does not follow the rows' convention: an empty side has the uninformative
-    ``[0, 1]`` and counts fully."""
+    """Clopper-Pearson intervals per side and worst-case rows; an empty side counts as the uninformative ``[0, 1]``."""
     k, n = rate_sides(c, out, data)
     L, U = clopper_pearson(k, n, 1.0 - (1.0 - confidence) / len(n))
     rates, values = _rates_and_rows(c, n, k)
