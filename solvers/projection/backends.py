@@ -306,12 +306,6 @@ _BACKEND_FUNCTIONS = {"highs": _solve_highs, "osqp": _solve_osqp, "gurobi": _sol
 
 def solve_program(prog: Program, backend: str, time_limit: float, mip_gap: float, seed: int,
                   start: np.ndarray | None = None) -> BackendResult:
-    """Solve ``prog`` with the backend named ``backend`` (``"highs"``, ``"osqp"`` or ``"gurobi"``).
-
-    ``start`` (``prog.n_vars`` values on the program's scale, NaN where unknown) is an
-    initial point: a MIP start for HiGHS and Gurobi (the solver tries to complete a partial
-    one), OSQP's warm start when complete. It changes the path to the solution, not the
-    problem. Raises :class:`GurobiUnavailable` when Gurobi cannot solve it here (not
-    importable, no licence, size limit); the caller decides between an error and a fallback.
-    """
+    """Solve ``prog`` with "highs", "osqp" or "gurobi", from ``start`` (program scale, NaN where
+    unknown) when given; :class:`GurobiUnavailable` lets the caller choose an error or a fallback."""
     return _BACKEND_FUNCTIONS[backend](prog, time_limit, mip_gap, seed, start)

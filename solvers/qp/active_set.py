@@ -29,11 +29,8 @@ ENUMERATION_HARD_LIMIT = 10
 # --------------------------------------------------------------------------------------
 @lru_cache(maxsize=32)
 def _side_table(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """All ``3^n`` side choices for ``n`` rows (+1 upper, -1 lower, 0 inactive), by active-set size.
-
-    Returns the table (3^n, n) sorted by the number of active rows (stable, so the paper's
-    order within a size is kept) and the sizes.
-    """
+    """All ``3^n`` side choices (+1 upper, -1 lower, 0 inactive) for ``n`` rows, (3^n, n), sorted stably
+    by active-set size, and the sizes."""
     choices = list(itertools.product((0, 1, -1), repeat=n))
     table = np.array(choices, dtype=np.int8).reshape(len(choices), n)
     sizes = np.count_nonzero(table, axis=1)
@@ -74,18 +71,12 @@ _ENUMERATION_CHUNK = 2048  # candidates per batched solve (whole sizes only)
 def _enumerate(space: Space, rank_tol: float) -> tuple[np.ndarray | None, np.ndarray | None, int]:
     """Active sets by increasing size, all side choices; the first KKT point found is optimal.
 
-    [SQP] Algorithm 1 for any m. Equality rows are in every active set (free-sign
-    multipliers). With the rows ``R = (equality rows, inequality rows)``, a candidate is a
-    side per inequality row (+1, -1 or inactive); its system is ``M_RR`` with inactive rows
-    and columns replaced by the identity and a zero right-hand side there, so that
-    ``y_A = M_AA^{-1}(-q_A - b_A)`` for all candidates comes from one batched solve. A
-    candidate with ``w = -q - M y`` is accepted by :func:`kkt_satisfied`; as the QP is
-    strictly convex a KKT point is the unique minimiser. Sizes are examined in increasing
-    order (whole sizes per batch of about ``_ENUMERATION_CHUNK`` candidates); among accepted
-    candidates the smallest size, then the smallest ``y'My`` (objective
-    ``1/2 y'My - 1/2 g'H^{-1}g``), wins. Returns ``(y, sides, candidates examined)`` with
-    ``sides`` the winner's working set (int8 per row); ``y`` and ``sides`` are None when no
-    candidate passes (infeasible or degenerate systems: the caller then runs the dual method).
+    [SQP] Algorithm 1 for any m, equality rows in every set. Each candidate's system is ``M_RR`` with
+    inactive rows and columns replaced by the identity, so ``y_A = M_AA^{-1}(-q_A - b_A)`` for a
+    batch of candidates is one batched solve, accepted by :func:`kkt_satisfied` (a KKT point of a
+    strictly convex QP is its minimiser). Among accepted candidates the smallest size, then the
+    smallest ``y'My``, wins. Returns ``(y, sides, candidates examined)``, ``y`` and ``sides`` None
+    when none passes (the caller then runs the dual method).
     """
     ineq = space.inequality_rows
     rows = np.concatenate([np.flatnonzero(space.eq), ineq])

@@ -1,9 +1,6 @@
-"""Typed state of one stochastic SQP fit: :class:`SQPState` (what the iterations change and a
-checkpoint carries), :class:`ScreenMemory` (the row screen's part of it) and
-:class:`FitProblem` (what the fit works on: the model, its loss, constraints, data and bounds).
-
-The engine's modules (steps, schedules, end-game, optimality, checkpoint) pass these objects
-instead of string-keyed dicts and long argument lists, as cooper passes its ``CMPState``."""
+"""Typed state of one stochastic SQP fit, passed between the engine's modules as cooper passes its
+``CMPState``: :class:`SQPState` (what the iterations change and a checkpoint carries), its
+:class:`ScreenMemory`, and :class:`FitProblem` (what the fit works on)."""
 
 from __future__ import annotations
 
