@@ -18,6 +18,7 @@ from fairopt.data.encoding import positive_class, sorted_labels
 from fairopt.data.frames import as_number, is_text_dtype, short_list
 from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.evaluation import evaluate
+from fairopt.inputs import constraint_sensitive_names
 from fairopt.specs import resolve_constraints
 from solvers.history import INFO_FEASIBLE
 from fairopt.tabular.tables import (LAYOUT, THRESHOLD, VIOLATION_TOL, plain_value, require_columns,
@@ -110,11 +111,6 @@ def _parse_constraints(specs: Sequence[str]) -> list:
             text = text[len("spec: "):] if text.startswith("spec: ") else text
             raise ValueError(f"--constraint {spec!r}: {text}") from None
     return objects
-
-
-def _sensitive_of(constraint: Any) -> list[str]:
-    names = getattr(constraint, "sensitive", ())
-    return [names] if isinstance(names, str) else list(names)
 
 
 def _text_levels(frame: pd.DataFrame, names: Sequence[str]) -> list[str]:
@@ -234,15 +230,15 @@ def _check_flags(method: str, task: str, test_size: float, epochs: int | None, i
 def _sensitive_columns(sensitive: Sequence[str], built: list) -> list[str]:
     """``--sensitive`` (each column once), or the columns the constraints name when none is
     given; every column a constraint names must be among them."""
-    needed = [n for c in built for n in _sensitive_of(c)]
+    needed = constraint_sensitive_names(built)
     sensitive = list(dict.fromkeys(sensitive))
     if sensitive:
-        absent = [n for n in dict.fromkeys(needed) if n not in sensitive]
+        absent = [n for n in needed if n not in sensitive]
         if absent:
             raise ValueError(f"--constraint: names the sensitive column(s) {short_list(absent)}, not given with "
                              f"--sensitive {' --sensitive '.join(sensitive)}; add --sensitive for each")
     else:
-        sensitive = list(dict.fromkeys(needed))
+        sensitive = needed
     if not sensitive:
         raise ValueError("--sensitive: give at least one sensitive column (the groups of the constraints and of "
                          "the report)")
