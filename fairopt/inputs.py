@@ -1,15 +1,12 @@
-"""The estimators' sensitive features in every accepted form (DataFrame, Series, dict,
-array, column names of ``X``), named and checked against the rows of ``X``:
-:func:`sensitive_columns`, :func:`sensitive_columns_of_x`; the rows of a
-:class:`~fairopt.data.FairData` as the estimators' arrays (:func:`fair_data_rows`); and
-which input tables hold text columns (:func:`has_text_columns`).
+"""The estimators' inputs: sensitive features in every accepted form (DataFrame, Series, dict,
+array, column names of ``X``), named and checked against the rows of ``X``; a FairData's rows as
+the estimators' arrays; missing-value checks that name the column.
 
-Naming rule of an unnamed column (a 1-D array, list or tensor, a Series without a name,
-a 2-D array of one column): ``names=`` (the estimators' ``sensitive_names``) when given;
-else the one sensitive name the constraints use (``wanted``), so that
-``fit(X, y, sensitive_features=s)`` with ``("disparate_impact", "gender", 0.8)`` binds
-``s`` to ``"gender"`` as fairlearn users expect; a ValueError when the constraints use
-several (which column is which cannot be guessed); ``"sensitive"`` without constraints."""
+An unnamed column (1-D array, list, Series without a name, one-column 2-D array) takes
+``names=`` when given, else the one sensitive name the constraints use, so
+``fit(X, y, sensitive_features=s)`` with ``("disparate_impact", "gender", 0.8)`` binds ``s`` to
+``"gender"`` (a ValueError when they use several), else ``"sensitive"``.
+"""
 
 from __future__ import annotations
 
@@ -42,25 +39,20 @@ def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None, *
     Parameters
     ----------
     sensitive_features : None, DataFrame, Series, dict name -> array, or array (n,) / (n, k)
-        ``None`` gives ``{}``. Names come from the DataFrame columns, the Series name, the
-        dict keys, or for arrays ``"sensitive"`` (1-D) and ``"sensitive_0"`` ..
-        ``"sensitive_{k-1}"`` (2-D).
+        ``None`` gives ``{}``. Arrays are named ``"sensitive"`` (1-D) or ``"sensitive_0"`` ... (2-D).
     n_rows : int
         Rows of ``X``; every column must have this length.
     names : str or list of str, optional
-        Names that replace the natural ones, in column order (one per column).
+        Names that replace the natural ones, one per column.
     wanted : list of str, optional
-        The sensitive names the constraints use (:func:`constraint_sensitive_names`). Without
-        ``names``, a single unnamed column (1-D array or list, Series without a name, 2-D
-        array of one column) takes the one name of ``wanted``; ValueError when ``wanted``
-        holds several. Empty or None: the column is ``"sensitive"``.
+        The sensitive names the constraints use: a single unnamed column takes the one name of
+        ``wanted`` (ValueError when it holds several).
 
     Raises
     ------
     ValueError
-        A column of another length, arrays of more than 2 dimensions, names that do not
-        match the number of columns, duplicate names, one unnamed column for several
-        wanted names.
+        A column of another length, arrays of more than 2 dimensions, names that do not match the
+        columns, duplicate names, one unnamed column for several wanted names.
     """
     if sensitive_features is None:
         return {}
@@ -101,8 +93,7 @@ def _unnamed_column_name(wanted: list[str]) -> str:
 
 
 def constraint_sensitive_names(constraints: list) -> list[str]:
-    """The sensitive names the constraint objects use (their ``sensitive`` attribute: one
-    name or a list), in order, each once; constraints without one add none."""
+    """The sensitive names the constraints use (their ``sensitive`` attribute), in order, each once."""
     found: list[str] = []
     for constraint in constraints:
         named = getattr(constraint, "sensitive", None)
@@ -141,9 +132,9 @@ def _column(values: Any) -> np.ndarray:
 
 
 def names_columns_of_x(sensitive_features: Any, X: Any) -> bool:
-    """Whether ``sensitive_features`` names columns of ``X``: a string, or (``X`` a
-    DataFrame) a non-empty list of strings that are all columns of ``X`` or whose length is
-    not the number of rows (a list of one label per row is the values of one attribute)."""
+    """Whether ``sensitive_features`` names columns of ``X``: a string, or a list of strings that are
+    all columns of the DataFrame ``X`` or whose length is not its number of rows.
+    """
     if isinstance(sensitive_features, str):
         return True
     if not isinstance(X, pd.DataFrame) or not isinstance(sensitive_features, (list, tuple)) or not sensitive_features:
@@ -154,8 +145,7 @@ def names_columns_of_x(sensitive_features: Any, X: Any) -> bool:
 
 
 def columns_of_x(names: list[str], X: Any) -> pd.DataFrame:
-    """The named columns of the DataFrame ``X`` (ValueError for an unknown name, naming the
-    columns of ``X``)."""
+    """The named columns of the DataFrame ``X`` (ValueError naming the columns of ``X`` for an unknown name)."""
     if not isinstance(X, pd.DataFrame):
         raise ValueError(f"sensitive_features: column name(s) {short_list(names)} need X to be a pandas DataFrame, "
                          f"got X of type {type(X).__name__}; pass the values instead")
@@ -172,9 +162,9 @@ def columns_of_x(names: list[str], X: Any) -> pd.DataFrame:
 
 
 def sensitive_columns_of_x(X: Any, sensitive_features: Any) -> tuple[Any, Any, list[str]]:
-    """``(X, sensitive_features, taken)``: when ``sensitive_features`` names columns of the
-    DataFrame ``X`` (:func:`names_columns_of_x`), ``X`` without them, those columns (a
-    DataFrame) and their names; otherwise the arguments as they are and ``[]``."""
+    """``(X without the columns, those columns, their names)`` when ``sensitive_features`` names columns
+    of ``X``, else ``(X, sensitive_features, [])``.
+    """
     if not names_columns_of_x(sensitive_features, X):
         return X, sensitive_features, []
     names = [sensitive_features] if isinstance(sensitive_features, str) else list(sensitive_features)
@@ -192,8 +182,7 @@ def without_columns(X: Any, names: list[str]) -> Any:
 
 
 def check_missing(columns: Mapping[str, Any]) -> None:
-    """ValueError naming the first sensitive column with missing values (NaN, None, NaT):
-    they belong to no group, and a constraint or report cannot count them."""
+    """ValueError naming the first sensitive column with missing values: they belong to no group."""
     for name, values in columns.items():
         missing = np.asarray(pd.isna(values), dtype=bool).reshape(-1)
         if missing.any():
@@ -203,9 +192,9 @@ def check_missing(columns: Mapping[str, Any]) -> None:
 
 
 def check_input_missing(X: Any) -> None:
-    """ValueError naming the first input column with missing values (NaN/None), before
-    scikit-learn's check (whose message names no column); the message keeps its words
-    ("Input X contains NaN"). Other inputs (inf, wrong shapes) are left to that check."""
+    """ValueError naming the first input column with missing values, before scikit-learn's check
+    (whose message names no column).
+    """
     if isinstance(X, pd.DataFrame):
         names, missing = [str(c) for c in X.columns], X.isna().to_numpy()
     else:
@@ -225,14 +214,8 @@ def check_input_missing(X: Any) -> None:
 
 
 def fair_data_rows(data: FairData) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray | None]:
-    """The raw rows of ``data`` as the estimators' arguments: its input columns
-    (:attr:`~fairopt.data.FairData.feature_columns` of its frame), its target (0/1 for a
-    binary task), its sensitive columns and its weights (None when unweighted).
-
-    Raises
-    ------
-    ValueError
-        ``data`` has no raw frame (built with the FairData constructor).
+    """A FairData's raw rows as the estimators' arguments: input columns, target (0/1 for a binary
+    task), sensitive columns and weights (None when unweighted); ValueError without a raw frame.
     """
     frame = data.frame
     if frame is None:
@@ -244,10 +227,9 @@ def fair_data_rows(data: FairData) -> tuple[pd.DataFrame, np.ndarray, pd.DataFra
 
 
 def has_text_columns(X: Any) -> bool:
-    """Whether ``X`` is a DataFrame with text or categorical columns (object, string,
-    category dtypes), which the estimators encode with the one rule of
-    :func:`fairopt.data.frames.coerce_numeric_columns` (numbers held as text become numbers)
-    and the preprocessor (other text is one-hot encoded) instead of casting to float."""
+    """Whether ``X`` is a DataFrame with text or categorical columns, which the preprocessor encodes
+    instead of a cast to float.
+    """
     if not isinstance(X, pd.DataFrame):
         return False
     return any(pd.api.types.is_object_dtype(t) or pd.api.types.is_string_dtype(t)
@@ -255,8 +237,7 @@ def has_text_columns(X: Any) -> bool:
 
 
 def log_encoded_columns(preprocessor: Any, user_names: Any) -> None:
-    """Log, by the user's column names, which input columns the fitted ``preprocessor``
-    one-hot encodes (the internal names are ``x0, x1, ...``)."""
+    """Log, by the user's column names, which input columns the fitted ``preprocessor`` one-hot encodes."""
     if not preprocessor.categorical_:
         return
     names = list(user_names) if user_names is not None else None
@@ -267,16 +248,14 @@ def log_encoded_columns(preprocessor: Any, user_names: Any) -> None:
 
 
 def internal_names(p: int) -> list[str]:
-    """Column names of an estimator's ``X`` inside its FairData (``x0 .. x{p-1}``; the user's
-    names live in ``feature_names_in_``)."""
+    """Column names of an estimator's ``X`` inside its FairData, ``x0 .. x{p-1}``."""
     return [f"x{j}" for j in range(p)]
 
 
 def encoded_inputs(X: np.ndarray, preprocessor: Any) -> np.ndarray:
-    """The model inputs of validated rows ``X`` (floats, or objects with text columns, one
-    per input column of the fitted ``preprocessor``: its ``columns_``, which are
-    :func:`internal_names` for the estimators' own), by it: numbers held as text converted as at fit
-    (:func:`fairopt.data.assembly.coerce_inputs`), then standardised / one-hot encoded."""
+    """The model inputs of validated rows ``X`` by the fitted ``preprocessor``: numbers held as text
+    converted as at fit, then standardised / one-hot encoded.
+    """
     frame = pd.DataFrame(X, columns=list(preprocessor.columns_))
     encoded, _ = preprocessor.transform(coerce_inputs(frame, list(frame.columns), [], [], preprocessor))
     return encoded
@@ -284,9 +263,9 @@ def encoded_inputs(X: np.ndarray, preprocessor: Any) -> np.ndarray:
 
 def held_out_rows(X: np.ndarray, target: np.ndarray, columns: dict, *, task: str, names: list, kinds: dict,
                   levels: dict, preprocessor: Any) -> Any:
-    """A :class:`~fairopt.data.FairData` of new rows encoded like the training data: the
-    training sensitive features ``names`` (all of them, with every training group present:
-    ``levels``), their ``kinds`` and the fitted ``preprocessor``; ValueError otherwise."""
+    """A FairData of new rows encoded like the training data (same sensitive features, kinds, groups
+    and preprocessor); ValueError otherwise.
+    """
     if target.shape[0] != X.shape[0]:
         raise ValueError(f"y: {target.shape[0]} values for {X.shape[0]} rows of X")
     if sorted(columns) != sorted(names):
