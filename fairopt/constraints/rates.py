@@ -45,7 +45,7 @@ from fairopt.surrogates import Surrogate
 from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
 from solvers.strata import RowStrata, row_codes
 
-__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "GroupRateConstraint", "GROUPINGS",
+__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "GroupRateConstraint",
            "RowTemplate", "label_mask", "ratio_templates", "difference_templates"]
 
 
