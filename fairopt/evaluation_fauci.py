@@ -1,35 +1,18 @@
 """The FaUCI metrics that :func:`fairopt.evaluate` reports ([FU] sec 3.1 and 3.4).
 
-Magnini, Ciatto, Calegari, Omicini, "Enforcing Fairness via Constraint Injection with FaUCI"
-[FU]. For a binary classifier, :func:`fauci_measures` gives, per sensitive feature ``f`` of
-the data, the metrics its kind allows, on the hard predictions ``h = 1{out > threshold}``
-(realised fairness, like ``di_ratio``):
+For a binary classifier, per sensitive feature ``f``, on the hard predictions
+``h = 1{out > threshold}``: binary or categorical ``f``: ``wdp[f]``, ``wdi[f]``, ``weo[f]``
+([FU] eq. 5, 8, 10, uniform weights ``w_a = 1/N`` as in [FU] sec 4.1); continuous ``f``:
+``gdp[f]``, ``gdi[f]``, ``geo[f]`` ([FU] eq. 7, 9, 11, 10 equal-width bins, density weights
+``w_b = n_b / n``); a combined attribute ``f1&f2`` ([FU] sec 3.4, "a dummy protected attribute by
+combining the original ones"): the W* metrics of the occurring cells of the features' groups,
+continuous features in 3 quantile bins as for evaluate's UF and JS divergence.
 
-- binary or categorical ``f``: ``wdp[f]``, ``wdi[f]``, ``weo[f]`` - the weighted metrics of
-  [FU] eq. 5, 8, 10 with uniform weights ``w_a = 1/N`` over the ``N`` groups present, as in the
-  paper's experiments ([FU] sec 4.1);
-- continuous ``f``: ``gdp[f]``, ``gdi[f]``, ``geo[f]`` - the generalised metrics of [FU] eq. 7,
-  9, 11 on 10 equal-width bins of ``f`` with density weights ``w_b = n_b / n`` ([FU] eq. 6 and
-  sec 4.1);
-- a combined attribute ``f1&f2&...`` (``combined=``): the first approach of [FU] sec 3.4, "a
-  dummy protected attribute by combining the original ones". Its groups are the occurring
-  cells of the cartesian product of the features' groups, a continuous feature first cut
-  into 3 equal-count (quantile) bins, as evaluate's UF and JS divergence do
-  (:func:`fairopt.measures.intersection_cells`); the W* metrics (uniform weights) of those
-  cells are ``wdp[f1&f2]``, ``wdi[f1&f2]``, ``weo[f1&f2]``.
-
-``WDP = sum_a w_a |E[h | A=a] - E[h]|`` and ``WEO = sum_a w_a sum_{y in {0,1}} |E[h | A=a, Y=y]
-- E[h | Y=y]|`` are unfairness values (0 is fair; WEO <= 2, the sum over the two classes of
-[FU] eq. 10); ``WDI = sum_a w_a eta(E[h | A=a] / E[h | A!=a])``, ``eta(x) = min(x, 1/x)``, is a
-fairness score (1 is fair). Formulas and weights: :mod:`fairopt.measures.fauci`.
-
-Undefined values are NaN, never "perfectly fair": a feature (or combination) with a single
-group in the data gives NaN for its three metrics (a continuous feature that is constant
-warns with a :class:`~fairopt.exceptions.FairnessWarning`; a binary or categorical one is
-already warned about by ``di_ratio``); ``wdi``/``gdi`` are NaN when no row is predicted
-positive (every ratio is 0/0), with the reason in evaluate's ``"notes"`` (no further warning:
-such a model is a constant classifier, which evaluate flags with a
-:class:`~fairopt.exceptions.DegenerateModelWarning`).
+``WDP = sum_a w_a |E[h | A=a] - E[h]|`` and ``WEO = sum_a w_a sum_y |E[h | A=a, Y=y] - E[h | Y=y]|``
+are unfairness values (0 is fair); ``WDI = sum_a w_a eta(E[h | A=a] / E[h | A!=a])``,
+``eta(x) = min(x, 1/x)``, is a score (1 is fair). Undefined values are NaN, never "perfectly
+fair": a single group gives NaN for all three (a constant continuous feature warns), and
+``wdi``/``gdi`` are NaN with a note when no row is predicted positive.
 """
 
 from __future__ import annotations
@@ -62,14 +45,14 @@ FAUCI_METRICS = _NAMES["groups"] + _NAMES["continuous"]
 
 
 def fauci_columns(columns: Sequence[str]) -> list[str]:
-    """The FaUCI metric keys among ``columns`` (e.g. of a :func:`~fairopt.experiments.compare`
-    table), in their order: those of the form ``<metric>[<feature>]``."""
+    """The FaUCI metric keys ``<metric>[<feature>]`` among ``columns``, in their order."""
     return [c for c in columns if isinstance(c, str) and c.endswith("]") and c.split("[", 1)[0] in FAUCI_METRICS]
 
 
 def fauci_keys(name: str, kind: str) -> tuple[str, str, str]:
-    """The evaluate() keys of the FaUCI metrics of feature (or combination) ``name`` of ``kind``:
-    ``("wdp[name]", "wdi[name]", "weo[name]")``, or the ``g*`` keys for ``kind="continuous"``."""
+    """The keys of feature (or combination) ``name``: ``wdp``, ``wdi``, ``weo`` or, for a continuous
+    one, ``gdp``, ``gdi``, ``geo``, each ``[name]``.
+    """
     names = _NAMES["continuous" if kind == "continuous" else "groups"]
     return tuple(f"{metric}[{name}]" for metric in names)  # type: ignore[return-value]
 
@@ -80,17 +63,15 @@ def resolve_combined(combined: Any, names: Sequence[str]) -> list[tuple[str, ...
     Parameters
     ----------
     combined : None, bool, sequence of str or sequence of sequences of str
-        None or False: none. True: one combination of all the sensitive features (none when
-        the data has fewer than two). A sequence of names: that one combination. A sequence of
-        sequences: one combination each.
+        None or False: none; True: all sensitive features (if at least two); a sequence of names:
+        that combination; a sequence of sequences: one combination each.
     names : sequence of str
         The data's sensitive feature names.
 
     Raises
     ------
     ValueError
-        Naming ``fauci_combined``: an unknown name, a combination of fewer than two distinct
-        features, or an argument of another type.
+        An unknown name, fewer than two distinct features, or another type.
     """
     if combined is None or combined is False:
         return []
@@ -146,16 +127,16 @@ def _metrics(hard: np.ndarray, y: np.ndarray, groups: Any, kind: str, name: str,
 
 def fauci_measures(hard: np.ndarray, y: np.ndarray, items: Sequence[tuple[str, Any, str]],
                    combined: Sequence[tuple[str, ...]] = (), notes: dict[str, str] | None = None) -> dict[str, float]:
-    """The FaUCI metrics of hard predictions, per sensitive feature and per combination.
+    """The FaUCI metrics of hard predictions, per sensitive feature and then per combination.
 
     Parameters
     ----------
     hard : numpy.ndarray of shape (n,)
-        Hard 0/1 predictions ``1{out > threshold}``.
+        Hard 0/1 predictions.
     y : numpy.ndarray of shape (n,)
         True 0/1 labels (for ``weo``/``geo``).
     items : sequence of (name, values, kind)
-        The sensitive features, ``kind`` in binary/categorical/continuous.
+        The sensitive features.
     combined : sequence of tuples of names
         Combined attributes (:func:`resolve_combined`).
     notes : dict, optional
@@ -164,9 +145,7 @@ def fauci_measures(hard: np.ndarray, y: np.ndarray, items: Sequence[tuple[str, A
     Returns
     -------
     dict
-        ``wdp[f]``, ``wdi[f]``, ``weo[f]`` (binary/categorical ``f``) or ``gdp[f]``,
-        ``gdi[f]``, ``geo[f]`` (continuous ``f``) in the order of ``items``, then
-        ``wdp[f1&f2]``, ``wdi[f1&f2]``, ``weo[f1&f2]`` per combination (module docstring).
+        The keys of :func:`fauci_keys` in the order of ``items``, then per combination.
     """
     notes = {} if notes is None else notes
     results: dict[str, float] = {}
