@@ -37,6 +37,10 @@ __all__ = ["SavedModel", "load"]
 class SavedModel:
     """A torch model loaded by :func:`load` with what was saved beside it.
 
+    :meth:`predict`, :meth:`predict_proba` and :meth:`decision_function` take a DataFrame of raw rows
+    (encoded by the saved preprocessor) or the model inputs; the model runs in float64, so a row's
+    output does not depend on the rows around it.
+
     Attributes
     ----------
     model : torch.nn.Module
@@ -44,23 +48,15 @@ class SavedModel:
     preprocessor : Preprocessor or None
         Encodes raw rows into the model's inputs (:meth:`encode`).
     constraints : list
-        Constraint objects rebuilt from their specs (not set up: call ``setup(data)``
-        before evaluating them).
+        Constraint objects rebuilt from their specs (not set up).
     schema : dict or None
-        What a :class:`~fairopt.data.FairData` passed to :func:`save` described: ``task``,
-        ``target_name``, ``feature_columns``, ``feature_names``, ``sensitive_names``,
-        ``sensitive_kinds``, ``sensitive_levels``.
+        What a saved :class:`~fairopt.data.FairData` described: ``task``, ``target_name``,
+        ``feature_columns``, ``feature_names``, ``sensitive_names``, ``sensitive_kinds``,
+        ``sensitive_levels``.
     metadata : dict
-        The ``metadata`` given to :func:`save`. Two entries, when present, shape
-        :meth:`predict` (``fairopt train --data`` writes both): ``"classes"``, the two
-        labels of a binary target, negative first (default ``[0, 1]``), and
-        ``"threshold"``, the probability of ``classes[1]`` above which a row gets that
-        label (default 0.5: a positive logit, as :meth:`fairopt.FairClassifier.predict`).
-
-    :meth:`predict`, :meth:`predict_proba` and :meth:`decision_function` take a DataFrame
-    of raw rows (encoded with the saved preprocessor, :meth:`encode`) or, without a
-    preprocessor, the model inputs themselves; the model runs in float64, so a row's
-    output does not depend on the rows around it.
+        The ``metadata`` given to :func:`save`; ``"classes"`` (the two labels, negative first) and
+        ``"threshold"`` (the probability of ``classes[1]`` above which a row gets it, default 0.5)
+        shape :meth:`predict`.
     """
 
     model: nn.Module
@@ -70,8 +66,7 @@ class SavedModel:
     metadata: dict = field(default_factory=dict)
 
     def encode(self, frame: Any) -> torch.Tensor:
-        """Model inputs (float32 tensor) of a DataFrame of raw rows, with the saved
-        preprocessing (training statistics)."""
+        """Model inputs (float32 tensor) of a DataFrame of raw rows, with the saved preprocessing."""
         if self.preprocessor is None:
             raise ValueError("encode: no preprocessor was saved with this model")
         X, _ = self.preprocessor.transform(frame)
@@ -79,19 +74,16 @@ class SavedModel:
 
     @property
     def task(self) -> str:
-        """``"binary"`` or ``"regression"``: the saved schema's task, else the metadata's
-        ``"task"``, else ``"binary"``."""
+        """``"binary"`` or ``"regression"``: the schema's task, else the metadata's, else ``"binary"``."""
         return str((self.schema or {}).get("task") or self.metadata.get("task") or "binary")
 
     @property
     def classes_(self) -> np.ndarray:
-        """The two labels of a binary model (``metadata["classes"]``, default ``[0, 1]``);
-        ``classes_[1]`` is the positive class."""
+        """The two labels of a binary model (default ``[0, 1]``); ``classes_[1]`` is the positive class."""
         return np.asarray(self.metadata.get("classes") or [0, 1])
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """The model's output per row, float64 (n,): the logit of ``classes_[1]`` (binary)
-        or the prediction (regression)."""
+        """The model's output per row, float64 (n,): the logit of ``classes_[1]`` or the prediction."""
         if isinstance(X, pd.DataFrame) and self.preprocessor is not None:
             X = self.encode(X)
         inputs = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X, dtype=np.float64)
@@ -105,9 +97,9 @@ class SavedModel:
         return np.column_stack([1.0 - p1, p1])
 
     def predict(self, X: Any) -> np.ndarray:
-        """Binary: ``classes_[1]`` where its probability exceeds ``metadata["threshold"]``
-        (default 0.5, i.e. a positive logit), else ``classes_[0]``. Regression: the model's
-        prediction."""
+        """Binary: ``classes_[1]`` where its probability exceeds ``metadata["threshold"]``, else
+        ``classes_[0]``; regression: the prediction.
+        """
         out = self.decision_function(X)
         if self.task != "binary":
             return out
@@ -125,10 +117,8 @@ def load(path: PathLike, *, model: nn.Module | Callable[[int], nn.Module] | None
     ----------
     path : str or path-like
     model : torch.nn.Module or callable, optional
-        Needed when a custom (not ``fairopt.models``) module was saved: an instance of the
-        same architecture to load the weights into, or a factory ``n_features -> module``
-        (an estimator built with ``model=factory`` takes the factory: it becomes the
-        loaded estimator's ``model`` parameter).
+        Needed for a custom module: an instance of the same architecture, or the factory
+        ``n_features -> module`` an estimator was built with.
 
     Returns
     -------
@@ -139,17 +129,14 @@ def load(path: PathLike, *, model: nn.Module | Callable[[int], nn.Module] | None
     FileNotFoundError
         No file at ``path``.
     ValueError
-        Always naming the file: not a fairopt file (empty, not a torch archive, or not
-        written by :func:`save`), truncated or corrupted, objects other than tensors and
-        plain values inside, an unsupported format version, unknown or missing keys, a
-        checksum that does not match the content, a custom model without ``model=``,
-        weights that do not fit the given architecture.
+        Naming the file: not a fairopt file, truncated or corrupted, objects other than tensors and
+        plain values, an unsupported version, unknown or missing keys, a wrong checksum, a custom
+        model without ``model=``, weights that do not fit the architecture.
 
     Warns
     -----
     UserWarning
-        The file has format version 1, written before checksums existed: it is read, but
-        its integrity cannot be verified (save it again to add a checksum).
+        Format version 1 (before checksums): read, but its integrity cannot be verified.
     """
     name = os.fspath(path)
     payload = read_payload(name)
@@ -186,7 +173,7 @@ def _load_payload(payload: dict, model: Any) -> Any:
 # reading
 # --------------------------------------------------------------------------------------
 def _load_preprocessor(state: dict | None) -> Preprocessor | None:
-    """A fitted Preprocessor with the saved attributes (only those of the allow-list)."""
+    """A fitted Preprocessor with the saved allow-listed attributes."""
     if state is None:
         return None
     if state["_fitted"] is not True:
@@ -202,8 +189,7 @@ def _load_history(payload: dict) -> History:
 
 
 def _positive_label(classes: np.ndarray, fitted: dict) -> Any:
-    """The element of ``classes`` the file names as ``pos_label_``; ``classes[1]`` for a file
-    written before ``pos_label`` existed."""
+    """The element of ``classes`` the file names as ``pos_label_`` (``classes[1]`` for older files)."""
     if "pos_label_" not in fitted:
         return classes[1]
     matches = [c for c in classes if c == fitted["pos_label_"]]

@@ -24,7 +24,7 @@ from solvers.history import FitResult, History
 
 __all__ = ["save"]
 
-# The records keep the logger name they had before the package was split: "fairopt.persistence".
+# records under the package logger "fairopt.persistence"
 logger = logging.getLogger(__package__)
 
 
@@ -46,21 +46,20 @@ def save(
         history and fitted attributes).
     path : str or path-like
     data : FairData, optional
-        For a torch model or FitResult: store ``data.preprocessor`` and the description of
-        its columns and sensitive features (``SavedModel.schema``), never its rows.
+        For a model or FitResult: store its preprocessor and the description of its columns
+        (``SavedModel.schema``), never its rows.
     preprocessor : Preprocessor, optional
-        For a torch model or FitResult: a fitted preprocessor (instead of ``data``'s).
+        For a model or FitResult: a fitted preprocessor (instead of ``data``'s).
     constraints : constraint objects or specs, optional
-        For a torch model or FitResult: the constraints it was trained under.
+        For a model or FitResult: the constraints it was trained under.
     metadata : dict, optional
-        Plain values (numbers, strings, lists, dicts) stored as they are.
+        Plain values stored as they are.
 
     Raises
     ------
     ValueError
-        An unfitted estimator, an object of another type, a preprocessor that is not
-        fitted, values that are not plain (e.g. a callback in ``engine_params``), an
-        estimator whose ``model`` is a scikit-learn estimator (pickle it instead).
+        An unfitted estimator, another type, an unfitted preprocessor, values that are not plain,
+        or an estimator whose ``model`` is a scikit-learn estimator (pickle it instead).
     """
     payload = {"format": FORMAT, "format_version": FORMAT_VERSION, "metadata": _plain(metadata or {}, "metadata")}
     payload.update(_payload(obj, data, preprocessor, constraints))
