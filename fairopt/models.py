@@ -1,10 +1,8 @@
 """Small score models: one output per row (logit, prediction or log-rate).
 
-The models of the [SQP] experiments (sec 4): a linear model (Law) and a feed-forward
-network with one hidden layer of 32 (Dutch) or 256 (ACSIncome) units and Leaky ReLU
-activations. They return the raw score ``out`` of shape ``(n,)``; the sigmoid of the paper's
-output layer belongs to the loss (``BCEWithLogits``) and the decision threshold to the
-constraints (``out > 0``).
+The models of the [SQP] experiments (sec 4): linear, and feed-forward with one hidden layer of
+32 or 256 Leaky ReLU units. They return the raw score ``out`` of shape ``(n,)``: the paper's
+output sigmoid belongs to the loss (``BCEWithLogits``) and the threshold to the constraints.
 """
 
 from __future__ import annotations
@@ -52,7 +50,7 @@ def _seeded(seed: int | None) -> Iterator[None]:
 
 
 def linear(n_features: int, bias: bool = True, seed: int | None = None) -> nn.Module:
-    """A linear score model ``out = X w + b``, shape ``(n,)`` ([SQP] sec 4, Law).
+    """A linear score model ``out = X w + b``, shape ``(n,)`` ([SQP] sec 4).
 
     Parameters
     ----------
@@ -61,14 +59,11 @@ def linear(n_features: int, bias: bool = True, seed: int | None = None) -> nn.Mo
     bias : bool, default True
         Learn the intercept ``b``.
     seed : int or None, default None
-        Initialise from this seed (PyTorch's default ``nn.Linear`` initialisation) without
-        changing the global RNG state; ``None`` draws from the global RNG, so
-        ``torch.manual_seed`` makes it deterministic.
+        Initialise from this seed without changing the global RNG; ``None`` draws from the global RNG.
 
     Returns
     -------
     torch.nn.Module
-        Maps ``X`` of shape ``(n, p)`` to ``out`` of shape ``(n,)``.
     """
     p = positive_int(n_features, "n_features")
     bias = check_flag(bias, "bias")
@@ -84,32 +79,28 @@ def mlp(
     seed: int | None = None,
     dropout: float = 0.0,
 ) -> nn.Module:
-    """A feed-forward network ``Linear -> act -> ... -> Linear(., 1)``, output shape ``(n,)``.
+    """A feed-forward network ``Linear -> act -> ... -> Linear(., 1)``, output shape ``(n,)`` ([SQP] sec 4).
 
-    The [SQP] sec 4 networks: ``hidden=(32,)`` (Dutch) or ``(256,)`` (ACSIncome) with Leaky
-    ReLU (negative slope 0.01). With ``dropout = p > 0`` every hidden activation is followed
-    by ``nn.Dropout(p)`` (the networks of [DC] App. G.2/H.3); it is active in ``train()``
-    mode only, so call ``model.eval()`` before predicting.
+    With ``dropout = p > 0`` every hidden activation is followed by ``nn.Dropout(p)`` (the networks
+    of [DC] App. G.2/H.3), active in ``train()`` mode only.
 
     Parameters
     ----------
     n_features : int
         Number of input columns ``p >= 1``.
     hidden : sequence of int, default (32,)
-        Widths of the hidden layers (at least one; use :func:`linear` for none).
+        Widths of the hidden layers (at least one).
     activation : {"leaky_relu", "relu", "tanh"}, default "leaky_relu"
     bias : bool, default True
         Learn the intercepts of every layer.
     seed : int or None, default None
         As in :func:`linear`.
     dropout : float in [0, 1), default 0.0
-        Dropout probability after each hidden activation; 0 adds no layer (the network is
-        exactly the one without the argument).
+        Dropout probability after each hidden activation; 0 adds no layer.
 
     Returns
     -------
     torch.nn.Module
-        Maps ``X`` of shape ``(n, p)`` to ``out`` of shape ``(n,)``.
     """
     p = positive_int(n_features, "n_features")
     dropout = check_interval(dropout, "dropout", 0.0, 1.0, closed="left")

@@ -1,22 +1,11 @@
 """Sensitive features in every accepted form, as one group code per row.
 
-Shared by :func:`fairopt.group_report` and the scorers of :mod:`fairopt.metrics` (a module of
-its own, outside :mod:`fairopt.report`, so that a metric does not load the report and the
-models it reads): one attribute gives its own groups, several attributes give their
-intersections.
-
-Accepted forms of ``sensitive_features`` (``n`` rows):
-
-- a 1-D array, list, tensor or ``pandas.Series`` (one attribute, named after the Series,
-  else ``"sensitive"``);
-- a 2-D array or a ``pandas.DataFrame`` (several attributes, named after the columns,
-  else ``"sensitive_0"``, ``"sensitive_1"``, ...), or a dict ``name -> 1-D array``;
-- when ``X`` is a DataFrame: a column name of ``X``, or a list of them.
-
-Group labels: the value itself for one attribute (``"Male"``), ``"name=value"`` joined by
-``"|"`` for several (``"sex=Male|race=White"``). Groups are sorted: by value for one
-attribute, lexicographically by the attributes' sorted values for several (the order of
-:func:`fairopt.measures.intersection_cells`); only combinations that occur are groups.
+Shared by :func:`fairopt.group_report` and the scorers of :mod:`fairopt.metrics` (outside
+:mod:`fairopt.report`, so a metric does not load the report and the models it reads).
+``sensitive_features`` is a 1-D array, list, tensor or Series (one attribute), a 2-D array,
+DataFrame or dict of 1-D arrays (several), or column name(s) of a DataFrame ``X``. Several
+attributes give their occurring intersections, labelled ``"sex=Male|race=White"`` and sorted as
+:func:`fairopt.measures.intersection_cells`; one attribute's groups are its sorted values.
 """
 
 from __future__ import annotations
@@ -44,7 +33,7 @@ class Groups:
     labels : list of str
         One label per group, in group order.
     names : list of str
-        The sensitive attributes (one, or several for intersections).
+        The sensitive attributes.
     values : pandas.DataFrame
         One row per group (index ``labels``), one column per attribute: the group's value.
     """
@@ -66,7 +55,7 @@ class Groups:
 
 
 def row_count(x: Any) -> int:
-    """Number of rows of an array-like, a DataFrame or a tensor (``len``; shape[0])."""
+    """Number of rows of an array-like, a DataFrame or a tensor."""
     shape = getattr(x, "shape", None)
     if shape is not None and len(shape) > 0:
         return int(shape[0])
@@ -87,9 +76,8 @@ def sensitive_frame(sensitive_features: Any, n_rows: int, X: Any = None) -> pd.D
     Raises
     ------
     ValueError
-        Unknown column name; a length other than ``n_rows`` (both lengths are named);
-        missing values (NaN/None: they form no group); a categorical column with a
-        category that has no row (a group with 0 rows); no attribute at all.
+        An unknown column name, another length, missing values, a category without rows, or no
+        attribute at all.
     """
     if sensitive_features is None:
         raise ValueError("sensitive_features: required (an array, a DataFrame or column name(s) of X)")
@@ -137,10 +125,8 @@ def _label(value: Any) -> str:
 
 
 def intersection_groups(sensitive_features: Any, n_rows: int, X: Any = None) -> Groups:
-    """The groups of the rows: one per value of one attribute, one per occurring
-    combination of values of several (labels ``"a=x|b=y"``).
-
-    Parameters and errors as :func:`sensitive_frame`.
+    """The groups of the rows: one per value of one attribute, one per occurring combination of several
+    (parameters and errors as :func:`sensitive_frame`).
     """
     frame = sensitive_frame(sensitive_features, n_rows, X)
     names = [str(c) for c in frame.columns]
