@@ -1,17 +1,10 @@
 """A scikit-learn estimator as the estimators' model: ``model=<estimator>`` with ``method="moving_targets"``.
 
-One job: train a clone of a user's scikit-learn estimator (e.g.
-``HistGradientBoostingClassifier()``) by :class:`solvers.moving_targets.MovingTargets` on an
-estimator's :class:`fairopt.FairData`, and wrap the fitted clone as the torch module the
-estimators predict, evaluate and diagnose with (:class:`FittedEstimator`).
-
-Moving Targets only needs ``fit``/``predict`` of its learner, so any scikit-learn classifier
-(FairClassifier) or regressor (FairRegressor) can be trained under the constraints that have a
-linear target encoding (the group-rate constraints, GeDI). The gradient engines
-(``method="sqp"``, ``"penalty"``, ``"lagrangian"``) need a differentiable model: a scikit-learn
-estimator with them is a ValueError. The estimator given is never fitted itself: every fit
-trains a :func:`sklearn.base.clone` (so ``clone`` of the fair estimator, grid searches and the
-held-out margin's refits each start from the same unfitted parameters).
+Moving Targets needs only ``fit``/``predict`` of its learner, so a clone of any scikit-learn
+classifier or regressor can be trained under the constraints with a linear target encoding
+(group rates, GeDI); the gradient engines need a differentiable model and refuse one. The fitted
+clone is wrapped as the torch module the estimators predict with (:class:`FittedEstimator`). The
+estimator given is never fitted itself, so clones, grid searches and refits all start from it.
 """
 
 from __future__ import annotations
@@ -32,16 +25,18 @@ LOGIT_CLIP = 36.0
 
 
 def is_sklearn_model(model: Any) -> bool:
-    """Whether ``model`` is a scikit-learn estimator INSTANCE (``get_params``, ``fit`` and
-    ``predict`` or ``predict_proba``), as opposed to a named model or a module factory."""
+    """Whether ``model`` is a scikit-learn estimator instance (``get_params``, ``fit``, ``predict`` or
+    ``predict_proba``) rather than a named model or a module factory.
+    """
     return (not isinstance(model, (str, type, nn.Module)) and callable(getattr(model, "get_params", None))
             and callable(getattr(model, "fit", None))
             and (callable(getattr(model, "predict", None)) or callable(getattr(model, "predict_proba", None))))
 
 
 def check_sklearn_model(model: Any, method: str, task: str) -> None:
-    """ValueError unless ``model`` can be trained with ``method`` for ``task`` (module doc):
-    Moving Targets only; a classifier for ``task="binary"``, a regressor for ``"regression"``."""
+    """ValueError unless ``model`` can be trained: Moving Targets only, a classifier for
+    ``task="binary"``, a regressor for ``"regression"``.
+    """
     name = type(model).__name__
     if method != "moving_targets":
         raise ValueError(f"model: a scikit-learn estimator ({name}) is trained by method='moving_targets' only "
@@ -56,11 +51,9 @@ def check_sklearn_model(model: Any, method: str, task: str) -> None:
 class FittedEstimator(nn.Module):
     """A fitted scikit-learn estimator as a module ``x -> out`` (not differentiable).
 
-    Classifier: the logit of ``P(y = 1 | x)``: ``decision_function(x)`` when the estimator has
-    one, else ``log(p / (1 - p))`` of ``p = predict_proba(x)[:, 1]`` clipped to
-    ``[-36, 36]``, else ``2 predict(x) - 1``; so ``out > 0`` exactly when the estimator predicts
-    class 1, the threshold of the estimators' rate constraints and ``predict``. Regressor:
-    ``predict(x)``. Inputs are passed as float32, the precision the estimator was trained on.
+    Classifier: ``decision_function(x)``, else the logit of ``predict_proba(x)[:, 1]`` clipped to
+    ``[-36, 36]``, else ``2 predict(x) - 1``, so ``out > 0`` exactly when it predicts class 1.
+    Regressor: ``predict(x)``. Inputs are passed as float32, as in training.
 
     Parameters
     ----------
@@ -94,11 +87,10 @@ class FittedEstimator(nn.Module):
 
 
 def run_sklearn_learner(options: Any, data: Any, constraints: list, reference: bool = False) -> FitResult:
-    """:class:`solvers.moving_targets.MovingTargets` refitting a clone of ``options.model`` (a
-    :class:`fairopt.training.TrainingOptions` whose ``model`` is a scikit-learn estimator) under
-    ``constraints`` (none for ``reference``); the result's model is the best iteration's
-    estimator as a :class:`FittedEstimator`. ``engine_params`` go to the engine; ``epochs``,
-    ``lr`` and ``batch_size`` belong to the torch learners and must be left None."""
+    """:class:`solvers.moving_targets.MovingTargets` refitting a clone of ``options.model`` under
+    ``constraints`` (none for ``reference``); the model is the best iteration's estimator as a
+    :class:`FittedEstimator`. ``epochs``, ``lr`` and ``batch_size`` must be None.
+    """
     from solvers.moving_targets import MovingTargets  # loads the projection back-ends: only when used
 
     check_sklearn_model(options.model, options.method, options.task)
