@@ -122,7 +122,8 @@ def _load(dataset: str, data_dir: str | None, include_sensitive: bool = False) -
 
 @lru_cache(maxsize=4)
 def prepare(dataset: str, seed: int, data_dir: str | None = None,
-            max_rows: int | None = None, include_sensitive: bool = False) -> tuple[Part, Part, dict]:
+            max_rows: int | None = None, include_sensitive: bool = False,
+            stratify: bool = True) -> tuple[Part, Part, dict]:
     """The seeded 70/30 split of ``dataset`` shared by every method of a cell.
 
     Parameters
@@ -137,6 +138,9 @@ def prepare(dataset: str, seed: int, data_dir: str | None = None,
         Seeded subsample of this many rows before the split (quick checks).
     include_sensitive : bool, default False
         Whether the sensitive attribute is a column of X (for every method alike).
+    stratify : bool, default True
+        Stratify the split by target x sensitive group (:meth:`FairData.split`); False: a
+        seeded random split, in which every part's group and target counts vary.
 
     Returns
     -------
@@ -150,7 +154,7 @@ def prepare(dataset: str, seed: int, data_dir: str | None = None,
 
         rows = np.sort(np.random.default_rng(seed).choice(len(data), size=max_rows, replace=False))
         data = data.subset(torch.from_numpy(rows))
-    train, test = data.split(test_size=TEST_SIZE, seed=seed)
+    train, test = data.split(test_size=TEST_SIZE, seed=seed, stratify=stratify)
     name = data.sensitive_names[0]
 
     def part(d: Any) -> Part:

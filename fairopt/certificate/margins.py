@@ -58,13 +58,22 @@ def auto_margin(
     ``se(n) = sqrt(sum_g a_g^2 p_g (1 - p_g) / n_g)`` on a sample with side sizes ``n_g``.
     The model is fitted to meet the row on the training rows (sizes ``n_g``), whose value
     differs from the population's by the training noise; a new sample (sizes
-    ``n'_g = n_g * n_new / n``) differs again by its own. The margin is
+    ``n'_g = n_g * n_new / n``) differs again by its own. For one model with group rates
+    ``p_g`` the two sample rows are independent and about normal around the population's
+    row, so the gap ``r_new - r_train`` has variance ``se(n)^2 + se(n')^2``; the fit leaves
+    ``r_train`` at ``upper - margin``, and ``r_new`` exceeds ``upper`` when the gap exceeds
+    the margin. Hence the margin is
     ``z * sqrt(se(n)^2 + se(n')^2)``, ``z`` the one-sided normal quantile at
     ``1 - alpha / pairs`` (``alpha = 1 - confidence``, a union bound over the compared pairs
     of sides as in :func:`certify`; bootstrap constraints: over the ``k`` finite bound
     sides), with ``p_g`` the current hard rates on ``data`` when ``outputs`` are given, else
     the positive rates of the training TARGET per side (the rates a fitted model is drawn
-    towards). ``for_certificate=True`` (a held-out part will be certified with
+    towards). The rows of a ratio constraint are its own event (``P_f / P_r >= delta`` iff
+    ``delta P_r - P_f <= 0``), so no linearisation enters. The new sample is drawn like
+    the training rows (independent rows); the held-out part of a split stratified by
+    target x group (``FairData.split``) varies less, since only the rates within each
+    target x group cell move (``benchmarks/margin_spread.py`` measures both kinds of split).
+    ``for_certificate=True`` (a held-out part will be certified with
     :func:`certify`): ``inflation * z se(n')``; the default ``inflation=2`` is the
     certificate's own half-width ``z se(n')`` (the held-out value must clear the bound by
     that much for its confidence bound to pass) plus as much again for the held-out sample's
