@@ -5,12 +5,15 @@ splits (seeds 0-2, :meth:`fairopt.FairData.split`), its binary sensitive attribu
 NOT among the model inputs (the loader's ``include_sensitive=False``). Per seed: train and test DI (hard labels, group to
 group), test accuracy and fit time of the boosted fit under the bound, and the same for plain
 LightGBM (``objective="binary"``) with the same rounds, learning rate, leaves and threads; fit
-times are the smaller of ``--repeats`` alternating runs (the machine is shared).
+times are the smaller of ``--repeats`` alternating runs (the machine is shared). The boosted fit
+runs all ``--rounds`` rounds (no early stopping: the same rounds as the plain booster) unless
+``--early-stopping N`` sets the estimator's ``early_stopping_rounds``.
 
     python benchmarks/gbm_fit.py                       # 20,000 rows, seeds 0-2, 300 rounds
     python benchmarks/gbm_fit.py --num-leaves 31                # LightGBM's default trees, for both
     python benchmarks/gbm_fit.py --rows 5000 --seeds 0 --rounds 100
     python benchmarks/gbm_fit.py --dataset dutch                # Dutch, Law, ACS-Colorado: dutch, law, acsincome
+    python benchmarks/gbm_fit.py --early-stopping 30            # the estimator's default rounds
 """
 
 from __future__ import annotations
@@ -53,8 +56,9 @@ def one_seed(data: FairData, seed: int, args: argparse.Namespace) -> list[dict]:
     s_train, s_test = train.sensitive[args.sensitive].numpy(), test.sensitive[args.sensitive].numpy()
     times_gbm, times_plain = [], []
     for _ in range(args.repeats):
-        clf = FairClassifier(("disparate_impact", args.sensitive, args.delta), model="gbm", epochs=args.rounds, lr=args.lr,
-                             seed=seed, engine_params={"n_jobs": args.n_jobs, "num_leaves": args.num_leaves})
+        options = {"n_jobs": args.n_jobs, "num_leaves": args.num_leaves, "early_stopping_rounds": args.early_stopping}
+        clf = FairClassifier(("disparate_impact", args.sensitive, args.delta), model="gbm", epochs=args.rounds,
+                             lr=args.lr, seed=seed, engine_params=options)
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delta", type=float, default=0.8)
     parser.add_argument("--n-jobs", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--early-stopping", type=int, default=None)
     args = parser.parse_args(argv)
     frame, spec = load_frame(args.dataset, data_dir(args.data_dir))
     args.sensitive = spec["sensitive"][0]

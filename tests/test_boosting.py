@@ -301,3 +301,56 @@ def test_validation():
 
     with pytest.raises(ValueError, match="'detached' has no Jacobian"):
         BoostedSQP(rounds=2).fit(data, loss="bce", constraints=[Detached()])
+
+
+# ----------------------------------------------------------------------------- validation rows
+def _held_out(data: FairData, n_valid: int, seed: int = 0) -> tuple[FairData, FairData]:
+    order = np.random.default_rng(seed).permutation(len(data))
+    return data.subset(torch.from_numpy(order[n_valid:])), data.subset(torch.from_numpy(order[:n_valid]))
+
+
+@pytest.mark.parametrize("metric", ["loss", "error"])
+def test_validation_criterion_per_round(metric):
+    """The per-round validation criterion is that of the model with that many trees, recomputed here
+    from LightGBM's own predictions (log loss or error rate of ``init + trees``)."""
+    data, _, _ = _classification(2000, seed=4)
+    train, valid = _held_out(data, 500)
+    result, _ = _fit(train, loss="bce", validation=valid, engine={"rounds": 40, "validation_metric": metric})
+    curve = result.info["validation_losses"]
+    assert len(curve) == 41 and result.info["best_validation_round"] == int(np.argmin(curve))
+    full = lightgbm.Booster(model_str=result.model.model_string)  # the returned round's trees
+    init, yv = result.info["init_score"], valid.y.numpy()
+    for trees in {0, 1, result.info["returned_iteration"]}:
+        raw = full.predict(valid.X.numpy(), raw_score=True, num_iteration=trees) if trees else 0.0
+        out = init + raw + np.zeros(len(yv))
+        expected = _log_loss(out, yv) if metric == "loss" else np.mean((out > 0) != (yv > 0.5))
+        assert curve[trees] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_early_stopping_returns_the_best_feasible_round():
+    """Under DI >= 0.8 with validation rows and early stopping: the returned round meets the bound on
+    every training row (checked here), has the lowest validation loss among the rounds that met it on
+    the training rows (the history's exact violations), and the rounds stop ``patience`` rounds after
+    that round."""
+    data, s, _ = _classification(3000, seed=5)
+    train, valid = _held_out(data, 800)
+    patience = 15
+    result, caught = _fit(train, loss="bce", validation=valid, constraints=[DisparateImpact("s", 0.8)],
+                          engine={"rounds": 400, "num_leaves": 31, "early_stopping_rounds": patience})
+    info = result.info
+    assert not [w for w in caught if issubclass(w.category, BoundWarning)]
+    assert _di(result.model(train.X).numpy(), train.sensitive["s"].numpy()) >= 0.8
+    curve = info["validation_losses"]
+    assert info["rounds"] < 400 and info["shift"] == 0.0
+    feasible = [r["iteration"] for r in result.history.records[:-1] if r["V_exact_max"] <= 1e-6]
+    assert len(feasible) < info["rounds"]  # some rounds miss the bound on the training rows: not candidates
+    assert info["returned_iteration"] == min(feasible, key=lambda t: (curve[t], t))
+    assert info["rounds"] == info["returned_iteration"] + patience + 1
+    with pytest.raises(ValueError, match="validation"):
+        BoostedSQP(rounds=2, early_stopping_rounds=3).fit(train, loss="bce")
+    with pytest.raises(ValueError, match="columns"):
+        BoostedSQP(rounds=2).fit(train, loss="bce", validation=FairData.from_arrays(
+            np.zeros((5, 2)), np.zeros(5), {"s": np.arange(5) % 2}))
+    reg, _, _ = _regression(300)
+    with pytest.raises(ValueError, match="error"):
+        BoostedSQP(rounds=2, validation_metric="error").fit(reg, loss="mse", validation=reg)

@@ -45,8 +45,11 @@ def test_classifier_meets_disparate_impact_and_round_trips(tmp_path):
     rates = _rates(clf.predict(X), s)
     assert min(rates) / max(rates) >= 0.8
     assert clf.converged_ and clf.status_ == "converged" and clf.train_violation_ == 0.0
-    assert isinstance(clf.model_, BoostedScores) and clf.n_iter_ == 80
-    assert len(clf.history_.to_pandas()) == 81  # one record per round and the returned model's
+    # early stopping (the default) chose the rounds on a held-out part; the model has that many trees
+    rounds = clf.engine_info_["stopping_rounds"]
+    assert isinstance(clf.model_, BoostedScores) and clf.n_iter_ == rounds == clf.model_.n_trees
+    assert 1 <= rounds <= clf.engine_info_["stopping_probe_rounds"] <= 80
+    assert len(clf.history_.to_pandas()) == rounds + 1  # one record per round and the returned model's
     proba = clf.predict_proba(X)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     np.testing.assert_array_equal(proba[:, 1] > 0.5, clf.predict(X) == 1)
@@ -61,6 +64,28 @@ def test_classifier_meets_disparate_impact_and_round_trips(tmp_path):
     assert twin.get_params()["model"] == "gbm" and not hasattr(twin, "model_")
     _fit(twin, X, y, sensitive_features=s)
     np.testing.assert_array_equal(twin.decision_function(X), clf.decision_function(X))  # deterministic
+
+
+def test_early_stopping_options():
+    """Without early stopping the booster runs every round; with it (the default) the rounds are chosen on
+    a held-out part and the returned model, refitted on all rows, meets the bound on all of them; too
+    few rows to hold out: every round."""
+    X, y, s = _classification(1200, seed=4)
+    full = FairClassifier(("disparate_impact", "s", 0.8), model="gbm", epochs=120,
+                          engine_params={**FAST, "early_stopping_rounds": None, "num_leaves": 31})
+    _fit(full, X, y, sensitive_features=s)
+    assert full.n_iter_ == 120 and "stopping_rounds" not in full.engine_info_
+    stopped = clone(full).set_params(engine_params={**FAST, "early_stopping_rounds": 10, "num_leaves": 31})
+    _fit(stopped, X, y, sensitive_features=s)
+    assert stopped.n_iter_ == stopped.engine_info_["stopping_rounds"] < 120
+    rates = _rates(stopped.predict(X), s)
+    assert stopped.converged_ and min(rates) / max(rates) >= 0.8
+    small = clone(stopped)
+    _fit(small, X[:400], y[:400], sensitive_features=s[:400])  # 80 held-out rows < MIN_STOPPING_ROWS
+    assert small.n_iter_ == 120 and "stopping_rounds" not in small.engine_info_
+    with pytest.raises(ValueError, match="stopping_fraction"):
+        clone(full).set_params(engine_params={"early_stopping_rounds": 5, "stopping_fraction": 0.9}).fit(
+            X, y, sensitive_features=s)
 
 
 def test_equalized_odds_and_held_out_certificate():

@@ -14,12 +14,13 @@ from solvers.boosting.objective import BOOSTING_LOSSES, row_derivatives, startin
 from solvers.boosting.scores import BoostedScores
 from solvers.boosting.shift import smallest_shifts
 from solvers.boosting.step import RoundState, WorkingBounds, round_step
+from solvers.boosting.validation import VALIDATION_METRICS, ValidationLoss
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import check_targets, loss_name
 from solvers.outcome import BestIterate, warn_if_constant, warn_if_start, warn_unmet
 from solvers.problem import as_constraint_set, check_dataset, exact_rows, row_violations
-from solvers.validation import check_flag, check_interval, check_seed, positive_float, positive_int
+from solvers.validation import check_choice, check_flag, check_interval, check_seed, positive_float, positive_int
 
 __all__ = ["BoostedSQP"]
 
@@ -59,13 +60,20 @@ class BoostedSQP:
 
     Returned model: every round's scores are a candidate, compared on ALL training rows with
     the exact measure (:class:`solvers.outcome.BestIterate`: the feasible one with the lowest
-    loss, else the least violating). For the binary cross-entropy, when the last round (or
-    the least-violating one) is infeasible, the end-game also tries the smallest constant
-    shift of its scores that meets the bounds (:mod:`solvers.boosting.shift`; a constant reads
-    no sensitive attribute). The model is :class:`solvers.boosting.BoostedScores` (the trees
-    up to the chosen round, plus the starting constant and the shift); it is checked once
-    more on all rows, and a bound it misses emits :class:`solvers.outcome.BoundWarning` (a model
-    no better than the best constant, :class:`solvers.outcome.ConstantPredictorWarning`).
+    loss, else the least violating). With ``validation`` rows (:meth:`fit`), what compares
+    candidates is the validation criterion (:mod:`solvers.boosting.validation`: the loss or the
+    error rate): the returned round is the one with the lowest validation criterion among those
+    that meet every bound on the training rows, and ``early_stopping_rounds`` stops the rounds
+    once that round (feasible) has not changed for so many rounds: the rounds before the bounds
+    are met do not count, so a criterion that is low early, while the bounds are still
+    unmet, does not stop the fit.
+    For the binary cross-entropy, when the last round (or the least-violating one) is
+    infeasible, the end-game also tries the smallest constant shift of its scores that meets
+    the bounds (:mod:`solvers.boosting.shift`; a constant reads no sensitive attribute). The
+    model is :class:`solvers.boosting.BoostedScores` (the trees up to the chosen round, plus the
+    starting constant and the shift); it is checked once more on all rows, and a bound it
+    misses emits :class:`solvers.outcome.BoundWarning` (a model no better than the best
+    constant, :class:`solvers.outcome.ConstantPredictorWarning`).
 
     Parameters
     ----------
@@ -95,6 +103,13 @@ class BoostedSQP:
         1: an INFO log line (logger ``solvers.boosting.engine``) every tenth of the rounds.
     callbacks : sequence of callables
         ``cb(engine, record) -> bool | None`` after every round; True stops training.
+    early_stopping_rounds : int, optional
+        With ``validation`` rows: stop after this many rounds without a better candidate (one
+        that meets every bound on the training rows with a lower validation criterion; none
+        before the first feasible round). None: run all ``rounds``.
+    validation_metric : {"loss", "error"}, default "loss"
+        The validation criterion: the loss, or the error rate of the hard labels ``F > 0``
+        (binary cross-entropy only).
     """
 
     def __init__(
@@ -111,6 +126,8 @@ class BoostedSQP:
         seed: int = 0,
         verbose: int = 0,
         callbacks: Sequence[Callable[[Any, dict], Any]] = (),
+        early_stopping_rounds: int | None = None,
+        validation_metric: str = "loss",
     ) -> None:
         self.rounds = positive_int(rounds, "rounds", allow_integral_float=True)
         self.learning_rate = positive_float(learning_rate, "learning_rate")
@@ -130,6 +147,9 @@ class BoostedSQP:
         self.seed = check_seed(seed, allow_none=False, allow_negative=False)
         self.verbose = int(verbose)
         self.callbacks = list(callbacks)
+        self.early_stopping_rounds = (None if early_stopping_rounds is None
+                                      else positive_int(early_stopping_rounds, "early_stopping_rounds"))
+        self.validation_metric = check_choice(validation_metric, VALIDATION_METRICS, "validation_metric")
 
     def lightgbm_params(self) -> dict:
         """The LightGBM parameters of the fit (the objective is set by :meth:`fit`)."""
@@ -141,7 +161,7 @@ class BoostedSQP:
         return {**params, **self.params}
 
     # ------------------------------------------------------------------ fit
-    def fit(self, data: Any, *, loss: Any = "bce", constraints: Any = ()) -> FitResult:
+    def fit(self, data: Any, *, loss: Any = "bce", constraints: Any = (), validation: Any = None) -> FitResult:
         """Boost ``rounds`` trees on ``data`` under ``constraints`` (class docstring).
 
         Parameters
@@ -153,6 +173,10 @@ class BoostedSQP:
             factor does not change the fit).
         constraints : Constraint, iterable of them, or ConstraintSet
             Set up on ``data`` here.
+        validation : Dataset, optional
+            Rows not trained on (``X`` with the columns of ``data.X``, ``y``, optional ``weights``):
+            their ``validation_metric`` compares the candidate rounds and stops early (class
+            docstring).
 
         Returns
         -------
@@ -162,17 +186,23 @@ class BoostedSQP:
             stationarity test); ``status`` "converged", "infeasible" or "stopped_by_callback";
             ``info`` as the SQP engine's (``feasible``, ``violation``, ``c_exact``, ``row_names``,
             ``unmet_rows``, ``returned_iteration``, ``relaxed_steps``) plus ``rounds``,
-            ``shift`` (the end-game's constant) and ``init_score``.
+            ``shift`` (the end-game's constant) and ``init_score``; with ``validation``,
+            ``validation_losses`` (the criterion per number of trees, from 0) and
+            ``best_validation_round``.
 
         Raises
         ------
         ValueError
             A loss other than the squared error or the binary cross-entropy, targets it cannot
-            fit, a bad dataset, or a constraint whose rows have no Jacobian in the scores.
+            fit, a bad dataset, a constraint whose rows have no Jacobian in the scores, or
+            ``early_stopping_rounds`` without ``validation``, or ``validation_metric="error"``
+            with the squared error.
         """
         import lightgbm
 
         n = check_dataset(data)
+        if validation is None and self.early_stopping_rounds is not None:
+            raise ValueError("early_stopping_rounds: needs validation rows (fit(..., validation=...))")
         name = loss_name(loss)
         if name not in BOOSTING_LOSSES:
             raise ValueError(f"loss: BoostedSQP needs per-row curvature and takes {sorted(BOOSTING_LOSSES)}, "
@@ -188,24 +218,26 @@ class BoostedSQP:
         if m:
             _check_jacobians(cons, torch.full((n,), init, dtype=torch.float64), data)
 
-        params = {**self.lightgbm_params(), "objective": "none"}
+        params = {**self.lightgbm_params(), "objective": "none", "metric": "None"}  # the engine reads no metric
         train_set = lightgbm.Dataset(X, label=y, init_score=np.full(n, init), params=params, free_raw_data=False)
         booster = lightgbm.Booster(params=params, train_set=train_set)
+        validation_loss = _checked_validation(validation, name, init, X.shape[1], self.validation_metric)
+        state = RoundState(validation=validation_loss)
+        if state.validation is not None:
+            state.validation.attach(booster, train_set)
 
         tracker = BestIterate(lower, upper, self.feasibility_tol)
         history = History(cons.row_names)
         bounds = WorkingBounds(lower, upper, self.calibrate_exact, self.calibration_weight)
-        state = RoundState()
         with one_thread_outside_lightgbm():
             rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
-        # the scores the last tree was fitted at, plus that tree: the scores after every round
-        last = state.scores + _tree_scores(booster, X, rounds_done - 1)
-        last_f = row_derivatives(name, last, data).f
+        last = _training_scores(booster)  # after every round: LightGBM's running scores of the training rows
+        last_f = row_derivatives(name, last, data).f if state.validation is None else state.validation.at(rounds_done)
         last_c = exact_rows(cons, last, data) if m else None
         tracker.offer_copy(lambda: (rounds_done, 0.0), last_f, last_c, rounds_done)
         if m and name == "bce":
             self._shift_candidates(booster, X, init, name, cons, data, lower, upper, tracker, last, last_c,
-                                   rounds_done)
+                                   rounds_done, state.validation)
 
         trees, shift = tracker.best.params if tracker.best is not None else (rounds_done, 0.0)
         model = BoostedScores(booster.model_to_string(num_iteration=trees) if trees > 0 else "", init + shift)
@@ -220,6 +252,10 @@ class BoostedSQP:
             booster.update(fobj=lambda preds, _: self._round(preds, name, cons, data, bounds, tracker, history,
                                                              state))
             rounds_done = t + 1
+            if state.validation is not None:
+                state.validation.update(booster)
+                if self.early_stopping_rounds is not None and _stalled(tracker, t, self.early_stopping_rounds):
+                    break
             if self.verbose and (t + 1) % max(1, self.rounds // 10) == 0:
                 r = history.records[-1]
                 logger.info("boosting round %d/%d: loss %.5g, exact violation %.3g", t + 1, self.rounds, r["f"],
@@ -240,13 +276,16 @@ class BoostedSQP:
         lower, upper = bounds.lower, bounds.upper
         m = int(lower.numel())
         record: dict = {"iteration": t, "f": der.f}
+        offered_f = der.f  # the loss that compares candidates: the validation loss where there is one
+        if state.validation is not None:
+            offered_f = record["f_validation"] = state.validation.at(t)
         grad = der.grad
         if m:
             t0 = time.perf_counter()
             c, dc = rows_and_output_jacobian(cons, F, data)
             c, J = c.to(torch.float64), dc.to(torch.float64)
             c_exact = exact_rows(cons, F, data, smooth=c)
-            tracker.offer_copy(lambda: (t, 0.0), der.f, c_exact, t)
+            tracker.offer_copy(lambda: (t, 0.0), offered_f, c_exact, t)
             lo, hi = bounds.update(c, c_exact)
             step = round_step(der.grad, der.hess, c, J, lo, hi, self.learning_rate, state)
             grad = step.gradient
@@ -259,7 +298,7 @@ class BoostedSQP:
                 "t_qp": time.perf_counter() - t0,
             })
         else:
-            tracker.offer_copy(lambda: (t, 0.0), der.f, None, t)
+            tracker.offer_copy(lambda: (t, 0.0), offered_f, None, t)
             record.update({"V": 0.0, "V_exact": 0.0, "V_exact_max": 0.0})
         history.append(record)
         if any(cb(self, record) for cb in self.callbacks):
@@ -269,7 +308,7 @@ class BoostedSQP:
     # ------------------------------------------------------------------ end-game
     def _shift_candidates(self, booster: Any, X: np.ndarray, init: float, name: str, cons: Any, data: Any,
                           lower: torch.Tensor, upper: torch.Tensor, tracker: BestIterate, last: torch.Tensor,
-                          last_c: torch.Tensor, rounds_done: int) -> None:
+                          last_c: torch.Tensor, rounds_done: int, validation: ValidationLoss | None) -> None:
         """Offer the smallest feasible constant shifts (:mod:`solvers.boosting.shift`) of the last
         round's scores when they are infeasible, and of the least-violating round's when no round
         was feasible."""
@@ -282,7 +321,8 @@ class BoostedSQP:
         for trees, scores in starts:
             for candidate in smallest_shifts(scores, lambda F: exact_rows(cons, F, data), lower, upper,
                                              self.feasibility_tol):
-                f = row_derivatives(name, scores + candidate.shift, data).f
+                f = (row_derivatives(name, scores + candidate.shift, data).f if validation is None
+                     else validation.shifted(booster, trees, candidate.shift))
                 tracker.offer_copy(lambda k=trees, s=candidate.shift: (k, s), f, candidate.c_exact, trees)
 
     def _result(self, model: BoostedScores, name: str, cons: Any, data: Any, bounds: WorkingBounds,
@@ -318,6 +358,8 @@ class BoostedSQP:
                 "iterations": rounds_done, "rounds": rounds_done, "shift": shift, "init_score": init,
                 "bound_offset": (bounds.offset + bounds.push).tolist(),
                 "relaxed_steps": sum(r.get(COLUMN_QP_STATUS) == QP_RELAXED for r in history.records)}
+        if state.validation is not None:
+            info.update(validation_losses=list(state.validation.losses), best_validation_round=state.validation.best())
         return FitResult(model=model, history=history, status=status, converged=feasible, info=info)
 
 
@@ -338,10 +380,36 @@ def one_thread_outside_lightgbm() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _tree_scores(booster: Any, X: np.ndarray, index: int) -> torch.Tensor:
-    """The raw score of tree ``index`` alone on ``X``, float64 (n,)."""
-    raw = booster.predict(np.asarray(X, dtype=np.float64), raw_score=True, start_iteration=index, num_iteration=1)
-    return torch.from_numpy(np.asarray(raw, dtype=np.float64).reshape(-1))
+def _stalled(tracker: BestIterate, iteration: int, patience: int) -> bool:
+    """The best candidate meets every bound and was offered ``patience`` or more rounds before ``iteration``."""
+    best = tracker.best
+    return best is not None and tracker.feasible(best.row_violations) and iteration - best.iteration >= patience
+
+
+def _checked_validation(validation: Any, name: str, init: float, n_features: int,
+                         metric: str) -> ValidationLoss | None:
+    """The :class:`ValidationLoss` of ``validation`` rows (None without), checked like the training rows."""
+    if validation is None:
+        return None
+    check_dataset(validation)
+    check_targets(name, validation)
+    if validation.X.ndim != 2 or validation.X.shape[1] != n_features:
+        raise ValueError(f"validation: expected X with {n_features} columns like the training rows, got shape "
+                         f"{tuple(validation.X.shape)}")
+    return ValidationLoss(name, validation, init, metric)
+
+
+def _training_scores(booster: Any) -> torch.Tensor:
+    """The booster's running raw scores of its training rows (the starting constant and every tree so
+    far, updated tree by tree during training, not recomputed), float64 (n,)."""
+    seen: list[np.ndarray] = []
+
+    def capture(preds: np.ndarray, _: Any) -> tuple[str, float, bool]:
+        seen.append(np.asarray(preds, dtype=np.float64).reshape(-1))
+        return "scores", 0.0, False
+
+    booster.eval_train(feval=capture)
+    return torch.from_numpy(seen[-1].copy())
 
 
 def _scores(booster: Any, X: np.ndarray, init: float, trees: int | None = None) -> torch.Tensor:

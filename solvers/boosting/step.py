@@ -29,7 +29,7 @@ fixed bias would otherwise remain.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -48,13 +48,15 @@ HESSIAN_FLOOR = 1e-6
 class RoundState:
     """What the rounds of one boosted fit change: the round ``iteration``, the once-per-fit notices
     of :func:`solvers.sqp.steps.solve_qp` (``warned_relaxed``, ``warned_relaxed_failed``), ``stop``
-    (a callback asked to stop) and the ``scores`` the last tree was fitted at."""
+    (a callback asked to stop), the ``scores`` the last tree was fitted at and the
+    :class:`solvers.boosting.validation.ValidationLoss` of the fit's validation rows (None without)."""
 
     iteration: int = 0
     warned_relaxed: bool = False
     warned_relaxed_failed: bool = False
     stop: bool = False
     scores: torch.Tensor | None = None
+    validation: Any = None
 
 
 class RoundStep(NamedTuple):
