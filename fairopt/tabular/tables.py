@@ -13,6 +13,7 @@ import pandas as pd
 
 from fairopt.data.frames import short_list
 from fairopt.persistence import SavedModel, load
+from fairopt.status import MET_TOL
 
 logger = logging.getLogger("fairopt.tabular")
 
@@ -22,7 +23,7 @@ LAYOUT = "fairopt-table/1"
 #: enforced for this decision: a positive logit).
 THRESHOLD = 0.5
 #: Exact violation above which a constraint is reported unmet (the estimators' default).
-VIOLATION_TOL = 1e-3
+VIOLATION_TOL = MET_TOL
 _CSV_SUFFIXES = (".csv", ".txt")
 _TSV_SUFFIXES = (".tsv", ".tab")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
