@@ -43,6 +43,21 @@ def test_train_writes_report_metrics_history_and_model(tmp_path, capsys, method,
     assert "accuracy" in (out / "report.txt").read_text() and "accuracy" in capsys.readouterr().out
 
 
+def test_train_dataset_prints_the_status_in_the_estimators_terms(tmp_path, capsys):
+    """--dataset NAME prints the status of fairopt.status (not the engine's word) with its sentence."""
+    import re
+
+    from fairopt.status import STATUSES
+
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--constraint", "di:sex>=0.8", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    found = re.search(r"^sqp on adult: status (\w+) \(\d+\.\d s\)\. (.+)$", printed, re.MULTILINE)
+    assert found and found.group(1) in STATUSES, printed
+    assert "DI[sex]" in found.group(2) and "bound >= 0.800" in found.group(2)
+    assert json.loads((out / "metrics.json").read_text())["status"] == found.group(1)
+
+
 def test_train_from_toml_and_flag_override(tmp_path):
     config = tmp_path / "train.toml"
     config.write_text('dataset = "adult"\nsubsample = 1500\nepochs = 2\nmethod = "sqp"\n'
