@@ -19,9 +19,7 @@ from torch import nn
 from fairopt import models
 from fairopt.training import engine_class
 from solvers.history import History
-from solvers.lagrangian import LagrangianDual
-from solvers.penalty import Penalty, is_constraint, penalised_loss
-from solvers.sqp import StochasticSQP
+from solvers.penalty import is_constraint, penalised_loss
 
 __all__ = [
     "Method",
@@ -201,7 +199,7 @@ class _ConstrainedMethod(_EngineMethod):
         super().__init__(model=model, name=name, hyperparameter=hyperparameter, loss=loss,
                          engine_options=engine_options)
 
-    def _engine(self, value: float | None, seed: int) -> StochasticSQP | LagrangianDual:
+    def _engine(self, value: float | None, seed: int) -> Any:
         """The engine of ``engine`` (:func:`fairopt.training.engine_class`) with the options and ``seed``."""
         return engine_class(self.engine)(**{**self.engine_options, "seed": seed})
 
@@ -301,7 +299,7 @@ class PenaltyMethod(_EngineMethod):
             return 0.0
         return float(self.weight_of(value)) if self.weight_of is not None else float(value)
 
-    def _engine(self, value: float | None, seed: int) -> Penalty | StochasticSQP:
+    def _engine(self, value: float | None, seed: int) -> Any:
         weight = {} if self.engine == "sqp" else {"weight": self.weight_for(value)}
         return engine_class(self.engine)(**{**self.engine_options, **weight, "seed": seed})
 
