@@ -7,6 +7,11 @@
   bound, for ``FairClassifier`` with its default settings (linear model, stochastic SQP).
 - ``history.png``: the training history of the fit at ``DI >= 0.8`` (loss, surrogate and
   exact violation per iteration), drawn by ``History.plot``.
+- ``trees_<dataset>.png``: copies of ``benchmarks/results/trees/tradeoff_<dataset>.png`` (drawn
+  by ``benchmarks/trees.py``) for the "Which model?" page, whose table :func:`trees_table`
+  prints from ``benchmarks/results/trees/trees.md``. ``python docs/make_images.py trees`` does
+  only this part (after a rerun of ``benchmarks/trees.py``; ``tests/test_which_model_page.py``
+  fails until the page and the copies match the results again).
 
 Everything is seeded; the run takes about half a minute on one CPU thread. The PNGs are
 committed, so building the site does not run this script.
@@ -14,6 +19,8 @@ committed, so building the site does not run this script.
 
 from __future__ import annotations
 
+import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -32,6 +39,20 @@ from fairopt.estimators import FairClassifier  # noqa: E402
 from fairopt.metrics import disparate_impact  # noqa: E402
 
 IMAGES = Path(__file__).resolve().parent / "images"
+TREES = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "trees"
+TREE_DATASETS = ("adult", "dutch", "law", "acsincome", "compas")
+#: The rows of the "Which model?" table: benchmarks/trees.py's method names and the page's labels.
+TREE_METHODS = {
+    "fairopt-linear": '`model="linear"`',
+    "fairopt-mlp": '`model="mlp"`',
+    "fairopt-gbm": '`model="gbm"`',
+    "fairopt-gbm-margin": '`model="gbm", margin="auto"`',
+    "fairopt-mt-hgb": '`method="moving_targets"`, HGB',
+    "lightgbm": "LightGBM, unconstrained",
+    "fairlearn-eg": "fairlearn ExponentiatedGradient + LR",
+    "oxonfair-hgb-inferred": "oxonfair on HGB, inferred groups",
+    "error-parity-hgb": "error-parity thresholds on HGB",
+}
 BOUNDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 SAVE = {"dpi": 110, "bbox_inches": "tight", "pil_kwargs": {"optimize": True}}
 
@@ -102,5 +123,48 @@ def main() -> None:
         print(IMAGES / name, f"{(IMAGES / name).stat().st_size / 1024:.0f} kB")
 
 
+def trees_table(results: Path = TREES, slack: float = 0.005) -> str:
+    """The "Which model?" page's table: per method (:data:`TREE_METHODS`) and data set the mean
+    test accuracy / test DI over seeds from ``results/trees.md``, ``*`` where the mean training
+    DI is below the bound minus ``slack``; the first line names the results' commit."""
+    lines = (results / "trees.md").read_text().splitlines()
+    commit = next(line for line in lines if line.startswith("commit ")).split(";")[0].split()[1]
+    bound = float(lines[0].split(">=")[1].split()[0])
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
+    header, rows = rows[0], rows[1:]
+    means = {(row[0], row[1]): dict(zip(header, row)) for row in rows}
+    out = [f"From `benchmarks/results/trees/trees.md` at commit {commit}: test accuracy / test DI, means over "
+           f"seeds; `*` the mean training DI is below {bound - slack:g}.", "",
+           "| model | reads s to predict | " + " | ".join(TREE_DATASETS) + " |",
+           "|---" * (len(TREE_DATASETS) + 2) + "|"]
+    for method, label in TREE_METHODS.items():
+        cells = []
+        for dataset in TREE_DATASETS:
+            row = means.get((dataset, method))
+            if row is None:
+                cells.append("-")
+                continue
+            missed = "*" if float(row["train DI"]) < bound - slack else ""
+            cells.append(f"{float(row['test acc']):.3f} / {float(row['test DI']):.2f}{missed}")
+        needs = next((means[(d, method)]["needs s"] for d in TREE_DATASETS if (d, method) in means), "-")
+        out.append(f"| {label} | {needs} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def tree_plots(results: Path = TREES) -> list[Path]:
+    """Copy ``results/tradeoff_<dataset>.png`` to ``docs/images/trees_<dataset>.png``."""
+    copies = []
+    for dataset in TREE_DATASETS:
+        copy = IMAGES / f"trees_{dataset}.png"
+        shutil.copyfile(results / f"tradeoff_{dataset}.png", copy)
+        copies.append(copy)
+    return copies
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["trees"]:
+        print("\n".join(str(p) for p in tree_plots()))
+        print(trees_table())
+    else:
+        main()
+        tree_plots()
