@@ -29,6 +29,11 @@ fairopt-gbm               no      ``FairClassifier(model="gbm")`` (skipped where
 ``<fairopt>-margin``      no      each fairopt model with ``margin="auto"``
 ========================  ======  ==============================================================
 
+FairGBM constrains false-positive and false-negative rates, not demographic parity: its comparison
+(equalized odds) is ``benchmarks/trees_odds.py`` (``OUT/odds.md``), on the same splits; the
+regression peers (GeDI and covariance bounds) are ``benchmarks/trees_regression.py``
+(``OUT/regression.md``).
+
 One JSON file per (data set, method, seed) under ``OUT/cells`` (a rerun skips the cells it has),
 then ``OUT/trees.md`` (means over seeds per data set, with the commit and the command),
 ``OUT/trees.csv`` (every run) and ``OUT/tradeoff_<dataset>.png`` (test accuracy against test DI).
@@ -75,6 +80,8 @@ ROWS = {"adult": 20000}
 SEEDS = [0, 1, 2]
 DELTA = 0.8
 INSTALL = 'pip install "fairopt[benchmarks]" && pip install --no-deps error-parity'
+SEE_ALSO = ("FairGBM (equalized odds, where its constraint matches): odds.md (benchmarks/trees_odds.py); "
+            "regression under GeDI and covariance bounds: regression.md (benchmarks/trees_regression.py).")
 
 Method = Callable[[Part, Part, float, int], dict]
 #: name -> (needs the sensitive attribute to predict, required modules, fit_predict)
@@ -391,6 +398,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
              "machine.", "", markdown(table, floatfmt=".4f"), ""]
     if len(skipped):
         lines += ["Skipped here:", ""] + [f"- {r.method}: {r.note}" for r in skipped.itertuples()] + [""]
+    lines += [SEE_ALSO, ""]
     (out / "trees.md").write_text("\n".join(lines))
     every.to_csv(out / "trees.csv", index=False)
     files = plot(table, out)
