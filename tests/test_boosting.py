@@ -277,6 +277,22 @@ def test_boosted_scores_state_dict_and_pickle():
     np.testing.assert_array_equal(BoostedScores(offset=0.3)(data.X).numpy(), np.full(300, 0.3))
 
 
+def test_boosted_scores_remembered_rows_follow_in_place_changes():
+    """The same tensor scored twice reuses the last answer, but not after an in-place change (nor for
+    equal rows in another tensor, which score the same): every answer equals LightGBM's prediction."""
+    data, _, _ = _classification(300)
+    model = _fit(data, loss="bce", engine={"rounds": 20})[0].model
+    booster = lightgbm.Booster(model_str=model.model_string)
+    X = data.X.clone().double()
+    expected = lambda rows: booster.predict(rows.numpy(), raw_score=True) + float(model.offset)  # noqa: E731
+    np.testing.assert_allclose(model(X).numpy(), expected(X), rtol=0, atol=1e-12)
+    X[:50, 0] += 3.0  # in place: the tensor's version changes
+    changed = model(X).numpy()
+    np.testing.assert_allclose(changed, expected(X), rtol=0, atol=1e-12)
+    assert np.any(changed[:50] != expected(data.X.double())[:50])
+    np.testing.assert_array_equal(model(X.clone()).numpy(), changed)
+
+
 def test_validation():
     data, _, _ = _classification(100)
     with pytest.raises(ValueError, match="loss"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 import warnings
 
@@ -45,10 +46,13 @@ def test_classifier_meets_disparate_impact_and_round_trips(tmp_path):
     rates = _rates(clf.predict(X), s)
     assert min(rates) / max(rates) >= 0.8
     assert clf.converged_ and clf.status_ == "converged" and clf.train_violation_ == 0.0
-    # early stopping (the default) chose the rounds on a held-out part; the model has that many trees
-    rounds = clf.engine_info_["stopping_rounds"]
+    # early stopping (the default) chose the rounds on a held-out 20%, scaled by 1 / 0.8 for the refit on
+    # all rows (at most epochs); the model has that many trees
+    info = clf.engine_info_
+    rounds = info["stopping_rounds"]
     assert isinstance(clf.model_, BoostedScores) and clf.n_iter_ == rounds == clf.model_.n_trees
-    assert 1 <= rounds <= clf.engine_info_["stopping_probe_rounds"] <= 80
+    assert rounds == min(80, max(1, math.ceil(info["stopping_best_round"] / 0.8)))
+    assert info["stopping_best_round"] <= info["stopping_probe_rounds"] <= 80
     assert len(clf.history_.to_pandas()) == rounds + 1  # one record per round and the returned model's
     proba = clf.predict_proba(X)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)

@@ -11,6 +11,7 @@ parameters; the trees are grown by :class:`solvers.boosting.BoostedSQP`.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,7 @@ class BoostedScores(nn.Module):
         self._booster: Any = None
         self._booster_of: torch.Tensor | None = None
         self._memo: tuple | None = None  # (key of the last rows scored, their raw scores)
+        self._memo_source: tuple | None = None  # (weak reference to the last input tensor, its version, key)
 
     @property
     def model_string(self) -> str:
@@ -69,7 +71,7 @@ class BoostedScores(nn.Module):
             import lightgbm
 
             self._booster = lightgbm.Booster(model_str=self.model_string)
-            self._booster_of, self._memo = self.trees, None
+            self._booster_of, self._memo, self._memo_source = self.trees, None, None
         return self._booster
 
     @property
@@ -79,20 +81,27 @@ class BoostedScores(nn.Module):
         return 0 if booster is None else int(booster.current_iteration())
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        x = np.ascontiguousarray(X.detach().cpu().numpy(), dtype=np.float64)
-        if x.ndim != 2:
-            raise ValueError(f"X: expected a 2-D feature matrix, got shape {tuple(x.shape)}")
-        out = self._raw_scores(x) + self.offset.detach().cpu().double()
+        if X.dim() != 2:
+            raise ValueError(f"X: expected a 2-D feature matrix, got shape {tuple(X.shape)}")
+        out = self._raw_scores(X) + self.offset.detach().cpu().double()
         return out.to(X.device)
 
-    def _raw_scores(self, x: np.ndarray) -> torch.Tensor:
-        """The trees' raw score of the rows ``x`` (float64, C order). The last answer is remembered
-        with a digest of ``x``'s bytes: evaluating a fit (exact measures, diagnostics) scores the same
-        rows several times, and hashing them costs a small part of a pass through hundreds of trees."""
+    def _raw_scores(self, X: torch.Tensor) -> torch.Tensor:
+        """The trees' raw score of the rows ``X`` (float64). The last answer is remembered with a
+        digest of the rows' float64 bytes: evaluating a fit (exact measures, diagnostics) scores the
+        same rows several times, and hashing them costs a small part of a pass through hundreds of
+        trees. The same tensor again, unmodified (its ``_version``), reuses the last digest without
+        hashing."""
         booster = self.booster
-        if booster is None or x.shape[0] == 0:
-            return torch.zeros(x.shape[0], dtype=torch.float64)
+        if booster is None or X.shape[0] == 0:
+            return torch.zeros(X.shape[0], dtype=torch.float64)
+        source = getattr(self, "_memo_source", None)  # absent from a model pickled before it existed
+        if source is not None and source[0]() is X and source[1] == X._version and self._memo is not None \
+                and self._memo[0] == source[2]:
+            return self._memo[1].clone()
+        x = np.ascontiguousarray(X.detach().cpu().numpy(), dtype=np.float64)
         key = (x.shape, hashlib.blake2b(x.data, digest_size=16).digest())
+        self._memo_source = (weakref.ref(X), X._version, key)
         if self._memo is not None and self._memo[0] == key:
             return self._memo[1].clone()
         raw = torch.from_numpy(np.asarray(booster.predict(x, raw_score=True), dtype=np.float64).reshape(-1))
@@ -106,11 +115,13 @@ class BoostedScores(nn.Module):
             self.trees = torch.zeros_like(saved, dtype=torch.uint8)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self._booster, self._booster_of, self._memo = None, None, None  # the buffer was written in place
+        self._memo_source = None
 
     def __getstate__(self) -> dict:
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
         state = dict(state)
         state["_booster"], state["_booster_of"], state["_memo"] = None, None, None  # rebuilt from the buffer
+        state["_memo_source"] = None  # a weak reference does not pickle
         return state
 
     def extra_repr(self) -> str:
