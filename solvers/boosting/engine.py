@@ -64,9 +64,10 @@ class BoostedSQP:
     candidates is the validation criterion (:mod:`solvers.boosting.validation`: the loss or the
     error rate): the returned round is the one with the lowest validation criterion among those
     that meet every bound on the training rows, and ``early_stopping_rounds`` stops the rounds
-    once that round (feasible) has not changed for so many rounds: the rounds before the bounds
-    are met do not count, so a criterion that is low early, while the bounds are still
-    unmet, does not stop the fit.
+    once so many feasible rounds have followed that round without a lower criterion: the rounds
+    that miss a bound do not count, so neither a criterion that is low while the bounds are
+    still unmet nor a feasible start (a constant predictor often meets a rate bound) stops
+    a fit that has not yet reached the bounds.
     For the binary cross-entropy, when the last round (or the least-violating one) is
     infeasible, the end-game also tries the smallest constant shift of its scores that meets
     the bounds (:mod:`solvers.boosting.shift`; a constant reads no sensitive attribute). The
@@ -104,9 +105,9 @@ class BoostedSQP:
     callbacks : sequence of callables
         ``cb(engine, record) -> bool | None`` after every round; True stops training.
     early_stopping_rounds : int, optional
-        With ``validation`` rows: stop after this many rounds without a better candidate (one
-        that meets every bound on the training rows with a lower validation criterion; none
-        before the first feasible round). None: run all ``rounds``.
+        With ``validation`` rows: stop after this many rounds that meet every bound on the
+        training rows without a lower validation criterion than the best such round (rounds
+        that miss a bound do not count). None: run all ``rounds``.
     validation_metric : {"loss", "error"}, default "loss"
         The validation criterion: the loss, or the error rate of the hard labels ``F > 0``
         (binary cross-entropy only).
@@ -254,7 +255,7 @@ class BoostedSQP:
             rounds_done = t + 1
             if state.validation is not None:
                 state.validation.update(booster)
-                if self.early_stopping_rounds is not None and _stalled(tracker, t, self.early_stopping_rounds):
+                if self.early_stopping_rounds is not None and _stalled(tracker, state, self.early_stopping_rounds):
                     break
             if self.verbose and (t + 1) % max(1, self.rounds // 10) == 0:
                 r = history.records[-1]
@@ -285,11 +286,12 @@ class BoostedSQP:
             c, dc = rows_and_output_jacobian(cons, F, data)
             c, J = c.to(torch.float64), dc.to(torch.float64)
             c_exact = exact_rows(cons, F, data, smooth=c)
-            tracker.offer_copy(lambda: (t, 0.0), offered_f, c_exact, t)
+            exact_viol = row_violations(c_exact, lower, upper)
+            became_best = tracker.offer_copy(lambda: (t, 0.0), offered_f, c_exact, t)
+            state.stale = 0 if became_best else state.stale + int(tracker.feasible(exact_viol))
             lo, hi = bounds.update(c, c_exact)
             step = round_step(der.grad, der.hess, c, J, lo, hi, self.learning_rate, state)
             grad = step.gradient
-            exact_viol = row_violations(c_exact, lower, upper)
             record.update({
                 COLUMN_C: c.tolist(), "c_exact": c_exact.tolist(), "V": float(row_violations(c, lo, hi).sum()),
                 "V_exact": float(exact_viol.sum()), "V_exact_max": float(exact_viol.max()),
@@ -298,7 +300,7 @@ class BoostedSQP:
                 "t_qp": time.perf_counter() - t0,
             })
         else:
-            tracker.offer_copy(lambda: (t, 0.0), offered_f, None, t)
+            state.stale = 0 if tracker.offer_copy(lambda: (t, 0.0), offered_f, None, t) else state.stale + 1
             record.update({"V": 0.0, "V_exact": 0.0, "V_exact_max": 0.0})
         history.append(record)
         if any(cb(self, record) for cb in self.callbacks):
@@ -380,10 +382,10 @@ def one_thread_outside_lightgbm() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _stalled(tracker: BestIterate, iteration: int, patience: int) -> bool:
-    """The best candidate meets every bound and was offered ``patience`` or more rounds before ``iteration``."""
+def _stalled(tracker: BestIterate, state: RoundState, patience: int) -> bool:
+    """The best candidate meets every bound and ``patience`` feasible rounds have been offered since it."""
     best = tracker.best
-    return best is not None and tracker.feasible(best.row_violations) and iteration - best.iteration >= patience
+    return best is not None and tracker.feasible(best.row_violations) and state.stale >= patience
 
 
 def _checked_validation(validation: Any, name: str, init: float, n_features: int,

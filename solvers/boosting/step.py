@@ -48,8 +48,9 @@ HESSIAN_FLOOR = 1e-6
 class RoundState:
     """What the rounds of one boosted fit change: the round ``iteration``, the once-per-fit notices
     of :func:`solvers.sqp.steps.solve_qp` (``warned_relaxed``, ``warned_relaxed_failed``), ``stop``
-    (a callback asked to stop), the ``scores`` the last tree was fitted at and the
-    :class:`solvers.boosting.validation.ValidationLoss` of the fit's validation rows (None without)."""
+    (a callback asked to stop), the ``scores`` the last tree was fitted at, the
+    :class:`solvers.boosting.validation.ValidationLoss` of the fit's validation rows (None without)
+    and ``stale``, the feasible rounds offered since the best candidate (early stopping)."""
 
     iteration: int = 0
     warned_relaxed: bool = False
@@ -57,6 +58,7 @@ class RoundState:
     stop: bool = False
     scores: torch.Tensor | None = None
     validation: Any = None
+    stale: int = 0
 
 
 class RoundStep(NamedTuple):
