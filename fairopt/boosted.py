@@ -3,7 +3,7 @@
 One job: turn an estimator's training options and a :class:`fairopt.FairData` into a boosted
 model (a :class:`solvers.history.FitResult` whose model is a :class:`solvers.boosting.BoostedScores`).
 The estimator's ``epochs`` is the most boosting rounds and ``lr`` the learning rate
-(shrinkage); ``engine_params`` go to :class:`~solvers.boosting.BoostedSQP` (``num_leaves``, 15 by
+(shrinkage); ``engine_params`` go to :class:`~solvers.boosting.BoostedSQP` (``num_leaves``, 7 by
 default here, :data:`GBM_DEFAULTS`; ``min_child_samples``, ``params`` for further LightGBM
 parameters, ``n_jobs``, ...). The loss is
 the binary cross-entropy on logits (classifier) or the squared error in the units of ``y``
@@ -11,14 +11,15 @@ the binary cross-entropy on logits (classifier) or the squared error in the unit
 
 Hard constraints only: ``method`` must be ``"sqp"`` (boosting is the SQP in function space).
 
-Number of rounds by early stopping (``engine_params``: ``early_stopping_rounds``, 50 by default,
-None to run all ``epochs``; ``stopping_fraction``, 0.2; ``validation_metric``, ``"loss"``). A
+Number of rounds chosen on held-out rows (``engine_params``: ``stopping_fraction``, 0.2 by
+default, None to run all ``epochs`` on all rows; ``early_stopping_rounds``, 50 by default, None:
+the held-out fit runs all ``epochs``; ``validation_metric``, ``"loss"``). A
 stratified part of the training rows (target x group cell,
 :func:`fairopt.data.splitting.stratified_split_indices`) is held out, the booster is trained
 under the constraints on the rest, and the round count ``T`` is the round with the lowest loss
 on the held-out part (``validation_metric``) among those that meet every bound on the rows it
-trained on (:class:`solvers.boosting.BoostedSQP` with ``validation``), stopping
-``early_stopping_rounds`` rounds after the last improvement (``epochs`` is the most rounds).
+trained on (:class:`solvers.boosting.BoostedSQP` with ``validation``; with
+``early_stopping_rounds``, stopping once that many feasible rounds have followed the best).
 The returned model is then boosted on ALL training rows for ``ceil(T / (1 - stopping_fraction))``
 rounds (at most ``epochs``): it sees ``1 / (1 - stopping_fraction)`` times as many rows as the
 held-out fit, and the best number of rounds of a booster grows with its rows (each tree fits
@@ -39,14 +40,15 @@ from solvers.history import FitResult
 __all__ = ["GBM_DEFAULTS", "MIN_STOPPING_ROWS", "run_gbm"]
 
 #: The estimators' defaults for ``model="gbm"``: at most 300 rounds (``epochs``) at learning rate 0.1
-#: (``lr``) where those are None; trees of 15 leaves; early stopping (module docstring) after 50 rounds
-#: without a better feasible round on a held-out 20%, by the validation loss (``engine_params`` sets
-#: any of them). Chosen on the grid of ``benchmarks/gbm_defaults.py`` (five data sets, three seeds
-#: each; ``benchmarks/results/gbm_defaults.md``): the number of rounds that generalises best differs
-#: by data set by a factor of five or more (the fewest on Law and COMPAS, where fixed 300 rounds fit
-#: the training rows), which no fixed count serves, and with the rounds chosen on held-out rows the
-#: larger trees no longer overfit.
-GBM_DEFAULTS: dict[str, Any] = {"epochs": 300, "lr": 0.1, "num_leaves": 15, "early_stopping_rounds": 50,
+#: (``lr``) where those are None; trees of 7 leaves; the rounds chosen on a held-out 20% by the
+#: validation loss, stopping after 50 feasible rounds without a better one (module docstring;
+#: ``engine_params`` sets any of them). Chosen on the grid of ``benchmarks/gbm_defaults.py`` (five
+#: data sets, three seeds each; ``benchmarks/results/gbm_defaults.md``): the number of rounds that
+#: generalises best differs by data set by a factor of four or more (the fewest on Law, where 300
+#: rounds fit the training rows), which no fixed count serves. Trees of 15 leaves fit the
+#: group-wise multiplier term ``J'y`` to the training rows: under a tightened bound (``margin``)
+#: their rounds swung between feasible models worse than the constant for all 300 rounds on Adult.
+GBM_DEFAULTS: dict[str, Any] = {"epochs": 300, "lr": 0.1, "num_leaves": 7, "early_stopping_rounds": 50,
                                 "stopping_fraction": 0.2, "validation_metric": {"binary": "loss", "regression": "loss"}}
 
 #: Fewest held-out rows for early stopping (module docstring).
@@ -108,14 +110,13 @@ def _engine(kwargs: dict) -> BoostedSQP:
 
 def _stopping_fit(kwargs: dict, patience: Any, fraction: Any, data: Any, loss: str, constraints: list,
                   seed: int) -> FitResult | None:
-    """The early-stopping fit of the module docstring on a held-out split of ``data`` (None when
-    ``patience`` is None or the held-out part would have fewer than :data:`MIN_STOPPING_ROWS` rows)."""
-    if patience is None:
-        _engine({**kwargs, "early_stopping_rounds": None})  # checks the other options all the same
+    """The held-out fit of the module docstring on a split of ``data`` (None when ``fraction`` is None
+    or the held-out part would have fewer than :data:`MIN_STOPPING_ROWS` rows)."""
+    engine = _engine({**kwargs, "early_stopping_rounds": patience})  # checks the options in every case
+    if fraction is None:
         return None
-    engine = _engine({**kwargs, "early_stopping_rounds": patience})
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 0.5:
-        raise ValueError(f"engine_params: stopping_fraction must be in (0, 0.5], got {fraction!r}")
+        raise ValueError(f"engine_params: stopping_fraction must be None or in (0, 0.5], got {fraction!r}")
     if fraction * len(data) < MIN_STOPPING_ROWS:
         return None
     kept, held = stratified_split_indices(data._split_strata(), float(fraction), seed)

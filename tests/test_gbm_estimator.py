@@ -71,12 +71,12 @@ def test_classifier_meets_disparate_impact_and_round_trips(tmp_path):
 
 
 def test_early_stopping_options():
-    """Without early stopping the booster runs every round; with it (the default) the rounds are chosen on
-    a held-out part and the returned model, refitted on all rows, meets the bound on all of them; too
-    few rows to hold out: every round."""
+    """Without a held-out part the booster runs every round; with one (the default) the rounds are chosen
+    on it (here with early stopping) and the returned model, refitted on all rows, meets the bound on all
+    of them; too few rows to hold out: every round."""
     X, y, s = _classification(1200, seed=4)
     full = FairClassifier(("disparate_impact", "s", 0.8), model="gbm", epochs=120,
-                          engine_params={**FAST, "early_stopping_rounds": None, "num_leaves": 31})
+                          engine_params={**FAST, "stopping_fraction": None, "num_leaves": 31})
     _fit(full, X, y, sensitive_features=s)
     assert full.n_iter_ == 120 and "stopping_rounds" not in full.engine_info_
     stopped = clone(full).set_params(engine_params={**FAST, "early_stopping_rounds": 10, "num_leaves": 31})
