@@ -554,8 +554,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     model : {"linear", "mlp", "gbm"} or callable, default "linear"
         :func:`fairopt.models.linear`, :func:`fairopt.models.mlp`, ``"gbm"`` (gradient-boosted
         trees grown under the hard constraints, :class:`solvers.boosting.BoostedSQP`;
-        ``method="sqp"`` without ``batch_size``; ``epochs`` rounds, default 300, ``lr`` default
-        0.1, tree options through ``engine_params``), or a factory ``n_features -> nn.Module``
+        ``method="sqp"`` without ``batch_size``; at most ``epochs`` rounds, default 300, their
+        number chosen on held-out training rows, :mod:`fairopt.boosted`; ``lr`` default 0.1, tree
+        options through ``engine_params``), or a factory ``n_features -> nn.Module``
         with one float32 output per row, called under ``torch.manual_seed(seed)``.
     hidden : tuple of int, default (32,)
         Hidden-layer widths of ``model="mlp"``.

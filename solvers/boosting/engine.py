@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -370,13 +371,13 @@ def one_thread_outside_lightgbm() -> Iterator[None]:
     """Run the block with one torch thread and one BLAS thread (restored afterwards): the per-round
     work outside LightGBM is a few passes over ``n``-vectors and an ``m x n`` product, where waking
     worker threads costs more than it saves, and those threads would compete with LightGBM's own
-    (``n_jobs``) for the cores between the rounds."""
-    from threadpoolctl import threadpool_limits
-
+    (``n_jobs``) for the cores between the rounds. The thread pools are looked up once per process
+    (:func:`_thread_pools`): a lookup scans the loaded libraries, which costs more than a small fit's
+    rounds outside LightGBM."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _thread_pools().limit(limits=1, user_api="blas"):
             yield
     finally:
         torch.set_num_threads(threads)
@@ -399,6 +400,15 @@ def _checked_validation(validation: Any, name: str, init: float, n_features: int
         raise ValueError(f"validation: expected X with {n_features} columns like the training rows, got shape "
                          f"{tuple(validation.X.shape)}")
     return ValidationLoss(name, validation, init, metric)
+
+
+@functools.lru_cache(maxsize=1)
+def _thread_pools() -> Any:
+    """threadpoolctl's controller of this process's thread pools (BLAS among them: numpy and torch load
+    theirs when imported, before any fit)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def _training_scores(booster: Any) -> torch.Tensor:
