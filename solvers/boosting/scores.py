@@ -23,7 +23,7 @@ __all__ = ["BoostedScores"]
 
 def _as_bytes(text: str) -> torch.Tensor:
     """The UTF-8 bytes of ``text`` as a ``uint8`` tensor."""
-    return torch.tensor(np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy(), dtype=torch.uint8)
+    return torch.from_numpy(np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy())
 
 
 class BoostedScores(nn.Module):

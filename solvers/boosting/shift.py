@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+import numpy as np
 import torch
 
 from solvers.problem import row_violations
@@ -32,18 +33,19 @@ class ShiftCandidate(NamedTuple):
 
 def _flip_shifts(scores: torch.Tensor, up: bool) -> torch.Tensor:
     """``s_k`` for ``k = 1..K`` (module docstring): the shift that flips the ``k`` labels nearest the
-    threshold in direction ``up``; a tie group flips together (its shifts repeat)."""
-    side = scores[scores <= 0] if up else scores[scores > 0]
-    if side.numel() == 0:
-        return scores.new_zeros(0)
-    ordered = torch.sort(side, descending=up).values  # nearest the threshold first
+    threshold in direction ``up``; a tie group flips together (its shifts repeat). In numpy: once
+    per end-game on up to ``n`` rows, where torch's ``repeat_interleave`` costs several passes."""
+    values = scores.detach().cpu().numpy()
+    side = values[values <= 0] if up else values[values > 0]
+    if side.size == 0:
+        return torch.zeros(0, dtype=scores.dtype)
+    ordered = -np.sort(-side) if up else np.sort(side)  # nearest the threshold first
     beyond = ordered[-1] - 1.0 if up else ordered[-1] + 1.0  # past the farthest row
-    following = torch.cat([ordered[1:], beyond.reshape(1)])
-    shifts = -(ordered + following) / 2.0
+    shifts = -(ordered + np.append(ordered[1:], beyond)) / 2.0
     # rows tied with the next one: flip the whole tie group (the shift of its last member)
-    _, counts = torch.unique_consecutive(ordered, return_counts=True)
-    last = torch.cumsum(counts, 0) - 1
-    return shifts[last].repeat_interleave(counts)
+    last = np.append(np.flatnonzero(ordered[1:] != ordered[:-1]), ordered.size - 1)
+    counts = np.diff(last, prepend=-1)
+    return torch.from_numpy(np.repeat(shifts[last], counts))
 
 
 def smallest_shifts(scores: torch.Tensor, exact_rows: Callable[[torch.Tensor], torch.Tensor], lower: torch.Tensor,
