@@ -1,28 +1,33 @@
 """The held-out spread of the disparate-impact row against what ``margin="auto"`` predicts.
 
-``FairClassifier`` (linear, MLP) under ``DI >= 0.8`` is fitted on many seeded 70/30 stratified
-splits (:func:`benchmarks.papers.peers.prepare`; Adult a seeded 20,000-row sample, the sensitive
-attribute not among the inputs). Per run it records the group rates of hard labels on the
-training and the test rows and the DI row ``r = delta * P_ref - P_focus`` that is largest on the
-training rows (the active one; the fit keeps it ``<= -margin``), and the margins that
+``FairClassifier`` (linear, MLP, gbm) under ``DI >= 0.8`` is fitted on many seeded 70/30 splits
+(:func:`benchmarks.papers.peers.prepare`; Adult a seeded 20,000-row sample, the sensitive
+attribute not among the inputs), stratified by target x group as in the other benchmarks or, with
+``--split random``, random (every part's group and target counts vary, as for new rows). Per run
+it records the group rates of hard labels on the training and the test rows and the DI row
+``r = delta * P_ref - P_focus`` that is largest on the training rows (the active one; the fit
+keeps it ``<= -margin``), and the margins that
 :func:`fairopt.certificate.auto_margin` gives for a 30% hold-out:
 
 - ``margin target``: before a model exists (the group rates of the training TARGET), what the
   estimators train under;
-- ``margin fitted``: with the fitted model's hard outputs (its own group rates).
+- ``margin fitted``: with the fitted model's hard outputs (its own group rates);
+- ``margin stratified``: for comparison, the variance of the parts of a split stratified by
+  target x group (:func:`stratified_margins`).
 
 Per data set and model the table compares the measured need, the 95% quantile of
 ``test row - train row`` over the splits, with the mean of each prediction, and counts the runs
 whose test row stayed within ``train row + margin`` (coverage). Without a margin (``margin`` 0)
-the fit sits on the bound, which is where the margin is sized. ``--margin auto`` fits with
+the fit sits on the bound, which is where the margin is sized. ``--margins auto`` fits with
 ``margin="auto"`` on the same splits (test DI >= delta - 0.01 per run, test accuracy), and
 ``--peers`` adds fairlearn's ``ExponentiatedGradient`` + LogisticRegression on the same splits.
 
-One JSON file per (data set, model, margin, seed) under ``OUT/cells`` (a rerun skips those it
+One JSON file per (data set, model, margin, seed, split) under ``OUT/cells`` (a rerun skips those it
 has), then ``OUT/margin_spread.md`` (with the commit) and ``OUT/margin_spread.csv``. Examples::
 
     python benchmarks/margin_spread.py --datasets adult --seeds 0 1            # a quick look
-    nice python benchmarks/margin_spread.py --models linear mlp --margins 0 auto --peers
+    nice python benchmarks/margin_spread.py --models linear mlp gbm --margins 0 auto --peers
+    nice python benchmarks/margin_spread.py --split random --seeds $(seq 0 59)
 """
 
 from __future__ import annotations
