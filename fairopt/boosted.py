@@ -94,9 +94,10 @@ def run_gbm(options: Any, data: Any, constraints: list, reference: bool = False)
         kwargs["rounds"] = min(kwargs["rounds"], max(1, scaled))
     result = _engine(kwargs).fit(data, loss=loss, constraints=constraints)
     if probe is not None:
-        result.info.update(stopping_rounds=kwargs["rounds"], stopping_best_round=int(probe.info["returned_iteration"]),
+        best = int(probe.info["returned_iteration"])
+        result.info.update(stopping_rounds=kwargs["rounds"], stopping_best_round=best,
                            stopping_probe_rounds=int(probe.info["rounds"]),
-                           stopping_validation_loss=float(min(probe.info["validation_losses"])))
+                           stopping_validation_loss=float(probe.info["validation_losses"][best]))
     return result
 
 
