@@ -343,3 +343,18 @@ def test_parameter_validation(adult_small, params, match):
     with pytest.raises(ValueError, match=match):
         FairClassifier(constraints=[("disparate_impact", "sex", 0.8)], epochs=2, **params).fit(
             X, y, sensitive_features=S)
+
+
+def test_auto_margin_of_label_conditioned_rates_is_not_zero():
+    """Before a model exists the margin reads the target's rates per side; within y=1 (y=0) rows
+    those are 1 (0) for every group, which would give no margin at all: such sides get p = 1/2."""
+    from fairopt.constraints import EqualizedOdds
+
+    data, _ = _rate_data(700, 1400, 100, 300)
+    m = auto_margin(data, EqualizedOdds("s", 0.05), held_out_fraction=0.3)
+    assert bool((m > 0).all())
+    # row 0: P[s=1] - 0.05 P[s=0] >= 0 over the y=1 sides (300 and 100 training rows, 3/7 as many new
+    # ones), both at p = 1/2; z at 1 - 0.05 / 2 (two compared pairs: one per label)
+    z = stats.norm.ppf(1 - 0.05 / 2)
+    side = lambda n: 0.25 * (1 / n + 1 / (n * 3 / 7))  # noqa: E731
+    assert float(m[0]) == pytest.approx(z * np.sqrt(side(300.0) + 0.05 ** 2 * side(100.0)), rel=1e-6)

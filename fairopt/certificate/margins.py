@@ -68,7 +68,9 @@ def auto_margin(
     of sides as in :func:`certify`; bootstrap constraints: over the ``k`` finite bound
     sides), with ``p_g`` the current hard rates on ``data`` when ``outputs`` are given, else
     the positive rates of the training TARGET per side (the rates a fitted model is drawn
-    towards). The rows of a ratio constraint are its own event (``P_f / P_r >= delta`` iff
+    towards; a side whose target rate is 0 or 1, as every side of a rate conditioned on the
+    label is, e.g. :class:`~fairopt.constraints.EqualizedOdds`' true-positive rates, gets the largest
+    binomial variance, ``p_g = 1/2``). The rows of a ratio constraint are its own event (``P_f / P_r >= delta`` iff
     ``delta P_r - P_f <= 0``), so no linearisation enters. The new sample is drawn like
     the training rows (independent rows); the held-out part of a split stratified by
     target x group (``FairData.split``) varies less, since only the rates within each
@@ -117,6 +119,8 @@ def auto_margin(
         out = _proxy_outputs(data) if outputs is None else outputs_on(outputs, data)
         k, n = rate_sides(c, out, data)
         p = np.where(n > 0, k / np.maximum(n, 1.0), 0.5)
+        if outputs is None:  # a label-conditioned side's target rate is 0 or 1: no variance to go by
+            p = np.where((p <= 0.0) | (p >= 1.0), 0.5, p)
         D = c._informed_rows(torch.as_tensor(n), torch.float64).numpy()
         n_new = np.maximum(n * scale, 1.0)
         var_new = (D ** 2) @ (p * (1.0 - p) / n_new)
