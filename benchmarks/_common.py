@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pandas as pd
 
@@ -53,3 +56,42 @@ def commit() -> str:
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
                            cwd=ROOT)
     return (head.stdout.strip() or "unknown") + ("+" if dirty.stdout.strip() else "")
+
+
+def provenance(script: str, argv: list[str] | None, commits: Iterable[str]) -> str:
+    """The results file's provenance line: this checkout's commit, the command that wrote the file
+    (``python benchmarks/<script> <argv>``, ``sys.argv`` when ``argv`` is None) and the commits of
+    the cached runs it summarises."""
+    command = f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv)
+    return (f"commit {commit()}; last command `{command.strip()}`; runs from commits "
+            f"{', '.join(sorted(set(commits)))}.")
+
+
+def grid_parser(description: str, datasets: list[str], seeds: list[int], out: Path,
+                methods: list[str] | None = None) -> argparse.ArgumentParser:
+    """The options of a grid of cached runs: ``--datasets`` (choices and default ``datasets``),
+    ``--seeds``, ``--methods`` (when ``methods`` is given), ``--data-dir``, ``--out`` and
+    ``--threads``; a script adds its own options to the parser it gets."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--datasets", nargs="+", default=list(datasets), choices=list(datasets))
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(seeds))
+    if methods is not None:
+        parser.add_argument("--methods", nargs="+", default=list(methods), choices=list(methods))
+    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
+    parser.add_argument("--out", default=str(out))
+    parser.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP/torch threads of every method")
+    return parser
+
+
+@contextmanager
+def limited_threads(threads: int, logger: logging.Logger) -> Iterator[None]:
+    """Run a grid with ``threads`` torch and BLAS/OpenMP threads (on a shared machine OpenMP's
+    busy-waiting threads otherwise dominate fit times), ``logger`` at INFO and the rest at WARNING."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logger.setLevel(logging.INFO)
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    with threadpool_limits(limits=threads):
+        yield

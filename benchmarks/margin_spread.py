@@ -32,7 +32,6 @@ has), then ``OUT/margin_spread.md`` (with the commit) and ``OUT/margin_spread.cs
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -40,7 +39,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_DATA, DEFAULT_OUT, commit, markdown, out_dir
+from _common import DEFAULT_OUT, commit, grid_parser, limited_threads, markdown, out_dir, provenance
 
 import numpy as np
 import pandas as pd
@@ -232,41 +231,28 @@ def versus_peer(runs: pd.DataFrame, peer: str = "fairlearn-eg") -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=DATASETS, choices=DATASETS)
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(range(20)))
+    parser = grid_parser(__doc__.splitlines()[0], DATASETS, list(range(20)), DEFAULT_OUT / "margin_spread")
     parser.add_argument("--models", nargs="+", default=["linear"], choices=list(MODELS))
     parser.add_argument("--margins", nargs="+", default=["0"], choices=["0", "auto"])
     parser.add_argument("--split", default="stratified", choices=["stratified", "random"],
                         help="70/30 splits stratified by target x group (the benchmarks') or random")
     parser.add_argument("--peers", action="store_true", help="fairlearn ExponentiatedGradient on the same splits")
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
-    parser.add_argument("--out", default=str(DEFAULT_OUT / "margin_spread"))
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logger.setLevel(logging.INFO)
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(args.threads)
     out = out_dir(args.out)
     cells = out / "cells"
     cells.mkdir(exist_ok=True)
     jobs = [(d, m, g) for m in args.models for g in args.margins for d in args.datasets]
     jobs += [(d, "fairlearn-eg", "0") for d in args.datasets] if args.peers else []
     start = time.perf_counter()
-    with threadpool_limits(limits=args.threads):
+    with limited_threads(args.threads, logger):
         for seed in args.seeds:  # seeds outermost: an interrupted run has every cell at the first seeds
             for dataset, model, margin in jobs:
                 run_cell(dataset, model, margin, seed, args.data_dir, cells, args.split)
     runs = read_cells(sorted(cells.glob("*.json")))
     runs["margin"] = runs["margin"].astype(str)
     runs["split"] = runs["split"].fillna("stratified") if "split" in runs else "stratified"
-    command = "python benchmarks/margin_spread.py " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = ["# Held-out spread of the DI row against margin='auto'", "",
-             f"commit {commit()}; last command `{command.strip()}`; runs from commits "
-             f"{', '.join(sorted(set(runs['commit'])))}.", "",
+             provenance("margin_spread.py", argv, runs["commit"]), "",
              f"Seeded 70/30 stratified splits (benchmarks.papers.peers.prepare), DI >= {DELTA:g} on hard labels, "
              "the active DI row r = delta P_ref - P_focus (largest on the training rows). 'q95 gap (need)': the "
              "95% quantile over splits of test row - train row of fits without a margin; 'margin target' / "

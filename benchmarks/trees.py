@@ -53,17 +53,17 @@ OpenMP's busy-waiting threads otherwise dominate the fit times.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import re
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from _common import DEFAULT_DATA, DEFAULT_OUT, commit, markdown, out_dir
+from _common import DEFAULT_OUT, commit, grid_parser, limited_threads, markdown, out_dir, provenance
 
 import numpy as np
 import pandas as pd
@@ -83,21 +83,30 @@ INSTALL = 'pip install "fairopt[benchmarks]" && pip install --no-deps error-pari
 SEE_ALSO = ("FairGBM (equalized odds, where its constraint matches): odds.md (benchmarks/trees_odds.py); "
             "regression under GeDI and covariance bounds: regression.md (benchmarks/trees_regression.py).")
 
+#: ``fit_predict(train, test, bound, seed) -> {"train_pred", "test_pred", "seconds", "note"}``; the bound
+#: is this grid's (``DELTA`` here, the rate-gap bound of ``trees_odds.py``).
 Method = Callable[[Part, Part, float, int], dict]
 #: name -> (needs the sensitive attribute to predict, required modules, fit_predict)
-METHODS: dict[str, tuple[bool, tuple[str, ...], Method]] = {}
+Methods = dict[str, tuple[bool, tuple[str, ...], Method]]
+METHODS: Methods = {}
 
 
 class Skip(Exception):
     """A method that cannot run here (a peer not installed, a model the estimator does not know)."""
 
 
-def method(name: str, needs_s: bool, requires: tuple[str, ...] = ()) -> Callable[[Method], Method]:
-    """Register ``fit_predict(train, test, delta, seed) -> {"train_pred", "test_pred", "seconds"}``."""
-    def wrap(fn: Method) -> Method:
-        METHODS[name] = (needs_s, requires, fn)
-        return fn
-    return wrap
+def registrar(methods: Methods) -> Callable[..., Callable[[Method], Method]]:
+    """The decorator ``method(name, needs_s, requires=())`` that registers a ``fit_predict`` in
+    ``methods`` (each grid script keeps its own table)."""
+    def method(name: str, needs_s: bool, requires: tuple[str, ...] = ()) -> Callable[[Method], Method]:
+        def wrap(fn: Method) -> Method:
+            methods[name] = (needs_s, requires, fn)
+            return fn
+        return wrap
+    return method
+
+
+method = registrar(METHODS)
 
 
 def _hgb(seed: int) -> Any:
@@ -202,19 +211,26 @@ def oxonfair_hgb_inferred(train: Part, test: Part, delta: float, seed: int) -> d
     return _oxonfair(train, test, delta, seed, inferred=True)
 
 
-@method("fairlearn-to-hgb", needs_s=True, requires=("fairlearn",))
-def fairlearn_to_hgb(train: Part, test: Part, delta: float, seed: int) -> dict:
-    from fairlearn.postprocessing import ThresholdOptimizer
+def threshold_optimizer(constraints: str, note: str) -> Method:
+    """fairlearn's ``ThresholdOptimizer(constraints=constraints)`` on the prefit HGB: exact parity
+    of ``constraints`` with randomised predictions (seeded ``seed`` on the training rows, ``seed + 1``
+    on the test rows), so the grid's bound is not used; ``note`` says so in the table."""
+    def fit_predict(train: Part, test: Part, bound: float, seed: int) -> dict:
+        from fairlearn.postprocessing import ThresholdOptimizer
 
-    start = time.perf_counter()
-    model = _hgb(seed).fit(train.X, train.y)
-    to = ThresholdOptimizer(estimator=model, constraints="demographic_parity", predict_method="predict_proba",
-                            prefit=True)
-    to.fit(train.X, train.y, sensitive_features=train.s)
-    seconds = time.perf_counter() - start
-    return _out(to.predict(train.X, sensitive_features=train.s, random_state=seed),
-                to.predict(test.X, sensitive_features=test.s, random_state=seed + 1), seconds,
-                note="exact parity (delta not used)")
+        start = time.perf_counter()
+        model = _hgb(seed).fit(train.X, train.y)
+        to = ThresholdOptimizer(estimator=model, constraints=constraints, predict_method="predict_proba",
+                                prefit=True)
+        to.fit(train.X, train.y, sensitive_features=train.s)
+        seconds = time.perf_counter() - start
+        return _out(to.predict(train.X, sensitive_features=train.s, random_state=seed),
+                    to.predict(test.X, sensitive_features=test.s, random_state=seed + 1), seconds, note=note)
+    return fit_predict
+
+
+method("fairlearn-to-hgb", needs_s=True, requires=("fairlearn",))(
+    threshold_optimizer("demographic_parity", "exact parity (delta not used)"))
 
 
 @method("fairlearn-eg", needs_s=False, requires=("fairlearn",))
@@ -236,20 +252,26 @@ def _fairopt(margin: bool, **options: Any) -> Method:
             options_seeded = dict(options)
         clf = FairClassifier([("disparate_impact", "s", delta)], sensitive_names="s", seed=seed,
                              margin="auto" if margin else 0.0, **options_seeded)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                _, seconds = _timed(lambda: clf.fit(train.X, train.y, sensitive_features=train.s))
-            except ValueError as exc:
-                if options.get("model") == "gbm" and "model" in str(exc):
-                    raise Skip(f"model='gbm' is not available here ({exc})") from None
-                raise
-        from fairopt.exceptions import FairnessWarning
-
-        messages = [str(w.message) for w in caught if issubclass(w.category, FairnessWarning)]
-        note = "; ".join(sorted({_warning_label(m) for m in messages}))
+        try:
+            seconds, note = fit_noting_warnings(clf, train)
+        except ValueError as exc:
+            if options.get("model") == "gbm" and "model" in str(exc):
+                raise Skip(f"model='gbm' is not available here ({exc})") from None
+            raise
         return _out(clf.predict(train.X), clf.predict(test.X), seconds, note=note)
     return fit_predict
+
+
+def fit_noting_warnings(clf: Any, train: Part) -> tuple[float, str]:
+    """Fit a fairopt classifier on ``train``; its fit seconds and a note of the fairness warnings
+    it raised (their :func:`_warning_label`, sorted, without repeats)."""
+    from fairopt.exceptions import FairnessWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, seconds = _timed(lambda: clf.fit(train.X, train.y, sensitive_features=train.s))
+    labels = {_warning_label(str(w.message)) for w in caught if issubclass(w.category, FairnessWarning)}
+    return seconds, "; ".join(sorted(labels))
 
 
 def _warning_label(message: str) -> str:
@@ -281,31 +303,53 @@ def _missing(requires: tuple[str, ...]) -> str | None:
     return None
 
 
-def run_cell(dataset: str, name: str, seed: int, data_dir: str, cells: Path) -> dict:
-    """One (data set, method, seed) run, cached as JSON under ``cells``."""
+#: ``measure(out, train, test)``: a cell's numbers from a method's output (before "fit s" and "note").
+Measure = Callable[[dict, Part, Part], dict]
+
+
+def classifier_cell(dataset: str, name: str, seed: int, data_dir: str, cells: Path, *, methods: Methods,
+                    bound: tuple[str, float], measure: Measure, log: logging.Logger) -> dict:
+    """One (data set, method, seed) run of a classifier grid, cached as
+    ``<cells>/<data set>__<method>__<seed>.json`` (a cached run is read back, not rerun).
+
+    The method ``methods[name]`` is fitted on the seeded split of :func:`benchmarks.papers.peers.prepare`
+    under ``bound = (column, value)``; the record holds the bound's column, ``measure``'s numbers, fit
+    seconds and the method's note. A method whose modules are missing or that raises :class:`Skip`
+    gives a "skipped" record that is not cached (installing the peer reruns it)."""
     path = cells / f"{dataset}__{name}__{seed}.json"
     if path.is_file():
         return read_cells([path]).iloc[0].to_dict()
-    needs_s, requires, fit_predict = METHODS[name]
+    needs_s, requires, fit_predict = methods[name]
     record = {"dataset": dataset, "method": name, "seed": seed, "needs s": "yes" if needs_s else "no",
-              "delta": DELTA, "commit": commit()}
+              bound[0]: bound[1], "commit": commit()}
     reason = _missing(requires)
     if reason is not None:
-        logger.warning("skipping %s: %s", name, reason)
-        return {**record, "status": "skipped", "note": reason}  # not cached: installing the peer reruns it
+        log.warning("skipping %s: %s", name, reason)
+        return {**record, "status": "skipped", "note": reason}
     train, test, _ = prepare(dataset, seed, data_dir, ROWS.get(dataset))
     try:
-        out = fit_predict(train, test, DELTA, seed)
+        out = fit_predict(train, test, bound[1], seed)
     except Skip as exc:
-        logger.warning("skipping %s: %s", name, exc)
+        log.warning("skipping %s: %s", name, exc)
         return {**record, "status": "skipped", "note": str(exc)}
-    tr, te = cell_metrics(out["train_pred"], train.y, train.s), cell_metrics(out["test_pred"], test.y, test.s)
-    record.update({"status": "ok", "train DI": tr["di"], "test DI": te["di"], "train acc": tr["acc"],
-                   "test acc": te["acc"], "fit s": out["seconds"], "note": out["note"]})
+    numbers = measure(out, train, test)
+    record.update({"status": "ok", **numbers, "fit s": out["seconds"], "note": out["note"]})
     write_cell(path, record)
-    logger.info("%s %s seed %d: train DI %.3f test DI %.3f test acc %.4f (%.1f s)", dataset, name, seed,
-                tr["di"], te["di"], te["acc"], out["seconds"])
+    log.info("%s %s seed %d: %s (%.1f s)", dataset, name, seed,
+             ", ".join(f"{k} {v:.4f}" for k, v in numbers.items()), out["seconds"])
     return record
+
+
+def di_measure(out: dict, train: Part, test: Part) -> dict:
+    """DI and accuracy of the hard labels on the training and the test rows."""
+    tr, te = cell_metrics(out["train_pred"], train.y, train.s), cell_metrics(out["test_pred"], test.y, test.s)
+    return {"train DI": tr["di"], "test DI": te["di"], "train acc": tr["acc"], "test acc": te["acc"]}
+
+
+def run_cell(dataset: str, name: str, seed: int, data_dir: str, cells: Path) -> dict:
+    """One (data set, method, seed) run under ``DI >= DELTA``, cached as JSON under ``cells``."""
+    return classifier_cell(dataset, name, seed, data_dir, cells, methods=METHODS, bound=("delta", DELTA),
+                           measure=di_measure, log=logger)
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -315,15 +359,26 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     table = ok.groupby(["dataset", "method", "needs s"], sort=False)[numbers].mean().reset_index()
     counts = ok.groupby(["dataset", "method"], sort=False)
     table["seeds"] = counts.size().to_numpy()
-    table[f"train DI >= {DELTA - 0.005:g}"] = counts["train DI"].apply(
-        lambda v: f"{int((v >= DELTA - 0.005).sum())}/{len(v)}").to_numpy()
-    table[f"test DI >= {DELTA - 0.01:g}"] = counts["test DI"].apply(
-        lambda v: f"{int((v >= DELTA - 0.01).sum())}/{len(v)}").to_numpy()
-    notes = counts["note"].apply(lambda v: "; ".join(sorted({str(x) for x in v if isinstance(x, str) and x})))
-    table["note"] = notes.to_numpy()
-    order = {name: i for i, name in enumerate(METHODS)}
-    datasets = {name: i for i, name in enumerate(DATASETS)}
-    return table.sort_values(["dataset", "method"], key=lambda c: c.map({**order, **datasets})).reset_index(drop=True)
+    table[f"train DI >= {DELTA - 0.005:g}"] = counts["train DI"].apply(lambda v: share(v >= DELTA - 0.005)).to_numpy()
+    table[f"test DI >= {DELTA - 0.01:g}"] = counts["test DI"].apply(lambda v: share(v >= DELTA - 0.01)).to_numpy()
+    table["note"] = joined_notes(counts)
+    return in_grid_order(table, DATASETS, METHODS)
+
+
+def share(passed: pd.Series) -> str:
+    """``"k/n"``: how many of a group's ``n`` runs passed a check."""
+    return f"{int(passed.sum())}/{len(passed)}"
+
+
+def joined_notes(groups: Any) -> np.ndarray:
+    """Per group of runs, their distinct non-empty notes, sorted and joined with "; "."""
+    return groups["note"].apply(lambda v: "; ".join(sorted({str(x) for x in v if isinstance(x, str) and x}))).to_numpy()
+
+
+def in_grid_order(table: pd.DataFrame, datasets: Iterable[str], methods: Iterable[str]) -> pd.DataFrame:
+    """``table``'s rows sorted by data set, then method, each in the order the grid lists them."""
+    rank = {**{name: i for i, name in enumerate(methods)}, **{name: i for i, name in enumerate(datasets)}}
+    return table.sort_values(["dataset", "method"], key=lambda c: c.map(rank)).reset_index(drop=True)
 
 
 def plot(table: pd.DataFrame, out: Path) -> list[Path]:
@@ -355,56 +410,68 @@ def plot(table: pd.DataFrame, out: Path) -> list[Path]:
     return files
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=DATASETS, choices=DATASETS)
-    parser.add_argument("--seeds", nargs="+", type=int, default=SEEDS)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
-    parser.add_argument("--out", default=str(DEFAULT_OUT / "trees"))
-    parser.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP/torch threads of every method")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logger.setLevel(logging.INFO)
-    import torch
-    from threadpoolctl import threadpool_limits
+@dataclass
+class Grid:
+    """What :func:`run_grid` ran: the output folder, this invocation's records, every cached run of
+    a known method (earlier invocations' data sets and seeds too) and the start time."""
 
-    torch.set_num_threads(args.threads)
-    with threadpool_limits(limits=args.threads):
-        return _run(args, argv)
+    out: Path
+    runs: pd.DataFrame
+    every: pd.DataFrame
+    started: float
 
 
-def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
+def run_grid(args: Any, cell: Callable[[str, str, int, str, Path], dict], cells_name: str,
+             methods: Iterable[str], log: logging.Logger) -> Grid:
+    """``cell(data set, method, seed, data dir, cells folder)`` for every combination of ``args``
+    (:func:`_common.grid_parser`'s options), seeds outermost so that an interrupted grid has every
+    data set at the first seeds, with ``args.threads`` threads; the cells folder is
+    ``<args.out>/<cells_name>``."""
     out = out_dir(args.out)
-    cells = out / "cells"
+    cells = out / cells_name
     cells.mkdir(exist_ok=True)
-    start = time.perf_counter()
-    # seeds outermost: an interrupted grid has every data set at the first seeds
-    runs = pd.DataFrame([run_cell(d, m, s, args.data_dir, cells)
-                         for s in args.seeds for d in args.datasets for m in args.methods])
-    # the table covers every cached run (earlier invocations' data sets and seeds too)
+    started = time.perf_counter()
+    with limited_threads(args.threads, log):
+        runs = pd.DataFrame([cell(d, m, s, args.data_dir, cells)
+                             for s in args.seeds for d in args.datasets for m in args.methods])
     every = read_cells(sorted(cells.glob("*.json")))
-    every = every[every["method"].isin(METHODS)]
+    return Grid(out, runs, every[every["method"].isin(list(methods))], started)
+
+
+def write_results(grid: Grid, stem: str, lines: list[str], figures: Iterable[Path] = ()) -> None:
+    """``<out>/<stem>.md`` (``lines``) and ``<out>/<stem>.csv`` (every cached run), echoed with the
+    number of runs of this invocation, its seconds and the files written (``figures`` too)."""
+    (grid.out / f"{stem}.md").write_text("\n".join(lines))
+    grid.every.to_csv(grid.out / f"{stem}.csv", index=False)
+    print("\n".join(lines))
+    print(f"{len(grid.runs)} runs in {time.perf_counter() - grid.started:.0f} s; wrote {grid.out / f'{stem}.md'}"
+          + "".join(f", {f}" for f in figures))
+
+
+def skipped_lines(runs: pd.DataFrame) -> list[str]:
+    """The "Skipped here:" list of a results file (one line per skipped method), empty when none was."""
+    if "status" not in runs:
+        return []
     skipped = runs[runs["status"] == "skipped"][["method", "note"]].drop_duplicates("method")
-    table = summary(every)
-    command = "python benchmarks/trees.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if not len(skipped):
+        return []
+    return ["Skipped here:", ""] + [f"- {r.method}: {r.note}" for r in skipped.itertuples()] + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = grid_parser(__doc__.splitlines()[0], DATASETS, SEEDS, DEFAULT_OUT / "trees", list(METHODS))
+    args = parser.parse_args(argv)
+    grid = run_grid(args, run_cell, "cells", METHODS, logger)
+    table = summary(grid.every)
     lines = [f"# Tree peers, DI >= {DELTA:g} (means over seeds)", "",
-             f"commit {commit()}; last command `{command.strip()}`; runs from commits "
-             f"{', '.join(sorted(set(every['commit'])))}.", "",
+             provenance("trees.py", argv, grid.every["commit"]), "",
              "Seeded 70/30 stratified splits (benchmarks.papers.peers.prepare), Adult a seeded 20,000-row sample, "
              "the sensitive attribute not among the inputs; DI = min ratio of the groups' positive rates of hard "
              "labels; 'needs s': the method reads the sensitive attribute to predict. Fit seconds with "
              f"{args.threads} thread(s) per method (BLAS, OpenMP, torch; LightGBM n_jobs=1) on a shared 2-core "
              "machine.", "", markdown(table, floatfmt=".4f"), ""]
-    if len(skipped):
-        lines += ["Skipped here:", ""] + [f"- {r.method}: {r.note}" for r in skipped.itertuples()] + [""]
-    lines += [SEE_ALSO, ""]
-    (out / "trees.md").write_text("\n".join(lines))
-    every.to_csv(out / "trees.csv", index=False)
-    files = plot(table, out)
-    print("\n".join(lines))
-    print(f"{len(runs)} runs in {time.perf_counter() - start:.0f} s; wrote {out / 'trees.md'}, "
-          + ", ".join(str(f) for f in files))
+    lines += skipped_lines(grid.runs) + [SEE_ALSO, ""]
+    write_results(grid, "trees", lines, plot(table, grid.out))
     return 0
 
 

@@ -38,24 +38,22 @@ two names FairGBM's sklearn module imported to wrappers that translate the argum
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import logging
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import DEFAULT_DATA, DEFAULT_OUT, commit, markdown, out_dir
+from _common import DEFAULT_OUT, grid_parser, markdown, provenance
 
 import numpy as np
 import pandas as pd
 
-from benchmarks.papers.cells import read_cells, write_cell
 from benchmarks.papers.peer_adapters import Part
-from benchmarks.papers.peers import prepare
-from trees import DATASETS, ROWS, SEEDS, Skip, _hgb, _missing, _out, _timed, _warning_label
+from trees import METHODS as TREES_METHODS
+from trees import (DATASETS, SEEDS, Methods, _out, _timed, classifier_cell, fit_noting_warnings, in_grid_order,
+                   joined_notes, registrar, run_grid, share, skipped_lines, threshold_optimizer, write_results)
 
 logger = logging.getLogger("benchmarks.trees_odds")
 
@@ -64,17 +62,10 @@ BOUND = 0.02
 #: Slack of the "met on train" count (hard labels of a smooth training problem).
 SLACK = 0.005
 
-Method = Callable[[Part, Part, float, int], dict]
-#: name -> (needs the sensitive attribute to predict, required modules, fit_predict)
-METHODS: dict[str, tuple[bool, tuple[str, ...], Method]] = {}
-
-
-def method(name: str, needs_s: bool, requires: tuple[str, ...] = ()) -> Callable[[Method], Method]:
-    """Register ``fit_predict(train, test, bound, seed) -> {"train_pred", "test_pred", "seconds", "note"}``."""
-    def wrap(fn: Method) -> Method:
-        METHODS[name] = (needs_s, requires, fn)
-        return fn
-    return wrap
+#: name -> (needs the sensitive attribute to predict, required modules, fit_predict), the unconstrained
+#: boosters those of ``trees.py``.
+METHODS: Methods = {name: TREES_METHODS[name] for name in ("hgb", "lightgbm")}
+method = registrar(METHODS)
 
 
 def rate_gaps(pred: np.ndarray, y: np.ndarray, s: np.ndarray) -> dict:
@@ -84,20 +75,6 @@ def rate_gaps(pred: np.ndarray, y: np.ndarray, s: np.ndarray) -> dict:
         rates = [float(np.mean(pred[(s == g) & (y == label)])) for g in (0, 1)]
         gaps[name] = abs(rates[0] - rates[1])
     return gaps
-
-
-@method("hgb", needs_s=False, requires=("sklearn",))
-def hgb(train: Part, test: Part, bound: float, seed: int) -> dict:
-    model, seconds = _timed(lambda: _hgb(seed).fit(train.X, train.y))
-    return _out(model.predict(train.X), model.predict(test.X), seconds)
-
-
-@method("lightgbm", needs_s=False, requires=("lightgbm",))
-def lightgbm(train: Part, test: Part, bound: float, seed: int) -> dict:
-    from lightgbm import LGBMClassifier
-
-    model, seconds = _timed(lambda: LGBMClassifier(random_state=seed, n_jobs=1, verbose=-1).fit(train.X, train.y))
-    return _out(model.predict(train.X), model.predict(test.X), seconds)
 
 
 def _fairgbm_checks() -> None:
@@ -131,62 +108,32 @@ def fairgbm(train: Part, test: Part, bound: float, seed: int) -> dict:
         return _out(model.predict(train.X), model.predict(test.X), seconds)
 
 
-@method("fairlearn-to-hgb", needs_s=True, requires=("fairlearn",))
-def fairlearn_to_hgb(train: Part, test: Part, bound: float, seed: int) -> dict:
-    from fairlearn.postprocessing import ThresholdOptimizer
-
-    start = time.perf_counter()
-    model = _hgb(seed).fit(train.X, train.y)
-    to = ThresholdOptimizer(estimator=model, constraints="equalized_odds", predict_method="predict_proba",
-                            prefit=True)
-    to.fit(train.X, train.y, sensitive_features=train.s)
-    seconds = time.perf_counter() - start
-    return _out(to.predict(train.X, sensitive_features=train.s, random_state=seed),
-                to.predict(test.X, sensitive_features=test.s, random_state=seed + 1), seconds,
-                note="exact parity (bound not used)")
+method("fairlearn-to-hgb", needs_s=True, requires=("fairlearn",))(
+    threshold_optimizer("equalized_odds", "exact parity (bound not used)"))
 
 
 @method("fairopt-gbm", needs_s=False, requires=("torch",))
 def fairopt_gbm(train: Part, test: Part, bound: float, seed: int) -> dict:
     from fairopt.estimators import FairClassifier
-    from fairopt.exceptions import FairnessWarning
 
     clf = FairClassifier([("equalized_odds", "s", bound, {"delta": None})], sensitive_names="s", model="gbm",
                          seed=seed)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        _, seconds = _timed(lambda: clf.fit(train.X, train.y, sensitive_features=train.s))
-    labels = {_warning_label(str(w.message)) for w in caught if issubclass(w.category, FairnessWarning)}
-    return _out(clf.predict(train.X), clf.predict(test.X), seconds, note="; ".join(sorted(labels)))
+    seconds, note = fit_noting_warnings(clf, train)
+    return _out(clf.predict(train.X), clf.predict(test.X), seconds, note=note)
+
+
+def gaps_measure(out: dict, train: Part, test: Part) -> dict:
+    """Both rate gaps (:func:`rate_gaps`) and the accuracy of the hard labels on both parts."""
+    tr, te = rate_gaps(out["train_pred"], train.y, train.s), rate_gaps(out["test_pred"], test.y, test.s)
+    return {**{f"train {k}": v for k, v in tr.items()}, **{f"test {k}": v for k, v in te.items()},
+            "train acc": float(np.mean(out["train_pred"] == train.y)),
+            "test acc": float(np.mean(out["test_pred"] == test.y))}
 
 
 def run_cell(dataset: str, name: str, seed: int, data_dir: str, cells: Path) -> dict:
-    """One (data set, method, seed) run, cached as JSON under ``cells``."""
-    path = cells / f"{dataset}__{name}__{seed}.json"
-    if path.is_file():
-        return read_cells([path]).iloc[0].to_dict()
-    needs_s, requires, fit_predict = METHODS[name]
-    record = {"dataset": dataset, "method": name, "seed": seed, "needs s": "yes" if needs_s else "no",
-              "bound": BOUND, "commit": commit()}
-    reason = _missing(requires)
-    if reason is not None:
-        logger.warning("skipping %s: %s", name, reason)
-        return {**record, "status": "skipped", "note": reason}
-    train, test, _ = prepare(dataset, seed, data_dir, ROWS.get(dataset))
-    try:
-        out = fit_predict(train, test, BOUND, seed)
-    except Skip as exc:
-        return {**record, "status": "skipped", "note": str(exc)}
-    tr, te = rate_gaps(out["train_pred"], train.y, train.s), rate_gaps(out["test_pred"], test.y, test.s)
-    record.update({"status": "ok", **{f"train {k}": v for k, v in tr.items()},
-                   **{f"test {k}": v for k, v in te.items()},
-                   "train acc": float(np.mean(out["train_pred"] == train.y)),
-                   "test acc": float(np.mean(out["test_pred"] == test.y)), "fit s": out["seconds"],
-                   "note": out["note"]})
-    write_cell(path, record)
-    logger.info("%s %s seed %d: train gaps %.3f/%.3f test gaps %.3f/%.3f test acc %.4f (%.1f s)", dataset, name,
-                seed, tr["TPR gap"], tr["FPR gap"], te["TPR gap"], te["FPR gap"], record["test acc"], out["seconds"])
-    return record
+    """One (data set, method, seed) run under the rate-gap bound ``BOUND``, cached as JSON under ``cells``."""
+    return classifier_cell(dataset, name, seed, data_dir, cells, methods=METHODS, bound=("bound", BOUND),
+                           measure=gaps_measure, log=logger)
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -200,57 +147,25 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     table = groups[numbers].mean().reset_index()
     table["seeds"] = groups.size().to_numpy()
     table[f"train gaps <= {BOUND + SLACK:g}"] = groups["train max gap"].apply(
-        lambda v: f"{int((v <= BOUND + SLACK).sum())}/{len(v)}").to_numpy()
-    table[f"test gaps <= {2 * BOUND:g}"] = groups["test max gap"].apply(
-        lambda v: f"{int((v <= 2 * BOUND).sum())}/{len(v)}").to_numpy()
-    table["note"] = groups["note"].apply(
-        lambda v: "; ".join(sorted({str(x) for x in v if isinstance(x, str) and x}))).to_numpy()
-    order = {name: i for i, name in enumerate(METHODS)}
-    datasets = {name: i for i, name in enumerate(DATASETS)}
-    return table.sort_values(["dataset", "method"], key=lambda c: c.map({**order, **datasets})).reset_index(drop=True)
+        lambda v: share(v <= BOUND + SLACK)).to_numpy()
+    table[f"test gaps <= {2 * BOUND:g}"] = groups["test max gap"].apply(lambda v: share(v <= 2 * BOUND)).to_numpy()
+    table["note"] = joined_notes(groups)
+    return in_grid_order(table, DATASETS, METHODS)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=DATASETS, choices=DATASETS)
-    parser.add_argument("--seeds", nargs="+", type=int, default=SEEDS)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
-    parser.add_argument("--out", default=str(DEFAULT_OUT / "trees"))
-    parser.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP/torch threads of every method")
+    parser = grid_parser(__doc__.splitlines()[0], DATASETS, SEEDS, DEFAULT_OUT / "trees", list(METHODS))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logger.setLevel(logging.INFO)
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(args.threads)
-    out = out_dir(args.out)
-    cells = out / "cells_odds"
-    cells.mkdir(exist_ok=True)
-    start = time.perf_counter()
-    with threadpool_limits(limits=args.threads):
-        runs = pd.DataFrame([run_cell(d, m, s, args.data_dir, cells)
-                             for s in args.seeds for d in args.datasets for m in args.methods])
-    every = read_cells(sorted(cells.glob("*.json")))
-    every = every[every["method"].isin(METHODS)]
-    skipped = runs[runs["status"] == "skipped"][["method", "note"]].drop_duplicates("method")
-    command = "python benchmarks/trees_odds.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    grid = run_grid(args, run_cell, "cells_odds", METHODS, logger)
     lines = [f"# Equalized odds, |TPR gap| and |FPR gap| <= {BOUND:g} (means over seeds)", "",
-             f"commit {commit()}; last command `{command.strip()}`; runs from commits "
-             f"{', '.join(sorted(set(every['commit'])))}.", "",
+             provenance("trees_odds.py", argv, grid.every["commit"]), "",
              "The splits of trees.md (benchmarks.papers.peers.prepare; Adult a seeded 20,000-row sample; the "
              "sensitive attribute not among the inputs). Gaps: absolute differences of the two groups' true- and "
              "false-positive rates of hard labels. FairGBM's constraint_type='FPR,FNR' with both tolerances "
              f"{BOUND:g} is the same bound as fairopt's ('equalized_odds', s, {BOUND:g}, {{'delta': None}}). "
              f"Fit seconds with {args.threads} thread(s) per method on a shared 2-core machine.", "",
-             markdown(summary(every), floatfmt=".4f"), ""]
-    if len(skipped):
-        lines += ["Skipped here:", ""] + [f"- {r.method}: {r.note}" for r in skipped.itertuples()] + [""]
-    (out / "odds.md").write_text("\n".join(lines))
-    every.to_csv(out / "odds.csv", index=False)
-    print("\n".join(lines))
-    print(f"{len(runs)} runs in {time.perf_counter() - start:.0f} s; wrote {out / 'odds.md'}")
+             markdown(summary(grid.every), floatfmt=".4f"), ""]
+    write_results(grid, "odds", lines + skipped_lines(grid.runs))
     return 0
 
 

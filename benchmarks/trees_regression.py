@@ -40,7 +40,6 @@ under ``OUT/cells_regression`` (a rerun skips the cells it has), then ``OUT/regr
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -49,12 +48,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import DEFAULT_DATA, DEFAULT_OUT, commit, markdown, out_dir
+from _common import DEFAULT_OUT, commit, grid_parser, markdown, provenance
 
 import numpy as np
 import pandas as pd
 
 from benchmarks.papers.cells import read_cells, write_cell
+from trees import in_grid_order, joined_notes, run_grid, share, write_results
 
 logger = logging.getLogger("benchmarks.trees_regression")
 
@@ -227,55 +227,27 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         column = BOUNDED.get(rows["method"].iloc[0])
         if column is None:
             return ""
-        return f"{int((rows[column] <= FRACTION * (1 + 1e-3)).sum())}/{len(rows)}"
+        return share(rows[column] <= FRACTION * (1 + 1e-3))
 
     table["bound met on train"] = [met(rows) for _, rows in groups]
-    table["note"] = groups["note"].apply(
-        lambda v: "; ".join(sorted({str(x) for x in v if isinstance(x, str) and x}))).to_numpy()
-    order = {name: i for i, name in enumerate(METHODS)}
-    datasets = {name: i for i, name in enumerate(SETUPS)}
-    return table.sort_values(["dataset", "method"], key=lambda c: c.map({**order, **datasets})).reset_index(drop=True)
+    table["note"] = joined_notes(groups)
+    return in_grid_order(table, SETUPS, METHODS)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=list(SETUPS), choices=list(SETUPS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=SEEDS)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
-    parser.add_argument("--out", default=str(DEFAULT_OUT / "trees"))
-    parser.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP/torch threads of every method")
+    parser = grid_parser(__doc__.splitlines()[0], list(SETUPS), SEEDS, DEFAULT_OUT / "trees", list(METHODS))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logger.setLevel(logging.INFO)
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(args.threads)
-    out = out_dir(args.out)
-    cells = out / "cells_regression"
-    cells.mkdir(exist_ok=True)
-    start = time.perf_counter()
-    with threadpool_limits(limits=args.threads):
-        runs = [run_cell(d, m, s, args.data_dir, cells) for s in args.seeds for d in args.datasets
-                for m in args.methods]
-    every = read_cells(sorted(cells.glob("*.json")))
-    every = every[every["method"].isin(METHODS)]
-    command = "python benchmarks/trees_regression.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    grid = run_grid(args, run_cell, "cells_regression", METHODS, logger)
     lines = [f"# Boosted regression under a dependence bound ({FRACTION:g} x the training target's)", "",
-             f"commit {commit()}; last command `{command.strip()}`; runs from commits "
-             f"{', '.join(sorted(set(every['commit'])))}.", "",
+             provenance("trees_regression.py", argv, grid.every["commit"]), "",
              "70/30 splits (FairData.split), the attribute not among the inputs: communities (violentPerPop, "
              "pctBlack continuous, GeDI V^2), law (zfygpa, race binary, GeDI V^1, which on a binary attribute is "
              "the covariance / sd(s): the two bounds coincide there). Columns `GeDI/ref` and `cov/ref`: each "
              "measure of the predictions (numpy, independent of fairopt) divided by the training target's "
              f"(GeDI V^1 and covariance of y_train); the bound is {FRACTION:g} in the bounded method's column. "
              f"Means over seeds; fit seconds with {args.threads} thread(s) per method on a shared 2-core machine.",
-             "", markdown(summary(every), floatfmt=".4f"), ""]
-    (out / "regression.md").write_text("\n".join(lines))
-    every.to_csv(out / "regression.csv", index=False)
-    print("\n".join(lines))
-    print(f"{len(runs)} runs in {time.perf_counter() - start:.0f} s; wrote {out / 'regression.md'}")
+             "", markdown(summary(grid.every), floatfmt=".4f"), ""]
+    write_results(grid, "regression", lines)
     return 0
 
 
