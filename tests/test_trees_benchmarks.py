@@ -1,5 +1,6 @@
-"""The measures of benchmarks/trees_odds.py and trees_regression.py against fairopt's own, and
-the FairGBM shim of trees_odds.py (skipped where fairgbm is not installed)."""
+"""The measures of benchmarks/trees_odds.py and trees_regression.py against fairopt's own, the
+FairGBM shim of trees_odds.py (skipped where fairgbm is not installed), and the grid machinery the
+three tree scripts share (benchmarks/trees.py, benchmarks/_common.py) on toy methods."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 if str(BENCHMARKS) not in sys.path:  # the scripts import their siblings (_common, trees) by name
     sys.path.insert(0, str(BENCHMARKS))
 
+import _common  # noqa: E402
+import trees  # noqa: E402
 import trees_odds  # noqa: E402
 import trees_regression  # noqa: E402
 
@@ -66,3 +70,90 @@ def test_fairgbm_runs_through_the_shim():
     out = trees_odds.METHODS["fairgbm"][2](train, test, 0.05, 0)
     assert out["train_pred"].shape == (400,) and out["test_pred"].shape == (200,)
     assert set(np.unique(out["train_pred"])) <= {0, 1} and 0.6 < np.mean(out["train_pred"] == train.y)
+
+
+# --------------------------------------------------------------------------------------
+# the shared grid machinery
+# --------------------------------------------------------------------------------------
+def _toy_part(rng: np.random.Generator, n: int):
+    from benchmarks.papers.peer_adapters import Part
+
+    s = rng.integers(0, 2, n)
+    return Part(rng.normal(size=(n, 2)).astype(np.float32), rng.integers(0, 2, n), s)
+
+
+def test_classifier_cell_measures_caches_and_skips(tmp_path, monkeypatch):
+    rng = np.random.default_rng(3)
+    train, test = _toy_part(rng, 300), _toy_part(rng, 100)
+    monkeypatch.setattr(trees, "prepare", lambda dataset, seed, data_dir, rows: (train, test, None))
+    calls = []
+
+    def fit_predict(tr, te, bound, seed):
+        calls.append(bound)
+        return trees._out(tr.s, 1 - te.s, 1.5, note="toy")  # predictions: the attribute (train), its negation (test)
+
+    def skipped(tr, te, bound, seed):
+        raise trees.Skip("not here")
+
+    methods: trees.Methods = {}
+    method = trees.registrar(methods)
+    method("toy", needs_s=False)(fit_predict)
+    method("skipped", needs_s=True)(skipped)
+    method("absent", needs_s=False, requires=("a_module_that_is_not_installed",))(fit_predict)
+    options = {"methods": methods, "bound": ("bound", 0.25), "measure": trees_odds.gaps_measure,
+               "log": trees.logger}
+    record = trees.classifier_cell("adult", "toy", 0, "data", tmp_path, **options)
+    # independent reference: predicting s gives rate gaps of exactly 1 on both labels; accuracy is P(y == s)
+    assert record["status"] == "ok" and record["bound"] == 0.25 and calls == [0.25]
+    assert record["train TPR gap"] == 1.0 and record["train FPR gap"] == 1.0
+    assert record["train acc"] == pytest.approx(np.mean(train.y == train.s))
+    assert record["test acc"] == pytest.approx(np.mean(test.y == 1 - test.s))
+    assert record["fit s"] == 1.5 and record["note"] == "toy" and record["needs s"] == "no"
+    cached = trees.classifier_cell("adult", "toy", 0, "data", tmp_path, **options)
+    assert calls == [0.25] and cached["test acc"] == pytest.approx(record["test acc"])  # read back, not refitted
+    for name in ("skipped", "absent"):
+        out = trees.classifier_cell("adult", name, 0, "data", tmp_path, **options)
+        assert out["status"] == "skipped" and out["note"]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["adult__toy__0.json"]  # skipped runs are not cached
+
+
+def test_run_grid_seeds_outermost_and_results(tmp_path, capsys):
+    order = []
+
+    def cell(dataset, name, seed, data_dir, cells):
+        order.append((seed, dataset, name))
+        record = {"dataset": dataset, "method": name, "seed": seed, "commit": "abc", "status": "ok", "note": ""}
+        (cells / f"{dataset}__{name}__{seed}.json").write_text(pd.Series(record).to_json())
+        return record
+
+    (tmp_path / "cells_toy").mkdir()
+    (tmp_path / "cells_toy" / "b__gone__0.json").write_text(pd.Series(
+        {"dataset": "b", "method": "gone", "seed": 0, "commit": "old", "status": "ok", "note": ""}).to_json())
+    parser = _common.grid_parser("toy", ["a", "b"], [0, 1], tmp_path, ["m1", "m2"])
+    args = parser.parse_args(["--out", str(tmp_path), "--seeds", "1", "0"])
+    assert (args.datasets, args.methods, args.threads) == (["a", "b"], ["m1", "m2"], 1)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--datasets", "c"])
+    grid = trees.run_grid(args, cell, "cells_toy", ["m1", "m2"], trees.logger)
+    assert order[:4] == [(1, "a", "m1"), (1, "a", "m2"), (1, "b", "m1"), (1, "b", "m2")] and len(order) == 8
+    assert len(grid.runs) == 8 and set(grid.every["method"]) == {"m1", "m2"}  # the unknown method is left out
+    line = _common.provenance("toy.py", ["--seeds", "0"], grid.every["commit"])
+    assert line.startswith(f"commit {_common.commit()}; last command `python benchmarks/toy.py --seeds 0`")
+    assert line.endswith("runs from commits abc.")
+    trees.write_results(grid, "toy", ["# toy", line])
+    assert (tmp_path / "toy.md").read_text() == "# toy\n" + line
+    assert len(pd.read_csv(tmp_path / "toy.csv")) == 8
+    assert "8 runs in" in capsys.readouterr().out
+
+
+def test_table_helpers():
+    table = pd.DataFrame({"dataset": ["b", "a", "b", "a"], "method": ["m2", "m2", "m1", "m1"], "x": [1, 2, 3, 4]})
+    ordered = trees.in_grid_order(table, ["b", "a"], ["m1", "m2"])
+    assert list(zip(ordered["dataset"], ordered["method"])) == [("b", "m1"), ("b", "m2"), ("a", "m1"), ("a", "m2")]
+    assert trees.share(pd.Series([0.1, 0.5, 0.9]) > 0.4) == "2/3"
+    runs = pd.DataFrame({"dataset": ["a"] * 4, "method": ["m", "m", "m", "n"], "note": ["y", "x", "y", np.nan],
+                         "status": ["ok", "ok", "skipped", "skipped"]})
+    assert list(trees.joined_notes(runs.groupby(["dataset", "method"], sort=False))) == ["x; y", ""]
+    runs["note"] = ["y", "x", "not installed", "not installed"]
+    assert trees.skipped_lines(runs) == ["Skipped here:", "", "- m: not installed", "- n: not installed", ""]
+    assert trees.skipped_lines(runs[runs["status"] == "ok"]) == []
