@@ -19,9 +19,8 @@ from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals,
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
-__all__ = ["MAX_RESTARTS", "POLISH_EXTENSION", "POLISH_GAP", "POLISH_HALVINGS", "RESTORING_WINDOW", "EndgameOptions",
-           "MeritBacktrack", "TailAverage", "blew_up", "finish", "polish", "polish_last", "polish_length",
-           "still_restoring"]
+__all__ = ["MAX_RESTARTS", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions", "TailAverage",
+           "blew_up", "finish", "polish", "polish_last", "polish_length", "still_restoring"]
 
 #: Divergence-guard restarts (:func:`blew_up`) after which a run is "diverged".
 MAX_RESTARTS = 10
@@ -32,8 +31,6 @@ RESTORING_WINDOW = 10
 #: A full-batch run that ends infeasible is polished when its best feasible iterate's objective
 #: exceeds the last iterate's by more than this fraction (:func:`polish_last`).
 POLISH_GAP = 0.01
-#: Halvings of a mini-batch polish step that raised the exact merit (:class:`MeritBacktrack`).
-POLISH_HALVINGS = 3
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
 
@@ -94,38 +91,6 @@ class TailAverage:
         return self.total / max(self.count, 1)
 
 
-class MeritBacktrack:
-    """Backtracking of the mini-batch polish on the exact merit ``phi = tau f + sum_i viol_i(c_exact)``
-    (``viol_i`` the row's distance outside the user's bounds).
-
-    The polish starts near a stationary point (the tail average), where the fixed step
-    ``alpha = beta`` plus the restoration step ``(1 - alpha) v`` can overshoot the nonlinear rows
-    and leave the iterate both worse and less feasible. Every polish iterate is measured on all
-    rows anyway, so a step that raised ``phi`` is halved towards the last accepted iterate
-    (up to ``POLISH_HALVINGS`` times in a row, each a polish iteration), as a line search on the
-    merit of a deterministic SQP method would."""
-
-    def __init__(self, tau: float) -> None:
-        self.tau = float(tau)
-        self.accepted: tuple[float, torch.Tensor] | None = None  # (phi, flat parameters)
-        self.halvings = 0
-
-    def rejects(self, f: float, c_exact: torch.Tensor | None, lower: torch.Tensor, upper: torch.Tensor,
-                params: list[torch.Tensor]) -> bool:
-        """True (and ``params`` moved half-way back to the last accepted iterate) when the
-        iterate at ``params`` raised the merit; otherwise it becomes the accepted one."""
-        if c_exact is None:
-            return False
-        phi = self.tau * f + float(row_violations(c_exact, lower, upper).sum())
-        if self.accepted is not None and phi > self.accepted[0] and self.halvings < POLISH_HALVINGS:
-            back = self.accepted[1]
-            assign_parameters(params, back + 0.5 * (flat_parameters(params) - back))
-            self.halvings += 1
-            return True
-        self.accepted, self.halvings = (phi, flat_parameters(params)), 0
-        return False
-
-
 def polish_length(options: EndgameOptions, epochs: int) -> int:
     """``min(polish_iterations, epochs)``: the polish iterations of a run that trained ``epochs``
     epochs (resumed parts included), full batch (:func:`polish_last`) or mini-batch (:func:`polish`,
@@ -157,8 +122,7 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     the exact violation of every infeasible iterate to a running tightening of the
     working bounds, halved at every feasible one (integral action without wind-up: without
     the tightening the polish can stall just outside a bound, without the halving it
-    overshoots well inside it). A step that raised the exact merit is halved back towards the
-    last accepted iterate (:class:`MeritBacktrack`).
+    overshoots well inside it).
     It runs ``min(polish_iterations, epochs trained)`` iterations (resumed parts included), as
     the polish of a full-batch run does: the end-game takes no more passes over the data than
     the training did (fewer iterations than ``polish_iterations`` after a short run change
@@ -188,13 +152,10 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
     budget = POLISH_EXTENSION * int(options.polish_iterations) if limit is None else int(limit)
     base = polish_length(options, state.epochs_done)
-    line_search = MeritBacktrack(st.tau) if limit is None else None
     for k in range(budget):
         der = problem.on_all_rows()
         if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
             break
-        if line_search is not None and line_search.rejects(der.f, der.c_exact, lower, upper, params):
-            continue
         if offer_and_test_kkt(der, params, lower, upper, offset, tracker, st, options.tol):
             status = "converged"
             break
