@@ -242,21 +242,30 @@ def fairlearn_eg(train: Part, test: Part, delta: float, seed: int) -> dict:
 # --------------------------------------------------------------------------------------
 # fairopt
 # --------------------------------------------------------------------------------------
-def _fairopt(margin: bool, **options: Any) -> Method:
-    def fit_predict(train: Part, test: Part, delta: float, seed: int) -> dict:
+def disparate_impact_spec(bound: float) -> list:
+    """The constraint of this grid: disparate impact of ``s`` at least ``bound``."""
+    return [("disparate_impact", "s", bound)]
+
+
+def _fairopt(margin: bool, constraint: Callable[[float], list] = disparate_impact_spec, **options: Any) -> Method:
+    """A fairopt ``FairClassifier`` method under ``constraint(bound)``; a margin the estimator refuses
+    (wider than the bound) is recorded as a skipped method with the estimator's message."""
+    def fit_predict(train: Part, test: Part, bound: float, seed: int) -> dict:
         from fairopt.estimators import FairClassifier
 
         if "model" in options and callable(options["model"]):  # a factory of a seeded scikit-learn model
             options_seeded = {**options, "model": options["model"](seed)}
         else:
             options_seeded = dict(options)
-        clf = FairClassifier([("disparate_impact", "s", delta)], sensitive_names="s", seed=seed,
+        clf = FairClassifier(constraint(bound), sensitive_names="s", seed=seed,
                              margin="auto" if margin else 0.0, **options_seeded)
         try:
             seconds, note = fit_noting_warnings(clf, train)
         except ValueError as exc:
             if options.get("model") == "gbm" and "model" in str(exc):
                 raise Skip(f"model='gbm' is not available here ({exc})") from None
+            if margin and str(exc).startswith("margin:"):
+                raise Skip(f"refused: {exc}") from None
             raise
         return _out(clf.predict(train.X), clf.predict(test.X), seconds, note=note)
     return fit_predict

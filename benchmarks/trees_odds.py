@@ -53,8 +53,8 @@ import pandas as pd
 
 from benchmarks.papers.peer_adapters import Part
 from trees import METHODS as TREES_METHODS
-from trees import (DATASETS, SEEDS, Methods, Skip, _out, _timed, classifier_cell, fit_noting_warnings, in_grid_order,
-                   joined_notes, registrar, run_grid, share, skipped_lines, threshold_optimizer, write_results)
+from trees import (DATASETS, SEEDS, Methods, _fairopt, _out, _timed, classifier_cell, in_grid_order, joined_notes,
+                   registrar, run_grid, share, skipped_lines, threshold_optimizer, write_results)
 
 logger = logging.getLogger("benchmarks.trees_odds")
 
@@ -113,24 +113,13 @@ method("fairlearn-to-hgb", needs_s=True, requires=("fairlearn",))(
     threshold_optimizer("equalized_odds", "exact parity (bound not used)"))
 
 
-def _fairopt_gbm(margin: float | str) -> Callable[[Part, Part, float, int], dict]:
-    def fit_predict(train: Part, test: Part, bound: float, seed: int) -> dict:
-        from fairopt.estimators import FairClassifier
-
-        clf = FairClassifier([("equalized_odds", "s", bound, {"delta": None})], sensitive_names="s", model="gbm",
-                             seed=seed, margin=margin)
-        try:
-            seconds, note = fit_noting_warnings(clf, train)
-        except ValueError as exc:  # the held-out margin is wider than the bound: the estimator refuses it
-            if "margin" not in str(exc):
-                raise
-            raise Skip(f"refused: {exc}") from None
-        return _out(clf.predict(train.X), clf.predict(test.X), seconds, note=note)
-    return fit_predict
+def equalized_odds_spec(bound: float) -> list:
+    """The constraint of this grid: both rate gaps of ``s`` at most ``bound`` (difference form)."""
+    return [("equalized_odds", "s", bound, {"delta": None})]
 
 
-method("fairopt-gbm", needs_s=False, requires=("torch",))(_fairopt_gbm(0.0))
-method("fairopt-gbm-margin", needs_s=False, requires=("torch",))(_fairopt_gbm("auto"))
+for _name, _margin in (("fairopt-gbm", False), ("fairopt-gbm-margin", True)):
+    method(_name, needs_s=False, requires=("torch",))(_fairopt(_margin, equalized_odds_spec, model="gbm"))
 
 
 def gaps_measure(out: dict, train: Part, test: Part) -> dict:

@@ -49,7 +49,7 @@ __all__ = ["GBM_DEFAULTS", "MIN_STOPPING_ROWS", "run_gbm"]
 #: group-wise multiplier term ``J'y`` to the training rows: under a tightened bound (``margin``)
 #: their rounds swung between feasible models worse than the constant for all 300 rounds on Adult.
 GBM_DEFAULTS: dict[str, Any] = {"epochs": 300, "lr": 0.1, "num_leaves": 7, "early_stopping_rounds": 50,
-                                "stopping_fraction": 0.2, "validation_metric": {"binary": "loss", "regression": "loss"}}
+                                "stopping_fraction": 0.2, "validation_metric": "loss"}
 
 #: Fewest held-out rows for early stopping (module docstring).
 MIN_STOPPING_ROWS = 100
@@ -79,7 +79,7 @@ def run_gbm(options: Any, data: Any, constraints: list, reference: bool = False)
     given = dict(options.engine_params or {})
     patience = given.pop("early_stopping_rounds", GBM_DEFAULTS["early_stopping_rounds"])
     fraction = given.pop("stopping_fraction", GBM_DEFAULTS["stopping_fraction"])
-    given.setdefault("validation_metric", GBM_DEFAULTS["validation_metric"][options.task])
+    given.setdefault("validation_metric", GBM_DEFAULTS["validation_metric"])
     clash = sorted(set(given) & {"rounds", "learning_rate"})
     if clash:
         raise ValueError(f"engine_params: {clash} are the estimator's epochs and lr for model='gbm'; set those")

@@ -15,7 +15,7 @@ from solvers.boosting.objective import BOOSTING_LOSSES, row_derivatives, startin
 from solvers.boosting.scores import BoostedScores
 from solvers.boosting.shift import smallest_shifts
 from solvers.boosting.step import RoundState, WorkingBounds, round_step
-from solvers.boosting.validation import VALIDATION_METRICS, ValidationLoss
+from solvers.boosting.validation import VALIDATION_METRICS, ValidationLoss, running_scores
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import check_targets, loss_name
@@ -414,14 +414,7 @@ def _thread_pools() -> Any:
 def _training_scores(booster: Any) -> torch.Tensor:
     """The booster's running raw scores of its training rows (the starting constant and every tree so
     far, updated tree by tree during training, not recomputed), float64 (n,)."""
-    seen: list[np.ndarray] = []
-
-    def capture(preds: np.ndarray, _: Any) -> tuple[str, float, bool]:
-        seen.append(np.asarray(preds, dtype=np.float64).reshape(-1))
-        return "scores", 0.0, False
-
-    booster.eval_train(feval=capture)
-    return torch.from_numpy(seen[-1].copy())
+    return torch.from_numpy(running_scores(booster.eval_train))
 
 
 def _scores(booster: Any, X: np.ndarray, init: float, trees: int | None = None) -> torch.Tensor:

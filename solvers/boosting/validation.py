@@ -22,10 +22,24 @@ import torch
 from solvers.boosting.objective import row_derivatives
 from solvers.problem import row_weights
 
-__all__ = ["VALIDATION_METRICS", "ValidationLoss"]
+__all__ = ["VALIDATION_METRICS", "ValidationLoss", "running_scores"]
 
 #: The criteria by name.
 VALIDATION_METRICS: tuple[str, ...] = ("loss", "error")
+
+
+def running_scores(evaluate: Any) -> np.ndarray:
+    """The raw scores LightGBM keeps for a data set of a booster (the starting constant plus every
+    tree so far, updated tree by tree), read through ``evaluate``, the booster's ``eval_train`` or
+    ``eval_valid``: its custom-metric hook receives them. float64 (n,), a copy."""
+    seen: list[np.ndarray] = []
+
+    def capture(preds: np.ndarray, _: Any) -> tuple[str, float, bool]:
+        seen.append(np.asarray(preds, dtype=np.float64).reshape(-1))
+        return "scores", 0.0, False
+
+    evaluate(feval=capture)
+    return seen[-1].copy()
 
 
 class ValidationLoss:
@@ -79,14 +93,7 @@ class ValidationLoss:
 
     def update(self, booster: Any) -> float:
         """Append and return ``f_val`` of the booster's current trees (call once after every round)."""
-        seen: list[np.ndarray] = []
-
-        def capture(preds: np.ndarray, _: Any) -> tuple[str, float, bool]:
-            seen.append(np.asarray(preds, dtype=np.float64).reshape(-1))
-            return self.NAME, 0.0, False
-
-        booster.eval_valid(feval=capture)
-        self.losses.append(self._loss(torch.from_numpy(seen[-1].copy())))
+        self.losses.append(self._loss(torch.from_numpy(running_scores(booster.eval_valid))))
         return self.losses[-1]
 
     def at(self, trees: int) -> float:
