@@ -26,6 +26,12 @@ held-out fit, and the best number of rounds of a booster grows with its rows (ea
 more of the signal before it fits noise). The engine's guarantee (every bound met on all
 training rows, or a warning) is then the one of a plain fit.
 Fewer than :data:`MIN_STOPPING_ROWS` held-out rows: no early stopping (``epochs`` rounds).
+
+Under a margin (constraints tightened by :func:`fairopt.certificate.tighten`, the estimators'
+``margin``), the refit's margin is raised by the fit optimism the held-out fit measures
+(:func:`fit_optimism`): trees can meet a bound on their training rows by fitting the group rates
+of those rows, and then new rows sit further towards the bound than the sampling noise that
+:func:`fairopt.certificate.auto_margin` sizes the margin by accounts for.
 """
 
 from __future__ import annotations
@@ -33,11 +39,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
+from fairopt.certificate.tightening import TightenedConstraint
 from fairopt.data.splitting import stratified_split_indices
 from solvers.boosting import BoostedSQP
 from solvers.history import FitResult
 
-__all__ = ["GBM_DEFAULTS", "MIN_STOPPING_ROWS", "run_gbm"]
+__all__ = ["GBM_DEFAULTS", "MIN_STOPPING_ROWS", "TWO_SIDED_KEPT", "fit_optimism", "run_gbm"]
 
 #: The estimators' defaults for ``model="gbm"``: at most 300 rounds (``epochs``) at learning rate 0.1
 #: (``lr``) where those are None; trees of 7 leaves; the rounds chosen on a held-out 20% by the
@@ -53,6 +62,9 @@ GBM_DEFAULTS: dict[str, Any] = {"epochs": 300, "lr": 0.1, "num_leaves": 7, "earl
 
 #: Fewest held-out rows for early stopping (module docstring).
 MIN_STOPPING_ROWS = 100
+
+#: Share of a two-sided row's interval ``[l, u]`` that the fit optimism leaves open (:func:`fit_optimism`).
+TWO_SIDED_KEPT = 0.05
 
 #: The loss of each task.
 GBM_LOSSES: dict[str, str] = {"binary": "bce", "regression": "mse"}
@@ -88,17 +100,61 @@ def run_gbm(options: Any, data: Any, constraints: list, reference: bool = False)
     kwargs["rounds"] = GBM_DEFAULTS["epochs"] if options.epochs is None else options.epochs
     kwargs["learning_rate"] = GBM_DEFAULTS["lr"] if options.lr is None else options.lr
     loss, constraints = GBM_LOSSES[options.task], [] if reference else constraints
-    probe = _stopping_fit(kwargs, patience, fraction, data, loss, constraints, int(options.seed))
-    if probe is not None:
+    stopping = _stopping_fit(kwargs, patience, fraction, data, loss, constraints, int(options.seed))
+    optimism = None
+    if stopping is not None:
+        probe, kept, held = stopping
         scaled = math.ceil(int(probe.info["returned_iteration"]) / (1.0 - float(fraction)))
         kwargs["rounds"] = min(kwargs["rounds"], max(1, scaled))
+        if any(isinstance(c, TightenedConstraint) for c in constraints):
+            optimism = fit_optimism(probe.model, constraints, kept, held)
+            constraints = [c.with_margin(c.margin + o) if isinstance(c, TightenedConstraint) else c
+                           for c, o in zip(constraints, optimism)]
     result = _engine(kwargs).fit(data, loss=loss, constraints=constraints)
-    if probe is not None:
+    if stopping is not None:
         best = int(probe.info["returned_iteration"])
         result.info.update(stopping_rounds=kwargs["rounds"], stopping_best_round=best,
                            stopping_probe_rounds=int(probe.info["rounds"]),
                            stopping_validation_loss=float(probe.info["validation_losses"][best]))
+    if optimism is not None:
+        result.info["fit_optimism"] = [float(v) for o in optimism for v in o.tolist()]  # rows in order
     return result
+
+
+def fit_optimism(model: Any, constraints: list, kept: Any, held: Any) -> list[torch.Tensor]:
+    """Per row of each constraint, how much closer to its bound (or further past it) the exact row
+    is on the held-out rows ``held`` than on the rows ``kept`` that ``model`` was fitted on, at least 0:
+    ``max(c(held) - c(kept), 0)`` on a finite upper side, ``max(c(kept) - c(held), 0)`` on a finite
+    lower side (the larger of the two with both). A constraint without a margin
+    (not a :class:`~fairopt.certificate.TightenedConstraint`) gets zeros.
+
+    The held-out rows' difference is the fit's optimism plus the two samples' noise; the noise
+    averages out over rows and data sets, the optimism does not, and a margin sized by the noise
+    alone (:func:`fairopt.certificate.auto_margin`) leaves new rows past the bound by about the
+    optimism. Taking ``max(., 0)`` keeps a favourable difference from loosening the margin.
+    A row with two finite sides is tightened on both by one margin, so its optimism is capped
+    to keep :data:`TWO_SIDED_KEPT` of its interval: ``margin + optimism <= (1 - TWO_SIDED_KEPT)
+    (u - l) / 2`` in the user's bounds (unless the margin alone takes more).
+    """
+    with torch.no_grad():
+        out_kept = model(kept.X).reshape(-1)
+        out_held = model(held.X).reshape(-1)
+    optimism = []
+    for c in constraints:
+        if not isinstance(c, TightenedConstraint):
+            optimism.append(torch.zeros(int(c.upper.numel()), dtype=torch.float64))
+            continue
+        on_kept = c.exact(out_kept, kept).reshape(-1).to(torch.float64)
+        on_held = c.exact(out_held, held).reshape(-1).to(torch.float64)
+        lower, upper = c.lower.to(torch.float64), c.upper.to(torch.float64)
+        worse_upper = torch.where(torch.isfinite(upper), on_held - on_kept, torch.zeros_like(on_held))
+        worse_lower = torch.where(torch.isfinite(lower), on_kept - on_held, torch.zeros_like(on_held))
+        half_room = torch.where(torch.isfinite(lower) & torch.isfinite(upper),  # two-sided: the margin is
+                                (upper - lower) / 2, torch.full_like(upper, math.inf))  # on both sides
+        room = (1.0 - TWO_SIDED_KEPT) * half_room - TWO_SIDED_KEPT * torch.as_tensor(c.margin, dtype=torch.float64)
+        raised = torch.minimum(torch.maximum(worse_upper, worse_lower).clamp(min=0.0), room.clamp(min=0.0))
+        optimism.append(raised)
+    return optimism
 
 
 def _engine(kwargs: dict) -> BoostedSQP:
@@ -110,9 +166,10 @@ def _engine(kwargs: dict) -> BoostedSQP:
 
 
 def _stopping_fit(kwargs: dict, patience: Any, fraction: Any, data: Any, loss: str, constraints: list,
-                  seed: int) -> FitResult | None:
-    """The held-out fit of the module docstring on a split of ``data`` (None when ``fraction`` is None
-    or the held-out part would have fewer than :data:`MIN_STOPPING_ROWS` rows)."""
+                  seed: int) -> tuple[FitResult, Any, Any] | None:
+    """The held-out fit of the module docstring on a split of ``data`` with the rows it trained on and
+    the rows held out (None when ``fraction`` is None or the held-out part would have fewer than
+    :data:`MIN_STOPPING_ROWS` rows)."""
     engine = _engine({**kwargs, "early_stopping_rounds": patience})  # checks the options in every case
     if fraction is None:
         return None
@@ -121,4 +178,5 @@ def _stopping_fit(kwargs: dict, patience: Any, fraction: Any, data: Any, loss: s
     if fraction * len(data) < MIN_STOPPING_ROWS:
         return None
     kept, held = stratified_split_indices(data._split_strata(), float(fraction), seed)
-    return engine.fit(data.subset(kept), loss=loss, constraints=constraints, validation=data.subset(held))
+    kept_data, held_data = data.subset(kept), data.subset(held)
+    return engine.fit(kept_data, loss=loss, constraints=constraints, validation=held_data), kept_data, held_data

@@ -601,7 +601,8 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         the value on new rows has room to move. ``"auto"``: :func:`fairopt.certificate.auto_margin`
         per row for a new sample the size of the held-out part (30% without
         ``validation_fraction``). A margin is a prediction (``predicted_held_out_``), not a
-        guarantee.
+        guarantee. ``model="gbm"`` raises it by the fit optimism its held-out early-stopping fit
+        measures (:func:`fairopt.boosted.fit_optimism`; ``engine_info_["fit_optimism"]``).
     validation_fraction : float in (0, 0.5], optional
         Hold out this fraction of the rows (stratified by target x sensitive cell), train on the
         rest and certify the model on the held-out rows (:func:`fairopt.certificate.certify`,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -130,7 +130,8 @@ def fit_held_out(options: HeldOutOptions, data: FairData, constraints: list, *, 
         result, relaxed = train(data, training)
         certified = None if held_out is None else certificates(options, held_out, result.model, constraints)
     result.model.eval()
-    predicted = None if training is constraints else predicted_held_out(result.model, data, constraints, training)
+    predicted = (None if training is constraints else
+                 predicted_held_out(result.model, data, constraints, training, result.info.get("fit_optimism")))
     return HeldOutFit(data=data, result=result, relaxed=relaxed, training=training, certificate=certified,
                       candidates=candidates, validation_indices=indices, predicted=predicted)
 
@@ -263,19 +264,25 @@ def raise_or_warn_failed(certified: list | None, on_fail: str) -> None:
     warnings.warn(message, FairnessWarning, stacklevel=3)
 
 
-def predicted_held_out(model: nn.Module, data: FairData, constraints: list, training: list) -> pd.DataFrame:
+def predicted_held_out(model: nn.Module, data: FairData, constraints: list, training: list,
+                       raised: Sequence[float] | None = None) -> pd.DataFrame:
     """Per constraint row: the exact training value, the margin, and the range
     ``[train - margin, train + margin]`` predicted for new rows (a prediction, not a
-    certificate), with whether that range lies within the user's bounds."""
+    certificate), with whether that range lies within the user's bounds. ``raised``: what the
+    engine added to the margins of ``training``, one value per row of all constraints in order
+    (``model="gbm"``'s fit optimism, :func:`fairopt.boosted.fit_optimism`)."""
     with torch.no_grad():
         out = model(data.X).reshape(-1)
     frames = []
+    extra = iter(raised or [])
     for c, t in zip(constraints, training):
         values = c.exact(out, data).reshape(-1).to(torch.float64)
         lower, upper = c.lower.to(torch.float64), c.upper.to(torch.float64)
         margin = torch.where(torch.isfinite(upper), upper - t.upper.to(torch.float64),
                              t.lower.to(torch.float64) - lower)
         margin = torch.nan_to_num(margin, nan=0.0, posinf=0.0, neginf=0.0)
+        if raised is not None:
+            margin = margin + torch.tensor([next(extra) for _ in range(margin.numel())], dtype=torch.float64)
         low, high = values - margin, values + margin
         within = torch.where(torch.isfinite(upper), high <= upper + 1e-12, True) & \
             torch.where(torch.isfinite(lower), low >= lower - 1e-12, True)

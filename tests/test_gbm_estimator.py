@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from sklearn.base import clone
 
 from fairopt import FairClassifier, FairData, FairRegressor
@@ -178,3 +179,58 @@ def test_adult_20k_disparate_impact(shared_data, seed):
     rates = _rates(clf.decision_function(train) > 0, train.sensitive["sex"].numpy())
     assert min(rates) / max(rates) >= 0.8 and clf.converged_
     assert clf.score(test) > 0.83
+
+
+def test_fit_optimism_is_the_held_out_rows_shortfall():
+    """``fit_optimism``: per row, how much further towards (or past) its bound the exact row lies on the
+    held-out rows than on the rows the model was fitted on, clipped at 0; zeros without a margin.
+    Checked against the group rates counted by hand."""
+    from fairopt.boosted import fit_optimism
+    from fairopt.certificate import tighten
+    from fairopt.constraints import DemographicParity, DisparateImpact
+
+    def part(k0: int, k1: int, n: int = 100) -> FairData:  # outputs +-1 in column 0, k_g positives per group
+        s = np.r_[np.zeros(n), np.ones(n)]
+        out = np.r_[np.where(np.arange(n) < k0, 1.0, -1.0), np.where(np.arange(n) < k1, 1.0, -1.0)]
+        return FairData.from_arrays(np.c_[out], (out > 0).astype(float), {"s": s})
+
+    kept, held = part(50, 45), part(50, 30)  # group 1's rate: 0.45 on the fitted rows, 0.30 held out
+    model = lambda X: X[:, 0]  # noqa: E731 - outputs are the column itself
+    di = tighten(DisparateImpact("s", 0.8), 0.02)
+    dp = DemographicParity("s", 0.2)
+    for c in (di, dp):
+        c.setup(kept)
+    opt_di, opt_dp = fit_optimism(model, [di, dp], kept, held)
+    # DI rows delta P_ref - P_focus <= 0 (both directions): 0.8 * 0.5 - 0.45 -> 0.8 * 0.5 - 0.30 for
+    # focus group 1; 0.8 * 0.45 - 0.5 -> 0.8 * 0.30 - 0.5 for focus group 0 (improves: 0)
+    expected = {round(0.8 * 0.5 - 0.30 - (0.8 * 0.5 - 0.45), 6), 0.0}
+    assert set(np.round(opt_di.numpy(), 6)) == expected
+    assert torch.equal(opt_dp, torch.zeros_like(opt_dp))
+    # swapped (fitted on the rows where group 1's rate is 0.30): group 0's row worsens by 0.8 * 0.15
+    swapped = fit_optimism(model, [di], held, kept)[0]
+    assert set(np.round(swapped.numpy(), 6)) == {round(0.8 * 0.15, 6), 0.0}
+
+
+def test_margin_adds_the_measured_fit_optimism():
+    """Under a margin the refit trains under margin + the optimism its held-out fit measured (recorded in
+    ``engine_info_``) and meets that tighter bound on all training rows; on a two-sided row the optimism
+    leaves TWO_SIDED_KEPT of the interval open; without a margin nothing is measured."""
+    from fairopt.boosted import TWO_SIDED_KEPT
+
+    X, y, s = _classification(1500, seed=0)
+    options = {"model": "gbm", "epochs": 80, "margin": 0.02, "engine_params": {**FAST, "num_leaves": 15}}
+    dp = FairClassifier(("demographic_parity", "s", 0.1), **options)
+    _fit(dp, X, y, sensitive_features=s)
+    (optimism,) = dp.engine_info_["fit_optimism"]
+    assert 0.0 < optimism <= (1 - TWO_SIDED_KEPT) * 0.1 - 0.02 + 1e-12
+    assert abs(np.subtract(*_rates(dp.predict(X), s))) <= 0.1 - 0.02 - optimism + 1e-9
+    assert float(dp.predicted_held_out_["margin"].iloc[0]) == pytest.approx(0.02 + optimism)
+    X, y, s = _classification(1500, seed=3)
+    di = FairClassifier(("disparate_impact", "s", 0.8), **options)
+    _fit(di, X, y, sensitive_features=s)
+    optimism = np.asarray(di.engine_info_["fit_optimism"])
+    assert optimism.shape == (2,) and float(optimism.max()) > 0.0 and float(optimism.min()) >= 0.0
+    assert dp.converged_ and di.converged_
+    plain = clone(di).set_params(margin=0.0)
+    _fit(plain, X, y, sensitive_features=s)
+    assert "fit_optimism" not in plain.engine_info_

@@ -47,6 +47,7 @@ class TightenedConstraint(BaseConstraint):
         if isinstance(constraint, TightenedConstraint):
             raise ValueError("constraint: already tightened; tighten the original with the total margin")
         self.constraint = fresh_copy(constraint)
+        self._original = fresh_copy(constraint)  # untightened, for :meth:`with_margin`
         self.name = getattr(constraint, "name", "constraint")
         self.margin = margin if isinstance(margin, torch.Tensor) else float(margin)
         if isinstance(self.margin, float) and (not math.isfinite(self.margin) or self.margin < 0):
@@ -143,6 +144,10 @@ class TightenedConstraint(BaseConstraint):
         if bounds_ready(self.constraint):
             self._apply()
         return self
+
+    def with_margin(self, margin: Any) -> "TightenedConstraint":
+        """The original constraint tightened by ``margin`` instead (a number or one value per row)."""
+        return TightenedConstraint(self._original, margin)
 
     def __sklearn_clone__(self) -> "TightenedConstraint":
         """:func:`sklearn.base.clone`: the clone of the original under the same margin."""
