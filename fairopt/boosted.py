@@ -29,9 +29,10 @@ Fewer than :data:`MIN_STOPPING_ROWS` held-out rows: no early stopping (``epochs`
 
 Under a margin (constraints tightened by :func:`fairopt.certificate.tighten`, the estimators'
 ``margin``), the refit's margin is raised by the fit optimism the held-out fit measures
-(:func:`fit_optimism`): trees can meet a bound on their training rows by fitting the group rates
-of those rows, and then new rows sit further towards the bound than the sampling noise that
-:func:`fairopt.certificate.auto_margin` sizes the margin by accounts for.
+(:func:`fit_optimism`, the held-out rows' shortfall beyond its noise): trees can meet a bound on
+their training rows by fitting the group rates of those rows, and then new rows sit further
+towards the bound than the sampling noise that :func:`fairopt.certificate.auto_margin` sizes
+the margin by accounts for.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any
 
 import torch
 
+from fairopt.certificate.margins import held_out_spread
 from fairopt.certificate.tightening import TightenedConstraint
 from fairopt.data.splitting import stratified_split_indices
 from solvers.boosting import BoostedSQP
@@ -122,23 +124,32 @@ def run_gbm(options: Any, data: Any, constraints: list, reference: bool = False)
 
 
 def fit_optimism(model: Any, constraints: list, kept: Any, held: Any) -> list[torch.Tensor]:
-    """Per row of each constraint, how much closer to its bound (or further past it) the exact row
-    is on the held-out rows ``held`` than on the rows ``kept`` that ``model`` was fitted on, at least 0:
-    ``max(c(held) - c(kept), 0)`` on a finite upper side, ``max(c(kept) - c(held), 0)`` on a finite
-    lower side (the larger of the two with both). A constraint without a margin
-    (not a :class:`~fairopt.certificate.TightenedConstraint`) gets zeros.
+    r"""Per row of each constraint, the fit optimism of ``model`` (fitted on the rows ``kept``) that the
+    rows ``held`` out of its fit reveal: how much closer to its bound (or further past it) the exact
+    row lies on ``held`` than on ``kept``, shrunk by the noise of that difference, at least 0.
 
-    The held-out rows' difference is the fit's optimism plus the two samples' noise; the noise
-    averages out over rows and data sets, the optimism does not, and a margin sized by the noise
-    alone (:func:`fairopt.certificate.auto_margin`) leaves new rows past the bound by about the
-    optimism. Taking ``max(., 0)`` keeps a favourable difference from loosening the margin.
+    The raw difference is ``o = c(held) - c(kept)`` on a finite upper side, ``c(kept) - c(held)`` on
+    a finite lower side (the larger with both). It is the optimism ``b`` plus the two samples' noise,
+    of standard deviation ``s`` (:func:`fairopt.certificate.held_out_spread` of the fitted model on
+    ``kept``, the new sample the size of ``held``). The estimate is the positive-part James-Stein
+    shrinkage of ``o`` towards 0,
+
+    .. math:: \hat b = \max(o, 0)\, \max(0,\; 1 - s^2 / o^2),
+
+    so a difference within the noise (``|o| <= s``) adds nothing, and one of several ``s`` adds
+    nearly all of itself: a margin sized by the noise alone (:func:`fairopt.certificate.auto_margin`)
+    leaves new rows past the bound by about ``b`` where ``b`` is real, and raising it by raw
+    noise would cost accuracy where it is not. With row weights (``kept.weights``) ``s`` is not
+    estimated and ``max(o, 0)`` is taken.
     A row with two finite sides is tightened on both by one margin, so its optimism is capped
     to keep :data:`TWO_SIDED_KEPT` of its interval: ``margin + optimism <= (1 - TWO_SIDED_KEPT)
-    (u - l) / 2`` in the user's bounds (unless the margin alone takes more).
+    (u - l) / 2`` in the user's bounds (unless the margin alone takes more). A constraint without
+    a margin (not a :class:`~fairopt.certificate.TightenedConstraint`) gets zeros.
     """
     with torch.no_grad():
         out_kept = model(kept.X).reshape(-1)
         out_held = model(held.X).reshape(-1)
+    fraction = len(held) / (len(kept) + len(held))
     optimism = []
     for c in constraints:
         if not isinstance(c, TightenedConstraint):
@@ -149,11 +160,14 @@ def fit_optimism(model: Any, constraints: list, kept: Any, held: Any) -> list[to
         lower, upper = c.lower.to(torch.float64), c.upper.to(torch.float64)
         worse_upper = torch.where(torch.isfinite(upper), on_held - on_kept, torch.zeros_like(on_held))
         worse_lower = torch.where(torch.isfinite(lower), on_kept - on_held, torch.zeros_like(on_held))
+        raw = torch.maximum(worse_upper, worse_lower).clamp(min=0.0)
+        if getattr(kept, "weights", None) is None:
+            spread = held_out_spread(kept, c, fraction, outputs=out_kept)
+            raw = raw * (1.0 - spread ** 2 / raw.clamp(min=1e-300) ** 2).clamp(min=0.0)
         half_room = torch.where(torch.isfinite(lower) & torch.isfinite(upper),  # two-sided: the margin is
                                 (upper - lower) / 2, torch.full_like(upper, math.inf))  # on both sides
         room = (1.0 - TWO_SIDED_KEPT) * half_room - TWO_SIDED_KEPT * torch.as_tensor(c.margin, dtype=torch.float64)
-        raised = torch.minimum(torch.maximum(worse_upper, worse_lower).clamp(min=0.0), room.clamp(min=0.0))
-        optimism.append(raised)
+        optimism.append(torch.minimum(raw, room.clamp(min=0.0)))
     return optimism
 
 

@@ -31,10 +31,11 @@ Other constraint types raise :class:`TypeError`.
 from __future__ import annotations
 
 from fairopt.certificate.intervals import clopper_pearson, worst_case_rows
-from fairopt.certificate.margins import DEFAULT_HELD_OUT_FRACTION, auto_margin
+from fairopt.certificate.margins import DEFAULT_HELD_OUT_FRACTION, auto_margin, held_out_spread
 from fairopt.certificate.plotting import plot_certificate
 from fairopt.certificate.statements import CERTIFY_METHODS, Certificate, certify
 from fairopt.certificate.tightening import TightenedConstraint, tighten
 
-__all__ = ["Certificate", "TightenedConstraint", "auto_margin", "certify", "clopper_pearson", "plot_certificate",
+__all__ = ["Certificate", "TightenedConstraint", "auto_margin", "certify", "clopper_pearson", "held_out_spread",
+           "plot_certificate",
            "tighten", "worst_case_rows", "CERTIFY_METHODS", "DEFAULT_HELD_OUT_FRACTION"]

@@ -14,7 +14,7 @@ from fairopt.certificate.intervals import (bootstrap_rows, compared_pairs, finit
                                            prepared_copy, rate_sides)
 from fairopt.constraints.rates import GroupRateConstraint
 
-__all__ = ["DEFAULT_HELD_OUT_FRACTION", "auto_margin"]
+__all__ = ["DEFAULT_HELD_OUT_FRACTION", "auto_margin", "held_out_spread"]
 
 
 #: Default held-out fraction of :func:`auto_margin` (and of the estimators' ``margin="auto"``
@@ -110,26 +110,40 @@ def auto_margin(
     require_unweighted(data, "auto_margin (margin='auto')",
                        "give a numeric margin, or fit without sample_weight (FairData weights)")
     confidence = check_interval(confidence, "confidence", 0.0, 1.0)
-    fraction = check_interval(held_out_fraction, "held_out_fraction", 0.0, 1.0)
     inflation = positive_float(inflation, "inflation")
-    scale = fraction / (1.0 - fraction)  # n_new / n
     c = prepared_copy(constraint, data)
     z = normal_quantile(confidence, compared_pairs(c) if isinstance(c, GroupRateConstraint) else finite_sides(c))
+    sd_train, sd_new = _sample_spreads(data, c, held_out_fraction, outputs, n_bootstrap, seed)
+    margin = inflation * z * sd_new if for_certificate else z * np.sqrt(sd_train ** 2 + sd_new ** 2)
+    return torch.as_tensor(margin, dtype=torch.float64)
+
+
+def held_out_spread(data: Any, constraint: Any, held_out_fraction: float, *, outputs: Any = None,
+                    n_bootstrap: int = 200, seed: int = 0) -> torch.Tensor:
+    """Standard deviation per row of ``r_new - r_train``, the gap between a new sample's exact row
+    and the training rows' (:func:`auto_margin` without its quantile: ``sqrt(se(n)^2 + se(n')^2)``,
+    the new sample the held-out part of a split holding out ``held_out_fraction`` of all rows)."""
+    require_unweighted(data, "held_out_spread", "fit without sample_weight (FairData weights)")
+    sd_train, sd_new = _sample_spreads(data, prepared_copy(constraint, data), held_out_fraction, outputs,
+                                       n_bootstrap, seed)
+    return torch.as_tensor(np.sqrt(sd_train ** 2 + sd_new ** 2), dtype=torch.float64)
+
+
+def _sample_spreads(data: Any, c: Any, held_out_fraction: float, outputs: Any, n_bootstrap: int,
+                    seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(se(n), se(n'))`` per row of the prepared constraint ``c`` (:func:`auto_margin`'s docstring)."""
+    fraction = check_interval(held_out_fraction, "held_out_fraction", 0.0, 1.0)
+    scale = fraction / (1.0 - fraction)  # n_new / n
+    out = _proxy_outputs(data) if outputs is None else outputs_on(outputs, data)
     if isinstance(c, GroupRateConstraint):
-        out = _proxy_outputs(data) if outputs is None else outputs_on(outputs, data)
         k, n = rate_sides(c, out, data)
         p = np.where(n > 0, k / np.maximum(n, 1.0), 0.5)
         if outputs is None:  # a label-conditioned side's target rate is 0 or 1: no variance to go by
             p = np.where((p <= 0.0) | (p >= 1.0), 0.5, p)
         D = c._informed_rows(torch.as_tensor(n), torch.float64).numpy()
-        n_new = np.maximum(n * scale, 1.0)
-        var_new = (D ** 2) @ (p * (1.0 - p) / n_new)
+        var_new = (D ** 2) @ (p * (1.0 - p) / np.maximum(n * scale, 1.0))
         var_train = (D ** 2) @ (p * (1.0 - p) / np.maximum(n, 1.0))
-        margin = inflation * z * np.sqrt(var_new) if for_certificate else z * np.sqrt(var_train + var_new)
-        return torch.as_tensor(margin, dtype=torch.float64)
-    out = _proxy_outputs(data) if outputs is None else outputs_on(outputs, data)
+        return np.sqrt(var_train), np.sqrt(var_new)
     draws = bootstrap_rows(c, out, data, int(n_bootstrap), int(seed))
     sd = draws.std(axis=0, ddof=1)  # the training sample's; a new one of n_new rows: sd / sqrt(scale)
-    sd_new = sd / math.sqrt(scale)
-    margin = inflation * z * sd_new if for_certificate else z * math.sqrt(sd * sd + sd_new * sd_new)
-    return torch.as_tensor(margin, dtype=torch.float64)
+    return sd, sd / math.sqrt(scale)
