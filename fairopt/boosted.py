@@ -163,7 +163,7 @@ def fit_optimism(model: Any, constraints: list, kept: Any, held: Any) -> list[to
         raw = torch.maximum(worse_upper, worse_lower).clamp(min=0.0)
         if getattr(kept, "weights", None) is None:
             spread = held_out_spread(kept, c, fraction, outputs=out_kept)
-            raw = raw * (1.0 - spread ** 2 / raw.clamp(min=1e-300) ** 2).clamp(min=0.0)
+            raw = torch.where(raw > spread, raw - spread ** 2 / torch.where(raw > 0, raw, 1.0), 0.0)  # o (1 - s^2/o^2)
         half_room = torch.where(torch.isfinite(lower) & torch.isfinite(upper),  # two-sided: the margin is
                                 (upper - lower) / 2, torch.full_like(upper, math.inf))  # on both sides
         room = (1.0 - TWO_SIDED_KEPT) * half_room - TWO_SIDED_KEPT * torch.as_tensor(c.margin, dtype=torch.float64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 
 import numpy as np
@@ -16,6 +17,7 @@ from fairopt.certificate import (
     auto_margin,
     certify,
     clopper_pearson,
+    held_out_spread,
     tighten,
     worst_case_rows,
 )
@@ -181,6 +183,39 @@ def test_tighten_leaves_the_user_constraint_unchanged():
     too_much = tighten(DemographicParity("s", 0.01), 0.04)
     with pytest.raises(ValueError, match="margin"):
         too_much.setup(data)
+
+
+def _regression_data(n: int = 800, seed: int = 3) -> FairData:
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, 2))
+    X[:, 0] += s
+    return FairData.from_arrays(X, 2.0 * X[:, 0] + X[:, 1] + 0.3 * rng.normal(size=n), {"s": s}, task="regression")
+
+
+def test_auto_margin_of_a_bootstrap_constraint_covers_both_samples():
+    """Bootstrap constraints (here GeDI, one finite side): the margin is ``z sqrt(sd^2 + sd_new^2)`` with
+    ``sd_new = sd sqrt(n / n_new)``, so it is ``sqrt(1 + n_new / n)`` times the certificate's ``z sd_new``
+    and ``z`` times :func:`held_out_spread`."""
+    data = _regression_data()
+    c = GeDI("s", bound=5.0)
+    m = auto_margin(data, c, held_out_fraction=0.3)
+    half = auto_margin(data, c, held_out_fraction=0.3, for_certificate=True, inflation=1.0)
+    spread = held_out_spread(data, c, 0.3)
+    assert m.shape == (1,) and bool(torch.isfinite(m).all()) and float(m) > 0
+    assert float(m / half) == pytest.approx(math.sqrt(1 + 3 / 7), rel=1e-9)
+    assert float(m / spread) == pytest.approx(stats.norm.ppf(0.95), rel=1e-9)
+
+
+def test_margin_below_a_norms_floor_is_refused():
+    """A coarse GeDI row is a norm: a margin that takes its bound below 0 leaves no model, and is refused
+    naming the row; one that leaves room is applied."""
+    data = _regression_data()
+    with pytest.raises(ValueError, match="smallest value the row takes"):
+        tighten(GeDI("s", bound=0.1), 0.2).setup(data)
+    kept = tighten(GeDI("s", bound=0.3), 0.2)
+    kept.setup(data)
+    assert float(kept.upper) == pytest.approx(0.1)
 
 
 def test_auto_margin_shrinks_as_groups_grow():

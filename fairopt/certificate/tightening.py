@@ -66,12 +66,16 @@ class TightenedConstraint(BaseConstraint):
             raise ValueError(f"margin: {margin.numel()} values for the {lower.numel()} rows of {self.name}")
         lower = torch.where(torch.isfinite(lower), lower + margin, lower)
         upper = torch.where(torch.isfinite(upper), upper - margin, upper)
-        if bool((lower > upper).any()):
-            i = int(torch.nonzero(lower > upper)[0])
+        floor = getattr(inner, "row_floor", None)  # the smallest value a row takes (a norm: 0), if known
+        empty = (lower > upper) | ((upper < floor) if floor is not None else torch.zeros_like(upper, dtype=torch.bool))
+        if bool(empty.any()):
+            i = int(torch.nonzero(empty)[0])
             names = inner.row_names or []
+            what = (f"lower {lower[i].item():.4g} > upper {upper[i].item():.4g}" if lower[i] > upper[i] else
+                    f"upper {upper[i].item():.4g} below {floor:.4g}, the smallest value the row takes")
             raise ValueError(f"margin: tightening {self.name} by {margin.max().item():.4g} leaves row "
-                             f"{names[i] if i < len(names) else i!r} with lower {lower[i].item():.4g} > upper "
-                             f"{upper[i].item():.4g}; use a smaller margin, a looser bound or more data")
+                             f"{names[i] if i < len(names) else i!r} with {what}; use a smaller margin, a looser "
+                             "bound or more data")
         inner.lower, inner.upper = lower, upper
         if isinstance(inner, GeDI) and inner.absolute_bound is not None:
             inner.absolute_bound = float(upper[0])

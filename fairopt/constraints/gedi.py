@@ -283,6 +283,13 @@ class GeDI(BaseConstraint):
 
     # ------------------------------------------------------------------ the bounded measure
     @property
+    def row_floor(self) -> float | None:
+        """The smallest value a row can take: 0 for the coarse row ``||alpha||_1``; None (signed rows) when
+        ``fine``. A margin that takes an upper bound below it leaves no feasible model
+        (:class:`fairopt.certificate.TightenedConstraint` refuses it)."""
+        return None if self.fine else 0.0
+
+    @property
     def measure(self) -> str:
         """The bounded measure's name, with :attr:`measured` appended for a binary task without ``target``."""
         if self.target is None and self.measured in TARGETS:
