@@ -207,6 +207,19 @@ def test_auto_margin_of_a_bootstrap_constraint_covers_both_samples():
     assert float(m / spread) == pytest.approx(stats.norm.ppf(0.95), rel=1e-9)
 
 
+def test_regression_margin_before_a_fit_uses_the_least_squares_outputs():
+    """Before a model exists a regression margin is sized on the least-squares fit of ``y`` on ``[X, 1]``
+    (numpy's lstsq here), not on ``y``, whose dependence measure varies more (the residual's variance)."""
+    data = _regression_data()
+    c = GeDI("s", bound=5.0)
+    X = data.X.double().numpy()
+    A = np.c_[X, np.ones(len(X))]
+    fitted = A @ np.linalg.lstsq(A, data.y.double().numpy(), rcond=None)[0]
+    before = auto_margin(data, c, held_out_fraction=0.3)
+    assert float(before) == pytest.approx(float(auto_margin(data, c, held_out_fraction=0.3, outputs=fitted)), rel=1e-6)
+    assert float(before) < float(auto_margin(data, c, held_out_fraction=0.3, outputs=data.y.double().numpy()))
+
+
 def test_margin_below_a_norms_floor_is_refused():
     """A coarse GeDI row is a norm: a margin that takes its bound below 0 leaves no model, and is refused
     naming the row; one that leaves room is applied."""

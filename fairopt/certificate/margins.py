@@ -23,16 +23,19 @@ DEFAULT_HELD_OUT_FRACTION = 0.3
 
 
 def _proxy_outputs(data: Any) -> torch.Tensor:
-    """Outputs that reproduce the training targets as predictions (used before a model
-    exists): ``+-4`` logits for a binary target, ``y`` itself for regression, ``log y``
-    for a Poisson rate."""
+    """Outputs that stand in for a fitted model's before one exists: ``+-4`` logits that reproduce a
+    binary target, ``log y`` for a Poisson rate, and for regression the least-squares fit of ``y`` on
+    ``[X, 1]``. A regression model's outputs vary like its fit, not like the target: the spread of a
+    dependence measure of the outputs grows with their variance, and ``y`` itself would give it the
+    target's variance, ``1 / R^2`` times the fit's (three times the margin where ``R^2`` is 0.1)."""
     y = data.y.double().reshape(-1)
     task = getattr(data, "task", "regression")
     if task == "binary":
         return 8.0 * y - 4.0
     if task == "poisson":
         return torch.log(y.clamp(min=1e-6))
-    return y
+    A = torch.cat([data.X.double().reshape(len(y), -1), torch.ones(len(y), 1, dtype=torch.float64)], dim=1)
+    return A @ torch.linalg.lstsq(A, y.reshape(-1, 1), driver="gelsd").solution.reshape(-1)
 
 
 def auto_margin(
