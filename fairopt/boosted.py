@@ -28,7 +28,7 @@ training rows, or a warning) is then the one of a plain fit.
 Fewer than :data:`MIN_STOPPING_ROWS` held-out rows: no early stopping (``epochs`` rounds).
 
 Under a margin (constraints tightened by :func:`fairopt.certificate.tighten`, the estimators'
-``margin``), the refit's margin is raised by the fit optimism the held-out fit measures
+``margin``) and with a held-out fit, the refit's margin is raised by the fit optimism that fit measures
 (:func:`fit_optimism`, the held-out rows' shortfall beyond its noise): trees can meet a bound on
 their training rows by fitting the group rates of those rows, and then new rows sit further
 towards the bound than the sampling noise that :func:`fairopt.certificate.auto_margin` sizes
