@@ -273,7 +273,7 @@ def grid_cell(job: tuple) -> dict:
                 model, train, loss="bce", constraints=[DisparateImpact(sensitive, delta=delta)])
             status = result.status
     seconds = time.perf_counter() - start
-    warned = sorted({type(w.message).__name__ for w in caught if type(w.message).__name__ in WARNINGS_THAT_COUNT})
+    warned = sorted({type(w.message).__name__ for w in caught if counts_as_failure(w.message)})
 
     def measures(part):
         with torch.no_grad():
@@ -292,6 +292,12 @@ def grid_cell(job: tuple) -> dict:
 #: rate or outside the bound must carry one of them).
 WARNINGS_THAT_COUNT = ("BoundWarning", "ConstantPredictorWarning", "TrainingInstabilityWarning",
                        "NoProgressWarning", "DivergedWarning")
+
+
+def counts_as_failure(message: Warning) -> bool:
+    """True for an instance of a class in :data:`WARNINGS_THAT_COUNT` or of a subclass
+    (``NearConstantWarning`` is a ``ConstantPredictorWarning``)."""
+    return any(cls.__name__ in WARNINGS_THAT_COUNT for cls in type(message).__mro__)
 
 
 def run_grid(args, root: str, out: Path) -> int:

@@ -157,3 +157,20 @@ def test_table_helpers():
     runs["note"] = ["y", "x", "not installed", "not installed"]
     assert trees.skipped_lines(runs) == ["Skipped here:", "", "- m: not installed", "- n: not installed", ""]
     assert trees.skipped_lines(runs[runs["status"] == "ok"]) == []
+
+
+def test_regression_summary_counts_a_refused_margin_as_neither_met_nor_averaged():
+    """trees_regression.summary: a skipped run (a margin the estimator refused) enters no mean, counts as
+    meeting neither bound, and is named in the note; refusal_lines lists its message once."""
+    ok = {"dataset": "law", "method": "fairopt-gbm-gedi-margin", "status": "ok", "note": "",
+          "train GeDI/ref": 0.1, "test GeDI/ref": 0.15, "train cov/ref": 0.1, "test cov/ref": 0.15,
+          "test RMSE": 0.9, "test R2": 0.1, "train R2": 0.12, "fit s": 0.5}
+    runs = pd.DataFrame([{**ok, "seed": 0}, {**ok, "seed": 1, "test GeDI/ref": 0.25},
+                         {"dataset": "law", "method": "fairopt-gbm-gedi-margin", "seed": 2, "status": "skipped",
+                          "note": "refused: margin: too wide"}])
+    row = trees_regression.summary(runs).iloc[0]
+    assert row["train GeDI/ref"] == pytest.approx(0.1) and row["test GeDI/ref"] == pytest.approx(0.2)
+    assert row["bound met on train"] == "2/3" and row["bound met on test"] == "1/3"
+    assert "refused in 1/3" in row["note"]
+    lines = trees_regression.refusal_lines(runs)
+    assert any("seed 2: refused: margin: too wide" in line for line in lines)
