@@ -447,6 +447,14 @@ def run_grid(args: Any, cell: Callable[[str, str, int, str, Path], dict], cells_
     return Grid(out, runs, every[every["method"].isin(list(methods))], started)
 
 
+def results_lines(title: str, script: str, argv: list[str] | None, grid: Grid, description: str,
+                  table: pd.DataFrame) -> list[str]:
+    """The opening of a results file: ``title``, the provenance of ``script`` run with ``argv`` over
+    ``grid``'s runs, ``description`` and ``table`` in markdown (4 decimals), each followed by a blank line."""
+    return [title, "", provenance(script, argv, grid.every["commit"]), "", description, "",
+            markdown(table, floatfmt=".4f"), ""]
+
+
 def write_results(grid: Grid, stem: str, lines: list[str], figures: Iterable[Path] = ()) -> None:
     """``<out>/<stem>.md`` (``lines``) and ``<out>/<stem>.csv`` (every cached run), echoed with the
     number of runs of this invocation, its seconds and the files written (``figures`` too)."""
@@ -472,13 +480,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     grid = run_grid(args, run_cell, "cells", METHODS, logger)
     table = summary(grid.every)
-    lines = [f"# Tree peers, DI >= {DELTA:g} (means over seeds)", "",
-             provenance("trees.py", argv, grid.every["commit"]), "",
-             "Seeded 70/30 stratified splits (benchmarks.papers.peers.prepare), Adult a seeded 20,000-row sample, "
-             "the sensitive attribute not among the inputs; DI = min ratio of the groups' positive rates of hard "
-             "labels; 'needs s': the method reads the sensitive attribute to predict. Fit seconds with "
-             f"{args.threads} thread(s) per method (BLAS, OpenMP, torch; LightGBM n_jobs=1) on a shared 2-core "
-             "machine.", "", markdown(table, floatfmt=".4f"), ""]
+    lines = results_lines(
+        f"# Tree peers, DI >= {DELTA:g} (means over seeds)", "trees.py", argv, grid,
+        "Seeded 70/30 stratified splits (benchmarks.papers.peers.prepare), Adult a seeded 20,000-row sample, "
+        "the sensitive attribute not among the inputs; DI = min ratio of the groups' positive rates of hard "
+        "labels; 'needs s': the method reads the sensitive attribute to predict. Fit seconds with "
+        f"{args.threads} thread(s) per method (BLAS, OpenMP, torch; LightGBM n_jobs=1) on a shared 2-core "
+        "machine.", table)
     lines += skipped_lines(grid.runs) + [SEE_ALSO, ""]
     write_results(grid, "trees", lines, plot(table, grid.out))
     return 0

@@ -46,7 +46,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import DEFAULT_OUT, grid_parser, markdown, provenance
+from _common import DEFAULT_OUT, grid_parser
 
 import numpy as np
 import pandas as pd
@@ -54,7 +54,8 @@ import pandas as pd
 from benchmarks.papers.peer_adapters import Part
 from trees import METHODS as TREES_METHODS
 from trees import (DATASETS, SEEDS, Methods, _fairopt, _out, _timed, classifier_cell, in_grid_order, joined_notes,
-                   registrar, run_grid, share, skipped_lines, threshold_optimizer, write_results)
+                   registrar, results_lines, run_grid, share, skipped_lines, threshold_optimizer,
+                   write_results)
 
 logger = logging.getLogger("benchmarks.trees_odds")
 
@@ -157,14 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = grid_parser(__doc__.splitlines()[0], DATASETS, SEEDS, DEFAULT_OUT / "trees", list(METHODS))
     args = parser.parse_args(argv)
     grid = run_grid(args, run_cell, "cells_odds", METHODS, logger)
-    lines = [f"# Equalized odds, |TPR gap| and |FPR gap| <= {BOUND:g} (means over seeds)", "",
-             provenance("trees_odds.py", argv, grid.every["commit"]), "",
-             "The splits of trees.md (benchmarks.papers.peers.prepare; Adult a seeded 20,000-row sample; the "
-             "sensitive attribute not among the inputs). Gaps: absolute differences of the two groups' true- and "
-             "false-positive rates of hard labels. FairGBM's constraint_type='FPR,FNR' with both tolerances "
-             f"{BOUND:g} is the same bound as fairopt's ('equalized_odds', s, {BOUND:g}, {{'delta': None}}). "
-             f"Fit seconds with {args.threads} thread(s) per method on a shared 2-core machine.", "",
-             markdown(summary(grid.every), floatfmt=".4f"), ""]
+    lines = results_lines(
+        f"# Equalized odds, |TPR gap| and |FPR gap| <= {BOUND:g} (means over seeds)", "trees_odds.py", argv, grid,
+        "The splits of trees.md (benchmarks.papers.peers.prepare; Adult a seeded 20,000-row sample; the "
+        "sensitive attribute not among the inputs). Gaps: absolute differences of the two groups' true- and "
+        "false-positive rates of hard labels. FairGBM's constraint_type='FPR,FNR' with both tolerances "
+        f"{BOUND:g} is the same bound as fairopt's ('equalized_odds', s, {BOUND:g}, {{'delta': None}}). "
+        f"Fit seconds with {args.threads} thread(s) per method on a shared 2-core machine.", summary(grid.every))
     write_results(grid, "odds", lines + skipped_lines(grid.runs))
     return 0
 

@@ -50,13 +50,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import DEFAULT_OUT, commit, grid_parser, markdown, provenance
+from _common import DEFAULT_OUT, commit, grid_parser
 
 import numpy as np
 import pandas as pd
 
 from benchmarks.papers.cells import read_cells, write_cell
-from trees import Skip, in_grid_order, run_grid, share, write_results
+from trees import Skip, in_grid_order, results_lines, run_grid, share, write_results
 
 logger = logging.getLogger("benchmarks.trees_regression")
 
@@ -279,15 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = grid_parser(__doc__.splitlines()[0], list(SETUPS), SEEDS, DEFAULT_OUT / "trees", list(METHODS))
     args = parser.parse_args(argv)
     grid = run_grid(args, run_cell, "cells_regression", METHODS, logger)
-    lines = [f"# Boosted regression under a dependence bound ({FRACTION:g} x the training target's)", "",
-             provenance("trees_regression.py", argv, grid.every["commit"]), "",
-             "70/30 splits (FairData.split), the attribute not among the inputs: communities (violentPerPop, "
-             "pctBlack continuous, GeDI V^2), law (zfygpa, race binary, GeDI V^1, which on a binary attribute is "
-             "the covariance / sd(s): the two bounds coincide there). Columns `GeDI/ref` and `cov/ref`: each "
-             "measure of the predictions (numpy, independent of fairopt) divided by the training target's "
-             f"(GeDI V^1 and covariance of y_train); the bound is {FRACTION:g} in the bounded method's column. "
-             f"Means over seeds; fit seconds with {args.threads} thread(s) per method on a shared 2-core machine.",
-             "", markdown(summary(grid.every), floatfmt=".4f"), "", *refusal_lines(grid.every)]
+    lines = results_lines(
+        f"# Boosted regression under a dependence bound ({FRACTION:g} x the training target's)",
+        "trees_regression.py", argv, grid,
+        "70/30 splits (FairData.split), the attribute not among the inputs: communities (violentPerPop, "
+        "pctBlack continuous, GeDI V^2), law (zfygpa, race binary, GeDI V^1, which on a binary attribute is "
+        "the covariance / sd(s): the two bounds coincide there). Columns `GeDI/ref` and `cov/ref`: each "
+        "measure of the predictions (numpy, independent of fairopt) divided by the training target's "
+        f"(GeDI V^1 and covariance of y_train); the bound is {FRACTION:g} in the bounded method's column. "
+        f"Means over seeds; fit seconds with {args.threads} thread(s) per method on a shared 2-core machine.",
+        summary(grid.every)) + refusal_lines(grid.every)
     write_results(grid, "regression", lines)
     return 0
 
