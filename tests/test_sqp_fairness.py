@@ -97,9 +97,9 @@ def test_stochastic_balanced_constraint_batches(adult_small):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_mini_batch_polish_takes_no_more_passes_than_the_training(adult_small, seed):
-    """The end-game of a mini-batch run: at most ``min(polish_iterations, epochs)`` full-batch
-    iterations while its iterates meet the bound (more only while it restores feasibility),
+def test_mini_batch_polish_is_bounded_and_improves_on_the_start(adult_small, seed):
+    """The end-game of a mini-batch run: at most ``polish_iterations`` full-batch iterations
+    while its iterates meet the bound (more only while it restores feasibility),
     and a returned model that training improved: feasible, its loss below the start's and
     below the best constant predictor's. Properties of the outcome, over three seeds (this
     test once asserted one run's polish path, which another CPU's rounding changed)."""
@@ -109,12 +109,12 @@ def test_mini_batch_polish_takes_no_more_passes_than_the_training(adult_small, s
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConstantPredictorWarning)  # a failed run must say so; none may fail
         model, result = _fit(adult_small, [DisparateImpact("sex", delta=0.5)], epochs=4, batch_size=500,
-                             polish_iterations=50, model=model, seed=seed)
+                             polish_iterations=10, model=model, seed=seed)
     records = [r for r in result.history.records if r["qp_status"] != "final"]
     polish = [r for r in records if r.get("phase") == "polish"]
     assert result.info["feasible"]
     restoring = any(r["V_exact_max"] > 1e-6 for r in polish)
-    assert len(polish) <= (POLISH_EXTENSION * 50 if restoring else 4), (len(polish), restoring)
+    assert len(polish) <= (POLISH_EXTENSION * 10 if restoring else 10), (len(polish), restoring)
     final = result.history[-1]["f"]
     assert final < records[0]["f"] and final < constant_loss(get_loss("bce"), adult_small) - 0.02
 

@@ -92,9 +92,9 @@ class TailAverage:
 
 
 def polish_length(options: EndgameOptions, epochs: int) -> int:
-    """``min(polish_iterations, epochs)``: the polish iterations of a run that trained ``epochs``
-    epochs (resumed parts included), full batch (:func:`polish_last`) or mini-batch (:func:`polish`,
-    before its extension): the end-game takes no more passes over the data than the training did."""
+    """``min(polish_iterations, epochs)``: the polish iterations of a full-batch run that trained
+    ``epochs`` epochs (resumed parts included, :func:`polish_last`): its end-game takes no more
+    passes over the data than the training did."""
     return min(int(options.polish_iterations), int(epochs))
 
 
@@ -123,10 +123,11 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     working bounds, halved at every feasible one (integral action without wind-up: without
     the tightening the polish can stall just outside a bound, without the halving it
     overshoots well inside it).
-    It runs ``min(polish_iterations, epochs trained)`` iterations (resumed parts included), as
-    the polish of a full-batch run does: the end-game takes no more passes over the data than
-    the training did (fewer iterations than ``polish_iterations`` after a short run change
-    its accuracy and loss within noise). Past them it goes on (up to
+    It runs up to ``polish_iterations`` iterations, whatever the epochs trained: the tail
+    average of a few epochs of noisy steps is often a feasible point short of the constrained
+    optimum, and the full-data steps that follow are what reaches it (fewer, e.g. one per epoch
+    trained, left runs a few tenths of an accuracy point short of the full batch's,
+    ``benchmarks/results/solver_notes.md``). Past them it goes on (up to
     ``POLISH_EXTENSION * polish_iterations`` iterations in all)
     while the iterate is still infeasible and its exact violation still falls
     (:func:`still_restoring`): a polish can approach feasibility too slowly to reach it
@@ -151,7 +152,7 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     violations: list[float] = []  # exact violation of every polish iterate
     push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
     budget = POLISH_EXTENSION * int(options.polish_iterations) if limit is None else int(limit)
-    base = polish_length(options, state.epochs_done)
+    base = int(options.polish_iterations)
     for k in range(budget):
         der = problem.on_all_rows()
         if not math.isfinite(der.f) or not bool(torch.isfinite(der.g).all()):
