@@ -376,6 +376,31 @@ def grid_report(records: list[dict], delta: float) -> list[str]:
               f"cells where fairopt and a peer both meet the bound: {both}; fairopt at least as accurate: {not_worse}"]
     if misses:
         lines += ["misses: " + "; ".join(misses)]
+    for p in peers:
+        lines += peer_cell_lines(cells, p)
+    return lines
+
+
+def peer_cell_lines(cells: dict[tuple, dict], peer: str) -> list[str]:
+    """fairopt against ``peer`` per (data set, model, batch), means over the seeds: on the cells where
+    both meet the bound (DI >= delta - tolerance) on every seed, how often fairopt's mean train and
+    test accuracies are at least the peer's, and the cells where they are not (gap in points)."""
+    groups: dict[tuple, list[tuple[dict, dict]]] = {}
+    for key, methods in cells.items():
+        if "fairopt" in methods and peer in methods:
+            groups.setdefault(key[:3], []).append((methods["fairopt"], methods[peer]))
+    both = {k: v for k, v in groups.items() if all(o["feasible"] and q["feasible"] for o, q in v)}
+    lines = []
+    for part in ("train_acc", "test_acc"):
+        behind = []
+        for key in sorted(both, key=lambda k: (k[0], k[1], int(k[2]))):
+            ours = sum(o[part] for o, _ in both[key]) / len(both[key])
+            theirs = sum(q[part] for _, q in both[key]) / len(both[key])
+            if ours < theirs:
+                behind.append(f"{key[0]} {key[1]} {key[2]} {100 * (ours - theirs):+.2f}")
+        lines.append(f"{peer}, {part.replace('_acc', '')} accuracy, means over seeds, on the {len(both)} (data set, "
+                     f"model, batch) cells where both meet the bound on every seed: fairopt at least as accurate "
+                     f"on {len(both) - len(behind)}" + (f"; behind (points): {', '.join(behind)}" if behind else ""))
     return lines
 
 

@@ -20,3 +20,19 @@ def test_failure_warnings_and_their_subclasses_count():
     assert sqp_stochastic.counts_as_failure(NearConstantWarning("nearly constant"))
     assert not sqp_stochastic.counts_as_failure(UserWarning("something else"))
     assert not sqp_stochastic.counts_as_failure(RuntimeWarning("overflow"))
+
+
+def _run(train: float, test: float, feasible: bool = True) -> dict:
+    return {"train_acc": train, "test_acc": test, "feasible": feasible}
+
+
+def test_peer_cells_compare_seed_means_where_both_meet_the_bound():
+    cells = {  # (data set, model, batch, seed) -> method -> run
+        ("a", "linear", 256, 0): {"fairopt": _run(0.80, 0.70), "peer": _run(0.79, 0.72)},
+        ("a", "linear", 256, 1): {"fairopt": _run(0.80, 0.70), "peer": _run(0.79, 0.66)},  # test means 0.70, 0.69
+        ("b", "mlp", 1024, 0): {"fairopt": _run(0.70, 0.70), "peer": _run(0.71, 0.69)},
+        ("c", "mlp", 256, 0): {"fairopt": _run(0.50, 0.50), "peer": _run(0.90, 0.90, feasible=False)},
+    }
+    train, test = sqp_stochastic.peer_cell_lines(cells, "peer")
+    assert "on the 2 (data set" in train and "at least as accurate on 1; behind (points): b mlp 1024 -1.00" in train
+    assert test.endswith("at least as accurate on 2")  # cell c: the peer misses the bound on a seed
