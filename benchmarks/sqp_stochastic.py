@@ -316,19 +316,39 @@ def run_grid(args, root: str, out: Path) -> int:
     jobs = [(d, m, None, s, "fairopt", args.delta, root) for d in datasets for m in GRID_MODELS for s in seeds]
     jobs += [(d, m, b, s, meth, args.delta, root) for d in datasets for m in GRID_MODELS for b in GRID_BATCHES
              for s in seeds for meth in ["fairopt", *peers]]
-    records = []
+    records, provenance = [], []
+    if args.reuse_reference:
+        records, previous = reused_runs(out, jobs)
+        done = {(r["dataset"], r["model"], r["batch"], r["seed"], r["method"]) for r in records}
+        jobs = [j for j in jobs if (j[0], j[1], j[2] or "full", j[3], j[4]) not in done]
+        provenance = [f"# full-batch and peer runs ({len(records)}) reused from the grid of {previous}"]
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
         for i, r in enumerate(pool.imap_unordered(grid_cell, jobs), 1):
             records.append(r)
             print(f"[{i}/{len(jobs)}] {r['dataset']} {r['model']} {r['batch']} seed {r['seed']} {r['method']}: "
                   f"acc {r['train_acc']:.4f} DI {r['train_di']:.3f} {r['seconds']:.1f} s {r['warned']}", flush=True)
-    lines = [f"# python benchmarks/sqp_stochastic.py {' '.join(sys.argv[1:])}", f"# commit {commit()}",
+    lines = [f"# python benchmarks/sqp_stochastic.py {' '.join(sys.argv[1:])}", f"# commit {commit()}", *provenance,
              *grid_report(records, args.delta)]
     (out / "grid.md").write_text("\n".join(lines) + "\n")
     (out / "grid.json").write_text(json.dumps(records, indent=1))
     print("\n".join(lines[2:]))
     print(f"wrote {out / 'grid.md'}")
     return 0
+
+
+def reused_runs(out: Path, jobs: list[tuple]) -> tuple[list[dict], str]:
+    """``--reuse-reference``: the runs of ``out/grid.json`` that a change of the mini-batch path
+    leaves as they were (the full batch's and the peers') among ``jobs``, and the commit of that
+    grid (from its ``grid.md``)."""
+    path = out / "grid.json"
+    if not path.is_file():
+        raise SystemExit(f"--reuse-reference: no previous grid in {out}")
+    wanted = {(j[0], j[1], j[2] or "full", j[3], j[4]) for j in jobs if j[2] is None or j[4] != "fairopt"}
+    runs = [r for r in json.loads(path.read_text())
+            if (r["dataset"], r["model"], r["batch"], r["seed"], r["method"]) in wanted]
+    head = (out / "grid.md").read_text().splitlines()[:2] if (out / "grid.md").is_file() else []
+    previous = next((line.removeprefix("# ") for line in head if line.startswith("# commit")), "an unknown commit")
+    return runs, previous
 
 
 def grid_report(records: list[dict], delta: float) -> list[str]:
@@ -492,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the accuracy grid: 5 data sets x linear/MLP 32 x batch 256/1024 x seeds 0-2, 10 epochs, "
                          "against 300 full-batch epochs (with --peers: humancompatible-train on the same cells)")
     ap.add_argument("--jobs", type=int, default=2, help="--grid: worker processes")
+    ap.add_argument("--reuse-reference", action="store_true",
+                    help="--grid: take the full-batch and peer runs from the grid.json already in --out (for a "
+                         "change of the mini-batch path only; the header names the grid they come from)")
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats: expected a positive integer")

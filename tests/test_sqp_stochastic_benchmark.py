@@ -36,3 +36,19 @@ def test_peer_cells_compare_seed_means_where_both_meet_the_bound():
     train, test = sqp_stochastic.peer_cell_lines(cells, "peer")
     assert "on the 2 (data set" in train and "at least as accurate on 1; behind (points): b mlp 1024 -1.00" in train
     assert test.endswith("at least as accurate on 2")  # cell c: the peer misses the bound on a seed
+
+
+def test_reused_runs_are_the_reference_and_peer_runs_of_the_previous_grid(tmp_path):
+    import json
+
+    previous = [{"dataset": "a", "model": "linear", "batch": "full", "seed": 0, "method": "fairopt"},
+                {"dataset": "a", "model": "linear", "batch": 256, "seed": 0, "method": "fairopt"},
+                {"dataset": "a", "model": "linear", "batch": 256, "seed": 0, "method": "peer"},
+                {"dataset": "a", "model": "linear", "batch": 256, "seed": 9, "method": "peer"}]
+    (tmp_path / "grid.json").write_text(json.dumps(previous))
+    (tmp_path / "grid.md").write_text("# python benchmarks/sqp_stochastic.py --grid\n# commit abc1234\n")
+    jobs = [("a", "linear", None, 0, "fairopt", 0.8, "root"), ("a", "linear", 256, 0, "fairopt", 0.8, "root"),
+            ("a", "linear", 256, 0, "peer", 0.8, "root")]
+    runs, commit = sqp_stochastic.reused_runs(tmp_path, jobs)
+    assert commit == "commit abc1234"
+    assert [(r["batch"], r["method"]) for r in runs] == [("full", "fairopt"), (256, "peer")]  # not the mini-batch run

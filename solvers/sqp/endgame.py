@@ -19,7 +19,7 @@ from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals,
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
-__all__ = ["MAX_RESTARTS", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions", "TailAverage",
+__all__ = ["MAX_RESTARTS", "POLISH_DECAY", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions", "TailAverage",
            "blew_up", "finish", "polish", "polish_last", "polish_length", "still_restoring"]
 
 #: Divergence-guard restarts (:func:`blew_up`) after which a run is "diverged".
@@ -28,6 +28,9 @@ MAX_RESTARTS = 10
 POLISH_EXTENSION = 4
 #: Iterates over which the polish must reduce the largest exact row violation to go on.
 RESTORING_WINDOW = 10
+#: Time constant, in iterations, of the mini-batch polish's diminishing step
+#: ``beta_k = beta / sqrt(1 + k / POLISH_DECAY)`` (:func:`polish`).
+POLISH_DECAY = 10
 #: A full-batch run that ends infeasible is polished when its best feasible iterate's objective
 #: exceeds the last iterate's by more than this fraction (:func:`polish_last`).
 POLISH_GAP = 0.01
@@ -122,7 +125,12 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     the exact violation of every infeasible iterate to a running tightening of the
     working bounds, halved at every feasible one (integral action without wind-up: without
     the tightening the polish can stall just outside a bound, without the halving it
-    overshoots well inside it).
+    overshoots well inside it). That feedback with a fixed step can cycle: the iterate
+    crosses the bound, the tightening pushes it well inside, the halving lets it back out,
+    with the loss swinging by several per cent of its value. The mini-batch polish
+    therefore takes the diminishing step ``beta_k = beta / sqrt(1 + k / POLISH_DECAY)``
+    (``beta`` where training left it, ``k`` the polish iteration), the deterministic
+    counterpart of the training's "rsqrt" schedule, which damps the cycle.
     It runs up to ``polish_iterations`` iterations, whatever the epochs trained: the tail
     average of a few epochs of noisy steps is often a feasible point short of the constrained
     optimum, and the full-data steps that follow are what reaches it (fewer, e.g. one per epoch
@@ -148,6 +156,7 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
         average = tail.mean()
         if bool(torch.isfinite(average).all()):
             assign_parameters(params, average)
+    beta = st.beta
     status = "max_epochs"
     violations: list[float] = []  # exact violation of every polish iterate
     push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
@@ -170,6 +179,8 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
         if der.c_exact is not None:  # integral action: what is still violated tightens the target
             excess = (der.c_exact - upper).clamp(min=0) - (lower - der.c_exact).clamp(min=0)
             push = push + excess if bool((excess != 0).any()) else 0.5 * push  # decays once feasible
+        if limit is None:
+            st.beta = beta / math.sqrt(1.0 + k / POLISH_DECAY)
         record = sqp_step(params, der, (lower - offset - push, upper - offset - push), st, options,
                           problem.on_all_rows, bounds=(lower, upper))
         record["epoch"] = st.epochs_done
