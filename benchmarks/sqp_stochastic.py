@@ -281,9 +281,13 @@ def grid_cell(job: tuple) -> dict:
         return group_vs_rest_di(pred, part.sensitive[sensitive]), float((pred == part.y.long()).float().mean())
 
     (train_di, train_acc), (test_di, test_acc) = measures(train), measures(test)
+    with torch.no_grad():  # the objective both kinds of method minimise: mean binary cross-entropy of the logits
+        loss = float(torch.nn.functional.binary_cross_entropy_with_logits(
+            model(train.X).reshape(-1).double(), train.y.double()))
     rate = float(train.y.float().mean())
     return {"dataset": dataset, "model": model_kind, "batch": batch or "full", "seed": seed, "method": method,
-            "n_train": len(train), "majority": max(rate, 1.0 - rate), "train_acc": train_acc, "test_acc": test_acc,
+            "n_train": len(train), "majority": max(rate, 1.0 - rate), "train_loss": loss,
+            "train_acc": train_acc, "test_acc": test_acc,
             "train_di": train_di, "test_di": test_di, "feasible": train_di >= delta - GRID_DI_TOL,
             "status": status, "warned": warned, "seconds": seconds}
 
@@ -336,6 +340,11 @@ def run_grid(args, root: str, out: Path) -> int:
     return 0
 
 
+def _loss_suffix(run: dict) -> str:
+    """`` (loss L)`` for a run that recorded its training loss, else nothing."""
+    return f" ({run['train_loss']:.4f})" if "train_loss" in run else ""
+
+
 def reused_runs(out: Path, jobs: list[tuple]) -> tuple[list[dict], str]:
     """``--reuse-reference``: the runs of ``out/grid.json`` that a change of the mini-batch path
     leaves as they were (the full batch's and the peers') among ``jobs``, and the commit of that
@@ -360,8 +369,8 @@ def grid_report(records: list[dict], delta: float) -> list[str]:
         if r["batch"] != "full":
             cells.setdefault((r["dataset"], r["model"], r["batch"], r["seed"]), {})[r["method"]] = r
     peers = sorted({m for c in cells.values() for m in c if m != "fairopt"})
-    head = ["dataset", "model", "batch", "seed", "majority", "full acc", "full s", "acc", "d acc", "DI", "test acc",
-            "s", "warned"] + [f"{p} acc / DI" for p in peers]
+    head = ["dataset", "model", "batch", "seed", "majority", "full acc", "full s", "acc (loss)", "d acc", "DI",
+            "test acc", "s", "warned"] + [f"{p} acc / DI (loss)" for p in peers]
     lines = [f"DI >= {delta} (each group against the rest, exact, all training rows); fairopt 10 epochs of "
              f"mini-batches with every setting at its default against {GRID_FULL_EPOCHS} full-batch epochs; "
              f"peers {GRID_EPOCHS} epochs of the same batch size", "",
@@ -381,11 +390,12 @@ def grid_report(records: list[dict], delta: float) -> list[str]:
         if not ok:
             misses.append(f"{key[0]} {key[1]} {key[2]} seed {key[3]}: {ours['train_acc']:.4f} vs {ref['train_acc']:.4f}")
         row = [key[0], key[1], str(key[2]), str(key[3]), f"{ours['majority']:.3f}", f"{ref['train_acc']:.4f}",
-               f"{ref['seconds']:.1f}", f"{ours['train_acc']:.4f}", f"{gap:+.4f}", f"{ours['train_di']:.3f}",
+               f"{ref['seconds']:.1f}", f"{ours['train_acc']:.4f}" + _loss_suffix(ours), f"{gap:+.4f}",
+               f"{ours['train_di']:.3f}",
                f"{ours['test_acc']:.4f}", f"{ours['seconds']:.1f}", ",".join(ours["warned"]) or "-"]
         for p in peers:
             peer = cells[key].get(p)
-            row.append(f"{peer['train_acc']:.4f} / {peer['train_di']:.3f}" if peer else "-")
+            row.append((f"{peer['train_acc']:.4f} / {peer['train_di']:.3f}" + _loss_suffix(peer)) if peer else "-")
             if peer and peer["feasible"] and ours["feasible"]:
                 both += 1
                 not_worse += ours["train_acc"] >= peer["train_acc"]
@@ -404,7 +414,9 @@ def grid_report(records: list[dict], delta: float) -> list[str]:
 def peer_cell_lines(cells: dict[tuple, dict], peer: str) -> list[str]:
     """fairopt against ``peer`` per (data set, model, batch), means over the seeds: on the cells where
     both meet the bound (DI >= delta - tolerance) on every seed, how often fairopt's mean train and
-    test accuracies are at least the peer's, and the cells where they are not (gap in points)."""
+    test accuracies are at least the peer's, and the cells where they are not (gap in points); and,
+    when the runs record it, how often fairopt's mean training loss (the objective both minimise) is
+    at most the peer's."""
     groups: dict[tuple, list[tuple[dict, dict]]] = {}
     for key, methods in cells.items():
         if "fairopt" in methods and peer in methods:
@@ -421,6 +433,15 @@ def peer_cell_lines(cells: dict[tuple, dict], peer: str) -> list[str]:
         lines.append(f"{peer}, {part.replace('_acc', '')} accuracy, means over seeds, on the {len(both)} (data set, "
                      f"model, batch) cells where both meet the bound on every seed: fairopt at least as accurate "
                      f"on {len(both) - len(behind)}" + (f"; behind (points): {', '.join(behind)}" if behind else ""))
+    if both and all("train_loss" in run for runs in both.values() for pair in runs for run in pair):
+        higher = []
+        for key in sorted(both, key=lambda k: (k[0], k[1], int(k[2]))):
+            ours = sum(o["train_loss"] for o, _ in both[key]) / len(both[key])
+            theirs = sum(q["train_loss"] for _, q in both[key]) / len(both[key])
+            if ours > theirs:
+                higher.append(f"{key[0]} {key[1]} {key[2]} {ours:.4f} vs {theirs:.4f}")
+        lines.append(f"{peer}, training loss, means over seeds, on the same {len(both)} cells: fairopt's at most the "
+                     f"peer's on {len(both) - len(higher)}" + (f"; higher: {', '.join(higher)}" if higher else ""))
     return lines
 
 

@@ -33,9 +33,14 @@ def test_peer_cells_compare_seed_means_where_both_meet_the_bound():
         ("b", "mlp", 1024, 0): {"fairopt": _run(0.70, 0.70), "peer": _run(0.71, 0.69)},
         ("c", "mlp", 256, 0): {"fairopt": _run(0.50, 0.50), "peer": _run(0.90, 0.90, feasible=False)},
     }
-    train, test = sqp_stochastic.peer_cell_lines(cells, "peer")
+    train, test = sqp_stochastic.peer_cell_lines(cells, "peer")  # no loss recorded: no loss line
     assert "on the 2 (data set" in train and "at least as accurate on 1; behind (points): b mlp 1024 -1.00" in train
     assert test.endswith("at least as accurate on 2")  # cell c: the peer misses the bound on a seed
+    for key, loss in [(("a", "linear", 256, 0), (0.40, 0.45)), (("a", "linear", 256, 1), (0.40, 0.45)),
+                      (("b", "mlp", 1024, 0), (0.50, 0.45)), (("c", "mlp", 256, 0), (0.1, 0.1))]:
+        cells[key]["fairopt"]["train_loss"], cells[key]["peer"]["train_loss"] = loss
+    *_, losses = sqp_stochastic.peer_cell_lines(cells, "peer")
+    assert losses.endswith("at most the peer's on 1; higher: b mlp 1024 0.5000 vs 0.4500")
 
 
 def test_reused_runs_are_the_reference_and_peer_runs_of_the_previous_grid(tmp_path):
