@@ -14,7 +14,7 @@ from fairopt.constraints import DemographicParity, DisparateImpact, EqualImpact
 from fairopt.measures import disparate_impact, equal_impact
 from solvers import StochasticSQP
 from solvers.outcome import BestIterate, ConstantPredictorWarning, NoProgressWarning, warn_if_start
-from solvers.sqp.endgame import POLISH_EXTENSION, RESTORING_WINDOW, still_restoring
+from solvers.sqp.endgame import POLISH_DECAY, POLISH_EXTENSION, RESTORING_WINDOW, still_restoring
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +117,19 @@ def test_mini_batch_polish_is_bounded_and_improves_on_the_start(adult_small, see
     assert len(polish) <= (POLISH_EXTENSION * 10 if restoring else 10), (len(polish), restoring)
     final = result.history[-1]["f"]
     assert final < records[0]["f"] and final < constant_loss(get_loss("bce"), adult_small) - 0.02
+
+
+def test_mini_batch_polish_step_diminishes(adult_small):
+    """The polish step of a mini-batch run is ``beta / sqrt(1 + k / POLISH_DECAY)``, ``beta`` where
+    training left it (the step recorded by the last training iteration), ``k`` the polish iteration."""
+    _, result = _fit(adult_small, [DisparateImpact("sex", delta=0.8)], epochs=3, batch_size=500, seed=0,
+                     polish_iterations=12)
+    records = [r for r in result.history.records if r["qp_status"] != "final"]
+    trained = [r["beta"] for r in records if r.get("phase") != "polish"]
+    polished = [r["beta"] for r in records if r.get("phase") == "polish"]
+    assert polished, "the run ended without a polish"
+    expected = [trained[-1] / np.sqrt(1.0 + k / POLISH_DECAY) for k in range(len(polished))]
+    np.testing.assert_allclose(polished, expected, rtol=1e-12)
 
 
 def test_batched_and_loop_jacobians_agree(adult_small):

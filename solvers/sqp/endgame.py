@@ -19,8 +19,8 @@ from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals,
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
-__all__ = ["MAX_RESTARTS", "POLISH_DECAY", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions", "TailAverage",
-           "blew_up", "finish", "polish", "polish_last", "polish_length", "still_restoring"]
+__all__ = ["MAX_RESTARTS", "POLISH_DECAY", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions",
+           "TailAverage", "blew_up", "finish", "polish", "polish_last", "polish_length", "still_restoring"]
 
 #: Divergence-guard restarts (:func:`blew_up`) after which a run is "diverged".
 MAX_RESTARTS = 10
