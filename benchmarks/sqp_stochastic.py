@@ -12,15 +12,9 @@ the peak memory; one plot of exact violation and loss against wall time per data
                                                                  # (in memory, and memory-mapped from disk)
     python benchmarks/sqp_stochastic.py --grid --peers           # accuracy grid (below)
 
-``--grid``: Adult, Dutch, Law, ACS-Colorado and COMPAS x {linear, MLP 32} x batch {256, 1024} x
-seeds 0-2, ``StochasticSQP(batch_size=B, epochs=10, seed=k)`` with every other setting at its
-default and ``DisparateImpact(attribute, delta)`` with its default surrogate, against the same
-engine with 300 full-batch epochs; train/test accuracy, DI (each group against the rest) on all
-training rows, time, the warnings that flag a failed run, and with ``--peers``
-humancompatible-train (SSL-ALM and ALM + Adam, below) with 10 epochs of the same batch size on
-the same cells. Writes ``grid.md`` (the table and the counts: cells within one accuracy point of
-the full batch, feasible or warned, below the majority rate without a warning, at least as
-accurate as a peer where both meet the bound) and ``grid.json``.
+``--grid``: the accuracy grid of 5 data sets x 2 models x 2 batch sizes x 3 seeds against the full
+batch and, with ``--peers``, humancompatible-train (``benchmarks/sqp_grid.py`` says what it runs
+and writes).
 
 ``--repeats R`` runs every job ``R`` times, round-robin over all jobs (a fresh process each
 time), and reports the median wall time with the other figures of the first repetition (the
@@ -215,236 +209,6 @@ def _fit_peer(primal: str, model, train, sensitive: str, delta: float, seed: int
             clock(None, {"V_exact": float(rows.detach().clamp(min=0).sum()), "f": float(loss.detach())})
 
 
-# ----------------------------------------------------------------------------- --grid
-GRID_DATASETS = ("adult", "dutch", "law", "acsincome", "compas")
-GRID_MODELS = ("linear", "mlp")
-GRID_BATCHES = (256, 1024)
-GRID_EPOCHS, GRID_FULL_EPOCHS = 10, 300
-#: A run ends "within one point" when its train accuracy is at least the full batch's minus this.
-GRID_POINT = 0.01
-#: A run meets the bound when its DI (each group against the rest, all training rows) is at least
-#: delta minus this.
-GRID_DI_TOL = 0.005
-
-
-def group_vs_rest_di(pred, s) -> float:
-    """``min_g min(r_g / r_rest, r_rest / r_g)`` with ``r_g`` the positive rate of group ``g`` and
-    ``r_rest`` that of the other rows: the disparate impact that fairopt's rows bound (for two
-    groups the usual ratio of the two rates); 1 when no row is predicted positive."""
-    import torch
-
-    pred, s = pred.reshape(-1).double(), s.reshape(-1)
-    ratios = []
-    for g in torch.unique(s).tolist():
-        r_g, r_rest = float(pred[s == g].mean()), float(pred[s != g].mean())
-        if max(r_g, r_rest) > 0:
-            ratios.append(min(r_g, r_rest) / max(r_g, r_rest))
-    return min(ratios, default=1.0)
-
-
-def grid_cell(job: tuple) -> dict:
-    """One grid fit in a worker process: ``(dataset, model, batch, seed, method, delta, data_root)``,
-    ``batch`` None for the full batch, ``method`` "fairopt" or a key of :data:`PEERS`."""
-    import torch
-
-    import fairopt
-    from fairopt.constraints import DisparateImpact
-    from solvers import StochasticSQP
-
-    dataset, model_kind, batch, seed, method, delta, data_root = job
-    torch.set_num_threads(1)
-    data = fairopt.datasets.load(dataset, data_dir=data_root)
-    train, test = data.split(test_size=0.3, seed=seed)
-    torch.manual_seed(seed)
-    model = (fairopt.models.mlp(train.n_features, hidden=(32,), seed=seed) if model_kind == "mlp"
-             else fairopt.models.linear(train.n_features, seed=seed))
-    sensitive = train.sensitive_names[0]
-    start = time.perf_counter()
-    caught: list = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        if method in PEERS:
-            _fit_peer(PEERS[method], model, train, sensitive, delta, seed, lambda engine, record: None,
-                      epochs=GRID_EPOCHS, batch_size=batch)
-            status = "last iterate"
-        else:  # every setting at its default: the constraint's own surrogate, "auto" everywhere
-            epochs = GRID_FULL_EPOCHS if batch is None else GRID_EPOCHS
-            result = StochasticSQP(epochs=epochs, batch_size=batch, seed=seed).fit(
-                model, train, loss="bce", constraints=[DisparateImpact(sensitive, delta=delta)])
-            status = result.status
-    seconds = time.perf_counter() - start
-    warned = sorted({type(w.message).__name__ for w in caught if counts_as_failure(w.message)})
-
-    def measures(part):
-        with torch.no_grad():
-            pred = (model(part.X).reshape(-1) > 0).long()
-        return group_vs_rest_di(pred, part.sensitive[sensitive]), float((pred == part.y.long()).float().mean())
-
-    (train_di, train_acc), (test_di, test_acc) = measures(train), measures(test)
-    with torch.no_grad():  # the objective both kinds of method minimise: mean binary cross-entropy of the logits
-        loss = float(torch.nn.functional.binary_cross_entropy_with_logits(
-            model(train.X).reshape(-1).double(), train.y.double()))
-    rate = float(train.y.float().mean())
-    return {"dataset": dataset, "model": model_kind, "batch": batch or "full", "seed": seed, "method": method,
-            "n_train": len(train), "majority": max(rate, 1.0 - rate), "train_loss": loss,
-            "train_acc": train_acc, "test_acc": test_acc,
-            "train_di": train_di, "test_di": test_di, "feasible": train_di >= delta - GRID_DI_TOL,
-            "status": status, "warned": warned, "seconds": seconds}
-
-
-#: The warnings that tell a user a run failed or is suspect (a cell that ends below the majority
-#: rate or outside the bound must carry one of them).
-WARNINGS_THAT_COUNT = ("BoundWarning", "ConstantPredictorWarning", "TrainingInstabilityWarning",
-                       "NoProgressWarning", "DivergedWarning")
-
-
-def counts_as_failure(message: Warning) -> bool:
-    """True for an instance of a class in :data:`WARNINGS_THAT_COUNT` or of a subclass
-    (``NearConstantWarning`` is a ``ConstantPredictorWarning``)."""
-    return any(cls.__name__ in WARNINGS_THAT_COUNT for cls in type(message).__mro__)
-
-
-def run_grid(args, root: str, out: Path) -> int:
-    """``--grid``: every (dataset, model, batch, seed) cell with fairopt's defaults (10 epochs), the
-    full batch (300 epochs) per (dataset, model, seed), and with ``--peers`` humancompatible-train on
-    the same cells; writes ``grid.md`` and ``grid.json`` and prints the issue's criteria."""
-    peers = []
-    if args.peers:
-        try:
-            import humancompatible.train  # noqa: F401
-            peers = list(PEERS)
-        except ImportError:
-            print("skipping the humancompatible-train peers: pip install humancompatible-train", flush=True)
-    seeds = args.seeds if args.seeds != [0] else [0, 1, 2]
-    datasets = args.datasets if args.datasets != ["dutch", "acsincome"] else list(GRID_DATASETS)
-    jobs = [(d, m, None, s, "fairopt", args.delta, root) for d in datasets for m in GRID_MODELS for s in seeds]
-    jobs += [(d, m, b, s, meth, args.delta, root) for d in datasets for m in GRID_MODELS for b in GRID_BATCHES
-             for s in seeds for meth in ["fairopt", *peers]]
-    records, provenance = [], []
-    if args.reuse_reference:
-        records, previous = reused_runs(out, jobs)
-        done = {(r["dataset"], r["model"], r["batch"], r["seed"], r["method"]) for r in records}
-        jobs = [j for j in jobs if (j[0], j[1], j[2] or "full", j[3], j[4]) not in done]
-        provenance = [f"# full-batch and peer runs ({len(records)}) reused from the grid of {previous}"]
-    with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
-        for i, r in enumerate(pool.imap_unordered(grid_cell, jobs), 1):
-            records.append(r)
-            print(f"[{i}/{len(jobs)}] {r['dataset']} {r['model']} {r['batch']} seed {r['seed']} {r['method']}: "
-                  f"acc {r['train_acc']:.4f} DI {r['train_di']:.3f} {r['seconds']:.1f} s {r['warned']}", flush=True)
-    lines = [f"# python benchmarks/sqp_stochastic.py {' '.join(sys.argv[1:])}", f"# commit {commit()}", *provenance,
-             *grid_report(records, args.delta)]
-    (out / "grid.md").write_text("\n".join(lines) + "\n")
-    (out / "grid.json").write_text(json.dumps(records, indent=1))
-    print("\n".join(lines[2:]))
-    print(f"wrote {out / 'grid.md'}")
-    return 0
-
-
-def _loss_suffix(run: dict) -> str:
-    """`` (loss L)`` for a run that recorded its training loss, else nothing."""
-    return f" ({run['train_loss']:.4f})" if "train_loss" in run else ""
-
-
-def reused_runs(out: Path, jobs: list[tuple]) -> tuple[list[dict], str]:
-    """``--reuse-reference``: the runs of ``out/grid.json`` that a change of the mini-batch path
-    leaves as they were (the full batch's and the peers') among ``jobs``, and the commit of that
-    grid (from its ``grid.md``)."""
-    path = out / "grid.json"
-    if not path.is_file():
-        raise SystemExit(f"--reuse-reference: no previous grid in {out}")
-    wanted = {(j[0], j[1], j[2] or "full", j[3], j[4]) for j in jobs if j[2] is None or j[4] != "fairopt"}
-    runs = [r for r in json.loads(path.read_text())
-            if (r["dataset"], r["model"], r["batch"], r["seed"], r["method"]) in wanted]
-    head = (out / "grid.md").read_text().splitlines()[:2] if (out / "grid.md").is_file() else []
-    previous = next((line.removeprefix("# ") for line in head if line.startswith("# commit")), "an unknown commit")
-    return runs, previous
-
-
-def grid_report(records: list[dict], delta: float) -> list[str]:
-    """The grid table (one line per mini-batch cell: full batch, fairopt, peers side by side) and the
-    issue's criteria as counts."""
-    full = {(r["dataset"], r["model"], r["seed"]): r for r in records if r["batch"] == "full"}
-    cells: dict[tuple, dict] = {}
-    for r in records:
-        if r["batch"] != "full":
-            cells.setdefault((r["dataset"], r["model"], r["batch"], r["seed"]), {})[r["method"]] = r
-    peers = sorted({m for c in cells.values() for m in c if m != "fairopt"})
-    head = ["dataset", "model", "batch", "seed", "majority", "full acc", "full s", "acc (loss)", "d acc", "DI",
-            "test acc", "s", "warned"] + [f"{p} acc / DI (loss)" for p in peers]
-    lines = [f"DI >= {delta} (each group against the rest, exact, all training rows); fairopt 10 epochs of "
-             f"mini-batches with every setting at its default against {GRID_FULL_EPOCHS} full-batch epochs; "
-             f"peers {GRID_EPOCHS} epochs of the same batch size", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    within = feasible_or_warned = silent_below = both = not_worse = n = 0
-    misses = []
-    for key in sorted(cells, key=lambda k: (k[0], k[1], int(k[2]), k[3])):
-        ref, ours = full.get((key[0], key[1], key[3])), cells[key].get("fairopt")
-        if ref is None or ours is None:
-            continue
-        n += 1
-        gap = ours["train_acc"] - ref["train_acc"]
-        ok = gap >= -GRID_POINT
-        within += ok
-        feasible_or_warned += ours["feasible"] or bool(ours["warned"])
-        silent_below += ours["train_acc"] < ours["majority"] and not ours["warned"]
-        if not ok:
-            misses.append(f"{key[0]} {key[1]} {key[2]} seed {key[3]}: {ours['train_acc']:.4f} vs {ref['train_acc']:.4f}")
-        row = [key[0], key[1], str(key[2]), str(key[3]), f"{ours['majority']:.3f}", f"{ref['train_acc']:.4f}",
-               f"{ref['seconds']:.1f}", f"{ours['train_acc']:.4f}" + _loss_suffix(ours), f"{gap:+.4f}",
-               f"{ours['train_di']:.3f}",
-               f"{ours['test_acc']:.4f}", f"{ours['seconds']:.1f}", ",".join(ours["warned"]) or "-"]
-        for p in peers:
-            peer = cells[key].get(p)
-            row.append((f"{peer['train_acc']:.4f} / {peer['train_di']:.3f}" + _loss_suffix(peer)) if peer else "-")
-            if peer and peer["feasible"] and ours["feasible"]:
-                both += 1
-                not_worse += ours["train_acc"] >= peer["train_acc"]
-        lines.append("| " + " | ".join(row) + " |")
-    lines += ["", f"cells within {GRID_POINT:g} of the full-batch train accuracy: {within}/{n}",
-              f"cells feasible on all training rows (DI >= delta - {GRID_DI_TOL:g}) or warned: {feasible_or_warned}/{n}",
-              f"cells below the majority-class rate without a warning: {silent_below}",
-              f"cells where fairopt and a peer both meet the bound: {both}; fairopt at least as accurate: {not_worse}"]
-    if misses:
-        lines += ["misses: " + "; ".join(misses)]
-    for p in peers:
-        lines += peer_cell_lines(cells, p)
-    return lines
-
-
-def peer_cell_lines(cells: dict[tuple, dict], peer: str) -> list[str]:
-    """fairopt against ``peer`` per (data set, model, batch), means over the seeds: on the cells where
-    both meet the bound (DI >= delta - tolerance) on every seed, how often fairopt's mean train and
-    test accuracies are at least the peer's, and the cells where they are not (gap in points); and,
-    when the runs record it, how often fairopt's mean training loss (the objective both minimise) is
-    at most the peer's."""
-    groups: dict[tuple, list[tuple[dict, dict]]] = {}
-    for key, methods in cells.items():
-        if "fairopt" in methods and peer in methods:
-            groups.setdefault(key[:3], []).append((methods["fairopt"], methods[peer]))
-    both = {k: v for k, v in groups.items() if all(o["feasible"] and q["feasible"] for o, q in v)}
-    lines = []
-    for part in ("train_acc", "test_acc"):
-        behind = []
-        for key in sorted(both, key=lambda k: (k[0], k[1], int(k[2]))):
-            ours = sum(o[part] for o, _ in both[key]) / len(both[key])
-            theirs = sum(q[part] for _, q in both[key]) / len(both[key])
-            if ours < theirs:
-                behind.append(f"{key[0]} {key[1]} {key[2]} {100 * (ours - theirs):+.2f}")
-        lines.append(f"{peer}, {part.replace('_acc', '')} accuracy, means over seeds, on the {len(both)} (data set, "
-                     f"model, batch) cells where both meet the bound on every seed: fairopt at least as accurate "
-                     f"on {len(both) - len(behind)}" + (f"; behind (points): {', '.join(behind)}" if behind else ""))
-    if both and all("train_loss" in run for runs in both.values() for pair in runs for run in pair):
-        higher = []
-        for key in sorted(both, key=lambda k: (k[0], k[1], int(k[2]))):
-            ours = sum(o["train_loss"] for o, _ in both[key]) / len(both[key])
-            theirs = sum(q["train_loss"] for _, q in both[key]) / len(both[key])
-            if ours > theirs:
-                higher.append(f"{key[0]} {key[1]} {key[2]} {ours:.4f} vs {theirs:.4f}")
-        lines.append(f"{peer}, training loss, means over seeds, on the same {len(both)} cells: fairopt's at most the "
-                     f"peer's on {len(both) - len(higher)}" + (f"; higher: {', '.join(higher)}" if higher else ""))
-    return lines
-
-
 def _memmap_folder(n: int, seed: int) -> Path:
     import tempfile
 
@@ -533,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the accuracy grid: 5 data sets x linear/MLP 32 x batch 256/1024 x seeds 0-2, 10 epochs, "
                          "against 300 full-batch epochs (with --peers: humancompatible-train on the same cells)")
     ap.add_argument("--jobs", type=int, default=2, help="--grid: worker processes")
+    ap.add_argument("--report-only", action="store_true",
+                    help="render grid.md and grid.png again from the grid.json in --out (no runs)")
     ap.add_argument("--reuse-reference", action="store_true",
                     help="--grid: take the full-batch and peer runs from the grid.json already in --out (for a "
                          "change of the mini-batch path only; the header names the grid they come from)")
@@ -542,8 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     root = str(data_dir(args.data_dir))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.grid:
-        return run_grid(args, root, out)
+    if args.grid or args.report_only:
+        from sqp_grid import render_grid, run_grid  # it imports this module (PEERS, _fit_peer)
+
+        return render_grid(args, out) if args.report_only else run_grid(args, root, out)
     configs = list(args.configs)
     if args.peers:
         try:
