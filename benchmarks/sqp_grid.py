@@ -20,6 +20,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Callable
 
 from _common import commit
 from sqp_stochastic import PEERS, _fit_peer
@@ -83,15 +84,15 @@ def grid_cell(job: tuple) -> dict:
     seconds = time.perf_counter() - start
     warned = sorted({type(w.message).__name__ for w in caught if counts_as_failure(w.message)})
 
-    def measures(part):
-        with torch.no_grad():
-            pred = (model(part.X).reshape(-1) > 0).long()
+    def measures(part, out):
+        pred = (out > 0).long()
         return group_vs_rest_di(pred, part.sensitive[sensitive]), float((pred == part.y.long()).float().mean())
 
-    (train_di, train_acc), (test_di, test_acc) = measures(train), measures(test)
-    with torch.no_grad():  # the objective both kinds of method minimise: mean binary cross-entropy of the logits
-        loss = float(torch.nn.functional.binary_cross_entropy_with_logits(
-            model(train.X).reshape(-1).double(), train.y.double()))
+    with torch.no_grad():
+        out_train, out_test = model(train.X).reshape(-1), model(test.X).reshape(-1)
+    (train_di, train_acc), (test_di, test_acc) = measures(train, out_train), measures(test, out_test)
+    # the objective both kinds of method minimise: mean binary cross-entropy of the logits
+    loss = float(torch.nn.functional.binary_cross_entropy_with_logits(out_train.double(), train.y.double()))
     rate = float(train.y.float().mean())
     return {"dataset": dataset, "model": model_kind, "batch": batch or "full", "seed": seed, "method": method,
             "n_train": len(train), "majority": max(rate, 1.0 - rate), "train_loss": loss,
@@ -168,13 +169,23 @@ def write_grid(records: list[dict], header: list[str], delta: float, out: Path) 
     print(f"wrote {out / 'grid.md'} and {out / 'grid.png'}")
 
 
-def _cell_means(records: list[dict], method: str, key: str) -> dict[tuple, float]:
-    """Seed means of ``key`` per (data set, model, batch) mini-batch cell of ``method``."""
-    sums: dict[tuple, list[float]] = {}
+def _cell_order(cell: tuple) -> tuple:
+    """Sort key of a (data set, model, batch[, seed]) cell: by name, then batch size, then seed."""
+    return (cell[0], cell[1], int(cell[2]), *cell[3:])
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _per_cell(records: list[dict], method: str, key: str, reduce: Callable[[list], float] = _mean) -> dict:
+    """``reduce`` (the seed mean by default) of ``key`` per (data set, model, batch) mini-batch cell
+    of ``method``."""
+    values: dict[tuple, list[float]] = {}
     for r in records:
         if r["batch"] != "full" and r["method"] == method:
-            sums.setdefault((r["dataset"], r["model"], r["batch"]), []).append(r[key])
-    return {k: sum(v) / len(v) for k, v in sums.items()}
+            values.setdefault((r["dataset"], r["model"], r["batch"]), []).append(r[key])
+    return {k: reduce(v) for k, v in values.items()}
 
 
 def grid_plot(records: list[dict], delta: float, path: Path) -> None:
@@ -192,21 +203,19 @@ def grid_plot(records: list[dict], delta: float, path: Path) -> None:
     for_gap = [dict(r, gap=r["train_acc"] - full[(r["dataset"], r["model"], r["seed"])]) for r in records
                if r["batch"] != "full" and (r["dataset"], r["model"], r["seed"]) in full]
     methods = ["fairopt"] + sorted({r["method"] for r in records if r["method"] != "fairopt"})
-    cells = sorted({(r["dataset"], r["model"], r["batch"]) for r in for_gap}, key=lambda k: (k[0], k[1], int(k[2])))
+    cells = sorted({(r["dataset"], r["model"], r["batch"]) for r in for_gap}, key=_cell_order)
     fig, (ax_gap, ax_di) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.6, 1]})
     width = 0.8 / len(methods)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for j, method in enumerate(methods):
-        gaps = _cell_means(for_gap, method, "gap")
-        meets = {c: v == 1.0 for c, v in _cell_means(for_gap, method, "feasible").items()}
+        gaps = _per_cell(for_gap, method, "gap")
+        meets = _per_cell(for_gap, method, "feasible", all)
         for i, cell in enumerate(cells):
             if cell in gaps:
                 ax_gap.bar(i + (j - (len(methods) - 1) / 2) * width, 100 * gaps[cell], width=width,
                            color=colors[j % len(colors)], alpha=1.0 if meets[cell] else 0.35,
                            hatch=None if meets[cell] else "//", label=method if i == 0 else None)
-        acc = _cell_means(records, method, "train_acc")
-        smallest = {c: min(r["train_di"] for r in for_gap if r["method"] == method
-                           and (r["dataset"], r["model"], r["batch"]) == c) for c in acc}
+        acc, smallest = _per_cell(records, method, "train_acc"), _per_cell(for_gap, method, "train_di", min)
         ax_di.scatter([smallest[c] for c in acc], [100 * acc[c] for c in acc], s=14, color=colors[j % len(colors)],
                       label=method)
     ax_gap.axhspan(-100 * GRID_POINT, 100 * GRID_POINT, color="0.9", zorder=0)
@@ -261,7 +270,7 @@ def grid_report(records: list[dict], delta: float) -> list[str]:
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     within = feasible_or_warned = silent_below = both = not_worse = n = 0
     misses = []
-    for key in sorted(cells, key=lambda k: (k[0], k[1], int(k[2]), k[3])):
+    for key in sorted(cells, key=_cell_order):
         ref, ours = full.get((key[0], key[1], key[3])), cells[key].get("fairopt")
         if ref is None or ours is None:
             continue
@@ -306,24 +315,21 @@ def peer_cell_lines(cells: dict[tuple, dict], peer: str) -> list[str]:
         if "fairopt" in methods and peer in methods:
             groups.setdefault(key[:3], []).append((methods["fairopt"], methods[peer]))
     both = {k: v for k, v in groups.items() if all(o["feasible"] and q["feasible"] for o, q in v)}
+
+    def means(part: str) -> list[tuple[tuple, float, float]]:  # (cell, fairopt's seed mean, the peer's)
+        return [(key, _mean([o[part] for o, _ in both[key]]), _mean([q[part] for _, q in both[key]]))
+                for key in sorted(both, key=_cell_order)]
+
     lines = []
     for part in ("train_acc", "test_acc"):
-        behind = []
-        for key in sorted(both, key=lambda k: (k[0], k[1], int(k[2]))):
-            ours = sum(o[part] for o, _ in both[key]) / len(both[key])
-            theirs = sum(q[part] for _, q in both[key]) / len(both[key])
-            if ours < theirs:
-                behind.append(f"{key[0]} {key[1]} {key[2]} {100 * (ours - theirs):+.2f}")
+        behind = [f"{key[0]} {key[1]} {key[2]} {100 * (ours - theirs):+.2f}"
+                  for key, ours, theirs in means(part) if ours < theirs]
         lines.append(f"{peer}, {part.replace('_acc', '')} accuracy, means over seeds, on the {len(both)} (data set, "
                      f"model, batch) cells where both meet the bound on every seed: fairopt at least as accurate "
                      f"on {len(both) - len(behind)}" + (f"; behind (points): {', '.join(behind)}" if behind else ""))
     if both and all("train_loss" in run for runs in both.values() for pair in runs for run in pair):
-        higher = []
-        for key in sorted(both, key=lambda k: (k[0], k[1], int(k[2]))):
-            ours = sum(o["train_loss"] for o, _ in both[key]) / len(both[key])
-            theirs = sum(q["train_loss"] for _, q in both[key]) / len(both[key])
-            if ours > theirs:
-                higher.append(f"{key[0]} {key[1]} {key[2]} {ours:.4f} vs {theirs:.4f}")
+        higher = [f"{key[0]} {key[1]} {key[2]} {ours:.4f} vs {theirs:.4f}"
+                  for key, ours, theirs in means("train_loss") if ours > theirs]
         lines.append(f"{peer}, training loss, means over seeds, on the same {len(both)} cells: fairopt's at most the "
                      f"peer's on {len(both) - len(higher)}" + (f"; higher: {', '.join(higher)}" if higher else ""))
     return lines
