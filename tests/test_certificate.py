@@ -185,6 +185,22 @@ def test_tighten_leaves_the_user_constraint_unchanged():
         too_much.setup(data)
 
 
+def test_with_margin_tightens_the_original_once_and_follows_set_params():
+    """``with_margin`` starts from the untightened original (not the tightened copy) and from its
+    parameters as ``set_params`` last left them."""
+    data, _ = _rate_data(50, 50, 10, 10)
+    dp = tighten(DemographicParity("s", 0.1), 0.02)
+    dp.setup(data)
+    wider = dp.with_margin(0.05)
+    wider.setup(data)
+    assert torch.allclose(wider.upper, torch.tensor([0.05], dtype=torch.float64))
+    dp.set_params(bound=0.2)
+    moved = dp.with_margin(0.05)
+    moved.setup(data)
+    assert moved.get_params()["bound"] == 0.2
+    assert torch.allclose(moved.upper, torch.tensor([0.15], dtype=torch.float64))
+
+
 def _regression_data(n: int = 800, seed: int = 3) -> FairData:
     rng = np.random.default_rng(seed)
     s = rng.integers(0, 2, n)

@@ -143,6 +143,7 @@ class TightenedConstraint(BaseConstraint):
         """Change the original constraint's parameters; the margin is applied again to the
         rebuilt bounds (now, or at the next :meth:`setup`)."""
         self.constraint.set_params(**params)
+        self._original.set_params(**params)  # :meth:`with_margin` starts from the changed original
         self.name = getattr(self.constraint, "name", self.name)
         self._tight = None
         if bounds_ready(self.constraint):
