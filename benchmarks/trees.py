@@ -379,9 +379,14 @@ def share(passed: pd.Series) -> str:
     return f"{int(passed.sum())}/{len(passed)}"
 
 
+def distinct_notes(notes: Iterable[Any]) -> list[str]:
+    """The distinct non-empty notes among ``notes`` (missing ones are NaN), sorted."""
+    return sorted({str(x) for x in notes if isinstance(x, str) and x})
+
+
 def joined_notes(groups: Any) -> np.ndarray:
     """Per group of runs, their distinct non-empty notes, sorted and joined with "; "."""
-    return groups["note"].apply(lambda v: "; ".join(sorted({str(x) for x in v if isinstance(x, str) and x}))).to_numpy()
+    return groups["note"].apply(lambda v: "; ".join(distinct_notes(v))).to_numpy()
 
 
 def in_grid_order(table: pd.DataFrame, datasets: Iterable[str], methods: Iterable[str]) -> pd.DataFrame:

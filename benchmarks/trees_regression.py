@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.papers.cells import read_cells, write_cell
-from trees import Skip, in_grid_order, results_lines, run_grid, share, write_results
+from trees import Skip, distinct_notes, in_grid_order, results_lines, run_grid, share, write_results
 
 logger = logging.getLogger("benchmarks.trees_regression")
 
@@ -257,8 +257,7 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     table["bound met on train"] = [met(rows, "train", 1e-3) for _, rows in groups]
     table["bound met on test"] = [met(rows, "test", 0.0) for _, rows in groups]
     def note(rows: pd.DataFrame) -> str:
-        ran = rows[rows["status"] == "ok"]
-        notes = sorted({str(x) for x in ran["note"] if isinstance(x, str) and x})
+        notes = distinct_notes(rows.loc[rows["status"] == "ok", "note"])
         refused = int((rows["status"] == "skipped").sum())
         return "; ".join(notes + ([f"margin refused in {refused}/{len(rows)} runs (below)"] if refused else []))
 
