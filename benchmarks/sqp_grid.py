@@ -304,17 +304,24 @@ def grid_report(records: list[dict], delta: float) -> list[str]:
     return lines
 
 
+def peer_pairs(cells: dict[tuple, dict], peer: str) -> dict[tuple, list[tuple[dict, dict]]]:
+    """``(fairopt's run, the peer's)`` per seed, per (data set, model, batch) cell where both meet the
+    bound (DI >= delta - tolerance) on every seed; ``cells`` maps (data set, model, batch, seed) to
+    method to run."""
+    groups: dict[tuple, list[tuple[dict, dict]]] = {}
+    for key, methods in cells.items():
+        if "fairopt" in methods and peer in methods:
+            groups.setdefault(key[:3], []).append((methods["fairopt"], methods[peer]))
+    return {k: v for k, v in groups.items() if all(o["feasible"] and q["feasible"] for o, q in v)}
+
+
 def peer_cell_lines(cells: dict[tuple, dict], peer: str) -> list[str]:
     """fairopt against ``peer`` per (data set, model, batch), means over the seeds: on the cells where
     both meet the bound (DI >= delta - tolerance) on every seed, how often fairopt's mean train and
     test accuracies are at least the peer's, and the cells where they are not (gap in points); and,
     when the runs record it, how often fairopt's mean training loss (the objective both minimise) is
     at most the peer's."""
-    groups: dict[tuple, list[tuple[dict, dict]]] = {}
-    for key, methods in cells.items():
-        if "fairopt" in methods and peer in methods:
-            groups.setdefault(key[:3], []).append((methods["fairopt"], methods[peer]))
-    both = {k: v for k, v in groups.items() if all(o["feasible"] and q["feasible"] for o, q in v)}
+    both = peer_pairs(cells, peer)
 
     def means(part: str) -> list[tuple[tuple, float, float]]:  # (cell, fairopt's seed mean, the peer's)
         return [(key, _mean([o[part] for o, _ in both[key]]), _mean([q[part] for _, q in both[key]]))

@@ -11,10 +11,12 @@ the peak memory; one plot of exact violation and loss against wall time per data
     python benchmarks/sqp_stochastic.py --synthetic 1000000      # n = 1e6 synthetic rows, mini-batch only
                                                                  # (in memory, and memory-mapped from disk)
     python benchmarks/sqp_stochastic.py --grid --peers           # accuracy grid (below)
+    python benchmarks/sqp_stochastic.py --pool GRID1 GRID2 --out DIR   # grids' seeds pooled (below)
 
 ``--grid``: the accuracy grid of 5 data sets x 2 models x 2 batch sizes x 3 seeds against the full
 batch and, with ``--peers``, humancompatible-train (``benchmarks/sqp_grid.py`` says what it runs
-and writes).
+and writes). ``--pool`` compares fairopt with each peer over the seeds of several such grids
+(``benchmarks/sqp_grid_pooled.py``: paired differences with 95% intervals).
 
 ``--repeats R`` runs every job ``R`` times, round-robin over all jobs (a fresh process each
 time), and reports the median wall time with the other figures of the first repetition (the
@@ -302,12 +304,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse-reference", action="store_true",
                     help="--grid: take the full-batch and peer runs from the grid.json already in --out (for a "
                          "change of the mini-batch path only; the header names the grid they come from)")
+    ap.add_argument("--pool", nargs="+", metavar="DIR",
+                    help="compare with the peers over the seeds of several grids (their grid.json; disjoint "
+                         "seeds): per cell the paired differences with 95%% intervals, into --out/pooled.md")
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats: expected a positive integer")
     root = str(data_dir(args.data_dir))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.pool:
+        from sqp_grid_pooled import render_pooled
+
+        return render_pooled([Path(p) for p in args.pool], out)
     if args.grid or args.report_only:
         from sqp_grid import render_grid, run_grid  # it imports this module (PEERS, _fit_peer)
 

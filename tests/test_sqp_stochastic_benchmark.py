@@ -79,3 +79,60 @@ def test_report_only_renders_the_table_and_the_plot_from_grid_json(tmp_path):
     assert "old table" not in text and any(line.startswith("| a | linear | 256 | 0 |") for line in text)
     assert "cells within 0.01 of the full-batch train accuracy: 2/2" in text
     assert (tmp_path / "grid.png").stat().st_size > 0
+
+
+def test_paired_interval_is_the_student_t_interval_of_the_mean():
+    from scipy import stats
+
+    import sqp_grid_pooled
+
+    diffs = [0.1, -0.3, 0.5, 0.2]
+    mean, half = sqp_grid_pooled.paired_interval(diffs)
+    low, high = stats.t.interval(0.95, len(diffs) - 1, loc=stats.tmean(diffs), scale=stats.sem(diffs))
+    assert abs(mean - 0.125) < 1e-12 and abs(mean - half - low) < 1e-9 and abs(mean + half - high) < 1e-9
+    assert sqp_grid_pooled.paired_interval([0.4])[1] == float("inf")
+
+
+def _grid(folder, seeds, ours, peer, peer_feasible=True):
+    import json
+
+    folder.mkdir()
+    run = {"dataset": "a", "model": "linear", "batch": 256, "majority": 0.6, "train_di": 0.8, "warned": []}
+    runs = []
+    for seed, o, p in zip(seeds, ours, peer):
+        runs.append({**run, "seed": seed, "method": "fairopt", "train_acc": o, "test_acc": o, "train_loss": 1 - o,
+                     "feasible": True})
+        runs.append({**run, "seed": seed, "method": "peer", "train_acc": p, "test_acc": p, "train_loss": 1 - p,
+                     "feasible": peer_feasible})
+    (folder / "grid.json").write_text(json.dumps(runs))
+    (folder / "grid.md").write_text(f"# python benchmarks/sqp_stochastic.py --grid\n# commit {folder.name}\n")
+
+
+def test_pooled_report_pairs_the_seeds_of_both_grids_and_separates_noise_from_a_clear_gap(tmp_path):
+    import sqp_grid_pooled
+
+    # seeds 0-2 behind by 0.1 point each, seeds 3-5 by 0.1 point each: a clear gap (zero spread)
+    _grid(tmp_path / "g1", (0, 1, 2), (0.800, 0.810, 0.820), (0.801, 0.811, 0.821))
+    _grid(tmp_path / "g2", (3, 4, 5), (0.800, 0.810, 0.820), (0.801, 0.811, 0.821))
+    assert sqp_grid_pooled.render_pooled([tmp_path / "g1", tmp_path / "g2"], tmp_path) == 0
+    text = (tmp_path / "pooled.md").read_text()
+    assert "| a | linear | 256 | 6 | -0.10 +- 0.00 |" in text
+    assert "train_acc: on 1 cells, fairopt's mean behind on 1 (a linear 256 -0.10); the whole 95% interval behind on 1" in text
+    assert "train_loss: on 1 cells, fairopt's mean higher on 1" in text and "# " + str(tmp_path / "g2") in text
+
+
+def test_pooled_report_a_noisy_gap_and_a_peer_that_misses_the_bound(tmp_path):
+    import pytest
+
+    import sqp_grid_pooled
+
+    _grid(tmp_path / "g1", (0, 1, 2), (0.80, 0.82, 0.80), (0.81, 0.80, 0.815))  # mean -0.17 points, spread 1.5
+    records, _ = sqp_grid_pooled.pooled_records([tmp_path / "g1"])
+    lines = sqp_grid_pooled.pooled_report(records)
+    assert any(line.startswith("train_acc: on 1 cells, fairopt's mean behind on 1") and
+               line.endswith("the whole 95% interval behind on 0") for line in lines)
+    _grid(tmp_path / "g2", (3,), (0.8,), (0.9,), peer_feasible=False)  # the peer misses: cell left out
+    records, _ = sqp_grid_pooled.pooled_records([tmp_path / "g1", tmp_path / "g2"])
+    assert any(line.startswith("train_acc: on 0 cells") for line in sqp_grid_pooled.pooled_report(records))
+    with pytest.raises(SystemExit, match="in both"):  # the same seed twice
+        sqp_grid_pooled.pooled_records([tmp_path / "g1", tmp_path / "g1"])
