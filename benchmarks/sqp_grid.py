@@ -53,14 +53,17 @@ def group_vs_rest_di(pred, s) -> float:
 
 def grid_cell(job: tuple) -> dict:
     """One grid fit in a worker process: ``(dataset, model, batch, seed, method, delta, data_root)``,
-    ``batch`` None for the full batch, ``method`` "fairopt" or a key of :data:`PEERS`."""
+    ``batch`` None for the full batch, ``method`` "fairopt" or a key of :data:`PEERS`; an eighth
+    entry, a dict of :class:`~solvers.StochasticSQP` settings (``epochs`` among them), runs fairopt
+    with those settings under the label ``method``."""
     import torch
 
     import fairopt
     from fairopt.constraints import DisparateImpact
     from solvers import StochasticSQP
 
-    dataset, model_kind, batch, seed, method, delta, data_root = job
+    dataset, model_kind, batch, seed, method, delta, data_root, *extra = job
+    settings = dict(extra[0]) if extra else {}
     torch.set_num_threads(1)
     data = fairopt.datasets.load(dataset, data_dir=data_root)
     train, test = data.split(test_size=0.3, seed=seed)
@@ -75,12 +78,12 @@ def grid_cell(job: tuple) -> dict:
         if method in PEERS:
             _fit_peer(PEERS[method], model, train, sensitive, delta, seed, lambda engine, record: None,
                       epochs=GRID_EPOCHS, batch_size=batch)
-            status = "last iterate"
+            status, iterations = "last iterate", None
         else:  # every setting at its default: the constraint's own surrogate, "auto" everywhere
-            epochs = GRID_FULL_EPOCHS if batch is None else GRID_EPOCHS
-            result = StochasticSQP(epochs=epochs, batch_size=batch, seed=seed).fit(
+            settings.setdefault("epochs", GRID_FULL_EPOCHS if batch is None else GRID_EPOCHS)
+            result = StochasticSQP(batch_size=batch, seed=seed, **settings).fit(
                 model, train, loss="bce", constraints=[DisparateImpact(sensitive, delta=delta)])
-            status = result.status
+            status, iterations = result.status, len(result.history) - 1  # the last record is the returned model
     seconds = time.perf_counter() - start
     warned = sorted({type(w.message).__name__ for w in caught if counts_as_failure(w.message)})
 
@@ -98,7 +101,7 @@ def grid_cell(job: tuple) -> dict:
             "n_train": len(train), "majority": max(rate, 1.0 - rate), "train_loss": loss,
             "train_acc": train_acc, "test_acc": test_acc,
             "train_di": train_di, "test_di": test_di, "feasible": train_di >= delta - GRID_DI_TOL,
-            "status": status, "warned": warned, "seconds": seconds}
+            "status": status, "iterations": iterations, "warned": warned, "seconds": seconds}
 
 
 #: The warnings that tell a user a run failed or is suspect (a cell that ends below the majority

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import nn
@@ -41,7 +41,10 @@ JACOBIAN_MODES: tuple[str, ...] = ("auto", "batched", "loop")
 @dataclass
 class Derivatives:
     """``f``, ``g`` (p,); ``c`` (m,) float64, ``J`` (m, p), ``c_exact`` (m,) float64 or None; seconds of
-    the forward pass and of the derivatives; ``skipped``: Jacobian rows left zero on request."""
+    the forward pass and of the derivatives; ``skipped``: Jacobian rows left zero on request;
+    ``curvature``: when the engine uses a curvature metric, a call that returns the objective's
+    Gauss-Newton diagonal on the same objective batch (:mod:`solvers.curvature`; computed only
+    by a step that needs it)."""
 
     f: float
     g: torch.Tensor
@@ -51,6 +54,7 @@ class Derivatives:
     t_forward: float
     t_jacobian: float
     skipped: int = 0
+    curvature: Callable[[], torch.Tensor] | None = None
 
 
 @runtime_checkable

@@ -270,6 +270,25 @@ class FeedForwardTrace:
                         self._put_layer(result[seg, r], scaled, H, *slots)
         return result
 
+    def squared_pullback(self, weights: torch.Tensor) -> torch.Tensor:
+        """``sum_i weights_i (d out_i / d params)^2`` (p,), elementwise squares: the diagonal of
+        ``J_out' diag(weights) J_out``, the Gauss-Newton curvature of a loss whose second
+        derivatives in the outputs are ``weights``.
+
+        Layer ``l``'s entry ``(k, j)`` is ``sum_i w_i S_l[i, k]^2 H_{l-1}[i, j]^2``, i.e.
+        ``(w * S_l^2)' H_{l-1}^2``, and its bias ``sum_i w_i S_l[i, k]^2``: one product per
+        layer, like a pullback of one cotangent."""
+        w = weights.to(self.out.dtype).reshape(-1, 1)
+        if w.shape[0] != self.out.shape[0]:
+            raise ValueError(f"weights: expected {self.out.shape[0]} entries (one per row), got {w.shape[0]}")
+        result = w.new_zeros(self.network.n_params)
+        with torch.no_grad():
+            for index, S in enumerate(self.sensitivities()):
+                G = w if S is None else w * S * S
+                H = self._inputs[index]
+                self._put_layer(result, G, H * H, *self._slots(index))
+        return result
+
     def _slots(self, index: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None, bool]:
         """The columns of layer ``index``'s weight and bias in a flat row (None: not a variable), and
         whether its input is ``[X | 1]``."""

@@ -136,3 +136,20 @@ def test_pooled_report_a_noisy_gap_and_a_peer_that_misses_the_bound(tmp_path):
     assert any(line.startswith("train_acc: on 0 cells") for line in sqp_grid_pooled.pooled_report(records))
     with pytest.raises(SystemExit, match="in both"):  # the same seed twice
         sqp_grid_pooled.pooled_records([tmp_path / "g1", tmp_path / "g1"])
+
+
+def test_metric_report_sets_the_two_metrics_side_by_side():
+    import curvature_metric
+
+    def run(seed, metric, loss, acc):
+        return {"dataset": "a", "model": "linear", "seed": seed, "method": metric, "train_loss": loss,
+                "train_acc": acc, "test_acc": acc, "train_di": 0.8, "feasible": True, "iterations": 100,
+                "seconds": 1.0 if metric == "adam" else 0.5, "status": "converged"}
+
+    records = [run(0, "adam", 0.40, 0.80), run(0, "gauss-newton", 0.38, 0.81),
+               run(1, "adam", 0.42, 0.80), run(1, "gauss-newton", 0.40, 0.83)]
+    lines = curvature_metric.metric_report(records)
+    assert "| a | linear | 2 | -0.0200 | +2.00 | +2.00 | 2/2 | 1.00 | 0.50 |" in lines
+    assert lines[-1] == "cells where Gauss-Newton ends at the lower mean training loss: 1/1"
+    jobs = curvature_metric.metric_jobs(["a"], [0], None, "auto", 0.8, "root")
+    assert {job[4] for job in jobs} == {"adam", "gauss-newton"} and all(job[7]["hessian"] == job[4] for job in jobs)

@@ -19,7 +19,9 @@ import torch
 from torch import nn
 
 from solvers.contract import cost_on_all_rows
+from solvers.curvature import gauss_newton_diagonal
 from solvers.derivatives import Derivatives
+from solvers.feedforward import FeedForward
 from solvers.history import COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult, History
 from solvers.losses import LossFn, check_targets, constant_loss, get_loss
 from solvers.outcome import BestIterate, DivergedWarning
@@ -38,7 +40,7 @@ from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
 
-__all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "MINIBATCH_MIN_EPOCHS",
+__all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT", "MINIBATCH_MIN_EPOCHS",
            "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions", "StochasticSQP", "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
@@ -51,6 +53,10 @@ MINIBATCH_MIN_EPOCHS = 10
 #: mini-batches (see the parameter).
 FULL_BATCH_SHIFT = 0.3
 MINIBATCH_SHIFT = 0.05
+#: ``hessian_shift="auto"`` with ``hessian="gauss-newton"``: ``mu`` of ``h = v + mu``, in curvature units
+#: (a column's curvature is its frequency times ``p (1 - p)``: the shift bounds the step of a column
+#: too rare to have curvature).
+GAUSS_NEWTON_SHIFT = 0.01
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool) -> int:
@@ -209,6 +215,7 @@ class StochasticSQP:
         """
         params = trainable_parameters(model)
         self._oracle = derivative_oracle(self, params, constraints)
+        self._network = self._curvature_network(model, params)
         n = check_dataset(data)
         loss_fn = get_loss(loss)
         check_targets(loss_fn, data)
@@ -432,7 +439,10 @@ class StochasticSQP:
     def _linearised(self, snapshot: ConstraintSnapshot, problem: FitProblem, batch: Any) -> Derivatives:
         """The objective on ``batch`` with the snapshot's first-order constraint rows."""
         p = problem
-        return snapshot.linearised(p.params, self._derivatives(p.model, p.params, p.loss_fn, p.cons, batch, None))
+        objective = self._derivatives(p.model, p.params, p.loss_fn, p.cons, batch, None)
+        der = snapshot.linearised(p.params, objective)
+        der.curvature = objective.curvature
+        return der
 
     def schedule_for(self, full_batch: bool) -> str:
         """``lr_schedule`` resolved: "auto" is "plateau" in full-batch mode, else "rsqrt"."""
@@ -443,10 +453,12 @@ class StochasticSQP:
 
     @property
     def hessian_shift_(self) -> float:
-        """``hessian_shift`` resolved: "auto" is :data:`MINIBATCH_SHIFT` in a mini-batch fit,
-        else :data:`FULL_BATCH_SHIFT`."""
+        """``hessian_shift`` resolved: "auto" is :data:`GAUSS_NEWTON_SHIFT` for the Gauss-Newton
+        metric, else :data:`MINIBATCH_SHIFT` in a mini-batch fit and :data:`FULL_BATCH_SHIFT`."""
         if self.hessian_shift != "auto":
             return float(self.hessian_shift)
+        if self.hessian == "gauss-newton":
+            return GAUSS_NEWTON_SHIFT
         return MINIBATCH_SHIFT if getattr(self, "_minibatch", False) else FULL_BATCH_SHIFT
 
     @property
@@ -528,5 +540,23 @@ class StochasticSQP:
 
     def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch, rows=None) -> Derivatives:
         """f, g on the objective batch; c, J (and exact c) on the constraint batch, from the
-        oracle :meth:`fit` picked (``rows``: the Jacobian rows needed, None for all)."""
-        return self._oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows)
+        oracle :meth:`fit` picked (``rows``: the Jacobian rows needed, None for all); with
+        ``hessian="gauss-newton"`` also the call that gives the objective batch's curvature."""
+        der = self._oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows)
+        if self._network is not None and obj_batch is not None:
+            der.curvature = partial(gauss_newton_diagonal, self._network, loss_fn, obj_batch, self.chunk_rows)
+        return der
+
+    def _curvature_network(self, model: nn.Module, params: list[torch.Tensor]) -> FeedForward | None:
+        """The feed-forward network behind ``hessian="gauss-newton"`` (None for the other metrics); a
+        model that is not one, or a data-parallel fit, is a ``ValueError``."""
+        if self.hessian != "gauss-newton":
+            return None
+        if isinstance(self._oracle, AllReduceDerivatives):
+            raise ValueError("hessian='gauss-newton' is not available in a data-parallel fit; use 'adam'")
+        network = FeedForward.recognise(model, params)
+        if network is None:
+            raise ValueError("hessian='gauss-newton' needs a feed-forward network (nn.Linear layers and "
+                             "elementwise activations with one output, all of its parameters trained, e.g. "
+                             "fairopt.models.linear or mlp); use 'adam' for other models")
+        return network

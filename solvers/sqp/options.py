@@ -91,14 +91,23 @@ class SQPOptions:
         extension of [SQP] Alg. 1.
     calibration_weight : float, default 0.2
         Weight ``w`` in (0, 1) of ``b <- (1 - w) b + w (c_exact - c)``.
-    hessian : {"adam", "adagrad"}, default "adam"
-        Second-moment estimate behind ``H = diag(sqrt(v + mu))``.
+    hessian : {"adam", "adagrad", "gauss-newton"}, default "adam"
+        The QP's diagonal metric ``H``. "adam" and "adagrad": ``H = diag(sqrt(v + mu))`` from a
+        second-moment estimate ``v`` of the gradients. "gauss-newton": ``H = diag(G + mu)``, ``G``
+        a moving average (:data:`~solvers.sqp.steps.GAUSS_NEWTON_DECAY`) of the loss's
+        Gauss-Newton diagonal ``G_jj = sum_i l''_i (d out_i / d w_j)^2`` on the objective batch
+        (:mod:`solvers.curvature`): each parameter steps by about its own Newton step, so the
+        coefficient of a rare one-hot level, whose curvature and gradient are both in proportion
+        to its frequency, moves as fast as a common one's. Needs a feed-forward network
+        (``nn.Linear`` layers and elementwise activations, e.g. :func:`fairopt.models.linear`,
+        :func:`fairopt.models.mlp`) and no data parallelism; one more forward pass per step.
     beta2 : float, default 0.999
         Decay of the Adam-type second moment.
     hessian_shift : float or "auto", default "auto"
         ``mu`` in ``h = sqrt(v + mu)``; "auto": :data:`FULL_BATCH_SHIFT` (0.3) in full-batch mode,
         :data:`MINIBATCH_SHIFT` (0.05) with mini-batches, whose ``v`` also holds the gradient's
-        sampling variance; the resolved value is ``hessian_shift_``. A large shift (the authors' code:
+        sampling variance, and :data:`GAUSS_NEWTON_SHIFT` (0.01, in units of curvature) for
+        ``h = G + mu`` under ``hessian="gauss-newton"``; the resolved value is ``hessian_shift_``. A large shift (the authors' code:
         100) makes ``h`` nearly constant, plain gradient descent that under-optimises; a small one
         lets early steps, before ``v`` builds up, reach ``lr / sqrt(mu)`` times the gradient.
     sigma, epsilon, tau0, xi0, tau_min, xi_min, eta, theta : float
@@ -205,7 +214,7 @@ class SQPOptions:
         choices = {
             "constraint_batch": CONSTRAINT_BATCHES,
             "step": ("fixed", "adaptive"),
-            "hessian": ("adam", "adagrad"),
+            "hessian": ("adam", "adagrad", "gauss-newton"),
             "jacobian": JACOBIAN_MODES,
         }
         for name, allowed in choices.items():

@@ -18,7 +18,7 @@ from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_NORMAL
 from solvers.qp import QPResult, diagonal_qp, least_violation_bounds
 from solvers.sqp.state import SQPState
 
-__all__ = ["Direction", "SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step",
+__all__ = ["Direction", "GAUSS_NEWTON_DECAY", "GAUSS_NEWTON_EVERY", "SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step",
            "calibrate", "cap_norm", "hessian_diag", "lipschitz", "normal_step", "qp_direction", "recent_radius",
            "RelaxationNotices", "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region",
            "update_merit_and_ratio"]
@@ -29,6 +29,11 @@ TRUST_RATIO = 10.0
 #: median`` of the last ``TRUST_MEMORY`` steps' ``||d||`` (see :func:`recent_radius`).
 TRUST_GROWTH = 3.0
 TRUST_MEMORY = 10
+#: ``hessian="gauss-newton"``: decay ``b`` of the moving average of the Gauss-Newton diagonal (a
+#: mini-batch's estimate holds a rare column's rows only now and then; ten batches average them).
+GAUSS_NEWTON_DECAY = 0.9
+#: ``hessian="gauss-newton"``: iterations between two updates of the Gauss-Newton diagonal.
+GAUSS_NEWTON_EVERY = 5
 
 
 class SQPWarning(UserWarning):
@@ -69,7 +74,8 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
     lower, upper = working
     true_lower, true_upper = bounds if bounds is not None else working
     first = state.iteration == 0
-    h = hessian_diag(der.g, state.v, first, options)
+    h = hessian_diag(der.g, state.v, first, options, der.curvature,
+                     refresh=first or state.iteration % GAUSS_NEWTON_EVERY == 0)
     m = int(der.c.numel())
     g64, h64 = der.g.to(torch.float64), h.to(torch.float64)
     J64 = der.J.to(torch.float64)  # once for the QP, the restoration step and the checks below
@@ -195,9 +201,27 @@ def total_violation(c: list[float], lower: list[float], upper: list[float]) -> f
     return sum(_row_violations(c, lower, upper))
 
 
-def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOptions) -> torch.Tensor:
-    """``h = sqrt(v + mu)`` after updating ``v`` in place: Adam ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2)
-    g^2`` at the first step) or AdaGrad ``v += g^2``."""
+def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOptions,
+                 curvature: Callable[[], torch.Tensor] | None = None, refresh: bool = True) -> torch.Tensor:
+    """The QP's diagonal metric ``h`` after updating ``v`` in place: ``h = sqrt(v + mu)`` with Adam
+    ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2) g^2`` at the first step) or AdaGrad ``v += g^2``; or
+    ``h = v + mu`` with ``v <- b v + (1 - b) G``, ``b = GAUSS_NEWTON_DECAY`` (``G`` at the first step),
+    ``G = curvature()`` the Gauss-Newton diagonal of the objective batch
+    (:func:`solvers.curvature.gauss_newton_diagonal`), updated only when ``refresh`` (every
+    ``GAUSS_NEWTON_EVERY`` iterations: it costs a forward pass, and the curvature moves slowly): a
+    diagonal Newton metric, in the units of the loss's curvature rather than of its gradient."""
+    if options.hessian == "gauss-newton":
+        if not refresh:
+            return v + options.hessian_shift_
+        if curvature is None:
+            raise RuntimeError("hessian='gauss-newton': the derivatives carry no curvature (a model the "
+                               "engine did not recognise as a feed-forward network)")
+        G = curvature().to(v.dtype)
+        if first:
+            v.copy_(G)
+        else:
+            v.mul_(GAUSS_NEWTON_DECAY).add_(G, alpha=1.0 - GAUSS_NEWTON_DECAY)
+        return v + options.hessian_shift_
     g = g.detach()
     if options.hessian == "adagrad":
         v.addcmul_(g, g)

@@ -1,0 +1,60 @@
+r"""The Gauss-Newton diagonal of the training loss: a curvature metric for the SQP subproblem.
+
+For a loss ``f(w) = L(out(w))`` whose second derivative in each row's output is ``l''_i`` (the
+loss separable over rows, as every built-in loss is), the Gauss-Newton matrix is
+``G = J_out' diag(l'') J_out`` with ``J_out = d out / d w`` (n, p); its diagonal
+
+``G_jj = sum_i l''_i (d out_i / d w_j)^2``
+
+is the loss curvature along each parameter, without the second derivatives of the network
+(positive semi-definite for a convex loss in the outputs). For a linear model and binary
+cross-entropy it is ``sum_i p_i (1 - p_i) x_ij^2 / n``: a one-hot column of a rare level has
+curvature in proportion to its frequency, so a metric ``h_j = G_jj + mu`` steps each coefficient by
+about its own Newton step, where a constant metric moves a rare level's coefficient by a fraction
+of its distance per iteration. :func:`gauss_newton_diagonal` computes it for the feed-forward
+networks of :mod:`solvers.feedforward` (one forward pass and one product per layer,
+:meth:`~solvers.feedforward.FeedForwardTrace.squared_pullback`) in blocks of ``chunk_rows``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from solvers.feedforward import FeedForward
+from solvers.losses import LossFn
+from solvers.problem import row_chunks, weight_total
+
+__all__ = ["gauss_newton_diagonal", "output_curvature"]
+
+
+def output_curvature(loss_fn: LossFn, out: torch.Tensor, batch: Any) -> torch.Tensor:
+    """``d^2 loss / d out_i^2`` per row (n,), by autograd (a Hessian-vector product with ones: the
+    diagonal itself when the loss is separable over rows), clipped at 0. Binary cross-entropy:
+    ``p_i (1 - p_i) / n``; squared error: ``2 / n``; Poisson: ``exp(eta_i) / n`` (weighted losses: the
+    row's share of the weights instead of ``1 / n``)."""
+    leaf = out.detach().requires_grad_(True)
+    with torch.enable_grad():
+        value = loss_fn(leaf, batch)
+        (first,) = torch.autograd.grad(value, leaf, create_graph=True)
+        if not first.requires_grad:  # linear in the outputs: no curvature
+            return torch.zeros_like(leaf).detach()
+        (second,) = torch.autograd.grad(first.sum(), leaf)
+    return second.detach().clamp(min=0.0)
+
+
+def gauss_newton_diagonal(network: FeedForward, loss_fn: LossFn, data: Any,
+                          chunk_rows: int | None = None) -> torch.Tensor:
+    """``G_jj = sum_i l''_i (d out_i / d w_j)^2`` (p,) of the mean loss over ``data`` for the recognised
+    feed-forward ``network`` (module docstring), in the order of the parameters it was recognised
+    with. Blocks of ``chunk_rows`` rows (all at once for None) each add their curvature scaled by
+    their share of the rows (or weights), so the sum is the curvature of the mean over ``data``."""
+    total = weight_total(data)
+    result = None
+    for block in row_chunks(data, chunk_rows):
+        trace = network.trace(block.X)
+        share = weight_total(block) / total
+        part = trace.squared_pullback(output_curvature(loss_fn, trace.out, block) * share)
+        result = part if result is None else result + part
+    return result
+
