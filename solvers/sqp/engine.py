@@ -556,7 +556,8 @@ class StochasticSQP:
             raise ValueError("hessian='gauss-newton' is not available in a data-parallel fit; use 'adam'")
         network = FeedForward.recognise(model, params)
         if network is None:
-            raise ValueError("hessian='gauss-newton' needs a feed-forward network (nn.Linear layers and "
-                             "elementwise activations with one output, all of its parameters trained, e.g. "
-                             "fairopt.models.linear or mlp); use 'adam' for other models")
+            raise ValueError("hessian='gauss-newton' needs a feed-forward network the engine recognises "
+                             "(nn.Linear layers and elementwise activations ending in one output, all of its "
+                             "parameters trained: fairopt.models.linear or mlp as FairClassifier builds them; "
+                             "FairRegressor's output scaling is not one); use 'adam' for other models")
         return network
