@@ -31,7 +31,10 @@ LEARNER_TASKS: tuple[str, ...] = ("classification", "regression")
 
 
 class OutputScale(nn.Module):
-    """``out -> scale * out + shift`` with fixed buffers: a standardised output in the units of ``y``."""
+    """``out -> scale * out + shift`` with fixed buffers: a standardised output in the units of ``y``.
+    ``affine_output = True`` declares it to the engine's curvature metric (:mod:`solvers.curvature`)."""
+
+    affine_output = True
 
     def __init__(self, scale: float = 1.0, shift: float = 0.0) -> None:
         super().__init__()

@@ -13,7 +13,11 @@ curvature in proportion to its frequency, so a metric ``h_j = G_jj + mu`` steps 
 about its own Newton step, where a constant metric moves a rare level's coefficient by a fraction
 of its distance per iteration. :func:`gauss_newton_diagonal` computes it for the feed-forward
 networks of :mod:`solvers.feedforward` (one forward pass and one product per layer,
-:meth:`~solvers.feedforward.FeedForwardTrace.squared_pullback`) in blocks of ``chunk_rows``.
+:meth:`~solvers.feedforward.FeedForwardTrace.squared_pullback`) in blocks of ``chunk_rows``, and for
+such a network followed by a fixed affine output ``out = a * net + b`` (a parameter-free last module
+that declares ``affine_output = True`` and holds ``scale`` and ``shift``, as a regressor's output in
+the units of ``y``): ``d out / d w = a * d net / d w``, so ``G = a^2 sum_i l''_i (d net_i / d w)^2``
+with ``l''`` taken at ``out``.
 """
 
 from __future__ import annotations
@@ -21,11 +25,40 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from dataclasses import dataclass
+
+from torch import nn
+
 from solvers.feedforward import FeedForward
 from solvers.losses import LossFn
 from solvers.problem import row_chunks, weight_total
 
-__all__ = ["gauss_newton_diagonal", "output_curvature"]
+__all__ = ["CurvatureModel", "curvature_model", "gauss_newton_diagonal", "output_curvature"]
+
+
+@dataclass(frozen=True)
+class CurvatureModel:
+    """A model whose Gauss-Newton diagonal :func:`gauss_newton_diagonal` computes: the feed-forward
+    ``network`` and the fixed affine output ``out = scale * network + shift`` after it (1 and 0 for
+    none)."""
+
+    network: FeedForward
+    scale: float = 1.0
+    shift: float = 0.0
+
+
+def curvature_model(model: nn.Module, params: list[torch.Tensor]) -> CurvatureModel | None:
+    """``model`` over ``params`` as a :class:`CurvatureModel` (module docstring), or None."""
+    network = FeedForward.recognise(model, params)
+    if network is not None:
+        return CurvatureModel(network)
+    last = model[-1] if isinstance(model, nn.Sequential) and len(model) > 1 else None
+    if last is None or getattr(last, "affine_output", False) is not True or any(True for _ in last.parameters()):
+        return None
+    network = FeedForward.recognise(nn.Sequential(*list(model)[:-1]), params)
+    if network is None:
+        return None
+    return CurvatureModel(network, float(last.scale), float(last.shift))
 
 
 def output_curvature(loss_fn: LossFn, out: torch.Tensor, batch: Any) -> torch.Tensor:
@@ -43,18 +76,20 @@ def output_curvature(loss_fn: LossFn, out: torch.Tensor, batch: Any) -> torch.Te
     return second.detach().clamp(min=0.0)
 
 
-def gauss_newton_diagonal(network: FeedForward, loss_fn: LossFn, data: Any,
+def gauss_newton_diagonal(model: CurvatureModel, loss_fn: LossFn, data: Any,
                           chunk_rows: int | None = None) -> torch.Tensor:
-    """``G_jj = sum_i l''_i (d out_i / d w_j)^2`` (p,) of the mean loss over ``data`` for the recognised
-    feed-forward ``network`` (module docstring), in the order of the parameters it was recognised
-    with. Blocks of ``chunk_rows`` rows (all at once for None) each add their curvature scaled by
-    their share of the rows (or weights), so the sum is the curvature of the mean over ``data``."""
+    """``G_jj = sum_i l''_i (d out_i / d w_j)^2`` (p,) of the mean loss over ``data`` for a
+    :class:`CurvatureModel` (module docstring), in the order of the parameters its network was
+    recognised with. Blocks of ``chunk_rows`` rows (all at once for None) each add their curvature
+    scaled by their share of the rows (or weights), so the sum is the curvature of the mean over
+    ``data``."""
     total = weight_total(data)
     result = None
     for block in row_chunks(data, chunk_rows):
-        trace = network.trace(block.X)
-        share = weight_total(block) / total
-        part = trace.squared_pullback(output_curvature(loss_fn, trace.out, block) * share)
+        trace = model.network.trace(block.X)
+        out = trace.out * model.scale + model.shift
+        share = model.scale ** 2 * weight_total(block) / total
+        part = trace.squared_pullback(output_curvature(loss_fn, out, block) * share)
         result = part if result is None else result + part
     return result
 

@@ -15,8 +15,7 @@ from fairopt.constraints import DisparateImpact
 from fairopt.data import FairData
 from fairopt.models import linear, mlp
 from solvers import StochasticSQP
-from solvers.curvature import gauss_newton_diagonal, output_curvature
-from solvers.feedforward import FeedForward
+from solvers.curvature import CurvatureModel, curvature_model, gauss_newton_diagonal, output_curvature
 from solvers.losses import get_loss
 from solvers.problem import trainable_parameters
 
@@ -53,11 +52,37 @@ def test_gauss_newton_diagonal_matches_per_row_autograd(loss_name, task, weighte
     data = _data(weights=weighted, task=task)
     model = make().to(data.X.dtype)
     loss = get_loss(loss_name)
-    network = FeedForward.recognise(model, trainable_parameters(model))
-    got = gauss_newton_diagonal(network, loss, data)
+    recognised = curvature_model(model, trainable_parameters(model))
+    assert isinstance(recognised, CurvatureModel) and recognised.scale == 1.0
+    got = gauss_newton_diagonal(recognised, loss, data)
     assert torch.allclose(got, _reference(model, loss, data), rtol=1e-5, atol=1e-10)
-    chunked = gauss_newton_diagonal(network, loss, data, chunk_rows=17)  # blocks add up to the same curvature
+    chunked = gauss_newton_diagonal(recognised, loss, data, chunk_rows=17)  # blocks add up to the same curvature
     assert torch.allclose(chunked, got, rtol=1e-5, atol=1e-10)
+
+
+def test_gauss_newton_diagonal_of_a_network_with_an_affine_output():
+    from fairopt.learners import scaled_output
+
+    data = _data(task="regression")
+    model = scaled_output(mlp(4, hidden=(5,), seed=0), 3.0, -1.5).to(data.X.dtype)
+    loss = get_loss("poisson")  # curvature exp(out): taken at the scaled output, not the network's
+    recognised = curvature_model(model, trainable_parameters(model))
+    assert recognised is not None and (recognised.scale, recognised.shift) == (3.0, -1.5)
+    assert torch.allclose(gauss_newton_diagonal(recognised, loss, data), _reference(model, loss, data),
+                          rtol=1e-5, atol=1e-10)
+    unreadable = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), _Doubling())  # its last module is no affine output
+    assert curvature_model(unreadable, trainable_parameters(unreadable)) is None
+
+
+class _Doubling(nn.Module):
+    """A module the engine cannot read: ``2 * inner(X)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 1)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return 2.0 * self.inner(X).reshape(-1)
 
 
 def test_output_curvature_of_the_cross_entropy_is_p_one_minus_p_over_n():
@@ -121,17 +146,9 @@ def test_gauss_newton_metric_meets_the_bound(batch_size):
 
 
 def test_gauss_newton_metric_needs_a_feed_forward_network():
-    class Doubling(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = nn.Linear(4, 1)
-
-        def forward(self, X: torch.Tensor) -> torch.Tensor:
-            return 2.0 * self.inner(X).reshape(-1)
-
     data = _data()
     with pytest.raises(ValueError, match="feed-forward network"):
-        StochasticSQP(epochs=1, hessian="gauss-newton", verbose=0).fit(Doubling().to(data.X.dtype), data)
+        StochasticSQP(epochs=1, hessian="gauss-newton", verbose=0).fit(_Doubling().to(data.X.dtype), data)
     with pytest.raises(ValueError, match="hessian"):
         StochasticSQP(hessian="newton")
 
@@ -158,3 +175,15 @@ def test_gauss_newton_metric_moves_its_average_only_when_refreshed():
     assert torch.allclose(h, torch.tensor([b * 1.0 + (1 - b) * 3.0, b * 4.0]) + 0.01)
     with pytest.raises(RuntimeError, match="curvature"):
         hessian_diag(torch.zeros(2), v, False, options, None)
+
+
+def test_fair_regressor_takes_the_gauss_newton_metric():
+    from fairopt import FairRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    s = rng.integers(0, 2, 400)
+    y = X @ np.array([1.0, 2.0, -1.0]) + s + rng.normal(size=400)
+    fits = {h: FairRegressor(engine_params={"hessian": h}, seed=0).fit(X, y, sensitive_features=s)
+            for h in ("adam", "gauss-newton")}
+    assert fits["gauss-newton"].score(X, y) > fits["adam"].score(X, y) - 0.01

@@ -19,9 +19,8 @@ import torch
 from torch import nn
 
 from solvers.contract import cost_on_all_rows
-from solvers.curvature import gauss_newton_diagonal
+from solvers.curvature import CurvatureModel, curvature_model, gauss_newton_diagonal
 from solvers.derivatives import Derivatives
-from solvers.feedforward import FeedForward
 from solvers.history import COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult, History
 from solvers.losses import LossFn, check_targets, constant_loss, get_loss
 from solvers.outcome import BestIterate, DivergedWarning
@@ -547,17 +546,19 @@ class StochasticSQP:
             der.curvature = partial(gauss_newton_diagonal, self._network, loss_fn, obj_batch, self.chunk_rows)
         return der
 
-    def _curvature_network(self, model: nn.Module, params: list[torch.Tensor]) -> FeedForward | None:
-        """The feed-forward network behind ``hessian="gauss-newton"`` (None for the other metrics); a
-        model that is not one, or a data-parallel fit, is a ``ValueError``."""
+    def _curvature_network(self, model: nn.Module, params: list[torch.Tensor]) -> CurvatureModel | None:
+        """The model behind ``hessian="gauss-newton"`` (:func:`solvers.curvature.curvature_model`;
+        None for the other metrics); a model it does not recognise, or a data-parallel fit, is a
+        ``ValueError``."""
         if self.hessian != "gauss-newton":
             return None
         if isinstance(self._oracle, AllReduceDerivatives):
             raise ValueError("hessian='gauss-newton' is not available in a data-parallel fit; use 'adam'")
-        network = FeedForward.recognise(model, params)
-        if network is None:
+        recognised = curvature_model(model, params)
+        if recognised is None:
             raise ValueError("hessian='gauss-newton' needs a feed-forward network the engine recognises "
                              "(nn.Linear layers and elementwise activations ending in one output, all of its "
-                             "parameters trained: fairopt.models.linear or mlp as FairClassifier builds them; "
-                             "FairRegressor's output scaling is not one); use 'adam' for other models")
-        return network
+                             "parameters trained, optionally followed by a fixed affine output: "
+                             "fairopt.models.linear or mlp as the estimators build them); use 'adam' for other "
+                             "models")
+        return recognised

@@ -100,7 +100,9 @@ class SQPOptions:
         coefficient of a rare one-hot level, whose curvature and gradient are both in proportion
         to its frequency, moves as fast as a common one's. Needs a feed-forward network
         (``nn.Linear`` layers and elementwise activations, e.g. :func:`fairopt.models.linear`,
-        :func:`fairopt.models.mlp`) and no data parallelism; one more forward pass per step.
+        :func:`fairopt.models.mlp`, optionally followed by a fixed affine output as the
+        regressor's) and no data parallelism; one more forward pass every
+        :data:`~solvers.sqp.steps.GAUSS_NEWTON_EVERY` steps.
     beta2 : float, default 0.999
         Decay of the Adam-type second moment.
     hessian_shift : float or "auto", default "auto"
