@@ -22,11 +22,10 @@ with ``l''`` taken at ``out``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from dataclasses import dataclass
-
 from torch import nn
 
 from solvers.feedforward import FeedForward
@@ -92,4 +91,3 @@ def gauss_newton_diagonal(model: CurvatureModel, loss_fn: LossFn, data: Any,
         part = trace.squared_pullback(output_curvature(loss_fn, out, block) * share)
         result = part if result is None else result + part
     return result
-

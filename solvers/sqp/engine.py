@@ -214,7 +214,7 @@ class StochasticSQP:
         """
         params = trainable_parameters(model)
         self._oracle = derivative_oracle(self, params, constraints)
-        self._network = self._curvature_network(model, params)
+        self._curvature = self._curvature_model(model, params)
         n = check_dataset(data)
         loss_fn = get_loss(loss)
         check_targets(loss_fn, data)
@@ -542,11 +542,12 @@ class StochasticSQP:
         oracle :meth:`fit` picked (``rows``: the Jacobian rows needed, None for all); with
         ``hessian="gauss-newton"`` also the call that gives the objective batch's curvature."""
         der = self._oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows)
-        if self._network is not None and obj_batch is not None:
-            der.curvature = partial(gauss_newton_diagonal, self._network, loss_fn, obj_batch, self.chunk_rows)
+        curvature = getattr(self, "_curvature", None)
+        if curvature is not None and obj_batch is not None:
+            der.curvature = partial(gauss_newton_diagonal, curvature, loss_fn, obj_batch, self.chunk_rows)
         return der
 
-    def _curvature_network(self, model: nn.Module, params: list[torch.Tensor]) -> CurvatureModel | None:
+    def _curvature_model(self, model: nn.Module, params: list[torch.Tensor]) -> CurvatureModel | None:
         """The model behind ``hessian="gauss-newton"`` (:func:`solvers.curvature.curvature_model`;
         None for the other metrics); a model it does not recognise, or a data-parallel fit, is a
         ``ValueError``."""
