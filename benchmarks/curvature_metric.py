@@ -30,9 +30,14 @@ METRICS = ("adam", "gauss-newton")
 
 
 def metric_jobs(datasets: list[str], seeds: list[int], batch: int | None, epochs: int | str, delta: float,
-                root: str) -> list[tuple]:
-    """One :func:`sqp_grid.grid_cell` job per (data set, model, seed, metric)."""
-    return [(d, m, batch, s, metric, delta, root, {"hessian": metric, "epochs": epochs})
+                root: str, gn_shift: float | None = None) -> list[tuple]:
+    """One :func:`sqp_grid.grid_cell` job per (data set, model, seed, metric); ``gn_shift``: the
+    Gauss-Newton runs' ``hessian_shift`` (None: "auto")."""
+    def settings(metric: str) -> dict:
+        extra = {"hessian_shift": gn_shift} if metric == "gauss-newton" and gn_shift is not None else {}
+        return {"hessian": metric, "epochs": epochs, **extra}
+
+    return [(d, m, batch, s, metric, delta, root, settings(metric))
             for d in datasets for m in GRID_MODELS for s in seeds for metric in METRICS]
 
 
@@ -114,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=None, help="mini-batches of this size (default: full batch)")
     ap.add_argument("--epochs", default="auto", help='epochs, or "auto" (the default)')
     ap.add_argument("--delta", type=float, default=0.8)
+    ap.add_argument("--gn-shift", type=float, default=None, help='hessian_shift of the Gauss-Newton runs (default "auto")')
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default=str(DEFAULT_OUT / "curvature_metric"))
@@ -121,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     epochs = args.epochs if args.epochs == "auto" else int(args.epochs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = metric_jobs(args.datasets, args.seeds, args.batch_size, epochs, args.delta, str(data_dir(args.data_dir)))
+    jobs = metric_jobs(args.datasets, args.seeds, args.batch_size, epochs, args.delta, str(data_dir(args.data_dir)),
+                       args.gn_shift)
     records = []
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
         for i, r in enumerate(pool.imap_unordered(grid_cell, jobs), 1):

@@ -153,3 +153,6 @@ def test_metric_report_sets_the_two_metrics_side_by_side():
     assert lines[-1] == "cells where Gauss-Newton ends at the lower mean training loss: 1/1"
     jobs = curvature_metric.metric_jobs(["a"], [0], None, "auto", 0.8, "root")
     assert {job[4] for job in jobs} == {"adam", "gauss-newton"} and all(job[7]["hessian"] == job[4] for job in jobs)
+    assert all("hessian_shift" not in job[7] for job in jobs)
+    shifted = curvature_metric.metric_jobs(["a"], [0], 256, 10, 0.8, "root", gn_shift=0.05)
+    assert {job[4]: job[7].get("hessian_shift") for job in shifted} == {"adam": None, "gauss-newton": 0.05}
