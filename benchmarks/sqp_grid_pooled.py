@@ -8,7 +8,7 @@ accuracy, test accuracy and training loss over the seeds ``s``: its mean, and th
 interval ``mean +- t_{0.975, k-1} sd(d) / sqrt(k)`` (Student's t over the ``k`` seeds; the runs of
 one seed share their split and initialisation). A mean below zero with an interval that reaches
 above it is a difference the seeds cannot tell from zero; the report lists both. Writes
-``pooled.md`` into ``--out``.
+``pooled.md`` and ``pooled.png`` (the intervals per cell and peer, a forest plot) into ``--out``.
 """
 
 from __future__ import annotations
@@ -58,33 +58,83 @@ def paired_interval(diffs: list[float]) -> tuple[float, float]:
     return mean, float(stats.t.ppf(0.975, k - 1)) * sd / math.sqrt(k)
 
 
-def pooled_report(records: list[dict]) -> list[str]:
-    """Per peer, a table of the cells where both meet the bound on every seed (paired mean
-    differences with their 95% intervals, in accuracy points and loss units) and a summary: the
-    cells where fairopt's mean is behind, and those whose whole interval is behind."""
+def pooled_intervals(records: list[dict]) -> dict[str, dict[tuple, tuple[int, dict[str, tuple[float, float]]]]]:
+    """Per peer, per (data set, model, batch) cell where both meet the bound on every seed: the
+    number of seeds and, per part of :data:`POOLED_PARTS` the runs record, ``(mean, half-width)`` of
+    :func:`paired_interval` over the paired differences ``ours - peer`` (accuracies in points)."""
     cells: dict[tuple, dict] = {}
     for r in records:
         if r["batch"] != "full":
             cells.setdefault((r["dataset"], r["model"], r["batch"], r["seed"]), {})[r["method"]] = r
     peers = sorted({m for c in cells.values() for m in c if m != "fairopt"})
-    lines: list[str] = []
+    result: dict[str, dict[tuple, tuple[int, dict[str, tuple[float, float]]]]] = {}
     for peer in peers:
-        both = peer_pairs(cells, peer)
+        result[peer] = {}
+        for key, pairs in peer_pairs(cells, peer).items():
+            parts = {part: paired_interval([(100.0 if part.endswith("acc") else 1.0) * (o[part] - q[part])
+                                            for o, q in pairs])
+                     for part, _ in POOLED_PARTS if all(part in o and part in q for o, q in pairs)}
+            result[peer][key] = (len(pairs), parts)
+    return result
+
+
+def pooled_plot(records: list[dict], path: Path) -> None:
+    """A forest plot: per peer (columns) and part (rows: train accuracy, test accuracy, training
+    loss), each cell's mean paired difference ``ours - peer`` with its 95% interval; the zero line
+    is a tie, and the side of fairopt's advantage is labelled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    intervals = pooled_intervals(records)
+    peers = list(intervals)
+    if not peers:
+        return
+    fig, axes = plt.subplots(len(POOLED_PARTS), len(peers), figsize=(5.5 * len(peers), 3.2 * len(POOLED_PARTS)),
+                             squeeze=False)
+    for column, peer in enumerate(peers):
+        cells = sorted(intervals[peer], key=_cell_order)
+        for row, (part, sign) in enumerate(POOLED_PARTS):
+            ax = axes[row][column]
+            shown = [c for c in cells if part in intervals[peer][c][1]]
+            for y, cell in enumerate(shown):
+                mean, half = intervals[peer][cell][1][part]
+                ahead = sign * mean >= 0
+                ax.errorbar(mean, y, xerr=half if math.isfinite(half) else None, fmt="o", markersize=4,
+                            color="tab:green" if ahead else "tab:red", capsize=2)
+            ax.axvline(0.0, color="0.4", linewidth=0.6)
+            ax.set_yticks(range(len(shown)), [f"{d} {m} {b}" for d, m, b in shown], fontsize=7)
+            unit = "points" if part.endswith("acc") else "loss"
+            better = "right" if sign > 0 else "left"
+            ax.set_xlabel(f"{part.replace('_', ' ')}: ours - {peer} ({unit}; fairopt better to the {better})",
+                          fontsize=8)
+    fig.suptitle("paired differences over the pooled seeds, 95% intervals")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def pooled_report(records: list[dict]) -> list[str]:
+    """Per peer, a table of the cells where both meet the bound on every seed (paired mean
+    differences with their 95% intervals, in accuracy points and loss units) and a summary: the
+    cells where fairopt's mean is behind, and those whose whole interval is behind."""
+    lines: list[str] = []
+    for peer, cells in pooled_intervals(records).items():
         head = ["dataset", "model", "batch", "seeds", "train acc (ours - peer, points)",
                 "test acc (ours - peer, points)", "training loss (ours - peer)"]
         lines += ["", f"## fairopt against {peer}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         behind: dict[str, list[str]] = {part: [] for part, _ in POOLED_PARTS}
         clearly: dict[str, list[str]] = {part: [] for part, _ in POOLED_PARTS}
-        for key in sorted(both, key=_cell_order):
-            pairs = both[key]
-            row = [key[0], key[1], str(key[2]), str(len(pairs))]
+        for key in sorted(cells, key=_cell_order):
+            seeds, parts = cells[key]
+            row = [key[0], key[1], str(key[2]), str(seeds)]
             for part, sign in POOLED_PARTS:
-                if not all(part in o and part in q for o, q in pairs):
+                if part not in parts:
                     row.append("-")
                     continue
-                scale = 100.0 if part.endswith("acc") else 1.0
-                mean, half = paired_interval([scale * (o[part] - q[part]) for o, q in pairs])
-                digits = 2 if scale > 1 else 4
+                mean, half = parts[part]
+                digits = 2 if part.endswith("acc") else 4
                 row.append(f"{mean:+.{digits}f} +- {half:.{digits}f}")
                 name = f"{key[0]} {key[1]} {key[2]} {mean:+.{digits}f}"
                 if sign * mean < 0:
@@ -95,7 +145,7 @@ def pooled_report(records: list[dict]) -> list[str]:
         lines.append("")
         for part, _ in POOLED_PARTS:
             word = "higher" if part == "train_loss" else "behind"
-            lines.append(f"{part}: on {len(both)} cells, fairopt's mean {word} on {len(behind[part])}"
+            lines.append(f"{part}: on {len(cells)} cells, fairopt's mean {word} on {len(behind[part])}"
                          + (f" ({', '.join(behind[part])})" if behind[part] else "")
                          + f"; the whole 95% interval {word} on {len(clearly[part])}"
                          + (f" ({', '.join(clearly[part])})" if clearly[part] else ""))
@@ -111,6 +161,7 @@ def render_pooled(folders: list[Path], out: Path) -> int:
              "meet the bound on every seed: the mean of the paired differences over the seeds, +- the half-width "
              "of its 95% Student-t interval.", *pooled_report(records)]
     (out / "pooled.md").write_text("\n".join(lines) + "\n")
+    pooled_plot(records, out / "pooled.png")
     print("\n".join(lines))
-    print(f"wrote {out / 'pooled.md'}")
+    print(f"wrote {out / 'pooled.md'} and {out / 'pooled.png'}")
     return 0

@@ -119,6 +119,7 @@ def test_pooled_report_pairs_the_seeds_of_both_grids_and_separates_noise_from_a_
     assert "| a | linear | 256 | 6 | -0.10 +- 0.00 |" in text
     assert "train_acc: on 1 cells, fairopt's mean behind on 1 (a linear 256 -0.10); the whole 95% interval behind on 1" in text
     assert "train_loss: on 1 cells, fairopt's mean higher on 1" in text and "# " + str(tmp_path / "g2") in text
+    assert (tmp_path / "pooled.png").stat().st_size > 0  # the forest plot of the same intervals
 
 
 def test_pooled_report_a_noisy_gap_and_a_peer_that_misses_the_bound(tmp_path):
