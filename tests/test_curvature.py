@@ -187,3 +187,26 @@ def test_fair_regressor_takes_the_gauss_newton_metric():
     fits = {h: FairRegressor(engine_params={"hessian": h}, seed=0).fit(X, y, sensitive_features=s)
             for h in ("adam", "gauss-newton")}
     assert fits["gauss-newton"].score(X, y) > fits["adam"].score(X, y) - 0.01
+
+
+def test_gauss_newton_metric_holds_its_steps_to_the_gradient_step_of_a_fresh_start():
+    import math
+
+    from solvers.derivatives import Derivatives
+    from solvers.sqp.state import SQPState
+    from solvers.sqp.steps import GAUSS_NEWTON_FLOOR_SHIFT, qp_direction
+
+    g = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    h = torch.full((3,), 0.01, dtype=torch.float64)  # little curvature: the Newton step is 100 g
+    J = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    der = Derivatives(0.5, g, torch.tensor([0.0], dtype=torch.float64), J, None, 0.0, 0.0)
+    working = (torch.tensor([-math.inf], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64))
+    cap = float(g.norm()) / math.sqrt(GAUSS_NEWTON_FLOOR_SHIFT)
+    fresh = qp_direction(der, h, (g, h, J), working, SQPState(tau=0.1, xi=1.0, beta=0.5, v=torch.zeros(3)), False,
+                         curvature_metric=True)
+    assert fresh.capped and abs(float(fresh.d.norm()) - cap) < 1e-9  # the first step: no history, held to the cap
+    plain = qp_direction(der, h, (g, h, J), working, SQPState(tau=0.1, xi=1.0, beta=0.5, v=torch.zeros(3)), False)
+    assert not plain.capped and float(plain.d.norm()) > 10 * cap  # the gradient metric's first step is not capped
+    later = SQPState(tau=0.1, xi=1.0, beta=0.5, v=torch.zeros(3), recent_steps=[10.0] * 10)
+    grown = qp_direction(der, h, (g, h, J), working, later, False, curvature_metric=True)
+    assert abs(float(grown.d.norm()) - min(30.0, float((g / h).norm()))) < 1e-9  # then 3 x the recent median

@@ -102,7 +102,10 @@ class SQPOptions:
         (``nn.Linear`` layers and elementwise activations, e.g. :func:`fairopt.models.linear`,
         :func:`fairopt.models.mlp`, optionally followed by a fixed affine output as the
         regressor's) and no data parallelism; one more forward pass every
-        :data:`~solvers.sqp.steps.GAUSS_NEWTON_EVERY` steps.
+        :data:`~solvers.sqp.steps.GAUSS_NEWTON_EVERY` steps. Its steps are held to the recent-steps
+        trust region with the default metric's gradient step as the floor, the first one
+        included (:func:`~solvers.sqp.steps.qp_direction`): where the curvature is still small, a
+        Newton step is out of proportion.
     beta2 : float, default 0.999
         Decay of the Adam-type second moment.
     hessian_shift : float or "auto", default "auto"

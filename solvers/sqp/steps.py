@@ -18,7 +18,7 @@ from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_NORMAL
 from solvers.qp import QPResult, diagonal_qp, least_violation_bounds
 from solvers.sqp.state import SQPState
 
-__all__ = ["Direction", "GAUSS_NEWTON_DECAY", "GAUSS_NEWTON_EVERY", "SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step",
+__all__ = ["Direction", "GAUSS_NEWTON_DECAY", "GAUSS_NEWTON_EVERY", "GAUSS_NEWTON_FLOOR_SHIFT", "SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step",
            "calibrate", "cap_norm", "hessian_diag", "lipschitz", "normal_step", "qp_direction", "recent_radius",
            "RelaxationNotices", "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region",
            "update_merit_and_ratio"]
@@ -34,6 +34,10 @@ TRUST_MEMORY = 10
 GAUSS_NEWTON_DECAY = 0.9
 #: ``hessian="gauss-newton"``: iterations between two updates of the Gauss-Newton diagonal.
 GAUSS_NEWTON_EVERY = 5
+#: ``hessian="gauss-newton"``: the trust region's floor is ``||g|| / sqrt(GAUSS_NEWTON_FLOOR_SHIFT)``,
+#: the gradient step under ``h = sqrt(v + mu)`` with the full-batch shift and no history
+#: (see :func:`qp_direction`).
+GAUSS_NEWTON_FLOOR_SHIFT = 0.3
 
 
 class SQPWarning(UserWarning):
@@ -79,7 +83,8 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
     m = int(der.c.numel())
     g64, h64 = der.g.to(torch.float64), h.to(torch.float64)
     J64 = der.J.to(torch.float64)  # once for the QP, the restoration step and the checks below
-    qp = qp_direction(der, h, (g64, h64, J64), working, state, stochastic)
+    qp = qp_direction(der, h, (g64, h64, J64), working, state, stochastic,
+                      curvature_metric=options.hessian == "gauss-newton")
     d, y, capped, radius = qp.d, qp.y, qp.capped, qp.radius
     d64 = d.to(torch.float64)
     lower_list, upper_list = lower.tolist(), upper.tolist()
@@ -161,9 +166,17 @@ class Direction:
 
 
 def qp_direction(der: Derivatives, h: torch.Tensor, metric: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-                 working: tuple[torch.Tensor, torch.Tensor], state: SQPState, stochastic: bool) -> Direction:
+                 working: tuple[torch.Tensor, torch.Tensor], state: SQPState, stochastic: bool,
+                 curvature_metric: bool = False) -> Direction:
     """The QP step of :func:`sqp_step` in its trust regions (``metric``: float64 ``g``, ``h``, ``J``);
-    ``-g / h`` without constraint rows."""
+    ``-g / h`` without constraint rows.
+
+    The recent-steps region's floor is the plain descent step ``||g / h||``; under a curvature
+    metric (``hessian="gauss-newton"``) that is a Newton step, as long as ``1 / mu`` times the
+    gradient where the curvature is small (a network's hidden layers at the start), so the floor
+    is the gradient step of the default metric's fresh start instead,
+    ``||g|| / sqrt(GAUSS_NEWTON_FLOOR_SHIFT)``, and the first step, which has no recent steps,
+    is held to it too."""
     g64, h64, J64 = metric
     t0 = time.perf_counter()
     if not der.c.numel():
@@ -175,7 +188,11 @@ def qp_direction(der: Derivatives, h: torch.Tensor, metric: tuple[torch.Tensor, 
     active = [("u" if side > 0 else "l") + str(i) for i, side in enumerate(res.active.tolist()) if side]
     if stochastic:
         d = trust_region(d, der.g, h)
-    radius = recent_radius(state, float((der.g / h).norm()))
+    if curvature_metric:
+        floor = float(der.g.norm()) / math.sqrt(GAUSS_NEWTON_FLOOR_SHIFT)
+        radius = recent_radius(state, floor) if state.recent_steps else floor
+    else:
+        radius = recent_radius(state, float((der.g / h).norm()))
     capped = float(d.norm()) > radius
     return Direction(cap_norm(d, radius), res.multipliers, status, qp_bounds, active, radius, capped,
                      time.perf_counter() - t0)
