@@ -79,7 +79,8 @@ def metric_report(records: list[dict]) -> list[str]:
         seconds = _mean([g["seconds"] for _, g in pairs]) / max(_mean([a["seconds"] for a, _ in pairs]), 1e-9)
         lines.append(f"| {cell[0]} | {cell[1]} | {len(pairs)} | {loss:+.4f} | {diff('train_acc', 100):+.2f} | "
                      f"{diff('test_acc', 100):+.2f} | {feasible}/{len(pairs)} | {iterations:.2f} | {seconds:.2f} |")
-    lines += ["", f"cells where Gauss-Newton ends at the lower mean training loss: {totals['lower_loss']}/{totals['cells']}"]
+    lines += ["", "cells where Gauss-Newton ends at the lower mean training loss: "
+                  f"{totals['lower_loss']}/{totals['cells']}"]
     return lines
 
 
@@ -99,8 +100,9 @@ def metric_plot(records: list[dict], path: Path) -> None:
         values = []
         for d, m in cells:
             seeds = sorted({k[2] for k in runs if k[:2] == (d, m)})
+            both = [s for s in seeds if (d, m, s, "adam") in runs and (d, m, s, "gauss-newton") in runs]
             values.append(scale * _mean([runs[(d, m, s, "gauss-newton")][part] - runs[(d, m, s, "adam")][part]
-                                         for s in seeds if (d, m, s, "adam") in runs and (d, m, s, "gauss-newton") in runs]))
+                                         for s in both]))
         ax.bar(range(len(cells)), values, color=["tab:green" if (v < 0) == (part == "train_loss") else "tab:red"
                                                   for v in values])
         ax.axhline(0.0, color="0.4", linewidth=0.6)
@@ -119,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=None, help="mini-batches of this size (default: full batch)")
     ap.add_argument("--epochs", default="auto", help='epochs, or "auto" (the default)')
     ap.add_argument("--delta", type=float, default=0.8)
-    ap.add_argument("--gn-shift", type=float, default=None, help='hessian_shift of the Gauss-Newton runs (default "auto")')
+    ap.add_argument("--gn-shift", type=float, default=None,
+                    help='hessian_shift of the Gauss-Newton runs (default "auto")')
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default=str(DEFAULT_OUT / "curvature_metric"))

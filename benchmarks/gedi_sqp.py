@@ -251,7 +251,7 @@ def train_model(task: Task, train: FairData, constraint: GeDI | None, args) -> t
     hidden = tuple(args.hidden) if args.hidden else task.hidden
     model = models.mlp(train.X.shape[1], hidden=hidden, activation="relu", seed=args.seed)
     engine = StochasticSQP(
-        epochs=args.epochs, lr=args.lr, hessian_shift=args.hessian_shift, step="fixed",
+        epochs=args.epochs, lr=args.lr, hessian="adam", hessian_shift=args.hessian_shift, step="fixed",  # the paper's H
         lr_kmin=int(0.4 * args.epochs), lr_factor=args.lr_factor, seed=args.seed,
     )
     t0 = time.perf_counter()

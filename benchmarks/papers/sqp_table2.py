@@ -180,7 +180,9 @@ def run_one(name: str, train: Any, test: Any, sensitive: str, scenario: str, del
     from solvers import StochasticSQP
 
     model = _model(name, train.X.shape[1], seed)
-    engine = StochasticSQP(epochs=settings.epochs, lr=settings.lr, seed=seed, **dict(settings.engine))
+    # the paper's Adam-type metric H = diag(sqrt(v + mu)), whatever the engine's default metric
+    engine = StochasticSQP(epochs=settings.epochs, lr=settings.lr, seed=seed,
+                           **{"hessian": "adam", **dict(settings.engine)})
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bound/relaxed-step warnings: the status column says it

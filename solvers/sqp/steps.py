@@ -18,9 +18,10 @@ from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_NORMAL
 from solvers.qp import QPResult, diagonal_qp, least_violation_bounds
 from solvers.sqp.state import SQPState
 
-__all__ = ["Direction", "GAUSS_NEWTON_DECAY", "GAUSS_NEWTON_EVERY", "GAUSS_NEWTON_FLOOR_SHIFT", "SQPWarning", "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step",
-           "calibrate", "cap_norm", "hessian_diag", "lipschitz", "normal_step", "qp_direction", "recent_radius",
-           "RelaxationNotices", "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region",
+__all__ = ["Direction", "GAUSS_NEWTON_DECAY", "GAUSS_NEWTON_EVERY", "GAUSS_NEWTON_FLOOR_SHIFT", "SQPWarning",
+           "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step", "calibrate", "cap_norm",
+           "hessian_diag", "lipschitz", "normal_step", "qp_direction", "recent_radius", "RelaxationNotices",
+           "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region",
            "update_merit_and_ratio"]
 
 #: Trust region of stochastic steps: ``||d|| <= TRUST_RATIO * ||g / h||`` (see :func:`sqp_step`).
