@@ -41,6 +41,17 @@ def metric_jobs(datasets: list[str], seeds: list[int], batch: int | None, epochs
             for d in datasets for m in GRID_MODELS for s in seeds for metric in METRICS]
 
 
+def metric_pairs(records: list[dict]) -> dict[tuple[str, str], list[tuple[dict, dict]]]:
+    """Per (data set, model), in grid order: ``(adam's run, gauss-newton's run)`` for each seed that
+    has both."""
+    runs = {(r["dataset"], r["model"], r["seed"], r["method"]): r for r in records}
+    pairs: dict[tuple[str, str], list[tuple[dict, dict]]] = {}
+    for d, m, s in sorted({k[:3] for k in runs}, key=lambda k: (_cell_order((k[0], k[1], 0)), k[2])):
+        if (d, m, s, "adam") in runs and (d, m, s, "gauss-newton") in runs:
+            pairs.setdefault((d, m), []).append((runs[(d, m, s, "adam")], runs[(d, m, s, "gauss-newton")]))
+    return pairs
+
+
 def metric_report(records: list[dict]) -> list[str]:
     """The runs side by side (one line per data set, model and seed) and the seed means per cell
     with the differences ``gauss-newton - adam``."""
@@ -62,11 +73,7 @@ def metric_report(records: list[dict]) -> list[str]:
     lines += ["", "Seed means per cell, Gauss-Newton minus Adam:", "",
               "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     totals = {"lower_loss": 0, "cells": 0}
-    for cell in sorted({k[:2] for k in keys}, key=lambda c: _cell_order((c[0], c[1], 0))):
-        pairs = [(runs[(*cell, s, "adam")], runs[(*cell, s, "gauss-newton")]) for s in sorted({k[2] for k in keys})
-                 if (*cell, s, "adam") in runs and (*cell, s, "gauss-newton") in runs]
-        if not pairs:
-            continue
+    for cell, pairs in metric_pairs(records).items():
 
         def diff(part: str, scale: float = 1.0) -> float:
             return scale * _mean([g[part] - a[part] for a, g in pairs])
@@ -92,17 +99,12 @@ def metric_plot(records: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = {(r["dataset"], r["model"], r["seed"], r["method"]): r for r in records}
-    cells = sorted({(r["dataset"], r["model"]) for r in records}, key=lambda c: _cell_order((c[0], c[1], 0)))
+    pairs = metric_pairs(records)
+    cells = list(pairs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, part, scale, label in ((axes[0], "train_loss", 1.0, "training loss, Gauss-Newton minus Adam"),
                                    (axes[1], "test_acc", 100.0, "test accuracy, Gauss-Newton minus Adam (points)")):
-        values = []
-        for d, m in cells:
-            seeds = sorted({k[2] for k in runs if k[:2] == (d, m)})
-            both = [s for s in seeds if (d, m, s, "adam") in runs and (d, m, s, "gauss-newton") in runs]
-            values.append(scale * _mean([runs[(d, m, s, "gauss-newton")][part] - runs[(d, m, s, "adam")][part]
-                                         for s in both]))
+        values = [scale * _mean([g[part] - a[part] for a, g in pairs[cell]]) for cell in cells]
         ax.bar(range(len(cells)), values, color=["tab:green" if (v < 0) == (part == "train_loss") else "tab:red"
                                                   for v in values])
         ax.axhline(0.0, color="0.4", linewidth=0.6)

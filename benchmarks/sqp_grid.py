@@ -256,15 +256,21 @@ def reused_runs(out: Path, jobs: list[tuple]) -> tuple[list[dict], str]:
     return runs, previous
 
 
-def grid_report(records: list[dict], delta: float) -> list[str]:
-    """The grid table (one line per mini-batch cell: full batch, fairopt, peers side by side) and the
-    issue's criteria as counts."""
-    full = {(r["dataset"], r["model"], r["seed"]): r for r in records if r["batch"] == "full"}
+def mini_batch_cells(records: list[dict]) -> tuple[dict[tuple, dict], list[str]]:
+    """The mini-batch runs by (data set, model, batch, seed), then by method, and the peers among
+    the methods (every one but "fairopt"), sorted."""
     cells: dict[tuple, dict] = {}
     for r in records:
         if r["batch"] != "full":
             cells.setdefault((r["dataset"], r["model"], r["batch"], r["seed"]), {})[r["method"]] = r
-    peers = sorted({m for c in cells.values() for m in c if m != "fairopt"})
+    return cells, sorted({m for c in cells.values() for m in c if m != "fairopt"})
+
+
+def grid_report(records: list[dict], delta: float) -> list[str]:
+    """The grid table (one line per mini-batch cell: full batch, fairopt, peers side by side) and the
+    issue's criteria as counts."""
+    full = {(r["dataset"], r["model"], r["seed"]): r for r in records if r["batch"] == "full"}
+    cells, peers = mini_batch_cells(records)
     head = ["dataset", "model", "batch", "seed", "majority", "full acc", "full s", "acc (loss)", "d acc", "DI",
             "test acc", "s", "warned"] + [f"{p} acc / DI (loss)" for p in peers]
     lines = [f"DI >= {delta} (each group against the rest, exact, all training rows); fairopt 10 epochs of "

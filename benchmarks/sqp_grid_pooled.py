@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from _common import commit
-from sqp_grid import _cell_order, _mean, peer_pairs
+from sqp_grid import _cell_order, _mean, mini_batch_cells, peer_pairs
 
 #: The parts compared, with the direction in which fairopt is ahead (+1: larger is better).
 POOLED_PARTS = (("train_acc", 1), ("test_acc", 1), ("train_loss", -1))
@@ -62,11 +62,7 @@ def pooled_intervals(records: list[dict]) -> dict[str, dict[tuple, tuple[int, di
     """Per peer, per (data set, model, batch) cell where both meet the bound on every seed: the
     number of seeds and, per part of :data:`POOLED_PARTS` the runs record, ``(mean, half-width)`` of
     :func:`paired_interval` over the paired differences ``ours - peer`` (accuracies in points)."""
-    cells: dict[tuple, dict] = {}
-    for r in records:
-        if r["batch"] != "full":
-            cells.setdefault((r["dataset"], r["model"], r["batch"], r["seed"]), {})[r["method"]] = r
-    peers = sorted({m for c in cells.values() for m in c if m != "fairopt"})
+    cells, peers = mini_batch_cells(records)
     result: dict[str, dict[tuple, tuple[int, dict[str, tuple[float, float]]]]] = {}
     for peer in peers:
         result[peer] = {}

@@ -112,9 +112,10 @@ class SQPOptions:
         ``mu`` in ``h = sqrt(v + mu)``; "auto": :data:`FULL_BATCH_SHIFT` (0.3) in full-batch mode,
         :data:`MINIBATCH_SHIFT` (0.05) with mini-batches, whose ``v`` also holds the gradient's
         sampling variance, and :data:`GAUSS_NEWTON_SHIFT` (0.01, in units of curvature) for
-        ``h = G + mu`` under ``hessian="gauss-newton"``; the resolved value is ``hessian_shift_``. A large shift (the authors' code:
-        100) makes ``h`` nearly constant, plain gradient descent that under-optimises; a small one
-        lets early steps, before ``v`` builds up, reach ``lr / sqrt(mu)`` times the gradient.
+        ``h = G + mu`` under ``hessian="gauss-newton"``; the resolved value is ``hessian_shift_``. A
+        large shift (the authors' code: 100) makes ``h`` nearly constant, plain gradient descent
+        that under-optimises; a small one lets early steps, before ``v`` builds up, reach
+        ``lr / sqrt(mu)`` times the gradient.
     sigma, epsilon, tau0, xi0, tau_min, xi_min, eta, theta : float
         Merit/ratio/step parameters of [B21] (defaults 0.1, 1e-2, 0.1, 1.0, 1e-12, 1e-12,
         0.5, 1e4).
