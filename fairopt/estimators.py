@@ -581,9 +581,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     engine_params : dict, optional
         Further arguments of the engine: :class:`solvers.StochasticSQP`,
         :class:`solvers.penalty.Penalty`, :class:`solvers.lagrangian.LagrangianDual` or
-        :class:`solvers.moving_targets.MovingTargets`. E.g. ``{"hessian": "gauss-newton"}``: the
-        SQP steps scaled by the loss's curvature instead of squared gradients, which converges
-        faster on one-hot data (``docs/methods/sqp.md``).
+        :class:`solvers.moving_targets.MovingTargets`. E.g. ``{"hessian": "adam"}``: the SQP
+        steps scaled by squared gradients also in a full-batch fit, where the default scales them
+        by the loss's curvature (``docs/methods/sqp.md``).
     sensitive_names : str or list of str, optional
         Names of sensitive features given as arrays (they replace DataFrame/dict names).
         ``None``: a single unnamed column takes the one sensitive name the constraints use, else

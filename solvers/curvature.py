@@ -23,13 +23,13 @@ with ``l''`` taken at ``out``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from solvers.feedforward import FeedForward
-from solvers.losses import LossFn
+from solvers.losses import LossFn, parameter_curvature
 from solvers.problem import row_chunks, weight_total
 
 __all__ = ["CurvatureModel", "curvature_model", "gauss_newton_diagonal", "output_curvature"]
@@ -76,12 +76,15 @@ def output_curvature(loss_fn: LossFn, out: torch.Tensor, batch: Any) -> torch.Te
 
 
 def gauss_newton_diagonal(model: CurvatureModel, loss_fn: LossFn, data: Any,
-                          chunk_rows: int | None = None) -> torch.Tensor:
+                          chunk_rows: int | None = None,
+                          params: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
     """``G_jj = sum_i l''_i (d out_i / d w_j)^2`` (p,) of the mean loss over ``data`` for a
     :class:`CurvatureModel` (module docstring), in the order of the parameters its network was
     recognised with. Blocks of ``chunk_rows`` rows (all at once for None) each add their curvature
     scaled by their share of the rows (or weights), so the sum is the curvature of the mean over
-    ``data``."""
+    ``data``. With ``params`` (those the network was recognised with), a loss with an L2 penalty
+    on the weights (:class:`solvers.losses.L2Regularised`) adds the penalty's own curvature, ``alpha``
+    on each penalised weight (:func:`solvers.losses.parameter_curvature`)."""
     total = weight_total(data)
     result = None
     for block in row_chunks(data, chunk_rows):
@@ -90,4 +93,5 @@ def gauss_newton_diagonal(model: CurvatureModel, loss_fn: LossFn, data: Any,
         share = model.scale ** 2 * weight_total(block) / total
         part = trace.squared_pullback(output_curvature(loss_fn, out, block) * share)
         result = part if result is None else result + part
-    return result
+    penalty = parameter_curvature(loss_fn, params) if params is not None else None
+    return result if penalty is None else result + penalty.to(result.dtype)

@@ -2,7 +2,7 @@ r"""Closed-form pullback of a feed-forward network: many gradient rows for about
 
 A *feed-forward network* here is an ``nn.Sequential`` (nested ones flattened) of ``nn.Linear``
 layers and elementwise activations ending in one unit (``nn.Identity``, inactive ``nn.Dropout`` and
-a parameter-free ``squeeze_output = True`` reshape are skipped); anything else is left to autograd
+a last parameter-free ``squeeze_output = True`` reshape or ``nn.Flatten(0)`` are skipped); anything else is left to autograd
 (:meth:`FeedForward.recognise` returns None). Writing
 ``H_0 = X``, ``Z_l = H_{l-1} W_l' + b_l`` and ``H_l = sigma_l(Z_l)`` (``sigma_l`` the activations
 after layer ``l``, the identity when there are none), the output of row ``i`` is ``H_L[i]``. Its
@@ -68,6 +68,14 @@ def _is_identity(module: nn.Module) -> bool:
     return type(module) is nn.Identity or (type(module) is nn.Dropout and (not module.training or module.p == 0))
 
 
+def _is_squeeze(module: nn.Module) -> bool:
+    """A parameter-free module that declares ``squeeze_output = True``, or ``nn.Flatten(0)``: a
+    reshape of the (n, 1) output to (n,)."""
+    if type(module) is nn.Flatten:
+        return module.start_dim == 0 and module.end_dim == -1
+    return getattr(module, "squeeze_output", False) is True and not any(True for _ in module.parameters())
+
+
 def _is_activation(module: nn.Module) -> bool:
     known = type(module) in ACTIVATION_DERIVATIVES or type(module) in GENERIC_ACTIVATIONS
     return known and not getattr(module, "inplace", False)
@@ -111,15 +119,18 @@ class FeedForward:
         """The network of ``model`` with ``params`` (its linear layers' tensors, any order, each once) as
         the variables, or None when it is not a feed-forward network (module docstring)."""
         layers: list[_Layer] = []
+        squeezed = False
         for module in _flat_modules(model):
+            if squeezed and not (_is_identity(module) or _is_squeeze(module)):
+                return None  # a reshape of the output only, after the last layer
             if type(module) is nn.Linear:
                 layers.append(_Layer(module, ()))
             elif _is_identity(module):
                 continue
             elif _is_activation(module) and layers:
                 layers[-1] = _Layer(layers[-1].linear, layers[-1].activations + (module,))
-            elif getattr(module, "squeeze_output", False) is True and not any(True for _ in module.parameters()):
-                continue  # a declared (n, 1) -> (n,) reshape; checked against the output width below
+            elif _is_squeeze(module):
+                squeezed = True  # a (n, 1) -> (n,) reshape; checked against the output width below
             else:
                 return None
         if not layers or layers[-1].linear.out_features != 1:

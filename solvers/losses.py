@@ -116,6 +116,12 @@ class L2Regularised:
         return torch.cat([(self.alpha * p.detach() if id(p) in ids else torch.zeros_like(p)).reshape(-1)
                           for p in params])
 
+    def curvature(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The penalty's Hessian diagonal flat: ``alpha`` for each entry of a penalised tensor, 0 for the others."""
+        ids = {id(w) for w in self.weights}
+        return torch.cat([torch.full((p.numel(),), self.alpha if id(p) in ids else 0.0, dtype=p.dtype)
+                          for p in params])
+
     def __repr__(self) -> str:
         return f"L2Regularised({self.loss!r}, alpha={self.alpha:g}, {len(self.weights)} weight tensors)"
 
@@ -135,6 +141,11 @@ def unregularised(loss: "str | LossFn") -> "str | LossFn":
 def parameter_gradient(loss: "str | LossFn", params: Sequence[torch.Tensor]) -> torch.Tensor | None:
     """The gradient of an :class:`L2Regularised` penalty, flat in the order of ``params``; else None."""
     return loss.gradient(params) if isinstance(loss, L2Regularised) and loss.alpha > 0 else None
+
+
+def parameter_curvature(loss: "str | LossFn", params: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The Hessian diagonal of an :class:`L2Regularised` penalty, flat in the order of ``params``; else None."""
+    return loss.curvature(params) if isinstance(loss, L2Regularised) and loss.alpha > 0 else None
 
 
 _LOSSES: dict[str, LossFn] = {"bce": bce_loss, "mse": mse_loss, "poisson": poisson_loss}

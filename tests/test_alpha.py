@@ -127,16 +127,22 @@ def test_alpha_validation_and_defaults():
 
 @pytest.mark.skipif(not GERMAN.exists(), reason="tests/data/german_credit.csv.gz absent")
 def test_german_credit_default_is_within_half_a_point_of_scikit_learn():
-    """Issue 31: German credit, 70/30 stratified split (seed 0), the default FairClassifier under
-    DI >= 0.8 (sex, from personal_status) against LogisticRegression() on the same encoded inputs."""
+    """Issue 31: German credit, 70/30 stratified splits (seeds 0-2: one split's 300 test rows
+    move the accuracy by 0.33 points a row), the default FairClassifier under DI >= 0.8 (sex,
+    from personal_status) against LogisticRegression() on the same encoded inputs, mean test
+    accuracy over the splits."""
     frame = pd.read_csv(GERMAN)
     y = (frame.pop("credit") == 1).astype(int).to_numpy()  # 1: good credit, the favourable outcome
     sex = np.where(frame["personal_status"].isin(["A92", "A95"]), "female", "male")
-    X_tr, X_te, y_tr, y_te, s_tr, _ = train_test_split(frame, y, sex, test_size=0.3, stratify=y, random_state=0)
-    est = FairClassifier(constraints=[("disparate_impact", "sex", 0.8)], pos_label=1)
-    _quiet_fit(est, X_tr, y_tr, sensitive_features=s_tr)
-    ref = LogisticRegression(max_iter=10000).fit(encoded_inputs(X_tr.to_numpy(dtype=object), est.preprocessor_),
-                                                 y_tr)
-    ref_acc = ref.score(encoded_inputs(X_te.to_numpy(dtype=object), est.preprocessor_), y_te)
-    assert est.score(X_te, y_te) >= ref_acc - 0.005
-    assert est.train_violation_ <= 1e-3
+    ours, theirs = [], []
+    for seed in range(3):
+        X_tr, X_te, y_tr, y_te, s_tr, _ = train_test_split(frame, y, sex, test_size=0.3, stratify=y,
+                                                           random_state=seed)
+        est = FairClassifier(constraints=[("disparate_impact", "sex", 0.8)], pos_label=1)
+        _quiet_fit(est, X_tr, y_tr, sensitive_features=s_tr)
+        ref = LogisticRegression(max_iter=10000).fit(
+            encoded_inputs(X_tr.to_numpy(dtype=object), est.preprocessor_), y_tr)
+        theirs.append(ref.score(encoded_inputs(X_te.to_numpy(dtype=object), est.preprocessor_), y_te))
+        ours.append(est.score(X_te, y_te))
+        assert est.train_violation_ <= 1e-3
+    assert np.mean(ours) >= np.mean(theirs) - 0.005, (ours, theirs)

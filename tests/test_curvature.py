@@ -60,6 +60,23 @@ def test_gauss_newton_diagonal_matches_per_row_autograd(loss_name, task, weighte
     assert torch.allclose(chunked, got, rtol=1e-5, atol=1e-10)
 
 
+def test_gauss_newton_diagonal_adds_the_curvature_of_an_l2_penalty():
+    """``alpha / 2 ||W||^2`` has Hessian diagonal ``alpha`` on each weight, 0 on the biases."""
+    from solvers.losses import L2Regularised, linear_weights
+
+    data = _data()
+    model = mlp(4, hidden=(3,), seed=0)
+    params = trainable_parameters(model)
+    recognised = curvature_model(model, params)
+    penalised = L2Regularised("bce", linear_weights(model), 0.25)
+    plain = gauss_newton_diagonal(recognised, get_loss("bce"), data)
+    assert torch.equal(gauss_newton_diagonal(recognised, penalised, data), plain)  # without params: the loss's
+    got = gauss_newton_diagonal(recognised, penalised, data, params=params) - plain
+    weights = {id(w) for w in linear_weights(model)}
+    want = torch.cat([torch.full((p.numel(),), 0.25 if id(p) in weights else 0.0) for p in params])
+    torch.testing.assert_close(got, want.to(got.dtype))
+
+
 def test_gauss_newton_diagonal_of_a_network_with_an_affine_output():
     from fairopt.learners import scaled_output
 
@@ -153,12 +170,46 @@ def test_gauss_newton_metric_needs_a_feed_forward_network():
         StochasticSQP(hessian="newton")
 
 
+def test_auto_metric_is_gauss_newton_only_for_a_full_batch_fit_of_a_recognised_network():
+    data = _data()
+
+    def metric(model, loss="bce", **settings):
+        engine = StochasticSQP(epochs=2, polish_iterations=0, verbose=0, **settings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            engine.fit(model, data, loss=loss)
+        return engine.hessian_
+
+    assert StochasticSQP().hessian == "auto" and StochasticSQP().hessian_ == "adam"  # before a fit
+    assert metric(linear(4, seed=0)) == "gauss-newton"
+    assert metric(mlp(4, hidden=(5,), seed=0)) == "gauss-newton"
+    assert metric(linear(4, seed=0), batch_size=20) == "adam"  # a noisy batch curvature gains nothing
+    assert metric(_Doubling().to(data.X.dtype)) == "adam"  # not recognised: no error under "auto"
+    bce = get_loss("bce")
+    assert metric(linear(4, seed=0), loss=lambda out, batch: bce(out, batch)) == "adam"  # a callable loss
+    assert metric(linear(4, seed=0), hessian="adagrad") == "adagrad"
+
+
+def test_a_checkpoint_resumes_only_under_its_own_metric():
+    data = _data()
+    model = linear(4, seed=0)
+    engine = StochasticSQP(epochs=2, verbose=0)
+    engine.fit(model, data)
+    saved = engine.state_dict()
+    assert saved["hessian"] == "gauss-newton"
+    StochasticSQP(epochs=1, verbose=0).fit(model, data, resume=saved)  # "auto" resolves alike
+    with pytest.raises(ValueError, match="'gauss-newton' metric"):
+        StochasticSQP(epochs=1, hessian="adam", verbose=0).fit(model, data, resume=saved)
+    older = {k: v for k, v in saved.items() if k != "hessian"}  # before the key existed: "adam"
+    StochasticSQP(epochs=1, hessian="adam", verbose=0).fit(model, data, resume=older)
+
+
 def test_gauss_newton_metric_moves_its_average_only_when_refreshed():
     from types import SimpleNamespace
 
     from solvers.sqp.steps import GAUSS_NEWTON_DECAY, hessian_diag
 
-    options = SimpleNamespace(hessian="gauss-newton", hessian_shift_=0.01)
+    options = SimpleNamespace(hessian_="gauss-newton", hessian_shift_=0.01)
     calls = []
 
     def curvature():

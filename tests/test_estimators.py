@@ -347,6 +347,9 @@ def test_infeasible_constraint_warns(adult):
 def test_inactive_constraint_warns_and_binding_one_does_not(adult, method, lr):
     X, y, s = adult
     options = dict(method=method, lr=lr, epochs=60)
+    if method == "sqp":  # the gradient metric: a Newton step of the curvature metric, before its trust
+        # region shortens it, can reach the linearised row of a constraint inactive at every iterate
+        options["engine_params"] = {"hessian": "adam"}
     with pytest.warns(FairnessWarning, match=r"disparate_impact\[sex\]: inactive constraint") as record:
         loose = FairClassifier(("disparate_impact", "sex", 0.05), check_inactive=True, **options)
         loose.fit(X, y, sensitive_features={"sex": s})
@@ -368,7 +371,7 @@ def test_inactive_constraint_warns_and_binding_one_does_not(adult, method, lr):
 def test_check_generalisation(adult):
     X, y, s = adult
     train, held = slice(0, 800), slice(800, None)
-    delta = 0.95
+    delta = 0.99  # near parity: the 400 held-out rows miss a bound the 800 training rows meet
     clf = _quiet(FairClassifier(("disparate_impact", "sex", delta), epochs=30).fit, X[train], y[train],
                  sensitive_features={"sex": s[train]})
     with warnings.catch_warnings():

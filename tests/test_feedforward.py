@@ -71,6 +71,7 @@ def test_a_single_linear_layer_and_frozen_or_reordered_parameters():
     model = mlp(4, hidden=(5,), seed=0)
     params = list(model.parameters())
     _check(model, params=[params[2], params[0]])  # a subset in another order: rows in that order
+    _check(nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1), nn.Flatten(0)))  # (n, 1) -> (n,)
 
 
 def test_dropout_in_evaluation_mode_is_the_identity():
@@ -86,6 +87,8 @@ def test_dropout_in_evaluation_mode_is_the_identity():
     nn.Sequential(nn.Linear(4, 5), nn.ReLU(inplace=True), nn.Linear(5, 1)),
     nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 2)),
     nn.Sequential(nn.ReLU(), nn.Linear(4, 1)),
+    nn.Sequential(nn.Linear(4, 5), nn.Flatten(0), nn.Linear(5, 1)),  # a reshape before a layer
+    nn.Sequential(nn.Linear(4, 1), nn.Flatten(1)),
     nn.Linear(4, 3),
     nn.Sequential(),
 ])

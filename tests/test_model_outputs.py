@@ -94,11 +94,13 @@ def test_model_outputs_of_a_plain_linear_layer(data):
     assert model_outputs(column, data).shape == (len(data),)
 
 
+# the SQP engines on the gradient metric: "auto" picks the curvature metric only for a network it
+# recognises, which the custom flattening module is not
 _ENGINES = {
-    "sqp": lambda: StochasticSQP(epochs=15),
+    "sqp": lambda: StochasticSQP(epochs=15, hessian="adam"),
     "sqp_minibatch_balanced": lambda: StochasticSQP(epochs=3, batch_size=64, constraint_batch="balanced",
                                                     polish_iterations=3),
-    "sqp_chunked": lambda: StochasticSQP(epochs=10, chunk_rows=70),
+    "sqp_chunked": lambda: StochasticSQP(epochs=10, chunk_rows=70, hessian="adam"),
     "penalty": lambda: Penalty(epochs=15, lr=0.05, batch_size=100),
     "lagrangian": lambda: LagrangianDual(epochs=15, lr=0.05, batch_size=100),
 }

@@ -197,16 +197,24 @@ def test_rank_one_factors_of_rounded_products_stay_rank_one(dtype):
     assert float((coef @ rows - block).abs().max()) <= 8 * eps * float(block.abs().max())
 
 
-def test_sqp_fit_same_with_stratified_and_row_by_row_pullback():
+@pytest.mark.parametrize("metric", ["adam", "gauss-newton"])
+def test_sqp_fit_same_with_stratified_and_row_by_row_pullback(metric):
+    """The two pullbacks give the same iterates up to rounding. Under the gradient metric the 30
+    iterations stay within 1e-3; the Newton-scaled steps of the curvature metric amplify a
+    rounding difference on these random labels, so there the first iterations are compared."""
     data = _data(300)
     fits = {}
     for mode in ("auto", "loop"):
         model = mlp(data.n_features, hidden=(6,), seed=0)
-        res = StochasticSQP(epochs=30, jacobian=mode, screen_rows=False).fit(
+        res = StochasticSQP(epochs=30, jacobian=mode, screen_rows=False, hessian=metric).fit(
             model, data, loss="bce", constraints=[DisparateImpact("s", 0.8), EqualImpact("s", 0.8)])
         fits[mode] = (torch.cat([p.detach().reshape(-1) for p in model.parameters()]), res)
-    assert _close(fits["auto"][0], fits["loop"][0]) < 1e-3
-    assert fits["auto"][1].status == fits["loop"][1].status
+    if metric == "adam":
+        assert _close(fits["auto"][0], fits["loop"][0]) < 1e-3
+        assert fits["auto"][1].status == fits["loop"][1].status
+    else:
+        head = [fits[mode][1].history.column("f")[:6] for mode in ("auto", "loop")]
+        assert np.allclose(head[0], head[1], rtol=0, atol=1e-5)
 
 
 def test_small_batches_keep_the_row_by_row_pullback(monkeypatch):

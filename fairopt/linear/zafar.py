@@ -52,12 +52,14 @@ _FEASIBILITY_RTOL = 1e-5
 
 
 def default_engine(epochs: int, seed: int = 0) -> StochasticSQP:
-    """The engine used when ``engine=None``: full-batch SQP, ``lr = 0.5``, ``hessian_shift = 1`` (whitened
-    inputs have unit curvature), the paper's schedule and a stationarity tolerance of 1e-7.
+    """The engine used when ``engine=None``: full-batch SQP on the gradient metric, ``lr = 0.5``,
+    ``hessian_shift = 1`` (whitened inputs have unit curvature: ``h = sqrt(v + 1)`` is about
+    constant), the paper's schedule and a stationarity tolerance of 1e-7.
 
     ``epochs`` is 100 for ZLM and 200 for ZLRM (the logistic curvature is at most 1/4).
     """
-    return StochasticSQP(epochs=epochs, lr=0.5, hessian_shift=1.0, lr_schedule="paper", tol=1e-7, seed=seed)
+    return StochasticSQP(epochs=epochs, lr=0.5, hessian="adam", hessian_shift=1.0, lr_schedule="paper", tol=1e-7,
+                         seed=seed)
 
 
 class _ZafarModel(BaseEstimator):

@@ -24,15 +24,18 @@ STATE_KEYS = ("tau", "xi", "beta", "L", "Gamma", "merit_avg", "since_change", "i
 
 
 def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_params: torch.Tensor,
-               tracker: BestIterate) -> dict:
+               tracker: BestIterate, metric: str = "adam") -> dict:
     """The content of :meth:`StochasticSQP.state_dict <solvers.sqp.StochasticSQP.state_dict>`:
     the engine state as a dict (:meth:`SQPState.to_dict <solvers.sqp.state.SQPState.to_dict>`),
-    a copy of its Hessian accumulator ``v``, the sampling generator's state, the number of
-    constraint rows, the last iterate and the tracker's best iterate."""
+    a copy of its Hessian accumulator ``v`` and the metric it belongs to (``hessian_``: a second
+    moment of the gradients for "adam" and "adagrad", a curvature for "gauss-newton"), the
+    sampling generator's state, the number of constraint rows, the last iterate and the
+    tracker's best iterate."""
     return {
         "format": CHECKPOINT_FORMAT,
         "state": state.to_dict(),
         "hessian_v": state.v.detach().clone(),
+        "hessian": metric,
         "generator": generator.get_state(),
         "n_rows": int(n_rows),
         "last_params": last_params.clone(),
@@ -42,10 +45,11 @@ def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_pa
     }
 
 
-def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_rows: int) -> SQPState:
-    """Check a :meth:`StochasticSQP.state_dict` checkpoint against this problem, load its
-    Hessian accumulator into ``v`` and its generator state into ``gen``; return the state
-    (holding ``v``)."""
+def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_rows: int,
+                       metric: str = "adam") -> SQPState:
+    """Check a :meth:`StochasticSQP.state_dict` checkpoint against this problem and this fit's
+    metric (a checkpoint without one is taken as "adam"), load its Hessian accumulator into ``v``
+    and its generator state into ``gen``; return the state (holding ``v``)."""
     if not isinstance(resume, dict) or resume.get("format") != CHECKPOINT_FORMAT:
         found = resume.get("format") if isinstance(resume, dict) else type(resume).__name__
         raise ValueError(f"resume: expected a StochasticSQP.state_dict() checkpoint (format {CHECKPOINT_FORMAT}), "
@@ -60,6 +64,10 @@ def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_row
         size = hv.numel() if isinstance(hv, torch.Tensor) else type(hv).__name__
         raise ValueError(f"resume: the checkpoint's Hessian accumulator has {size} entries but the model has "
                          f"{v.numel()} trainable parameters")
+    saved_metric = resume.get("hessian", "adam")
+    if saved_metric != metric:
+        raise ValueError(f"resume: the checkpoint's accumulator belongs to the {saved_metric!r} metric, this fit "
+                         f"uses {metric!r} (set hessian= to the checkpoint's metric)")
     if resume.get("n_rows") != n_rows:
         raise ValueError(f"resume: the checkpoint was taken with {resume.get('n_rows')!r} constraint rows, "
                          f"these constraints have {n_rows}")

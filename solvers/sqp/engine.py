@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from solvers.contract import cost_on_all_rows
-from solvers.curvature import CurvatureModel, curvature_model, gauss_newton_diagonal
+from solvers.curvature import curvature_model, gauss_newton_diagonal
 from solvers.derivatives import Derivatives
 from solvers.history import COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult, History
-from solvers.losses import LossFn, check_targets, constant_loss, get_loss
+from solvers.losses import LossFn, check_targets, constant_loss, get_loss, loss_name
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
 from solvers.sampling import BalancedSampler, minibatches
@@ -214,7 +214,6 @@ class StochasticSQP:
         """
         params = trainable_parameters(model)
         self._oracle = derivative_oracle(self, params, constraints)
-        self._curvature = self._curvature_model(model, params)
         n = check_dataset(data)
         loss_fn = get_loss(loss)
         check_targets(loss_fn, data)
@@ -226,7 +225,7 @@ class StochasticSQP:
             raise ValueError(f"constraints: row {cons.row_names[i]!r} has lower {lower[i].item()} "
                              f"> upper {upper[i].item()}")
         problem = FitProblem(model, params, loss_fn, cons, data, lower, upper, self._derivatives)
-        run = self._start(problem, n, strata, resume)
+        run = self._start(problem, n, strata, resume, named_loss=loss_name(loss) is not None)
         epochs = range(run.state.epochs_done, run.state.epochs_done + self.epochs_)
         use_bar = self.verbose != 0
         epochs = progress(epochs, self.verbose, "SQP", "epoch")
@@ -250,9 +249,10 @@ class StochasticSQP:
         return finish(run.problem, self, run.offset, run.state, run.tracker, run.history, status,
                       last=run.state.iteration + polished)
 
-    def _start(self, problem: FitProblem, n: int, strata: Any, resume: dict | None) -> _Run:
-        """The fit's loop context: batch and constraint modes, the state (fresh or from
-        ``resume``), the tracker of the returned iterate, the snapshot and the row screen."""
+    def _start(self, problem: FitProblem, n: int, strata: Any, resume: dict | None, named_loss: bool = True) -> _Run:
+        """The fit's loop context: batch and constraint modes, the metric (``hessian_``), the state
+        (fresh or from ``resume``), the tracker of the returned iterate, the snapshot and the row
+        screen."""
         cons, data, m = problem.cons, problem.data, int(problem.lower.numel())
         gen = torch.Generator().manual_seed(int(self.seed))
         # data-parallel: every rank sizes its epochs by the largest shard (same number of steps)
@@ -261,16 +261,17 @@ class StochasticSQP:
         full_batch = self.batch_size is None or self.batch_size >= n_epoch
         mode = self.constraint_mode(full_batch, cons) if m else "full"
         steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
+        self._minibatch = not full_batch  # resolves hessian_shift_
+        self._resolve_metric(problem, full_batch, named_loss)
         v = torch.zeros(sum(p.numel() for p in problem.params), dtype=problem.params[0].dtype)
         if resume is not None:
-            state = restore_checkpoint(resume, v, gen, m)
+            state = restore_checkpoint(resume, v, gen, m, self.hessian_)
         else:
             state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr), v=v)
         state.start_iteration = state.iteration
         self.state_ = state
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
         self.epochs_ = auto_epochs(steps_per_epoch, full_batch) if self.epochs == "auto" else int(self.epochs)
-        self._minibatch = not full_batch  # resolves hessian_shift_
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
         if resume is not None:
             resume_iterates(resume, problem.params, tracker)
@@ -456,9 +457,17 @@ class StochasticSQP:
         metric, else :data:`MINIBATCH_SHIFT` in a mini-batch fit and :data:`FULL_BATCH_SHIFT`."""
         if self.hessian_shift != "auto":
             return float(self.hessian_shift)
-        if self.hessian == "gauss-newton":
+        if self.hessian_ == "gauss-newton":
             return GAUSS_NEWTON_SHIFT
         return MINIBATCH_SHIFT if getattr(self, "_minibatch", False) else FULL_BATCH_SHIFT
+
+    @property
+    def hessian_(self) -> str:
+        """``hessian`` resolved: "auto" is the metric the last :meth:`fit` chose
+        (:meth:`_resolve_metric`), "adam" before the first."""
+        if self.hessian != "auto":
+            return self.hessian
+        return getattr(self, "_hessian", "adam")
 
     @property
     def schedule_(self) -> str:
@@ -496,7 +505,8 @@ class StochasticSQP:
             ``L``, ``Gamma``, ``merit_avg``, ``since_change``, ``iteration``,
             ``warned_relaxed``, ``epochs_done``; full batch: ``recent_steps``, the memory of
             the trust region), ``hessian_v`` (a copy of the second-moment
-            accumulator ``v`` behind ``H = diag(sqrt(v + mu))``), ``generator`` (the state of
+            accumulator ``v`` behind ``H = diag(sqrt(v + mu))`` or ``diag(v + mu)``), ``hessian``
+            (the metric ``hessian_`` it belongs to; resuming under another is an error), ``generator`` (the state of
             the sampling generator), ``n_rows`` (constraint rows), ``last_params`` (the last
             iterate, from which a resumed fit continues: the model itself holds the returned,
             best iterate) and ``best`` (that iterate, so that the resumed run still returns
@@ -513,7 +523,8 @@ class StochasticSQP:
         """
         if not hasattr(self, "state_"):
             raise RuntimeError("state_dict: the engine has no state yet; call fit() first")
-        return checkpoint(self.state_, self._generator, self._n_rows, self._last_params, self._tracker)
+        return checkpoint(self.state_, self._generator, self._n_rows, self._last_params, self._tracker,
+                          self.hessian_)
 
     # ------------------------------------------------------------------ pieces
     def _balanced_sampler(self, data: Any, strata: Any, n: int, gen: torch.Generator) -> BalancedSampler:
@@ -544,22 +555,32 @@ class StochasticSQP:
         der = self._oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows)
         curvature = getattr(self, "_curvature", None)
         if curvature is not None and obj_batch is not None:
-            der.curvature = partial(gauss_newton_diagonal, curvature, loss_fn, obj_batch, self.chunk_rows)
+            der.curvature = partial(gauss_newton_diagonal, curvature, loss_fn, obj_batch, self.chunk_rows, params)
         return der
 
-    def _curvature_model(self, model: nn.Module, params: list[torch.Tensor]) -> CurvatureModel | None:
-        """The model behind ``hessian="gauss-newton"`` (:func:`solvers.curvature.curvature_model`;
-        None for the other metrics); a model it does not recognise, or a data-parallel fit, is a
-        ``ValueError``."""
+    def _resolve_metric(self, problem: FitProblem, full_batch: bool, named_loss: bool) -> None:
+        """Set the fit's metric (``hessian_``) and the model behind the Gauss-Newton one
+        (:func:`solvers.curvature.curvature_model`). ``hessian="auto"``: "gauss-newton" for a
+        full-batch, single-process fit of a recognised feed-forward network with a named loss
+        (:func:`solvers.losses.loss_name`: "bce", "mse" or "poisson", also scaled or with an L2
+        penalty, whose curvature per row is exact), else "adam". An explicit "gauss-newton" on a model the
+        engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
+        parallel = isinstance(self._oracle, AllReduceDerivatives)
+        if self.hessian == "auto":
+            recognised = (curvature_model(problem.model, problem.params)
+                          if full_batch and named_loss and not parallel else None)
+            self._hessian = "adam" if recognised is None else "gauss-newton"
+            self._curvature = recognised
+            return
+        self._curvature = None
         if self.hessian != "gauss-newton":
-            return None
-        if isinstance(self._oracle, AllReduceDerivatives):
+            return
+        if parallel:
             raise ValueError("hessian='gauss-newton' is not available in a data-parallel fit; use 'adam'")
-        recognised = curvature_model(model, params)
-        if recognised is None:
+        self._curvature = curvature_model(problem.model, problem.params)
+        if self._curvature is None:
             raise ValueError("hessian='gauss-newton' needs a feed-forward network the engine recognises "
                              "(nn.Linear layers and elementwise activations ending in one output, all of its "
                              "parameters trained, optionally followed by a fixed affine output: "
                              "fairopt.models.linear or mlp as the estimators build them); use 'adam' for other "
                              "models")
-        return recognised

@@ -48,7 +48,7 @@ class SQPWarning(UserWarning):
 class StepOptions(Protocol):
     """The engine options one iteration reads (:class:`solvers.sqp.StochasticSQP` has them)."""
 
-    hessian: str
+    hessian_: str
     beta2: float
     hessian_shift_: float
     sigma: float
@@ -72,7 +72,8 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
 
     A small or noisy constraint Jacobian puts the linearised feasible set far away and makes
     ``d = -(g + J'y) / h`` explode, hence trust regions: ``stochastic`` steps ``||d|| <= TRUST_RATIO
-    ||g / h||``, every constrained step ``||d|| <= recent_radius(state, ||g / h||)``, the restoration
+    ||g / h||``, every constrained step (under a curvature metric every step) ``||d|| <=
+    recent_radius(state, floor)`` (:func:`qp_direction`), the restoration
     ``||(1 - alpha) v|| <= alpha ||d||`` after a stochastic or capped step. Such a step keeps ``tau``
     and ``xi``: [B21]'s ``tau <= (1 - sigma) Red / (g'd + d'Hd)`` from a truncated step or estimated
     reductions collapses ``tau`` (``benchmarks/results/solver_notes.md``)."""
@@ -84,8 +85,8 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
     m = int(der.c.numel())
     g64, h64 = der.g.to(torch.float64), h.to(torch.float64)
     J64 = der.J.to(torch.float64)  # once for the QP, the restoration step and the checks below
-    qp = qp_direction(der, h, (g64, h64, J64), working, state, stochastic,
-                      curvature_metric=options.hessian == "gauss-newton")
+    curvature_metric = options.hessian_ == "gauss-newton"
+    qp = qp_direction(der, h, (g64, h64, J64), working, state, stochastic, curvature_metric=curvature_metric)
     d, y, capped, radius = qp.d, qp.y, qp.capped, qp.radius
     d64 = d.to(torch.float64)
     lower_list, upper_list = lower.tolist(), upper.tolist()
@@ -118,7 +119,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
             norm_v = float(v_step.norm())
             step = step + (1.0 - alpha) * v_step.to(d.dtype)
     shift_parameters(params, step, 1.0)
-    if m:
+    if m or curvature_metric:
         remember_step(state, math.sqrt(dnorm2), capped)
 
     kkt = float((g64 + J64.T @ y).abs().max()) if m else float(g64.abs().max())
@@ -140,7 +141,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
         "beta": beta,
         "norm_d": math.sqrt(dnorm2),
         "norm_v": norm_v,
-        **({"trust_radius": radius} if m else {}),
+        **({"trust_radius": radius} if m or curvature_metric else {}),
         COLUMN_ACTIVE: qp.active,
         COLUMN_QP_STATUS: qp.status,
         "kkt": kkt,
@@ -170,7 +171,7 @@ def qp_direction(der: Derivatives, h: torch.Tensor, metric: tuple[torch.Tensor, 
                  working: tuple[torch.Tensor, torch.Tensor], state: SQPState, stochastic: bool,
                  curvature_metric: bool = False) -> Direction:
     """The QP step of :func:`sqp_step` in its trust regions (``metric``: float64 ``g``, ``h``, ``J``);
-    ``-g / h`` without constraint rows.
+    ``-g / h`` without constraint rows (held to the recent-steps region under a curvature metric only).
 
     The recent-steps region's floor is the plain descent step ``||g / h||``; under a curvature
     metric (``hessian="gauss-newton"``) that is a Newton step, as long as ``1 / mu`` times the
@@ -181,22 +182,22 @@ def qp_direction(der: Derivatives, h: torch.Tensor, metric: tuple[torch.Tensor, 
     g64, h64, J64 = metric
     t0 = time.perf_counter()
     if not der.c.numel():
-        d = -der.g / h
-        return Direction(d, torch.zeros(0, dtype=torch.float64), "unconstrained", None, [], math.inf, False,
-                         time.perf_counter() - t0)
-    res, status, qp_bounds = solve_qp(g64, h64, J64, der.c, working[0], working[1], state)
-    d = res.d.to(der.g.dtype)
-    active = [("u" if side > 0 else "l") + str(i) for i, side in enumerate(res.active.tolist()) if side]
-    if stochastic:
-        d = trust_region(d, der.g, h)
+        d, y, status, qp_bounds, active = -der.g / h, torch.zeros(0, dtype=torch.float64), "unconstrained", None, []
+        if not curvature_metric:  # the plain descent step is the region's floor: never capped
+            return Direction(d, y, status, qp_bounds, active, math.inf, False, time.perf_counter() - t0)
+    else:
+        res, status, qp_bounds = solve_qp(g64, h64, J64, der.c, working[0], working[1], state)
+        d, y = res.d.to(der.g.dtype), res.multipliers
+        active = [("u" if side > 0 else "l") + str(i) for i, side in enumerate(res.active.tolist()) if side]
+        if stochastic:
+            d = trust_region(d, der.g, h)
     if curvature_metric:
         floor = float(der.g.norm()) / math.sqrt(GAUSS_NEWTON_FLOOR_SHIFT)
         radius = recent_radius(state, floor) if state.recent_steps else floor
     else:
         radius = recent_radius(state, float((der.g / h).norm()))
     capped = float(d.norm()) > radius
-    return Direction(cap_norm(d, radius), res.multipliers, status, qp_bounds, active, radius, capped,
-                     time.perf_counter() - t0)
+    return Direction(cap_norm(d, radius), y, status, qp_bounds, active, radius, capped, time.perf_counter() - t0)
 
 
 def restoration_step(h64: torch.Tensor, J64: torch.Tensor, qp_bounds: tuple, cap: float,
@@ -228,7 +229,7 @@ def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOpt
     (:func:`solvers.curvature.gauss_newton_diagonal`), updated only when ``refresh`` (every
     ``GAUSS_NEWTON_EVERY`` iterations: it costs a forward pass, and the curvature moves slowly): a
     diagonal Newton metric, in the units of the loss's curvature rather than of its gradient."""
-    if options.hessian == "gauss-newton":
+    if options.hessian_ == "gauss-newton":
         if not refresh:
             return v + options.hessian_shift_
         if curvature is None:
@@ -241,7 +242,7 @@ def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOpt
             v.mul_(GAUSS_NEWTON_DECAY).add_(G, alpha=1.0 - GAUSS_NEWTON_DECAY)
         return v + options.hessian_shift_
     g = g.detach()
-    if options.hessian == "adagrad":
+    if options.hessian_ == "adagrad":
         v.addcmul_(g, g)
     elif first:
         torch.mul(g, g, out=v).mul_(1.0 - options.beta2)
