@@ -56,9 +56,9 @@ DELTA = 0.8
 #: The held-out share of the splits (prepare's) and of auto_margin's new sample.
 HELD_OUT = 0.3
 MODELS = {"linear": {}, "mlp": {"model": "mlp"}, "gbm": {"model": "gbm"},
-          # the SQP engine with the Gauss-Newton metric (solvers.curvature) instead of its default
-          "linear-gn": {"engine_params": {"hessian": "gauss-newton"}},
-          "mlp-gn": {"model": "mlp", "engine_params": {"hessian": "gauss-newton"}}}
+          # the SQP engine with the Adam-type metric instead of its full-batch default (solvers.curvature)
+          "linear-adam": {"engine_params": {"hessian": "adam"}},
+          "mlp-adam": {"model": "mlp", "engine_params": {"hessian": "adam"}}}
 
 
 def group_rates(pred: np.ndarray, s: np.ndarray) -> np.ndarray:

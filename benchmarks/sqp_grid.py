@@ -133,11 +133,13 @@ def run_grid(args, root: str, out: Path) -> int:
     jobs += [(d, m, b, s, meth, args.delta, root) for d in datasets for m in GRID_MODELS for b in GRID_BATCHES
              for s in seeds for meth in ["fairopt", *peers]]
     records, provenance = [], []
-    if args.reuse_reference:
-        records, previous = reused_runs(out, jobs)
+    if args.reuse_reference or getattr(args, "reuse_minibatch", False):
+        rerun = "minibatch" if args.reuse_reference else "full"
+        records, previous = reused_runs(out, jobs, rerun)
         done = {(r["dataset"], r["model"], r["batch"], r["seed"], r["method"]) for r in records}
         jobs = [j for j in jobs if (j[0], j[1], j[2] or "full", j[3], j[4]) not in done]
-        provenance = [f"# full-batch and peer runs ({len(records)}) reused from the grid of {previous}"]
+        kept = "full-batch and peer" if rerun == "minibatch" else "mini-batch and peer"
+        provenance = [f"# {kept} runs ({len(records)}) reused from the grid of {previous}"]
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
         for i, r in enumerate(pool.imap_unordered(grid_cell, jobs), 1):
             records.append(r)
@@ -241,14 +243,16 @@ def _loss_suffix(run: dict) -> str:
     return f" ({run['train_loss']:.4f})" if "train_loss" in run else ""
 
 
-def reused_runs(out: Path, jobs: list[tuple]) -> tuple[list[dict], str]:
-    """``--reuse-reference``: the runs of ``out/grid.json`` that a change of the mini-batch path
-    leaves as they were (the full batch's and the peers') among ``jobs``, and the commit of that
-    grid (from its ``grid.md``)."""
+def reused_runs(out: Path, jobs: list[tuple], rerun: str = "minibatch") -> tuple[list[dict], str]:
+    """The runs of ``out/grid.json`` among ``jobs`` that a change of one path leaves as they were,
+    and the commit of that grid (from its ``grid.md``). ``rerun="minibatch"`` (``--reuse-reference``):
+    the full batch's and the peers'; ``rerun="full"`` (``--reuse-minibatch``, for a change of the
+    full-batch path only): fairopt's mini-batch runs and the peers'."""
     path = out / "grid.json"
     if not path.is_file():
-        raise SystemExit(f"--reuse-reference: no previous grid in {out}")
-    wanted = {(j[0], j[1], j[2] or "full", j[3], j[4]) for j in jobs if j[2] is None or j[4] != "fairopt"}
+        raise SystemExit(f"--reuse-{'reference' if rerun == 'minibatch' else 'minibatch'}: no previous grid in {out}")
+    redone = (lambda j: j[2] is not None and j[4] == "fairopt") if rerun == "minibatch" else (lambda j: j[2] is None)
+    wanted = {(j[0], j[1], j[2] or "full", j[3], j[4]) for j in jobs if not redone(j)}
     runs = [r for r in json.loads(path.read_text())
             if (r["dataset"], r["model"], r["batch"], r["seed"], r["method"]) in wanted]
     head = (out / "grid.md").read_text().splitlines()[:2] if (out / "grid.md").is_file() else []

@@ -59,6 +59,8 @@ def test_reused_runs_are_the_reference_and_peer_runs_of_the_previous_grid(tmp_pa
     runs, commit = sqp_grid.reused_runs(tmp_path, jobs)
     assert commit == "commit abc1234"
     assert [(r["batch"], r["method"]) for r in runs] == [("full", "fairopt"), (256, "peer")]  # not the mini-batch run
+    runs, _ = sqp_grid.reused_runs(tmp_path, jobs, rerun="full")  # --reuse-minibatch: the full batch again
+    assert [(r["batch"], r["method"]) for r in runs] == [(256, "fairopt"), (256, "peer")]
 
 
 def test_report_only_renders_the_table_and_the_plot_from_grid_json(tmp_path):
