@@ -575,7 +575,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     lr : float, optional
         Learning rate; ``None``: SQP 0.5, penalty and Lagrangian 0.02, Moving Targets 1e-3.
     batch_size : int, optional
-        Rows per mini-batch; ``None``: full batch (Moving Targets learner: 128).
+        Rows per mini-batch; ``None``: full batch (Moving Targets learner: 128). With SQP,
+        mini-batches pay for an MLP on data many batches long or for memory-mapped rows; a
+        linear model's full batch is about as fast (``docs/methods/sqp.md``).
     seed : int, default 0
         Model initialisation and engine randomness.
     engine_params : dict, optional
