@@ -261,3 +261,12 @@ def test_gauss_newton_metric_holds_its_steps_to_the_gradient_step_of_a_fresh_sta
     later = SQPState(tau=0.1, xi=1.0, beta=0.5, v=torch.zeros(3), recent_steps=[10.0] * 10)
     grown = qp_direction(der, h, (g, h, J), working, later, False, curvature_metric=True)
     assert abs(float(grown.d.norm()) - min(30.0, float((g / h).norm()))) < 1e-9  # then 3 x the recent median
+    # without constraint rows: the same region under the curvature metric, none under the gradient metric
+    free = Derivatives(0.5, g, torch.zeros(0, dtype=torch.float64), torch.zeros(0, 3, dtype=torch.float64), None,
+                       0.0, 0.0)
+    none = (torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64))
+    step = qp_direction(free, h, (g, h, free.J), none, SQPState(tau=0.1, xi=1.0, beta=0.5, v=torch.zeros(3)), False,
+                        curvature_metric=True)
+    assert step.status == "unconstrained" and step.capped and abs(float(step.d.norm()) - cap) < 1e-9
+    raw = qp_direction(free, h, (g, h, free.J), none, SQPState(tau=0.1, xi=1.0, beta=0.5, v=torch.zeros(3)), False)
+    assert not raw.capped and torch.allclose(raw.d, -g / h)
