@@ -114,6 +114,18 @@ class StochasticSQP:
         invalid value a ``ValueError`` naming the setting. Each setting reads as an attribute
         (``engine.lr``); assigning one checks it again.
 
+    Attributes
+    ----------
+    hessian_ : str
+        The metric of the last fit, ``hessian`` with "auto" resolved ("gauss-newton" for a
+        full-batch fit of a recognised network with a named loss, else "adam").
+    hessian_shift_ : float
+        The shift ``mu`` of that metric.
+    epochs_ : int
+        The epochs of the last fit, ``epochs`` with "auto" resolved.
+    state_ : SQPState
+        The engine state after the last fit (:meth:`state_dict` for a checkpoint).
+
     Mini-batch step control
     -----------------------
     What keeps a mini-batch run from drifting to a regime where the objective is ignored:
