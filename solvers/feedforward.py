@@ -2,7 +2,8 @@ r"""Closed-form pullback of a feed-forward network: many gradient rows for about
 
 A *feed-forward network* here is an ``nn.Sequential`` (nested ones flattened) of ``nn.Linear``
 layers and elementwise activations ending in one unit (``nn.Identity``, inactive ``nn.Dropout`` and
-a last parameter-free ``squeeze_output = True`` reshape or ``nn.Flatten(0)`` are skipped); anything else is left to autograd
+a last parameter-free ``squeeze_output = True`` reshape or ``nn.Flatten(0)`` are skipped); anything
+else is left to autograd
 (:meth:`FeedForward.recognise` returns None). Writing
 ``H_0 = X``, ``Z_l = H_{l-1} W_l' + b_l`` and ``H_l = sigma_l(Z_l)`` (``sigma_l`` the activations
 after layer ``l``, the identity when there are none), the output of row ``i`` is ``H_L[i]``. Its

@@ -261,7 +261,8 @@ class StochasticSQP:
         return finish(run.problem, self, run.offset, run.state, run.tracker, run.history, status,
                       last=run.state.iteration + polished)
 
-    def _start(self, problem: FitProblem, n: int, strata: Any, resume: dict | None, named_loss: bool = True) -> _Run:
+    def _start(self, problem: FitProblem, n: int, strata: Any, resume: dict | None,
+               named_loss: bool = True) -> _Run:
         """The fit's loop context: batch and constraint modes, the metric (``hessian_``), the state
         (fresh or from ``resume``), the tracker of the returned iterate, the snapshot and the row
         screen."""
@@ -516,13 +517,14 @@ class StochasticSQP:
             ``format`` (1), ``state`` (a copy of :attr:`state_`: ``tau``, ``xi``, ``beta``,
             ``L``, ``Gamma``, ``merit_avg``, ``since_change``, ``iteration``,
             ``warned_relaxed``, ``epochs_done``; full batch: ``recent_steps``, the memory of
-            the trust region), ``hessian_v`` (a copy of the second-moment
-            accumulator ``v`` behind ``H = diag(sqrt(v + mu))`` or ``diag(v + mu)``), ``hessian``
-            (the metric ``hessian_`` it belongs to; resuming under another is an error), ``generator`` (the state of
-            the sampling generator), ``n_rows`` (constraint rows), ``last_params`` (the last
-            iterate, from which a resumed fit continues: the model itself holds the returned,
-            best iterate) and ``best`` (that iterate, so that the resumed run still returns
-            the best of both parts). Only tensors and
+            the trust region), ``hessian_v`` (a copy of the metric's accumulator ``v``: the
+            second moment behind ``H = diag(sqrt(v + mu))`` or the curvature behind
+            ``diag(v + mu)``), ``hessian`` (the metric ``hessian_`` it belongs to; resuming
+            under another is an error), ``generator`` (the state of the sampling generator),
+            ``n_rows`` (constraint rows), ``last_params`` (the last iterate, from which a
+            resumed fit continues: the model itself holds the returned, best iterate) and
+            ``best`` (that iterate, so that the resumed run still returns the best of both
+            parts). Only tensors, strings and
             Python scalars: ``torch.save`` it and read it back with
             ``torch.load(path, weights_only=True)``. ``epochs_done`` counts completed
             epochs: after a stop by a callback, resuming continues from the last
@@ -575,8 +577,8 @@ class StochasticSQP:
         (:func:`solvers.curvature.curvature_model`). ``hessian="auto"``: "gauss-newton" for a
         full-batch, single-process fit of a recognised feed-forward network with a named loss
         (:func:`solvers.losses.loss_name`: "bce", "mse" or "poisson", also scaled or with an L2
-        penalty, whose curvature per row is exact), else "adam". An explicit "gauss-newton" on a model the
-        engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
+        penalty, whose curvature per row is exact), else "adam". An explicit "gauss-newton" on a
+        model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
         if self.hessian == "auto":
             recognised = (curvature_model(problem.model, problem.params)
