@@ -170,7 +170,7 @@ def test_gauss_newton_metric_needs_a_feed_forward_network():
         StochasticSQP(hessian="newton")
 
 
-def test_auto_metric_is_gauss_newton_only_for_a_full_batch_fit_of_a_recognised_network():
+def test_auto_metric_is_gauss_newton_only_for_a_full_batch_fit_of_a_linear_model():
     data = _data()
 
     def metric(model, loss="bce", **settings):
@@ -182,7 +182,8 @@ def test_auto_metric_is_gauss_newton_only_for_a_full_batch_fit_of_a_recognised_n
 
     assert StochasticSQP().hessian == "auto" and StochasticSQP().hessian_ == "adam"  # before a fit
     assert metric(linear(4, seed=0)) == "gauss-newton"
-    assert metric(mlp(4, hidden=(5,), seed=0)) == "gauss-newton"
+    assert metric(mlp(4, hidden=(5,), seed=0)) == "adam"  # a network: the gradient metric
+    assert metric(mlp(4, hidden=(5,), seed=0), hessian="gauss-newton") == "gauss-newton"  # on request
     assert metric(linear(4, seed=0), batch_size=20) == "adam"  # a noisy batch curvature gains nothing
     assert metric(_Doubling().to(data.X.dtype)) == "adam"  # not recognised: no error under "auto"
     bce = get_loss("bce")
