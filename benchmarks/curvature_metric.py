@@ -1,4 +1,4 @@
-"""The QP metric of the SQP engine: ``hessian="adam"`` (the default) against ``"gauss-newton"``.
+"""The QP metric of the SQP engine: ``hessian="adam"`` against ``"gauss-newton"``.
 
     python benchmarks/curvature_metric.py --data-dir ../shared/data              # full batch
     python benchmarks/curvature_metric.py --batch-size 256 --epochs 10 --out DIR  # mini-batches

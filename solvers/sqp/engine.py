@@ -118,7 +118,7 @@ class StochasticSQP:
     ----------
     hessian_ : str
         The metric of the last fit, ``hessian`` with "auto" resolved ("gauss-newton" for a
-        full-batch fit of a recognised network with a named loss, else "adam").
+        full-batch fit of a linear model with a named loss, else "adam").
     hessian_shift_ : float
         The shift ``mu`` of that metric.
     epochs_ : int

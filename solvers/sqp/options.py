@@ -105,18 +105,17 @@ class SQPOptions:
         :func:`fairopt.models.mlp`, optionally followed by a fixed affine output as the
         regressor's) and no data parallelism; one more forward pass every
         :data:`~solvers.sqp.steps.GAUSS_NEWTON_EVERY` steps. Its steps are held to the recent-steps
-        trust region with the default metric's gradient step as the floor, the first one
+        trust region with the "adam" metric's gradient step as the floor, the first one
         included (:func:`~solvers.sqp.steps.qp_direction`): where the curvature is still small, a
         Newton step is out of proportion. "auto" (resolved per fit as ``hessian_``):
         "gauss-newton" for a full-batch fit of a linear model (one ``nn.Linear`` layer, as
         :func:`fairopt.models.linear`) with a named loss ("bce", "mse", "poisson", also scaled or
-        L2-penalised), else "adam". Full batch, on linear models the curvature metric reached a
-        lower training loss on five data sets x 3 seeds, the same or higher test accuracy, and
-        through the estimators the same accuracy in 1/10 to 1/60 of the time; on MLPs its
-        results were mixed (COMPAS +2 test points, Adult -0.3, longer fits where the trust
-        region sets every step); with mini-batches its curvature is a noisy batch estimate and
-        it gained nothing (``benchmarks/results/curvature_metric``,
-        ``benchmarks/results/solver_notes.md``).
+        L2-penalised), else "adam". For a linear model the diagonal is the loss's own curvature
+        per coefficient; for a network it leaves out the coupling of the layers, and the small
+        curvature of hidden units makes its raw steps far longer than the trust region, which
+        then sets them; a mini-batch's curvature is a noisy estimate of it. The measurements
+        behind the choice: ``benchmarks/results/curvature_metric`` and
+        ``benchmarks/results/solver_notes.md``.
     beta2 : float, default 0.999
         Decay of the Adam-type second moment.
     hessian_shift : float or "auto", default "auto"

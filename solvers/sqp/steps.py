@@ -176,7 +176,7 @@ def qp_direction(der: Derivatives, h: torch.Tensor, metric: tuple[torch.Tensor, 
     The recent-steps region's floor is the plain descent step ``||g / h||``; under a curvature
     metric (``hessian="gauss-newton"``) that is a Newton step, as long as ``1 / mu`` times the
     gradient where the curvature is small (a network's hidden layers at the start), so the floor
-    is the gradient step of the default metric's fresh start instead,
+    is the gradient step of the "adam" metric's fresh start instead,
     ``||g|| / sqrt(GAUSS_NEWTON_FLOOR_SHIFT)``, and the first step, which has no recent steps,
     is held to it too."""
     g64, h64, J64 = metric
