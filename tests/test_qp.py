@@ -627,6 +627,39 @@ def test_least_violation_float32_bounds_keep_the_relaxed_qp_feasible():
     assert res.status == "optimal"
 
 
+def test_relaxed_qp_whose_feasible_set_is_one_point_is_solved():
+    """Four equalities in four variables, and an inconsistent fifth (with two ranges) that the
+    relaxation widens: the relaxed feasible set is the least-violation step alone. The m-space check
+    at the default ``tol`` accepted a vertex of the wrong working set (large multipliers of an
+    ill-conditioned ``M``), whose step missed an equality by 8e-7; the QP must return the one
+    feasible point, the solution of the four equalities (a reference independent of the solver)."""
+    h = np.array([5.0632833904961467e+02, 1.5833325094789544e-01, 6.1041795200034997e+01, 1.2381613064259662e+02])
+    g = np.array([-0.6797995242538636, -0.1075841727576968, 0.8639612390332333, 0.355499629576138])
+    J = np.array([
+        [1.6432644673594121e+00, -1.5318640965490442e+00, 9.0575790445835205e-02, -2.6730966487742336e+00],
+        [7.0285497741526326e-01, 5.0290251027994459e-01, -1.9771422890989410e-01, -1.1480494680787672e+00],
+        [1.0219629907872003e+00, -2.7115841330799079e-01, 5.1621691164662598e-01, 2.1031630729675216e-01],
+        [1.1306324568508272e+00, 3.1730519856033063e-01, -2.5128755389421470e-01, -2.0228040503944831e+00],
+        [6.5309546857604139e-01, 1.1461297019370562e+00, -1.2206087808898711e+00, -3.8835167757843436e-01],
+        [8.5671012671840996e-01, 8.0721583883465176e-01, 6.5819066446969610e-01, -5.6227180661183707e-01],
+        [1.1144577671426974e+00, 2.2219786726352421e-03, 5.2265152914779989e-01, 8.9109880419035314e-01]])
+    b = np.array([4.48094048049456, 0.19319682720660047, -0.006534185310582086, 0.9836125803093583,
+                  -0.2586425606007408, -1.014034809609289, 0.30822582024479617])
+    lo, hi = b.copy(), b.copy()
+    hi[2] = np.inf  # row 2 is a lower bound; the other six rows are equalities
+    tensors = [torch.tensor(a) for a in (g, h, J, lo, hi)]
+    assert diagonal_qp(*tensors).status == "infeasible"
+    rb = least_violation_bounds(tensors[3], tensors[4], tensors[2], tensors[1])
+    equalities = [0, 4, 5, 6]  # kept by the relaxation (the least violation widens rows 1 and 3)
+    assert np.allclose(rb.lo.numpy()[equalities], b[equalities]) and np.allclose(rb.hi.numpy()[equalities],
+                                                                                 b[equalities])
+    point = np.linalg.solve(J[equalities], b[equalities])
+    res = diagonal_qp(*tensors[:3], rb.lo, rb.hi)
+    assert res.status == "optimal"
+    assert np.allclose(res.d.numpy(), point, atol=1e-8)
+    assert res.max_violation <= PRIMAL_SLACK
+
+
 # --------------------------------------------------------------------------------------
 # Least violation with rank-deficient Jacobians: bounded by construction, with a fallback
 # --------------------------------------------------------------------------------------

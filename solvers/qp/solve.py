@@ -79,6 +79,8 @@ def _assemble(
 #: within ``base_tol + PRIMAL_SLACK * (1 + |bound|)``: beyond it large multipliers hid a real
 #: violation (then "infeasible", or solved again by OSQP).
 PRIMAL_SLACK = 1e-7
+#: Factor by which :func:`_checked_step` tightens ``tol`` for its second m-space solve.
+REFINED_TOL_FACTOR = 1e-2
 
 
 def _primal_step_feasible(inputs: Inputs, space: Space, d: np.ndarray) -> bool:
@@ -185,11 +187,27 @@ def diagonal_qp(
 
 def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[float, float],
                   max_iter: int | None) -> QPResult:
-    """The step of ``sol`` if it meets every row; else "infeasible" (confirmed by the LP) or OSQP's."""
+    """The step of ``sol`` if it meets every row; else the step of the m-space problem solved again
+    at ``REFINED_TOL_FACTOR * tol`` if that one does; else "infeasible" (confirmed by the LP) or OSQP's.
+
+    Why a second solve: the m-space check lets a row exceed its bound by ``tol * sum_j |M_ij y_j|``,
+    which large multipliers (an ill-conditioned ``M`` near a vertex) make larger than the primal
+    slack. A nearly dependent row then stays outside the working set although the optimum needs it,
+    e.g. when the feasible set shrinks to one point, as after a relaxation that leaves several
+    equalities and widened sides meeting at the least-violation step. The tighter tolerance makes
+    the dual method take that row in."""
     tol, rank_tol = tolerances
     d = step_from_multipliers(inputs, sol.y)
     if _primal_step_feasible(inputs, space, d):
         return _assemble(inputs, space, d, sol.y, sol.active, sol.method, sol.iterations, rank_tol)
+    iterations = sol.iterations
+    refined = solve_space(build_space(inputs, inputs.lo, inputs.hi, tol * REFINED_TOL_FACTOR), sol.method,
+                          rank_tol, max_iter or 50 + 20 * space.m)
+    iterations += refined.iterations
+    if refined.y is not None:
+        d = step_from_multipliers(inputs, refined.y)
+        if _primal_step_feasible(inputs, space, d):
+            return _assemble(inputs, space, d, refined.y, refined.active, refined.method, iterations, rank_tol)
     if confirm_infeasible(space):
         return _failed(inputs, "infeasible", sol.method, sol.iterations)
     out = solve_with_osqp(inputs, tol, max_iter or 200_000)
