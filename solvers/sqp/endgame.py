@@ -43,7 +43,7 @@ class EndgameOptions(StepOptions, Protocol):
     (:class:`solvers.sqp.StochasticSQP` has them)."""
 
     polish_iterations: int
-    lr: float
+    lr_: float
     calibrate_exact: bool
     calibration_weight: float
     tol: float
@@ -151,7 +151,7 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     params, lower, upper = problem.params, problem.lower, problem.upper
     st = state.copy()
     if limit is not None:
-        st.beta = float(options.lr)
+        st.beta = float(options.lr_)
     if tail is not None and tail.count:
         average = tail.mean()
         if bool(torch.isfinite(average).all()):

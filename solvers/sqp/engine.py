@@ -39,8 +39,9 @@ from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
 
-__all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT", "MINIBATCH_MIN_EPOCHS",
-           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions", "StochasticSQP", "auto_epochs"]
+__all__ = ["ADAM_LR", "ADAM_MOMENTUM", "ADAM_SHIFT", "CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT",
+           "GAUSS_NEWTON_SHIFT", "LR", "MINIBATCH_MIN_EPOCHS", "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions",
+           "StochasticSQP", "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -56,6 +57,12 @@ MINIBATCH_SHIFT = 0.05
 #: (a column's curvature is its frequency times ``p (1 - p)``: the shift bounds the step of a column
 #: too rare to have curvature).
 GAUSS_NEWTON_SHIFT = 0.01
+#: ``lr="auto"``: the initial learning rate, and Adam steps' (a mini-batch fit of a network,
+#: :meth:`StochasticSQP.adam_steps_`) learning rate, momentum and shift (``SQPOptions.momentum``).
+LR = 0.5
+ADAM_LR = 0.01
+ADAM_MOMENTUM = 0.9
+ADAM_SHIFT = 1e-8
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool) -> int:
@@ -121,6 +128,14 @@ class StochasticSQP:
         full-batch fit of a linear model with a named loss, else "adam").
     hessian_shift_ : float
         The shift ``mu`` of that metric.
+    adam_steps_ : bool
+        Whether the last fit took Adam steps: a mini-batch fit of a recognised network (two or
+        more ``nn.Linear`` layers, as :func:`fairopt.models.mlp`) under the "adam" metric, which resolves the "auto" ``lr_``, ``momentum_``, ``hessian_shift_`` and
+        learning-rate schedule to Adam's (:class:`~solvers.sqp.options.SQPOptions`, ``momentum``).
+    lr_ : float
+        The initial learning rate, ``lr`` with "auto" resolved.
+    momentum_ : float
+        The first-moment decay of mini-batch steps, ``momentum`` with "auto" resolved.
     epochs_ : int
         The epochs of the last fit, ``epochs`` with "auto" resolved.
     state_ : SQPState
@@ -278,9 +293,10 @@ class StochasticSQP:
         self._resolve_metric(problem, full_batch, named_loss)
         v = torch.zeros(sum(p.numel() for p in problem.params), dtype=problem.params[0].dtype)
         if resume is not None:
-            state = restore_checkpoint(resume, v, gen, m, self.hessian_)
+            state = restore_checkpoint(resume, v, gen, m, self.hessian_, self.momentum_ > 0)
         else:
-            state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr), v=v)
+            state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=self.lr_, v=v,
+                             m=torch.zeros_like(v) if self.momentum_ > 0 else torch.zeros(0))
         state.start_iteration = state.iteration
         self.state_ = state
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
@@ -358,7 +374,7 @@ class StochasticSQP:
         data, m = p.data, int(p.lower.numel())
         obj_batch, con_batch = self._batches(run, idx)
         if run.schedule == "rsqrt":
-            state.beta = rsqrt_beta(state, self.lr, run.steps_per_epoch)
+            state.beta = rsqrt_beta(state, self.lr_, run.steps_per_epoch)
         on_all_rows = obj_batch is data and (m == 0 or con_batch is data)
         rows = None
         if screen is not None and on_all_rows and state.last_kkt > 10.0 * self.tol:
@@ -458,20 +474,46 @@ class StochasticSQP:
         return der
 
     def schedule_for(self, full_batch: bool) -> str:
-        """``lr_schedule`` resolved: "auto" is "plateau" in full-batch mode, else "rsqrt"."""
+        """``lr_schedule`` resolved: "auto" is "plateau" in full-batch mode, "none" for Adam steps
+        (:attr:`adam_steps_`), else "rsqrt"."""
         kind = self.schedule_
         if kind != "auto":
             return kind
-        return "plateau" if full_batch else "rsqrt"
+        if full_batch:
+            return "plateau"
+        return "none" if self.adam_steps_ else "rsqrt"
+
+    @property
+    def adam_steps_(self) -> bool:
+        """Whether the last :meth:`fit` took Adam steps (a mini-batch fit of a network under the
+        "adam" metric, :meth:`_resolve_metric`); False before the first."""
+        return bool(getattr(self, "_adam_steps", False))
+
+    @property
+    def lr_(self) -> float:
+        """``lr`` resolved: "auto" is :data:`ADAM_LR` for Adam steps, else :data:`LR`."""
+        if self.lr != "auto":
+            return float(self.lr)
+        return ADAM_LR if self.adam_steps_ else LR
+
+    @property
+    def momentum_(self) -> float:
+        """``momentum`` resolved: "auto" is :data:`ADAM_MOMENTUM` for Adam steps, else 0."""
+        if self.momentum != "auto":
+            return float(self.momentum)
+        return ADAM_MOMENTUM if self.adam_steps_ else 0.0
 
     @property
     def hessian_shift_(self) -> float:
         """``hessian_shift`` resolved: "auto" is :data:`GAUSS_NEWTON_SHIFT` for the Gauss-Newton
-        metric, else :data:`MINIBATCH_SHIFT` in a mini-batch fit and :data:`FULL_BATCH_SHIFT`."""
+        metric, :data:`ADAM_SHIFT` for Adam steps, else :data:`MINIBATCH_SHIFT` in a mini-batch fit
+        and :data:`FULL_BATCH_SHIFT`."""
         if self.hessian_shift != "auto":
             return float(self.hessian_shift)
         if self.hessian_ == "gauss-newton":
             return GAUSS_NEWTON_SHIFT
+        if self.adam_steps_:
+            return ADAM_SHIFT
         return MINIBATCH_SHIFT if getattr(self, "_minibatch", False) else FULL_BATCH_SHIFT
 
     @property
@@ -582,22 +624,24 @@ class StochasticSQP:
         coefficient; for a network it leaves out the coupling of the layers, and the small
         curvature of hidden units makes its raw steps far longer than the trust region, which
         then sets them (``benchmarks/results/solver_notes.md``). An explicit "gauss-newton" on a
-        model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
+        model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``.
+        Also sets :attr:`adam_steps_`: a mini-batch fit under the "adam" metric of a network the
+        engine recognises with two or more ``nn.Linear`` layers (``SQPOptions.momentum``)."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
+        recognised = curvature_model(problem.model, problem.params)
+        layers = 0 if recognised is None else len(recognised.network.layers)
         if self.hessian == "auto":
-            recognised = (curvature_model(problem.model, problem.params)
-                          if full_batch and named_loss and not parallel else None)
-            if recognised is not None and len(recognised.network.layers) != 1:
-                recognised = None  # a network: the gradient metric (docstring)
-            self._hessian = "adam" if recognised is None else "gauss-newton"
-            self._curvature = recognised
+            self._hessian = "gauss-newton" if layers == 1 and full_batch and named_loss and not parallel else "adam"
+            self._curvature = recognised if self._hessian == "gauss-newton" else None
+            self._adam_steps = not full_batch and layers > 1 and self._hessian == "adam"
             return
         self._curvature = None
+        self._adam_steps = not full_batch and layers > 1 and self.hessian == "adam"
         if self.hessian != "gauss-newton":
             return
         if parallel:
             raise ValueError("hessian='gauss-newton' is not available in a data-parallel fit; use 'adam'")
-        self._curvature = curvature_model(problem.model, problem.params)
+        self._curvature = recognised
         if self._curvature is None:
             raise ValueError("hessian='gauss-newton' needs a feed-forward network the engine recognises "
                              "(nn.Linear layers and elementwise activations ending in one output, all of its "
