@@ -248,7 +248,7 @@ def test_history_round_trip(tmp_path):
     {"lr_schedule": False},
     {"lr_schedule": True, "lr": 5.0, "lr_kmin": 2, "lr_interval": 1},  # the schedule cuts beta mid-run
     {"batch_size": 200, "constraint_batch": "balanced"},
-    {"batch_size": 200},  # snapshot constraints and Adam steps (the first moment is part of the state)
+    {"batch_size": 50},  # snapshot constraints and Adam steps (the first moment is part of the state)
     {"step": "adaptive"},
 ])
 def test_sqp_resume_is_bit_identical(tmp_path, adult, options):

@@ -65,10 +65,10 @@ def test_unconstrained_minibatch_steps_of_an_mlp_are_adams(small):
     seen = []
 
     def record(engine, rec):
-        if rec.get("phase") != "polish":
-            seen.append(torch.cat([p.detach().reshape(-1).double() for p in model.parameters()]))
+        seen.append(torch.cat([p.detach().reshape(-1).double() for p in model.parameters()]))
+        return len(seen) == 7  # stop there (the run plans 102 steps, enough for Adam steps)
 
-    engine = StochasticSQP(epochs=2, batch_size=100, seed=3, polish_iterations=0, callbacks=[record])
+    engine = StochasticSQP(epochs=17, batch_size=100, seed=3, polish_iterations=0, callbacks=[record])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         engine.fit(model, small, loss="bce")
@@ -83,17 +83,19 @@ def test_unconstrained_minibatch_steps_of_an_mlp_are_adams(small):
 
 
 @pytest.mark.parametrize("case, adam", [
-    ({"model": "mlp", "batch_size": 100}, True),
-    ({"model": "mlp", "batch_size": None}, False),  # full batch: the full-batch defaults
-    ({"model": "linear", "batch_size": 100}, False),  # a linear model keeps the gradient step
-    ({"model": "mlp", "batch_size": 100, "hessian": "adagrad"}, False),  # another metric
+    ({"model": "mlp", "batch_size": 50, "epochs": 9}, True),  # 12 x 9 = 108 steps
+    ({"model": "mlp", "batch_size": 50, "epochs": 8}, False),  # 96 steps: too few for Adam's lr
+    ({"model": "mlp", "batch_size": 50, "epochs": "auto"}, True),  # 500 steps
+    ({"model": "mlp", "batch_size": None, "epochs": 2}, False),  # full batch: the full-batch defaults
+    ({"model": "linear", "batch_size": 50, "epochs": 9}, False),  # a linear model keeps the gradient step
+    ({"model": "mlp", "batch_size": 50, "epochs": 9, "hessian": "adagrad"}, False),  # another metric
 ])
 def test_which_fits_take_adam_steps(small, case, adam):
     case = dict(case)
     kind = case.pop("model")
     model = (fairopt.models.mlp(small.n_features, hidden=(4,), seed=0) if kind == "mlp"
              else fairopt.models.linear(small.n_features, seed=0))
-    engine = StochasticSQP(epochs=1, polish_iterations=0, **case)
+    engine = StochasticSQP(polish_iterations=0, **case)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         engine.fit(model, small, loss="bce", constraints=[DisparateImpact("sex", delta=0.8)])
@@ -107,7 +109,7 @@ def test_which_fits_take_adam_steps(small, case, adam):
 
 def test_explicit_settings_win_over_adam_steps(small):
     model = fairopt.models.mlp(small.n_features, hidden=(4,), seed=0)
-    engine = StochasticSQP(epochs=1, batch_size=100, polish_iterations=0, lr=0.3, momentum=0.0,
+    engine = StochasticSQP(epochs=9, batch_size=50, polish_iterations=0, lr=0.3, momentum=0.0,
                            hessian_shift=0.05, lr_schedule="rsqrt")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -123,8 +125,9 @@ def test_invalid_momentum_is_refused(value):
 
 
 def test_a_checkpoint_resumes_only_with_its_own_momentum(small):
-    """The first moment is part of the state: a checkpoint of Adam steps does not resume without
-    momentum, nor one without momentum under Adam steps."""
+    """The first moment is part of the state. A resumed fit takes the steps of its checkpoint under
+    "auto" (Adam's after Adam steps, whatever its own length; the gradient step after a short
+    run), and explicit settings that disagree with the checkpoint are an error."""
     c = [DisparateImpact("sex", delta=0.8)]
 
     def fit(engine, model, resume=None):
@@ -134,13 +137,16 @@ def test_a_checkpoint_resumes_only_with_its_own_momentum(small):
         return engine
 
     mlp = fairopt.models.mlp(small.n_features, hidden=(4,), seed=0)
-    adam = fit(StochasticSQP(epochs=1, batch_size=100, polish_iterations=0), mlp).state_dict()
+    adam = fit(StochasticSQP(epochs=9, batch_size=50, polish_iterations=0), mlp).state_dict()
     assert adam["momentum_m"].numel() == sum(p.numel() for p in mlp.parameters())
+    assert fit(StochasticSQP(epochs=1, batch_size=50), mlp, resume=adam).adam_steps_  # 12 more steps
     with pytest.raises(ValueError, match="momentum"):
-        fit(StochasticSQP(epochs=1, batch_size=100, momentum=0.0), mlp, resume=adam)
-    plain = fit(StochasticSQP(epochs=1, batch_size=100, momentum=0.0, polish_iterations=0), mlp).state_dict()
+        fit(StochasticSQP(epochs=1, batch_size=50, momentum=0.0), mlp, resume=adam)
+    short = fit(StochasticSQP(epochs=1, batch_size=50, polish_iterations=0), mlp)
+    assert not short.adam_steps_ and short.state_dict()["momentum_m"].numel() == 0
+    assert not fit(StochasticSQP(epochs=20, batch_size=50), mlp, resume=short.state_dict()).adam_steps_
     with pytest.raises(ValueError, match="momentum"):
-        fit(StochasticSQP(epochs=1, batch_size=100), mlp, resume=plain)
+        fit(StochasticSQP(epochs=1, batch_size=50, momentum=0.9), mlp, resume=short.state_dict())
     broken = dict(adam, momentum_m=torch.full_like(adam["momentum_m"], float("nan")))
     with pytest.raises(ValueError, match="first moment"):
-        fit(StochasticSQP(epochs=1, batch_size=100), mlp, resume=broken)
+        fit(StochasticSQP(epochs=1, batch_size=50), mlp, resume=broken)

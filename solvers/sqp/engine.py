@@ -39,7 +39,7 @@ from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
 
-__all__ = ["ADAM_LR", "ADAM_MOMENTUM", "ADAM_SHIFT", "CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT",
+__all__ = ["ADAM_LR", "ADAM_MIN_STEPS", "ADAM_MOMENTUM", "ADAM_SHIFT", "CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT",
            "GAUSS_NEWTON_SHIFT", "LR", "MINIBATCH_MIN_EPOCHS", "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions",
            "StochasticSQP", "auto_epochs"]
 
@@ -63,6 +63,9 @@ LR = 0.5
 ADAM_LR = 0.01
 ADAM_MOMENTUM = 0.9
 ADAM_SHIFT = 1e-8
+#: The fewest mini-batch steps a fit plans for Adam steps: each moves a parameter by about ``ADAM_LR``,
+#: so a shorter run (ten epochs of four batches) ends where it started, and takes the gradient step.
+ADAM_MIN_STEPS = 100
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool) -> int:
@@ -130,7 +133,8 @@ class StochasticSQP:
         The shift ``mu`` of that metric.
     adam_steps_ : bool
         Whether the last fit took Adam steps: a mini-batch fit of a recognised network (two or
-        more ``nn.Linear`` layers, as :func:`fairopt.models.mlp`) under the "adam" metric, which resolves the "auto" ``lr_``, ``momentum_``, ``hessian_shift_`` and
+        more ``nn.Linear`` layers, as :func:`fairopt.models.mlp`) under the "adam" metric that
+        plans at least :data:`ADAM_MIN_STEPS` steps (or resumes a checkpoint of such a fit), which resolves the "auto" ``lr_``, ``momentum_``, ``hessian_shift_`` and
         learning-rate schedule to Adam's (:class:`~solvers.sqp.options.SQPOptions`, ``momentum``).
     lr_ : float
         The initial learning rate, ``lr`` with "auto" resolved.
@@ -290,7 +294,9 @@ class StochasticSQP:
         mode = self.constraint_mode(full_batch, cons) if m else "full"
         steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
         self._minibatch = not full_batch  # resolves hessian_shift_
+        self.epochs_ = auto_epochs(steps_per_epoch, full_batch) if self.epochs == "auto" else int(self.epochs)
         self._resolve_metric(problem, full_batch, named_loss)
+        self._resolve_adam_steps(full_batch, self.epochs_ * steps_per_epoch, resume)
         v = torch.zeros(sum(p.numel() for p in problem.params), dtype=problem.params[0].dtype)
         if resume is not None:
             state = restore_checkpoint(resume, v, gen, m, self.hessian_, self.momentum_ > 0)
@@ -300,7 +306,6 @@ class StochasticSQP:
         state.start_iteration = state.iteration
         self.state_ = state
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
-        self.epochs_ = auto_epochs(steps_per_epoch, full_batch) if self.epochs == "auto" else int(self.epochs)
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
         if resume is not None:
             resume_iterates(resume, problem.params, tracker)
@@ -485,8 +490,8 @@ class StochasticSQP:
 
     @property
     def adam_steps_(self) -> bool:
-        """Whether the last :meth:`fit` took Adam steps (a mini-batch fit of a network under the
-        "adam" metric, :meth:`_resolve_metric`); False before the first."""
+        """Whether the last :meth:`fit` took Adam steps (:meth:`_resolve_adam_steps`); False before
+        the first."""
         return bool(getattr(self, "_adam_steps", False))
 
     @property
@@ -614,6 +619,18 @@ class StochasticSQP:
             der.curvature = partial(gauss_newton_diagonal, curvature, loss_fn, obj_batch, self.chunk_rows, params)
         return der
 
+    def _resolve_adam_steps(self, full_batch: bool, planned_steps: int, resume: dict | None) -> None:
+        """Set :attr:`adam_steps_`: a mini-batch fit under the "adam" metric of a network the engine
+        recognises (two or more ``nn.Linear`` layers) that plans at least :data:`ADAM_MIN_STEPS`
+        steps (``SQPOptions.momentum``). A resumed fit continues with the steps of its checkpoint
+        (Adam's when it holds a first moment), whatever its own number of steps."""
+        network = not full_batch and self._layers > 1 and self.hessian_ == "adam"
+        if resume is not None and isinstance(resume, dict):
+            saved = resume.get("momentum_m")
+            self._adam_steps = network and isinstance(saved, torch.Tensor) and saved.numel() > 0
+        else:
+            self._adam_steps = network and planned_steps >= ADAM_MIN_STEPS
+
     def _resolve_metric(self, problem: FitProblem, full_batch: bool, named_loss: bool) -> None:
         """Set the fit's metric (``hessian_``) and the model behind the Gauss-Newton one
         (:func:`solvers.curvature.curvature_model`). ``hessian="auto"``: "gauss-newton" for a
@@ -625,18 +642,16 @@ class StochasticSQP:
         curvature of hidden units makes its raw steps far longer than the trust region, which
         then sets them (``benchmarks/results/solver_notes.md``). An explicit "gauss-newton" on a
         model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``.
-        Also sets :attr:`adam_steps_`: a mini-batch fit under the "adam" metric of a network the
-        engine recognises with two or more ``nn.Linear`` layers (``SQPOptions.momentum``)."""
+        Also counts the model's ``nn.Linear`` layers for :meth:`_resolve_adam_steps`."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
         recognised = curvature_model(problem.model, problem.params)
-        layers = 0 if recognised is None else len(recognised.network.layers)
+        self._layers = 0 if recognised is None else len(recognised.network.layers)
         if self.hessian == "auto":
-            self._hessian = "gauss-newton" if layers == 1 and full_batch and named_loss and not parallel else "adam"
+            linear = self._layers == 1
+            self._hessian = "gauss-newton" if linear and full_batch and named_loss and not parallel else "adam"
             self._curvature = recognised if self._hessian == "gauss-newton" else None
-            self._adam_steps = not full_batch and layers > 1 and self._hessian == "adam"
             return
         self._curvature = None
-        self._adam_steps = not full_batch and layers > 1 and self.hessian == "adam"
         if self.hessian != "gauss-newton":
             return
         if parallel:

@@ -129,14 +129,18 @@ class SQPOptions:
 
         **Adam steps.** A mini-batch fit of a feed-forward network the engine recognises with two
         or more ``nn.Linear`` layers (:func:`fairopt.models.mlp`; other models keep the gradient
-        step) under the "adam" metric takes, where these settings are "auto", the steps of Adam
+        step) under the "adam" metric, planning at least :data:`~solvers.sqp.engine.ADAM_MIN_STEPS`
+        (100) steps (``epochs_`` times the batches per epoch; a resumed fit continues with the
+        steps of its checkpoint), takes, where these settings are "auto", the steps of Adam
         (Kingma and Ba, ICLR 2015): ``lr`` 0.01, ``momentum`` 0.9, ``hessian_shift`` 1e-8 and a
         constant step (``lr_schedule`` "none"), so that an unconstrained step is Adam's
         ``-lr m_hat / sqrt(v_hat + mu)`` and a constrained one is the QP's under the same metric
         and gradient. On a network every parameter then moves by about ``lr`` per step whatever
         the scale of its gradient, where the gradient step ``lr g / sqrt(v + 0.05)`` of the
         other mini-batch fits is plain gradient descent for the small gradients of hidden
-        units. A linear model keeps the gradient step: Adam's was worse there on the same grid
+        units. A shorter run keeps the gradient step: at about ``lr`` per step, 100 steps move a
+        parameter by at most about 1 (ten epochs of four batches ended short of the full batch's
+        accuracy). A linear model keeps the gradient step too: Adam's was worse there on the same grid
         (5 data sets x 2 batch sizes x 9 seeds of ``benchmarks/sqp_stochastic.py --grid``;
         the figures: ``benchmarks/results/solver_notes.md``).
     hessian_shift : float or "auto", default "auto"
