@@ -132,36 +132,51 @@ def run_grid(args, root: str, out: Path) -> int:
     jobs = [(d, m, None, s, "fairopt", args.delta, root) for d in datasets for m in GRID_MODELS for s in seeds]
     jobs += [(d, m, b, s, meth, args.delta, root) for d in datasets for m in GRID_MODELS for b in GRID_BATCHES
              for s in seeds for meth in ["fairopt", *peers]]
-    records, provenance = [], []
+    records = []
     if args.reuse_reference or getattr(args, "reuse_minibatch", False):
         rerun = "minibatch" if args.reuse_reference else "full"
         records, previous = reused_runs(out, jobs, rerun)
+        for r in records:  # runs of grids written before runs carried their commit: that grid's
+            r.setdefault("commit", previous.removeprefix("commit "))
         done = {(r["dataset"], r["model"], r["batch"], r["seed"], r["method"]) for r in records}
         jobs = [j for j in jobs if (j[0], j[1], j[2] or "full", j[3], j[4]) not in done]
-        kept = "full-batch and peer" if rerun == "minibatch" else "mini-batch and peer"
-        provenance = [f"# {kept} runs ({len(records)}) reused from the grid of {previous}"]
+    now = commit()
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
         for i, r in enumerate(pool.imap_unordered(grid_cell, jobs), 1):
+            r["commit"] = now
             records.append(r)
             print(f"[{i}/{len(jobs)}] {r['dataset']} {r['model']} {r['batch']} seed {r['seed']} {r['method']}: "
                   f"acc {r['train_acc']:.4f} DI {r['train_di']:.3f} {r['seconds']:.1f} s {r['warned']}", flush=True)
-    header = [f"# python benchmarks/sqp_stochastic.py {' '.join(sys.argv[1:])}", f"# commit {commit()}", *provenance]
+    header = [f"# python benchmarks/sqp_stochastic.py {' '.join(sys.argv[1:])}", f"# commit {now}",
+              provenance_line(records)]
     (out / "grid.json").write_text(json.dumps(records, indent=1))
     write_grid(records, header, args.delta, out)
     return 0
 
 
+def provenance_line(records: list[dict]) -> str:
+    """``# runs by commit: ...``: how many runs of each kind (full batch, fairopt's mini-batches, each
+    peer) each commit produced (a reused run keeps the commit that produced it)."""
+    counts: dict[tuple[str, str], int] = {}
+    for r in records:
+        kind = "full batch" if r["batch"] == "full" else ("mini-batch" if r["method"] == "fairopt" else r["method"])
+        key = (kind, str(r.get("commit", "unknown")))
+        counts[key] = counts.get(key, 0) + 1
+    return "# runs by commit: " + "; ".join(f"{kind} {n} at {c}" for (kind, c), n in sorted(counts.items()))
+
+
 def render_grid(args, out: Path) -> int:
-    """``--report-only``: ``grid.md`` and ``grid.png`` again from ``out/grid.json``, under the header
-    lines (command, commit, provenance) of the ``grid.md`` that ran it and a line naming this
-    rendering's commit."""
+    """``--report-only``: ``grid.md`` and ``grid.png`` again from ``out/grid.json``, under the command
+    and commit lines of the ``grid.md`` that ran it, the runs' commits (:func:`provenance_line`) and
+    a line naming this rendering's commit."""
     path = out / "grid.json"
     if not path.is_file():
         raise SystemExit(f"--report-only: no grid.json in {out}")
     previous = (out / "grid.md").read_text().splitlines() if (out / "grid.md").is_file() else []
-    header = [line for line in previous[:4] if line.startswith("# ") and "rendered" not in line]
-    header.append(f"# report rendered again from grid.json at commit {commit()}")
-    write_grid(json.loads(path.read_text()), header, args.delta, out)
+    records = json.loads(path.read_text())
+    header = [line for line in previous[:4] if line.startswith(("# python", "# commit"))]
+    header += [provenance_line(records), f"# report rendered again from grid.json at commit {commit()}"]
+    write_grid(records, header, args.delta, out)
     return 0
 
 

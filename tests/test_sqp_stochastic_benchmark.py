@@ -69,15 +69,17 @@ def test_report_only_renders_the_table_and_the_plot_from_grid_json(tmp_path):
 
     run = {"dataset": "a", "model": "linear", "majority": 0.6, "test_acc": 0.79, "train_loss": 0.45,
            "train_di": 0.80, "test_di": 0.81, "feasible": True, "warned": [], "seconds": 1.0}
-    runs = [{**run, "batch": batch, "seed": seed, "method": method, "train_acc": acc}
+    runs = [{**run, "batch": batch, "seed": seed, "method": method, "train_acc": acc, "commit": c}
             for seed in (0, 1)
-            for batch, method, acc in (("full", "fairopt", 0.80), (256, "fairopt", 0.805), (256, "peer", 0.79))]
+            for batch, method, acc, c in (("full", "fairopt", 0.80, "aaa"), (256, "fairopt", 0.805, "bbb"),
+                                          (256, "peer", 0.79, "aaa"))]
     (tmp_path / "grid.json").write_text(json.dumps(runs))
     (tmp_path / "grid.md").write_text("# python benchmarks/sqp_stochastic.py --grid\n# commit abc1234\nold table\n")
     assert sqp_grid.render_grid(argparse.Namespace(delta=0.8), tmp_path) == 0
     text = (tmp_path / "grid.md").read_text().splitlines()
     assert text[:2] == ["# python benchmarks/sqp_stochastic.py --grid", "# commit abc1234"]
-    assert text[2].startswith("# report rendered again from grid.json at commit")
+    assert text[2] == "# runs by commit: full batch 2 at aaa; mini-batch 2 at bbb; peer 2 at aaa"
+    assert text[3].startswith("# report rendered again from grid.json at commit")
     assert "old table" not in text and any(line.startswith("| a | linear | 256 | 0 |") for line in text)
     assert "cells within 0.01 of the full-batch train accuracy: 2/2" in text
     assert (tmp_path / "grid.png").stat().st_size > 0
