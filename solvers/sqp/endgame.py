@@ -117,7 +117,10 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     """Full-batch end-game (``polish_iterations``) of a mini-batch run, or of a full-batch run
     that ends outside the bounds (``limit``, :func:`polish_last`).
 
-    Starts from the tail average of the last epoch when it is finite, runs full-data SQP
+    Starts from the tail average of the last epoch when it is finite (``tail``; None: from the
+    last iterate, as after Adam steps: with a constant step their last epoch wanders along the
+    network's valley, and the average of its weights, not a point of that path, needed more polish
+    iterations, ``benchmarks/results/solver_notes.md``), runs full-data SQP
     iterations on copies of the engine state (``tau``, ``xi``, ``beta``, the Hessian
     accumulator), offers every iterate to ``tracker`` and stops at a feasible KKT point.
     The exact rows are step functions of the outputs, so a smooth step that meets the

@@ -330,7 +330,9 @@ class StochasticSQP:
         """One epoch of steps; the status that ends training, or None to go on."""
         state = run.state
         merits, fs, Vs = [], [], []
-        run.tail = TailAverage(run.problem.params) if not run.full_batch else None
+        # the polish of a mini-batch run starts from the last epoch's average iterate; after Adam steps,
+        # from the last iterate (endgame.polish)
+        run.tail = TailAverage(run.problem.params) if not run.full_batch and not self.adam_steps_ else None
         for step_in_epoch, idx in enumerate(minibatches(run.n, self.batch_size, run.generator, run.steps)):
             outcome = self._step(run, epoch, step_in_epoch, idx)
             if isinstance(outcome, str):

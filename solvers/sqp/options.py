@@ -74,7 +74,7 @@ class SQPOptions:
     polish_iterations : int, default 50
         End-game of a mini-batch run: up to this many full-batch SQP iterations on all rows (exact
         calibration, feasibility restoration, a diminishing step), from the average of the last
-        epoch's iterates (Polyak tail average); up to four times this many while an
+        epoch's iterates (Polyak tail average; after Adam steps, ``momentum``, from the last iterate); up to four times this many while an
         infeasible iterate still approaches the bounds. Every polish iterate is a candidate for the
         returned model; it stops at a feasible KKT point and leaves :meth:`state_dict` untouched.
         A full-batch run polishes its last iterate only when it ends without a good feasible one,
