@@ -107,15 +107,44 @@ def test_which_fits_take_adam_steps(small, case, adam):
         assert engine.lr_ == 0.5 and engine.momentum_ == 0.0 and engine.state_.m.numel() == 0
 
 
-def test_explicit_settings_win_over_adam_steps(small):
+@pytest.mark.parametrize("settings, adam, resolved, schedule", [
+    ({"lr": 0.3}, True, (0.3, 0.9, 1e-8), "none"),  # an explicit setting replaces Adam's
+    ({"momentum": 0.0}, False, (0.5, 0.0, 0.05), "rsqrt"),  # momentum 0 turns Adam steps off
+    ({"momentum": 0.5, "lr_schedule": "rsqrt"}, True, (0.01, 0.5, 1e-8), "rsqrt"),
+])
+def test_explicit_settings_win_over_adam_steps(small, settings, adam, resolved, schedule):
     model = fairopt.models.mlp(small.n_features, hidden=(4,), seed=0)
-    engine = StochasticSQP(epochs=9, batch_size=50, polish_iterations=0, lr=0.3, momentum=0.0,
-                           hessian_shift=0.05, lr_schedule="rsqrt")
+    engine = StochasticSQP(epochs=9, batch_size=50, polish_iterations=0, **settings)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         engine.fit(model, small, loss="bce")
-    assert engine.adam_steps_ and (engine.lr_, engine.momentum_, engine.hessian_shift_) == (0.3, 0.0, 0.05)
-    assert engine.schedule_for(False) == "rsqrt" and engine.state_.m.numel() == 0
+    assert engine.adam_steps_ is adam and (engine.lr_, engine.momentum_, engine.hessian_shift_) == resolved
+    assert engine.schedule_for(False) == schedule and (engine.state_.m.numel() > 0) == (resolved[1] > 0)
+
+
+def test_the_regressor_keeps_the_gradient_step_on_mini_batches():
+    """FairRegressor's SQP defaults set momentum=0 with mini-batches (its lr 0.02 is the gradient
+    step's); engine_params can still ask for Adam steps."""
+    from fairopt.training import TrainingOptions, engine_param_defaults
+
+    def defaults(task, batch_size, method="sqp"):
+        return engine_param_defaults(TrainingOptions(task=task, method=method, batch_size=batch_size), None)
+
+    assert defaults("regression", 64) == {"momentum": 0.0}
+    assert defaults("regression", None) == {} and defaults("binary", 64) == {}
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    s = (rng.random(400) < 0.5).astype(float)
+    y = X @ np.array([1.0, -0.5, 0.2]) + s + rng.normal(scale=0.3, size=400)
+    for engine_params, decays in ((None, True), ({"momentum": "auto"}, False)):  # 7 x 15 = 105 steps
+        fitted = fairopt.FairRegressor(model="mlp", hidden=(4,), batch_size=64, epochs=15, verbose=0,
+                                       engine_params=engine_params)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fitted.fit(X, y)
+        betas = [r["beta"] for r in fitted.history_.records if r.get("phase") is None and r["qp_status"] != "final"]
+        assert betas[0] == 0.02 and (betas[-1] < 0.02) is decays  # "rsqrt" decays; Adam's step is constant
+        assert np.isfinite(fitted.predict(X)).all()
 
 
 @pytest.mark.parametrize("value", [1.0, -0.1, "fast", float("nan")])

@@ -624,9 +624,9 @@ class StochasticSQP:
     def _resolve_adam_steps(self, full_batch: bool, planned_steps: int, resume: dict | None) -> None:
         """Set :attr:`adam_steps_`: a mini-batch fit under the "adam" metric of a network the engine
         recognises (two or more ``nn.Linear`` layers) that plans at least :data:`ADAM_MIN_STEPS`
-        steps (``SQPOptions.momentum``). A resumed fit continues with the steps of its checkpoint
+        steps, unless ``momentum=0`` turns them off (``SQPOptions.momentum``). A resumed fit continues with the steps of its checkpoint
         (Adam's when it holds a first moment), whatever its own number of steps."""
-        network = not full_batch and self._layers > 1 and self.hessian_ == "adam"
+        network = not full_batch and self._layers > 1 and self.hessian_ == "adam" and self.momentum != 0
         if resume is not None and isinstance(resume, dict):
             saved = resume.get("momentum_m")
             self._adam_steps = network and isinstance(saved, torch.Tensor) and saved.numel() > 0

@@ -131,7 +131,8 @@ class SQPOptions:
         or more ``nn.Linear`` layers (:func:`fairopt.models.mlp`; other models keep the gradient
         step) under the "adam" metric, planning at least :data:`~solvers.sqp.engine.ADAM_MIN_STEPS`
         (100) steps (``epochs_`` times the batches per epoch; a resumed fit continues with the
-        steps of its checkpoint), takes, where these settings are "auto", the steps of Adam
+        steps of its checkpoint) and not told ``momentum=0`` (which turns them off: the gradient
+        step below, with the other settings' own "auto" values), takes, where these settings are "auto", the steps of Adam
         (Kingma and Ba, ICLR 2015): ``lr`` 0.01, ``momentum`` 0.9, ``hessian_shift`` 1e-8 and a
         constant step (``lr_schedule`` "none"), so that an unconstrained step is Adam's
         ``-lr m_hat / sqrt(v_hat + mu)`` and a constrained one is the QP's under the same metric
