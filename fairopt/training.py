@@ -206,11 +206,7 @@ def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
 
     Classification: none. Regression: SQP: the engine's own Hessian shift (a smaller one,
     1e-3, made the first steps of the standardised problem blow up, which the engine's
-    divergence guard answered by halving the learning rate three times); with mini-batches
-    ``momentum=0``, the gradient step its ``lr`` of :data:`ENGINE_DEFAULTS` was chosen for, not
-    the engine's Adam steps for networks (measured on the classification grid only; an MLP on
-    Communities and Crime under GeDI <= 0.2x fitted its training rows closer under them and
-    predicted new rows worse, ``benchmarks/results/solver_notes.md``). Lagrangian:
+    divergence guard answered by halving the learning rate three times). Lagrangian:
     ``dual_update="signed"`` (projected dual ascent on the signed excess, whose multipliers
     also decrease, :mod:`solvers.lagrangian`) unless ``engine_params`` names another, and
     ``dual_lr = step / sd^2`` with the standardised step of :data:`REGRESSION_DUAL_STEPS`
@@ -220,8 +216,6 @@ def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
     step (Communities and Crime under GeDI <= 0.2x: train R2 0.473 against the constrained
     optimum's 0.513); the signed update at 0.01 ends within 0.002 of it.
     """
-    if options.task == "regression" and options.method == "sqp" and options.batch_size is not None:
-        return {"momentum": 0.0}
     if options.task != "regression" or options.method != "lagrangian":
         return {}
     update = dict(options.engine_params or {}).get("dual_update", "signed")

@@ -277,7 +277,7 @@ def test_configs_validate_and_minmax(tiny):
     assert [m.hyperparameter for m in methods] == ["lambda", "delta"] and grid == {"penalty": [2.0], "lagrangian": [0.7]}
     assert methods[0].weight_for(2.0) == 0.5 and methods[0].engine == "sqp"
     assert len(list(methods[0].model(3, 0).parameters())) == 2 and len(list(methods[1].model(3, 0).parameters())) == 4
-    bad = {"data": {"dataset": "adult"}, "methods": [{"kind": "sqp", "constraint": "di:sex:0.8", "nesterov": True}]}
+    bad = {"data": {"dataset": "adult"}, "methods": [{"kind": "sqp", "constraint": "di:sex:0.8", "momentum": 0.9}]}
     with pytest.raises(ValueError, match="engine_options"):
         build_methods(load_config(bad))
     scaled = minmax_sensitive(tiny, ["age"])

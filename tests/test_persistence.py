@@ -248,7 +248,6 @@ def test_history_round_trip(tmp_path):
     {"lr_schedule": False},
     {"lr_schedule": True, "lr": 5.0, "lr_kmin": 2, "lr_interval": 1},  # the schedule cuts beta mid-run
     {"batch_size": 200, "constraint_batch": "balanced"},
-    {"batch_size": 50},  # snapshot constraints and Adam steps (the first moment is part of the state)
     {"step": "adaptive"},
 ])
 def test_sqp_resume_is_bit_identical(tmp_path, adult, options):
@@ -282,7 +281,6 @@ def test_sqp_resume_is_bit_identical(tmp_path, adult, options):
         assert [r[key] for r in joined] == [r[key] for r in whole], key
     assert second.history[-1] == full.history[-1]  # the same returned model, described the same way
     assert engine.state_ == full_engine.state_
-    assert torch.equal(engine.state_.m, full_engine.state_.m) and torch.equal(engine.state_.v, full_engine.state_.v)
     if options.get("lr_schedule"):
         assert full_engine.state_.beta < options["lr"]  # the schedule acted within the run
 

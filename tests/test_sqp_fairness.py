@@ -185,45 +185,26 @@ def _exact_di(model, data):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_minibatch_default_meets_the_bound_on_all_rows(adult_small, seed):
-    """Mini-batch 300, 10 epochs, constraints from full-data snapshots ("auto"): the
+    """Mini-batch 300, 8 epochs, constraints from full-data snapshots ("auto"): the
     full-batch end-game returns a model that meets DI >= 0.8 on ALL training rows, and the
     reported feasibility agrees with a recomputation from the model."""
     model = fairopt.models.mlp(adult_small.n_features, hidden=(8,), seed=seed)
     c = DisparateImpact("sex", delta=0.8, surrogate=fairopt.surrogates.Sigmoid(scale=1.0))
-    engine = StochasticSQP(epochs=10, batch_size=300, seed=seed)
+    engine = StochasticSQP(epochs=8, batch_size=300, seed=seed)
     result = engine.fit(model, adult_small, constraints=[c])
-    assert engine.constraint_mode(full_batch=False) == "snapshot" and engine.schedule_for(False) == "none"
-    assert engine.adam_steps_ and (engine.lr_, engine.momentum_, engine.hessian_shift_) == (0.01, 0.9, 1e-8)
+    assert engine.constraint_mode(full_batch=False) == "snapshot" and engine.schedule_for(False) == "rsqrt"
     phases = [r.get("phase", "stochastic") for r in result.history.records if r["qp_status"] != "final"]
-    assert phases.count("stochastic") + result.info["restarts"] == 10 * 10 and "polish" in phases
+    assert phases.count("stochastic") + result.info["restarts"] == 8 * 10 and "polish" in phases
     di = _exact_di(model, adult_small)
     assert di >= 0.8 - 1e-9, di
     assert result.info["feasible"] and result.status in ("converged", "not_stationary")
     assert result.history[-1]["V_exact"] == pytest.approx(result.info["violation"])
-    # Adam steps: a constant step lr = 0.01
-    stochastic = [r for r in result.history.records if r.get("phase", "stochastic") == "stochastic"
-                  and r["qp_status"] != "final"]
-    if result.info["restarts"] == 0:
-        assert all(r["beta"] == 0.01 for r in stochastic)
-
-
-def test_minibatch_linear_model_keeps_the_gradient_step(adult_small):
-    """A linear model on mini-batches takes the gradient step (no Adam steps): lr 0.5, no momentum,
-    shift 0.05 and the "rsqrt" schedule ``beta_k = lr / sqrt(1 + k / (4 K))``, K = 10 steps per
-    epoch; the end-game still meets the bound on all rows."""
-    model = fairopt.models.linear(adult_small.n_features, seed=0)
-    c = DisparateImpact("sex", delta=0.8, surrogate=fairopt.surrogates.Sigmoid(scale=1.0))
-    engine = StochasticSQP(epochs=4, batch_size=300, seed=0)
-    result = engine.fit(model, adult_small, constraints=[c])
-    assert not engine.adam_steps_ and engine.schedule_for(False) == "rsqrt"
-    assert (engine.lr_, engine.momentum_, engine.hessian_shift_) == (0.5, 0.0, 0.05)
-    assert engine.state_.m.numel() == 0
+    # rsqrt schedule: beta_k = lr / sqrt(1 + k / (4 K)), K = 10 steps per epoch
     stochastic = [r for r in result.history.records if r.get("phase", "stochastic") == "stochastic"
                   and r["qp_status"] != "final"]
     if result.info["restarts"] == 0:
         for r in stochastic[:15]:
             assert r["beta"] == pytest.approx(0.5 / (1.0 + r["iteration"] / 40) ** 0.5)
-    assert _exact_di(model, adult_small) >= 0.8 - 1e-9
 
 
 def test_balanced_batches_stay_bounded(adult_small):

@@ -28,8 +28,7 @@ def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_pa
     """The content of :meth:`StochasticSQP.state_dict <solvers.sqp.StochasticSQP.state_dict>`:
     the engine state as a dict (:meth:`SQPState.to_dict <solvers.sqp.state.SQPState.to_dict>`),
     a copy of its Hessian accumulator ``v`` and the metric it belongs to (``hessian_``: a second
-    moment of the gradients for "adam" and "adagrad", a curvature for "gauss-newton"), a copy of
-    the first moment ``m`` of the mini-batch gradients (empty without momentum), the
+    moment of the gradients for "adam" and "adagrad", a curvature for "gauss-newton"), the
     sampling generator's state, the number of constraint rows, the last iterate and the
     tracker's best iterate."""
     return {
@@ -37,7 +36,6 @@ def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_pa
         "state": state.to_dict(),
         "hessian_v": state.v.detach().clone(),
         "hessian": metric,
-        "momentum_m": state.m.detach().clone(),
         "generator": generator.get_state(),
         "n_rows": int(n_rows),
         "last_params": last_params.clone(),
@@ -48,11 +46,10 @@ def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_pa
 
 
 def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_rows: int,
-                       metric: str = "adam", momentum: bool = False) -> SQPState:
-    """Check a :meth:`StochasticSQP.state_dict` checkpoint against this problem, this fit's
-    metric (a checkpoint without one is taken as "adam") and whether it keeps a first moment
-    (``momentum``; a checkpoint without one has none), load its Hessian accumulator into ``v``
-    and its generator state into ``gen``; return the state (holding ``v`` and the first moment)."""
+                       metric: str = "adam") -> SQPState:
+    """Check a :meth:`StochasticSQP.state_dict` checkpoint against this problem and this fit's
+    metric (a checkpoint without one is taken as "adam"), load its Hessian accumulator into ``v``
+    and its generator state into ``gen``; return the state (holding ``v``)."""
     if not isinstance(resume, dict) or resume.get("format") != CHECKPOINT_FORMAT:
         found = resume.get("format") if isinstance(resume, dict) else type(resume).__name__
         raise ValueError(f"resume: expected a StochasticSQP.state_dict() checkpoint (format {CHECKPOINT_FORMAT}), "
@@ -71,25 +68,15 @@ def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_row
     if saved_metric != metric:
         raise ValueError(f"resume: the checkpoint's accumulator belongs to the {saved_metric!r} metric, this fit "
                          f"uses {metric!r} (set hessian= to the checkpoint's metric)")
-    saved_m = resume.get("momentum_m")
-    has_m = isinstance(saved_m, torch.Tensor) and saved_m.numel() > 0
-    if has_m != momentum:
-        raise ValueError(f"resume: the checkpoint was taken {'with' if has_m else 'without'} momentum, this fit "
-                         f"uses {'some' if momentum else 'none'} (set momentum= as in the checkpoint's fit)")
-    if has_m and saved_m.numel() != v.numel():
-        raise ValueError(f"resume: the checkpoint's first moment has {saved_m.numel()} entries but the model has "
-                         f"{v.numel()} trainable parameters")
     if resume.get("n_rows") != n_rows:
         raise ValueError(f"resume: the checkpoint was taken with {resume.get('n_rows')!r} constraint rows, "
                          f"these constraints have {n_rows}")
     if not bool((torch.isfinite(hv) & (hv >= 0)).all()):
         raise ValueError("resume: the checkpoint's Hessian accumulator has negative or non-finite entries")
-    if has_m and not bool(torch.isfinite(saved_m).all()):
-        raise ValueError("resume: the checkpoint's first moment has non-finite entries")
     v.copy_(hv.reshape(-1).to(v.dtype))
     gen.set_state(resume["generator"].clone())
     try:
-        return SQPState.from_dict(state, v, saved_m.reshape(-1).to(v.dtype).clone() if has_m else None)
+        return SQPState.from_dict(state, v)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
 

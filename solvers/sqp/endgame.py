@@ -43,7 +43,7 @@ class EndgameOptions(StepOptions, Protocol):
     (:class:`solvers.sqp.StochasticSQP` has them)."""
 
     polish_iterations: int
-    lr_: float
+    lr: float
     calibrate_exact: bool
     calibration_weight: float
     tol: float
@@ -117,10 +117,7 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     """Full-batch end-game (``polish_iterations``) of a mini-batch run, or of a full-batch run
     that ends outside the bounds (``limit``, :func:`polish_last`).
 
-    Starts from the tail average of the last epoch when it is finite (``tail``; None: from the
-    last iterate, as after Adam steps: with a constant step their last epoch wanders along the
-    network's valley, and the average of its weights, not a point of that path, needed more polish
-    iterations, ``benchmarks/results/solver_notes.md``), runs full-data SQP
+    Starts from the tail average of the last epoch when it is finite, runs full-data SQP
     iterations on copies of the engine state (``tau``, ``xi``, ``beta``, the Hessian
     accumulator), offers every iterate to ``tracker`` and stops at a feasible KKT point.
     The exact rows are step functions of the outputs, so a smooth step that meets the
@@ -154,7 +151,7 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     params, lower, upper = problem.params, problem.lower, problem.upper
     st = state.copy()
     if limit is not None:
-        st.beta = float(options.lr_)
+        st.beta = float(options.lr)
     if tail is not None and tail.count:
         average = tail.mean()
         if bool(torch.isfinite(average).all()):

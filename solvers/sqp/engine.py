@@ -39,9 +39,8 @@ from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
 
-__all__ = ["ADAM_LR", "ADAM_MIN_STEPS", "ADAM_MOMENTUM", "ADAM_SHIFT", "CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT",
-           "GAUSS_NEWTON_SHIFT", "LR", "MINIBATCH_MIN_EPOCHS", "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions",
-           "StochasticSQP", "auto_epochs"]
+__all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT", "MINIBATCH_MIN_EPOCHS",
+           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions", "StochasticSQP", "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -57,15 +56,6 @@ MINIBATCH_SHIFT = 0.05
 #: (a column's curvature is its frequency times ``p (1 - p)``: the shift bounds the step of a column
 #: too rare to have curvature).
 GAUSS_NEWTON_SHIFT = 0.01
-#: ``lr="auto"``: the initial learning rate, and Adam steps' (a mini-batch fit of a network,
-#: :meth:`StochasticSQP.adam_steps_`) learning rate, momentum and shift (``SQPOptions.momentum``).
-LR = 0.5
-ADAM_LR = 0.01
-ADAM_MOMENTUM = 0.9
-ADAM_SHIFT = 1e-8
-#: The fewest mini-batch steps a fit plans for Adam steps: each moves a parameter by about ``ADAM_LR``,
-#: so a shorter run (ten epochs of four batches) ends where it started, and takes the gradient step.
-ADAM_MIN_STEPS = 100
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool) -> int:
@@ -131,15 +121,6 @@ class StochasticSQP:
         full-batch fit of a linear model with a named loss, else "adam").
     hessian_shift_ : float
         The shift ``mu`` of that metric.
-    adam_steps_ : bool
-        Whether the last fit took Adam steps: a mini-batch fit of a recognised network (two or
-        more ``nn.Linear`` layers, as :func:`fairopt.models.mlp`) under the "adam" metric that
-        plans at least :data:`ADAM_MIN_STEPS` steps (or resumes a checkpoint of such a fit), which resolves the "auto" ``lr_``, ``momentum_``, ``hessian_shift_`` and
-        learning-rate schedule to Adam's (:class:`~solvers.sqp.options.SQPOptions`, ``momentum``).
-    lr_ : float
-        The initial learning rate, ``lr`` with "auto" resolved.
-    momentum_ : float
-        The first-moment decay of mini-batch steps, ``momentum`` with "auto" resolved.
     epochs_ : int
         The epochs of the last fit, ``epochs`` with "auto" resolved.
     state_ : SQPState
@@ -294,18 +275,16 @@ class StochasticSQP:
         mode = self.constraint_mode(full_batch, cons) if m else "full"
         steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
         self._minibatch = not full_batch  # resolves hessian_shift_
-        self.epochs_ = auto_epochs(steps_per_epoch, full_batch) if self.epochs == "auto" else int(self.epochs)
         self._resolve_metric(problem, full_batch, named_loss)
-        self._resolve_adam_steps(full_batch, self.epochs_ * steps_per_epoch, resume)
         v = torch.zeros(sum(p.numel() for p in problem.params), dtype=problem.params[0].dtype)
         if resume is not None:
-            state = restore_checkpoint(resume, v, gen, m, self.hessian_, self.momentum_ > 0)
+            state = restore_checkpoint(resume, v, gen, m, self.hessian_)
         else:
-            state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=self.lr_, v=v,
-                             m=torch.zeros_like(v) if self.momentum_ > 0 else torch.zeros(0))
+            state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr), v=v)
         state.start_iteration = state.iteration
         self.state_ = state
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
+        self.epochs_ = auto_epochs(steps_per_epoch, full_batch) if self.epochs == "auto" else int(self.epochs)
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
         if resume is not None:
             resume_iterates(resume, problem.params, tracker)
@@ -330,9 +309,7 @@ class StochasticSQP:
         """One epoch of steps; the status that ends training, or None to go on."""
         state = run.state
         merits, fs, Vs = [], [], []
-        # the polish of a mini-batch run starts from the last epoch's average iterate; after Adam steps,
-        # from the last iterate (endgame.polish)
-        run.tail = TailAverage(run.problem.params) if not run.full_batch and not self.adam_steps_ else None
+        run.tail = TailAverage(run.problem.params) if not run.full_batch else None
         for step_in_epoch, idx in enumerate(minibatches(run.n, self.batch_size, run.generator, run.steps)):
             outcome = self._step(run, epoch, step_in_epoch, idx)
             if isinstance(outcome, str):
@@ -381,7 +358,7 @@ class StochasticSQP:
         data, m = p.data, int(p.lower.numel())
         obj_batch, con_batch = self._batches(run, idx)
         if run.schedule == "rsqrt":
-            state.beta = rsqrt_beta(state, self.lr_, run.steps_per_epoch)
+            state.beta = rsqrt_beta(state, self.lr, run.steps_per_epoch)
         on_all_rows = obj_batch is data and (m == 0 or con_batch is data)
         rows = None
         if screen is not None and on_all_rows and state.last_kkt > 10.0 * self.tol:
@@ -481,46 +458,20 @@ class StochasticSQP:
         return der
 
     def schedule_for(self, full_batch: bool) -> str:
-        """``lr_schedule`` resolved: "auto" is "plateau" in full-batch mode, "none" for Adam steps
-        (:attr:`adam_steps_`), else "rsqrt"."""
+        """``lr_schedule`` resolved: "auto" is "plateau" in full-batch mode, else "rsqrt"."""
         kind = self.schedule_
         if kind != "auto":
             return kind
-        if full_batch:
-            return "plateau"
-        return "none" if self.adam_steps_ else "rsqrt"
-
-    @property
-    def adam_steps_(self) -> bool:
-        """Whether the last :meth:`fit` took Adam steps (:meth:`_resolve_adam_steps`); False before
-        the first."""
-        return bool(getattr(self, "_adam_steps", False))
-
-    @property
-    def lr_(self) -> float:
-        """``lr`` resolved: "auto" is :data:`ADAM_LR` for Adam steps, else :data:`LR`."""
-        if self.lr != "auto":
-            return float(self.lr)
-        return ADAM_LR if self.adam_steps_ else LR
-
-    @property
-    def momentum_(self) -> float:
-        """``momentum`` resolved: "auto" is :data:`ADAM_MOMENTUM` for Adam steps, else 0."""
-        if self.momentum != "auto":
-            return float(self.momentum)
-        return ADAM_MOMENTUM if self.adam_steps_ else 0.0
+        return "plateau" if full_batch else "rsqrt"
 
     @property
     def hessian_shift_(self) -> float:
         """``hessian_shift`` resolved: "auto" is :data:`GAUSS_NEWTON_SHIFT` for the Gauss-Newton
-        metric, :data:`ADAM_SHIFT` for Adam steps, else :data:`MINIBATCH_SHIFT` in a mini-batch fit
-        and :data:`FULL_BATCH_SHIFT`."""
+        metric, else :data:`MINIBATCH_SHIFT` in a mini-batch fit and :data:`FULL_BATCH_SHIFT`."""
         if self.hessian_shift != "auto":
             return float(self.hessian_shift)
         if self.hessian_ == "gauss-newton":
             return GAUSS_NEWTON_SHIFT
-        if self.adam_steps_:
-            return ADAM_SHIFT
         return MINIBATCH_SHIFT if getattr(self, "_minibatch", False) else FULL_BATCH_SHIFT
 
     @property
@@ -621,18 +572,6 @@ class StochasticSQP:
             der.curvature = partial(gauss_newton_diagonal, curvature, loss_fn, obj_batch, self.chunk_rows, params)
         return der
 
-    def _resolve_adam_steps(self, full_batch: bool, planned_steps: int, resume: dict | None) -> None:
-        """Set :attr:`adam_steps_`: a mini-batch fit under the "adam" metric of a network the engine
-        recognises (two or more ``nn.Linear`` layers) that plans at least :data:`ADAM_MIN_STEPS`
-        steps, unless ``momentum=0`` turns them off (``SQPOptions.momentum``). A resumed fit continues with the steps of its checkpoint
-        (Adam's when it holds a first moment), whatever its own number of steps."""
-        network = not full_batch and self._layers > 1 and self.hessian_ == "adam" and self.momentum != 0
-        if resume is not None and isinstance(resume, dict):
-            saved = resume.get("momentum_m")
-            self._adam_steps = network and isinstance(saved, torch.Tensor) and saved.numel() > 0
-        else:
-            self._adam_steps = network and planned_steps >= ADAM_MIN_STEPS
-
     def _resolve_metric(self, problem: FitProblem, full_batch: bool, named_loss: bool) -> None:
         """Set the fit's metric (``hessian_``) and the model behind the Gauss-Newton one
         (:func:`solvers.curvature.curvature_model`). ``hessian="auto"``: "gauss-newton" for a
@@ -643,22 +582,22 @@ class StochasticSQP:
         coefficient; for a network it leaves out the coupling of the layers, and the small
         curvature of hidden units makes its raw steps far longer than the trust region, which
         then sets them (``benchmarks/results/solver_notes.md``). An explicit "gauss-newton" on a
-        model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``.
-        Also counts the model's ``nn.Linear`` layers for :meth:`_resolve_adam_steps`."""
+        model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
-        recognised = curvature_model(problem.model, problem.params)
-        self._layers = 0 if recognised is None else len(recognised.network.layers)
         if self.hessian == "auto":
-            linear = self._layers == 1
-            self._hessian = "gauss-newton" if linear and full_batch and named_loss and not parallel else "adam"
-            self._curvature = recognised if self._hessian == "gauss-newton" else None
+            recognised = (curvature_model(problem.model, problem.params)
+                          if full_batch and named_loss and not parallel else None)
+            if recognised is not None and len(recognised.network.layers) != 1:
+                recognised = None  # a network: the gradient metric (docstring)
+            self._hessian = "adam" if recognised is None else "gauss-newton"
+            self._curvature = recognised
             return
         self._curvature = None
         if self.hessian != "gauss-newton":
             return
         if parallel:
             raise ValueError("hessian='gauss-newton' is not available in a data-parallel fit; use 'adam'")
-        self._curvature = recognised
+        self._curvature = curvature_model(problem.model, problem.params)
         if self._curvature is None:
             raise ValueError("hessian='gauss-newton' needs a feed-forward network the engine recognises "
                              "(nn.Linear layers and elementwise activations ending in one output, all of its "

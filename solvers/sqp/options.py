@@ -30,9 +30,8 @@ class SQPOptions:
         Passes over the training data. "auto": 500 full-batch epochs (the paper's experiments); with
         mini-batches enough epochs for 500 steps, between 10 and 500 (:func:`auto_epochs`). The
         resolved number is ``epochs_`` after :meth:`fit`.
-    lr : float or "auto", default "auto"
-        Initial learning rate ``beta_0``. "auto": 0.01 for Adam steps (below), else 0.5 (the
-        paper's experiments); the resolved value is ``lr_``.
+    lr : float, default 0.5
+        Initial learning rate ``beta_0`` (the paper's experiments: 0.5).
     batch_size : int or None, default None
         Rows per objective mini-batch; None means full-batch gradients.
     constraint_batch : {"auto", "full", "snapshot", "batch", "balanced"}, default "auto"
@@ -65,7 +64,7 @@ class SQPOptions:
         ``alpha``); ``v = 0`` at feasible iterates, and the merit and step rules still use ``d``.
         Composite-step SQP (Byrd-Omojokun) on top of [SQP] Alg. 1; False gives the paper's step.
     lr_schedule : {"auto", "plateau", "rsqrt", "paper", "none"}, default "auto"
-        "auto": "plateau" in full-batch mode, "none" for Adam steps, else "rsqrt". "rsqrt":
+        "auto": "plateau" in full-batch mode, "rsqrt" with mini-batches. "rsqrt":
         ``beta_k = lr / sqrt(1 + k / (4 K))``, ``K`` steps per epoch (the diminishing steps of [SQP]
         Thm 3.1; :data:`solvers.sqp.schedules.RSQRT_EPOCHS`). "plateau": ``beta *= lr_decay`` when the
         merit ``tau f + V`` (epoch means) has reached no new best for ``lr_patience`` epochs, never
@@ -74,7 +73,7 @@ class SQPOptions:
     polish_iterations : int, default 50
         End-game of a mini-batch run: up to this many full-batch SQP iterations on all rows (exact
         calibration, feasibility restoration, a diminishing step), from the average of the last
-        epoch's iterates (Polyak tail average; after Adam steps, ``momentum``, from the last iterate); up to four times this many while an
+        epoch's iterates (Polyak tail average); up to four times this many while an
         infeasible iterate still approaches the bounds. Every polish iterate is a candidate for the
         returned model; it stops at a feasible KKT point and leaves :meth:`state_dict` untouched.
         A full-batch run polishes its last iterate only when it ends without a good feasible one,
@@ -119,37 +118,10 @@ class SQPOptions:
         ``benchmarks/results/solver_notes.md``.
     beta2 : float, default 0.999
         Decay of the Adam-type second moment.
-    momentum : float or "auto", default "auto"
-        Decay ``beta1`` in [0, 1) of the first moment ``m <- beta1 m + (1 - beta1) g`` of the
-        mini-batch objective gradient, whose bias-corrected value ``m / (1 - beta1^t)`` replaces
-        ``g`` in the QP and the merit of a mini-batch step (full-data steps keep their exact
-        gradient); with ``momentum > 0`` the second moment is bias-corrected too,
-        ``v / (1 - beta2^t)`` (``t`` the iteration, from 1). "auto": 0.9 for Adam steps, else 0
-        (the batch gradient itself); the resolved value is ``momentum_``.
-
-        **Adam steps.** A mini-batch fit of a feed-forward network the engine recognises with two
-        or more ``nn.Linear`` layers (:func:`fairopt.models.mlp`; other models keep the gradient
-        step) under the "adam" metric, planning at least :data:`~solvers.sqp.engine.ADAM_MIN_STEPS`
-        (100) steps (``epochs_`` times the batches per epoch; a resumed fit continues with the
-        steps of its checkpoint) and not told ``momentum=0`` (which turns them off: the gradient
-        step below, with the other settings' own "auto" values), takes, where these settings are "auto", the steps of Adam
-        (Kingma and Ba, ICLR 2015): ``lr`` 0.01, ``momentum`` 0.9, ``hessian_shift`` 1e-8 and a
-        constant step (``lr_schedule`` "none"), so that an unconstrained step is Adam's
-        ``-lr m_hat / sqrt(v_hat + mu)`` and a constrained one is the QP's under the same metric
-        and gradient. On a network every parameter then moves by about ``lr`` per step whatever
-        the scale of its gradient, where the gradient step ``lr g / sqrt(v + 0.05)`` of the
-        other mini-batch fits is plain gradient descent for the small gradients of hidden
-        units. A shorter run keeps the gradient step: at about ``lr`` per step, 100 steps move a
-        parameter by at most about 1 (ten epochs of four batches ended short of the full batch's
-        accuracy). A linear model keeps the gradient step too: Adam's was worse there on the same grid
-        (5 data sets x 2 batch sizes x 9 seeds of ``benchmarks/sqp_stochastic.py --grid``;
-        the figures: ``benchmarks/results/solver_notes.md``).
     hessian_shift : float or "auto", default "auto"
         ``mu`` in ``h = sqrt(v + mu)``; "auto": :data:`FULL_BATCH_SHIFT` (0.3) in full-batch mode,
         :data:`MINIBATCH_SHIFT` (0.05) with mini-batches, whose ``v`` also holds the gradient's
-        sampling variance, :data:`ADAM_SHIFT` (1e-8) for Adam steps (``momentum`` above; their
-        bias-corrected ``v`` is no longer small at the first steps), and :data:`GAUSS_NEWTON_SHIFT`
-        (0.01, in units of curvature) for
+        sampling variance, and :data:`GAUSS_NEWTON_SHIFT` (0.01, in units of curvature) for
         ``h = G + mu`` under the Gauss-Newton metric; the resolved value is ``hessian_shift_``. A
         large shift (the authors' code: 100) makes ``h`` nearly constant, plain gradient descent
         that under-optimises; a small one lets early steps, before ``v`` builds up, reach
@@ -194,7 +166,7 @@ class SQPOptions:
     """
 
     epochs: int | str = "auto"
-    lr: float | str = "auto"
+    lr: float = 0.5
     batch_size: int | None = None
     constraint_batch: str = "auto"
     constraint_batch_size: int | None = None
@@ -209,7 +181,6 @@ class SQPOptions:
     calibration_weight: float = 0.2
     hessian: str = "auto"
     beta2: float = 0.999
-    momentum: float | str = "auto"
     hessian_shift: float | str = "auto"
     sigma: float = 0.1
     epsilon: float = 1e-2
@@ -252,10 +223,7 @@ class SQPOptions:
         positive_int(self.polish_iterations, "polish_iterations", allow_zero=True)
         for name in ("feasibility_restoration", "calibrate_exact", "screen_rows"):
             check_flag(getattr(self, name), name)
-        if self.lr != "auto":
-            positive_float(self.lr, "lr")
-        if self.momentum != "auto":
-            check_interval(self.momentum, "momentum", 0.0, 1.0, closed="left")
+        positive_float(self.lr, "lr")
         for name in ("batch_size", "constraint_batch_size"):
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name, allow_integral_float=True)

@@ -29,7 +29,7 @@ logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine pac
 class ScheduleOptions(Protocol):
     """The engine options the schedules read (:class:`solvers.sqp.StochasticSQP` has them)."""
 
-    lr_: float
+    lr: float
     lr_patience: int
     lr_decay: float
     lr_floor: float
@@ -69,7 +69,7 @@ def plateau(state: SQPState, f: float, V: float, epoch: int, options: ScheduleOp
         state.plateau_best, state.plateau_wait = [f, V], 0
         return
     state.plateau_wait += 1
-    floor = options.lr_floor * float(options.lr_)
+    floor = options.lr_floor * float(options.lr)
     if state.plateau_wait >= options.lr_patience and state.beta > floor:
         state.beta = max(floor, state.beta * options.lr_decay)
         state.plateau_wait = 0

@@ -28,7 +28,7 @@ class ScreenMemory:
 
 #: ``SQPState`` fields that are not part of a checkpoint: the Hessian accumulator (saved on its
 #: own as ``hessian_v``) and the first iteration of the current ``fit`` call.
-_NOT_SAVED = ("v", "m", "start_iteration")
+_NOT_SAVED = ("v", "start_iteration")
 
 
 @dataclass
@@ -41,9 +41,8 @@ class SQPState:
     ``plateau_wait`` of "plateau"); counters ``iteration``, ``epochs_done``, ``restarts``; the
     trust region's ``recent_steps``; the last stationarity residual ``last_kkt``; the first
     all-rows objective ``f_first`` (divergence guard); the calibration ``offset`` of the working
-    bounds; the row screen's ``screen``; the Hessian accumulator ``v`` of ``H = diag(sqrt(v + mu))``,
-    the first moment ``m`` of the mini-batch gradients (empty without momentum) and, after the fit,
-    ``final_kkt`` and ``final_violation``.
+    bounds; the row screen's ``screen``; the Hessian accumulator ``v`` of ``H = diag(sqrt(v + mu))``
+    and, after the fit, ``final_kkt`` and ``final_violation``.
     """
 
     tau: float
@@ -69,13 +68,12 @@ class SQPState:
     final_kkt: float | None = None
     final_violation: float | None = None
     v: torch.Tensor = field(default_factory=lambda: torch.zeros(0), repr=False, compare=False)
-    m: torch.Tensor = field(default_factory=lambda: torch.zeros(0), repr=False, compare=False)
     start_iteration: int = field(default=0, compare=False)
 
     def copy(self) -> SQPState:
-        """An independent copy (lists and the accumulators ``v``, ``m`` copied too), for a phase that
-        must leave this state as it was (the polish)."""
-        return dataclasses.replace(self, recent_steps=list(self.recent_steps), v=self.v.clone(), m=self.m.clone(),
+        """An independent copy (lists and the accumulator ``v`` copied too), for a phase that must
+        leave this state as it was (the polish)."""
+        return dataclasses.replace(self, recent_steps=list(self.recent_steps), v=self.v.clone(),
                                    screen=dataclasses.replace(self.screen) if self.screen is not None else None)
 
     def to_dict(self) -> dict:
@@ -86,9 +84,9 @@ class SQPState:
         return out
 
     @classmethod
-    def from_dict(cls, saved: dict, v: torch.Tensor, m: torch.Tensor | None = None) -> SQPState:
-        """The state of a checkpoint's ``state`` dict (:meth:`to_dict`) with the accumulators ``v`` and
-        ``m`` (None: empty); keys it does not know raise ``ValueError``."""
+    def from_dict(cls, saved: dict, v: torch.Tensor) -> SQPState:
+        """The state of a checkpoint's ``state`` dict (:meth:`to_dict`) with the accumulator ``v``;
+        keys it does not know raise ``ValueError``."""
         unknown = sorted(set(saved) - set(CHECKPOINT_FIELDS))
         if unknown:
             raise ValueError(f"unknown entries {unknown}")
@@ -96,10 +94,10 @@ class SQPState:
         screen = values.get("screen")
         values["screen"] = ScreenMemory(**screen) if isinstance(screen, dict) else None
         values["recent_steps"] = list(values.get("recent_steps") or ())
-        return cls(**values, v=v, m=torch.zeros(0) if m is None else m)
+        return cls(**values, v=v)
 
 
-#: Names a checkpoint's ``state`` may hold (every field of :class:`SQPState` but ``v``, ``m`` and
+#: Names a checkpoint's ``state`` may hold (every field of :class:`SQPState` but ``v`` and
 #: ``start_iteration``).
 CHECKPOINT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SQPState) if f.name not in _NOT_SAVED)
 

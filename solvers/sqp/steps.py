@@ -8,7 +8,7 @@ import math
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import torch
@@ -18,7 +18,7 @@ from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_NORMAL
 from solvers.qp import QPResult, diagonal_qp, least_violation_bounds
 from solvers.sqp.state import SQPState
 
-__all__ = ["Direction", "GAUSS_NEWTON_DECAY", "first_moment_step", "GAUSS_NEWTON_EVERY", "GAUSS_NEWTON_FLOOR_SHIFT", "SQPWarning",
+__all__ = ["Direction", "GAUSS_NEWTON_DECAY", "GAUSS_NEWTON_EVERY", "GAUSS_NEWTON_FLOOR_SHIFT", "SQPWarning",
            "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step", "calibrate", "cap_norm",
            "hessian_diag", "lipschitz", "normal_step", "qp_direction", "recent_radius", "RelaxationNotices",
            "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region",
@@ -50,7 +50,6 @@ class StepOptions(Protocol):
 
     hessian_: str
     beta2: float
-    momentum_: float
     hessian_shift_: float
     sigma: float
     epsilon: float
@@ -82,9 +81,7 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
     true_lower, true_upper = bounds if bounds is not None else working
     first = state.iteration == 0
     h = hessian_diag(der.g, state.v, first, options, der.curvature,
-                     refresh=first or state.iteration % GAUSS_NEWTON_EVERY == 0, t=state.iteration + 1)
-    if stochastic and options.momentum_ > 0:
-        der = first_moment_step(der, state, options.momentum_)
+                     refresh=first or state.iteration % GAUSS_NEWTON_EVERY == 0)
     m = int(der.c.numel())
     g64, h64 = der.g.to(torch.float64), h.to(torch.float64)
     J64 = der.J.to(torch.float64)  # once for the QP, the restoration step and the checks below
@@ -223,25 +220,10 @@ def total_violation(c: list[float], lower: list[float], upper: list[float]) -> f
     return sum(_row_violations(c, lower, upper))
 
 
-def first_moment_step(der: Derivatives, state: SQPState, beta1: float) -> Derivatives:
-    """``der`` with its gradient replaced by Adam's bias-corrected first moment ``m / (1 - beta1^t)``
-    after ``m <- beta1 m + (1 - beta1) g`` (``m`` in ``state``, zero before the first step; ``t`` the
-    iteration, from 1): the direction of a mini-batch step averages the batch gradients of the last
-    ``1 / (1 - beta1)`` steps (``SQPOptions.momentum``)."""
-    g = der.g.detach()
-    if state.m.numel() != g.numel():
-        state.m = torch.zeros_like(g)
-    state.m.mul_(beta1).add_(g, alpha=1.0 - beta1)
-    return replace(der, g=state.m / (1.0 - beta1 ** (state.iteration + 1)))
-
-
 def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOptions,
-                 curvature: Callable[[], torch.Tensor] | None = None, refresh: bool = True,
-                 t: int = 0) -> torch.Tensor:
+                 curvature: Callable[[], torch.Tensor] | None = None, refresh: bool = True) -> torch.Tensor:
     """The QP's diagonal metric ``h`` after updating ``v`` in place: ``h = sqrt(v + mu)`` with Adam
-    ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2) g^2`` at the first step; with momentum, ``momentum_ > 0``,
-    Adam's bias-corrected ``h = sqrt(v / (1 - b2^t) + mu)`` at iteration ``t >= 1``) or AdaGrad
-    ``v += g^2``; or
+    ``v <- b2 v + (1 - b2) g^2`` (``(1 - b2) g^2`` at the first step) or AdaGrad ``v += g^2``; or
     ``h = v + mu`` with ``v <- b v + (1 - b) G``, ``b = GAUSS_NEWTON_DECAY`` (``G`` at the first step),
     ``G = curvature()`` the Gauss-Newton diagonal of the objective batch
     (:func:`solvers.curvature.gauss_newton_diagonal`), updated only when ``refresh`` (every
@@ -266,8 +248,6 @@ def hessian_diag(g: torch.Tensor, v: torch.Tensor, first: bool, options: StepOpt
         torch.mul(g, g, out=v).mul_(1.0 - options.beta2)
     else:
         v.mul_(options.beta2).addcmul_(g, g, value=1.0 - options.beta2)
-    if options.hessian_ == "adam" and options.momentum_ > 0 and t >= 1:
-        return torch.add(v / (1.0 - options.beta2 ** t), options.hessian_shift_).sqrt_()
     return torch.add(v, options.hessian_shift_).sqrt_()
 
 
