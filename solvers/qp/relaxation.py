@@ -31,7 +31,7 @@ from solvers.qp.active_set import solve_space
 from solvers.qp.lp import (LeastViolationWarning, LPFailure, box_still_binding_message, least_violation_point,
                            range_basis, row_violation)
 from solvers.qp.results import RelaxedBounds
-from solvers.qp.solve import PRIMAL_SLACK, check_options, pick_method, step_from_multipliers
+from solvers.qp.solve import PRIMAL_SLACK, check_options, dual_iterations, pick_method, step_from_multipliers
 from solvers.qp.space import NUMPY_DTYPES, Inputs, Space, build_space, validate_inputs
 
 __all__ = ["least_violation_bounds"]
@@ -84,7 +84,7 @@ def _least_norm_step(
     """Step 3 (module docstring): the least ``H``-norm step in the box, or the LP point's step."""
     lp_step = -step_from_multipliers(inputs, target.y)  # g = 0, so J v = M y = w*
     box = build_space(inputs, box_lo, box_hi, space.tol)
-    sol = solve_space(box, pick_method("active_set", box), rank_tol, 50 + 20 * box.m)
+    sol = solve_space(box, pick_method("active_set", box), rank_tol, dual_iterations(box))
     if sol.y is None:
         logger.debug("least-norm step in the relaxed box failed (%s); using the LP point", sol.status)
         return lp_step

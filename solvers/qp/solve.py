@@ -81,6 +81,13 @@ def _assemble(
 PRIMAL_SLACK = 1e-7
 #: Factor by which :func:`_checked_step` tightens ``tol`` for its second m-space solve.
 REFINED_TOL_FACTOR = 1e-2
+#: OSQP's iteration cap when ``max_iter`` is None.
+OSQP_DEFAULT_ITERATIONS = 200_000
+
+
+def dual_iterations(space: Space, max_iter: int | None = None) -> int:
+    """The dual method's iteration cap: ``max_iter``, or ``50 + 20 m`` for the ``m`` rows of ``space``."""
+    return max_iter or 50 + 20 * space.m
 
 
 def _primal_step_feasible(inputs: Inputs, space: Space, d: np.ndarray) -> bool:
@@ -174,12 +181,12 @@ def diagonal_qp(
     inputs = validate_inputs(g, h, J, lo, hi)
     space = build_space(inputs, inputs.lo, inputs.hi, tol)
     if solver == "osqp":
-        out = solve_with_osqp(inputs, tol, max_iter or 200_000)
+        out = solve_with_osqp(inputs, tol, max_iter or OSQP_DEFAULT_ITERATIONS)
         if out.status != "optimal":
             return _failed(inputs, out.status, "osqp", out.iterations)
         active = active_from_multipliers(out.y, space.eq, tol)
         return _assemble(inputs, space, out.x, out.y, active, "osqp", out.iterations, rank_tol)
-    sol = solve_space(space, pick_method(solver, space), rank_tol, max_iter or 50 + 20 * space.m)
+    sol = solve_space(space, pick_method(solver, space), rank_tol, dual_iterations(space, max_iter))
     if sol.y is None:
         return _failed(inputs, sol.status, sol.method, sol.iterations)
     return _checked_step(inputs, space, sol, (tol, rank_tol), max_iter)
@@ -202,7 +209,7 @@ def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[floa
         return _assemble(inputs, space, d, sol.y, sol.active, sol.method, sol.iterations, rank_tol)
     iterations = sol.iterations
     refined = solve_space(build_space(inputs, inputs.lo, inputs.hi, tol * REFINED_TOL_FACTOR), sol.method,
-                          rank_tol, max_iter or 50 + 20 * space.m)
+                          rank_tol, dual_iterations(space, max_iter))
     iterations += refined.iterations
     if refined.y is not None:
         d = step_from_multipliers(inputs, refined.y)
@@ -210,7 +217,7 @@ def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[floa
             return _assemble(inputs, space, d, refined.y, refined.active, refined.method, iterations, rank_tol)
     if confirm_infeasible(space):
         return _failed(inputs, "infeasible", sol.method, sol.iterations)
-    out = solve_with_osqp(inputs, tol, max_iter or 200_000)
+    out = solve_with_osqp(inputs, tol, max_iter or OSQP_DEFAULT_ITERATIONS)
     if out.status == "optimal" and _primal_step_feasible(inputs, space, out.x):
         active = active_from_multipliers(out.y, space.eq, tol)
         return _assemble(inputs, space, out.x, out.y, active, "osqp", out.iterations, rank_tol)

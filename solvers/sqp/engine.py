@@ -574,15 +574,12 @@ class StochasticSQP:
 
     def _resolve_metric(self, problem: FitProblem, full_batch: bool, named_loss: bool) -> None:
         """Set the fit's metric (``hessian_``) and the model behind the Gauss-Newton one
-        (:func:`solvers.curvature.curvature_model`). ``hessian="auto"``: "gauss-newton" for a
-        full-batch, single-process fit of a linear model (one ``nn.Linear`` layer, its activation
-        and a fixed affine output allowed) with a named loss (:func:`solvers.losses.loss_name`:
-        "bce", "mse" or "poisson", also scaled or with an L2 penalty, whose curvature per row is
-        exact), else "adam". For a linear model the diagonal is the loss's own curvature per
-        coefficient; for a network it leaves out the coupling of the layers, and the small
-        curvature of hidden units makes its raw steps far longer than the trust region, which
-        then sets them (``benchmarks/results/solver_notes.md``). An explicit "gauss-newton" on a
-        model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
+        (:func:`solvers.curvature.curvature_model`). ``hessian="auto"`` follows the rule, and the
+        reasons, given under ``hessian`` in :class:`~solvers.sqp.options.SQPOptions`: "gauss-newton"
+        for a full-batch, single-process fit of a linear model (one ``nn.Linear`` layer, its
+        activation and a fixed affine output allowed) with a named loss
+        (:func:`solvers.losses.loss_name`), else "adam". An explicit "gauss-newton" on a model the
+        engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
         if self.hessian == "auto":
             recognised = (curvature_model(problem.model, problem.params)
