@@ -99,7 +99,7 @@ def test_model_outputs_of_a_plain_linear_layer(data):
 _ENGINES = {
     "sqp": lambda: StochasticSQP(epochs=15, hessian="adam"),
     "sqp_minibatch_balanced": lambda: StochasticSQP(epochs=3, batch_size=64, constraint_batch="balanced",
-                                                    polish_iterations=3),
+                                                    polish_iterations=3, hessian="adam"),
     "sqp_chunked": lambda: StochasticSQP(epochs=10, chunk_rows=70, hessian="adam"),
     "penalty": lambda: Penalty(epochs=15, lr=0.05, batch_size=100),
     "lagrangian": lambda: LagrangianDual(epochs=15, lr=0.05, batch_size=100),

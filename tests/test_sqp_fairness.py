@@ -123,7 +123,7 @@ def test_mini_batch_polish_step_diminishes(adult_small):
     """The polish step of a mini-batch run is ``beta / sqrt(1 + k / POLISH_DECAY)``, ``beta`` where
     training left it (the step recorded by the last training iteration), ``k`` the polish iteration."""
     _, result = _fit(adult_small, [DisparateImpact("sex", delta=0.8)], epochs=3, batch_size=500, seed=0,
-                     polish_iterations=12, tol=1e-9)  # no early KKT stop: the polish runs
+                     polish_iterations=12, tol=1e-9, hessian="adam")  # no early KKT stop: the polish runs
     records = [r for r in result.history.records if r["qp_status"] != "final"]
     trained = [r["beta"] for r in records if r.get("phase") != "polish"]
     polished = [r["beta"] for r in records if r.get("phase") == "polish"]
@@ -306,3 +306,34 @@ def test_stochastic_restoration_moves_no_farther_than_the_step():
         assert (1 - r["alpha"]) * r["norm_v"] <= r["alpha"] * r["norm_d"] * (1 + 1e-9)
     assert result.info["restarts"] == 0
     assert max(r["f"] for r in steps) < 2 * steps[0]["f"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_linear_mini_batch_run_is_polished_under_the_curvature_metric(adult_small, seed):
+    """hessian="auto" on mini-batches of a linear model: the training steps take the gradient metric,
+    the full-batch polish the Gauss-Newton one from ``lr`` (diminishing as any mini-batch polish), and
+    the run ends at a KKT point as good as the full-batch fit's (same loss within 0.002, same bound);
+    the checkpoint keeps the training phase's metric and accumulator."""
+    cons = [DisparateImpact("sex", delta=0.8)]
+    engine = StochasticSQP(batch_size=500, seed=seed)
+    model = fairopt.models.linear(adult_small.n_features, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = engine.fit(model, adult_small, loss="bce", constraints=cons)
+        full_model, full = _fit(adult_small, cons, epochs=300, seed=seed,
+                                model=fairopt.models.linear(adult_small.n_features, seed=seed))
+    assert (engine.hessian_, engine.polish_hessian_) == ("adam", "gauss-newton")
+    records = [r for r in result.history.records if r["qp_status"] != "final"]
+    polished = [r["beta"] for r in records if r.get("phase") == "polish"]
+    assert polished and polished[0] == engine.lr
+    np.testing.assert_allclose(polished, [engine.lr / np.sqrt(1.0 + k / POLISH_DECAY) for k in range(len(polished))],
+                               rtol=1e-12)
+    assert result.status == "converged"
+    with torch.no_grad():
+        losses = [float(torch.nn.functional.binary_cross_entropy_with_logits(m(adult_small.X).reshape(-1),
+                                                                              adult_small.y.float()))
+                  for m in (model, full_model)]
+    assert losses[0] <= losses[1] + 0.002, losses
+    assert disparate_impact(_hard(model, adult_small), adult_small.sensitive["sex"]) >= 0.795
+    saved = engine.state_dict()
+    assert saved["hessian"] == "adam"

@@ -6,6 +6,7 @@ checkpoint format have modules of their own."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -40,7 +41,8 @@ from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
 
 __all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT", "MINIBATCH_MIN_EPOCHS",
-           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions", "StochasticSQP", "auto_epochs"]
+           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "LINEAR_MINIBATCH_EPOCHS", "SQPOptions", "StochasticSQP",
+           "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -48,6 +50,10 @@ __all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS
 FULL_BATCH_EPOCHS = 500
 MINIBATCH_STEPS = 500
 MINIBATCH_MIN_EPOCHS = 10
+#: ``epochs="auto"`` with mini-batches for a model whose polish takes the Gauss-Newton metric (a
+#: linear model, :meth:`StochasticSQP.fit`): the epochs only bring the iterate near the optimum, the
+#: curvature-metric polish on all rows reaches it (:func:`auto_epochs`).
+LINEAR_MINIBATCH_EPOCHS = 2
 #: ``hessian_shift="auto"``: the shift ``mu`` of ``h = sqrt(v + mu)`` in full-batch mode and with
 #: mini-batches (see the parameter).
 FULL_BATCH_SHIFT = 0.3
@@ -58,15 +64,22 @@ MINIBATCH_SHIFT = 0.05
 GAUSS_NEWTON_SHIFT = 0.01
 
 
-def auto_epochs(steps_per_epoch: int, full_batch: bool) -> int:
+def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool = False) -> int:
     """Epochs of ``epochs="auto"``: ``FULL_BATCH_EPOCHS`` in full-batch mode; with mini-batches
     ``ceil(MINIBATCH_STEPS / K)`` for ``K`` steps per epoch, clipped to
     ``[MINIBATCH_MIN_EPOCHS, FULL_BATCH_EPOCHS]``: a mini-batch step costs a fraction of a
-    full-batch iteration, so as many steps as the full batch's iterations make the fit faster
-    than the full batch at the same accuracy (``benchmarks/results/estimator_minibatch.txt``),
-    and a small data set (few steps per epoch) gets the epochs it needs."""
+    full-batch iteration, so as many steps as the full batch's iterations make a network's fit
+    faster than the full batch at the same accuracy, and a small data set (few steps per epoch)
+    gets the epochs it needs. ``curvature_polish`` (a linear model, whose polish takes the
+    Gauss-Newton metric, :meth:`StochasticSQP.fit`): ``LINEAR_MINIBATCH_EPOCHS``. Its loss is
+    convex in the coefficients and a diagonal Newton step on all rows converges from near the
+    optimum in tens of iterations, so epochs past the first few only add time: two epochs and
+    the polish keep the full batch's accuracy in a fraction of 500 steps' time
+    (``benchmarks/results/estimator_minibatch.txt``, ``benchmarks/results/solver_notes.md``)."""
     if full_batch:
         return FULL_BATCH_EPOCHS
+    if curvature_polish:
+        return LINEAR_MINIBATCH_EPOCHS
     return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(MINIBATCH_STEPS / max(1, steps_per_epoch))))
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
@@ -119,6 +132,11 @@ class StochasticSQP:
     hessian_ : str
         The metric of the last fit, ``hessian`` with "auto" resolved ("gauss-newton" for a
         full-batch fit of a linear model with a named loss, else "adam").
+    polish_hessian_ : str
+        The metric of the last fit's mini-batch polish: "gauss-newton" when ``hessian="auto"``
+        trains a linear model with a named loss on mini-batches in one process (the polish is
+        then a full-batch fit of a linear model, the case the "auto" rule gives the curvature
+        metric), else ``hessian_``.
     hessian_shift_ : float
         The shift ``mu`` of that metric.
     epochs_ : int
@@ -276,6 +294,9 @@ class StochasticSQP:
         steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
         self._minibatch = not full_batch  # resolves hessian_shift_
         self._resolve_metric(problem, full_batch, named_loss)
+        self._polish_curvature = (self._linear_curvature(problem, named_loss)
+                                  if not full_batch and self.hessian == "auto" else None)
+        self.polish_hessian_ = self.hessian_ if self._polish_curvature is None else "gauss-newton"
         v = torch.zeros(sum(p.numel() for p in problem.params), dtype=problem.params[0].dtype)
         if resume is not None:
             state = restore_checkpoint(resume, v, gen, m, self.hessian_)
@@ -284,7 +305,8 @@ class StochasticSQP:
         state.start_iteration = state.iteration
         self.state_ = state
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
-        self.epochs_ = auto_epochs(steps_per_epoch, full_batch) if self.epochs == "auto" else int(self.epochs)
+        self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None)
+                        if self.epochs == "auto" else int(self.epochs))
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
         if resume is not None:
             resume_iterates(resume, problem.params, tracker)
@@ -422,9 +444,38 @@ class StochasticSQP:
         if limit == 0:
             return 0, status
         self._tracker = copy.copy(run.tracker)  # the checkpoint keeps the training phase's best iterate
-        run.offset, status, polished = polish(p, self, run.offset, state, run.tracker, run.history,
-                                              run.tail, limit)
+        curvature = None if run.full_batch else self._polish_curvature
+        with self._metric_for_polish(curvature):
+            start = state if curvature is None else self._restarted_metric(p, state)
+            run.offset, status, polished = polish(p, self, run.offset, start, run.tracker, run.history,
+                                                  run.tail, limit)
         return polished, status
+
+    @contextlib.contextmanager
+    def _metric_for_polish(self, curvature: Any):
+        """The Gauss-Newton metric of ``curvature`` (a recognised linear model) for the duration of
+        a mini-batch run's polish, the training phase's metric restored after it (``hessian_``, the
+        checkpoint's accumulator and a resumed run keep the training phase's); nothing when None."""
+        if curvature is None:
+            yield
+            return
+        saved = self._hessian, self._curvature
+        self._hessian, self._curvature = "gauss-newton", curvature
+        try:
+            yield
+        finally:
+            self._hessian, self._curvature = saved
+
+    def _restarted_metric(self, problem: FitProblem, state: SQPState) -> SQPState:
+        """A copy of ``state`` for a polish under the Gauss-Newton metric after training under
+        another: its accumulator starts at the curvature on all rows, ``v = G``
+        (:func:`~solvers.sqp.steps.hessian_diag`), and its step at ``lr``, as a full-batch fit's;
+        the training's gradient moments and decayed step are in other units."""
+        start = state.copy()
+        start.beta = float(self.lr)
+        G = gauss_newton_diagonal(self._curvature, problem.loss_fn, problem.data, self.chunk_rows, problem.params)
+        start.v = G.to(state.v.dtype).clone()
+        return start
 
     def constraint_mode(self, full_batch: bool, cons: Iterable[Constraint] = ()) -> str:
         """``constraint_batch`` resolved: "auto" is "full" in full-batch mode; with mini-batches
@@ -572,6 +623,15 @@ class StochasticSQP:
             der.curvature = partial(gauss_newton_diagonal, curvature, loss_fn, obj_batch, self.chunk_rows, params)
         return der
 
+    def _linear_curvature(self, problem: FitProblem, named_loss: bool) -> Any:
+        """The recognised model (:func:`solvers.curvature.curvature_model`) behind the Gauss-Newton
+        metric of ``hessian="auto"``: a linear model (one ``nn.Linear`` layer) with a named loss in a
+        single-process fit; None otherwise (a network gets the gradient metric, ``hessian``)."""
+        if not named_loss or isinstance(self._oracle, AllReduceDerivatives):
+            return None
+        recognised = curvature_model(problem.model, problem.params)
+        return recognised if recognised is not None and len(recognised.network.layers) == 1 else None
+
     def _resolve_metric(self, problem: FitProblem, full_batch: bool, named_loss: bool) -> None:
         """Set the fit's metric (``hessian_``) and the model behind the Gauss-Newton one
         (:func:`solvers.curvature.curvature_model`). ``hessian="auto"`` follows the rule, and the
@@ -582,10 +642,7 @@ class StochasticSQP:
         engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
         if self.hessian == "auto":
-            recognised = (curvature_model(problem.model, problem.params)
-                          if full_batch and named_loss and not parallel else None)
-            if recognised is not None and len(recognised.network.layers) != 1:
-                recognised = None  # a network: the gradient metric (docstring)
+            recognised = self._linear_curvature(problem, named_loss) if full_batch else None
             self._hessian = "adam" if recognised is None else "gauss-newton"
             self._curvature = recognised
             return
