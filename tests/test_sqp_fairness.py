@@ -308,32 +308,38 @@ def test_stochastic_restoration_moves_no_farther_than_the_step():
     assert max(r["f"] for r in steps) < 2 * steps[0]["f"]
 
 
+@pytest.fixture(scope="module")
+def adult_full():
+    return fairopt.datasets.load("adult", include_sensitive=True)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_linear_mini_batch_run_is_polished_under_the_curvature_metric(adult_small, seed):
+def test_linear_mini_batch_run_is_polished_under_the_curvature_metric(adult_full, seed):
     """hessian="auto" on mini-batches of a linear model: the training steps take the gradient metric,
     the full-batch polish the Gauss-Newton one from ``lr`` (diminishing as any mini-batch polish), and
-    the run ends at a KKT point as good as the full-batch fit's (same loss within 0.002, same bound);
-    the checkpoint keeps the training phase's metric and accumulator."""
+    two epochs ("auto") with that polish end as well as 300 full-batch epochs (training loss within
+    0.003, accuracy within a point, the bound met on all rows); the checkpoint keeps the training
+    phase's metric."""
     cons = [DisparateImpact("sex", delta=0.8)]
-    engine = StochasticSQP(batch_size=500, seed=seed)
-    model = fairopt.models.linear(adult_small.n_features, seed=seed)
+    engine = StochasticSQP(batch_size=1024, seed=seed)
+    model = fairopt.models.linear(adult_full.n_features, seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        result = engine.fit(model, adult_small, loss="bce", constraints=cons)
-        full_model, full = _fit(adult_small, cons, epochs=300, seed=seed,
-                                model=fairopt.models.linear(adult_small.n_features, seed=seed))
-    assert (engine.hessian_, engine.polish_hessian_) == ("adam", "gauss-newton")
+        result = engine.fit(model, adult_full, loss="bce", constraints=cons)
+        full_model, _ = _fit(adult_full, cons, epochs=300, seed=seed,
+                             model=fairopt.models.linear(adult_full.n_features, seed=seed))
+    assert (engine.hessian_, engine.polish_hessian_, engine.epochs_) == ("adam", "gauss-newton", 2)
     records = [r for r in result.history.records if r["qp_status"] != "final"]
     polished = [r["beta"] for r in records if r.get("phase") == "polish"]
     assert polished and polished[0] == engine.lr
     np.testing.assert_allclose(polished, [engine.lr / np.sqrt(1.0 + k / POLISH_DECAY) for k in range(len(polished))],
                                rtol=1e-12)
-    assert result.status == "converged"
+    y = adult_full.y.float()
     with torch.no_grad():
-        losses = [float(torch.nn.functional.binary_cross_entropy_with_logits(m(adult_small.X).reshape(-1),
-                                                                              adult_small.y.float()))
+        losses = [float(torch.nn.functional.binary_cross_entropy_with_logits(m(adult_full.X).reshape(-1), y))
                   for m in (model, full_model)]
-    assert losses[0] <= losses[1] + 0.002, losses
-    assert disparate_impact(_hard(model, adult_small), adult_small.sensitive["sex"]) >= 0.795
-    saved = engine.state_dict()
-    assert saved["hessian"] == "adam"
+        accuracy = [float((_hard(m, adult_full).reshape(-1) == y).float().mean()) for m in (model, full_model)]
+    assert losses[0] <= losses[1] + 0.003, losses
+    assert accuracy[0] >= accuracy[1] - 0.01, accuracy
+    assert disparate_impact(_hard(model, adult_full), adult_full.sensitive["sex"]) >= 0.795
+    assert engine.state_dict()["hessian"] == "adam"

@@ -129,7 +129,8 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     crosses the bound, the tightening pushes it well inside, the halving lets it back out,
     with the loss swinging by several per cent of its value. The mini-batch polish
     therefore takes the diminishing step ``beta_k = beta / sqrt(1 + k / POLISH_DECAY)``
-    (``beta`` where training left it, ``k`` the polish iteration), the deterministic
+    (``beta`` of ``state``: where training left it, or ``lr`` when the polish of a linear model
+    changes to the curvature metric, ``k`` the polish iteration), the deterministic
     counterpart of the training's "rsqrt" schedule, which damps the cycle.
     It runs up to ``polish_iterations`` iterations, whatever the epochs trained: the tail
     average of a few epochs of noisy steps is often a feasible point short of the constrained

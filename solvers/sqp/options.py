@@ -28,7 +28,8 @@ class SQPOptions:
     ----------
     epochs : int or "auto", default "auto"
         Passes over the training data. "auto": 500 full-batch epochs (the paper's experiments); with
-        mini-batches enough epochs for 500 steps, between 10 and 500 (:func:`auto_epochs`). The
+        mini-batches enough epochs for 500 steps, between 10 and 500, or 2 for a linear model whose
+        polish takes the curvature metric (``hessian``; :func:`auto_epochs`). The
         resolved number is ``epochs_`` after :meth:`fit`.
     lr : float, default 0.5
         Initial learning rate ``beta_0`` (the paper's experiments: 0.5).
@@ -110,7 +111,9 @@ class SQPOptions:
         Newton step is out of proportion. "auto" (resolved per fit as ``hessian_``):
         "gauss-newton" for a full-batch fit of a linear model (one ``nn.Linear`` layer, as
         :func:`fairopt.models.linear`) with a named loss ("bce", "mse", "poisson", also scaled or
-        L2-penalised), else "adam". For a linear model the diagonal is the loss's own curvature
+        L2-penalised), else "adam"; a mini-batch fit of such a model trains under "adam" and
+        polishes, a full-batch phase, under "gauss-newton" (``polish_hessian_``), its accumulator
+        started from the curvature on all rows and its step from ``lr``. For a linear model the diagonal is the loss's own curvature
         per coefficient; for a network it leaves out the coupling of the layers, and the small
         curvature of hidden units makes its raw steps far longer than the trust region, which
         then sets them; a mini-batch's curvature is a noisy estimate of it. The measurements
