@@ -219,20 +219,21 @@ def test_a_good_run_warns_nothing(adult_small):
 
 # ----------------------------------------------------------------------------- epochs="auto"
 def test_auto_epochs_budget_steps_not_passes():
-    from solvers.sqp.engine import (FULL_BATCH_EPOCHS, LINEAR_MINIBATCH_EPOCHS, MINIBATCH_MIN_EPOCHS, MINIBATCH_STEPS,
-                                    auto_epochs)
+    from solvers.sqp.engine import (FULL_BATCH_EPOCHS, LINEAR_MINIBATCH_EPOCHS, LINEAR_MINIBATCH_STEPS,
+                                    MINIBATCH_MIN_EPOCHS, MINIBATCH_STEPS, auto_epochs)
 
     assert auto_epochs(1, True) == FULL_BATCH_EPOCHS == 500
     assert auto_epochs(24, False) == math.ceil(MINIBATCH_STEPS / 24) == 21  # full Adult, batches of 1,024
     assert auto_epochs(200, False) == MINIBATCH_MIN_EPOCHS  # many steps per epoch: at least 10 epochs
     assert auto_epochs(1, False) == FULL_BATCH_EPOCHS  # one step per epoch: no more than the full batch
-    # a linear model, polished under the curvature metric: a fixed few epochs, whatever the batches
-    assert auto_epochs(24, False, curvature_polish=True) == auto_epochs(200, False, True) == LINEAR_MINIBATCH_EPOCHS
+    # a linear model, polished under the curvature metric: enough epochs for 100 steps, at least 2
+    assert auto_epochs(24, False, curvature_polish=True) == math.ceil(LINEAR_MINIBATCH_STEPS / 24) == 5
+    assert auto_epochs(200, False, True) == LINEAR_MINIBATCH_EPOCHS == 2
     assert auto_epochs(1, True, curvature_polish=True) == FULL_BATCH_EPOCHS
 
 
 def test_epochs_auto_resolves_and_bad_values_are_refused(adult_small):
-    from solvers.sqp.engine import LINEAR_MINIBATCH_EPOCHS
+    from solvers.sqp.engine import LINEAR_MINIBATCH_STEPS
 
     engine = StochasticSQP(batch_size=1000, polish_iterations=0, seed=0, hessian="adam")
     engine.fit(fairopt.models.linear(adult_small.n_features, seed=0), adult_small,
@@ -241,7 +242,7 @@ def test_epochs_auto_resolves_and_bad_values_are_refused(adult_small):
     engine = StochasticSQP(batch_size=1000, polish_iterations=0, seed=0)  # "auto": a curvature-metric polish
     engine.fit(fairopt.models.linear(adult_small.n_features, seed=0), adult_small,
                constraints=[DisparateImpact("sex", 0.8)])
-    assert engine.epochs_ == LINEAR_MINIBATCH_EPOCHS and engine.polish_hessian_ == "gauss-newton"
+    assert engine.epochs_ == math.ceil(LINEAR_MINIBATCH_STEPS / 3) and engine.polish_hessian_ == "gauss-newton"
     assert engine.hessian_ == "adam"  # the training phase's metric
     for bad in ("many", 0, -1, 2.5):
         with pytest.raises(ValueError, match="epochs"):

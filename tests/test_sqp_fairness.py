@@ -15,6 +15,7 @@ from fairopt.measures import disparate_impact, equal_impact
 from solvers import StochasticSQP
 from solvers.outcome import BestIterate, ConstantPredictorWarning, NoProgressWarning, warn_if_start
 from solvers.sqp.endgame import POLISH_DECAY, POLISH_EXTENSION, RESTORING_WINDOW, still_restoring
+from solvers.sqp.engine import LINEAR_MINIBATCH_EPOCHS, LINEAR_MINIBATCH_STEPS
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +318,7 @@ def adult_full():
 def test_linear_mini_batch_run_is_polished_under_the_curvature_metric(adult_full, seed):
     """hessian="auto" on mini-batches of a linear model: the training steps take the gradient metric,
     the full-batch polish the Gauss-Newton one from ``lr`` (diminishing as any mini-batch polish), and
-    two epochs ("auto") with that polish end as well as 300 full-batch epochs (training loss within
+    the "auto" epochs (about 100 steps) with that polish end as well as 300 full-batch epochs (training loss within
     0.003, accuracy within a point, the bound met on all rows); the checkpoint keeps the training
     phase's metric."""
     cons = [DisparateImpact("sex", delta=0.8)]
@@ -328,7 +329,9 @@ def test_linear_mini_batch_run_is_polished_under_the_curvature_metric(adult_full
         result = engine.fit(model, adult_full, loss="bce", constraints=cons)
         full_model, _ = _fit(adult_full, cons, epochs=300, seed=seed,
                              model=fairopt.models.linear(adult_full.n_features, seed=seed))
-    assert (engine.hessian_, engine.polish_hessian_, engine.epochs_) == ("adam", "gauss-newton", 2)
+    steps_per_epoch = -(-len(adult_full) // 1024)
+    assert (engine.hessian_, engine.polish_hessian_) == ("adam", "gauss-newton")
+    assert engine.epochs_ == max(LINEAR_MINIBATCH_EPOCHS, -(-LINEAR_MINIBATCH_STEPS // steps_per_epoch))
     records = [r for r in result.history.records if r["qp_status"] != "final"]
     polished = [r["beta"] for r in records if r.get("phase") == "polish"]
     assert polished and polished[0] == engine.lr

@@ -41,8 +41,8 @@ from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
 
 __all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT", "MINIBATCH_MIN_EPOCHS",
-           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "LINEAR_MINIBATCH_EPOCHS", "SQPOptions", "StochasticSQP",
-           "auto_epochs"]
+           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_STEPS",
+           "SQPOptions", "StochasticSQP", "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -51,8 +51,9 @@ FULL_BATCH_EPOCHS = 500
 MINIBATCH_STEPS = 500
 MINIBATCH_MIN_EPOCHS = 10
 #: ``epochs="auto"`` with mini-batches for a model whose polish takes the Gauss-Newton metric (a
-#: linear model, :meth:`StochasticSQP.fit`): the epochs only bring the iterate near the optimum, the
-#: curvature-metric polish on all rows reaches it (:func:`auto_epochs`).
+#: linear model, :meth:`StochasticSQP.fit`): the steps, in at least so many epochs, only bring the
+#: iterate near the optimum, the curvature-metric polish on all rows reaches it (:func:`auto_epochs`).
+LINEAR_MINIBATCH_STEPS = 100
 LINEAR_MINIBATCH_EPOCHS = 2
 #: ``hessian_shift="auto"``: the shift ``mu`` of ``h = sqrt(v + mu)`` in full-batch mode and with
 #: mini-batches (see the parameter).
@@ -71,16 +72,18 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool =
     full-batch iteration, so as many steps as the full batch's iterations make a network's fit
     faster than the full batch at the same accuracy, and a small data set (few steps per epoch)
     gets the epochs it needs. ``curvature_polish`` (a linear model, whose polish takes the
-    Gauss-Newton metric, :meth:`StochasticSQP.fit`): ``LINEAR_MINIBATCH_EPOCHS``. Its loss is
-    convex in the coefficients and a diagonal Newton step on all rows converges from near the
-    optimum in tens of iterations, so epochs past the first few only add time: two epochs and
-    the polish keep the full batch's accuracy in a fraction of 500 steps' time
-    (``benchmarks/results/estimator_minibatch.txt``, ``benchmarks/results/solver_notes.md``)."""
+    Gauss-Newton metric, :meth:`StochasticSQP.fit`): ``ceil(LINEAR_MINIBATCH_STEPS / K)`` epochs,
+    at least ``LINEAR_MINIBATCH_EPOCHS``. Its loss is convex in the coefficients and a diagonal
+    Newton step on all rows converges from near the optimum in tens of iterations, so steps past
+    the first hundred or so only add time; with fewer (two epochs of five batches) the polish
+    starts far from the optimum and, where a few rows flip a small group's rate, swings across
+    the bound (``benchmarks/results/solver_notes.md``)."""
     if full_batch:
         return FULL_BATCH_EPOCHS
+    steps = max(1, steps_per_epoch)
     if curvature_polish:
-        return LINEAR_MINIBATCH_EPOCHS
-    return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(MINIBATCH_STEPS / max(1, steps_per_epoch))))
+        return min(FULL_BATCH_EPOCHS, max(LINEAR_MINIBATCH_EPOCHS, math.ceil(LINEAR_MINIBATCH_STEPS / steps)))
+    return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(MINIBATCH_STEPS / steps)))
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
 
