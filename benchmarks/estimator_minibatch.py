@@ -2,7 +2,8 @@
 
 Full UCI Adult (embedded), 80/20 stratified split (seed 0), ``("disparate_impact", "sex", 0.8)``,
 every other setting at its default; for each model (linear, MLP) the default full-batch fit and
-``batch_size=1024`` (``epochs="auto"``: enough epochs for 500 steps), run alternately
+``batch_size=1024`` (``epochs="auto"``: enough epochs for 500 steps for the MLP, for 100 steps
+for the linear model, whose polish takes the curvature metric), run alternately
 ``--repeats`` times in this one process (one thread), the median wall time reported with the
 train/test accuracy and the training DI of the first run::
 
