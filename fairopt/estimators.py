@@ -571,8 +571,8 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     epochs : int, optional
         Passes over the training data. ``None``: SQP 500 full-batch epochs, or with
         ``batch_size`` enough for 500 steps, or for a linear model, which the full-batch polish
-        finishes under the curvature metric, for 100 steps in at least 2 epochs
-        (:func:`solvers.sqp.engine.auto_epochs`); penalty
+        finishes under the curvature metric, for ``100 * 0.5 / lr`` steps (the classifier's 100, the
+        regressor's 500) in at least 2 epochs (:func:`solvers.sqp.engine.auto_epochs`); penalty
         and Lagrangian 1000 full-batch Adam epochs; Moving Targets 200 per learner refit.
     lr : float, optional
         Learning rate; ``None``: SQP 0.5, penalty and Lagrangian 0.02, Moving Targets 1e-3.

@@ -230,6 +230,9 @@ def test_auto_epochs_budget_steps_not_passes():
     assert auto_epochs(24, False, curvature_polish=True) == math.ceil(LINEAR_MINIBATCH_STEPS / 24) == 5
     assert auto_epochs(200, False, True) == LINEAR_MINIBATCH_EPOCHS == 2
     assert auto_epochs(1, True, curvature_polish=True) == FULL_BATCH_EPOCHS
+    # a smaller lr, proportionally more steps (0.25: 200), up to the networks' 500 (the regressor's 0.02)
+    assert auto_epochs(24, False, True, lr=0.25) == math.ceil(200 / 24)
+    assert auto_epochs(11, False, True, lr=0.02) == math.ceil(MINIBATCH_STEPS / 11) == 46
 
 
 def test_epochs_auto_resolves_and_bad_values_are_refused(adult_small):

@@ -41,7 +41,7 @@ from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
 
 __all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT", "MINIBATCH_MIN_EPOCHS",
-           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_STEPS",
+           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_LR", "LINEAR_MINIBATCH_STEPS",
            "SQPOptions", "StochasticSQP", "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
@@ -51,9 +51,11 @@ FULL_BATCH_EPOCHS = 500
 MINIBATCH_STEPS = 500
 MINIBATCH_MIN_EPOCHS = 10
 #: ``epochs="auto"`` with mini-batches for a model whose polish takes the Gauss-Newton metric (a
-#: linear model, :meth:`StochasticSQP.fit`): the steps, in at least so many epochs, only bring the
-#: iterate near the optimum, the curvature-metric polish on all rows reaches it (:func:`auto_epochs`).
+#: linear model, :meth:`StochasticSQP.fit`): the steps at ``lr`` ``LINEAR_MINIBATCH_LR`` (as many more
+#: as ``lr`` is smaller), in at least so many epochs, only bring the iterate near the optimum, the
+#: curvature-metric polish on all rows reaches it (:func:`auto_epochs`).
 LINEAR_MINIBATCH_STEPS = 100
+LINEAR_MINIBATCH_LR = 0.5
 LINEAR_MINIBATCH_EPOCHS = 2
 #: ``hessian_shift="auto"``: the shift ``mu`` of ``h = sqrt(v + mu)`` in full-batch mode and with
 #: mini-batches (see the parameter).
@@ -65,25 +67,30 @@ MINIBATCH_SHIFT = 0.05
 GAUSS_NEWTON_SHIFT = 0.01
 
 
-def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool = False) -> int:
+def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool = False,
+                lr: float = LINEAR_MINIBATCH_LR) -> int:
     """Epochs of ``epochs="auto"``: ``FULL_BATCH_EPOCHS`` in full-batch mode; with mini-batches
     ``ceil(MINIBATCH_STEPS / K)`` for ``K`` steps per epoch, clipped to
     ``[MINIBATCH_MIN_EPOCHS, FULL_BATCH_EPOCHS]``: a mini-batch step costs a fraction of a
     full-batch iteration, so as many steps as the full batch's iterations make a network's fit
     faster than the full batch at the same accuracy, and a small data set (few steps per epoch)
     gets the epochs it needs. ``curvature_polish`` (a linear model, whose polish takes the
-    Gauss-Newton metric, :meth:`StochasticSQP.fit`): ``ceil(LINEAR_MINIBATCH_STEPS / K)`` epochs,
-    at least ``LINEAR_MINIBATCH_EPOCHS``. Its loss is convex in the coefficients and a diagonal
-    Newton step on all rows converges from near the optimum in tens of iterations, so steps past
-    the first hundred or so only add time; with fewer (two epochs of five batches) the polish
+    Gauss-Newton metric, :meth:`StochasticSQP.fit`): enough epochs for
+    ``S = min(MINIBATCH_STEPS, ceil(LINEAR_MINIBATCH_STEPS * LINEAR_MINIBATCH_LR / lr))`` steps, at
+    least ``LINEAR_MINIBATCH_EPOCHS``. Its loss is convex in the coefficients and a diagonal Newton
+    step on all rows converges from near the optimum in tens of iterations, so at ``lr`` 0.5 steps
+    past the first hundred or so only add time; with fewer (two epochs of five batches) the polish
     starts far from the optimum and, where a few rows flip a small group's rate, swings across
-    the bound (``benchmarks/results/solver_notes.md``)."""
+    the bound. A smaller ``lr`` (the regressor's 0.02) moves each step, the polish's included,
+    proportionally less, hence proportionally more steps, up to the networks' budget
+    (``benchmarks/results/solver_notes.md``)."""
     if full_batch:
         return FULL_BATCH_EPOCHS
-    steps = max(1, steps_per_epoch)
+    per_epoch = max(1, steps_per_epoch)
     if curvature_polish:
-        return min(FULL_BATCH_EPOCHS, max(LINEAR_MINIBATCH_EPOCHS, math.ceil(LINEAR_MINIBATCH_STEPS / steps)))
-    return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(MINIBATCH_STEPS / steps)))
+        steps = min(MINIBATCH_STEPS, math.ceil(LINEAR_MINIBATCH_STEPS * LINEAR_MINIBATCH_LR / float(lr)))
+        return min(FULL_BATCH_EPOCHS, max(LINEAR_MINIBATCH_EPOCHS, math.ceil(steps / per_epoch)))
+    return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(MINIBATCH_STEPS / per_epoch)))
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
 
@@ -308,7 +315,7 @@ class StochasticSQP:
         state.start_iteration = state.iteration
         self.state_ = state
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
-        self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None)
+        self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None, self.lr)
                         if self.epochs == "auto" else int(self.epochs))
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
         if resume is not None:
