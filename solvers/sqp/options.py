@@ -114,12 +114,12 @@ class SQPOptions:
         :func:`fairopt.models.linear`) with a named loss ("bce", "mse", "poisson", also scaled or
         L2-penalised), else "adam"; a mini-batch fit of such a model trains under "adam" and
         polishes, a full-batch phase, under "gauss-newton" (``polish_hessian_``), its accumulator
-        started from the curvature on all rows and its step from ``lr``. For a linear model the diagonal is the loss's own curvature
-        per coefficient; for a network it leaves out the coupling of the layers, and the small
-        curvature of hidden units makes its raw steps far longer than the trust region, which
-        then sets them; a mini-batch's curvature is a noisy estimate of it. The measurements
-        behind the choice: ``benchmarks/results/curvature_metric`` and
-        ``benchmarks/results/solver_notes.md``.
+        started from the curvature on all rows and its step from ``lr``. For a linear model the
+        diagonal is the loss's own curvature per coefficient; for a network it leaves out the
+        coupling of the layers, and the small curvature of hidden units makes its raw steps far
+        longer than the trust region, which then sets them; a mini-batch's curvature is a noisy
+        estimate of it. The measurements behind the choice: ``benchmarks/results/curvature_metric``
+        and ``benchmarks/results/solver_notes.md``.
     beta2 : float, default 0.999
         Decay of the Adam-type second moment.
     hessian_shift : float or "auto", default "auto"
