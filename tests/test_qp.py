@@ -886,3 +886,30 @@ def test_relaxed_step_meets_relaxed_bounds_within_stated_accuracy(case):
     below = np.where(np.isfinite(lo_r), lo_r - w - PRIMAL_SLACK * (1 + np.abs(finite(lo_r))), -np.inf)
     above = np.where(np.isfinite(hi_r), w - hi_r - PRIMAL_SLACK * (1 + np.abs(finite(hi_r))), -np.inf)
     assert np.all(np.maximum(below, above) <= base)
+
+
+
+def test_failed_qp_after_the_refined_solve_reports_both_solves_iterations(monkeypatch):
+    """When the m-space step misses a row, the QP is solved again at a tighter tolerance; when that
+    step misses too and the LP confirms infeasibility, the failed result counts the dual method's
+    iterations of both solves (the row check and the LP forced here, on a small feasible QP)."""
+    import solvers.qp.solve as qp_solve
+
+    calls = []
+    original = qp_solve.solve_space
+
+    def counted(*args, **kwargs):
+        sol = original(*args, **kwargs)
+        calls.append(sol.iterations)
+        return sol
+
+    monkeypatch.setattr(qp_solve, "solve_space", counted)
+    monkeypatch.setattr(qp_solve, "_primal_step_feasible", lambda *args: False)
+    monkeypatch.setattr(qp_solve, "confirm_infeasible", lambda space: True)
+    g = torch.tensor([1.0, -2.0, 0.5])
+    h = torch.tensor([1.0, 2.0, 4.0])
+    J = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, -1.0]], dtype=torch.float64)
+    res = diagonal_qp(g.double(), h.double(), J, torch.tensor([-0.5, -0.2], dtype=torch.float64),
+                      torch.tensor([0.1, 0.3], dtype=torch.float64), solver="dual")
+    assert res.status == "infeasible" and len(calls) == 2
+    assert res.iterations == calls[0] + calls[1] and calls[1] > 0

@@ -215,10 +215,10 @@ def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[floa
         d = step_from_multipliers(inputs, refined.y)
         if _primal_step_feasible(inputs, space, d):
             return _assemble(inputs, space, d, refined.y, refined.active, refined.method, iterations, rank_tol)
-    if confirm_infeasible(space):
-        return _failed(inputs, "infeasible", sol.method, sol.iterations)
+    if confirm_infeasible(space):  # a failure reports the dual method's iterations of both solves
+        return _failed(inputs, "infeasible", sol.method, iterations)
     out = solve_with_osqp(inputs, tol, max_iter or OSQP_DEFAULT_ITERATIONS)
     if out.status == "optimal" and _primal_step_feasible(inputs, space, out.x):
         active = active_from_multipliers(out.y, space.eq, tol)
         return _assemble(inputs, space, out.x, out.y, active, "osqp", out.iterations, rank_tol)
-    return _failed(inputs, "numerical", sol.method, sol.iterations)
+    return _failed(inputs, "numerical", sol.method, iterations)
