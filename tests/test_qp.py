@@ -888,7 +888,6 @@ def test_relaxed_step_meets_relaxed_bounds_within_stated_accuracy(case):
     assert np.all(np.maximum(below, above) <= base)
 
 
-
 def test_failed_qp_after_the_refined_solve_reports_both_solves_iterations(monkeypatch):
     """When the m-space step misses a row, the QP is solved again at a tighter tolerance; when that
     step misses too and the LP confirms infeasibility, the failed result counts the dual method's

@@ -318,9 +318,9 @@ def adult_full():
 def test_linear_mini_batch_run_is_polished_under_the_curvature_metric(adult_full, seed):
     """hessian="auto" on mini-batches of a linear model: the training steps take the gradient metric,
     the full-batch polish the Gauss-Newton one from ``lr`` (diminishing as any mini-batch polish), and
-    the "auto" epochs (about 100 steps) with that polish end as well as 300 full-batch epochs (training loss within
-    0.003, accuracy within a point, the bound met on all rows); the checkpoint keeps the training
-    phase's metric."""
+    the "auto" epochs (about 100 steps) with that polish end as well as 300 full-batch epochs
+    (training loss within 0.003, accuracy within a point, the bound met on all rows); the checkpoint
+    keeps the training phase's metric."""
     cons = [DisparateImpact("sex", delta=0.8)]
     engine = StochasticSQP(batch_size=1024, seed=seed)
     model = fairopt.models.linear(adult_full.n_features, seed=seed)

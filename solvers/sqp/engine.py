@@ -304,9 +304,6 @@ class StochasticSQP:
         steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
         self._minibatch = not full_batch  # resolves hessian_shift_
         self._resolve_metric(problem, full_batch, named_loss)
-        self._polish_curvature = (self._linear_curvature(problem, named_loss)
-                                  if not full_batch and self.hessian == "auto" else None)
-        self.polish_hessian_ = self.hessian_ if self._polish_curvature is None else "gauss-newton"
         v = torch.zeros(sum(p.numel() for p in problem.params), dtype=problem.params[0].dtype)
         if resume is not None:
             state = restore_checkpoint(resume, v, gen, m, self.hessian_)
@@ -454,25 +451,26 @@ class StochasticSQP:
         if limit == 0:
             return 0, status
         self._tracker = copy.copy(run.tracker)  # the checkpoint keeps the training phase's best iterate
-        curvature = None if run.full_batch else self._polish_curvature
-        with self._metric_for_polish(curvature):
-            start = state if curvature is None else self._restarted_metric(p, state)
+        with self._polish_metric(p, state) as start:
             run.offset, status, polished = polish(p, self, run.offset, start, run.tracker, run.history,
                                                   run.tail, limit)
         return polished, status
 
     @contextlib.contextmanager
-    def _metric_for_polish(self, curvature: Any):
-        """The Gauss-Newton metric of ``curvature`` (a recognised linear model) for the duration of
-        a mini-batch run's polish, the training phase's metric restored after it (``hessian_``, the
-        checkpoint's accumulator and a resumed run keep the training phase's); nothing when None."""
+    def _polish_metric(self, problem: FitProblem, state: SQPState):
+        """The state the polish starts from: ``state`` itself, or, for a mini-batch fit of a linear
+        model (``_polish_curvature``, :meth:`_resolve_metric`), a copy restarted under the
+        Gauss-Newton metric (:meth:`_restarted_metric`), which holds until the context ends; the
+        training phase's metric is restored after it (``hessian_``, the checkpoint's accumulator and
+        a resumed run keep the training phase's)."""
+        curvature = self._polish_curvature
         if curvature is None:
-            yield
+            yield state
             return
         saved = self._hessian, self._curvature
         self._hessian, self._curvature = "gauss-newton", curvature
         try:
-            yield
+            yield self._restarted_metric(problem, state)
         finally:
             self._hessian, self._curvature = saved
 
@@ -484,7 +482,7 @@ class StochasticSQP:
         start = state.copy()
         start.beta = float(self.lr)
         G = gauss_newton_diagonal(self._curvature, problem.loss_fn, problem.data, self.chunk_rows, problem.params)
-        start.v = G.to(state.v.dtype).clone()
+        start.v = G.to(state.v.dtype)
         return start
 
     def constraint_mode(self, full_batch: bool, cons: Iterable[Constraint] = ()) -> str:
@@ -542,6 +540,12 @@ class StochasticSQP:
         if self.hessian != "auto":
             return self.hessian
         return getattr(self, "_hessian", "adam")
+
+    @property
+    def polish_hessian_(self) -> str:
+        """The metric of the last fit's mini-batch polish (class docstring): "gauss-newton" for a
+        linear model's (:meth:`_resolve_metric`), else ``hessian_``."""
+        return "gauss-newton" if getattr(self, "_polish_curvature", None) is not None else self.hessian_
 
     @property
     def schedule_(self) -> str:
@@ -648,15 +652,16 @@ class StochasticSQP:
         reasons, given under ``hessian`` in :class:`~solvers.sqp.options.SQPOptions`: "gauss-newton"
         for a full-batch, single-process fit of a linear model (one ``nn.Linear`` layer, its
         activation and a fixed affine output allowed) with a named loss
-        (:func:`solvers.losses.loss_name`), else "adam". An explicit "gauss-newton" on a model the
-        engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
+        (:func:`solvers.losses.loss_name`), else "adam"; with mini-batches such a model is kept for the
+        polish instead (``_polish_curvature``, ``polish_hessian_``). An explicit "gauss-newton" on a
+        model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
         if self.hessian == "auto":
-            recognised = self._linear_curvature(problem, named_loss) if full_batch else None
-            self._hessian = "adam" if recognised is None else "gauss-newton"
-            self._curvature = recognised
+            linear = self._linear_curvature(problem, named_loss)
+            self._curvature, self._polish_curvature = (linear, None) if full_batch else (None, linear)
+            self._hessian = "adam" if self._curvature is None else "gauss-newton"
             return
-        self._curvature = None
+        self._curvature = self._polish_curvature = None
         if self.hessian != "gauss-newton":
             return
         if parallel:
