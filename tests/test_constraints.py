@@ -547,6 +547,18 @@ def test_continuous_sensitive_for_rate_constraints_suggests_covariance(batch, cl
         cls("age").setup(batch)
 
 
+def test_integer_coded_continuous_sensitive_suggests_declaring_it_categorical(batch):
+    # integer codes inferred as continuous (three or more numbers): the error says how to declare them
+    batch.sensitive["codes"] = batch.sensitive["race"].double()
+    batch.sensitive_kinds["codes"] = "continuous"
+    hint = r"'codes' holds 3 distinct integers.*sensitive_kinds=\{'codes': 'categorical'\}"
+    with pytest.raises(ValueError, match=hint):
+        DisparateImpact("codes").setup(batch)
+    with pytest.raises(ValueError) as measured:  # a measured attribute gets no such hint
+        DisparateImpact("age").setup(batch)
+    assert "sensitive_kinds" not in str(measured.value)
+
+
 def test_covariance_intersection_with_continuous_needs_marginal(batch):
     with pytest.raises(ValueError, match=r"^sensitive: .*intersection.*groups='marginal'"):
         Covariance(["sex", "age"], bound=0.1).setup(batch)

@@ -123,6 +123,27 @@ def _levels(data: Any, name: str, kind: str) -> list[str]:
     return levels
 
 
+#: Distinct integer values up to which a continuous attribute's error suggests declaring it categorical.
+GROUP_CODE_LEVELS = 50
+
+
+def _group_code_hint(data: Any, names: list[str]) -> str:
+    """The end of the error for continuous attributes under a group constraint: for those whose values
+    are a few distinct integers (at most :data:`GROUP_CODE_LEVELS`, as label-encoded groups are), how to
+    declare them categorical; "" when none is."""
+    coded = {}
+    for name in names:
+        values = torch.unique(torch.as_tensor(_metadata(data, "sensitive")[name]).reshape(-1))
+        if len(values) <= GROUP_CODE_LEVELS and bool(torch.all(values == torch.round(values))):
+            coded[name] = len(values)
+    if not coded:
+        return ""
+    held = ", ".join(f"{name!r} holds {k} distinct integers" for name, k in coded.items())
+    declared = ", ".join(f"{name!r}: 'categorical'" for name in coded)
+    return (f"; {held}: if these are group codes, declare them with sensitive_kinds={{{declared}}} "
+            "(FairClassifier, FairRegressor, FairData.from_frame)")
+
+
 def _resolve_partitions(
     data: Any, names: tuple[str, ...], marginal: bool, allow_continuous: bool
 ) -> tuple[Partition, ...]:
@@ -138,7 +159,7 @@ def _resolve_partitions(
     if continuous and not allow_continuous:
         raise ValueError(
             f"sensitive: {continuous} is continuous and has no groups; use Covariance for a continuous "
-            "attribute (or bin it into a categorical one)"
+            f"attribute (or bin it into a categorical one){_group_code_hint(data, continuous)}"
         )
     if len(names) > 1 and not marginal:
         if continuous:
