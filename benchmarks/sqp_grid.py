@@ -1,8 +1,10 @@
 """The accuracy grid of the mini-batch SQP (``python benchmarks/sqp_stochastic.py --grid``).
 
-Adult, Dutch, Law, ACS-Colorado and COMPAS x {linear, MLP 32} x batch {256, 1024} x seeds 0-2,
+Adult, Dutch, Law, ACS-Colorado and COMPAS (or the ``--datasets`` given, ``name:attribute`` for
+another sensitive column, :func:`load_spec`) x {linear, MLP 32} x batch {256, 1024} x seeds 0-2,
 ``StochasticSQP(batch_size=B, epochs=10, seed=k)`` with every other setting at its default and
-``DisparateImpact(attribute, delta)`` with its default surrogate, against the same engine with 300
+``DisparateImpact(attribute, delta)`` with its default surrogate (``--surrogate``: another, for
+comparison), against the same engine with 300
 full-batch epochs; train/test accuracy, training loss, DI (each group against the rest) on all
 training rows, time and the warnings that flag a failed run, and with ``--peers``
 humancompatible-train (:data:`sqp_stochastic.PEERS`) with 10 epochs of the same batch size on the
@@ -51,11 +53,32 @@ def group_vs_rest_di(pred, s) -> float:
     return min(ratios, default=1.0)
 
 
-def grid_cell(job: tuple) -> dict:
+def parse_surrogate(spec: str):
+    """``"name"`` or ``"name:scale"`` (``"sigmoid:1"``) as a :func:`fairopt.surrogates.get_surrogate`
+    instance, the ``--surrogate`` of the grid."""
+    from fairopt.surrogates import get_surrogate
+
+    name, _, scale = spec.partition(":")
+    return get_surrogate(name, **({"scale": float(scale)} if scale else {}))
+
+
+def load_spec(spec: str, data_root: str | None):
+    """The data set ``spec`` names: a :func:`fairopt.datasets.available` name with its default
+    sensitive attribute, or ``"name:attribute"`` with another of its columns as the one sensitive
+    attribute (``"adult:race"``: five groups, each against the rest)."""
+    import fairopt
+
+    name, _, attribute = spec.partition(":")
+    return fairopt.datasets.load(name, data_dir=data_root, **({"sensitive": [attribute]} if attribute else {}))
+
+
+def grid_cell(job: tuple) -> dict | None:
     """One grid fit in a worker process: ``(dataset, model, batch, seed, method, delta, data_root)``,
     ``batch`` None for the full batch, ``method`` "fairopt" or a key of :data:`PEERS`; an eighth
-    entry, a dict of :class:`~solvers.StochasticSQP` settings (``epochs`` among them), runs fairopt
-    with those settings under the label ``method``."""
+    entry, a dict of :class:`~solvers.StochasticSQP` settings (``epochs`` among them; ``surrogate``, a
+    :func:`~fairopt.surrogates.get_surrogate` instance for the constraint), runs fairopt with those
+    settings under the label ``method``. ``dataset`` is a :func:`load_spec` spec. None for a
+    peer whose balanced batches the groups do not divide (its sampler's requirement)."""
     import torch
 
     import fairopt
@@ -64,13 +87,17 @@ def grid_cell(job: tuple) -> dict:
 
     dataset, model_kind, batch, seed, method, delta, data_root, *extra = job
     settings = dict(extra[0]) if extra else {}
+    surrogate = settings.pop("surrogate", None)  # DisparateImpact's own default when None
     torch.set_num_threads(1)
-    data = fairopt.datasets.load(dataset, data_dir=data_root)
+    data = load_spec(dataset, data_root)
     train, test = data.split(test_size=0.3, seed=seed)
+    sensitive = train.sensitive_names[0]
+    groups = len(torch.unique(train.sensitive[sensitive]))
+    if method in PEERS and batch % groups:
+        return None  # humancompatible-train's balanced sampler needs a batch that the groups divide
     torch.manual_seed(seed)
     model = (fairopt.models.mlp(train.n_features, hidden=(32,), seed=seed) if model_kind == "mlp"
              else fairopt.models.linear(train.n_features, seed=seed))
-    sensitive = train.sensitive_names[0]
     start = time.perf_counter()
     caught: list = []
     with warnings.catch_warnings(record=True) as caught:
@@ -81,8 +108,9 @@ def grid_cell(job: tuple) -> dict:
             status, iterations = "last iterate", None
         else:  # every setting at its default: the constraint's own surrogate, "auto" everywhere
             settings.setdefault("epochs", GRID_FULL_EPOCHS if batch is None else GRID_EPOCHS)
+            constraint = DisparateImpact(sensitive, delta=delta, **({"surrogate": surrogate} if surrogate else {}))
             result = StochasticSQP(batch_size=batch, seed=seed, **settings).fit(
-                model, train, loss="bce", constraints=[DisparateImpact(sensitive, delta=delta)])
+                model, train, loss="bce", constraints=[constraint])
             status, iterations = result.status, len(result.history) - 1  # the last record is the returned model
     seconds = time.perf_counter() - start
     warned = sorted({type(w.message).__name__ for w in caught if counts_as_failure(w.message)})
@@ -129,9 +157,11 @@ def run_grid(args, root: str, out: Path) -> int:
             print("skipping the humancompatible-train peers: pip install humancompatible-train", flush=True)
     seeds = args.seeds if args.seeds != [0] else [0, 1, 2]
     datasets = args.datasets if args.datasets != ["dutch", "acsincome"] else list(GRID_DATASETS)
-    jobs = [(d, m, None, s, "fairopt", args.delta, root) for d in datasets for m in GRID_MODELS for s in seeds]
-    jobs += [(d, m, b, s, meth, args.delta, root) for d in datasets for m in GRID_MODELS for b in GRID_BATCHES
-             for s in seeds for meth in ["fairopt", *peers]]
+    extra = ({"surrogate": parse_surrogate(args.surrogate)},) if getattr(args, "surrogate", None) else ()
+    jobs = [(d, m, None, s, "fairopt", args.delta, root, *extra) for d in datasets for m in GRID_MODELS
+            for s in seeds]
+    jobs += [(d, m, b, s, meth, args.delta, root, *(extra if meth == "fairopt" else ())) for d in datasets
+             for m in GRID_MODELS for b in GRID_BATCHES for s in seeds for meth in ["fairopt", *peers]]
     records = []
     if args.reuse_reference or getattr(args, "reuse_minibatch", False):
         rerun = "minibatch" if args.reuse_reference else "full"
@@ -143,6 +173,9 @@ def run_grid(args, root: str, out: Path) -> int:
     now = commit()
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
         for i, r in enumerate(pool.imap_unordered(grid_cell, jobs), 1):
+            if r is None:
+                print(f"[{i}/{len(jobs)}] skipped: a peer whose balanced batches the groups do not divide", flush=True)
+                continue
             r["commit"] = now
             records.append(r)
             print(f"[{i}/{len(jobs)}] {r['dataset']} {r['model']} {r['batch']} seed {r['seed']} {r['method']}: "

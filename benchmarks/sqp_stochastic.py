@@ -285,7 +285,9 @@ def _ratio_lines(records: list[dict], repeats: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", nargs="+", default=["dutch", "acsincome"])
+    ap.add_argument("--datasets", nargs="+", default=["dutch", "acsincome"],
+                    help="data set names; with --grid also name:attribute for another sensitive column "
+                         "(adult:race; the grid's five by default)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--delta", type=float, default=0.8)
@@ -299,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the accuracy grid: 5 data sets x linear/MLP 32 x batch 256/1024 x seeds 0-2, 10 epochs, "
                          "against 300 full-batch epochs (with --peers: humancompatible-train on the same cells)")
     ap.add_argument("--jobs", type=int, default=2, help="--grid: worker processes")
+    ap.add_argument("--surrogate", help="--grid: fairopt's DisparateImpact surrogate as name[:scale] "
+                                        "(sigmoid:1); its own default (the smoothed step) otherwise")
     ap.add_argument("--report-only", action="store_true",
                     help="render grid.md and grid.png again from the grid.json in --out (no runs)")
     ap.add_argument("--reuse-reference", action="store_true",

@@ -161,3 +161,13 @@ def test_metric_report_sets_the_two_metrics_side_by_side():
     assert all("hessian_shift" not in job[7] for job in jobs)
     shifted = curvature_metric.metric_jobs(["a"], [0], 256, 10, 0.8, "root", gn_shift=0.05)
     assert {job[4]: job[7].get("hessian_shift") for job in shifted} == {"adam": None, "gauss-newton": 0.05}
+
+
+def test_grid_surrogate_and_dataset_specs():
+    from fairopt.surrogates import Sigmoid, SmoothedStep
+
+    assert sqp_grid.parse_surrogate("sigmoid:1") == Sigmoid(scale=1.0)
+    assert sqp_grid.parse_surrogate("smoothed_step") == SmoothedStep()
+    data = sqp_grid.load_spec("adult:race", None)  # the embedded Adult, race as the one sensitive attribute
+    assert data.sensitive_names == ["race"] and len(data.sensitive_levels["race"]) == 5
+    assert sqp_grid.load_spec("adult", None).sensitive_names != ["race"]
