@@ -227,7 +227,9 @@ def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float |
     if failed:
         warnings.warn(f"{engine}: the returned model is no better than a constant predictor ({'; '.join(reasons)}). "
                       "The bounds do not force this (a constant model meets them): training failed. Try more "
-                      "epochs, full batches, a smaller lr, or look at the history.", ConstantPredictorWarning,
+                      "epochs, full batches, a smaller lr, or look at the history; constraint rows that rest on few "
+                      "data rows (small groups under a sharp surrogate) need a smoother surrogate.",
+                      ConstantPredictorWarning,
                       stacklevel=stacklevel)
     else:
         warnings.warn(f"{engine}: the returned model is nearly a constant predictor ({'; '.join(reasons)}). Bounds "
@@ -253,7 +255,8 @@ def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_con
     if not reasons:
         return False
     warnings.warn(f"{engine}: unstable training: {'; '.join(reasons)}. The returned model is the best iterate "
-                  "seen; a smaller lr or larger batches usually help.", TrainingInstabilityWarning,
+                  "seen; a smaller lr or larger batches usually help, and a smoother surrogate where constraint rows "
+                  "rest on few data rows (small groups).", TrainingInstabilityWarning,
                   stacklevel=stacklevel)
     return True
 
