@@ -262,7 +262,7 @@ class _FairEstimator(BaseEstimator):
         """The training FairData (inputs validated, target encoded, sensitive features named and typed) and
         the constraint objects.
         """
-        constraints = with_sqp_surrogates(self.method, self.constraints, resolve_constraints(self.constraints))
+        constraints = with_sqp_surrogates(self.method, resolve_constraints(self.constraints))
         if isinstance(X, FairData):
             return self._given_data(X, y, sensitive_features, sample_weight), constraints
         X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(X, sensitive_features)

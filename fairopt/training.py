@@ -36,7 +36,6 @@ from fairopt.sklearn_learner import is_sklearn_model, run_sklearn_learner
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.data import FairData
 from fairopt.learners import scaled_output, target_statistics
-from fairopt.specs import is_constraint_object, spec_list
 from fairopt.surrogates import Sigmoid
 from solvers.history import FitResult
 from solvers.lagrangian import LagrangianDual
@@ -225,22 +224,19 @@ def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
     return {"dual_update": update, "dual_lr": REGRESSION_DUAL_STEPS[update] / sd ** 2}
 
 
-def with_sqp_surrogates(method: str, specs: Any, constraints: list) -> list:
-    """For ``method="sqp"``: the rate constraints built from specs that name no surrogate
-    use :data:`SQP_RATE_SURROGATE`; constraint objects and explicit surrogates are kept.
+def with_sqp_surrogates(method: str, constraints: list) -> list:
+    """For ``method="sqp"``: the rate constraints that name no surrogate (``surrogate=None``, from a spec
+    or an object) use :data:`SQP_RATE_SURROGATE`; those that name one keep it.
 
-    ``specs`` are the estimator's ``constraints`` parameter, ``constraints`` the objects
-    :func:`fairopt.specs.resolve_constraints` built from them (changed in place).
+    ``constraints`` are the estimator's own copies (:func:`fairopt.specs.resolve_constraints`),
+    changed in place.
     """
     if method != "sqp":
         return constraints
-    for spec, constraint in zip(spec_list(specs), constraints):
-        named = is_constraint_object(spec) or (isinstance(spec, Mapping) and "surrogate" in spec) or (
-            isinstance(spec, (tuple, list)) and any(isinstance(o, Mapping) and "surrogate" in o for o in spec))
-        if not named and isinstance(constraint, GroupRateConstraint):
+    for constraint in constraints:
+        if isinstance(constraint, GroupRateConstraint) and constraint.get_params().get("surrogate") is None:
             constraint.surrogate = SQP_RATE_SURROGATE
-            if isinstance(getattr(constraint, "_params", None), dict):
-                constraint._params["surrogate"] = SQP_RATE_SURROGATE
+            constraint._params["surrogate"] = SQP_RATE_SURROGATE
     return constraints
 
 

@@ -396,7 +396,11 @@ def test_constraint_set_composes_rows(batch, out):
 
 def test_repr_and_pickle_without_cached_data(batch, out):
     c = DisparateImpact("sex", delta=0.75)
-    assert repr(c).startswith("DisparateImpact(sensitive='sex', delta=0.75, surrogate=SmoothedStep(")
+    # the constructor's arguments as given (scikit-learn style): no surrogate named, the smoothed step used
+    assert repr(c).startswith("DisparateImpact(sensitive='sex', delta=0.75, surrogate=None,")
+    assert c.surrogate == SmoothedStep()
+    named = DisparateImpact("sex", delta=0.75, surrogate="smoothed_step")
+    assert repr(named).startswith("DisparateImpact(sensitive='sex', delta=0.75, surrogate=SmoothedStep(")
     c(out, batch)
     clone = pickle.loads(pickle.dumps(c))
     assert len(clone._cache) == 0

@@ -21,6 +21,7 @@ from fairopt.constraints import Covariance, DemographicParity, DisparateImpact, 
 from fairopt.data import FairData
 from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.inputs import sensitive_columns
+from fairopt.surrogates import SmoothedStep
 from fairopt.training import SQP_RATE_SURROGATE
 from fairopt.exceptions import FairnessWarning
 from fairopt.specs import constraint_from_spec, constraint_to_spec, resolve_constraints
@@ -576,3 +577,25 @@ def test_raw_frames_with_text_columns_are_encoded_by_the_one_rule(caplog):
     assert clf.predict(unseen).shape == (3,)
     with pytest.raises(ValueError, match="NaN"):
         clf.predict(X.iloc[:3].assign(city=[None, "Lyon", "Graz"]))
+
+
+def test_constraint_objects_without_a_surrogate_train_as_specs(adult):
+    """Under method="sqp" a rate constraint that names no surrogate, spec or object alike, takes the
+    soft rate surrogate (the estimator's copy; the caller's object is left as it was); one that names
+    a surrogate keeps it; the other methods keep the constraint's own default."""
+    X, y, s = adult
+    options = dict(epochs=25, seed=0, sensitive_names="sex")
+    fits = {}
+    for label, constraint in [("spec", ("disparate_impact", "sex", 0.8)), ("object", DisparateImpact("sex", 0.8)),
+                              ("named", DisparateImpact("sex", 0.8, surrogate="smoothed_step"))]:
+        fits[label] = _quiet(FairClassifier([constraint], **options).fit, X, y, sensitive_features=s)
+    assert fits["object"].constraints_[0].surrogate == SQP_RATE_SURROGATE
+    assert fits["named"].constraints_[0].surrogate == SmoothedStep()
+    np.testing.assert_array_equal(fits["object"].decision_function(X), fits["spec"].decision_function(X))
+    assert not np.array_equal(fits["named"].decision_function(X), fits["spec"].decision_function(X))
+    caller = DisparateImpact("sex", 0.8)
+    _quiet(FairClassifier([caller], **options).fit, X, y, sensitive_features=s)
+    assert caller.get_params()["surrogate"] is None and caller.surrogate == SmoothedStep()
+    penalty = _quiet(FairClassifier([DisparateImpact("sex", 0.8)], method="penalty", **options).fit, X, y,
+                     sensitive_features=s)
+    assert penalty.constraints_[0].surrogate == SmoothedStep()

@@ -42,8 +42,11 @@ class ConditionalRateConstraint(GroupRateConstraint):
     bound : float, optional
         Difference form: ``|R_f - R_r| <= bound``, ``bound >= 0``. Exactly one of ``delta`` and
         ``bound`` is given (to switch with :meth:`set_params`, set the other to None in the same call).
-    surrogate : str or Surrogate, default "smoothed_step"
-        See :func:`fairopt.surrogates.get_surrogate`.
+    surrogate : str, Surrogate or None, default None
+        See :func:`fairopt.surrogates.get_surrogate`. None: the smoothed step of [SQP] sec 3.1
+        (``SmoothedStep()``, :attr:`default_surrogate`), whose rates are close to the exact ones; the
+        estimators' ``method="sqp"`` gives a constraint without one the soft rate surrogate
+        :data:`fairopt.training.SQP_RATE_SURROGATE` instead, as SQP calibrates the level to the exact rates.
     threshold : float, default 0.0
         Decision threshold on ``out``.
     groups : {"one_vs_rest", "pairwise", "marginal"}, default "one_vs_rest"
@@ -57,7 +60,7 @@ class ConditionalRateConstraint(GroupRateConstraint):
         sensitive: str | Sequence[str],
         delta: float | None = None,
         bound: float | None = None,
-        surrogate: str | Surrogate = "smoothed_step",
+        surrogate: str | Surrogate | None = None,
         threshold: float = 0.0,
         groups: str = "one_vs_rest",
     ) -> None:
@@ -71,8 +74,8 @@ class ConditionalRateConstraint(GroupRateConstraint):
         self.bound: float | None = None if bound is None else nonnegative_float(bound, "bound")
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
-            "sensitive": sensitive, "delta": self.delta, "bound": self.bound, "surrogate": self.surrogate,
-            "threshold": self.threshold, "groups": groups,
+            "sensitive": sensitive, "delta": self.delta, "bound": self.bound,
+            "surrogate": None if surrogate is None else self.surrogate, "threshold": self.threshold, "groups": groups,
         }
 
     def _row_templates(self) -> list[RowTemplate]:

@@ -344,8 +344,11 @@ class DisparateImpact(GroupRateConstraint):
         Sensitive attribute(s) in ``batch.sensitive``; a list gives intersection cells.
     delta : float, default 0.8
         Ratio in ``(0, 1]``.
-    surrogate : str or Surrogate, default "smoothed_step"
-        See :func:`fairopt.surrogates.get_surrogate`.
+    surrogate : str, Surrogate or None, default None
+        See :func:`fairopt.surrogates.get_surrogate`. None: the smoothed step of [SQP] sec 3.1
+        (``SmoothedStep()``, :attr:`default_surrogate`), whose rates are close to the exact ones; the
+        estimators' ``method="sqp"`` gives a constraint without one the soft rate surrogate
+        :data:`fairopt.training.SQP_RATE_SURROGATE` instead, as SQP calibrates the level to the exact rates.
     threshold : float, default 0.0
         Decision threshold on ``out``.
     groups : {"one_vs_rest", "pairwise", "marginal"}, default "one_vs_rest"
@@ -357,15 +360,15 @@ class DisparateImpact(GroupRateConstraint):
         self,
         sensitive: str | Sequence[str],
         delta: float = 0.8,
-        surrogate: str | Surrogate = "smoothed_step",
+        surrogate: str | Surrogate | None = None,
         threshold: float = 0.0,
         groups: str = "one_vs_rest",
     ) -> None:
         self.delta = check_interval(delta, "delta", 0.0, 1.0, closed="right")
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
-            "sensitive": sensitive, "delta": self.delta, "surrogate": self.surrogate,
-            "threshold": self.threshold, "groups": groups,
+            "sensitive": sensitive, "delta": self.delta,
+            "surrogate": None if surrogate is None else self.surrogate, "threshold": self.threshold, "groups": groups,
         }
 
     def _row_templates(self) -> list[RowTemplate]:
@@ -402,15 +405,15 @@ class DemographicParity(GroupRateConstraint):
         self,
         sensitive: str | Sequence[str],
         bound: float,
-        surrogate: str | Surrogate = "smoothed_step",
+        surrogate: str | Surrogate | None = None,
         threshold: float = 0.0,
         groups: str = "one_vs_rest",
     ) -> None:
         self.bound = nonnegative_float(bound, "bound")
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
-            "sensitive": sensitive, "bound": self.bound, "surrogate": self.surrogate,
-            "threshold": self.threshold, "groups": groups,
+            "sensitive": sensitive, "bound": self.bound,
+            "surrogate": None if surrogate is None else self.surrogate, "threshold": self.threshold, "groups": groups,
         }
 
     def _row_templates(self) -> list[RowTemplate]:

@@ -215,13 +215,15 @@ class LinearRowsConstraint(BaseConstraint):
 
     _prefix = "constraint"
     _allow_continuous = False
+    #: The surrogate of a constraint constructed with ``surrogate=None``.
+    default_surrogate = "smoothed_step"
 
     def __init__(self, sensitive: Any, *, surrogate: Any, threshold: float, groups: str, groupings: Sequence[str]):
         self.sensitive = sensitive_names(sensitive)
         if groups not in groupings:
             raise ValueError(f"groups: expected one of {tuple(groupings)}, got {groups!r}")
         self.groups = groups
-        self.surrogate: Surrogate = get_surrogate(surrogate)
+        self.surrogate: Surrogate = get_surrogate(self.default_surrogate if surrogate is None else surrogate)
         self.threshold = finite_float(threshold, "threshold")
         joiner = "&" if len(self.sensitive) > 1 and groups != "marginal" else ","
         self.name = f"{self._prefix}[{joiner.join(self.sensitive)}]"
