@@ -235,8 +235,7 @@ def with_sqp_surrogates(method: str, constraints: list) -> list:
         return constraints
     for constraint in constraints:
         if isinstance(constraint, GroupRateConstraint) and constraint.get_params().get("surrogate") is None:
-            constraint.surrogate = SQP_RATE_SURROGATE
-            constraint._params["surrogate"] = SQP_RATE_SURROGATE
+            constraint.set_params(surrogate=SQP_RATE_SURROGATE)
     return constraints
 
 
