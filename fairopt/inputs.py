@@ -24,8 +24,8 @@ from fairopt.data.frames import short_list
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_input_missing", "check_missing", "columns_of_x", "constraint_sensitive_names", "encoded_inputs", "fair_data_rows",
-           "has_text_columns", "held_out_rows", "internal_names", "log_encoded_columns", "names_columns_of_x",
+__all__ = ["check_input_finite", "check_missing", "columns_of_x", "constraint_sensitive_names", "encoded_inputs",
+           "fair_data_rows", "has_text_columns", "held_out_rows", "internal_names", "log_encoded_columns", "names_columns_of_x",
            "sensitive_columns", "sensitive_columns_of_x", "without_columns"]
 
 #: The name of one unnamed sensitive column when nothing else names it.
@@ -191,26 +191,40 @@ def check_missing(columns: Mapping[str, Any]) -> None:
                              "rows (they form no group)")
 
 
-def check_input_missing(X: Any) -> None:
-    """ValueError naming the first input column with missing values, before scikit-learn's check
-    (whose message names no column).
+def check_input_finite(X: Any) -> None:
+    """ValueError naming the first input column with missing values, then the first with infinite
+    ones, before scikit-learn's check (whose message names no column, and which a frame with text
+    columns passes to the preprocessor unchecked).
     """
     if isinstance(X, pd.DataFrame):
         names, missing = [str(c) for c in X.columns], X.isna().to_numpy()
+        infinite = np.zeros(X.shape, dtype=bool)
+        for j in range(X.shape[1]):
+            column = X.iloc[:, j]
+            if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+                infinite[:, j] = np.isinf(column.to_numpy(dtype=np.float64, na_value=np.nan))
     else:
         array = np.asarray(X) if not hasattr(X, "toarray") else None  # sparse: scikit-learn's check
         if array is None or array.ndim != 2 or array.dtype.kind not in "fcO":
             return
         names, missing = [f"column {j}" for j in range(array.shape[1])], np.asarray(pd.isna(array), dtype=bool)
-    counts = missing.sum(axis=0)
+        infinite = np.isinf(array) if array.dtype.kind in "fc" else np.zeros(array.shape, dtype=bool)
+    _name_bad_column(missing, names, "NaN", "missing", "impute them (e.g. sklearn.impute.SimpleImputer in a Pipeline) "
+                     "or drop those rows")
+    _name_bad_column(infinite, names, "infinity", "infinite", "replace them (clip to a finite value, or treat them as "
+                     "missing and impute) or drop those rows")
+
+
+def _name_bad_column(bad: np.ndarray, names: list[str], contains: str, kind: str, advice: str) -> None:
+    """The ValueError of :func:`check_input_finite` for the first column with a ``bad`` entry, if any."""
+    counts = bad.sum(axis=0)
     if not counts.any():
         return
     j = int(np.flatnonzero(counts)[0])
     others = int((counts > 0).sum()) - 1
-    raise ValueError(f"Input X contains NaN: {names[j]!r} has {int(counts[j])} missing value(s), e.g. at row "
-                     f"{int(np.flatnonzero(missing[:, j])[0])}" + (f", and {others} more column(s) have some" if others
-                                                                 else "")
-                     + "; impute them (e.g. sklearn.impute.SimpleImputer in a Pipeline) or drop those rows")
+    raise ValueError(f"Input X contains {contains}: {names[j]!r} has {int(counts[j])} {kind} value(s), e.g. at row "
+                     f"{int(np.flatnonzero(bad[:, j])[0])}" + (f", and {others} more column(s) have some" if others
+                                                               else "") + f"; {advice}")
 
 
 def fair_data_rows(data: FairData) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray | None]:
@@ -252,12 +266,22 @@ def internal_names(p: int) -> list[str]:
     return [f"x{j}" for j in range(p)]
 
 
-def encoded_inputs(X: np.ndarray, preprocessor: Any) -> np.ndarray:
+def encoded_inputs(X: np.ndarray, preprocessor: Any, names: Any = None) -> np.ndarray:
     """The model inputs of validated rows ``X`` by the fitted ``preprocessor``: numbers held as text
-    converted as at fit, then standardised / one-hot encoded.
+    converted as at fit, then standardised / one-hot encoded. ``names``: the user's column names
+    (``feature_names_in_``), which the messages of the encoding then use (a ValueError's ``df:``
+    becomes ``X:``); None: the preprocessor's own.
     """
+    if names is not None:
+        preprocessor = preprocessor.renamed(names)
     frame = pd.DataFrame(X, columns=list(preprocessor.columns_))
-    encoded, _ = preprocessor.transform(coerce_inputs(frame, list(frame.columns), [], [], preprocessor))
+    try:
+        encoded, _ = preprocessor.transform(coerce_inputs(frame, list(frame.columns), [], [], preprocessor))
+    except ValueError as exc:
+        message = str(exc)
+        if names is None or not message.startswith("df: "):
+            raise
+        raise ValueError("X: " + message[len("df: "):]) from None
     return encoded
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import fairopt
-from fairopt.inputs import check_input_missing
+from fairopt.inputs import check_input_finite
 
 
 def _data(n=200):
@@ -42,9 +42,27 @@ def test_predict_names_the_column_too():
 
 def test_inputs_without_missing_values_pass():
     X, _, _ = _data()
-    check_input_missing(X)
-    check_input_missing(X[["age", "income"]].to_numpy())
-    check_input_missing(np.array([[1.0, np.inf]]))  # inf is left to scikit-learn's check
+    check_input_finite(X)
+    check_input_finite(X[["age", "income"]].to_numpy())
+    check_input_finite(X.assign(count=pd.array([1, None] * 100, dtype="Int64")).dropna())
+
+
+def test_infinite_values_are_named_by_column_at_fit_and_predict():
+    """A frame with text columns reaches the preprocessor unchecked by scikit-learn: the user's column
+    is named, not the estimator's internal one."""
+    X, y, g = _data()
+    bad = X.copy()
+    bad.loc[7, "income"] = -np.inf
+    named = r"Input X contains infinity: 'income' has 1 infinite value\(s\), e.g. at row 7"
+    with pytest.raises(ValueError, match=named):
+        fairopt.FairClassifier(epochs=3).fit(bad, y)
+    with pytest.raises(ValueError, match="'column 1' has 1 infinite"):
+        fairopt.FairClassifier(epochs=3).fit(bad[["age", "income"]].to_numpy(), y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = fairopt.FairClassifier(epochs=3).fit(X, y)
+    with pytest.raises(ValueError, match="'income' has 1 infinite"):
+        clf.predict(bad)
 
 
 def test_scikit_learn_names_of_seed_and_epochs():
@@ -84,3 +102,35 @@ def test_linear_models_report_coefficients():
                                    rtol=1e-9, atol=1e-9)
         mlp = fairopt.FairClassifier(model="mlp", epochs=5).fit(X, y)
     assert not hasattr(mlp, "coef_") and not hasattr(fairopt.FairClassifier(), "coef_")
+
+
+def test_predict_encoding_messages_use_the_user_column_names(caplog):
+    """The estimator's preprocessor holds internal column names; its messages at predict time name the
+    user's columns (``Preprocessor.renamed``) and the argument ``X``."""
+    X, y, g = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = fairopt.FairClassifier(epochs=3).fit(X, y)
+    text = X.astype({"income": object})
+    text.loc[4, "income"] = "lots"
+    with pytest.raises(ValueError, match=r"^X: column 'income' was numeric .* not numbers here: \['lots'\]"):
+        clf.predict(text)
+    unseen = X.copy()
+    unseen.loc[2, "job"] = "c"
+    with caplog.at_level("WARNING", logger="fairopt.data"):
+        clf.predict(unseen)
+    assert "column 'job': 1 rows have levels not seen at fit time" in caplog.text
+
+
+def test_renamed_preprocessor_encodes_as_the_original():
+    from fairopt.data.preprocessing import Preprocessor
+
+    X, _, _ = _data()
+    internal = X.set_axis(["x0", "x1", "x2"], axis=1)
+    pre = Preprocessor().fit(internal)
+    copy = pre.renamed(list(X.columns))
+    np.testing.assert_array_equal(copy.transform(X)[0], pre.transform(internal)[0])
+    assert copy.feature_names_ == ["age", "income", "job=a", "job=b"]
+    assert pre.columns_ == ["x0", "x1", "x2"]  # the original is unchanged
+    with pytest.raises(ValueError, match="^names: expected 3 distinct names"):
+        pre.renamed(["a", "a", "b"])

@@ -197,6 +197,27 @@ class Preprocessor:
                 column, n_unseen, examples,
             )
 
+    def renamed(self, names: Sequence[str]) -> "Preprocessor":
+        """A fitted copy whose input columns are called ``names`` (one per column of ``columns_``, in its
+        order) with the same statistics and levels: it encodes a frame with those columns as this one
+        encodes its own, and its messages name them (an estimator's preprocessor holds internal names)."""
+        self._check_fitted()
+        names = [str(name) for name in names]
+        if len(names) != len(self.columns_) or len(set(names)) != len(names):
+            raise ValueError(f"names: expected {len(self.columns_)} distinct names, got {short_list(names)}")
+        new = dict(zip(self.columns_, names))
+        copy = Preprocessor(columns=names, categorical=[new[c] for c in self.categorical_],
+                            standardize=self.standardize)
+        copy.columns_, copy.categorical_, copy.numeric_ = names, [new[c] for c in self.categorical_], [
+            new[c] for c in self.numeric_]
+        copy.means_ = {new[c]: v for c, v in self.means_.items()}
+        copy.scales_ = {new[c]: v for c, v in self.scales_.items()}
+        copy.levels_ = {new[c]: list(v) for c, v in self.levels_.items()}
+        copy.feature_names_ = [name for c in names for name in
+                               ([f"{c}={level}" for level in copy.levels_[c]] if c in copy.levels_ else [c])]
+        copy._fitted = True
+        return copy
+
     def fit_transform(self, df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
         """:meth:`fit` on ``df``, then :meth:`transform` it."""
         return self.fit(df).transform(df)
