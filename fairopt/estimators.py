@@ -31,8 +31,8 @@ from torch import nn
 from fairopt._validation import check_choice, check_flag, check_sample_weight, check_seed, positive_float
 from fairopt.data import FairData
 from fairopt.data.encoding import positive_class
-from fairopt.inputs import (check_input_finite, check_missing, constraint_sensitive_names, encoded_inputs, fair_data_rows,
-                            has_text_columns, held_out_rows, internal_names, log_encoded_columns,
+from fairopt.inputs import (check_input_finite, check_missing, constraint_sensitive_names, dense_inputs, encoded_inputs,
+                            fair_data_rows, has_text_columns, held_out_rows, internal_names, log_encoded_columns,
                             sensitive_columns_of_x, without_columns)
 from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_violations, relaxed_steps
 from fairopt.evaluation import evaluate as evaluate_model
@@ -265,7 +265,7 @@ class _FairEstimator(BaseEstimator):
         constraints = with_sqp_surrogates(self.method, resolve_constraints(self.constraints))
         if isinstance(X, FairData):
             return self._given_data(X, y, sensitive_features, sample_weight), constraints
-        X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(X, sensitive_features)
+        X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(dense_inputs(X), sensitive_features)
         check_input_finite(X)
         X, y = validate_data(self, X, y, dtype=None if has_text_columns(X) else np.float64)
         weights = check_sample_weight(sample_weight, X.shape[0])
@@ -408,9 +408,14 @@ class _FairEstimator(BaseEstimator):
         X = self._checked_inputs(X)
         return encoded_inputs(X, self.preprocessor_, getattr(self, "feature_names_in_", None))
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # SciPy sparse X is taken as dense (inputs.dense_inputs)
+        return tags
+
     def _checked_inputs(self, X: Any) -> Any:
         """``X`` without the dropped sensitive columns, checked against the training inputs."""
-        X = self._without_dropped(X)
+        X = self._without_dropped(dense_inputs(X))
         check_input_finite(X)
         return validate_data(self, X, reset=False, dtype=self._input_dtype())
 

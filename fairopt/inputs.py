@@ -24,9 +24,10 @@ from fairopt.data.frames import short_list
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_input_finite", "check_missing", "columns_of_x", "constraint_sensitive_names", "encoded_inputs",
-           "fair_data_rows", "has_text_columns", "held_out_rows", "internal_names", "log_encoded_columns", "names_columns_of_x",
-           "sensitive_columns", "sensitive_columns_of_x", "without_columns"]
+__all__ = ["DENSE_LIMIT_BYTES", "check_input_finite", "check_missing", "columns_of_x", "constraint_sensitive_names",
+           "dense_inputs", "encoded_inputs", "fair_data_rows", "has_text_columns", "held_out_rows", "internal_names",
+           "log_encoded_columns", "names_columns_of_x", "sensitive_columns", "sensitive_columns_of_x",
+           "without_columns"]
 
 #: The name of one unnamed sensitive column when nothing else names it.
 UNNAMED = "sensitive"
@@ -189,6 +190,24 @@ def check_missing(columns: Mapping[str, Any]) -> None:
             raise ValueError(f"sensitive_features: {name!r} has {int(missing.sum())} missing value(s) (NaN/None) of "
                              f"{missing.size}, e.g. at row {int(np.flatnonzero(missing)[0])}; drop or recode those "
                              "rows (they form no group)")
+
+
+#: The largest dense copy, in bytes, that :func:`dense_inputs` makes of a sparse ``X``.
+DENSE_LIMIT_BYTES = 2 ** 31
+
+
+def dense_inputs(X: Any) -> Any:
+    """``X`` as a dense array when it is a SciPy sparse matrix or array (a ``OneHotEncoder``'s default
+    output in a pipeline), as the models take dense inputs; anything else as it is. ValueError when the
+    dense float64 copy would exceed :data:`DENSE_LIMIT_BYTES` (2 GiB)."""
+    if not (hasattr(X, "toarray") and hasattr(X, "nnz")):
+        return X
+    size = 8 * int(X.shape[0]) * int(X.shape[1])
+    if size > DENSE_LIMIT_BYTES:
+        raise ValueError(f"X: a sparse {X.shape[0]} x {X.shape[1]} matrix would take {size / 2 ** 30:.1f} GiB dense; "
+                         "the models take dense inputs: reduce the columns (e.g. OneHotEncoder(max_categories=...) "
+                         "or min_frequency=...) or train on rows memory-mapped from disk (fairopt.data.save_memmap)")
+    return X.toarray()
 
 
 def check_input_finite(X: Any) -> None:

@@ -134,3 +134,29 @@ def test_renamed_preprocessor_encodes_as_the_original():
     assert pre.columns_ == ["x0", "x1", "x2"]  # the original is unchanged
     with pytest.raises(ValueError, match="^names: expected 3 distinct names"):
         pre.renamed(["a", "a", "b"])
+
+
+def test_sparse_inputs_from_a_one_hot_encoder_train_as_dense(monkeypatch):
+    """A pipeline's OneHotEncoder gives SciPy sparse rows by default: fit and predict take them as dense
+    (fairlearn's reductions accept them too); a dense copy beyond the limit is refused with advice."""
+    from scipy import sparse
+    from sklearn.compose import make_column_transformer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder
+
+    import fairopt.inputs
+
+    X, y, g = _data()
+    encode = make_column_transformer((OneHotEncoder(handle_unknown="ignore"), ["job"]), remainder="passthrough",
+                                     sparse_threshold=1.0)  # sparse output whatever the density
+    pipe = make_pipeline(encode, fairopt.FairClassifier(constraints=[("di", "g", 0.8)], epochs=5, seed=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe.fit(X, y, fairclassifier__sensitive_features=g)
+        dense = fairopt.FairClassifier(constraints=[("di", "g", 0.8)], epochs=5, seed=0).fit(
+            encode.fit_transform(X).toarray(), y, sensitive_features=g)
+    assert sparse.issparse(encode.transform(X))
+    np.testing.assert_array_equal(pipe.predict(X), dense.predict(encode.transform(X).toarray()))
+    monkeypatch.setattr(fairopt.inputs, "DENSE_LIMIT_BYTES", 100)
+    with pytest.raises(ValueError, match=r"^X: a sparse 200 x 4 matrix would take .* GiB dense"):
+        fairopt.inputs.dense_inputs(sparse.csr_matrix(np.ones((200, 4))))
