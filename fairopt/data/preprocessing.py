@@ -17,6 +17,12 @@ __all__ = ["Preprocessor"]
 logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
 
 
+def _feature_names(columns: Sequence[str], levels: dict[str, list[Any]]) -> list[str]:
+    """The output names: ``columns`` in order, a categorical one (a key of ``levels``) expanded into
+    ``"column=level"`` indicators."""
+    return [name for c in columns for name in ([f"{c}={level}" for level in levels[c]] if c in levels else [c])]
+
+
 class Preprocessor:
     r"""Turn a DataFrame into a float32 design matrix with statistics learned on training rows.
 
@@ -92,11 +98,7 @@ class Preprocessor:
         self.numeric_ = [c for c in columns if c not in categorical]
         self.means_, self.scales_ = self._numeric_statistics(df)
         self.levels_ = {c: unique_levels(df[c]) for c in self.categorical_}
-        self.feature_names_ = [
-            name
-            for c in columns
-            for name in ([f"{c}={level}" for level in self.levels_[c]] if c in categorical else [c])
-        ]
+        self.feature_names_ = _feature_names(columns, self.levels_)
         self._fitted = True
         logger.debug("Preprocessor fitted: %d numeric, %d categorical columns -> %d features",
                      len(self.numeric_), len(self.categorical_), len(self.feature_names_))
@@ -206,17 +208,17 @@ class Preprocessor:
         if len(names) != len(self.columns_) or len(set(names)) != len(names):
             raise ValueError(f"names: expected {len(self.columns_)} distinct names, got {short_list(names)}")
         new = dict(zip(self.columns_, names))
-        copy = Preprocessor(columns=names, categorical=[new[c] for c in self.categorical_],
+        twin = Preprocessor(columns=names, categorical=[new[c] for c in self.categorical_],
                             standardize=self.standardize)
-        copy.columns_, copy.categorical_, copy.numeric_ = names, [new[c] for c in self.categorical_], [
-            new[c] for c in self.numeric_]
-        copy.means_ = {new[c]: v for c, v in self.means_.items()}
-        copy.scales_ = {new[c]: v for c, v in self.scales_.items()}
-        copy.levels_ = {new[c]: list(v) for c, v in self.levels_.items()}
-        copy.feature_names_ = [name for c in names for name in
-                               ([f"{c}={level}" for level in copy.levels_[c]] if c in copy.levels_ else [c])]
-        copy._fitted = True
-        return copy
+        twin.columns_ = names
+        twin.categorical_ = [new[c] for c in self.categorical_]
+        twin.numeric_ = [new[c] for c in self.numeric_]
+        twin.means_ = {new[c]: v for c, v in self.means_.items()}
+        twin.scales_ = {new[c]: v for c, v in self.scales_.items()}
+        twin.levels_ = {new[c]: list(v) for c, v in self.levels_.items()}
+        twin.feature_names_ = _feature_names(names, twin.levels_)
+        twin._fitted = True
+        return twin
 
     def fit_transform(self, df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
         """:meth:`fit` on ``df``, then :meth:`transform` it."""
