@@ -163,8 +163,10 @@ def run_grid(args, root: str, out: Path) -> int:
     jobs += [(d, m, b, s, meth, args.delta, root, *(extra if meth == "fairopt" else ())) for d in datasets
              for m in GRID_MODELS for b in GRID_BATCHES for s in seeds for meth in ["fairopt", *peers]]
     records = []
-    if args.reuse_reference or getattr(args, "reuse_minibatch", False):
-        rerun = "minibatch" if args.reuse_reference else "full"
+    flags = {"minibatch": args.reuse_reference, "full": getattr(args, "reuse_minibatch", False),
+             "fairopt": getattr(args, "reuse_peers", False)}
+    if any(flags.values()):
+        rerun = next(mode for mode, given in flags.items() if given)
         records, previous = reused_runs(out, jobs, rerun)
         for r in records:  # runs of grids written before runs carried their commit: that grid's
             r.setdefault("commit", previous.removeprefix("commit "))
@@ -291,15 +293,25 @@ def _loss_suffix(run: dict) -> str:
     return f" ({run['train_loss']:.4f})" if "train_loss" in run else ""
 
 
+#: ``reused_runs``' modes: the jobs each runs again (the others are taken from the previous grid), and its flag.
+RERUNS: dict[str, tuple[Callable[[tuple], bool], str]] = {
+    "minibatch": (lambda j: j[2] is not None and j[4] == "fairopt", "--reuse-reference"),
+    "full": (lambda j: j[2] is None, "--reuse-minibatch"),
+    "fairopt": (lambda j: j[4] == "fairopt", "--reuse-peers"),
+}
+
+
 def reused_runs(out: Path, jobs: list[tuple], rerun: str = "minibatch") -> tuple[list[dict], str]:
     """The runs of ``out/grid.json`` among ``jobs`` that a change of one path leaves as they were,
     and the commit of that grid (from its ``grid.md``). ``rerun="minibatch"`` (``--reuse-reference``):
     the full batch's and the peers'; ``rerun="full"`` (``--reuse-minibatch``, for a change of the
-    full-batch path only): fairopt's mini-batch runs and the peers'."""
+    full-batch path only): fairopt's mini-batch runs and the peers'; ``rerun="fairopt"``
+    (``--reuse-peers``, for a change of both of fairopt's paths, a default of the constraint, say):
+    the peers' only."""
+    redone, flag = RERUNS[rerun]
     path = out / "grid.json"
     if not path.is_file():
-        raise SystemExit(f"--reuse-{'reference' if rerun == 'minibatch' else 'minibatch'}: no previous grid in {out}")
-    redone = (lambda j: j[2] is not None and j[4] == "fairopt") if rerun == "minibatch" else (lambda j: j[2] is None)
+        raise SystemExit(f"{flag}: no previous grid in {out}")
     wanted = {(j[0], j[1], j[2] or "full", j[3], j[4]) for j in jobs if not redone(j)}
     runs = [r for r in json.loads(path.read_text())
             if (r["dataset"], r["model"], r["batch"], r["seed"], r["method"]) in wanted]

@@ -311,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse-minibatch", action="store_true",
                     help="--grid: take fairopt's mini-batch runs and the peer runs from the grid.json already in "
                          "--out and run the full batch again (for a change of the full-batch path only)")
+    ap.add_argument("--reuse-peers", action="store_true",
+                    help="--grid: take the peer runs from the grid.json already in --out and run fairopt's full-batch "
+                         "and mini-batch runs again (for a change of both, such as a default of the constraint)")
     ap.add_argument("--pool", nargs="+", metavar="DIR",
                     help="compare with the peers over the seeds of several grids (their grid.json; disjoint "
                          "seeds): per cell the paired differences with 95%% intervals, into --out/pooled.md")

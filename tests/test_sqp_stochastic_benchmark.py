@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 if str(BENCHMARKS) not in sys.path:  # the script imports its siblings (_common) by name
     sys.path.insert(0, str(BENCHMARKS))
@@ -61,6 +63,10 @@ def test_reused_runs_are_the_reference_and_peer_runs_of_the_previous_grid(tmp_pa
     assert [(r["batch"], r["method"]) for r in runs] == [("full", "fairopt"), (256, "peer")]  # not the mini-batch run
     runs, _ = sqp_grid.reused_runs(tmp_path, jobs, rerun="full")  # --reuse-minibatch: the full batch again
     assert [(r["batch"], r["method"]) for r in runs] == [(256, "fairopt"), (256, "peer")]
+    runs, _ = sqp_grid.reused_runs(tmp_path, jobs, rerun="fairopt")  # --reuse-peers: both of fairopt's again
+    assert [(r["batch"], r["method"]) for r in runs] == [(256, "peer")]
+    with pytest.raises(SystemExit, match="^--reuse-peers: no previous grid"):
+        sqp_grid.reused_runs(tmp_path / "nowhere", jobs, rerun="fairopt")
 
 
 def test_report_only_renders_the_table_and_the_plot_from_grid_json(tmp_path):
