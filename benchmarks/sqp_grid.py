@@ -87,7 +87,7 @@ def grid_cell(job: tuple) -> dict | None:
 
     dataset, model_kind, batch, seed, method, delta, data_root, *extra = job
     settings = dict(extra[0]) if extra else {}
-    surrogate = settings.pop("surrogate", None)  # DisparateImpact's own default when None
+    surrogate = settings.pop("surrogate", None)  # None: DisparateImpact's own default
     torch.set_num_threads(1)
     data = load_spec(dataset, data_root)
     train, test = data.split(test_size=0.3, seed=seed)
@@ -108,7 +108,7 @@ def grid_cell(job: tuple) -> dict | None:
             status, iterations = "last iterate", None
         else:  # every setting at its default: the constraint's own surrogate, "auto" everywhere
             settings.setdefault("epochs", GRID_FULL_EPOCHS if batch is None else GRID_EPOCHS)
-            constraint = DisparateImpact(sensitive, delta=delta, **({"surrogate": surrogate} if surrogate else {}))
+            constraint = DisparateImpact(sensitive, delta=delta, surrogate=surrogate)
             result = StochasticSQP(batch_size=batch, seed=seed, **settings).fit(
                 model, train, loss="bce", constraints=[constraint])
             status, iterations = result.status, len(result.history) - 1  # the last record is the returned model

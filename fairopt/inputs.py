@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
 
 from fairopt._validation import sensitive_names, to_numpy
 from fairopt.data import FairData
@@ -200,7 +201,7 @@ def dense_inputs(X: Any) -> Any:
     """``X`` as a dense array when it is a SciPy sparse matrix or array (a ``OneHotEncoder``'s default
     output in a pipeline), as the models take dense inputs; anything else as it is. ValueError when the
     dense float64 copy would exceed :data:`DENSE_LIMIT_BYTES` (2 GiB)."""
-    if not (hasattr(X, "toarray") and hasattr(X, "nnz")):
+    if not sparse.issparse(X):
         return X
     size = 8 * int(X.shape[0]) * int(X.shape[1])
     if size > DENSE_LIMIT_BYTES:
@@ -217,14 +218,14 @@ def check_input_finite(X: Any) -> None:
     """
     if isinstance(X, pd.DataFrame):
         names, missing = [str(c) for c in X.columns], X.isna().to_numpy()
+        numeric = np.array([pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t) for t in X.dtypes],
+                           dtype=bool)
         infinite = np.zeros(X.shape, dtype=bool)
-        for j in range(X.shape[1]):
-            column = X.iloc[:, j]
-            if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
-                infinite[:, j] = np.isinf(column.to_numpy(dtype=np.float64, na_value=np.nan))
+        if numeric.any():
+            infinite[:, numeric] = np.isinf(X.iloc[:, numeric].to_numpy(dtype=np.float64, na_value=np.nan))
     else:
-        array = np.asarray(X) if not hasattr(X, "toarray") else None  # sparse: scikit-learn's check
-        if array is None or array.ndim != 2 or array.dtype.kind not in "fcO":
+        array = np.asarray(X)
+        if array.ndim != 2 or array.dtype.kind not in "fcO":
             return
         names, missing = [f"column {j}" for j in range(array.shape[1])], np.asarray(pd.isna(array), dtype=bool)
         infinite = np.isinf(array) if array.dtype.kind in "fc" else np.zeros(array.shape, dtype=bool)
@@ -291,16 +292,12 @@ def encoded_inputs(X: np.ndarray, preprocessor: Any, names: Any = None) -> np.nd
     (``feature_names_in_``), which the messages of the encoding then use (a ValueError's ``df:``
     becomes ``X:``); None: the preprocessor's own.
     """
+    argument = "df" if names is None else "X"
     if names is not None:
         preprocessor = preprocessor.renamed(names)
     frame = pd.DataFrame(X, columns=list(preprocessor.columns_))
-    try:
-        encoded, _ = preprocessor.transform(coerce_inputs(frame, list(frame.columns), [], [], preprocessor))
-    except ValueError as exc:
-        message = str(exc)
-        if names is None or not message.startswith("df: "):
-            raise
-        raise ValueError("X: " + message[len("df: "):]) from None
+    inputs = coerce_inputs(frame, list(frame.columns), [], [], preprocessor, argument)
+    encoded, _ = preprocessor.transform(inputs, argument)
     return encoded
 
 

@@ -173,9 +173,10 @@ def coerce_inputs(
     sensitive: list[str],
     categorical: list[str],
     preprocessor: Preprocessor | None,
+    argument: str = "df",
 ) -> pd.DataFrame:
     """``df`` with the input columns that hold numbers as text made numeric
-    (:func:`coerce_numeric_columns`).
+    (:func:`coerce_numeric_columns`); ``argument`` is the name its error messages give ``df``.
 
     Left as they are: sensitive columns (their groups are read from the raw values),
     columns declared categorical (argument or preprocessor configuration) and, with a
@@ -190,17 +191,17 @@ def coerce_inputs(
     if preprocessor is not None and preprocessor.is_fitted:
         for column in preprocessor.numeric_:
             if column in candidates and is_text_dtype(inputs[column]):
-                require_numbers(inputs[column])
+                require_numbers(inputs[column], argument)
     return inputs
 
 
-def require_numbers(series: pd.Series) -> None:
+def require_numbers(series: pd.Series, argument: str = "df") -> None:
     """ValueError naming a column the fitted preprocessor treats as numeric when some of
-    its values are not numbers."""
+    its values are not numbers (``argument``: the frame's name in the message)."""
     bad = [v for v in pd.unique(series.dropna().to_numpy(dtype=object)) if as_number(v) is None]
     if bad:
-        raise ValueError(f"df: column {series.name!r} was numeric when the preprocessor was fitted but holds values "
-                         f"that are not numbers here: {short_list(bad[:5])}")
+        raise ValueError(f"{argument}: column {series.name!r} was numeric when the preprocessor was fitted but holds "
+                         f"values that are not numbers here: {short_list(bad[:5])}")
 
 
 def build_fair_data(

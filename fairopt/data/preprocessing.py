@@ -135,8 +135,8 @@ class Preprocessor:
         if not self._fitted:
             raise ValueError("preprocessor: not fitted; call fit(df) first (or use fit_transform)")
 
-    def transform(self, df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
-        """Encode ``df`` with the fitted statistics.
+    def transform(self, df: pd.DataFrame, argument: str = "df") -> tuple[np.ndarray, list[str]]:
+        """Encode ``df`` with the fitted statistics (``argument``: the name its error messages give ``df``).
 
         Returns
         -------
@@ -144,9 +144,9 @@ class Preprocessor:
         feature_names : list of str
         """
         self._check_fitted()
-        check_frame(df, "df")
-        check_columns_exist(df, self.columns_, "df")
-        require_finite_columns(df, self.columns_, "df")
+        check_frame(df, argument)
+        check_columns_exist(df, self.columns_, argument)
+        require_finite_columns(df, self.columns_, argument)
         out = np.zeros((len(df), len(self.feature_names_)), dtype=np.float32)
         offset = 0
         numeric_positions: list[int] = []
@@ -158,10 +158,10 @@ class Preprocessor:
                 numeric_positions.append(offset)
                 offset += 1
         if numeric_positions:
-            out[:, numeric_positions] = self._standardised(df)
+            out[:, numeric_positions] = self._standardised(df, argument)
         return out, list(self.feature_names_)
 
-    def _standardised(self, df: pd.DataFrame) -> np.ndarray:
+    def _standardised(self, df: pd.DataFrame, argument: str) -> np.ndarray:
         """``(x - mean) / scale`` of the numeric columns (float64), ``ValueError`` beyond the float32 range."""
         values = df[self.numeric_].to_numpy(dtype=np.float64)
         means = np.array([self.means_[c] for c in self.numeric_])
@@ -179,8 +179,8 @@ class Preprocessor:
             what = ("standardised with the training mean {:.6g} and standard deviation {:.6g}, it is {:.6g}"
                     .format(means[j], scales[j], z[row, j]) if self.standardize else "passed through unscaled")
             raise ValueError(
-                f"df: column {column!r} has the value {float(values[row, j])!r} at index {label!r}; {what}, beyond "
-                f"the float32 range of the model inputs (about 3.4e38). Rescale the column (e.g. log or "
+                f"{argument}: column {column!r} has the value {float(values[row, j])!r} at index {label!r}; {what}, "
+                f"beyond the float32 range of the model inputs (about 3.4e38). Rescale the column (e.g. log or "
                 f"divide by a constant) or drop the row"
             )
         return z
@@ -208,10 +208,10 @@ class Preprocessor:
         if len(names) != len(self.columns_) or len(set(names)) != len(names):
             raise ValueError(f"names: expected {len(self.columns_)} distinct names, got {short_list(names)}")
         new = dict(zip(self.columns_, names))
-        twin = Preprocessor(columns=names, categorical=[new[c] for c in self.categorical_],
-                            standardize=self.standardize)
+        categorical = [new[c] for c in self.categorical_]
+        twin = Preprocessor(columns=names, categorical=categorical, standardize=self.standardize)
         twin.columns_ = names
-        twin.categorical_ = [new[c] for c in self.categorical_]
+        twin.categorical_ = categorical
         twin.numeric_ = [new[c] for c in self.numeric_]
         twin.means_ = {new[c]: v for c, v in self.means_.items()}
         twin.scales_ = {new[c]: v for c, v in self.scales_.items()}
