@@ -16,6 +16,7 @@ capability                members                                               
 :class:`FactoredRows`     ``strata``, ``jacobian_direction``,                     SQP factored Jacobians,
                           ``rows_and_factors(out, batch, strata)``                mini-batch rows by stratum
 :class:`SumsConstraint`   ``partial_sums(out, batch, exact)``, ``from_sums``      chunked and data-parallel SQP
+:class:`CalibratedForm`   ``calibrated_form()``                                   SQP with ``calibrate_exact``
 flags                     ``smooth_is_exact``, ``cost_on_all_rows``               exact rows; mini-batch SQP
 ========================  ======================================================  ==========================
 
@@ -35,6 +36,7 @@ import torch
 
 __all__ = [
     "COSTS",
+    "CalibratedForm",
     "ClosedFormRows",
     "Constraint",
     "ConstraintContractError",
@@ -46,11 +48,13 @@ __all__ = [
     "capabilities",
     "check_bounds",
     "check_constraint",
+    "calibrated_form",
     "cost_on_all_rows",
     "declared_row_names",
     "jacobian_direction",
     "looks_like_constraint",
     "offers_closed_form_rows",
+    "offers_calibrated_form",
     "offers_factored_rows",
     "offers_setup",
     "offers_strata",
@@ -160,6 +164,20 @@ class SumsConstraint(Protocol):
     def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor: ...
 
 
+@runtime_checkable
+class CalibratedForm(Protocol):
+    """``calibrated_form()``: the constraint to differentiate in an engine that calibrates the level of
+    the smooth rows to the exact ones (SQP's ``calibrate_exact``: the QP's bounds are shifted by
+    ``exact - smooth``, so the smooth rows only give the direction ``dc/d out``).
+
+    Asked after ``setup(data)``, it is set up as the constraint is: the same ``exact`` rows, bounds and
+    row names; its smooth rows may use another surrogate, one chosen for the direction it gives rather
+    than for values close to the exact ones. It may be the constraint itself, and it is a new object
+    otherwise (the caller's is not changed)."""
+
+    def calibrated_form(self) -> Any: ...
+
+
 def _offers(constraint: Any, *members: str) -> bool:
     """Every one of ``members`` is a callable attribute of ``constraint`` (delegated ones included)."""
     return all(callable(getattr(constraint, name, None)) for name in members)
@@ -200,6 +218,16 @@ def supports_sums(constraint: Any) -> bool:
     return _offers(constraint, "partial_sums", "from_sums")
 
 
+def offers_calibrated_form(constraint: Any) -> bool:
+    """:class:`CalibratedForm`: ``constraint`` has a callable ``calibrated_form``."""
+    return _offers(constraint, "calibrated_form")
+
+
+def calibrated_form(constraint: Any) -> Any:
+    """:meth:`CalibratedForm.calibrated_form` of ``constraint`` where offered, else ``constraint``."""
+    return constraint.calibrated_form() if offers_calibrated_form(constraint) else constraint
+
+
 def jacobian_direction(constraint: Any) -> Hashable | None:
     """The key of the shared direction of :class:`FactoredRows`, None when there is none."""
     return getattr(constraint, "jacobian_direction", None)
@@ -229,7 +257,8 @@ def shares_direction(cons: Any) -> bool:
 def capabilities(constraint: Any) -> frozenset[str]:
     """The optional capabilities ``constraint`` offers, by name: ``"setup"``, ``"target_encoding"``,
     ``"closed_form_rows"``, ``"strata"``, ``"factored_rows"``, ``"shared_direction"`` (a non-None
-    :func:`jacobian_direction`), ``"sums"``, ``"smooth_is_exact"`` and ``"quadratic_cost"``."""
+    :func:`jacobian_direction`), ``"sums"``, ``"calibrated_form"``, ``"smooth_is_exact"`` and
+    ``"quadratic_cost"``."""
     offered = {
         "setup": offers_setup(constraint),
         "target_encoding": offers_target_encoding(constraint),
@@ -238,6 +267,7 @@ def capabilities(constraint: Any) -> frozenset[str]:
         "factored_rows": offers_factored_rows(constraint),
         "shared_direction": jacobian_direction(constraint) is not None,
         "sums": supports_sums(constraint),
+        "calibrated_form": offers_calibrated_form(constraint),
         "smooth_is_exact": smooth_is_exact(constraint),
         "quadratic_cost": cost_on_all_rows(constraint) == "quadratic",
     }

@@ -11,16 +11,18 @@ import fairopt.constraints as fc
 from fairopt import FairData
 from fairopt.certificate.tightening import TightenedConstraint
 from fairopt.constraints.base import BaseConstraint
+from fairopt.surrogates import Sigmoid
 from solvers import StochasticSQP
-from solvers.contract import (ConstraintContractError, capabilities, check_bounds, check_constraint,
-                              cost_on_all_rows, jacobian_direction, offers_closed_form_rows, offers_factored_rows,
-                              offers_setup, offers_strata, offers_target_encoding, smooth_is_exact, supports_sums)
+from solvers.contract import (ConstraintContractError, calibrated_form, capabilities, check_bounds, check_constraint,
+                              cost_on_all_rows, jacobian_direction, offers_calibrated_form, offers_closed_form_rows,
+                              offers_factored_rows, offers_setup, offers_strata, offers_target_encoding,
+                              smooth_is_exact, supports_sums)
 from solvers.lagrangian import LagrangianDual
 from solvers.problem import ConstraintSet, as_constraint_set
 from solvers.sums import exact_in_chunks
 
 RATES = frozenset({"setup", "target_encoding", "closed_form_rows", "strata", "factored_rows", "shared_direction",
-                   "sums"})
+                   "sums", "calibrated_form"})
 #: Every constraint class the library ships, an instance, and the capabilities it offers.
 SHIPPED = {
     fc.DisparateImpact: (lambda: fc.DisparateImpact("s", 0.8), RATES),
@@ -49,6 +51,7 @@ def old_probes(c) -> frozenset[str]:
         "factored_rows": callable(getattr(c, "rows_and_factors", None)),  # derivatives, ConstraintSet
         "shared_direction": getattr(c, "jacobian_direction", None) is not None,  # ConstraintSet.shared_direction
         "sums": callable(getattr(c, "partial_sums", None)) and callable(getattr(c, "from_sums", None)),
+        "calibrated_form": callable(getattr(c, "calibrated_form", None)),  # sqp engine.fit (calibrate_exact)
         "smooth_is_exact": getattr(c, "smooth_is_exact", False) is True,  # problem.exact_rows
         "quadratic_cost": getattr(c, "cost_on_all_rows", "linear") == "quadratic",  # sqp constraint_mode
     }
@@ -99,6 +102,7 @@ def test_constraint_set_capabilities_match_the_old_probes():
     cons = as_constraint_set(members)
     assert capabilities(cons) == old_probes(cons) == frozenset({"setup", "target_encoding", "closed_form_rows",
                                                                  "strata", "factored_rows"})
+    # the set offers no calibrated form of its own: the engine maps its members
     assert cons.shared_direction and not ConstraintSet([fc.Covariance("s", bound=0.1)]).shared_direction
 
 
@@ -241,3 +245,69 @@ def test_a_tightened_constraint_keeps_the_flags_of_the_original():
     assert StochasticSQP(batch_size=64).constraint_mode(False, [rate]) == "snapshot"
     for make in (lambda: fc.DistanceCovariance("x", bound=0.1), lambda: fc.DisparateImpact("s", delta=0.8)):
         assert TightenedConstraint(make(), 0.01).smooth_is_exact == make().smooth_is_exact
+
+
+# ---------------------------------------------------------------------------------- calibrated form
+@pytest.mark.parametrize("make", [lambda s: fc.DisparateImpact("s", 0.8, surrogate=s),
+                                  lambda s: fc.EqualizedOdds("s", bound=0.1, surrogate=s)],
+                         ids=["disparate-impact", "equalized-odds"])
+def test_the_calibrated_form_of_a_rate_constraint_without_a_surrogate(make):
+    """``surrogate=None``: a new constraint under ``sigmoid(5 t)`` with the same exact rows and bounds;
+    a named surrogate: the constraint itself; the caller's object is not changed."""
+    data = small_data()
+    given = make(None)
+    form = given.calibrated_form()
+    assert form is not given and given.get_params()["surrogate"] is None
+    assert form.get_params() == {**given.get_params(), "surrogate": form.calibrated_surrogate}
+    assert isinstance(form.surrogate, Sigmoid) and form.surrogate.scale == 5.0
+    named = make("smoothed_step")
+    assert named.calibrated_form() is named and calibrated_form(named) is named
+    for c in (given, form):
+        c.setup(data)
+    out = torch.linspace(-2, 2, len(data), dtype=torch.float64)
+    assert torch.equal(form.exact(out, data), given.exact(out, data))
+    assert torch.equal(form.lower, given.lower) and torch.equal(form.upper, given.upper)
+    if isinstance(form, fc.DisparateImpact):  # rows delta P_0 - P_1, delta P_1 - P_0 on phi = sigmoid(5 out)
+        phi, s = torch.sigmoid(5 * out), data.sensitive["s"].to(torch.bool)
+        p1, p0 = float(phi[s].mean()), float(phi[~s].mean())
+        assert torch.allclose(form(out, data).double(), torch.tensor([0.8 * p0 - p1, 0.8 * p1 - p0],
+                                                                     dtype=torch.float64), atol=1e-12)
+
+
+def test_constraints_without_a_calibrated_form_are_their_own():
+    for c in (fc.Covariance("s", bound=0.1), fc.GeDI("x", bound=0.1), Minimal()):
+        assert not offers_calibrated_form(c) and calibrated_form(c) is c
+        assert not offers_calibrated_form(TightenedConstraint(c, 0.0))
+
+
+def test_a_tightened_constraint_keeps_its_margin_in_the_calibrated_form():
+    data = small_data()
+    tight = TightenedConstraint(fc.DisparateImpact("s", 0.8), 0.02)
+    form = calibrated_form(tight)
+    assert isinstance(form, TightenedConstraint) and form.margin == 0.02
+    assert isinstance(form.constraint.surrogate, Sigmoid)
+    for c in (tight, form):
+        c.setup(data)
+    assert torch.equal(form.upper, tight.upper) and torch.equal(form.upper, torch.full_like(form.upper, -0.02))
+    named = TightenedConstraint(fc.DisparateImpact("s", 0.8, surrogate="sigmoid"), 0.02)
+    assert calibrated_form(named) is named
+
+
+@pytest.mark.parametrize("calibrate", [True, False], ids=["calibrated", "not-calibrated"])
+def test_sqp_differentiates_the_calibrated_form_only_when_it_calibrates(calibrate):
+    """A rate constraint without a surrogate trains under ``StochasticSQP`` as its calibrated form does
+    (``sigmoid(5 t)``) and, with ``calibrate_exact=False``, as the smoothed step does: same run, same
+    iterates. The caller's constraint keeps ``surrogate=None`` and is set up on the data, as before."""
+    data = small_data(n=400)
+    surrogate = Sigmoid(scale=5.0) if calibrate else "smoothed_step"
+
+    def fit(constraint):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        StochasticSQP(epochs=5, seed=0, calibrate_exact=calibrate).fit(model, data, constraints=[constraint])
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    given = fc.DisparateImpact("s", 0.9)
+    assert torch.equal(fit(given), fit(fc.DisparateImpact("s", 0.9, surrogate=surrogate)))
+    assert given.get_params()["surrogate"] is None and given.surrogate.name != "sigmoid"
+    assert given.lower.shape == (2,)  # set up by the fit: evaluate reads its bounds

@@ -162,7 +162,7 @@ CHOICES = """\
 - **Lambda grids.** The text does not give them; ours span the ranges of the authors' code
   (the full grid of DI / race goes beyond, to 0.5).
 - **SQP points.** :class:`solvers.StochasticSQP`, full batch, {sqp_epochs} epochs, its default
-  learning rate and surrogate, same folds and test set; bounds {sqp_bounds}. No point for age:
+  learning rate, the smoothed-step surrogate, same folds and test set; bounds {sqp_bounds}. No point for age:
   the package's group-rate constraints need a binary or categorical attribute.
 """
 
@@ -319,11 +319,13 @@ def train_fauci(part: Parts, panel: Panel | None, lam: float, seed: int, setting
 def _sqp_constraint(metric: str, attribute: str, bound: float) -> Any:
     from fairopt.constraints import DemographicParity, DisparateImpact, EqualizedOdds
 
+    # the smoothed step named: the surrogate of the committed runs (SQP would otherwise take the
+    # rates' calibrated form, sigmoid(5 t))
     if metric == "dp":
-        return DemographicParity(attribute, bound=bound)
+        return DemographicParity(attribute, bound=bound, surrogate="smoothed_step")
     if metric == "di":
-        return DisparateImpact(attribute, delta=bound)
-    return EqualizedOdds(attribute, bound=bound, delta=None)
+        return DisparateImpact(attribute, delta=bound, surrogate="smoothed_step")
+    return EqualizedOdds(attribute, bound=bound, delta=None, surrogate="smoothed_step")
 
 
 def train_sqp(part: Parts, panel: Panel, bound: float, seed: int, settings: Settings) -> tuple[Any, dict]:

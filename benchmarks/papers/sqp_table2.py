@@ -133,11 +133,11 @@ def _constraints(scenario: str, sensitive: str, delta: float | None) -> list:
 
     if scenario == "none":
         return []
-    out = []
+    out = []  # the paper's surrogate named, so that SQP does not take the rates' calibrated form
     if "DI" in scenario:
-        out.append(DisparateImpact(sensitive, delta=delta))
+        out.append(DisparateImpact(sensitive, delta=delta, surrogate="smoothed_step"))
     if "EI" in scenario:
-        out.append(EqualImpact(sensitive, delta=delta))
+        out.append(EqualImpact(sensitive, delta=delta, surrogate="smoothed_step"))
     return out
 
 

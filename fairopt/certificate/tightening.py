@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from fairopt.constraints.base import BaseConstraint
 from fairopt.constraints.gedi import GeDI
-from solvers.contract import cost_on_all_rows, smooth_is_exact
+from solvers.contract import cost_on_all_rows, offers_calibrated_form, smooth_is_exact
 
 __all__ = ["TightenedConstraint", "bounds_ready", "fresh_copy", "tighten"]
 
@@ -130,6 +130,22 @@ class TightenedConstraint(BaseConstraint):
         """The original's cost on all rows: a tightened distance covariance is still quadratic,
         so mini-batch SQP keeps its batch estimates."""
         return cost_on_all_rows(self.constraint)
+
+    @property
+    def calibrated_form(self) -> Callable[[], Any]:
+        """:class:`solvers.contract.CalibratedForm`: the original's calibrated form under the same margin
+        (absent, an ``AttributeError``, where the original offers none)."""
+        if not offers_calibrated_form(self.constraint):
+            raise AttributeError("calibrated_form")
+        return self._calibrated_form
+
+    def _calibrated_form(self) -> Any:
+        inner = self.constraint.calibrated_form()
+        if inner is self.constraint:
+            return self
+        form = copy.copy(self)  # the same margin (and tightened bounds, once set up) around the form
+        form.constraint = inner
+        return form
 
     def realised(self, out: torch.Tensor, batch: Any) -> float:
         """The original constraint's realised measure (compare it with the user's bound)."""
