@@ -161,9 +161,10 @@ def test_equalized_odds_is_equal_opportunity_and_fpr_parity_stacked():
 
 # ----------------------------------------------------------------------------- empty groups
 def test_empty_conditioned_group_rows_are_zero_and_setup_warns():
-    """Group sex=1 has no row with y = 0: its FPR rows are 0 (no information); TPR rows are not."""
+    """Group sex=1 has no row with y = 0: its FPR rows are 0 (no information); TPR rows are not.
+    (Every other compared group has at least MIN_GROUP_ROWS rows, so that no other warning fires.)"""
     rng = np.random.default_rng(0)
-    n = 80
+    n = 200
     sex = rng.integers(0, 2, n)
     y = np.where(sex == 1, 1, (rng.random(n) < 0.5).astype(int))
     data = FairData.from_arrays(rng.normal(size=(n, 2)), y, {"sex": sex})

@@ -588,3 +588,39 @@ def test_bad_batch_contents_raise_value_error(batch, out):
     single.sensitive["race"] = torch.zeros_like(single.sensitive["race"])
     with pytest.raises(ValueError, match=r"^sensitive: 'race' has 1 level"):
         DisparateImpact("race").setup(single)
+
+
+# ---------------------------------------------------------------------------------- small groups
+def _groups_of(sizes: list[int], seed: int = 0):
+    """FairData whose categorical attribute ``g`` has groups of the given sizes."""
+    from fairopt import FairData
+
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(len(sizes)), sizes)
+    n = len(g)
+    y = np.tile([0, 1], n // 2 + 1)[:n]
+    return FairData.from_arrays(rng.normal(size=(n, 2)), y, {"g": g}, sensitive_kinds={"g": "categorical"})
+
+
+def test_a_group_with_few_training_rows_is_named_at_setup():
+    """Groups (and complements) of fewer than MIN_GROUP_ROWS rows are named with their counts, once."""
+    from fairopt.constraints.rates import MIN_GROUP_ROWS
+
+    data = _groups_of([200, MIN_GROUP_ROWS - 1, 3])
+    with pytest.warns(FairnessWarning, match=r"fewer than 30 training rows: g=1 \(29 rows\), g=2 \(3 rows\)") as seen:
+        DisparateImpact("g", 0.8).setup(data)
+    assert len([w for w in seen if "training rows" in str(w.message)]) == 1
+    with pytest.warns(FairnessWarning, match=r"TPR:g=2 \(\d rows\)"):  # within the conditioned block
+        EqualOpportunity("g", bound=0.1).setup(data)
+
+
+def test_groups_of_enough_rows_draw_no_warning():
+    import warnings
+
+    from fairopt.constraints.rates import MIN_GROUP_ROWS
+
+    data = _groups_of([200, MIN_GROUP_ROWS, 2 * MIN_GROUP_ROWS])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FairnessWarning)
+        DisparateImpact("g", 0.8).setup(data)
+        DemographicParity("g", bound=0.1, groups="pairwise").setup(data)

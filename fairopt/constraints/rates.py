@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,13 +43,19 @@ from typing import Any
 import torch
 
 from fairopt._validation import check_binary, check_interval, nonnegative_float
+from fairopt.exceptions import FairnessWarning
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
 from fairopt.surrogates import Sigmoid, Surrogate
 from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
 from solvers.strata import RowStrata, row_codes
 
-__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "GroupRateConstraint",
+__all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "GroupRateConstraint", "MIN_GROUP_ROWS",
            "RowTemplate", "label_mask", "ratio_templates", "difference_templates"]
+
+#: Fewer training rows than this in a compared group (within a label block for the conditional rates)
+#: draw a :class:`~fairopt.exceptions.FairnessWarning` at :meth:`GroupRateConstraint.setup`: the group's
+#: rate moves in steps of ``1 / rows``, so the bound on it is met or missed by single rows.
+MIN_GROUP_ROWS = 30
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,25 @@ class GroupRateConstraint(LinearRowsConstraint):
 
     def _row_templates(self) -> list[RowTemplate]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def setup(self, data: Any) -> None:
+        """Size the rows from the data's sensitive levels (:meth:`LinearRowsConstraint.setup`) and warn
+        (:class:`~fairopt.exceptions.FairnessWarning`) about compared groups with fewer than
+        :data:`MIN_GROUP_ROWS` rows: a rate over ``k`` rows takes the values ``0, 1/k, ..., 1``, and a model
+        meets the bound on it by the predictions of those rows alone, on new data as much by chance."""
+        super().setup(data)
+        sides, _ = _comparisons(self._partitions, pairwise=self.groups == "pairwise")
+        labels = [f"{block}:{side.label}" if block else side.label for block in self._block_labels() for side in sides]
+        rows = self._side_membership(data).sum(dim=1).tolist()
+        small = [f"{label} ({int(k)} rows)" for label, k in zip(labels, rows) if 0 < k < MIN_GROUP_ROWS]
+        if small:
+            warnings.warn(
+                f"{self.name}: {len(small)} compared group(s) have fewer than {MIN_GROUP_ROWS} training rows: "
+                f"{', '.join(small)}. Their rates move in steps of 1/rows and the bound on them is met or missed by "
+                "single rows, here and on new data; merge rare levels into one (recode the column) before constraining",
+                FairnessWarning,
+                stacklevel=2,
+            )
 
     def calibrated_form(self) -> "GroupRateConstraint":
         r"""The constraint SQP differentiates when it calibrates the rows to the exact rates
