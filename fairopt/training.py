@@ -36,7 +36,6 @@ from fairopt.sklearn_learner import is_sklearn_model, run_sklearn_learner
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.data import FairData
 from fairopt.learners import scaled_output, target_statistics
-from fairopt.surrogates import Sigmoid
 from solvers.history import FitResult
 from solvers.lagrangian import LagrangianDual
 from solvers.losses import L2Regularised, linear_weights, scaled_mse_loss
@@ -92,16 +91,17 @@ ALPHA_DEFAULTS: dict[str, float] = {"binary": 3e-4, "regression": 0.0}
 TASK_LOSSES: dict[str, str] = {"binary": "bce", "regression": "mse"}
 
 #: The smooth rate surrogate ``method="sqp"`` gives rate constraints that name none (specs and
-#: objects, :func:`with_sqp_surrogates`): the mean predicted probability, ``sigmoid(out)``. SQP
-#: calibrates the QP's bounds to the exact (hard-label) rates (``StochasticSQP(calibrate_exact=True)``),
-#: so the surrogate only gives the direction; a soft one reaches every row, not only the rows at the
-#: threshold, and measured on Adult, Dutch, ACS-Colorado and COMPAS (DI >= 0.8, linear, 500 epochs)
-#: it gave 0.1-0.5 points more test accuracy and held-out DI closer to the training value than the
-#: smoothed step at scale 50 (benchmarks/peers.py). The engine's own choice for such constraints,
-#: their calibrated form ``sigmoid(5 out)`` (:meth:`~fairopt.constraints.rates.GroupRateConstraint.calibrated_form`),
-#: was chosen on mini-batch grids; through the estimators the two are even on average and differ by
-#: data set (benchmarks/estimator_surrogate.py), so the estimators keep this one.
-SQP_RATE_SURROGATE = Sigmoid(scale=1.0)
+#: objects, :func:`with_sqp_surrogates`), for every model: the rates' calibrated form for
+#: ``spread="group"``, the mean predicted probability ``sigmoid(out)``
+#: (:meth:`~fairopt.constraints.rates.GroupRateConstraint.calibrated_form`). SQP calibrates the QP's
+#: bounds to the exact (hard-label) rates, so the surrogate only gives the direction; a soft one
+#: reaches every row, not only the rows at the threshold. Measured on Adult, Dutch, ACS-Colorado and
+#: COMPAS (DI >= 0.8, linear, 500 epochs) it gave 0.1-0.5 points more test accuracy and held-out DI
+#: closer to the training value than the smoothed step at scale 50 (benchmarks/peers.py). The
+#: engine's own choice for parameter steps, the ``"threshold"`` form ``sigmoid(5 out)``, was chosen
+#: on mini-batch grids; through the estimators the two are even on average and differ by data set
+#: (benchmarks/estimator_surrogate.py), so the estimators keep this one.
+SQP_RATE_SURROGATE = GroupRateConstraint.calibrated_surrogates["group"]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ capability                members                                               
 :class:`FactoredRows`     ``strata``, ``jacobian_direction``,                     SQP factored Jacobians,
                           ``rows_and_factors(out, batch, strata)``                mini-batch rows by stratum
 :class:`SumsConstraint`   ``partial_sums(out, batch, exact)``, ``from_sums``      chunked and data-parallel SQP
-:class:`CalibratedForm`   ``calibrated_form()``                                   SQP with ``calibrate_exact``
+:class:`CalibratedForm`   ``calibrated_form(spread)``                             SQP, boosting (calibrated)
 flags                     ``smooth_is_exact``, ``cost_on_all_rows``               exact rows; mini-batch SQP
 ========================  ======================================================  ==========================
 
@@ -36,6 +36,7 @@ import torch
 
 __all__ = [
     "COSTS",
+    "SPREADS",
     "CalibratedForm",
     "ClosedFormRows",
     "Constraint",
@@ -164,18 +165,30 @@ class SumsConstraint(Protocol):
     def from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor: ...
 
 
+#: The rows an engine's steps should move, as it asks :meth:`CalibratedForm.calibrated_form` (its doc).
+SPREADS = ("threshold", "group")
+
+
 @runtime_checkable
 class CalibratedForm(Protocol):
-    """``calibrated_form()``: the constraint to differentiate in an engine that calibrates the level of
-    the smooth rows to the exact ones (SQP's ``calibrate_exact``: the QP's bounds are shifted by
-    ``exact - smooth``, so the smooth rows only give the direction ``dc/d out``).
+    """``calibrated_form(spread="threshold")``: the constraint to differentiate in an engine that calibrates
+    the level of the smooth rows to the exact ones (the QP's bounds are shifted by ``exact - smooth``, so the
+    smooth rows only give the direction ``dc/d out``).
 
     Asked after ``setup(data)``, it is set up as the constraint is: the same ``exact`` rows, bounds and
     row names; its smooth rows may use another surrogate, one chosen for the direction it gives rather
     than for values close to the exact ones. It may be the constraint itself, and it is a new object
-    otherwise (the caller's is not changed)."""
+    otherwise (the caller's is not changed). ``spread`` (one of :data:`SPREADS`) says which rows the
+    engine's steps should move:
 
-    def calibrated_form(self) -> Any: ...
+    - ``"threshold"``: the rows near the decision threshold, whose hard predictions a small step can
+      change. Steps in a model's parameters pool the pulls of all rows (:class:`solvers.StochasticSQP`).
+    - ``"group"``: every row of the compared groups. Steps on each row's own score, which a learner then
+      fits row by row (function-space boosting, :class:`solvers.boosting.BoostedSQP`), generalise when
+      they shift whole groups rather than the rows that happen to sit at the threshold.
+    """
+
+    def calibrated_form(self, spread: str = "threshold") -> Any: ...
 
 
 def _offers(constraint: Any, *members: str) -> bool:
@@ -223,9 +236,11 @@ def offers_calibrated_form(constraint: Any) -> bool:
     return _offers(constraint, "calibrated_form")
 
 
-def calibrated_form(constraint: Any) -> Any:
-    """:meth:`CalibratedForm.calibrated_form` of ``constraint`` where offered, else ``constraint``."""
-    return constraint.calibrated_form() if offers_calibrated_form(constraint) else constraint
+def calibrated_form(constraint: Any, spread: str = "threshold") -> Any:
+    """:meth:`CalibratedForm.calibrated_form` of ``constraint`` for ``spread`` where offered, else ``constraint``."""
+    if spread not in SPREADS:
+        raise ValueError(f"spread: expected one of {SPREADS}, got {spread!r}")
+    return constraint.calibrated_form(spread) if offers_calibrated_form(constraint) else constraint
 
 
 def jacobian_direction(constraint: Any) -> Hashable | None:

@@ -258,7 +258,7 @@ def test_the_calibrated_form_of_a_rate_constraint_without_a_surrogate(make):
     given = make(None)
     form = given.calibrated_form()
     assert form is not given and given.get_params()["surrogate"] is None
-    assert form.get_params() == {**given.get_params(), "surrogate": form.calibrated_surrogate}
+    assert form.get_params() == {**given.get_params(), "surrogate": form.calibrated_surrogates["threshold"]}
     assert isinstance(form.surrogate, Sigmoid) and form.surrogate.scale == 5.0
     named = make("smoothed_step")
     assert named.calibrated_form() is named and calibrated_form(named) is named
@@ -272,6 +272,17 @@ def test_the_calibrated_form_of_a_rate_constraint_without_a_surrogate(make):
         p1, p0 = float(phi[s].mean()), float(phi[~s].mean())
         assert torch.allclose(form(out, data).double(), torch.tensor([0.8 * p0 - p1, 0.8 * p1 - p0],
                                                                      dtype=torch.float64), atol=1e-12)
+
+
+def test_the_group_spread_is_the_mean_predicted_probability_and_spreads_are_checked():
+    given = fc.DisparateImpact("s", 0.8)
+    form = calibrated_form(given, "group")
+    assert isinstance(form.surrogate, Sigmoid) and form.surrogate.scale == 1.0
+    assert calibrated_form(given).surrogate.scale == 5.0  # "threshold" by default
+    with pytest.raises(ValueError, match="spread"):
+        calibrated_form(given, "rows")
+    with pytest.raises(ValueError, match="spread"):
+        given.calibrated_form("rows")
 
 
 def test_constraints_without_a_calibrated_form_are_their_own():

@@ -132,15 +132,15 @@ class TightenedConstraint(BaseConstraint):
         return cost_on_all_rows(self.constraint)
 
     @property
-    def calibrated_form(self) -> Callable[[], Any]:
+    def calibrated_form(self) -> Callable[..., Any]:
         """:class:`solvers.contract.CalibratedForm`: the original's calibrated form under the same margin
         (absent, an ``AttributeError``, where the original offers none)."""
         if not offers_calibrated_form(self.constraint):
             raise AttributeError("calibrated_form")
         return self._calibrated_form
 
-    def _calibrated_form(self) -> Any:
-        inner = self.constraint.calibrated_form()
+    def _calibrated_form(self, spread: str = "threshold") -> Any:
+        inner = self.constraint.calibrated_form(spread)
         if inner is self.constraint:
             return self
         form = copy.copy(self)  # the same margin (and tightened bounds, once set up) around the form

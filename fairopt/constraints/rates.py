@@ -46,6 +46,7 @@ from fairopt._validation import check_binary, check_interval, nonnegative_float
 from fairopt.exceptions import FairnessWarning
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
 from fairopt.surrogates import Sigmoid, Surrogate
+from solvers.contract import SPREADS
 from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
 from solvers.strata import RowStrata, row_codes
 
@@ -136,9 +137,9 @@ class GroupRateConstraint(LinearRowsConstraint):
     mask per labelled block (:meth:`_block_labels`, :meth:`_row_masks`).
     """
 
-    #: The surrogate of :meth:`calibrated_form` for a constraint constructed with ``surrogate=None``:
-    #: ``phi(t) = sigmoid(5 t)``.
-    calibrated_surrogate: Surrogate = Sigmoid(scale=5.0)
+    #: The surrogates of :meth:`calibrated_form` per ``spread`` for a constraint constructed with
+    #: ``surrogate=None``: ``sigmoid(5 t)`` ("threshold") and ``sigmoid(t)`` ("group").
+    calibrated_surrogates: dict[str, Surrogate] = {"threshold": Sigmoid(scale=5.0), "group": Sigmoid(scale=1.0)}
 
     def _row_templates(self) -> list[RowTemplate]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -162,32 +163,41 @@ class GroupRateConstraint(LinearRowsConstraint):
                 stacklevel=2,
             )
 
-    def calibrated_form(self) -> "GroupRateConstraint":
-        r"""The constraint SQP differentiates when it calibrates the rows to the exact rates
-        (:class:`solvers.contract.CalibratedForm`; ``StochasticSQP(calibrate_exact=True)``, the default).
+    def calibrated_form(self, spread: str = "threshold") -> "GroupRateConstraint":
+        r"""The constraint an engine differentiates when it calibrates the rows to the exact rates
+        (:class:`solvers.contract.CalibratedForm`: :class:`solvers.StochasticSQP` asks for ``spread="threshold"``,
+        :class:`solvers.boosting.BoostedSQP` for ``"group"``, both with ``calibrate_exact=True``, their default).
 
         Constructed with ``surrogate=None``: a new constraint with the same parameters under
-        :attr:`calibrated_surrogate`, ``phi(t) = sigmoid(5 t)``, set up as ``self`` is (the engine asks
-        after :meth:`setup`; the caller's constraint keeps its rows, bounds and surrogate); with a named
-        surrogate: ``self``.
+        ``calibrated_surrogates[spread]``, set up as ``self`` is (the engines ask after :meth:`setup`; the
+        caller's constraint keeps its rows, bounds and surrogate); with a named surrogate: ``self``.
 
-        Why another surrogate there. A calibrated SQP step takes the rows' level from :meth:`exact` and
-        only the direction ``dc/d out_i = (D W)_{:, i} phi'(out_i - threshold)`` from the surrogate. The
-        default smoothed step (scale 50, [SQP] sec 3.1), chosen for rates close to the exact ones, has
-        ``phi'`` nonzero only on outputs within a few hundredths of the threshold: in a group of a few
-        hundred rows the direction rests on a handful of them, and the rows' linear model mispredicts
-        each step's change by about as much as the change. ``sigmoid(5 t)`` spreads ``phi'`` over
-        ``|t| <~ 1`` (``phi'(1) / phi'(0) = 0.03``): many rows inform each group's direction, small groups
-        too, and rows far from the threshold, whose change moves no hard label, weigh little. A flatter one
-        (``sigmoid(t)``) weighs those too; on a data set with overlapping classes (COMPAS) its mini-batch
-        and full-batch runs then end at different optima. The measurements behind the scale are in
-        ``benchmarks/results/solver_notes.md``.
+        Why other surrogates there. A calibrated step takes the rows' level from :meth:`exact` and only the
+        direction ``dc/d out_i = (D W)_{:, i} phi'(out_i - threshold)`` from the surrogate. The default
+        smoothed step (scale 50, [SQP] sec 3.1), chosen for rates close to the exact ones, has ``phi'``
+        nonzero only on outputs within a few hundredths of the threshold: in a group of a few hundred rows
+        the direction rests on a handful of them, and the rows' linear model mispredicts each step's change
+        by about as much as the change.
+
+        - ``"threshold"``: ``sigmoid(5 t)`` spreads ``phi'`` over ``|t| <~ 1`` (``phi'(1) / phi'(0) = 0.03``):
+          many rows inform each group's direction, small groups too, and rows far from the threshold, whose
+          change moves no hard label, weigh little. A flatter one (``sigmoid(t)``) weighs those too; with
+          steps in a model's parameters on a data set with overlapping classes (COMPAS) its mini-batch and
+          full-batch runs then end at different optima.
+        - ``"group"``: ``sigmoid(t)`` moves every row of a group (``phi' = p (1 - p)``, the mean predicted
+          probability's slope). Per-row score steps fitted by trees then shift whole groups, which carries
+          over to new rows; under ``sigmoid(5 t)`` they move the training rows that sit at the threshold,
+          and the bound met on them holds less on new rows.
+
+        The measurements behind both are in ``benchmarks/results/solver_notes.md``.
         """
+        if spread not in SPREADS:
+            raise ValueError(f"spread: expected one of {SPREADS}, got {spread!r}")
         if self.get_params(deep=False).get("surrogate") is not None:
             return self
         form = copy.copy(self)  # shares the set-up rows and bounds, which no method changes in place
-        form.surrogate = self.calibrated_surrogate
-        form._params = {**self._params, "surrogate": self.calibrated_surrogate}
+        form.surrogate = self.calibrated_surrogates[spread]
+        form._params = {**self._params, "surrogate": form.surrogate}
         form._cache = OrderedDict()
         return form
 

@@ -16,11 +16,12 @@ from solvers.boosting.scores import BoostedScores
 from solvers.boosting.shift import smallest_shifts
 from solvers.boosting.step import RoundState, WorkingBounds, round_step
 from solvers.boosting.validation import VALIDATION_METRICS, ValidationLoss, running_scores
+from solvers.contract import calibrated_form
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import check_targets, loss_name
 from solvers.outcome import BestIterate, warn_if_constant, warn_if_start, warn_unmet
-from solvers.problem import as_constraint_set, check_dataset, exact_rows, row_violations
+from solvers.problem import ConstraintSet, as_constraint_set, check_dataset, exact_rows, row_violations
 from solvers.validation import check_choice, check_flag, check_interval, check_seed, positive_float, positive_int
 
 __all__ = ["BoostedSQP"]
@@ -94,7 +95,10 @@ class BoostedSQP:
         LightGBM threads (``num_threads``); None: LightGBM's default (all cores).
     calibrate_exact : bool, default True
         The exact calibration ``b`` of step 3; False: ``b = 0`` (the smooth rows must then meet
-        the bounds themselves).
+        the bounds themselves). With it the engine differentiates each constraint's
+        :class:`solvers.contract.CalibratedForm` for ``spread="group"`` where it offers one
+        (fairopt's group rates without a named surrogate: ``sigmoid(t)``, which moves every row of a
+        group, instead of the smoothed step, which moves only the rows at the threshold).
     calibration_weight : float, default 0.2
         ``w`` in ``(0, 1]`` of the calibration.
     feasibility_tol : float, default 1e-6
@@ -212,6 +216,8 @@ class BoostedSQP:
         check_targets(name, data)
         cons = as_constraint_set(constraints)
         cons.setup(data)
+        if self.calibrate_exact:  # the members to differentiate when the rows are calibrated to exact ones
+            cons = ConstraintSet([calibrated_form(c, "group") for c in cons.constraints])
         m = cons.n_rows
         lower, upper = cons.lower.to(torch.float64), cons.upper.to(torch.float64)
         init = starting_constant(name, data)

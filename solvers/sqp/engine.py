@@ -261,7 +261,7 @@ class StochasticSQP:
         cons = as_constraint_set(constraints)
         cons.setup(data)
         if self.calibrate_exact:  # the members to differentiate when the rows are calibrated to exact ones
-            cons = ConstraintSet([calibrated_form(c) for c in cons.constraints])
+            cons = ConstraintSet([calibrated_form(c, "threshold") for c in cons.constraints])
         lower, upper = cons.lower, cons.upper
         if bool((lower > upper).any()):
             i = int(torch.nonzero(lower > upper)[0])

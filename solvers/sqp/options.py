@@ -93,9 +93,9 @@ class SQPOptions:
         constraint batches). The surrogate then gives only the direction; the exact measure sets the
         level, so the exact rows meet the user's bounds despite the surrogate's bias. A fairopt
         extension of [SQP] Alg. 1. The engine then differentiates each constraint's
-        :class:`solvers.contract.CalibratedForm` where it offers one (fairopt's group rates without
-        a named surrogate: ``sigmoid(5 t)`` instead of the smoothed step); False: the constraints as
-        given.
+        :class:`solvers.contract.CalibratedForm` for ``spread="threshold"`` where it offers one
+        (fairopt's group rates without a named surrogate: ``sigmoid(5 t)`` instead of the smoothed
+        step); False: the constraints as given.
     calibration_weight : float, default 0.2
         Weight ``w`` in (0, 1) of ``b <- (1 - w) b + w (c_exact - c)``.
     hessian : {"auto", "adam", "adagrad", "gauss-newton"}, default "auto"
