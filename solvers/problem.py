@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequ
 import numpy as np
 import torch
 
-from solvers.contract import (Constraint, check_bounds, check_constraint, declared_row_names, jacobian_direction,
-                              looks_like_constraint, offers_closed_form_rows, offers_factored_rows, offers_setup,
-                              offers_strata, offers_target_encoding, smooth_is_exact)
+from solvers.contract import (Constraint, calibrated_form, check_bounds, check_constraint, declared_row_names,
+                              jacobian_direction, looks_like_constraint, offers_closed_form_rows, offers_factored_rows,
+                              offers_setup, offers_strata, offers_target_encoding, smooth_is_exact)
 from solvers.strata import row_codes
 
 __all__ = [
@@ -289,6 +289,12 @@ class ConstraintSet:
 
     def __len__(self) -> int:
         return len(self.constraints)
+
+    def calibrated(self, spread: str) -> "ConstraintSet":
+        """The set of the members' :class:`solvers.contract.CalibratedForm` for ``spread`` (a member without
+        one as it is), for an engine that calibrates the rows' level to the exact ones; asked after
+        :meth:`setup`, the forms are set up as the members are."""
+        return ConstraintSet([calibrated_form(c, spread) for c in self.constraints])
 
     def rows_and_jacobian(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(c (m,), dc/d out (m, n))`` from the members' optional closed-form

@@ -16,12 +16,11 @@ from solvers.boosting.scores import BoostedScores
 from solvers.boosting.shift import smallest_shifts
 from solvers.boosting.step import RoundState, WorkingBounds, round_step
 from solvers.boosting.validation import VALIDATION_METRICS, ValidationLoss, running_scores
-from solvers.contract import calibrated_form
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import check_targets, loss_name
 from solvers.outcome import BestIterate, warn_if_constant, warn_if_start, warn_unmet
-from solvers.problem import ConstraintSet, as_constraint_set, check_dataset, exact_rows, row_violations
+from solvers.problem import as_constraint_set, check_dataset, exact_rows, row_violations
 from solvers.validation import check_choice, check_flag, check_interval, check_seed, positive_float, positive_int
 
 __all__ = ["BoostedSQP"]
@@ -217,7 +216,7 @@ class BoostedSQP:
         cons = as_constraint_set(constraints)
         cons.setup(data)
         if self.calibrate_exact:  # the members to differentiate when the rows are calibrated to exact ones
-            cons = ConstraintSet([calibrated_form(c, "group") for c in cons.constraints])
+            cons = cons.calibrated("group")
         m = cons.n_rows
         lower, upper = cons.lower.to(torch.float64), cons.upper.to(torch.float64)
         init = starting_constant(name, data)

@@ -19,14 +19,13 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from solvers.contract import calibrated_form, cost_on_all_rows
+from solvers.contract import cost_on_all_rows
 from solvers.curvature import curvature_model, gauss_newton_diagonal
 from solvers.derivatives import Derivatives
 from solvers.history import COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult, History
 from solvers.losses import LossFn, check_targets, constant_loss, get_loss, loss_name
 from solvers.outcome import BestIterate, DivergedWarning
-from solvers.problem import (Constraint, ConstraintSet, as_constraint_set, check_dataset, flat_parameters,
-                             trainable_parameters)
+from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
 from solvers.sampling import BalancedSampler, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
@@ -261,7 +260,7 @@ class StochasticSQP:
         cons = as_constraint_set(constraints)
         cons.setup(data)
         if self.calibrate_exact:  # the members to differentiate when the rows are calibrated to exact ones
-            cons = ConstraintSet([calibrated_form(c, "threshold") for c in cons.constraints])
+            cons = cons.calibrated("threshold")
         lower, upper = cons.lower, cons.upper
         if bool((lower > upper).any()):
             i = int(torch.nonzero(lower > upper)[0])
