@@ -193,11 +193,12 @@ class GroupRateConstraint(LinearRowsConstraint):
         """
         if spread not in SPREADS:
             raise ValueError(f"spread: expected one of {SPREADS}, got {spread!r}")
-        if self.get_params(deep=False).get("surrogate") is not None:
+        params = self.get_params(deep=False)
+        if params.get("surrogate", "unrecorded") is not None:  # named (or a subclass that records no parameters)
             return self
         form = copy.copy(self)  # shares the set-up rows and bounds, which no method changes in place
         form.surrogate = self.calibrated_surrogates[spread]
-        form._params = {**self._params, "surrogate": form.surrogate}
+        form._params = {**params, "surrogate": form.surrogate}
         form._cache = OrderedDict()
         return form
 
