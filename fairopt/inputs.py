@@ -288,11 +288,11 @@ def internal_names(p: int) -> list[str]:
 
 def encoded_inputs(X: np.ndarray, preprocessor: Any, names: Any = None) -> np.ndarray:
     """The model inputs of validated rows ``X`` by the fitted ``preprocessor``: numbers held as text
-    converted as at fit, then standardised / one-hot encoded. ``names``: the user's column names
-    (``feature_names_in_``), which the messages of the encoding then use (a ValueError's ``df:``
-    becomes ``X:``); None: the preprocessor's own.
+    converted as at fit, then standardised / one-hot encoded. The messages of the encoding name the
+    argument ``X`` and the columns by ``names``, the user's column names (``feature_names_in_``), or
+    for an array without them by the preprocessor's own (``x0``, ``x1``, ... for ``X[:, 0]``, ...).
     """
-    argument = "df" if names is None else "X"
+    argument = "X"
     if names is not None:
         preprocessor = preprocessor.renamed(names)
     frame = pd.DataFrame(X, columns=list(preprocessor.columns_))

@@ -122,6 +122,20 @@ def test_predict_encoding_messages_use_the_user_column_names(caplog):
     assert "column 'job': 1 rows have levels not seen at fit time" in caplog.text
 
 
+def test_predict_encoding_messages_name_x_for_an_array_too():
+    """An array has no column names: the messages name the argument ``X`` and the column by position
+    (``x2`` is ``X[:, 2]``), not the internal frame of the encoding."""
+    X, y, _ = _data()
+    values = X[["age", "income"]].to_numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = fairopt.FairClassifier(epochs=3).fit(values, y)
+    huge = values.copy()
+    huge[0, 1] = 1e300
+    with pytest.raises(ValueError, match=r"^X: column 'x1' has the value 1e\+300 at index 0"):
+        clf.predict(huge)
+
+
 def test_renamed_preprocessor_encodes_as_the_original():
     from fairopt.data.preprocessing import Preprocessor
 
