@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers.problem import split_rows
+from solvers.qp.reference import OSQP_MAX_ITERATIONS
 from solvers.projection.program import Program
 from solvers.projection.results import BackendResult
 
@@ -23,7 +24,6 @@ __all__ = [
     "GUROBI_SIZE_LIMIT",
     "GUROBI_QP_SIZE_LIMIT",
     "OSQP_TOL",
-    "OSQP_MAX_ITER",
     "GurobiUnavailable",
     "gurobi_available",
     "gurobi_skip_reason",
@@ -38,7 +38,6 @@ GUROBI_SIZE_LIMIT = 2000
 GUROBI_QP_SIZE_LIMIT = 200
 #: OSQP absolute/relative tolerances (the solution is then polished on the active set).
 OSQP_TOL = 1e-9
-OSQP_MAX_ITER = 200_000
 
 # Gurobi error numbers (GRB.Error.NO_LICENSE, GRB.Error.SIZE_LIMIT_EXCEEDED), used when the
 # installed gurobipy does not expose the names.
@@ -170,7 +169,7 @@ def _solve_osqp(prog: Program, time_limit: float, mip_gap: float, seed: int,
         solution = qpsolvers.solve_problem(
             problem, solver="osqp", initvals=start if start is not None and np.isfinite(start).all() else None,
             eps_abs=OSQP_TOL, eps_rel=OSQP_TOL, polish=True,
-            max_iter=OSQP_MAX_ITER, time_limit=float(time_limit), verbose=False,
+            max_iter=OSQP_MAX_ITERATIONS, time_limit=float(time_limit), verbose=False,
         )
     info = (solution.extras or {}).get("info")
     text = str(getattr(info, "status", "unknown"))

@@ -13,9 +13,12 @@ import numpy as np
 from solvers.problem import split_rows
 from solvers.qp.space import Inputs
 
-__all__ = ["reference_step", "solve_with_osqp"]
+__all__ = ["OSQP_MAX_ITERATIONS", "reference_step", "solve_with_osqp"]
 
 logger = logging.getLogger(__name__)
+
+#: OSQP's iteration cap when none is given (the QP step's OSQP path and the projection masters).
+OSQP_MAX_ITERATIONS = 200_000
 
 
 @dataclass
@@ -26,8 +29,9 @@ class _OSQPOutcome:
     iterations: int
 
 
-def solve_with_osqp(inputs: Inputs, tol: float, max_iter: int) -> _OSQPOutcome:
-    """The same QP through ``qpsolvers`` / OSQP.
+def solve_with_osqp(inputs: Inputs, tol: float, max_iter: int | None = None) -> _OSQPOutcome:
+    """The same QP through ``qpsolvers`` / OSQP, at most ``max_iter`` iterations (None:
+    :data:`OSQP_MAX_ITERATIONS`).
 
     ``G d <= h_G`` holds the finite sides of the non-equality rows (``J_i`` for an upper
     side, ``-J_i`` for a lower side) and ``A d = b`` the equality rows. qpsolvers' Lagrangian
@@ -45,7 +49,7 @@ def solve_with_osqp(inputs: Inputs, tol: float, max_iter: int) -> _OSQPOutcome:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sol = qpsolvers.solve_problem(
-            problem, solver="osqp", eps_abs=tol, eps_rel=tol, polish=True, max_iter=max_iter, verbose=False
+            problem, solver="osqp", eps_abs=tol, eps_rel=tol, polish=True, max_iter=max_iter or OSQP_MAX_ITERATIONS, verbose=False
         )
     info = (sol.extras or {}).get("info")
     osqp_status = str(getattr(info, "status", "unknown"))

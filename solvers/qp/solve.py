@@ -81,8 +81,6 @@ def _assemble(
 PRIMAL_SLACK = 1e-7
 #: Factor by which :func:`_checked_step` tightens ``tol`` for its second m-space solve.
 REFINED_TOL_FACTOR = 1e-2
-#: OSQP's iteration cap when ``max_iter`` is None.
-OSQP_DEFAULT_ITERATIONS = 200_000
 
 
 def dual_iterations(space: Space, max_iter: int | None = None) -> int:
@@ -181,7 +179,7 @@ def diagonal_qp(
     inputs = validate_inputs(g, h, J, lo, hi)
     space = build_space(inputs, inputs.lo, inputs.hi, tol)
     if solver == "osqp":
-        out = solve_with_osqp(inputs, tol, max_iter or OSQP_DEFAULT_ITERATIONS)
+        out = solve_with_osqp(inputs, tol, max_iter)
         if out.status != "optimal":
             return _failed(inputs, out.status, "osqp", out.iterations)
         active = active_from_multipliers(out.y, space.eq, tol)
@@ -217,7 +215,7 @@ def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[floa
             return _assemble(inputs, space, d, refined.y, refined.active, refined.method, iterations, rank_tol)
     if confirm_infeasible(space):  # a failure reports the dual method's iterations of both solves
         return _failed(inputs, "infeasible", sol.method, iterations)
-    out = solve_with_osqp(inputs, tol, max_iter or OSQP_DEFAULT_ITERATIONS)
+    out = solve_with_osqp(inputs, tol, max_iter)
     if out.status == "optimal" and _primal_step_feasible(inputs, space, out.x):
         active = active_from_multipliers(out.y, space.eq, tol)
         return _assemble(inputs, space, out.x, out.y, active, "osqp", out.iterations, rank_tol)
