@@ -114,6 +114,10 @@ def constraint_from_spec(spec: Any) -> Any:
         return build_constraint(_with_surrogate_object(dict(spec)))
     if isinstance(spec, (tuple, list)):
         return _from_tuple(spec)
+    fairlearn = _FAIRLEARN_NAMES.get(type(spec).__name__)
+    if fairlearn is not None:  # a fairlearn constraint object: its bound is set apart from the sensitive feature
+        raise ValueError(f"constraints: fairlearn's {type(spec).__name__} is fairopt's {fairlearn!r}: "
+                         f"{_kind_only_advice(fairlearn)}")
     raise ValueError(
         "constraints: expected a constraint object, a (kind, sensitive, bound[, options]) tuple, "
         f"a 'kind:sensitive:bound' string or a table, got {spec!r}"
@@ -228,6 +232,10 @@ PENALTY_KINDS = ("dp_squared", "dcov", "jdcov", "ccdcov", "gedi", "fauci")
 _COMPARISONS = {">=": "delta", "<=": "bound"}
 #: operators written the other way round (or a lone comparison) -> the one meant
 _MISWRITTEN = {"=>": ">=", "=<": "<=", ">": ">=", "<": "<="}
+#: fairlearn's constraint class names -> fairopt's kind of the same measure (for the error message of a spec
+#: that names the class: fairopt's bounds go with the kind and the sensitive feature)
+_FAIRLEARN_NAMES = {"DemographicParity": "demographic_parity", "EqualizedOdds": "equalized_odds",
+                    "TruePositiveRateParity": "equal_opportunity", "FalsePositiveRateParity": "false_positive_parity"}
 _CLASSES = {"disparate_impact": DisparateImpact, "equal_impact": EqualImpact,
             "demographic_parity": DemographicParity, "equal_opportunity": EqualOpportunity,
             "false_positive_parity": FalsePositiveParity, "equalized_odds": EqualizedOdds,
@@ -282,6 +290,13 @@ def _table(spec: Any, kinds: Any) -> tuple[str, dict]:
     return kind, options
 
 
+def _kind_only_advice(kind: str) -> str:
+    """How to write a spec of ``kind`` with its sensitive feature and bound (for the errors above)."""
+    example = f"{kind}:sex>=0.8" if kind in ("disparate_impact", "equal_impact") else f"{kind}:sex<=0.05"
+    return (f"write 'kind:sensitive' with the bound, e.g. {example!r} for a sensitive feature named 'sex' (a key "
+            f"of sensitive_features, or the name of the Series passed), or the tuple ({kind!r}, 'sex', bound)")
+
+
 def _parse_constraint(spec: Any) -> tuple[str, dict]:
     """``(kind, constructor arguments)`` of a constraint spec (the bound may be absent)."""
     if isinstance(spec, Mapping):
@@ -291,6 +306,14 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
     parts = spec.split(":")
     kind, bracket, option = parts[0].strip().partition("[")
     kind = _ALIASES.get(kind.strip(), kind.strip())
+    fairlearn = _FAIRLEARN_NAMES.get(kind)
+    if fairlearn is not None and len(parts) > 1:
+        raise ValueError(f"spec: fairlearn's {kind} is fairopt's {fairlearn!r}: write "
+                         f"{spec.replace(kind, fairlearn, 1)!r}")
+    if fairlearn is not None or (kind in CONSTRAINT_KINDS and len(parts) == 1):  # fairlearn's way: the kind alone
+        named = f"fairlearn's {kind} is fairopt's {fairlearn!r}; " if fairlearn else ""
+        raise ValueError(f"spec: {named}{spec!r} does not name the sensitive feature it bounds: "
+                         f"{_kind_only_advice(fairlearn or kind)}")
     if kind not in CONSTRAINT_KINDS or len(parts) not in (2, 3):
         raise ValueError(f"spec: expected 'kind:sensitive[:bound]' or 'kind:sensitive>=delta|<=bound' with kind in "
                          f"{sorted(CONSTRAINT_KINDS)} or a short name {_short_names()}, got {spec!r}")

@@ -22,3 +22,29 @@ def test_the_list_of_kinds_shows_the_short_names():
         with pytest.raises(ValueError) as info:
             resolve_constraints([bad])
         assert "'di' (disparate_impact)" in str(info.value) and "'dp' (demographic_parity)" in str(info.value)
+
+
+@pytest.mark.parametrize("spec, kind", [("demographic_parity", "demographic_parity"), ("dp", "demographic_parity"),
+                                        ("disparate_impact", "disparate_impact"),
+                                        ("DemographicParity", "demographic_parity"),
+                                        ("TruePositiveRateParity", "equal_opportunity")])
+def test_a_kind_alone_asks_for_the_sensitive_feature_with_a_spec_that_works(spec, kind):
+    """fairlearn names a constraint by its kind (or its class) alone; fairopt's bounds go with a sensitive
+    feature, and the message shows a spec of the same kind that builds."""
+    with pytest.raises(ValueError, match="does not name the sensitive feature") as info:
+        resolve_constraints([spec])
+    example = f"{kind}:sex>=0.8" if kind == "disparate_impact" else f"{kind}:sex<=0.05"
+    assert repr(example) in str(info.value)
+    assert resolve_constraints([example])
+
+
+def test_a_fairlearn_class_name_with_a_feature_names_the_kind_meant():
+    with pytest.raises(ValueError, match="fairlearn's EqualizedOdds is fairopt's 'equalized_odds'") as info:
+        resolve_constraints(["EqualizedOdds:sex<=0.05"])
+    assert "'equalized_odds:sex<=0.05'" in str(info.value)
+
+
+def test_a_fairlearn_constraint_object_names_the_kind_meant():
+    DemographicParity = type("DemographicParity", (), {})  # stands for fairlearn.reductions.DemographicParity
+    with pytest.raises(ValueError, match="fairlearn's DemographicParity is fairopt's 'demographic_parity'"):
+        resolve_constraints([DemographicParity()])
