@@ -77,7 +77,7 @@ class ConditionalRateConstraint(GroupRateConstraint):
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
             "sensitive": sensitive, "delta": self.delta, "bound": self.bound,
-            "surrogate": None if surrogate is None else self.surrogate, "threshold": self.threshold, "groups": groups,
+            "surrogate": self._named_surrogate, "threshold": self.threshold, "groups": groups,
         }
 
     def _row_templates(self) -> list[RowTemplate]:

@@ -197,7 +197,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         if params.get("surrogate", "unrecorded") is not None:  # named (or a subclass that records no parameters)
             return self
         form = copy.copy(self)  # shares the set-up rows and bounds, which no method changes in place
-        form.surrogate = self.calibrated_surrogates[spread]
+        form.surrogate = form._named_surrogate = self.calibrated_surrogates[spread]
         form._params = {**params, "surrogate": form.surrogate}
         form._cache = OrderedDict()
         return form
@@ -442,7 +442,7 @@ class DisparateImpact(GroupRateConstraint):
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
             "sensitive": sensitive, "delta": self.delta,
-            "surrogate": None if surrogate is None else self.surrogate, "threshold": self.threshold, "groups": groups,
+            "surrogate": self._named_surrogate, "threshold": self.threshold, "groups": groups,
         }
 
     def _row_templates(self) -> list[RowTemplate]:
@@ -487,7 +487,7 @@ class DemographicParity(GroupRateConstraint):
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
             "sensitive": sensitive, "bound": self.bound,
-            "surrogate": None if surrogate is None else self.surrogate, "threshold": self.threshold, "groups": groups,
+            "surrogate": self._named_surrogate, "threshold": self.threshold, "groups": groups,
         }
 
     def _row_templates(self) -> list[RowTemplate]:

@@ -224,6 +224,8 @@ class LinearRowsConstraint(BaseConstraint):
             raise ValueError(f"groups: expected one of {tuple(groupings)}, got {groups!r}")
         self.groups = groups
         self.surrogate: Surrogate = get_surrogate(self.default_surrogate if surrogate is None else surrogate)
+        #: The ``surrogate`` parameter as given (None: the class default), for :meth:`get_params`.
+        self._named_surrogate: Surrogate | None = None if surrogate is None else self.surrogate
         self.threshold = finite_float(threshold, "threshold")
         joiner = "&" if len(self.sensitive) > 1 and groups != "marginal" else ","
         self.name = f"{self._prefix}[{joiner.join(self.sensitive)}]"
