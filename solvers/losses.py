@@ -110,17 +110,20 @@ class L2Regularised:
         value = self._fn(out, batch)
         return value + self.penalty().to(value.dtype)
 
+    def _penalised(self, params: Sequence[torch.Tensor]) -> list[bool]:
+        """Whether each of ``params`` is one of the penalised weight tensors."""
+        ids = {id(w) for w in self.weights}
+        return [id(p) in ids for p in params]
+
     def gradient(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
         """``d penalty / d params`` flat: ``alpha W`` for a penalised tensor, 0 for the others."""
-        ids = {id(w) for w in self.weights}
-        return torch.cat([(self.alpha * p.detach() if id(p) in ids else torch.zeros_like(p)).reshape(-1)
-                          for p in params])
+        return torch.cat([(self.alpha * p.detach() if on else torch.zeros_like(p)).reshape(-1)
+                          for p, on in zip(params, self._penalised(params))])
 
     def curvature(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
         """The penalty's Hessian diagonal flat: ``alpha`` for each entry of a penalised tensor, 0 for the others."""
-        ids = {id(w) for w in self.weights}
-        return torch.cat([torch.full((p.numel(),), self.alpha if id(p) in ids else 0.0, dtype=p.dtype)
-                          for p in params])
+        return torch.cat([torch.full((p.numel(),), self.alpha if on else 0.0, dtype=p.dtype)
+                          for p, on in zip(params, self._penalised(params))])
 
     def __repr__(self) -> str:
         return f"L2Regularised({self.loss!r}, alpha={self.alpha:g}, {len(self.weights)} weight tensors)"
