@@ -11,6 +11,7 @@ import logging
 import math
 import pickle
 import types
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -624,3 +625,26 @@ def test_groups_of_enough_rows_draw_no_warning():
         warnings.simplefilter("error", FairnessWarning)
         DisparateImpact("g", 0.8).setup(data)
         DemographicParity("g", bound=0.1, groups="pairwise").setup(data)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: DisparateImpact("g", 0.8), lambda: DisparateImpact("g", 0.8, groups="pairwise"),
+    lambda: DemographicParity(["g", "h"], bound=0.1), lambda: DemographicParity(["g", "h"], bound=0.1, groups="marginal"),
+    lambda: EqualizedOdds("g", bound=0.1), lambda: EqualOpportunity(["g", "h"], bound=0.1)],
+    ids=["one-vs-rest", "pairwise", "cells", "marginal", "equalized-odds", "conditioned-cells"])
+def test_the_rows_counted_per_group_are_the_side_memberships(make):
+    """The warning's counts (per-group counts) against the side-by-row membership matrix they replace."""
+    from fairopt import FairData
+    from fairopt.constraints.rates import _comparisons
+
+    rng = np.random.default_rng(1)
+    n = 400
+    columns = {"g": rng.choice(4, n, p=[0.7, 0.2, 0.07, 0.03]), "h": rng.integers(0, 2, n)}
+    data = FairData.from_arrays(rng.normal(size=(n, 2)), (rng.random(n) < 0.4).astype(int), columns,
+                                sensitive_kinds={"g": "categorical", "h": "binary"})
+    c = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c.setup(data)
+    sides, _ = _comparisons(c._partitions, pairwise=c.groups == "pairwise")
+    assert c._side_rows(data, sides) == [int(k) for k in c._side_membership(data).sum(dim=1).tolist()]

@@ -46,9 +46,10 @@ class ConditionalRateConstraint(GroupRateConstraint):
         See :func:`fairopt.surrogates.get_surrogate`. None: the smoothed step of [SQP] sec 3.1
         (``SmoothedStep()``, :attr:`default_surrogate`), whose rates are close to the exact ones, where
         the constraint is used as is (penalty, Lagrangian). SQP calibrates the level to the exact rates
-        and takes a softer one: :class:`solvers.StochasticSQP` differentiates :meth:`calibrated_form`
-        (``sigmoid(5 t)``), and the estimators' ``method="sqp"`` gives the constraint
-        :data:`fairopt.training.SQP_RATE_SURROGATE`. A named surrogate is used everywhere.
+        and takes a softer one: :class:`solvers.StochasticSQP` and :class:`solvers.boosting.BoostedSQP`
+        differentiate :meth:`calibrated_form` (``sigmoid(5 t)``, ``sigmoid(t)``), and the estimators'
+        ``method="sqp"`` gives the constraint :data:`fairopt.training.SQP_RATE_SURROGATE`. A named
+        surrogate is used everywhere.
     threshold : float, default 0.0
         Decision threshold on ``out``.
     groups : {"one_vs_rest", "pairwise", "marginal"}, default "one_vs_rest"

@@ -43,8 +43,8 @@ from typing import Any
 import torch
 
 from fairopt._validation import check_binary, check_interval, nonnegative_float
-from fairopt.exceptions import FairnessWarning
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
+from fairopt.exceptions import FairnessWarning
 from fairopt.surrogates import Sigmoid, Surrogate
 from solvers.contract import SPREADS
 from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
@@ -152,8 +152,8 @@ class GroupRateConstraint(LinearRowsConstraint):
         super().setup(data)
         sides, _ = _comparisons(self._partitions, pairwise=self.groups == "pairwise")
         labels = [f"{block}:{side.label}" if block else side.label for block in self._block_labels() for side in sides]
-        rows = self._side_membership(data).sum(dim=1).tolist()
-        small = [f"{label} ({int(k)} rows)" for label, k in zip(labels, rows) if 0 < k < MIN_GROUP_ROWS]
+        small = [f"{label} ({k} rows)" for label, k in zip(labels, self._side_rows(data, sides))
+                 if 0 < k < MIN_GROUP_ROWS]
         if small:
             warnings.warn(
                 f"{self.name}: {len(small)} compared group(s) have fewer than {MIN_GROUP_ROWS} training rows: "
@@ -162,6 +162,21 @@ class GroupRateConstraint(LinearRowsConstraint):
                 FairnessWarning,
                 stacklevel=2,
             )
+
+    def _side_rows(self, data: Any, sides: list[_Side]) -> list[int]:
+        """The rows in each side of each block (the order of :meth:`_side_membership`), from per-group
+        counts (``O(n)`` memory, not a side-by-row matrix)."""
+        rows = []
+        for mask in self._row_masks(data):
+            counts = []
+            for part in self._partitions:
+                codes = part.codes(data)
+                codes = codes if mask is None else codes[mask.to(codes.device) != 0]
+                counts.append((torch.bincount(codes, minlength=part.n_groups).tolist(), int(codes.numel())))
+            for side in sides:
+                per_group, total = counts[side.partition]
+                rows.append(total - per_group[side.group] if side.complement else per_group[side.group])
+        return rows
 
     def calibrated_form(self, spread: str = "threshold") -> "GroupRateConstraint":
         r"""The constraint an engine differentiates when it calibrates the rows to the exact rates
@@ -420,9 +435,10 @@ class DisparateImpact(GroupRateConstraint):
         See :func:`fairopt.surrogates.get_surrogate`. None: the smoothed step of [SQP] sec 3.1
         (``SmoothedStep()``, :attr:`default_surrogate`), whose rates are close to the exact ones, where
         the constraint is used as is (penalty, Lagrangian). SQP calibrates the level to the exact rates
-        and takes a softer one: :class:`solvers.StochasticSQP` differentiates :meth:`calibrated_form`
-        (``sigmoid(5 t)``), and the estimators' ``method="sqp"`` gives the constraint
-        :data:`fairopt.training.SQP_RATE_SURROGATE`. A named surrogate is used everywhere.
+        and takes a softer one: :class:`solvers.StochasticSQP` and :class:`solvers.boosting.BoostedSQP`
+        differentiate :meth:`calibrated_form` (``sigmoid(5 t)``, ``sigmoid(t)``), and the estimators'
+        ``method="sqp"`` gives the constraint :data:`fairopt.training.SQP_RATE_SURROGATE`. A named
+        surrogate is used everywhere.
     threshold : float, default 0.0
         Decision threshold on ``out``.
     groups : {"one_vs_rest", "pairwise", "marginal"}, default "one_vs_rest"
