@@ -629,7 +629,8 @@ def test_groups_of_enough_rows_draw_no_warning():
 
 @pytest.mark.parametrize("make", [
     lambda: DisparateImpact("g", 0.8), lambda: DisparateImpact("g", 0.8, groups="pairwise"),
-    lambda: DemographicParity(["g", "h"], bound=0.1), lambda: DemographicParity(["g", "h"], bound=0.1, groups="marginal"),
+    lambda: DemographicParity(["g", "h"], bound=0.1),
+    lambda: DemographicParity(["g", "h"], bound=0.1, groups="marginal"),
     lambda: EqualizedOdds("g", bound=0.1), lambda: EqualOpportunity(["g", "h"], bound=0.1)],
     ids=["one-vs-rest", "pairwise", "cells", "marginal", "equalized-odds", "conditioned-cells"])
 def test_the_rows_counted_per_group_are_the_side_memberships(make):
