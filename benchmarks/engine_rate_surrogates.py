@@ -4,8 +4,8 @@ against the default (``surrogate=None``, which the engine differentiates in its 
 For equalized odds and demographic parity (difference form, ``bound``), a linear model or an MLP with 32 hidden
 units (``--models``), full batch (300 epochs) and mini-batches of 1,024 (10 epochs), every other setting at its
 default, on the seeded 70/30 split of each data set (:meth:`fairopt.data.FairData.split`): train and test
-accuracy, whether the returned model meets the bound on all training rows, and the warnings the engine issued. The mini-batch grid (``sqp_stochastic.py --grid``) covers
-disparate impact.
+accuracy, whether the returned model meets the bound on all training rows, and the warnings the engine issued.
+The mini-batch grid (``sqp_stochastic.py --grid``) covers disparate impact.
 
     .venv/bin/python benchmarks/engine_rate_surrogates.py --data-dir ../shared/data
     .venv/bin/python benchmarks/engine_rate_surrogates.py --data-dir ../shared/data --models mlp --out DIR
