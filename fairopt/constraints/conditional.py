@@ -43,13 +43,8 @@ class ConditionalRateConstraint(GroupRateConstraint):
         Difference form: ``|R_f - R_r| <= bound``, ``bound >= 0``. Exactly one of ``delta`` and
         ``bound`` is given (to switch with :meth:`set_params`, set the other to None in the same call).
     surrogate : str, Surrogate or None, default None
-        See :func:`fairopt.surrogates.get_surrogate`. None: the smoothed step of [SQP] sec 3.1
-        (``SmoothedStep()``, :attr:`default_surrogate`), whose rates are close to the exact ones, where
-        the constraint is used as is (penalty, Lagrangian). SQP calibrates the level to the exact rates
-        and takes a softer one: :class:`solvers.StochasticSQP` and :class:`solvers.boosting.BoostedSQP`
-        differentiate :meth:`calibrated_form` (``sigmoid(5 t)``, ``sigmoid(t)``), and the estimators'
-        ``method="sqp"`` gives the constraint :data:`fairopt.training.SQP_RATE_SURROGATE`. A named
-        surrogate is used everywhere.
+        As in :class:`~fairopt.constraints.rates.DisparateImpact`: None is the smoothed step where the
+        constraint is used as is, and the rates' :meth:`calibrated_form` in the SQP engines.
     threshold : float, default 0.0
         Decision threshold on ``out``.
     groups : {"one_vs_rest", "pairwise", "marginal"}, default "one_vs_rest"
