@@ -37,14 +37,17 @@ def fit_one(dataset: str, seed: int, surrogate: str, delta: float, root: str) ->
     from benchmarks.papers.peers import cell_metrics, prepare
     from fairopt import FairData
     from fairopt.constraints import DisparateImpact
-    from fairopt.surrogates import get_surrogate
     from solvers.boosting import BoostedSQP
+
+    try:
+        from benchmarks.sqp_grid import parse_surrogate
+    except ImportError:  # run as a script from benchmarks/
+        from sqp_grid import parse_surrogate
 
     train, test, _ = prepare(dataset, seed, root)
     data = FairData.from_arrays(train.X.astype(np.float64), train.y.astype(np.float64), {"s": train.s},
                                 sensitive_kinds={"s": "binary"})
-    name, _, scale = surrogate.partition(":")
-    phi = get_surrogate(name, **({"scale": float(scale)} if scale else {}))
+    phi = parse_surrogate(surrogate)
     start = time.perf_counter()
     result = BoostedSQP(n_jobs=1, seed=seed).fit(data, constraints=[DisparateImpact("s", delta, surrogate=phi)])
     seconds = time.perf_counter() - start

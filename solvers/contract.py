@@ -49,6 +49,7 @@ __all__ = [
     "capabilities",
     "check_bounds",
     "check_constraint",
+    "check_spread",
     "calibrated_form",
     "cost_on_all_rows",
     "declared_row_names",
@@ -236,10 +237,16 @@ def offers_calibrated_form(constraint: Any) -> bool:
     return _offers(constraint, "calibrated_form")
 
 
-def calibrated_form(constraint: Any, spread: str = "threshold") -> Any:
-    """:meth:`CalibratedForm.calibrated_form` of ``constraint`` for ``spread`` where offered, else ``constraint``."""
+def check_spread(spread: Any) -> str:
+    """``spread`` if it is one of :data:`SPREADS`, else a ValueError naming it."""
     if spread not in SPREADS:
         raise ValueError(f"spread: expected one of {SPREADS}, got {spread!r}")
+    return spread
+
+
+def calibrated_form(constraint: Any, spread: str = "threshold") -> Any:
+    """:meth:`CalibratedForm.calibrated_form` of ``constraint`` for ``spread`` where offered, else ``constraint``."""
+    check_spread(spread)
     return constraint.calibrated_form(spread) if offers_calibrated_form(constraint) else constraint
 
 

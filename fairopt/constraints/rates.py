@@ -46,7 +46,7 @@ from fairopt._validation import check_binary, check_interval, nonnegative_float
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
 from fairopt.exceptions import FairnessWarning
 from fairopt.surrogates import Sigmoid, Surrogate
-from solvers.contract import SPREADS
+from solvers.contract import check_spread
 from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
 from solvers.strata import RowStrata, row_codes
 
@@ -206,8 +206,7 @@ class GroupRateConstraint(LinearRowsConstraint):
 
         The measurements behind both are in ``benchmarks/results/solver_notes.md``.
         """
-        if spread not in SPREADS:
-            raise ValueError(f"spread: expected one of {SPREADS}, got {spread!r}")
+        check_spread(spread)
         params = self.get_params(deep=False)
         if params.get("surrogate", "unrecorded") is not None:  # named (or a subclass that records no parameters)
             return self

@@ -49,7 +49,8 @@ def solve_with_osqp(inputs: Inputs, tol: float, max_iter: int | None = None) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sol = qpsolvers.solve_problem(
-            problem, solver="osqp", eps_abs=tol, eps_rel=tol, polish=True, max_iter=max_iter or OSQP_MAX_ITERATIONS, verbose=False
+            problem, solver="osqp", eps_abs=tol, eps_rel=tol, polish=True, max_iter=max_iter or OSQP_MAX_ITERATIONS,
+            verbose=False,
         )
     info = (sol.extras or {}).get("info")
     osqp_status = str(getattr(info, "status", "unknown"))
