@@ -80,6 +80,60 @@ def test_snapshot_needs_a_refresh_and_a_positive_period():
         ConstraintSnapshot(1).linearised([], None)
 
 
+def _rows(c: list[float]) -> Derivatives:
+    """Full-data derivatives with rows ``c`` and the Jacobian ``[[1, 0], [0, 1]]`` (two parameters)."""
+    return Derivatives(0.0, torch.zeros(2), torch.tensor(c, dtype=torch.float64), torch.eye(2, dtype=torch.float64),
+                       None, 0.0, 0.0)
+
+
+def test_snapshot_drift_halves_and_restores_the_spacing():
+    """The drift ``max |c(w) - (c_s + J_s (w - w_s))|``, checked by hand: above ``drift_tol`` the
+    steps between refreshes halve (not below 1), below a quarter of it they double back, never
+    beyond the starting spacing; without a tolerance the spacing stays and the drift is only
+    measured."""
+    w = torch.zeros(2, dtype=torch.float64, requires_grad=False)
+    snapshot = ConstraintSnapshot(every=8, drift_tol=0.02)
+    snapshot.refresh([w], _rows([0.0, 0.0]))
+    assert snapshot.drift is None and snapshot.every == 8
+    w += torch.tensor([0.1, 0.0], dtype=torch.float64)  # predicted rows (0.1, 0); actual (0.15, 0): drift 0.05
+    snapshot.refresh([w], _rows([0.15, 0.0]))
+    assert snapshot.drift == pytest.approx(0.05) and snapshot.every == 4
+    for expected in (2, 1, 1):  # each refresh drifts by 0.03 > 0.02
+        w += torch.tensor([0.0, 0.1], dtype=torch.float64)
+        snapshot.refresh([w], _rows([float(snapshot.c[0]), float(snapshot.c[1]) + 0.13]))
+        assert snapshot.drift == pytest.approx(0.03) and snapshot.every == expected
+    for expected in (2, 4, 8, 8):  # exact first-order moves: no drift
+        w += torch.tensor([0.1, 0.1], dtype=torch.float64)
+        snapshot.refresh([w], _rows([float(snapshot.c[0]) + 0.1, float(snapshot.c[1]) + 0.1]))
+        assert snapshot.drift == pytest.approx(0.0, abs=1e-12) and snapshot.every == expected
+    w += torch.tensor([0.1, 0.0], dtype=torch.float64)  # drift 0.01: between a quarter and the tolerance
+    snapshot.refresh([w], _rows([float(snapshot.c[0]) + 0.11, float(snapshot.c[1])]))
+    assert snapshot.drift == pytest.approx(0.01) and snapshot.every == 8
+    fixed = ConstraintSnapshot(every=8)
+    fixed.refresh([torch.zeros(2, dtype=torch.float64)], _rows([0.0, 0.0]))
+    fixed.refresh([torch.tensor([0.1, 0.0], dtype=torch.float64)], _rows([1.0, 0.0]))
+    assert fixed.drift == pytest.approx(0.9) and fixed.every == 8
+    with pytest.raises(ValueError, match="drift_tol"):
+        ConstraintSnapshot(every=2, drift_tol=0.0)
+
+
+def test_drift_tolerance_refreshes_more_where_the_snapshot_drifts(adult_small):
+    """An MLP on mini-batches under DI >= 0.8: a tolerance no drift reaches gives the fixed
+    schedule's fit exactly; a small one refreshes at least as often, and at more steps than the
+    fixed two per epoch once the network's rows drift; a tolerance <= 0 is refused."""
+    fits = {}
+    for tol in (None, 1e9, 1e-4):
+        model = fairopt.models.mlp(adult_small.n_features, hidden=(16,), seed=0)
+        engine = StochasticSQP(epochs=3, batch_size=256, seed=0, constraint_drift_tol=tol)
+        result = engine.fit(model, adult_small, constraints=[DisparateImpact("sex", delta=0.8)])
+        refreshes = sum(bool(r.get("refreshed")) for r in result.history.records)
+        fits[tol] = (torch.cat([p.detach().reshape(-1) for p in model.parameters()]), refreshes)
+    assert torch.equal(fits[None][0], fits[1e9][0]) and fits[None][1] == fits[1e9][1]
+    assert fits[1e-4][1] > fits[None][1]
+    with pytest.raises(ValueError, match="constraint_drift_tol"):
+        StochasticSQP(constraint_drift_tol=-1.0)
+
+
 def test_minibatch_auto_takes_snapshots_refreshed_as_asked(adult_small):
     """"auto" with mini-batches is "snapshot": ``constraint_refresh`` full-data refreshes per
     epoch at fixed steps of the epoch; the stochastic steps leave the merit parameter alone."""

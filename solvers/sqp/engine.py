@@ -327,7 +327,8 @@ class StochasticSQP:
                    steps_per_epoch=steps_per_epoch, n=n, generator=gen,
                    steps=steps_per_epoch if self._reduce is not None and not full_batch else None,
                    sampler=self._balanced_sampler(data, strata, n, gen) if mode == "balanced" else None,
-                   snapshot=(ConstraintSnapshot(refresh_steps(steps_per_epoch, self.constraint_refresh))
+                   snapshot=(ConstraintSnapshot(refresh_steps(steps_per_epoch, self.constraint_refresh),
+                                                self.constraint_drift_tol)
                              if mode == "snapshot" and not full_batch else None),
                    screen=RowScreen(state) if self.screen_rows and full_batch and m > 1 else None,
                    drawn=self._drawn_rows_hook(cons, data, full_batch, mode, m))

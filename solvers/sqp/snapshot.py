@@ -10,7 +10,14 @@ full-batch iteration) and hands the steps in between their first-order model
 
 exact up to ``O(||w - w_s||^2)``, without sampling noise; each step pulls back the objective only.
 Refreshes happen at fixed steps of each epoch (a resumed run refreshes where the uninterrupted one
-does), and each is a full-data candidate for the returned model.
+does), and each is a full-data candidate for the returned model. With a drift tolerance the spacing
+adapts: each refresh measures how far the first-order model has drifted from the rows on all rows,
+
+.. math:: e = \max_i \left| c_i(w) - \left(c_s + J_s (w - w_s)\right)_i \right|,
+
+and halves the steps between refreshes when ``e`` exceeds the tolerance, or doubles them (up to the
+fixed spacing) when ``e`` is below a quarter of it: the linearisation is trusted for as many steps
+as it stays accurate, as a trust region is for as long as its model predicts the reduction.
 """
 
 from __future__ import annotations
@@ -33,12 +40,21 @@ def refresh_steps(steps_per_epoch: int, refreshes: int) -> int:
 
 class ConstraintSnapshot:
     """Rows ``c_s``, Jacobian ``J_s`` (float64) and parameters ``w_s`` of the last full-data pass, due
-    again at steps ``0, every, 2 every, ...`` of every epoch (:func:`refresh_steps`)."""
+    again at steps ``0, every, 2 every, ...`` of every epoch (:func:`refresh_steps`). With
+    ``drift_tol``, ``every`` adapts between 1 and its starting value (the module docstring);
+    ``drift`` is the last measured drift (None before the second refresh)."""
 
-    def __init__(self, every: int) -> None:
+    #: Below ``drift_tol / DRIFT_RELAX`` the spacing doubles again.
+    DRIFT_RELAX = 4.0
+
+    def __init__(self, every: int, drift_tol: float | None = None) -> None:
         if int(every) < 1:
             raise ValueError(f"every: expected a positive integer, got {every!r}")
-        self.every = int(every)
+        if drift_tol is not None and not float(drift_tol) > 0.0:
+            raise ValueError(f"drift_tol: expected a positive number or None, got {drift_tol!r}")
+        self.every = self.longest = int(every)
+        self.drift_tol = None if drift_tol is None else float(drift_tol)
+        self.drift: float | None = None
         self.params: torch.Tensor | None = None
         self.c: torch.Tensor | None = None
         self.J: torch.Tensor | None = None
@@ -48,9 +64,19 @@ class ConstraintSnapshot:
         return self.params is None or step_in_epoch % self.every == 0
 
     def refresh(self, params: list[torch.Tensor], full: Derivatives) -> None:
-        """Store the full-data rows and Jacobian ``full`` taken at the current ``params``."""
-        self.params = flat_parameters(params).to(torch.float64)
-        self.c = full.c.detach().to(torch.float64).clone()
+        """Store the full-data rows and Jacobian ``full`` taken at the current ``params`` (with a drift
+        tolerance, first measure the old snapshot's drift there and adapt the spacing)."""
+        w = flat_parameters(params).to(torch.float64)
+        c = full.c.detach().to(torch.float64)
+        if self.params is not None and self.c is not None and self.J is not None and c.numel():
+            self.drift = float((c - self.c - self.J @ (w - self.params)).abs().max())
+            if self.drift_tol is not None:
+                if self.drift > self.drift_tol:
+                    self.every = max(1, self.every // 2)
+                elif self.drift < self.drift_tol / self.DRIFT_RELAX:
+                    self.every = min(self.longest, 2 * self.every)
+        self.params = w
+        self.c = c.clone()
         self.J = full.J.detach().to(torch.float64).clone()
 
     def linearised(self, params: list[torch.Tensor], objective: Derivatives) -> Derivatives:
