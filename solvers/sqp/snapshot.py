@@ -28,6 +28,7 @@ import torch
 
 from solvers.derivatives import Derivatives
 from solvers.problem import flat_parameters
+from solvers.validation import positive_float
 
 __all__ = ["ConstraintSnapshot", "refresh_steps"]
 
@@ -41,8 +42,9 @@ def refresh_steps(steps_per_epoch: int, refreshes: int) -> int:
 class ConstraintSnapshot:
     """Rows ``c_s``, Jacobian ``J_s`` (float64) and parameters ``w_s`` of the last full-data pass, due
     again at steps ``0, every, 2 every, ...`` of every epoch (:func:`refresh_steps`). With
-    ``drift_tol``, ``every`` adapts between 1 and its starting value (the module docstring);
-    ``drift`` is the last measured drift (None before the second refresh)."""
+    ``drift_tol``, ``every`` adapts between 1 and its starting value (the module docstring) and
+    ``drift`` is the last measured drift (None before the second refresh, and without ``drift_tol``,
+    which measures nothing)."""
 
     #: Below ``drift_tol / DRIFT_RELAX`` the spacing doubles again.
     DRIFT_RELAX = 4.0
@@ -50,10 +52,8 @@ class ConstraintSnapshot:
     def __init__(self, every: int, drift_tol: float | None = None) -> None:
         if int(every) < 1:
             raise ValueError(f"every: expected a positive integer, got {every!r}")
-        if drift_tol is not None and not float(drift_tol) > 0.0:
-            raise ValueError(f"drift_tol: expected a positive number or None, got {drift_tol!r}")
         self.every = self.longest = int(every)
-        self.drift_tol = None if drift_tol is None else float(drift_tol)
+        self.drift_tol = None if drift_tol is None else positive_float(drift_tol, "drift_tol")
         self.drift: float | None = None
         self.params: torch.Tensor | None = None
         self.c: torch.Tensor | None = None
@@ -68,13 +68,12 @@ class ConstraintSnapshot:
         tolerance, first measure the old snapshot's drift there and adapt the spacing)."""
         w = flat_parameters(params).to(torch.float64)
         c = full.c.detach().to(torch.float64)
-        if self.params is not None and self.c is not None and self.J is not None and c.numel():
+        if self.drift_tol is not None and self.params is not None and c.numel():
             self.drift = float((c - self.c - self.J @ (w - self.params)).abs().max())
-            if self.drift_tol is not None:
-                if self.drift > self.drift_tol:
-                    self.every = max(1, self.every // 2)
-                elif self.drift < self.drift_tol / self.DRIFT_RELAX:
-                    self.every = min(self.longest, 2 * self.every)
+            if self.drift > self.drift_tol:
+                self.every = max(1, self.every // 2)
+            elif self.drift < self.drift_tol / self.DRIFT_RELAX:
+                self.every = min(self.longest, 2 * self.every)
         self.params = w
         self.c = c.clone()
         self.J = full.J.detach().to(torch.float64).clone()
