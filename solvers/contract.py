@@ -17,7 +17,8 @@ capability                members                                               
                           ``rows_and_factors(out, batch, strata)``                mini-batch rows by stratum
 :class:`SumsConstraint`   ``partial_sums(out, batch, exact)``, ``from_sums``      chunked and data-parallel SQP
 :class:`CalibratedForm`   ``calibrated_form(spread)``                             SQP, boosting (calibrated)
-flags                     ``smooth_is_exact``, ``cost_on_all_rows``               exact rows; mini-batch SQP
+flags                     ``smooth_is_exact``, ``cost_on_all_rows``,              exact rows; mini-batch SQP
+                          ``row_scale``
 ========================  ======================================================  ==========================
 
 The engines ask through this module's helpers (:func:`capabilities` lists them all), which probe
@@ -30,6 +31,7 @@ enter an engine and refuses a missing member, half a capability or a wrong flag 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Hashable, Protocol, runtime_checkable
 
 import torch
@@ -59,6 +61,7 @@ __all__ = [
     "offers_calibrated_form",
     "offers_factored_rows",
     "offers_setup",
+    "row_scale",
     "offers_strata",
     "offers_target_encoding",
     "shares_direction",
@@ -83,7 +86,9 @@ class Constraint(Protocol):
     predictions, which decide feasibility and the returned iterate. Optional: ``row_names``;
     ``smooth_is_exact = True`` (``exact`` equals ``__call__``, so engines reuse the smooth rows);
     ``cost_on_all_rows = "quadratic"`` (pairwise statistics: mini-batch SQP estimates them on its
-    batches instead of on all rows).
+    batches instead of on all rows); ``row_scale``, a positive float, the magnitude in which the rows'
+    values are read (1 for rates and probabilities), which sets engines' default tolerances on the
+    rows' values (mini-batch SQP's snapshot drift, :mod:`solvers.sqp.snapshot`).
     """
 
     name: str
@@ -265,6 +270,13 @@ def cost_on_all_rows(constraint: Any) -> str:
     return getattr(constraint, "cost_on_all_rows", "linear")
 
 
+def row_scale(constraint: Any) -> float | None:
+    """The optional flag ``row_scale`` of :class:`Constraint` (the magnitude of the rows' values, 1 for
+    rates), None when absent."""
+    scale = getattr(constraint, "row_scale", None)
+    return None if scale is None else float(scale)
+
+
 def declared_row_names(constraint: Any) -> list[str] | None:
     """The optional ``row_names`` of :class:`Constraint` (one name per row), None when absent."""
     rows = getattr(constraint, "row_names", None)
@@ -279,8 +291,8 @@ def shares_direction(cons: Any) -> bool:
 def capabilities(constraint: Any) -> frozenset[str]:
     """The optional capabilities ``constraint`` offers, by name: ``"setup"``, ``"target_encoding"``,
     ``"closed_form_rows"``, ``"strata"``, ``"factored_rows"``, ``"shared_direction"`` (a non-None
-    :func:`jacobian_direction`), ``"sums"``, ``"calibrated_form"``, ``"smooth_is_exact"`` and
-    ``"quadratic_cost"``."""
+    :func:`jacobian_direction`), ``"sums"``, ``"calibrated_form"``, ``"smooth_is_exact"``,
+    ``"quadratic_cost"`` and ``"row_scale"``."""
     offered = {
         "setup": offers_setup(constraint),
         "target_encoding": offers_target_encoding(constraint),
@@ -292,6 +304,7 @@ def capabilities(constraint: Any) -> frozenset[str]:
         "calibrated_form": offers_calibrated_form(constraint),
         "smooth_is_exact": smooth_is_exact(constraint),
         "quadratic_cost": cost_on_all_rows(constraint) == "quadratic",
+        "row_scale": row_scale(constraint) is not None,
     }
     return frozenset(name for name, yes in offered.items() if yes)
 
@@ -321,6 +334,11 @@ def check_constraint(constraint: Any) -> None:
     cost = getattr(constraint, "cost_on_all_rows", "linear")
     if cost not in COSTS:
         raise ConstraintContractError(f"constraints: {label} has cost_on_all_rows={cost!r}; expected one of {COSTS}")
+    scale = getattr(constraint, "row_scale", None)
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not math.isfinite(scale) or scale <= 0):
+        raise ConstraintContractError(f"constraints: {label} has row_scale={scale!r}; expected None or a positive "
+                                      "finite number (the magnitude of the rows' values, 1 for rates)")
 
 
 def _check_pairs(constraint: Any, label: str) -> None:

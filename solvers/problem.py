@@ -19,7 +19,7 @@ import torch
 
 from solvers.contract import (Constraint, calibrated_form, check_bounds, check_constraint, declared_row_names,
                               jacobian_direction, looks_like_constraint, offers_closed_form_rows, offers_factored_rows,
-                              offers_setup, offers_strata, offers_target_encoding, smooth_is_exact)
+                              offers_setup, offers_strata, offers_target_encoding, row_scale, smooth_is_exact)
 from solvers.strata import row_codes
 
 __all__ = [
@@ -382,6 +382,13 @@ class ConstraintSet:
     @property
     def n_rows(self) -> int:
         return int(self.lower.numel())
+
+    def row_scales(self) -> torch.Tensor:
+        """float64 ``(m,)``: each member's declared :func:`solvers.contract.row_scale` on its rows, NaN on
+        the rows of a member that declares none (after :meth:`setup`, which sizes the rows)."""
+        scales = [row_scale(c) for c in self.constraints]
+        return self._cat([torch.full((int(torch.as_tensor(c.lower).numel()),), float("nan") if s is None else s,
+                                     dtype=torch.float64) for c, s in zip(self.constraints, scales)])
 
     def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         return self._cat([c(out, batch).reshape(-1) for c in self.constraints], like=out)

@@ -22,7 +22,7 @@ from solvers.problem import ConstraintSet, as_constraint_set
 from solvers.sums import exact_in_chunks
 
 RATES = frozenset({"setup", "target_encoding", "closed_form_rows", "strata", "factored_rows", "shared_direction",
-                   "sums", "calibrated_form"})
+                   "sums", "calibrated_form", "row_scale"})
 #: Every constraint class the library ships, an instance, and the capabilities it offers.
 SHIPPED = {
     fc.DisparateImpact: (lambda: fc.DisparateImpact("s", 0.8), RATES),
@@ -54,6 +54,7 @@ def old_probes(c) -> frozenset[str]:
         "calibrated_form": callable(getattr(c, "calibrated_form", None)),  # sqp engine.fit (calibrate_exact)
         "smooth_is_exact": getattr(c, "smooth_is_exact", False) is True,  # problem.exact_rows
         "quadratic_cost": getattr(c, "cost_on_all_rows", "linear") == "quadratic",  # sqp constraint_mode
+        "row_scale": getattr(c, "row_scale", None) is not None,  # sqp snapshot drift tolerance
     }
     return frozenset(k for k, v in offered.items() if v)
 

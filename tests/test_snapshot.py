@@ -10,14 +10,14 @@ import pytest
 import torch
 
 import fairopt
-from fairopt.constraints import DisparateImpact
+from fairopt.constraints import Covariance, DisparateImpact
 from solvers import StochasticSQP
 from solvers.derivatives import Derivatives, LocalDerivatives
 from solvers.losses import constant_loss, get_loss
 from solvers.outcome import (BestIterate, ConstantPredictorWarning, TrainingInstabilityWarning, training_accuracy,
                              warn_if_constant, warn_if_unstable)
 from solvers.problem import as_constraint_set, trainable_parameters
-from solvers.sqp.snapshot import ConstraintSnapshot, refresh_steps
+from solvers.sqp.snapshot import DEFAULT_DRIFT_TOL, ConstraintSnapshot, drift_tolerances, refresh_steps
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,8 @@ def _rows(c: list[float]) -> Derivatives:
 
 
 def test_snapshot_drift_halves_and_restores_the_spacing():
-    """The drift ``max |c(w) - (c_s + J_s (w - w_s))|``, checked by hand: above ``drift_tol`` the
-    steps between refreshes halve (not below 1), below a quarter of it they double back, never
+    """The drift ``max |c(w) - (c_s + J_s (w - w_s))| / tol``, checked by hand: above the tolerance
+    the steps between refreshes halve (not below 1), below a quarter of it they double back, never
     beyond the starting spacing; without a tolerance the spacing stays and nothing is measured."""
     w = torch.zeros(2, dtype=torch.float64, requires_grad=False)
     snapshot = ConstraintSnapshot(every=8, drift_tol=0.02)
@@ -96,24 +96,72 @@ def test_snapshot_drift_halves_and_restores_the_spacing():
     assert snapshot.drift is None and snapshot.every == 8
     w += torch.tensor([0.1, 0.0], dtype=torch.float64)  # predicted rows (0.1, 0); actual (0.15, 0): drift 0.05
     snapshot.refresh([w], _rows([0.15, 0.0]))
-    assert snapshot.drift == pytest.approx(0.05) and snapshot.every == 4
+    assert snapshot.drift == pytest.approx(0.05 / 0.02) and snapshot.every == 4
     for expected in (2, 1, 1):  # each refresh drifts by 0.03 > 0.02
         w += torch.tensor([0.0, 0.1], dtype=torch.float64)
         snapshot.refresh([w], _rows([float(snapshot.c[0]), float(snapshot.c[1]) + 0.13]))
-        assert snapshot.drift == pytest.approx(0.03) and snapshot.every == expected
+        assert snapshot.drift == pytest.approx(0.03 / 0.02) and snapshot.every == expected
     for expected in (2, 4, 8, 8):  # exact first-order moves: no drift
         w += torch.tensor([0.1, 0.1], dtype=torch.float64)
         snapshot.refresh([w], _rows([float(snapshot.c[0]) + 0.1, float(snapshot.c[1]) + 0.1]))
         assert snapshot.drift == pytest.approx(0.0, abs=1e-12) and snapshot.every == expected
     w += torch.tensor([0.1, 0.0], dtype=torch.float64)  # drift 0.01: between a quarter and the tolerance
     snapshot.refresh([w], _rows([float(snapshot.c[0]) + 0.11, float(snapshot.c[1])]))
-    assert snapshot.drift == pytest.approx(0.01) and snapshot.every == 8
+    assert snapshot.drift == pytest.approx(0.01 / 0.02) and snapshot.every == 8
     fixed = ConstraintSnapshot(every=8)
     fixed.refresh([torch.zeros(2, dtype=torch.float64)], _rows([0.0, 0.0]))
     fixed.refresh([torch.tensor([0.1, 0.0], dtype=torch.float64)], _rows([1.0, 0.0]))
     assert fixed.drift is None and fixed.every == 8
     with pytest.raises(ValueError, match="drift_tol"):
         ConstraintSnapshot(every=2, drift_tol=0.0)
+    with pytest.raises(ValueError, match="drift_tol"):
+        ConstraintSnapshot(every=2, drift_tol=torch.tensor([0.02, float("nan")]))
+
+
+def test_per_row_tolerances_weigh_each_row_in_its_own_units():
+    """With one tolerance per row the drift is ``max_i |e_i| / tol_i``: a row off by 0.05 under a
+    tolerance of 1 does not halve the spacing, the same error under 0.02 does; an ``inf`` row is
+    not measured."""
+    for tol, every, ratio in (([1.0, 0.02], 8, 0.05), ([0.02, 1.0], 4, 2.5), ([0.02, math.inf], 4, 2.5),
+                              ([math.inf, 0.02], 8, 0.0)):
+        snapshot = ConstraintSnapshot(every=8, drift_tol=torch.tensor(tol, dtype=torch.float64))
+        w = torch.zeros(2, dtype=torch.float64)
+        snapshot.refresh([w], _rows([0.0, 0.0]))
+        snapshot.refresh([w + torch.tensor([0.1, 0.0], dtype=torch.float64)], _rows([0.15, 0.0]))  # e = (0.05, 0)
+        assert snapshot.drift == pytest.approx(ratio) and snapshot.every == every
+
+
+def test_drift_tolerances_from_the_rows_scales():
+    """"auto": DEFAULT_DRIFT_TOL times each row's declared scale, rows without one (NaN) unmeasured,
+    None where no row has a scale; a number applies to every row; None is the fixed schedule."""
+    scales = torch.tensor([1.0, 1.0, float("nan"), 2.0], dtype=torch.float64)
+    tol = drift_tolerances("auto", scales)
+    assert torch.equal(tol, torch.tensor([DEFAULT_DRIFT_TOL, DEFAULT_DRIFT_TOL, math.inf, 2 * DEFAULT_DRIFT_TOL],
+                                         dtype=torch.float64))
+    assert drift_tolerances("auto", torch.full((3,), float("nan"), dtype=torch.float64)) is None
+    assert torch.equal(drift_tolerances(0.5, scales), torch.full((4,), 0.5, dtype=torch.float64))
+    assert drift_tolerances(None, scales) is None and drift_tolerances("auto", torch.zeros(0)) is None
+    with pytest.raises(ValueError, match="constraint_drift_tol"):
+        drift_tolerances("fast", scales)
+    with pytest.raises(ValueError, match="constraint_drift_tol"):
+        drift_tolerances(0.0, scales)
+
+
+def test_auto_drift_tolerance_follows_the_declared_row_scale(adult_small):
+    """"auto" (the default) is 0.02 on rate rows, which declare ``row_scale = 1``: the same fit as that
+    number; a constraint without a scale (Covariance) keeps the fixed schedule, the same fit as None."""
+    def fit(constraint, tol):
+        model = fairopt.models.mlp(adult_small.n_features, hidden=(16,), seed=0)
+        engine = StochasticSQP(epochs=2, batch_size=256, seed=0, constraint_drift_tol=tol)
+        result = engine.fit(model, adult_small, constraints=[constraint])
+        return (torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
+                [bool(r.get("refreshed")) for r in result.history.records])
+
+    assert StochasticSQP().constraint_drift_tol == "auto"
+    rates = [fit(DisparateImpact("sex", delta=0.8), tol) for tol in ("auto", DEFAULT_DRIFT_TOL)]
+    assert torch.equal(rates[0][0], rates[1][0]) and rates[0][1] == rates[1][1]
+    cov = [fit(Covariance("sex", bound=0.01), tol) for tol in ("auto", None)]
+    assert torch.equal(cov[0][0], cov[1][0]) and cov[0][1] == cov[1][1]
 
 
 def test_drift_tolerance_refreshes_more_where_the_snapshot_drifts(adult_small):
@@ -134,10 +182,15 @@ def test_drift_tolerance_refreshes_more_where_the_snapshot_drifts(adult_small):
 
 
 def test_minibatch_auto_takes_snapshots_refreshed_as_asked(adult_small):
-    """"auto" with mini-batches is "snapshot": ``constraint_refresh`` full-data refreshes per
-    epoch at fixed steps of the epoch; the stochastic steps leave the merit parameter alone."""
+    """"auto" with mini-batches is "snapshot": without a drift tolerance ``constraint_refresh``
+    full-data refreshes per epoch at fixed steps of the epoch, and with the default one at least
+    those; the stochastic steps leave the merit parameter alone."""
     model = fairopt.models.linear(adult_small.n_features, seed=0)
-    engine = StochasticSQP(epochs=3, batch_size=500, constraint_refresh=2, seed=0)
+    adaptive = StochasticSQP(epochs=3, batch_size=500, constraint_refresh=2, seed=0)
+    history = adaptive.fit(model, adult_small, constraints=[DisparateImpact("sex", delta=0.8)]).history
+    assert sum(bool(r.get("refreshed")) for r in history.records) >= 3 * 2
+    model = fairopt.models.linear(adult_small.n_features, seed=0)
+    engine = StochasticSQP(epochs=3, batch_size=500, constraint_refresh=2, seed=0, constraint_drift_tol=None)
     result = engine.fit(model, adult_small, constraints=[DisparateImpact("sex", delta=0.8)])
     assert engine.constraint_mode(False, [DisparateImpact("sex")]) == "snapshot"
     steps = [r for r in result.history.records if r.get("phase", "stochastic") == "stochastic"

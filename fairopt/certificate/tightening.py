@@ -11,7 +11,7 @@ import torch
 
 from fairopt.constraints.base import BaseConstraint
 from fairopt.constraints.gedi import GeDI
-from solvers.contract import cost_on_all_rows, offers_calibrated_form, smooth_is_exact
+from solvers.contract import cost_on_all_rows, offers_calibrated_form, row_scale, smooth_is_exact
 
 __all__ = ["TightenedConstraint", "bounds_ready", "fresh_copy", "tighten"]
 
@@ -130,6 +130,11 @@ class TightenedConstraint(BaseConstraint):
         """The original's cost on all rows: a tightened distance covariance is still quadratic,
         so mini-batch SQP keeps its batch estimates."""
         return cost_on_all_rows(self.constraint)
+
+    @property
+    def row_scale(self) -> float | None:
+        """The original's row scale (a margin moves bounds, not the rows' units)."""
+        return row_scale(self.constraint)
 
     @property
     def calibrated_form(self) -> Callable[..., Any]:

@@ -34,6 +34,10 @@ class BaseConstraint:
     #: "quadratic" (pairwise statistics). Mini-batch engines evaluate "linear" rows on all rows
     #: from time to time (:mod:`solvers.sqp.snapshot`) and keep "quadratic" ones on their batches.
     cost_on_all_rows: str = "linear"
+    #: The magnitude in which the rows' values are read (1 for rates), or None where the rows have
+    #: no natural scale (covariances, GeDI, distance covariance: units of the data). Engines size
+    #: default tolerances on row values with it (mini-batch SQP's snapshot drift).
+    row_scale: float | None = None
     lower: torch.Tensor
     upper: torch.Tensor
     row_names: list[str] | None = None

@@ -140,6 +140,8 @@ class GroupRateConstraint(LinearRowsConstraint):
     #: The surrogates of :meth:`calibrated_form` per ``spread`` for a constraint constructed with
     #: ``surrogate=None``: ``sigmoid(5 t)`` ("threshold") and ``sigmoid(t)`` ("group").
     calibrated_surrogates: dict[str, Surrogate] = {"threshold": Sigmoid(scale=5.0), "group": Sigmoid(scale=1.0)}
+    #: Rows are combinations ``a P_focus + b P_ref`` of rates with ``|a|, |b| <= 1``: rate units.
+    row_scale = 1.0
 
     def _row_templates(self) -> list[RowTemplate]:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -35,7 +35,7 @@ from solvers.sqp.optimality import evaluate_all, offer_and_test_kkt
 from solvers.sqp.options import CONSTRAINT_BATCHES, OPTION_NAMES, SQPOptions
 from solvers.sqp.schedules import end_of_epoch, rsqrt_beta
 from solvers.sqp.screening import RowScreen
-from solvers.sqp.snapshot import ConstraintSnapshot, refresh_steps
+from solvers.sqp.snapshot import ConstraintSnapshot, drift_tolerances, refresh_steps
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
@@ -328,7 +328,7 @@ class StochasticSQP:
                    steps=steps_per_epoch if self._reduce is not None and not full_batch else None,
                    sampler=self._balanced_sampler(data, strata, n, gen) if mode == "balanced" else None,
                    snapshot=(ConstraintSnapshot(refresh_steps(steps_per_epoch, self.constraint_refresh),
-                                                self.constraint_drift_tol)
+                                                drift_tolerances(self.constraint_drift_tol, cons.row_scales()))
                              if mode == "snapshot" and not full_batch else None),
                    screen=RowScreen(state) if self.screen_rows and full_batch and m > 1 else None,
                    drawn=self._drawn_rows_hook(cons, data, full_batch, mode, m))

@@ -57,14 +57,18 @@ class SQPOptions:
         Full-data refreshes per epoch of "snapshot", at fixed steps so that a resumed run refreshes
         where the uninterrupted one does. Each costs about one full-batch iteration; two because the
         first-order model drifts most on small, tightly constrained problems.
-    constraint_drift_tol : float or None, default None
+    constraint_drift_tol : float, "auto" or None, default "auto"
         With "snapshot": refresh sooner where the first-order model drifts. At each refresh the
-        drift ``max_i |c_i(w) - (c_s + J_s (w - w_s))_i|`` (the rows' own units: rate units for the
-        group-rate constraints) halves the steps between refreshes when above this tolerance and
-        doubles them, up to the ``constraint_refresh`` spacing, when below a quarter of it
-        (:class:`~solvers.sqp.snapshot.ConstraintSnapshot`). Several groups under a network drift
-        most: ten rows near their bounds rather than two. None: the fixed spacing. A resumed run
-        starts again from the fixed spacing.
+        drift ``|c_i(w) - (c_s + J_s (w - w_s))_i|`` of every row is compared with its tolerance;
+        above it on any row the steps between refreshes halve, below a quarter of it on every row
+        they double, up to the ``constraint_refresh`` spacing
+        (:class:`~solvers.sqp.snapshot.ConstraintSnapshot`). "auto": 0.02 times each constraint's
+        declared ``row_scale`` (:data:`~solvers.sqp.snapshot.DEFAULT_DRIFT_TOL`; rate units for
+        the group-rate constraints, two points of rate), rows of a constraint without a scale not
+        measured; a number: that tolerance on every row, in the rows' own units; None: the fixed
+        spacing. Several groups under a network drift most (ten rows near their bounds rather than
+        two), and there "auto" refreshes up to every step. A resumed run starts again from the fixed
+        spacing.
     step : {"fixed", "adaptive"}, default "fixed"
         ``alpha_k = beta_k`` or the adaptive rule of [B21] Alg. 3.1.
     feasibility_restoration : bool, default True
@@ -221,7 +225,7 @@ class SQPOptions:
     chunk_rows: int | None = None
     screen_rows: bool = True
     constraint_refresh: int = 2
-    constraint_drift_tol: float | None = None
+    constraint_drift_tol: float | str | None = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "callbacks", tuple(self.callbacks))
@@ -263,7 +267,9 @@ class SQPOptions:
         if self.chunk_rows is not None:
             positive_int(self.chunk_rows, "chunk_rows")
         positive_int(self.constraint_refresh, "constraint_refresh", allow_integral_float=True)
-        if self.constraint_drift_tol is not None:
+        if isinstance(self.constraint_drift_tol, str):
+            check_choice(self.constraint_drift_tol, ("auto",), "constraint_drift_tol")
+        elif self.constraint_drift_tol is not None:
             positive_float(self.constraint_drift_tol, "constraint_drift_tol")
         check_seed(self.seed, allow_none=False, allow_negative=False)
         check_progress(self.verbose)

@@ -17,7 +17,10 @@ adapts: each refresh measures how far the first-order model has drifted from the
 
 and halves the steps between refreshes when ``e`` exceeds the tolerance, or doubles them (up to the
 fixed spacing) when ``e`` is below a quarter of it: the linearisation is trusted for as many steps
-as it stays accurate, as a trust region is for as long as its model predicts the reduction.
+as it stays accurate, as a trust region is for as long as its model predicts the reduction. Each row
+has its own tolerance ``tol_i`` (``e`` is then ``max_i |e_i| / tol_i`` against 1);
+:func:`drift_tolerances` sizes them from the rows' declared scale (:func:`solvers.contract.row_scale`):
+:data:`DEFAULT_DRIFT_TOL` times the scale, rows without a scale unmeasured.
 """
 
 from __future__ import annotations
@@ -30,7 +33,29 @@ from solvers.derivatives import Derivatives
 from solvers.problem import flat_parameters
 from solvers.validation import positive_float
 
-__all__ = ["ConstraintSnapshot", "refresh_steps"]
+__all__ = ["DEFAULT_DRIFT_TOL", "ConstraintSnapshot", "drift_tolerances", "refresh_steps"]
+
+#: The default drift tolerance in units of the rows' scale (rate units for group rates: 0.02 is
+#: a DI row ``delta P_ref - P_focus`` off by two points of rate). Chosen on the grids of
+#: ``benchmarks/sqp_stochastic.py`` (five data sets, binary and several-group attributes).
+DEFAULT_DRIFT_TOL = 0.02
+
+
+def drift_tolerances(option: float | str | None, scales: torch.Tensor) -> torch.Tensor | None:
+    """Per-row drift tolerances, float64 ``(m,)`` (``inf``: the row is not measured), or None for the
+    fixed schedule. ``option``: None (fixed), a positive float (that tolerance on every row, in the
+    rows' own units) or "auto" (:data:`DEFAULT_DRIFT_TOL` times each row's declared scale ``scales``,
+    NaN where a row declares none; None when no row does)."""
+    scales = torch.as_tensor(scales, dtype=torch.float64).reshape(-1)
+    if option is None or not scales.numel():
+        return None
+    if isinstance(option, str):
+        if option != "auto":
+            raise ValueError(f"constraint_drift_tol: expected None, a positive number or 'auto', got {option!r}")
+        if bool(torch.isnan(scales).all()):
+            return None
+        return torch.where(torch.isnan(scales), torch.full_like(scales, math.inf), DEFAULT_DRIFT_TOL * scales)
+    return torch.full_like(scales, positive_float(option, "constraint_drift_tol"))
 
 
 def refresh_steps(steps_per_epoch: int, refreshes: int) -> int:
@@ -42,18 +67,19 @@ def refresh_steps(steps_per_epoch: int, refreshes: int) -> int:
 class ConstraintSnapshot:
     """Rows ``c_s``, Jacobian ``J_s`` (float64) and parameters ``w_s`` of the last full-data pass, due
     again at steps ``0, every, 2 every, ...`` of every epoch (:func:`refresh_steps`). With
-    ``drift_tol``, ``every`` adapts between 1 and its starting value (the module docstring) and
-    ``drift`` is the last measured drift (None before the second refresh, and without ``drift_tol``,
-    which measures nothing)."""
+    ``drift_tol`` (one positive number for every row, or one per row, ``inf`` for a row not
+    measured), ``every`` adapts between 1 and its starting value (the module docstring) and
+    ``drift`` is the last measured drift in units of the tolerance, ``max_i |e_i| / tol_i`` (None
+    before the second refresh, and without ``drift_tol``, which measures nothing)."""
 
     #: Below ``drift_tol / DRIFT_RELAX`` the spacing doubles again.
     DRIFT_RELAX = 4.0
 
-    def __init__(self, every: int, drift_tol: float | None = None) -> None:
+    def __init__(self, every: int, drift_tol: float | torch.Tensor | None = None) -> None:
         if int(every) < 1:
             raise ValueError(f"every: expected a positive integer, got {every!r}")
         self.every = self.longest = int(every)
-        self.drift_tol = None if drift_tol is None else positive_float(drift_tol, "drift_tol")
+        self.drift_tol = None if drift_tol is None else _tolerances(drift_tol)
         self.drift: float | None = None
         self.params: torch.Tensor | None = None
         self.c: torch.Tensor | None = None
@@ -69,10 +95,11 @@ class ConstraintSnapshot:
         w = flat_parameters(params).to(torch.float64)
         c = full.c.detach().to(torch.float64)
         if self.drift_tol is not None and self.params is not None and c.numel():
-            self.drift = float((c - self.c - self.J @ (w - self.params)).abs().max())
-            if self.drift > self.drift_tol:
+            error = (c - self.c - self.J @ (w - self.params)).abs()
+            self.drift = float((error / self.drift_tol.expand_as(error)).max())
+            if self.drift > 1.0:
                 self.every = max(1, self.every // 2)
-            elif self.drift < self.drift_tol / self.DRIFT_RELAX:
+            elif self.drift < 1.0 / self.DRIFT_RELAX:
                 self.every = min(self.longest, 2 * self.every)
         self.params = w
         self.c = c.clone()
@@ -87,3 +114,13 @@ class ConstraintSnapshot:
         c = self.c + self.J @ shift
         return Derivatives(objective.f, objective.g, c, self.J.to(objective.g.dtype), None, objective.t_forward,
                            objective.t_jacobian)
+
+
+def _tolerances(drift_tol: float | torch.Tensor) -> torch.Tensor:
+    """``drift_tol`` as a float64 tensor of positive tolerances (``inf`` allowed for an unmeasured row)."""
+    if isinstance(drift_tol, torch.Tensor):
+        tol = drift_tol.detach().to(torch.float64).reshape(-1)
+        if tol.numel() == 0 or bool(torch.isnan(tol).any()) or bool((tol <= 0).any()):
+            raise ValueError(f"drift_tol: expected positive tolerances (inf: a row not measured), got {tol.tolist()}")
+        return tol
+    return torch.tensor([positive_float(drift_tol, "drift_tol")], dtype=torch.float64)
