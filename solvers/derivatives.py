@@ -40,14 +40,15 @@ JACOBIAN_MODES: tuple[str, ...] = ("auto", "batched", "loop")
 
 @dataclass
 class Derivatives:
-    """``f``, ``g`` (p,); ``c`` (m,) float64, ``J`` (m, p), ``c_exact`` (m,) float64 or None; seconds of
+    """``f``, ``g`` (p,; None when the caller asked for no objective gradient); ``c`` (m,) float64,
+    ``J`` (m, p), ``c_exact`` (m,) float64 or None; seconds of
     the forward pass and of the derivatives; ``skipped``: Jacobian rows left zero on request;
     ``curvature``: when the engine uses a curvature metric, a call that returns the objective's
     Gauss-Newton diagonal on the same objective batch (:mod:`solvers.curvature`; computed only
     by a step that needs it)."""
 
     f: float
-    g: torch.Tensor
+    g: torch.Tensor | None
     c: torch.Tensor
     J: torch.Tensor
     c_exact: torch.Tensor | None
@@ -60,16 +61,19 @@ class Derivatives:
 @runtime_checkable
 class DerivativeOracle(Protocol):
     """:class:`Derivatives` of ``loss_fn`` and ``cons`` on ``obj_batch``/``con_batch`` (None:
-    unconstrained); ``rows`` (bool (m,)) hints which Jacobian rows are needed, the rest may be zero."""
+    unconstrained); ``rows`` (bool (m,)) hints which Jacobian rows are needed, the rest may be zero;
+    ``objective_gradient=False`` says the caller reads ``f`` but not ``g`` (a mini-batch SQP snapshot
+    refresh), which an oracle may then leave None and save its pullback."""
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-                 con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives: ...
+                 con_batch: Any, rows: torch.Tensor | None = None, *,
+                 objective_gradient: bool = True) -> Derivatives: ...
 
 
 def with_parameter_gradient(der: Derivatives, loss_fn: LossFn, params: list[torch.Tensor]) -> Derivatives:
     """``der`` with the gradient of terms on the parameters themselves (an L2 penalty), which do not
     pass through the outputs, added to ``g``."""
-    extra = parameter_gradient(loss_fn, params)
+    extra = parameter_gradient(loss_fn, params) if der.g is not None else None
     if extra is not None:
         der.g = der.g + extra.to(der.g.dtype)
     return der
@@ -225,12 +229,13 @@ class LocalDerivatives:
         return self._plan
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-                 con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
+                 con_batch: Any, rows: torch.Tensor | None = None, *,
+                 objective_gradient: bool = True) -> Derivatives:
         plan = self.stratified_plan(model, cons, con_batch)
         if plan is None:
-            der = self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows)
+            der = self._plain(model, params, loss_fn, cons, obj_batch, con_batch, rows, objective_gradient)
         else:
-            der = self._stratified(model, params, loss_fn, cons, obj_batch, plan)
+            der = self._stratified(model, params, loss_fn, cons, obj_batch, plan, objective_gradient)
         return with_parameter_gradient(der, loss_fn, params)
 
     def _may_stratify(self, model: nn.Module, cons: Any, con_batch: Any) -> bool:
@@ -241,8 +246,9 @@ class LocalDerivatives:
                 and offers_strata(cons) and is_rowwise(model) and has_hidden_layer(model))
 
     def _plain(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-               con_batch: Any, rows: torch.Tensor | None) -> Derivatives:
-        """:class:`Derivatives` from one trace per batch (:func:`trace_outputs`)."""
+               con_batch: Any, rows: torch.Tensor | None, objective_gradient: bool = True) -> Derivatives:
+        """:class:`Derivatives` from one trace per batch (:func:`trace_outputs`); ``g`` None without
+        ``objective_gradient``."""
         t0 = time.perf_counter()
         trace = trace_outputs(model, params, obj_batch.X, self.jacobian, self.augmented(obj_batch.X))
         same = con_batch is obj_batch
@@ -252,10 +258,11 @@ class LocalDerivatives:
         t1 = time.perf_counter()
 
         f, df = value_and_gradient(loss_fn, out, obj_batch)
+        p = sum(int(t.numel()) for t in params)
         if out_c is None:  # unconstrained
-            g = trace.pullback(df.reshape(1, -1))[0]
+            g = trace.pullback(df.reshape(1, -1))[0] if objective_gradient else None
             return Derivatives(float(f), g, torch.zeros(0, dtype=torch.float64),
-                               torch.zeros(0, g.numel(), dtype=g.dtype), None, t1 - t0, time.perf_counter() - t1)
+                               torch.zeros(0, p, dtype=out.dtype), None, t1 - t0, time.perf_counter() - t1)
 
         strata = self._row_strata(con_batch)
         factors = cons.rows_and_factors(out_c, con_batch, strata) if strata is not None else None
@@ -268,25 +275,26 @@ class LocalDerivatives:
         wanted = None if rows is None or bool(rows.all()) else torch.nonzero(rows).reshape(-1)
         if wanted is not None:  # pull back only the rows asked for (one backward pass each)
             dc = dc[wanted]
-        if same:
+        if same and objective_gradient:
             flat = trace.pullback(torch.cat([df.reshape(1, -1), dc.to(df.dtype)], dim=0))
             g, J = flat[0], flat[1:]
         else:
-            g = trace.pullback(df.reshape(1, -1))[0]
-            J = trace_c.pullback(dc.to(out_c.dtype)) if dc.shape[0] else g.new_zeros(0, g.numel())
+            g = trace.pullback(df.reshape(1, -1))[0] if objective_gradient else None
+            J = trace_c.pullback(dc.to(out_c.dtype)) if dc.shape[0] else out_c.new_zeros(0, p)
         if wanted is not None:
-            J = g.new_zeros(c.numel(), g.numel()).index_copy_(0, wanted, J)
+            J = J.new_zeros(c.numel(), p).index_copy_(0, wanted, J)
         c_exact = (factors.exact if factors is not None and factors.exact is not None
                    else exact_rows(cons, out_c, con_batch, smooth=c))
         return Derivatives(float(f), g, c.to(torch.float64), J, c_exact, t1 - t0,
                            time.perf_counter() - t1, 0 if wanted is None else c.numel() - wanted.numel())
 
     def _stratified(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-                    plan: StrataPlan) -> Derivatives:
+                    plan: StrataPlan, objective_gradient: bool = True) -> Derivatives:
         """:class:`Derivatives` by the stratified pullback on the reordered constraint batch (every row).
         A feed-forward network is traced once, a stratum being a segment; other row-wise models run
         per stratum. With a shared direction ``v``, ``J = coef @ (v pulled back per segment)``, with
-        ``df/d out`` pulled back alongside; otherwise each block is factored, checked and pulled back."""
+        ``df/d out`` pulled back alongside (not at all without ``objective_gradient``: ``g`` None);
+        otherwise each block is factored, checked and pulled back."""
         t0 = time.perf_counter()
         batch, bounds = plan.batch, plan.bounds
         same = obj_batch is plan.source
@@ -305,22 +313,23 @@ class LocalDerivatives:
         obj_out, obj_rows = (out_c, batch) if same else (trace_obj.out, obj_batch)
         f, df = value_and_gradient(loss_fn, obj_out, obj_rows)
         df = df.reshape(1, -1).to(out_c.dtype)
-        g = None if same else trace_obj.pullback(df)[0]
+        g = None if same or not objective_gradient else trace_obj.pullback(df)[0]
+        along = same and objective_gradient  # df pulled back with the constraints' cotangents
         if shares_direction(cons):
             factors = self._factors(cons, out_c, plan)
             c, v = factors.c, factors.direction
-            cot = torch.cat([df, v[None, :]]) if same else v[None, :]
+            cot = torch.cat([df, v[None, :]]) if along else v[None, :]
             if network is not None:
                 pulled = whole.pullback_segments(cot, bounds)  # (strata, rows of cot, p)
             else:
                 pulled = torch.stack([pull(cot[:, a:b]) for pull, (a, b) in zip(pulls, bounds)])
-            g = pulled[:, 0].sum(0) if same else g
+            g = pulled[:, 0].sum(0) if along else g
             J = factors.coef.to(pulled.dtype) @ pulled[:, -1]
             c_exact = factors.exact if factors.exact is not None else exact_rows(cons, out_c, batch, smooth=c)
         else:
             p = sum(int(t.numel()) for t in params)
-            c, g_strata, J = self._checked_strata(cons, out_c, batch, bounds, pulls, df if same else None, p)
-            g = g_strata if same else g
+            c, g_strata, J = self._checked_strata(cons, out_c, batch, bounds, pulls, df if along else None, p)
+            g = g_strata if along else g
             c_exact = exact_rows(cons, out_c, batch, smooth=c)
         return Derivatives(float(f), g, c.detach().to(torch.float64), J, c_exact, t1 - t0,
                            time.perf_counter() - t1)

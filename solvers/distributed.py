@@ -85,7 +85,8 @@ class AllReduceDerivatives:
         self.jacobian = jacobian
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-                 con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
+                 con_batch: Any, rows: torch.Tensor | None = None, *,
+                 objective_gradient: bool = True) -> Derivatives:
         t0 = time.perf_counter()
         trace = trace_outputs(model, params, obj_batch.X, self.jacobian)
         if con_batch is not None and con_batch is not obj_batch:  # pragma: no cover - excluded by the options

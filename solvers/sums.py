@@ -117,12 +117,14 @@ class ChunkedDerivatives:
             raise ValueError(f"chunk_rows: expected a positive integer, got {chunk_rows!r}")
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
-                 con_batch: Any, rows: torch.Tensor | None = None) -> Derivatives:
+                 con_batch: Any, rows: torch.Tensor | None = None, *,
+                 objective_gradient: bool = True) -> Derivatives:
         n = len(obj_batch)
         members = list(cons) if con_batch is not None else []
         if (n <= self.chunk_rows or (con_batch is not None and con_batch is not obj_batch)
                 or not all(supports_sums(m) for m in members)):
-            return self.local(model, params, loss_fn, cons, obj_batch, con_batch, rows)
+            return self.local(model, params, loss_fn, cons, obj_batch, con_batch, rows,
+                              objective_gradient=objective_gradient)
         t_forward = t_jacobian = 0.0
         total, sizes = None, []
         for chunk in row_chunks(obj_batch, self.chunk_rows):

@@ -381,3 +381,25 @@ def test_hessian_shift_auto_resolves_by_mode(adult_small):
     assert StochasticSQP(hessian_shift=2.0).hessian_shift_ == 2.0
     with pytest.raises(ValueError, match="hessian_shift"):
         StochasticSQP(hessian_shift="big")
+
+
+@pytest.mark.parametrize("hidden", [None, (16,)], ids=["plain", "stratified"])
+def test_refresh_oracle_skips_only_the_objective_gradient(hidden):
+    """A snapshot refresh asks the oracle for no objective gradient: ``g`` is None and ``f``, the rows,
+    their Jacobian and the exact rows are those of the full call, on the plain pullback (a linear
+    model) and on the stratified one (a network on at least MIN_ROWS rows)."""
+    data = fairopt.datasets.load("adult", include_sensitive=True)
+    rows = data.subset(torch.randperm(len(data), generator=torch.Generator().manual_seed(1))[:5000])
+    model = (fairopt.models.linear(rows.n_features, seed=0) if hidden is None
+             else fairopt.models.mlp(rows.n_features, hidden=hidden, seed=0))
+    cons = as_constraint_set([DisparateImpact("sex", delta=0.8)])
+    cons.setup(rows)
+    oracle, params, loss = LocalDerivatives("auto"), trainable_parameters(model), get_loss("bce")
+    assert (oracle.stratified_plan(model, cons, rows) is None) == (hidden is None)
+    full = oracle(model, params, loss, cons, rows, rows)
+    lean = oracle(model, params, loss, cons, rows, rows, objective_gradient=False)
+    assert full.g is not None and lean.g is None
+    assert lean.f == pytest.approx(full.f, rel=1e-12)
+    assert torch.allclose(lean.c, full.c, rtol=1e-9, atol=1e-12)
+    assert torch.allclose(lean.J, full.J, rtol=1e-5, atol=1e-7) and lean.J.abs().max() > 0
+    assert torch.equal(lean.c_exact, full.c_exact)

@@ -505,7 +505,7 @@ class StochasticSQP:
         is also a candidate for the returned model and updates the exact calibration towards the
         user's bounds."""
         p = run.problem
-        full = p.on_all_rows()
+        full = p.on_all_rows(objective_gradient=False)  # the snapshot and the candidate need no g
         run.snapshot.refresh(p.params, full)
         self._offer(run, full.f, full.c_exact)
         if self.calibrate_exact and full.c_exact is not None:
@@ -630,11 +630,14 @@ class StochasticSQP:
             return None
         return self._oracle.rows_drawn
 
-    def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch, rows=None) -> Derivatives:
+    def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch, rows=None, *,
+                     objective_gradient: bool = True) -> Derivatives:
         """f, g on the objective batch; c, J (and exact c) on the constraint batch, from the
-        oracle :meth:`fit` picked (``rows``: the Jacobian rows needed, None for all); with
-        ``hessian="gauss-newton"`` also the call that gives the objective batch's curvature."""
-        der = self._oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows)
+        oracle :meth:`fit` picked (``rows``: the Jacobian rows needed, None for all; without
+        ``objective_gradient`` ``g`` may be None); with ``hessian="gauss-newton"`` also the call
+        that gives the objective batch's curvature."""
+        der = self._oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows,
+                           objective_gradient=objective_gradient)
         curvature = getattr(self, "_curvature", None)
         if curvature is not None and obj_batch is not None:
             der.curvature = partial(gauss_newton_diagonal, curvature, loss_fn, obj_batch, self.chunk_rows, params)

@@ -108,7 +108,8 @@ class FitProblem:
 
     ``model`` and its trainable ``params``; the loss ``loss_fn``; the constraint set ``cons`` with
     the user's bounds ``lower <= c <= upper``; the training ``data``; the engine's derivative
-    oracle ``oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows=None)``; and
+    oracle ``oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows=None, *,
+    objective_gradient=True)``; and
     ``f_constant``, the training loss of the best constant output (None: not checked)."""
 
     model: torch.nn.Module
@@ -121,6 +122,8 @@ class FitProblem:
     oracle: Callable[..., Derivatives]
     f_constant: float | None = None
 
-    def on_all_rows(self) -> Derivatives:
-        """The oracle's derivatives at the current parameters, objective and constraints on all rows."""
-        return self.oracle(self.model, self.params, self.loss_fn, self.cons, self.data, self.data)
+    def on_all_rows(self, objective_gradient: bool = True) -> Derivatives:
+        """The oracle's derivatives at the current parameters, objective and constraints on all rows
+        (``g`` possibly None without ``objective_gradient``)."""
+        return self.oracle(self.model, self.params, self.loss_fn, self.cons, self.data, self.data,
+                           objective_gradient=objective_gradient)
