@@ -54,9 +54,10 @@ class SQPOptions:
     constraint_batch_size : int or None, default None
         Rows of a "balanced" constraint batch; None: ``batch_size``.
     constraint_refresh : int, default 2
-        Full-data refreshes per epoch of "snapshot", at fixed steps so that a resumed run refreshes
-        where the uninterrupted one does. Each costs about one full-batch iteration; two because the
-        first-order model drifts most on small, tightly constrained problems.
+        Full-data refreshes per epoch of "snapshot": the fixed spacing, at fixed steps of each epoch,
+        which ``constraint_drift_tol`` shortens where the rows drift (without it a resumed run
+        refreshes where the uninterrupted one does). Each costs about one full-batch iteration; two
+        because the first-order model drifts most on small, tightly constrained problems.
     constraint_drift_tol : float, "auto" or None, default "auto"
         With "snapshot": refresh sooner where the first-order model drifts. At each refresh the
         drift ``|c_i(w) - (c_s + J_s (w - w_s))_i|`` of every row is compared with its tolerance;
