@@ -13,8 +13,8 @@ import numpy as np
 from solvers.plotting import finish_axes, panel_axes
 
 __all__ = ["History", "FitResult", "plain_values", "COLUMN_ACTIVE", "COLUMN_C", "COLUMN_C_PREDICTIONS",
-           "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_REFRESHED", "COLUMN_SCREENED", "COLUMN_VIOL", "QP_FINAL",
-           "QP_NORMAL", "QP_RELAXED"]
+           "COLUMN_DRIFT", "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_REFRESHED", "COLUMN_SCREENED", "COLUMN_VIOL",
+           "QP_FINAL", "QP_NORMAL", "QP_RELAXED"]
 
 # History columns that callers read (the engines write them under these names).
 #: SQP: the status of the iteration's QP: :data:`QP_NORMAL`, :data:`QP_RELAXED` (its
@@ -33,6 +33,11 @@ COLUMN_SCREENED = "screened"
 #: SQP mini-batches with ``constraint_batch="snapshot"``: whether the step refreshed the
 #: constraint snapshot on all rows (:mod:`solvers.sqp.snapshot`).
 COLUMN_REFRESHED = "refreshed"
+#: SQP mini-batches with a snapshot drift tolerance (``constraint_drift_tol``): at a step that
+#: refreshed the snapshot, the drift of its first-order model since the previous refresh in units of
+#: the tolerance, ``max_i |e_i| / tol_i`` (above 1 the steps to the next refresh halved); None at
+#: the other steps, at the first refresh and without a tolerance.
+COLUMN_DRIFT = "drift"
 #: LagrangianDual: the per-row surrogate violations of the step.
 COLUMN_VIOL = "viol"
 #: Penalty: the value of each penalty term (one per constraint) of the step.

@@ -167,16 +167,24 @@ def test_auto_drift_tolerance_follows_the_declared_row_scale(adult_small):
 def test_drift_tolerance_refreshes_more_where_the_snapshot_drifts(adult_small):
     """An MLP on mini-batches under DI >= 0.8: a tolerance no drift reaches gives the fixed
     schedule's fit exactly; a small one refreshes at least as often, and at more steps than the
-    fixed two per epoch once the network's rows drift; a tolerance <= 0 is refused."""
-    fits = {}
+    fixed two per epoch once the network's rows drift; the history's "drift" column holds the
+    measured drift (in units of the tolerance) at refreshing steps and None elsewhere; a
+    tolerance <= 0 is refused."""
+    fits, drifts = {}, {}
     for tol in (None, 1e9, 1e-4):
         model = fairopt.models.mlp(adult_small.n_features, hidden=(16,), seed=0)
         engine = StochasticSQP(epochs=3, batch_size=256, seed=0, constraint_drift_tol=tol)
         result = engine.fit(model, adult_small, constraints=[DisparateImpact("sex", delta=0.8)])
-        refreshes = sum(bool(r.get("refreshed")) for r in result.history.records)
+        steps = [r for r in result.history.records if "refreshed" in r]
+        refreshes = sum(bool(r["refreshed"]) for r in steps)
         fits[tol] = (torch.cat([p.detach().reshape(-1) for p in model.parameters()]), refreshes)
+        drifts[tol] = [r["drift"] for r in steps if r["refreshed"]]
+        assert all(r["drift"] is None for r in steps if not r["refreshed"])
     assert torch.equal(fits[None][0], fits[1e9][0]) and fits[None][1] == fits[1e9][1]
     assert fits[1e-4][1] > fits[None][1]
+    assert all(d is None for d in drifts[None])
+    assert drifts[1e-4][0] is None and all(d >= 0 for d in drifts[1e-4][1:])
+    assert max(drifts[1e-4][1:]) > 1 > max(drifts[1e9][1:])  # a small tolerance is exceeded, a huge one never
     with pytest.raises(ValueError, match="constraint_drift_tol"):
         StochasticSQP(constraint_drift_tol=-1.0)
 

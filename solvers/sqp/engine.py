@@ -22,7 +22,8 @@ from torch import nn
 from solvers.contract import cost_on_all_rows
 from solvers.curvature import curvature_model, gauss_newton_diagonal
 from solvers.derivatives import Derivatives
-from solvers.history import COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult, History
+from solvers.history import (COLUMN_DRIFT, COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult,
+                             History)
 from solvers.losses import LossFn, check_targets, constant_loss, get_loss, loss_name
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
@@ -425,6 +426,7 @@ class StochasticSQP:
         record[COLUMN_SCREENED] = der.skipped
         if snapshot is not None:
             record[COLUMN_REFRESHED] = refreshed
+            record[COLUMN_DRIFT] = snapshot.drift if refreshed else None
         if screen is not None and record[COLUMN_QP_STATUS] == QP_RELAXED:
             screen.reset()
         elif screen is not None:
