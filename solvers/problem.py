@@ -375,8 +375,7 @@ class ConstraintSet:
         names = []
         for c in self.constraints:
             rows = declared_row_names(c)
-            m = int(torch.as_tensor(c.lower).numel())
-            names += list(rows) if rows is not None else [f"{c.name}[{i}]" for i in range(m)]
+            names += list(rows) if rows is not None else [f"{c.name}[{i}]" for i in range(_member_rows(c))]
         return names
 
     @property
@@ -387,8 +386,8 @@ class ConstraintSet:
         """float64 ``(m,)``: each member's declared :func:`solvers.contract.row_scale` on its rows, NaN on
         the rows of a member that declares none (after :meth:`setup`, which sizes the rows)."""
         scales = [row_scale(c) for c in self.constraints]
-        return self._cat([torch.full((int(torch.as_tensor(c.lower).numel()),), float("nan") if s is None else s,
-                                     dtype=torch.float64) for c, s in zip(self.constraints, scales)])
+        return self._cat([torch.full((_member_rows(c),), float("nan") if s is None else s, dtype=torch.float64)
+                          for c, s in zip(self.constraints, scales)])
 
     def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         return self._cat([c(out, batch).reshape(-1) for c in self.constraints], like=out)
@@ -429,6 +428,11 @@ class ConstraintSet:
             dtype = like.dtype if like is not None else torch.float64
             return torch.zeros(0, dtype=dtype)
         return torch.cat(list(parts))
+
+
+def _member_rows(constraint: Any) -> int:
+    """The number of rows ``m`` of one member (its bounds' length, once set up)."""
+    return int(torch.as_tensor(constraint.lower).numel())
 
 
 def as_constraint_set(constraints: Any) -> ConstraintSet:

@@ -31,7 +31,7 @@ import torch
 
 from solvers.derivatives import Derivatives
 from solvers.problem import flat_parameters
-from solvers.validation import positive_float
+from solvers.validation import check_choice, positive_float
 
 __all__ = ["DEFAULT_DRIFT_TOL", "ConstraintSnapshot", "drift_tolerances", "refresh_steps"]
 
@@ -50,8 +50,7 @@ def drift_tolerances(option: float | str | None, scales: torch.Tensor) -> torch.
     if option is None or not scales.numel():
         return None
     if isinstance(option, str):
-        if option != "auto":
-            raise ValueError(f"constraint_drift_tol: expected None, a positive number or 'auto', got {option!r}")
+        check_choice(option, ("auto",), "constraint_drift_tol")
         if bool(torch.isnan(scales).all()):
             return None
         return torch.where(torch.isnan(scales), torch.full_like(scales, math.inf), DEFAULT_DRIFT_TOL * scales)
@@ -72,7 +71,7 @@ class ConstraintSnapshot:
     ``drift`` is the last measured drift in units of the tolerance, ``max_i |e_i| / tol_i`` (None
     before the second refresh, and without ``drift_tol``, which measures nothing)."""
 
-    #: Below ``drift_tol / DRIFT_RELAX`` the spacing doubles again.
+    #: Where every row's drift is below ``1 / DRIFT_RELAX`` of its tolerance the spacing doubles again.
     DRIFT_RELAX = 4.0
 
     def __init__(self, every: int, drift_tol: float | torch.Tensor | None = None) -> None:
@@ -96,7 +95,7 @@ class ConstraintSnapshot:
         c = full.c.detach().to(torch.float64)
         if self.drift_tol is not None and self.params is not None and c.numel():
             error = (c - self.c - self.J @ (w - self.params)).abs()
-            self.drift = float((error / self.drift_tol.expand_as(error)).max())
+            self.drift = float((error / self.drift_tol).max())  # one tolerance broadcasts over the rows
             if self.drift > 1.0:
                 self.every = max(1, self.every // 2)
             elif self.drift < 1.0 / self.DRIFT_RELAX:
