@@ -64,12 +64,25 @@ def parse_surrogate(spec: str):
 
 def load_spec(spec: str, data_root: str | None):
     """The data set ``spec`` names: a :func:`fairopt.datasets.available` name with its default
-    sensitive attribute, or ``"name:attribute"`` with another of its columns as the one sensitive
-    attribute (``"adult:race"``: five groups, each against the rest)."""
+    sensitive attribute, ``"name:attribute"`` with another of its columns as the one sensitive
+    attribute (``"adult:race"``: five groups, each against the rest), or ``"name:column>=value"``
+    with two groups cut from a numeric column (``"adult:age>=40"``; the column stays an input).
+    The cut attributes are settings the grid's defaults were not chosen on."""
     import fairopt
 
     name, _, attribute = spec.partition(":")
-    return fairopt.datasets.load(name, data_dir=data_root, **({"sensitive": [attribute]} if attribute else {}))
+    column, cut, threshold = attribute.partition(">=")
+    if not cut:
+        return fairopt.datasets.load(name, data_dir=data_root, **({"sensitive": [attribute]} if attribute else {}))
+    frame, options = fairopt.datasets.load_frame(name, data_dir=data_root)
+    if column not in frame.columns:
+        raise ValueError(f"{spec!r}: {name} has no column {column!r} (columns: {list(frame.columns)})")
+    frame = frame.assign(**{attribute: (frame[column] >= float(threshold)).map({True: f">={threshold}",
+                                                                               False: f"<{threshold}"})})
+    options.update(sensitive=[attribute], sensitive_kinds=None)
+    if options.get("features") is None:  # every other column an input: not the cut one
+        options["features"] = [c for c in frame.columns if c not in (options["target"], attribute)]
+    return fairopt.data.FairData.from_frame(frame, **options)
 
 
 def grid_cell(job: tuple) -> dict | None:

@@ -170,6 +170,7 @@ def test_metric_report_sets_the_two_metrics_side_by_side():
 
 
 def test_grid_surrogate_and_dataset_specs():
+    import fairopt
     from fairopt.surrogates import Sigmoid, SmoothedStep
 
     assert sqp_grid.parse_surrogate("sigmoid:1") == Sigmoid(scale=1.0)
@@ -177,3 +178,9 @@ def test_grid_surrogate_and_dataset_specs():
     data = sqp_grid.load_spec("adult:race", None)  # the embedded Adult, race as the one sensitive attribute
     assert data.sensitive_names == ["race"] and len(data.sensitive_levels["race"]) == 5
     assert sqp_grid.load_spec("adult", None).sensitive_names != ["race"]
+    cut = sqp_grid.load_spec("adult:age>=40", None)  # two groups cut from a numeric column
+    assert cut.sensitive_names == ["age>=40"] and cut.sensitive_levels["age>=40"] == ["<40", ">=40"]
+    frame, _ = fairopt.datasets.load_frame("adult")
+    assert int(cut.sensitive["age>=40"].sum()) == int((frame["age"] >= 40).sum())
+    with pytest.raises(ValueError, match="no column"):
+        sqp_grid.load_spec("adult:height>=2", None)
