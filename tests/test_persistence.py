@@ -248,6 +248,9 @@ def test_history_round_trip(tmp_path):
     {"lr_schedule": False},
     {"lr_schedule": True, "lr": 5.0, "lr_kmin": 2, "lr_interval": 1},  # the schedule cuts beta mid-run
     {"batch_size": 200, "constraint_batch": "balanced"},
+    {"batch_size": 200},  # the default snapshot, its spacing adapted to the drift
+    {"batch_size": 200, "constraint_drift_tol": 1e-6},  # a spacing that halves at every refresh
+    {"batch_size": 200, "constraint_drift_tol": None},  # the snapshot at its fixed spacing
     {"step": "adaptive"},
 ])
 def test_sqp_resume_is_bit_identical(tmp_path, adult, options):

@@ -118,6 +118,41 @@ def test_snapshot_drift_halves_and_restores_the_spacing():
         ConstraintSnapshot(every=2, drift_tol=torch.tensor([0.02, float("nan")]))
 
 
+def test_snapshot_state_round_trips_and_is_checked():
+    """A snapshot restored from its state measures the next drift and adapts the spacing exactly as
+    the original; the spacing is capped at the restoring snapshot's own; states of another shape,
+    non-finite or with a bad spacing are refused."""
+    w = torch.zeros(2, dtype=torch.float64)
+    original = ConstraintSnapshot(every=8, drift_tol=0.02)
+    original.refresh([w], _rows([0.0, 0.0]))
+    original.refresh([w + torch.tensor([0.1, 0.0], dtype=torch.float64)], _rows([0.15, 0.0]))  # every 8 -> 4
+    state = original.state_dict()
+    restored = ConstraintSnapshot(every=8, drift_tol=0.02)
+    restored.load_state_dict(state, n_params=2, n_rows=2)
+    assert restored.every == 4 and restored.drift == original.drift
+    state["c"][0] = 99.0  # a copy: the original's snapshot is untouched
+    assert float(original.c[0]) == pytest.approx(0.15)
+    later = torch.tensor([0.2, 0.0], dtype=torch.float64)
+    for snapshot in (original, restored):
+        snapshot.refresh([later], _rows([0.28, 0.0]))  # predicted 0.25, drift 0.03: 4 -> 2 on both
+    assert restored.every == original.every == 2 and restored.drift == pytest.approx(original.drift)
+    shorter = ConstraintSnapshot(every=3, drift_tol=0.02)
+    shorter.load_state_dict(original.state_dict() | {"every": 16}, n_params=2, n_rows=2)
+    assert shorter.every == 3
+    empty = ConstraintSnapshot(every=8).state_dict()  # before any refresh: the spacing only
+    fresh = ConstraintSnapshot(every=8)
+    fresh.load_state_dict(empty, n_params=5, n_rows=1)
+    assert fresh.params is None and fresh.due(3)
+    good = original.state_dict()
+    for bad, message in [({"J": torch.zeros(3, 2, dtype=torch.float64)}, "shape"),
+                         ({"c": torch.tensor([float("nan"), 0.0], dtype=torch.float64)}, "non-finite"),
+                         ({"every": 0}, "positive integer"), ({"drift": -1.0}, "drift")]:
+        with pytest.raises(ValueError, match=message):
+            ConstraintSnapshot(every=8).load_state_dict(good | bad, n_params=2, n_rows=2)
+    with pytest.raises(ValueError, match="lacks"):
+        ConstraintSnapshot(every=8).load_state_dict({"every": 2}, n_params=2, n_rows=2)
+
+
 def test_per_row_tolerances_weigh_each_row_in_its_own_units():
     """With one tolerance per row the drift is ``max_i |e_i| / tol_i``: a row off by 0.05 under a
     tolerance of 1 does not halve the spacing, the same error under 0.02 does; an ``inf`` row is

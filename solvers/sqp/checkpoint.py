@@ -10,11 +10,12 @@ import torch
 
 from solvers.outcome import BestIterate
 from solvers.problem import assign_parameters
+from solvers.sqp.snapshot import ConstraintSnapshot
 from solvers.sqp.state import SQPState
 from solvers.validation import check_flag, finite_float, positive_float, positive_int
 
 __all__ = ["CHECKPOINT_FORMAT", "STATE_KEYS", "check_resumed_state", "checkpoint", "restore_checkpoint",
-           "resume_iterates"]
+           "resume_iterates", "resume_snapshot"]
 
 #: Version of the checkpoint layout (``state_dict()["format"]``).
 CHECKPOINT_FORMAT = 1
@@ -24,13 +25,13 @@ STATE_KEYS = ("tau", "xi", "beta", "L", "Gamma", "merit_avg", "since_change", "i
 
 
 def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_params: torch.Tensor,
-               tracker: BestIterate, metric: str = "adam") -> dict:
+               tracker: BestIterate, metric: str = "adam", snapshot: ConstraintSnapshot | None = None) -> dict:
     """The content of :meth:`StochasticSQP.state_dict <solvers.sqp.StochasticSQP.state_dict>`:
     the engine state as a dict (:meth:`SQPState.to_dict <solvers.sqp.state.SQPState.to_dict>`),
     a copy of its Hessian accumulator ``v`` and the metric it belongs to (``hessian_``: a second
     moment of the gradients for "adam" and "adagrad", a curvature for "gauss-newton"), the
-    sampling generator's state, the number of constraint rows, the last iterate and the
-    tracker's best iterate."""
+    sampling generator's state, the number of constraint rows, the last iterate, the
+    tracker's best iterate and the constraint snapshot's state (None without a snapshot)."""
     return {
         "format": CHECKPOINT_FORMAT,
         "state": state.to_dict(),
@@ -42,6 +43,7 @@ def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_pa
         "best": None if tracker.best is None else {
             "params": tracker.best.params.clone(), "f": float(tracker.best.f),
             "c_exact": tracker.best.c_exact.clone(), "iteration": int(tracker.best.iteration)},
+        "snapshot": None if snapshot is None else snapshot.state_dict(),
     }
 
 
@@ -120,3 +122,12 @@ def resume_iterates(resume: dict, params: list[torch.Tensor], tracker: BestItera
     best = resume.get("best")
     if isinstance(best, dict):
         tracker.offer([best["params"]], float(best["f"]), best["c_exact"], int(best["iteration"]))
+
+
+def resume_snapshot(resume: dict, snapshot: ConstraintSnapshot | None, n_params: int, n_rows: int) -> None:
+    """Load a checkpoint's constraint snapshot into this fit's ``snapshot`` (both present); a
+    checkpoint without one (a full-batch or sampled-constraint fit, or one written before snapshots
+    were saved) leaves it to refresh afresh at its first step."""
+    saved = resume.get("snapshot")
+    if snapshot is not None and saved is not None:
+        snapshot.load_state_dict(saved, n_params, n_rows)

@@ -28,7 +28,7 @@ from solvers.losses import LossFn, check_targets, constant_loss, get_loss, loss_
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
 from solvers.sampling import BalancedSampler, minibatches
-from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates
+from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
 from solvers.sqp.oracles import derivative_oracle
 from solvers.sqp.endgame import MAX_RESTARTS, TailAverage, blew_up, finish, polish, polish_last
@@ -333,6 +333,9 @@ class StochasticSQP:
                              if mode == "snapshot" and not full_batch else None),
                    screen=RowScreen(state) if self.screen_rows and full_batch and m > 1 else None,
                    drawn=self._drawn_rows_hook(cons, data, full_batch, mode, m))
+        if resume is not None:
+            resume_snapshot(resume, run.snapshot, v.numel(), m)
+        self._snapshot = run.snapshot
         if not full_batch and run.snapshot is None:
             # the starting point is a candidate (a run that fails early returns it); refreshes offer theirs
             self._offer_all_rows(run)
@@ -594,7 +597,10 @@ class StochasticSQP:
             ``n_rows`` (constraint rows), ``last_params`` (the last iterate, from which a
             resumed fit continues: the model itself holds the returned, best iterate) and
             ``best`` (that iterate, so that the resumed run still returns the best of both
-            parts). Only tensors, strings and
+            parts), ``snapshot`` (mini-batch steps under ``constraint_batch="snapshot"``: the
+            constraint snapshot and its drift-adapted spacing,
+            :meth:`~solvers.sqp.snapshot.ConstraintSnapshot.state_dict`; None otherwise; a
+            checkpoint without it refreshes afresh). Only tensors, strings and
             Python scalars: ``torch.save`` it and read it back with
             ``torch.load(path, weights_only=True)``. ``epochs_done`` counts completed
             epochs: after a stop by a callback, resuming continues from the last
@@ -608,7 +614,7 @@ class StochasticSQP:
         if not hasattr(self, "state_"):
             raise RuntimeError("state_dict: the engine has no state yet; call fit() first")
         return checkpoint(self.state_, self._generator, self._n_rows, self._last_params, self._tracker,
-                          self.hessian_)
+                          self.hessian_, self._snapshot)
 
     # ------------------------------------------------------------------ pieces
     def _balanced_sampler(self, data: Any, strata: Any, n: int, gen: torch.Generator) -> BalancedSampler:

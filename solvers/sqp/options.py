@@ -68,8 +68,8 @@ class SQPOptions:
         the group-rate constraints, two points of rate), rows of a constraint without a scale not
         measured; a number: that tolerance on every row, in the rows' own units; None: the fixed
         spacing. Several groups under a network drift most (ten rows near their bounds rather than
-        two), and there "auto" refreshes up to every step. A resumed run starts again from the fixed
-        spacing.
+        two), and there "auto" refreshes up to every step. A checkpoint (``state_dict``) holds the
+        spacing and the snapshot, so a resumed run continues as the uninterrupted one.
     step : {"fixed", "adaptive"}, default "fixed"
         ``alpha_k = beta_k`` or the adaptive rule of [B21] Alg. 3.1.
     feasibility_restoration : bool, default True

@@ -9,8 +9,9 @@ full-batch iteration) and hands the steps in between their first-order model
 .. math:: c(w) \approx c(w_s) + J(w_s) (w - w_s), \qquad J(w) \approx J(w_s),
 
 exact up to ``O(||w - w_s||^2)``, without sampling noise; each step pulls back the objective only.
-Refreshes happen at fixed steps of each epoch (a resumed run refreshes where the uninterrupted one
-does), and each is a full-data candidate for the returned model. With a drift tolerance the spacing
+Refreshes happen at fixed steps of each epoch, and each is a full-data candidate for the returned
+model; an engine checkpoint holds the snapshot and its spacing (:meth:`ConstraintSnapshot.state_dict`),
+so that a resumed run refreshes where, and measures its drift as, the uninterrupted one does. With a drift tolerance the spacing
 adapts: each refresh measures how far the first-order model has drifted from the rows on all rows,
 
 .. math:: e = \max_i \left| c_i(w) - \left(c_s + J_s (w - w_s)\right)_i \right|,
@@ -103,6 +104,41 @@ class ConstraintSnapshot:
         self.params = w
         self.c = c.clone()
         self.J = full.J.detach().to(torch.float64).clone()
+
+    def state_dict(self) -> dict:
+        """What a resumed fit needs to refresh where, and as, the uninterrupted one does: the spacing
+        ``every``, the last ``drift`` and the snapshot ``params``, ``c``, ``J`` (None before the first
+        refresh), from which the first refresh after the resume measures its drift."""
+        copy = lambda t: None if t is None else t.clone()  # noqa: E731
+        return {"every": self.every, "drift": self.drift, "params": copy(self.params), "c": copy(self.c),
+                "J": copy(self.J)}
+
+    def load_state_dict(self, state: dict, n_params: int, n_rows: int) -> None:
+        """Continue from :meth:`state_dict` ``state`` of a fit with ``n_params`` parameters and
+        ``n_rows`` constraint rows; the spacing is capped at this snapshot's own longest (a resumed fit
+        may refresh more often per epoch). ValueError for a state of another shape."""
+        if not isinstance(state, dict) or not all(k in state for k in ("every", "drift", "params", "c", "J")):
+            raise ValueError("resume: the checkpoint's snapshot state lacks every, drift, params, c or J")
+        every = state["every"]
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"resume: the checkpoint's snapshot spacing must be a positive integer, got {every!r}")
+        drift = state["drift"]
+        if drift is not None and not (isinstance(drift, (int, float)) and drift >= 0):
+            raise ValueError(f"resume: the checkpoint's snapshot drift must be None or >= 0, got {drift!r}")
+        arrays = [state[k] for k in ("params", "c", "J")]
+        if any(a is not None for a in arrays):
+            shapes = {"params": (n_params,), "c": (n_rows,), "J": (n_rows, n_params)}
+            for name, expected in shapes.items():
+                a = state[name]
+                if not isinstance(a, torch.Tensor) or tuple(a.shape) != expected:
+                    found = tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+                    raise ValueError(f"resume: the checkpoint's snapshot {name} has shape {found}, this fit needs "
+                                     f"{expected}")
+                if not bool(torch.isfinite(a).all()):
+                    raise ValueError(f"resume: the checkpoint's snapshot {name} has non-finite entries")
+            self.params, self.c, self.J = (a.detach().to(torch.float64).clone() for a in arrays)
+        self.every = min(self.longest, every)
+        self.drift = None if drift is None else float(drift)
 
     def linearised(self, params: list[torch.Tensor], objective: Derivatives) -> Derivatives:
         """``objective`` (``f``, ``g`` of a batch) with the snapshot's first-order rows at ``params``:
