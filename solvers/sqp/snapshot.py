@@ -113,23 +113,23 @@ class ConstraintSnapshot:
         return {"every": self.every, "drift": self.drift, "params": copy(self.params), "c": copy(self.c),
                 "J": copy(self.J)}
 
-    def load_state_dict(self, state: dict, n_params: int, n_rows: int) -> None:
-        """Continue from :meth:`state_dict` ``state`` of a fit with ``n_params`` parameters and
+    def load_state_dict(self, saved: dict, n_params: int, n_rows: int) -> None:
+        """Continue from the :meth:`state_dict` ``saved`` of a fit with ``n_params`` parameters and
         ``n_rows`` constraint rows; the spacing is capped at this snapshot's own longest (a resumed fit
         may refresh more often per epoch). ValueError for a state of another shape."""
-        if not isinstance(state, dict) or not all(k in state for k in ("every", "drift", "params", "c", "J")):
+        if not isinstance(saved, dict) or not all(k in saved for k in ("every", "drift", "params", "c", "J")):
             raise ValueError("resume: the checkpoint's snapshot state lacks every, drift, params, c or J")
-        every = state["every"]
+        every = saved["every"]
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"resume: the checkpoint's snapshot spacing must be a positive integer, got {every!r}")
-        drift = state["drift"]
+        drift = saved["drift"]
         if drift is not None and not (isinstance(drift, (int, float)) and drift >= 0):
             raise ValueError(f"resume: the checkpoint's snapshot drift must be None or >= 0, got {drift!r}")
-        arrays = [state[k] for k in ("params", "c", "J")]
+        arrays = [saved[k] for k in ("params", "c", "J")]
         if any(a is not None for a in arrays):
             shapes = {"params": (n_params,), "c": (n_rows,), "J": (n_rows, n_params)}
             for name, expected in shapes.items():
-                a = state[name]
+                a = saved[name]
                 if not isinstance(a, torch.Tensor) or tuple(a.shape) != expected:
                     found = tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
                     raise ValueError(f"resume: the checkpoint's snapshot {name} has shape {found}, this fit needs "
