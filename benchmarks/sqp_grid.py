@@ -1,7 +1,8 @@
 """The accuracy grid of the mini-batch SQP (``python benchmarks/sqp_stochastic.py --grid``).
 
 Adult, Dutch, Law, ACS-Colorado and COMPAS (or the ``--datasets`` given, ``name:attribute`` for
-another sensitive column, :func:`load_spec`) x {linear, MLP 32} x batch {256, 1024} x seeds 0-2,
+another sensitive column, ``name:column>=value`` for two groups cut from a numeric one,
+:func:`load_spec`) x {linear, MLP 32} x batch {256, 1024} x seeds 0-2,
 ``StochasticSQP(batch_size=B, epochs=10, seed=k)`` with every other setting at its default and
 ``DisparateImpact(attribute, delta)`` with its default surrogate (``--surrogate``: another, for
 comparison), against the same engine with 300

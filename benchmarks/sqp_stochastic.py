@@ -287,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", nargs="+", default=["dutch", "acsincome"],
                     help="data set names; with --grid also name:attribute for another sensitive column "
-                         "(adult:race; the grid's five by default)")
+                         "(adult:race) or name:column>=value for two groups cut from a numeric one "
+                         "(adult:age>=40; the grid's five by default)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--delta", type=float, default=0.8)
