@@ -443,6 +443,44 @@ def test_estimator_with_batch_size_keeps_the_engine_budget():
                           "sqp")["epochs"] == 7
 
 
+def test_lr_auto_resolves_by_model_and_mode(adult_small):
+    """lr="auto": 0.5 for full-batch fits and a linear model's mini-batch steps, 0.75 for a network's
+    mini-batch steps, which rise linearly over the first epoch (a linear model's do not); an explicit
+    lr is kept (a network's mini-batch steps still warm up)."""
+    from solvers.sqp.engine import DEFAULT_LR, MINIBATCH_NETWORK_LR
+    from solvers.sqp.schedules import rsqrt_beta
+    from solvers.sqp.state import SQPState
+
+    assert StochasticSQP().lr == "auto" and StochasticSQP().lr_ == DEFAULT_LR  # before a fit
+    betas = {}
+    for kind, batch, expected in [("linear", None, DEFAULT_LR), ("mlp", None, DEFAULT_LR),
+                                  ("linear", 500, DEFAULT_LR), ("mlp", 500, MINIBATCH_NETWORK_LR)]:
+        model = (fairopt.models.mlp(adult_small.n_features, hidden=(4,), seed=0) if kind == "mlp"
+                 else fairopt.models.linear(adult_small.n_features, seed=0))
+        engine = StochasticSQP(epochs=2, batch_size=batch, polish_iterations=0, seed=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            history = engine.fit(model, adult_small, constraints=[DisparateImpact("sex", delta=0.8)]).history
+        assert engine.lr_ == expected, (kind, batch)
+        betas[(kind, batch)] = [r["beta"] for r in history.records if r["qp_status"] != "final"]
+    K = 6  # 3,000 rows in batches of 500
+    mlp, linear = betas[("mlp", 500)], betas[("linear", 500)]
+    assert mlp[0] == pytest.approx(MINIBATCH_NETWORK_LR / K)  # the first step: a K-th of lr
+    assert all(a < b for a, b in zip(mlp[:K - 1], mlp[1:K]))  # rising over the first epoch
+    assert mlp[K - 1] == pytest.approx(MINIBATCH_NETWORK_LR / (1 + (K - 1) / (4 * K)) ** 0.5)
+    assert linear[0] == pytest.approx(DEFAULT_LR) and all(a > b for a, b in zip(linear, linear[1:]))
+    explicit = StochasticSQP(lr=0.1, epochs=1, batch_size=500, polish_iterations=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        explicit.fit(fairopt.models.mlp(adult_small.n_features, hidden=(4,), seed=0), adult_small)
+    assert explicit.lr_ == 0.1
+    state = SQPState(tau=0.1, xi=1.0, beta=0.1, v=torch.zeros(1), iteration=3)
+    assert rsqrt_beta(state, 1.0, 8, warmup=True) == pytest.approx(0.5 / (1 + 3 / 32) ** 0.5)
+    assert rsqrt_beta(state, 1.0, 8) == pytest.approx(1 / (1 + 3 / 32) ** 0.5)
+    with pytest.raises(ValueError, match="lr"):
+        StochasticSQP(lr="fast")
+
+
 def test_hessian_shift_auto_resolves_by_mode(adult_small):
     from solvers.sqp.engine import FULL_BATCH_SHIFT, MINIBATCH_SHIFT
 

@@ -200,12 +200,15 @@ def test_minibatch_default_meets_the_bound_on_all_rows(adult_small, seed):
     assert di >= 0.8 - 1e-9, di
     assert result.info["feasible"] and result.status in ("converged", "not_stationary")
     assert result.history[-1]["V_exact"] == pytest.approx(result.info["violation"])
-    # rsqrt schedule: beta_k = lr / sqrt(1 + k / (4 K)), K = 10 steps per epoch
+    # rsqrt schedule of a network: beta_k = lr min(1, (k + 1) / K) / sqrt(1 + k / (4 K)), K = 10 steps
+    # per epoch, lr "auto" = 0.75
     stochastic = [r for r in result.history.records if r.get("phase", "stochastic") == "stochastic"
                   and r["qp_status"] != "final"]
+    assert engine.lr_ == 0.75
     if result.info["restarts"] == 0:
         for r in stochastic[:15]:
-            assert r["beta"] == pytest.approx(0.5 / (1.0 + r["iteration"] / 40) ** 0.5)
+            k = r["iteration"]
+            assert r["beta"] == pytest.approx(0.75 * min(1.0, (k + 1) / 10) / (1.0 + k / 40) ** 0.5)
 
 
 def test_balanced_batches_stay_bounded(adult_small):
@@ -334,8 +337,8 @@ def test_linear_mini_batch_run_is_polished_under_the_curvature_metric(adult_full
     assert engine.epochs_ == max(LINEAR_MINIBATCH_EPOCHS, -(-LINEAR_MINIBATCH_STEPS // steps_per_epoch))
     records = [r for r in result.history.records if r["qp_status"] != "final"]
     polished = [r["beta"] for r in records if r.get("phase") == "polish"]
-    assert polished and polished[0] == engine.lr
-    np.testing.assert_allclose(polished, [engine.lr / np.sqrt(1.0 + k / POLISH_DECAY) for k in range(len(polished))],
+    assert polished and polished[0] == engine.lr_
+    np.testing.assert_allclose(polished, [engine.lr_ / np.sqrt(1.0 + k / POLISH_DECAY) for k in range(len(polished))],
                                rtol=1e-12)
     y = adult_full.y.float()
     with torch.no_grad():

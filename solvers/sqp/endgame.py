@@ -43,7 +43,7 @@ class EndgameOptions(StepOptions, Protocol):
     (:class:`solvers.sqp.StochasticSQP` has them)."""
 
     polish_iterations: int
-    lr: float
+    lr_: float
     calibrate_exact: bool
     calibration_weight: float
     tol: float
@@ -117,7 +117,9 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     """Full-batch end-game (``polish_iterations``) of a mini-batch run, or of a full-batch run
     that ends outside the bounds (``limit``, :func:`polish_last`).
 
-    Starts from the tail average of the last epoch when it is finite, runs full-data SQP
+    Starts from the tail average of the last epoch when it is given and finite (a linear model's
+    mini-batch run; a network's, whose longer steps leave an average further from the bound,
+    starts from its last iterate, ``tail`` None), runs full-data SQP
     iterations on copies of the engine state (``tau``, ``xi``, ``beta``, the Hessian
     accumulator), offers every iterate to ``tracker`` and stops at a feasible KKT point.
     The exact rows are step functions of the outputs, so a smooth step that meets the
@@ -152,7 +154,7 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     params, lower, upper = problem.params, problem.lower, problem.upper
     st = state.copy()
     if limit is not None:
-        st.beta = float(options.lr)
+        st.beta = float(options.lr_)
     if tail is not None and tail.count:
         average = tail.mean()
         if bool(torch.isfinite(average).all()):

@@ -41,9 +41,9 @@ from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
 
-__all__ = ["CONSTRAINT_BATCHES", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT",
+__all__ = ["CONSTRAINT_BATCHES", "DEFAULT_LR", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT",
            "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_LR", "LINEAR_MINIBATCH_STEPS", "MINIBATCH_MIN_EPOCHS",
-           "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions", "StochasticSQP", "auto_epochs"]
+           "MINIBATCH_NETWORK_LR", "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions", "StochasticSQP", "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -58,6 +58,11 @@ MINIBATCH_MIN_EPOCHS = 10
 LINEAR_MINIBATCH_STEPS = 100
 LINEAR_MINIBATCH_LR = 0.5
 LINEAR_MINIBATCH_EPOCHS = 2
+#: ``lr="auto"``: the step of every fit but a network's mini-batch steps (the paper's experiments), and
+#: theirs: the longer step fits a network further in the epochs' budget; it is reached over the first
+#: epoch (:func:`solvers.sqp.schedules.rsqrt_beta`), and such a run's polish starts from its last iterate.
+DEFAULT_LR = 0.5
+MINIBATCH_NETWORK_LR = 0.75
 #: ``hessian_shift="auto"``: the shift ``mu`` of ``h = sqrt(v + mu)`` in full-batch mode and with
 #: mini-batches (see the parameter).
 FULL_BATCH_SHIFT = 0.3
@@ -150,6 +155,9 @@ class StochasticSQP:
         metric), else ``hessian_``.
     hessian_shift_ : float
         The shift ``mu`` of that metric.
+    lr_ : float
+        The initial step of the last fit, ``lr`` with "auto" resolved (0.75 for a network's
+        mini-batch steps, else 0.5).
     epochs_ : int
         The epochs of the last fit, ``epochs`` with "auto" resolved.
     state_ : SQPState
@@ -163,7 +171,8 @@ class StochasticSQP:
     are updated from full-batch iterations only (a mini-batch step's reductions are
     estimates, and [B21]'s rule only ever decreases ``tau``: updated from them it fell from
     0.1 to its floor within 12 steps and stayed there); the step size is ``beta_k`` of the
-    "rsqrt" schedule (``step="fixed"``), never raised by the merit; and every step lies in a
+    "rsqrt" schedule (``step="fixed"``, a network's rising over the first epoch), never raised by
+    the merit; and every step lies in a
     trust region, ``||d|| <= min(TRUST_RATIO ||g/h||, max(3 median of the last 10 steps,
     ||g/h||))``, with the restoration step no longer than the step itself
     (:func:`solvers.sqp.steps.sqp_step`); the full-batch polish keeps that memory of steps
@@ -311,11 +320,11 @@ class StochasticSQP:
         if resume is not None:
             state = restore_checkpoint(resume, v, gen, m, self.hessian_)
         else:
-            state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr), v=v)
+            state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr_), v=v)
         state.start_iteration = state.iteration
         self.state_ = state
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
-        self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None, self.lr)
+        self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None, self.lr_)
                         if self.epochs == "auto" else int(self.epochs))
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
         if resume is not None:
@@ -345,7 +354,8 @@ class StochasticSQP:
         """One epoch of steps; the status that ends training, or None to go on."""
         state = run.state
         merits, fs, Vs = [], [], []
-        run.tail = TailAverage(run.problem.params) if not run.full_batch else None
+        # the polish starts from the last epoch's average, a network's from its last iterate (lr_)
+        run.tail = TailAverage(run.problem.params) if not (run.full_batch or self._network) else None
         for step_in_epoch, idx in enumerate(minibatches(run.n, self.batch_size, run.generator, run.steps)):
             outcome = self._step(run, epoch, step_in_epoch, idx)
             if isinstance(outcome, str):
@@ -394,7 +404,7 @@ class StochasticSQP:
         data, m = p.data, int(p.lower.numel())
         obj_batch, con_batch = self._batches(run, idx)
         if run.schedule == "rsqrt":
-            state.beta = rsqrt_beta(state, self.lr, run.steps_per_epoch)
+            state.beta = rsqrt_beta(state, self.lr_, run.steps_per_epoch, warmup=self._network)
         on_all_rows = obj_batch is data and (m == 0 or con_batch is data)
         rows = None
         if screen is not None and on_all_rows and state.last_kkt > 10.0 * self.tol:
@@ -488,7 +498,7 @@ class StochasticSQP:
         (:func:`~solvers.sqp.steps.hessian_diag`), and its step at ``lr``, as a full-batch fit's;
         the training's gradient moments and decayed step are in other units."""
         start = state.copy()
-        start.beta = float(self.lr)
+        start.beta = float(self.lr_)
         G = gauss_newton_diagonal(self._curvature, problem.loss_fn, problem.data, self.chunk_rows, problem.params)
         start.v = G.to(state.v.dtype)
         return start
@@ -530,6 +540,15 @@ class StochasticSQP:
         if kind != "auto":
             return kind
         return "plateau" if full_batch else "rsqrt"
+
+    @property
+    def lr_(self) -> float:
+        """``lr`` resolved: "auto" is :data:`MINIBATCH_NETWORK_LR` for the mini-batch steps of a network
+        (any model but a recognised linear one), else :data:`DEFAULT_LR`."""
+        if self.lr != "auto":
+            return float(self.lr)
+        network_steps = getattr(self, "_minibatch", False) and getattr(self, "_network", False)
+        return MINIBATCH_NETWORK_LR if network_steps else DEFAULT_LR
 
     @property
     def hessian_shift_(self) -> float:
@@ -670,6 +689,8 @@ class StochasticSQP:
         polish instead (``_polish_curvature``, ``polish_hessian_``). An explicit "gauss-newton" on a
         model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
+        recognised = curvature_model(problem.model, problem.params)
+        self._network = recognised is None or len(recognised.network.layers) > 1  # lr_, warm-up, polish start
         if self.hessian == "auto":
             linear = self._linear_curvature(problem, named_loss)
             self._curvature, self._polish_curvature = (linear, None) if full_batch else (None, linear)

@@ -32,8 +32,13 @@ class SQPOptions:
         polish takes the curvature metric (``hessian``) enough for ``100 * 0.5 / lr`` steps (at most
         500), at least 2 (:func:`auto_epochs`). The
         resolved number is ``epochs_`` after :meth:`fit`.
-    lr : float, default 0.5
-        Initial learning rate ``beta_0`` (the paper's experiments: 0.5).
+    lr : float or "auto", default "auto"
+        Initial learning rate ``beta_0``. "auto": :data:`~solvers.sqp.engine.DEFAULT_LR` (0.5, the
+        paper's experiments), and :data:`~solvers.sqp.engine.MINIBATCH_NETWORK_LR` (0.75) for the
+        mini-batch steps of a network (any model but a recognised linear one, one ``nn.Linear``
+        layer), which in the epochs' budget fit further with the longer steps; the resolved value is
+        ``lr_`` after :meth:`fit`. A network's mini-batch steps reach it over the first epoch
+        (``lr_schedule`` "rsqrt").
     batch_size : int or None, default None
         Rows per objective mini-batch; None means full-batch gradients.
     constraint_batch : {"auto", "full", "snapshot", "batch", "balanced"}, default "auto"
@@ -81,15 +86,16 @@ class SQPOptions:
     lr_schedule : {"auto", "plateau", "rsqrt", "paper", "none"}, default "auto"
         "auto": "plateau" in full-batch mode, "rsqrt" with mini-batches. "rsqrt":
         ``beta_k = lr / sqrt(1 + k / (4 K))``, ``K`` steps per epoch (the diminishing steps of [SQP]
-        Thm 3.1; :data:`solvers.sqp.schedules.RSQRT_EPOCHS`). "plateau": ``beta *= lr_decay`` when the
+        Thm 3.1; :data:`solvers.sqp.schedules.RSQRT_EPOCHS`), for a network times
+        ``min(1, (k + 1) / K)`` over the first epoch (:func:`solvers.sqp.schedules.rsqrt_beta`). "plateau": ``beta *= lr_decay`` when the
         merit ``tau f + V`` (epoch means) has reached no new best for ``lr_patience`` epochs, never
         below ``lr_floor * lr``. "paper": [SQP] Alg. 2 (``lr_kmin``, ``lr_interval``, ``lr_factor``,
         ``lr_weight``, ``lr_min``), which can freeze training. ``True``/``False`` mean "paper"/"none".
     polish_iterations : int, default 50
         End-game of a mini-batch run: up to this many full-batch SQP iterations on all rows (exact
         calibration, feasibility restoration, a diminishing step), from the average of the last
-        epoch's iterates (Polyak tail average); up to four times this many while an
-        infeasible iterate still approaches the bounds. Every polish iterate is a candidate for the
+        epoch's iterates (Polyak tail average; a network's from its last iterate); up to four times
+        this many while an infeasible iterate still approaches the bounds. Every polish iterate is a candidate for the
         returned model; it stops at a feasible KKT point and leaves :meth:`state_dict` untouched.
         A full-batch run polishes its last iterate only when it ends without a good feasible one,
         for at most as many iterations as it trained epochs (:func:`solvers.sqp.endgame.polish_last`).
@@ -187,7 +193,7 @@ class SQPOptions:
     """
 
     epochs: int | str = "auto"
-    lr: float = 0.5
+    lr: float | str = "auto"
     batch_size: int | None = None
     constraint_batch: str = "auto"
     constraint_batch_size: int | None = None
@@ -245,7 +251,8 @@ class SQPOptions:
         positive_int(self.polish_iterations, "polish_iterations", allow_zero=True)
         for name in ("feasibility_restoration", "calibrate_exact", "screen_rows"):
             check_flag(getattr(self, name), name)
-        positive_float(self.lr, "lr")
+        if self.lr != "auto":
+            positive_float(self.lr, "lr")
         for name in ("batch_size", "constraint_batch_size"):
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name, allow_integral_float=True)

@@ -10,8 +10,8 @@ from typing import Protocol
 
 from solvers.sqp.state import SQPState
 
-__all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "RSQRT_EPOCHS", "ScheduleOptions", "adjust_learning_rate", "end_of_epoch",
-           "plateau", "rsqrt_beta"]
+__all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "RSQRT_EPOCHS", "RSQRT_WARMUP_EPOCHS", "ScheduleOptions",
+           "adjust_learning_rate", "end_of_epoch", "plateau", "rsqrt_beta"]
 
 #: Values of ``lr_schedule``.
 LR_SCHEDULES: tuple[str, ...] = ("auto", "plateau", "rsqrt", "paper", "none")
@@ -22,6 +22,8 @@ PLATEAU_RTOL = 1e-9
 #: (``K`` steps per epoch): the step halves after 12 epochs; one epoch decays it before small data sets
 #: converge, ten leave more runs above the full batch's loss (``benchmarks/results/solver_notes.md``).
 RSQRT_EPOCHS = 4
+#: Epochs over which the "rsqrt" step of a network rises linearly to ``lr`` (:func:`rsqrt_beta`).
+RSQRT_WARMUP_EPOCHS = 1
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
 
@@ -29,7 +31,7 @@ logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine pac
 class ScheduleOptions(Protocol):
     """The engine options the schedules read (:class:`solvers.sqp.StochasticSQP` has them)."""
 
-    lr: float
+    lr_: float
     lr_patience: int
     lr_decay: float
     lr_floor: float
@@ -40,13 +42,21 @@ class ScheduleOptions(Protocol):
     lr_weight: float
 
 
-def rsqrt_beta(state: SQPState, lr: float, steps_per_epoch: int) -> float:
+def rsqrt_beta(state: SQPState, lr: float, steps_per_epoch: int, warmup: bool = False) -> float:
     """The "rsqrt" step ``beta_k = lr / sqrt(1 + k / (RSQRT_EPOCHS K))`` at iteration
     ``k = state.iteration`` (``K`` the steps per epoch), scaled by the divergence guard's
     ``beta_scale``: the diminishing steps of the stochastic regime of [SQP] Thm 3.1, on a time
-    scale of epochs (a resumed run continues the same sequence)."""
+    scale of epochs (a resumed run continues the same sequence).
+
+    ``warmup`` (a network's steps) multiplies it by ``min(1, (k + 1) / (RSQRT_WARMUP_EPOCHS K))``:
+    the metric's second moment starts from one batch's gradient (``v = (1 - beta2) g_0^2``), so the
+    first steps are about ``lr / sqrt(mu)`` times the gradient whatever its scale, and at full length
+    a network's overshoot and take epochs to recover (``benchmarks/results/solver_notes.md``)."""
     scale = RSQRT_EPOCHS * steps_per_epoch
-    return state.beta_scale * float(lr) / math.sqrt(1.0 + state.iteration / scale)
+    beta = state.beta_scale * float(lr) / math.sqrt(1.0 + state.iteration / scale)
+    if warmup:
+        beta *= min(1.0, (state.iteration + 1) / (RSQRT_WARMUP_EPOCHS * max(1, steps_per_epoch)))
+    return beta
 
 
 def end_of_epoch(state: SQPState, merit: float, f: float, V: float, epoch: int, kind: str,
@@ -69,7 +79,7 @@ def plateau(state: SQPState, f: float, V: float, epoch: int, options: ScheduleOp
         state.plateau_best, state.plateau_wait = [f, V], 0
         return
     state.plateau_wait += 1
-    floor = options.lr_floor * float(options.lr)
+    floor = options.lr_floor * float(options.lr_)
     if state.plateau_wait >= options.lr_patience and state.beta > floor:
         state.beta = max(floor, state.beta * options.lr_decay)
         state.plateau_wait = 0
