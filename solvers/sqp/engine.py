@@ -544,7 +544,8 @@ class StochasticSQP:
     @property
     def lr_(self) -> float:
         """``lr`` resolved: "auto" is :data:`MINIBATCH_NETWORK_LR` for the mini-batch steps of a network
-        (any model but a recognised linear one), else :data:`DEFAULT_LR`."""
+        (more than one weight matrix among the trained tensors; a linear model has one), else
+        :data:`DEFAULT_LR`."""
         if self.lr != "auto":
             return float(self.lr)
         network_steps = getattr(self, "_minibatch", False) and getattr(self, "_network", False)
@@ -689,8 +690,8 @@ class StochasticSQP:
         polish instead (``_polish_curvature``, ``polish_hessian_``). An explicit "gauss-newton" on a
         model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
-        recognised = curvature_model(problem.model, problem.params)
-        self._network = recognised is None or len(recognised.network.layers) > 1  # lr_, warm-up, polish start
+        # a network (lr_, its warm-up and polish start): more than one weight matrix among the trained tensors
+        self._network = sum(p.dim() >= 2 for p in problem.params) > 1
         if self.hessian == "auto":
             linear = self._linear_curvature(problem, named_loss)
             self._curvature, self._polish_curvature = (linear, None) if full_batch else (None, linear)

@@ -35,8 +35,9 @@ class SQPOptions:
     lr : float or "auto", default "auto"
         Initial learning rate ``beta_0``. "auto": :data:`~solvers.sqp.engine.DEFAULT_LR` (0.5, the
         paper's experiments), and :data:`~solvers.sqp.engine.MINIBATCH_NETWORK_LR` (0.75) for the
-        mini-batch steps of a network (any model but a recognised linear one, one ``nn.Linear``
-        layer), which in the epochs' budget fit further with the longer steps; the resolved value is
+        mini-batch steps of a network (more than one weight matrix among the trained tensors; a
+        linear model has one), which in the epochs' budget fit further with the longer steps; the
+        resolved value is
         ``lr_`` after :meth:`fit`. A network's mini-batch steps reach it over the first epoch
         (``lr_schedule`` "rsqrt").
     batch_size : int or None, default None
