@@ -32,7 +32,7 @@ import torch
 
 from solvers.derivatives import Derivatives
 from solvers.problem import flat_parameters
-from solvers.validation import check_choice, positive_float
+from solvers.validation import check_choice, nonnegative_float, positive_float, positive_int
 
 __all__ = ["DEFAULT_DRIFT_TOL", "ConstraintSnapshot", "drift_tolerances", "refresh_steps"]
 
@@ -119,12 +119,11 @@ class ConstraintSnapshot:
         may refresh more often per epoch). ValueError for a state of another shape."""
         if not isinstance(saved, dict) or not all(k in saved for k in ("every", "drift", "params", "c", "J")):
             raise ValueError("resume: the checkpoint's snapshot state lacks every, drift, params, c or J")
-        every = saved["every"]
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"resume: the checkpoint's snapshot spacing must be a positive integer, got {every!r}")
-        drift = saved["drift"]
-        if drift is not None and not (isinstance(drift, (int, float)) and drift >= 0):
-            raise ValueError(f"resume: the checkpoint's snapshot drift must be None or >= 0, got {drift!r}")
+        try:
+            every = positive_int(saved["every"], "snapshot every")
+            drift = None if saved["drift"] is None else nonnegative_float(saved["drift"], "snapshot drift")
+        except ValueError as exc:
+            raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
         arrays = [saved[k] for k in ("params", "c", "J")]
         if any(a is not None for a in arrays):
             shapes = {"params": (n_params,), "c": (n_rows,), "J": (n_rows, n_params)}
@@ -138,7 +137,7 @@ class ConstraintSnapshot:
                     raise ValueError(f"resume: the checkpoint's snapshot {name} has non-finite entries")
             self.params, self.c, self.J = (a.detach().to(torch.float64).clone() for a in arrays)
         self.every = min(self.longest, every)
-        self.drift = None if drift is None else float(drift)
+        self.drift = drift
 
     def linearised(self, params: list[torch.Tensor], objective: Derivatives) -> Derivatives:
         """``objective`` (``f``, ``g`` of a batch) with the snapshot's first-order rows at ``params``:
