@@ -37,9 +37,8 @@ class SQPOptions:
         paper's experiments), and :data:`~solvers.sqp.engine.MINIBATCH_NETWORK_LR` (0.75) for the
         mini-batch steps of a network (more than one weight matrix among the trained tensors; a
         linear model has one), which in the epochs' budget fit further with the longer steps; the
-        resolved value is
-        ``lr_`` after :meth:`fit`. A network's mini-batch steps reach it over the first epoch
-        (``lr_schedule`` "rsqrt").
+        resolved value is ``lr_`` after :meth:`fit`. A network's mini-batch steps reach it over the
+        first epoch (``lr_schedule`` "rsqrt").
     batch_size : int or None, default None
         Rows per objective mini-batch; None means full-batch gradients.
     constraint_batch : {"auto", "full", "snapshot", "batch", "balanced"}, default "auto"
@@ -61,8 +60,7 @@ class SQPOptions:
         Rows of a "balanced" constraint batch; None: ``batch_size``.
     constraint_refresh : int, default 2
         Full-data refreshes per epoch of "snapshot": the fixed spacing, at fixed steps of each epoch,
-        which ``constraint_drift_tol`` shortens where the rows drift (without it a resumed run
-        refreshes where the uninterrupted one does). Each costs about one full-batch iteration; two
+        which ``constraint_drift_tol`` shortens where the rows drift. Each costs about one full-batch iteration; two
         because the first-order model drifts most on small, tightly constrained problems.
     constraint_drift_tol : float, "auto" or None, default "auto"
         With "snapshot": refresh sooner where the first-order model drifts. At each refresh the
@@ -88,16 +86,17 @@ class SQPOptions:
         "auto": "plateau" in full-batch mode, "rsqrt" with mini-batches. "rsqrt":
         ``beta_k = lr / sqrt(1 + k / (4 K))``, ``K`` steps per epoch (the diminishing steps of [SQP]
         Thm 3.1; :data:`solvers.sqp.schedules.RSQRT_EPOCHS`), for a network times
-        ``min(1, (k + 1) / K)`` over the first epoch (:func:`solvers.sqp.schedules.rsqrt_beta`). "plateau": ``beta *= lr_decay`` when the
-        merit ``tau f + V`` (epoch means) has reached no new best for ``lr_patience`` epochs, never
-        below ``lr_floor * lr``. "paper": [SQP] Alg. 2 (``lr_kmin``, ``lr_interval``, ``lr_factor``,
+        ``min(1, (k + 1) / K)`` over the first epoch (:func:`solvers.sqp.schedules.rsqrt_beta`).
+        "plateau": ``beta *= lr_decay`` when the merit ``tau f + V`` (epoch means) has reached no new
+        best for ``lr_patience`` epochs, never below ``lr_floor * lr``. "paper": [SQP] Alg. 2 (``lr_kmin``, ``lr_interval``, ``lr_factor``,
         ``lr_weight``, ``lr_min``), which can freeze training. ``True``/``False`` mean "paper"/"none".
     polish_iterations : int, default 50
         End-game of a mini-batch run: up to this many full-batch SQP iterations on all rows (exact
         calibration, feasibility restoration, a diminishing step), from the average of the last
         epoch's iterates (Polyak tail average; a network's from its last iterate); up to four times
-        this many while an infeasible iterate still approaches the bounds. Every polish iterate is a candidate for the
-        returned model; it stops at a feasible KKT point and leaves :meth:`state_dict` untouched.
+        this many while an infeasible iterate still approaches the bounds. Every polish iterate is a
+        candidate for the returned model; it stops at a feasible KKT point and leaves
+        :meth:`state_dict` untouched.
         A full-batch run polishes its last iterate only when it ends without a good feasible one,
         for at most as many iterations as it trained epochs (:func:`solvers.sqp.endgame.polish_last`).
         0 turns it off.

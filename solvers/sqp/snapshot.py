@@ -11,8 +11,9 @@ full-batch iteration) and hands the steps in between their first-order model
 exact up to ``O(||w - w_s||^2)``, without sampling noise; each step pulls back the objective only.
 Refreshes happen at fixed steps of each epoch, and each is a full-data candidate for the returned
 model; an engine checkpoint holds the snapshot and its spacing (:meth:`ConstraintSnapshot.state_dict`),
-so that a resumed run refreshes where, and measures its drift as, the uninterrupted one does. With a drift tolerance the spacing
-adapts: each refresh measures how far the first-order model has drifted from the rows on all rows,
+so that a resumed run refreshes where, and measures its drift as, the uninterrupted one does. With a
+drift tolerance the spacing adapts: each refresh measures how far the first-order model has drifted
+from the rows on all rows,
 
 .. math:: e = \max_i \left| c_i(w) - \left(c_s + J_s (w - w_s)\right)_i \right|,
 
