@@ -444,17 +444,19 @@ def test_estimator_with_batch_size_keeps_the_engine_budget():
 
 
 def test_lr_auto_resolves_by_model_and_mode(adult_small):
-    """lr="auto": 0.5 for full-batch fits and a linear model's mini-batch steps, 0.75 for a network's
-    mini-batch steps, which rise linearly over the first epoch (a linear model's do not); an explicit
+    """lr="auto": 0.5 for full-batch fits, a linear model's mini-batch steps and a network's on batches
+    under 256 rows, 0.75 for a network's mini-batch steps on larger batches; a network's mini-batch
+    steps rise linearly over the first epoch whatever the batch (a linear model's do not); an explicit
     lr is kept (a network's mini-batch steps still warm up)."""
-    from solvers.sqp.engine import DEFAULT_LR, MINIBATCH_NETWORK_LR
+    from solvers.sqp.engine import DEFAULT_LR, MINIBATCH_NETWORK_LR, MINIBATCH_NETWORK_MIN_BATCH
     from solvers.sqp.schedules import rsqrt_beta
     from solvers.sqp.state import SQPState
 
     assert StochasticSQP().lr == "auto" and StochasticSQP().lr_ == DEFAULT_LR  # before a fit
     betas = {}
     for kind, batch, expected in [("linear", None, DEFAULT_LR), ("mlp", None, DEFAULT_LR),
-                                  ("linear", 500, DEFAULT_LR), ("mlp", 500, MINIBATCH_NETWORK_LR)]:
+                                  ("linear", 500, DEFAULT_LR), ("mlp", 500, MINIBATCH_NETWORK_LR),
+                                  ("mlp", MINIBATCH_NETWORK_MIN_BATCH - 1, DEFAULT_LR)]:
         model = (fairopt.models.mlp(adult_small.n_features, hidden=(4,), seed=0) if kind == "mlp"
                  else fairopt.models.linear(adult_small.n_features, seed=0))
         engine = StochasticSQP(epochs=2, batch_size=batch, polish_iterations=0, seed=0)
@@ -469,6 +471,8 @@ def test_lr_auto_resolves_by_model_and_mode(adult_small):
     assert all(a < b for a, b in zip(mlp[:K - 1], mlp[1:K]))  # rising over the first epoch
     assert mlp[K - 1] == pytest.approx(MINIBATCH_NETWORK_LR / (1 + (K - 1) / (4 * K)) ** 0.5)
     assert linear[0] == pytest.approx(DEFAULT_LR) and all(a > b for a, b in zip(linear, linear[1:]))
+    small = betas[("mlp", MINIBATCH_NETWORK_MIN_BATCH - 1)]  # 12 steps an epoch, warmed up to 0.5
+    assert small[0] == pytest.approx(DEFAULT_LR / 12) and small[11] == pytest.approx(DEFAULT_LR / (1 + 11 / 48) ** 0.5)
     explicit = StochasticSQP(lr=0.1, epochs=1, batch_size=500, polish_iterations=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

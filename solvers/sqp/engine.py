@@ -43,7 +43,8 @@ from solvers.progress import epoch_logs, progress
 
 __all__ = ["CONSTRAINT_BATCHES", "DEFAULT_LR", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT",
            "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_LR", "LINEAR_MINIBATCH_STEPS", "MINIBATCH_MIN_EPOCHS",
-           "MINIBATCH_NETWORK_LR", "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions", "StochasticSQP", "auto_epochs"]
+           "MINIBATCH_NETWORK_LR", "MINIBATCH_NETWORK_MIN_BATCH", "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions",
+           "StochasticSQP", "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -58,11 +59,15 @@ MINIBATCH_MIN_EPOCHS = 10
 LINEAR_MINIBATCH_STEPS = 100
 LINEAR_MINIBATCH_LR = 0.5
 LINEAR_MINIBATCH_EPOCHS = 2
-#: ``lr="auto"``: the step of every fit but a network's mini-batch steps (the paper's experiments), and
-#: theirs: the longer step fits a network further in the epochs' budget; it is reached over the first
-#: epoch (:func:`solvers.sqp.schedules.rsqrt_beta`), and such a run's polish starts from its last iterate.
+#: ``lr="auto"``: the step of every fit but a network's mini-batch steps on batches of at least
+#: ``MINIBATCH_NETWORK_MIN_BATCH`` rows (the paper's experiments), and theirs: the longer step fits a
+#: network further in the epochs' budget. A network's mini-batch steps are reached over the first epoch
+#: (:func:`solvers.sqp.schedules.rsqrt_beta`) and its polish starts from the last iterate, whatever the
+#: batch. On smaller batches the gradient's noise (variance ``~ 1 / B``) is what a longer step amplifies:
+#: the loss spikes on small data and the accuracy of noisy sets falls (``benchmarks/results/solver_notes.md``).
 DEFAULT_LR = 0.5
 MINIBATCH_NETWORK_LR = 0.75
+MINIBATCH_NETWORK_MIN_BATCH = 256
 #: ``hessian_shift="auto"``: the shift ``mu`` of ``h = sqrt(v + mu)`` in full-batch mode and with
 #: mini-batches (see the parameter).
 FULL_BATCH_SHIFT = 0.3
@@ -544,11 +549,12 @@ class StochasticSQP:
     @property
     def lr_(self) -> float:
         """``lr`` resolved: "auto" is :data:`MINIBATCH_NETWORK_LR` for the mini-batch steps of a network
-        (more than one weight matrix among the trained tensors; a linear model has one), else
-        :data:`DEFAULT_LR`."""
+        (more than one weight matrix among the trained tensors; a linear model has one) on batches of
+        at least :data:`MINIBATCH_NETWORK_MIN_BATCH` rows, else :data:`DEFAULT_LR`."""
         if self.lr != "auto":
             return float(self.lr)
-        network_steps = getattr(self, "_minibatch", False) and getattr(self, "_network", False)
+        network_steps = (getattr(self, "_minibatch", False) and getattr(self, "_network", False)
+                         and int(self.batch_size) >= MINIBATCH_NETWORK_MIN_BATCH)
         return MINIBATCH_NETWORK_LR if network_steps else DEFAULT_LR
 
     @property

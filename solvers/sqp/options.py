@@ -36,9 +36,11 @@ class SQPOptions:
         Initial learning rate ``beta_0``. "auto": :data:`~solvers.sqp.engine.DEFAULT_LR` (0.5, the
         paper's experiments), and :data:`~solvers.sqp.engine.MINIBATCH_NETWORK_LR` (0.75) for the
         mini-batch steps of a network (more than one weight matrix among the trained tensors; a
-        linear model has one), which in the epochs' budget fit further with the longer steps; the
-        resolved value is ``lr_`` after :meth:`fit`. A network's mini-batch steps reach it over the
-        first epoch (``lr_schedule`` "rsqrt").
+        linear model has one) on batches of at least
+        :data:`~solvers.sqp.engine.MINIBATCH_NETWORK_MIN_BATCH` (256) rows, which in the epochs'
+        budget fit further with the longer steps (on smaller batches the longer step amplifies the
+        gradient's noise); the resolved value is ``lr_`` after :meth:`fit`. A network's mini-batch
+        steps reach it over the first epoch (``lr_schedule`` "rsqrt").
     batch_size : int or None, default None
         Rows per objective mini-batch; None means full-batch gradients.
     constraint_batch : {"auto", "full", "snapshot", "batch", "balanced"}, default "auto"
