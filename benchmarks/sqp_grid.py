@@ -175,7 +175,8 @@ def run_grid(args, root: str, out: Path) -> int:
     jobs = [(d, m, None, s, "fairopt", args.delta, root, *extra) for d in datasets for m in GRID_MODELS
             for s in seeds]
     jobs += [(d, m, b, s, meth, args.delta, root, *(extra if meth == "fairopt" else ())) for d in datasets
-             for m in GRID_MODELS for b in GRID_BATCHES for s in seeds for meth in ["fairopt", *peers]]
+             for m in GRID_MODELS for b in getattr(args, "batches", None) or GRID_BATCHES for s in seeds
+             for meth in ["fairopt", *peers]]
     records = []
     flags = {"minibatch": args.reuse_reference, "full": getattr(args, "reuse_minibatch", False),
              "fairopt": getattr(args, "reuse_peers", False)}

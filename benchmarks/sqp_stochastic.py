@@ -302,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the accuracy grid: 5 data sets x linear/MLP 32 x batch 256/1024 x seeds 0-2, 10 epochs, "
                          "against 300 full-batch epochs (with --peers: humancompatible-train on the same cells)")
     ap.add_argument("--jobs", type=int, default=2, help="--grid: worker processes")
+    ap.add_argument("--batches", nargs="+", type=int, help="--grid: the mini-batch sizes (default 256 1024)")
     ap.add_argument("--surrogate", help="--grid: fairopt's DisparateImpact surrogate as name[:scale] "
                                         "(sigmoid:1); its own default (the smoothed step) otherwise")
     ap.add_argument("--report-only", action="store_true",
