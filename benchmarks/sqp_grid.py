@@ -169,14 +169,7 @@ def run_grid(args, root: str, out: Path) -> int:
             peers = list(PEERS)
         except ImportError:
             print("skipping the humancompatible-train peers: pip install humancompatible-train", flush=True)
-    seeds = args.seeds if args.seeds != [0] else [0, 1, 2]
-    datasets = args.datasets if args.datasets != ["dutch", "acsincome"] else list(GRID_DATASETS)
-    extra = ({"surrogate": parse_surrogate(args.surrogate)},) if getattr(args, "surrogate", None) else ()
-    jobs = [(d, m, None, s, "fairopt", args.delta, root, *extra) for d in datasets for m in GRID_MODELS
-            for s in seeds]
-    jobs += [(d, m, b, s, meth, args.delta, root, *(extra if meth == "fairopt" else ())) for d in datasets
-             for m in GRID_MODELS for b in getattr(args, "batches", None) or GRID_BATCHES for s in seeds
-             for meth in ["fairopt", *peers]]
+    jobs = grid_jobs(args, root, peers)
     records = []
     flags = {"minibatch": args.reuse_reference, "full": getattr(args, "reuse_minibatch", False),
              "fairopt": getattr(args, "reuse_peers", False)}
@@ -202,6 +195,21 @@ def run_grid(args, root: str, out: Path) -> int:
     (out / "grid.json").write_text(json.dumps(records, indent=1))
     write_grid(records, header, args.delta, out)
     return 0
+
+
+def grid_jobs(args, root: str, peers: list[str]) -> list[tuple]:
+    """The grid's :func:`grid_cell` jobs: the full batch per (data set, model, seed), then every
+    mini-batch size (``--batches``, default :data:`GRID_BATCHES`) for fairopt and each of ``peers``;
+    seeds 0-2 and :data:`GRID_DATASETS` unless the command names others."""
+    seeds = args.seeds if args.seeds != [0] else [0, 1, 2]
+    datasets = args.datasets if args.datasets != ["dutch", "acsincome"] else list(GRID_DATASETS)
+    extra = ({"surrogate": parse_surrogate(args.surrogate)},) if getattr(args, "surrogate", None) else ()
+    batches = getattr(args, "batches", None) or GRID_BATCHES
+    jobs = [(d, m, None, s, "fairopt", args.delta, root, *extra) for d in datasets for m in GRID_MODELS
+            for s in seeds]
+    jobs += [(d, m, b, s, meth, args.delta, root, *(extra if meth == "fairopt" else ())) for d in datasets
+             for m in GRID_MODELS for b in batches for s in seeds for meth in ["fairopt", *peers]]
+    return jobs
 
 
 def provenance_line(records: list[dict]) -> str:

@@ -69,6 +69,20 @@ def test_reused_runs_are_the_reference_and_peer_runs_of_the_previous_grid(tmp_pa
         sqp_grid.reused_runs(tmp_path / "nowhere", jobs, rerun="fairopt")
 
 
+def test_grid_jobs_take_the_batches_and_seeds_of_the_command():
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(seeds=[0], datasets=["dutch", "acsincome"], delta=0.8, surrogate=None, batches=None)
+    jobs = sqp_grid.grid_jobs(args, "root", ["peer"])
+    runs = len(sqp_grid.GRID_DATASETS) * len(sqp_grid.GRID_MODELS) * 3  # (data set, model, seed), seeds 0-2
+    assert len(jobs) == runs * (1 + 2 * len(sqp_grid.GRID_BATCHES))  # the full batch, fairopt and the peer
+    assert {j[2] for j in jobs} == {None, *sqp_grid.GRID_BATCHES}
+    args = SimpleNamespace(seeds=[4], datasets=["law"], delta=0.7, surrogate=None, batches=[128, 512])
+    jobs = sqp_grid.grid_jobs(args, "root", [])
+    assert sorted((j[0], j[1], j[2] or 0, j[3], j[5]) for j in jobs) == sorted(
+        ("law", m, b, 4, 0.7) for m in sqp_grid.GRID_MODELS for b in (0, 128, 512))
+
+
 def test_report_only_renders_the_table_and_the_plot_from_grid_json(tmp_path):
     import argparse
     import json
