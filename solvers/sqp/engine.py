@@ -162,7 +162,7 @@ class StochasticSQP:
         The shift ``mu`` of that metric.
     lr_ : float
         The initial step of the last fit, ``lr`` with "auto" resolved (0.75 for a network's
-        mini-batch steps, else 0.5).
+        mini-batch steps on batches of at least 256 rows, else 0.5).
     epochs_ : int
         The epochs of the last fit, ``epochs`` with "auto" resolved.
     state_ : SQPState

@@ -62,8 +62,8 @@ class SQPOptions:
         Rows of a "balanced" constraint batch; None: ``batch_size``.
     constraint_refresh : int, default 2
         Full-data refreshes per epoch of "snapshot": the fixed spacing, at fixed steps of each epoch,
-        which ``constraint_drift_tol`` shortens where the rows drift. Each costs about one full-batch iteration; two
-        because the first-order model drifts most on small, tightly constrained problems.
+        which ``constraint_drift_tol`` shortens where the rows drift. Each costs about one full-batch
+        iteration; two because the first-order model drifts most on small, tightly constrained problems.
     constraint_drift_tol : float, "auto" or None, default "auto"
         With "snapshot": refresh sooner where the first-order model drifts. At each refresh the
         drift ``|c_i(w) - (c_s + J_s (w - w_s))_i|`` of every row is compared with its tolerance;
@@ -90,8 +90,9 @@ class SQPOptions:
         Thm 3.1; :data:`solvers.sqp.schedules.RSQRT_EPOCHS`), for a network times
         ``min(1, (k + 1) / K)`` over the first epoch (:func:`solvers.sqp.schedules.rsqrt_beta`).
         "plateau": ``beta *= lr_decay`` when the merit ``tau f + V`` (epoch means) has reached no new
-        best for ``lr_patience`` epochs, never below ``lr_floor * lr``. "paper": [SQP] Alg. 2 (``lr_kmin``, ``lr_interval``, ``lr_factor``,
-        ``lr_weight``, ``lr_min``), which can freeze training. ``True``/``False`` mean "paper"/"none".
+        best for ``lr_patience`` epochs, never below ``lr_floor * lr``. "paper": [SQP] Alg. 2
+        (``lr_kmin``, ``lr_interval``, ``lr_factor``, ``lr_weight``, ``lr_min``), which can freeze
+        training. ``True``/``False`` mean "paper"/"none".
     polish_iterations : int, default 50
         End-game of a mini-batch run: up to this many full-batch SQP iterations on all rows (exact
         calibration, feasibility restoration, a diminishing step), from the average of the last
