@@ -40,7 +40,12 @@ class SQPOptions:
         :data:`~solvers.sqp.engine.MINIBATCH_NETWORK_MIN_BATCH` (256) rows, which in the epochs'
         budget fit further with the longer steps (on smaller batches the longer step amplifies the
         gradient's noise); the resolved value is ``lr_`` after :meth:`fit`. A network's mini-batch
-        steps reach it over the first epoch (``lr_schedule`` "rsqrt").
+        steps reach it over the first epoch (``lr_schedule`` "rsqrt"). These values were chosen on
+        the binary cross-entropy, whose curvature in the output is at most 1/4; the squared error's
+        is 2, and the first steps, taken at the metric's shift before the second moment has grown,
+        are ``lr / sqrt(hessian_shift)`` times the gradient: on a standardised regression target the
+        divergence guard backs off once in most such runs (and warns). Pass a smaller ``lr`` for
+        ``loss="mse"`` (0.02 took no back-off in the runs measured, ``benchmarks/results/solver_notes.md``).
     batch_size : int or None, default None
         Rows per objective mini-batch; None means full-batch gradients.
     constraint_batch : {"auto", "full", "snapshot", "batch", "balanced"}, default "auto"
