@@ -61,6 +61,19 @@ def test_jobs_put_the_full_batch_first_and_cover_every_cell():
     assert set(grid.TASKS) >= {j[0] for j in todo}
 
 
+def test_tasks_build_their_constraints():
+    from fairopt.constraints import DisparateImpact, EqualOpportunity, GeDI
+
+    both = grid.TASKS["adult-di-sex-and-race"].constraint(None)
+    assert [type(c) for c in both] == [DisparateImpact, DisparateImpact]
+    assert [tuple(c.sensitive) for c in both] == [("sex",), ("race",)]  # one constraint per attribute
+    assert tuple(grid.TASKS["adult-di-sex-x-race"].constraint(None).sensitive) == ("sex", "race")  # their cells
+    assert isinstance(grid.TASKS["compas-eo"].constraint(None), EqualOpportunity)
+    assert isinstance(grid.TASKS["law-gedi"].constraint(None), GeDI) and grid.TASKS["law-gedi"].loss == "mse"
+    dcov = [t for t in grid.TASKS.values() if t.constraint is None]
+    assert dcov and all(t.dcov for t in dcov)  # sized by dcov_bound on the training part
+
+
 def test_report_counts_within_feasible_and_silent_failures():
     base = {"task": "t", "model": "linear", "constant": 0.6, "test_score": 0.7, "status": "max_epochs",
             "seconds": 1.0, "violation": 0.0}
