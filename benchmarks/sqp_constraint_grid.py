@@ -50,41 +50,41 @@ DCOV_FRACTION = 0.3
 @dataclass(frozen=True)
 class Task:
     """Constraints on one data set: ``dataset`` and ``load`` (keywords of
-    :func:`fairopt.datasets.load`), the engine's ``loss`` and ``constraint(train)``, a constraint
-    object or a list of them for the training part (None: a distance-covariance bound on ``dcov``
-    sized by :func:`dcov_bound`)."""
+    :func:`fairopt.datasets.load`), the engine's ``loss`` and ``constraint()``, which builds a fresh
+    constraint object or a list of them for each fit (None: a distance-covariance bound on ``dcov``
+    sized on the training part by :func:`dcov_bound`)."""
 
     dataset: str
     loss: str
-    constraint: Callable[[Any], Any] | None
+    constraint: Callable[[], Any] | None
     load: dict | None = None
     dcov: tuple[str, ...] = ()
 
 
-def _rate(kind: str, attribute: str) -> Callable[[Any], Any]:
-    def build(train):
+def _rate(kind: str, attribute: str) -> Callable[[], Any]:
+    def build():
         import fairopt.constraints as c
         return getattr(c, kind)(attribute, 0.8)
     return build
 
 
-def _two_attributes(train):
+def _two_attributes():
     from fairopt.constraints import DisparateImpact
     return [DisparateImpact("sex", 0.8), DisparateImpact("race", 0.8)]
 
 
-def _intersection(train):
+def _intersection():
     from fairopt.constraints import DisparateImpact
     return DisparateImpact(["sex", "race"], 0.8)
 
 
-def _covariance(train):
+def _covariance():
     from fairopt.constraints import Covariance
     return Covariance("sex", bound=0.01)
 
 
-def _gedi(attribute: str, target: str | None) -> Callable[[Any], Any]:
-    def build(train):
+def _gedi(attribute: str, target: str | None) -> Callable[[], Any]:
+    def build():
         from fairopt.constraints import GeDI
         return GeDI(attribute, degree=1, bound=0.2, relative=True, **({"target": target} if target else {}))
     return build
@@ -178,7 +178,7 @@ def cell(job: tuple) -> dict:
         constraint = DistanceCovariance(list(task.dcov), bound=dcov_bound(task, model_kind, train, seed),
                                         kind="ccdcov")
     else:
-        constraint = task.constraint(train)
+        constraint = task.constraint()
     constraints = constraint if isinstance(constraint, list) else [constraint]
     torch.manual_seed(seed)
     model = _model(model_kind, train, seed)

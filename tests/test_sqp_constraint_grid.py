@@ -64,12 +64,12 @@ def test_jobs_put_the_full_batch_first_and_cover_every_cell():
 def test_tasks_build_their_constraints():
     from fairopt.constraints import DisparateImpact, EqualOpportunity, GeDI
 
-    both = grid.TASKS["adult-di-sex-and-race"].constraint(None)
+    both = grid.TASKS["adult-di-sex-and-race"].constraint()
     assert [type(c) for c in both] == [DisparateImpact, DisparateImpact]
     assert [tuple(c.sensitive) for c in both] == [("sex",), ("race",)]  # one constraint per attribute
-    assert tuple(grid.TASKS["adult-di-sex-x-race"].constraint(None).sensitive) == ("sex", "race")  # their cells
-    assert isinstance(grid.TASKS["compas-eo"].constraint(None), EqualOpportunity)
-    assert isinstance(grid.TASKS["law-gedi"].constraint(None), GeDI) and grid.TASKS["law-gedi"].loss == "mse"
+    assert tuple(grid.TASKS["adult-di-sex-x-race"].constraint().sensitive) == ("sex", "race")  # their cells
+    assert isinstance(grid.TASKS["compas-eo"].constraint(), EqualOpportunity)
+    assert isinstance(grid.TASKS["law-gedi"].constraint(), GeDI) and grid.TASKS["law-gedi"].loss == "mse"
     dcov = [t for t in grid.TASKS.values() if t.constraint is None]
     assert dcov and all(t.dcov for t in dcov)  # sized by dcov_bound on the training part
 
