@@ -17,6 +17,12 @@ constant predictor). A run is "within" when its train score is at least the full
 bound (``FitResult.feasible``, the engine's ``feasibility_tol``), and "below constant" when its train
 score is that of a constant predictor or worse (the majority-class rate, R^2 or D^2 of 0).
 
+Beside them, where fairlearn has the constraint (:data:`EG_PEER`: equal opportunity, equalized odds,
+disparate impact on intersection cells), its ``ExponentiatedGradient`` with a logistic regression on the
+same splits, measured the same way (:func:`peer_cell`). It is a full-batch method with randomised
+predictions: the comparison is of what each reaches, not of mini-batch against mini-batch (no
+stochastic peer handles these constraints).
+
 Distance-covariance bounds are 30% of the value that the same model, trained without constraints for
 300 full-batch epochs on the same split, reaches (:data:`DCOV_FRACTION`; the statistic has no natural
 unit, and the fraction makes the bound bind for every model and seed).
@@ -24,7 +30,7 @@ unit, and the fraction makes the bound bind for every model and seed).
     python benchmarks/sqp_constraint_grid.py --jobs 2
 
 Writes ``constraints.md`` (the table, the criteria's counts, per (task, model, batch) cell the seed
-means against the full batch) and ``constraints.json`` under ``--out``
+means against the full batch, the peer beside fairopt) and ``constraints.json`` under ``--out``
 (``results/sqp_stochastic/constraints`` by default).
 """
 
@@ -108,6 +114,19 @@ TASKS: dict[str, Task] = {
     "compas-dcov": Task("compas", "bce", None, load={"sensitive": ["sex", "race"]}, dcov=("sex", "race")),
     "pg15-dcov": Task("pg15training", "poisson", None, dcov=("Gender", "Group2")),
 }
+
+
+#: fairlearn's ``ExponentiatedGradient`` (logistic regression, full batch, a randomised classifier) on the
+#: tasks whose constraint it has: its constraint class with ``ratio_bound = sqrt(0.8)`` (fairlearn bounds
+#: each group's rate against the overall one both ways, so two groups' ratio is at least about 0.8) and
+#: the sensitive columns it sees (two columns: their intersection cells).
+EG_PEER: dict[str, tuple[str, tuple[str, ...]]] = {
+    "adult-eo": ("TruePositiveRateParity", ("sex",)),
+    "compas-eo": ("TruePositiveRateParity", ("race",)),
+    "adult-eodds": ("EqualizedOdds", ("sex",)),
+    "adult-di-sex-x-race": ("DemographicParity", ("sex", "race")),
+}
+PEER = "fairlearn-eg"
 
 
 def _model(kind: str, train, seed: int):
@@ -199,10 +218,61 @@ def cell(job: tuple) -> dict:
             "warned": sorted({type(w.message).__name__ for w in caught if counts_as_failure(w.message)})}
 
 
+def peer_cell(job: tuple) -> dict:
+    """:data:`EG_PEER`'s fit of ``(task, seed, data_root)`` on the same split, measured as fairopt's runs:
+    accuracy of its (sampled) predictions, and feasibility under the task's own constraint on the
+    training rows (its exact rows on those hard labels, within the engine's default tolerance)."""
+    import numpy as np
+    import torch
+    from fairlearn import reductions
+    from sklearn.linear_model import LogisticRegression
+
+    import fairopt
+    from solvers.problem import row_violations
+    from solvers.sqp.options import SQPOptions
+
+    name, seed, data_root = job
+    task = TASKS[name]
+    kind, columns = EG_PEER[name]
+    data = fairopt.datasets.load(task.dataset, data_dir=data_root, **(task.load or {}))
+    train, test = data.split(test_size=0.3, seed=seed)
+    sensitive = np.column_stack([train.sensitive[c].numpy() for c in columns])
+    eg = reductions.ExponentiatedGradient(LogisticRegression(max_iter=1000, random_state=seed),
+                                          getattr(reductions, kind)(ratio_bound=0.8 ** 0.5))
+    start = time.perf_counter()
+    eg.fit(train.X.numpy().astype(np.float64), train.y.numpy(), sensitive_features=sensitive)
+    seconds = time.perf_counter() - start
+
+    def outputs(part, offset):  # +-1 logits of the sampled labels, what the constraint measures
+        labels = eg.predict(part.X.numpy().astype(np.float64), random_state=seed + offset)
+        return torch.as_tensor(2.0 * labels - 1.0, dtype=torch.float64)
+
+    out_train, out_test = outputs(train, 0), outputs(test, 1)
+    constraints = task.constraint()
+    rows = []
+    for c in constraints if isinstance(constraints, list) else [constraints]:
+        c.setup(train)
+        rows += row_violations(c.exact(out_train, train), c.lower, c.upper).tolist()
+    return {"task": name, "model": "logistic", "batch": PEER, "seed": seed, "method": PEER,
+            "constant": constant_score(task.loss, train), "train_score": score(task.loss, out_train, train),
+            "test_score": score(task.loss, out_test, test), "feasible": max(rows) <= SQPOptions.feasibility_tol,
+            "violation": sum(rows), "status": "randomised", "seconds": seconds, "iterations": None, "warned": []}
+
+
 def jobs(tasks: list[str], seeds: list[int], batches: list[int], root: str) -> list[tuple]:
     """The full batch per (task, model, seed), then every mini-batch size."""
     full = [(t, m, None, s, root) for t in tasks for m in GRID_MODELS for s in seeds]
     return full + [(t, m, b, s, root) for t in tasks for m in GRID_MODELS for b in batches for s in seeds]
+
+
+def peer_jobs(tasks: list[str], seeds: list[int], root: str) -> list[tuple]:
+    """:func:`peer_cell`'s jobs: the tasks of ``tasks`` that :data:`EG_PEER` covers, every seed."""
+    return [(t, s, root) for t in tasks if t in EG_PEER for s in seeds]
+
+
+def _run(job: tuple) -> dict:
+    """A worker's job: :func:`peer_cell` for a three-entry job, else :func:`cell`."""
+    return peer_cell(job) if len(job) == 3 else cell(job)
 
 
 def report(records: list[dict]) -> list[str]:
@@ -233,6 +303,28 @@ def report(records: list[dict]) -> list[str]:
               "| task | model | batch | mean difference | worst |", "|---|---|---|---|---|"]
     lines += [f"| {t} | {m} | {b} | {sum(d) / len(d):+.4f} | {min(d):+.4f} |"
               for (t, m, b), d in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], int(kv[0][2])))]
+    return lines + peer_lines(records)
+
+
+def peer_lines(records: list[dict]) -> list[str]:
+    """Per task that :data:`EG_PEER` covers, seed means of train / test score and the runs feasible on
+    all training rows, for the peer and for fairopt's full batch and mini-batches of each model."""
+    peers = [r for r in records if r["batch"] == PEER]
+    if not peers:
+        return []
+    lines = ["", f"Beside {PEER} (logistic regression, full batch, randomised predictions; seed means, train / test "
+             "score, runs feasible on all training rows):", "",
+             "| task | method | model | batch | train | test | feasible |", "|---|---|---|---|---|---|---|"]
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r["task"] in {p["task"] for p in peers}:
+            groups.setdefault((r["task"], r["batch"] == PEER, r["model"], str(r["batch"])), []).append(r)
+    for (task, is_peer, model, batch), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1],
+                                                                                      kv[0][2], kv[0][3])):
+        train = sum(r["train_score"] for r in runs) / len(runs)
+        test = sum(r["test_score"] for r in runs) / len(runs)
+        lines.append(f"| {task} | {PEER if is_peer else 'fairopt'} | {model} | {'-' if is_peer else batch} | "
+                     f"{train:.4f} | {test:.4f} | {sum(bool(r['feasible']) for r in runs)}/{len(runs)} |")
     return lines
 
 
@@ -248,9 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     todo = jobs(args.tasks, args.seeds, args.batches, args.data_dir)
+    try:
+        import fairlearn.reductions  # noqa: F401
+        todo += peer_jobs(args.tasks, args.seeds, args.data_dir)
+    except ImportError:
+        print(f"skipping the {PEER} peer: pip install fairlearn", flush=True)
     records, now = [], commit()
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
-        for i, r in enumerate(pool.imap_unordered(cell, todo), 1):
+        for i, r in enumerate(pool.imap_unordered(_run, todo), 1):
             r["commit"] = now
             records.append(r)
             print(f"[{i}/{len(todo)}] {r['task']} {r['model']} {r['batch']} seed {r['seed']}: "

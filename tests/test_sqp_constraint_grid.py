@@ -93,6 +93,36 @@ def test_report_counts_within_feasible_and_silent_failures():
     assert "| t | linear | 256 | -0.1275 | -0.2500 |" in text
 
 
+def test_peer_jobs_and_lines_cover_the_tasks_fairlearn_has():
+    todo = grid.peer_jobs(["adult-eo", "law-gedi", "adult-di-sex-x-race"], [0, 1], "root")
+    assert todo == [("adult-eo", 0, "root"), ("adult-eo", 1, "root"), ("adult-di-sex-x-race", 0, "root"),
+                    ("adult-di-sex-x-race", 1, "root")]  # fairlearn has no GeDI
+    run = {"task": "adult-eo", "constant": 0.75, "status": "-", "seconds": 1.0, "violation": 0.0, "warned": []}
+    records = [
+        {**run, "model": "linear", "batch": "full", "seed": 0, "train_score": 0.85, "test_score": 0.84, "feasible": True},
+        {**run, "model": "linear", "batch": 256, "seed": 0, "train_score": 0.845, "test_score": 0.83, "feasible": True},
+        {**run, "model": "logistic", "batch": grid.PEER, "seed": 0, "train_score": 0.80, "test_score": 0.81,
+         "feasible": False},
+        {**run, "model": "logistic", "batch": grid.PEER, "seed": 1, "train_score": 0.82, "test_score": 0.83,
+         "feasible": True},
+    ]
+    text = grid.report(records)
+    assert "runs within 0.01 of the full-batch train score: 1/1" in text  # the peer is not a mini-batch run
+    rows = [line for line in text if line.startswith("| adult-eo | ")]
+    assert rows[-3:] == ["| adult-eo | fairlearn-eg | logistic | - | 0.8100 | 0.8200 | 1/2 |",
+                         "| adult-eo | fairopt | linear | 256 | 0.8450 | 0.8300 | 1/1 |",
+                         "| adult-eo | fairopt | linear | full | 0.8500 | 0.8400 | 1/1 |"]
+    assert grid.peer_lines([r for r in records if r["batch"] != grid.PEER]) == []
+
+
+@pytest.mark.skipif(not (DATA / "compas-scores-two-years.csv.gz").is_file(), reason="needs ../shared/data (COMPAS)")
+def test_the_fairlearn_peer_is_measured_by_the_tasks_constraint():
+    pytest.importorskip("fairlearn")
+    run = grid.peer_cell(("compas-eo", 0, str(DATA)))
+    assert run["method"] == grid.PEER and run["train_score"] > run["constant"]  # COMPAS: about 0.58 against 0.545
+    assert run["feasible"] == (run["violation"] <= 1e-6) and 0.0 <= run["test_score"] <= 1.0
+
+
 @pytest.mark.skipif(not (DATA / "compas-scores-two-years.csv.gz").is_file(), reason="needs ../shared/data (COMPAS)")
 def test_a_distance_covariance_cell_meets_its_bound_in_both_modes():
     for batch in (None, 1024):
