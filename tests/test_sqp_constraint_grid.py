@@ -99,7 +99,8 @@ def test_peer_jobs_and_lines_cover_the_tasks_fairlearn_has():
                     ("adult-di-sex-x-race", 1, "root")]  # fairlearn has no GeDI
     run = {"task": "adult-eo", "constant": 0.75, "status": "-", "seconds": 1.0, "violation": 0.0, "warned": []}
     records = [
-        {**run, "model": "linear", "batch": "full", "seed": 0, "train_score": 0.85, "test_score": 0.84, "feasible": True},
+        {**run, "model": "linear", "batch": "full", "seed": 0, "train_score": 0.85, "test_score": 0.84,
+         "feasible": True},
         {**run, "model": "linear", "batch": 256, "seed": 0, "train_score": 0.845, "test_score": 0.83, "feasible": True},
         {**run, "model": "logistic", "batch": grid.PEER, "seed": 0, "train_score": 0.80, "test_score": 0.81,
          "feasible": False},
