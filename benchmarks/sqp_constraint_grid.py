@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 from _common import DEFAULT_DATA, DEFAULT_OUT, commit
 from sqp_grid import GRID_BATCHES, GRID_EPOCHS, GRID_FULL_EPOCHS, GRID_MODELS, GRID_POINT, counts_as_failure
+from sqp_stochastic import grid_model
 
 #: A distance-covariance bound as a fraction of the unconstrained model's value (module docstring).
 DCOV_FRACTION = 0.3
@@ -129,11 +130,18 @@ EG_PEER: dict[str, tuple[str, tuple[str, ...]]] = {
 PEER = "fairlearn-eg"
 
 
-def _model(kind: str, train, seed: int):
+def split(task: Task, seed: int, data_root: str) -> tuple[Any, Any]:
+    """The task's data set, loaded with its keywords, as the grid's seeded 70/30 split."""
     import fairopt
 
-    return (fairopt.models.mlp(train.n_features, hidden=(32,), seed=seed) if kind == "mlp"
-            else fairopt.models.linear(train.n_features, seed=seed))
+    data = fairopt.datasets.load(task.dataset, data_dir=data_root, **(task.load or {}))
+    return data.split(test_size=0.3, seed=seed)
+
+
+def built(task: Task) -> list:
+    """A fresh list of the task's constraint objects (``Task.constraint`` may build one or several)."""
+    made = task.constraint()
+    return made if isinstance(made, list) else [made]
 
 
 def dcov_bound(task: Task, model_kind: str, train, seed: int) -> float:
@@ -144,7 +152,7 @@ def dcov_bound(task: Task, model_kind: str, train, seed: int) -> float:
     from fairopt.constraints import DistanceCovariance
     from solvers import StochasticSQP
 
-    free = _model(model_kind, train, seed)
+    free = grid_model(model_kind, train.n_features, seed)
     StochasticSQP(seed=seed, epochs=GRID_FULL_EPOCHS).fit(free, train, loss=task.loss)
     probe = DistanceCovariance(list(task.dcov), bound=1.0, kind="ccdcov")  # only its measure is read
     probe.setup(train)
@@ -155,20 +163,18 @@ def dcov_bound(task: Task, model_kind: str, train, seed: int) -> float:
 def score(loss: str, out, part) -> float:
     """The train or test score of the outputs ``out`` on ``part`` (module docstring): accuracy, R^2
     or the Poisson deviance explained."""
-    import torch
+    import numpy as np
 
-    y, out = part.y.double().reshape(-1), out.double().reshape(-1)
+    from fairopt.measures import accuracy, poisson_deviance, r2
+
+    y, out = part.y.double().reshape(-1).numpy(), out.double().reshape(-1).numpy()
     if loss == "bce":
-        return float(((out > 0).double() == y).double().mean())
+        return accuracy(y, (out > 0).astype(float))
     if loss == "mse":
-        return 1.0 - float(((out - y) ** 2).mean() / y.var(unbiased=False))
-    exposure = part.exposure.double().reshape(-1)
-    mu, mu0 = exposure * torch.exp(out), exposure * (y.sum() / exposure.sum())
-
-    def deviance(m):
-        return float(2.0 * (torch.special.xlogy(y, y / m) - (y - m)).sum())
-
-    return 1.0 - deviance(mu) / deviance(mu0)
+        return r2(y, out)
+    exposure = part.exposure.double().reshape(-1).numpy()
+    constant = np.full_like(y, y.sum() / exposure.sum())  # the rate that fits the counts best
+    return 1.0 - poisson_deviance(y, np.exp(out), exposure) / poisson_deviance(y, constant, exposure)
 
 
 def constant_score(loss: str, part) -> float:
@@ -184,23 +190,20 @@ def cell(job: tuple) -> dict:
     full batch."""
     import torch
 
-    import fairopt
     from fairopt.constraints import DistanceCovariance
     from solvers import StochasticSQP
 
     name, model_kind, batch, seed, data_root = job
     task = TASKS[name]
     torch.set_num_threads(1)
-    data = fairopt.datasets.load(task.dataset, data_dir=data_root, **(task.load or {}))
-    train, test = data.split(test_size=0.3, seed=seed)
+    train, test = split(task, seed, data_root)
     if task.constraint is None:
-        constraint = DistanceCovariance(list(task.dcov), bound=dcov_bound(task, model_kind, train, seed),
-                                        kind="ccdcov")
+        constraints = [DistanceCovariance(list(task.dcov), bound=dcov_bound(task, model_kind, train, seed),
+                                          kind="ccdcov")]
     else:
-        constraint = task.constraint()
-    constraints = constraint if isinstance(constraint, list) else [constraint]
+        constraints = built(task)
     torch.manual_seed(seed)
-    model = _model(model_kind, train, seed)
+    model = grid_model(model_kind, train.n_features, seed)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -227,15 +230,13 @@ def peer_cell(job: tuple) -> dict:
     from fairlearn import reductions
     from sklearn.linear_model import LogisticRegression
 
-    import fairopt
     from solvers.problem import row_violations
     from solvers.sqp.options import SQPOptions
 
     name, seed, data_root = job
     task = TASKS[name]
     kind, columns = EG_PEER[name]
-    data = fairopt.datasets.load(task.dataset, data_dir=data_root, **(task.load or {}))
-    train, test = data.split(test_size=0.3, seed=seed)
+    train, test = split(task, seed, data_root)
     sensitive = np.column_stack([train.sensitive[c].numpy() for c in columns])
     eg = reductions.ExponentiatedGradient(LogisticRegression(max_iter=1000, random_state=seed),
                                           getattr(reductions, kind)(ratio_bound=0.8 ** 0.5))
@@ -248,9 +249,8 @@ def peer_cell(job: tuple) -> dict:
         return torch.as_tensor(2.0 * labels - 1.0, dtype=torch.float64)
 
     out_train, out_test = outputs(train, 0), outputs(test, 1)
-    constraints = task.constraint()
     rows = []
-    for c in constraints if isinstance(constraints, list) else [constraints]:
+    for c in built(task):
         c.setup(train)
         rows += row_violations(c.exact(out_train, train), c.lower, c.upper).tolist()
     return {"task": name, "model": "logistic", "batch": PEER, "seed": seed, "method": PEER,
@@ -315,9 +315,10 @@ def peer_lines(records: list[dict]) -> list[str]:
     lines = ["", f"Beside {PEER} (logistic regression, full batch, randomised predictions; seed means, train / test "
              "score, runs feasible on all training rows):", "",
              "| task | method | model | batch | train | test | feasible |", "|---|---|---|---|---|---|---|"]
+    tasks = {p["task"] for p in peers}
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        if r["task"] in {p["task"] for p in peers}:
+        if r["task"] in tasks:
             groups.setdefault((r["task"], r["batch"] == PEER, r["model"], str(r["batch"])), []).append(r)
     for (task, is_peer, model, batch), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1],
                                                                                       kv[0][2], kv[0][3])):

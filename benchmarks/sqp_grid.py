@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from _common import commit
-from sqp_stochastic import PEERS, _fit_peer
+from sqp_stochastic import PEERS, _fit_peer, grid_model
 
 GRID_DATASETS = ("adult", "dutch", "law", "acsincome", "compas")
 GRID_MODELS = ("linear", "mlp")
@@ -95,7 +95,6 @@ def grid_cell(job: tuple) -> dict | None:
     peer whose balanced batches the groups do not divide (its sampler's requirement)."""
     import torch
 
-    import fairopt
     from fairopt.constraints import DisparateImpact
     from solvers import StochasticSQP
 
@@ -110,8 +109,7 @@ def grid_cell(job: tuple) -> dict | None:
     if method in PEERS and batch % groups:
         return None  # humancompatible-train's balanced sampler needs a batch that the groups divide
     torch.manual_seed(seed)
-    model = (fairopt.models.mlp(train.n_features, hidden=(32,), seed=seed) if model_kind == "mlp"
-             else fairopt.models.linear(train.n_features, seed=seed))
+    model = grid_model(model_kind, train.n_features, seed)
     start = time.perf_counter()
     caught: list = []
     with warnings.catch_warnings(record=True) as caught:

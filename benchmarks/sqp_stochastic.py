@@ -100,6 +100,15 @@ def _synthetic(n: int, seed: int):
                                         feature_names=[f"x{i}" for i in range(20)])
 
 
+def grid_model(kind: str, n_features: int, seed: int):
+    """The benchmarks' models: ``fairopt.models.mlp`` with one hidden layer of 32 units for "mlp", else
+    ``fairopt.models.linear``, seeded by ``seed``."""
+    import fairopt
+
+    return (fairopt.models.mlp(n_features, hidden=(32,), seed=seed) if kind == "mlp"
+            else fairopt.models.linear(n_features, seed=seed))
+
+
 def run_one(dataset: str, config: str, seed: int, delta: float, data_root: str | None, n_synthetic: int,
             queue) -> None:
     """Fit one configuration (in a child process) and put its figures (or the error) on ``queue``."""
@@ -132,8 +141,7 @@ def _fit_one(dataset: str, config: str, seed: int, delta: float, data_root: str 
         data = fairopt.datasets.load(dataset, data_dir=data_root)
         train, test = data.split(test_size=0.3, seed=seed)
     torch.manual_seed(seed)
-    model = (fairopt.models.mlp(train.n_features, hidden=(32,), seed=seed) if MODELS[dataset] == "mlp"
-             else fairopt.models.linear(train.n_features, seed=seed))
+    model = grid_model(MODELS[dataset], train.n_features, seed)
     sensitive = train.sensitive_names[0]
     constraint = DisparateImpact(sensitive, delta=delta, surrogate=fairopt.surrogates.Sigmoid(scale=1.0))
     trace: list = []
