@@ -46,7 +46,8 @@ from fairopt.inputs import sensitive_columns
 from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model
 from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
-                              float64_outputs, release_batch_caches, train, with_sqp_surrogates)
+                              float64_outputs, is_mini_batch, release_batch_caches, train,
+                              with_sqp_surrogates)
 from solvers.history import FitResult, plain_values
 from fairopt.evaluation import bound_statuses
 from fairopt.status import fit_status
@@ -191,6 +192,7 @@ class _FairEstimator(BaseEstimator):
         """
         self._check_parameters()
         data, constraints = self._training_data(X, y, sensitive_features, sample_weight)
+        with_sqp_surrogates(self.method, constraints, mini_batch=is_mini_batch(self.batch_size, len(data)))
         self._check_weighted_options(data)
         options = self._held_out_options()
         fit = fit_held_out(options, data, constraints, train=self._train)
@@ -262,7 +264,7 @@ class _FairEstimator(BaseEstimator):
         """The training FairData (inputs validated, target encoded, sensitive features named and typed) and
         the constraint objects.
         """
-        constraints = with_sqp_surrogates(self.method, resolve_constraints(self.constraints))
+        constraints = resolve_constraints(self.constraints)
         if isinstance(X, FairData):
             return self._given_data(X, y, sensitive_features, sample_weight), constraints
         X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(dense_inputs(X), sensitive_features)
@@ -586,7 +588,10 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     batch_size : int, optional
         Rows per mini-batch; ``None``: full batch (Moving Targets learner: 128). With SQP,
         mini-batches pay for an MLP on data many batches long or for memory-mapped rows; a
-        linear model's full batch is about as fast (``docs/methods/sqp.md``).
+        linear model's full batch is about as fast (``docs/methods/sqp.md``). Rate constraints
+        that name no surrogate step under ``sigmoid(out)`` in a full batch
+        (:data:`fairopt.training.SQP_RATE_SURROGATE`) and under the engine's own ``sigmoid(5 out)``
+        on mini-batches, the form the mini-batch defaults were chosen with.
     seed : int, default 0
         Model initialisation and engine randomness.
     engine_params : dict, optional

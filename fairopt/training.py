@@ -47,8 +47,9 @@ from solvers.sqp import SQPWarning, StochasticSQP
 __all__ = ["ALPHA_DEFAULTS", "ENGINES", "ENGINE_CLASSES", "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "METHODS",
            "MODEL_KINDS", "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE", "EngineAdapter",
            "TrainingOptions", "engine_class", "engine_options", "engine_param_defaults",
-           "float64_outputs", "model_factory", "release_batch_caches", "run_engine", "run_lagrangian",
-           "run_moving_targets", "run_penalty", "run_sqp", "train", "training_problem", "with_sqp_surrogates"]
+           "float64_outputs", "is_mini_batch", "model_factory", "release_batch_caches", "run_engine",
+           "run_lagrangian", "run_moving_targets", "run_penalty", "run_sqp", "train", "training_problem",
+           "with_sqp_surrogates"]
 
 #: Values of ``method=``.
 METHODS: tuple[str, ...] = ("sqp", "penalty", "lagrangian", "moving_targets")
@@ -91,16 +92,19 @@ ALPHA_DEFAULTS: dict[str, float] = {"binary": 3e-4, "regression": 0.0}
 TASK_LOSSES: dict[str, str] = {"binary": "bce", "regression": "mse"}
 
 #: The smooth rate surrogate ``method="sqp"`` gives rate constraints that name none (specs and
-#: objects, :func:`with_sqp_surrogates`), for every model: the rates' calibrated form for
-#: ``spread="group"``, the mean predicted probability ``sigmoid(out)``
+#: objects, :func:`with_sqp_surrogates`) in a full-batch fit, for every model: the rates' calibrated
+#: form for ``spread="group"``, the mean predicted probability ``sigmoid(out)``
 #: (:meth:`~fairopt.constraints.rates.GroupRateConstraint.calibrated_form`). SQP calibrates the QP's
 #: bounds to the exact (hard-label) rates, so the surrogate only gives the direction; a soft one
 #: reaches every row, not only the rows at the threshold. Measured on Adult, Dutch, ACS-Colorado and
 #: COMPAS (DI >= 0.8, linear, 500 epochs) it gave 0.1-0.5 points more test accuracy and held-out DI
 #: closer to the training value than the smoothed step at scale 50 (benchmarks/peers.py). The
 #: engine's own choice for parameter steps, the ``"threshold"`` form ``sigmoid(5 out)``, was chosen
-#: on mini-batch grids; through the estimators the two are even on average and differ by data set
-#: (benchmarks/estimator_surrogate.py), so the estimators keep this one.
+#: on mini-batch grids; in full batch the two are even on average and differ by data set
+#: (benchmarks/estimator_surrogate.py), so the estimators keep this one there. Mini-batch fits keep
+#: the engine's choice: under ``sigmoid(out)`` a mini-batch fit on a data set whose classes overlap
+#: (COMPAS, loss near 0.67) weighs rows far from the threshold, drifts from the full batch's optimum
+#: and lands up to several points below it (benchmarks/results/estimator_minibatch.txt).
 SQP_RATE_SURROGATE = GroupRateConstraint.calibrated_surrogates["group"]
 
 
@@ -227,15 +231,29 @@ def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
     return {"dual_update": update, "dual_lr": REGRESSION_DUAL_STEPS[update] / sd ** 2}
 
 
-def with_sqp_surrogates(method: str, constraints: list) -> list:
-    """For ``method="sqp"``: the rate constraints that name no surrogate (``surrogate=None``, from a spec
-    or an object) use :data:`SQP_RATE_SURROGATE`; those that name one keep it.
+def is_mini_batch(batch_size: Any, n_rows: int) -> bool:
+    """Whether an SQP fit with this ``batch_size`` steps on mini-batches: a whole number of rows below
+    ``n_rows`` (None, or at least ``n_rows``: full batch, as :class:`solvers.StochasticSQP` decides)."""
+    return (isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool)
+            and 0 < int(batch_size) < int(n_rows))
+
+
+def with_sqp_surrogates(method: str, constraints: list, mini_batch: bool = False) -> list:
+    """For ``method="sqp"`` in a full-batch fit: the rate constraints that name no surrogate
+    (``surrogate=None``, from a spec or an object) use :data:`SQP_RATE_SURROGATE`; those that name one
+    keep it. With ``mini_batch`` they are left without one, so that the engine takes its own calibrated
+    form for parameter steps (``spread="threshold"``, ``sigmoid(5 out)``), the form its mini-batch
+    defaults were chosen with.
 
     ``constraints`` are the estimator's own copies (:func:`fairopt.specs.resolve_constraints`),
     changed in place.
     """
-    if method != "sqp":
+    if method != "sqp" or mini_batch:
         return constraints
+    for constraint in constraints:
+        if isinstance(constraint, GroupRateConstraint) and constraint.get_params().get("surrogate") is None:
+            constraint.set_params(surrogate=SQP_RATE_SURROGATE)
+    return constraints
     for constraint in constraints:
         if isinstance(constraint, GroupRateConstraint) and constraint.get_params().get("surrogate") is None:
             constraint.set_params(surrogate=SQP_RATE_SURROGATE)

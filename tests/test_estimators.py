@@ -581,6 +581,37 @@ def test_raw_frames_with_text_columns_are_encoded_by_the_one_rule(caplog):
         clf.predict(X.iloc[:3].assign(city=[None, "Lyon", "Graz"]))
 
 
+def test_is_mini_batch_decides_as_the_engine_does():
+    """A whole number of rows below the data's size steps on mini-batches; None, a batch at least as
+    large as the data, and values that are not row counts do not."""
+    from fairopt.training import is_mini_batch
+
+    assert is_mini_batch(256, 1000) and is_mini_batch(np.int64(999), 1000)
+    assert not any(is_mini_batch(b, 1000) for b in (None, 1000, 5000, 0, -3, True, 2.5, "256"))
+
+
+def test_mini_batch_fits_keep_the_engines_rate_surrogate(adult):
+    """With mini-batches the estimator leaves a rate constraint that names no surrogate without one, so
+    that the engine takes its own calibrated form for parameter steps (``sigmoid(5 out)``): the fit equals
+    one under that surrogate named; a batch as large as the data is a full batch and takes
+    SQP_RATE_SURROGATE, as batch_size=None does."""
+    from fairopt.surrogates import Sigmoid
+
+    X, y, s = adult
+    options = dict(epochs=3, seed=0, sensitive_names="sex")
+    spec = ("disparate_impact", "sex", 0.8)
+    for batch, expected in [(256, None), (len(y), SQP_RATE_SURROGATE), (None, SQP_RATE_SURROGATE)]:
+        clf = _quiet(FairClassifier([spec], batch_size=batch, **options).fit, X, y, sensitive_features=s)
+        assert clf.constraints_[0].get_params()["surrogate"] == expected, batch
+    default = _quiet(FairClassifier([spec], batch_size=256, **options).fit, X, y, sensitive_features=s)
+    named = _quiet(FairClassifier([DisparateImpact("sex", 0.8, surrogate=Sigmoid(scale=5.0))], batch_size=256,
+                                  **options).fit, X, y, sensitive_features=s)
+    soft = _quiet(FairClassifier([DisparateImpact("sex", 0.8, surrogate=SQP_RATE_SURROGATE)], batch_size=256,
+                                 **options).fit, X, y, sensitive_features=s)
+    np.testing.assert_allclose(default.decision_function(X), named.decision_function(X), atol=1e-5)
+    assert not np.allclose(default.decision_function(X), soft.decision_function(X), atol=1e-3)
+
+
 def test_constraint_objects_without_a_surrogate_train_as_specs(adult):
     """Under method="sqp" a rate constraint that names no surrogate, spec or object alike, takes the
     soft rate surrogate (the estimator's copy; the caller's object is left as it was); one that names

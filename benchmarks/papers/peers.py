@@ -73,6 +73,7 @@ __all__ = [
     "PeersResult",
     "adapter",
     "available_methods",
+    "load_binary",
     "prepare",
     "cell_metrics",
     "run_grid",
@@ -94,7 +95,7 @@ TABLE_COLUMNS = ["dataset", "method", "delta", "train DI", "test DI", "train acc
 # --------------------------------------------------------------------------------------
 # data
 # --------------------------------------------------------------------------------------
-def _load(dataset: str, data_dir: str | None, include_sensitive: bool = False) -> Any:
+def load_binary(dataset: str, data_dir: str | None, include_sensitive: bool = False) -> Any:
     """FairData of ``dataset`` with one binary sensitive attribute (a model input only with
     ``include_sensitive``).
 
@@ -148,7 +149,7 @@ def prepare(dataset: str, seed: int, data_dir: str | None = None,
     info : dict
         ``sensitive`` (name), ``levels`` (labels of s=0 and s=1), ``n_features``.
     """
-    data = _load(dataset, data_dir, include_sensitive)
+    data = load_binary(dataset, data_dir, include_sensitive)
     if max_rows is not None and max_rows < len(data):
         import torch
 

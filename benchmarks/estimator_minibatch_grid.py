@@ -1,0 +1,223 @@
+"""FairClassifier's mini-batch fits against its full batch, as a user fits them, over data sets and groupings.
+
+Every setting at the estimator's default except ``batch_size`` (``epochs`` left to the engine's "auto"
+budget of steps): disparate impact >= 0.8 on a binary attribute (Adult's sex, Dutch, Law, ACS-Colorado,
+COMPAS's race as African-American against the rest) and on several groups (Adult's race, Adult's sex x race
+cells, COMPAS's four race groups, ACS-Colorado's RAC1P), seeded stratified 70/30 splits, a linear model and
+``model="mlp"``. Each mini-batch fit (batches of 256 and 1,024 rows) runs twice: as the estimator fits it
+("default": a rate constraint that names no surrogate steps under the engine's ``sigmoid(5 out)`` on
+mini-batches) and with the full batch's ``sigmoid(out)`` named on the constraint ("group", what mini-batch fits
+took before). Reports, per model and variant, the runs within one point of the full batch's train accuracy
+(same split, same seed), the worst, the cell means and the fits' seconds (one thread each)::
+
+    python benchmarks/estimator_minibatch_grid.py --data-dir ../shared/data --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+import warnings
+from collections import defaultdict
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from _common import DEFAULT_OUT, commit, data_dir
+
+#: Task name -> (data set, sensitive attributes); a None attribute list is the binary attribute of the peer
+#: benchmarks (:func:`benchmarks.papers.peers.prepare`'s grouping).
+TASKS: dict[str, tuple[str, list[str] | None]] = {
+    "adult": ("adult", None), "dutch": ("dutch", None), "law": ("law", None), "acsincome": ("acsincome", None),
+    "compas": ("compas", None), "adult-race": ("adult", ["race"]), "adult-sex-x-race": ("adult", ["sex", "race"]),
+    "compas-race": ("compas", ["race"]), "acsincome-rac1p": ("acsincome", ["RAC1P"]),
+}
+MODELS: tuple[str, ...] = ("linear", "mlp")
+BATCHES: tuple[int, ...] = (256, 1024)
+#: Mini-batch variants: the estimator as it is, and the full batch's rate surrogate named on the constraint.
+VARIANTS: tuple[str, ...] = ("default", "group")
+DELTA = 0.8
+TEST_SIZE = 0.3
+#: "Keeps its accuracy": within this much train accuracy of the full batch (issue 30's criterion).
+WITHIN = 0.01
+
+logger = logging.getLogger("benchmarks.estimator_minibatch_grid")
+
+
+def load_split(task: str, seed: int, data_root: str, max_rows: int | None = None) -> tuple[Any, Any, list[str]]:
+    """The seeded stratified 70/30 split of ``task`` (FairData train and test) and the constrained attributes;
+    ``max_rows``: a seeded row sample first (quick checks)."""
+    import numpy as np
+    import torch
+
+    import fairopt
+    from benchmarks.papers.peers import load_binary
+
+    name, attributes = TASKS[task]
+    if attributes is None:
+        data = load_binary(name, data_root)
+        attributes = [data.sensitive_names[0]]
+    else:
+        data = fairopt.datasets.load(name, data_dir=data_root, sensitive=attributes)
+    if max_rows is not None and max_rows < len(data):
+        rows = np.sort(np.random.default_rng(seed).choice(len(data), size=max_rows, replace=False))
+        data = data.subset(torch.from_numpy(rows))
+    train, test = data.split(test_size=TEST_SIZE, seed=seed)
+    return train, test, attributes
+
+
+def constraint(attributes: list[str], variant: str) -> Any:
+    """DI >= DELTA on ``attributes`` (one attribute, or their intersection cells): a spec for "default" and the
+    full batch, an object naming the full batch's surrogate for "group"."""
+    from fairopt.constraints import DisparateImpact
+    from fairopt.training import SQP_RATE_SURROGATE
+
+    on = attributes[0] if len(attributes) == 1 else list(attributes)
+    if variant == "group":
+        return DisparateImpact(on, DELTA, surrogate=SQP_RATE_SURROGATE)
+    return ("disparate_impact", on, DELTA)
+
+
+def fit_cell(job: dict) -> dict:
+    """One fit of ``job`` (task, seed, model, batch, variant, data_dir, max_rows): accuracies, the training
+    violation, status, warnings and seconds."""
+    import torch
+
+    from fairopt.estimators import FairClassifier
+
+    torch.set_num_threads(1)
+    train, test, attributes = load_split(job["task"], job["seed"], job["data_dir"], job.get("max_rows"))
+    clf = FairClassifier([constraint(attributes, job["variant"])], model=job["model"], batch_size=job["batch"],
+                         seed=job["seed"])
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf.fit(train)
+    seconds = time.perf_counter() - start
+    warned = sorted({w.category.__name__ for w in caught if w.category.__name__.endswith("Warning")
+                     and w.category.__module__.split(".")[0] in ("fairopt", "solvers")})
+    return {**{k: job[k] for k in ("task", "seed", "model", "batch", "variant")}, "n_train": len(train),
+            "train_acc": float(clf.score(train)), "test_acc": float(clf.score(test)),
+            "train_violation": float(clf.train_violation_), "status": str(clf.status_), "warned": warned,
+            "seconds": seconds}
+
+
+def jobs(tasks: list[str], seeds: list[int], models: list[str], batches: list[int], variants: list[str],
+         data_root: str, max_rows: int | None = None) -> list[dict]:
+    """Every fit of the grid: per (task, seed, model) the full batch and each (batch, variant)."""
+    out = []
+    for task in tasks:
+        for seed in seeds:
+            for model in models:
+                common = {"task": task, "seed": seed, "model": model, "data_dir": data_root, "max_rows": max_rows}
+                out.append({**common, "batch": None, "variant": "default"})
+                out += [{**common, "batch": b, "variant": v} for b in batches for v in variants]
+    return out
+
+
+def with_full_batch_gaps(runs: list[dict]) -> list[dict]:
+    """Each mini-batch run with ``gap``: its train accuracy minus that of the full batch of its task, seed and
+    model (runs without their full batch are left out)."""
+    full = {(r["task"], r["seed"], r["model"]): r["train_acc"] for r in runs if r["batch"] is None}
+    out = []
+    for r in runs:
+        key = (r["task"], r["seed"], r["model"])
+        if r["batch"] is not None and key in full:
+            out.append({**r, "gap": r["train_acc"] - full[key]})
+    return out
+
+
+def counts(runs: list[dict]) -> dict[tuple[str, str], dict]:
+    """Per (model, variant): mini-batch runs within WITHIN of their full batch, their number, the worst gap
+    and the runs below (task/batch/seed: gap in points)."""
+    out: dict[tuple[str, str], dict] = defaultdict(lambda: {"within": 0, "runs": 0, "worst": 0.0, "misses": []})
+    for r in with_full_batch_gaps(runs):
+        c = out[(r["model"], r["variant"])]
+        c["runs"] += 1
+        c["worst"] = min(c["worst"], r["gap"])
+        if r["gap"] >= -WITHIN:
+            c["within"] += 1
+        else:
+            c["misses"].append(f"{r['task']}/{r['batch']}/{r['seed']}: {100 * r['gap']:+.2f}")
+    return dict(out)
+
+
+def cell_means(runs: list[dict]) -> list[dict]:
+    """Seed means per (task, model, batch, variant): train and test accuracy, seconds, runs feasible on the
+    training rows (zero exact violation) and runs that warned."""
+    cells: dict[tuple, list[dict]] = defaultdict(list)
+    for r in runs:
+        cells[(r["task"], r["model"], "full" if r["batch"] is None else r["batch"], r["variant"])].append(r)
+    out = []
+    for (task, model, batch, variant), rs in cells.items():
+        out.append({"task": task, "model": model, "batch": batch, "variant": "-" if batch == "full" else variant,
+                    "runs": len(rs), "train_acc": statistics.mean(r["train_acc"] for r in rs),
+                    "test_acc": statistics.mean(r["test_acc"] for r in rs),
+                    "seconds": statistics.mean(r["seconds"] for r in rs),
+                    "feasible": sum(r["train_violation"] <= 1e-9 for r in rs),
+                    "warned": sum(bool(r["warned"]) for r in rs)})
+    order = {t: i for i, t in enumerate(TASKS)}
+    return sorted(out, key=lambda c: (order.get(c["task"], 99), c["model"], str(c["batch"]), c["variant"]))
+
+
+def report(runs: list[dict], header: list[str]) -> str:
+    """The results page: the within-a-point counts per model and variant, then the cell table."""
+    lines = [*header, "", "## Mini-batch runs within one point of the full batch's train accuracy", "",
+             "| model | variant | within | runs | worst (points) | below |", "|---|---|---|---|---|---|"]
+    for (model, variant), c in sorted(counts(runs).items()):
+        lines.append(f"| {model} | {variant} | {c['within']} | {c['runs']} | {100 * c['worst']:+.2f} | "
+                     f"{'; '.join(c['misses']) or '-'} |")
+    lines += ["", "## Seed means", "", "| task | model | batch | variant | runs | train acc | test acc | seconds | "
+              "feasible | warned |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cell_means(runs):
+        lines.append(f"| {c['task']} | {c['model']} | {c['batch']} | {c['variant']} | {c['runs']} | "
+                     f"{c['train_acc']:.4f} | {c['test_acc']:.4f} | {c['seconds']:.2f} | {c['feasible']}/{c['runs']} | "
+                     f"{c['warned']}/{c['runs']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--batches", nargs="+", type=int, default=list(BATCHES))
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--max-rows", type=int, default=None, help="a seeded row sample of each data set (quick checks)")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", default=str(DEFAULT_OUT / "estimator_minibatch_grid"))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    root = str(data_dir(args.data_dir))
+    todo = jobs(args.tasks, args.seeds, args.models, args.batches, args.variants, root, args.max_rows)
+    runs = []
+    with get_context("spawn").Pool(args.jobs) as pool:
+        for i, run in enumerate(pool.imap_unordered(fit_cell, todo), 1):
+            runs.append(run)
+            logger.info("[%d/%d] %s seed %d %s batch %s %s: train %.4f test %.4f (%.1f s)", i, len(todo), run["task"],
+                        run["seed"], run["model"], run["batch"] or "full", run["variant"], run["train_acc"],
+                        run["test_acc"], run["seconds"])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    header = ["# FairClassifier: mini-batches against the full batch", "",
+              f"commit {commit()}; `python benchmarks/estimator_minibatch_grid.py "
+              f"{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
+              f"Disparate impact >= {DELTA}, every estimator setting at its default but `batch_size`; seeded "
+              "stratified 70/30 splits; 'default': the estimator as it is, 'group': the full batch's rate surrogate "
+              "`sigmoid(out)` named on the constraint; 'feasible': zero exact violation on the training rows; seconds "
+              "of one fit on one thread, two fits at a time on a shared 2-core machine."]
+    (out / "runs.json").write_text(json.dumps(sorted(runs, key=lambda r: (r["task"], r["seed"], r["model"],
+                                                                           str(r["batch"]), r["variant"])), indent=1))
+    text = report(runs, header)
+    (out / "grid.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
