@@ -139,7 +139,7 @@ def counts(runs: list[dict]) -> dict[tuple[str, str], dict]:
         c = out[(r["model"], r["variant"])]
         c["runs"] += 1
         c["worst"] = min(c["worst"], r["gap"])
-        if r["gap"] >= -WITHIN:
+        if r["gap"] >= -WITHIN - 1e-12:  # exactly one point (in float rounding) is within
             c["within"] += 1
         else:
             c["misses"].append(f"{r['task']}/{r['batch']}/{r['seed']}: {100 * r['gap']:+.2f}")

@@ -104,7 +104,7 @@ TASK_LOSSES: dict[str, str] = {"binary": "bce", "regression": "mse"}
 #: (benchmarks/estimator_surrogate.py), so the estimators keep this one there. Mini-batch fits keep
 #: the engine's choice: under ``sigmoid(out)`` a mini-batch fit on a data set whose classes overlap
 #: (COMPAS, loss near 0.67) weighs rows far from the threshold, drifts from the full batch's optimum
-#: and lands up to several points below it (benchmarks/results/estimator_minibatch.txt).
+#: and lands up to several points below it (benchmarks/results/estimator_minibatch_grid/).
 SQP_RATE_SURROGATE = GroupRateConstraint.calibrated_surrogates["group"]
 
 

@@ -1,0 +1,80 @@
+"""benchmarks/estimator_minibatch_grid.py: its job list, the gaps to the full batch, the counts and the page."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import estimator_minibatch_grid as grid  # noqa: E402
+
+
+def _run(task, seed, model, batch, variant, train_acc, violation=0.0, warned=()):
+    return {"task": task, "seed": seed, "model": model, "batch": batch, "variant": variant, "n_train": 100,
+            "train_acc": train_acc, "test_acc": train_acc - 0.01, "train_violation": violation, "status": "ok",
+            "warned": list(warned), "seconds": 1.0}
+
+
+RUNS = [
+    _run("compas", 0, "linear", None, "default", 0.60),
+    _run("compas", 0, "linear", 256, "default", 0.595),    # -0.5 points: within
+    _run("compas", 0, "linear", 256, "group", 0.58),       # -2 points: below
+    _run("compas", 1, "linear", None, "default", 0.62),
+    _run("compas", 1, "linear", 256, "default", 0.63, violation=0.01, warned=["FairnessWarning"]),
+    _run("compas", 1, "linear", 256, "group", 0.61),       # exactly -1 point: within
+    _run("law", 0, "mlp", 1024, "default", 0.90),          # no full batch: left out of the gaps
+]
+
+
+def test_jobs_pair_every_mini_batch_fit_with_one_full_batch():
+    todo = grid.jobs(["adult", "compas-race"], [0, 1], ["linear", "mlp"], [256, 1024], ["default", "group"], "/d")
+    assert len(todo) == 2 * 2 * 2 * (1 + 2 * 2)
+    full = [j for j in todo if j["batch"] is None]
+    assert len(full) == 8 and all(j["variant"] == "default" for j in full)
+    assert {(j["batch"], j["variant"]) for j in todo if j["batch"]} == {(b, v) for b in (256, 1024)
+                                                                       for v in ("default", "group")}
+    assert all(j["data_dir"] == "/d" and j["max_rows"] is None for j in todo)
+
+
+def test_gaps_and_counts_against_the_full_batch_of_the_same_seed():
+    gaps = {(r["seed"], r["variant"]): r["gap"] for r in grid.with_full_batch_gaps(RUNS)}
+    assert gaps == pytest.approx({(0, "default"): -0.005, (0, "group"): -0.02, (1, "default"): 0.01,
+                                  (1, "group"): -0.01})
+    c = grid.counts(RUNS)
+    assert set(c) == {("linear", "default"), ("linear", "group")}
+    assert (c[("linear", "default")]["within"], c[("linear", "default")]["runs"]) == (2, 2)
+    assert (c[("linear", "group")]["within"], c[("linear", "group")]["runs"]) == (1, 2)
+    assert c[("linear", "group")]["worst"] == pytest.approx(-0.02)
+    assert c[("linear", "group")]["misses"] == ["compas/256/0: -2.00"]
+
+
+def test_cell_means_and_page():
+    cells = {(c["task"], c["model"], c["batch"], c["variant"]): c for c in grid.cell_means(RUNS)}
+    full = cells[("compas", "linear", "full", "-")]
+    assert full["runs"] == 2 and full["train_acc"] == pytest.approx(0.61)
+    mini = cells[("compas", "linear", 256, "default")]
+    assert mini["feasible"] == 1 and mini["warned"] == 1 and mini["test_acc"] == pytest.approx(0.6025)
+    page = grid.report(RUNS, ["# title"])
+    assert "| linear | group | 1 | 2 | -2.00 | compas/256/0: -2.00 |" in page
+    assert "| compas | linear | 256 | default | 2 | 0.6125 | 0.6025 | 1.00 | 1/2 | 1/2 |" in page
+
+
+def test_constraint_names_the_surrogate_only_for_the_group_variant():
+    from fairopt.training import SQP_RATE_SURROGATE
+
+    assert grid.constraint(["sex"], "default") == ("disparate_impact", "sex", grid.DELTA)
+    assert grid.constraint(["sex", "race"], "default") == ("disparate_impact", ["sex", "race"], grid.DELTA)
+    named = grid.constraint(["race"], "group")
+    assert named.get_params()["surrogate"] == SQP_RATE_SURROGATE
+
+
+def test_one_cell_end_to_end(shared_data):
+    """A COMPAS fit on a 1,500-row sample: scores in [0, 1], the row count of the 70% part."""
+    run = grid.fit_cell({"task": "compas", "seed": 0, "model": "linear", "batch": 256, "variant": "default",
+                         "data_dir": str(shared_data), "max_rows": 1500})
+    assert run["n_train"] == 1050
+    assert 0.0 <= run["test_acc"] <= 1.0 and 0.5 <= run["train_acc"] <= 1.0
+    assert run["train_violation"] >= 0.0 and run["seconds"] > 0
