@@ -438,8 +438,8 @@ class DisparateImpact(GroupRateConstraint):
         the constraint is used as is (penalty, Lagrangian). SQP calibrates the level to the exact rates
         and takes a softer one: :class:`solvers.StochasticSQP` and :class:`solvers.boosting.BoostedSQP`
         differentiate :meth:`calibrated_form` (``sigmoid(5 t)``, ``sigmoid(t)``), and the estimators'
-        ``method="sqp"`` gives the constraint :data:`fairopt.training.SQP_RATE_SURROGATE`. A named
-        surrogate is used everywhere.
+        ``method="sqp"`` gives the constraint :data:`fairopt.training.SQP_RATE_SURROGATE` in a full-batch
+        fit (:func:`fairopt.training.with_sqp_surrogates`). A named surrogate is used everywhere.
     threshold : float, default 0.0
         Decision threshold on ``out``.
     groups : {"one_vs_rest", "pairwise", "marginal"}, default "one_vs_rest"
