@@ -14,7 +14,8 @@ import estimator_minibatch_grid as grid  # noqa: E402
 
 def _run(task, seed, model, batch, variant, train_acc, violation=0.0, warned=()):
     return {"task": task, "seed": seed, "model": model, "batch": batch, "variant": variant, "n_train": 100,
-            "train_acc": train_acc, "test_acc": train_acc - 0.01, "train_violation": violation, "status": "ok",
+            "train_acc": train_acc, "test_acc": train_acc - 0.01, "train_violation": violation,
+            "test_violation": 0.02, "status": "ok",
             "warned": list(warned), "seconds": 1.0}
 
 
@@ -59,7 +60,7 @@ def test_cell_means_and_page():
     assert mini["feasible"] == 1 and mini["warned"] == 1 and mini["test_acc"] == pytest.approx(0.6025)
     page = grid.report(RUNS, ["# title"])
     assert "| linear | group | 1 | 2 | -2.00 | compas/256/0: -2.00 |" in page
-    assert "| compas | linear | 256 | default | 2 | 0.6125 | 0.6025 | 1.00 | 1/2 | 1/2 |" in page
+    assert "| compas | linear | 256 | default | 2 | 0.6125 | 0.6025 | 0.0200 | 1.00 | 1/2 | 1/2 |" in page
 
 
 def test_constraint_names_the_surrogate_only_for_the_group_variant():
@@ -77,4 +78,4 @@ def test_one_cell_end_to_end(shared_data):
                          "data_dir": str(shared_data), "max_rows": 1500})
     assert run["n_train"] == 1050
     assert 0.0 <= run["test_acc"] <= 1.0 and 0.5 <= run["train_acc"] <= 1.0
-    assert run["train_violation"] >= 0.0 and run["seconds"] > 0
+    assert run["train_violation"] >= 0.0 and run["test_violation"] >= 0.0 and run["seconds"] > 0
