@@ -44,12 +44,12 @@ from solvers.penalty import Penalty
 from solvers.problem import row_outputs
 from solvers.sqp import SQPWarning, StochasticSQP
 
-__all__ = ["ALPHA_DEFAULTS", "ENGINES", "ENGINE_CLASSES", "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "METHODS",
-           "MODEL_KINDS", "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE", "EngineAdapter",
-           "TrainingOptions", "engine_class", "engine_options", "engine_param_defaults",
-           "float64_outputs", "is_mini_batch", "model_factory", "release_batch_caches", "run_engine",
-           "run_lagrangian", "run_moving_targets", "run_penalty", "run_sqp", "train", "training_problem",
-           "with_sqp_surrogates"]
+__all__ = ["ALPHA_DEFAULTS", "CLASSIFIER_NETWORK_SCHEDULE", "ENGINES", "ENGINE_CLASSES", "ENGINE_DEFAULTS",
+           "ESTIMATOR_OPTIONS", "METHODS", "MODEL_KINDS", "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS",
+           "SQP_RATE_SURROGATE", "EngineAdapter", "TrainingOptions", "engine_class", "engine_options",
+           "engine_param_defaults", "float64_outputs", "is_mini_batch", "model_factory", "release_batch_caches",
+           "run_engine", "run_lagrangian", "run_moving_targets", "run_penalty", "run_sqp", "train",
+           "training_problem", "with_sqp_surrogates"]
 
 #: Values of ``method=``.
 METHODS: tuple[str, ...] = ("sqp", "penalty", "lagrangian", "moving_targets")
@@ -207,10 +207,25 @@ def engine_options(options: TrainingOptions, engine: str = "") -> dict:
 REGRESSION_DUAL_STEPS: dict[str, float] = {"ascent": 1.0, "signed": 0.01}
 
 
+#: ``lr_schedule`` of a full-batch SQP fit of ``model="mlp"`` by the classifier (:func:`engine_param_defaults`):
+#: the constant step ``beta = lr`` instead of the engine's "plateau".
+CLASSIFIER_NETWORK_SCHEDULE = "none"
+
+
 def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
     """Defaults of further engine options for ``method`` (``engine_params`` override them).
 
-    Classification: none. Regression: SQP: the engine's own Hessian shift (a smaller one,
+    Classification: SQP with ``model="mlp"`` in a full batch takes ``lr_schedule=``
+    :data:`CLASSIFIER_NETWORK_SCHEDULE`, the constant step ``beta = lr``. The engine's "plateau"
+    halves ``beta`` when the epoch's merit ``tau f + V`` reaches no new best for ``lr_patience``
+    epochs; a network's exact rows rarely sit inside the bounds for long, and under several rows of
+    groups near their bounds ``V`` moves by more than ``tau`` times the loss's progress, so the
+    rule takes the step to its floor while the loss could still fall (the returned model is the best
+    feasible iterate either way). Measured through this estimator (DI >= 0.8, seeds 0-2,
+    ``benchmarks/results/solver_notes.md``): the same accuracy within 0.03 points on Adult's sex,
+    Dutch, Law and ACS-Colorado, higher train accuracy on COMPAS (+2.0 points) and under several
+    groups (+0.2 to +3.3), every fit feasible. Linear models keep "plateau": their full batch
+    converges under the curvature metric. Regression: SQP: the engine's own Hessian shift (a smaller one,
     1e-3, made the first steps of the standardised problem blow up, which the engine's
     divergence guard answered by halving the learning rate three times). Lagrangian:
     ``dual_update="signed"`` (projected dual ascent on the signed excess, whose multipliers
@@ -222,7 +237,11 @@ def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
     step (Communities and Crime under GeDI <= 0.2x: train R2 0.473 against the constrained
     optimum's 0.513); the signed update at 0.01 ends within 0.002 of it.
     """
-    if options.task != "regression" or options.method != "lagrangian":
+    if options.task == "binary":
+        network_full_batch = (options.method == "sqp" and options.model == "mlp"
+                              and not is_mini_batch(options.batch_size, len(data)))
+        return {"lr_schedule": CLASSIFIER_NETWORK_SCHEDULE} if network_full_batch else {}
+    if options.method != "lagrangian":
         return {}
     update = dict(options.engine_params or {}).get("dual_update", "signed")
     if update not in REGRESSION_DUAL_STEPS:

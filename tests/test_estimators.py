@@ -581,6 +581,35 @@ def test_raw_frames_with_text_columns_are_encoded_by_the_one_rule(caplog):
         clf.predict(X.iloc[:3].assign(city=[None, "Lyon", "Graz"]))
 
 
+def test_full_batch_networks_take_a_constant_step(adult, monkeypatch):
+    """The classifier's full-batch SQP fit of model="mlp" takes lr_schedule="none" (every step at lr);
+    mini-batches, linear models, other methods and the regressor keep the engine's schedule; a schedule
+    in engine_params wins."""
+    import fairopt.training as training
+    from fairopt.data import FairData
+    from fairopt.training import CLASSIFIER_NETWORK_SCHEDULE, TrainingOptions, engine_param_defaults
+
+    X, y, s = adult
+    data = FairData.from_arrays(X, y.astype(np.float32), {"sex": s}, task="binary")
+    defaults = lambda **kw: engine_param_defaults(TrainingOptions(**{"method": "sqp", "task": "binary", **kw}), data)
+    assert defaults(model="mlp") == {"lr_schedule": CLASSIFIER_NETWORK_SCHEDULE} == {"lr_schedule": "none"}
+    assert defaults(model="mlp", batch_size=len(y)) == {"lr_schedule": "none"}  # a batch of all rows: full
+    assert defaults(model="mlp", batch_size=256) == {} and defaults(model="linear") == {}
+    assert defaults(model="mlp", method="penalty") == {}
+    made = []
+    real = training._make
+    monkeypatch.setattr(training, "_make", lambda cls, kwargs: made.append(dict(kwargs)) or real(cls, kwargs))
+    options = dict(constraints=[("disparate_impact", "sex", 0.8)], model="mlp", hidden=(4,), epochs=6, seed=0,
+                   sensitive_names="sex")
+    clf = _quiet(FairClassifier(**options).fit, X, y, sensitive_features=s)
+    assert made[-1]["lr_schedule"] == "none" and clf.engine_params is None
+    assert all(r["beta"] == pytest.approx(0.5) for r in clf.history_.records if r.get("phase") != "polish")
+    _quiet(FairClassifier(engine_params={"lr_schedule": "plateau"}, **options).fit, X, y, sensitive_features=s)
+    assert made[-1]["lr_schedule"] == "plateau"
+    _quiet(FairClassifier(batch_size=256, **options).fit, X, y, sensitive_features=s)
+    assert "lr_schedule" not in made[-1]
+
+
 def test_is_mini_batch_decides_as_the_engine_does():
     """A whole number of rows below the data's size steps on mini-batches; None, a batch at least as
     large as the data, and values that are not row counts do not."""
