@@ -599,7 +599,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         :class:`solvers.penalty.Penalty`, :class:`solvers.lagrangian.LagrangianDual` or
         :class:`solvers.moving_targets.MovingTargets`. E.g. ``{"hessian": "adam"}``: the SQP
         steps scaled by squared gradients also in a full-batch fit, where the default scales them
-        by the loss's curvature (``docs/methods/sqp.md``).
+        by the loss's curvature (``docs/methods/sqp.md``). The classifier's full-batch SQP fit of
+        ``model="mlp"`` takes ``{"lr_schedule": "none"}`` (every step at ``lr``) unless
+        ``engine_params`` names a schedule (:func:`fairopt.training.engine_param_defaults`).
     sensitive_names : str or list of str, optional
         Names of sensitive features given as arrays (they replace DataFrame/dict names).
         ``None``: a single unnamed column takes the one sensitive name the constraints use, else
