@@ -225,7 +225,8 @@ def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
     ``benchmarks/results/solver_notes.md``): the same accuracy within 0.03 points on Adult's sex,
     Dutch, Law and ACS-Colorado, higher train accuracy on COMPAS (+2.0 points) and under several
     groups (+0.2 to +3.3), every fit feasible. Linear models keep "plateau": their full batch
-    converges under the curvature metric. Regression: SQP: the engine's own Hessian shift (a smaller one,
+    converges under the curvature metric. The engine keeps it for its own full batch too: under its
+    ``sigmoid(5 out)`` and without the penalty a constant step gained 0.1-0.4 points there. Regression: SQP: the engine's own Hessian shift (a smaller one,
     1e-3, made the first steps of the standardised problem blow up, which the engine's
     divergence guard answered by halving the learning rate three times). Lagrangian:
     ``dual_update="signed"`` (projected dual ascent on the signed excess, whose multipliers
