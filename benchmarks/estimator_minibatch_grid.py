@@ -174,8 +174,9 @@ def report(runs: list[dict], header: list[str]) -> str:
     for (model, variant), c in sorted(counts(runs).items()):
         lines.append(f"| {model} | {variant} | {c['within']} | {c['runs']} | {100 * c['worst']:+.2f} | "
                      f"{'; '.join(c['misses']) or '-'} |")
-    lines += ["", "## Seed means", "", "| task | model | batch | variant | runs | train acc | test acc | test violation "
-              "| seconds | feasible | warned |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## Seed means", "",
+              "| task | model | batch | variant | runs | train acc | test acc | test violation | seconds | feasible | "
+              "warned |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cell_means(runs):
         lines.append(f"| {c['task']} | {c['model']} | {c['batch']} | {c['variant']} | {c['runs']} | "
                      f"{c['train_acc']:.4f} | {c['test_acc']:.4f} | {c['test_violation']:.4f} | {c['seconds']:.2f} | "

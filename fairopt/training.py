@@ -221,12 +221,12 @@ def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
     epochs; a network's exact rows rarely sit inside the bounds for long, and under several rows of
     groups near their bounds ``V`` moves by more than ``tau`` times the loss's progress, so the
     rule takes the step to its floor while the loss could still fall (the returned model is the best
-    feasible iterate either way). Measured through this estimator (DI >= 0.8, seeds 0-2,
-    ``benchmarks/results/solver_notes.md``): the same accuracy within 0.03 points on Adult's sex,
-    Dutch, Law and ACS-Colorado, higher train accuracy on COMPAS (+2.0 points) and under several
-    groups (+0.2 to +3.3), every fit feasible. Linear models keep "plateau": their full batch
-    converges under the curvature metric. The engine keeps it for its own full batch too: under its
-    ``sigmoid(5 out)`` and without the penalty a constant step gained 0.1-0.4 points there. Regression: SQP: the engine's own Hessian shift (a smaller one,
+    feasible iterate either way). Through this estimator the constant step keeps the accuracy on
+    binary attributes and raises it on COMPAS and under several groups, every fit feasible
+    (``benchmarks/results/solver_notes.md``). Linear models keep "plateau": their full batch
+    converges under the curvature metric; so does the engine's own full batch, whose
+    ``sigmoid(5 out)`` without the penalty gains little from a constant step.
+    Regression: SQP: the engine's own Hessian shift (a smaller one,
     1e-3, made the first steps of the standardised problem blow up, which the engine's
     divergence guard answered by halving the learning rate three times). Lagrangian:
     ``dual_update="signed"`` (projected dual ascent on the signed excess, whose multipliers
