@@ -51,11 +51,8 @@ logger = logging.getLogger("benchmarks.estimator_minibatch_grid")
 def load_split(task: str, seed: int, data_root: str, max_rows: int | None = None) -> tuple[Any, Any, list[str]]:
     """The seeded stratified 70/30 split of ``task`` (FairData train and test) and the constrained attributes;
     ``max_rows``: a seeded row sample first (quick checks)."""
-    import numpy as np
-    import torch
-
     import fairopt
-    from benchmarks.papers.peers import load_binary
+    from benchmarks.papers.peers import load_binary, sample_rows
 
     name, attributes = TASKS[task]
     if attributes is None:
@@ -63,10 +60,7 @@ def load_split(task: str, seed: int, data_root: str, max_rows: int | None = None
         attributes = [data.sensitive_names[0]]
     else:
         data = fairopt.datasets.load(name, data_dir=data_root, sensitive=attributes)
-    if max_rows is not None and max_rows < len(data):
-        rows = np.sort(np.random.default_rng(seed).choice(len(data), size=max_rows, replace=False))
-        data = data.subset(torch.from_numpy(rows))
-    train, test = data.split(test_size=TEST_SIZE, seed=seed)
+    train, test = sample_rows(data, max_rows, seed).split(test_size=TEST_SIZE, seed=seed)
     return train, test, attributes
 
 

@@ -42,6 +42,7 @@ from solvers.losses import L2Regularised, linear_weights, scaled_mse_loss
 from solvers.outcome import BoundWarning, NearConstantWarning
 from solvers.penalty import Penalty
 from solvers.problem import row_outputs
+from solvers.sampling import covers_all_rows
 from solvers.sqp import SQPWarning, StochasticSQP
 
 __all__ = ["ALPHA_DEFAULTS", "CLASSIFIER_NETWORK_SCHEDULE", "ENGINES", "ENGINE_CLASSES", "ENGINE_DEFAULTS",
@@ -252,10 +253,10 @@ def engine_param_defaults(options: TrainingOptions, data: FairData) -> dict:
 
 
 def is_mini_batch(batch_size: Any, n_rows: int) -> bool:
-    """Whether an SQP fit with this ``batch_size`` steps on mini-batches: a whole number of rows below
-    ``n_rows`` (None, or at least ``n_rows``: full batch, as :class:`solvers.StochasticSQP` decides)."""
-    return (isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool)
-            and 0 < int(batch_size) < int(n_rows))
+    """Whether an SQP fit with this ``batch_size`` steps on mini-batches: a positive whole number of rows
+    that does not cover ``n_rows`` (:func:`solvers.sampling.covers_all_rows`, the engine's own rule)."""
+    whole = isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool)
+    return whole and int(batch_size) > 0 and not covers_all_rows(int(batch_size), int(n_rows))
 
 
 def with_sqp_surrogates(method: str, constraints: list, mini_batch: bool = False) -> list:

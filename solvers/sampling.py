@@ -7,7 +7,12 @@ from typing import Iterator
 
 import torch
 
-__all__ = ["minibatches", "BalancedSampler"]
+__all__ = ["covers_all_rows", "minibatches", "BalancedSampler"]
+
+
+def covers_all_rows(batch_size: int | None, n: int) -> bool:
+    """Whether ``batch_size`` means full-batch steps on ``n`` rows: None, or at least ``n``."""
+    return batch_size is None or batch_size >= n
 
 
 def minibatches(n: int, batch_size: int | None, generator: torch.Generator,
@@ -16,7 +21,7 @@ def minibatches(n: int, batch_size: int | None, generator: torch.Generator,
     or covers all rows; with ``steps`` (data-parallel: every rank takes the same number) exactly
     that many batches, reshuffling when the rows run out."""
     if steps is None:
-        if batch_size is None or batch_size >= n:
+        if covers_all_rows(batch_size, n):
             yield None
             return
         steps = math.ceil(n / batch_size)  # one shuffled pass

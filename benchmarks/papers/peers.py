@@ -75,6 +75,7 @@ __all__ = [
     "available_methods",
     "load_binary",
     "prepare",
+    "sample_rows",
     "cell_metrics",
     "run_grid",
     "summary_table",
@@ -95,6 +96,17 @@ TABLE_COLUMNS = ["dataset", "method", "delta", "train DI", "test DI", "train acc
 # --------------------------------------------------------------------------------------
 # data
 # --------------------------------------------------------------------------------------
+def sample_rows(data: Any, max_rows: int | None, seed: int) -> Any:
+    """``data`` itself, or with ``max_rows`` below its size a seeded sample of that many of its rows (in
+    their order): the quick checks' subsample of every grid that splits after it."""
+    if max_rows is None or max_rows >= len(data):
+        return data
+    import torch
+
+    rows = np.sort(np.random.default_rng(seed).choice(len(data), size=max_rows, replace=False))
+    return data.subset(torch.from_numpy(rows))
+
+
 def load_binary(dataset: str, data_dir: str | None, include_sensitive: bool = False) -> Any:
     """FairData of ``dataset`` with one binary sensitive attribute (a model input only with
     ``include_sensitive``).
@@ -149,12 +161,7 @@ def prepare(dataset: str, seed: int, data_dir: str | None = None,
     info : dict
         ``sensitive`` (name), ``levels`` (labels of s=0 and s=1), ``n_features``.
     """
-    data = load_binary(dataset, data_dir, include_sensitive)
-    if max_rows is not None and max_rows < len(data):
-        import torch
-
-        rows = np.sort(np.random.default_rng(seed).choice(len(data), size=max_rows, replace=False))
-        data = data.subset(torch.from_numpy(rows))
+    data = sample_rows(load_binary(dataset, data_dir, include_sensitive), max_rows, seed)
     train, test = data.split(test_size=TEST_SIZE, seed=seed, stratify=stratify)
     name = data.sensitive_names[0]
 

@@ -27,7 +27,7 @@ from solvers.history import (COLUMN_DRIFT, COLUMN_QP_STATUS, COLUMN_REFRESHED, C
 from solvers.losses import LossFn, check_targets, constant_loss, get_loss, loss_name
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
-from solvers.sampling import BalancedSampler, minibatches
+from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
 from solvers.sqp.oracles import derivative_oracle
@@ -316,7 +316,7 @@ class StochasticSQP:
         # data-parallel: every rank sizes its epochs by the largest shard (same number of steps)
         self._reduce = all_reduce_vector if isinstance(self._oracle, AllReduceDerivatives) else None
         n_epoch = largest_shard(n) if self._reduce is not None else n
-        full_batch = self.batch_size is None or self.batch_size >= n_epoch
+        full_batch = covers_all_rows(self.batch_size, n_epoch)
         mode = self.constraint_mode(full_batch, cons) if m else "full"
         steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
         self._minibatch = not full_batch  # resolves hessian_shift_
