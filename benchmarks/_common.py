@@ -10,7 +10,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pandas as pd
 
@@ -81,6 +81,24 @@ def grid_parser(description: str, datasets: list[str], seeds: list[int], out: Pa
     parser.add_argument("--out", default=str(out))
     parser.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP/torch threads of every method")
     return parser
+
+
+def write_grid(out: Path, runs: list[dict], order: Callable[[dict], tuple], page: str) -> None:
+    """A grid's results in ``out`` (created): ``runs.json`` (every run, sorted by ``order``) and
+    ``grid.md`` (``page``, also printed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs.json").write_text(json.dumps(sorted(runs, key=order), indent=1))
+    (out / "grid.md").write_text(page)
+    print(page)
+
+
+def pooled(work: Callable[[dict], dict], jobs: list[dict], processes: int) -> Iterator[tuple[int, dict]]:
+    """``(i, work(job))`` for every job, in the order they finish, from ``processes`` spawned worker
+    processes (each imports its own torch: no fork of a process with threads)."""
+    from multiprocessing import get_context
+
+    with get_context("spawn").Pool(processes) as pool:
+        yield from enumerate(pool.imap_unordered(work, jobs), 1)
 
 
 @contextmanager

@@ -16,18 +16,16 @@ took before). Reports, per model and variant, the runs within one point of the f
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
 import time
 import warnings
 from collections import defaultdict
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_OUT, commit, data_dir
+from _common import DEFAULT_OUT, commit, data_dir, pooled, write_grid
 
 #: Task name -> (data set, sensitive attributes); a None attribute list is the binary attribute of the peer
 #: benchmarks (:func:`benchmarks.papers.peers.prepare`'s grouping).
@@ -195,14 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     root = str(data_dir(args.data_dir))
     todo = jobs(args.tasks, args.seeds, args.models, args.batches, args.variants, root, args.max_rows)
     runs = []
-    with get_context("spawn").Pool(args.jobs) as pool:
-        for i, run in enumerate(pool.imap_unordered(fit_cell, todo), 1):
-            runs.append(run)
-            logger.info("[%d/%d] %s seed %d %s batch %s %s: train %.4f test %.4f (%.1f s)", i, len(todo), run["task"],
-                        run["seed"], run["model"], run["batch"] or "full", run["variant"], run["train_acc"],
-                        run["test_acc"], run["seconds"])
+    for i, run in pooled(fit_cell, todo, args.jobs):
+        runs.append(run)
+        logger.info("[%d/%d] %s seed %d %s batch %s %s: train %.4f test %.4f (%.1f s)", i, len(todo), run["task"],
+                    run["seed"], run["model"], run["batch"] or "full", run["variant"], run["train_acc"],
+                    run["test_acc"], run["seconds"])
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     header = ["# FairClassifier: mini-batches against the full batch", "",
               f"commit {commit()}; `python benchmarks/estimator_minibatch_grid.py "
               f"{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
@@ -210,11 +206,8 @@ def main(argv: list[str] | None = None) -> int:
               "stratified 70/30 splits; 'default': the estimator as it is, 'group': the full batch's rate surrogate "
               "`sigmoid(out)` named on the constraint; 'feasible': zero exact violation on the training rows; seconds "
               "of one fit on one thread, two fits at a time on a shared 2-core machine."]
-    (out / "runs.json").write_text(json.dumps(sorted(runs, key=lambda r: (r["task"], r["seed"], r["model"],
-                                                                           str(r["batch"]), r["variant"])), indent=1))
-    text = report(runs, header)
-    (out / "grid.md").write_text(text)
-    print(text)
+    write_grid(out, runs, lambda r: (r["task"], r["seed"], r["model"], str(r["batch"]), r["variant"]),
+               report(runs, header))
     return 0
 
 

@@ -75,7 +75,7 @@ def test_round_step_is_the_qp_solution(seed, learning_rate):
     lo = np.array([-np.inf, value[1] - 5.0, -np.inf])
     hi = np.array([value[0] - 0.5, np.inf, value[2] + 5.0])
     step = round_step(torch.tensor(g), torch.tensor(h), torch.tensor(c), torch.tensor(J), torch.tensor(lo),
-                      torch.tensor(hi), learning_rate, RoundState())
+                      torch.tensor(hi), learning_rate, RoundState(), correction=1.0)
     d = -(step.gradient.numpy()) / h
 
     cons = []
@@ -107,12 +107,86 @@ def test_round_step_without_binding_rows_is_the_unconstrained_step():
     value = c + 0.1 * J @ (-g / h)
     lo, hi = value - 1.0, value + 1.0
     step = round_step(torch.tensor(g), torch.tensor(h), torch.tensor(c), torch.tensor(J), torch.tensor(lo),
-                      torch.tensor(hi), 0.1, RoundState())
+                      torch.tensor(hi), 0.1, RoundState(), correction=1.0)
     direct = diagonal_qp(torch.tensor(g), torch.tensor(h), 0.1 * torch.tensor(J), torch.tensor(lo - c),
                          torch.tensor(hi - c))
     np.testing.assert_allclose(-step.gradient.numpy() / h, direct.d.numpy(), atol=1e-12)
     np.testing.assert_array_equal(step.qp.multipliers.numpy(), np.zeros(m))
     np.testing.assert_allclose(direct.multipliers.numpy(), np.zeros(m), atol=1e-12)
+
+
+@pytest.mark.parametrize("correction", [0.01, 0.3, 1.0])
+def test_round_step_closes_the_share_correction_of_a_violation(correction):
+    """A row violated at the current scores (``c > hi``) is asked to move only ``correction`` of the way back:
+    the step is the QP on the bounds relaxed to ``hi + (1 - rho)(c - hi)``, with one binding row the closed form
+    ``d = -(g + eta y J_0) / h``, ``y`` from ``c_0 + eta J_0 d = target``; a row inside its bounds keeps them."""
+    rng = np.random.default_rng(5)
+    n, eta = 20, 0.1
+    h = rng.uniform(0.2, 2.0, size=n)
+    J, c = rng.normal(size=(2, n)), np.array([1.0, -1.0])
+    lo, hi = np.array([-np.inf, -np.inf]), np.array([0.0, 50.0])  # row 0 violated by 1, row 1 far inside
+    g = rng.normal(size=n) - 5.0 * J[0]  # the unconstrained step pushes row 0 further up: its upper side binds
+    step = round_step(torch.tensor(g), torch.tensor(h), torch.tensor(c), torch.tensor(J), torch.tensor(lo),
+                      torch.tensor(hi), eta, RoundState(), correction=correction)
+    d = -(step.gradient.numpy()) / h
+    target = hi[0] + (1.0 - correction) * (c[0] - hi[0])
+    y = (-eta * J[0] @ (g / h) - (target - c[0])) / (eta ** 2 * (J[0] ** 2 / h).sum())
+    assert y > 0
+    np.testing.assert_allclose(d, -(g + eta * y * J[0]) / h, rtol=1e-8, atol=1e-10)
+    assert c[0] + eta * J[0] @ d == pytest.approx(target, abs=1e-8)
+    assert c[1] + eta * J[1] @ d < hi[1]
+    np.testing.assert_allclose(step.qp.multipliers.numpy(), [y, 0.0], rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan"), "all"])
+def test_correction_is_checked(bad):
+    with pytest.raises(ValueError, match="correction"):
+        BoostedSQP(correction=bad)
+    with pytest.raises(ValueError, match="max_take_backs"):
+        BoostedSQP(max_take_backs=bad if bad != 0.0 else -1)
+
+
+def _overshooting(seed: int = 0) -> FairData:
+    """Two groups that one input separates only in part, and a bound far from the unconstrained rates: the
+    rounds that close the whole linearised violation overshoot (every row pushed to one side)."""
+    rng = np.random.default_rng(seed)
+    n = 2000
+    s = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, 6))
+    X[:, 0] += 1.2 * s
+    y = (rng.random(n) < 1 / (1 + np.exp(-(2.5 * X[:, 0] + X[:, 1] - 1.5)))).astype(float)
+    return FairData.from_arrays(X, y, {"s": s})
+
+
+def test_a_round_above_the_starting_loss_is_taken_back():
+    """With the starting constant feasible, no returned round may end above its training loss: every round
+    that does is taken back (its tree removed, recorded in the history), the correction share halves each
+    time, at most ``max_take_backs`` times; ``info`` counts rounds run, trees kept and rounds taken back."""
+    data = _overshooting()
+    result, _ = _fit(data, loss="bce", constraints=[DisparateImpact("s", 0.95)], engine={"rounds": 80})
+    info, records = result.info, result.history.records
+    start = records[0]["f"]
+    back = [r for r in records[:-1] if r.get("taken_back")]
+    assert info["taken_back"] == len(back) <= 7
+    assert info["iterations"] == info["rounds"] + info["taken_back"] == len(records) - 1
+    assert result.model.n_trees == info["returned_iteration"] <= info["rounds"]
+    if len(back) < 7:  # every kept round stayed at or below the starting loss
+        kept_losses = [r["f"] for r in records[1:-1] if not r.get("taken_back")]
+        assert max(kept_losses) <= start + 1e-12
+    out = result.model(data.X).detach().numpy()
+    labels, s = data.y.numpy() > 0.5, data.sensitive["s"].numpy()
+    assert _di(out, s) >= 0.95 - 1e-6
+    majority = max(labels.mean(), 1 - labels.mean())
+    assert np.mean((out > 0) == labels) >= majority + 0.2  # not the constant every round kept ends at here
+
+
+def test_max_take_backs_zero_keeps_every_round():
+    """``max_take_backs=0``: the rounds are all kept (the engine without step 5), one tree per round."""
+    data = _overshooting()
+    result, _ = _fit(data, loss="bce", constraints=[DisparateImpact("s", 0.95)],
+                     engine={"rounds": 40, "max_take_backs": 0})
+    assert result.info["taken_back"] == 0 and result.info["rounds"] == result.info["iterations"] == 40
+    assert not any(r.get("taken_back") for r in result.history.records)
 
 
 # ----------------------------------------------------------------------------- per-row derivatives

@@ -14,7 +14,7 @@ import torch
 from solvers.boosting.objective import BOOSTING_LOSSES, row_derivatives, starting_constant
 from solvers.boosting.scores import BoostedScores
 from solvers.boosting.shift import smallest_shifts
-from solvers.boosting.step import RoundState, WorkingBounds, round_step
+from solvers.boosting.step import CORRECTION, MAX_TAKE_BACKS, RoundState, WorkingBounds, round_step
 from solvers.boosting.validation import VALIDATION_METRICS, ValidationLoss, running_scores
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
@@ -50,7 +50,9 @@ class BoostedSQP:
        .. math:: \min_d\; g^\top d + \tfrac12 d^\top \operatorname{diag}(h)\, d
                  \quad\text{s.t.}\quad l - b - p \le c + \eta J d \le u - b - p,
 
-       with ``b`` the exact calibration of :class:`solvers.StochasticSQP`
+       each violated side relaxed so that the step closes only the share ``rho`` of its violation
+       (:func:`solvers.boosting.step.round_step`; ``rho`` starts at ``correction``), with ``b`` the
+       exact calibration of :class:`solvers.StochasticSQP`
        (``b <- (1 - w) b + w (c_exact - c)``), so the smooth rows give the direction and the
        exact rows the level, and ``p`` the running sum of the exact rows' violations (halved at
        every feasible round); its multipliers ``y``;
@@ -58,6 +60,12 @@ class BoostedSQP:
        ``G = g + eta J'y`` and the curvature ``h``: leaf values ``-eta sum(G) / sum(h)`` over each
        leaf's rows, i.e. the QP step ``d = -G / h`` averaged per leaf and shrunk by ``eta``.
        Without constraints (``y = 0``) this is plain LightGBM with its own objective.
+    5. the round is taken back when the starting constant meets every bound and the tree leaves the
+       training loss above the constant's: the constraints' optimum is then no worse than that
+       constant, so such a round overshot (see :mod:`solvers.boosting.step`). Its tree is removed
+       (LightGBM's ``rollback_one_iter``), ``b`` and ``p`` are restored and ``rho`` is halved; after
+       ``max_take_backs`` such rounds every round is kept. A round taken back counts towards
+       ``rounds``; ``info["taken_back"]`` counts them.
 
     Returned model: every round's scores are a candidate, compared on ALL training rows with
     the exact measure (:class:`solvers.outcome.BestIterate`: the feasible one with the lowest
@@ -92,6 +100,12 @@ class BoostedSQP:
         objective is the engine's and cannot be set.
     n_jobs : int, optional
         LightGBM threads (``num_threads``); None: LightGBM's default (all cores).
+    correction : float in (0, 1], default 1.0
+        The share ``rho`` of a row's current violation that the first rounds' subproblems ask to
+        close (the rest is left to the integral term ``p``); halved at every round taken back
+        (step 5).
+    max_take_backs : int >= 0, default 7
+        The most rounds a fit takes back (step 5); 0 keeps every round.
     calibrate_exact : bool, default True
         The exact calibration ``b`` of step 3; False: ``b = 0`` (the smooth rows must then meet
         the bounds themselves). With it the engine differentiates each constraint's
@@ -125,6 +139,8 @@ class BoostedSQP:
         min_child_samples: int = 20,
         params: dict | None = None,
         n_jobs: int | None = None,
+        correction: float = CORRECTION,
+        max_take_backs: int = MAX_TAKE_BACKS,
         calibrate_exact: bool = True,
         calibration_weight: float = 0.2,
         feasibility_tol: float = 1e-6,
@@ -146,6 +162,8 @@ class BoostedSQP:
             raise ValueError("params: the objective is the engine's (the Lagrangian's gradient); do not set it")
         self.params = dict(params or {})
         self.n_jobs = None if n_jobs is None else positive_int(n_jobs, "n_jobs")
+        self.correction = check_interval(correction, "correction", 0.0, 1.0, closed="right")
+        self.max_take_backs = positive_int(max_take_backs, "max_take_backs", allow_zero=True)
         self.calibrate_exact = check_flag(calibrate_exact, "calibrate_exact")
         self.calibration_weight = check_interval(calibration_weight, "calibration_weight", 0.0, 1.0, closed="right")
         self.feasibility_tol = positive_float(feasibility_tol, "feasibility_tol", allow_zero=True)
@@ -190,8 +208,10 @@ class BoostedSQP:
             every bound on all training rows (boosting runs its budget of rounds: there is no
             stationarity test); ``status`` "converged", "infeasible" or "stopped_by_callback";
             ``info`` as the SQP engine's (``feasible``, ``violation``, ``c_exact``, ``row_names``,
-            ``unmet_rows``, ``returned_iteration``, ``relaxed_steps``) plus ``rounds``,
-            ``shift`` (the end-game's constant) and ``init_score``; with ``validation``,
+            ``unmet_rows``, ``returned_iteration`` (the returned model's number of trees),
+            ``relaxed_steps``) plus ``rounds`` (the trees kept), ``iterations`` (the rounds run),
+            ``taken_back`` (the rounds whose tree was removed: ``iterations - rounds``), ``shift``
+            (the end-game's constant) and ``init_score``; with ``validation``,
             ``validation_losses`` (the criterion per number of trees, from 0) and
             ``best_validation_round``.
 
@@ -252,13 +272,30 @@ class BoostedSQP:
 
     def _boost(self, booster: Any, name: str, cons: Any, data: Any, bounds: WorkingBounds, tracker: BestIterate,
                history: History, state: RoundState) -> int:
-        """The rounds (each :meth:`_round` and one tree); returns how many ran."""
-        rounds_done = 0
+        """The rounds (each :meth:`_round` and one tree, or the tree taken back: class docstring, step 5);
+        returns the number of trees kept."""
+        state.correction = self.correction
+        start_loss = None  # the starting constant's training loss, when it meets every bound
         for t in range(self.rounds):
             state.iteration = t
+            saved = bounds.snapshot()
             booster.update(fobj=lambda preds, _: self._round(preds, name, cons, data, bounds, tracker, history,
                                                              state))
-            rounds_done = t + 1
+            if t == 0 and history.records[0]["V_exact_max"] <= self.feasibility_tol:
+                start_loss = history.records[0]["f"]
+            if start_loss is not None and state.taken_back < self.max_take_backs and bounds.lower.numel():
+                loss = row_derivatives(name, _training_scores(booster), data).f
+                if loss > start_loss:
+                    booster.rollback_one_iter()
+                    bounds.restore(saved)
+                    state.correction *= 0.5
+                    state.taken_back += 1
+                    state.retry = True
+                    history.records[-1]["taken_back"] = True
+                    logger.info("boosting round %d: training loss %.5g above the starting constant's %.5g; tree "
+                                "taken back, correction share now %.3g", t, loss, start_loss, state.correction)
+                    continue
+            state.trees += 1
             if state.validation is not None:
                 state.validation.update(booster)
                 if self.early_stopping_rounds is not None and _stalled(tracker, state, self.early_stopping_rounds):
@@ -269,14 +306,17 @@ class BoostedSQP:
                             r["V_exact"])
             if state.stop:
                 break
-        return rounds_done
+        return state.trees
 
     # ------------------------------------------------------------------ one round
     def _round(self, preds: np.ndarray, name: str, cons: Any, data: Any, bounds: WorkingBounds,
                tracker: BestIterate, history: History, state: RoundState) -> tuple[np.ndarray, np.ndarray]:
-        """LightGBM's custom objective for round ``state.iteration`` at the scores ``preds``: offers
-        them as a candidate, solves the QP and returns ``(g + J'y, h)``."""
-        t = state.iteration
+        """LightGBM's custom objective for round ``state.iteration`` at the scores ``preds`` (those of
+        ``state.trees`` trees): offers them as a candidate (unless a round at the same scores was taken
+        back and offered them already), solves the QP and returns ``(g + J'y, h)``."""
+        t, trees = state.iteration, state.trees
+        offer = not state.retry
+        state.retry = False
         F = torch.from_numpy(np.asarray(preds, dtype=np.float64).reshape(-1).copy())
         state.scores = F
         der = row_derivatives(name, F, data)
@@ -285,7 +325,7 @@ class BoostedSQP:
         record: dict = {"iteration": t, "f": der.f}
         offered_f = der.f  # the loss that compares candidates: the validation loss where there is one
         if state.validation is not None:
-            offered_f = record["f_validation"] = state.validation.at(t)
+            offered_f = record["f_validation"] = state.validation.at(trees)
         grad = der.grad
         if m:
             t0 = time.perf_counter()
@@ -293,10 +333,11 @@ class BoostedSQP:
             c, J = c.to(torch.float64), dc.to(torch.float64)
             c_exact = exact_rows(cons, F, data, smooth=c)
             exact_viol = row_violations(c_exact, lower, upper)
-            became_best = tracker.offer_copy(lambda: (t, 0.0), offered_f, c_exact, t)
-            state.stale = 0 if became_best else state.stale + int(tracker.feasible(exact_viol))
+            if offer:
+                became_best = tracker.offer_copy(lambda: (trees, 0.0), offered_f, c_exact, t)
+                state.stale = 0 if became_best else state.stale + int(tracker.feasible(exact_viol))
             lo, hi = bounds.update(c, c_exact)
-            step = round_step(der.grad, der.hess, c, J, lo, hi, self.learning_rate, state)
+            step = round_step(der.grad, der.hess, c, J, lo, hi, self.learning_rate, state, state.correction)
             grad = step.gradient
             record.update({
                 COLUMN_C: c.tolist(), "c_exact": c_exact.tolist(), "V": float(row_violations(c, lo, hi).sum()),
@@ -306,7 +347,7 @@ class BoostedSQP:
                 "t_qp": time.perf_counter() - t0,
             })
         else:
-            state.stale = 0 if tracker.offer_copy(lambda: (t, 0.0), offered_f, None, t) else state.stale + 1
+            state.stale = 0 if tracker.offer_copy(lambda: (trees, 0.0), offered_f, None, t) else state.stale + 1
             record.update({"V": 0.0, "V_exact": 0.0, "V_exact_max": 0.0})
         history.append(record)
         if any(cb(self, record) for cb in self.callbacks):
@@ -357,13 +398,15 @@ class BoostedSQP:
         else:
             warn_if_constant("BoostedSQP", f, f_constant, stacklevel=4)
         status = "stopped_by_callback" if state.stop else ("converged" if feasible else "infeasible")
-        history.append({"iteration": rounds_done, "returned": trees, "f": f, "c_exact": c_exact.tolist(),
+        ran = state.iteration + 1  # rounds run, those taken back included
+        history.append({"iteration": ran, "returned": trees, "f": f, "c_exact": c_exact.tolist(),
                         "V_exact": float(viol.sum()), "V_exact_max": float(viol.max()) if m else 0.0,
                         "shift": shift, COLUMN_QP_STATUS: QP_FINAL, COLUMN_ACTIVE: []})
         info = {"feasible": feasible, "violation": float(viol.sum()), "violations": viol.tolist(),
                 "max_row_violation": float(viol.max()) if m else 0.0, "c_exact": c_exact.tolist(),
                 "row_names": cons.row_names, "unmet_rows": unmet, "returned_iteration": trees,
-                "iterations": rounds_done, "rounds": rounds_done, "shift": shift, "init_score": init,
+                "iterations": ran, "rounds": rounds_done, "taken_back": state.taken_back, "shift": shift,
+                "init_score": init,
                 "bound_offset": (bounds.offset + bounds.push).tolist(),
                 "relaxed_steps": sum(r.get(COLUMN_QP_STATUS) == QP_RELAXED for r in history.records)}
         if state.validation is not None:
