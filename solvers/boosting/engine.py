@@ -272,41 +272,62 @@ class BoostedSQP:
 
     def _boost(self, booster: Any, name: str, cons: Any, data: Any, bounds: WorkingBounds, tracker: BestIterate,
                history: History, state: RoundState) -> int:
-        """The rounds (each :meth:`_round` and one tree, or the tree taken back: class docstring, step 5);
-        returns the number of trees kept."""
+        """The rounds (each :meth:`_round` and one tree); a round whose scores show that the previous
+        tree overshot takes that tree back instead (class docstring, step 5). Returns the trees kept."""
         state.correction = self.correction
-        start_loss = None  # the starting constant's training loss, when it meets every bound
-        for t in range(self.rounds):
+        before_last = bounds.snapshot()  # the working bounds before the last tree kept
+        t = 0
+        while t < self.rounds:  # a round interrupted to take the last tree back grows none and does not count
             state.iteration = t
-            saved = bounds.snapshot()
-            booster.update(fobj=lambda preds, _: self._round(preds, name, cons, data, bounds, tracker, history,
-                                                             state))
-            if t == 0 and history.records[0]["V_exact_max"] <= self.feasibility_tol:
-                start_loss = history.records[0]["f"]
-            if start_loss is not None and state.taken_back < self.max_take_backs and bounds.lower.numel():
-                loss = row_derivatives(name, _training_scores(booster), data).f
-                if loss > start_loss:
-                    booster.rollback_one_iter()
-                    bounds.restore(saved)
-                    state.correction *= 0.5
-                    state.taken_back += 1
-                    state.retry = True
-                    history.records[-1]["taken_back"] = True
-                    logger.info("boosting round %d: training loss %.5g above the starting constant's %.5g; tree "
-                                "taken back, correction share now %.3g", t, loss, start_loss, state.correction)
-                    continue
+            before = bounds.snapshot()
+            try:
+                booster.update(fobj=lambda preds, _: self._round(preds, name, cons, data, bounds, tracker, history,
+                                                                 state))
+            except _Overshoot as overshoot:  # at most max_take_backs times
+                self._take_back(booster, bounds, before_last, state, history, overshoot.loss)
+                continue
+            t += 1
+            before_last = before
             state.trees += 1
             if state.validation is not None:
                 state.validation.update(booster)
                 if self.early_stopping_rounds is not None and _stalled(tracker, state, self.early_stopping_rounds):
                     break
-            if self.verbose and (t + 1) % max(1, self.rounds // 10) == 0:
+            if self.verbose and t % max(1, self.rounds // 10) == 0:
                 r = history.records[-1]
-                logger.info("boosting round %d/%d: loss %.5g, exact violation %.3g", t + 1, self.rounds, r["f"],
+                logger.info("boosting round %d/%d: loss %.5g, exact violation %.3g", t, self.rounds, r["f"],
                             r["V_exact"])
             if state.stop:
                 break
+        last_loss = row_derivatives(name, _training_scores(booster), data).f if state.trees else None
+        if last_loss is not None and self._overshot(last_loss, state):  # the last tree: no round after it
+            self._take_back(booster, bounds, before_last, state, history, last_loss)
         return state.trees
+
+    def _overshot(self, loss: float, state: RoundState) -> bool:
+        """Whether the last tree left the training loss above the feasible starting constant's while
+        rounds may still be taken back (class docstring, step 5)."""
+        return (state.start_loss is not None and state.trees > 0 and state.taken_back < self.max_take_backs
+                and loss > state.start_loss)
+
+    def _take_back(self, booster: Any, bounds: WorkingBounds, before: tuple, state: RoundState, history: History,
+                   loss: float) -> None:
+        """Remove the last tree (LightGBM's ``rollback_one_iter``), put the working bounds back to
+        ``before`` (their snapshot before that tree's round), halve the correction share and mark that
+        round in the history."""
+        booster.rollback_one_iter()
+        bounds.restore(before)
+        state.trees -= 1
+        state.taken_back += 1
+        state.correction *= 0.5
+        state.retry = True
+        if state.validation is not None:
+            state.validation.losses.pop()  # the criterion of the tree taken back
+        kept = [r for r in history.records if not r.get("taken_back")]
+        kept[-1]["taken_back"] = True  # the round that grew the tree
+        logger.info("boosting: the tree of round %d left the training loss at %.5g, above the starting constant's "
+                    "%.5g; taken back, correction share now %.3g", kept[-1]["iteration"], loss, state.start_loss,
+                    state.correction)
 
     # ------------------------------------------------------------------ one round
     def _round(self, preds: np.ndarray, name: str, cons: Any, data: Any, bounds: WorkingBounds,
@@ -318,8 +339,10 @@ class BoostedSQP:
         offer = not state.retry
         state.retry = False
         F = torch.from_numpy(np.asarray(preds, dtype=np.float64).reshape(-1).copy())
-        state.scores = F
         der = row_derivatives(name, F, data)
+        if self._overshot(der.f, state):
+            raise _Overshoot(der.f)
+        state.scores = F
         lower, upper = bounds.lower, bounds.upper
         m = int(lower.numel())
         record: dict = {"iteration": t, "f": der.f}
@@ -333,6 +356,8 @@ class BoostedSQP:
             c, J = c.to(torch.float64), dc.to(torch.float64)
             c_exact = exact_rows(cons, F, data, smooth=c)
             exact_viol = row_violations(c_exact, lower, upper)
+            if t == 0 and float(exact_viol.max()) <= self.feasibility_tol:  # a feasible start: step 5 applies
+                state.start_loss = der.f
             if offer:
                 became_best = tracker.offer_copy(lambda: (trees, 0.0), offered_f, c_exact, t)
                 state.stale = 0 if became_best else state.stale + int(tracker.feasible(exact_viol))
@@ -398,7 +423,7 @@ class BoostedSQP:
         else:
             warn_if_constant("BoostedSQP", f, f_constant, stacklevel=4)
         status = "stopped_by_callback" if state.stop else ("converged" if feasible else "infeasible")
-        ran = state.iteration + 1  # rounds run, those taken back included
+        ran = state.trees + state.taken_back  # rounds that grew a tree, those taken back included
         history.append({"iteration": ran, "returned": trees, "f": f, "c_exact": c_exact.tolist(),
                         "V_exact": float(viol.sum()), "V_exact_max": float(viol.max()) if m else 0.0,
                         "shift": shift, COLUMN_QP_STATUS: QP_FINAL, COLUMN_ACTIVE: []})
@@ -412,6 +437,16 @@ class BoostedSQP:
         if state.validation is not None:
             info.update(validation_losses=list(state.validation.losses), best_validation_round=state.validation.best())
         return FitResult(model=model, history=history, status=status, converged=feasible, info=info)
+
+
+class _Overshoot(Exception):
+    """Raised by a round's objective when the scores it gets show that the last tree overshot
+    (:meth:`BoostedSQP._overshot`): LightGBM then grows no tree, and :meth:`BoostedSQP._boost` takes the
+    last one back."""
+
+    def __init__(self, loss: float) -> None:
+        super().__init__(loss)
+        self.loss = float(loss)
 
 
 @contextlib.contextmanager

@@ -66,8 +66,9 @@ class RoundState:
     :class:`solvers.boosting.validation.ValidationLoss` of the fit's validation rows (None without),
     ``stale``, the feasible rounds offered since the best candidate (early stopping), ``trees``, the
     trees kept so far, ``correction``, the current share ``rho`` (module docstring), and
-    ``taken_back``, the rounds whose tree was removed, and ``retry``, whether the next round starts at
-    the scores of a round taken back."""
+    ``taken_back``, the rounds whose tree was removed, ``retry``, whether the next round starts at
+    the scores of a round taken back (offered already), and ``start_loss``, the training loss of the
+    starting constant when it meets every bound (else None: no round is taken back)."""
 
     iteration: int = 0
     warned_relaxed: bool = False
@@ -80,6 +81,7 @@ class RoundState:
     correction: float = CORRECTION
     taken_back: int = 0
     retry: bool = False
+    start_loss: float | None = None
 
 
 class RoundStep(NamedTuple):
