@@ -51,9 +51,10 @@ def fit_one(dataset: str, seed: int, surrogate: str, delta: float, root: str) ->
     start = time.perf_counter()
     result = BoostedSQP(n_jobs=1, seed=seed).fit(data, constraints=[DisparateImpact("s", delta, surrogate=phi)])
     seconds = time.perf_counter() - start
-    with torch.no_grad():
-        labels = [(result.model(torch.as_tensor(p.X, dtype=torch.float64)).numpy() > 0).astype(int)
-                  for p in (train, test)]
+    held_out = FairData.from_arrays(test.X.astype(np.float64), test.y.astype(np.float64), {"s": test.s},
+                                    sensitive_kinds={"s": "binary"}, preprocessor=data.preprocessor)
+    with torch.no_grad():  # the inputs the model was fitted on: FairData standardises X again
+        labels = [(result.model(rows.X).numpy() > 0).astype(int) for rows in (data, held_out)]
     fit, held = cell_metrics(labels[0], train.y, train.s), cell_metrics(labels[1], test.y, test.s)
     return {"dataset": dataset, "seed": seed, "surrogate": surrogate, "train_acc": fit["acc"], "train_di": fit["di"],
             "test_acc": held["acc"], "test_di": held["di"], "majority": float(max(train.y.mean(), 1 - train.y.mean())),
