@@ -38,7 +38,7 @@ from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_vio
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
 from fairopt.held_out import (HeldOutOptions, fit_held_out, generalisation_table, raise_or_warn_failed,
-                              require_all_groups)
+                              require_all_groups, training_rows)
 from fairopt.exceptions import FairnessWarning
 from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
@@ -192,9 +192,11 @@ class _FairEstimator(BaseEstimator):
         """
         self._check_parameters()
         data, constraints = self._training_data(X, y, sensitive_features, sample_weight)
-        with_sqp_surrogates(self.method, constraints, mini_batch=is_mini_batch(self.batch_size, len(data)))
-        self._check_weighted_options(data)
         options = self._held_out_options()
+        # mini-batches or not as the engine will decide: on the rows left after a validation split
+        with_sqp_surrogates(self.method, constraints,
+                            mini_batch=is_mini_batch(self.batch_size, training_rows(options, data)))
+        self._check_weighted_options(data)
         fit = fit_held_out(options, data, constraints, train=self._train)
         self._set_fitted(fit.data, constraints, fit.result)
         self._diagnose(fit.data, constraints, fit.result, fit.relaxed)

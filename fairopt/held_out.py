@@ -29,7 +29,8 @@ from solvers.history import FitResult
 
 __all__ = ["CANDIDATE_INFLATIONS", "ON_FAIL", "HeldOutFit", "HeldOutOptions", "candidate_inflations",
            "certificates", "certified_sequence", "constraint_margins", "fit_held_out", "generalisation_table",
-           "predicted_held_out", "raise_or_warn_failed", "require_all_groups", "tightened", "validation_split"]
+           "predicted_held_out", "raise_or_warn_failed", "require_all_groups", "tightened", "training_rows",
+           "validation_split"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +150,19 @@ def validation_split(options: HeldOutOptions, data: FairData) -> tuple[FairData,
     except ValueError as exc:
         raise ValueError(f"validation_fraction: cannot hold out {fraction!r} of {len(data)} rows ({exc})") from None
     return train, held_out, held_out_idx
+
+
+def training_rows(options: HeldOutOptions, data: FairData) -> int:
+    """How many of ``data``'s rows the engine trains on: all without ``validation_fraction``, else those
+    :func:`validation_split` keeps (the same seeded stratified split, counted without building it)."""
+    if options.validation_fraction is None:
+        return len(data)
+    try:
+        _, held_out_idx = stratified_split_indices(data._split_strata(), float(options.validation_fraction),
+                                                   int(options.seed))
+    except ValueError:  # validation_split reports it with the options' names
+        return len(data)
+    return len(data) - len(held_out_idx)
 
 
 def candidate_inflations(n_candidates: int) -> np.ndarray:

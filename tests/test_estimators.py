@@ -641,6 +641,27 @@ def test_mini_batch_fits_keep_the_engines_rate_surrogate(adult):
     assert not np.allclose(default.decision_function(X), soft.decision_function(X), atol=1e-3)
 
 
+def test_mini_batch_or_not_is_decided_on_the_rows_trained_on(adult):
+    """With ``validation_fraction`` the engine trains on the rows left after the split: a batch that covers
+    those (but not all rows) is a full batch there, and takes SQP_RATE_SURROGATE; one smaller than them is a
+    mini-batch and leaves the engine's own form."""
+    from fairopt.held_out import HeldOutOptions, training_rows, validation_split
+
+    X, y, s = adult
+    n = len(y)
+    options = dict(epochs=3, seed=0, sensitive_names="sex", validation_fraction=0.5, on_fail="ignore")
+    clf = _quiet(FairClassifier([("disparate_impact", "sex", 0.8)], **options).fit, X, y, sensitive_features=s)
+    kept = n - len(clf.validation_indices_)
+    data = clf._training_data(X, y, s, None)[0]
+    held = HeldOutOptions(validation_fraction=0.5, seed=0)
+    assert training_rows(held, data) == kept == len(validation_split(held, data)[0]) < n
+    assert training_rows(HeldOutOptions(), data) == n
+    for batch, expected in [(kept, SQP_RATE_SURROGATE), (kept - 1, None)]:
+        clf = _quiet(FairClassifier([("disparate_impact", "sex", 0.8)], batch_size=batch, **options).fit, X, y,
+                     sensitive_features=s)
+        assert clf.constraints_[0].get_params()["surrogate"] == expected, batch
+
+
 def test_constraint_objects_without_a_surrogate_train_as_specs(adult):
     """Under method="sqp" a rate constraint that names no surrogate, spec or object alike, takes the
     soft rate surrogate (the estimator's copy; the caller's object is left as it was); one that names
