@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from _common import DEFAULT_OUT, commit, data_dir, grid_parser, pooled, write_grid
+from _common import DEFAULT_OUT, commit, data_dir, grid_parser, markdown, pooled, write_grid
 
 #: Grouping -> (data set, sensitive attributes, the level set against the rest or None: the attributes' own groups).
 TASKS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
@@ -56,6 +57,11 @@ TEST_SIZE = 0.3
 CONSTANT_MARGIN = 0.005
 #: A run "past the bound": an exact violation of the bound on the training rows above this (rate units).
 BOUND_SLACK = 1e-4
+
+#: The page's cell table: :func:`cells` key -> column title.
+CELL_COLUMNS = {"task": "grouping", "delta": "DI >=", "method": "method", "runs": "runs", "test_acc": "test acc",
+                "min_train_di": "min train DI", "max_train_violation": "max train violation", "test_di": "test DI",
+                "majority": "majority", "failed": "failed", "seconds": "seconds"}
 
 logger = logging.getLogger("benchmarks.gbm_bounds_grid")
 
@@ -167,15 +173,9 @@ def report(runs: list[dict], header: list[str]) -> str:
             lines.append(f"| {method} | " + " | ".join(f"{per[d][0]} / {per[d][1]}" for d in deltas)
                          + f" | {sum(v[0] for v in per.values())} / {sum(v[1] for v in per.values())} | "
                          f"{mean_acc:.4f} |")
-    lines += ["", "## Seed means", "",
-              "| grouping | DI >= | method | runs | test acc | min train DI | max train violation | test DI | majority | "
-              "failed | seconds |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in cells(runs):
-        lines.append(f"| {c['task']} | {c['delta']} | {c['method']} | {c['runs']} | {c['test_acc']:.4f} | "
-                     f"{c['min_train_di']:.4f} | {c['max_train_violation']:.4f} | {c['test_di']:.4f} | "
-                     f"{c['majority']:.4f} | {c['failed']} | "
-                     f"{c['seconds']:.2f} |")
-    return "\n".join(lines) + "\n"
+    table = pd.DataFrame(cells(runs)).rename(columns=CELL_COLUMNS)[list(CELL_COLUMNS.values())]
+    lines += ["", "## Seed means", "", markdown(table)]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,7 +47,7 @@ def test_page_counts_failed_runs_per_method_and_bound():
     assert "| gbm | 0 / 2 | 0 / 0 | 0 / 2 | 0.8450 |" in page
     assert "| gbm-keep-every-round | 2 / 2 | 0 / 0 | 2 / 2 | 0.7920 |" in page
     assert "| linear | 0 / 0 | 0 / 1 | 0 / 1 | 0.8200 |" in page
-    assert "| adult-sex | 0.9 | gbm | 2 | 0.8450 | 0.9000 | 0.0001 |" in page
+    assert "| adult-sex | 0.9000 | gbm | 2 | 0.8450 | 0.9000 | 0.0001 |" in page
 
 
 @pytest.mark.parametrize("task", ["adult-race", "communities-race", "adult-sex-x-race"])
