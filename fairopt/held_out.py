@@ -145,7 +145,7 @@ def validation_split(options: HeldOutOptions, data: FairData) -> tuple[FairData,
     if fraction is None:
         return data, None, None
     try:
-        _, held_out_idx = stratified_split_indices(data._split_strata(), float(fraction), int(options.seed))
+        held_out_idx = _held_out_indices(options, data)
         train, held_out = data.split(test_size=float(fraction), seed=int(options.seed))
     except ValueError as exc:
         raise ValueError(f"validation_fraction: cannot hold out {fraction!r} of {len(data)} rows ({exc})") from None
@@ -158,11 +158,15 @@ def training_rows(options: HeldOutOptions, data: FairData) -> int:
     if options.validation_fraction is None:
         return len(data)
     try:
-        _, held_out_idx = stratified_split_indices(data._split_strata(), float(options.validation_fraction),
-                                                   int(options.seed))
+        return len(data) - len(_held_out_indices(options, data))
     except ValueError:  # validation_split reports it with the options' names
         return len(data)
-    return len(data) - len(held_out_idx)
+
+
+def _held_out_indices(options: HeldOutOptions, data: FairData) -> np.ndarray:
+    """The rows of ``data`` held out by ``validation_fraction`` (:meth:`FairData.split`'s seeded stratified
+    split); ValueError where the strata cannot be split so."""
+    return stratified_split_indices(data._split_strata(), float(options.validation_fraction), int(options.seed))[1]
 
 
 def candidate_inflations(n_candidates: int) -> np.ndarray:

@@ -323,10 +323,10 @@ class BoostedSQP:
         state.retry = True
         if state.validation is not None:
             state.validation.losses.pop()  # the criterion of the tree taken back
-        kept = [r for r in history.records if not r.get("taken_back")]
-        kept[-1]["taken_back"] = True  # the round that grew the tree
+        grown = history.records[-1]  # the round that grew the tree: an interrupted round records nothing
+        grown["taken_back"] = True
         logger.info("boosting: the tree of round %d left the training loss at %.5g, above the starting constant's "
-                    "%.5g; taken back, correction share now %.3g", kept[-1]["iteration"], loss, state.start_loss,
+                    "%.5g; taken back, correction share now %.3g", grown["iteration"], loss, state.start_loss,
                     state.correction)
 
     # ------------------------------------------------------------------ one round
