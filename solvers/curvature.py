@@ -22,6 +22,7 @@ with ``l''`` taken at ``out``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -30,9 +31,17 @@ from torch import nn
 
 from solvers.feedforward import FeedForward
 from solvers.losses import LossFn, parameter_curvature
-from solvers.problem import row_chunks, weight_total
+from solvers.problem import row_chunks, row_outputs, weight_total
 
-__all__ = ["CurvatureModel", "curvature_model", "gauss_newton_diagonal", "output_curvature"]
+__all__ = ["CurvatureModel", "SPREAD_ITERATIONS", "SPREAD_ROWS", "SPREAD_RTOL", "curvature_model",
+           "gauss_newton_diagonal", "metric_spread", "output_curvature"]
+
+#: Most rows :func:`metric_spread` reads (a seeded sample of them on larger data).
+SPREAD_ROWS = 20_000
+#: Most power iterations of :func:`metric_spread`.
+SPREAD_ITERATIONS = 100
+#: Relative change of the Rayleigh quotient at which :func:`metric_spread` stops.
+SPREAD_RTOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -95,3 +104,84 @@ def gauss_newton_diagonal(model: CurvatureModel, loss_fn: LossFn, data: Any,
         result = part if result is None else result + part
     penalty = parameter_curvature(loss_fn, params) if params is not None else None
     return result if penalty is None else result + penalty.to(result.dtype)
+
+
+def metric_spread(model: nn.Module, params: Sequence[torch.Tensor], curvature: CurvatureModel, loss_fn: LossFn,
+                  data: Any, shift: float, chunk_rows: int | None = None, seed: int = 0) -> float:
+    r"""How far the Gauss-Newton matrix reaches beyond its diagonal metric: the largest eigenvalue
+
+    .. math:: \lambda = \lambda_{\max}\big(M^{-1/2} G M^{-1/2}\big), \qquad M = \operatorname{diag}(G) + \mu,
+
+    of ``G = J_out' diag(l'') J_out`` (module docstring; an L2 penalty's curvature included) at the
+    current parameters, ``mu = shift``. A step ``-beta M^{-1} g`` of the diagonal metric moves the
+    loss's quadratic model along that eigenvector by ``beta * lambda`` times the Newton step there:
+    correlated inputs, whose coupling the diagonal leaves out, make ``lambda`` large (about the number
+    of inputs that move together), and the steps overshoot and oscillate along their common
+    direction. ``lambda >= 1`` whenever ``G`` dominates ``mu`` on some coordinate; an orthogonal
+    design gives about 1.
+
+    Power iteration (at most :data:`SPREAD_ITERATIONS`, until the Rayleigh quotient changes by less
+    than :data:`SPREAD_RTOL` of itself) from a seeded start, on at most :data:`SPREAD_ROWS` rows
+    (a seeded sample beyond; ``G`` is a mean over rows, so a sample estimates it). The products
+    ``G v`` go through autograd on ``model``: ``J_out v`` as the derivative of ``c' J_out v`` in
+    ``c`` (a double backward), then ``J_out' (l'' * J_out v)``. The result is a lower bound of
+    ``lambda`` that converges to it; it reads no random state but its own generator.
+
+    Parameters
+    ----------
+    model : nn.Module
+        ``out = model(X)``, one output per row, over the trained ``params``.
+    params : sequence of tensors
+        The trained parameters, in the order ``curvature`` was recognised with.
+    curvature : CurvatureModel
+        ``model`` as :func:`curvature_model` recognised it (for the diagonal).
+    loss_fn : LossFn
+        The training loss (its ``l''`` per row, :func:`output_curvature`).
+    data : Dataset
+        The training rows.
+    shift : float
+        ``mu`` of the metric.
+    chunk_rows : int, optional
+        Rows per block of the diagonal's pass (:func:`gauss_newton_diagonal`).
+    seed : int
+        Seed of the row sample and of the start vector.
+    """
+    generator = torch.Generator().manual_seed(int(seed))
+    n = len(data)
+    sample = data if n <= SPREAD_ROWS else data.subset(torch.randperm(n, generator=generator)[:SPREAD_ROWS].sort().values)
+    params = list(params)
+    metric = gauss_newton_diagonal(curvature, loss_fn, sample, chunk_rows, params).to(torch.float64) + float(shift)
+    scale = metric.clamp(min=torch.finfo(torch.float64).tiny).rsqrt()
+    penalty = parameter_curvature(loss_fn, params)
+    penalty = None if penalty is None else penalty.to(torch.float64)
+    sizes = [p.numel() for p in params]
+    with torch.enable_grad():
+        X = sample.X
+        out = row_outputs(model(X), X.shape[0])
+        weight = output_curvature(loss_fn, out.detach(), sample).to(out.dtype)
+        probe = torch.zeros_like(out, requires_grad=True)
+        pulled = torch.autograd.grad(out, params, grad_outputs=probe, create_graph=True)
+
+        def product(v: torch.Tensor) -> torch.Tensor:
+            """``G v`` (float64, flat)."""
+            pieces = [part.reshape(p.shape).to(p.dtype) for part, p in zip(torch.split(v, sizes), params)]
+            inner = sum((a * b).sum() for a, b in zip(pulled, pieces))
+            (pushed,) = torch.autograd.grad(inner, probe, retain_graph=True)  # J_out v
+            back = torch.autograd.grad(out, params, grad_outputs=weight * pushed.detach(), retain_graph=True)
+            result = torch.cat([b.reshape(-1) for b in back]).to(torch.float64)
+            return result if penalty is None else result + penalty * v
+
+        x = torch.randn(sum(sizes), generator=generator, dtype=torch.float64)
+        x = x / x.norm()
+        value = 0.0
+        for _ in range(SPREAD_ITERATIONS):
+            y = scale * product(scale * x)
+            new = float(x @ y)
+            norm = float(y.norm())
+            if norm == 0.0 or not math.isfinite(norm):
+                return max(new, 0.0) if math.isfinite(new) else 0.0
+            x = y / norm
+            if abs(new - value) <= SPREAD_RTOL * abs(new):
+                return new
+            value = new
+    return value

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from solvers.contract import cost_on_all_rows
-from solvers.curvature import curvature_model, gauss_newton_diagonal
+from solvers.curvature import curvature_model, gauss_newton_diagonal, metric_spread
 from solvers.derivatives import Derivatives
 from solvers.history import (COLUMN_DRIFT, COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult,
                              History)
@@ -43,8 +43,8 @@ from solvers.progress import epoch_logs, progress
 
 __all__ = ["CONSTRAINT_BATCHES", "DEFAULT_LR", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT",
            "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_LR", "LINEAR_MINIBATCH_STEPS", "MINIBATCH_MIN_EPOCHS",
-           "MINIBATCH_NETWORK_LR", "MINIBATCH_NETWORK_MIN_BATCH", "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SQPOptions",
-           "StochasticSQP", "auto_epochs"]
+           "MINIBATCH_NETWORK_LR", "MINIBATCH_NETWORK_MIN_BATCH", "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SAFE_STEP_SPREAD",
+           "SQPOptions", "STABLE_STEP_SPREAD", "StochasticSQP", "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -68,6 +68,17 @@ LINEAR_MINIBATCH_EPOCHS = 2
 DEFAULT_LR = 0.5
 MINIBATCH_NETWORK_LR = 0.75
 MINIBATCH_NETWORK_MIN_BATCH = 256
+#: ``lr="auto"`` under the Gauss-Newton metric of a linear model: the step ``beta`` times the metric's
+#: spread ``lambda`` (:func:`solvers.curvature.metric_spread`, the largest eigenvalue of the Gauss-Newton
+#: matrix in its diagonal metric) up to which :data:`DEFAULT_LR` is kept, and the ``beta * lambda`` of
+#: the step taken beyond it, ``beta = SAFE_STEP_SPREAD / lambda``. Chosen on the grid of
+#: ``benchmarks/curvature_step.py`` (six data sets, inputs made to move together by noisy copies,
+#: lambda 2-94, four steps, with and without a bound, two seeds): every run at ``beta * lambda`` up to
+#: 3.7 kept its loss below the start; from 5.2 on, the default step raised the loss several-fold and
+#: warned in most runs, and at ``beta = 0.5`` no run up to 4 did (the five benchmark data sets lie at
+#: 1.5-4).
+STABLE_STEP_SPREAD = 4.0
+SAFE_STEP_SPREAD = 3.0
 #: ``hessian_shift="auto"``: the shift ``mu`` of ``h = sqrt(v + mu)`` in full-batch mode and with
 #: mini-batches (see the parameter).
 FULL_BATCH_SHIFT = 0.3
@@ -162,7 +173,11 @@ class StochasticSQP:
         The shift ``mu`` of that metric.
     lr_ : float
         The initial step of the last fit, ``lr`` with "auto" resolved (0.75 for a network's
-        mini-batch steps on batches of at least 256 rows, else 0.5).
+        mini-batch steps on batches of at least 256 rows, else 0.5, or less under the Gauss-Newton
+        metric of a linear model whose inputs move together: :attr:`lr_`).
+    metric_spread_ : float or None
+        The spread of the Gauss-Newton metric at the start of the last fit (``lr="auto"``, a linear
+        model under that metric), :func:`solvers.curvature.metric_spread`.
     epochs_ : int
         The epochs of the last fit, ``epochs`` with "auto" resolved.
     state_ : SQPState
@@ -203,7 +218,8 @@ class StochasticSQP:
     (``qp_status == "final"``) describes the returned model, and ``info`` holds the same
     numbers: ``stationarity``, ``complementarity``, ``violation`` (exact, total),
     ``violations`` (per row), ``c_exact``, ``feasible``, ``stationary``,
-    ``returned_iteration``, ``relaxed_steps``, ``bound_offset`` (the calibration ``b``).
+    ``returned_iteration``, ``relaxed_steps``, ``bound_offset`` (the calibration ``b``), ``lr``
+    (:attr:`lr_`) and ``metric_spread`` (:attr:`metric_spread_`).
     """
 
     def __init__(self, options: SQPOptions | None = None, **settings: Any) -> None:
@@ -550,12 +566,26 @@ class StochasticSQP:
     def lr_(self) -> float:
         """``lr`` resolved: "auto" is :data:`MINIBATCH_NETWORK_LR` for the mini-batch steps of a network
         (more than one weight matrix among the trained tensors; a linear model has one) on batches of
-        at least :data:`MINIBATCH_NETWORK_MIN_BATCH` rows, else :data:`DEFAULT_LR`."""
+        at least :data:`MINIBATCH_NETWORK_MIN_BATCH` rows, else :data:`DEFAULT_LR`; under the
+        Gauss-Newton metric of a linear model whose spread ``lambda`` (``metric_spread_``) puts
+        ``DEFAULT_LR * lambda`` above :data:`STABLE_STEP_SPREAD`, ``SAFE_STEP_SPREAD / lambda``."""
         if self.lr != "auto":
             return float(self.lr)
         network_steps = (getattr(self, "_minibatch", False) and getattr(self, "_network", False)
                          and int(self.batch_size) >= MINIBATCH_NETWORK_MIN_BATCH)
-        return MINIBATCH_NETWORK_LR if network_steps else DEFAULT_LR
+        if network_steps:
+            return MINIBATCH_NETWORK_LR
+        spread = getattr(self, "_spread", None)
+        if spread is not None and self.hessian_ == "gauss-newton" and DEFAULT_LR * spread > STABLE_STEP_SPREAD:
+            return SAFE_STEP_SPREAD / spread
+        return DEFAULT_LR
+
+    @property
+    def metric_spread_(self) -> float | None:
+        """The spread ``lambda`` of the last fit's Gauss-Newton metric at its starting parameters
+        (:func:`solvers.curvature.metric_spread`), which ``lr="auto"`` reads (:attr:`lr_`); None when
+        the fit had no such metric for a linear model or ``lr`` was given."""
+        return getattr(self, "_spread", None)
 
     @property
     def hessian_shift_(self) -> float:
@@ -686,6 +716,19 @@ class StochasticSQP:
         recognised = curvature_model(problem.model, problem.params)
         return recognised if recognised is not None and len(recognised.network.layers) == 1 else None
 
+    def _metric_spread(self, problem: FitProblem, linear: Any) -> float | None:
+        """The spread ``lambda`` of the Gauss-Newton metric at the starting parameters
+        (:func:`solvers.curvature.metric_spread`) for a linear model (``linear``, the recognised model
+        or None) under ``lr="auto"``, which :attr:`lr_` reads; None otherwise (it would not change
+        the step)."""
+        if linear is None or self.lr != "auto":
+            return None
+        shift = GAUSS_NEWTON_SHIFT if self.hessian_shift == "auto" else float(self.hessian_shift)
+        spread = metric_spread(problem.model, problem.params, linear, problem.loss_fn, problem.data, shift,
+                               self.chunk_rows, seed=int(self.seed))
+        logger.debug("Gauss-Newton metric spread %.3g at the start", spread)
+        return spread
+
     def _resolve_metric(self, problem: FitProblem, full_batch: bool, named_loss: bool) -> None:
         """Set the fit's metric (``hessian_``) and the model behind the Gauss-Newton one
         (:func:`solvers.curvature.curvature_model`). ``hessian="auto"`` follows the rule, and the
@@ -698,10 +741,12 @@ class StochasticSQP:
         parallel = isinstance(self._oracle, AllReduceDerivatives)
         # a network (lr_, its warm-up and polish start): more than one weight matrix among the trained tensors
         self._network = sum(p.dim() >= 2 for p in problem.params) > 1
+        self._spread = None
         if self.hessian == "auto":
             linear = self._linear_curvature(problem, named_loss)
             self._curvature, self._polish_curvature = (linear, None) if full_batch else (None, linear)
             self._hessian = "adam" if self._curvature is None else "gauss-newton"
+            self._spread = self._metric_spread(problem, linear)
             return
         self._curvature = self._polish_curvature = None
         if self.hessian != "gauss-newton":
@@ -715,3 +760,5 @@ class StochasticSQP:
                              "parameters trained, optionally followed by a fixed affine output: "
                              "fairopt.models.linear or mlp as the estimators build them); use 'adam' for other "
                              "models")
+        if len(self._curvature.network.layers) == 1:
+            self._spread = self._metric_spread(problem, self._curvature)
