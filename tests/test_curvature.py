@@ -271,3 +271,114 @@ def test_gauss_newton_metric_holds_its_steps_to_the_gradient_step_of_a_fresh_sta
     assert step.status == "unconstrained" and step.capped and abs(float(step.d.norm()) - cap) < 1e-9
     raw = qp_direction(free, h, (g, h, free.J), none, SQPState(tau=0.1, xi=1.0, beta=0.5, v=torch.zeros(3)), False)
     assert not raw.capped and torch.allclose(raw.d, -g / h)
+
+
+def _correlated(n: int = 1500, together: int = 12, seed: int = 0) -> FairData:
+    """``together`` inputs that are noisy copies of one factor (correlation about 0.96) and three
+    independent ones: the diagonal metric's spread is about ``together``."""
+    rng = np.random.default_rng(seed)
+    factor = rng.normal(size=(n, 1))
+    X = np.hstack([factor + 0.2 * rng.normal(size=(n, together)), rng.normal(size=(n, 3))])
+    y = (factor[:, 0] + X[:, -1] + rng.normal(size=n) > 0).astype(float)
+    return FairData.from_arrays(X, y, {"s": rng.integers(0, 2, n)}, sensitive_kinds={"s": "binary"})
+
+
+def _spread_reference(model: nn.Module, loss, data: FairData, shift: float) -> float:
+    """``lambda_max(M^-1/2 G M^-1/2)`` from the explicit Gauss-Newton matrix: the rows' parameter
+    gradients stacked (one backward per row) and numpy's symmetric eigensolver."""
+    params = trainable_parameters(model)
+    rows = []
+    for i in range(len(data)):
+        grads = torch.autograd.grad(model(data.X[i:i + 1]).reshape(()), params)
+        rows.append(torch.cat([g.reshape(-1) for g in grads]).double().numpy())
+    A = np.stack(rows)
+    with torch.no_grad():
+        out = model(data.X).reshape(-1)
+    weight = output_curvature(loss, out, data).double().numpy()
+    G = (A * weight[:, None]).T @ A
+    scale = 1.0 / np.sqrt(np.diag(G) + shift)
+    return float(np.linalg.eigvalsh(G * scale[:, None] * scale[None, :]).max())
+
+
+@pytest.mark.parametrize("loss_name,task,together", [("bce", "binary", 1), ("bce", "binary", 12),
+                                                      ("mse", "regression", 6)])
+def test_metric_spread_matches_the_explicit_matrix(loss_name, task, together):
+    from solvers.curvature import metric_spread
+
+    data = _correlated(n=400, together=together)
+    if task == "regression":
+        data = FairData.from_arrays(data.X.numpy(), data.X.numpy()[:, 0] * 2.0 + 1.0, {"s": data.sensitive["s"].numpy()},
+                                    task="regression", sensitive_kinds={"s": "binary"})
+    model = linear(data.n_features, seed=3)
+    params = trainable_parameters(model)
+    loss = get_loss(loss_name)
+    got = metric_spread(model, params, curvature_model(model, params), loss, data, 0.01)
+    want = _spread_reference(model, loss, data, 0.01)
+    assert got == pytest.approx(want, rel=1e-3)
+    assert (want > 8.0) == (together == 12)  # inputs that move together spread the metric
+
+
+def test_metric_spread_of_a_sample_estimates_the_whole():
+    import solvers.curvature as curvature
+
+    data = _correlated(n=3000, together=8, seed=1)
+    model = linear(data.n_features, seed=0)
+    params = trainable_parameters(model)
+    recognised, loss = curvature_model(model, params), get_loss("bce")
+    whole = curvature.metric_spread(model, params, recognised, loss, data, 0.01)
+    limit = curvature.SPREAD_ROWS
+    try:
+        curvature.SPREAD_ROWS = 1000
+        sampled = [curvature.metric_spread(model, params, recognised, loss, data, 0.01, seed=s) for s in range(3)]
+    finally:
+        curvature.SPREAD_ROWS = limit
+    assert all(abs(s - whole) < 0.1 * whole for s in sampled)
+    assert len(set(sampled)) > 1  # each seed its own sample
+
+
+def test_auto_step_follows_the_metric_spread():
+    """``lr="auto"`` keeps 0.5 where ``0.5 * lambda <= STABLE_STEP_SPREAD`` and takes
+    ``SAFE_STEP_SPREAD / lambda`` beyond; a given ``lr`` is kept, and a network is not measured."""
+    from solvers.sqp.engine import DEFAULT_LR, SAFE_STEP_SPREAD, STABLE_STEP_SPREAD
+
+    def fitted(data, model=None, **settings):
+        engine = StochasticSQP(epochs=3, polish_iterations=0, verbose=0, **settings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = engine.fit(model if model is not None else linear(data.n_features, seed=0), data)
+        return engine, result
+
+    plain, result = fitted(_correlated(together=1))
+    assert DEFAULT_LR * plain.metric_spread_ <= STABLE_STEP_SPREAD and plain.lr_ == DEFAULT_LR
+    assert result.info["lr"] == DEFAULT_LR and result.info["metric_spread"] == plain.metric_spread_
+    together, result = fitted(_correlated(together=16))
+    assert DEFAULT_LR * together.metric_spread_ > STABLE_STEP_SPREAD
+    assert together.lr_ == pytest.approx(SAFE_STEP_SPREAD / together.metric_spread_)
+    assert result.info["lr"] == pytest.approx(together.lr_) and together.state_.beta <= together.lr_
+    given, _ = fitted(_correlated(together=16), lr=0.5)
+    assert given.lr_ == 0.5 and given.metric_spread_ is None
+    network, _ = fitted(_correlated(together=16), model=mlp(19, hidden=(4,), seed=0))
+    assert network.metric_spread_ is None and network.lr_ == DEFAULT_LR
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_inputs_that_move_together_train_without_oscillating(seed):
+    """Twenty inputs that are noisy copies of one factor: the diagonal metric's step at 0.5 overshoots
+    along their common direction and the loss rises several-fold above its start before the
+    plateau schedule shrinks the step (TrainingInstabilityWarning); the "auto" step does not, and ends
+    at least as low."""
+    from solvers.outcome import TrainingInstabilityWarning
+
+    data = _correlated(n=1500, together=20, seed=seed)
+    runs = {}
+    for lr in ("auto", 0.5):
+        model = linear(data.n_features, seed=seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = StochasticSQP(lr=lr, seed=seed, verbose=0).fit(model, data)
+        f = result.history.column("f")
+        runs[lr] = (float(np.nanmax(f) / f[0]), any(issubclass(w.category, TrainingInstabilityWarning)
+                                                     for w in caught), _mean_bce(model, data))
+    assert runs[0.5][0] > 1.5 and runs[0.5][1]  # the fixed step: the loss leaves its start, warned
+    assert runs["auto"][0] < 1.05 and not runs["auto"][1]
+    assert runs["auto"][2] <= runs[0.5][2] + 1e-3
