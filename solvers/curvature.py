@@ -148,7 +148,9 @@ def metric_spread(model: nn.Module, params: Sequence[torch.Tensor], curvature: C
     """
     generator = torch.Generator().manual_seed(int(seed))
     n = len(data)
-    sample = data if n <= SPREAD_ROWS else data.subset(torch.randperm(n, generator=generator)[:SPREAD_ROWS].sort().values)
+    sample = data
+    if n > SPREAD_ROWS:  # a seeded sample: G is a mean over rows
+        sample = data.subset(torch.randperm(n, generator=generator)[:SPREAD_ROWS].sort().values)
     params = list(params)
     metric = gauss_newton_diagonal(curvature, loss_fn, sample, chunk_rows, params).to(torch.float64) + float(shift)
     scale = metric.clamp(min=torch.finfo(torch.float64).tiny).rsqrt()

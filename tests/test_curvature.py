@@ -307,8 +307,9 @@ def test_metric_spread_matches_the_explicit_matrix(loss_name, task, together):
 
     data = _correlated(n=400, together=together)
     if task == "regression":
-        data = FairData.from_arrays(data.X.numpy(), data.X.numpy()[:, 0] * 2.0 + 1.0, {"s": data.sensitive["s"].numpy()},
-                                    task="regression", sensitive_kinds={"s": "binary"})
+        data = FairData.from_arrays(data.X.numpy(), data.X.numpy()[:, 0] * 2.0 + 1.0,
+                                    {"s": data.sensitive["s"].numpy()}, task="regression",
+                                    sensitive_kinds={"s": "binary"})
     model = linear(data.n_features, seed=3)
     params = trainable_parameters(model)
     loss = get_loss(loss_name)

@@ -43,8 +43,8 @@ from solvers.progress import epoch_logs, progress
 
 __all__ = ["CONSTRAINT_BATCHES", "DEFAULT_LR", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT",
            "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_LR", "LINEAR_MINIBATCH_STEPS", "MINIBATCH_MIN_EPOCHS",
-           "MINIBATCH_NETWORK_LR", "MINIBATCH_NETWORK_MIN_BATCH", "MINIBATCH_SHIFT", "MINIBATCH_STEPS", "SAFE_STEP_SPREAD",
-           "SQPOptions", "STABLE_STEP_SPREAD", "StochasticSQP", "auto_epochs"]
+           "MINIBATCH_NETWORK_LR", "MINIBATCH_NETWORK_MIN_BATCH", "MINIBATCH_SHIFT", "MINIBATCH_STEPS",
+           "SAFE_STEP_SPREAD", "SQPOptions", "STABLE_STEP_SPREAD", "StochasticSQP", "auto_epochs"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -174,7 +174,7 @@ class StochasticSQP:
     lr_ : float
         The initial step of the last fit, ``lr`` with "auto" resolved (0.75 for a network's
         mini-batch steps on batches of at least 256 rows, else 0.5, or less under the Gauss-Newton
-        metric of a linear model whose inputs move together: :attr:`lr_`).
+        metric of a linear model whose inputs move together: see the property).
     metric_spread_ : float or None
         The spread of the Gauss-Newton metric at the start of the last fit (``lr="auto"``, a linear
         model under that metric), :func:`solvers.curvature.metric_spread`.

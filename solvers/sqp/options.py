@@ -40,19 +40,19 @@ class SQPOptions:
         :data:`~solvers.sqp.engine.MINIBATCH_NETWORK_MIN_BATCH` (256) rows, which in the epochs'
         budget fit further with the longer steps (on smaller batches the longer step amplifies the
         gradient's noise); the resolved value is ``lr_`` after :meth:`fit`. A network's mini-batch
-        steps reach it over the first epoch (``lr_schedule`` "rsqrt"). Under the Gauss-Newton metric
-        of a linear model (``hessian``) the diagonal leaves out how the inputs move together: where
-        the metric's spread ``lambda`` (:func:`solvers.curvature.metric_spread`, the largest
-        eigenvalue of the Gauss-Newton matrix in its diagonal metric, about the number of inputs
-        that move together) puts ``0.5 * lambda`` above
-        :data:`~solvers.sqp.engine.STABLE_STEP_SPREAD` (4), the steps would overshoot along their
-        common direction and the loss oscillate, so "auto" takes ``3 / lambda``
-        (:data:`~solvers.sqp.engine.SAFE_STEP_SPREAD`; ``metric_spread_`` after :meth:`fit`). These values were chosen on
+        steps reach it over the first epoch (``lr_schedule`` "rsqrt"). These values were chosen on
         the binary cross-entropy, whose curvature in the output is at most 1/4; the squared error's
         is 2, and the first steps, taken at the metric's shift before the second moment has grown,
         are ``lr / sqrt(hessian_shift)`` times the gradient: on a standardised regression target the
         divergence guard backs off once in most such runs (and warns). Pass a smaller ``lr`` for
         ``loss="mse"`` (0.02 took no back-off in the runs measured, ``benchmarks/results/solver_notes.md``).
+        Under the Gauss-Newton metric of a linear model (``hessian``) the diagonal leaves out how
+        the inputs move together: where the metric's spread ``lambda``
+        (:func:`solvers.curvature.metric_spread`, the largest eigenvalue of the Gauss-Newton matrix
+        in its diagonal metric, about the number of inputs that move together) puts ``0.5 * lambda``
+        above :data:`~solvers.sqp.engine.STABLE_STEP_SPREAD` (4), the steps would overshoot along
+        their common direction and the loss oscillate, so "auto" takes ``3 / lambda``
+        (:data:`~solvers.sqp.engine.SAFE_STEP_SPREAD`; ``metric_spread_`` after :meth:`fit`).
     batch_size : int or None, default None
         Rows per objective mini-batch; None means full-batch gradients.
     constraint_batch : {"auto", "full", "snapshot", "batch", "balanced"}, default "auto"
