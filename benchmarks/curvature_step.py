@@ -12,9 +12,13 @@ with 0, 1, 3 or 7 noisy copies of every column appended (noise of standard devia
 under disparate impact >= 0.8, seeds 0-1, with ``lr`` 0.5, 0.35, 0.25, 0.15 and "auto" (the rule of
 :data:`solvers.sqp.engine.STABLE_STEP_SPREAD`). Per run: the step taken, the training loss's largest
 rise over its start (``max f / f_0``), whether the fit warned :class:`solvers.outcome.TrainingInstabilityWarning`,
-train and test accuracy::
+train and test accuracy. With ``--batch-size`` the fits take mini-batches (the gradient metric, then
+the polish under the Gauss-Newton one), ``lambda`` is the spread of the gradient metric's first steps
+(``StochasticSQP.start_spread_``) and each run is set beside the full batch's train accuracy::
 
     python benchmarks/curvature_step.py --data-dir ../shared/data --jobs 2
+    python benchmarks/curvature_step.py --batch-size 256 --steps auto 0.5 --out results/curvature_step/batch256 \
+        --data-dir ../shared/data --jobs 2
     python benchmarks/curvature_step.py --datasets communities-race --copies -1 --steps auto 0.5 --seeds 0
 """
 
@@ -76,7 +80,9 @@ def fit_cell(job: dict) -> dict:
     train = with_copies(train, job["copies"], attribute, 100 + job["seed"])
     test = with_copies(test, job["copies"], attribute, 200 + job["seed"])
     bounds = [("disparate_impact", attribute, job["delta"])] if job["delta"] else []
-    clf = FairClassifier(bounds, seed=job["seed"], lr=None if job["step"] == "auto" else job["step"], verbose=0)
+    batch = job.get("batch_size")
+    clf = FairClassifier(bounds, seed=job["seed"], lr=None if job["step"] == "auto" else job["step"], verbose=0,
+                         batch_size=batch)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -84,12 +90,20 @@ def fit_cell(job: dict) -> dict:
     seconds = time.perf_counter() - start
     f = clf.history_.column("f")
     f = f[np.isfinite(f)]
-    return {**{k: job[k] for k in ("task", "copies", "step", "delta", "seed")}, "n_features": int(train.X.shape[1]),
-            "lr": float(clf.engine_info_["lr"]), "spread": clf.engine_info_["metric_spread"],
-            "rise": float(f.max() / f[0]), "unstable": any(w.category.__name__ == "TrainingInstabilityWarning"
-                                                           for w in caught),
-            "train_acc": float(clf.score(train)), "test_acc": float(clf.score(test)),
-            "train_violation": float(clf.train_violation_), "seconds": seconds}
+    run = {**{k: job[k] for k in ("task", "copies", "step", "delta", "seed")}, "batch_size": batch,
+           "n_features": int(train.X.shape[1]), "lr": float(clf.engine_info_["lr"]),
+           "spread": clf.engine_info_["start_spread" if batch else "metric_spread"],
+           "rise": float(f.max() / f[0]), "unstable": any(w.category.__name__ == "TrainingInstabilityWarning"
+                                                          for w in caught),
+           "train_acc": float(clf.score(train)), "test_acc": float(clf.score(test)),
+           "train_violation": float(clf.train_violation_), "seconds": seconds}
+    if batch:  # the full batch's fit of the same data, for the accuracy a mini-batch run should keep
+        full = FairClassifier(bounds, seed=job["seed"], verbose=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            full.fit(train)
+        run["full_train_acc"] = float(full.score(train))
+    return run
 
 
 def with_spread(runs: list[dict]) -> list[dict]:
@@ -140,6 +154,11 @@ def cells(runs: list[dict]) -> list[dict]:
         auto = [r for r in rs if r["step"] == "auto"]
         if auto:
             row["auto lr"] = statistics.mean(r["lr"] for r in auto)
+        if all("full_train_acc" in r for r in rs):  # mini-batches: train accuracy against the full batch's
+            for step in STEPS:
+                part = [r for r in rs if r["step"] == step]
+                if part:
+                    row[f"{step}: train - full"] = statistics.mean(r["train_acc"] - r["full_train_acc"] for r in part)
         out.append(row)
     return out
 
@@ -173,12 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", nargs="+", type=int, default=list(COPIES))
     parser.add_argument("--steps", nargs="+", default=[str(s) for s in STEPS], help='"auto" or a fixed lr')
     parser.add_argument("--deltas", nargs="+", type=float, default=[0.0, 0.8], help="0: no bound")
+    parser.add_argument("--batch-size", type=int, default=None, help="mini-batches of so many rows (default: full)")
     parser.add_argument("--jobs", type=int, default=1, help="fits at a time (processes)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     steps = [s if s == "auto" else float(s) for s in args.steps]
     root = str(data_dir(args.data_dir))
-    todo = [{"task": t, "copies": k, "step": s, "delta": d, "seed": seed, "data_dir": root, "threads": args.threads}
+    todo = [{"task": t, "copies": k, "step": s, "delta": d, "seed": seed, "data_dir": root, "threads": args.threads,
+             "batch_size": args.batch_size}
             for t in args.datasets for k in args.copies for s in steps for d in args.deltas for seed in args.seeds]
     runs = []
     for i, run in pooled(fit_cell, todo, args.jobs):
@@ -189,10 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     header = ["# The step of the Gauss-Newton metric against how much the inputs move together", "",
               f"commit {commit()}; `python benchmarks/curvature_step.py "
               f"{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
-              "FairClassifier() (linear, full batch, 500 epochs), no bound and DI >= 0.8; the loader's data (copies "
-              f"-1) and its inputs as a plain matrix with 0, 1, 3 or 7 noisy copies (noise sd {NOISE}) of every "
-              "column; lambda: the Gauss-Newton metric's spread at the start (solvers.curvature.metric_spread), "
-              "beta: the step taken (lr)."]
+              ("FairClassifier() (linear, full batch, 500 epochs)" if args.batch_size is None else
+               f"FairClassifier(batch_size={args.batch_size}) (linear, epochs 'auto', the polish on all rows)")
+              + ", no bound and DI >= 0.8; the loader's data (copies -1) and its inputs as a plain matrix with 0, 1, "
+              f"3 or 7 noisy copies (noise sd {NOISE}) of every column; lambda: "
+              + ("the Gauss-Newton metric's spread at the start (solvers.curvature.metric_spread)"
+                 if args.batch_size is None else "the spread of the gradient metric's first steps "
+                 "(StochasticSQP.start_spread_, lambda_max(G) / sqrt(mu))")
+              + ", beta: the step taken (lr)."]
     write_grid(Path(args.out), runs, lambda r: (r["task"], r["copies"], str(r["step"]), r["delta"], r["seed"]),
                report(runs, header))
     return 0

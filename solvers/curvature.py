@@ -107,7 +107,8 @@ def gauss_newton_diagonal(model: CurvatureModel, loss_fn: LossFn, data: Any,
 
 
 def metric_spread(model: nn.Module, params: Sequence[torch.Tensor], curvature: CurvatureModel, loss_fn: LossFn,
-                  data: Any, shift: float, chunk_rows: int | None = None, seed: int = 0) -> float:
+                  data: Any, shift: float, chunk_rows: int | None = None, seed: int = 0,
+                  constant: bool = False) -> float:
     r"""How far the Gauss-Newton matrix reaches beyond its diagonal metric: the largest eigenvalue
 
     .. math:: \lambda = \lambda_{\max}\big(M^{-1/2} G M^{-1/2}\big), \qquad M = \operatorname{diag}(G) + \mu,
@@ -118,7 +119,9 @@ def metric_spread(model: nn.Module, params: Sequence[torch.Tensor], curvature: C
     correlated inputs, whose coupling the diagonal leaves out, make ``lambda`` large (about the number
     of inputs that move together), and the steps overshoot and oscillate along their common
     direction. ``lambda >= 1`` whenever ``G`` dominates ``mu`` on some coordinate; an orthogonal
-    design gives about 1.
+    design gives about 1. With ``constant``, ``M = shift`` on every coordinate instead: the metric
+    of a gradient-scaled ("adam") fit at its first steps, ``sqrt(mu)`` before the second moments
+    have grown, whose steps are ``beta / M`` times the gradient.
 
     Power iteration (at most :data:`SPREAD_ITERATIONS`, until the Rayleigh quotient changes by less
     than :data:`SPREAD_RTOL` of itself) from a seeded start, on at most :data:`SPREAD_ROWS` rows
@@ -140,11 +143,13 @@ def metric_spread(model: nn.Module, params: Sequence[torch.Tensor], curvature: C
     data : Dataset
         The training rows.
     shift : float
-        ``mu`` of the metric.
+        ``mu`` of the metric (with ``constant``, the metric itself).
     chunk_rows : int, optional
         Rows per block of the diagonal's pass (:func:`gauss_newton_diagonal`).
     seed : int
         Seed of the row sample and of the start vector.
+    constant : bool, default False
+        ``M = shift`` instead of ``diag(G) + shift``.
     """
     generator = torch.Generator().manual_seed(int(seed))
     n = len(data)
@@ -152,11 +157,14 @@ def metric_spread(model: nn.Module, params: Sequence[torch.Tensor], curvature: C
     if n > SPREAD_ROWS:  # a seeded sample: G is a mean over rows
         sample = data.subset(torch.randperm(n, generator=generator)[:SPREAD_ROWS].sort().values)
     params = list(params)
-    metric = gauss_newton_diagonal(curvature, loss_fn, sample, chunk_rows, params).to(torch.float64) + float(shift)
+    sizes = [p.numel() for p in params]
+    if constant:
+        metric = torch.full((sum(sizes),), float(shift), dtype=torch.float64)
+    else:
+        metric = gauss_newton_diagonal(curvature, loss_fn, sample, chunk_rows, params).to(torch.float64) + float(shift)
     scale = metric.clamp(min=torch.finfo(torch.float64).tiny).rsqrt()
     penalty = parameter_curvature(loss_fn, params)
     penalty = None if penalty is None else penalty.to(torch.float64)
-    sizes = [p.numel() for p in params]
     with torch.enable_grad():
         X = sample.X
         out = row_outputs(model(X), X.shape[0])

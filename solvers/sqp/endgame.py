@@ -45,6 +45,7 @@ class EndgameOptions(StepOptions, Protocol):
     polish_iterations: int
     lr_: float
     metric_spread_: float | None
+    start_spread_: float | None
     calibrate_exact: bool
     calibration_weight: float
     tol: float
@@ -291,7 +292,7 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
             "returned_iteration": returned, "iterations": last, "unmet_rows": unmet,
             "bound_offset": offset.tolist(), "row_names": cons.row_names,
             "restarts": state.restarts, "lr": float(options.lr_),
-            "metric_spread": options.metric_spread_,
+            "metric_spread": options.metric_spread_, "start_spread": options.start_spread_,
             "relaxed_steps": sum(r.get(COLUMN_QP_STATUS) == QP_RELAXED for r in history.records),
             "binding_rows": [cons.row_names[int(a[1:])] for a in kkt["active"]]}
     return FitResult(model=model, history=history, status=status, converged=converged, info=info)

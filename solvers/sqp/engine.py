@@ -178,6 +178,9 @@ class StochasticSQP:
     metric_spread_ : float or None
         The spread of the Gauss-Newton metric at the start of the last fit (``lr="auto"``, a linear
         model under that metric), :func:`solvers.curvature.metric_spread`.
+    start_spread_ : float or None
+        The spread of the gradient metric at the first steps of a linear model's mini-batch run
+        (``lr="auto"``).
     epochs_ : int
         The epochs of the last fit, ``epochs`` with "auto" resolved.
     state_ : SQPState
@@ -219,7 +222,8 @@ class StochasticSQP:
     numbers: ``stationarity``, ``complementarity``, ``violation`` (exact, total),
     ``violations`` (per row), ``c_exact``, ``feasible``, ``stationary``,
     ``returned_iteration``, ``relaxed_steps``, ``bound_offset`` (the calibration ``b``), ``lr``
-    (:attr:`lr_`) and ``metric_spread`` (:attr:`metric_spread_`).
+    (:attr:`lr_`), ``metric_spread`` and ``start_spread`` (:attr:`metric_spread_`,
+    :attr:`start_spread_`).
     """
 
     def __init__(self, options: SQPOptions | None = None, **settings: Any) -> None:
@@ -566,17 +570,19 @@ class StochasticSQP:
     def lr_(self) -> float:
         """``lr`` resolved: "auto" is :data:`MINIBATCH_NETWORK_LR` for the mini-batch steps of a network
         (more than one weight matrix among the trained tensors; a linear model has one) on batches of
-        at least :data:`MINIBATCH_NETWORK_MIN_BATCH` rows, else :data:`DEFAULT_LR`; under the
-        Gauss-Newton metric of a linear model whose spread ``lambda`` (``metric_spread_``) puts
-        ``DEFAULT_LR * lambda`` above :data:`STABLE_STEP_SPREAD`, ``SAFE_STEP_SPREAD / lambda``."""
+        at least :data:`MINIBATCH_NETWORK_MIN_BATCH` rows, else :data:`DEFAULT_LR`; for a linear
+        model whose spread ``lambda`` puts ``DEFAULT_LR * lambda`` above :data:`STABLE_STEP_SPREAD`,
+        ``SAFE_STEP_SPREAD / lambda``: under the Gauss-Newton metric (a full-batch fit, a mini-batch
+        run's polish) the spread of that metric (:attr:`metric_spread_`), in a mini-batch run's
+        steps under the gradient metric the spread of its start (:attr:`start_spread_`)."""
         if self.lr != "auto":
             return float(self.lr)
         network_steps = (getattr(self, "_minibatch", False) and getattr(self, "_network", False)
                          and int(self.batch_size) >= MINIBATCH_NETWORK_MIN_BATCH)
         if network_steps:
             return MINIBATCH_NETWORK_LR
-        spread = getattr(self, "_spread", None)
-        if spread is not None and self.hessian_ == "gauss-newton" and DEFAULT_LR * spread > STABLE_STEP_SPREAD:
+        spread = self.metric_spread_ if self.hessian_ == "gauss-newton" else self.start_spread_
+        if spread is not None and DEFAULT_LR * spread > STABLE_STEP_SPREAD:
             return SAFE_STEP_SPREAD / spread
         return DEFAULT_LR
 
@@ -586,6 +592,15 @@ class StochasticSQP:
         (:func:`solvers.curvature.metric_spread`), which ``lr="auto"`` reads (:attr:`lr_`); None when
         the fit had no such metric for a linear model or ``lr`` was given."""
         return getattr(self, "_spread", None)
+
+    @property
+    def start_spread_(self) -> float | None:
+        """The spread of the gradient ("adam") metric at the first steps of the last fit's mini-batch run
+        of a linear model, ``lambda_max(G) / sqrt(mu)`` (:func:`solvers.curvature.metric_spread` with
+        the constant metric ``sqrt(mu)``: the second moments have not grown, so each step is
+        ``beta / sqrt(mu)`` times the gradient), which ``lr="auto"`` reads for those steps
+        (:attr:`lr_`); None otherwise."""
+        return getattr(self, "_start_spread", None)
 
     @property
     def hessian_shift_(self) -> float:
@@ -716,17 +731,20 @@ class StochasticSQP:
         recognised = curvature_model(problem.model, problem.params)
         return recognised if recognised is not None and len(recognised.network.layers) == 1 else None
 
-    def _metric_spread(self, problem: FitProblem, linear: Any) -> float | None:
-        """The spread ``lambda`` of the Gauss-Newton metric at the starting parameters
-        (:func:`solvers.curvature.metric_spread`) for a linear model (``linear``, the recognised model
-        or None) under ``lr="auto"``, which :attr:`lr_` reads; None otherwise (it would not change
-        the step)."""
+    def _metric_spread(self, problem: FitProblem, linear: Any, constant: float | None = None) -> float | None:
+        """The spread ``lambda`` at the starting parameters (:func:`solvers.curvature.metric_spread`)
+        of the Gauss-Newton metric, or of the ``constant`` metric, for a linear model (``linear``, the
+        recognised model or None) under ``lr="auto"``, which :attr:`lr_` reads; None otherwise (it
+        would not change the step)."""
         if linear is None or self.lr != "auto":
             return None
-        shift = GAUSS_NEWTON_SHIFT if self.hessian_shift == "auto" else float(self.hessian_shift)
-        spread = metric_spread(problem.model, problem.params, linear, problem.loss_fn, problem.data, shift,
-                               self.chunk_rows, seed=int(self.seed))
-        logger.debug("Gauss-Newton metric spread %.3g at the start", spread)
+        if constant is None:
+            shift = GAUSS_NEWTON_SHIFT if self.hessian_shift == "auto" else float(self.hessian_shift)
+        spread = metric_spread(problem.model, problem.params, linear, problem.loss_fn, problem.data,
+                               shift if constant is None else constant, self.chunk_rows, seed=int(self.seed),
+                               constant=constant is not None)
+        logger.debug("%s metric spread %.3g at the start", "Gauss-Newton" if constant is None else "constant",
+                     spread)
         return spread
 
     def _resolve_metric(self, problem: FitProblem, full_batch: bool, named_loss: bool) -> None:
@@ -741,12 +759,14 @@ class StochasticSQP:
         parallel = isinstance(self._oracle, AllReduceDerivatives)
         # a network (lr_, its warm-up and polish start): more than one weight matrix among the trained tensors
         self._network = sum(p.dim() >= 2 for p in problem.params) > 1
-        self._spread = None
+        self._spread = self._start_spread = None
         if self.hessian == "auto":
             linear = self._linear_curvature(problem, named_loss)
             self._curvature, self._polish_curvature = (linear, None) if full_batch else (None, linear)
             self._hessian = "adam" if self._curvature is None else "gauss-newton"
             self._spread = self._metric_spread(problem, linear)
+            if not full_batch:  # the mini-batch steps under the gradient metric, from its start
+                self._start_spread = self._metric_spread(problem, linear, math.sqrt(self.hessian_shift_))
             return
         self._curvature = self._polish_curvature = None
         if self.hessian != "gauss-newton":
