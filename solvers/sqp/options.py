@@ -52,7 +52,10 @@ class SQPOptions:
         in its diagonal metric, about the number of inputs that move together) puts ``0.5 * lambda``
         above :data:`~solvers.sqp.engine.STABLE_STEP_SPREAD` (4), the steps would overshoot along
         their common direction and the loss oscillate, so "auto" takes ``3 / lambda``
-        (:data:`~solvers.sqp.engine.SAFE_STEP_SPREAD`; ``metric_spread_`` after :meth:`fit`).
+        (:data:`~solvers.sqp.engine.SAFE_STEP_SPREAD`; ``metric_spread_`` after :meth:`fit`). A
+        linear model's mini-batch steps under the gradient metric take the same rule with the spread
+        of that metric's first steps, ``lambda_max(G) / sqrt(mu)`` (``start_spread_``), whose steps
+        are ``lr / sqrt(mu)`` times the gradient before the second moments grow.
     batch_size : int or None, default None
         Rows per objective mini-batch; None means full-batch gradients.
     constraint_batch : {"auto", "full", "snapshot", "batch", "balanced"}, default "auto"
