@@ -158,13 +158,14 @@ def metric_spread(model: nn.Module, params: Sequence[torch.Tensor], curvature: C
         sample = data.subset(torch.randperm(n, generator=generator)[:SPREAD_ROWS].sort().values)
     params = list(params)
     sizes = [p.numel() for p in params]
+    host = {"device": "cpu", "dtype": torch.float64}  # the iteration's vectors; the products on the model's device
     if constant:
-        metric = torch.full((sum(sizes),), float(shift), dtype=torch.float64)
+        metric = torch.full((sum(sizes),), float(shift), **host)
     else:
-        metric = gauss_newton_diagonal(curvature, loss_fn, sample, chunk_rows, params).to(torch.float64) + float(shift)
+        metric = gauss_newton_diagonal(curvature, loss_fn, sample, chunk_rows, params).to(**host) + float(shift)
     scale = metric.clamp(min=torch.finfo(torch.float64).tiny).rsqrt()
     penalty = parameter_curvature(loss_fn, params)
-    penalty = None if penalty is None else penalty.to(torch.float64)
+    penalty = None if penalty is None else penalty.to(**host)
     with torch.enable_grad():
         X = sample.X
         out = row_outputs(model(X), X.shape[0])
@@ -174,11 +175,12 @@ def metric_spread(model: nn.Module, params: Sequence[torch.Tensor], curvature: C
 
         def product(v: torch.Tensor) -> torch.Tensor:
             """``G v`` (float64, flat)."""
-            pieces = [part.reshape(p.shape).to(p.dtype) for part, p in zip(torch.split(v, sizes), params)]
+            pieces = [part.reshape(p.shape).to(device=p.device, dtype=p.dtype)
+                      for part, p in zip(torch.split(v, sizes), params)]
             inner = sum((a * b).sum() for a, b in zip(pulled, pieces))
             (pushed,) = torch.autograd.grad(inner, probe, retain_graph=True)  # J_out v
             back = torch.autograd.grad(out, params, grad_outputs=weight * pushed.detach(), retain_graph=True)
-            result = torch.cat([b.reshape(-1) for b in back]).to(torch.float64)
+            result = torch.cat([b.reshape(-1) for b in back]).to(**host)
             return result if penalty is None else result + penalty * v
 
         x = torch.randn(sum(sizes), generator=generator, dtype=torch.float64)
