@@ -44,7 +44,7 @@ from solvers.progress import epoch_logs, progress
 __all__ = ["CONSTRAINT_BATCHES", "DEFAULT_LR", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT",
            "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_LR", "LINEAR_MINIBATCH_STEPS", "MINIBATCH_MIN_EPOCHS",
            "MINIBATCH_NETWORK_LR", "MINIBATCH_NETWORK_MIN_BATCH", "MINIBATCH_SHIFT", "MINIBATCH_STEPS",
-           "SAFE_STEP_SPREAD", "SQPOptions", "STABLE_STEP_SPREAD", "StochasticSQP", "auto_epochs"]
+           "SAFE_STEP_SPREAD", "SQPOptions", "STABLE_STEP_SPREAD", "StochasticSQP", "auto_epochs", "spread_step"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -87,6 +87,15 @@ MINIBATCH_SHIFT = 0.05
 #: (a column's curvature is its frequency times ``p (1 - p)``: the shift bounds the step of a column
 #: too rare to have curvature).
 GAUSS_NEWTON_SHIFT = 0.01
+
+
+def spread_step(spread: float | None) -> float | None:
+    """The step ``lr="auto"`` takes for a linear model at the metric's spread ``lambda``:
+    ``SAFE_STEP_SPREAD / lambda`` where ``DEFAULT_LR * lambda > STABLE_STEP_SPREAD``, else None
+    (:data:`DEFAULT_LR` stands, as it does without a spread)."""
+    if spread is None or DEFAULT_LR * spread <= STABLE_STEP_SPREAD:
+        return None
+    return SAFE_STEP_SPREAD / spread
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool = False,
@@ -348,6 +357,10 @@ class StochasticSQP:
             state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr_), v=v)
         state.start_iteration = state.iteration
         self.state_ = state
+        step = spread_step(self._step_spread) if self.lr == "auto" else None
+        if step is not None:
+            logger.info("SQP: the inputs move together (metric spread %.3g at the start): lr='auto' takes %.3g "
+                        "instead of %g", self._step_spread, step, DEFAULT_LR)
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
         self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None, self.lr_)
                         if self.epochs == "auto" else int(self.epochs))
@@ -581,10 +594,14 @@ class StochasticSQP:
                          and int(self.batch_size) >= MINIBATCH_NETWORK_MIN_BATCH)
         if network_steps:
             return MINIBATCH_NETWORK_LR
-        spread = self.metric_spread_ if self.hessian_ == "gauss-newton" else self.start_spread_
-        if spread is not None and DEFAULT_LR * spread > STABLE_STEP_SPREAD:
-            return SAFE_STEP_SPREAD / spread
-        return DEFAULT_LR
+        step = spread_step(self._step_spread)
+        return DEFAULT_LR if step is None else step
+
+    @property
+    def _step_spread(self) -> float | None:
+        """The spread that sets ``lr="auto"`` under the current metric: the Gauss-Newton metric's, or
+        the gradient metric's at its first steps (:attr:`lr_`)."""
+        return self.metric_spread_ if self.hessian_ == "gauss-newton" else self.start_spread_
 
     @property
     def metric_spread_(self) -> float | None:
