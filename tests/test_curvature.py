@@ -397,3 +397,34 @@ def test_inputs_that_move_together_train_without_oscillating(batch_size, seed):
     assert runs[0.5][1] or batch_size is not None  # (a mini-batch run's warning reads the epoch ends)
     assert runs["auto"][0] < 1.05 and not runs["auto"][1]
     assert runs["auto"][2] <= runs[0.5][2] + 2e-3
+
+
+@pytest.mark.parametrize("batch_size", [None, 256])
+def test_a_resumed_fit_keeps_the_step_of_its_start(batch_size):
+    """3 + 3 resumed epochs == 6 epochs for a linear model whose spread shortens ``lr="auto"``: the
+    checkpoint carries the start's spreads (measured again at the resumed parameters they would
+    set another step); a checkpoint without them measures them anew, a malformed one is refused."""
+    data = _correlated(n=1000, together=16, seed=4)
+
+    def fit(epochs, resume=None, model=None):
+        model = model if model is not None else linear(data.n_features, seed=0)
+        engine = StochasticSQP(epochs=epochs, batch_size=batch_size, polish_iterations=0, seed=0, verbose=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            engine.fit(model, data, constraints=[DisparateImpact("s", delta=0.9)], resume=resume)
+        return engine, model
+
+    whole_engine, whole = fit(6)
+    first_engine, first = fit(3)
+    saved = first_engine.state_dict()
+    assert saved["spreads"] == [first_engine.metric_spread_, first_engine.start_spread_]
+    assert whole_engine.lr_ < 0.5  # the spread shortened the step
+    resumed_engine, resumed = fit(3, resume=saved, model=first)
+    for a, b in zip(whole.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)
+    assert resumed_engine.lr_ == whole_engine.lr_ and resumed_engine.state_ == whole_engine.state_
+    with pytest.raises(ValueError, match="invalid checkpoint state, spreads"):
+        fit(1, resume={**first_engine.state_dict(), "spreads": [-1.0, None]}, model=linear(data.n_features, seed=0))
+    old = {k: v for k, v in first_engine.state_dict().items() if k != "spreads"}
+    again, _ = fit(1, resume=old, model=linear(data.n_features, seed=0))
+    assert again.metric_spread_ is not None  # measured at the resumed parameters

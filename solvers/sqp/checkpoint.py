@@ -12,10 +12,10 @@ from solvers.outcome import BestIterate
 from solvers.problem import assign_parameters
 from solvers.sqp.snapshot import ConstraintSnapshot
 from solvers.sqp.state import SQPState
-from solvers.validation import check_flag, finite_float, positive_float, positive_int
+from solvers.validation import check_flag, finite_float, nonnegative_float, positive_float, positive_int
 
 __all__ = ["CHECKPOINT_FORMAT", "STATE_KEYS", "check_resumed_state", "checkpoint", "restore_checkpoint",
-           "resume_iterates", "resume_snapshot"]
+           "resume_iterates", "resume_snapshot", "resumed_spreads"]
 
 #: Version of the checkpoint layout (``state_dict()["format"]``).
 CHECKPOINT_FORMAT = 1
@@ -25,13 +25,16 @@ STATE_KEYS = ("tau", "xi", "beta", "L", "Gamma", "merit_avg", "since_change", "i
 
 
 def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_params: torch.Tensor,
-               tracker: BestIterate, metric: str = "adam", snapshot: ConstraintSnapshot | None = None) -> dict:
+               tracker: BestIterate, metric: str = "adam", snapshot: ConstraintSnapshot | None = None,
+               spreads: tuple[float | None, float | None] = (None, None)) -> dict:
     """The content of :meth:`StochasticSQP.state_dict <solvers.sqp.StochasticSQP.state_dict>`:
     the engine state as a dict (:meth:`SQPState.to_dict <solvers.sqp.state.SQPState.to_dict>`),
     a copy of its Hessian accumulator ``v`` and the metric it belongs to (``hessian_``: a second
     moment of the gradients for "adam" and "adagrad", a curvature for "gauss-newton"), the
     sampling generator's state, the number of constraint rows, the last iterate, the
-    tracker's best iterate and the constraint snapshot's state (None without a snapshot)."""
+    tracker's best iterate, the constraint snapshot's state (None without a snapshot) and the
+    metric spreads of the fit's start (``metric_spread_``, ``start_spread_``, which set
+    ``lr="auto"``)."""
     return {
         "format": CHECKPOINT_FORMAT,
         "state": state.to_dict(),
@@ -44,7 +47,24 @@ def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_pa
             "params": tracker.best.params.clone(), "f": float(tracker.best.f),
             "c_exact": tracker.best.c_exact.clone(), "iteration": int(tracker.best.iteration)},
         "snapshot": None if snapshot is None else snapshot.state_dict(),
+        "spreads": [None if v is None else float(v) for v in spreads],
     }
+
+
+def resumed_spreads(resume: dict, metric: float | None, start: float | None) -> tuple[float | None, float | None]:
+    """The metric spreads a resumed fit's ``lr="auto"`` reads: the checkpoint's (those of the run's
+    start, so that the resumed steps are the uninterrupted run's), else ``metric`` and ``start``,
+    measured at the resumed parameters (a checkpoint written before spreads were kept)."""
+    saved = resume.get("spreads")
+    if saved is None:
+        return metric, start
+    try:
+        if not isinstance(saved, (list, tuple)) or len(saved) != 2:
+            raise ValueError(f"spreads: expected [metric spread, start spread], got {saved!r}")
+        metric, start = (None if v is None else nonnegative_float(v, "spreads") for v in saved)
+    except ValueError as exc:
+        raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
+    return metric, start
 
 
 def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_rows: int,

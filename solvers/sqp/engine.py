@@ -28,7 +28,7 @@ from solvers.losses import LossFn, check_targets, constant_loss, get_loss, loss_
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
 from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
-from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot
+from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot, resumed_spreads
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
 from solvers.sqp.oracles import derivative_oracle
 from solvers.sqp.endgame import MAX_RESTARTS, TailAverage, blew_up, finish, polish, polish_last
@@ -353,6 +353,7 @@ class StochasticSQP:
         v = torch.zeros(sum(p.numel() for p in problem.params), dtype=problem.params[0].dtype)
         if resume is not None:
             state = restore_checkpoint(resume, v, gen, m, self.hessian_)
+            self._spread, self._start_spread = resumed_spreads(resume, self._spread, self._start_spread)
         else:
             state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr_), v=v)
         state.start_iteration = state.iteration
@@ -688,7 +689,10 @@ class StochasticSQP:
             parts), ``snapshot`` (mini-batch steps under ``constraint_batch="snapshot"``: the
             constraint snapshot and its drift-adapted spacing,
             :meth:`~solvers.sqp.snapshot.ConstraintSnapshot.state_dict`; None otherwise; a
-            checkpoint without it refreshes afresh). Only tensors, strings and
+            checkpoint without it refreshes afresh), ``spreads`` (:attr:`metric_spread_` and
+            :attr:`start_spread_` of the fit's start, which ``lr="auto"`` keeps reading when
+            resumed; a checkpoint without them measures them at the resumed parameters). Only
+            tensors, strings and
             Python scalars: ``torch.save`` it and read it back with
             ``torch.load(path, weights_only=True)``. ``epochs_done`` counts completed
             epochs: after a stop by a callback, resuming continues from the last
@@ -702,7 +706,7 @@ class StochasticSQP:
         if not hasattr(self, "state_"):
             raise RuntimeError("state_dict: the engine has no state yet; call fit() first")
         return checkpoint(self.state_, self._generator, self._n_rows, self._last_params, self._tracker,
-                          self.hessian_, self._snapshot)
+                          self.hessian_, self._snapshot, (self.metric_spread_, self.start_spread_))
 
     # ------------------------------------------------------------------ pieces
     def _balanced_sampler(self, data: Any, strata: Any, n: int, gen: torch.Generator) -> BalancedSampler:
