@@ -51,13 +51,21 @@ def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_pa
     }
 
 
-def resumed_spreads(resume: dict, metric: float | None, start: float | None) -> tuple[float | None, float | None]:
-    """The metric spreads a resumed fit's ``lr="auto"`` reads: the checkpoint's (those of the run's
-    start, so that the resumed steps are the uninterrupted run's), else ``metric`` and ``start``,
-    measured at the resumed parameters (a checkpoint written before spreads were kept)."""
+def resumed_spreads(resume: dict) -> tuple[float | None, float | None] | None:
+    """The metric spreads ``(metric_spread_, start_spread_)`` of the run a checkpoint continues,
+    which a resumed fit's ``lr="auto"`` reads so that its steps are the uninterrupted run's; None for
+    a checkpoint written before spreads were kept (the fit then measures them at the resumed
+    parameters)."""
     saved = resume.get("spreads")
     if saved is None:
-        return metric, start
+        return None
+    try:
+        if not isinstance(saved, (list, tuple)) or len(saved) != 2:
+            raise ValueError(f"spreads: expected [metric spread, start spread], got {saved!r}")
+        metric, start = (None if v is None else nonnegative_float(v, "spreads") for v in saved)
+    except ValueError as exc:
+        raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
+    return metric, start
     try:
         if not isinstance(saved, (list, tuple)) or len(saved) != 2:
             raise ValueError(f"spreads: expected [metric spread, start spread], got {saved!r}")

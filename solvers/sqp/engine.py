@@ -353,8 +353,10 @@ class StochasticSQP:
         v = torch.zeros(sum(p.numel() for p in problem.params), dtype=problem.params[0].dtype)
         if resume is not None:
             state = restore_checkpoint(resume, v, gen, m, self.hessian_)
-            self._spread, self._start_spread = resumed_spreads(resume, self._spread, self._start_spread)
+            saved = resumed_spreads(resume)
+            self._spread, self._start_spread = saved if saved is not None else self._measure_spreads(problem)
         else:
+            self._spread, self._start_spread = self._measure_spreads(problem)  # before lr_ is read
             state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr_), v=v)
         state.start_iteration = state.iteration
         self.state_ = state
@@ -752,21 +754,25 @@ class StochasticSQP:
         recognised = curvature_model(problem.model, problem.params)
         return recognised if recognised is not None and len(recognised.network.layers) == 1 else None
 
-    def _metric_spread(self, problem: FitProblem, linear: Any, constant: float | None = None) -> float | None:
-        """The spread ``lambda`` at the starting parameters (:func:`solvers.curvature.metric_spread`)
-        of the Gauss-Newton metric, or of the ``constant`` metric, for a linear model (``linear``, the
-        recognised model or None) under ``lr="auto"``, which :attr:`lr_` reads; None otherwise (it
-        would not change the step)."""
-        if linear is None or self.lr != "auto":
-            return None
-        if constant is None:
-            shift = GAUSS_NEWTON_SHIFT if self.hessian_shift == "auto" else float(self.hessian_shift)
-        spread = metric_spread(problem.model, problem.params, linear, problem.loss_fn, problem.data,
-                               shift if constant is None else constant, self.chunk_rows, seed=int(self.seed),
-                               constant=constant is not None)
-        logger.debug("%s metric spread %.3g at the start", "Gauss-Newton" if constant is None else "constant",
-                     spread)
-        return spread
+    def _measure_spreads(self, problem: FitProblem) -> tuple[float | None, float | None]:
+        """``(metric_spread_, start_spread_)`` at the starting parameters
+        (:func:`solvers.curvature.metric_spread`), which ``lr="auto"`` reads (:attr:`lr_`): for a
+        linear model under the Gauss-Newton metric (its fit's or its polish's), the spread of that
+        metric, and for a linear model's mini-batch steps under the gradient metric (the model kept
+        for the polish, :meth:`_resolve_metric`), the spread of that metric's first steps, the
+        constant ``sqrt(mu)``; None where there is no such model or ``lr`` was given (it would not
+        change the step)."""
+        linear = self._curvature if self._curvature is not None else self._polish_curvature
+        if linear is None or len(linear.network.layers) != 1 or self.lr != "auto":
+            return None, None
+        shift = GAUSS_NEWTON_SHIFT if self.hessian_shift == "auto" else float(self.hessian_shift)
+        measure = partial(metric_spread, problem.model, problem.params, linear, problem.loss_fn, problem.data,
+                          chunk_rows=self.chunk_rows, seed=int(self.seed))
+        spread = measure(shift)
+        start = measure(math.sqrt(self.hessian_shift_), constant=True) if self._polish_curvature is not None else None
+        logger.debug("metric spreads at the start: Gauss-Newton %.3g, gradient metric's first steps %s", spread,
+                     "none" if start is None else f"{start:.3g}")
+        return spread, start
 
     def _resolve_metric(self, problem: FitProblem, full_batch: bool, named_loss: bool) -> None:
         """Set the fit's metric (``hessian_``) and the model behind the Gauss-Newton one
@@ -780,14 +786,10 @@ class StochasticSQP:
         parallel = isinstance(self._oracle, AllReduceDerivatives)
         # a network (lr_, its warm-up and polish start): more than one weight matrix among the trained tensors
         self._network = sum(p.dim() >= 2 for p in problem.params) > 1
-        self._spread = self._start_spread = None
         if self.hessian == "auto":
             linear = self._linear_curvature(problem, named_loss)
             self._curvature, self._polish_curvature = (linear, None) if full_batch else (None, linear)
             self._hessian = "adam" if self._curvature is None else "gauss-newton"
-            self._spread = self._metric_spread(problem, linear)
-            if not full_batch:  # the mini-batch steps under the gradient metric, from its start
-                self._start_spread = self._metric_spread(problem, linear, math.sqrt(self.hessian_shift_))
             return
         self._curvature = self._polish_curvature = None
         if self.hessian != "gauss-newton":
@@ -801,5 +803,3 @@ class StochasticSQP:
                              "parameters trained, optionally followed by a fixed affine output: "
                              "fairopt.models.linear or mlp as the estimators build them); use 'adam' for other "
                              "models")
-        if len(self._curvature.network.layers) == 1:
-            self._spread = self._metric_spread(problem, self._curvature)
