@@ -66,13 +66,6 @@ def resumed_spreads(resume: dict) -> tuple[float | None, float | None] | None:
     except ValueError as exc:
         raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
     return metric, start
-    try:
-        if not isinstance(saved, (list, tuple)) or len(saved) != 2:
-            raise ValueError(f"spreads: expected [metric spread, start spread], got {saved!r}")
-        metric, start = (None if v is None else nonnegative_float(v, "spreads") for v in saved)
-    except ValueError as exc:
-        raise ValueError(f"resume: invalid checkpoint state, {exc}") from None
-    return metric, start
 
 
 def restore_checkpoint(resume: Any, v: torch.Tensor, gen: torch.Generator, n_rows: int,
