@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 import torch
 
@@ -19,11 +19,14 @@ from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals,
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
-__all__ = ["MAX_RESTARTS", "POLISH_DECAY", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions",
-           "TailAverage", "blew_up", "finish", "polish", "polish_last", "polish_length", "still_restoring"]
+__all__ = ["ALL_ROWS_RISE", "MAX_RESTARTS", "Anchor", "POLISH_DECAY", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions",
+           "TailAverage", "all_rows_blew_up", "blew_up", "finish", "loss_ceiling", "polish", "polish_last", "polish_length", "still_restoring"]
 
 #: Divergence-guard restarts (:func:`blew_up`) after which a run is "diverged".
 MAX_RESTARTS = 10
+#: Mini-batch divergence guard on all rows (:func:`all_rows_blew_up`): an all-rows objective above
+#: this many times the loss ceiling ``max(|f_0|, f_const)`` sends the run back to its anchor.
+ALL_ROWS_RISE = 2.0
 #: The polish may run this many times ``polish_iterations`` while it still restores feasibility.
 POLISH_EXTENSION = 4
 #: Iterates over which the polish must reduce the largest exact row violation to go on.
@@ -53,13 +56,33 @@ class EndgameOptions(StepOptions, Protocol):
     chunk_rows: int | None
 
 
+class Anchor(NamedTuple):
+    """Where a mini-batch run's divergence guard sends it back: an all-rows iterate at most the loss
+    ceiling (:func:`loss_ceiling`), its ``iteration``, flat ``params`` and the metric's accumulator
+    ``v`` there. ``v`` goes back too: the squared gradients of overshooting steps would otherwise
+    keep ``h = sqrt(v + mu)`` large, and the steps short, for about ``1 / (1 - beta2)`` iterations."""
+
+    iteration: int
+    params: torch.Tensor
+    v: torch.Tensor
+    f: float
+
+    @classmethod
+    def at(cls, state: SQPState, params: list[torch.Tensor], f: float) -> "Anchor":
+        return cls(state.iteration, flat_parameters(params), state.v.detach().clone(), float(f))
+
+    def restore(self, state: SQPState, params: list[torch.Tensor]) -> None:
+        assign_parameters(params, self.params)
+        state.v.copy_(self.v)
+
+
 def blew_up(f: float, state: SQPState, tracker: BestIterate, params: list[torch.Tensor],
-            anchor: tuple[int, torch.Tensor] | None, on_all_rows: bool = True) -> bool:
+            anchor: Anchor | None, on_all_rows: bool = True) -> bool:
     """Divergence guard: an objective above ``10 |f_0| + 1e-8`` (``f_0`` the first one on
     all rows) sends the parameters back to the best iterate and halves ``beta``. With
     mini-batches ``f`` is the batch objective; its noise is far below a factor of 10
     unless the run is blowing up (the starting point is always a candidate there), and the
-    parameters go back to ``anchor``, the last sane epoch-end iterate ``(iteration, params)``."""
+    parameters go back to ``anchor``, the last sane all-rows iterate (:class:`Anchor`)."""
     if on_all_rows and state.f_first is None:
         state.f_first = f
     first = state.f_first
@@ -70,14 +93,46 @@ def blew_up(f: float, state: SQPState, tracker: BestIterate, params: list[torch.
     if on_all_rows or anchor is None:
         tracker.restore(params)
         back_to = tracker.best.iteration
-    else:  # mini-batch: the last epoch-end iterate (the best one may be the untrained start)
-        assign_parameters(params, anchor[1])
-        back_to = anchor[0]
+    else:  # mini-batch: the last sane all-rows iterate (the best one may be the untrained start)
+        anchor.restore(state, params)
+        back_to = anchor.iteration
     state.beta *= 0.5
     state.beta_scale *= 0.5
     state.restarts += 1
     logger.info("SQP: objective %.3g at iteration %d exceeds 10x the initial %.3g; back to iteration %d "
                    "with learning rate %.3g", f, state.iteration, first, back_to, state.beta)
+    return True
+
+
+def loss_ceiling(f_first: float | None, f_constant: float | None) -> float:
+    """``max(|f_0|, f_const)``: the loss a sane iterate stays under (``f_0`` the start's on all rows,
+    ``f_const`` the best constant output's, None where unknown; inf when both are). A model that meets
+    every bound from a constant start, or a bound that a constant output meets (group rates,
+    dependence measures), can always do as well as the worse of the two, so an iterate beyond it has
+    learned nothing the run should keep."""
+    known = [v for v in (None if f_first is None else abs(f_first), f_constant) if v is not None and math.isfinite(v)]
+    return max(known) if known else math.inf
+
+
+def all_rows_blew_up(f_all: float, ceiling: float, state: SQPState, params: list[torch.Tensor],
+                     anchor: Anchor | None) -> bool:
+    """Mini-batch divergence guard on an all-rows evaluation (an epoch's end, a snapshot refresh):
+    ``f_all`` non-finite or above ``ALL_ROWS_RISE * ceiling`` (:func:`loss_ceiling`) sends the
+    parameters (and the metric's ``v``) back to ``anchor``, the last all-rows iterate at most
+    ``ceiling``, and halves the step, as :func:`blew_up` does. Several steps that each overshoot a little (a step too long for
+    curvature that grew as a network fitted) raise the loss over an epoch without one batch ten
+    times its start; the anchor of :func:`blew_up` might then be an iterate already damaged
+    (hidden units pushed off, every row in one class), from which the remaining epochs do not
+    recover. At most :data:`MAX_RESTARTS` times; False without an anchor."""
+    if anchor is None or state.restarts >= MAX_RESTARTS or (math.isfinite(f_all) and f_all <= ALL_ROWS_RISE * ceiling):
+        return False
+    anchor.restore(state, params)
+    state.beta *= 0.5
+    state.beta_scale *= 0.5
+    state.restarts += 1
+    logger.info("SQP: objective %.3g on all rows at iteration %d exceeds %g x %.3g (the larger of the start's "
+                "and the best constant's); back to iteration %d with learning rate %.3g", f_all, state.iteration,
+                ALL_ROWS_RISE, ceiling, anchor.iteration, state.beta)
     return True
 
 

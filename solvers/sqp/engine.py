@@ -31,7 +31,8 @@ from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot, resumed_spreads
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
 from solvers.sqp.oracles import derivative_oracle
-from solvers.sqp.endgame import MAX_RESTARTS, TailAverage, blew_up, finish, polish, polish_last
+from solvers.sqp.endgame import (MAX_RESTARTS, Anchor, TailAverage, all_rows_blew_up, blew_up, finish, loss_ceiling, polish,
+                                 polish_last)
 from solvers.sqp.optimality import evaluate_all, offer_and_test_kkt
 from solvers.sqp.options import CONSTRAINT_BATCHES, OPTION_NAMES, SQPOptions
 from solvers.sqp.schedules import end_of_epoch, rsqrt_beta
@@ -150,8 +151,8 @@ class _Run:
     screen: RowScreen | None
     drawn: Callable[[Any, torch.Tensor], None] | None
     tail: TailAverage | None = None
-    #: mini-batch: the last sane all-rows candidate ``(iteration, params)`` (divergence guard)
-    anchor: tuple[int, torch.Tensor] | None = None
+    #: mini-batch: the last sane all-rows candidate (divergence guard)
+    anchor: Anchor | None = None
 
 
 class StochasticSQP:
@@ -330,7 +331,8 @@ class StochasticSQP:
                 logger.info("epoch %d: f=%.5f V=%.3e tau=%.3e beta=%.2e", epoch, history[-1]["f"], history[-1]["V"],
                             state.tau, state.beta)
         polished, status = self._end_game(run, status)
-        run.problem.f_constant = constant_loss(loss_fn, data, self.chunk_rows) if self._reduce is None else None
+        if run.problem.f_constant is None and self._reduce is None:  # a mini-batch run's is known from its start
+            run.problem.f_constant = constant_loss(loss_fn, data, self.chunk_rows)
         # called from here, so that a BoundWarning points at the caller of fit
         return finish(run.problem, self, run.offset, run.state, run.tracker, run.history, status,
                       last=run.state.iteration + polished)
@@ -386,6 +388,8 @@ class StochasticSQP:
         if resume is not None:
             resume_snapshot(resume, run.snapshot, v.numel(), m)
         self._snapshot = run.snapshot
+        if not full_batch and self._reduce is None:  # the all-rows divergence guard's ceiling (_offer)
+            problem.f_constant = constant_loss(problem.loss_fn, data, self.chunk_rows)
         if not full_batch and run.snapshot is None:
             # the starting point is a candidate (a run that fails early returns it); refreshes offer theirs
             self._offer_all_rows(run)
@@ -563,7 +567,10 @@ class StochasticSQP:
         p = run.problem
         full = p.on_all_rows(objective_gradient=False)  # the snapshot and the candidate need no g
         run.snapshot.refresh(p.params, full)
-        self._offer(run, full.f, full.c_exact)
+        if self._offer(run, full.f, full.c_exact):  # the guard sent the parameters back: the snapshot is of there
+            full = p.on_all_rows(objective_gradient=False)
+            run.snapshot.refresh(p.params, full, measure=False)
+            self._offer(run, full.f, full.c_exact)
         if self.calibrate_exact and full.c_exact is not None:
             run.offset = calibrate(run.offset, full.c_exact - full.c, p.lower, p.upper, self.calibration_weight)
 
@@ -655,22 +662,31 @@ class StochasticSQP:
 
     def _offer_all_rows(self, run: _Run) -> None:
         """Mini-batch candidate (:func:`solvers.sqp.optimality.evaluate_all` on all rows) for the
-        returned model; a sane one (finite objective within ``10 |f_0|``, ``f_0`` the start's)
-        becomes the divergence guard's anchor."""
+        returned model, and the divergence guard on all rows (:meth:`_offer`)."""
         p = run.problem
         f_all, c_all = evaluate_all(p.model, p.loss_fn, p.cons, p.data, self.chunk_rows, self._reduce)
         self._offer(run, f_all, c_all)
 
-    def _offer(self, run: _Run, f_all: float, c_all: torch.Tensor | None) -> None:
+    def _offer(self, run: _Run, f_all: float, c_all: torch.Tensor | None) -> bool:
         """Offer the current iterate, measured on all rows (objective ``f_all``, exact rows
-        ``c_all``), to the tracker; a sane one becomes the divergence guard's anchor
-        (:meth:`_offer_all_rows`)."""
+        ``c_all``), to the tracker. A sane one, ``f_all`` at most the loss ceiling
+        ``max(|f_0|, f_const)`` (:func:`solvers.sqp.endgame.loss_ceiling`: the start's and the best
+        constant's), becomes the divergence guard's anchor; one far above it sends the parameters
+        back there (:func:`solvers.sqp.endgame.all_rows_blew_up`). Whether it did."""
         state, params = run.state, run.problem.params
         run.tracker.offer(params, f_all, c_all, state.iteration)
         if state.f_first is None:
             state.f_first = f_all
-        if math.isfinite(f_all) and f_all <= 10.0 * abs(state.f_first) + 1e-8:
-            run.anchor = (state.iteration, flat_parameters(params))
+        ceiling = loss_ceiling(state.f_first, run.problem.f_constant)
+        if math.isfinite(f_all) and f_all <= ceiling:
+            if run.anchor is None or f_all <= run.anchor.f:
+                run.anchor = Anchor.at(state, params, f_all)
+            return False
+        if not all_rows_blew_up(f_all, ceiling, state, params, run.anchor):
+            return False
+        if run.tail is not None:  # the polish must not start from an average over the overshooting steps
+            run.tail = TailAverage(params)
+        return True
 
     def state_dict(self) -> dict:
         """The engine's state after :meth:`fit`, to continue training with ``fit(..., resume=)``.

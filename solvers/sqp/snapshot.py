@@ -90,12 +90,14 @@ class ConstraintSnapshot:
         """Whether step ``step_in_epoch`` (0-based, within its epoch) refreshes the snapshot."""
         return self.params is None or step_in_epoch % self.every == 0
 
-    def refresh(self, params: list[torch.Tensor], full: Derivatives) -> None:
+    def refresh(self, params: list[torch.Tensor], full: Derivatives, measure: bool = True) -> None:
         """Store the full-data rows and Jacobian ``full`` taken at the current ``params`` (with a drift
-        tolerance, first measure the old snapshot's drift there and adapt the spacing)."""
+        tolerance and ``measure``, first measure the old snapshot's drift there and adapt the spacing;
+        ``measure=False`` after the divergence guard sent the parameters back, which is no drift of
+        the steps')."""
         w = flat_parameters(params).to(torch.float64)
         c = full.c.detach().to(torch.float64)
-        if self.drift_tol is not None and self.params is not None and c.numel():
+        if measure and self.drift_tol is not None and self.params is not None and c.numel():
             error = (c - self.c - self.J @ (w - self.params)).abs()
             self.drift = float((error / self.drift_tol).max())  # one tolerance broadcasts over the rows
             if self.drift > 1.0:
