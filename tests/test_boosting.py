@@ -391,6 +391,41 @@ def test_boosted_scores_remembered_rows_follow_in_place_changes():
     np.testing.assert_array_equal(model(X.clone()).numpy(), changed)
 
 
+@pytest.mark.parametrize("constrained", [False, True])
+def test_the_returned_model_remembers_its_training_scores_bit_for_bit(constrained):
+    """A fit that returns its last round hands its model LightGBM's running scores of the training rows (no
+    second pass of every row through every tree): they equal, bit for bit, what a model rebuilt from the
+    saved trees predicts for those rows."""
+    data, _, _ = _classification()
+    cons = [DisparateImpact("s", 0.8, surrogate=Sigmoid(scale=1.0))] if constrained else []
+    result, _ = _fit(data, loss="bce", constraints=cons, engine={"rounds": 80, "max_take_backs": 0})
+    model = result.model
+    assert result.info["returned_iteration"] == result.info["rounds"] == 80
+    assert model._memo is not None  # remembered by the engine
+    rebuilt = BoostedScores()
+    rebuilt.load_state_dict(model.state_dict())  # nothing remembered: predicts every row
+    assert rebuilt._memo is None
+    np.testing.assert_array_equal(model(data.X).numpy(), rebuilt(data.X).numpy())
+    np.testing.assert_array_equal(model(data.X.clone()).numpy(), rebuilt(data.X).numpy())
+
+
+def test_remembered_scores_are_checked_against_the_trees():
+    """Scores that are not the trees' (one row off in its last bit) are not remembered: the model predicts."""
+    data, _, _ = _classification(400)
+    model = _fit(data, loss="bce", engine={"rounds": 10})[0].model
+    rebuilt = BoostedScores()
+    rebuilt.load_state_dict(model.state_dict())
+    true = torch.from_numpy(lightgbm.Booster(model_str=model.model_string).predict(data.X.double().numpy(),
+                                                                                raw_score=True))
+    wrong = true.clone()
+    wrong[133] = np.nextafter(float(wrong[133]), np.inf)  # one of the rows checked (every 400/256th)
+    fresh = BoostedScores()
+    fresh.load_state_dict(model.state_dict())
+    assert not fresh.remember(data.X, wrong) and fresh._memo is None
+    np.testing.assert_array_equal(fresh(data.X).numpy(), rebuilt(data.X).numpy())
+    assert fresh.remember(data.X, true) and not BoostedScores().remember(data.X, true)  # no trees: nothing to take
+
+
 def test_validation():
     data, _, _ = _classification(100)
     with pytest.raises(ValueError, match="loss"):

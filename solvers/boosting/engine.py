@@ -246,10 +246,12 @@ class BoostedSQP:
             _check_jacobians(cons, torch.full((n,), init, dtype=torch.float64), data)
 
         params = {**self.lightgbm_params(), "objective": "none", "metric": "None"}  # the engine reads no metric
-        train_set = lightgbm.Dataset(X, label=y, init_score=np.full(n, init), params=params, free_raw_data=False)
+        # no init_score: LightGBM's running scores of the rows are then the trees' sum from 0, bit for bit
+        # what its prediction (the returned model) computes; the rounds add the starting constant
+        train_set = lightgbm.Dataset(X, label=y, params=params, free_raw_data=False)
         booster = lightgbm.Booster(params=params, train_set=train_set)
         validation_loss = _checked_validation(validation, name, init, X.shape[1], self.validation_metric)
-        state = RoundState(validation=validation_loss)
+        state = RoundState(validation=validation_loss, init=init)
         if state.validation is not None:
             state.validation.attach(booster, train_set)
 
@@ -258,7 +260,8 @@ class BoostedSQP:
         bounds = WorkingBounds(lower, upper, self.calibrate_exact, self.calibration_weight)
         with one_thread_outside_lightgbm():
             rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
-        last = _training_scores(booster)  # after every round: LightGBM's running scores of the training rows
+        raw = _raw_training_scores(booster)  # after every round: LightGBM's running scores of the training rows
+        last = raw + init
         last_f = row_derivatives(name, last, data).f if state.validation is None else state.validation.at(rounds_done)
         last_c = exact_rows(cons, last, data) if m else None
         tracker.offer_copy(lambda: (rounds_done, 0.0), last_f, last_c, rounds_done)
@@ -268,6 +271,8 @@ class BoostedSQP:
 
         trees, shift = tracker.best.params if tracker.best is not None else (rounds_done, 0.0)
         model = BoostedScores(booster.model_to_string(num_iteration=trees) if trees > 0 else "", init + shift)
+        if trees == rounds_done and not state.taken_back:  # the returned trees are the booster's: no new pass
+            model.remember(data.X, raw)
         return self._result(model, name, cons, data, bounds, history, state, tracker, init, rounds_done)
 
     def _boost(self, booster: Any, name: str, cons: Any, data: Any, bounds: WorkingBounds, tracker: BestIterate,
@@ -299,7 +304,7 @@ class BoostedSQP:
                             r["V_exact"])
             if state.stop:
                 break
-        last_loss = row_derivatives(name, _training_scores(booster), data).f if state.trees else None
+        last_loss = row_derivatives(name, _raw_training_scores(booster) + state.init, data).f if state.trees else None
         if last_loss is not None and self._overshot(last_loss, state):  # the last tree: no round after it
             self._take_back(booster, bounds, before_last, state, history, last_loss)
         return state.trees
@@ -338,7 +343,7 @@ class BoostedSQP:
         t, trees = state.iteration, state.trees
         offer = not state.retry
         state.retry = False
-        F = torch.from_numpy(np.asarray(preds, dtype=np.float64).reshape(-1).copy())
+        F = torch.from_numpy(np.asarray(preds, dtype=np.float64).reshape(-1) + state.init)
         der = row_derivatives(name, F, data)
         if self._overshot(der.f, state):
             raise _Overshoot(der.f)
@@ -494,9 +499,9 @@ def _thread_pools() -> Any:
     return ThreadpoolController()
 
 
-def _training_scores(booster: Any) -> torch.Tensor:
-    """The booster's running raw scores of its training rows (the starting constant and every tree so
-    far, updated tree by tree during training, not recomputed), float64 (n,)."""
+def _raw_training_scores(booster: Any) -> torch.Tensor:
+    """The booster's running raw scores of its training rows (every tree so far, added tree by tree during
+    training, not recomputed; without the starting constant), float64 (n,)."""
     return torch.from_numpy(running_scores(booster.eval_train))
 
 

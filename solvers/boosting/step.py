@@ -67,8 +67,9 @@ class RoundState:
     ``stale``, the feasible rounds offered since the best candidate (early stopping), ``trees``, the
     trees kept so far, ``correction``, the current share ``rho`` (module docstring), and
     ``taken_back``, the rounds whose tree was removed, ``retry``, whether the next round starts at
-    the scores of a round taken back (offered already), and ``start_loss``, the training loss of the
-    starting constant when it meets every bound (else None: no round is taken back)."""
+    the scores of a round taken back (offered already), ``start_loss``, the training loss of the
+    starting constant when it meets every bound (else None: no round is taken back), and ``init``, the
+    starting constant (the scores are ``init`` plus the trees' raw sum)."""
 
     iteration: int = 0
     warned_relaxed: bool = False
@@ -82,6 +83,7 @@ class RoundState:
     taken_back: int = 0
     retry: bool = False
     start_loss: float | None = None
+    init: float = 0.0
 
 
 class RoundStep(NamedTuple):
