@@ -593,8 +593,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         mini-batches pay for an MLP on data many batches long or for memory-mapped rows; a
         linear model's full batch is about as fast (``docs/methods/sqp.md``). Rate constraints
         that name no surrogate step under ``sigmoid(out)`` in a full batch
-        (:data:`fairopt.training.SQP_RATE_SURROGATE`) and under the engine's own ``sigmoid(5 out)``
-        on mini-batches, the form the mini-batch defaults were chosen with.
+        (:data:`fairopt.training.SQP_RATE_SURROGATE`) and under the engine's own calibrated form on
+        mini-batches (``sigmoid(5 out)``, a network's ``sigmoid(2 out)``), the forms the mini-batch
+        defaults were chosen with.
     seed : int, default 0
         Model initialisation and engine randomness.
     engine_params : dict, optional

@@ -263,7 +263,8 @@ def with_sqp_surrogates(method: str, constraints: list, mini_batch: bool = False
     """For ``method="sqp"`` in a full-batch fit: the rate constraints that name no surrogate
     (``surrogate=None``, from a spec or an object) use :data:`SQP_RATE_SURROGATE`; those that name one
     keep it. With ``mini_batch`` they are left without one, so that the engine takes its own calibrated
-    form for parameter steps (``spread="threshold"``, ``sigmoid(5 out)``), the form its mini-batch
+    form for parameter steps (``spread="threshold"``, ``sigmoid(5 out)``; a network's ``"wide"``,
+    ``sigmoid(2 out)``: :meth:`solvers.StochasticSQP.calibrated_spread`), the forms its mini-batch
     defaults were chosen with.
 
     ``constraints`` are the estimator's own copies (:func:`fairopt.specs.resolve_constraints`),

@@ -172,7 +172,7 @@ class SumsConstraint(Protocol):
 
 
 #: The rows an engine's steps should move, as it asks :meth:`CalibratedForm.calibrated_form` (its doc).
-SPREADS = ("threshold", "group")
+SPREADS = ("threshold", "wide", "group")
 
 
 @runtime_checkable
@@ -189,6 +189,10 @@ class CalibratedForm(Protocol):
 
     - ``"threshold"``: the rows near the decision threshold, whose hard predictions a small step can
       change. Steps in a model's parameters pool the pulls of all rows (:class:`solvers.StochasticSQP`).
+    - ``"wide"``: the rows near the threshold and those a few units of the output from it. A network's
+      mini-batch steps (:class:`solvers.StochasticSQP`): a network fits its training rows closely and
+      moves most outputs away from the threshold, and a batch then holds too few rows near it to give
+      each group's direction.
     - ``"group"``: every row of the compared groups. Steps on each row's own score, which a learner then
       fits row by row (function-space boosting, :class:`solvers.boosting.BoostedSQP`), generalise when
       they shift whole groups rather than the rows that happen to sit at the threshold.

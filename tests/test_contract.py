@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import fairopt
 import fairopt.constraints as fc
 from fairopt import FairData
 from fairopt.certificate.tightening import TightenedConstraint
@@ -284,6 +285,19 @@ def test_the_group_spread_is_the_mean_predicted_probability_and_spreads_are_chec
         calibrated_form(given, "rows")
     with pytest.raises(ValueError, match="spread"):
         given.calibrated_form("rows")
+
+
+def test_a_networks_mini_batch_steps_take_the_wide_spread():
+    """``sigmoid(2 t)`` ("wide") for the mini-batch steps of a network, ``sigmoid(5 t)`` ("threshold") for a linear
+    model and for every full-batch fit, as the engine picks them."""
+    given = fc.DisparateImpact("s", 0.8)
+    assert calibrated_form(given, "wide").surrogate.scale == 2.0
+    network = list(fairopt.models.mlp(5, hidden=(8,), seed=0).parameters())
+    linear = list(fairopt.models.linear(5, seed=0).parameters())
+    assert StochasticSQP(batch_size=64).calibrated_spread(network, 1000) == "wide"
+    assert StochasticSQP(batch_size=64).calibrated_spread(linear, 1000) == "threshold"
+    assert StochasticSQP().calibrated_spread(network, 1000) == "threshold"  # full batch
+    assert StochasticSQP(batch_size=1000).calibrated_spread(network, 1000) == "threshold"  # one batch: all rows
 
 
 def test_constraints_without_a_calibrated_form_are_their_own():

@@ -38,6 +38,10 @@ def test_jobs_pair_every_mini_batch_fit_with_one_full_batch():
     assert {(j["batch"], j["variant"]) for j in todo if j["batch"]} == {(b, v) for b in (256, 1024)
                                                                        for v in ("default", "group")}
     assert all(j["data_dir"] == "/d" and j["max_rows"] is None for j in todo)
+    # "threshold" (sigmoid(5 out) named) only for networks: it is a linear model's default
+    todo = grid.jobs(["adult"], [0], ["linear", "mlp"], [256], ["default", "threshold"], "/d")
+    assert {(j["model"], j["variant"]) for j in todo if j["batch"]} == {("linear", "default"), ("mlp", "default"),
+                                                                       ("mlp", "threshold")}
 
 
 def test_gaps_and_counts_against_the_full_batch_of_the_same_seed():
@@ -63,13 +67,14 @@ def test_cell_means_and_page():
     assert "| compas | linear | 256 | default | 2 | 0.6125 | 0.6025 | 0.0200 | 1.00 | 1/2 | 1/2 |" in page
 
 
-def test_constraint_names_the_surrogate_only_for_the_group_variant():
+def test_constraint_names_the_surrogate_only_for_the_group_and_threshold_variants():
     from fairopt.training import SQP_RATE_SURROGATE
 
     assert grid.constraint(["sex"], "default") == ("disparate_impact", "sex", grid.DELTA)
     assert grid.constraint(["sex", "race"], "default") == ("disparate_impact", ["sex", "race"], grid.DELTA)
     named = grid.constraint(["race"], "group")
     assert named.get_params()["surrogate"] == SQP_RATE_SURROGATE
+    assert grid.constraint(["race"], "threshold").get_params()["surrogate"].scale == 5.0
 
 
 def test_one_cell_end_to_end(shared_data):

@@ -19,8 +19,9 @@ from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals,
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
-__all__ = ["ALL_ROWS_RISE", "MAX_RESTARTS", "Anchor", "POLISH_DECAY", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW", "EndgameOptions",
-           "TailAverage", "all_rows_blew_up", "blew_up", "finish", "loss_ceiling", "polish", "polish_last", "polish_length", "still_restoring"]
+__all__ = ["ALL_ROWS_RISE", "MAX_RESTARTS", "POLISH_DECAY", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW",
+           "Anchor", "EndgameOptions", "TailAverage", "all_rows_blew_up", "blew_up", "finish", "loss_ceiling", "polish",
+           "polish_last", "polish_length", "still_restoring"]
 
 #: Divergence-guard restarts (:func:`blew_up`) after which a run is "diverged".
 MAX_RESTARTS = 10
@@ -57,10 +58,12 @@ class EndgameOptions(StepOptions, Protocol):
 
 
 class Anchor(NamedTuple):
-    """Where a mini-batch run's divergence guard sends it back: an all-rows iterate at most the loss
-    ceiling (:func:`loss_ceiling`), its ``iteration``, flat ``params`` and the metric's accumulator
-    ``v`` there. ``v`` goes back too: the squared gradients of overshooting steps would otherwise
-    keep ``h = sqrt(v + mu)`` large, and the steps short, for about ``1 / (1 - beta2)`` iterations."""
+    """Where a mini-batch run's divergence guard sends it back: the all-rows iterate with the lowest
+    objective ``f`` among those at most the loss ceiling (:func:`loss_ceiling`), its ``iteration``, flat
+    ``params`` and the metric's accumulator ``v`` there. The lowest, not the last: an iterate below
+    the ceiling may already have begun to overshoot (the steps before a blow-up raise the loss over
+    several iterations). ``v`` goes back too, so that the run continues from the state it had there
+    rather than with the squared gradients of the overshooting steps in ``h = sqrt(v + mu)``."""
 
     iteration: int
     params: torch.Tensor

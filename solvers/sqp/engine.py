@@ -305,7 +305,7 @@ class StochasticSQP:
         cons = as_constraint_set(constraints)
         cons.setup(data)
         if self.calibrate_exact:  # the members to differentiate when the rows are calibrated to exact ones
-            cons = cons.calibrated("threshold")
+            cons = cons.calibrated(self.calibrated_spread(params, n))
         lower, upper = cons.lower, cons.upper
         if bool((lower > upper).any()):
             i = int(torch.nonzero(lower > upper)[0])
@@ -547,6 +547,16 @@ class StochasticSQP:
         G = gauss_newton_diagonal(self._curvature, problem.loss_fn, problem.data, self.chunk_rows, problem.params)
         start.v = G.to(state.v.dtype)
         return start
+
+    def calibrated_spread(self, params: list[torch.Tensor], n: int) -> str:
+        """The ``spread`` of the constraints' calibrated form (:class:`solvers.contract.CalibratedForm`) for
+        a fit of ``params`` on ``n`` rows: "wide" (``sigmoid(2 t)`` for fairopt's group rates) for the
+        mini-batch steps of a network (more than one weight matrix among the trained tensors), whose
+        outputs leave the threshold as it fits its rows, else "threshold" (``sigmoid(5 t)``)."""
+        network = sum(p.dim() >= 2 for p in params) > 1
+        parallel = isinstance(getattr(self, "_oracle", None), AllReduceDerivatives)
+        full_batch = covers_all_rows(self.batch_size, largest_shard(n) if parallel else n)
+        return "wide" if network and not full_batch else "threshold"
 
     def constraint_mode(self, full_batch: bool, cons: Iterable[Constraint] = ()) -> str:
         """``constraint_batch`` resolved: "auto" is "full" in full-batch mode; with mini-batches

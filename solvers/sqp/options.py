@@ -132,8 +132,9 @@ class SQPOptions:
         extension of [SQP] Alg. 1. The engine then differentiates each constraint's
         :class:`solvers.contract.CalibratedForm` for ``spread="threshold"`` where it offers one
         (fairopt's group rates without a named surrogate: ``sigmoid(5 t)`` instead of the smoothed
-        step; the history's smooth rows ``c`` are then the form's, its exact rows the same); False:
-        the constraints as given.
+        step), for ``spread="wide"`` in a network's mini-batch steps (``sigmoid(2 t)``:
+        :meth:`StochasticSQP.calibrated_spread`); the history's smooth rows ``c`` are then the form's,
+        its exact rows the same. False: the constraints as given.
     calibration_weight : float, default 0.2
         Weight ``w`` in (0, 1) of ``b <- (1 - w) b + w (c_exact - c)``.
     hessian : {"auto", "adam", "adagrad", "gauss-newton"}, default "auto"
