@@ -121,12 +121,13 @@ def all_rows_blew_up(f_all: float, ceiling: float, state: SQPState, params: list
                      anchor: Anchor | None) -> bool:
     """Mini-batch divergence guard on an all-rows evaluation (an epoch's end, a snapshot refresh):
     ``f_all`` non-finite or above ``ALL_ROWS_RISE * ceiling`` (:func:`loss_ceiling`) sends the
-    parameters (and the metric's ``v``) back to ``anchor``, the last all-rows iterate at most
-    ``ceiling``, and halves the step, as :func:`blew_up` does. Several steps that each overshoot a little (a step too long for
-    curvature that grew as a network fitted) raise the loss over an epoch without one batch ten
-    times its start; the anchor of :func:`blew_up` might then be an iterate already damaged
-    (hidden units pushed off, every row in one class), from which the remaining epochs do not
-    recover. At most :data:`MAX_RESTARTS` times; False without an anchor."""
+    parameters (and the metric's ``v``) back to ``anchor`` (:class:`Anchor`: the all-rows iterate with
+    the lowest objective at most ``ceiling``), and halves the step, as :func:`blew_up` does. Several
+    steps that each overshoot a little (a step too long for curvature that grew as a network fitted)
+    raise the loss over an epoch without one batch ten times its start; the last iterate within ten
+    times it might then be one already damaged (hidden units pushed off, every row in one class),
+    from which the remaining epochs do not recover. At most :data:`MAX_RESTARTS` times; False without
+    an anchor."""
     if anchor is None or state.restarts >= MAX_RESTARTS or (math.isfinite(f_all) and f_all <= ALL_ROWS_RISE * ceiling):
         return False
     anchor.restore(state, params)

@@ -31,8 +31,8 @@ from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot, resumed_spreads
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
 from solvers.sqp.oracles import derivative_oracle
-from solvers.sqp.endgame import (MAX_RESTARTS, Anchor, TailAverage, all_rows_blew_up, blew_up, finish, loss_ceiling, polish,
-                                 polish_last)
+from solvers.sqp.endgame import (MAX_RESTARTS, Anchor, TailAverage, all_rows_blew_up, blew_up, finish, loss_ceiling,
+                                 polish, polish_last)
 from solvers.sqp.optimality import evaluate_all, offer_and_test_kkt
 from solvers.sqp.options import CONSTRAINT_BATCHES, OPTION_NAMES, SQPOptions
 from solvers.sqp.schedules import end_of_epoch, rsqrt_beta
@@ -151,7 +151,7 @@ class _Run:
     screen: RowScreen | None
     drawn: Callable[[Any, torch.Tensor], None] | None
     tail: TailAverage | None = None
-    #: mini-batch: the last sane all-rows candidate (divergence guard)
+    #: mini-batch: the sane all-rows candidate with the lowest objective (divergence guard)
     anchor: Anchor | None = None
 
 
@@ -681,8 +681,9 @@ class StochasticSQP:
         """Offer the current iterate, measured on all rows (objective ``f_all``, exact rows
         ``c_all``), to the tracker. A sane one, ``f_all`` at most the loss ceiling
         ``max(|f_0|, f_const)`` (:func:`solvers.sqp.endgame.loss_ceiling`: the start's and the best
-        constant's), becomes the divergence guard's anchor; one far above it sends the parameters
-        back there (:func:`solvers.sqp.endgame.all_rows_blew_up`). Whether it did."""
+        constant's), becomes the divergence guard's anchor when its objective is the lowest so far;
+        one far above the ceiling sends the parameters back to the anchor
+        (:func:`solvers.sqp.endgame.all_rows_blew_up`). Whether it did."""
         state, params = run.state, run.problem.params
         run.tracker.offer(params, f_all, c_all, state.iteration)
         if state.f_first is None:
