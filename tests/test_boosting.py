@@ -409,6 +409,22 @@ def test_the_returned_model_remembers_its_training_scores_bit_for_bit(constraine
     np.testing.assert_array_equal(model(data.X.clone()).numpy(), rebuilt(data.X).numpy())
 
 
+def test_an_earlier_best_round_remembers_its_running_scores_too():
+    """Validation rows that pick an earlier round than the last (the training rows overfitted): the returned
+    model of that many trees takes the running scores the round was offered at, equal bit for bit to what a
+    model rebuilt from its saved trees predicts."""
+    data, _, _ = _classification(600, seed=1)
+    train, valid = _held_out(data, 300)
+    result, _ = _fit(train, loss="bce", validation=valid, constraints=[DisparateImpact("s", 0.8)],
+                     engine={"rounds": 150, "num_leaves": 31, "max_take_backs": 0})
+    model = result.model
+    assert 0 < result.info["returned_iteration"] < result.info["rounds"]
+    assert model._memo is not None
+    rebuilt = BoostedScores()
+    rebuilt.load_state_dict(model.state_dict())
+    np.testing.assert_array_equal(model(train.X).numpy(), rebuilt(train.X).numpy())
+
+
 def test_remembered_scores_are_checked_against_the_trees():
     """Scores that are not the trees' (one row off in its last bit) are not remembered: the model predicts."""
     data, _, _ = _classification(400)

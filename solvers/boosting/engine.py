@@ -271,8 +271,9 @@ class BoostedSQP:
 
         trees, shift = tracker.best.params if tracker.best is not None else (rounds_done, 0.0)
         model = BoostedScores(booster.model_to_string(num_iteration=trees) if trees > 0 else "", init + shift)
-        if trees == rounds_done and not state.taken_back:  # the returned trees are the booster's: no new pass
-            model.remember(data.X, raw)
+        known = raw if trees == rounds_done else state.best_raw[1] if state.best_raw[0] == trees else None
+        if known is not None and trees > 0 and not state.taken_back:  # the booster's running scores: no new pass
+            model.remember(data.X, known)
         return self._result(model, name, cons, data, bounds, history, state, tracker, init, rounds_done)
 
     def _boost(self, booster: Any, name: str, cons: Any, data: Any, bounds: WorkingBounds, tracker: BestIterate,
@@ -364,7 +365,7 @@ class BoostedSQP:
             if t == 0 and float(exact_viol.max()) <= self.feasibility_tol:  # a feasible start: step 5 applies
                 state.start_loss = der.f
             if offer:
-                became_best = tracker.offer_copy(lambda: (trees, 0.0), offered_f, c_exact, t)
+                became_best = tracker.offer_copy(lambda: _kept(state, trees, preds), offered_f, c_exact, t)
                 state.stale = 0 if became_best else state.stale + int(tracker.feasible(exact_viol))
             lo, hi = bounds.update(c, c_exact)
             step = round_step(der.grad, der.hess, c, J, lo, hi, self.learning_rate, state, state.correction)
@@ -377,7 +378,8 @@ class BoostedSQP:
                 "t_qp": time.perf_counter() - t0,
             })
         else:
-            state.stale = 0 if tracker.offer_copy(lambda: (trees, 0.0), offered_f, None, t) else state.stale + 1
+            state.stale = 0 if tracker.offer_copy(lambda: _kept(state, trees, preds), offered_f, None, t) \
+                else state.stale + 1
             record.update({"V": 0.0, "V_exact": 0.0, "V_exact_max": 0.0})
         history.append(record)
         if any(cb(self, record) for cb in self.callbacks):
@@ -497,6 +499,14 @@ def _thread_pools() -> Any:
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()
+
+
+def _kept(state: RoundState, trees: int, preds: np.ndarray) -> tuple[int, float]:
+    """The parameters ``(trees, shift)`` of a round's candidate that became the best, keeping the running
+    scores it was offered at (``state.best_raw``): a model of those trees then needs no pass of the training
+    rows through them (:meth:`~solvers.boosting.BoostedScores.remember`)."""
+    state.best_raw = (trees, torch.from_numpy(np.array(preds, dtype=np.float64).reshape(-1)))
+    return trees, 0.0
 
 
 def _raw_training_scores(booster: Any) -> torch.Tensor:
