@@ -85,7 +85,7 @@ def blew_up(f: float, state: SQPState, tracker: BestIterate, params: list[torch.
     all rows) sends the parameters back to the best iterate and halves ``beta``. With
     mini-batches ``f`` is the batch objective; its noise is far below a factor of 10
     unless the run is blowing up (the starting point is always a candidate there), and the
-    parameters go back to ``anchor``, the last sane all-rows iterate (:class:`Anchor`)."""
+    parameters go back to ``anchor``, the best sane all-rows iterate (:class:`Anchor`)."""
     if on_all_rows and state.f_first is None:
         state.f_first = f
     first = state.f_first
@@ -96,15 +96,21 @@ def blew_up(f: float, state: SQPState, tracker: BestIterate, params: list[torch.
     if on_all_rows or anchor is None:
         tracker.restore(params)
         back_to = tracker.best.iteration
-    else:  # mini-batch: the last sane all-rows iterate (the best one may be the untrained start)
+    else:  # mini-batch: the anchor, not the tracker's best (which may be the untrained start)
         anchor.restore(state, params)
         back_to = anchor.iteration
-    state.beta *= 0.5
-    state.beta_scale *= 0.5
-    state.restarts += 1
+    _halve_step(state)
     logger.info("SQP: objective %.3g at iteration %d exceeds 10x the initial %.3g; back to iteration %d "
                    "with learning rate %.3g", f, state.iteration, first, back_to, state.beta)
     return True
+
+
+def _halve_step(state: SQPState) -> None:
+    """The back-off of both divergence guards: half the step from here on (``beta`` and the scale the
+    "rsqrt" schedule multiplies by), one more restart counted."""
+    state.beta *= 0.5
+    state.beta_scale *= 0.5
+    state.restarts += 1
 
 
 def loss_ceiling(f_first: float | None, f_constant: float | None) -> float:
@@ -131,9 +137,7 @@ def all_rows_blew_up(f_all: float, ceiling: float, state: SQPState, params: list
     if anchor is None or state.restarts >= MAX_RESTARTS or (math.isfinite(f_all) and f_all <= ALL_ROWS_RISE * ceiling):
         return False
     anchor.restore(state, params)
-    state.beta *= 0.5
-    state.beta_scale *= 0.5
-    state.restarts += 1
+    _halve_step(state)
     logger.info("SQP: objective %.3g on all rows at iteration %d exceeds %g x %.3g (the larger of the start's "
                 "and the best constant's); back to iteration %d with learning rate %.3g", f_all, state.iteration,
                 ALL_ROWS_RISE, ceiling, anchor.iteration, state.beta)

@@ -45,7 +45,8 @@ from solvers.progress import epoch_logs, progress
 __all__ = ["CONSTRAINT_BATCHES", "DEFAULT_LR", "FULL_BATCH_EPOCHS", "FULL_BATCH_SHIFT", "GAUSS_NEWTON_SHIFT",
            "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_LR", "LINEAR_MINIBATCH_STEPS", "MINIBATCH_MIN_EPOCHS",
            "MINIBATCH_NETWORK_LR", "MINIBATCH_NETWORK_MIN_BATCH", "MINIBATCH_SHIFT", "MINIBATCH_STEPS",
-           "SAFE_STEP_SPREAD", "SQPOptions", "STABLE_STEP_SPREAD", "StochasticSQP", "auto_epochs", "spread_step"]
+           "SAFE_STEP_SPREAD", "SQPOptions", "STABLE_STEP_SPREAD", "StochasticSQP", "auto_epochs", "is_network",
+           "spread_step"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
 #: takes at least (as many steps as the full-batch run takes iterations), in no fewer than
@@ -97,6 +98,14 @@ def spread_step(spread: float | None) -> float | None:
     if spread is None or DEFAULT_LR * spread <= STABLE_STEP_SPREAD:
         return None
     return SAFE_STEP_SPREAD / spread
+
+
+def is_network(params: Iterable[torch.Tensor]) -> bool:
+    """Whether the trained tensors ``params`` are a network's: more than one weight matrix among them (a
+    linear model has one). A network's mini-batch steps differ in their step (:attr:`StochasticSQP.lr_`),
+    its warm-up, its polish's start and the constraints' calibrated form
+    (:meth:`StochasticSQP.calibrated_spread`)."""
+    return sum(p.dim() >= 2 for p in params) > 1
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool = False,
@@ -300,19 +309,22 @@ class StochasticSQP:
         params = trainable_parameters(model)
         self._oracle = derivative_oracle(self, params, constraints)
         n = check_dataset(data)
+        # data-parallel: every rank sizes its epochs by the largest shard (same number of steps)
+        self._reduce = all_reduce_vector if isinstance(self._oracle, AllReduceDerivatives) else None
+        n_epoch = largest_shard(n) if self._reduce is not None else n
         loss_fn = get_loss(loss)
         check_targets(loss_fn, data)
         cons = as_constraint_set(constraints)
         cons.setup(data)
         if self.calibrate_exact:  # the members to differentiate when the rows are calibrated to exact ones
-            cons = cons.calibrated(self.calibrated_spread(params, n))
+            cons = cons.calibrated(self.calibrated_spread(params, n_epoch))
         lower, upper = cons.lower, cons.upper
         if bool((lower > upper).any()):
             i = int(torch.nonzero(lower > upper)[0])
             raise ValueError(f"constraints: row {cons.row_names[i]!r} has lower {lower[i].item()} "
                              f"> upper {upper[i].item()}")
         problem = FitProblem(model, params, loss_fn, cons, data, lower, upper, self._derivatives)
-        run = self._start(problem, n, strata, resume, named_loss=loss_name(loss) is not None)
+        run = self._start(problem, n, n_epoch, strata, resume, named_loss=loss_name(loss) is not None)
         epochs = range(run.state.epochs_done, run.state.epochs_done + self.epochs_)
         use_bar = self.verbose != 0
         epochs = progress(epochs, self.verbose, "SQP", "epoch")
@@ -337,16 +349,13 @@ class StochasticSQP:
         return finish(run.problem, self, run.offset, run.state, run.tracker, run.history, status,
                       last=run.state.iteration + polished)
 
-    def _start(self, problem: FitProblem, n: int, strata: Any, resume: dict | None,
+    def _start(self, problem: FitProblem, n: int, n_epoch: int, strata: Any, resume: dict | None,
                named_loss: bool = True) -> _Run:
         """The fit's loop context: batch and constraint modes, the metric (``hessian_``), the state
         (fresh or from ``resume``), the tracker of the returned iterate, the snapshot and the row
-        screen."""
+        screen; ``n_epoch`` the rows an epoch is sized by (data-parallel: the largest shard's)."""
         cons, data, m = problem.cons, problem.data, int(problem.lower.numel())
         gen = torch.Generator().manual_seed(int(self.seed))
-        # data-parallel: every rank sizes its epochs by the largest shard (same number of steps)
-        self._reduce = all_reduce_vector if isinstance(self._oracle, AllReduceDerivatives) else None
-        n_epoch = largest_shard(n) if self._reduce is not None else n
         full_batch = covers_all_rows(self.batch_size, n_epoch)
         mode = self.constraint_mode(full_batch, cons) if m else "full"
         steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
@@ -550,13 +559,11 @@ class StochasticSQP:
 
     def calibrated_spread(self, params: list[torch.Tensor], n: int) -> str:
         """The ``spread`` of the constraints' calibrated form (:class:`solvers.contract.CalibratedForm`) for
-        a fit of ``params`` on ``n`` rows: "wide" (``sigmoid(2 t)`` for fairopt's group rates) for the
-        mini-batch steps of a network (more than one weight matrix among the trained tensors), whose
-        outputs leave the threshold as it fits its rows, else "threshold" (``sigmoid(5 t)``)."""
-        network = sum(p.dim() >= 2 for p in params) > 1
-        parallel = isinstance(getattr(self, "_oracle", None), AllReduceDerivatives)
-        full_batch = covers_all_rows(self.batch_size, largest_shard(n) if parallel else n)
-        return "wide" if network and not full_batch else "threshold"
+        a fit of ``params`` whose epochs hold ``n`` rows (data-parallel: the largest shard's): "wide"
+        (``sigmoid(2 t)`` for fairopt's group rates) for the mini-batch steps of a network
+        (:func:`is_network`), whose outputs leave the threshold as it fits its rows, else "threshold"
+        (``sigmoid(5 t)``)."""
+        return "wide" if is_network(params) and not covers_all_rows(self.batch_size, n) else "threshold"
 
     def constraint_mode(self, full_batch: bool, cons: Iterable[Constraint] = ()) -> str:
         """``constraint_batch`` resolved: "auto" is "full" in full-batch mode; with mini-batches
@@ -811,8 +818,7 @@ class StochasticSQP:
         polish instead (``_polish_curvature``, ``polish_hessian_``). An explicit "gauss-newton" on a
         model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
         parallel = isinstance(self._oracle, AllReduceDerivatives)
-        # a network (lr_, its warm-up and polish start): more than one weight matrix among the trained tensors
-        self._network = sum(p.dim() >= 2 for p in problem.params) > 1
+        self._network = is_network(problem.params)  # lr_, its warm-up and polish start
         if self.hessian == "auto":
             linear = self._linear_curvature(problem, named_loss)
             self._curvature, self._polish_curvature = (linear, None) if full_batch else (None, linear)
