@@ -27,6 +27,10 @@ attribute (0/1 or two strings) that shifts the labels; method sqp / penalty / la
 model linear / mlp (4 or 8 hidden units), a disparate-impact bound ``delta`` in 0.5..0.95
 or no constraint, 5..50 epochs, full batch or mini-batches of 16..64. About 15% are edge
 cases (a group of 1-2 rows, a constant feature, a group with one label, one label only).
+Drawn after those (so the earlier draws of a seed are unchanged): a quarter of the SQP fits
+take ``model="gbm"`` (boosted trees, full batch, the epochs as rounds), and a fifth of the
+fits without an edge case split the shifted group into two or three levels (three or four
+groups, named by strings, each bounded against the rest).
 
 What is counted, per category (QP: ``feasible``, ``feasible+dependent``, ``feasible+narrow``,
 ``infeasible:<how>``; fit: ``<method>/<model>/<constrained or unconstrained>``)
@@ -62,7 +66,10 @@ silent_wrong
       (1e-3) without the FairnessWarning "violated on the training data";
       ``status_contradicts``: ``status_`` / ``engine_info_["feasible"]`` claim feasible
       while a row is violated by more than 1e-6, or infeasible while none is;
-      ``non_finite_model``: non-finite parameters or predictions from a returned model.
+      ``non_finite_model``: non-finite parameters or predictions from a returned model;
+      ``below_majority_unwarned``: a training accuracy below the majority-class rate (what
+      predicting one class for every row scores) without a warning that says so (a
+      ``ConstantPredictorWarning`` or the estimators' "near-constant classifier").
 wrong_status (QPs only)
     Not silent but wrong: a non-optimal status on a QP that is feasible by construction,
     or a status other than "infeasible"/"optimal" on an infeasible one.
@@ -73,8 +80,9 @@ unexpected
     Any other exception type; the first traceback of each type is kept.
 
 The recomputation of a fit is independent of the library: hard predictions
-``decision_function(X) > 0`` (float64), group rates, and the two disparate-impact rows
-``delta * P[a] - P[b] <= 0``. Where the reported violation disagrees, the float32 forward
+``decision_function(X) > 0`` (float64), group rates, and the disparate-impact rows
+``delta * P[a] - P[b] <= 0`` (two groups: both orders; more: each group against the rest, both
+orders). Where the reported violation disagrees, the float32 forward
 pass the library uses for ``train_violations_`` is also recomputed and the example is
 labelled with whether the disagreement comes from predictions at the threshold.
 """
@@ -100,6 +108,7 @@ from tqdm import tqdm
 
 import fairopt
 from fairopt.exceptions import FairnessWarning
+from solvers.outcome import ConstantPredictorWarning
 from solvers.qp.reference import reference_step
 from solvers.qp import diagonal_qp, least_violation_bounds
 from solvers.qp.solve import PRIMAL_SLACK
@@ -393,8 +402,7 @@ def random_fit(rng: np.random.Generator) -> tuple[str, dict, np.ndarray, np.ndar
             y[s == 1] = 1
         else:
             y[:] = 1
-    if rng.random() < 0.25:  # string groups
-        s = np.where(s > 0, "F", "M").astype(object)
+    strings = rng.random() < 0.25
     method = str(rng.choice(["sqp", "penalty", "lagrangian"]))
     model = str(rng.choice(["linear", "mlp"]))
     delta = float(rng.uniform(0.5, 0.95)) if rng.random() < 0.8 else None
@@ -403,14 +411,31 @@ def random_fit(rng: np.random.Generator) -> tuple[str, dict, np.ndarray, np.ndar
         method=method, model=model, hidden=(int(rng.choice([4, 8])),), epochs=int(rng.integers(5, 51)),
         batch_size=None if rng.random() < 0.5 else int(rng.choice([16, 32, 64])), seed=int(rng.integers(0, 1000)),
     )
-    category = f"fit {method}/{model}/{'constrained' if delta is not None else 'unconstrained'}"
+    # drawn after the draws above, so that a seed's earlier problems stay as they were
+    if method == "sqp" and rng.random() < 0.25:
+        params.update(model="gbm", batch_size=None)
+    if edge == "none" and rng.random() < 0.2:  # the shifted group split into 2-3 levels
+        s = np.where(s > 0, rng.integers(1, int(rng.integers(3, 5)), n), 0).astype(float)
+    if strings or len(np.unique(s)) > 2:  # numeric codes of more than two levels read as a continuous attribute
+        s = np.array(["M", "F", "X", "Y"], dtype=object)[s.astype(int)]
+    levels = len(np.unique(s))
+    category = (f"fit {method}/{params['model']}/{'constrained' if delta is not None else 'unconstrained'}"
+                + (f"/{levels} groups" if levels > 2 else ""))
     return category, params, X, y, s, edge
 
 
 def di_rows(pred: np.ndarray, s: np.ndarray, levels: list, delta: float) -> np.ndarray:
-    """The two disparate-impact rows ``delta * P[a] - P[b]`` (<= 0), groups in level order."""
-    groups = [pred[s == level].mean() for level in levels]
-    return np.array([delta * groups[0] - groups[1], delta * groups[1] - groups[0]])
+    """The disparate-impact rows ``delta * P[a] - P[b]`` (<= 0): two groups, both orders in level order;
+    more, each group ``g`` against the rows not in it, ``delta P[rest] - P[g]`` and ``delta P[g] - P[rest]``
+    per group."""
+    if len(levels) == 2:
+        groups = [pred[s == level].mean() for level in levels]
+        return np.array([delta * groups[0] - groups[1], delta * groups[1] - groups[0]])
+    rows = []
+    for level in levels:
+        inside, rest = pred[s == level].mean(), pred[s != level].mean()
+        rows += [delta * rest - inside, delta * inside - rest]
+    return np.array(rows)
 
 
 def soak_fit(tally: Tally, log: LogCounter, seed: int, index: int, verbose: bool = False) -> None:
@@ -438,11 +463,17 @@ def soak_fit(tally: Tally, log: LogCounter, seed: int, index: int, verbose: bool
         cat.silent_wrong[kind] += 1
         tally.example(f"fit silent_wrong {kind} ({category})", {**where, **info})
 
-    finite_params = all(torch.isfinite(p).all() for p in clf.model_.parameters())
+    parameters = getattr(clf.model_, "parameters", None)  # boosted trees have none: their outputs are checked
+    finite_params = all(torch.isfinite(p).all() for p in parameters()) if callable(parameters) else True
     out = clf.decision_function(X)
     if not finite_params or not np.isfinite(out).all():
         wrong("non_finite_model", warnings=names, finite_params=bool(finite_params))
         return
+    accuracy, majority = float(np.mean((out > 0) == (y > 0.5))), float(max(np.mean(y), 1.0 - np.mean(y)))
+    says_constant = any(issubclass(w.category, ConstantPredictorWarning) or "near-constant" in str(w.message)
+                        for w in caught)
+    if accuracy < majority - 1e-12 and not says_constant:
+        wrong("below_majority_unwarned", accuracy=accuracy, majority=majority, status=clf.status_, warnings=names)
     if params["constraints"] is None:
         return
     delta = params["constraints"][2]

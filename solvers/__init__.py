@@ -3,7 +3,7 @@
 from solvers.derivatives import DerivativeOracle, Derivatives, LocalDerivatives
 from solvers.history import FitResult, History
 from solvers.outcome import (BoundWarning, ConstantPredictorWarning, DivergedWarning, NoProgressWarning,
-                             TrainingInstabilityWarning)
+                             NoUsableInputWarning, TrainingInstabilityWarning)
 from solvers.lagrangian import LagrangianDual
 from solvers.moving_targets import MovingTargets
 from solvers.optimizers import AdaHessian
@@ -37,6 +37,7 @@ __all__ = [
     "History",
     "LocalDerivatives",
     "NoProgressWarning",
+    "NoUsableInputWarning",
     "TrainingInstabilityWarning",
     "LagrangianDual",
     "LeastViolationWarning",

@@ -54,6 +54,11 @@ class NearConstantWarning(ConstantPredictorWarning):
     meets force it, or training stopped short."""
 
 
+class NoUsableInputWarning(ConstantPredictorWarning):
+    """No input column can split the training rows (every column constant, or no value held by enough
+    rows for a tree's leaf): a tree learner has nothing to grow, and the model is its starting constant."""
+
+
 class TrainingInstabilityWarning(UserWarning):
     """The training loss rose above its start and the best constant's, or the divergence guard backed
     off: the returned model may be far from what the budget could reach."""

@@ -18,7 +18,7 @@ from solvers.boosting import BoostedScores, BoostedSQP
 from solvers.boosting.objective import row_derivatives, starting_constant
 from solvers.boosting.shift import smallest_shifts
 from solvers.boosting.step import RoundState, round_step
-from solvers.outcome import BoundWarning
+from solvers.outcome import BoundWarning, NoUsableInputWarning
 
 
 def _classification(n: int = 1500, seed: int = 0) -> tuple[FairData, np.ndarray, np.ndarray]:
@@ -265,6 +265,25 @@ def test_disparate_impact_met_on_all_training_rows():
     # the history: one record per round and a closing one for the returned model
     assert len(result.history) == 101 and result.history[-1]["qp_status"] == "final"
     assert result.history[-1]["V_exact"] == 0.0
+
+
+@pytest.mark.parametrize("case", ["constant", "too_few_rows"])
+def test_no_column_to_split_on_gives_the_starting_constant_with_a_warning(case):
+    """Every column constant, or a column whose minority value has fewer rows than a leaf needs (LightGBM
+    refuses such a data set with a fatal error): no tree is grown, the model is the feasible starting
+    constant (the log-odds of the target's mean), and the fit says why."""
+    rng = np.random.default_rng(0)
+    n = 80
+    X = np.full((n, 2), 3.0)
+    if case == "too_few_rows":
+        X[:3, 0] = 1.0  # 3 rows on one side: below min_child_samples (20)
+    s, y = rng.integers(0, 2, n), (rng.random(n) < 0.4).astype(float)
+    data = FairData.from_arrays(X, y, {"s": s})
+    result, caught = _fit(data, loss="bce", constraints=[DisparateImpact("s", 0.8)])
+    assert [w for w in caught if issubclass(w.category, NoUsableInputWarning)]
+    out = result.model(data.X).numpy()
+    np.testing.assert_allclose(out, np.log(y.mean() / (1 - y.mean())), rtol=1e-9)
+    assert result.feasible
 
 
 @pytest.mark.parametrize("seed", [0, 1])

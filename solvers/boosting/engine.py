@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import time
+import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -19,7 +20,7 @@ from solvers.boosting.validation import VALIDATION_METRICS, ValidationLoss, runn
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import check_targets, loss_name
-from solvers.outcome import BestIterate, warn_if_constant, warn_if_start, warn_unmet
+from solvers.outcome import BestIterate, NoUsableInputWarning, warn_if_constant, warn_if_start, warn_unmet
 from solvers.problem import as_constraint_set, check_dataset, exact_rows, row_violations
 from solvers.validation import check_choice, check_flag, check_interval, check_seed, positive_float, positive_int
 
@@ -258,8 +259,12 @@ class BoostedSQP:
         tracker = BestIterate(lower, upper, self.feasibility_tol)
         history = History(cons.row_names)
         bounds = WorkingBounds(lower, upper, self.calibrate_exact, self.calibration_weight)
-        with one_thread_outside_lightgbm():
-            rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
+        if X.shape[1] and bool((np.ptp(X, axis=0) > 0).any()):
+            with one_thread_outside_lightgbm():
+                rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
+        else:  # LightGBM would stop with a fatal error: no column to split on
+            _warn_no_usable_input()
+            rounds_done = 0
         raw = _raw_training_scores(booster)  # after every round: LightGBM's running scores of the training rows
         last = raw + init
         last_f = row_derivatives(name, last, data).f if state.validation is None else state.validation.at(rounds_done)
@@ -279,7 +284,10 @@ class BoostedSQP:
     def _boost(self, booster: Any, name: str, cons: Any, data: Any, bounds: WorkingBounds, tracker: BestIterate,
                history: History, state: RoundState) -> int:
         """The rounds (each :meth:`_round` and one tree); a round whose scores show that the previous
-        tree overshot takes that tree back instead (class docstring, step 5). Returns the trees kept."""
+        tree overshot takes that tree back instead (class docstring, step 5). Returns the trees kept:
+        none, with a :class:`NoUsableInputWarning`, when LightGBM finds no column to split on."""
+        import lightgbm
+
         state.correction = self.correction
         before_last = bounds.snapshot()  # the working bounds before the last tree kept
         t = 0
@@ -292,6 +300,11 @@ class BoostedSQP:
             except _Overshoot as overshoot:  # at most max_take_backs times
                 self._take_back(booster, bounds, before_last, state, history, overshoot.loss)
                 continue
+            except lightgbm.basic.LightGBMError as error:
+                if state.trees or not _no_usable_input(error):
+                    raise
+                _warn_no_usable_input()
+                break
             t += 1
             before_last = before
             state.trees += 1
@@ -471,6 +484,18 @@ def one_thread_outside_lightgbm() -> Iterator[None]:
             yield
     finally:
         torch.set_num_threads(threads)
+
+
+def _warn_no_usable_input() -> None:
+    """The :class:`NoUsableInputWarning` of a fit that grows no tree, its model the starting constant."""
+    warnings.warn("BoostedSQP: no input column can split the training rows (every column constant, or no value "
+                  "held by enough rows for a leaf: LightGBM's min_child_samples); the model is the starting "
+                  "constant", NoUsableInputWarning, stacklevel=4)
+
+
+def _no_usable_input(error: Exception) -> bool:
+    """Whether a LightGBM error is its refusal to grow a tree on a data set without a usable column."""
+    return "num_features" in str(error)
 
 
 def _stalled(tracker: BestIterate, state: RoundState, patience: int) -> bool:
