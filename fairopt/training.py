@@ -276,10 +276,6 @@ def with_sqp_surrogates(method: str, constraints: list, mini_batch: bool = False
         if isinstance(constraint, GroupRateConstraint) and constraint.get_params().get("surrogate") is None:
             constraint.set_params(surrogate=SQP_RATE_SURROGATE)
     return constraints
-    for constraint in constraints:
-        if isinstance(constraint, GroupRateConstraint) and constraint.get_params().get("surrogate") is None:
-            constraint.set_params(surrogate=SQP_RATE_SURROGATE)
-    return constraints
 
 
 # --------------------------------------------------------------------------------------
