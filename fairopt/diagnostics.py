@@ -22,7 +22,7 @@ What only the iterations tell is read from the history, through the column names
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -33,12 +33,13 @@ from fairopt.data import FairData
 from fairopt.evaluation import constant_predictions
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from fairopt.training import float64_outputs
+from solvers.boosting import BoostedScores
 from solvers.history import (COLUMN_ACTIVE, COLUMN_C, COLUMN_C_PREDICTIONS, COLUMN_PENALTY, COLUMN_QP_STATUS,
                              COLUMN_VIOL, QP_FINAL, QP_RELAXED, FitResult, History)
 from solvers.outcome import near_constant
 from solvers.problem import row_violations
 
-__all__ = ["POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
+__all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
            "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_message",
            "iteration_records", "not_binding", "not_binding_reason", "poor_fit", "poor_fit_message",
            "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
@@ -260,9 +261,21 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: boo
     return None
 
 
-def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool) -> list[tuple[type, str]]:
-    """``(category, message)`` about the fitted model itself: near-constant, worse than its mean, or constant."""
+#: Added to the near-constant warning of boosted trees under a bound on more than two groups.
+BOOSTED_SEVERAL_GROUPS = (
+    " Boosted trees under a bound on more than two groups often end at the constant: a round's trees move "
+    "the rows of a group only through inputs that separate it, and those of a small group barely move; the "
+    "linear model and model='mlp' meet such bounds (docs: Which model?, strict bounds and other groupings).")
+
+
+def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool,
+                         constraints: Sequence[Any] = ()) -> list[tuple[type, str]]:
+    """``(category, message)`` about the fitted model itself: near-constant, worse than its mean, or
+    constant; for boosted trees near the constant under a bound on more than two groups, the advice
+    :data:`BOOSTED_SEVERAL_GROUPS`."""
     poor, constant = poor_fit(model, data, constrained), constant_fit(model, data)
+    if poor and isinstance(model, BoostedScores) and any(getattr(c, "largest_grouping", 0) > 2 for c in constraints):
+        poor += BOOSTED_SEVERAL_GROUPS
     if data.task == "binary":  # the near-constant rule covers one class on every row
         return [(DegenerateModelWarning if constant else FairnessWarning, poor)] if poor else []
     return [(category, message) for category, message in ((FairnessWarning, poor),
@@ -291,7 +304,7 @@ def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraint
                  violations: Mapping[str, float], *, method: str, violation_tol: float, relaxed: int,
                  reference: Mapping[str, float] | None = None) -> list[tuple[type, str]]:
     """Every warning of a finished fit as ``(category, message)``: the model first, then the constraints."""
-    found = fit_quality_warnings(model, data, bool(constraints))
+    found = fit_quality_warnings(model, data, bool(constraints), constraints)
     found += [(FairnessWarning, message) for message in constraint_messages(
         result, constraints, violations, method=method, violation_tol=violation_tol, relaxed=relaxed,
         reference=reference)]

@@ -265,3 +265,35 @@ def test_margin_adds_the_measured_fit_optimism():
     plain = clone(di).set_params(margin=0.0)
     _fit(plain, X, y, sensitive_features=s)
     assert "fit_optimism" not in plain.engine_info_
+
+
+@pytest.mark.parametrize("levels", [2, 3])
+def test_a_constant_boosted_fit_under_several_groups_names_the_models_that_meet_them(levels):
+    """Boosted trees at the constant (here: no column to split on) under a bound on more than two groups:
+    the near-constant warning adds that the linear model and a network meet such bounds; with two groups
+    it does not (the advice is about groups, not about every constant fit)."""
+    rng = np.random.default_rng(0)
+    n = 600
+    X = np.ones((n, 2))
+    s = np.array(["a", "b", "c"])[rng.integers(0, levels, n)]
+    y = (rng.random(n) < 0.3).astype(int)
+    caught = _fit(FairClassifier(("disparate_impact", "s", 0.8), model="gbm", epochs=20, engine_params=FAST),
+                  X, y, sensitive_features={"s": s})
+    near = [str(w.message) for w in caught if "near-constant" in str(w.message)]
+    assert near
+    assert any("model='mlp' meet such bounds" in m for m in near) == (levels > 2)
+
+
+def test_largest_grouping_counts_the_cells_of_several_attributes():
+    from fairopt.constraints import DisparateImpact
+
+    rng = np.random.default_rng(0)
+    n = 200
+    data = FairData.from_arrays(rng.normal(size=(n, 2)), rng.integers(0, 2, n).astype(float),
+                                {"a": np.array(["x", "y"])[rng.integers(0, 2, n)],
+                                 "b": np.array(["p", "q", "r"])[rng.integers(0, 3, n)]})
+    cells, one = DisparateImpact(["a", "b"], 0.8), DisparateImpact("a", 0.8)
+    assert cells.largest_grouping == 0  # before setup
+    cells.setup(data)
+    one.setup(data)
+    assert (cells.largest_grouping, one.largest_grouping) == (6, 2)

@@ -276,6 +276,13 @@ class LinearRowsConstraint(BaseConstraint):
                 stacklevel=2,
             )
 
+    @property
+    def largest_grouping(self) -> int:
+        """The groups of its largest partition of the rows (the cells of several attributes; 0 before
+        ``setup`` and for a continuous attribute): more than two means each group is bounded against
+        others, not one pair."""
+        return max((p.n_groups for p in self._partitions or ()), default=0)
+
     def _configure(self, data: Any) -> None:
         self._partitions = self._resolve(data)
         self._cache.clear()
