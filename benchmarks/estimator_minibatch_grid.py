@@ -14,17 +14,20 @@ model and variant, the runs within one point of the full batch's train accuracy 
 worst, the cell means and the fits' seconds (one thread each)::
 
     python benchmarks/estimator_minibatch_grid.py --data-dir ../shared/data --jobs 2
+    python benchmarks/estimator_minibatch_grid.py --models mlp --batches 128 --merge   # those runs again, the rest kept
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import logging
 import statistics
 import sys
 import time
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -201,27 +204,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-rows", type=int, default=None, help="a seeded row sample of each data set (quick checks)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", default=str(DEFAULT_OUT / "estimator_minibatch_grid"))
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the runs of --out's runs.json that this invocation does not run again (the page "
+                         "then reports them all, each run with the commit that produced it)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = str(data_dir(args.data_dir))
     todo = jobs(args.tasks, args.seeds, args.models, args.batches, args.variants, root, args.max_rows)
     runs = []
     for i, run in pooled(fit_cell, todo, args.jobs):
+        run["commit"] = commit()
         runs.append(run)
         logger.info("[%d/%d] %s seed %d %s batch %s %s: train %.4f test %.4f (%.1f s)", i, len(todo), run["task"],
                     run["seed"], run["model"], run["batch"] or "full", run["variant"], run["train_acc"],
                     run["test_acc"], run["seconds"])
     out = Path(args.out)
+    key = lambda r: (r["task"], r["seed"], r["model"], str(r["batch"]), r["variant"])  # noqa: E731
+    if args.merge and (out / "runs.json").exists():
+        rerun = {key(r) for r in runs}
+        earlier = re.search(r"commit (\S+?);", (out / "grid.md").read_text()) if (out / "grid.md").exists() else None
+        runs += [{"commit": earlier.group(1) if earlier else "an earlier commit", **r}
+                 for r in json.loads((out / "runs.json").read_text()) if key(r) not in rerun]
+    by_commit = Counter(r.get("commit", "an earlier commit") for r in runs)
     header = ["# FairClassifier: mini-batches against the full batch", "",
               f"commit {commit()}; `python benchmarks/estimator_minibatch_grid.py "
-              f"{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
+              f"{' '.join(sys.argv[1:] if argv is None else argv)}`; runs by commit: "
+              + ", ".join(f"{n} at {c}" for c, n in sorted(by_commit.items())), "",
               f"Disparate impact >= {DELTA}, every estimator setting at its default but `batch_size`; seeded "
               "stratified 70/30 splits; 'default': the estimator as it is, 'group': the full batch's rate surrogate "
               "`sigmoid(out)` named on the constraint, 'threshold' (networks): `sigmoid(5 out)` named, a network's "
               "mini-batch form before `sigmoid(2 out)`; 'feasible': zero exact violation on the training rows; "
               "seconds of one fit on one thread, two fits at a time on a shared 2-core machine."]
-    write_grid(out, runs, lambda r: (r["task"], r["seed"], r["model"], str(r["batch"]), r["variant"]),
-               report(runs, header))
+    write_grid(out, runs, key, report(runs, header))
     return 0
 
 

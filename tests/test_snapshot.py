@@ -444,11 +444,11 @@ def test_estimator_with_batch_size_keeps_the_engine_budget():
 
 
 def test_lr_auto_resolves_by_model_and_mode(adult_small):
-    """lr="auto": 0.5 for full-batch fits, a linear model's mini-batch steps and a network's on batches
-    under 256 rows, 0.75 for a network's mini-batch steps on larger batches; a network's mini-batch
+    """lr="auto": 0.5 for full-batch fits and a linear model's mini-batch steps, for a network's mini-batch
+    steps 0.75 on batches of at least 256 rows and ``0.5 sqrt(B / 256)`` on ``B`` fewer; a network's mini-batch
     steps rise linearly over the first epoch whatever the batch (a linear model's do not); an explicit
     lr is kept (a network's mini-batch steps still warm up)."""
-    from solvers.sqp.engine import DEFAULT_LR, MINIBATCH_NETWORK_LR, MINIBATCH_NETWORK_MIN_BATCH
+    from solvers.sqp.engine import DEFAULT_LR, MINIBATCH_NETWORK_LR, MINIBATCH_NETWORK_MIN_BATCH, network_step
     from solvers.sqp.schedules import rsqrt_beta
     from solvers.sqp.state import SQPState
 
@@ -456,14 +456,15 @@ def test_lr_auto_resolves_by_model_and_mode(adult_small):
     betas = {}
     for kind, batch, expected in [("linear", None, DEFAULT_LR), ("mlp", None, DEFAULT_LR),
                                   ("linear", 500, DEFAULT_LR), ("mlp", 500, MINIBATCH_NETWORK_LR),
-                                  ("mlp", MINIBATCH_NETWORK_MIN_BATCH - 1, DEFAULT_LR)]:
+                                  ("mlp", MINIBATCH_NETWORK_MIN_BATCH - 1, DEFAULT_LR * (255 / 256) ** 0.5),
+                                  ("mlp", 64, DEFAULT_LR / 2)]:
         model = (fairopt.models.mlp(adult_small.n_features, hidden=(4,), seed=0) if kind == "mlp"
                  else fairopt.models.linear(adult_small.n_features, seed=0))
         engine = StochasticSQP(epochs=2, batch_size=batch, polish_iterations=0, seed=0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             history = engine.fit(model, adult_small, constraints=[DisparateImpact("sex", delta=0.8)]).history
-        assert engine.lr_ == expected, (kind, batch)
+        assert engine.lr_ == pytest.approx(expected, rel=1e-12), (kind, batch)
         betas[(kind, batch)] = [r["beta"] for r in history.records if r["qp_status"] != "final"]
     K = 6  # 3,000 rows in batches of 500
     mlp, linear = betas[("mlp", 500)], betas[("linear", 500)]
@@ -471,8 +472,12 @@ def test_lr_auto_resolves_by_model_and_mode(adult_small):
     assert all(a < b for a, b in zip(mlp[:K - 1], mlp[1:K]))  # rising over the first epoch
     assert mlp[K - 1] == pytest.approx(MINIBATCH_NETWORK_LR / (1 + (K - 1) / (4 * K)) ** 0.5)
     assert linear[0] == pytest.approx(DEFAULT_LR) and all(a > b for a, b in zip(linear, linear[1:]))
-    small = betas[("mlp", MINIBATCH_NETWORK_MIN_BATCH - 1)]  # 12 steps an epoch, warmed up to 0.5
-    assert small[0] == pytest.approx(DEFAULT_LR / 12) and small[11] == pytest.approx(DEFAULT_LR / (1 + 11 / 48) ** 0.5)
+    small = betas[("mlp", MINIBATCH_NETWORK_MIN_BATCH - 1)]  # 12 steps an epoch, warmed up to its lr
+    lr_small = network_step(MINIBATCH_NETWORK_MIN_BATCH - 1)
+    assert small[0] == pytest.approx(lr_small / 12) and small[11] == pytest.approx(lr_small / (1 + 11 / 48) ** 0.5)
+    # the square-root rule: continuous up to the larger batches' own step, halved at a quarter of the rows
+    assert [network_step(b) for b in (256, 1024)] == [MINIBATCH_NETWORK_LR] * 2
+    assert network_step(64) == pytest.approx(DEFAULT_LR / 2) and network_step(16) == pytest.approx(DEFAULT_LR / 4)
     explicit = StochasticSQP(lr=0.1, epochs=1, batch_size=500, polish_iterations=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -46,6 +46,7 @@ __all__ = ["CONSTRAINT_BATCHES", "DEFAULT_LR", "FULL_BATCH_EPOCHS", "FULL_BATCH_
            "LINEAR_MINIBATCH_EPOCHS", "LINEAR_MINIBATCH_LR", "LINEAR_MINIBATCH_STEPS", "MINIBATCH_MIN_EPOCHS",
            "MINIBATCH_NETWORK_LR", "MINIBATCH_NETWORK_MIN_BATCH", "MINIBATCH_SHIFT", "MINIBATCH_STEPS",
            "SAFE_STEP_SPREAD", "SQPOptions", "STABLE_STEP_SPREAD", "StochasticSQP", "auto_epochs", "is_network",
+           "network_step",
            "spread_step"]
 
 #: ``epochs="auto"``: full-batch epochs (the paper's experiments), and the mini-batch steps a run
@@ -61,12 +62,15 @@ MINIBATCH_MIN_EPOCHS = 10
 LINEAR_MINIBATCH_STEPS = 100
 LINEAR_MINIBATCH_LR = 0.5
 LINEAR_MINIBATCH_EPOCHS = 2
-#: ``lr="auto"``: the step of every fit but a network's mini-batch steps on batches of at least
-#: ``MINIBATCH_NETWORK_MIN_BATCH`` rows (the paper's experiments), and theirs: the longer step fits a
-#: network further in the epochs' budget. A network's mini-batch steps are reached over the first epoch
-#: (:func:`solvers.sqp.schedules.rsqrt_beta`) and its polish starts from the last iterate, whatever the
-#: batch. On smaller batches the gradient's noise (variance ``~ 1 / B``) is what a longer step amplifies:
-#: the loss spikes on small data and the accuracy of noisy sets falls (``benchmarks/results/solver_notes.md``).
+#: ``lr="auto"``: the step of every fit but a network's mini-batch steps (the paper's experiments), and
+#: theirs: on batches of at least ``MINIBATCH_NETWORK_MIN_BATCH`` rows the longer step, which fits a network
+#: further in the epochs' budget; on a batch of ``B < MINIBATCH_NETWORK_MIN_BATCH`` rows
+#: ``DEFAULT_LR * sqrt(B / MINIBATCH_NETWORK_MIN_BATCH)`` (:func:`network_step`). A network's mini-batch steps
+#: are reached over the first epoch (:func:`solvers.sqp.schedules.rsqrt_beta`) and its polish starts from the
+#: last iterate, whatever the batch. On smaller batches the gradient's noise (variance ``~ 1 / B``) is what a
+#: step amplifies, so the step shrinks as its standard deviation grows: at 0.5 on batches of 32-128 rows
+#: COMPAS's networks (classes that overlap, outputs at the threshold) ended up to five points of train and test
+#: accuracy below the full batch without a warning (``benchmarks/results/solver_notes.md``).
 DEFAULT_LR = 0.5
 MINIBATCH_NETWORK_LR = 0.75
 MINIBATCH_NETWORK_MIN_BATCH = 256
@@ -98,6 +102,16 @@ def spread_step(spread: float | None) -> float | None:
     if spread is None or DEFAULT_LR * spread <= STABLE_STEP_SPREAD:
         return None
     return SAFE_STEP_SPREAD / spread
+
+
+def network_step(batch_size: int) -> float:
+    """The step ``lr="auto"`` takes for a network's mini-batch steps on batches of ``batch_size`` rows:
+    :data:`MINIBATCH_NETWORK_LR` from :data:`MINIBATCH_NETWORK_MIN_BATCH` rows on, below it
+    ``DEFAULT_LR * sqrt(B / MINIBATCH_NETWORK_MIN_BATCH)``: a batch's gradient has a standard deviation
+    ``~ 1 / sqrt(B)``, and the step shrinks with it (the square-root scaling of the step with the batch)."""
+    if batch_size >= MINIBATCH_NETWORK_MIN_BATCH:
+        return MINIBATCH_NETWORK_LR
+    return DEFAULT_LR * math.sqrt(max(1, int(batch_size)) / MINIBATCH_NETWORK_MIN_BATCH)
 
 
 def is_network(params: Iterable[torch.Tensor]) -> bool:
@@ -192,7 +206,8 @@ class StochasticSQP:
         The shift ``mu`` of that metric.
     lr_ : float
         The initial step of the last fit, ``lr`` with "auto" resolved (0.75 for a network's
-        mini-batch steps on batches of at least 256 rows, else 0.5, or less under the Gauss-Newton
+        mini-batch steps on batches of at least 256 rows, ``0.5 sqrt(B / 256)`` on ``B`` fewer, else 0.5,
+        or less under the Gauss-Newton
         metric of a linear model whose inputs move together: see the property).
     metric_spread_ : float or None
         The spread of the Gauss-Newton metric at the start of the last fit (``lr="auto"``, a linear
@@ -608,19 +623,18 @@ class StochasticSQP:
 
     @property
     def lr_(self) -> float:
-        """``lr`` resolved: "auto" is :data:`MINIBATCH_NETWORK_LR` for the mini-batch steps of a network
-        (more than one weight matrix among the trained tensors; a linear model has one) on batches of
-        at least :data:`MINIBATCH_NETWORK_MIN_BATCH` rows, else :data:`DEFAULT_LR`; for a linear
+        """``lr`` resolved: "auto" is :func:`network_step` for the mini-batch steps of a network
+        (more than one weight matrix among the trained tensors; a linear model has one),
+        :data:`MINIBATCH_NETWORK_LR` on batches of at least :data:`MINIBATCH_NETWORK_MIN_BATCH` rows and
+        ``DEFAULT_LR * sqrt(B / MINIBATCH_NETWORK_MIN_BATCH)`` on smaller ones, else :data:`DEFAULT_LR`; for a linear
         model whose spread ``lambda`` puts ``DEFAULT_LR * lambda`` above :data:`STABLE_STEP_SPREAD`,
         ``SAFE_STEP_SPREAD / lambda``: under the Gauss-Newton metric (a full-batch fit, a mini-batch
         run's polish) the spread of that metric (:attr:`metric_spread_`), in a mini-batch run's
         steps under the gradient metric the spread of its start (:attr:`start_spread_`)."""
         if self.lr != "auto":
             return float(self.lr)
-        network_steps = (getattr(self, "_minibatch", False) and getattr(self, "_network", False)
-                         and int(self.batch_size) >= MINIBATCH_NETWORK_MIN_BATCH)
-        if network_steps:
-            return MINIBATCH_NETWORK_LR
+        if getattr(self, "_minibatch", False) and getattr(self, "_network", False):
+            return network_step(int(self.batch_size))
         step = spread_step(self._step_spread)
         return DEFAULT_LR if step is None else step
 

@@ -38,8 +38,9 @@ class SQPOptions:
         mini-batch steps of a network (more than one weight matrix among the trained tensors; a
         linear model has one) on batches of at least
         :data:`~solvers.sqp.engine.MINIBATCH_NETWORK_MIN_BATCH` (256) rows, which in the epochs'
-        budget fit further with the longer steps (on smaller batches the longer step amplifies the
-        gradient's noise); the resolved value is ``lr_`` after :meth:`fit`. A network's mini-batch
+        budget fit further with the longer steps; on ``B`` fewer rows ``0.5 sqrt(B / 256)``
+        (:func:`~solvers.sqp.engine.network_step`: the step shrinks as the gradient's noise grows);
+        the resolved value is ``lr_`` after :meth:`fit`. A network's mini-batch
         steps reach it over the first epoch (``lr_schedule`` "rsqrt"). These values were chosen on
         the binary cross-entropy, whose curvature in the output is at most 1/4; the squared error's
         is 2, and the first steps, taken at the metric's shift before the second moment has grown,
