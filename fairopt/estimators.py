@@ -585,8 +585,8 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         and Lagrangian 1000 full-batch Adam epochs; Moving Targets 200 per learner refit.
     lr : float, optional
         Learning rate; ``None``: SQP 0.5 (an MLP's mini-batch steps on batches of at least 256 rows
-        0.75, on ``B`` fewer ``0.5 sqrt(B / 256)``; a linear model whose inputs move together, such as many correlated measurements, a
-        shorter step from its curvature, ``engine_info_["lr"]``: ``lr="auto"`` of
+        0.75, on ``B`` fewer ``0.5 sqrt(B / 256)``; a linear model whose inputs move together, such as
+        many correlated measurements, a shorter step from its curvature, ``engine_info_["lr"]``: ``lr="auto"`` of
         :class:`~solvers.sqp.StochasticSQP`), penalty and Lagrangian 0.02, Moving Targets 1e-3.
     batch_size : int, optional
         Rows per mini-batch; ``None``: full batch (Moving Targets learner: 128). With SQP,
