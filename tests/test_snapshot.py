@@ -412,6 +412,10 @@ def test_auto_epochs_budget_steps_not_passes():
     # a smaller lr, proportionally more steps (0.25: 200), up to the networks' 500 (the regressor's 0.02)
     assert auto_epochs(24, False, True, lr=0.25) == math.ceil(200 / 24)
     assert auto_epochs(11, False, True, lr=0.02) == math.ceil(MINIBATCH_STEPS / 11) == 46
+    # a network on batches under 256 rows: sqrt(256 / B) times the steps (its steps are that much shorter)
+    assert auto_epochs(55, False, network_batch=64) == math.ceil(2 * MINIBATCH_STEPS / 55) == 19
+    assert auto_epochs(24, False, network_batch=256) == auto_epochs(24, False) == 21
+    assert auto_epochs(1000, False, network_batch=32) == MINIBATCH_MIN_EPOCHS  # large data: 10 epochs as before
 
 
 def test_epochs_auto_resolves_and_bad_values_are_refused(adult_small):

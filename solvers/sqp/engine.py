@@ -123,7 +123,7 @@ def is_network(params: Iterable[torch.Tensor]) -> bool:
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool = False,
-                lr: float = LINEAR_MINIBATCH_LR) -> int:
+                lr: float = LINEAR_MINIBATCH_LR, network_batch: int | None = None) -> int:
     """Epochs of ``epochs="auto"``: ``FULL_BATCH_EPOCHS`` in full-batch mode; with mini-batches
     ``ceil(MINIBATCH_STEPS / K)`` for ``K`` steps per epoch, clipped to
     ``[MINIBATCH_MIN_EPOCHS, FULL_BATCH_EPOCHS]``: a mini-batch step costs a fraction of a
@@ -138,14 +138,21 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool =
     starts far from the optimum and, where a few rows flip a small group's rate, swings across
     the bound. A smaller ``lr`` (the regressor's 0.02) moves each step, the polish's included,
     proportionally less, hence proportionally more steps, up to the networks' budget
-    (``benchmarks/results/solver_notes.md``)."""
+    (``benchmarks/results/solver_notes.md``). ``network_batch`` (the rows of a network's mini-batches):
+    on ``B < MINIBATCH_NETWORK_MIN_BATCH`` rows, whose steps :func:`network_step` shortens by
+    ``sqrt(B / MINIBATCH_NETWORK_MIN_BATCH)``, ``MINIBATCH_STEPS * sqrt(MINIBATCH_NETWORK_MIN_BATCH / B)``
+    steps, so that the shorter steps cover as much ground (the rows they read, ``steps * B``, still fewer
+    than on ``MINIBATCH_NETWORK_MIN_BATCH`` rows); it adds epochs only where an epoch holds few steps."""
     if full_batch:
         return FULL_BATCH_EPOCHS
     per_epoch = max(1, steps_per_epoch)
     if curvature_polish:
         steps = min(MINIBATCH_STEPS, math.ceil(LINEAR_MINIBATCH_STEPS * LINEAR_MINIBATCH_LR / float(lr)))
         return min(FULL_BATCH_EPOCHS, max(LINEAR_MINIBATCH_EPOCHS, math.ceil(steps / per_epoch)))
-    return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(MINIBATCH_STEPS / per_epoch)))
+    steps = MINIBATCH_STEPS
+    if network_batch is not None and network_batch < MINIBATCH_NETWORK_MIN_BATCH:
+        steps = math.ceil(MINIBATCH_STEPS * math.sqrt(MINIBATCH_NETWORK_MIN_BATCH / max(1, int(network_batch))))
+    return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(steps / per_epoch)))
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
 
@@ -391,8 +398,9 @@ class StochasticSQP:
             logger.info("SQP: the inputs move together (metric spread %.3g at the start): lr='auto' takes %.3g "
                         "instead of %g", self._step_spread, step, DEFAULT_LR)
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
-        self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None, self.lr_)
-                        if self.epochs == "auto" else int(self.epochs))
+        network_batch = int(self.batch_size) if self._minibatch and self._network else None
+        self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None, self.lr_,
+                                    network_batch) if self.epochs == "auto" else int(self.epochs))
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
         if resume is not None:
             resume_iterates(resume, problem.params, tracker)
