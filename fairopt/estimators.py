@@ -579,7 +579,8 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         :data:`fairopt.training.ALPHA_DEFAULTS` (3e-4 for the classifier, 0 for the regressor).
     epochs : int, optional
         Passes over the training data. ``None``: SQP 500 full-batch epochs, or with
-        ``batch_size`` enough for 500 steps, or for a linear model, which the full-batch polish
+        ``batch_size`` enough for 500 steps (the classifier's MLP on ``B < 256`` rows ``500 sqrt(256 / B)``), or for a
+        linear model, which the full-batch polish
         finishes under the curvature metric, for ``100 * 0.5 / lr`` steps (the classifier's 100, the
         regressor's 500) in at least 2 epochs (:func:`solvers.sqp.engine.auto_epochs`); penalty
         and Lagrangian 1000 full-batch Adam epochs; Moving Targets 200 per learner refit.

@@ -418,6 +418,18 @@ def test_auto_epochs_budget_steps_not_passes():
     assert auto_epochs(1000, False, network_batch=32) == MINIBATCH_MIN_EPOCHS  # large data: 10 epochs as before
 
 
+def test_epochs_auto_gives_a_networks_shorter_small_batch_steps_more_of_them(adult_small):
+    """lr="auto" on a network's batches of 64 rows (a step half as long as on 256): twice the 500 steps; an
+    explicit lr keeps the 500 (the steps are as long as the user gave them)."""
+    rows = math.ceil(len(adult_small) / 64)
+    for lr, steps in (("auto", 1000), (0.25, 500)):
+        engine = StochasticSQP(batch_size=64, lr=lr, polish_iterations=0, seed=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            engine.fit(fairopt.models.mlp(adult_small.n_features, hidden=(4,), seed=0), adult_small)
+        assert engine.epochs_ == max(10, math.ceil(steps / rows)), lr
+
+
 def test_epochs_auto_resolves_and_bad_values_are_refused(adult_small):
     from solvers.sqp.engine import LINEAR_MINIBATCH_STEPS
 

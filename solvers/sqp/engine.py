@@ -138,7 +138,8 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool =
     starts far from the optimum and, where a few rows flip a small group's rate, swings across
     the bound. A smaller ``lr`` (the regressor's 0.02) moves each step, the polish's included,
     proportionally less, hence proportionally more steps, up to the networks' budget
-    (``benchmarks/results/solver_notes.md``). ``network_batch`` (the rows of a network's mini-batches):
+    (``benchmarks/results/solver_notes.md``). ``network_batch`` (the rows of a network's mini-batches
+    under ``lr="auto"``):
     on ``B < MINIBATCH_NETWORK_MIN_BATCH`` rows, whose steps :func:`network_step` shortens by
     ``sqrt(B / MINIBATCH_NETWORK_MIN_BATCH)``, ``MINIBATCH_STEPS * sqrt(MINIBATCH_NETWORK_MIN_BATCH / B)``
     steps, so that the shorter steps cover as much ground (the rows they read, ``steps * B``, still fewer
@@ -398,7 +399,8 @@ class StochasticSQP:
             logger.info("SQP: the inputs move together (metric spread %.3g at the start): lr='auto' takes %.3g "
                         "instead of %g", self._step_spread, step, DEFAULT_LR)
         self._generator, self._n_rows = gen, m  # live objects behind state_dict()
-        network_batch = int(self.batch_size) if self._minibatch and self._network else None
+        # the shorter steps of lr="auto" on a network's small batches take more of them (an explicit lr: as given)
+        network_batch = int(self.batch_size) if self._minibatch and self._network and self.lr == "auto" else None
         self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None, self.lr_,
                                     network_batch) if self.epochs == "auto" else int(self.epochs))
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
