@@ -138,9 +138,8 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool =
     starts far from the optimum and, where a few rows flip a small group's rate, swings across
     the bound. A smaller ``lr`` (the regressor's 0.02) moves each step, the polish's included,
     proportionally less, hence proportionally more steps, up to the networks' budget
-    (``benchmarks/results/solver_notes.md``). ``network_batch`` (the rows of a network's mini-batches
-    under ``lr="auto"``):
-    on ``B < MINIBATCH_NETWORK_MIN_BATCH`` rows, whose steps :func:`network_step` shortens by
+    (``benchmarks/results/solver_notes.md``). ``network_batch``, the rows of a network's mini-batches under
+    ``lr="auto"``: on ``B < MINIBATCH_NETWORK_MIN_BATCH`` rows, whose steps :func:`network_step` shortens by
     ``sqrt(B / MINIBATCH_NETWORK_MIN_BATCH)``, ``MINIBATCH_STEPS * sqrt(MINIBATCH_NETWORK_MIN_BATCH / B)``
     steps, so that the shorter steps cover as much ground (the rows they read, ``steps * B``, still fewer
     than on ``MINIBATCH_NETWORK_MIN_BATCH`` rows); it adds epochs only where an epoch holds few steps."""
