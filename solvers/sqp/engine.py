@@ -139,10 +139,11 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool =
     the bound. A smaller ``lr`` (the regressor's 0.02) moves each step, the polish's included,
     proportionally less, hence proportionally more steps, up to the networks' budget
     (``benchmarks/results/solver_notes.md``). ``network_batch``, the rows of a network's mini-batches under
-    ``lr="auto"``: on ``B < MINIBATCH_NETWORK_MIN_BATCH`` rows, whose steps :func:`network_step` shortens by
-    ``sqrt(B / MINIBATCH_NETWORK_MIN_BATCH)``, ``MINIBATCH_STEPS * sqrt(MINIBATCH_NETWORK_MIN_BATCH / B)``
-    steps, so that the shorter steps cover as much ground (the rows they read, ``steps * B``, still fewer
-    than on ``MINIBATCH_NETWORK_MIN_BATCH`` rows); it adds epochs only where an epoch holds few steps."""
+    ``lr="auto"``: on ``B < MINIBATCH_NETWORK_MIN_BATCH`` rows, whose step :func:`network_step` is
+    ``DEFAULT_LR * sqrt(B / MINIBATCH_NETWORK_MIN_BATCH)``, ``MINIBATCH_STEPS * DEFAULT_LR / network_step(B)``
+    ``= MINIBATCH_STEPS * sqrt(MINIBATCH_NETWORK_MIN_BATCH / B)`` steps, so that the shorter steps cover as
+    much ground (the rows they read, ``steps * B``, still fewer than on ``MINIBATCH_NETWORK_MIN_BATCH`` rows);
+    it adds epochs only where an epoch holds few steps."""
     if full_batch:
         return FULL_BATCH_EPOCHS
     per_epoch = max(1, steps_per_epoch)
@@ -150,8 +151,8 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool =
         steps = min(MINIBATCH_STEPS, math.ceil(LINEAR_MINIBATCH_STEPS * LINEAR_MINIBATCH_LR / float(lr)))
         return min(FULL_BATCH_EPOCHS, max(LINEAR_MINIBATCH_EPOCHS, math.ceil(steps / per_epoch)))
     steps = MINIBATCH_STEPS
-    if network_batch is not None and network_batch < MINIBATCH_NETWORK_MIN_BATCH:
-        steps = math.ceil(MINIBATCH_STEPS * math.sqrt(MINIBATCH_NETWORK_MIN_BATCH / max(1, int(network_batch))))
+    if network_batch is not None and network_batch < MINIBATCH_NETWORK_MIN_BATCH:  # as many more as they are shorter
+        steps = math.ceil(MINIBATCH_STEPS * DEFAULT_LR / network_step(network_batch))
     return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(steps / per_epoch)))
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
