@@ -29,7 +29,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
 from fairopt._validation import check_choice, check_flag, check_sample_weight, check_seed, positive_float
-from fairopt.data import FairData
+from fairopt.data import FairData, Preprocessor
 from fairopt.data.encoding import positive_class
 from fairopt.inputs import (check_input_finite, check_missing, constraint_sensitive_names, dense_inputs, encoded_inputs,
                             fair_data_rows, has_text_columns, held_out_rows, internal_names, log_encoded_columns,
@@ -270,8 +270,10 @@ class _FairEstimator(BaseEstimator):
         if isinstance(X, FairData):
             return self._given_data(X, y, sensitive_features, sample_weight), constraints
         X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(dense_inputs(X), sensitive_features)
-        check_input_finite(X)
-        X, y = validate_data(self, X, y, dtype=None if has_text_columns(X) else np.float64)
+        keep = self._routes_missing_inputs()
+        check_input_finite(X, allow_missing=keep)
+        X, y = validate_data(self, X, y, dtype=None if has_text_columns(X) else np.float64,
+                             ensure_all_finite="allow-nan" if keep else True)
         weights = check_sample_weight(sample_weight, X.shape[0])
         target = self._encode_training_target(y)
         columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names,
@@ -281,7 +283,8 @@ class _FairEstimator(BaseEstimator):
                              f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
         check_missing(columns)
         data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=internal_names(X.shape[1]),
-                                    sensitive_kinds=self.sensitive_kinds, sample_weight=weights)
+                                    sensitive_kinds=self.sensitive_kinds, sample_weight=weights,
+                                    preprocessor=Preprocessor(missing="keep") if keep else None)
         log_encoded_columns(data.preprocessor, getattr(self, "feature_names_in_", None))
         return data, constraints
 
@@ -415,13 +418,16 @@ class _FairEstimator(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True  # SciPy sparse X is taken as dense (inputs.dense_inputs)
+        tags.input_tags.allow_nan = self._routes_missing_inputs()  # model="gbm" takes missing values
         return tags
 
     def _checked_inputs(self, X: Any) -> Any:
         """``X`` without the dropped sensitive columns, checked against the training inputs."""
         X = self._without_dropped(dense_inputs(X))
-        check_input_finite(X)
-        return validate_data(self, X, reset=False, dtype=self._input_dtype())
+        keep = self.preprocessor_.keeps_missing
+        check_input_finite(X, allow_missing=keep)
+        return validate_data(self, X, reset=False, dtype=self._input_dtype(),
+                             ensure_all_finite="allow-nan" if keep else True)
 
     def _fair_data_inputs(self, data: FairData) -> Any:
         """The raw input columns of a FairData (an array when fit saw no column names)."""
@@ -443,6 +449,12 @@ class _FairEstimator(BaseEstimator):
     def _without_dropped(self, X: Any) -> Any:
         """A DataFrame ``X`` without the columns ``dropped_columns_``."""
         return without_columns(X, getattr(self, "dropped_columns_", []))
+
+    def _routes_missing_inputs(self) -> bool:
+        """Whether the model routes missing input values itself (``model="gbm"``: LightGBM sends a row
+        without a value down the side of each split that lowers the loss more), so ``fit`` keeps them
+        (:class:`fairopt.data.Preprocessor` with ``missing="keep"``) instead of raising."""
+        return isinstance(self.model, str) and self.model == "gbm"
 
     def _input_dtype(self) -> Any:
         """float64, or None (objects) when ``X`` had text columns at fit."""

@@ -211,10 +211,11 @@ def dense_inputs(X: Any) -> Any:
     return X.toarray()
 
 
-def check_input_finite(X: Any) -> None:
-    """ValueError naming the first input column with missing values, then the first with infinite
-    ones, before scikit-learn's check (whose message names no column, and which a frame with text
-    columns passes to the preprocessor unchecked).
+def check_input_finite(X: Any, allow_missing: bool = False) -> None:
+    """ValueError naming the first input column with missing values (unless ``allow_missing``: a model
+    that routes them itself, ``model="gbm"``), then the first with infinite ones, before scikit-learn's
+    check (whose message names no column, and which a frame with text columns passes to the
+    preprocessor unchecked).
     """
     if isinstance(X, pd.DataFrame):
         names, missing = [str(c) for c in X.columns], X.isna().to_numpy()
@@ -229,8 +230,9 @@ def check_input_finite(X: Any) -> None:
             return
         names, missing = [f"column {j}" for j in range(array.shape[1])], np.asarray(pd.isna(array), dtype=bool)
         infinite = np.isinf(array) if array.dtype.kind in "fc" else np.zeros(array.shape, dtype=bool)
-    _name_bad_column(missing, names, "NaN", "missing", "impute them (e.g. sklearn.impute.SimpleImputer in a Pipeline) "
-                     "or drop those rows")
+    if not allow_missing:
+        _name_bad_column(missing, names, "NaN", "missing", "impute them (e.g. sklearn.impute.SimpleImputer in a "
+                         "Pipeline), drop those rows, or train boosted trees (model='gbm'), which route missing values")
     _name_bad_column(infinite, names, "infinity", "infinite", "replace them (clip to a finite value, or treat them as "
                      "missing and impute) or drop those rows")
 

@@ -12,7 +12,7 @@ import torch
 from scipy.optimize import minimize
 
 from fairopt.constraints import Covariance, DisparateImpact, GeDI
-from fairopt.data import FairData
+from fairopt.data import FairData, Preprocessor
 from fairopt.surrogates import Sigmoid
 from solvers.boosting import BoostedScores, BoostedSQP
 from solvers.boosting.objective import row_derivatives, starting_constant
@@ -267,23 +267,38 @@ def test_disparate_impact_met_on_all_training_rows():
     assert result.history[-1]["V_exact"] == 0.0
 
 
-@pytest.mark.parametrize("case", ["constant", "too_few_rows"])
+@pytest.mark.parametrize("case", ["constant", "too_few_rows", "all_missing"])
 def test_no_column_to_split_on_gives_the_starting_constant_with_a_warning(case):
-    """Every column constant, or a column whose minority value has fewer rows than a leaf needs (LightGBM
-    refuses such a data set with a fatal error): no tree is grown, the model is the feasible starting
-    constant (the log-odds of the target's mean), and the fit says why."""
+    """Every column constant (or missing throughout), or a column whose minority value has fewer rows than
+    a leaf needs (LightGBM refuses such a data set with a fatal error): no tree is grown, the model is the
+    feasible starting constant (the log-odds of the target's mean), and the fit says why."""
     rng = np.random.default_rng(0)
     n = 80
-    X = np.full((n, 2), 3.0)
+    X = np.full((n, 2), np.nan if case == "all_missing" else 3.0)
     if case == "too_few_rows":
         X[:3, 0] = 1.0  # 3 rows on one side: below min_child_samples (20)
     s, y = rng.integers(0, 2, n), (rng.random(n) < 0.4).astype(float)
-    data = FairData.from_arrays(X, y, {"s": s})
+    data = FairData.from_arrays(X, y, {"s": s}, preprocessor=Preprocessor(missing="keep"))
     result, caught = _fit(data, loss="bce", constraints=[DisparateImpact("s", 0.8)])
     assert [w for w in caught if issubclass(w.category, NoUsableInputWarning)]
     out = result.model(data.X).numpy()
     np.testing.assert_allclose(out, np.log(y.mean() / (1 - y.mean())), rtol=1e-9)
     assert result.feasible
+
+
+def test_trees_split_on_whether_a_value_is_missing():
+    """A column that is constant where present and missing elsewhere still separates rows (LightGBM's
+    missing-value split): the trees learn the target's dependence on the missingness."""
+    rng = np.random.default_rng(0)
+    n = 600
+    missing = rng.random(n) < 0.5
+    X = np.where(missing, np.nan, 1.0)[:, None]
+    y = (rng.random(n) < np.where(missing, 0.85, 0.15)).astype(float)
+    data = FairData.from_arrays(X, y, {"s": rng.integers(0, 2, n)}, preprocessor=Preprocessor(missing="keep"))
+    result, caught = _fit(data, loss="bce", engine={"rounds": 20})
+    assert not caught and result.info["rounds"] == 20
+    predicted = result.model(data.X).numpy() > 0
+    np.testing.assert_array_equal(predicted, missing)  # the Bayes rule: positive exactly where missing
 
 
 @pytest.mark.parametrize("seed", [0, 1])

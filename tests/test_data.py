@@ -129,6 +129,40 @@ def test_preprocessor_transform_rejects_missing_column_and_nan(small_frame):
         Preprocessor().transform(small_frame)
 
 
+def test_preprocessor_keeps_missing_values_when_asked(small_frame, caplog):
+    frame = small_frame.assign(a=[1.0, np.nan, 3.0, np.nan, 5.0, 10.0], c=["x", None, "x", "y", "z", "z"],
+                               empty=[np.nan] * 6)
+    pre = Preprocessor(columns=["a", "c", "empty"], missing="keep")
+    with caplog.at_level("WARNING", logger="fairopt.data"):
+        X, names = pre.fit_transform(frame)
+    assert not caplog.records  # a missing level is not an unseen one
+    present = np.array([1.0, 3.0, 5.0, 10.0])
+    assert pre.means_["a"] == pytest.approx(present.mean()) and pre.scales_["a"] == pytest.approx(present.std())
+    assert (pre.means_["empty"], pre.scales_["empty"]) == (0.0, 1.0)  # no value: mapped as it is
+    a = X[:, names.index("a")]
+    np.testing.assert_array_equal(np.isnan(a), frame["a"].isna().to_numpy())
+    np.testing.assert_allclose(a[~np.isnan(a)], (present - present.mean()) / present.std(), rtol=1e-6)
+    np.testing.assert_array_equal(X[1, [names.index(f"c={v}") for v in "xyz"]], 0.0)  # no level
+    assert np.isnan(X[:, names.index("empty")]).all()
+    for copy in (pre.clone(), pre.renamed(["A", "C", "E"])):
+        assert copy.missing == "keep"
+    with pytest.raises(ValueError, match="df: column 'a' has 1 of 6 rows with infinite values"):
+        pre.transform(frame.assign(a=[1.0, np.inf, 3.0, 4.0, 5.0, 6.0]))
+    with pytest.raises(ValueError, match="df: column 'a' has 2 of 6 rows with NaN"):
+        Preprocessor(columns=["a"]).fit(frame)  # the default: an error naming the column
+    with pytest.raises(ValueError, match="missing: expected one of"):
+        Preprocessor(missing="impute")
+
+
+def test_from_frame_with_a_missing_keeping_preprocessor(small_frame):
+    frame = small_frame.assign(a=[1.0, np.nan, 3.0, 4.0, 5.0, 6.0])
+    data = FairData.from_frame(frame, target="y", sensitive="sex", preprocessor=Preprocessor(missing="keep"))
+    assert int(torch.isnan(data.X).sum()) == 1
+    assert int(torch.isnan(data.transform(frame).X).sum()) == 1  # new rows through the same preprocessor
+    with pytest.raises(ValueError, match="features: column 'a' has 1 of 6 rows with NaN"):
+        FairData.from_frame(frame, target="y", sensitive="sex")
+
+
 # --------------------------------------------------------------------------------------
 # from_frame: encodings
 # --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pickle
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from sklearn.base import clone
@@ -297,3 +298,53 @@ def test_largest_grouping_counts_the_cells_of_several_attributes():
     cells.setup(data)
     one.setup(data)
     assert (cells.largest_grouping, one.largest_grouping) == (6, 2)
+
+
+def _with_missing(X: np.ndarray, share: float = 0.25, seed: int = 1) -> np.ndarray:
+    """``X`` with a seeded ``share`` of the first two columns' values missing (NaN)."""
+    rng = np.random.default_rng(seed)
+    X = X.copy()
+    X[:, :2][rng.random((X.shape[0], 2)) < share] = np.nan
+    return X
+
+
+def test_gbm_routes_missing_inputs_and_meets_its_bound(tmp_path):
+    X, y, s = _classification()
+    X = _with_missing(X)
+    clf = FairClassifier(("disparate_impact", "s", 0.8), model="gbm", epochs=80, engine_params=FAST)
+    caught = _fit(clf, X, y, sensitive_features=s)
+    assert not caught
+    assert clf.preprocessor_.missing == "keep"
+    pred = clf.predict(X)
+    rates = _rates(pred, s)
+    assert min(rates) / max(rates) >= 0.8 and clf.train_violation_ == 0.0
+    assert (pred == y).mean() > max(y.mean(), 1 - y.mean()) + 0.05  # the trees use the values present
+    path = tmp_path / "gbm_missing.fo"
+    save(clf, path)
+    np.testing.assert_array_equal(load(path).predict(X), pred)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(clf)).predict(X), pred)
+    with pytest.raises(ValueError, match="infinity"):
+        clf.predict(np.where(np.isnan(X), np.inf, X))
+
+
+def test_gbm_without_constraints_routes_missing_values_as_lightgbm_does():
+    import lightgbm
+
+    X, y, _ = _classification(n=1200, seed=3)
+    X = _with_missing(X, share=0.4)
+    ours = FairClassifier(model="gbm", epochs=60, engine_params={**FAST, "stopping_fraction": None}).fit(X, y)
+    encoded, _ = ours.preprocessor_.transform(pd.DataFrame(X, columns=ours.preprocessor_.columns_))
+    assert np.isnan(encoded).sum() == np.isnan(X).sum()  # standardised, missing values kept as NaN
+    params = {"objective": "binary", "learning_rate": 0.1, "num_leaves": 7, "min_data_in_leaf": 20,
+              "deterministic": True, "force_col_wise": True, "verbosity": -1, "num_threads": 1, "seed": 0}
+    reference = lightgbm.train(params, lightgbm.Dataset(encoded.astype(np.float64), label=y), num_boost_round=60)
+    np.testing.assert_allclose(ours.predict_proba(X)[:, 1], reference.predict(encoded.astype(np.float64)),
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("model", ["linear", "mlp"])
+def test_models_without_missing_value_routing_name_the_column_and_gbm(model):
+    X, y, s = _classification(n=300)
+    X = _with_missing(X)
+    with pytest.raises(ValueError, match=r"Input X contains NaN: 'column 0' .*model='gbm'"):
+        FairClassifier(("disparate_impact", "s", 0.8), model=model).fit(X, y, sensitive_features=s)

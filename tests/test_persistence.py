@@ -435,6 +435,19 @@ def test_unknown_or_missing_keys_are_refused(tmp_path, saved_classifier, where, 
         load(path)
 
 
+def test_preprocessor_missing_mode_is_saved_and_defaults_for_older_files(tmp_path, saved_classifier):
+    """``missing`` (added later) round-trips; a file without it loads as "error" (its default then); a
+    value that is not a mode is refused."""
+    clf, data, X = saved_classifier
+    payload = torch.load(_write(tmp_path / "a.pt", data), weights_only=True)
+    assert payload["preprocessor"]["missing"] == "error"
+    payload["preprocessor"].pop("missing")
+    assert load(_resave(tmp_path / "b.pt", payload)).preprocessor_.missing == "error"
+    payload["preprocessor"]["missing"] = "impute"
+    with pytest.raises(ValueError, match=r"preprocessor: 'missing' must be one of"):
+        load(_resave(tmp_path / "c.pt", payload))
+
+
 def test_tampered_attribute_is_never_set(tmp_path, saved_classifier, monkeypatch):
     """A signed file naming an attribute that is not on the allow-list sets nothing."""
     _, data, _ = saved_classifier

@@ -237,7 +237,8 @@ def build_fair_data(
     if exposure is not None:
         require_finite_columns(df, [exposure], "exposure")
     inputs = coerce_inputs(df, columns, sensitive_names, categorical_names, preprocessor)
-    require_finite_columns(inputs, columns, "features")
+    keeps_missing = preprocessor is not None and preprocessor.keeps_missing
+    require_finite_columns(inputs, columns, "features", allow_missing=keeps_missing)
 
     y = encode_target(df[target], task)
     exposure_tensor = encode_exposure(df[exposure]) if exposure is not None else None

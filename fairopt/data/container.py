@@ -174,6 +174,8 @@ class FairData:
             model does not (reading sex or race is disparate treatment in many jurisdictions).
         preprocessor : Preprocessor, optional
             A fitted one encodes X as it is (e.g. test data); an unfitted or missing one is fitted on ``df``.
+            ``Preprocessor(missing="keep")`` keeps missing input values (NaN, for boosted trees) where the
+            default raises.
         weights : str or array (n,), optional
             Per-row weights (:attr:`weights`): a column of ``df`` (never an input) or an array; finite,
             ``>= 0``, not all 0. The input standardisation stays unweighted.
@@ -181,7 +183,8 @@ class FairData:
         Raises
         ------
         ValueError
-            Unknown columns, NaN/inf in used columns, a target that does not fit the task, non-positive
+            Unknown columns, NaN/inf in used columns (inf only in the inputs of a ``missing="keep"``
+            preprocessor), a target that does not fit the task, non-positive
             exposure, an unknown task or kind, a sensitive feature with fewer than 2 groups, an empty frame
             or invalid weights, each naming the argument and the value.
         """

@@ -75,25 +75,30 @@ def is_categorical_dtype(series: pd.Series) -> bool:
     return bool(pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype))
 
 
-def _nonfinite_mask(series: pd.Series) -> np.ndarray:
-    """Rows that are missing (NaN/None/NA) or, for numeric columns, infinite."""
+def _nonfinite_mask(series: pd.Series, allow_missing: bool = False) -> np.ndarray:
+    """Rows that are missing (NaN/None/NA; unless ``allow_missing``) or, for numeric columns, infinite."""
     if is_categorical_dtype(series):
-        return series.isna().to_numpy()
+        return np.zeros(len(series), dtype=bool) if allow_missing else series.isna().to_numpy()
     values = series.to_numpy(dtype=np.float64, na_value=np.nan)
-    return ~np.isfinite(values)
+    return np.isinf(values) if allow_missing else ~np.isfinite(values)
 
 
-def require_finite_columns(df: pd.DataFrame, columns: Sequence[str], argument: str) -> None:
-    """ValueError naming the column and the number of rows holding NaN/inf values."""
+def require_finite_columns(df: pd.DataFrame, columns: Sequence[str], argument: str,
+                           allow_missing: bool = False) -> None:
+    """ValueError naming the column and the number of rows holding NaN/inf values (with
+    ``allow_missing``: infinite values only, missing ones being allowed)."""
     for column in columns:
-        bad = _nonfinite_mask(df[column])
+        bad = _nonfinite_mask(df[column], allow_missing)
         count = int(bad.sum())
         if count:
             first = df.index[np.flatnonzero(bad)[0]]
             first = first.item() if hasattr(first, "item") else first
+            what = "infinite" if allow_missing else "NaN/inf/missing"
+            advice = ("replace them (clip to a finite value, or mark them missing with NaN)" if allow_missing
+                      else "drop or impute them")
             raise ValueError(
-                f"{argument}: column {column!r} has {count} of {len(df)} rows with NaN/inf/missing "
-                f"values (first at index {first!r}); drop or impute them before building FairData"
+                f"{argument}: column {column!r} has {count} of {len(df)} rows with {what} "
+                f"values (first at index {first!r}); {advice} before building FairData"
             )
 
 

@@ -12,7 +12,10 @@ import pandas as pd
 from fairopt.data.frames import (as_name_list, check_columns_exist, check_frame, is_categorical_dtype, level_codes,
                                  require_finite_columns, short_list, unique_levels)
 
-__all__ = ["Preprocessor"]
+__all__ = ["MISSING_MODES", "Preprocessor"]
+
+#: What :class:`Preprocessor` does with a missing input value: raise, or keep it (NaN / all-zero one-hot row).
+MISSING_MODES: tuple[str, ...] = ("error", "keep")
 
 logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
 
@@ -21,6 +24,22 @@ def _feature_names(columns: Sequence[str], levels: dict[str, list[Any]]) -> list
     """The output names: ``columns`` in order, a categorical one (a key of ``levels``) expanded into
     ``"column=level"`` indicators."""
     return [name for c in columns for name in ([f"{c}={level}" for level in levels[c]] if c in levels else [c])]
+
+
+def _moments(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and population standard deviation of each column of ``values`` (n >= 1 rows, no NaN); a
+    constant column gets its value and 1. Squaring 1e300 overflows and squaring 1e-300 underflows, so
+    each column is first divided by a power of two near its largest magnitude; the division and the
+    product back are exact (no rounding), so ordinary columns get bit for bit the plain figures."""
+    _, exponents = np.frexp(np.abs(values).max(axis=0))
+    units = np.ldexp(1.0, exponents - 1)  # 2**(e-1) <= max |x| < 2**e: scaled values in (-2, 2)
+    unit_values = values / units
+    means = unit_values.mean(axis=0) * units
+    scales = unit_values.std(axis=0) * units
+    constant = (values == values[0]).all(axis=0)
+    means[constant] = values[0, constant]  # exact: a constant column maps to 0
+    scales[constant] = 1.0
+    return means, scales
 
 
 class Preprocessor:
@@ -34,6 +53,11 @@ class Preprocessor:
     an all-zero row (logged). Outputs follow ``columns``, a categorical column expanding in place into
     ``"column=level"`` indicators.
 
+    Missing values (NaN/None) are an error by default. With ``missing="keep"`` (for models that route
+    missing values themselves, such as boosted trees) a numeric column's missing values stay NaN after
+    standardisation, its mean and scale taken over the values present, and a categorical column's
+    missing values get an all-zero one-hot row (no level); infinite values remain an error.
+
     Parameters
     ----------
     columns : list of str, optional
@@ -42,6 +66,8 @@ class Preprocessor:
         Columns to one-hot encode besides the non-numeric ones (e.g. integer-coded nominal variables).
     standardize : bool, default True
         If False, numeric columns are passed through unchanged.
+    missing : {"error", "keep"}, default "error"
+        What a missing input value does: a ValueError naming the column, or kept as above.
 
     Attributes (after fit)
     ----------------------
@@ -56,10 +82,14 @@ class Preprocessor:
         columns: Sequence[str] | None = None,
         categorical: Sequence[str] | None = None,
         standardize: bool = True,
+        missing: str = "error",
     ) -> None:
         self.columns = None if columns is None else as_name_list(columns, "columns")
         self.categorical = None if categorical is None else as_name_list(categorical, "categorical")
         self.standardize = bool(standardize)
+        if missing not in MISSING_MODES:
+            raise ValueError(f"missing: expected one of {MISSING_MODES}, got {missing!r}")
+        self.missing = missing
         self.columns_: list[str] = []
         self.categorical_: list[str] = []
         self.numeric_: list[str] = []
@@ -91,7 +121,7 @@ class Preprocessor:
         if unknown:
             raise ValueError(f"categorical: column(s) {short_list(unknown)} are not among the input "
                              f"columns {short_list(columns)}")
-        require_finite_columns(df, columns, "df")
+        require_finite_columns(df, columns, "df", allow_missing=self.keeps_missing)
         self.columns_ = columns
         self.categorical_ = [c for c in columns if c in declared or is_categorical_dtype(df[c])]
         categorical = set(self.categorical_)
@@ -104,25 +134,34 @@ class Preprocessor:
                      len(self.numeric_), len(self.categorical_), len(self.feature_names_))
         return self
 
+    @property
+    def keeps_missing(self) -> bool:
+        """Whether missing input values are kept (``missing="keep"``) rather than an error."""
+        return getattr(self, "missing", "error") == "keep"  # preprocessors saved before the option: "error"
+
     def _numeric_statistics(self, df: pd.DataFrame) -> tuple[dict[str, float], dict[str, float]]:
-        """Training mean and scale (population std; 1 for constant columns or no standardising)."""
+        """Training mean and scale (population std; 1 for constant columns or no standardising), over the
+        values present in a column (``missing="keep"``; a column without any: mean 0, scale 1)."""
         if not self.numeric_:
             return {}, {}
-        values = df[self.numeric_].to_numpy(dtype=np.float64)
+        values = df[self.numeric_].to_numpy(dtype=np.float64, na_value=np.nan)
         if not self.standardize:
             ones = [1.0] * len(self.numeric_)
             return dict(zip(self.numeric_, [0.0] * len(self.numeric_))), dict(zip(self.numeric_, ones))
-        # Squaring 1e300 overflows and squaring 1e-300 underflows: divide each column by a power
-        # of two near its largest magnitude first. The division and the product back are exact
-        # (no rounding), so ordinary columns get bit-for-bit the plain mean and deviation.
-        _, exponents = np.frexp(np.abs(values).max(axis=0))
-        units = np.ldexp(1.0, exponents - 1)  # 2**(e-1) <= max |x| < 2**e: scaled values in (-2, 2)
-        unit_values = values / units
-        means = unit_values.mean(axis=0) * units
-        scales = unit_values.std(axis=0) * units
-        constant = (values == values[0]).all(axis=0)
-        means[constant] = values[0, constant]  # exact: a constant column maps to 0
-        scales[constant] = 1.0
+        present = ~np.isnan(values)
+        if present.all():
+            return self._checked_statistics(*_moments(values))
+        # missing="keep" (fit checks): each column's statistics over the values it has (none: 0 and 1)
+        means, scales = np.zeros(values.shape[1]), np.ones(values.shape[1])
+        for j in range(values.shape[1]):
+            column = values[present[:, j], j]
+            if column.size:
+                (means[j],), (scales[j],) = _moments(column[:, None])
+        return self._checked_statistics(means, scales)
+
+    def _checked_statistics(self, means: np.ndarray, scales: np.ndarray) -> tuple[dict[str, float],
+                                                                                  dict[str, float]]:
+        """The statistics by column; ValueError naming the first column they cannot standardise."""
         unusable = ~(np.isfinite(means) & np.isfinite(scales) & (scales > 0))
         if unusable.any():
             column = self.numeric_[int(np.flatnonzero(unusable)[0])]
@@ -146,7 +185,7 @@ class Preprocessor:
         self._check_fitted()
         check_frame(df, argument)
         check_columns_exist(df, self.columns_, argument)
-        require_finite_columns(df, self.columns_, argument)
+        require_finite_columns(df, self.columns_, argument, allow_missing=self.keeps_missing)
         out = np.zeros((len(df), len(self.feature_names_)), dtype=np.float32)
         offset = 0
         numeric_positions: list[int] = []
@@ -163,7 +202,7 @@ class Preprocessor:
 
     def _standardised(self, df: pd.DataFrame, argument: str) -> np.ndarray:
         """``(x - mean) / scale`` of the numeric columns (float64), ``ValueError`` beyond the float32 range."""
-        values = df[self.numeric_].to_numpy(dtype=np.float64)
+        values = df[self.numeric_].to_numpy(dtype=np.float64, na_value=np.nan)
         means = np.array([self.means_[c] for c in self.numeric_])
         scales = np.array([self.scales_[c] for c in self.numeric_])
         with np.errstate(over="ignore", invalid="ignore"):
@@ -171,7 +210,7 @@ class Preprocessor:
             overflow = ~np.isfinite(z)  # x - mean beyond float64 (e.g. 1.7e308 - (-1.7e308))
             if overflow.any():
                 z[overflow] = (values / scales - means / scales)[overflow]
-        too_large = ~(np.abs(z) <= np.finfo(np.float32).max)
+        too_large = ~(np.abs(z) <= np.finfo(np.float32).max) & ~np.isnan(values)  # a missing value stays NaN
         if too_large.any():
             row, j = (int(k[0]) for k in np.nonzero(too_large))
             column, label = self.numeric_[j], df.index[row]
@@ -186,14 +225,14 @@ class Preprocessor:
         return z
 
     def _one_hot_into(self, out: np.ndarray, offset: int, column: str, series: pd.Series) -> None:
-        """Write the indicators of ``column`` into ``out[:, offset:offset+K]`` (zeros if unseen)."""
+        """Write the indicators of ``column`` into ``out[:, offset:offset+K]`` (zeros if unseen or missing)."""
         codes = level_codes(series, self.levels_[column])
         seen = codes >= 0
         rows = np.flatnonzero(seen)
         out[rows, offset + codes[seen]] = 1.0
-        n_unseen = int((~seen).sum())
+        n_unseen = int((~seen & ~series.isna().to_numpy()).sum())  # missing values (missing="keep") are no level
         if n_unseen:
-            examples = pd.unique(series[~seen].to_numpy())[:5].tolist()
+            examples = pd.unique(series[~seen].dropna().to_numpy())[:5].tolist()
             logger.warning(
                 "column %r: %d rows have levels not seen at fit time (e.g. %s); they get an all-zero one-hot row",
                 column, n_unseen, examples,
@@ -209,7 +248,8 @@ class Preprocessor:
             raise ValueError(f"names: expected {len(self.columns_)} distinct names, got {short_list(names)}")
         new = dict(zip(self.columns_, names))
         categorical = [new[c] for c in self.categorical_]
-        twin = Preprocessor(columns=names, categorical=categorical, standardize=self.standardize)
+        twin = Preprocessor(columns=names, categorical=categorical, standardize=self.standardize,
+                            missing=getattr(self, "missing", "error"))
         twin.columns_ = names
         twin.categorical_ = categorical
         twin.numeric_ = [new[c] for c in self.numeric_]
@@ -226,13 +266,14 @@ class Preprocessor:
 
     def clone(self) -> "Preprocessor":
         """An unfitted copy with the same configuration (the fitted column roles if fitted)."""
+        missing = getattr(self, "missing", "error")
         if self._fitted:
-            return Preprocessor(self.columns_, self.categorical_, self.standardize)
-        return Preprocessor(self.columns, self.categorical, self.standardize)
+            return Preprocessor(self.columns_, self.categorical_, self.standardize, missing)
+        return Preprocessor(self.columns, self.categorical, self.standardize, missing)
 
     def __repr__(self) -> str:
         if not self._fitted:
             return (f"Preprocessor(columns={self.columns!r}, categorical={self.categorical!r}, "
-                    f"standardize={self.standardize})")
+                    f"standardize={self.standardize}" + (", missing='keep')" if self.keeps_missing else ")"))
         return (f"Preprocessor(fitted: {len(self.numeric_)} numeric, {len(self.categorical_)} categorical "
                 f"-> {len(self.feature_names_)} features)")

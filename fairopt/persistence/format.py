@@ -18,6 +18,7 @@ __all__ = [
     "FORMAT_VERSION",
     "ESTIMATOR_CLASSES",
     "FITTED_ATTRIBUTES",
+    "OPTIONAL_PREPROCESSOR_ATTRIBUTES",
     "PREPROCESSOR_ATTRIBUTES",
     "PathLike",
     "check_header",
@@ -69,7 +70,10 @@ _CLASSIFIER_FITTED_KEYS = frozenset({"classes_", "classes_dtype", "pos_label_"})
 #: ``status_message_``: empty, and ``status_`` holds the engine's word of that time).
 _OPTIONAL_FITTED_KEYS = frozenset({"pos_label_", "dropped_columns_", "status_message_"})
 PREPROCESSOR_ATTRIBUTES = ("columns", "categorical", "standardize", "columns_", "categorical_", "numeric_",
-                           "means_", "scales_", "levels_", "feature_names_", "_fitted")
+                           "means_", "scales_", "levels_", "feature_names_", "_fitted", "missing")
+#: Preprocessor attributes added after files were written: absent from older files, whose value
+#: :func:`load` then takes as the default of that time (``missing``: "error").
+OPTIONAL_PREPROCESSOR_ATTRIBUTES = {"missing": "error"}
 
 PathLike = str | os.PathLike
 
@@ -145,7 +149,8 @@ def check_structure(payload: dict, version: int) -> None:
         return
     _check_module(payload["model"])
     if payload["preprocessor"] is not None:
-        _require_keys(payload["preprocessor"], frozenset(PREPROCESSOR_ATTRIBUTES), "'preprocessor'")
+        _require_keys(payload["preprocessor"], frozenset(PREPROCESSOR_ATTRIBUTES), "'preprocessor'",
+                      optional=frozenset(OPTIONAL_PREPROCESSOR_ATTRIBUTES))
     if kind == "estimator":
         _check_estimator(payload)
     elif payload["schema"] is not None:

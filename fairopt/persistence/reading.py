@@ -14,10 +14,12 @@ from scipy.special import expit
 from torch import nn
 
 from fairopt.data import Preprocessor
+from fairopt.data.preprocessing import MISSING_MODES
 from fairopt.estimators import FairClassifier
 from fairopt.persistence.format import (
     ESTIMATOR_CLASSES,
     FITTED_ATTRIBUTES,
+    OPTIONAL_PREPROCESSOR_ATTRIBUTES,
     PREPROCESSOR_ATTRIBUTES,
     PathLike,
     check_header,
@@ -180,7 +182,9 @@ def _load_preprocessor(state: dict | None) -> Preprocessor | None:
         raise ValueError(f"preprocessor: the saved preprocessor is not fitted (_fitted = {state['_fitted']!r})")
     preprocessor = Preprocessor.__new__(Preprocessor)
     for attribute in PREPROCESSOR_ATTRIBUTES:
-        setattr(preprocessor, attribute, state[attribute])
+        setattr(preprocessor, attribute, state.get(attribute, OPTIONAL_PREPROCESSOR_ATTRIBUTES.get(attribute)))
+    if preprocessor.missing not in MISSING_MODES:
+        raise ValueError(f"preprocessor: 'missing' must be one of {MISSING_MODES}, got {preprocessor.missing!r}")
     return preprocessor
 
 

@@ -259,7 +259,7 @@ class BoostedSQP:
         tracker = BestIterate(lower, upper, self.feasibility_tol)
         history = History(cons.row_names)
         bounds = WorkingBounds(lower, upper, self.calibrate_exact, self.calibration_weight)
-        if X.shape[1] and bool((np.ptp(X, axis=0) > 0).any()):
+        if _splittable(X):
             with one_thread_outside_lightgbm():
                 rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
         else:  # LightGBM would stop with a fatal error: no column to split on
@@ -491,6 +491,18 @@ def _warn_no_usable_input() -> None:
     warnings.warn("BoostedSQP: no input column can split the training rows (every column constant, or no value "
                   "held by enough rows for a leaf: LightGBM's min_child_samples); the model is the starting "
                   "constant", NoUsableInputWarning, stacklevel=4)
+
+
+def _splittable(X: np.ndarray) -> bool:
+    """Whether some column of ``X`` takes two values, a missing one (NaN) counting as a value: LightGBM
+    splits on it, or on whether it is missing."""
+    missing = np.isnan(X)
+    filled = np.where(missing, np.inf, X)  # a column's missing rows out of its smallest value
+    smallest = filled.min(axis=0, initial=np.inf)
+    largest = np.where(missing, -np.inf, X).max(axis=0, initial=-np.inf)
+    varies = smallest < largest
+    partly_missing = missing.any(axis=0) & ~missing.all(axis=0)
+    return bool((varies | partly_missing).any())
 
 
 def _no_usable_input(error: Exception) -> bool:
