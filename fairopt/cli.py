@@ -161,7 +161,8 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--penalty", action="append", help="penalty spec for --method penalty, e.g. dp_squared:sex "
                                                       "(--dataset only)")
     p.add_argument("--method", choices=["sqp", "penalty", "lagrangian", "moving_targets"])
-    p.add_argument("--model", choices=["linear", "mlp"])
+    p.add_argument("--model", choices=["linear", "mlp", "gbm"],
+                   help="default linear; gbm (boosted trees, --data only) takes missing input values as they are")
     p.add_argument("--hidden", help="MLP hidden widths, e.g. 32 or 64,32")
     p.add_argument("--epochs", type=int, metavar="N",
                    help="training epochs (moving_targets: epochs of each learner refit)")
@@ -216,6 +217,9 @@ def _train(args: argparse.Namespace) -> int:
     given = [k for k in _OWN_DATA_ONLY if k in options]
     if given:
         raise ValueError(f"{_flag(given[0])}: only with --data FILE (your own table), not with --dataset")
+    if options.get("model") == "gbm":
+        raise ValueError("--model gbm: only with --data FILE (boosted trees train through the estimators); with "
+                         "--dataset give --model linear or mlp")
     from fairopt.experiments.configs import run_train
 
     result = run_train(options, out)

@@ -325,3 +325,33 @@ def test_table_path_is_the_estimator_fitted_directly(tmp_path, task, method):
         np.testing.assert_allclose(saved.predict(frame), direct.predict(new), rtol=1e-9, atol=1e-9)
     assert saved.metadata["status"] == direct.status_
     assert saved.metadata["train_violations"] == pytest.approx(direct.train_violations_, abs=1e-12)
+
+
+def test_boosted_trees_train_and_predict_rows_with_missing_inputs(files, tmp_path, capsys):
+    """--model gbm keeps missing input values (LightGBM routes them) at train and predict time; the
+    linear model refuses them, naming the columns and --model gbm; --dataset has no gbm."""
+    frame = loans()
+    rng = np.random.default_rng(3)
+    frame.loc[rng.random(N) < 0.2, "age"] = np.nan
+    frame.loc[rng.random(N) < 0.1, "city"] = None
+    frame.to_csv(tmp_path / "holes.csv", index=False)
+    out = tmp_path / "run_gbm"
+    assert main(["train", "--data", str(tmp_path / "holes.csv"), *COMMON, "--model", "gbm", "--test-size", "0",
+                 "--out", str(out), "--quiet"]) == 0
+    saved = fairopt.load(out / "model.fairopt")
+    assert saved.metadata["model"] == "gbm" and saved.preprocessor.missing == "keep"
+    assert saved.metadata["feasible"] and saved.metadata["train_violations"] == {"disparate_impact[gender]": 0.0}
+    assert main(["predict", str(out), "--data", str(tmp_path / "holes.csv"), "--out", str(tmp_path / "p.csv")]) == 0
+    predictions = pd.read_csv(tmp_path / "p.csv")
+    assert predictions["prediction"].tolist() == saved.predict(frame.drop(columns=["decision"])).tolist()
+    gender = frame["gender"].to_numpy()
+    rates = [np.mean(predictions["prediction"].to_numpy()[gender == g] == "approved") for g in ("woman", "man")]
+    assert min(rates) / max(rates) >= 0.8 - 1e-9  # the bound holds on the training rows, holes and all
+    capsys.readouterr()
+    assert main(["train", "--data", str(tmp_path / "holes.csv"), *COMMON, "--out", str(tmp_path / "lin"),
+                 "--quiet"]) == 2
+    err = _one_error_line(capsys, "train")
+    assert "missing values in 'age'" in err and "'city'" in err and "--model gbm" in err
+    assert main(["train", "--dataset", "adult", "--constraint", "di:sex>=0.8", "--model", "gbm",
+                 "--out", str(tmp_path / "ds"), "--quiet"]) == 2
+    assert "--model gbm: only with --data FILE" in _one_error_line(capsys, "train")

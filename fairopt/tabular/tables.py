@@ -95,8 +95,9 @@ def require_columns(frame: pd.DataFrame, names: Sequence[str], flag: str, source
                          f"{short_list(frame.columns.tolist())}")
 
 
-def require_complete(frame: pd.DataFrame, names: Sequence[str], source: str) -> None:
-    """One error naming every used column with missing values."""
+def require_complete(frame: pd.DataFrame, names: Sequence[str], source: str,
+                     advice: str = "drop or fill them first") -> None:
+    """One error naming every used column with missing values, and ``advice``."""
     holes = {}
     for name in names:
         missing = frame[name].isna().to_numpy()
@@ -104,7 +105,7 @@ def require_complete(frame: pd.DataFrame, names: Sequence[str], source: str) -> 
             holes[name] = (int(missing.sum()), int(np.flatnonzero(missing)[0]) + 1)
     if holes:
         listed = ", ".join(f"{name!r} ({count} rows, first row {row})" for name, (count, row) in holes.items())
-        raise ValueError(f"{source}: missing values in {listed}; drop or fill them first")
+        raise ValueError(f"{source}: missing values in {listed}; {advice}")
 
 
 def plain_value(value: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from fairopt.data import FairData, coerce_numeric_columns
+from fairopt.data import FairData, Preprocessor, coerce_numeric_columns
 from fairopt.data.encoding import positive_class, sorted_labels
 from fairopt.data.frames import as_number, is_text_dtype, short_list
 from fairopt.estimators import FairClassifier, FairRegressor
@@ -162,13 +162,16 @@ def train_table(
     require_columns(frame, [target], "--target", source)
     built = _parse_constraints(constraints)
     sensitive = _sensitive_columns(sensitive, built)
-    features = _input_columns(frame, target, sensitive, ignore, weights, include_sensitive, source)
+    features = _input_columns(frame, target, sensitive, ignore, weights, include_sensitive, source,
+                              inputs_complete=model != "gbm")
     task, classes = _task_and_classes(frame[target], task, positive)
     work, converted = _numeric_frame(frame, target, features, task, classes)
+    keep_missing = None if model != "gbm" else Preprocessor(  # boosted trees route missing input values
+        features, [c for c in (categorical or []) if c in features], missing="keep")
     try:
         data = FairData.from_frame(work, target=target, sensitive=sensitive, features=features, task=task,
                                    include_sensitive=include_sensitive, categorical=categorical,
-                                   sensitive_kinds=sensitive_kinds, weights=weights)
+                                   sensitive_kinds=sensitive_kinds, weights=weights, preprocessor=keep_missing)
     except ValueError as exc:
         text = str(exc)
         raise ValueError(f"{source}: --{text}" if text.startswith("weights") else f"{source}: {text}") from None
@@ -246,9 +249,10 @@ def _sensitive_columns(sensitive: Sequence[str], built: list) -> list[str]:
 
 
 def _input_columns(frame: pd.DataFrame, target: str, sensitive: list[str], ignore: Sequence[str],
-                   weights: str | None, include_sensitive: bool, source: str) -> list[str]:
+                   weights: str | None, include_sensitive: bool, source: str, inputs_complete: bool = True) -> list[str]:
     """The model's input columns: every column but the target, the ignored ones, the weights
-    and (unless ``include_sensitive``) the sensitive ones; the columns used must be complete."""
+    and (unless ``include_sensitive``) the sensitive ones; the columns used must be complete (the
+    inputs only with ``inputs_complete``: boosted trees take missing input values)."""
     require_columns(frame, sensitive, "--sensitive", source)
     require_columns(frame, list(ignore), "--ignore", source)
     if target in sensitive:
@@ -262,7 +266,10 @@ def _input_columns(frame: pd.DataFrame, target: str, sensitive: list[str], ignor
     if not features:
         raise ValueError(f"--ignore: no input columns remain in {source} (target {target!r}, sensitive "
                          f"{sensitive}, ignored {list(ignore)})")
-    require_complete(frame, [target, *sensitive, *features], source)
+    require_complete(frame, [target, *sensitive], source)
+    if inputs_complete:
+        require_complete(frame, features, source, "drop or fill them first, or train boosted trees (--model gbm), "
+                                                  "which take missing input values")
     return features
 
 
