@@ -43,7 +43,7 @@ from fairopt.exceptions import FairnessWarning
 from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
 from fairopt.inputs import sensitive_columns
-from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model
+from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model, routes_missing_values
 from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
                               float64_outputs, is_mini_batch, release_batch_caches, train,
@@ -418,7 +418,7 @@ class _FairEstimator(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True  # SciPy sparse X is taken as dense (inputs.dense_inputs)
-        tags.input_tags.allow_nan = self._routes_missing_inputs()  # model="gbm" takes missing values
+        tags.input_tags.allow_nan = self._routes_missing_inputs()  # "gbm", or a learner that takes them
         return tags
 
     def _checked_inputs(self, X: Any) -> Any:
@@ -451,10 +451,13 @@ class _FairEstimator(BaseEstimator):
         return without_columns(X, getattr(self, "dropped_columns_", []))
 
     def _routes_missing_inputs(self) -> bool:
-        """Whether the model routes missing input values itself (``model="gbm"``: LightGBM sends a row
-        without a value down the side of each split that lowers the loss more), so ``fit`` keeps them
-        (:class:`fairopt.data.Preprocessor` with ``missing="keep"``) instead of raising."""
-        return isinstance(self.model, str) and self.model == "gbm"
+        """Whether the model routes missing input values itself, so ``fit`` keeps them
+        (:class:`fairopt.data.Preprocessor` with ``missing="keep"``) instead of raising:
+        ``model="gbm"`` (LightGBM sends a row without a value down the side of each split that lowers
+        the loss more), or a scikit-learn learner that takes them (its ``allow_nan`` tag)."""
+        if isinstance(self.model, str):
+            return self.model == "gbm"
+        return is_sklearn_model(self.model) and routes_missing_values(self.model)
 
     def _input_dtype(self) -> Any:
         """float64, or None (objects) when ``X`` had text columns at fit."""
@@ -577,7 +580,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         trees grown under the hard constraints, :class:`solvers.boosting.BoostedSQP`;
         ``method="sqp"`` without ``batch_size``; at most ``epochs`` rounds, default 300, their
         number chosen on held-out training rows, :mod:`fairopt.boosted`; ``lr`` default 0.1, tree
-        options through ``engine_params``), or a factory ``n_features -> nn.Module``
+        options through ``engine_params``; missing input values (NaN/None) are kept, LightGBM
+        routing them at every split, where the other models raise), or a factory
+        ``n_features -> nn.Module``
         with one float32 output per row, called under ``torch.manual_seed(seed)``.
     hidden : tuple of int, default (32,)
         Hidden-layer widths of ``model="mlp"``.

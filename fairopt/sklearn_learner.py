@@ -18,7 +18,8 @@ from torch import nn
 
 from solvers.history import FitResult
 
-__all__ = ["FittedEstimator", "check_sklearn_model", "is_sklearn_model", "run_sklearn_learner"]
+__all__ = ["FittedEstimator", "check_sklearn_model", "is_sklearn_model", "routes_missing_values",
+           "run_sklearn_learner"]
 
 # logits of predict_proba are clipped to +-LOGIT_CLIP (probabilities 0 and 1 give finite outputs)
 LOGIT_CLIP = 36.0
@@ -31,6 +32,17 @@ def is_sklearn_model(model: Any) -> bool:
     return (not isinstance(model, (str, type, nn.Module)) and callable(getattr(model, "get_params", None))
             and callable(getattr(model, "fit", None))
             and (callable(getattr(model, "predict", None)) or callable(getattr(model, "predict_proba", None))))
+
+
+def routes_missing_values(model: Any) -> bool:
+    """Whether a scikit-learn estimator takes missing input values itself (its ``allow_nan`` input tag:
+    ``HistGradientBoostingClassifier`` and the like), so the estimators pass them to it."""
+    from sklearn.utils import get_tags
+
+    try:
+        return bool(get_tags(model).input_tags.allow_nan)
+    except (AttributeError, TypeError, ValueError):  # an estimator without scikit-learn's tags
+        return False
 
 
 def check_sklearn_model(model: Any, method: str, task: str) -> None:

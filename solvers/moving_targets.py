@@ -325,7 +325,9 @@ def _resolve_task(task: str | None, data: Any) -> str:
 
 
 def _training_arrays(data: Any, classification: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(X float32 (n, p), y float64 (n,))`` checked: finite, matching lengths, 0/1 labels."""
+    """``(X float32 (n, p), y float64 (n,))`` checked: no infinite value, ``y`` finite, matching lengths,
+    0/1 labels. Missing inputs (NaN in ``X``) are the learner's to take or refuse (scikit-learn's
+    histogram boosters route them; the others raise their own error)."""
     for attr in ("X", "y"):
         if not hasattr(data, attr):
             raise ValueError(f"data: expected a dataset with X and y, missing {attr!r}")
@@ -335,8 +337,8 @@ def _training_arrays(data: Any, classification: bool) -> tuple[np.ndarray, np.nd
         raise ValueError(f"data.X: expected a non-empty 2-D array (n, p), got shape {X.shape}")
     if y.shape[0] != X.shape[0]:
         raise ValueError(f"data.y: {y.shape[0]} values for {X.shape[0]} rows of data.X")
-    if not (np.isfinite(X).all() and np.isfinite(y).all()):
-        raise ValueError("data: X or y contains NaN or infinite values")
+    if np.isinf(X).any() or not np.isfinite(y).all():
+        raise ValueError("data: X contains infinite values or y NaN or infinite values")
     if classification:
         bad = (y != 0) & (y != 1)
         if bad.any():

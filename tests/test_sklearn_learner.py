@@ -23,7 +23,7 @@ from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.exceptions import FairnessWarning
 from fairopt.measures import disparate_impact
 from fairopt.persistence.writing import save
-from fairopt.sklearn_learner import FittedEstimator, is_sklearn_model
+from fairopt.sklearn_learner import FittedEstimator, is_sklearn_model, routes_missing_values
 from solvers.moving_targets import MovingTargets
 from solvers.problem import LinearEncoding
 from solvers.projection import project_targets
@@ -149,3 +149,22 @@ def test_first_master_is_optimal():
     record = clf.history_.records[1]
     assert record["master_backend"] == "topk"
     assert abs(record["master_objective"] - exact.objective) <= 1e-9
+
+
+def test_a_learner_that_takes_missing_values_gets_them():
+    """A learner with scikit-learn's ``allow_nan`` tag (HistGradientBoosting) trains and predicts on rows
+    with missing inputs, as the learner alone does; one without it (LogisticRegression) is refused
+    before training with the column named."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    X, y, s = make_arrays(800, 2)
+    X[np.random.default_rng(3).random(X.shape) < 0.2] = np.nan
+    booster = HistGradientBoostingClassifier(max_iter=20, random_state=0)
+    assert routes_missing_values(booster) and not routes_missing_values(LogisticRegression())
+    clf = FairClassifier(method="moving_targets", model=booster).fit(X, y, sensitive_features=s)
+    assert clf.__sklearn_tags__().input_tags.allow_nan
+    alone = clone(booster).fit(X, y)  # unconstrained: Moving Targets' learner on the rows as they are
+    assert (clf.predict(X) == alone.predict(X)).mean() > 0.95
+    with pytest.raises(ValueError, match=r"Input X contains NaN: 'column 0'"):
+        FairClassifier(("disparate_impact", "s", 0.8), method="moving_targets",
+                       model=LogisticRegression()).fit(X, y, sensitive_features=s)

@@ -16,6 +16,7 @@ if str(BENCHMARKS) not in sys.path:  # the scripts import their siblings (_commo
     sys.path.insert(0, str(BENCHMARKS))
 
 import _common  # noqa: E402
+import gbm_missing  # noqa: E402
 import trees  # noqa: E402
 import trees_odds  # noqa: E402
 import trees_regression  # noqa: E402
@@ -174,3 +175,19 @@ def test_regression_summary_counts_a_refused_margin_as_neither_met_nor_averaged(
     assert "refused in 1/3" in row["note"]
     lines = trees_regression.refusal_lines(runs)
     assert any("seed 2: refused: margin: too wide" in line for line in lines)
+
+
+def test_missing_value_holes_only_in_numeric_columns_and_imputed_by_training_means():
+    """benchmarks/gbm_missing.py: holes at the asked share in the standardised columns only (one-hot
+    indicators stay complete); the imputation fills each with its training column's mean."""
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.normal(size=5000), rng.integers(0, 2, 5000), rng.normal(size=5000)]).astype(np.float32)
+    columns = gbm_missing.numeric_columns(X)
+    assert columns.tolist() == [True, False, True]
+    holes = gbm_missing.with_holes(X, columns, 0.3, np.random.default_rng(1))
+    share = np.isnan(holes).mean(axis=0)
+    assert share[1] == 0.0 and abs(share[0] - 0.3) < 0.03 and abs(share[2] - 0.3) < 0.03
+    assert np.array_equal(holes[~np.isnan(holes)], X[~np.isnan(holes)])
+    filled = gbm_missing.mean_imputed(holes, holes)
+    assert not np.isnan(filled).any()
+    np.testing.assert_allclose(filled[np.isnan(holes[:, 0]), 0], np.nanmean(holes[:, 0].astype(np.float64)), atol=1e-5)
