@@ -73,7 +73,15 @@ def mean_imputed(train_X: np.ndarray, X: np.ndarray) -> np.ndarray:
 
 
 def run_cell(job: dict) -> dict:
-    """One (data set, method, seed) fit on the seeded split with holes (module docstring)."""
+    """One (data set, method, seed) fit on the seeded split with holes (module docstring), in a worker
+    process with ``job["threads"]`` torch and BLAS/OpenMP threads (HistGradientBoosting's OpenMP threads
+    would otherwise take every core in each worker)."""
+    with limited_threads(job["threads"], logger):
+        return _cell(job)
+
+
+def _cell(job: dict) -> dict:
+    """:func:`run_cell`'s fit."""
     from benchmarks.papers.peer_adapters import Part
     from benchmarks.papers.peers import prepare
 
@@ -130,10 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--missing: expected a share in (0, 1), got {args.missing}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [{"dataset": d, "method": m, "seed": s, "share": args.missing, "data_dir": args.data_dir}
-            for d in args.datasets for s in args.seeds for m in args.methods]
-    with limited_threads(args.threads, logger):
-        records = [record for _, record in pooled(run_cell, jobs, max(1, args.jobs))]
+    jobs = [{"dataset": d, "method": m, "seed": s, "share": args.missing, "data_dir": args.data_dir,
+             "threads": args.threads} for d in args.datasets for s in args.seeds for m in args.methods]
+    records = [record for _, record in pooled(run_cell, jobs, max(1, args.jobs))]
     runs = pd.DataFrame(records)
     skipped = runs[runs["status"] == "skipped"].drop_duplicates("method")
     table = summary(runs)
