@@ -13,6 +13,7 @@ import torch
 from sklearn.base import clone
 
 from fairopt import FairClassifier, FairData, FairRegressor
+from fairopt.data import Preprocessor
 from fairopt.persistence import load, save
 from solvers.boosting import BoostedScores
 
@@ -348,3 +349,7 @@ def test_models_without_missing_value_routing_name_the_column_and_gbm(model):
     X = _with_missing(X)
     with pytest.raises(ValueError, match=r"Input X contains NaN: 'column 0' .*model='gbm'"):
         FairClassifier(("disparate_impact", "s", 0.8), model=model).fit(X, y, sensitive_features=s)
+    data = FairData.from_arrays(X, y, {"s": s}, preprocessor=Preprocessor(missing="keep"))
+    with pytest.raises(ValueError, match=r"X: this FairData has missing input values .*model='gbm'"):
+        FairClassifier(("disparate_impact", "s", 0.8), model=model).fit(data)
+    assert FairClassifier(("disparate_impact", "s", 0.8), model="gbm", epochs=20).fit(data).converged_

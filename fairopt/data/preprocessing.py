@@ -249,7 +249,7 @@ class Preprocessor:
         new = dict(zip(self.columns_, names))
         categorical = [new[c] for c in self.categorical_]
         twin = Preprocessor(columns=names, categorical=categorical, standardize=self.standardize,
-                            missing=getattr(self, "missing", "error"))
+                            missing="keep" if self.keeps_missing else "error")
         twin.columns_ = names
         twin.categorical_ = categorical
         twin.numeric_ = [new[c] for c in self.numeric_]
@@ -266,7 +266,7 @@ class Preprocessor:
 
     def clone(self) -> "Preprocessor":
         """An unfitted copy with the same configuration (the fitted column roles if fitted)."""
-        missing = getattr(self, "missing", "error")
+        missing = "keep" if self.keeps_missing else "error"
         if self._fitted:
             return Preprocessor(self.columns_, self.categorical_, self.standardize, missing)
         return Preprocessor(self.columns, self.categorical, self.standardize, missing)
