@@ -174,15 +174,23 @@ def assign_parameters(params: Sequence[torch.Tensor], flat: torch.Tensor) -> Non
             offset += p.numel()
 
 
-def check_dataset(data: Any) -> int:
+def check_dataset(data: Any, complete_inputs: bool = True) -> int:
     """The number of rows of ``data``, checked to have ``X``, ``y``, ``subset``, a row, and weights
-    (if any) finite, ``>= 0`` and not all 0."""
+    (if any) finite, ``>= 0`` and not all 0. With ``complete_inputs`` (an engine that differentiates
+    its model) an in-memory ``X`` (a tensor) must hold no missing value (NaN): a row without a value
+    has no output to differentiate; the boosted engine routes such rows and passes False."""
     for attr in ("X", "y", "subset"):
         if not hasattr(data, attr):
             raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}")
     n = len(data)
     if n == 0:
         raise ValueError("data: has no rows")
+    X = data.X
+    if complete_inputs and isinstance(X, torch.Tensor) and X.is_floating_point() and bool(torch.isnan(X).any()):
+        rows = int(torch.isnan(X.reshape(n, -1)).any(dim=1).sum())
+        raise ValueError(f"data.X: {rows} row(s) hold missing input values (NaN); this engine differentiates its "
+                         "model and needs complete inputs: impute them, or train boosted trees "
+                         "(solvers.boosting.BoostedSQP), which route missing values")
     weights = row_weights(data)
     if weights is not None:
         w = weights.detach()

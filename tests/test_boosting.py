@@ -554,3 +554,26 @@ def test_early_stopping_returns_the_best_feasible_round():
     reg, _, _ = _regression(300)
     with pytest.raises(ValueError, match="error"):
         BoostedSQP(rounds=2, validation_metric="error").fit(reg, loss="mse", validation=reg)
+
+
+def test_engines_that_differentiate_their_model_refuse_missing_inputs_which_boosting_takes():
+    """Rows with missing inputs: the SQP, penalty and Lagrangian engines refuse them up front (a row without a
+    value has no output to differentiate), naming the boosted engine; BoostedSQP fits them."""
+    from fairopt.models import linear
+    from solvers import LagrangianDual, Penalty, StochasticSQP
+
+    rng = np.random.default_rng(0)
+    n = 300
+    X = rng.normal(size=(n, 3))
+    X[rng.random((n, 3)) < 0.1] = np.nan
+    s, y = rng.integers(0, 2, n), (rng.random(n) < 0.4).astype(float)
+    data = FairData.from_arrays(X, y, {"s": s}, preprocessor=Preprocessor(missing="keep"))
+    constraint = DisparateImpact("s", 0.8)
+    fits = {"sqp": lambda: StochasticSQP(epochs=2).fit(linear(3), data, loss="bce", constraints=[constraint]),
+            "penalty": lambda: Penalty(epochs=2).fit(linear(3), data, loss="bce"),
+            "lagrangian": lambda: LagrangianDual(epochs=2).fit(linear(3), data, loss="bce", constraints=[constraint])}
+    for fit in fits.values():
+        with pytest.raises(ValueError, match=r"data.X: \d+ row\(s\) hold missing input values .*BoostedSQP"):
+            fit()
+    result, _ = _fit(data, loss="bce", engine={"rounds": 10}, constraints=[constraint])
+    assert result.feasible

@@ -226,7 +226,7 @@ class BoostedSQP:
         """
         import lightgbm
 
-        n = check_dataset(data)
+        n = check_dataset(data, complete_inputs=False)  # LightGBM routes missing input values
         if validation is None and self.early_stopping_rounds is not None:
             raise ValueError("early_stopping_rounds: needs validation rows (fit(..., validation=...))")
         name = loss_name(loss)
@@ -521,7 +521,7 @@ def _checked_validation(validation: Any, name: str, init: float, n_features: int
     """The :class:`ValidationLoss` of ``validation`` rows (None without), checked like the training rows."""
     if validation is None:
         return None
-    check_dataset(validation)
+    check_dataset(validation, complete_inputs=False)
     check_targets(name, validation)
     if validation.X.ndim != 2 or validation.X.shape[1] != n_features:
         raise ValueError(f"validation: expected X with {n_features} columns like the training rows, got shape "
