@@ -30,7 +30,9 @@ cases (a group of 1-2 rows, a constant feature, a group with one label, one labe
 Drawn after those (so the earlier draws of a seed are unchanged): a quarter of the SQP fits
 take ``model="gbm"`` (boosted trees, full batch, the epochs as rounds), and a fifth of the
 fits without an edge case split the shifted group into two or three levels (three or four
-groups, named by strings, each bounded against the rest).
+groups, named by strings, each bounded against the rest); after those, a tenth of the fits get
+missing input values (NaN in 10-40% of the values of about half the columns): boosted trees
+take them, every other model must refuse them with an error that names the column.
 
 What is counted, per category (QP: ``feasible``, ``feasible+dependent``, ``feasible+narrow``,
 ``infeasible:<how>``; fit: ``<method>/<model>/<constrained or unconstrained>``)
@@ -418,9 +420,12 @@ def random_fit(rng: np.random.Generator) -> tuple[str, dict, np.ndarray, np.ndar
         s = np.where(s > 0, rng.integers(1, int(rng.integers(3, 5)), n), 0).astype(float)
     if strings or len(np.unique(s)) > 2:  # numeric codes of more than two levels read as a continuous attribute
         s = np.array(["M", "F", "X", "Y"], dtype=object)[s.astype(int)]
+    if rng.random() < 0.1:  # holes (NaN) in 10-40% of the values of about half the input columns
+        holes = (rng.random(X.shape) < rng.uniform(0.1, 0.4)) & (rng.random(k) < 0.5)[None, :]
+        X = np.where(holes, np.nan, X)
     levels = len(np.unique(s))
     category = (f"fit {method}/{params['model']}/{'constrained' if delta is not None else 'unconstrained'}"
-                + (f"/{levels} groups" if levels > 2 else ""))
+                + (f"/{levels} groups" if levels > 2 else "") + ("/missing inputs" if np.isnan(X).any() else ""))
     return category, params, X, y, s, edge
 
 
