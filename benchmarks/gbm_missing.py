@@ -3,8 +3,8 @@
 The splits and feature matrices of ``benchmarks/trees.py`` (:func:`benchmarks.papers.peers.prepare`: seeded
 70/30 stratified splits, Adult a seeded 20,000-row sample, the sensitive attribute not an input), seeds 0-2,
 ``DI >= 0.8`` on hard labels, with a seeded share (``--missing``, default 0.2) of every numeric input column's
-values removed (missing completely at random, in the training and the test rows alike; the one-hot columns stay
-complete). Methods:
+values removed (missing completely at random, or with ``--mechanism label`` more often in the positive rows, in the
+training and the test rows alike; the one-hot columns stay complete). Methods:
 
 =========================  ======  ==========================================================================
 method                     needs s what
@@ -22,6 +22,7 @@ Writes ``OUT/gbm_missing.md`` (means over seeds per data set and method, with th
 
     python benchmarks/gbm_missing.py --data-dir ../shared/data --jobs 2
     python benchmarks/gbm_missing.py --datasets adult --seeds 0 --missing 0.4
+    python benchmarks/gbm_missing.py --data-dir ../shared/data --jobs 2 --mechanism label --out DIR
 """
 
 from __future__ import annotations
@@ -57,11 +58,15 @@ def numeric_columns(X: np.ndarray) -> np.ndarray:
     return ~np.isin(X, (0.0, 1.0)).all(axis=0)
 
 
-def with_holes(X: np.ndarray, columns: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray:
-    """A copy of ``X`` with a share ``share`` of the values of ``columns`` replaced by NaN (each value
-    independently)."""
+def with_holes(X: np.ndarray, columns: np.ndarray, share: float, rng: np.random.Generator,
+               y: np.ndarray | None = None) -> np.ndarray:
+    """A copy of ``X`` with a share ``share`` of the values of ``columns`` replaced by NaN, each value
+    independently (missing completely at random); with ``y`` (the "label" mechanism) a value of a positive
+    row is missing with probability ``1.5 share`` and one of a negative row with ``0.5 share``, so that
+    missingness says something about the target."""
     X = X.copy()
-    holes = (rng.random(X.shape) < share) & columns[None, :]
+    chance = np.full(X.shape[0], share) if y is None else np.where(y > 0, 1.5 * share, 0.5 * share)
+    holes = (rng.random(X.shape) < chance[:, None]) & columns[None, :]
     X[holes] = np.nan
     return X
 
@@ -88,14 +93,16 @@ def _cell(job: dict) -> dict:
     dataset, name, seed = job["dataset"], job["method"], job["seed"]
     needs_s, rows, (_, requires, fit_predict) = MISSING_METHODS[name]
     record = {"dataset": dataset, "method": name, "seed": seed, "needs s": "yes" if needs_s else "no",
-              "missing": job["share"], "commit": commit()}
+              "missing": job["share"], "mechanism": job.get("mechanism", "random"), "commit": commit()}
     reason = _missing(requires)
     if reason is not None:
         return {**record, "status": "skipped", "note": reason}
     train, test, _ = prepare(dataset, seed, job["data_dir"], ROWS.get(dataset))
     columns = numeric_columns(train.X)
     rng = np.random.default_rng(10_000 + seed)
-    train_X, test_X = with_holes(train.X, columns, job["share"], rng), with_holes(test.X, columns, job["share"], rng)
+    by_label = job.get("mechanism") == "label"
+    train_X = with_holes(train.X, columns, job["share"], rng, train.y if by_label else None)
+    test_X = with_holes(test.X, columns, job["share"], rng, test.y if by_label else None)
     if rows == "imputed":
         train_X, test_X = mean_imputed(train_X, train_X), mean_imputed(train_X, test_X)
     train, test = Part(train_X, train.y, train.s), Part(test_X, test.y, test.s)
@@ -132,14 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = grid_parser(__doc__.splitlines()[0], DATASETS, SEEDS, DEFAULT_OUT / "gbm_missing", list(MISSING_METHODS))
     parser.add_argument("--missing", type=float, default=MISSING_SHARE,
                         help="share of each numeric input column's values removed (default 0.2)")
+    parser.add_argument("--mechanism", choices=["random", "label"], default="random",
+                        help="random: every value missing with the same chance; label: 1.5 times that chance in "
+                             "the positive rows and half of it in the others (missingness tells of the target)")
     parser.add_argument("--jobs", type=int, default=1, help="fits at a time (processes)")
     args = parser.parse_args(argv)
     if not 0.0 < args.missing < 1.0:
         parser.error(f"--missing: expected a share in (0, 1), got {args.missing}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [{"dataset": d, "method": m, "seed": s, "share": args.missing, "data_dir": args.data_dir,
-             "threads": args.threads} for d in args.datasets for s in args.seeds for m in args.methods]
+    jobs = [{"dataset": d, "method": m, "seed": s, "share": args.missing, "mechanism": args.mechanism,
+             "data_dir": args.data_dir, "threads": args.threads}
+            for d in args.datasets for s in args.seeds for m in args.methods]
     records = [record for _, record in pooled(run_cell, jobs, max(1, args.jobs))]
     runs = pd.DataFrame(records)
     skipped = runs[runs["status"] == "skipped"].drop_duplicates("method")
@@ -147,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# Boosted trees on rows with missing input values, DI >= {DELTA} (means over seeds)", "",
              provenance("gbm_missing.py", argv, runs["commit"].unique()), "",
              f"The splits of `benchmarks/trees.py` with {args.missing:.0%} of every numeric input column's values "
-             "removed at random (training and test rows); 'needs s': the method reads the sensitive attribute "
+             "removed " + ("at random" if args.mechanism == "random" else
+                           f"more often in the positive rows ({1.5 * args.missing:.0%}) than in the others "
+                           f"({0.5 * args.missing:.0%})") +
+             " (training and test rows); 'needs s': the method reads the sensitive attribute "
              "to predict; '-imputed': the missing values replaced by the training mean of their column.", "",
              markdown(table, floatfmt=".4f"), ""]
     lines += [f"Skipped here: {row['method']} ({row['note']})" for _, row in skipped.iterrows()]

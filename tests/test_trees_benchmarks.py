@@ -191,3 +191,11 @@ def test_missing_value_holes_only_in_numeric_columns_and_imputed_by_training_mea
     filled = gbm_missing.mean_imputed(holes, holes)
     assert not np.isnan(filled).any()
     np.testing.assert_allclose(filled[np.isnan(holes[:, 0]), 0], np.nanmean(holes[:, 0].astype(np.float64)), atol=1e-5)
+
+
+def test_label_dependent_holes_fall_more_often_in_positive_rows():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(20000, 2)).astype(np.float32)
+    y = rng.integers(0, 2, 20000)
+    holes = np.isnan(gbm_missing.with_holes(X, np.array([True, True]), 0.2, np.random.default_rng(3), y))
+    assert abs(holes[y == 1].mean() - 0.3) < 0.01 and abs(holes[y == 0].mean() - 0.1) < 0.01
