@@ -300,7 +300,7 @@ class _FairEstimator(BaseEstimator):
         if data.preprocessor is None or not data.preprocessor.is_fitted:
             raise ValueError("X: this FairData has no fitted preprocessor (it was built with the FairData "
                              "constructor); build it with FairData.from_frame or from_arrays")
-        if not self._routes_missing_inputs() and bool(torch.isnan(data.X).any()):
+        if data.preprocessor.keeps_missing and not self._routes_missing_inputs() and bool(torch.isnan(data.X).any()):
             raise ValueError(f"X: this FairData has missing input values (its preprocessor keeps them); "
                              f"model={self.model!r} needs complete inputs: impute them before building the "
                              "FairData, or train boosted trees (model='gbm'), which route missing values")

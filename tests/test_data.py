@@ -154,6 +154,19 @@ def test_preprocessor_keeps_missing_values_when_asked(small_frame, caplog):
         Preprocessor(missing="impute")
 
 
+def test_an_unfitted_preprocessor_takes_the_declared_categorical_columns(small_frame):
+    """``categorical=`` of from_frame one-hot encodes its columns with a given unfitted preprocessor that
+    declares none itself, as with the preprocessor from_frame makes; one that declares its own keeps them."""
+    given = FairData.from_frame(small_frame, target="y", sensitive="sex", categorical=["band"],
+                                preprocessor=Preprocessor(missing="keep"))
+    made = FairData.from_frame(small_frame, target="y", sensitive="sex", categorical=["band"])
+    assert given.feature_names == made.feature_names and "band=2" in given.feature_names
+    assert torch.equal(given.X, made.X)
+    own = FairData.from_frame(small_frame, target="y", sensitive="sex", categorical=["band"],
+                              preprocessor=Preprocessor(categorical=[]))
+    assert "band" in own.feature_names
+
+
 def test_from_frame_with_a_missing_keeping_preprocessor(small_frame):
     frame = small_frame.assign(a=[1.0, np.nan, 3.0, 4.0, 5.0, 6.0])
     data = FairData.from_frame(frame, target="y", sensitive="sex", preprocessor=Preprocessor(missing="keep"))

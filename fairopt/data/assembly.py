@@ -121,9 +121,10 @@ def encode_weights(df: pd.DataFrame, weights: Any, target: str, sensitive: list[
 def prepare_preprocessor(
     preprocessor: Preprocessor | None, df: pd.DataFrame, columns: list[str], categorical: list[str]
 ) -> Preprocessor:
-    """The preprocessor to use: given and fitted (checked), given and unfitted (fitted), or new."""
+    """The preprocessor to use: given and fitted (checked), given and unfitted (fitted; without its own
+    ``categorical`` it takes the declared one, as a new one does), or new."""
+    declared = [c for c in categorical if c in columns]
     if preprocessor is None:
-        declared = [c for c in categorical if c in columns]
         return Preprocessor(columns, declared).fit(df)
     if not isinstance(preprocessor, Preprocessor):
         raise ValueError(f"preprocessor: expected a Preprocessor, got {type(preprocessor).__name__}")
@@ -133,6 +134,8 @@ def prepare_preprocessor(
                              f"input columns are {short_list(columns)}")
         if preprocessor.columns is None:
             preprocessor.columns = list(columns)
+        if preprocessor.categorical is None:
+            preprocessor.categorical = declared
         return preprocessor.fit(df)
     if set(preprocessor.columns_) != set(columns):
         raise ValueError(f"preprocessor: fitted on columns {short_list(preprocessor.columns_)} but the input "

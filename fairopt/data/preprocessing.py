@@ -137,7 +137,12 @@ class Preprocessor:
     @property
     def keeps_missing(self) -> bool:
         """Whether missing input values are kept (``missing="keep"``) rather than an error."""
-        return getattr(self, "missing", "error") == "keep"  # preprocessors saved before the option: "error"
+        return self._missing_mode == "keep"
+
+    @property
+    def _missing_mode(self) -> str:
+        """``missing``; "error" for a preprocessor pickled before the option existed."""
+        return getattr(self, "missing", "error")
 
     def _numeric_statistics(self, df: pd.DataFrame) -> tuple[dict[str, float], dict[str, float]]:
         """Training mean and scale (population std; 1 for constant columns or no standardising), over the
@@ -249,7 +254,7 @@ class Preprocessor:
         new = dict(zip(self.columns_, names))
         categorical = [new[c] for c in self.categorical_]
         twin = Preprocessor(columns=names, categorical=categorical, standardize=self.standardize,
-                            missing="keep" if self.keeps_missing else "error")
+                            missing=self._missing_mode)
         twin.columns_ = names
         twin.categorical_ = categorical
         twin.numeric_ = [new[c] for c in self.numeric_]
@@ -266,10 +271,9 @@ class Preprocessor:
 
     def clone(self) -> "Preprocessor":
         """An unfitted copy with the same configuration (the fitted column roles if fitted)."""
-        missing = "keep" if self.keeps_missing else "error"
         if self._fitted:
-            return Preprocessor(self.columns_, self.categorical_, self.standardize, missing)
-        return Preprocessor(self.columns, self.categorical, self.standardize, missing)
+            return Preprocessor(self.columns_, self.categorical_, self.standardize, self._missing_mode)
+        return Preprocessor(self.columns, self.categorical, self.standardize, self._missing_mode)
 
     def __repr__(self) -> str:
         if not self._fitted:

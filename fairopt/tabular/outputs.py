@@ -245,8 +245,7 @@ def prediction_inputs(table: TableModel, frame: pd.DataFrame, *, source: str, st
         raise ValueError(f"--strict-columns: {source} has column(s) {short_list(extra)} that the model does not use")
     if extra and log_extra:
         logger.info("%s: ignoring column(s) %s that the model does not use", source, short_list(extra))
-    preprocessor = table.saved.preprocessor
-    if preprocessor is None or not preprocessor.keeps_missing:  # boosted trees take missing input values
+    if not table.saved.preprocessor.keeps_missing:  # boosted trees take missing input values
         require_complete(frame, table.features, source)
     inputs = frame[table.features]
     numeric = [c for c in table.saved.preprocessor.numeric_ if is_text_dtype(inputs[c])]

@@ -166,8 +166,7 @@ def train_table(
                               inputs_complete=model != "gbm")
     task, classes = _task_and_classes(frame[target], task, positive)
     work, converted = _numeric_frame(frame, target, features, task, classes)
-    keep_missing = None if model != "gbm" else Preprocessor(  # boosted trees route missing input values
-        features, [c for c in (categorical or []) if c in features], missing="keep")
+    keep_missing = Preprocessor(missing="keep") if model == "gbm" else None  # boosted trees route missing values
     try:
         data = FairData.from_frame(work, target=target, sensitive=sensitive, features=features, task=task,
                                    include_sensitive=include_sensitive, categorical=categorical,
@@ -249,7 +248,8 @@ def _sensitive_columns(sensitive: Sequence[str], built: list) -> list[str]:
 
 
 def _input_columns(frame: pd.DataFrame, target: str, sensitive: list[str], ignore: Sequence[str],
-                   weights: str | None, include_sensitive: bool, source: str, inputs_complete: bool = True) -> list[str]:
+                   weights: str | None, include_sensitive: bool, source: str,
+                   inputs_complete: bool = True) -> list[str]:
     """The model's input columns: every column but the target, the ignored ones, the weights
     and (unless ``include_sensitive``) the sensitive ones; the columns used must be complete (the
     inputs only with ``inputs_complete``: boosted trees take missing input values)."""
