@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from _common import DEFAULT_OUT, commit, grid_parser, limited_threads, markdown, pooled, provenance
-from trees import DATASETS, DELTA, METHODS, ROWS, SEEDS, Skip, _missing, _fairopt, di_measure
+from trees import DATASETS, DELTA, METHODS, ROWS, SEEDS, Skip, _missing, _fairopt, di_measure, skipped_lines, summary
 
 logger = logging.getLogger("benchmarks.gbm_missing")
 
@@ -117,24 +117,6 @@ def _cell(job: dict) -> dict:
             "note": out["note"]}
 
 
-def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Means over seeds per (data set, method), with the share of runs that meet the bound on the
-    training rows (DI >= delta - 0.005) and on the test rows within 0.01."""
-    ok = runs[runs["status"] == "ok"].copy()
-    ok["train DI >= 0.795"] = ok["train DI"] >= DELTA - 0.005
-    ok["test DI >= 0.79"] = ok["test DI"] >= DELTA - 0.01
-    grouped = ok.groupby(["dataset", "method"], sort=False)
-    table = grouped[["train DI", "test DI", "train acc", "test acc", "fit s"]].mean()
-    for check in ("train DI >= 0.795", "test DI >= 0.79"):
-        table[check] = grouped[check].agg(lambda passed: f"{int(passed.sum())}/{len(passed)}")
-    table["needs s"] = grouped["needs s"].first()
-    table["seeds"] = grouped["seed"].count()
-    table = table.reset_index()
-    order = {name: i for i, name in enumerate(MISSING_METHODS)}
-    table["_order"] = table["method"].map(order)
-    return table.sort_values(["dataset", "_order"], kind="stable").drop(columns="_order")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = grid_parser(__doc__.splitlines()[0], DATASETS, SEEDS, DEFAULT_OUT / "gbm_missing", list(MISSING_METHODS))
     parser.add_argument("--missing", type=float, default=MISSING_SHARE,
@@ -153,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             for d in args.datasets for s in args.seeds for m in args.methods]
     records = [record for _, record in pooled(run_cell, jobs, max(1, args.jobs))]
     runs = pd.DataFrame(records)
-    skipped = runs[runs["status"] == "skipped"].drop_duplicates("method")
-    table = summary(runs)
+    table = summary(runs, MISSING_METHODS)
     lines = [f"# Boosted trees on rows with missing input values, DI >= {DELTA} (means over seeds)", "",
              provenance("gbm_missing.py", argv, runs["commit"].unique()), "",
              f"The splits of `benchmarks/trees.py` with {args.missing:.0%} of every numeric input column's values "
@@ -163,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                            f"({0.5 * args.missing:.0%})") +
              " (training and test rows); 'needs s': the method reads the sensitive attribute "
              "to predict; '-imputed': the missing values replaced by the training mean of their column.", "",
-             markdown(table, floatfmt=".4f"), ""]
-    lines += [f"Skipped here: {row['method']} ({row['note']})" for _, row in skipped.iterrows()]
+             markdown(table, floatfmt=".4f"), ""] + skipped_lines(runs)
     (out / "gbm_missing.md").write_text("\n".join(lines) + "\n")
     runs.to_csv(out / "gbm_missing.csv", index=False)
     print("\n".join(lines))

@@ -361,8 +361,8 @@ def run_cell(dataset: str, name: str, seed: int, data_dir: str, cells: Path) -> 
                            measure=di_measure, log=logger)
 
 
-def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Means over seeds per (data set, method), in the order of :data:`METHODS`."""
+def summary(runs: pd.DataFrame, methods: Iterable[str] = METHODS) -> pd.DataFrame:
+    """Means over seeds per (data set, method), in the order of ``methods`` (:data:`METHODS`)."""
     ok = runs[runs["status"] == "ok"]
     numbers = ["train DI", "test DI", "train acc", "test acc", "fit s"]
     table = ok.groupby(["dataset", "method", "needs s"], sort=False)[numbers].mean().reset_index()
@@ -371,7 +371,7 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     table[f"train DI >= {DELTA - 0.005:g}"] = counts["train DI"].apply(lambda v: share(v >= DELTA - 0.005)).to_numpy()
     table[f"test DI >= {DELTA - 0.01:g}"] = counts["test DI"].apply(lambda v: share(v >= DELTA - 0.01)).to_numpy()
     table["note"] = joined_notes(counts)
-    return in_grid_order(table, DATASETS, METHODS)
+    return in_grid_order(table, DATASETS, methods)
 
 
 def share(passed: pd.Series) -> str:
