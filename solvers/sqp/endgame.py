@@ -16,6 +16,7 @@ from solvers.outcome import (BestIterate, training_accuracy, warn_if_constant, w
                              warn_unmet)
 from solvers.problem import assign_parameters, flat_parameters, row_violations
 from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
+from solvers.sqp.output_shift import shift_output
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
@@ -297,7 +298,9 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
            tracker: BestIterate, history: History, status: str, last: int) -> FitResult:
     """Return the best iterate (:class:`solvers.outcome.BestIterate`), measured on all rows.
 
-    The final iterate is a candidate too; the chosen parameters are written back into
+    The final iterate is a candidate too, and so is a binary classifier's best one with its
+    decision threshold moved to the most accurate one within the exact bounds when that gains more than
+    a standard error of training accuracy (:func:`solvers.sqp.output_shift.shift_output`); the chosen parameters are written back into
     the model, its KKT residuals are measured on the full training data, a closing
     history record describes exactly the returned model, and a
     :class:`solvers.outcome.BoundWarning` names any row it violates (at the line that
@@ -320,6 +323,8 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
         if der is not None and tracker.offer(params, der.f, der.c_exact, last):
             kkt = kkt_residuals(der, lower - offset, upper - offset)
     chosen = tracker.restore(params)
+    if status != "diverged" and shift_output(problem, tracker, last, options.chunk_rows):
+        chosen, kkt = tracker.best, None
     if kkt is None:
         kkt = final_check(problem, lower - offset, upper - offset, state)
     state.final_kkt, state.final_violation = kkt["stationarity"], kkt["V"]
