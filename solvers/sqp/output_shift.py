@@ -22,7 +22,9 @@ offset; where many rows share one score (few distinct input rows) the exact rows
 clusters, and a run can end oscillating between iterates that violate a bound and iterates far
 inside it (on COMPAS under DI >= 0.8 with the held-out margin, one seed returned DI 0.949 where 0.85
 was asked, 0.517 accurate against a majority rate of 0.545). The shifted model is returned when it
-clears that bar and meets every bound; otherwise the model stays, and the engine warns as before.
+meets every bound and is more accurate by more than one standard error ``sqrt(a (1 - a) / n)`` (a
+smaller gain is one a new sample would not reproduce); the engine still warns if it stays nearly
+constant.
 It applies with the binary cross-entropy, constraints on hard labels that cost one pass over the
 rows, and data in memory.
 """
@@ -39,7 +41,7 @@ from solvers.contract import cost_on_all_rows, smooth_is_exact
 from solvers.distributed import AllReduceDerivatives
 from solvers.feedforward import FeedForward
 from solvers.losses import loss_name
-from solvers.outcome import NEAR_CONSTANT_Z, BestIterate, near_constant
+from solvers.outcome import BestIterate, near_constant
 from solvers.problem import model_outputs, row_violations
 from solvers.sqp.state import FitProblem
 
@@ -144,16 +146,16 @@ def shift_output(problem: FitProblem, tracker: BestIterate, iteration: int, chun
         majority, n = max(share, 1.0 - share), len(y)
         if not near_constant(a0, majority, n):
             return False
-        bar = majority + NEAR_CONSTANT_Z * math.sqrt(majority * (1.0 - majority) / n)
+        floor = a0 + math.sqrt(a0 * (1.0 - a0) / n)  # a gain of more than one standard error
         within = no_higher_loss(problem.loss_fn, out.to(bias.dtype), data, best.f)
-        shift, accuracy = threshold_search(out, y, torch.ones_like(out), feasible, above=bar, within=within)
+        shift, accuracy = threshold_search(out, y, torch.ones_like(out), feasible, above=floor, within=within)
         if accuracy is None:
             return False
         bias.add_(shift)  # the values offered are the shifted model's own
         moved = model_outputs(problem.model, data)
         f = float(problem.loss_fn(moved, data))
         c = cons.exact(moved, data).reshape(-1).to(torch.float64)
-        rescued = not near_constant(float(((moved > 0) == y).double().mean()), majority, n) and f <= best.f
+        rescued = float(((moved > 0) == y).double().mean()) > floor and f <= best.f
     if rescued and tracker.feasible(row_violations(c, tracker.lower, tracker.upper)) and \
             tracker.offer(problem.params, f, c, iteration, prefer=True):
         logger.info("nearly constant classifier: decision threshold moved by %.4g, training accuracy %.4f -> %.4f "
