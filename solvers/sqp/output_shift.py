@@ -147,7 +147,9 @@ def shift_output(problem: FitProblem, tracker: BestIterate, iteration: int, chun
         if not near_constant(a0, majority, n):
             return False
         floor = a0 + math.sqrt(a0 * (1.0 - a0) / n)  # a gain of more than one standard error
-        within = no_higher_loss(problem.loss_fn, out.to(bias.dtype), data, best.f)
+        # the best iterate's objective, or this pass's value at the same parameters if rounding put it higher
+        level = max(best.f, float(problem.loss_fn(out.to(bias.dtype), data)))
+        within = no_higher_loss(problem.loss_fn, out.to(bias.dtype), data, level)
         shift, accuracy = threshold_search(out, y, torch.ones_like(out), feasible, above=floor, within=within)
         if accuracy is None:
             return False
@@ -155,7 +157,7 @@ def shift_output(problem: FitProblem, tracker: BestIterate, iteration: int, chun
         moved = model_outputs(problem.model, data)
         f = float(problem.loss_fn(moved, data))
         c = cons.exact(moved, data).reshape(-1).to(torch.float64)
-        rescued = float(((moved > 0) == y).double().mean()) > floor and f <= best.f
+        rescued = float(((moved > 0) == y).double().mean()) > floor and f <= level
     if rescued and tracker.feasible(row_violations(c, tracker.lower, tracker.upper)) and \
             tracker.offer(problem.params, f, c, iteration, prefer=True):
         logger.info("nearly constant classifier: decision threshold moved by %.4g, training accuracy %.4f -> %.4f "
