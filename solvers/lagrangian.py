@@ -29,6 +29,7 @@ from torch import nn
 from solvers.history import COLUMN_C, COLUMN_VIOL, FitResult
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.outcome import BestIterate, warn_unmet
+from solvers.output_shift import RescueInputs, shift_output
 from solvers.penalty import FirstOrderTrainer
 from solvers.problem import (Constraint, as_constraint_set, check_dataset, exact_rows, row_violations,
                              trainable_parameters)
@@ -168,7 +169,8 @@ class LagrangianDual(FirstOrderTrainer):
         FitResult
             The model is left at the best epoch-end iterate on all rows
             (:class:`solvers.outcome.BestIterate`; a :class:`solvers.outcome.BoundWarning` if it
-            violates a row). ``info``: ``multipliers``, ``row_names``, ``violation``, ``c_exact``,
+            violates a row); a nearly constant binary classifier there gets the most accurate decision
+            threshold within the bounds at no higher a loss (:func:`solvers.output_shift.shift_output`). ``info``: ``multipliers``, ``row_names``, ``violation``, ``c_exact``,
             ``feasible``, ``returned_iteration``, ``stationarity`` (max-abs gradient of the
             Lagrangian on all rows); ``converged``: feasible and stationary within ``tol``.
         """
@@ -199,6 +201,9 @@ class LagrangianDual(FirstOrderTrainer):
         if status != "diverged" or tracker.best is None:
             offer(len(history))
         chosen = tracker.restore(params)
+        if status != "diverged" and shift_output(RescueInputs(model, params, loss_fn, cons, data), tracker,
+                                                 len(history)):
+            chosen = tracker.best  # a nearly constant classifier's threshold, moved within the bounds
         if chosen is None:
             stationarity, final_violation, exact, feasible = math.inf, math.inf, None, False
         else:

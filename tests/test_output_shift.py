@@ -1,4 +1,4 @@
-"""The rescue of a nearly constant binary classifier by its decision threshold (``solvers.sqp.output_shift``):
+"""The rescue of a nearly constant binary classifier by its decision threshold (``solvers.output_shift``):
 the threshold search against brute force over every label flip, when it applies (a nearly constant
 classifier, the binary cross-entropy, a trained output bias) and, through the engine, the returned model
 on inputs with many tied rows."""
@@ -14,11 +14,11 @@ import torch
 import fairopt
 from fairopt.constraints import DisparateImpact
 from fairopt.data import FairData
-from solvers import StochasticSQP
+from solvers import LagrangianDual, StochasticSQP
 from solvers.losses import bce_loss, mse_loss
 from solvers.outcome import BestIterate, ConstantPredictorWarning, NearConstantWarning
 from solvers.problem import as_constraint_set, model_outputs
-from solvers.sqp.output_shift import SHIFT_BUDGET, no_higher_loss, output_bias, shift_output, threshold_search
+from solvers.output_shift import SHIFT_BUDGET, no_higher_loss, output_bias, shift_output, threshold_search
 from solvers.sqp.state import FitProblem
 
 DELTA = 0.8
@@ -105,17 +105,39 @@ def test_the_search_stops_at_its_budget():
     assert len(calls) == 7
 
 
-def test_the_output_bias_is_the_last_layers_when_trained_and_nothing_follows_it():
+class _Wrapped(torch.nn.Module):
+    """A linear layer behind a custom forward (not a Sequential): its bias still shifts every output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(3, 1)
+        self.scale = torch.nn.Parameter(torch.tensor(2.0))  # a scalar that does not shift the outputs
+
+    def forward(self, X):
+        return (self.scale * self.inner(X)).reshape(-1) - self.scale * self.inner.bias + self.inner.bias
+
+
+def test_the_output_bias_is_the_scalar_that_shifts_every_output():
+    data = FairData.from_arrays(torch.randn(50, 3, generator=torch.Generator().manual_seed(0)).numpy(),
+                                (torch.arange(50) % 2).double().numpy(), {"s": (torch.arange(50) % 3 == 0).long().numpy()},
+                                sensitive_kinds={"s": "binary"})
     linear = fairopt.models.linear(3, seed=0)
-    assert output_bias(linear, list(linear.parameters())) is linear[0].bias
+    assert output_bias(linear, list(linear.parameters()), data) is linear[0].bias
     net = fairopt.models.mlp(3, hidden=(4,), seed=0)
     params = list(net.parameters())
-    bias = output_bias(net, params)
+    bias = output_bias(net, params, data)
     assert bias is not None and bias.numel() == 1 and any(bias is p for p in params)
-    assert output_bias(net, [p for p in params if p is not bias]) is None  # the bias not trained
-    assert output_bias(fairopt.models.linear(3, bias=False, seed=0), list(linear.parameters())) is None
+    assert output_bias(net, [p for p in params if p is not bias], data) is None  # the bias not trained
+    plain = torch.nn.Linear(3, 1)  # an (n, 1) output
+    assert output_bias(plain, list(plain.parameters()), data) is plain.bias
+    wrapped = _Wrapped()
+    before = [p.detach().clone() for p in wrapped.parameters()]
+    assert output_bias(wrapped, list(wrapped.parameters()), data) is wrapped.inner.bias
+    assert all(torch.equal(a, b.detach()) for a, b in zip(before, wrapped.parameters()))  # restored exactly
+    free = fairopt.models.linear(3, bias=False, seed=0)
+    assert output_bias(free, list(free.parameters()), data) is None
     squashed = torch.nn.Sequential(torch.nn.Linear(3, 1), torch.nn.Sigmoid(), torch.nn.Flatten(0))
-    assert output_bias(squashed, list(squashed.parameters())) is None
+    assert output_bias(squashed, list(squashed.parameters()), data) is None
 
 
 def _shifted_classifier(shift_by: float, loss_fn=bce_loss):
@@ -201,9 +223,10 @@ def test_the_polish_needs_the_binary_cross_entropy():
     assert not shift_output(problem, tracker, 4)
 
 
+@pytest.mark.parametrize("engine", ["sqp", "lagrangian"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_engine_rescues_a_nearly_constant_classifier_by_its_threshold(seed):
-    """A run that cannot leave a start predicting every row positive (a learning rate of 1e-9) on inputs
+def test_the_engine_rescues_a_nearly_constant_classifier_by_its_threshold(seed, engine):
+    """A run (SQP, Lagrangian dual) that cannot leave a start predicting every row positive (a learning rate of 1e-9) on inputs
     with a dozen distinct rows: the engine returns the same weights with the most accurate threshold that
     meets DI >= 0.8 on the exact rows (brute force over every flip), and does not warn of a constant."""
     out, y, s = _tied_problem(4000, 12, 10 + seed)
@@ -216,8 +239,8 @@ def test_the_engine_rescues_a_nearly_constant_classifier_by_its_threshold(seed):
     weight = model[0].weight.detach().clone()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = StochasticSQP(epochs=2, lr=1e-9, seed=seed).fit(model, data,
-                                                                constraints=[DisparateImpact("s", DELTA)])
+        trainer = StochasticSQP(epochs=2, lr=1e-9, seed=seed) if engine == "sqp" else LagrangianDual(epochs=2, lr=1e-9)
+        result = trainer.fit(model, data, constraints=[DisparateImpact("s", DELTA)])
     assert not [w for w in caught if issubclass(w.category, (NearConstantWarning, ConstantPredictorWarning))]
     assert result.info["feasible"]
     assert torch.allclose(model[0].weight.detach(), weight, atol=1e-6)
@@ -232,4 +255,5 @@ def test_the_engine_rescues_a_nearly_constant_classifier_by_its_threshold(seed):
     level = float(bce_loss(start.float(), data))
     assert float(bce_loss(scores.float(), data)) <= level
     _within_brute_force(accuracy, start, labels, groups, level, data)
-    assert result.history.records[-1]["returned"] == result.info["returned_iteration"]
+    if engine == "sqp":
+        assert result.history.records[-1]["returned"] == result.info["returned_iteration"]

@@ -14,8 +14,8 @@ learning-rate schedule.
 
 Modules: ``engine`` (:class:`StochasticSQP`, the loop), ``data_parallel`` (:class:`DistributedSQP`),
 ``steps`` (one iteration), ``schedules``, ``optimality`` (values and KKT residuals on all rows),
-``endgame`` (divergence guard, tail average, polish, returned iterate), ``output_shift`` (a nearly
-constant classifier's decision threshold), ``snapshot``, ``screening``,
+``endgame`` (divergence guard, tail average, polish, returned iterate; a nearly constant
+classifier's threshold by :mod:`solvers.output_shift`), ``snapshot``, ``screening``,
 ``checkpoint``, ``options`` (:class:`SQPOptions`), ``state`` (:class:`SQPState`, ``FitProblem``).
 """
 

@@ -10,13 +10,14 @@ from typing import NamedTuple, Protocol, Sequence
 
 import torch
 
+from solvers.distributed import AllReduceDerivatives
 from solvers.history import COLUMN_ACTIVE, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import loss_name
 from solvers.outcome import (BestIterate, training_accuracy, warn_if_constant, warn_if_start, warn_if_unstable,
                              warn_unmet)
+from solvers.output_shift import shift_output
 from solvers.problem import assign_parameters, flat_parameters, row_violations
 from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
-from solvers.sqp.output_shift import shift_output
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, sqp_step
 
@@ -300,7 +301,7 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
 
     The final iterate is a candidate too, and so is a binary classifier's best one with its
     decision threshold moved to the most accurate one within the exact bounds when that gains more than
-    a standard error of training accuracy (:func:`solvers.sqp.output_shift.shift_output`); the chosen parameters are written back into
+    a standard error of training accuracy (:func:`solvers.output_shift.shift_output`); the chosen parameters are written back into
     the model, its KKT residuals are measured on the full training data, a closing
     history record describes exactly the returned model, and a
     :class:`solvers.outcome.BoundWarning` names any row it violates (at the line that
@@ -323,7 +324,9 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
         if der is not None and tracker.offer(params, der.f, der.c_exact, last):
             kkt = kkt_residuals(der, lower - offset, upper - offset)
     chosen = tracker.restore(params)
-    if status != "diverged" and shift_output(problem, tracker, last, options.chunk_rows):
+    in_memory = ((options.chunk_rows is None or len(data) <= options.chunk_rows)
+                 and not isinstance(problem.oracle, AllReduceDerivatives))
+    if status != "diverged" and shift_output(problem, tracker, last, in_memory):
         chosen, kkt = tracker.best, None
     if kkt is None:
         kkt = final_check(problem, lower - offset, upper - offset, state)

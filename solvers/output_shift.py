@@ -1,7 +1,9 @@
-r"""Rescue of a nearly constant binary classifier by its decision threshold (:func:`shift_output`).
+r"""Rescue of a nearly constant binary classifier by its decision threshold (:func:`shift_output`), for the
+end-game of any engine that keeps a :class:`solvers.outcome.BestIterate` (SQP, Lagrangian dual).
 
 A model whose last layer is affine with one output, ``out(x) = h(x)' w_L + b_L``, moves every output
-by the same amount when ``b_L`` moves: ``out_b = out + b``. Along that one direction both the
+by the same amount when ``b_L`` moves: ``out_b = out + b`` (:func:`output_bias` finds that parameter by
+probing, whatever module holds it). Along that one direction both the
 training accuracy ``a(b)`` (hard labels ``out + b > 0`` against ``y``) and the exact rows ``c(b)`` of
 hard-label constraints (group rates of ``out + b > 0``) are step functions of ``b`` that jump where a
 row's label flips, at ``b = -out_i``; so the exact problem
@@ -33,38 +35,70 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable
+from typing import Any, Callable, NamedTuple, Protocol
 
 import torch
 
 from solvers.contract import cost_on_all_rows, smooth_is_exact
-from solvers.distributed import AllReduceDerivatives
-from solvers.feedforward import FeedForward
 from solvers.losses import loss_name
 from solvers.outcome import BestIterate, near_constant
 from solvers.problem import model_outputs, row_violations
-from solvers.sqp.state import FitProblem
 
-__all__ = ["BISECTIONS", "SHIFT_BUDGET", "no_higher_loss", "output_bias", "shift_output", "threshold_search"]
+__all__ = ["BISECTIONS", "PROBE_ROWS", "SHIFT_BUDGET", "RescueInputs", "ScoredFit", "no_higher_loss", "output_bias", "shift_output",
+           "threshold_search"]
 
 #: Most thresholds whose exact rows :func:`threshold_search` evaluates (one pass over the outputs each).
 SHIFT_BUDGET = 4096
+#: Rows on which :func:`output_bias` probes that a parameter shifts every output.
+PROBE_ROWS = 1024
 #: Bisections of :func:`no_higher_loss` for the far end of the interval of no higher loss.
 BISECTIONS = 40
 
-logger = logging.getLogger("solvers.sqp")
+logger = logging.getLogger("solvers")
 
 
-def output_bias(model: torch.nn.Module, params: list[torch.Tensor]) -> torch.Tensor | None:
-    """The bias of the last layer of a feed-forward ``model`` when it is trained (one of ``params``) and no
-    activation follows it, so that changing it by ``b`` adds ``b`` to every output; None otherwise."""
-    net = FeedForward.recognise(model, params)
-    if net is None:
-        return None
-    last = net.layers[-1]
-    if last.activations or last.linear.bias is None or (len(net.layers) - 1, "bias") not in net.slots:
-        return None
-    return last.linear.bias
+class ScoredFit(Protocol):
+    """What :func:`shift_output` reads of a fit (:class:`solvers.sqp.state.FitProblem` has it): the
+    ``model`` and its trainable ``params``, the loss ``loss_fn(out, data)``, the constraint set ``cons``
+    and the training ``data``."""
+
+    model: torch.nn.Module
+    params: list[torch.Tensor]
+    loss_fn: Callable
+    cons: Any
+    data: Any
+
+
+class RescueInputs(NamedTuple):
+    """A :class:`ScoredFit` for engines without a :class:`solvers.sqp.state.FitProblem`."""
+
+    model: torch.nn.Module
+    params: list[torch.Tensor]
+    loss_fn: Callable
+    cons: Any
+    data: Any
+
+
+def output_bias(model: torch.nn.Module, params: list[torch.Tensor], data: Any,
+                probe_rows: int = PROBE_ROWS) -> torch.Tensor | None:
+    """The trained scalar parameter whose change by ``b`` adds ``b`` to every output (the bias of a last
+    affine layer with one output), found by probing rather than by the model's structure: on the first
+    ``probe_rows`` rows, adding 1 to it must add 1 to every output (to 1e-5 relative); None if no trained
+    scalar does. The parameter is restored bit for bit after each probe."""
+    batch = data if len(data) <= probe_rows else data.subset(torch.arange(probe_rows))
+    with torch.no_grad():
+        before = model_outputs(model, batch).detach().to(torch.float64)
+        for p in params:
+            if p.numel() != 1 or not p.dtype.is_floating_point:
+                continue
+            saved = p.detach().clone()
+            p.add_(1.0)
+            after = model_outputs(model, batch).detach().to(torch.float64)
+            p.copy_(saved)
+            if torch.allclose(after - before, torch.ones_like(before), rtol=0.0,
+                              atol=1e-5 * (1.0 + float(before.abs().max()))):
+                return p
+    return None
 
 
 def threshold_search(out: torch.Tensor, y: torch.Tensor, weights: torch.Tensor,
@@ -119,18 +153,16 @@ def no_higher_loss(loss_fn: Callable, out: torch.Tensor, data: object, level: fl
     return (0.0, direction * good) if direction > 0 else (direction * good, 0.0)
 
 
-def shift_output(problem: FitProblem, tracker: BestIterate, iteration: int, chunk_rows: int | None = None) -> bool:
+def shift_output(problem: ScoredFit, tracker: BestIterate, iteration: int, in_memory: bool = True) -> bool:
     """Offer a nearly constant best iterate with its decision threshold moved (module docstring) to
-    ``tracker``, as preferred; whether it was taken. The model holds the tracker's best parameters on entry, and on
-    exit those of the returned candidate. Not for data passed in chunks of ``chunk_rows`` or sharded
-    over ranks (the outputs of all rows are held at once)."""
+    ``tracker``, as preferred; whether it was taken. The model holds the tracker's best parameters on
+    entry, and on exit those of the returned candidate. ``in_memory=False`` (data passed in chunks or
+    sharded over ranks) skips it: the outputs of all rows are held at once."""
     best, cons, data = tracker.best, problem.cons, problem.data
-    in_memory = (chunk_rows is None or len(data) <= chunk_rows) and not isinstance(problem.oracle,
-                                                                                   AllReduceDerivatives)
     if (not in_memory or best is None or not cons.n_rows or not tracker.feasible(best.row_violations)
             or loss_name(problem.loss_fn) != "bce" or smooth_is_exact(cons) or cost_on_all_rows(cons) != "linear"):
         return False
-    bias = output_bias(problem.model, problem.params)
+    bias = output_bias(problem.model, problem.params, data)
     if bias is None:
         return False
     with torch.no_grad():
