@@ -170,9 +170,10 @@ class LagrangianDual(FirstOrderTrainer):
             The model is left at the best epoch-end iterate on all rows
             (:class:`solvers.outcome.BestIterate`; a :class:`solvers.outcome.BoundWarning` if it
             violates a row); a nearly constant binary classifier there gets the most accurate decision
-            threshold within the bounds at no higher a loss (:func:`solvers.output_shift.shift_output`). ``info``: ``multipliers``, ``row_names``, ``violation``, ``c_exact``,
-            ``feasible``, ``returned_iteration``, ``stationarity`` (max-abs gradient of the
-            Lagrangian on all rows); ``converged``: feasible and stationary within ``tol``.
+            threshold within the bounds at no higher a loss (:func:`solvers.output_shift.shift_output`).
+            ``info``: ``multipliers``, ``row_names``, ``violation``, ``c_exact``, ``feasible``,
+            ``returned_iteration``, ``stationarity`` (max-abs gradient of the Lagrangian on all rows);
+            ``converged``: feasible and stationary within ``tol``.
         """
         loss_fn = get_loss(loss)
         check_dataset(data)

@@ -44,8 +44,8 @@ from solvers.losses import loss_name
 from solvers.outcome import BestIterate, near_constant
 from solvers.problem import model_outputs, row_violations
 
-__all__ = ["BISECTIONS", "PROBE_ROWS", "SHIFT_BUDGET", "RescueInputs", "ScoredFit", "no_higher_loss", "output_bias", "shift_output",
-           "threshold_search"]
+__all__ = ["BISECTIONS", "PROBE_ROWS", "SHIFT_BUDGET", "RescueInputs", "ScoredFit", "no_higher_loss", "output_bias",
+           "shift_output", "threshold_search"]
 
 #: Most thresholds whose exact rows :func:`threshold_search` evaluates (one pass over the outputs each).
 SHIFT_BUDGET = 4096
@@ -162,22 +162,22 @@ def shift_output(problem: ScoredFit, tracker: BestIterate, iteration: int, in_me
     if (not in_memory or best is None or not cons.n_rows or not tracker.feasible(best.row_violations)
             or loss_name(problem.loss_fn) != "bce" or smooth_is_exact(cons) or cost_on_all_rows(cons) != "linear"):
         return False
-    bias = output_bias(problem.model, problem.params, data)
-    if bias is None:
-        return False
     with torch.no_grad():
         out = model_outputs(problem.model, data).detach().to(torch.float64)
         y = data.y.reshape(-1) > 0.5
+        a0 = float(((out > 0) == y).double().mean())
+        share = float(y.double().mean())
+        majority, n = max(share, 1.0 - share), len(y)
+        if not near_constant(a0, majority, n):  # the common case: one pass over the rows, nothing probed
+            return False
+        bias = output_bias(problem.model, problem.params, data)
+        if bias is None:
+            return False
 
         def feasible(shifted: torch.Tensor) -> bool:
             c = cons.exact(shifted.to(bias.dtype), data).reshape(-1).to(torch.float64)
             return tracker.feasible(row_violations(c, tracker.lower, tracker.upper))
 
-        a0 = float(((out > 0) == y).double().mean())
-        share = float(y.double().mean())
-        majority, n = max(share, 1.0 - share), len(y)
-        if not near_constant(a0, majority, n):
-            return False
         floor = a0 + math.sqrt(a0 * (1.0 - a0) / n)  # a gain of more than one standard error
         # the best iterate's objective, or this pass's value at the same parameters if rounding put it higher
         level = max(best.f, float(problem.loss_fn(out.to(bias.dtype), data)))

@@ -118,9 +118,9 @@ class _Wrapped(torch.nn.Module):
 
 
 def test_the_output_bias_is_the_scalar_that_shifts_every_output():
-    data = FairData.from_arrays(torch.randn(50, 3, generator=torch.Generator().manual_seed(0)).numpy(),
-                                (torch.arange(50) % 2).double().numpy(), {"s": (torch.arange(50) % 3 == 0).long().numpy()},
-                                sensitive_kinds={"s": "binary"})
+    X = torch.randn(50, 3, generator=torch.Generator().manual_seed(0)).numpy()
+    y, s = (torch.arange(50) % 2).double().numpy(), (torch.arange(50) % 3 == 0).long().numpy()
+    data = FairData.from_arrays(X, y, {"s": s}, sensitive_kinds={"s": "binary"})
     linear = fairopt.models.linear(3, seed=0)
     assert output_bias(linear, list(linear.parameters()), data) is linear[0].bias
     net = fairopt.models.mlp(3, hidden=(4,), seed=0)
@@ -226,9 +226,10 @@ def test_the_polish_needs_the_binary_cross_entropy():
 @pytest.mark.parametrize("engine", ["sqp", "lagrangian"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_engine_rescues_a_nearly_constant_classifier_by_its_threshold(seed, engine):
-    """A run (SQP, Lagrangian dual) that cannot leave a start predicting every row positive (a learning rate of 1e-9) on inputs
-    with a dozen distinct rows: the engine returns the same weights with the most accurate threshold that
-    meets DI >= 0.8 on the exact rows (brute force over every flip), and does not warn of a constant."""
+    """A run (SQP, Lagrangian dual) that cannot leave a start predicting every row positive (a learning rate
+    of 1e-9) on inputs with a dozen distinct rows: the engine returns the same weights with the most accurate
+    threshold that meets DI >= 0.8 on the exact rows (brute force over every flip), and does not warn of a
+    constant."""
     out, y, s = _tied_problem(4000, 12, 10 + seed)
     data = FairData.from_arrays(out.reshape(-1, 1).numpy(), y.double().numpy(), {"s": s.numpy()},
                                 sensitive_kinds={"s": "binary"})

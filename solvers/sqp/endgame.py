@@ -299,12 +299,12 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
            tracker: BestIterate, history: History, status: str, last: int) -> FitResult:
     """Return the best iterate (:class:`solvers.outcome.BestIterate`), measured on all rows.
 
-    The final iterate is a candidate too, and so is a binary classifier's best one with its
-    decision threshold moved to the most accurate one within the exact bounds when that gains more than
-    a standard error of training accuracy (:func:`solvers.output_shift.shift_output`); the chosen parameters are written back into
-    the model, its KKT residuals are measured on the full training data, a closing
-    history record describes exactly the returned model, and a
-    :class:`solvers.outcome.BoundWarning` names any row it violates (at the line that
+    The final iterate is a candidate too, and so is a nearly constant binary classifier's best one
+    with its decision threshold moved to the most accurate one within the exact bounds, at no higher a
+    loss, when that gains more than a standard error of training accuracy
+    (:func:`solvers.output_shift.shift_output`); the chosen parameters are written back into the model,
+    its KKT residuals are measured on the full training data, a closing history record describes
+    exactly the returned model, and a :class:`solvers.outcome.BoundWarning` names any row it violates (at the line that
     called the engine's ``fit``: call this from ``fit`` directly). ``state.start_iteration`` is
     the fit's first iteration (a run that returns it warns). ``problem.f_constant`` is the training
     loss of the best constant output (:func:`solvers.losses.constant_loss`; None: not
