@@ -99,6 +99,11 @@ class BestIterate:
         """Every row within ``feasibility_tol``."""
         return bool((row_viol <= self.feasibility_tol).all()) if row_viol.numel() else True
 
+    def meets(self, c_exact: torch.Tensor) -> bool:
+        """Whether the exact rows ``c_exact`` (float64) lie within the tracker's bounds (:meth:`feasible` of
+        their violations)."""
+        return self.feasible(row_violations(c_exact, self.lower, self.upper))
+
     def _better(self, new: Candidate, old: Candidate) -> bool:
         new_ok, old_ok = self.feasible(new.row_violations), self.feasible(old.row_violations)
         if new_ok != old_ok:
@@ -142,7 +147,7 @@ class BestIterate:
         c = torch.as_tensor(c_exact).detach().to(torch.float64).reshape(-1)
         if not math.isfinite(f) or not bool(torch.isfinite(c).all()):
             return False
-        if not c.numel() or self.feasible(row_violations(c, self.lower, self.upper)):
+        if not c.numel() or self.meets(c):
             return False
         if not self.feasible(self.best.row_violations):
             return True

@@ -42,7 +42,7 @@ import torch
 from solvers.contract import cost_on_all_rows, smooth_is_exact
 from solvers.losses import loss_name
 from solvers.outcome import BestIterate, near_constant
-from solvers.problem import model_outputs, row_violations
+from solvers.problem import model_outputs
 
 __all__ = ["BISECTIONS", "PROBE_ROWS", "SHIFT_BUDGET", "RescueInputs", "ScoredFit", "no_higher_loss", "output_bias",
            "shift_output", "threshold_search"]
@@ -175,13 +175,13 @@ def shift_output(problem: ScoredFit, tracker: BestIterate, iteration: int, in_me
             return False
 
         def feasible(shifted: torch.Tensor) -> bool:
-            c = cons.exact(shifted.to(bias.dtype), data).reshape(-1).to(torch.float64)
-            return tracker.feasible(row_violations(c, tracker.lower, tracker.upper))
+            return tracker.meets(cons.exact(shifted.to(bias.dtype), data).reshape(-1).to(torch.float64))
 
         floor = a0 + math.sqrt(a0 * (1.0 - a0) / n)  # a gain of more than one standard error
+        scores = out.to(bias.dtype)  # the outputs in the model's dtype, as the loss sees them
         # the best iterate's objective, or this pass's value at the same parameters if rounding put it higher
-        level = max(best.f, float(problem.loss_fn(out.to(bias.dtype), data)))
-        within = no_higher_loss(problem.loss_fn, out.to(bias.dtype), data, level)
+        level = max(best.f, float(problem.loss_fn(scores, data)))
+        within = no_higher_loss(problem.loss_fn, scores, data, level)
         shift, accuracy = threshold_search(out, y, torch.ones_like(out), feasible, above=floor, within=within)
         if accuracy is None:
             return False
@@ -190,8 +190,7 @@ def shift_output(problem: ScoredFit, tracker: BestIterate, iteration: int, in_me
         f = float(problem.loss_fn(moved, data))
         c = cons.exact(moved, data).reshape(-1).to(torch.float64)
         rescued = float(((moved > 0) == y).double().mean()) > floor and f <= level
-    if rescued and tracker.feasible(row_violations(c, tracker.lower, tracker.upper)) and \
-            tracker.offer(problem.params, f, c, iteration, prefer=True):
+    if rescued and tracker.meets(c) and tracker.offer(problem.params, f, c, iteration, prefer=True):
         logger.info("nearly constant classifier: decision threshold moved by %.4g, training accuracy %.4f -> %.4f "
                     "(majority rate %.4f) within every bound", -shift, a0, accuracy, majority)
         return True
