@@ -97,7 +97,8 @@ class BestIterate:
 
     def feasible(self, row_viol: torch.Tensor) -> bool:
         """Every row within ``feasibility_tol``."""
-        return bool((row_viol <= self.feasibility_tol).all()) if row_viol.numel() else True
+        tol = self.feasibility_tol  # a few rows: Python floats (a NaN is never feasible)
+        return all(v <= tol for v in row_viol.reshape(-1).tolist())
 
     def meets(self, c_exact: torch.Tensor) -> bool:
         """Whether the exact rows ``c_exact`` (float64) lie within the tracker's bounds (:meth:`feasible` of
@@ -124,7 +125,7 @@ class BestIterate:
         self.offered += 1
         c = (torch.zeros(0, dtype=torch.float64) if c_exact is None
              else torch.as_tensor(c_exact).detach().to(torch.float64).reshape(-1))
-        if not math.isfinite(f) or not bool(torch.isfinite(c).all()):
+        if not math.isfinite(f) or not all(math.isfinite(v) for v in c.tolist()):
             return False
         if self.first_f is None:
             self.first_f = float(f)
@@ -145,7 +146,7 @@ class BestIterate:
         if self.best is None or c_exact is None:
             return False
         c = torch.as_tensor(c_exact).detach().to(torch.float64).reshape(-1)
-        if not math.isfinite(f) or not bool(torch.isfinite(c).all()):
+        if not math.isfinite(f) or not all(math.isfinite(v) for v in c.tolist()):
             return False
         if not c.numel() or self.meets(c):
             return False

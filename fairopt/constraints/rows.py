@@ -299,12 +299,25 @@ class LinearRowsConstraint(BaseConstraint):
 
     def _operator(self, batch: Any, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``(W, D)`` for ``batch`` in ``dtype``/``device``, from the cache when possible."""
+        entry = self._cached(batch, dtype, device)
+        return entry[1], entry[2]
+
+    def _row_jacobian_factor(self, batch: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """``D @ W`` (m, n) for ``batch``, computed once per cached operator: the Jacobian of the smooth
+        rows is its columns scaled by the surrogate's slopes (:meth:`rows_and_jacobian`)."""
+        entry = self._cached(batch, dtype, device)
+        if entry[3] is None:
+            entry[3] = entry[2] @ entry[1]
+        return entry[3]
+
+    def _cached(self, batch: Any, dtype: torch.dtype, device: torch.device) -> list:
+        """The cache entry ``[batch, W, D, D @ W or None]`` of ``batch``, built and checked on a miss."""
         # the entry holds the batch itself, so no other live object can have its id
         key = (id(batch), len(batch), dtype, device)
         entry = self._cache.get(key)
         if entry is not None:
             self._cache.move_to_end(key)
-            return entry[1], entry[2]
+            return entry
         if self._partitions is None:
             self._configure(batch)
         elif self._resolve(batch) != self._partitions:
@@ -320,11 +333,11 @@ class LinearRowsConstraint(BaseConstraint):
                     "%s: rows %s are 0 on this batch (a group they compare is empty)",
                     self.name, inactive.nonzero().flatten().tolist(),
                 )
-        W, D = W.to(dtype=dtype, device=device), D.to(dtype=dtype, device=device)
-        self._cache[key] = (batch, W, D)
+        entry = [batch, W.to(dtype=dtype, device=device), D.to(dtype=dtype, device=device), None]
+        self._cache[key] = entry
         while len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
-        return W, D
+        return entry
 
     def _transform(self, t: torch.Tensor, exact: bool) -> torch.Tensor:
         """``phi(t)`` for the smooth rows, the hard step ``1{t > 0}`` for the exact ones."""
@@ -354,8 +367,9 @@ class LinearRowsConstraint(BaseConstraint):
         source = out
         out = check_out(out, batch).detach()
         W, D = self._operator(batch, out.dtype, out.device)
+        DW = self._row_jacobian_factor(batch, out.dtype, out.device)
         phi, slope = self._shared_transform_and_slope(source, out)
-        return D @ (W @ phi), (D @ W) * slope[None, :]
+        return D @ (W @ phi), DW * slope[None, :]
 
     def _has_closed_form(self) -> bool:
         """Whether the rows are ``D @ (W @ phi)`` with a slope that matches the transform."""

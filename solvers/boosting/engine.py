@@ -252,7 +252,7 @@ class BoostedSQP:
         train_set = lightgbm.Dataset(X, label=y, params=params, free_raw_data=False)
         booster = lightgbm.Booster(params=params, train_set=train_set)
         validation_loss = _checked_validation(validation, name, init, X.shape[1], self.validation_metric)
-        state = RoundState(validation=validation_loss, init=init)
+        state = RoundState(validation=validation_loss, init=init, targets=torch.from_numpy(y).reshape(-1))
         if state.validation is not None:
             state.validation.attach(booster, train_set)
 
@@ -358,7 +358,7 @@ class BoostedSQP:
         offer = not state.retry
         state.retry = False
         F = torch.from_numpy(np.asarray(preds, dtype=np.float64).reshape(-1) + state.init)
-        der = row_derivatives(name, F, data)
+        der = row_derivatives(name, F, data, state.targets)
         if self._overshot(der.f, state):
             raise _Overshoot(der.f)
         state.scores = F

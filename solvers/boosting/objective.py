@@ -41,13 +41,16 @@ class RowDerivatives(NamedTuple):
     hess: torch.Tensor
 
 
-def row_derivatives(loss: str, scores: torch.Tensor, data: Any) -> RowDerivatives:
+def row_derivatives(loss: str, scores: torch.Tensor, data: Any, targets: torch.Tensor | None = None) -> RowDerivatives:
     """``f``, ``grad`` and ``hess`` of the named ``loss`` at the scores ``scores`` (n,) on ``data``
     (module docstring), in closed form, float64: ``f`` is the weighted mean of ``softplus(F) - y F``
     (``"bce"``) or of ``(F - y)^2`` (``"mse"``), the mean losses of :mod:`solvers.losses`; one pass
-    of ``sigmoid`` gives both ``grad`` and ``hess`` (a boosting round evaluates them on every row)."""
+    of ``sigmoid`` gives both ``grad`` and ``hess`` (a boosting round evaluates them on every row).
+    ``targets``: ``data.y`` as float64 (n,) on the scores' device, when the caller keeps it (a fit's
+    rounds convert it once)."""
     scores = scores.detach().to(torch.float64)
-    y = torch.as_tensor(data.y).detach().to(device=scores.device, dtype=torch.float64).reshape(-1)
+    y = (torch.as_tensor(data.y).detach().to(device=scores.device, dtype=torch.float64).reshape(-1)
+         if targets is None else targets)
     weights = row_weights(data, scores)
     if loss == "bce":
         p = torch.sigmoid(scores)

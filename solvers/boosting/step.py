@@ -69,8 +69,9 @@ class RoundState:
     ``taken_back``, the rounds whose tree was removed, ``retry``, whether the next round starts at
     the scores of a round taken back (offered already), ``start_loss``, the training loss of the
     starting constant when it meets every bound (else None: no round is taken back), and ``init``, the
-    starting constant (the scores are ``init`` plus the trees' raw sum), and ``best_raw``, the trees and
-    the running raw scores of the last round that became the best candidate (``(-1, None)`` before)."""
+    starting constant (the scores are ``init`` plus the trees' raw sum), ``best_raw``, the trees and
+    the running raw scores of the last round that became the best candidate (``(-1, None)`` before), and
+    ``targets``, the training targets as float64 (converted once for :func:`solvers.boosting.objective.row_derivatives`)."""
 
     iteration: int = 0
     warned_relaxed: bool = False
@@ -86,6 +87,7 @@ class RoundState:
     start_loss: float | None = None
     init: float = 0.0
     best_raw: tuple = (-1, None)
+    targets: torch.Tensor | None = None
 
 
 class RoundStep(NamedTuple):

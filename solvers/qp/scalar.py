@@ -53,7 +53,10 @@ def _host(t: torch.Tensor) -> np.ndarray:
 
 
 def _plain_inputs(g, h, J, lo, hi) -> tuple | None:
-    """Host float64 copies of plain inputs (module docstring), or None."""
+    """Host float64 copies of ``g, h, J``, the bounds as Python floats and the result dtype, or None
+    when the inputs are not plain (module docstring). Finite entries are checked where they are
+    cheapest: ``h > 0`` here, ``g, h, J`` through the finite ``M``, ``q`` and KKT residual that
+    :func:`solve_scalar` computes anyway (a NaN or infinity in them leaves one of those non-finite)."""
     tensors = (g, h, J, lo, hi)
     if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype in _FLOATS for t in tensors):
         return None
@@ -62,15 +65,15 @@ def _plain_inputs(g, h, J, lo, hi) -> tuple | None:
     m, p = J.shape
     if g.shape != (p,) or h.shape != (p,) or lo.shape != (m,) or hi.shape != (m,):
         return None
-    gn, hn, Jn, lon, hin = (_host(t) for t in tensors)
-    # one finite total stands for finite entries (an overflowing total only sends the problem to the general path)
-    if not math.isfinite(float(gn.sum()) + float(hn.sum()) + float(Jn.sum())) or hn.min() <= 0:
+    gn, hn, Jn = _host(g), _host(h), _host(J)
+    if not hn.min() > 0:  # (also a NaN)
         return None
-    for a, b in zip(lon.tolist(), hin.tolist()):  # a few rows: Python floats
+    lo_list, hi_list = lo.tolist(), hi.tolist()  # a few rows: Python floats
+    for a, b in zip(lo_list, hi_list):
         if math.isnan(a) or math.isnan(b) or a == math.inf or b == -math.inf or a >= b:  # (equalities: general path)
             return None
     dtype = torch.promote_types(torch.promote_types(g.dtype, h.dtype), J.dtype)
-    return gn, hn, Jn, lon, hin, dtype
+    return gn, hn, Jn, lo_list, hi_list, dtype
 
 
 def _unit_min_eig(M: list, rows: list[int]) -> float:
@@ -150,13 +153,14 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
     plain = _plain_inputs(g, h, J, lo, hi)
     if plain is None:
         return None
-    gn, hn, Jn, lon, hin, dtype = plain
+    gn, hn, Jn, lo, hi, dtype = plain
     m = Jn.shape[0]
     JH = Jn / hn
     M_np = JH @ Jn.T
     M = (0.5 * (M_np + M_np.T)).tolist()
     q = (JH @ gn).tolist()
-    lo, hi = lon.tolist(), hin.tolist()
+    if not all(math.isfinite(v) for v in itertools.chain(q, *M)):  # a NaN or infinity in g, h or J
+        return None
     if math.prod(1 + math.isfinite(a) + math.isfinite(b) for a, b in zip(lo, hi)) > MAX_CANDIDATES:
         return None
     if any(M[i][i] == 0 for i in range(m)):  # a zero row of J: the general path's
@@ -174,18 +178,22 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
         accepted = []
         for sides in group:
             y = _candidate_y(sides, M, q, lo, hi)
-            ok, _, _ = _kkt(y, M, q, lo, hi, base_tol, tol)
+            ok, w, t = _kkt(y, M, q, lo, hi, base_tol, tol)
             if ok:
                 energy = sum(y[i] * M[i][j] * y[j] for i in range(m) for j in range(m))
-                accepted.append((energy, sides, y))
+                accepted.append((energy, sides, y, w, t))
         if accepted:
             chosen = min(accepted, key=lambda a: a[0])
             break
     if chosen is None:
         return None
-    _, sides, y_list = chosen
+    _, sides, y_list, w, t = chosen
     y = np.asarray(y_list)
-    d = -(gn + Jn.T @ y) / hn
+    # d = -(g + J'y) / h, with J'y kept for the residual; in place: a few passes over p values
+    Jy = Jn.T @ y
+    d = gn + Jy
+    np.divide(d, hn, out=d)
+    np.negative(d, out=d)
     Jd_np = Jn @ d
     Jd = Jd_np.tolist()
     for i in range(m):  # the step itself meets every row (as the general path checks it)
@@ -193,20 +201,25 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
             return None
         if math.isfinite(hi[i]) and Jd[i] - hi[i] - primal_slack * (1.0 + abs(hi[i])) > base_tol[i]:
             return None
-    _, w, t = _kkt(y_list, M, q, lo, hi, base_tol, tol)
+    residual = hn * d  # g + h d + J'y
+    residual += gn
+    residual += Jy
+    kkt_residual = float(np.abs(residual, out=residual).max()) if residual.size else 0.0
+    if not math.isfinite(kkt_residual):  # an infinite h (d = 0 there, h d NaN): the general path's
+        return None
     binding = [i for i in range(m) if (math.isfinite(hi[i]) and abs(w[i] - hi[i]) <= t[i])
                or (math.isfinite(lo[i]) and abs(w[i] - lo[i]) <= t[i])]
     # smallest eigenvalue of the binding rows' unit-diagonal Gram matrix: 1 for one row, 1 - |r| for two
     min_eig = _unit_min_eig(M, binding)
-    residual = gn + hn * d + Jn.T @ y
     np_dtype = np.float64 if dtype == torch.float64 else np.float32
+    objective = float(gn @ d + 0.5 * hn @ np.multiply(d, d, out=residual))
     return QPResult(
         d=torch.from_numpy(np.ascontiguousarray(d, dtype=np_dtype)),
         multipliers=torch.from_numpy(np.ascontiguousarray(y, dtype=np_dtype)),
         active=torch.from_numpy(np.array(sides, dtype=np.int8)),
         status="optimal",
-        objective=float(gn @ d + 0.5 * hn @ (d * d)),
-        kkt_residual=float(np.abs(residual).max()) if residual.size else 0.0,
+        objective=objective,
+        kkt_residual=kkt_residual,
         max_violation=max((max(lo[i] - Jd[i], Jd[i] - hi[i], 0.0) for i in range(m)), default=0.0),
         degenerate=min_eig <= rank_tol,
         method="enumeration",
