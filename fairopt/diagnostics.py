@@ -273,7 +273,9 @@ def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool,
     """``(category, message)`` about the fitted model itself: near-constant, worse than its mean, or
     constant; for boosted trees near the constant under a bound on more than two groups, the advice
     :data:`BOOSTED_SEVERAL_GROUPS`."""
-    poor, constant = poor_fit(model, data, constrained), constant_fit(model, data)
+    out = float64_outputs(model, data.X.detach().cpu().numpy())  # one pass over the training rows for both
+    poor = poor_fit_message(data.task, data.y.detach().cpu().numpy(), out, constrained)
+    constant = constant_fit_message(data.task, out)
     if poor and isinstance(model, BoostedScores) and any(getattr(c, "largest_grouping", 0) > 2 for c in constraints):
         poor += BOOSTED_SEVERAL_GROUPS
     if data.task == "binary":  # the near-constant rule covers one class on every row

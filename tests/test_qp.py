@@ -294,6 +294,8 @@ def test_scalar_path_leaves_the_hard_cases_to_the_general_path():
         "parallel rows": (g, h, torch.stack([J[0], 2 * J[0]]), lo, hi),
         "NaN in g": (torch.tensor([math.nan, 0.0, 0.0], dtype=torch.float64), h, J, lo, hi),
         "h = 0": (g, torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64), J, lo, hi),
+        "h = inf": (g, torch.tensor([1.0, math.inf, 1.0], dtype=torch.float64), J, lo, hi),
+        "inf in J": (g, h, torch.tensor([[1.0, 0.0, math.inf], [0.0, 1.0, 1.0]], dtype=torch.float64), lo, hi),
         "lo > hi": (g, h, J, torch.tensor([2.0, -math.inf], dtype=torch.float64), hi),
         # two rows can only conflict when parallel: J0 d >= 1 and -J0 d >= 1
         "infeasible": (g, h, torch.stack([J[0], -J[0]]), torch.tensor([1.0, 1.0], dtype=torch.float64),
@@ -302,6 +304,7 @@ def test_scalar_path_leaves_the_hard_cases_to_the_general_path():
     }
     for name, args in cases.items():
         assert solve_scalar(*args, 1e-9, 1e-10, PRIMAL_SLACK) is None, name
+        assert solve_scalar(*args, 1e-9, 1e-10, PRIMAL_SLACK, multipliers_only=True) is None, name
     # the general path still answers (or raises) as before
     assert diagonal_qp(*cases["parallel rows"]).method == "dual"
     assert diagonal_qp(*cases["infeasible"]).status == "infeasible"
@@ -309,6 +312,30 @@ def test_scalar_path_leaves_the_hard_cases_to_the_general_path():
         diagonal_qp(*cases["NaN in g"])
     with pytest.raises(ValueError, match="lo/hi"):
         diagonal_qp(*cases["lo > hi"])
+    with pytest.raises(ValueError, match="h: contains an infinite value"):
+        diagonal_qp(*cases["h = inf"], multipliers_only=True)
+
+
+def test_multipliers_only_gives_the_full_solutions_multipliers(random_problems):
+    """``multipliers_only=True``: the same multipliers, active set and degeneracy as the full solution; on
+    the scalar path without ``d`` (NaN objective, residual and violation), elsewhere with it."""
+    scalar = general = 0
+    for prob in random_problems[:200]:
+        full = diagonal_qp(*prob.tensors())
+        only = diagonal_qp(*prob.tensors(), multipliers_only=True)
+        assert only.status == full.status
+        if full.status != "optimal":
+            continue
+        assert torch.equal(only.multipliers, full.multipliers) and torch.equal(only.active, full.active)
+        assert only.degenerate == full.degenerate and only.method == full.method
+        if only.d is None:
+            scalar += 1
+            assert prob.J.shape[0] <= SCALAR_MAX_ROWS
+            assert math.isnan(only.objective) and math.isnan(only.kkt_residual) and math.isnan(only.max_violation)
+        else:
+            general += 1
+            assert torch.equal(only.d, full.d)
+    assert scalar >= 20 and general >= 20, (scalar, general)
 
 
 def test_osqp_path_matches_active_set(random_problems):

@@ -18,7 +18,8 @@ class QPResult:
     ----------
     d, multipliers : torch.Tensor or None
         The step (p,) and signed multipliers ``y`` (m,) with ``g + h * d + J' y = 0`` (``y > 0``:
-        upper side active), in the inputs' dtype; None unless optimal.
+        upper side active), in the inputs' dtype; None unless optimal (``d`` also None when
+        :func:`diagonal_qp`'s ``multipliers_only`` skipped it).
     active : torch.Tensor
         int8 (m,): ``+1``/``-1`` upper/lower side in the final working set (equalities by the sign
         of ``y``), 0 otherwise.
@@ -27,7 +28,7 @@ class QPResult:
         passed the KKT check; never returned as a step).
     objective, kkt_residual, max_violation : float
         ``g'd + 1/2 d' diag(h) d``, ``||g + h * d + J' y||_inf`` and the largest row violation, in
-        float64 (NaN unless optimal).
+        float64 (NaN unless optimal, or without ``d``).
     degenerate : bool
         The binding rows are linearly dependent in the ``H^{-1}`` metric: ``d`` is unique, ``y`` one
         valid choice.

@@ -55,7 +55,7 @@ def _host(t: torch.Tensor) -> np.ndarray:
 def _plain_inputs(g, h, J, lo, hi) -> tuple | None:
     """Host float64 copies of ``g, h, J``, the bounds as Python floats and the result dtype, or None
     when the inputs are not plain (module docstring). Finite entries are checked where they are
-    cheapest: ``h > 0`` here, ``g, h, J`` through the finite ``M``, ``q`` and KKT residual that
+    cheapest: ``0 < h < inf`` here, ``g`` and ``J`` through the finite ``M`` and ``q`` that
     :func:`solve_scalar` computes anyway (a NaN or infinity in them leaves one of those non-finite)."""
     tensors = (g, h, J, lo, hi)
     if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype in _FLOATS for t in tensors):
@@ -66,7 +66,7 @@ def _plain_inputs(g, h, J, lo, hi) -> tuple | None:
     if g.shape != (p,) or h.shape != (p,) or lo.shape != (m,) or hi.shape != (m,):
         return None
     gn, hn, Jn = _host(g), _host(h), _host(J)
-    if not hn.min() > 0:  # (also a NaN)
+    if not 0 < hn.min() <= hn.max() < math.inf:  # (also a NaN)
         return None
     lo_list, hi_list = lo.tolist(), hi.tolist()  # a few rows: Python floats
     for a, b in zip(lo_list, hi_list):
@@ -147,9 +147,12 @@ def _kkt(y: list, M: list, q: list, lo: list, hi: list, base_tol: list, tol: flo
     return True, w, t
 
 
-def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: float) -> QPResult | None:
+def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: float,
+                 multipliers_only: bool = False) -> QPResult | None:
     """The QP by enumeration in scalar arithmetic (:func:`solvers.qp.diagonal_qp`'s arguments, checked),
-    or None for the general path."""
+    or None for the general path. ``multipliers_only``: the multipliers and the active set of the accepted
+    candidate (the KKT test in the constraint space is the optimality test), without forming ``d`` and the
+    checks of it: ``d`` None, objective, KKT residual and violation NaN."""
     plain = _plain_inputs(g, h, J, lo, hi)
     if plain is None:
         return None
@@ -159,7 +162,7 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
     M_np = JH @ Jn.T
     M = (0.5 * (M_np + M_np.T)).tolist()
     q = (JH @ gn).tolist()
-    if not all(math.isfinite(v) for v in itertools.chain(q, *M)):  # a NaN or infinity in g, h or J
+    if not all(math.isfinite(v) for v in itertools.chain(q, *M)):  # a NaN or infinity in g or J
         return None
     if math.prod(1 + math.isfinite(a) + math.isfinite(b) for a, b in zip(lo, hi)) > MAX_CANDIDATES:
         return None
@@ -188,7 +191,19 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
     if chosen is None:
         return None
     _, sides, y_list, w, t = chosen
+    binding = [i for i in range(m) if (math.isfinite(hi[i]) and abs(w[i] - hi[i]) <= t[i])
+               or (math.isfinite(lo[i]) and abs(w[i] - lo[i]) <= t[i])]
+    # smallest eigenvalue of the binding rows' unit-diagonal Gram matrix: 1 for one row, 1 - |r| for two
+    degenerate = _unit_min_eig(M, binding) <= rank_tol
+    np_dtype = np.float64 if dtype == torch.float64 else np.float32
     y = np.asarray(y_list)
+    multipliers = torch.from_numpy(np.ascontiguousarray(y, dtype=np_dtype))
+    active = torch.from_numpy(np.array(sides, dtype=np.int8))
+    if multipliers_only:
+        nan = math.nan
+        return QPResult(d=None, multipliers=multipliers, active=active, status="optimal", objective=nan,
+                        kkt_residual=nan, max_violation=nan, degenerate=degenerate, method="enumeration",
+                        iterations=examined)
     # d = -(g + J'y) / h, with J'y kept for the residual; in place: a few passes over p values
     Jy = Jn.T @ y
     d = gn + Jy
@@ -205,23 +220,16 @@ def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: flo
     residual += gn
     residual += Jy
     kkt_residual = float(np.abs(residual, out=residual).max()) if residual.size else 0.0
-    if not math.isfinite(kkt_residual):  # an infinite h (d = 0 there, h d NaN): the general path's
-        return None
-    binding = [i for i in range(m) if (math.isfinite(hi[i]) and abs(w[i] - hi[i]) <= t[i])
-               or (math.isfinite(lo[i]) and abs(w[i] - lo[i]) <= t[i])]
-    # smallest eigenvalue of the binding rows' unit-diagonal Gram matrix: 1 for one row, 1 - |r| for two
-    min_eig = _unit_min_eig(M, binding)
-    np_dtype = np.float64 if dtype == torch.float64 else np.float32
     objective = float(gn @ d + 0.5 * hn @ np.multiply(d, d, out=residual))
     return QPResult(
         d=torch.from_numpy(np.ascontiguousarray(d, dtype=np_dtype)),
-        multipliers=torch.from_numpy(np.ascontiguousarray(y, dtype=np_dtype)),
-        active=torch.from_numpy(np.array(sides, dtype=np.int8)),
+        multipliers=multipliers,
+        active=active,
         status="optimal",
         objective=objective,
         kkt_residual=kkt_residual,
         max_violation=max((max(lo[i] - Jd[i], Jd[i] - hi[i], 0.0) for i in range(m)), default=0.0),
-        degenerate=min_eig <= rank_tol,
+        degenerate=degenerate,
         method="enumeration",
         iterations=examined,
     )

@@ -132,6 +132,7 @@ def diagonal_qp(
     tol: float = 1e-9,
     rank_tol: float = 1e-10,
     max_iter: int | None = None,
+    multipliers_only: bool = False,
 ) -> QPResult:
     """Exact solution of ``min_d g'd + 1/2 d' diag(h) d  s.t.  lo <= J d <= hi``.
 
@@ -163,6 +164,13 @@ def diagonal_qp(
         their span (in the ``H^{-1}`` metric) is at most ``rank_tol``.
     max_iter : int, optional
         Iteration cap of the dual method (default ``50 + 20 m``) or of OSQP (default 200000).
+    multipliers_only : bool, default False
+        For a caller that uses ``y`` and the active set but never ``d`` (a boosting round hands its
+        tree ``g + J'y``, :mod:`solvers.boosting.step`): the scalar path then stops at the accepted
+        active set, whose KKT test in the constraint space is the optimality test, and returns
+        ``d = None`` with NaN ``objective``, ``kkt_residual`` and ``max_violation`` (with many
+        variables, forming ``d`` and checking it is most of its work); the other paths return
+        their full result.
 
     Returns
     -------
@@ -173,7 +181,7 @@ def diagonal_qp(
     """
     tol, rank_tol = check_options(solver, tol, rank_tol, max_iter)
     if solver == "active_set":  # a few plain rows: the enumeration in scalar arithmetic
-        answer = solve_scalar(g, h, J, lo, hi, tol, rank_tol, PRIMAL_SLACK)
+        answer = solve_scalar(g, h, J, lo, hi, tol, rank_tol, PRIMAL_SLACK, multipliers_only)
         if answer is not None:
             return answer
     inputs = validate_inputs(g, h, J, lo, hi)

@@ -260,16 +260,17 @@ class RelaxationNotices(Protocol):
 
 
 def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.Tensor, lower: torch.Tensor,
-             upper: torch.Tensor, state: RelaxationNotices):
+             upper: torch.Tensor, state: RelaxationNotices, multipliers_only: bool = False):
     """``min g'd + 1/2 d'Hd  s.t.  lower <= c + J d <= upper``, the bounds relaxed when infeasible (the
-    first time with an :class:`SQPWarning`): the result, "normal" or "relaxed", and ``(lo, hi)``."""
+    first time with an :class:`SQPWarning`): the result, "normal" or "relaxed", and ``(lo, hi)``.
+    ``multipliers_only``: :func:`solvers.qp.diagonal_qp`'s (its result may then carry no ``d``)."""
     lo, hi = lower - c, upper - c
-    res = diagonal_qp(g64, h64, J64, lo, hi)
+    res = diagonal_qp(g64, h64, J64, lo, hi, multipliers_only=multipliers_only)
     if res.status == "optimal":
         return res, QP_NORMAL, (lo, hi)
     relax = least_violation_bounds(lo, hi, J64, h64)
     lo, hi = relax.lo, relax.hi
-    res = diagonal_qp(g64, h64, J64, lo, hi)
+    res = diagonal_qp(g64, h64, J64, lo, hi, multipliers_only=multipliers_only)
     if res.status != "optimal":  # never an exception mid-training: the normal step meets the relaxed bounds
         res = _least_violation_step(res, relax.v, J64, lo, hi, state)
     if not state.warned_relaxed:
