@@ -402,3 +402,21 @@ def test_a_full_batch_run_that_ends_feasible_is_not_polished():
     assert len(res.history) == res.info["iterations"] + 1 and not any("phase" in r for r in res.history.records)
     model, res, _ = _hair_outside_run(50, bias=-0.01)  # the exact row a hair inside: feasible all along
     assert res.feasible and not any("phase" in r for r in res.history.records)
+
+
+def test_calibrate_is_the_exponential_average_of_the_finite_gaps():
+    """``b <- (1 - w) b + w (c_exact - c)`` on bounded rows with a finite gap, ``(1 - w) b`` elsewhere: the
+    float64 rows (computed in Python floats) and float32 ones (in tensors) give the same values."""
+    from solvers.sqp.steps import calibrate
+
+    inf, nan = math.inf, math.nan
+    offset = torch.tensor([0.5, -1.0, 2.0, 0.25, 0.0], dtype=torch.float64)
+    gap = torch.tensor([1.0, inf, 3.0, nan, -0.5], dtype=torch.float64)
+    lower = torch.tensor([0.0, 0.0, -inf, 0.0, -inf], dtype=torch.float64)
+    upper = torch.tensor([inf, 1.0, inf, inf, 0.0], dtype=torch.float64)
+    w = 0.25
+    expected = [0.75 * 0.5 + 0.25 * 1.0, 0.75 * -1.0, 0.75 * 2.0, 0.75 * 0.25, 0.25 * -0.5]  # row 2: unbounded
+    assert calibrate(offset, gap, lower, upper, w).tolist() == expected
+    single = calibrate(*(t.float() for t in (offset, gap, lower, upper)), w)
+    assert single.dtype == torch.float32
+    np.testing.assert_allclose(single.numpy(), expected, rtol=1e-7)

@@ -130,7 +130,8 @@ def round_step(grad: torch.Tensor, hess: torch.Tensor, c: torch.Tensor, J: torch
     g = grad.to(torch.float64)
     c, lo, hi = c.to(torch.float64), lo.to(torch.float64), hi.to(torch.float64)
     kept = 1.0 - float(correction)  # the share of a violation left for the later rounds
-    lo, hi = lo - kept * (lo - c).clamp(min=0.0), hi + kept * (c - hi).clamp(min=0.0)
+    if kept:
+        lo, hi = lo - kept * (lo - c).clamp(min=0.0), hi + kept * (c - hi).clamp(min=0.0)
     qp, status, _ = solve_qp(g, h, shrunk, c, lo, hi, state, multipliers_only=True)
     return RoundStep(g + shrunk.T @ qp.multipliers.to(torch.float64), qp, status)
 
@@ -154,6 +155,7 @@ class WorkingBounds:
         self.calibrate_exact, self.weight = bool(calibrate_exact), float(calibration_weight)
         self.offset = torch.zeros_like(self.lower)
         self.push = torch.zeros_like(self.lower)
+        self._bounds = (self.lower.tolist(), self.upper.tolist())
 
     def snapshot(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(b, p)`` as they are now (:meth:`restore` puts them back when a round is taken back)."""
@@ -164,10 +166,15 @@ class WorkingBounds:
         self.offset, self.push = snapshot[0].clone(), snapshot[1].clone()
 
     def update(self, c: torch.Tensor, c_exact: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Take the rows of a round into ``b`` and ``p``; returns the new ``(lo, hi)`` for ``c + eta J d``."""
+        """Take the rows of a round into ``b`` and ``p``; returns the new ``(lo, hi)`` for ``c + eta J d``
+        (a few rows: ``p`` and the bounds in Python floats, the same float64 arithmetic)."""
         if self.calibrate_exact:
             self.offset = calibrate(self.offset, c_exact - c, self.lower, self.upper, self.weight)
-        excess = (c_exact - self.upper).clamp(min=0) - (self.lower - c_exact).clamp(min=0)
-        self.push = self.push + excess if bool((excess != 0).any()) else 0.5 * self.push
-        shift = self.offset + self.push
-        return self.lower - shift, self.upper - shift
+        lower, upper = self._bounds
+        excess = [max(e - u, 0.0) - max(l - e, 0.0) for e, l, u in zip(c_exact.tolist(), lower, upper)]
+        push = self.push.tolist()
+        push = ([p + e for p, e in zip(push, excess)] if any(e != 0 for e in excess) else [0.5 * p for p in push])
+        self.push = torch.tensor(push, dtype=torch.float64)
+        shift = [b + p for b, p in zip(self.offset.tolist(), push)]
+        return (torch.tensor([l - s for l, s in zip(lower, shift)], dtype=torch.float64),
+                torch.tensor([u - s for u, s in zip(upper, shift)], dtype=torch.float64))

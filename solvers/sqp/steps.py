@@ -406,6 +406,12 @@ def calibrate(offset: torch.Tensor, gap: torch.Tensor, lower: torch.Tensor, uppe
     exact rows meet the bounds despite the surrogate's slowly changing bias; ``b = 0`` on unbounded
     rows. A fairopt extension of [SQP] Alg. 1."""
     w = weight
+    tensors = (offset, gap, lower, upper)
+    if all(t.dtype == torch.float64 and t.device.type == "cpu" and t.shape == offset.shape and t.dim() == 1
+           for t in tensors):  # a few rows: the same float64 arithmetic in Python floats, without tensor overhead
+        return torch.tensor([(1.0 - w) * b + w * (r if (math.isfinite(lo) or math.isfinite(hi)) and math.isfinite(r)
+                                                  else 0.0)
+                             for b, r, lo, hi in zip(*(t.tolist() for t in tensors))], dtype=torch.float64)
     finite = torch.isfinite(lower) | torch.isfinite(upper)
     gap = torch.where(finite & torch.isfinite(gap), gap, torch.zeros_like(gap))
     return (1.0 - w) * offset + w * gap
