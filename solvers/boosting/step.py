@@ -12,10 +12,12 @@ violation:
 
 so a row inside its bounds must stay inside them and a violated one moves ``rho`` of the way back;
 solved by the SQP engine's QP (:func:`solvers.sqp.steps.solve_qp`: exact, with the
-least-violation relaxation of an infeasible linearisation; its first candidate, the empty active
-set, is the unconstrained minimiser ``d = -g / h`` with ``y = 0``). The round needs ``y`` only
-(the tree, not ``d``, takes the step), so the QP stops at the multipliers (``multipliers_only``),
-which with tens of thousands of rows saves most of its work. With its multipliers ``y``,
+least-violation relaxation of an infeasible linearisation). After a round whose bounds did not bind,
+the unconstrained minimiser ``d = -g / h`` is tried first: when it meets every row it is the
+solution, with ``y = 0`` (one product with ``J``); after a binding round the QP is solved directly
+(its first candidate, the empty active set, is the same test). The round needs ``y`` only (the
+tree, not ``d``, takes the step), so the QP stops at the multipliers (``multipliers_only``), which
+with tens of thousands of rows saves most of its work. With its multipliers ``y``,
 stationarity reads ``g + h d + \eta J^\top y = 0``, so the tree gets the gradient of the
 Lagrangian ``G = g + \eta J^\top y`` and the curvature ``h``. Without shrinkage (``eta = 1``)
 and with ``rho = 1`` this is the SQP step of :class:`solvers.StochasticSQP`.
@@ -66,13 +68,15 @@ class RoundState:
     (a callback asked to stop), the ``scores`` the last tree was fitted at, the
     :class:`solvers.boosting.validation.ValidationLoss` of the fit's validation rows (None without),
     ``stale``, the feasible rounds offered since the best candidate (early stopping), ``trees``, the
-    trees kept so far, ``correction``, the current share ``rho`` (module docstring), and
+    trees kept so far, ``correction``, the current share ``rho`` (module docstring),
     ``taken_back``, the rounds whose tree was removed, ``retry``, whether the next round starts at
     the scores of a round taken back (offered already), ``start_loss``, the training loss of the
-    starting constant when it meets every bound (else None: no round is taken back), and ``init``, the
+    starting constant when it meets every bound (else None: no round is taken back), ``init``, the
     starting constant (the scores are ``init`` plus the trees' raw sum), ``best_raw``, the trees and
-    the running raw scores of the last round that became the best candidate (``(-1, None)`` before), and
-    ``targets``, the training targets as float64 (converted once for :func:`solvers.boosting.objective.row_derivatives`)."""
+    the running raw scores of the last round that became the best candidate (``(-1, None)`` before),
+    ``targets``, the training targets as float64 (converted once for
+    :func:`solvers.boosting.objective.row_derivatives`), and ``unbound``, whether the last round's QP left every
+    bound inactive (:func:`round_step` then tries the unconstrained step first)."""
 
     iteration: int = 0
     warned_relaxed: bool = False
@@ -89,6 +93,7 @@ class RoundState:
     init: float = 0.0
     best_raw: tuple = (-1, None)
     targets: torch.Tensor | None = None
+    unbound: bool = True
 
 
 class RoundStep(NamedTuple):
@@ -120,7 +125,7 @@ def round_step(grad: torch.Tensor, hess: torch.Tensor, c: torch.Tensor, J: torch
         ``eta``.
     state : RoundState
         The fit's round state (:func:`solvers.sqp.steps.solve_qp` reads ``iteration`` and warns once
-        per fit about a relaxed step).
+        per fit about a relaxed step; ``unbound`` is read and set here).
     correction : float in (0, 1], default :data:`CORRECTION`
         ``rho``: the share of each row's violation of ``[lo, hi]`` the step is asked to close
         (the engine passes its :class:`RoundState`'s).
@@ -132,7 +137,18 @@ def round_step(grad: torch.Tensor, hess: torch.Tensor, c: torch.Tensor, J: torch
     kept = 1.0 - float(correction)  # the share of a violation left for the later rounds
     if kept:
         lo, hi = lo - kept * (lo - c).clamp(min=0.0), hi + kept * (c - hi).clamp(min=0.0)
+    if state.unbound:  # the last round's bounds did not bind: most likely neither do this round's
+        free = -g / h  # the unconstrained minimiser: the QP's solution (y = 0) when it meets every row
+        reached = c + shrunk @ free
+        if bool(((reached >= lo) & (reached <= hi)).all()):
+            m = int(c.numel())
+            qp = QPResult(d=free, multipliers=torch.zeros(m, dtype=torch.float64),
+                          active=torch.zeros(m, dtype=torch.int8), status="optimal",
+                          objective=float(g @ free + 0.5 * h @ (free * free)), kkt_residual=0.0, max_violation=0.0,
+                          degenerate=False, method="unconstrained", iterations=0)
+            return RoundStep(g, qp, "normal")
     qp, status, _ = solve_qp(g, h, shrunk, c, lo, hi, state, multipliers_only=True)
+    state.unbound = not bool(qp.active.any())
     return RoundStep(g + shrunk.T @ qp.multipliers.to(torch.float64), qp, status)
 
 
