@@ -39,9 +39,9 @@ from solvers.history import (COLUMN_ACTIVE, COLUMN_C, COLUMN_C_PREDICTIONS, COLU
 from solvers.outcome import near_constant
 from solvers.problem import row_violations
 
-__all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "constant_fit", "constant_fit_message",
+__all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "constant_fit_message",
            "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_message",
-           "iteration_records", "not_binding", "not_binding_reason", "poor_fit", "poor_fit_message",
+           "iteration_records", "not_binding", "not_binding_reason", "poor_fit_message",
            "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
            "unmet_message"]
 
@@ -216,12 +216,6 @@ def tail_relaxed_message(history: History) -> str | None:
             "data.")
 
 
-def poor_fit(model: nn.Module, data: FairData, constrained: bool = False) -> str | None:
-    """:func:`poor_fit_message` of the model's float64 outputs on ``data``."""
-    out = float64_outputs(model, data.X.detach().cpu().numpy())
-    return poor_fit_message(data.task, data.y.detach().cpu().numpy(), out, constrained)
-
-
 def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: bool = False) -> str | None:
     """The warning text when the training fit is no better than a constant predictor, else None.
 
@@ -282,12 +276,6 @@ def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool,
         return [(DegenerateModelWarning if constant else FairnessWarning, poor)] if poor else []
     return [(category, message) for category, message in ((FairnessWarning, poor),
                                                           (DegenerateModelWarning, constant)) if message]
-
-
-def constant_fit(model: nn.Module, data: FairData) -> str | None:
-    """:func:`constant_fit_message` of the model's float64 outputs on ``data``."""
-    out = float64_outputs(model, data.X.detach().cpu().numpy())
-    return constant_fit_message(data.task, out)
 
 
 def constant_fit_message(task: str, out: np.ndarray) -> str | None:

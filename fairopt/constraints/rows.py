@@ -33,6 +33,17 @@ GROUPINGS = ("one_vs_rest", "pairwise", "marginal")
 _CACHE_SIZE = 4
 
 
+@dataclass
+class _OperatorEntry:
+    """A cached operator: the batch (a strong reference, so its id cannot be reused while cached), ``W``,
+    ``D`` in one dtype/device, and ``D @ W`` once the closed-form Jacobian has asked for it."""
+
+    batch: Any
+    W: torch.Tensor
+    D: torch.Tensor
+    DW: torch.Tensor | None = None
+
+
 _KINDS = ("binary", "categorical", "continuous")
 
 
@@ -232,7 +243,7 @@ class LinearRowsConstraint(BaseConstraint):
         self._partitions: tuple[Partition, ...] | None = None
         self._lower: torch.Tensor | None = None
         self._upper: torch.Tensor | None = None
-        self._cache: OrderedDict = OrderedDict()
+        self._cache: OrderedDict[tuple, _OperatorEntry] = OrderedDict()
 
     # bounds exist once the rows are sized from the data's sensitive levels
     def _bound(self, value: torch.Tensor | None) -> torch.Tensor:
@@ -300,19 +311,19 @@ class LinearRowsConstraint(BaseConstraint):
     def _operator(self, batch: Any, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``(W, D)`` for ``batch`` in ``dtype``/``device``, from the cache when possible."""
         entry = self._cached(batch, dtype, device)
-        return entry[1], entry[2]
+        return entry.W, entry.D
 
-    def _row_jacobian_factor(self, batch: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """``D @ W`` (m, n) for ``batch``, computed once per cached operator: the Jacobian of the smooth
-        rows is its columns scaled by the surrogate's slopes (:meth:`rows_and_jacobian`)."""
+    def _operator_and_factor(self, batch: Any, dtype: torch.dtype,
+                             device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(W, D, D @ W)``, the product computed once per cached operator: the Jacobian of the smooth rows
+        is its columns scaled by the surrogate's slopes (:meth:`rows_and_jacobian`)."""
         entry = self._cached(batch, dtype, device)
-        if entry[3] is None:
-            entry[3] = entry[2] @ entry[1]
-        return entry[3]
+        if entry.DW is None:
+            entry.DW = entry.D @ entry.W
+        return entry.W, entry.D, entry.DW
 
-    def _cached(self, batch: Any, dtype: torch.dtype, device: torch.device) -> list:
-        """The cache entry ``[batch, W, D, D @ W or None]`` of ``batch``, built and checked on a miss."""
-        # the entry holds the batch itself, so no other live object can have its id
+    def _cached(self, batch: Any, dtype: torch.dtype, device: torch.device) -> _OperatorEntry:
+        """The cache entry of ``batch``, built and checked on a miss."""
         key = (id(batch), len(batch), dtype, device)
         entry = self._cache.get(key)
         if entry is not None:
@@ -333,7 +344,7 @@ class LinearRowsConstraint(BaseConstraint):
                     "%s: rows %s are 0 on this batch (a group they compare is empty)",
                     self.name, inactive.nonzero().flatten().tolist(),
                 )
-        entry = [batch, W.to(dtype=dtype, device=device), D.to(dtype=dtype, device=device), None]
+        entry = _OperatorEntry(batch, W.to(dtype=dtype, device=device), D.to(dtype=dtype, device=device))
         self._cache[key] = entry
         while len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
@@ -366,8 +377,7 @@ class LinearRowsConstraint(BaseConstraint):
             return None
         source = out
         out = check_out(out, batch).detach()
-        W, D = self._operator(batch, out.dtype, out.device)
-        DW = self._row_jacobian_factor(batch, out.dtype, out.device)
+        W, D, DW = self._operator_and_factor(batch, out.dtype, out.device)
         phi, slope = self._shared_transform_and_slope(source, out)
         return D @ (W @ phi), DW * slope[None, :]
 

@@ -99,7 +99,7 @@ class RoundState:
 class RoundStep(NamedTuple):
     """The gradient ``G = g + eta J'y`` (n,) handed to the tree learner, the subproblem's
     :class:`solvers.qp.QPResult` (its multipliers and active set; its ``d``, the step before shrinkage,
-    None unless the QP's general path formed it), ``"normal"`` or ``"relaxed"``."""
+    None where the QP's scalar path stopped at the multipliers), ``"normal"`` or ``"relaxed"``."""
 
     gradient: torch.Tensor
     qp: QPResult
