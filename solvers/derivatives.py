@@ -29,7 +29,8 @@ from solvers.validation import check_choice
 
 __all__ = ["AUGMENT_MAX_ELEMENTS", "AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES",
            "LocalDerivatives", "OutputTrace", "closed_form_network", "flatten_rows", "pullback",
-           "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "vjp", "with_parameter_gradient"]
+           "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "trace_through", "vjp",
+           "with_parameter_gradient"]
 
 #: Largest feature matrix (entries) that :meth:`LocalDerivatives.augmented` copies (64 MiB in float32).
 AUGMENT_MAX_ELEMENTS = 2**24
@@ -147,7 +148,12 @@ def trace_outputs(model: nn.Module, params: list[torch.Tensor], X: torch.Tensor,
                   augmented: torch.Tensor | None = None) -> OutputTrace:
     """The forward pass on ``X`` ready for pullbacks: in closed form for a plain feed-forward network
     under "auto" (``augmented = [X | 1]`` for its first layer), else :class:`AutogradTrace`."""
-    network = closed_form_network(model, params, jacobian)
+    return trace_through(closed_form_network(model, params, jacobian), model, params, X, jacobian, augmented)
+
+
+def trace_through(network: FeedForward | None, model: nn.Module, params: list[torch.Tensor], X: torch.Tensor,
+                  jacobian: str = "auto", augmented: torch.Tensor | None = None) -> OutputTrace:
+    """:func:`trace_outputs` with ``model`` already recognised: ``network`` (None: not in closed form)."""
     if network is not None:
         return network.trace(X, augmented)
     return AutogradTrace(model, params, X, "loop" if jacobian == "auto" else jacobian)
@@ -168,6 +174,19 @@ class LocalDerivatives:
         self._inputs: list[tuple[torch.Tensor, int, torch.Tensor]] = []  # (X, its version, [X | 1]), newest last
         self._data_strata: tuple[torch.Tensor, Any] | None = None  # (stratum code per row, a row of each)
         self._drawn: tuple[Any, RowStrata] | None = None  # the last constraint batch drawn by index, its strata
+        self._recognised: tuple[Any, bool, tuple[torch.Tensor, ...], FeedForward | None] | None = None
+
+    def network(self, model: nn.Module, params: list[torch.Tensor]) -> FeedForward | None:
+        """:func:`closed_form_network` of ``model`` with ``params``, recognised once for as long as the
+        same model (in the same training mode, which decides whether a dropout layer is inert) is
+        called with the same parameter tensors: every step of a fit, whose oracle this is, asks."""
+        last = self._recognised
+        if (last is not None and last[0] is model and last[1] == model.training and len(last[2]) == len(params)
+                and all(a is b for a, b in zip(last[2], params))):
+            return last[3]
+        network = closed_form_network(model, params, self.jacobian)
+        self._recognised = (model, model.training, tuple(params), network)
+        return network
 
     def know_strata(self, cons: Any, data: Any) -> bool:
         """Read the strata of all rows of ``data`` once, so that batches drawn by index
@@ -250,9 +269,10 @@ class LocalDerivatives:
         """:class:`Derivatives` from one trace per batch (:func:`trace_outputs`); ``g`` None without
         ``objective_gradient``."""
         t0 = time.perf_counter()
-        trace = trace_outputs(model, params, obj_batch.X, self.jacobian, self.augmented(obj_batch.X))
+        network = self.network(model, params)
+        trace = trace_through(network, model, params, obj_batch.X, self.jacobian, self.augmented(obj_batch.X))
         same = con_batch is obj_batch
-        trace_c = trace if same else (trace_outputs(model, params, con_batch.X, self.jacobian,
+        trace_c = trace if same else (trace_through(network, model, params, con_batch.X, self.jacobian,
                                                     self.augmented(con_batch.X)) if con_batch is not None else None)
         out, out_c = trace.out, (trace_c.out if trace_c is not None else None)
         t1 = time.perf_counter()
@@ -298,7 +318,7 @@ class LocalDerivatives:
         t0 = time.perf_counter()
         batch, bounds = plan.batch, plan.bounds
         same = obj_batch is plan.source
-        network = closed_form_network(model, params, self.jacobian)
+        network = self.network(model, params)
         if network is not None:
             whole = network.trace(batch.X, self.augmented(batch.X))
             out_c = whole.out
@@ -307,7 +327,7 @@ class LocalDerivatives:
             traces = [AutogradTrace(model, params, batch.X[a:b]) for a, b in bounds]
             out_c = torch.cat([t.out.detach() for t in traces])
             pulls = [t.pullback for t in traces]
-        trace_obj = None if same else trace_outputs(model, params, obj_batch.X, self.jacobian)
+        trace_obj = None if same else trace_through(network, model, params, obj_batch.X, self.jacobian)
         t1 = time.perf_counter()
 
         obj_out, obj_rows = (out_c, batch) if same else (trace_obj.out, obj_batch)

@@ -158,8 +158,9 @@ def model_outputs(model: Any, batch: Any) -> torch.Tensor:
 
 
 def flat_parameters(params: Sequence[torch.Tensor]) -> torch.Tensor:
-    """A detached copy of ``params`` as one flat vector (their order, their dtype)."""
-    return torch.cat([p.detach().reshape(-1) for p in params]).clone()
+    """A detached copy of ``params`` as one flat vector (their order, their dtype); ``torch.cat`` always
+    writes a new tensor, also of a single parameter."""
+    return torch.cat([p.detach().reshape(-1) for p in params])
 
 
 def assign_parameters(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from solvers.contract import supports_sums
-from solvers.derivatives import Derivatives, LocalDerivatives, rows_jacobian, trace_outputs, with_parameter_gradient
+from solvers.derivatives import Derivatives, LocalDerivatives, rows_jacobian, trace_through, with_parameter_gradient
 from solvers.losses import LossFn, value_and_gradient
 from solvers.problem import model_outputs, row_chunks, row_weights, weight_total
 
@@ -129,7 +129,7 @@ class ChunkedDerivatives:
         total, sizes = None, []
         for chunk in row_chunks(obj_batch, self.chunk_rows):
             t0 = time.perf_counter()
-            trace = trace_outputs(model, params, chunk.X, self.local.jacobian)
+            trace = trace_through(self.local.network(model, params), model, params, chunk.X, self.local.jacobian)
             t1 = time.perf_counter()
             part, sizes = local_sums(trace.out, chunk, loss_fn, members, trace.pullback)
             total = add_sums(total, part)

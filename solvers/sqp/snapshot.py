@@ -85,6 +85,7 @@ class ConstraintSnapshot:
         self.params: torch.Tensor | None = None
         self.c: torch.Tensor | None = None
         self.J: torch.Tensor | None = None
+        self._converted: torch.Tensor | None = None  # J in the steps' dtype (_jacobian_as)
 
     def due(self, step_in_epoch: int) -> bool:
         """Whether step ``step_in_epoch`` (0-based, within its epoch) refreshes the snapshot."""
@@ -107,6 +108,7 @@ class ConstraintSnapshot:
         self.params = w
         self.c = c.clone()
         self.J = full.J.detach().to(torch.float64).clone()
+        self._converted = None
 
     def state_dict(self) -> dict:
         """What a resumed fit needs to refresh where, and as, the uninterrupted one does: the spacing
@@ -139,6 +141,7 @@ class ConstraintSnapshot:
                 if not bool(torch.isfinite(a).all()):
                     raise ValueError(f"resume: the checkpoint's snapshot {name} has non-finite entries")
             self.params, self.c, self.J = (a.detach().to(torch.float64).clone() for a in arrays)
+            self._converted = None
         self.every = min(self.longest, every)
         self.drift = drift
 
@@ -149,8 +152,15 @@ class ConstraintSnapshot:
             raise RuntimeError("ConstraintSnapshot: refresh() before linearised()")
         shift = flat_parameters(params).to(torch.float64) - self.params
         c = self.c + self.J @ shift
-        return Derivatives(objective.f, objective.g, c, self.J.to(objective.g.dtype), None, objective.t_forward,
-                           objective.t_jacobian)
+        return Derivatives(objective.f, objective.g, c, self._jacobian_as(objective.g.dtype), None,
+                           objective.t_forward, objective.t_jacobian)
+
+    def _jacobian_as(self, dtype: torch.dtype) -> torch.Tensor:
+        """``J_s`` in ``dtype`` (the steps' gradient dtype), converted once per refresh."""
+        cached = self._converted
+        if cached is None or cached.dtype != dtype:
+            cached = self._converted = self.J.to(dtype)
+        return cached
 
 
 def _tolerances(drift_tol: float | torch.Tensor) -> torch.Tensor:
