@@ -119,6 +119,26 @@ def test_trace_outputs_picks_the_closed_form_only_under_auto():
     assert isinstance(trace_outputs(ln, list(ln.parameters()), X, "auto"), AutogradTrace)
 
 
+def test_the_oracle_recognises_a_network_once_per_model_parameters_and_mode():
+    """:meth:`LocalDerivatives.network` keeps the recognition while the model, its training mode and the
+    parameter tensors are the same, and recognises again when any of them changes (an active dropout
+    layer is no closed form: training mode decides)."""
+    model = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Dropout(0.5), nn.Linear(5, 1)).eval()
+    params = list(model.parameters())
+    oracle = LocalDerivatives()
+    first = oracle.network(model, params)
+    assert isinstance(first, FeedForward) and oracle.network(model, list(params)) is first
+    assert oracle.network(model, params[:2]).n_params == 4 * 5 + 5  # other parameters: the first layer's only
+    model.train()
+    assert oracle.network(model, params) is None  # the dropout layer acts
+    model.eval()
+    again = oracle.network(model, params)  # recognised anew after the other calls
+    assert isinstance(again, FeedForward) and again is not first
+    other = mlp(4, hidden=(3,), seed=0)
+    assert oracle.network(other, list(other.parameters())).n_params == 4 * 3 + 3 + 3 + 1
+    assert LocalDerivatives("loop").network(model, params) is None
+
+
 def _data(n: int = 300) -> FairData:
     g = torch.Generator().manual_seed(0)
     X = torch.randn(n, 4, generator=g)

@@ -63,7 +63,8 @@ def test_snapshot_is_the_first_order_model_of_the_full_data_rows(adult_small):
         objective = Derivatives(0.0, torch.zeros_like(direction), torch.zeros(0), torch.zeros(0, 0), None, 0.0, 0.0)
         lin = snapshot.linearised(params, objective)
         moved = oracle(model, params, get_loss("bce"), cons, adult_small, adult_small)
-        assert torch.equal(lin.J, full.J.to(lin.J.dtype))
+        assert torch.equal(lin.J, full.J.to(lin.J.dtype)) and lin.J.dtype == objective.g.dtype
+        assert snapshot.linearised(params, objective).J is lin.J  # converted once per refresh
         errors.append(float((lin.c - moved.c).abs().max()))
         with torch.no_grad():  # back to w_s for the next, smaller move
             offset = 0
@@ -71,6 +72,9 @@ def test_snapshot_is_the_first_order_model_of_the_full_data_rows(adult_small):
                 p.sub_(eps * direction[offset:offset + p.numel()].view_as(p))
                 offset += p.numel()
     assert errors[1] < 0.5 * errors[0]  # second order: halving the move quarters the error
+    kept = snapshot.linearised(params, objective).J
+    snapshot.refresh(params, oracle(model, params, get_loss("bce"), cons, adult_small, adult_small))
+    assert snapshot.linearised(params, objective).J is not kept  # a refresh converts its own Jacobian
 
 
 def test_snapshot_needs_a_refresh_and_a_positive_period():
