@@ -404,6 +404,19 @@ def test_a_full_batch_run_that_ends_feasible_is_not_polished():
     assert res.feasible and not any("phase" in r for r in res.history.records)
 
 
+def test_integral_push_adds_the_signed_excess_and_halves_once_feasible():
+    """``p <- p + e`` with ``e = max(c - u, 0) - max(l - c, 0)`` while a row is violated (above its upper
+    bound: a positive push, below its lower: a negative one), ``p <- p / 2`` once every row holds."""
+    from solvers.sqp.steps import integral_push
+
+    inf = math.inf
+    lower, upper = [0.0, -inf, -1.0], [1.0, 0.5, inf]
+    push = [0.25, -0.5, 1.0]
+    assert integral_push(push, [1.5, 0.5, -1.25], lower, upper) == [0.25 + 0.5, -0.5, 1.0 - 0.25]
+    assert integral_push(push, [0.5, 0.5, -1.0], lower, upper) == [0.125, -0.25, 0.5]  # on the bounds: feasible
+    assert integral_push([0.0] * 3, [2.0, 0.0, 0.0], lower, upper) == [1.0, 0.0, 0.0]
+
+
 def test_calibrate_is_the_exponential_average_of_the_finite_gaps():
     """``b <- (1 - w) b + w (c_exact - c)`` on bounded rows with a finite gap, ``(1 - w) b`` elsewhere: the
     float64 rows (computed in Python floats) and float32 ones (in tensors) give the same values."""

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 import torch
 
 from solvers.qp import QPResult
-from solvers.sqp.steps import calibrate, solve_qp
+from solvers.sqp.steps import calibrate, integral_push, solve_qp
 
 __all__ = ["CORRECTION", "HESSIAN_FLOOR", "MAX_TAKE_BACKS", "RoundState", "RoundStep", "WorkingBounds", "round_step"]
 
@@ -187,9 +187,7 @@ class WorkingBounds:
         if self.calibrate_exact:
             self.offset = calibrate(self.offset, c_exact - c, self.lower, self.upper, self.weight)
         lower, upper = self._bounds
-        excess = [max(e - u, 0.0) - max(l - e, 0.0) for e, l, u in zip(c_exact.tolist(), lower, upper)]
-        push = self.push.tolist()
-        push = ([p + e for p, e in zip(push, excess)] if any(e != 0 for e in excess) else [0.5 * p for p in push])
+        push = integral_push(self.push.tolist(), c_exact.tolist(), lower, upper)
         self.push = torch.tensor(push, dtype=torch.float64)
         shift = [b + p for b, p in zip(self.offset.tolist(), push)]
         return (torch.tensor([l - s for l, s in zip(lower, shift)], dtype=torch.float64),

@@ -19,7 +19,7 @@ from solvers.output_shift import shift_output
 from solvers.problem import assign_parameters, flat_parameters, row_violations
 from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
 from solvers.sqp.state import FitProblem, SQPState
-from solvers.sqp.steps import StepOptions, calibrate, sqp_step
+from solvers.sqp.steps import StepOptions, calibrate, integral_push, sqp_step
 
 __all__ = ["ALL_ROWS_RISE", "MAX_RESTARTS", "POLISH_DECAY", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW",
            "Anchor", "EndgameOptions", "TailAverage", "all_rows_blew_up", "blew_up", "finish", "loss_ceiling", "polish",
@@ -247,8 +247,8 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
         if options.calibrate_exact and der.c_exact is not None:
             offset = calibrate(offset, der.c_exact - der.c, lower, upper, options.calibration_weight)
         if der.c_exact is not None:  # integral action: what is still violated tightens the target
-            excess = (der.c_exact - upper).clamp(min=0) - (lower - der.c_exact).clamp(min=0)
-            push = push + excess if bool((excess != 0).any()) else 0.5 * push  # decays once feasible
+            push = torch.tensor(integral_push(push.tolist(), der.c_exact.tolist(), lower.tolist(), upper.tolist()),
+                                dtype=push.dtype)
         if limit is None:
             st.beta = beta / math.sqrt(1.0 + k / POLISH_DECAY)
         record = sqp_step(params, der, (lower - offset - push, upper - offset - push), st, options,

@@ -20,9 +20,9 @@ from solvers.sqp.state import SQPState
 
 __all__ = ["Direction", "GAUSS_NEWTON_DECAY", "GAUSS_NEWTON_EVERY", "GAUSS_NEWTON_FLOOR_SHIFT", "SQPWarning",
            "StepOptions", "TRUST_GROWTH", "TRUST_MEMORY", "TRUST_RATIO", "adaptive_step", "calibrate", "cap_norm",
-           "hessian_diag", "lipschitz", "normal_step", "qp_direction", "recent_radius", "RelaxationNotices",
-           "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step", "trust_region",
-           "update_merit_and_ratio"]
+           "hessian_diag", "integral_push", "lipschitz", "normal_step", "qp_direction", "recent_radius",
+           "RelaxationNotices", "remember_step", "restoration_step", "shift_parameters", "solve_qp", "sqp_step",
+           "trust_region", "update_merit_and_ratio"]
 
 #: Trust region of stochastic steps: ``||d|| <= TRUST_RATIO * ||g / h||`` (see :func:`sqp_step`).
 TRUST_RATIO = 10.0
@@ -415,6 +415,18 @@ def calibrate(offset: torch.Tensor, gap: torch.Tensor, lower: torch.Tensor, uppe
     finite = torch.isfinite(lower) | torch.isfinite(upper)
     gap = torch.where(finite & torch.isfinite(gap), gap, torch.zeros_like(gap))
     return (1.0 - w) * offset + w * gap
+
+
+def integral_push(push: list[float], exact: list[float], lower: list[float], upper: list[float]) -> list[float]:
+    """One update of the integral tightening ``p`` of the working bounds ``l - b - p <= c + J d <= u - b - p``
+    from the exact rows ``c_exact``: with the signed excess ``e_i = max(c_i - u_i, 0) - max(l_i - c_i, 0)``,
+    ``p <- p + e`` while some row is violated, ``p <- p / 2`` once all hold (integral action without
+    wind-up; :func:`solvers.sqp.endgame.polish`, :class:`solvers.boosting.step.WorkingBounds`).
+    A few rows: Python floats."""
+    excess = [max(c - u, 0.0) - max(lo - c, 0.0) for c, lo, u in zip(exact, lower, upper)]
+    if any(e != 0 for e in excess):
+        return [p + e for p, e in zip(push, excess)]
+    return [0.5 * p for p in push]
 
 
 def shift_parameters(params: list[torch.Tensor], u: torch.Tensor, scale: float) -> None:
