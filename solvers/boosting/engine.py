@@ -259,10 +259,10 @@ class BoostedSQP:
         tracker = BestIterate(lower, upper, self.feasibility_tol)
         history = History(cons.row_names)
         bounds = WorkingBounds(lower, upper, self.calibrate_exact, self.calibration_weight)
-        if _splittable(X):
+        if _splittable(train_set):
             with one_thread_outside_lightgbm():
                 rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
-        else:  # LightGBM would stop with a fatal error: no column to split on
+        else:  # LightGBM would stop with a fatal error (printed, then raised): no column to split on
             _warn_no_usable_input()
             rounds_done = 0
         raw = _raw_training_scores(booster)  # after every round: LightGBM's running scores of the training rows
@@ -493,16 +493,11 @@ def _warn_no_usable_input() -> None:
                   "constant", NoUsableInputWarning, stacklevel=4)
 
 
-def _splittable(X: np.ndarray) -> bool:
-    """Whether some column of ``X`` takes two values, a missing one (NaN) counting as a value: LightGBM
-    splits on it, or on whether it is missing."""
-    missing = np.isnan(X)
-    filled = np.where(missing, np.inf, X)  # a column's missing rows out of its smallest value
-    smallest = filled.min(axis=0, initial=np.inf)
-    largest = np.where(missing, -np.inf, X).max(axis=0, initial=-np.inf)
-    varies = smallest < largest
-    partly_missing = missing.any(axis=0) & ~missing.all(axis=0)
-    return bool((varies | partly_missing).any())
+def _splittable(train_set: Any) -> bool:
+    """Whether LightGBM kept an input column of the constructed ``train_set`` to split on: a column that
+    takes two values (a missing one counting as a value), each held by enough rows for a leaf
+    (``min_child_samples``); the others it drops from its bins (``feature_num_bin`` 0)."""
+    return any(train_set.feature_num_bin(j) > 1 for j in range(train_set.num_feature()))
 
 
 def _no_usable_input(error: Exception) -> bool:
