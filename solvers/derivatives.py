@@ -28,7 +28,7 @@ from solvers.strata import (MIN_ROWS, RowStrata, StrataPlan, has_hidden_layer, i
 from solvers.validation import check_choice
 
 __all__ = ["AUGMENT_MAX_ELEMENTS", "AutogradTrace", "DerivativeOracle", "Derivatives", "JACOBIAN_MODES",
-           "LocalDerivatives", "OutputTrace", "closed_form_network", "flatten_rows", "pullback",
+           "LocalDerivatives", "NetworkRecogniser", "OutputTrace", "closed_form_network", "flatten_rows", "pullback",
            "rows_and_output_jacobian", "rows_jacobian", "trace_outputs", "trace_through", "vjp",
            "with_parameter_gradient"]
 
@@ -164,6 +164,25 @@ def closed_form_network(model: nn.Module, params: list[torch.Tensor], jacobian: 
     return FeedForward.recognise(model, params) if jacobian == "auto" else None
 
 
+class NetworkRecogniser:
+    """:func:`closed_form_network`, recognised once for as long as the same model (in the same training
+    mode, which decides whether a dropout layer is inert) is asked about with the same parameter tensors:
+    an oracle's every call during a fit asks."""
+
+    def __init__(self, jacobian: str = "auto") -> None:
+        self.jacobian = jacobian
+        self._last: tuple[Any, bool, tuple[torch.Tensor, ...], FeedForward | None] | None = None
+
+    def __call__(self, model: nn.Module, params: list[torch.Tensor]) -> FeedForward | None:
+        last = self._last
+        if (last is not None and last[0] is model and last[1] == model.training and len(last[2]) == len(params)
+                and all(a is b for a, b in zip(last[2], params))):
+            return last[3]
+        network = closed_form_network(model, params, self.jacobian)
+        self._last = (model, model.training, tuple(params), network)
+        return network
+
+
 class LocalDerivatives:
     """The derivative oracle on this process's rows, with pullback strategy ``jacobian``."""
 
@@ -174,19 +193,12 @@ class LocalDerivatives:
         self._inputs: list[tuple[torch.Tensor, int, torch.Tensor]] = []  # (X, its version, [X | 1]), newest last
         self._data_strata: tuple[torch.Tensor, Any] | None = None  # (stratum code per row, a row of each)
         self._drawn: tuple[Any, RowStrata] | None = None  # the last constraint batch drawn by index, its strata
-        self._recognised: tuple[Any, bool, tuple[torch.Tensor, ...], FeedForward | None] | None = None
+        self._recognise = NetworkRecogniser(self.jacobian)
 
     def network(self, model: nn.Module, params: list[torch.Tensor]) -> FeedForward | None:
-        """:func:`closed_form_network` of ``model`` with ``params``, recognised once for as long as the
-        same model (in the same training mode, which decides whether a dropout layer is inert) is
-        called with the same parameter tensors: every step of a fit, whose oracle this is, asks."""
-        last = self._recognised
-        if (last is not None and last[0] is model and last[1] == model.training and len(last[2]) == len(params)
-                and all(a is b for a, b in zip(last[2], params))):
-            return last[3]
-        network = closed_form_network(model, params, self.jacobian)
-        self._recognised = (model, model.training, tuple(params), network)
-        return network
+        """:func:`closed_form_network` of ``model`` with ``params`` (:class:`NetworkRecogniser`: once per
+        model, training mode and parameter list)."""
+        return self._recognise(model, params)
 
     def know_strata(self, cons: Any, data: Any) -> bool:
         """Read the strata of all rows of ``data`` once, so that batches drawn by index

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch import nn
 
 from solvers.contract import supports_sums
-from solvers.derivatives import Derivatives, trace_outputs, with_parameter_gradient
+from solvers.derivatives import Derivatives, NetworkRecogniser, trace_through, with_parameter_gradient
 from solvers.losses import LossFn
 from solvers.problem import as_constraint_set, assign_parameters, flat_parameters
 from solvers.sums import FIELDS, derivatives_from_sums, local_sums
@@ -83,12 +83,13 @@ class AllReduceDerivatives:
 
     def __init__(self, jacobian: str = "auto") -> None:
         self.jacobian = jacobian
+        self._recognise = NetworkRecogniser(jacobian)
 
     def __call__(self, model: nn.Module, params: list[torch.Tensor], loss_fn: LossFn, cons: Any, obj_batch: Any,
                  con_batch: Any, rows: torch.Tensor | None = None, *,
                  objective_gradient: bool = True) -> Derivatives:
         t0 = time.perf_counter()
-        trace = trace_outputs(model, params, obj_batch.X, self.jacobian)
+        trace = trace_through(self._recognise(model, params), model, params, obj_batch.X, self.jacobian)
         if con_batch is not None and con_batch is not obj_batch:  # pragma: no cover - excluded by the options
             raise ValueError("constraint_batch: data-parallel SQP evaluates constraints on the objective rows")
         t1 = time.perf_counter()
