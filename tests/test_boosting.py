@@ -18,7 +18,7 @@ from solvers.boosting import BoostedScores, BoostedSQP
 from solvers.boosting.objective import row_derivatives, starting_constant
 from solvers.boosting.shift import smallest_shifts
 from solvers.boosting.step import RoundState, round_step
-from solvers.outcome import BoundWarning, NoUsableInputWarning
+from solvers.outcome import BoundWarning, ConstantPredictorWarning, NoUsableInputWarning
 
 
 def _classification(n: int = 1500, seed: int = 0) -> tuple[FairData, np.ndarray, np.ndarray]:
@@ -282,6 +282,9 @@ def test_no_column_to_split_on_gives_the_starting_constant_with_a_warning(case, 
     data = FairData.from_arrays(X, y, {"s": s}, preprocessor=Preprocessor(missing="keep"))
     result, caught = _fit(data, loss="bce", constraints=[DisparateImpact("s", 0.8)])
     assert [w for w in caught if issubclass(w.category, NoUsableInputWarning)]
+    # said once: not again as a failed training (the generic ConstantPredictorWarning and its advice)
+    assert not [w for w in caught if w.category is ConstantPredictorWarning]
+    assert result.info["no_usable_input"]
     out = result.model(data.X).numpy()
     np.testing.assert_allclose(out, np.log(y.mean() / (1 - y.mean())), rtol=1e-9)
     assert result.feasible

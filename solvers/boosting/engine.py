@@ -263,7 +263,7 @@ class BoostedSQP:
             with one_thread_outside_lightgbm():
                 rounds_done = self._boost(booster, name, cons, data, bounds, tracker, history, state)
         else:  # LightGBM would stop with a fatal error (printed, then raised): no column to split on
-            _warn_no_usable_input()
+            _warn_no_usable_input(state)
             rounds_done = 0
         raw = _raw_training_scores(booster)  # after every round: LightGBM's running scores of the training rows
         last = raw + init
@@ -303,7 +303,7 @@ class BoostedSQP:
             except lightgbm.basic.LightGBMError as error:
                 if state.trees or not _no_usable_input(error):
                     raise
-                _warn_no_usable_input()
+                _warn_no_usable_input(state)
                 break
             t += 1
             before_last = before
@@ -435,7 +435,9 @@ class BoostedSQP:
                            stacklevel=4)
         warn_if_start("BoostedSQP", tracker.best, 0, rounds_done, self.feasibility_tol, stacklevel=4)
         f_constant = row_derivatives(name, torch.full_like(out, init), data).f  # the best constant's loss
-        if name == "bce":
+        if state.no_input:
+            pass  # NoUsableInputWarning (a ConstantPredictorWarning) said why the model is the constant
+        elif name == "bce":
             labels = torch.as_tensor(data.y).reshape(-1).double().cpu() > 0.5
             rate = float(labels.double().mean())
             accuracy = float(((out.cpu() > 0) == labels).double().mean())
@@ -451,7 +453,7 @@ class BoostedSQP:
                 "max_row_violation": float(viol.max()) if m else 0.0, "c_exact": c_exact.tolist(),
                 "row_names": cons.row_names, "unmet_rows": unmet, "returned_iteration": trees,
                 "iterations": ran, "rounds": rounds_done, "taken_back": state.taken_back, "shift": shift,
-                "init_score": init,
+                "init_score": init, "no_usable_input": state.no_input,
                 "bound_offset": (bounds.offset + bounds.push).tolist(),
                 "relaxed_steps": sum(r.get(COLUMN_QP_STATUS) == QP_RELAXED for r in history.records)}
         if state.validation is not None:
@@ -486,8 +488,11 @@ def one_thread_outside_lightgbm() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _warn_no_usable_input() -> None:
-    """The :class:`NoUsableInputWarning` of a fit that grows no tree, its model the starting constant."""
+def _warn_no_usable_input(state: RoundState) -> None:
+    """The :class:`NoUsableInputWarning` of a fit that grows no tree, its model the starting constant; marked in
+    ``state`` so that the fit's closing checks do not say it again as a failed training
+    (:func:`solvers.outcome.warn_if_constant`)."""
+    state.no_input = True
     warnings.warn("BoostedSQP: no input column can split the training rows (every column constant, or no value "
                   "held by enough rows for a leaf: LightGBM's min_child_samples); the model is the starting "
                   "constant", NoUsableInputWarning, stacklevel=4)

@@ -75,8 +75,9 @@ class RoundState:
     starting constant (the scores are ``init`` plus the trees' raw sum), ``best_raw``, the trees and
     the running raw scores of the last round that became the best candidate (``(-1, None)`` before),
     ``targets``, the training targets as float64 (converted once for
-    :func:`solvers.boosting.objective.row_derivatives`), and ``unbound``, whether the last round's QP left every
-    bound inactive (:func:`round_step` then tries the unconstrained step first)."""
+    :func:`solvers.boosting.objective.row_derivatives`), ``unbound``, whether the last round's QP left every
+    bound inactive (:func:`round_step` then tries the unconstrained step first), and ``no_input``, whether
+    LightGBM found no input column to split on (the fit is the starting constant, and says so once)."""
 
     iteration: int = 0
     warned_relaxed: bool = False
@@ -94,6 +95,7 @@ class RoundState:
     best_raw: tuple = (-1, None)
     targets: torch.Tensor | None = None
     unbound: bool = True
+    no_input: bool = False
 
 
 class RoundStep(NamedTuple):
