@@ -435,15 +435,13 @@ class BoostedSQP:
                            stacklevel=4)
         warn_if_start("BoostedSQP", tracker.best, 0, rounds_done, self.feasibility_tol, stacklevel=4)
         f_constant = row_derivatives(name, torch.full_like(out, init), data).f  # the best constant's loss
-        if state.no_input:
-            pass  # NoUsableInputWarning (a ConstantPredictorWarning) said why the model is the constant
-        elif name == "bce":
-            labels = torch.as_tensor(data.y).reshape(-1).double().cpu() > 0.5
-            rate = float(labels.double().mean())
-            accuracy = float(((out.cpu() > 0) == labels).double().mean())
-            warn_if_constant("BoostedSQP", f, f_constant, accuracy, max(rate, 1.0 - rate), stacklevel=4)
-        else:
-            warn_if_constant("BoostedSQP", f, f_constant, stacklevel=4)
+        if not state.no_input:  # else NoUsableInputWarning (a ConstantPredictorWarning) said why it is the constant
+            accuracy = majority = None
+            if name == "bce":
+                labels = torch.as_tensor(data.y).reshape(-1).double().cpu() > 0.5
+                rate = float(labels.double().mean())
+                accuracy, majority = float(((out.cpu() > 0) == labels).double().mean()), max(rate, 1.0 - rate)
+            warn_if_constant("BoostedSQP", f, f_constant, accuracy, majority, stacklevel=4)
         status = "stopped_by_callback" if state.stop else ("converged" if feasible else "infeasible")
         ran = state.trees + state.taken_back  # rounds that grew a tree, those taken back included
         history.append({"iteration": ran, "returned": trees, "f": f, "c_exact": c_exact.tolist(),

@@ -230,6 +230,7 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     status = "max_epochs"
     violations: list[float] = []  # exact violation of every polish iterate
     push = torch.zeros_like(offset)  # accumulated exact violations (integral action)
+    bound_lists = lower.tolist(), upper.tolist()  # fixed: read by every iteration's integral_push
     budget = POLISH_EXTENSION * int(options.polish_iterations) if limit is None else int(limit)
     base = int(options.polish_iterations)
     for k in range(budget):
@@ -247,8 +248,7 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
         if options.calibrate_exact and der.c_exact is not None:
             offset = calibrate(offset, der.c_exact - der.c, lower, upper, options.calibration_weight)
         if der.c_exact is not None:  # integral action: what is still violated tightens the target
-            push = torch.tensor(integral_push(push.tolist(), der.c_exact.tolist(), lower.tolist(), upper.tolist()),
-                                dtype=push.dtype)
+            push = torch.tensor(integral_push(push.tolist(), der.c_exact.tolist(), *bound_lists), dtype=push.dtype)
         if limit is None:
             st.beta = beta / math.sqrt(1.0 + k / POLISH_DECAY)
         record = sqp_step(params, der, (lower - offset - push, upper - offset - push), st, options,
