@@ -476,7 +476,7 @@ def soak_fit(tally: Tally, log: LogCounter, seed: int, index: int, verbose: bool
         return
     accuracy, majority = float(np.mean((out > 0) == (y > 0.5))), float(max(np.mean(y), 1.0 - np.mean(y)))
     says_constant = any(issubclass(w.category, ConstantPredictorWarning) or "near-constant" in str(w.message)
-                        for w in caught)
+                        or "constant predictor" in str(w.message) for w in caught)
     if accuracy < majority - 1e-12 and not says_constant:
         wrong("below_majority_unwarned", accuracy=accuracy, majority=majority, status=clf.status_, warnings=names)
     if params["constraints"] is None:

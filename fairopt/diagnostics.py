@@ -32,14 +32,14 @@ from torch import nn
 from fairopt.data import FairData
 from fairopt.evaluation import constant_predictions
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
-from fairopt.training import float64_outputs
+from fairopt.training import ENGINE_CONSTANT_NOTE, float64_outputs
 from solvers.boosting import BoostedScores
 from solvers.history import (COLUMN_ACTIVE, COLUMN_C, COLUMN_C_PREDICTIONS, COLUMN_PENALTY, COLUMN_QP_STATUS,
                              COLUMN_VIOL, QP_FINAL, QP_RELAXED, FitResult, History)
 from solvers.outcome import near_constant
 from solvers.problem import row_violations
 
-__all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "constant_fit_message",
+__all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "bounds_acted", "constant_fit_message",
            "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_message",
            "iteration_records", "not_binding", "not_binding_reason", "poor_fit_message",
            "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
@@ -124,6 +124,14 @@ def constraint_messages(result: FitResult, constraints: list, violations: Mappin
     if message:
         messages.append(message)
     return messages
+
+
+def bounds_acted(result: FitResult, constraints: list, violations: Mapping[str, float], method: str,
+                 violation_tol: float) -> bool:
+    """Whether some bound restricted the model: violated at the end, or not inactive by the history rule of
+    ``method`` (:func:`not_binding`)."""
+    return any(violations[name] > violation_tol or not not_binding(method, result.history, index, rows, c)
+               for index, (name, c, rows) in enumerate(zip(violations, constraints, row_blocks(constraints))))
 
 
 def unmet_message(name: str, violation: float, violation_tol: float, relaxed: int, method: str) -> str | None:
@@ -216,20 +224,25 @@ def tail_relaxed_message(history: History) -> str | None:
             "data.")
 
 
-def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: bool = False) -> str | None:
+def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: bool = False, acted: bool = True,
+                     engine_note: str | None = None) -> str | None:
     """The warning text when the training fit is no better than a constant predictor, else None.
 
     Regression: training R2 below ``POOR_FIT_R2``. Binary: :func:`solvers.outcome.near_constant`,
     the accuracy of ``out > 0`` not above the majority rate ``m`` by two standard errors
     ``sqrt(m (1 - m) / n)``, or one class on (almost) every row. ``constrained``: trained under
-    bounds, which a constant classifier meets, so they may have forced it.
+    bounds, which a constant classifier meets, so they may have forced it, unless none of them
+    ``acted`` (each was inactive: the advice is then that of an unconstrained fit). ``engine_note``:
+    the engine's own finding about the returned model (its training loss not below the best constant
+    output's, or no input to split on; :data:`fairopt.training.ENGINE_CONSTANT_NOTE`), which is more
+    specific than the rule here: it replaces the advice and makes the warning certain.
     """
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     out = np.asarray(out, dtype=np.float64).reshape(-1)
     if y.size == 0:
         return None
-    advice = ("Training has not converged or diverged: increase epochs or lr (or see history_); the "
-              "constraints cannot cause this, as a constant predictor satisfies them.")
+    advice = engine_note or ("Training has not converged or diverged: increase epochs or lr (or see history_); the "
+                             "constraints cannot cause this, as a constant predictor satisfies them.")
     if task == "regression":
         total = float(np.sum((y - y.mean()) ** 2))
         if total <= 0:
@@ -238,20 +251,28 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: boo
         if r2 < POOR_FIT_R2:
             return (f"training fit worse than a constant predictor: training R2 = {r2:.3g} < {POOR_FIT_R2:g} "
                     f"(R2 0 is predicting the training mean). {advice}")
-        return None
+        return f"training fit no better than a constant predictor: training R2 = {r2:.3g}. {advice}" if engine_note else None
     if task == "binary":
         majority = float(max(y.mean(), 1.0 - y.mean()))
         accuracy = float(np.mean((out > 0) == (y > 0.5)))
         reasons = near_constant(accuracy, majority, y.size, float(np.mean(out > 0)))
-        if not reasons:
+        if not reasons and not engine_note:
             return None
+        head = (f"near-constant classifier: {'; '.join(reasons)}." if reasons
+                else f"classifier no better than a constant predictor (training accuracy {accuracy:.4f}).")
+        if engine_note:
+            return f"{head} {engine_note}"
         if not constrained:
-            return (f"near-constant classifier: {'; '.join(reasons)}. No bound was given: training stopped short "
-                    "(increase epochs or lr, see history_) or the inputs say little about the target.")
-        return (f"near-constant classifier: {'; '.join(reasons)}. A constant classifier meets every group-rate "
-                "bound, so bounds this tight leave room for little else (or training stopped short, see "
-                "history_): its fairness says nothing. Loosen the bound (a smaller delta, a larger bound), give "
-                "the model more to work with (informative inputs, model='mlp'), or train longer.")
+            return (f"{head} No bound was given: training stopped short (increase epochs or lr, see history_) or "
+                    "the inputs say little about the target.")
+        if not acted:
+            return (f"{head} No bound acted in training (each is reported inactive), so they did not force this: "
+                    "training stopped short (increase epochs or lr, see history_) or the inputs say little about "
+                    "the target.")
+        return (f"{head} A constant classifier meets every group-rate bound, so bounds this tight leave room for "
+                "little else (or training stopped short, see history_): its fairness says nothing. Loosen the bound "
+                "(a smaller delta, a larger bound), give the model more to work with (informative inputs, "
+                "model='mlp'), or train longer.")
     return None
 
 
@@ -263,12 +284,14 @@ BOOSTED_SEVERAL_GROUPS = (
 
 
 def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool,
-                         constraints: Sequence[Any] = ()) -> list[tuple[type, str]]:
+                         constraints: Sequence[Any] = (), *, acted: bool = True,
+                         engine_note: str | None = None) -> list[tuple[type, str]]:
     """``(category, message)`` about the fitted model itself: near-constant, worse than its mean, or
-    constant; for boosted trees near the constant under a bound on more than two groups, the advice
-    :data:`BOOSTED_SEVERAL_GROUPS`."""
+    constant (:func:`poor_fit_message`; ``acted``: some bound restricted the model; ``engine_note``: the
+    engine's own constant-predictor finding); for boosted trees near the constant under a bound on more
+    than two groups, the advice :data:`BOOSTED_SEVERAL_GROUPS`. One warning for a classifier."""
     out = float64_outputs(model, data.X.detach().cpu().numpy())  # one pass over the training rows for both
-    poor = poor_fit_message(data.task, data.y.detach().cpu().numpy(), out, constrained)
+    poor = poor_fit_message(data.task, data.y.detach().cpu().numpy(), out, constrained, acted, engine_note)
     constant = constant_fit_message(data.task, out)
     if poor and isinstance(model, BoostedScores) and any(getattr(c, "largest_grouping", 0) > 2 for c in constraints):
         poor += BOOSTED_SEVERAL_GROUPS
@@ -294,7 +317,9 @@ def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraint
                  violations: Mapping[str, float], *, method: str, violation_tol: float, relaxed: int,
                  reference: Mapping[str, float] | None = None) -> list[tuple[type, str]]:
     """Every warning of a finished fit as ``(category, message)``: the model first, then the constraints."""
-    found = fit_quality_warnings(model, data, bool(constraints), constraints)
+    found = fit_quality_warnings(model, data, bool(constraints), constraints,
+                                 acted=bounds_acted(result, constraints, violations, method, violation_tol),
+                                 engine_note=result.info.get(ENGINE_CONSTANT_NOTE))
     found += [(FairnessWarning, message) for message in constraint_messages(
         result, constraints, violations, method=method, violation_tol=violation_tol, relaxed=relaxed,
         reference=reference)]

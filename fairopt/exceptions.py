@@ -1,4 +1,12 @@
-"""Warnings and errors raised by fairopt (``docs/errors.md`` says what each means and what to do)."""
+"""Warnings and errors raised by fairopt (``docs/errors.md`` says what each means and what to do), and
+:func:`warn_at_caller`, which attributes a warning to the user's line."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import warnings
 
 
 class FairnessWarning(UserWarning):
@@ -21,3 +29,25 @@ class DegenerateModelWarning(FairnessWarning):
 class CertificateError(ValueError):
     """A held-out fairness certificate failed (``on_fail="raise"`` of the estimators): the
     bound does not hold on the validation rows at the requested confidence."""
+
+
+@functools.lru_cache(maxsize=1)
+def _library_directories() -> tuple[str, ...]:
+    """The directories whose frames :func:`warn_at_caller` skips: fairopt, its engines (``solvers``) and
+    scikit-learn (whose ``cross_val_score``, ``Pipeline`` and search objects call an estimator's ``fit``)."""
+    import sklearn  # imported here: fairopt imports this module while it initialises
+    import solvers
+
+    import fairopt
+    return tuple(os.path.dirname(m.__file__) + os.sep for m in (fairopt, solvers, sklearn))
+
+
+def warn_at_caller(message: str | Warning, category: type[Warning] = FairnessWarning) -> None:
+    """``warnings.warn(message, category)`` attributed to the first frame outside fairopt, ``solvers`` and
+    scikit-learn: the user's line that called ``fit`` (directly or through a Pipeline or a search), however
+    deep in the library the condition was found, so that the warning names the user's code and Python's
+    once-per-location filters count the user's calls."""
+    skipped, frame, level = _library_directories(), sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(skipped):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

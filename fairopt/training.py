@@ -35,23 +35,27 @@ from fairopt.boosted import run_gbm
 from fairopt.sklearn_learner import is_sklearn_model, run_sklearn_learner
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.data import FairData
+from fairopt.exceptions import warn_at_caller
 from fairopt.learners import scaled_output, target_statistics
 from solvers.history import FitResult
 from solvers.lagrangian import LagrangianDual
 from solvers.losses import L2Regularised, linear_weights, scaled_mse_loss
-from solvers.outcome import BoundWarning, NearConstantWarning
+from solvers.outcome import BoundWarning, ConstantPredictorWarning, NearConstantWarning
 from solvers.penalty import Penalty
 from solvers.problem import row_outputs
 from solvers.sampling import covers_all_rows
 from solvers.sqp import SQPWarning, StochasticSQP
 
 __all__ = ["ALPHA_DEFAULTS", "CLASSIFIER_NETWORK_SCHEDULE", "ENGINES", "ENGINE_CLASSES", "ENGINE_DEFAULTS",
-           "ESTIMATOR_OPTIONS", "METHODS", "MODEL_KINDS", "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS",
+           "ENGINE_CONSTANT_NOTE", "ESTIMATOR_OPTIONS", "METHODS", "MODEL_KINDS", "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS",
            "SQP_RATE_SURROGATE", "EngineAdapter", "TrainingOptions", "engine_class", "engine_options",
            "engine_param_defaults", "float64_outputs", "is_mini_batch", "model_factory", "release_batch_caches",
            "run_engine", "run_lagrangian", "run_moving_targets", "run_penalty", "run_sqp", "train",
            "training_problem", "with_sqp_surrogates"]
 
+#: ``FitResult.info`` key of the engine's constant-predictor warning text, kept by :func:`train` for the
+#: estimator's single warning about the fitted model.
+ENGINE_CONSTANT_NOTE = "constant_predictor_note"
 #: Values of ``method=``.
 METHODS: tuple[str, ...] = ("sqp", "penalty", "lagrangian", "moving_targets")
 #: Named architectures of ``model=``.
@@ -379,17 +383,23 @@ def run_engine(options: TrainingOptions, data: FairData, constraints: list, refe
 
 def train(options: TrainingOptions, data: FairData, constraints: list, reference: bool = False) -> FitResult:
     """Run the engine of ``method`` (``reference``: the same training without
-    constraints). Returns the FitResult; the engine's per-fit relaxed-step, unmet-bound and
-    near-constant warnings are dropped (the estimator's diagnostics replace them, with the
-    constraint names and the same near-constant rule), any other warning is passed on."""
+    constraints). Returns the FitResult; the engine's per-fit relaxed-step and unmet-bound warnings
+    are dropped (the estimator's diagnostics replace them, with the constraint names), the text of
+    its constant-predictor warning (:class:`solvers.outcome.ConstantPredictorWarning`: no better
+    than a constant; :class:`~solvers.outcome.NoUsableInputWarning`: no input to split on) is kept in
+    ``result.info[ENGINE_CONSTANT_NOTE]`` for the diagnostics' one warning about the fitted model
+    (:func:`fairopt.diagnostics.fit_quality_warnings`), and any other warning is passed on,
+    attributed to the caller's line (:func:`fairopt.exceptions.warn_at_caller`)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = run_engine(options, data, constraints, reference)
     for w in caught:
-        # the engine's relaxed-step and unmet-bound warnings become the estimator's
-        # FairnessWarnings (the diagnostics), with the constraint names
-        if not issubclass(w.category, (SQPWarning, BoundWarning, NearConstantWarning)):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if issubclass(w.category, NearConstantWarning):
+            continue  # the diagnostics' near-constant rule is the same, and knows which bounds acted
+        if issubclass(w.category, ConstantPredictorWarning):
+            result.info[ENGINE_CONSTANT_NOTE] = str(w.message)
+        elif not issubclass(w.category, (SQPWarning, BoundWarning)):
+            warn_at_caller(w.message, w.category)
     return result
 
 

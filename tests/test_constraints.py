@@ -611,8 +611,13 @@ def test_a_group_with_few_training_rows_is_named_at_setup():
     with pytest.warns(FairnessWarning, match=r"fewer than 30 training rows: g=1 \(29 rows\), g=2 \(3 rows\)") as seen:
         DisparateImpact("g", 0.8).setup(data)
     assert len([w for w in seen if "training rows" in str(w.message)]) == 1
+    assert "merge rare levels" in str(seen[0].message) and seen[0].filename == __file__  # the caller's line
     with pytest.warns(FairnessWarning, match=r"TPR:g=2 \(\d rows\)"):  # within the conditioned block
         EqualOpportunity("g", bound=0.1).setup(data)
+    # two levels: nothing to merge; the advice says what a coarse rate means instead
+    with pytest.warns(FairnessWarning, match=r"g=1 \(20 rows\)") as seen:
+        DisparateImpact("g", 0.8).setup(_groups_of([200, 20]))
+    assert "merge" not in str(seen[0].message) and str(seen[0].message).endswith(".")
 
 
 def test_groups_of_enough_rows_draw_no_warning():

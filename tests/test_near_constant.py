@@ -95,3 +95,68 @@ def test_law_school_under_di_08_is_not_called_near_constant():
     y = train.y.numpy()
     accuracy = clf.score(train)
     assert accuracy > max(y.mean(), 1 - y.mean()) + 0.005
+
+
+def _model_warnings(caught) -> list:
+    """The estimator's warnings about the fitted model itself (constant or near-constant), engine ones included."""
+    return [w for w in caught if issubclass(w.category, ConstantPredictorWarning)
+            or "constant predictor" in str(w.message) or "near-constant" in str(w.message)]
+
+
+def test_a_failed_fit_gets_one_warning_with_the_engines_finding_at_the_callers_line():
+    """Three SQP epochs on 60 rows: the engine finds the training loss not below the best constant's
+    (training failed, the bounds cannot force it); the estimator says so once, in its own category, and
+    does not also blame the bound; the warning names this file, not a library module."""
+    rng = np.random.default_rng(1)
+    n = 60
+    X = rng.normal(size=(n, 1))
+    s = (rng.random(n) < 0.3).astype(float)
+    y = (X[:, 0] + 1.5 * (s - 0.5) + 0.7 * rng.normal(size=n) > 0.5).astype(int)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = fairopt.FairClassifier(model="linear", epochs=3, constraints=("disparate_impact", "s", 0.8), seed=0)
+        clf.fit(X, y, sensitive_features={"s": s})
+    about_model = _model_warnings(caught)
+    assert len(about_model) == 1, [str(w.message) for w in about_model]
+    warning = about_model[0]
+    assert issubclass(warning.category, FairnessWarning)
+    if "training failed" in str(warning.message):  # the engine's finding, kept by fairopt.training.train
+        assert "Loosen the bound" not in str(warning.message)
+        assert "training failed" in clf.engine_info_["constant_predictor_note"]
+    assert all(w.filename == __file__ for w in caught if issubclass(w.category, FairnessWarning))
+
+
+def test_near_constant_advice_does_not_blame_bounds_that_never_acted():
+    """A loose bound (DI >= 0.5) that the penalty never paid, on an under-trained model: the advice is that
+    of an unconstrained fit, consistent with the inactive-constraint warning of the same fit."""
+    rng = np.random.default_rng(1)
+    n = 200
+    X = rng.normal(size=(n, 2))
+    s = (rng.random(n) < 0.5).astype(float)
+    y = (X[:, 0] + 0.5 * (s - 0.5) + 0.7 * rng.normal(size=n) > 0.3).astype(int)
+    labels, out = y.astype(float), np.full(n, -1.0)  # the rule alone: a constant model
+    assert "No bound acted" in poor_fit_message("binary", labels, out, constrained=True, acted=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fairopt.FairClassifier(method="lagrangian", model="linear", epochs=2, seed=0,
+                               constraints=("disparate_impact", "s", 0.5)).fit(X, y, sensitive_features={"s": s})
+    texts = [str(w.message) for w in caught]
+    assert any("inactive constraint" in t for t in texts)
+    assert not any("Loosen the bound" in t for t in texts)
+
+
+def test_boosted_trees_without_a_usable_input_warn_once_through_the_estimator():
+    """Every input constant: LightGBM grows no tree; the estimator's one warning about the model gives the
+    engine's reason (no column to split on), not the generic advice to train longer."""
+    rng = np.random.default_rng(0)
+    n = 80
+    X = np.full((n, 2), 3.0)
+    s, y = rng.integers(0, 2, n), (rng.random(n) < 0.4).astype(int)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fairopt.FairClassifier(model="gbm", constraints=("disparate_impact", "s", 0.8)).fit(
+            X, y, sensitive_features={"s": s})
+    about_model = _model_warnings(caught)
+    assert len(about_model) == 1 and issubclass(about_model[0].category, DegenerateModelWarning)
+    assert "no input column can split" in str(about_model[0].message)
+    assert "train longer" not in str(about_model[0].message)

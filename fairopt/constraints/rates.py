@@ -44,7 +44,7 @@ import torch
 
 from fairopt._validation import check_binary, check_interval, nonnegative_float
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
-from fairopt.exceptions import FairnessWarning
+from fairopt.exceptions import FairnessWarning, warn_at_caller
 from fairopt.surrogates import Sigmoid, Surrogate
 from solvers.contract import check_spread
 from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
@@ -155,16 +155,22 @@ class GroupRateConstraint(LinearRowsConstraint):
         super().setup(data)
         sides, _ = _comparisons(self._partitions, pairwise=self.groups == "pairwise")
         labels = [f"{block}:{side.label}" if block else side.label for block in self._block_labels() for side in sides]
-        small = [f"{label} ({k} rows)" for label, k in zip(labels, self._side_rows(data, sides))
+        counts = self._side_rows(data, sides)
+        small = [(label, k, side) for label, k, side in zip(labels, counts, sides * len(self._block_labels()))
                  if 0 < k < MIN_GROUP_ROWS]
         if small:
-            warnings.warn(
+            # a level of an attribute with more than two levels can be merged with other rare ones; a level
+            # of a two-level attribute, or the rest of the rows (a complement), only grows with more data
+            mergeable = any(not side.complement and self._partitions[side.partition].n_groups > 2
+                            for _, _, side in small)
+            advice = ("merge rare levels into one (recode the column) or collect more rows of these groups before "
+                      "constraining." if mergeable else "only more rows of these groups make their rates less "
+                      "coarse: read the bound on them as met or missed within a few rows.")
+            warn_at_caller(
                 f"{self.name}: {len(small)} compared group(s) have fewer than {MIN_GROUP_ROWS} training rows: "
-                f"{', '.join(small)}. Their rates move in steps of 1/rows and the bound on them is met or missed by "
-                "single rows, here and on new data; merge rare levels into one (recode the column) before constraining",
-                FairnessWarning,
-                stacklevel=2,
-            )
+                f"{', '.join(f'{label} ({k} rows)' for label, k, _ in small)}. Their rates move in steps of 1/rows "
+                f"and the bound on them is met or missed by single rows, here and on new data; {advice}",
+                FairnessWarning)
 
     def _side_rows(self, data: Any, sides: list[_Side]) -> list[int]:
         """The rows in each side of each block (the order of :meth:`_side_membership`), from per-group
