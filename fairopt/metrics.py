@@ -35,9 +35,11 @@ from typing import Any, Callable
 import numpy as np
 import sklearn
 from sklearn.metrics import make_scorer as sklearn_make_scorer
+from sklearn.metrics._scorer import _Scorer
 
 from fairopt._validation import column_1d
-from fairopt.exceptions import UndefinedMeasureWarning
+from fairopt.data.encoding import positive_class
+from fairopt.exceptions import FairnessWarning, UndefinedMeasureWarning, warn_at_caller
 from fairopt.measures.group import (disparate_impact as group_disparate_impact, dp_difference, equal_impact,
                                     equalised_odds, warn_undefined_ratio)
 from fairopt.sensitive_groups import intersection_groups
@@ -52,6 +54,7 @@ __all__ = [
     "equalized_odds_ratio",
     "equalized_odds_difference",
     "fairness_score",
+    "fitted_pos_label",
     "make_scorer",
 ]
 
@@ -77,14 +80,20 @@ def _binary(y_true: Any, y_pred: Any, pos_label: Any) -> tuple[np.ndarray, np.nd
     if labels.size > 2:
         raise ValueError(f"y_true, y_pred: fairness metrics need binary labels; got {labels.size} distinct labels "
                          f"{labels[:6].tolist()}")
-    if pos_label is None:
-        if labels.dtype.kind == "b" or (labels.dtype.kind in "iuf" and np.isin(labels, (0, 1)).all()):
-            pos_label = 1
-        elif labels.size == 2:
-            pos_label = labels[-1]
-        else:
-            raise ValueError(f"pos_label: the only label is {labels.tolist()}; pass pos_label")
+    if pos_label is None and (labels.dtype.kind == "b" or (labels.dtype.kind in "iuf" and np.isin(labels, (0, 1)).all())):
+        pos_label = 1
+    elif labels.size == 2:  # the estimators' rule: the last sorted label, with a note where the order says nothing
+        pos_label, note = positive_class(labels.tolist(), pos_label, source="y_true and y_pred", role=_MEASURE_ROLE)
+        if note:
+            warn_at_caller(f"{note}. A fitted FairClassifier's pos_label_ is the class its constraints counted; "
+                           "make_scorer's scorers read it from the estimator.", FairnessWarning)
+    elif pos_label is None:
+        raise ValueError(f"pos_label: the only label is {labels.tolist()}; pass pos_label")
     return (yt == pos_label).astype(np.float64), (yp == pos_label).astype(np.float64)
+
+
+#: What the positive class means to a measure, in the note of a default positive class.
+_MEASURE_ROLE = "the measure's group rates are rates of predicting {label}"
 
 
 def _group_labels(sensitive_features: Any, n: int) -> np.ndarray:
@@ -220,6 +229,26 @@ def fairness_score(y_true: Any, y_pred: Any, *, measure: str, sensitive_features
     return function(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label)
 
 
+def fitted_pos_label(estimator: Any) -> Any:
+    """The positive class a fitted classifier counted (``pos_label_`` of a :class:`fairopt.FairClassifier`, also
+    as the last step of a Pipeline), or None."""
+    while hasattr(estimator, "steps"):  # a Pipeline: its last step predicts
+        estimator = estimator.steps[-1][1]
+    return getattr(estimator, "pos_label_", None)
+
+
+class _FairnessScorer(_Scorer):
+    """scikit-learn's predict scorer that counts, unless the scorer was given ``pos_label``, the positive
+    class of the estimator it scores (:func:`fitted_pos_label`): a fairness measure of a classifier trained
+    with ``pos_label="approved"`` is a measure of predicting "approved", whatever the labels' order."""
+
+    def _score(self, method_caller: Any, estimator: Any, *args: Any, **kwargs: Any) -> float:
+        positive = fitted_pos_label(estimator)
+        if positive is not None and "pos_label" not in self._kwargs and "pos_label" not in kwargs:
+            kwargs["pos_label"] = positive
+        return super()._score(method_caller, estimator, *args, **kwargs)
+
+
 def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool | None = None, **kwargs: Any) -> Any:
     """A scikit-learn scorer of a fairness measure that receives ``sensitive_features`` through
     metadata routing.
@@ -237,7 +266,9 @@ def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool 
         Default: True for the ratios, False for the differences (scikit-learn then reports
         ``-difference``).
     **kwargs
-        Passed to the measure, e.g. ``pos_label``.
+        Passed to the measure, e.g. ``pos_label``. Without ``pos_label`` the scorer counts the positive class
+        of the classifier it scores (``pos_label_`` of a fitted :class:`fairopt.FairClassifier`, also at the
+        end of a Pipeline), so a search measures the class the constraints counted.
 
     Returns
     -------
@@ -257,8 +288,10 @@ def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool 
     clash = {"sensitive_features", "measure"} & set(kwargs)
     if clash:
         raise ValueError(f"{sorted(clash)}: not a make_scorer keyword (sensitive_features come through routing)")
-    scorer = sklearn_make_scorer(score_func, response_method="predict", greater_is_better=bool(greater_is_better),
-                                 **extra, **kwargs)
+    plain = sklearn_make_scorer(score_func, response_method="predict", greater_is_better=bool(greater_is_better),
+                                **extra, **kwargs)
+    scorer = _FairnessScorer.__new__(_FairnessScorer)  # the same state; the subclass only adds the estimator's class
+    scorer.__dict__.update(plain.__dict__)
     # set_score_request needs routing enabled when it is called; the request is kept on the
     # scorer and used by every search that runs with routing enabled
     with sklearn.config_context(enable_metadata_routing=True):

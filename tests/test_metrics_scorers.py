@@ -14,7 +14,7 @@ from sklearn.model_selection import GridSearchCV, KFold, cross_validate
 
 import fairopt
 from fairopt import metrics
-from fairopt.exceptions import UndefinedMeasureWarning
+from fairopt.exceptions import FairnessWarning, UndefinedMeasureWarning
 
 
 def data(n: int = 600, seed: int = 0, groups=("a", "b", "c")):
@@ -63,8 +63,9 @@ def test_metrics_match_brute_force(name):
     yt, yp = np.where(y == 1, "yes", "no"), np.where(pred == 1, "yes", "no")
     assert function(pd.Series(yt), yp, sensitive_features=pd.Series(s), pos_label="yes") == pytest.approx(
         brute(name, y, pred, s), abs=1e-12)
-    # the larger label is the positive class by default ("yes" > "no")
-    assert function(yt, yp, sensitive_features=s) == pytest.approx(brute(name, y, pred, s), abs=1e-12)
+    # the larger label is the positive class by default ("yes" > "no"), with the estimators' note
+    with pytest.warns(FairnessWarning, match="pos_label not given: the positive class is 'yes'"):
+        assert function(yt, yp, sensitive_features=s) == pytest.approx(brute(name, y, pred, s), abs=1e-12)
     # intersections: a DataFrame of two attributes is the same as their combined labels
     t = np.where(X[:, 1] > 0, "p", "q")
     combined = np.array([f"{a}{b}" for a, b in zip(s, t)])
@@ -94,6 +95,9 @@ def test_metric_conventions_and_errors():
         metrics.disparate_impact(y, y, sensitive_features=s[:-1])
     with pytest.raises(ValueError, match="enable metadata routing"):
         metrics.fairness_score(y, y, measure="disparate_impact")
+    with pytest.raises(ValueError, match=r"pos_label: 'Yes' is not a label of y_true and y_pred"):
+        metrics.disparate_impact(np.where(y == 1, "yes", "no"), np.where(y == 1, "yes", "no"),
+                                 sensitive_features=s, pos_label="Yes")
     with pytest.raises(ValueError, match="measure: expected one of"):
         metrics.make_scorer("accuracy")
     with pytest.raises(ValueError, match="greater_is_better: required"):
@@ -165,3 +169,30 @@ def test_without_routing_the_scorer_says_how_to_route():
         quiet = GridSearchCV(LogisticRegression(), {"C": [1.0]}, cv=KFold(3), refit=False,
                              scoring={"di": metrics.make_scorer("disparate_impact")}).fit(X, y)
     assert np.isnan(quiet.cv_results_["mean_test_di"]).all()
+
+
+def test_the_scorer_counts_the_positive_class_the_classifier_was_trained_for():
+    """A classifier trained with pos_label="approved" (the first of the sorted labels): the scorer measures
+    predicting "approved", as the constraints counted, also at the end of a Pipeline and in a search; a
+    scorer given pos_label keeps it."""
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y, s = data(600, seed=5, groups=("a", "b"))
+    labels = np.where(y == 1, "approved", "rejected")
+    scorer = metrics.make_scorer("disparate_impact")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FairnessWarning)
+        clf = fairopt.FairClassifier(epochs=30, pos_label="approved").fit(X, labels)
+        pipe = make_pipeline(StandardScaler(), fairopt.FairClassifier(epochs=30, pos_label="approved")).fit(X, labels)
+    assert metrics.fitted_pos_label(clf) == "approved" and metrics.fitted_pos_label(pipe) == "approved"
+    for model in (clf, pipe):
+        approved = (model.predict(X) == "approved").astype(int)
+        with sklearn.config_context(enable_metadata_routing=True), warnings.catch_warnings():
+            warnings.simplefilter("error", FairnessWarning)  # no default-class note: the estimator says which
+            assert scorer(model, X, labels, sensitive_features=s) == pytest.approx(
+                brute("disparate_impact", y, approved, s), abs=1e-12)
+            given = metrics.make_scorer("disparate_impact", pos_label="rejected")
+            assert given(model, X, labels, sensitive_features=s) == pytest.approx(
+                brute("disparate_impact", y, 1 - approved, s), abs=1e-12)
+    assert metrics.fitted_pos_label(LogisticRegression()) is None

@@ -80,8 +80,13 @@ def _order_is_obvious(labels: list[Any]) -> bool:
     return None not in values and values in ([0.0, 1.0], [-1.0, 1.0])
 
 
+#: What the positive class means to the estimators, in the note of :func:`positive_class`.
+CONSTRAINTS_ROLE = ("the constraints count it as the favourable outcome (their group rates are rates of "
+                    "predicting {label})")
+
+
 def positive_class(labels: Sequence[Any], positive: Any = None, *, argument: str = "pos_label",
-                   source: str = "y", by_text: bool = False) -> tuple[Any, str | None]:
+                   source: str = "y", by_text: bool = False, role: str = CONSTRAINTS_ROLE) -> tuple[Any, str | None]:
     """The positive one of two class labels, and a note when it was taken by default.
 
     The positive class is the outcome the rate constraints count as favourable and the class whose logit
@@ -99,6 +104,8 @@ def positive_class(labels: Sequence[Any], positive: Any = None, *, argument: str
         What holds the labels, in the error message.
     by_text : bool, default False
         Match ``positive`` by its text (a flag's value is text whatever the column holds).
+    role : str
+        What the positive class means to the caller, in the note (``{label}``: the class taken).
 
     Returns
     -------
@@ -119,8 +126,7 @@ def positive_class(labels: Sequence[Any], positive: Any = None, *, argument: str
             return f"{argument} {label}" if argument.startswith("-") else f"{argument}={label!r}"
 
         return chosen, (f"{argument} not given: the positive class is {shown[-1]!r}, the last of the sorted labels "
-                        f"{shown}; the constraints count it as the favourable outcome (their group rates are rates "
-                        f"of predicting {shown[-1]!r}). Pass {option(other)} to make "
+                        f"{shown}; {role.format(label=repr(shown[-1]))}. Pass {option(other)} to make "
                         f"{other!r} the positive class ({option(shown[-1])} keeps this choice without this warning)")
 
     def same(label: Any) -> bool:
