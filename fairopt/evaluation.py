@@ -292,10 +292,23 @@ def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
     statuses = []
     for c, measure in zip(measured, realised_measures(out, data, measured)):
         bound = getattr(c, "delta" if measure.sense == "lower" else "bound", None)
+        violation = _exact_violation(out, data, c)[1]
         statuses.append(BoundStatus(name=str(c.name), label=label_of(c), value=measure.value,
                                     bound=None if bound is None else float(bound), sense=measure.sense,
-                                    met=_exact_violation(out, data, c)[1] <= tol))
+                                    met=violation <= tol, violation=violation,
+                                    undefined=_zero_over_zero(out, data, c)))
     return statuses
+
+
+def _zero_over_zero(out: torch.Tensor, data: Any, c: Any) -> bool:
+    """Whether ``c`` is a ratio of group rates that are all zero on ``out`` (every compared group without a
+    positive prediction): its realised value, 1 by the rows' convention, is then undefined as a measure."""
+    if getattr(c, "rate_form", None) != "ratio" or not callable(getattr(c, "partial_sums", None)):
+        return False
+    with torch.no_grad():
+        sums, counts = c.partial_sums(out, data, exact=True)
+    present = torch.as_tensor(counts).reshape(-1) > 0
+    return bool(present.any()) and bool((torch.as_tensor(sums).reshape(-1)[present] == 0).all())
 
 
 def constraint_violations(out: torch.Tensor, data: Any, constraints: Iterable[Any]) -> dict[str, float]:

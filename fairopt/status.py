@@ -76,6 +76,12 @@ class BoundStatus:
         ``"lower"``: met when ``value >= bound``.
     met : bool
         The constraint's rows are within their bounds (exact violation within the tolerance).
+    violation : float or None
+        The exact violation of its rows, where known (quoted when the value is short of the bound but within
+        the tolerance).
+    undefined : bool
+        A ratio of rates that are all zero (0/0: no compared group has a positive prediction): the value is
+        not a measure of fairness, and is printed as undefined (as :func:`fairopt.evaluate` reports NaN).
     """
 
     name: str
@@ -84,6 +90,8 @@ class BoundStatus:
     bound: float | None
     sense: str
     met: bool
+    violation: float | None = None
+    undefined: bool = False
 
     @property
     def bound_text(self) -> str:
@@ -92,10 +100,17 @@ class BoundStatus:
         return f"bound {op} ?" if self.bound is None else f"bound {op} {format_number(self.bound)}"
 
     def __str__(self) -> str:
+        if self.undefined:
+            rows = ", its rows met" if self.met else ""
+            return (f"{self.label} undefined: 0/0, no compared group has a positive prediction "
+                    f"({self.bound_text}{rows})")
         scale = self.bound if self.bound is not None else self.value
         short = self.bound is not None and (self.value < self.bound if self.sense == "lower"
                                             else self.value > self.bound)
-        within = ", met within the violation tolerance" if self.met and short else ""
+        within = ""
+        if self.met and short:
+            within = ", met within the violation tolerance" + (
+                "" if self.violation is None else f": exact violation of its rows {self.violation:.2g}")
         return f"{self.label} {format_number(self.value, scale)} ({self.bound_text}{within})"
 
 
@@ -141,6 +156,6 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
             stationary = f"stationary ({measure} {value:.2g}, within the engine's tolerance)"
         else:
             stationary = (f"not stationary yet ({measure} {value:.2g}, above the engine's tolerance): more epochs "
-                          "may lower the loss a little; the bounds hold already")
+                          "may lower the loss a little" + ("; the bounds hold already" if violations else ""))
     message = bounds_text[0].upper() + bounds_text[1:]
     return status, message + (f" {stationary[0].upper()}{stationary[1:]}." if stationary else "")

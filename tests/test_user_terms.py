@@ -76,8 +76,28 @@ def test_fit_status_rules():
     status, message = fit_status(_result(True, "converged"), "moving_targets", {}, 1e-3)
     assert status == "converged" and message.startswith("No bounds")
     assert {"converged", "feasible_not_stationary", "infeasible"} <= set(STATUSES)
-    # a value a hair short of its bound, met within the tolerance, says so
+    # a value a hair short of its bound, met within the tolerance, says so (with the violation, where known)
     assert "met within the violation tolerance" in str(BoundStatus("d", "DI[s]", 0.7996, 0.8, "lower", True))
+    assert str(BoundStatus("d", "DI[s]", 0.0, 0.95, "lower", True, violation=7.5e-4)).endswith(
+        "met within the violation tolerance: exact violation of its rows 0.00075)")
+    # no positive prediction in any group: the ratio is 0/0, not 1.000
+    assert str(BoundStatus("d", "DI[s]", 1.0, 0.8, "lower", True, undefined=True)) == (
+        "DI[s] undefined: 0/0, no compared group has a positive prediction (bound >= 0.800, its rows met)")
+    status, message = fit_status(_result(False), "sqp", {}, 1e-3)
+    assert message.startswith("No bounds") and "the bounds hold already" not in message
+
+
+def test_the_status_of_a_model_without_positive_predictions_calls_its_ratio_undefined():
+    from fairopt.evaluation import bound_statuses
+
+    data = fairopt.datasets.load("adult").subset(np.arange(400))
+    di = DisparateImpact("sex", delta=0.8)
+    di.setup(data)
+    nobody = torch.full((len(data),), -1.0)
+    (status,) = bound_statuses(nobody, data, [di])
+    assert status.undefined and status.met and "undefined" in str(status)
+    (status,) = bound_statuses(torch.ones(len(data)), data, [di])  # everyone positive: a real ratio of 1
+    assert not status.undefined and str(status).startswith("DI[sex] 1.000")
 
 
 def _fitted_report(digits: int = 4) -> tuple[str, dict, dict]:
