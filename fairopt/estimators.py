@@ -44,6 +44,7 @@ from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
 from fairopt.inputs import sensitive_columns
 from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model, routes_missing_values
+from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
                               float64_outputs, is_mini_batch, release_batch_caches, train,
@@ -192,6 +193,7 @@ class _FairEstimator(BaseEstimator):
         """
         self._check_parameters()
         data, constraints = self._training_data(X, y, sensitive_features, sample_weight)
+        self._check_constraints_fit_the_task(data, constraints)
         options = self._held_out_options()
         # mini-batches or not as the engine will decide: on the rows left after a validation split
         with_sqp_surrogates(self.method, constraints,
@@ -260,6 +262,9 @@ class _FairEstimator(BaseEstimator):
 
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _check_constraints_fit_the_task(self, data: FairData, constraints: list) -> None:
+        """A ValueError for a constraint that says nothing on this task's targets (the regressor's rates)."""
 
     def _training_data(self, X: Any, y: Any, sensitive_features: Any,
                        sample_weight: Any = None) -> tuple[FairData, list]:
@@ -828,6 +833,23 @@ class FairRegressor(_FairDataScore, RegressorMixin, _FairEstimator):
 
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:
         return np.asarray(y, dtype=np.float64).reshape(-1)
+
+    def _check_constraints_fit_the_task(self, data: FairData, constraints: list) -> None:
+        """A group-rate constraint on a regressor bounds the groups' shares of predictions above its
+        ``threshold`` (in the units of ``y``); with the threshold outside the range of the training targets
+        every group's share of a good fit is 0 or 1, and the bound says nothing: a ValueError that says what to
+        give instead."""
+        y = data.y.detach().cpu().numpy()
+        low, high = float(np.min(y)), float(np.max(y))
+        for c in constraints:
+            threshold = getattr(c, "threshold", None)
+            if isinstance(c, GroupRateConstraint) and threshold is not None and not low < threshold < high:
+                raise ValueError(
+                    f"constraints: {c.name} on a regressor bounds the groups' shares of predictions above its "
+                    f"threshold ({threshold:g}, in the units of y), which lies outside the training targets' range "
+                    f"[{low:.4g}, {high:.4g}], so every share is 0 or 1. Give a threshold inside it (a spec "
+                    f"option: (kind, column, bound, {{'threshold': t}})) for a rate of predictions above t, or bound "
+                    "the predictions themselves with 'gedi', 'covariance' or 'dcov'")
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64).reshape(-1)

@@ -684,3 +684,22 @@ def test_constraint_objects_without_a_surrogate_train_as_specs(adult):
     penalty = _quiet(FairClassifier([DisparateImpact("sex", 0.8)], method="penalty", **options).fit, X, y,
                      sensitive_features=s)
     assert penalty.constraints_[0].surrogate == SmoothedStep()
+
+
+def test_a_rate_constraint_on_a_regressor_needs_a_threshold_inside_the_targets():
+    """FairRegressor under disparate impact bounds the groups' shares of predictions above the threshold (in
+    y's units): at the default threshold 0 below every target it says nothing, a ValueError says what to give;
+    a threshold inside the targets' range trains a bound that acts on predictions."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 2))
+    s = rng.integers(0, 2, 300)
+    y = 40.0 + 5.0 * X[:, 0] + 3.0 * s + rng.normal(size=300)
+    with pytest.raises(ValueError, match=r"threshold \(0, in the units of y\).*outside the training targets' range"):
+        FairRegressor(("disparate_impact", "s", 0.8), epochs=5).fit(X, y, sensitive_features={"s": s})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = FairRegressor(("disparate_impact", "s", 0.9, {"threshold": 42.0}), epochs=100).fit(
+            X, y, sensitive_features={"s": s})
+    above = fitted.predict(X) > 42.0
+    shares = [above[s == g].mean() for g in (0, 1)]
+    assert min(shares) / max(shares) >= 0.9 - 0.02
