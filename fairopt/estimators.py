@@ -277,6 +277,7 @@ class _FairEstimator(BaseEstimator):
         X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(dense_inputs(X), sensitive_features)
         keep = self._routes_missing_inputs()
         check_input_finite(X, allow_missing=keep)
+        check_target_present(y)
         X, y = validate_data(self, X, y, dtype=None if has_text_columns(X) else np.float64,
                              ensure_all_finite="allow-nan" if keep else True)
         weights = check_sample_weight(sample_weight, X.shape[0])
@@ -865,3 +866,15 @@ class FairRegressor(_FairDataScore, RegressorMixin, _FairEstimator):
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
+def check_target_present(y: Any) -> None:
+    """A ValueError naming ``y`` and its first missing entry (None, NaN, a missing Categorical value) of a
+    one-column target, before scikit-learn's validation sorts the labels (a TypeError for None among text) or
+    reports "Input contains NaN" without saying where."""
+    values = np.asarray(y, dtype=object) if y is not None else None
+    if values is None or values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
+        return  # the shape errors of the validation are clearer
+    missing = np.flatnonzero(pd.isna(values.reshape(-1)))
+    if missing.size:
+        raise ValueError(f"y: {missing.size} missing value(s) (None or NaN), e.g. at row {int(missing[0])}; drop "
+                         "those rows (with their X, sensitive_features and sample_weight) or fill them")
+

@@ -77,8 +77,8 @@ def spec_list(constraints: Any) -> list:
     """
     if constraints is None:
         return []
-    if _is_single_spec(constraints):
-        return [constraints]
+    if _is_single_spec(constraints) or type(constraints).__name__ in _FAIRLEARN_NAMES:
+        return [constraints]  # a fairlearn constraint object alone: constraint_from_spec says what to write
     if not isinstance(constraints, (list, tuple)):
         raise ValueError(f"constraints: expected a spec or a list of specs, got {type(constraints).__name__}")
     return list(constraints)
@@ -116,8 +116,13 @@ def constraint_from_spec(spec: Any) -> Any:
         return _from_tuple(spec)
     fairlearn = _FAIRLEARN_NAMES.get(type(spec).__name__)
     if fairlearn is not None:  # a fairlearn constraint object: its bound is set apart from the sensitive feature
+        ratio = getattr(spec, "ratio", None)  # fairlearn keeps ratio_bound as .ratio (1.0 for a difference bound)
+        hint = (f" Its ratio_bound {ratio:g} compares each group's rate with the overall rate; fairopt's "
+                f"'disparate_impact:sex>=delta' compares the groups with each other, delta about ratio_bound**2 "
+                f"({ratio ** 2:.2f})." if isinstance(ratio, (int, float)) and 0 < ratio < 1
+                and fairlearn == "demographic_parity" else "")
         raise ValueError(f"constraints: fairlearn's {type(spec).__name__} is fairopt's {fairlearn!r}: "
-                         f"{_kind_only_advice(fairlearn)}")
+                         f"{_kind_only_advice(fairlearn)}.{hint}")
     raise ValueError(
         "constraints: expected a constraint object, a (kind, sensitive, bound[, options]) tuple, "
         f"a 'kind:sensitive:bound' string or a table, got {spec!r}"
@@ -284,6 +289,10 @@ def _table(spec: Any, kinds: Any) -> tuple[str, dict]:
     options = dict(spec)
     kind = options.pop("kind", None)
     kind = _ALIASES.get(kind, kind)
+    fairlearn = _FAIRLEARN_NAMES.get(kind) if isinstance(kind, str) else None
+    if fairlearn is not None and fairlearn in kinds:
+        raise ValueError(f"spec: fairlearn's {kind} is fairopt's kind {fairlearn!r}: write it in its place, e.g. "
+                         f"({fairlearn!r}, 'sex', bound) or '{fairlearn}:sex<=bound'")
     if kind not in kinds:
         raise ValueError(f"spec: 'kind' must be one of {sorted(kinds)} or a short name {_short_names()}, got "
                          f"{kind!r} in {dict(spec)!r}")

@@ -703,3 +703,14 @@ def test_a_rate_constraint_on_a_regressor_needs_a_threshold_inside_the_targets()
     above = fitted.predict(X) > 42.0
     shares = [above[s == g].mean() for g in (0, 1)]
     assert min(shares) / max(shares) >= 0.9 - 0.02
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.array(["a", "b"] * 19 + [None, "a"], dtype=object),
+    lambda: pd.Series(pd.Categorical(["a", "b"] * 19 + [np.nan, "a"])),
+    lambda: np.r_[np.zeros(38), np.nan, 1.0]], ids=["None-among-text", "categorical-NaN", "float-NaN"])
+def test_a_missing_label_is_a_clear_error_naming_y_and_the_row(make):
+    X = np.random.default_rng(0).normal(size=(40, 2))
+    estimator = FairRegressor(epochs=2) if make().dtype.kind == "f" else FairClassifier(epochs=2)
+    with pytest.raises(ValueError, match=r"^y: 1 missing value\(s\) \(None or NaN\), e.g. at row 38"):
+        estimator.fit(X, make())

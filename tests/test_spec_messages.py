@@ -48,3 +48,9 @@ def test_a_fairlearn_constraint_object_names_the_kind_meant():
     DemographicParity = type("DemographicParity", (), {})  # stands for fairlearn.reductions.DemographicParity
     with pytest.raises(ValueError, match="fairlearn's DemographicParity is fairopt's 'demographic_parity'"):
         resolve_constraints([DemographicParity()])
+    ratio_bound = DemographicParity()
+    ratio_bound.ratio = 0.8  # fairlearn keeps ratio_bound=0.8 as .ratio
+    with pytest.raises(ValueError, match=r"delta about ratio_bound\*\*2 \(0.64\)"):
+        resolve_constraints(ratio_bound)  # alone, not in a list: the same advice
+    with pytest.raises(ValueError, match="fairlearn's DemographicParity is fairopt's kind 'demographic_parity'"):
+        resolve_constraints([("DemographicParity", "sex", 0.05)])
