@@ -457,8 +457,17 @@ class _FairEstimator(BaseEstimator):
         return target
 
     def _without_dropped(self, X: Any) -> Any:
-        """A DataFrame ``X`` without the columns ``dropped_columns_``."""
-        return without_columns(X, getattr(self, "dropped_columns_", []))
+        """A DataFrame ``X`` without the columns ``dropped_columns_``; an array with them still in it (it has no
+        names to drop them by) is a ValueError that says so."""
+        dropped = list(getattr(self, "dropped_columns_", []))
+        shape = getattr(X, "shape", ())
+        if (dropped and not hasattr(X, "columns") and len(shape) == 2
+                and shape[1] == getattr(self, "n_features_in_", -1) + len(dropped)):
+            raise ValueError(f"X has {shape[1]} columns, {len(dropped)} more than the model's "
+                             f"{self.n_features_in_}: fit took {dropped} out of the model inputs (sensitive_features "
+                             "named them), and an array has no column names to drop them by. Pass X without "
+                             "them, or a DataFrame (they are dropped by name)")
+        return without_columns(X, dropped)
 
     def _routes_missing_inputs(self) -> bool:
         """Whether the model routes missing input values itself, so ``fit`` keeps them

@@ -16,7 +16,7 @@ from sklearn.base import clone
 
 import fairopt
 from fairopt.certificate import certify
-from fairopt.constraints import EqualImpact, EqualizedOdds, EqualOpportunity, FalsePositiveParity
+from fairopt.constraints import DemographicParity, EqualImpact, EqualizedOdds, EqualOpportunity, FalsePositiveParity
 from fairopt.data import FairData
 from fairopt.estimators import FairClassifier
 from fairopt.exceptions import FairnessWarning
@@ -198,6 +198,10 @@ def test_exactly_one_of_delta_and_bound(cls):
         cls("sex", delta=1.5)
     with pytest.raises(ValueError, match="bound"):
         cls("sex", bound=-0.1)
+    with pytest.raises(ValueError, match=r"bound: expected a number in \[0, 1\], got 1.5"):  # rates differ by <= 1
+        cls("sex", bound=1.5)
+    with pytest.raises(ValueError, match=r"bound: expected a number in \[0, 1\]"):
+        DemographicParity("sex", bound=1.5)
     with pytest.raises(ValueError, match="groups"):
         cls("sex", delta=0.8, groups="all")
 

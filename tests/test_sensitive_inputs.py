@@ -158,7 +158,7 @@ def test_unnamed_column_naming_rules(frame):
                                              r"a DataFrame with the columns \['sex', 'race'\] or a dict"):
             several.fit(X, y, sensitive_features=unnamed)
     # a named Series keeps its own name (the constraint then names an absent feature)
-    with pytest.raises(ValueError, match=r"unknown name 'sex'; available: \['gender'\]"):
+    with pytest.raises(ValueError, match=r"unknown name 'sex'; available: \['gender'\]\. .*s\.rename\('sex'\)"):
         FairClassifier(SPEC, epochs=5).fit(X, y, sensitive_features=frame["sex"].rename("gender"))
 
 
@@ -180,6 +180,9 @@ def test_column_names_are_saved(frame, tmp_path):
     loaded = fairopt.load(tmp_path / "model.pt")
     assert loaded.dropped_columns_ == ["sex"]
     np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    # an array cannot drop 'sex' by name: with it still in, the error says so
+    with pytest.raises(ValueError, match=r"X has 6 columns, 1 more than the model's 5: fit took \['sex'\] out"):
+        model.predict(X.to_numpy(dtype=object))
 
 
 def test_column_name_errors(frame):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from fairopt._validation import check_interval, nonnegative_float
+from fairopt._validation import check_interval
 from fairopt.constraints.rates import (GroupRateConstraint, RowTemplate, difference_templates, label_mask,
                                        ratio_templates)
 from fairopt.constraints.rows import GROUPINGS
@@ -69,7 +69,8 @@ class ConditionalRateConstraint(GroupRateConstraint):
             )
         self.delta: float | None = None if delta is None else check_interval(delta, "delta", 0.0, 1.0,
                                                                               closed="right")
-        self.bound: float | None = None if bound is None else nonnegative_float(bound, "bound")
+        self.bound: float | None = (None if bound is None  # a difference of two rates lies in [0, 1]
+                                    else check_interval(bound, "bound", 0.0, 1.0, closed="both"))
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
             "sensitive": sensitive, "delta": self.delta, "bound": self.bound,

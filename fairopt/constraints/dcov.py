@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fairopt.constraints.base import BaseConstraint
+from fairopt.constraints.rows import unknown_sensitive_message
 from fairopt._validation import measure_bound, require_unweighted, sensitive_names
 from fairopt._validation import check_choice, check_seed, positive_float, positive_int
 from fairopt.exceptions import FairnessWarning
@@ -136,7 +137,7 @@ class DistanceCovariance(BaseConstraint):
         values, categorical = [], []
         for name in self.sensitive:
             if name not in columns or name not in kinds:
-                raise ValueError(f"sensitive: unknown name {name!r}; available: {sorted(columns)}")
+                raise ValueError(unknown_sensitive_message(name, columns))
             kind = kinds[name]
             if kind not in SENSITIVE_KINDS:
                 raise ValueError(f"sensitive_kinds[{name!r}]: expected one of {list(SENSITIVE_KINDS)}, got {kind!r}")

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from fairopt._validation import check_binary, check_interval, nonnegative_float
+from fairopt._validation import check_binary, check_interval
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
 from fairopt.exceptions import FairnessWarning, warn_at_caller
 from fairopt.surrogates import Sigmoid, Surrogate
@@ -519,7 +519,7 @@ class DemographicParity(GroupRateConstraint):
         threshold: float = 0.0,
         groups: str = "one_vs_rest",
     ) -> None:
-        self.bound = nonnegative_float(bound, "bound")
+        self.bound = check_interval(bound, "bound", 0.0, 1.0, closed="both")  # |rate - rate| <= 1
         super().__init__(sensitive, surrogate=surrogate, threshold=threshold, groups=groups, groupings=GROUPINGS)
         self._params = {
             "sensitive": sensitive, "bound": self.bound,
