@@ -291,7 +291,10 @@ class _FairEstimator(BaseEstimator):
         data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=internal_names(X.shape[1]),
                                     sensitive_kinds=self.sensitive_kinds, sample_weight=weights,
                                     preprocessor=Preprocessor(missing="keep") if keep else None)
-        log_encoded_columns(data.preprocessor, getattr(self, "feature_names_in_", None))
+        names = getattr(self, "feature_names_in_", None)
+        if names is not None:  # the messages of later encodings (a validation split's rows) name the user's columns
+            data.preprocessor.display_names = dict(zip(internal_names(len(names)), map(str, names)))
+        log_encoded_columns(data.preprocessor, names)
         return data, constraints
 
     def _given_data(self, data: FairData, y: Any, sensitive_features: Any, sample_weight: Any) -> FairData:

@@ -122,6 +122,20 @@ def test_predict_encoding_messages_use_the_user_column_names(caplog):
     assert "column 'job': 1 rows have levels not seen at fit time" in caplog.text
 
 
+def test_a_validation_splits_encoding_messages_use_the_user_column_names(caplog):
+    """validation_fraction re-fits the encoding on the fitted part and encodes the held-out rows: a level only
+    they hold is logged by the user's column name, not the internal one (x2)."""
+    X, y, g = _data(300)
+    X.loc[7, "job"] = "only-once"
+    with warnings.catch_warnings(), caplog.at_level("WARNING", logger="fairopt.data"):
+        warnings.simplefilter("ignore")
+        for seed in range(6):  # the row is held out by some of the seeded splits
+            fairopt.FairClassifier(constraints=[("di", "g", 0.8)], epochs=2, validation_fraction=0.3,
+                                   seed=seed).fit(X, y, sensitive_features=g)
+    seen = [r.getMessage() for r in caplog.records if "not seen at fit time" in r.getMessage()]
+    assert seen and all(m.startswith("column 'job'") for m in seen)
+
+
 def test_predict_encoding_messages_name_x_for_an_array_too():
     """An array has no column names: the messages name the argument ``X`` and the column by position
     (``x2`` is ``X[:, 2]``), not the internal frame of the encoding."""

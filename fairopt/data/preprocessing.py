@@ -97,6 +97,9 @@ class Preprocessor:
         self.scales_: dict[str, float] = {}
         self.levels_: dict[str, list[Any]] = {}
         self.feature_names_: list[str] = []
+        #: Column -> the name messages show for it (an estimator's preprocessor holds internal names ``x0``,
+        #: ``x1``, ...; it shows the user's), kept by :meth:`clone`.
+        self.display_names: dict[str, str] = {}
         self._fitted = False
 
     # -- fitting -----------------------------------------------------------------------
@@ -170,7 +173,7 @@ class Preprocessor:
         unusable = ~(np.isfinite(means) & np.isfinite(scales) & (scales > 0))
         if unusable.any():
             column = self.numeric_[int(np.flatnonzero(unusable)[0])]
-            raise ValueError(f"df: column {column!r} cannot be standardised (mean {float(means[unusable][0])!r}, "
+            raise ValueError(f"df: column {self.shown(column)!r} cannot be standardised (mean {float(means[unusable][0])!r}, "
                              f"standard deviation {float(scales[unusable][0])!r}); rescale it before building FairData")
         return dict(zip(self.numeric_, means.tolist())), dict(zip(self.numeric_, scales.tolist()))
 
@@ -223,7 +226,7 @@ class Preprocessor:
             what = ("standardised with the training mean {:.6g} and standard deviation {:.6g}, it is {:.6g}"
                     .format(means[j], scales[j], z[row, j]) if self.standardize else "passed through unscaled")
             raise ValueError(
-                f"{argument}: column {column!r} has the value {float(values[row, j])!r} at index {label!r}; {what}, "
+                f"{argument}: column {self.shown(column)!r} has the value {float(values[row, j])!r} at index {label!r}; {what}, "
                 f"beyond the float32 range of the model inputs (about 3.4e38). Rescale the column (e.g. log or "
                 f"divide by a constant) or drop the row"
             )
@@ -240,7 +243,7 @@ class Preprocessor:
             examples = pd.unique(series[~seen].dropna().to_numpy())[:5].tolist()
             logger.warning(
                 "column %r: %d rows have levels not seen at fit time (e.g. %s); they get an all-zero one-hot row",
-                column, n_unseen, examples,
+                self.shown(column), n_unseen, examples,
             )
 
     def renamed(self, names: Sequence[str]) -> "Preprocessor":
@@ -265,15 +268,20 @@ class Preprocessor:
         twin._fitted = True
         return twin
 
+    def shown(self, column: str) -> str:
+        """The name messages show for ``column`` (:attr:`display_names`, else the column's own)."""
+        return getattr(self, "display_names", {}).get(column, column)  # absent in preprocessors saved before it
+
     def fit_transform(self, df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
         """:meth:`fit` on ``df``, then :meth:`transform` it."""
         return self.fit(df).transform(df)
 
     def clone(self) -> "Preprocessor":
         """An unfitted copy with the same configuration (the fitted column roles if fitted)."""
-        if self._fitted:
-            return Preprocessor(self.columns_, self.categorical_, self.standardize, self._missing_mode)
-        return Preprocessor(self.columns, self.categorical, self.standardize, self._missing_mode)
+        twin = (Preprocessor(self.columns_, self.categorical_, self.standardize, self._missing_mode) if self._fitted
+                else Preprocessor(self.columns, self.categorical, self.standardize, self._missing_mode))
+        twin.display_names = dict(getattr(self, "display_names", {}))
+        return twin
 
     def __repr__(self) -> str:
         if not self._fitted:
