@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import warnings
@@ -31,15 +30,16 @@ class CertificateError(ValueError):
     bound does not hold on the validation rows at the requested confidence."""
 
 
-@functools.lru_cache(maxsize=1)
 def _library_directories() -> tuple[str, ...]:
     """The directories whose frames :func:`warn_at_caller` skips: fairopt, its engines (``solvers``) and
-    scikit-learn (whose ``cross_val_score``, ``Pipeline`` and search objects call an estimator's ``fit``)."""
-    import sklearn  # imported here: fairopt imports this module while it initialises
-    import solvers
-
-    import fairopt
-    return tuple(os.path.dirname(m.__file__) + os.sep for m in (fairopt, solvers, sklearn))
+    scikit-learn (whose ``cross_val_score``, ``Pipeline`` and search objects call an estimator's ``fit``),
+    read from the loaded modules (this module imports none of them: it sits below every layer)."""
+    paths = [os.path.dirname(os.path.abspath(__file__))]
+    for name in ("solvers", "sklearn"):
+        module = sys.modules.get(name)
+        if getattr(module, "__file__", None):
+            paths.append(os.path.dirname(os.path.abspath(module.__file__)))
+    return tuple(path + os.sep for path in paths)
 
 
 def warn_at_caller(message: str | Warning, category: type[Warning] = FairnessWarning) -> None:
