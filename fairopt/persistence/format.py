@@ -70,10 +70,11 @@ _CLASSIFIER_FITTED_KEYS = frozenset({"classes_", "classes_dtype", "pos_label_"})
 #: ``status_message_``: empty, and ``status_`` holds the engine's word of that time).
 _OPTIONAL_FITTED_KEYS = frozenset({"pos_label_", "dropped_columns_", "status_message_"})
 PREPROCESSOR_ATTRIBUTES = ("columns", "categorical", "standardize", "columns_", "categorical_", "numeric_",
-                           "means_", "scales_", "levels_", "feature_names_", "_fitted", "missing")
+                           "means_", "scales_", "levels_", "feature_names_", "_fitted", "missing", "display_names")
 #: Preprocessor attributes added after files were written: absent from older files, whose value
-#: :func:`load` then takes as the default of that time (``missing``: "error").
-OPTIONAL_PREPROCESSOR_ATTRIBUTES = {"missing": "error"}
+#: :func:`load` then takes as the default of that time (``missing``: "error"; ``display_names``: none, the
+#: messages name the columns by their own names).
+OPTIONAL_PREPROCESSOR_ATTRIBUTES = {"missing": "error", "display_names": {}}
 
 PathLike = str | os.PathLike
 

@@ -3,6 +3,8 @@ rebuilds: estimators, :class:`SavedModel`, FitResult, History."""
 
 from __future__ import annotations
 
+import copy
+
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -182,7 +184,11 @@ def _load_preprocessor(state: dict | None) -> Preprocessor | None:
         raise ValueError(f"preprocessor: the saved preprocessor is not fitted (_fitted = {state['_fitted']!r})")
     preprocessor = Preprocessor.__new__(Preprocessor)
     for attribute in PREPROCESSOR_ATTRIBUTES:
-        setattr(preprocessor, attribute, state.get(attribute, OPTIONAL_PREPROCESSOR_ATTRIBUTES.get(attribute)))
+        default = copy.copy(OPTIONAL_PREPROCESSOR_ATTRIBUTES.get(attribute))  # a fresh {} per preprocessor
+        setattr(preprocessor, attribute, state.get(attribute, default))
+    if not isinstance(preprocessor.display_names, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in preprocessor.display_names.items()):
+        raise ValueError("preprocessor: 'display_names' must map column names to names (text to text)")
     if preprocessor.missing not in MISSING_MODES:
         raise ValueError(f"preprocessor: 'missing' must be one of {MISSING_MODES}, got {preprocessor.missing!r}")
     return preprocessor
