@@ -122,6 +122,14 @@ def test_predict_keeps_row_order_and_matches_the_loaded_model(sqp_run, files, ca
     assert by_id["prediction"].tolist() == predictions["prediction"].tolist()
     np.testing.assert_allclose(by_id["score"], predictions["score"], rtol=1e-12)
 
+    # an id column named like an output column would be overwritten: refused, the file not written
+    clash = files / "clash.csv"
+    new.rename(columns={"applicant": "score"}).to_csv(clash, index=False)
+    assert main(["predict", str(sqp_run), "--data", str(clash), "--out", str(files / "clash_out.csv"),
+                 "--id-column", "score"]) == 2
+    assert "--id-column: 'score' is also the name of an output column" in capsys.readouterr().err
+    assert not (files / "clash_out.csv").exists()
+
 
 def test_report_has_one_row_per_group(sqp_run, files, capsys):
     assert main(["report", str(sqp_run / "model.fairopt"), "--data", str(files / "loans.csv"),

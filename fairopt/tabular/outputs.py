@@ -281,12 +281,20 @@ def _target_values(table: TableModel, column: pd.Series) -> np.ndarray:
     return labels.astype(str) if all(isinstance(c, str) for c in table.classes) else labels
 
 
+#: The columns :func:`predict_table` writes besides the id column.
+PREDICTION_COLUMNS = ("prediction", "score")
+
+
 def predict_table(table: TableModel, frame: pd.DataFrame, *, source: str, strict: bool = False,
                   id_column: str | None = None) -> pd.DataFrame:
     """One row per row of ``frame``, in order: ``[id_column,] prediction, score``; the score is
     the probability of the positive class (binary) or the prediction (regression)."""
     if id_column is not None:
         require_columns(frame, [id_column], "--id-column", source)
+        if id_column in PREDICTION_COLUMNS:
+            raise ValueError(f"--id-column: {id_column!r} is also the name of an output column "
+                             f"{list(PREDICTION_COLUMNS)}; rename that column of {source} (the output would "
+                             "overwrite it)")
     inputs = prediction_inputs(table, frame, source=source, strict=strict, id_column=id_column)
     saved = table.saved
     out = pd.DataFrame(index=range(len(frame)))
