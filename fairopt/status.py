@@ -34,10 +34,12 @@ ABBREVIATIONS: dict[str, str] = {
 }
 #: What each short name stands for (printed where the names are).
 DEFINITIONS: dict[str, str] = {
-    "DI": "disparate impact, the smallest ratio of two groups' positive-prediction rates",
+    "DI": "disparate impact, the smallest ratio of two groups' positive-prediction rates ('each vs rest': of a "
+          "group's rate and the rate of all other rows)",
     "EI": "equal impact, DI on the rows with y = 1",
     "EO": "equal opportunity, the groups' true-positive rates compared (ratio or difference)",
-    "DP": "demographic parity, the largest difference of two groups' positive-prediction rates",
+    "DP": "demographic parity, the largest difference of two groups' positive-prediction rates ('each vs rest': "
+          "of a group's rate and the rate of all other rows)",
     "FPR": "false-positive parity, the groups' false-positive rates compared (ratio or difference)",
     "EOdds": "equalized odds, true- and false-positive rates compared (ratio or difference)",
 }
@@ -115,11 +117,17 @@ class BoundStatus:
 
 
 def label_of(constraint: Any) -> str:
-    """``DI[sex]`` for ``disparate_impact[sex]``: the short name of a group-rate prefix."""
+    """``DI[sex]`` for ``disparate_impact[sex]``: the short name of a group-rate prefix; ``DI[race, each vs
+    rest]`` where a set-up constraint compares each group of an attribute of more than two groups with the rest
+    of the rows (``groups="one_vs_rest"``, the default), whose measure is not the ratio of the smallest to the
+    largest group rate that :func:`fairopt.evaluate` reports as ``di_ratio``."""
     name = str(constraint.name)
     prefix = getattr(constraint, "_prefix", None)
     if prefix in ABBREVIATIONS and name.startswith(prefix):
-        return ABBREVIATIONS[prefix] + name[len(prefix):]
+        label = ABBREVIATIONS[prefix] + name[len(prefix):]
+        against_rest = getattr(constraint, "groups", None) == "one_vs_rest" and any(
+            getattr(part, "n_groups", 0) > 2 for part in getattr(constraint, "_partitions", ()))
+        return label[:-1] + ", each vs rest]" if against_rest and label.endswith("]") else label
     return name
 
 

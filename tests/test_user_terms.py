@@ -16,7 +16,7 @@ import fairopt
 from fairopt.cli import main
 from fairopt.constraints import DemographicParity, DisparateImpact
 from fairopt.evaluation import evaluate, format_report
-from fairopt.status import STATUSES, BoundStatus, fit_status
+from fairopt.status import STATUSES, BoundStatus, fit_status, label_of
 from solvers.history import FitResult, History
 
 
@@ -160,3 +160,21 @@ def test_bound_status_scale_of_small_bounds():
     small = BoundStatus("dcov", "dcov", 0.00123, 0.002, "upper", True)
     assert str(small) == "dcov 0.00123 (bound <= 0.002)"
     assert str(BoundStatus("gedi", "gedi", torch.tensor(0.25).item(), None, "upper", True)) == "gedi 0.250 (bound <= ?)"
+
+
+def test_a_constraint_comparing_each_group_with_the_rest_says_so_in_its_label():
+    """With more than two groups the default DI compares each group with the other rows, not the smallest with
+    the largest group rate (evaluate's di_ratio): the label says which, and the pairwise form keeps DI[g]."""
+    from fairopt import FairData
+
+    g = np.repeat(["A", "B", "C"], [100, 1800, 100])
+    data = FairData.from_arrays(np.zeros((len(g), 1)), np.tile([0.0, 1.0], len(g) // 2), {"g": g})
+    labels = {}
+    for groups in ("one_vs_rest", "pairwise"):
+        c = DisparateImpact("g", delta=0.8, groups=groups)
+        c.setup(data)
+        labels[groups] = label_of(c)
+    assert labels == {"one_vs_rest": "DI[g, each vs rest]", "pairwise": "DI[g]"}
+    two = DisparateImpact("sex", delta=0.8)
+    two.setup(fairopt.datasets.load("adult").subset(np.arange(200)))
+    assert label_of(two) == "DI[sex]"
