@@ -12,7 +12,7 @@ import numpy as np
 
 from solvers.plotting import finish_axes, panel_axes
 
-__all__ = ["History", "FitResult", "plain_values", "COLUMN_ACTIVE", "COLUMN_C", "COLUMN_C_PREDICTIONS",
+__all__ = ["DEFAULT_PLOT_KEYS", "History", "FitResult", "plain_values", "COLUMN_ACTIVE", "COLUMN_C", "COLUMN_C_PREDICTIONS",
            "COLUMN_DRIFT", "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_REFRESHED", "COLUMN_SCREENED", "COLUMN_VIOL",
            "QP_FINAL", "QP_NORMAL", "QP_RELAXED"]
 
@@ -59,6 +59,10 @@ def plain_values(info: dict) -> dict:
         elif isinstance(value, (list, tuple)) and all(plain(v) for v in value):
             kept[key] = [v.item() if hasattr(v, "item") else v for v in value]
     return kept
+
+
+#: The default panels of :meth:`History.plot`, by engine: the first group with a recorded key is drawn.
+DEFAULT_PLOT_KEYS: tuple[tuple[str, ...], ...] = (("f", "V", "V_exact"), ("score", "V_targets", "V_predictions"))
 
 
 class History:
@@ -108,7 +112,7 @@ class History:
         obj = json.loads(Path(path).read_text())
         return cls(obj.get("row_names", ()), obj.get("records", ()))
 
-    def plot(self, path: str | Path | None = None, *, keys: Sequence[str] = ("f", "V", "V_exact"),
+    def plot(self, path: str | Path | None = None, *, keys: Sequence[str] | None = None,
              x: str = "iteration", title: str | None = None, ax: Any = None) -> Any:
         """Training curves: one panel per recorded key (objective, surrogate and exact violation).
 
@@ -116,8 +120,10 @@ class History:
         ----------
         path : str or Path, optional
             Also write the figure there as a PNG.
-        keys : sequence of str
-            History columns; keys no record has are dropped (ValueError if none is left).
+        keys : sequence of str, optional
+            History columns; keys no record has are dropped (ValueError if none is left). None: the first of
+            :data:`DEFAULT_PLOT_KEYS` of which some key was recorded (the gradient engines' objective and
+            violations; Moving Targets' learner score and violations of its targets and predictions).
         x : str, default "iteration"
         title : str, optional
         ax : matplotlib Axes or sequence of Axes, optional
@@ -128,13 +134,18 @@ class History:
         -------
         matplotlib Axes, or a list of them for several keys (the figure is ``.figure``).
         """
+        recorded = {k for r in self.records for k, v in r.items() if isinstance(v, (int, float))}
+        if keys is None:
+            keys = next((group for group in DEFAULT_PLOT_KEYS if recorded & set(group)), DEFAULT_PLOT_KEYS[0])
         kept = [k for k in keys if any(k in r for r in self.records)]
         if not kept:
-            raise ValueError(f"keys: none of {list(keys)!r} were recorded")
+            raise ValueError(f"keys: none of {list(keys)!r} were recorded; numeric columns of this history: "
+                             f"{sorted(recorded)}")
         axes = panel_axes(ax, len(kept))
         xs = self.column(x) if any(x in r for r in self.records) else np.arange(len(self))
         labels = {"f": "objective (loss)", "V": "violation (surrogate)", "V_exact": "violation (exact)",
-                  "alpha": "step size", "beta": "learning rate", "tau": "merit parameter"}
+                  "alpha": "step size", "beta": "learning rate", "tau": "merit parameter", "score": "learner score",
+                  "V_targets": "violation of the targets", "V_predictions": "violation of the predictions"}
         for panel, key in zip(axes, kept):
             ys = self.column(key)
             panel.plot(xs, ys, lw=1.2)

@@ -259,8 +259,9 @@ def constant_loss(loss_fn: LossFn, data: Any, chunk_rows: int | None = None, ite
     """``min_a L(a 1, data)``, the loss of the best constant output, which a trained model must beat
     (bce: ``a = logit(mean y)``; mse: the variance of ``y``; poisson: ``a = log(sum y / sum e)``).
 
-    Safeguarded Newton steps on ``a`` from 0 (convex for the built-in losses), over all rows in
-    chunks of ``chunk_rows``; an :class:`L2Regularised` loss without its penalty.
+    Newton steps on ``a`` from 0 (convex for the built-in losses), each halved until it lowers the loss
+    (a step is not capped: targets far from 0, e.g. raw amounts under mse, need a long first step), over all
+    rows in chunks of ``chunk_rows``; an :class:`L2Regularised` loss without its penalty.
     """
     loss_fn = get_loss(unregularised(loss_fn))
     blocks = list(row_chunks(data, chunk_rows))
@@ -283,7 +284,14 @@ def constant_loss(loss_fn: LossFn, data: Any, chunk_rows: int | None = None, ite
         if not math.isfinite(f_value) or abs(g_value) < 1e-10:
             break
         move = -g_value / h_value if h_value > 1e-12 else -g_value
-        a = a + max(-5.0, min(5.0, move))  # Newton, at most 5 units of output per step
-    with torch.no_grad():
-        best = min(best, float(value(a)))
+        with torch.no_grad():
+            for _ in range(60):  # halve the Newton step until the loss falls (a log-link loss can overshoot)
+                trial = float(value(a + move))
+                if trial < f_value:
+                    break
+                move /= 2.0
+            else:
+                break  # no step lowers it: a minimum to rounding
+        a = a + move
+        best = min(best, trial)
     return best

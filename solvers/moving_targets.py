@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from solvers.history import COLUMN_C_PREDICTIONS, FitResult, History
+from solvers.history import COLUMN_C_PREDICTIONS, INFO_C_EXACT, FitResult, History
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.problem import Constraint, ConstraintSet, LinearEncoding, row_violations, row_weights
 from solvers.projection import BACKENDS, ProjectionResult, project_targets
@@ -255,6 +255,7 @@ class MovingTargets:
             model=best.params, history=history, status=status, converged=bool(feasible),
             info={
                 "targets": self.targets_, "violation": best.violation, "row_names": cons.row_names,
+                INFO_C_EXACT: [float(v) for v in torch.as_tensor(best.c_exact).reshape(-1).tolist()],
                 "returned_iteration": best.iteration, "feasible": bool(feasible), "unmet_rows": unmet,
                 "task": task, "master_seconds": float(np.nansum(history.column("master_seconds"))),
                 "learner_seconds": float(np.nansum(history.column("learner_seconds"))),

@@ -110,6 +110,13 @@ def test_memorising_learner_reaches_a_feasible_fixed_point() -> None:
     assert np.all(history.column("targets_change")[2:] == 0.0)
     assert np.all(history.column("V_predictions")[1:] == 0.0)
     assert result.converged and result.info["violation"] == 0.0
+    assert len(result.c_exact) == len(result.row_names) == 1  # the returned model's exact rows, as other engines
+    # the history plot's default panels are those Moving Targets records
+    axes = history.plot()
+    assert [a.get_title() for a in axes] == ["learner score", "violation of the targets",
+                                            "violation of the predictions"]
+    with pytest.raises(ValueError, match=r"none of \['f'\] were recorded; numeric columns of this history: .*score"):
+        history.plot(keys=["f"])
 
 
 def test_gedi_binary_attribute_targets_satisfy_the_bound() -> None:

@@ -321,6 +321,10 @@ def test_constant_loss_matches_the_closed_forms():
     yr = rng.normal(3.0, 2.0, size=n)
     reg = fairopt.FairData.from_arrays(X, yr, {"s": (rng.random(n) < 0.5).astype(int)}, task="regression")
     assert constant_loss(get_loss("mse"), reg) == pytest.approx(float(np.var(yr)), rel=1e-6)
+    # raw amounts far from 0 (a mean of 580, as Communities' crime counts): no cap on the Newton step
+    far = fairopt.FairData.from_arrays(X, 580.0 + 600.0 * yr, {"s": (rng.random(n) < 0.5).astype(int)},
+                                       task="regression")
+    assert constant_loss(get_loss("mse"), far) == pytest.approx(float(np.var(580.0 + 600.0 * yr)), rel=1e-5)
     weights = rng.uniform(0.5, 2.0, size=n)
     weighted = fairopt.FairData.from_arrays(X, yr, {"s": (rng.random(n) < 0.5).astype(int)}, task="regression",
                                             sample_weight=weights)
