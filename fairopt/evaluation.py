@@ -247,8 +247,11 @@ def _unique_name(name: str, taken: Mapping[str, Any]) -> str:
 def _check_protocol(c: Any) -> None:
     """A ValueError naming the first field of the Constraint protocol ``c`` lacks."""
     for field in ("name", "exact", "lower", "upper"):
-        if not hasattr(c, field):
-            raise ValueError(f"constraints: {c!r} has no {field!r} (solvers.problem.Constraint protocol)")
+        try:
+            getattr(c, field)
+        except AttributeError as error:  # a property's own reason (e.g. rows not sized before setup) is kept
+            reason = str(error) if "setup" in str(error) else "solvers.problem.Constraint protocol"
+            raise ValueError(f"constraints: {c!r} has no {field!r} ({reason})") from None
 
 
 def _exact_violation(out: torch.Tensor, data: Any, c: Any) -> tuple[torch.Tensor, float]:

@@ -349,3 +349,17 @@ def test_estimator_warns_when_the_fit_collapses_to_a_constant_classifier():
     with pytest.warns(DegenerateModelWarning, match="^near-constant classifier: .*one class is predicted for 100.00%"):
         clf.fit(X, y, sensitive_features={"s": s})
     assert (clf.predict(X) == 0).all()
+
+
+def test_a_constraint_not_set_up_is_named_with_what_to_do():
+    """evaluate with a rate constraint whose rows are not sized yet: the error says to call setup, not only that a
+    protocol field is missing; an object that lacks a field still names the protocol."""
+    import fairopt
+    from fairopt.constraints import DisparateImpact
+
+    data = fairopt.datasets.load("adult").subset(np.arange(300))
+    model = torch.nn.Linear(data.n_features, 1)
+    with pytest.raises(ValueError, match=r"has no 'lower' \(disparate_impact\[sex\]: .*call setup\(data\)"):
+        evaluate(model, data, constraints=[DisparateImpact("sex", delta=0.8)])
+    with pytest.raises(ValueError, match=r"has no 'exact' \(solvers.problem.Constraint protocol\)"):
+        evaluate(model, data, constraints=[SimpleNamespace(name="c", lower=0.0, upper=1.0)])
