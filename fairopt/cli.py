@@ -212,6 +212,8 @@ def _train(args: argparse.Namespace) -> int:
     if "data" not in options and "dataset" not in options:
         raise ValueError("train: give --data FILE (your own CSV or parquet file) or --dataset NAME (a built-in "
                          "data set, see fairopt datasets)")
+    if "hidden" in options and options.get("model", "linear") != "mlp":
+        raise ValueError(f"--hidden: only for --model mlp (not {options.get('model', 'linear')})")
     if "data" in options or options.get("method") == "moving_targets":
         return _train_table(options, out, args)
     given = [k for k in _OWN_DATA_ONLY if k in options]
