@@ -451,6 +451,17 @@ def _flags_of(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
             if any(o.startswith("--") for o in a.option_strings) and a.dest != "help"}
 
 
+def _cli_wording(text: str) -> str:
+    """A library message in the command line's terms: a constraint naming a sensitive feature the data lacks is
+    about ``--constraint`` (the library says ``sensitive:``, the constraint's argument), without the advice for
+    Python callers."""
+    if text.startswith("sensitive: unknown name"):
+        text = "--constraint: names an unknown sensitive feature" + text[len("sensitive: unknown name"):]
+        text = text.split(". Name the constraint", 1)[0] + (". Name one of them in --constraint, or with --data add "
+                                                             "the column with --sensitive")
+    return text
+
+
 def _flag_spelling(text: str, flags: dict[str, str]) -> str:
     """A message with the parameter names it gives spelled as the command's flags:
     ``data_dir=...`` -> ``--data-dir ...``, a leading ``dest:`` -> ``--flag:``,
@@ -490,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         if args.verbose >= 2:
             raise
-        message = _flag_spelling(_one_line(exc), _flags_of(parser, args.command))
+        message = _flag_spelling(_cli_wording(_one_line(exc)), _flags_of(parser, args.command))
         print(f"fairopt {args.command}: error: {message}", file=sys.stderr)
         return 2
 

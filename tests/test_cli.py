@@ -76,6 +76,7 @@ def _training_rows(history: pd.DataFrame) -> int:
     (["--constraint", "fairness:sex:0.8"], "spec"),
     (["--constraint", "disparate_impact:sex"], "bound"),
     (["--config", "no_such_file.toml"], "--config"),
+    (["--hidden", "8"], "--hidden: only for --model mlp"),
 ])
 def test_user_mistakes_give_one_error_line_and_status_2(tmp_path, capsys, flags, message):
     """A user's mistake is one line ``fairopt train: error: ...`` on stderr, exit status 2,
@@ -155,3 +156,12 @@ def test_bench_builtin_with_overrides(tmp_path, capsys):
     assert main(["bench", "demo-adult", "--epochs", "2", "--subsample", "1000", "--out", str(out)]) == 0
     table = pd.read_csv(out / "results.csv")
     assert set(table["method"]) == {"sqp", "penalty", "lagrangian"} and (table["n"] > 0).all()
+
+
+def test_a_constraint_on_an_unknown_sensitive_feature_is_worded_for_the_command_line(tmp_path, capsys):
+    """The library says ``sensitive: unknown name`` (the constraint's argument) with advice for Python callers;
+    the command line says which flag to change."""
+    assert main(["train", *TINY, "--constraint", "di:gender>=0.8", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fairopt train: error: --constraint: names an unknown sensitive feature 'gender'")
+    assert "rename" not in err and "--sensitive:" not in err
