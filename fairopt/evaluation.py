@@ -298,7 +298,7 @@ def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
         violation = _exact_violation(out, data, c)[1]
         statuses.append(BoundStatus(name=str(c.name), label=label_of(c), value=measure.value,
                                     bound=None if bound is None else float(bound), sense=measure.sense,
-                                    met=violation <= tol, violation=violation,
+                                    met=violation <= tol, row_violation=violation,
                                     undefined=_zero_over_zero(out, data, c)))
     return statuses
 

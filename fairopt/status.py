@@ -78,9 +78,10 @@ class BoundStatus:
         ``"lower"``: met when ``value >= bound``.
     met : bool
         The constraint's rows are within their bounds (exact violation within the tolerance).
-    violation : float or None
-        The exact violation of its rows, where known (quoted when the value is short of the bound but within
-        the tolerance).
+    row_violation : float or None
+        The exact violation of its rows ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``, where known, in the rows'
+        units (which may differ from the value's, e.g. a relative GeDI bound on absolute rows); quoted when the
+        value is short of the bound but within the tolerance.
     undefined : bool
         A ratio of rates that are all zero (0/0: no compared group has a positive prediction): the value is
         not a measure of fairness, and is printed as undefined (as :func:`fairopt.evaluate` reports NaN).
@@ -92,7 +93,7 @@ class BoundStatus:
     bound: float | None
     sense: str
     met: bool
-    violation: float | None = None
+    row_violation: float | None = None
     undefined: bool = False
 
     @property
@@ -112,7 +113,7 @@ class BoundStatus:
         within = ""
         if self.met and short:
             within = ", met within the violation tolerance" + (
-                "" if self.violation is None else f": exact violation of its rows {self.violation:.2g}")
+                "" if self.row_violation is None else f": exact violation of its rows {self.row_violation:.2g}")
         return f"{self.label} {format_number(self.value, scale)} ({self.bound_text}{within})"
 
 

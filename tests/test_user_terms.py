@@ -78,7 +78,7 @@ def test_fit_status_rules():
     assert {"converged", "feasible_not_stationary", "infeasible"} <= set(STATUSES)
     # a value a hair short of its bound, met within the tolerance, says so (with the violation, where known)
     assert "met within the violation tolerance" in str(BoundStatus("d", "DI[s]", 0.7996, 0.8, "lower", True))
-    assert str(BoundStatus("d", "DI[s]", 0.0, 0.95, "lower", True, violation=7.5e-4)).endswith(
+    assert str(BoundStatus("d", "DI[s]", 0.0, 0.95, "lower", True, row_violation=7.5e-4)).endswith(
         "met within the violation tolerance: exact violation of its rows 0.00075)")
     # no positive prediction in any group: the ratio is 0/0, not 1.000
     assert str(BoundStatus("d", "DI[s]", 1.0, 0.8, "lower", True, undefined=True)) == (
