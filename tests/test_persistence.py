@@ -367,6 +367,9 @@ def test_random_and_empty_files_are_not_fairopt_files(tmp_path):
     torch.save([torch.zeros(2)], tmp_path / "list.pt")
     with pytest.raises(ValueError, match=_names_file(tmp_path / "list.pt") + ": not a fairopt file"):
         load(tmp_path / "list.pt")
+    torch.save(torch.nn.Linear(3, 1).state_dict(), tmp_path / "weights.pt")  # a network's weights: said so
+    with pytest.raises(ValueError, match=r"it is a network's weights \(a state_dict.*load_state_dict"):
+        load(tmp_path / "weights.pt")
 
 
 class _Payload:

@@ -110,8 +110,13 @@ def check_header(payload: Any) -> int:
     """The format version of a fairopt payload (ValueError for another file or version)."""
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = f"keys {_sorted_keys(payload)}" if isinstance(payload, dict) else f"a {type(payload).__name__}"
+        weights = isinstance(payload, dict) and bool(payload) and all(isinstance(v, torch.Tensor)
+                                                                      for v in payload.values())
+        hint = (": it is a network's weights (a state_dict, as the model.pt of 'fairopt train --dataset'), which "
+                "torch.nn.Module.load_state_dict reads; a fitted estimator is saved by fairopt.save, and 'fairopt "
+                "predict' reads the model.fairopt of 'fairopt train --data'" if weights else "")
         raise ValueError(f"not a fairopt file (not a file written by fairopt.save): no 'format': {FORMAT!r} "
-                         f"entry (the archive holds {found})")
+                         f"entry (the archive holds {found}){hint}")
     version = payload.get("format_version")
     if isinstance(version, bool) or version not in _READABLE_VERSIONS:
         raise ValueError(f"unsupported format version {version!r} (this fairopt reads versions "
