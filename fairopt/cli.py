@@ -204,6 +204,10 @@ def _train(args: argparse.Namespace) -> int:
         if not Path(args.config).is_file():
             raise ValueError(f"--config: {args.config} is not a file")
         options = tomllib.loads(Path(args.config).read_text())
+        if "quiet" in options:  # a flag on the command line, a key like the others in the file
+            if not isinstance(options["quiet"], bool):
+                raise ValueError(f"--config: 'quiet' must be true or false, got {options['quiet']!r}")
+            args.quiet = args.quiet or options.pop("quiet")
     flags = {k: v for k, v in vars(args).items() if k not in _NOT_OPTIONS and v is not None}
     options.update(flags)
     out = options.pop("out", "fairopt_train")
@@ -251,7 +255,7 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
 
     unknown = sorted(set(options) - _TABLE_KEYS)
     if unknown:
-        raise ValueError(f"--config: unknown key(s) {unknown}; allowed: {sorted(_TABLE_KEYS)}")
+        raise ValueError(f"--config: unknown key(s) {unknown}; allowed: {sorted(_TABLE_KEYS | {'out', 'quiet'})}")
     given = [k for k in _DATASET_ONLY if k in options and "data" in options]
     if given:
         raise ValueError(f"{_flag(given[0])}: only with --dataset (a built-in data set), not with --data")

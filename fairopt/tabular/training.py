@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 import time
 import warnings
@@ -295,7 +296,7 @@ def _numeric_frame(frame: pd.DataFrame, target: str, features: list[str], task: 
         if levels > max(50, len(frame) // 2):
             logger.warning("column %r has %d distinct text values in %d rows: one-hot encoding gives as many "
                            "inputs; if it is an identifier, leave it out with --ignore %s", column, levels,
-                           len(frame), column)
+                           len(frame), shlex.quote(str(column)))
     return work, converted
 
 
