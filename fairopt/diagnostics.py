@@ -251,7 +251,9 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: boo
         if r2 < POOR_FIT_R2:
             return (f"training fit worse than a constant predictor: training R2 = {r2:.3g} < {POOR_FIT_R2:g} "
                     f"(R2 0 is predicting the training mean). {advice}")
-        return f"training fit no better than a constant predictor: training R2 = {r2:.3g}. {advice}" if engine_note else None
+        if engine_note:
+            return f"training fit no better than a constant predictor: training R2 = {r2:.3g}. {advice}"
+        return None
     if task == "binary":
         majority = float(max(y.mean(), 1.0 - y.mean()))
         accuracy = float(np.mean((out > 0) == (y > 0.5)))

@@ -80,7 +80,8 @@ def _binary(y_true: Any, y_pred: Any, pos_label: Any) -> tuple[np.ndarray, np.nd
     if labels.size > 2:
         raise ValueError(f"y_true, y_pred: fairness metrics need binary labels; got {labels.size} distinct labels "
                          f"{labels[:6].tolist()}")
-    if pos_label is None and (labels.dtype.kind == "b" or (labels.dtype.kind in "iuf" and np.isin(labels, (0, 1)).all())):
+    zero_one = labels.dtype.kind == "b" or (labels.dtype.kind in "iuf" and np.isin(labels, (0, 1)).all())
+    if pos_label is None and zero_one:
         pos_label = 1
     elif labels.size == 2:  # the estimators' rule: the last sorted label, with a note where the order says nothing
         pos_label, note = positive_class(labels.tolist(), pos_label, source="y_true and y_pred", role=_MEASURE_ROLE)

@@ -12,8 +12,9 @@ import numpy as np
 
 from solvers.plotting import finish_axes, panel_axes
 
-__all__ = ["DEFAULT_PLOT_KEYS", "History", "FitResult", "plain_values", "COLUMN_ACTIVE", "COLUMN_C", "COLUMN_C_PREDICTIONS",
-           "COLUMN_DRIFT", "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_REFRESHED", "COLUMN_SCREENED", "COLUMN_VIOL",
+__all__ = ["DEFAULT_PLOT_KEYS", "History", "FitResult", "plain_values", "COLUMN_ACTIVE", "COLUMN_C",
+           "COLUMN_C_PREDICTIONS", "COLUMN_DRIFT", "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_REFRESHED",
+           "COLUMN_SCREENED", "COLUMN_VIOL",
            "QP_FINAL", "QP_NORMAL", "QP_RELAXED"]
 
 # History columns that callers read (the engines write them under these names).

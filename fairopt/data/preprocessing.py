@@ -173,7 +173,8 @@ class Preprocessor:
         unusable = ~(np.isfinite(means) & np.isfinite(scales) & (scales > 0))
         if unusable.any():
             column = self.numeric_[int(np.flatnonzero(unusable)[0])]
-            raise ValueError(f"df: column {self.shown(column)!r} cannot be standardised (mean {float(means[unusable][0])!r}, "
+            raise ValueError(f"df: column {self.shown(column)!r} cannot be standardised "
+                             f"(mean {float(means[unusable][0])!r}, "
                              f"standard deviation {float(scales[unusable][0])!r}); rescale it before building FairData")
         return dict(zip(self.numeric_, means.tolist())), dict(zip(self.numeric_, scales.tolist()))
 
@@ -226,7 +227,8 @@ class Preprocessor:
             what = ("standardised with the training mean {:.6g} and standard deviation {:.6g}, it is {:.6g}"
                     .format(means[j], scales[j], z[row, j]) if self.standardize else "passed through unscaled")
             raise ValueError(
-                f"{argument}: column {self.shown(column)!r} has the value {float(values[row, j])!r} at index {label!r}; {what}, "
+                f"{argument}: column {self.shown(column)!r} has the value {float(values[row, j])!r} at index "
+                f"{label!r}; {what}, "
                 f"beyond the float32 range of the model inputs (about 3.4e38). Rescale the column (e.g. log or "
                 f"divide by a constant) or drop the row"
             )
