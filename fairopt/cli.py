@@ -375,15 +375,17 @@ def _model_and_rows(args: argparse.Namespace) -> tuple:
 def _predict(args: argparse.Namespace) -> int:
     from fairopt import tabular
 
+    out = Path(args.out)
+    if args.out != "-" and out.is_dir():
+        raise ValueError(f"--out: {args.out!r} is a directory; give a file name such as predictions.csv")
+    if args.out != "-" and not out.parent.is_dir():
+        raise ValueError(f"--out: the folder {str(out.parent)!r} of {args.out!r} does not exist; create it first")
     table, path, frame = _model_and_rows(args)
     predictions = tabular.predict_table(table, frame, source=path.name, strict=args.strict_columns,
                                         id_column=args.id_column)
     if args.out == "-":
         predictions.to_csv(sys.stdout, index=False)
         return 0
-    out = Path(args.out)
-    if out.is_dir():
-        raise ValueError(f"--out: {args.out!r} is a directory; give a file name such as predictions.csv")
     predictions.to_csv(out, index=False)
     counts = ""
     if table.task == "binary":

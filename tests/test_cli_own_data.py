@@ -129,6 +129,9 @@ def test_predict_keeps_row_order_and_matches_the_loaded_model(sqp_run, files, ca
                  "--id-column", "score"]) == 2
     assert "--id-column: 'score' is also the name of an output column" in capsys.readouterr().err
     assert not (files / "clash_out.csv").exists()
+    assert main(["predict", str(sqp_run), "--data", str(files / "new.csv"), "--out",
+                 str(files / "no_such_folder" / "p.csv")]) == 2
+    assert "does not exist; create it first" in capsys.readouterr().err
 
 
 def test_report_has_one_row_per_group(sqp_run, files, capsys):

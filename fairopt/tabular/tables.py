@@ -104,7 +104,8 @@ def require_complete(frame: pd.DataFrame, names: Sequence[str], source: str,
         if missing.any():
             holes[name] = (int(missing.sum()), int(np.flatnonzero(missing)[0]) + 1)
     if holes:
-        listed = ", ".join(f"{name!r} ({count} rows, first row {row})" for name, (count, row) in holes.items())
+        listed = ", ".join(f"{name!r} ({count} rows, first data row {row}: line {row + 1} of a file with a header)"
+                           for name, (count, row) in holes.items())
         raise ValueError(f"{source}: missing values in {listed}; {advice}")
 
 
