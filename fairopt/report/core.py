@@ -71,8 +71,8 @@ def _describe(groups: Groups, mask: np.ndarray, counts: np.ndarray) -> str:
 def group_report(
     model_or_estimator: Any,
     X: Any,
-    y: Any,
-    sensitive_features: Any,
+    y: Any = None,
+    sensitive_features: Any = None,
     *,
     threshold: float | None = None,
     n_bootstrap: int = 1000,
@@ -134,6 +134,11 @@ def group_report(
     >>> report = fairopt.group_report(clf, X_test, y_test, S_test)     # doctest: +SKIP
     >>> report.disparities.loc["selection_rate", "ratio"]              # doctest: +SKIP
     """
+    if y is None or sensitive_features is None:
+        given = "a FairData" if type(X).__name__ == "FairData" else "X"
+        raise ValueError(f"y, sensitive_features: required (got {given} without them): pass the rows, their targets "
+                         "and their sensitive features as the user sees them; fairopt.evaluate(model, data) reports "
+                         "the groups of a FairData")
     n_bootstrap, confidence, seed, min_group_size = _check_parameters(n_bootstrap, confidence, seed, min_group_size)
     groups = _groups(X, sensitive_features)
     responses = model_responses(model_or_estimator, X, y, task=task, threshold=threshold, pos_label=pos_label)
