@@ -457,15 +457,16 @@ def _flags_of(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
             if any(o.startswith("--") for o in a.option_strings) and a.dest != "help"}
 
 
-def _cli_wording(text: str) -> str:
-    """A library message in the command line's terms: a constraint naming a sensitive feature the data lacks is
-    about ``--constraint`` (the library says ``sensitive:``, the constraint's argument), without the advice for
-    Python callers."""
-    if text.startswith("sensitive: unknown name"):
-        text = "--constraint: names an unknown sensitive feature" + text[len("sensitive: unknown name"):]
-        text = text.split(". Name the constraint", 1)[0] + (". Name one of them in --constraint, or with --data add "
-                                                             "the column with --sensitive")
-    return text
+def _user_message(exc: Exception, flags: dict[str, str]) -> str:
+    """The one line a user's mistake prints: a constraint naming a sensitive feature the data lacks is about
+    ``--constraint`` (:class:`fairopt.exceptions.UnknownSensitiveError`, worded here without the library's advice
+    for Python callers); any other message with its parameter names spelled as the command's flags."""
+    from fairopt.exceptions import UnknownSensitiveError
+
+    if isinstance(exc, UnknownSensitiveError):
+        return (f"--constraint: names an unknown sensitive feature {exc.name!r}; available: {exc.available}. Name "
+                "one of them in --constraint, or with --data add the column with --sensitive")
+    return _flag_spelling(_one_line(exc), flags)
 
 
 def _flag_spelling(text: str, flags: dict[str, str]) -> str:
@@ -507,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         if args.verbose >= 2:
             raise
-        message = _flag_spelling(_cli_wording(_one_line(exc)), _flags_of(parser, args.command))
+        message = _user_message(exc, _flags_of(parser, args.command))
         print(f"fairopt {args.command}: error: {message}", file=sys.stderr)
         return 2
 

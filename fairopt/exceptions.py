@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Iterable
 
 
 class FairnessWarning(UserWarning):
@@ -28,6 +29,21 @@ class DegenerateModelWarning(FairnessWarning):
 class CertificateError(ValueError):
     """A held-out fairness certificate failed (``on_fail="raise"`` of the estimators): the
     bound does not hold on the validation rows at the requested confidence."""
+
+
+class UnknownSensitiveError(ValueError):
+    """A constraint names a sensitive feature the data does not have. ``name`` is the name asked for,
+    ``available`` the data's sensitive features (sorted): callers that speak in other terms (the command
+    line's ``--constraint``) word the message from them."""
+
+    def __init__(self, name: str, available: Iterable[str]) -> None:
+        self.name, self.available = name, sorted(available)
+        super().__init__(f"sensitive: unknown name {name!r}; available: {self.available}. Name the constraint after "
+                         f"one of them, or give the feature that name (a Series passed to fit keeps its own: "
+                         f"s.rename({name!r}))")
+
+    def __reduce__(self):  # picklable with its arguments (a worker of a parallel search raises it)
+        return type(self), (self.name, self.available)
 
 
 def _library_directories() -> tuple[str, ...]:

@@ -49,7 +49,8 @@ from solvers.sqp import SQPWarning, StochasticSQP
 __all__ = ["ALPHA_DEFAULTS", "CLASSIFIER_NETWORK_SCHEDULE", "ENGINES", "ENGINE_CLASSES", "ENGINE_DEFAULTS",
            "ENGINE_CONSTANT_NOTE", "ESTIMATOR_OPTIONS", "METHODS", "MODEL_KINDS", "REFERENCE_OPTIONS",
            "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE", "EngineAdapter", "TrainingOptions", "engine_class",
-           "engine_options", "engine_param_defaults", "float64_outputs", "is_mini_batch", "model_factory", "release_batch_caches",
+           "engine_options", "engine_param_defaults", "float64_outputs", "is_mini_batch", "model_factory",
+           "release_batch_caches",
            "run_engine", "run_lagrangian", "run_moving_targets", "run_penalty", "run_sqp", "train",
            "training_problem", "with_sqp_surrogates"]
 

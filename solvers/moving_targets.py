@@ -255,7 +255,7 @@ class MovingTargets:
             model=best.params, history=history, status=status, converged=bool(feasible),
             info={
                 "targets": self.targets_, "violation": best.violation, "row_names": cons.row_names,
-                INFO_C_EXACT: [float(v) for v in torch.as_tensor(best.c_exact).reshape(-1).tolist()],
+                INFO_C_EXACT: torch.as_tensor(best.c_exact, dtype=torch.float64).reshape(-1).tolist(),
                 "returned_iteration": best.iteration, "feasible": bool(feasible), "unmet_rows": unmet,
                 "task": task, "master_seconds": float(np.nansum(history.column("master_seconds"))),
                 "learner_seconds": float(np.nansum(history.column("learner_seconds"))),

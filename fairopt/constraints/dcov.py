@@ -10,10 +10,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fairopt.constraints.base import BaseConstraint
-from fairopt.constraints.rows import unknown_sensitive_message
 from fairopt._validation import measure_bound, require_unweighted, sensitive_names
 from fairopt._validation import check_choice, check_seed, positive_float, positive_int
-from fairopt.exceptions import FairnessWarning
+from fairopt.exceptions import FairnessWarning, UnknownSensitiveError
 from fairopt.measures.dcov import JOINT_METHODS, METHODS, ccdcov, jdcov
 
 __all__ = ["DistanceCovariance", "prediction_from_output"]
@@ -137,7 +136,7 @@ class DistanceCovariance(BaseConstraint):
         values, categorical = [], []
         for name in self.sensitive:
             if name not in columns or name not in kinds:
-                raise ValueError(unknown_sensitive_message(name, columns))
+                raise UnknownSensitiveError(name, columns)
             kind = kinds[name]
             if kind not in SENSITIVE_KINDS:
                 raise ValueError(f"sensitive_kinds[{name!r}]: expected one of {list(SENSITIVE_KINDS)}, got {kind!r}")

@@ -17,12 +17,11 @@ import torch.nn.functional as F
 
 from fairopt._validation import as_1d_tensor, check_binary, finite_float, sensitive_names
 from fairopt.constraints.base import BaseConstraint
-from fairopt.exceptions import FairnessWarning
+from fairopt.exceptions import FairnessWarning, UnknownSensitiveError
 from fairopt.surrogates import Surrogate, get_surrogate
 from solvers.problem import shared_value
 
-__all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out", "positive_counts",
-           "unknown_sensitive_message"]
+__all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out", "positive_counts"]
 
 # the rate constraints' logger: these rows are their machinery
 logger = logging.getLogger("fairopt.constraints.rates")
@@ -95,17 +94,11 @@ def _metadata(data: Any, field: str) -> Mapping:
     return value
 
 
-def unknown_sensitive_message(name: str, available: Any) -> str:
-    """The error text for a constraint naming a sensitive feature the data does not have."""
-    return (f"sensitive: unknown name {name!r}; available: {sorted(available)}. Name the constraint after one of "
-            f"them, or give the feature that name (a Series passed to fit keeps its own: s.rename({name!r}))")
-
-
 def _sensitive_column(batch: Any, name: str) -> torch.Tensor:
     """``batch.sensitive[name]`` checked to be a tensor of one value per row."""
     columns = _metadata(batch, "sensitive")
     if name not in columns:
-        raise ValueError(unknown_sensitive_message(name, columns))
+        raise UnknownSensitiveError(name, columns)
     column = columns[name]
     if not isinstance(column, torch.Tensor) or column.shape != (len(batch),):
         shape = tuple(column.shape) if isinstance(column, torch.Tensor) else type(column).__name__
@@ -170,7 +163,7 @@ def _resolve_partitions(
     available = sorted(_metadata(data, "sensitive"))
     for name in names:
         if name not in kinds or name not in available:
-            raise ValueError(unknown_sensitive_message(name, available))
+            raise UnknownSensitiveError(name, available)
         if kinds[name] not in _KINDS:
             raise ValueError(f"sensitive_kinds[{name!r}]: expected one of {_KINDS}, got {kinds[name]!r}")
     continuous = [name for name in names if kinds[name] == "continuous"]

@@ -182,7 +182,8 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
             ("converged", _yes_no(meta["converged"])),
             ("feasible on the training rows", _yes_no(meta["feasible"]) if meta["constraints"] else "n/a"),
             *([("degenerate", "yes: the model predicts the same for every training row, so its fairness says "
-                              "nothing (see the warnings of the run)")] if trained.train_eval.get("degenerate") else []),
+                              "nothing (see the warnings of the run)")]
+              if trained.train_eval.get("degenerate") else []),
             ("rows", f"{meta['n_train']} training, {meta['n_test']} held out"),
             ("inputs", f"{len(table.features)} columns -> {trained.encoding['n_inputs']} model inputs"),
             ("seconds", f"{trained.seconds:.1f}")]
