@@ -20,7 +20,7 @@ from solvers.problem import row_chunks, row_weights, weight_total, weighted_mean
 
 __all__ = ["LossFn", "bce_loss", "mse_loss", "poisson_loss", "get_loss", "check_targets", "ScaledLoss",
            "scaled_mse_loss", "L2Regularised", "linear_weights", "parameter_gradient", "unregularised",
-           "value_and_gradient", "constant_loss", "loss_name"]
+           "value_and_gradient", "best_constant_output", "constant_loss", "loss_name"]
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -257,7 +257,15 @@ def check_targets(loss: "str | LossFn", data: Any) -> None:
 
 def constant_loss(loss_fn: LossFn, data: Any, chunk_rows: int | None = None, iterations: int = 30) -> float:
     """``min_a L(a 1, data)``, the loss of the best constant output, which a trained model must beat
-    (bce: ``a = logit(mean y)``; mse: the variance of ``y``; poisson: ``a = log(sum y / sum e)``).
+    (:func:`best_constant_output`'s second value)."""
+    return best_constant_output(loss_fn, data, chunk_rows, iterations)[1]
+
+
+def best_constant_output(loss_fn: LossFn, data: Any, chunk_rows: int | None = None,
+                         iterations: int = 30) -> tuple[float, float]:
+    """``(a*, L(a* 1, data))`` with ``a* = argmin_a L(a 1, data)``, the best constant output and its loss
+    (bce: ``a = logit(mean y)``; mse: ``a = mean y``, the loss the variance of ``y``; poisson:
+    ``a = log(sum y / sum e)``).
 
     Newton steps on ``a`` from 0 (convex for the built-in losses), each halved until it lowers the loss
     (a step is not capped: targets far from 0, e.g. raw amounts under mse, need a long first step), over all
@@ -272,7 +280,7 @@ def constant_loss(loss_fn: LossFn, data: Any, chunk_rows: int | None = None, ite
         return sum(loss_fn(a.expand(len(b)), b) * (t / denominator) for b, t in zip(blocks, totals))
 
     a = torch.zeros((), dtype=torch.float64)
-    best = math.inf
+    best, best_a = math.inf, 0.0
     for _ in range(int(iterations)):
         a_var = a.clone().requires_grad_(True)
         with torch.enable_grad():
@@ -280,7 +288,8 @@ def constant_loss(loss_fn: LossFn, data: Any, chunk_rows: int | None = None, ite
             (g,) = torch.autograd.grad(f, a_var, create_graph=True)
             (h,) = torch.autograd.grad(g, a_var)
         f_value, g_value, h_value = float(f.detach()), float(g.detach()), float(h)
-        best = min(best, f_value)
+        if f_value < best:
+            best, best_a = f_value, float(a)
         if not math.isfinite(f_value) or abs(g_value) < 1e-10:
             break
         move = -g_value / h_value if h_value > 1e-12 else -g_value
@@ -293,5 +302,6 @@ def constant_loss(loss_fn: LossFn, data: Any, chunk_rows: int | None = None, ite
             else:
                 break  # no step lowers it: a minimum to rounding
         a = a + move
-        best = min(best, trial)
-    return best
+        if trial < best:
+            best, best_a = trial, float(a)
+    return best_a, best

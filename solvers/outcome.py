@@ -15,12 +15,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from solvers.losses import best_constant_output
 from solvers.problem import assign_parameters, flat_parameters, model_outputs, row_chunks, row_violations
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
            "NEAR_CONSTANT_SHARE", "NEAR_CONSTANT_Z", "NearConstantWarning", "NoProgressWarning", "RISE_TOLERANCE",
-           "TrainingInstabilityWarning", "near_constant", "training_accuracy", "unmet_rows", "warn_if_constant",
-           "warn_if_start", "warn_if_unstable", "warn_unmet"]
+           "TrainingInstabilityWarning", "constant_meets_bounds", "near_constant", "no_better_than_constant",
+           "training_accuracy", "unmet_rows", "warn_if_constant", "warn_if_start", "warn_if_unstable", "warn_unmet"]
 
 #: Relative rise of the training loss over its starting value that :func:`warn_if_unstable` reports.
 RISE_TOLERANCE = 0.25
@@ -224,30 +225,64 @@ def near_constant(accuracy: float, majority: float, n_rows: int | None = None,
     return reasons
 
 
+def no_better_than_constant(f: float, f_constant: float) -> bool:
+    """Whether a training loss ``f`` is not below ``f_constant``, the best constant output's (finite)."""
+    return math.isfinite(f_constant) and not f < f_constant
+
+
 def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float | None = None,
-                     majority: float | None = None, stacklevel: int = 3, *, n_rows: int | None = None) -> bool:
+                     majority: float | None = None, stacklevel: int = 3, *, n_rows: int | None = None,
+                     constant_meets_bounds: bool | None = True) -> bool:
     """Warn when the returned model is no better than a constant (:class:`ConstantPredictorWarning`:
-    ``f`` not below ``f_constant``) or nearly constant (:class:`NearConstantWarning`,
-    :func:`near_constant`); whether it did."""
-    failed = math.isfinite(f_constant) and not f < f_constant
+    ``f`` not below ``f_constant``, :func:`no_better_than_constant`) or nearly constant
+    (:class:`NearConstantWarning`, :func:`near_constant`); whether it did.
+
+    ``constant_meets_bounds`` says whether the best constant output meets every bound on the exact
+    measure (the library's group-rate, covariance, GeDI and distance-covariance bounds always do; a user
+    constraint need not). True: the bounds do not force a loss above the constant's, so training failed.
+    False: they may (a model that meets them can be worse than that constant), so the warning says so
+    instead of blaming training. None: not checked (rows held in chunks), the warning does not claim either.
+    """
+    failed = no_better_than_constant(f, f_constant)
     reasons = [f"training loss {f:.4g} >= {f_constant:.4g}, the loss of the best constant output"] if failed else []
     if accuracy is not None and majority is not None:
         reasons += near_constant(accuracy, majority, n_rows)
     if not reasons:
         return False
     if failed:
+        if constant_meets_bounds is False:
+            why = ("The best constant output violates the bounds, so they may force this: a model that meets them "
+                   "can have a higher loss than that constant. If a better model should meet them, try more "
+                   "epochs, full batches or a smaller lr, and look at the history.")
+        else:
+            premise = ("The bounds do not force this (the best constant output meets them)"
+                       if constant_meets_bounds else "Bounds that a constant model meets do not force this")
+            why = (f"{premise}: training failed. Try more epochs, full batches, a smaller lr, or look at the "
+                   "history; constraint rows that rest on few data rows (small groups under a sharp surrogate) "
+                   "need a smoother surrogate.")
         warnings.warn(f"{engine}: the returned model is no better than a constant predictor ({'; '.join(reasons)}). "
-                      "The bounds do not force this (a constant model meets them): training failed. Try more "
-                      "epochs, full batches, a smaller lr, or look at the history; constraint rows that rest on few "
-                      "data rows (small groups under a sharp surrogate) need a smoother surrogate.",
-                      ConstantPredictorWarning,
-                      stacklevel=stacklevel)
+                      + why, ConstantPredictorWarning, stacklevel=stacklevel)
     else:
         warnings.warn(f"{engine}: the returned model is nearly a constant predictor ({'; '.join(reasons)}). Bounds "
                       "that only such a model meets force this (a constant model meets every group-rate bound); "
                       "otherwise training stopped short: more epochs, full batches or a smaller lr.",
                       NearConstantWarning, stacklevel=stacklevel)
     return True
+
+
+def constant_meets_bounds(model: torch.nn.Module, loss_fn: Callable, cons: Any, data: Any,
+                          tracker: "BestIterate") -> bool:
+    """Whether the best constant output ``a*`` (:func:`solvers.losses.best_constant_output`) meets the
+    tracker's bounds on the exact rows ``cons.exact(a* 1, data)`` over all rows of ``data`` (held in
+    memory); True without constraint rows. One pass over the rows, asked only before a
+    :class:`ConstantPredictorWarning` (:func:`warn_if_constant`'s ``constant_meets_bounds``)."""
+    if not cons.n_rows:
+        return True
+    a = best_constant_output(loss_fn, data)[0]
+    with torch.no_grad():
+        out = model_outputs(model, data)
+        c = cons.exact(torch.full_like(out, a), data).reshape(-1).to(torch.float64)
+    return tracker.meets(c)
 
 
 def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_constant: float = -math.inf,

@@ -9,10 +9,12 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
 import fairopt
 from fairopt.diagnostics import poor_fit_message
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
+from solvers import StochasticSQP
 from solvers.outcome import (NEAR_CONSTANT_SHARE, NEAR_CONSTANT_Z, ConstantPredictorWarning, NearConstantWarning,
                              near_constant, warn_if_constant)
 from conftest import require_shared_file
@@ -40,6 +42,65 @@ def test_the_engine_warning_tells_a_failed_fit_from_a_near_constant_one():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not warn_if_constant("E", 0.5, 0.56, accuracy=0.80, majority=0.75, n_rows=1000)
+
+
+def test_the_warning_blames_training_only_where_the_best_constant_meets_the_bounds():
+    with pytest.warns(ConstantPredictorWarning, match="the best constant output meets them"):
+        warn_if_constant("E", 0.6, 0.56, constant_meets_bounds=True)
+    with pytest.warns(ConstantPredictorWarning, match="violates the bounds, so they may force this") as caught:
+        warn_if_constant("E", 0.6, 0.56, constant_meets_bounds=False)
+    assert "training failed" not in str(caught[0].message)
+    with pytest.warns(ConstantPredictorWarning, match="Bounds that a constant model meets do not force this"):
+        warn_if_constant("E", 0.6, 0.56, constant_meets_bounds=None)
+
+
+class _Regression:
+    """Rows of a one-feature regression (``X``, ``y``) for the engine."""
+
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return self.X.shape[0]
+
+    def subset(self, idx):
+        return _Regression(self.X[idx], self.y[idx])
+
+
+class _MeanAtLeast:
+    """A user constraint ``mean(out) >= level``: unlike the library's bounds, a constant output can violate it."""
+
+    name = "mean_out"
+
+    def __init__(self, level):
+        self.lower = torch.tensor([float(level)], dtype=torch.float64)
+        self.upper = torch.tensor([math.inf], dtype=torch.float64)
+
+    def __call__(self, out, batch):
+        return out.reshape(-1).mean().reshape(1)
+
+    exact = __call__
+
+
+@pytest.mark.parametrize("level", [3.0, -3.0])
+def test_the_engine_checks_the_best_constant_against_a_user_constraint(level):
+    """The engine's loss-above-constant warning said "a constant model meets the bounds" for any
+    constraint; ``mean(out) >= 3`` on targets of mean 0 forces every feasible model's mse above the
+    variance, so the warning must say the bound may force it, and a bound the constant meets
+    (``>= -3``) gives a fit better than the constant with no warning."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(400, 1, generator=g, dtype=torch.float64)
+    y = 0.5 * X.reshape(-1) + torch.randn(400, generator=g, dtype=torch.float64)
+    model = torch.nn.Linear(1, 1).double()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = StochasticSQP(epochs=60).fit(model, _Regression(X, y), loss="mse", constraints=[_MeanAtLeast(level)])
+    constant = [str(w.message) for w in caught if issubclass(w.category, ConstantPredictorWarning)]
+    if level > 0:
+        assert result.info["max_row_violation"] <= 1e-6
+        assert len(constant) == 1 and "violates the bounds" in constant[0] and "training failed" not in constant[0]
+    else:
+        assert constant == []
 
 
 def group_only_sample(n: int = 800, seed: int = 0):

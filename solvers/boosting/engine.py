@@ -20,7 +20,8 @@ from solvers.boosting.validation import VALIDATION_METRICS, ValidationLoss, runn
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import check_targets, loss_name
-from solvers.outcome import BestIterate, NoUsableInputWarning, warn_if_constant, warn_if_start, warn_unmet
+from solvers.outcome import (BestIterate, NoUsableInputWarning, no_better_than_constant, warn_if_constant, warn_if_start,
+                             warn_unmet)
 from solvers.problem import as_constraint_set, check_dataset, exact_rows, row_violations
 from solvers.validation import check_choice, check_flag, check_interval, check_seed, positive_float, positive_int
 
@@ -441,7 +442,12 @@ class BoostedSQP:
                 labels = torch.as_tensor(data.y).reshape(-1).double().cpu() > 0.5
                 rate = float(labels.double().mean())
                 accuracy, majority = float(((out.cpu() > 0) == labels).double().mean()), max(rate, 1.0 - rate)
-            warn_if_constant("BoostedSQP", f, f_constant, accuracy, majority, stacklevel=4)
+            meets = True
+            if m and no_better_than_constant(f, f_constant):  # one more pass, only before that warning
+                constant_rows = exact_rows(cons, torch.full_like(out, init), data)
+                meets = bool((row_violations(constant_rows, lower, upper) <= self.feasibility_tol).all())
+            warn_if_constant("BoostedSQP", f, f_constant, accuracy, majority, stacklevel=4,
+                             constant_meets_bounds=meets)
         status = "stopped_by_callback" if state.stop else ("converged" if feasible else "infeasible")
         ran = state.trees + state.taken_back  # rounds that grew a tree, those taken back included
         history.append({"iteration": ran, "returned": trees, "f": f, "c_exact": c_exact.tolist(),

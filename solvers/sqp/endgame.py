@@ -13,8 +13,8 @@ import torch
 from solvers.distributed import AllReduceDerivatives
 from solvers.history import COLUMN_ACTIVE, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import loss_name
-from solvers.outcome import (BestIterate, training_accuracy, warn_if_constant, warn_if_start, warn_if_unstable,
-                             warn_unmet)
+from solvers.outcome import (BestIterate, constant_meets_bounds, no_better_than_constant, training_accuracy,
+                             warn_if_constant, warn_if_start, warn_if_unstable, warn_unmet)
 from solvers.output_shift import shift_output
 from solvers.problem import assign_parameters, flat_parameters, row_violations
 from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
@@ -343,7 +343,11 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     warn_if_start("SQP", chosen, state.start_iteration, last, options.feasibility_tol, stacklevel=4)
     if f_constant is not None and chosen is not None:
         accuracy = training_accuracy(model, data, options.chunk_rows) if loss_name(loss_fn) == "bce" else (None, None)
-        warn_if_constant("SQP", chosen.f, f_constant, *accuracy, stacklevel=4, n_rows=len(data))
+        meets: bool | None = True
+        if no_better_than_constant(chosen.f, f_constant):  # one more pass, only before that warning
+            meets = constant_meets_bounds(model, loss_fn, cons, data, tracker) if in_memory else None
+        warn_if_constant("SQP", chosen.f, f_constant, *accuracy, stacklevel=4, n_rows=len(data),
+                         constant_meets_bounds=meets)
     warn_if_unstable("SQP", tracker, state.restarts, -math.inf if f_constant is None else f_constant,
                      stacklevel=4)
     returned = chosen.iteration if chosen is not None else last
