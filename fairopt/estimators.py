@@ -44,11 +44,11 @@ from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
 from fairopt.inputs import sensitive_columns
 from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model, routes_missing_values
+from fairopt.constraints.base import release_caches
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
-                              float64_outputs, is_mini_batch, release_batch_caches, train,
-                              with_sqp_surrogates)
+                              float64_outputs, is_mini_batch, train, with_sqp_surrogates)
 from solvers.history import FitResult, plain_values
 from fairopt.evaluation import bound_statuses
 from fairopt.status import fit_status
@@ -205,8 +205,8 @@ class _FairEstimator(BaseEstimator):
         self.validation_indices_, self.candidates_ = fit.validation_indices, fit.candidates
         self.certificate_, self.predicted_held_out_ = fit.certificate, fit.predicted
         raise_or_warn_failed(fit.certificate, options.on_fail)
-        release_batch_caches(constraints)
-        release_batch_caches(fit.training)
+        release_caches(constraints)
+        release_caches(fit.training)
         return self
 
     def _check_parameters(self) -> None:
@@ -525,7 +525,7 @@ class _FairEstimator(BaseEstimator):
         try:
             return evaluate_model(self.model_, data, constraints)
         finally:
-            release_batch_caches(constraints)
+            release_caches(constraints)
 
     def check_generalisation(self, X: Any, y: Any = None, *, sensitive_features: Any = None,
                              tol: float = 0.02) -> pd.DataFrame:
@@ -551,7 +551,7 @@ class _FairEstimator(BaseEstimator):
         require_all_groups(data, self.sensitive_levels_)
         constraints = self._constraints_for(data)
         held_out = model_violations(self.model_, data, constraints)
-        release_batch_caches(constraints)
+        release_caches(constraints)
         return generalisation_table(self.train_violations_, held_out, tol)
 
 

@@ -24,7 +24,7 @@ from torch import nn
 from fairopt._validation import check_choice, check_interval, positive_float, positive_int
 from fairopt.data import FairData, stratified_split_indices
 from fairopt.exceptions import FairnessWarning
-from fairopt.training import release_batch_caches
+from fairopt.constraints.base import release_caches
 from solvers.history import FitResult
 
 __all__ = ["CANDIDATE_INFLATIONS", "ON_FAIL", "HeldOutFit", "HeldOutOptions", "candidate_inflations",
@@ -219,7 +219,7 @@ def certificates(options: HeldOutOptions, held_out: FairData, model: nn.Module, 
     try:
         return [certify(model, held_out, c, float(options.confidence), seed=int(options.seed)) for c in constraints]
     finally:
-        release_batch_caches(constraints)
+        release_caches(constraints)
 
 
 def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairData, constraints: list,

@@ -60,8 +60,10 @@ _SURROGATE_KEY = "surrogate"
 
 
 def is_constraint_object(obj: Any) -> bool:
-    """Whether ``obj`` is a constraint object (callable with ``exact``) rather than a specification."""
-    return callable(obj) and callable(getattr(obj, "exact", None))
+    """Whether ``obj`` is a constraint object rather than a specification: callable (a string, tuple, table or
+    fairlearn constraint never is). Whether it keeps the constraint contract is checked as it enters an
+    engine (:func:`solvers.contract.check_constraint`), which names a missing member."""
+    return callable(obj)
 
 
 def _is_single_spec(obj: Any) -> bool:

@@ -50,7 +50,6 @@ __all__ = ["ALPHA_DEFAULTS", "CLASSIFIER_NETWORK_SCHEDULE", "ENGINES", "ENGINE_C
            "ENGINE_CONSTANT_NOTE", "ESTIMATOR_OPTIONS", "METHODS", "MODEL_KINDS", "REFERENCE_OPTIONS",
            "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE", "EngineAdapter", "TrainingOptions", "engine_class",
            "engine_options", "engine_param_defaults", "float64_outputs", "is_mini_batch", "model_factory",
-           "release_batch_caches",
            "run_engine", "run_lagrangian", "run_moving_targets", "run_penalty", "run_sqp", "train",
            "training_problem", "with_sqp_surrogates"]
 
@@ -77,7 +76,7 @@ ENGINE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     # measured on Communities and Crime (benchmarks/regression_fit.py): with these the
     # unconstrained linear fit reaches the least-squares optimum (test R2 of Ridge)
     # SQP: 10000 epochs is a budget, not a cost: a run stops at a feasible KKT point (Communities
-    # and Crime, unconstrained: after 3700-7000 epochs, 2-4 s); lr 0.02 keeps the first steps
+    # and Crime, unconstrained: after 3700-7000 epochs); lr 0.02 keeps the first steps
     # of the standardised least squares (curvature up to the number of correlated inputs) stable
     "regression": {"sqp": {"epochs": 10000, "lr": 0.02},
                    "first_order": {"epochs": 1000, "lr": 1e-2},
@@ -421,16 +420,6 @@ def float64_outputs(model: nn.Module, encoded: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         out = torch.func.functional_call(model, state, (x,))
     return row_outputs(out, x.shape[0]).double().numpy()  # an (n, 1) column is squeezed, as in the engines
-
-
-def release_batch_caches(constraints: list) -> None:
-    """Drop the per-batch operator caches of the constraints: they hold references to the
-    batches (the training data) that would otherwise live, and be pickled, with the
-    estimator."""
-    for c in constraints:
-        cache = getattr(c, "_cache", None)
-        if hasattr(cache, "clear"):
-            cache.clear()
 
 
 def _make(cls: type, options: dict) -> Any:

@@ -56,6 +56,7 @@ __all__ = [
     "cost_on_all_rows",
     "declared_row_names",
     "jacobian_direction",
+    "DECLARING_MEMBERS",
     "looks_like_constraint",
     "offers_closed_form_rows",
     "offers_calibrated_form",
@@ -206,9 +207,19 @@ def _offers(constraint: Any, *members: str) -> bool:
     return all(callable(getattr(constraint, name, None)) for name in members)
 
 
+#: Members by which an object declares itself a constraint rather than a penalty ``P(out, batch)``: its
+#: bounds (a penalty object may offer ``exact``, its measure, but has no bounds).
+DECLARING_MEMBERS = ("lower", "upper")
+
+
 def looks_like_constraint(obj: Any) -> bool:
-    """``obj`` is meant as one constraint (callable with ``exact``), not an iterable of them."""
-    return callable(obj) and hasattr(obj, "exact")
+    """``obj`` is meant as a constraint, not a plain penalty: callable and declaring its bounds
+    (:data:`DECLARING_MEMBERS`; looked up with ``dir``, as some bounds raise before ``setup``, and with
+    ``hasattr`` for bounds a wrapper delegates). Whether it is a valid one is :func:`check_constraint`'s
+    question, which names what it lacks."""
+    if not callable(obj):
+        return False
+    return bool(set(DECLARING_MEMBERS) & set(dir(obj))) or hasattr(obj, "lower")
 
 
 def offers_setup(constraint: Any) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch import nn
 
-from solvers.contract import offers_setup
+from solvers.contract import check_constraint, looks_like_constraint, offers_setup
 from solvers.history import COLUMN_PENALTY, FitResult, History
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
@@ -34,13 +34,6 @@ __all__ = ["Penalty", "PenaltyTerm", "penalty_terms", "penalised_loss", "FirstOr
 logger = logging.getLogger(__name__)
 
 PenaltyFn = Callable[[torch.Tensor, Any], torch.Tensor]
-
-
-def is_constraint(obj: Any) -> bool:
-    """Whether ``obj`` is a constraint: callable, with ``exact`` and bounds (looked up with ``dir``, as
-    some bounds raise before ``setup``)."""
-    names = set(dir(obj))
-    return callable(obj) and {"exact", "lower", "upper"} <= names
 
 
 @dataclass
@@ -70,8 +63,9 @@ def _constraint_term(constraint: Any) -> PenaltyTerm:
 
 
 def penalty_terms(penalties: Any) -> list[PenaltyTerm]:
-    """``penalties`` (one or an iterable) as :class:`PenaltyTerm` s: a constraint becomes the total
-    violation of its surrogate rows; any other callable ``P(out, batch) -> scalar`` is used as it is,
+    """``penalties`` (one or an iterable) as :class:`PenaltyTerm` s: a constraint
+    (:func:`solvers.contract.looks_like_constraint`, checked by :func:`solvers.contract.check_constraint`)
+    becomes the total violation of its surrogate rows; any other callable ``P(out, batch) -> scalar`` is used as it is,
     labelled by its ``name`` (or class/function name), with its ``setup(data)`` if any."""
     if penalties is None:
         return []
@@ -80,7 +74,8 @@ def penalty_terms(penalties: Any) -> list[PenaltyTerm]:
     for item in items:
         if isinstance(item, PenaltyTerm):
             terms.append(item)
-        elif is_constraint(item):
+        elif looks_like_constraint(item):
+            check_constraint(item)  # the contract every engine checks: a broken one is refused, not penalised raw
             terms.append(_constraint_term(item))
         elif callable(item):
             name = getattr(item, "name", None) or getattr(item, "__name__", None) or type(item).__name__

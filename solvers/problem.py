@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from solvers.contract import (Constraint, calibrated_form, check_bounds, check_constraint, declared_row_names,
-                              jacobian_direction, looks_like_constraint, offers_closed_form_rows, offers_factored_rows,
+                              jacobian_direction, offers_closed_form_rows, offers_factored_rows,
                               offers_setup, offers_strata, offers_target_encoding, row_scale, smooth_is_exact)
 from solvers.strata import row_codes
 
@@ -445,12 +445,14 @@ def _member_rows(constraint: Any) -> int:
 
 
 def as_constraint_set(constraints: Any) -> ConstraintSet:
-    """A :class:`ConstraintSet` from one constraint, an iterable of them, a set, or None."""
+    """A :class:`ConstraintSet` from one constraint, an iterable of them, a set, or None. A callable is one
+    constraint (an iterable of them is not callable), checked by :func:`solvers.contract.check_constraint`
+    as it enters, which names a member it lacks."""
     if isinstance(constraints, ConstraintSet):
         return constraints
     if constraints is None:
         return ConstraintSet(())
-    if looks_like_constraint(constraints):
+    if callable(constraints):
         return ConstraintSet([constraints])
     return ConstraintSet(list(constraints))
 

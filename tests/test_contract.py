@@ -17,8 +17,9 @@ from solvers import StochasticSQP
 from solvers.contract import (ConstraintContractError, calibrated_form, capabilities, check_bounds, check_constraint,
                               cost_on_all_rows, jacobian_direction, offers_calibrated_form, offers_closed_form_rows,
                               offers_factored_rows, offers_setup, offers_strata, offers_target_encoding,
-                              smooth_is_exact, supports_sums)
+                              looks_like_constraint, smooth_is_exact, supports_sums)
 from solvers.lagrangian import LagrangianDual
+from solvers.penalty import Penalty, penalty_terms
 from solvers.problem import ConstraintSet, as_constraint_set
 from solvers.sums import exact_in_chunks
 
@@ -167,6 +168,30 @@ def test_a_broken_constraint_is_refused_naming_the_member(members, named):
     with pytest.raises(ConstraintContractError, match=named) as error:
         as_constraint_set([broken])
     assert isinstance(error.value, TypeError) and isinstance(error.value, ValueError)
+
+
+@pytest.mark.parametrize("members, named", [({"exact": None}, "'exact'"), ({"name": None}, "'name'")],
+                         ids=["no-exact", "no-name"])
+def test_a_broken_constraint_given_alone_is_refused_as_in_a_list(members, named):
+    """One constraint without ``exact`` given alone (not in a list) was taken for an iterable of them
+    ("'User' object is not iterable"); Penalty added its raw smooth value to the loss instead of its
+    violation of the bounds."""
+    with pytest.raises(ConstraintContractError, match=named):
+        as_constraint_set(with_members(**members))
+    with pytest.raises(ConstraintContractError, match=named):
+        StochasticSQP(epochs=1).fit(torch.nn.Linear(4, 1), small_data(), loss="bce",
+                                    constraints=with_members(**members))
+    with pytest.raises(ConstraintContractError, match=named):
+        Penalty(epochs=1).fit(torch.nn.Linear(4, 1), small_data(), loss="bce", penalties=[with_members(**members)])
+
+
+def test_a_plain_penalty_function_is_no_constraint():
+    def squared_mean(out, batch):
+        return out.mean() ** 2
+
+    assert not looks_like_constraint(squared_mean) and looks_like_constraint(Minimal())
+    [term] = penalty_terms([squared_mean])
+    assert term.name == "squared_mean"
 
 
 def test_a_not_callable_object_is_refused():

@@ -16,15 +16,16 @@ from torch import nn
 
 from fairopt.certificate.tightening import TightenedConstraint, bounds_ready, fresh_copy
 from solvers.problem import eval_mode
+from fairopt.constraints.base import release_caches
 from fairopt.constraints.dcov import DistanceCovariance
 from fairopt.constraints.gedi import GeDI
 from fairopt.constraints.covariance import Covariance
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.measures.bootstrap import resample_chunks
 
-__all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "clear_constraint_cache", "clopper_pearson", "compared_pairs",
+__all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "clopper_pearson", "compared_pairs",
            "finite_sides", "normal_quantile", "outputs_on", "prepared_copy", "rate_sides", "ratio_bound",
-           "ratio_upper", "row_table", "safe_div", "within_bounds", "worst_case_rows"]
+           "ratio_upper", "row_table", "capped_ratio", "within_bounds", "worst_case_rows"]
 
 
 BOOTSTRAP_TYPES = (GeDI, DistanceCovariance, Covariance)
@@ -125,7 +126,9 @@ def ratio_bound(p_num: float, p_den: float, v_num: float, v_den: float, z: float
     return lo
 
 
-def safe_div(a: float, b: float) -> float:
+def capped_ratio(a: float, b: float) -> float:
+    """``min(a / b, 1)``, a rate ratio read as a disparate impact (at most 1); 1 where ``b <= 0`` (a
+    rate bounded by 0 leaves nothing to compare with)."""
     return 1.0 if b <= 0.0 else min(a / b, 1.0)
 
 
@@ -155,14 +158,8 @@ def bootstrap_rows(c: Any, out: torch.Tensor, data: Any, n_bootstrap: int, seed:
                 index = torch.from_numpy(rows)
                 sample = data.subset(index)
                 draws.append(c.exact(out[index].to(data.X.dtype), sample).double().reshape(-1).numpy())
-                clear_constraint_cache(c)
+                release_caches([c])
     return np.stack(draws)
-
-
-def clear_constraint_cache(c: Any) -> None:
-    cache = getattr(c, "_cache", None)
-    if hasattr(cache, "clear"):
-        cache.clear()
 
 
 def normal_quantile(confidence: float, sides: int) -> float:

@@ -11,10 +11,11 @@ import numpy as np
 import torch
 
 from fairopt._validation import check_interval, require_unweighted
-from fairopt.certificate.intervals import (bootstrap_rows, clear_constraint_cache, clopper_pearson, compared_pairs,
+from fairopt.certificate.intervals import (bootstrap_rows, clopper_pearson, compared_pairs,
                                            finite_sides, normal_quantile, outputs_on, prepared_copy, rate_sides,
-                                           ratio_bound, ratio_upper, row_table, safe_div, within_bounds,
+                                           ratio_bound, ratio_upper, row_table, capped_ratio, within_bounds,
                                            worst_case_rows)
+from fairopt.constraints.base import release_caches
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.measures.bootstrap import percentile_interval
 
@@ -95,7 +96,7 @@ def certify(
     seed: int = 0,
     method: str = "normal",
 ) -> Certificate:
-    """Confidence statement about ``constraint`` on the rows of ``data`` (module doc).
+    """Confidence statement about ``constraint`` on the rows of ``data`` (the methods: :mod:`fairopt.certificate`).
 
     Parameters
     ----------
@@ -113,7 +114,7 @@ def certify(
     seed : int, default 0
         Seed of the bootstrap resamples.
     method : {"normal", "clopper-pearson"}, default "normal"
-        Rate constraints only (module doc). ``p_g = (k_g + 1/2) / (n_g + 1)`` in the normal standard
+        Rate constraints only (:mod:`fairopt.certificate`). ``p_g = (k_g + 1/2) / (n_g + 1)`` in the normal standard
         error keeps a variance at 0 or n positives.
 
     Raises
@@ -179,7 +180,7 @@ def _certify_rates(c: GroupRateConstraint, out: torch.Tensor, data: Any, confide
 
     def interval(pairs: list, is_ratio: bool) -> tuple[float, float]:
         if is_ratio:
-            return (min(min(safe_div(L[f], U[r]), safe_div(L[r], U[f])) for f, r in pairs),
+            return (min(min(capped_ratio(L[f], U[r]), capped_ratio(L[r], U[f])) for f, r in pairs),
                     min(ratio_upper(L[f], U[f], L[r], U[r]) for f, r in pairs))
         return (max(max(0.0, L[f] - U[r], L[r] - U[f]) for f, r in pairs),
                 max(max(U[f] - L[r], U[r] - L[f]) for f, r in pairs))
@@ -224,7 +225,7 @@ def _certify_bootstrap(c: Any, out: torch.Tensor, data: Any, confidence: float, 
     j = int(np.argmin(room)) if np.isfinite(room).any() else 0
     upper_side = np.isfinite(b_hi[j]) and (not np.isfinite(b_lo[j]) or b_hi[j] - hi[j] <= lo[j] - b_lo[j])
     rows = row_table(c, values, lo, hi, b_lo, b_hi)
-    clear_constraint_cache(c)
+    release_caches([c])
     return Certificate(constraint=c.name, measure=rows["names"][j], realised=float(values[j]), lower=float(lo[j]),
                        upper=float(hi[j]), confidence=confidence,
                        bound=float(b_hi[j] if upper_side else b_lo[j]), bound_side="upper" if upper_side else "lower",

@@ -9,7 +9,7 @@ import torch
 
 from solvers.problem import LinearEncoding, row_violations
 
-__all__ = ["BaseConstraint"]
+__all__ = ["BaseConstraint", "release_caches"]
 
 
 class BaseConstraint:
@@ -71,6 +71,14 @@ class BaseConstraint:
             raise ValueError(f"lower/upper: shapes differ ({self.lower.shape} vs {self.upper.shape})")
         self.row_names = row_names
 
+    def clear_cache(self) -> None:
+        """Drop the per-batch operator cache (``_cache``, of constraints that keep one): it holds
+        references to the batches, the training data, which would otherwise live, and be pickled,
+        with whatever holds the constraint."""
+        cache = getattr(self, "_cache", None)
+        if cache is not None:
+            cache.clear()
+
     def violation(self, out: torch.Tensor, batch: Any, exact: bool = True) -> torch.Tensor:
         """Per-row violation of the exact (default) or surrogate values."""
         c = self.exact(out, batch) if exact else self(out, batch)
@@ -114,3 +122,12 @@ class BaseConstraint:
         if "_params" not in vars(self):
             return copy.deepcopy(self)
         return type(self)(**{k: copy.deepcopy(v) for k, v in self.get_params(deep=False).items()})
+
+
+def release_caches(constraints: Any) -> None:
+    """:meth:`BaseConstraint.clear_cache` of every constraint in ``constraints`` that offers it (a
+    user's constraint without it keeps no cache of ours)."""
+    for c in constraints:
+        clear = getattr(c, "clear_cache", None)
+        if callable(clear):
+            clear()

@@ -18,8 +18,9 @@ from torch import nn
 
 from fairopt import models
 from fairopt.training import engine_class
+from solvers.contract import looks_like_constraint
 from solvers.history import History
-from solvers.penalty import is_constraint, penalised_loss
+from solvers.penalty import penalised_loss
 
 __all__ = [
     "Method",
@@ -308,7 +309,7 @@ class PenaltyMethod(_EngineMethod):
         return [p for p in self.penalties if callable(getattr(p, "realised", None))]
 
     def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
-        reported = [p for p in self.penalties if is_constraint(p)]
+        reported = [p for p in self.penalties if looks_like_constraint(p)]
         if self.engine == "sqp":
             objective = penalised_loss(loss, self.penalties, self.weight_for(value), train)
             return engine.fit(model, train, loss=objective), reported

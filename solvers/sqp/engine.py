@@ -1,8 +1,8 @@
 """The stochastic SQP engine: :class:`StochasticSQP` (options and their checks, the epoch and
 mini-batch loop with its objective and constraint batches, the divergence-guard anchor,
-the engine checkpoint) and :class:`DistributedSQP`. One iteration is
-:func:`solvers.sqp.steps.sqp_step`; the learning-rate schedules, the end-game and the
-checkpoint format have modules of their own."""
+the engine checkpoint). One iteration is :func:`solvers.sqp.steps.sqp_step`; the
+learning-rate schedules, the end-game, the checkpoint format and the data-parallel
+:class:`solvers.sqp.data_parallel.DistributedSQP` have modules of their own."""
 
 from __future__ import annotations
 

@@ -42,6 +42,7 @@ class SQPState:
     trust region's ``recent_steps``; the last stationarity residual ``last_kkt``; the first
     all-rows objective ``f_first`` (divergence guard); the calibration ``offset`` of the working
     bounds; the row screen's ``screen``; the Hessian accumulator ``v`` of ``H = diag(sqrt(v + mu))``
+    (``hessian="adahessian"``; the Gauss-Newton metric's ``h = v + mu``, ``hessian="gauss-newton"``)
     and, after the fit, ``final_kkt`` and ``final_violation``.
     """
 
