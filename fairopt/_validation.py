@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fairopt.exceptions import UnweightedOnlyError
 from solvers.validation import (check_choice, check_flag, check_interval, check_seed, check_seeds, finite_float,
                                 nonnegative_float, positive_float, positive_int)
 
@@ -166,11 +167,11 @@ UNWEIGHTED_HINT = ("fit without sample_weight (FairData weights), or use a const
 
 
 def require_unweighted(data: Any, who: str, hint: str = UNWEIGHTED_HINT) -> None:
-    """ValueError ``"<who> does not support sample weights yet; <hint>"`` when ``data``
-    carries per-row weights (``data.weights`` not None): for the parts of the library that
-    have no weighted version yet and must not silently ignore them."""
+    """:class:`~fairopt.exceptions.UnweightedOnlyError` (a ValueError) ``"<who> does not support sample weights
+    yet; <hint>"`` when ``data`` carries per-row weights (``data.weights`` not None): for the parts of the
+    library that have no weighted version yet and must not silently ignore them."""
     if getattr(data, "weights", None) is not None:
-        raise ValueError(f"{who} does not support sample weights yet; {hint}")
+        raise UnweightedOnlyError(who, hint)
 
 
 def measure_bound(value: Any, name: str, measure: str, floor: float = 0.0) -> float:

@@ -24,7 +24,9 @@ The returned model is then boosted on ALL training rows for ``ceil(T / (1 - stop
 rounds (at most ``epochs``): it sees ``1 / (1 - stopping_fraction)`` times as many rows as the
 held-out fit, and the best number of rounds of a booster grows with its rows (each tree fits
 more of the signal before it fits noise). The engine's guarantee (every bound met on all
-training rows, or a warning) is then the one of a plain fit.
+training rows, or a warning) is then the one of a plain fit. The held-out fit's own warnings are
+not passed on (they are about a model the user does not get), and when it returns its constant start
+(no round met the bounds) the fit on all rows runs all ``epochs``.
 Fewer than :data:`MIN_STOPPING_ROWS` held-out rows: no early stopping (``epochs`` rounds).
 
 Under a margin (constraints tightened by :func:`fairopt.certificate.tighten`, the estimators'
@@ -38,6 +40,7 @@ the margin by accounts for.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -106,8 +109,9 @@ def run_gbm(options: Any, data: Any, constraints: list, reference: bool = False)
     optimism = None
     if stopping is not None:
         probe, kept, held = stopping
-        scaled = math.ceil(int(probe.info["returned_iteration"]) / (1.0 - float(fraction)))
-        kwargs["rounds"] = min(kwargs["rounds"], max(1, scaled))
+        best_round = int(probe.info["returned_iteration"])
+        if best_round > 0:  # a probe that kept its constant start (no round met the bounds) says nothing of rounds
+            kwargs["rounds"] = min(kwargs["rounds"], math.ceil(best_round / (1.0 - float(fraction))))
         if any(isinstance(c, TightenedConstraint) for c in constraints):
             optimism = fit_optimism(probe.model, constraints, kept, held)
             constraints = [c.with_margin(c.margin + o) if isinstance(c, TightenedConstraint) else c
@@ -171,12 +175,27 @@ def fit_optimism(model: Any, constraints: list, kept: Any, held: Any) -> list[to
     return optimism
 
 
+#: LightGBM's names for the estimator's own budget and step (``engine_params`` points to these instead).
+_ESTIMATOR_SPELLINGS = {"n_estimators": "epochs", "num_iterations": "epochs", "num_boost_round": "epochs",
+                        "num_rounds": "epochs", "eta": "lr", "shrinkage_rate": "lr"}
+
+
 def _engine(kwargs: dict) -> BoostedSQP:
-    """:class:`~solvers.boosting.BoostedSQP` of ``kwargs``; a ValueError naming an option it does not take."""
+    """:class:`~solvers.boosting.BoostedSQP` of ``kwargs``; a ValueError naming an option it does not take
+    and where it goes: LightGBM's budget and step are the estimator's ``epochs`` and ``lr``, any other
+    LightGBM parameter goes in ``engine_params={"params": {...}}``."""
+    own = sorted(k for k in kwargs if k in _ESTIMATOR_SPELLINGS)
+    if own:
+        where = ", ".join(f"{k} -> {_ESTIMATOR_SPELLINGS[k]}" for k in own)
+        raise ValueError(f"engine_params: {own} are the estimator's own budget and step for model='gbm' ({where}); "
+                         "set those on the estimator")
     try:
         return BoostedSQP(**kwargs)
     except TypeError as exc:
-        raise ValueError(f"engine_params: BoostedSQP does not accept these options ({exc})") from None
+        raise ValueError(f"engine_params: BoostedSQP does not accept these options ({exc}). Its options are those "
+                         "of solvers.boosting.BoostedSQP (num_leaves, min_child_samples, params, n_jobs, ...) and "
+                         "early_stopping_rounds, stopping_fraction; other LightGBM parameters go in engine_params={'params': {...}}, e.g. {'params': "
+                         "{'max_depth': 3}}") from None
 
 
 def _stopping_fit(kwargs: dict, patience: Any, fraction: Any, data: Any, loss: str, constraints: list,
@@ -193,4 +212,7 @@ def _stopping_fit(kwargs: dict, patience: Any, fraction: Any, data: Any, loss: s
         return None
     kept, held = stratified_split_indices(data._split_strata(), float(fraction), seed)
     kept_data, held_data = data.subset(kept), data.subset(held)
-    return engine.fit(kept_data, loss=loss, constraints=constraints, validation=held_data), kept_data, held_data
+    with warnings.catch_warnings():  # about a model the user does not get: the fit on all rows says what holds
+        warnings.simplefilter("ignore")
+        probe = engine.fit(kept_data, loss=loss, constraints=constraints, validation=held_data)
+    return probe, kept_data, held_data

@@ -179,7 +179,8 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test-size", dest="test_size", type=float, metavar="F",
                    help="held-out fraction (default 0.2; 0: none)")
     p.add_argument("--out", metavar="DIR", help="output directory (default fairopt_train)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary, only the files")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and nothing printed on success, only the "
+                                                        "files written (warnings and errors still go to stderr)")
 
 
 #: Options of ``train --data`` that the built-in ``--dataset`` mode does not take, and back.
@@ -231,9 +232,9 @@ def _train(args: argparse.Namespace) -> int:
     result = run_train(options, out)
     if not args.quiet:
         print(result["report"])
-    print(f"{options.get('method', 'sqp')} on {options['dataset']}: status {result['status']} "
-          f"({result['seconds']:.1f} s). {result['status_message']}")
-    print(f"wrote {out}")
+        print(f"{options.get('method', 'sqp')} on {options['dataset']}: status {result['status']} "
+              f"({result['seconds']:.1f} s). {result['status_message']}")
+        print(f"wrote {out}")
     return 0
 
 
@@ -314,7 +315,7 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
             lines = tabular.bound_lines(results)
             if lines:
                 print(f"{rows}: " + "; ".join(lines))
-    print("wrote " + ", ".join(str(f) for f in files))
+        print("wrote " + ", ".join(str(f) for f in files))
     return 0
 
 
@@ -459,13 +460,18 @@ def _flags_of(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
 
 def _user_message(exc: Exception, flags: dict[str, str]) -> str:
     """The one line a user's mistake prints: a constraint naming a sensitive feature the data lacks is about
-    ``--constraint`` (:class:`fairopt.exceptions.UnknownSensitiveError`, worded here without the library's advice
-    for Python callers); any other message with its parameter names spelled as the command's flags."""
-    from fairopt.exceptions import UnknownSensitiveError
+    ``--constraint`` (:class:`fairopt.exceptions.UnknownSensitiveError`), a part without a weighted version
+    given ``--weights`` about that flag (:class:`fairopt.exceptions.UnweightedOnlyError`), both worded here without
+    the library's advice for Python callers; any other message with its parameter names spelled as the
+    command's flags."""
+    from fairopt.exceptions import UnknownSensitiveError, UnweightedOnlyError
 
     if isinstance(exc, UnknownSensitiveError):
         return (f"--constraint: names an unknown sensitive feature {exc.name!r}; available: {exc.available}. Name "
                 "one of them in --constraint, or with --data add the column with --sensitive")
+    if isinstance(exc, UnweightedOnlyError):
+        return (f"--weights: {exc.who} does not take row weights yet; train without --weights, or use a "
+                "constraint that has a weighted version (the group rates: di, dp, eo, eodds, ...; covariance)")
     return _flag_spelling(_one_line(exc), flags)
 
 

@@ -41,7 +41,7 @@ from solvers.problem import row_violations
 
 __all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "bounds_acted", "constant_fit_message",
            "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_message",
-           "iteration_records", "not_binding", "not_binding_reason", "poor_fit_message",
+           "iteration_records", "not_binding", "returned_its_start", "not_binding_reason", "poor_fit_message",
            "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
            "unmet_message"]
 
@@ -148,8 +148,12 @@ def unmet_message(name: str, violation: float, violation_tol: float, relaxed: in
 def inactive_message(name: str, method: str, binding_free: bool, reference: Mapping[str, float] | None,
                      violation_tol: float) -> str | None:
     """The warning for a constraint that did not restrict the model (``binding_free``: the history
-    rule held; ``reference``: the reference model's violations or None), if any.
+    rule held; ``reference``: the reference model's violations or None), if any. None where the
+    unconstrained reference violates it: then the bound restricts the model, whatever the history
+    rule found (a boosted fit that returned its constant start, whose few last rounds bound nothing).
     """
+    if reference is not None and reference[name] > violation_tol and method != "moving_targets":
+        return None  # the unconstrained model violates it: the bound restricts whatever the history shows
     reasons = []
     if binding_free:
         reasons.append(not_binding_reason(method))
@@ -159,7 +163,8 @@ def inactive_message(name: str, method: str, binding_free: bool, reference: Mapp
     if not reasons:
         return None
     return (f"{name}: inactive constraint - " + "; ".join(reasons) +
-            ". The requested bound does not restrict the model.")
+            ". The requested bound does not restrict the model at the end of training (it may have steered "
+            "earlier steps, so the model can still differ from an unconstrained one).")
 
 
 def not_binding(method: str, history: History, index: int, rows: slice, constraint: Any) -> bool:
@@ -169,8 +174,19 @@ def not_binding(method: str, history: History, index: int, rows: slice, constrai
     return _NOT_BINDING_RULES[method](history, index, rows, lower, upper)
 
 
+def returned_its_start(history: History) -> bool:
+    """Whether the fit returned its first iterate (the closing record's ``returned`` is the first record's
+    iteration): no later one was better, so its last iterations say nothing about what a bound did."""
+    closing = history.records[-1] if history.records else {}
+    records = iteration_records(history)
+    return bool(records) and closing.get(QP_STATUS) == FINAL and closing.get("returned") == records[0].get("iteration")
+
+
 def _sqp_not_binding(history: History, index: int, rows: slice, lower: torch.Tensor, upper: torch.Tensor) -> bool:
-    """No row in the QP active set and none violated over the last iterations."""
+    """No row in the QP active set and none violated over the last iterations, of a fit that returned a
+    later iterate than its start (:func:`returned_its_start`)."""
+    if returned_its_start(history):
+        return False
     last = tail(history)
     active_rows = {int(a[1:]) for r in last for a in r[ACTIVE]}
     if any(i in active_rows for i in range(rows.start, rows.stop)):
@@ -299,20 +315,32 @@ def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool,
         poor += BOOSTED_SEVERAL_GROUPS
     if data.task == "binary":  # the near-constant rule covers one class on every row
         return [(DegenerateModelWarning if constant else FairnessWarning, poor)] if poor else []
-    return [(category, message) for category, message in ((FairnessWarning, poor),
-                                                          (DegenerateModelWarning, constant)) if message]
+    if constant:  # one warning about the model: the constant, with the poor fit's diagnosis as its cause
+        y = data.y.detach().cpu().numpy().reshape(-1)
+        return [(DegenerateModelWarning, constant_fit_message(data.task, out, cause=poor, y=y))]
+    return [(FairnessWarning, poor)] if poor else []
 
 
-def constant_fit_message(task: str, out: np.ndarray) -> str | None:
+def constant_fit_message(task: str, out: np.ndarray, cause: str | None = None,
+                         y: np.ndarray | None = None) -> str | None:
     """The warning text when the outputs are degenerate (:func:`fairopt.evaluation.constant_predictions`
-    at threshold 0), else None.
+    at threshold 0), else None. ``cause``: a diagnosis that replaces the generic one (the poor fit's,
+    :func:`poor_fit_message`); ``y``: the training targets, whose own constancy is then the cause (the
+    constant is the exact fit, nothing was lost).
     """
     reason = constant_predictions(np.asarray(out, dtype=np.float64), task, 0.0)
     if reason is None:
         return None
-    return (f"degenerate model: {reason} on the training data. Its fairness measures are trivially perfect "
-            "because it ignores its inputs. Bounds that only a constant model meets, too few epochs or too "
-            "large a learning rate cause this: loosen the bounds or change the training settings (see history_).")
+    if y is not None and y.size and float(np.ptp(y)) == 0.0:
+        return (f"degenerate model: {reason} on the training data, because every training target is "
+                f"{float(y[0]):.6g}: the constant is the exact fit, there is nothing to learn from the inputs, and "
+                "its fairness measures are trivially perfect. Check the target column.")
+    head = (f"degenerate model: {reason} on the training data. Its fairness measures are trivially perfect "
+            "because it ignores its inputs.")
+    if cause:
+        return f"{head} {cause[0].upper()}{cause[1:]}"
+    return (f"{head} Bounds that only a constant model meets, too few epochs or too large a learning rate cause "
+            "this: loosen the bounds or change the training settings (see history_).")
 
 
 def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraints: list,

@@ -44,7 +44,7 @@ from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
 from fairopt.inputs import sensitive_columns
 from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model, routes_missing_values
-from fairopt.constraints.base import release_caches
+from fairopt.constraints.base import release_caches, set_up_on_other_rows
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
@@ -510,8 +510,7 @@ class _FairEstimator(BaseEstimator):
         if self._constraints_from_training:
             return self.constraints_
         constraints = resolve_constraints(self.constraints_)
-        for c in constraints:
-            c.setup(data)
+        set_up_on_other_rows(constraints, data)
         return constraints
 
     def evaluate(self, X: Any, y: Any = None, *, sensitive_features: Any = None) -> dict:
@@ -849,20 +848,24 @@ class FairRegressor(_FairDataScore, RegressorMixin, _FairEstimator):
 
     def _check_constraints_fit_the_task(self, data: FairData, constraints: list) -> None:
         """A group-rate constraint on a regressor bounds the groups' shares of predictions above its
-        ``threshold`` (in the units of ``y``); with the threshold outside the range of the training targets
-        every group's share of a good fit is 0 or 1, and the bound says nothing: a ValueError that says what to
-        give instead."""
+        ``threshold`` (in the units of ``y``); with no training target above the threshold, or every one
+        (``t`` not in ``[min y, max y)``), every group's share of a good fit is 0 or 1, and the bound says
+        nothing: a ValueError that says what to give instead."""
         y = data.y.detach().cpu().numpy()
         low, high = float(np.min(y)), float(np.max(y))
         for c in constraints:
             threshold = getattr(c, "threshold", None)
-            if isinstance(c, GroupRateConstraint) and threshold is not None and not low < threshold < high:
+            if isinstance(c, GroupRateConstraint) and threshold is not None and not low <= threshold < high:
+                side = "at or above the largest" if threshold >= high else "below the smallest"
+                share = 0 if threshold >= high else 1
                 raise ValueError(
                     f"constraints: {c.name} on a regressor bounds the groups' shares of predictions above its "
-                    f"threshold ({threshold:g}, in the units of y), which lies outside the training targets' range "
-                    f"[{low:.4g}, {high:.4g}], so every share is 0 or 1. Give a threshold inside it (a spec "
-                    f"option: (kind, column, bound, {{'threshold': t}})) for a rate of predictions above t, or bound "
-                    "the predictions themselves with 'gedi', 'covariance' or 'dcov'")
+                    f"threshold ({threshold:g}, in the units of y), which lies {side} training target (range "
+                    f"[{low:.4g}, {high:.4g}]): every group's share of targets above it is {share}, and so is that of a "
+                    f"good fit. Give a threshold t with {low:.4g} <= t < {high:.4g} for a rate of predictions above t "
+                    "(in Python the spec option (kind, column, bound, {'threshold': t}); on the command line a "
+                    "--config table {kind = 'di', sensitive = ..., delta = ..., threshold = t}), or bound the "
+                    "predictions themselves with 'gedi', 'covariance' or 'dcov'")
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64).reshape(-1)

@@ -289,17 +289,19 @@ def _constraint_values(out: torch.Tensor, data: Any, constraints: Iterable[Any])
 def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
                    tol: float = MET_TOL) -> list[BoundStatus]:
     """The realised measure beside the bound of every constraint that declares its measure, in
-    constraint order; ``met`` when the exact violation is at most ``tol``.
+    constraint order; ``met`` when the exact violation is at most ``tol``; the value NaN where the
+    measure is a ratio of rates that are all 0 (``undefined``: 0/0, whose rows are met by convention).
     """
     measured = [c for c in constraints if callable(getattr(c, "realised", None))]
     statuses = []
     for c, measure in zip(measured, realised_measures(out, data, measured)):
         bound = getattr(c, "delta" if measure.sense == "lower" else "bound", None)
         violation = _exact_violation(out, data, c)[1]
-        statuses.append(BoundStatus(name=str(c.name), label=label_of(c), value=measure.value,
+        undefined = _zero_over_zero(out, data, c)
+        value = math.nan if undefined else measure.value
+        statuses.append(BoundStatus(name=str(c.name), label=label_of(c), value=value,
                                     bound=None if bound is None else float(bound), sense=measure.sense,
-                                    met=violation <= tol, row_violation=violation,
-                                    undefined=_zero_over_zero(out, data, c)))
+                                    met=violation <= tol, row_violation=violation, undefined=undefined))
     return statuses
 
 
@@ -449,7 +451,7 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
     results[DEGENERATE] = _degenerate(out, task, float(threshold), notes)
     constraints = list(constraints)
     results.update(_constraint_values(out, data, constraints))
-    results[BOUNDS] = _bounds(out, data, constraints)
+    results[BOUNDS] = _bounds(out, data, constraints, notes)
     results[NOTES] = notes
     return results
 
@@ -473,13 +475,25 @@ def _degenerate(out: torch.Tensor, task: str, threshold: float, notes: dict[str,
     return reason is not None
 
 
-def _bounds(out: torch.Tensor, data: Any, constraints: list) -> dict[str, dict[str, Any]]:
-    """The ``"bounds"`` entry of :func:`evaluate`: the BoundStatus fields per constraint with a measure."""
+#: What no compared group has when a bound's ratio measure is 0/0.
+_UNDEFINED_BOUND = "positive predictions (outputs above the constraint's threshold)"
+
+
+def _bounds(out: torch.Tensor, data: Any, constraints: list, notes: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The ``"bounds"`` entry of :func:`evaluate`: the BoundStatus fields per constraint with a measure; an
+    undefined one (0/0) is NaN, with its reason in ``notes`` under ``bounds[name]`` and an
+    :class:`~fairopt.exceptions.UndefinedMeasureWarning`."""
     keys: dict[str, Any] = {}
     for c in constraints:
         keys[_unique_name(str(c.name), keys)] = c
     measured = [key for key, c in keys.items() if callable(getattr(c, "realised", None))]
     statuses = bound_statuses(out, data, [keys[key] for key in measured])
+    for key, status in zip(measured, statuses):
+        if status.undefined:
+            notes[f"{BOUNDS}[{key}]"] = undefined_ratio_reason(_UNDEFINED_BOUND)
+            warnings.warn(undefined_ratio_message(f"{status.label} (bounds[{key}])",
+                                                  _UNDEFINED_BOUND),
+                          UndefinedMeasureWarning, stacklevel=4)
     return {key: asdict(status) for key, status in zip(measured, statuses)}
 
 

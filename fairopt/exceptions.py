@@ -14,6 +14,13 @@ class FairnessWarning(UserWarning):
     step, an inactive constraint, a train/held-out violation gap."""
 
 
+class SmallGroupWarning(FairnessWarning):
+    """A rate constraint set up on training rows in which a compared group is empty or has fewer than
+    30 rows (:data:`fairopt.constraints.rates.MIN_GROUP_ROWS`): its rate moves in steps of ``1/rows``.
+    Issued once per fit, on the rows the model is fitted to; set-ups on held-out, report or
+    certification rows do not issue it."""
+
+
 class UndefinedMeasureWarning(FairnessWarning):
     """A fairness measure is undefined on these predictions and is returned as NaN: a ratio
     measure (disparate impact, equal impact, ``di_ratio``) whose groups all have a zero
@@ -29,6 +36,19 @@ class DegenerateModelWarning(FairnessWarning):
 class CertificateError(ValueError):
     """A held-out fairness certificate failed (``on_fail="raise"`` of the estimators): the
     bound does not hold on the validation rows at the requested confidence."""
+
+
+class UnweightedOnlyError(ValueError):
+    """A part of the library without a weighted version yet was given per-row weights. ``who`` names it
+    (``Distance covariance``, ``auto_margin (margin='auto')``): callers that speak in other terms (the
+    command line's ``--weights``) word the message from it."""
+
+    def __init__(self, who: str, hint: str) -> None:
+        self.who, self.hint = who, hint
+        super().__init__(f"{who} does not support sample weights yet; {hint}")
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.who, self.hint)
 
 
 class UnknownSensitiveError(ValueError):

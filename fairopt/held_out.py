@@ -235,15 +235,26 @@ def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairDa
     certificate needs a pass of the first candidate in the order that violates the bound
     in the population, which happens with probability at most ``1 - confidence``. A smaller
     margin gives a more accurate model when the held-out rows allow it; the sequence stops
-    at the first failure, so a failing candidate costs one fit.
+    at the first failure, so a failing candidate costs one fit. A candidate whose margin leaves a
+    row no feasible value on the training rows (:class:`fairopt.certificate.tightening.MarginTooLargeError`)
+    is skipped (``skipped`` in the table says why): that is decided without the held-out rows, so the
+    sequence stays fixed; a ValueError when every one is.
 
     Returns the chosen candidate's FitResult, relaxed-step count, training constraints
     and certificates, and the table of the candidates tried (``chosen`` marks the returned one).
     """
-    chosen, chosen_index, rows = None, 0, []
+    from fairopt.certificate.tightening import MarginTooLargeError
+
+    chosen, chosen_index, rows, too_large = None, 0, [], None
     for inflation in candidate_inflations(int(options.n_candidates)):
-        training = tightened(constraints, margins, float(inflation))
-        result, relaxed = train(data, training)
+        try:
+            training = tightened(constraints, margins, float(inflation))
+            result, relaxed = train(data, training)
+        except MarginTooLargeError as exc:  # no room under the bound: the training rows alone decide it
+            too_large = exc
+            rows.append({"inflation": float(inflation), "passed": None, "skipped": str(exc)})
+            logger.info("certified candidates: inflation %.3g skipped (%s)", inflation, exc)
+            continue
         certified = certificates(options, held_out, result.model, constraints)
         passed = all(cert.passed for cert in certified)
         rows.append({"inflation": float(inflation), "passed": passed,
@@ -254,6 +265,11 @@ def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairDa
         chosen, chosen_index = (result, relaxed, training, certified), len(rows) - 1
         if not passed:  # the first candidate fails: it is returned, with its failed certificate
             break
+    if chosen is None:
+        raise MarginTooLargeError(f"margin='auto' with validation_fraction: every candidate margin (inflations "
+                                  f"{rows[0]['inflation']:g} to {rows[-1]['inflation']:g} of the held-out spread) leaves "
+                                  f"no room under the bound; the smallest: {too_large}. Loosen the bound, give more "
+                                  "rows, or pass a numeric margin")
     table = pd.DataFrame(rows).assign(chosen=lambda t: np.arange(len(t)) == chosen_index)
     logger.info("certified candidates: kept inflation %.3g (%d of %d tried)", rows[chosen_index]["inflation"],
                 chosen_index + 1, len(rows))

@@ -422,3 +422,45 @@ def test_auto_margin_of_label_conditioned_rates_is_not_zero():
     z = stats.norm.ppf(1 - 0.05 / 2)
     side = lambda n: 0.25 * (1 / n + 1 / (n * 3 / 7))  # noqa: E731
     assert float(m[0]) == pytest.approx(z * np.sqrt(side(300.0) + 0.05 ** 2 * side(100.0)), rel=1e-6)
+
+
+def test_certified_candidates_whose_margin_leaves_no_room_are_skipped(monkeypatch):
+    """margin="auto" with validation_fraction: the first candidates' margins (2x, 1.75x, ... the held-out
+    spread) can exceed a tight bound, which stopped the whole fit with "tightening ... leaves row" although
+    the smaller ones train; they are skipped (decided on the training rows alone), and when every one is,
+    the error names margin='auto'."""
+    import fairopt.held_out as held_out_module
+    from fairopt.certificate.tightening import MarginTooLargeError
+    from fairopt.estimators import FairRegressor
+
+    data = _regression_data()
+    X, y = data.X.numpy(), data.y.numpy()
+    S = {"s": data.sensitive["s"].numpy()}
+    monkeypatch.setattr(held_out_module, "certificates", lambda est, held, model, cs: [_FakeCertificate(True)])
+    real = held_out_module.constraint_margins
+
+    def scaled(factor):
+        return lambda options, d, cs: [m * factor for m in real(options, d, cs)]
+
+    bound = ("gedi", "s", 0.2, {"relative": True})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        room = FairRegressor(bound, epochs=5, margin="auto", validation_fraction=0.3, n_candidates=4)
+        monkeypatch.setattr(held_out_module, "constraint_margins", scaled(1.0))
+        room.fit(X, y, sensitive_features=S)
+        upper = float(room.constraints_[0].upper.max())  # the bound in the rows' units
+        base = real(room._held_out_options(), data, [room.constraints_[0]])[0]
+        # margins such that 2x and 1.5x leave no room, 1x and 0.5x do
+        monkeypatch.setattr(held_out_module, "constraint_margins",
+                            scaled(0.8 * upper / float(torch.as_tensor(base).max())))
+        fitted = FairRegressor(bound, epochs=5, margin="auto", validation_fraction=0.3, n_candidates=4).fit(
+            X, y, sensitive_features=S)
+    table = fitted.candidates_
+    assert table["skipped"].notna().tolist() == [True, True, False, False]
+    assert table["chosen"].tolist() == [False, False, False, True]
+    monkeypatch.setattr(held_out_module, "constraint_margins", scaled(5.0 * upper / float(torch.as_tensor(base).max())))
+    with pytest.raises(MarginTooLargeError, match="margin='auto' with validation_fraction: every candidate"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            FairRegressor(bound, epochs=5, margin="auto", validation_fraction=0.3, n_candidates=4).fit(
+                X, y, sensitive_features=S)

@@ -50,12 +50,15 @@ def test_train_dataset_prints_the_status_in_the_estimators_terms(tmp_path, capsy
     from fairopt.status import STATUSES
 
     out = tmp_path / "run"
-    assert main(["train", *TINY, "--constraint", "di:sex>=0.8", "--out", str(out), "--quiet"]) == 0
+    assert main(["train", *TINY, "--constraint", "di:sex>=0.8", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     found = re.search(r"^sqp on adult: status (\w+) \(\d+\.\d s\)\. (.+)$", printed, re.MULTILINE)
     assert found and found.group(1) in STATUSES, printed
     assert "DI[sex]" in found.group(2) and "bound >= 0.800" in found.group(2)
     assert json.loads((out / "metrics.json").read_text())["status"] == found.group(1)
+    # --quiet: nothing on standard output, only the files
+    assert main(["train", *TINY, "--constraint", "di:sex>=0.8", "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
+    assert capsys.readouterr().out == "" and (tmp_path / "quiet" / "metrics.json").is_file()
 
 
 def test_train_from_toml_and_flag_override(tmp_path):

@@ -242,6 +242,8 @@ def test_saved_model_predicts_without_cli_metadata(tmp_path):
      "--data: no such file"),
     (["train", "--data", "{files}/loans.csv", "--target", "outcome", "--sensitive", "gender", "--out", "{files}/x"],
      "train", "--target: column(s) ['outcome'] not found in loans.csv"),
+    (["train", "--data", "{files}/loans.csv", "--target", "decision", "--constraint", "di:sex>=0.8",
+      "--out", "{files}/x"], "train", "--constraint: column(s) ['sex'] not found in loans.csv"),
     (["train", "--data", "{files}/loans.csv", "--target", "decision", "--constraint", "fairness:gender:0.8",
       "--out", "{files}/x"], "train", "--constraint 'fairness:gender:0.8': expected"),
     (["train", "--data", "{files}/loans.csv", "--target", "decision", "--constraint", "di:gender>=x",
@@ -252,6 +254,16 @@ def test_mistakes_are_one_error_line_with_status_2(sqp_run, files, capsys, argv,
     argv = [a.format(run=sqp_run, files=files) for a in argv]
     assert main(argv) == 2
     assert message in _one_error_line(capsys, command)
+
+
+def test_weights_with_a_constraint_without_a_weighted_version_blame_the_flag(files, capsys):
+    frame = pd.read_csv(files / "loans.csv")
+    frame["w"] = 1.0 + (np.arange(len(frame)) % 2)
+    frame.to_csv(files / "weighted.csv", index=False)
+    assert main(["train", "--data", str(files / "weighted.csv"), "--target", "decision", "--weights", "w",
+                 "--constraint", "dcov:gender<=0.001", "--out", str(files / "x")]) == 2
+    line = _one_error_line(capsys, "train")
+    assert "error: --weights: Distance covariance does not take row weights yet" in line and "sample_weight" not in line
 
 
 def test_messages_spell_parameters_as_flags(capsys):
@@ -370,3 +382,18 @@ def test_boosted_trees_train_and_predict_rows_with_missing_inputs(files, tmp_pat
     assert main(["train", "--data", str(tmp_path / "holes.csv"), *COMMON, "--model", "gbm", "--hidden", "64,32",
                  "--out", str(tmp_path / "h"), "--quiet"]) == 2
     assert "--hidden: only for --model mlp (not gbm)" in _one_error_line(capsys, "train")
+
+
+def test_report_of_a_model_with_only_continuous_sensitive_columns_gives_its_constraint_rows(tmp_path, capsys):
+    """``fairopt report`` refused a model whose sensitive column is continuous (age under GeDI), which its own
+    ``train`` report handles; it now prints a note instead of the per-group table, and the constraint rows."""
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"x": rng.normal(size=300), "age": rng.uniform(20, 70, 300)})
+    frame["y"] = frame["x"] + 0.02 * frame["age"] + rng.normal(size=300)
+    frame.to_csv(tmp_path / "reg.csv", index=False)
+    assert main(["train", "--data", str(tmp_path / "reg.csv"), "--target", "y", "--sensitive", "age",
+                 "--constraint", "gedi:age<=0.5", "--epochs", "20", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "run"), "--data", str(tmp_path / "reg.csv")]) == 0
+    text = capsys.readouterr().out
+    assert "No per-group table" in text and "| gedi_coarse[age] |" in text

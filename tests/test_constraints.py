@@ -620,6 +620,36 @@ def test_a_group_with_few_training_rows_is_named_at_setup():
     assert "merge" not in str(seen[0].message) and str(seen[0].message).endswith(".")
 
 
+def test_the_small_group_warning_comes_once_per_fit_with_the_training_rows_counts():
+    """A boosted fit set its constraint up on the early-stopping probe's rows too (a group of 31 training
+    rows reported as 22), and the command line's held-out evaluation called its counts "training rows"."""
+    import warnings
+
+    from fairopt import FairClassifier
+    from fairopt.certificate import certify
+    from fairopt.constraints.base import set_up_on_other_rows
+    from fairopt.exceptions import SmallGroupWarning
+
+    rng = np.random.default_rng(0)
+    g = np.repeat([0, 1, 2], [600, 31, 300])
+    X = rng.normal(size=(len(g), 3)) + 0.3 * g[:, None]
+    y = (X[:, 0] + rng.normal(size=len(g)) > 0.3).astype(int)
+    S = pd.DataFrame({"g": g.astype(str)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = FairClassifier([("di", "g", 0.8)], model="gbm", epochs=40, seed=0).fit(X, y, sensitive_features=S)
+    assert not [w for w in caught if issubclass(w.category, SmallGroupWarning)]  # 31 >= 30: the probe saw ~25
+    held = _groups_of([100, 5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SmallGroupWarning)
+        set_up_on_other_rows([DisparateImpact("g", 0.8)], held)
+        rows = np.r_[0:40, 600:605, 631:671]  # a held-out sample with a group of 5 rows
+        clf.evaluate(X[rows], y[rows], sensitive_features=S.iloc[rows])
+        certify(np.zeros(len(held)), held, DisparateImpact("g", 0.8))
+    with pytest.warns(SmallGroupWarning, match=r"g=1 \(5 rows\)"):
+        DisparateImpact("g", 0.8).setup(held)
+
+
 def test_groups_of_enough_rows_draw_no_warning():
     import warnings
 

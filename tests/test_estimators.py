@@ -694,8 +694,16 @@ def test_a_rate_constraint_on_a_regressor_needs_a_threshold_inside_the_targets()
     X = rng.normal(size=(300, 2))
     s = rng.integers(0, 2, 300)
     y = 40.0 + 5.0 * X[:, 0] + 3.0 * s + rng.normal(size=300)
-    with pytest.raises(ValueError, match=r"threshold \(0, in the units of y\).*outside the training targets' range"):
+    with pytest.raises(ValueError, match=r"threshold \(0, in the units of y\).*below the smallest training target"):
         FairRegressor(("disparate_impact", "s", 0.8), epochs=5).fit(X, y, sensitive_features={"s": s})
+    with pytest.raises(ValueError, match=r"at or above the largest training target.*share of targets above it is 0"):
+        FairRegressor(("disparate_impact", "s", 0.8, {"threshold": float(y.max())}), epochs=5).fit(
+            X, y, sensitive_features={"s": s})
+    # claims: 70% zeros; the threshold 0 is the smallest target, and 30% of the targets lie above it
+    claims = np.where(rng.random(300) < 0.7, 0.0, np.abs(y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        FairRegressor(("disparate_impact", "s", 0.8), epochs=5).fit(X, claims, sensitive_features={"s": s})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fitted = FairRegressor(("disparate_impact", "s", 0.9, {"threshold": 42.0}), epochs=100).fit(

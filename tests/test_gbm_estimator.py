@@ -161,7 +161,11 @@ def test_gbm_options_are_checked():
     for est, match in ((FairClassifier(model="gbm", method="penalty"), "method"),
                        (FairClassifier(model="gbm", batch_size=64), "batch_size"),
                        (FairClassifier(model="gbm", engine_params={"rounds": 5}), "epochs and lr"),
-                       (FairClassifier(model="gbm", engine_params={"leaves": 5}), "BoostedSQP")):
+                       (FairClassifier(model="gbm", engine_params={"leaves": 5}), "BoostedSQP"),
+                       # LightGBM's own names: where they go (a user follows "tree options in engine_params")
+                       (FairClassifier(model="gbm", engine_params={"n_estimators": 20}), r"n_estimators -> epochs"),
+                       (FairClassifier(model="gbm", engine_params={"max_depth": 3}),
+                        r"engine_params=\{'params': \{\.\.\.\}\}")):
         with pytest.raises(ValueError, match=match):
             est.fit(X, y)
 
@@ -353,3 +357,72 @@ def test_models_without_missing_value_routing_name_the_column_and_gbm(model):
     with pytest.raises(ValueError, match=r"X: this FairData has missing input values .*model='gbm'"):
         FairClassifier(("disparate_impact", "s", 0.8), model=model).fit(data)
     assert FairClassifier(("disparate_impact", "s", 0.8), model="gbm", epochs=20).fit(data).converged_
+
+
+def test_the_inactive_rule_defers_to_a_violating_reference_and_to_a_returned_start():
+    """A boosted fit whose held-out probe met no bound refit one round and returned its constant start:
+    its single last round bound nothing, and the estimator called the bound "inactive" although the
+    unconstrained reference violated it."""
+    from fairopt.diagnostics import inactive_message, returned_its_start
+    from solvers.history import History
+
+    assert inactive_message("dcov[g]", "sqp", True, {"dcov[g]": 0.002}, 1e-3) is None
+    assert "inactive constraint" in inactive_message("dcov[g]", "sqp", True, {"dcov[g]": 0.0}, 1e-3)
+    assert "inactive constraint" in inactive_message("dcov[g]", "sqp", True, None, 1e-3)
+    rounds = [{"iteration": t, "qp_status": "normal", "active": []} for t in range(3)]
+    assert returned_its_start(History(records=rounds + [{"qp_status": "final", "returned": 0}]))
+    assert not returned_its_start(History(records=rounds + [{"qp_status": "final", "returned": 2}]))
+
+
+def test_a_constant_regressor_gets_one_warning_and_a_constant_target_is_named():
+    from fairopt.diagnostics import constant_fit_message
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 2))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FairRegressor(model="linear").fit(X, np.full(300, 3.0))
+    about_the_model = [str(w.message) for w in caught if "degenerate model" in str(w.message)
+                       or "constant predictor" in str(w.message)]
+    assert len(about_the_model) == 1 and "every training target is 3" in about_the_model[0]
+    cause = "training fit no better than a constant predictor: training R2 = 0. Training failed."
+    message = constant_fit_message("regression", np.zeros(50), cause=cause, y=np.arange(50.0))
+    assert message.startswith("degenerate model:") and "Training fit no better than a constant predictor" in message
+    assert "Bounds that only a constant model meets" not in message
+
+
+def test_a_probe_that_keeps_its_start_does_not_cut_the_refit_to_one_round(monkeypatch):
+    """The held-out probe of early stopping met no bound in any round and returned its constant start
+    (pg15, dcov <= 1e-4 on 3,000 rows); the refit on all rows then ran one round and returned the constant,
+    where all rounds meet the bound at training R2 0.09. It now runs all epochs."""
+    import fairopt.boosted as boosted
+    from solvers.history import FitResult, History
+
+    def probe(kwargs, patience, fraction, data, loss, constraints, seed):
+        info = {"returned_iteration": 0, "rounds": 60, "validation_losses": [0.9] * 61}
+        return FitResult(model=None, history=History(), converged=False, status="infeasible", info=info), data, data
+
+    monkeypatch.setattr(boosted, "_stopping_fit", probe)
+    X, y, s = _classification(n=400)
+    reg = FairClassifier(model="gbm", epochs=40, seed=0).fit(X, y, sensitive_features=s)
+    assert reg.engine_info_["stopping_rounds"] == 40 and reg.engine_info_["stopping_best_round"] == 0
+
+
+def test_the_probes_own_warnings_are_not_passed_on(monkeypatch):
+    import fairopt.boosted as boosted
+
+    make = boosted._engine
+
+    class Loud:
+        def __init__(self, engine):
+            self.engine = engine
+
+        def fit(self, data, **kwargs):
+            if kwargs.get("validation") is not None:
+                warnings.warn("about the probe", UserWarning)
+            return self.engine.fit(data, **kwargs)
+
+    monkeypatch.setattr(boosted, "_engine", lambda kwargs: Loud(make(kwargs)))
+    X, y, s = _classification(n=400)
+    caught = _fit(FairClassifier(model="gbm", epochs=30, seed=0), X, y, sensitive_features=s)
+    assert not any("about the probe" in str(w.message) for w in caught)

@@ -4,6 +4,7 @@ summary and format_report, every abbreviation defined, each measure once, one pr
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 
@@ -15,6 +16,7 @@ import torch
 import fairopt
 from fairopt.cli import main
 from fairopt.constraints import DemographicParity, DisparateImpact
+from fairopt.exceptions import UndefinedMeasureWarning
 from fairopt.evaluation import evaluate, format_report
 from fairopt.status import STATUSES, BoundStatus, fit_status, label_of
 from solvers.history import FitResult, History
@@ -95,7 +97,13 @@ def test_the_status_of_a_model_without_positive_predictions_calls_its_ratio_unde
     di.setup(data)
     nobody = torch.full((len(data),), -1.0)
     (status,) = bound_statuses(nobody, data, [di])
-    assert status.undefined and status.met and "undefined" in str(status)
+    assert status.undefined and status.met and "undefined" in str(status) and math.isnan(status.value)
+    # evaluate's "bounds" entry: NaN, not 1.0, with the reason in its notes and a warning (docs/errors.md)
+    with pytest.warns(UndefinedMeasureWarning, match=r"DI\[sex\] \(bounds\[disparate_impact\[sex\]\]\)"):
+        results = fairopt.evaluate(lambda X: torch.full((len(X),), -1.0), data, [di])
+    entry = results["bounds"]["disparate_impact[sex]"]
+    assert math.isnan(entry["value"]) and entry["undefined"] and entry["met"]
+    assert "0/0" in results["notes"]["bounds[disparate_impact[sex]]"]
     (status,) = bound_statuses(torch.ones(len(data)), data, [di])  # everyone positive: a real ratio of 1
     assert not status.undefined and str(status).startswith("DI[sex] 1.000")
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from fairopt.certificate.tightening import TightenedConstraint, bounds_ready, fresh_copy
 from solvers.problem import eval_mode
-from fairopt.constraints.base import release_caches
+from fairopt.constraints.base import release_caches, set_up_on_other_rows
 from fairopt.constraints.dcov import DistanceCovariance
 from fairopt.constraints.gedi import GeDI
 from fairopt.constraints.covariance import Covariance
@@ -49,7 +49,7 @@ def prepared_copy(constraint: Any, data: Any) -> Any:
                         "(Clopper-Pearson), GeDI, DistanceCovariance, Covariance (bootstrap)")
     fresh = fresh_copy(constraint)
     if not bounds_ready(fresh):
-        fresh.setup(data)
+        set_up_on_other_rows([fresh], data)
     return fresh
 
 

@@ -13,7 +13,12 @@ from fairopt.constraints.base import BaseConstraint
 from fairopt.constraints.gedi import GeDI
 from solvers.contract import cost_on_all_rows, offers_calibrated_form, row_scale, smooth_is_exact
 
-__all__ = ["TightenedConstraint", "bounds_ready", "fresh_copy", "tighten"]
+__all__ = ["MarginTooLargeError", "TightenedConstraint", "bounds_ready", "fresh_copy", "tighten"]
+
+
+class MarginTooLargeError(ValueError):
+    """A margin that leaves a row of the tightened constraint without a feasible value (its lower bound above
+    its upper one, or its upper bound below the smallest value the row takes)."""
 
 
 def fresh_copy(constraint: Any) -> Any:
@@ -73,7 +78,7 @@ class TightenedConstraint(BaseConstraint):
             names = inner.row_names or []
             what = (f"lower {lower[i].item():.4g} > upper {upper[i].item():.4g}" if lower[i] > upper[i] else
                     f"upper {upper[i].item():.4g} below {floor:.4g}, the smallest value the row takes")
-            raise ValueError(f"margin: tightening {self.name} by {margin.max().item():.4g} leaves row "
+            raise MarginTooLargeError(f"margin: tightening {self.name} by {margin.max().item():.4g} leaves row "
                              f"{names[i] if i < len(names) else i!r} with {what}; use a smaller margin, a looser "
                              "bound or more data")
         inner.lower, inner.upper = lower, upper

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 import torch
 
+from fairopt.exceptions import SmallGroupWarning
 from solvers.problem import LinearEncoding, row_violations
 
-__all__ = ["BaseConstraint", "release_caches"]
+__all__ = ["BaseConstraint", "release_caches", "set_up_on_other_rows"]
 
 
 class BaseConstraint:
@@ -131,3 +133,13 @@ def release_caches(constraints: Any) -> None:
         clear = getattr(c, "clear_cache", None)
         if callable(clear):
             clear()
+
+
+def set_up_on_other_rows(constraints: Any, data: Any) -> None:
+    """``setup(data)`` of every constraint in ``constraints`` on rows a model is not fitted to (held-out,
+    report or certification rows), without the :class:`~fairopt.exceptions.SmallGroupWarning` about small
+    or empty groups: that warning is about the training rows, where the fit's own set-up issues it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SmallGroupWarning)
+        for c in constraints:
+            c.setup(data)

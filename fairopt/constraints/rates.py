@@ -27,7 +27,7 @@ stack masked blocks in ``W`` with a block-diagonal ``D``.
 
 Empty groups: a row comparing a group without rows in the batch is set to 0 (satisfied, no gradient)
 rather than dropped, so the number of rows never depends on the batch; :meth:`setup` warns
-(:class:`~fairopt.exceptions.FairnessWarning`) when this happens on the training data.
+(:class:`~fairopt.exceptions.SmallGroupWarning`) when this happens on the training data.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import torch
 
 from fairopt._validation import check_binary, check_interval
 from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
-from fairopt.exceptions import FairnessWarning, warn_at_caller
+from fairopt.exceptions import SmallGroupWarning, warn_at_caller
 from fairopt.surrogates import Sigmoid, Surrogate
 from solvers.contract import check_spread
 from solvers.problem import LinearEncoding, RowFactors, row_weights, shared_value
@@ -54,7 +54,7 @@ __all__ = ["DisparateImpact", "EqualImpact", "DemographicParity", "GroupRateCons
            "RowTemplate", "label_mask", "ratio_templates", "difference_templates"]
 
 #: Fewer training rows than this in a compared group (within a label block for the conditional rates)
-#: draw a :class:`~fairopt.exceptions.FairnessWarning` at :meth:`GroupRateConstraint.setup`: the group's
+#: draw a :class:`~fairopt.exceptions.SmallGroupWarning` at :meth:`GroupRateConstraint.setup`: the group's
 #: rate moves in steps of ``1 / rows``, so the bound on it is met or missed by single rows.
 MIN_GROUP_ROWS = 30
 
@@ -149,7 +149,7 @@ class GroupRateConstraint(LinearRowsConstraint):
 
     def setup(self, data: Any) -> None:
         """Size the rows from the data's sensitive levels (:meth:`LinearRowsConstraint.setup`) and warn
-        (:class:`~fairopt.exceptions.FairnessWarning`) about compared groups with fewer than
+        (:class:`~fairopt.exceptions.SmallGroupWarning`) about compared groups with fewer than
         :data:`MIN_GROUP_ROWS` rows: a rate over ``k`` rows takes the values ``0, 1/k, ..., 1``, and a model
         meets the bound on it by the predictions of those rows alone, on new data as much by chance."""
         super().setup(data)
@@ -170,7 +170,7 @@ class GroupRateConstraint(LinearRowsConstraint):
                 f"{self.name}: {len(small)} compared group(s) have fewer than {MIN_GROUP_ROWS} training rows: "
                 f"{', '.join(f'{label} ({k} rows)' for label, k, _ in small)}. Their rates move in steps of 1/rows "
                 f"and the bound on them is met or missed by single rows, here and on new data; {advice}",
-                FairnessWarning)
+                SmallGroupWarning)
 
     def _side_rows(self, data: Any, sides: list[_Side]) -> list[int]:
         """The rows in each side of each block (the order of :meth:`_side_membership`), from per-group

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from fairopt._validation import as_1d_tensor, check_binary, finite_float, sensitive_names
 from fairopt.constraints.base import BaseConstraint
-from fairopt.exceptions import FairnessWarning, UnknownSensitiveError
+from fairopt.exceptions import SmallGroupWarning, UnknownSensitiveError
 from fairopt.surrogates import Surrogate, get_surrogate
 from solvers.problem import shared_value
 
@@ -272,7 +272,7 @@ class LinearRowsConstraint(BaseConstraint):
 
     def setup(self, data: Any) -> None:
         """Size the rows from ``data.sensitive_levels``/``sensitive_kinds``; warn
-        (:class:`~fairopt.exceptions.FairnessWarning`) about rows that are identically 0 on ``data``.
+        (:class:`~fairopt.exceptions.SmallGroupWarning`) about rows that are identically 0 on ``data``.
         """
         self._configure(data)
         W, D = self._build_operator(data)
@@ -283,7 +283,7 @@ class LinearRowsConstraint(BaseConstraint):
             warnings.warn(
                 f"{self.name}: {len(rows)} row(s) are identically 0 on the training data because a group "
                 f"{empty}; they constrain nothing: {rows}",
-                FairnessWarning,
+                SmallGroupWarning,
                 stacklevel=2,
             )
 

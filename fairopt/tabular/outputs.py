@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fairopt.constraints.base import set_up_on_other_rows
 from fairopt.data import FairData, coerce_numeric_columns
 from fairopt.data.frames import as_number, is_text_dtype, short_list
 from fairopt.evaluation import evaluate
@@ -315,32 +316,34 @@ def predict_table(table: TableModel, frame: pd.DataFrame, *, source: str, strict
 
 def report_table(table: TableModel, frame: pd.DataFrame, *, source: str, target: str | None = None,
                  sensitive: Sequence[str] = (), n_bootstrap: int = 1000, seed: int = 0) -> str:
-    """The per-group report of the model on ``frame`` (markdown) and, when the target and
-    the training sensitive columns are there, the constraint rows on these rows."""
+    """The per-group report of the model on ``frame`` (markdown; a note instead where every sensitive column of
+    the model is continuous and none is given) and, when the target and the training sensitive columns are
+    there, the constraint rows on these rows."""
     target = target or table.target
     sensitive = list(sensitive) or table.discrete_sensitive
-    if not sensitive:
-        raise ValueError(f"--sensitive: the model's sensitive columns {table.sensitive} are continuous; give a "
-                         "column with groups to compare")
     require_columns(frame, [target], "--target", source)
     require_columns(frame, sensitive, "--sensitive", source)
     require_complete(frame, [target, *sensitive], source)
     inputs = prediction_inputs(table, frame, source=source, strict=False)
     y = _target_values(table, frame[target].rename(target))
-    groups = frame[sensitive[0]] if len(sensitive) == 1 else frame[sensitive]
-    report = group_report(table.saved, inputs, y, sensitive_features=groups, pos_label=table.positive,
-                          n_bootstrap=n_bootstrap, seed=seed)
+    if sensitive:
+        groups = frame[sensitive[0]] if len(sensitive) == 1 else frame[sensitive]
+        report = group_report(table.saved, inputs, y, sensitive_features=groups, pos_label=table.positive,
+                              n_bootstrap=n_bootstrap, seed=seed)
+        groups_part = _demote(report.to_markdown())
+    else:  # continuous sensitive columns only: their constraint rows below say what holds
+        groups_part = (f"No per-group table: the model's sensitive columns {table.sensitive} are continuous (give "
+                       "--sensitive with a column of groups for one); the constraint rows are below.")
     specs_text = ", ".join(table.metadata.get("constraints") or []) or "no constraint"
     parts = [f"# fairopt report: {source}", "",
              f"Model: {table.metadata.get('method')} trained on {table.metadata.get('source')} ({specs_text}).",
-             "", _demote(report.to_markdown())]
+             "", groups_part]
     specs = table.saved.constraints
     if specs and target == table.target and set(table.sensitive) <= set(frame.columns):
         try:
             rows = _rows_data(table, frame, inputs, y)
             constraints = resolve_constraints(list(specs))  # fresh copies, set up on these rows
-            for c in constraints:
-                c.setup(rows)
+            set_up_on_other_rows(constraints, rows)
             results = evaluate(table.saved.model, rows, constraints)
             parts += ["", "## Constraints on these rows", "", constraint_table(constraints, results)]
         except ValueError as exc:

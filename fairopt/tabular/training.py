@@ -14,6 +14,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
+from fairopt.constraints.base import set_up_on_other_rows
 from fairopt.data import FairData, Preprocessor, coerce_numeric_columns
 from fairopt.data.encoding import positive_class, sorted_labels
 from fairopt.data.frames import as_number, is_text_dtype, short_list
@@ -162,6 +163,8 @@ def train_table(
     _check_flags(method, task, test_size, epochs, iterations, batch_size)
     require_columns(frame, [target], "--target", source)
     built = _parse_constraints(constraints)
+    if not sensitive:  # the columns come from the constraints: a name missing from the file is their mistake
+        require_columns(frame, constraint_sensitive_names(built), "--constraint", source)
     sensitive = _sensitive_columns(sensitive, built)
     features = _input_columns(frame, target, sensitive, ignore, weights, include_sensitive, source,
                               inputs_complete=model != "gbm")
@@ -355,8 +358,7 @@ def _held_out_evaluation(model: Any, test_data: FairData | None, specs: list[str
         return [], None
     test_constraints = resolve_constraints(specs)
     try:
-        for c in test_constraints:
-            c.setup(test_data)
+        set_up_on_other_rows(test_constraints, test_data)
         return test_constraints, evaluate(model, test_data, test_constraints)
     except ValueError as exc:  # e.g. a group without rows in the held-out part
         warnings.warn(f"constraints not evaluated on the held-out rows: {exc}", UserWarning, stacklevel=1)
