@@ -194,8 +194,8 @@ def _engine(kwargs: dict) -> BoostedSQP:
     except TypeError as exc:
         raise ValueError(f"engine_params: BoostedSQP does not accept these options ({exc}). Its options are those "
                          "of solvers.boosting.BoostedSQP (num_leaves, min_child_samples, params, n_jobs, ...) and "
-                         "early_stopping_rounds, stopping_fraction; other LightGBM parameters go in engine_params={'params': {...}}, e.g. {'params': "
-                         "{'max_depth': 3}}") from None
+                         "early_stopping_rounds, stopping_fraction; other LightGBM parameters go in "
+                         "engine_params={'params': {...}}, e.g. {'params': {'max_depth': 3}}") from None
 
 
 def _stopping_fit(kwargs: dict, patience: Any, fraction: Any, data: Any, loss: str, constraints: list,
@@ -210,7 +210,7 @@ def _stopping_fit(kwargs: dict, patience: Any, fraction: Any, data: Any, loss: s
         raise ValueError(f"engine_params: stopping_fraction must be None or in (0, 0.5], got {fraction!r}")
     if fraction * len(data) < MIN_STOPPING_ROWS:
         return None
-    kept, held = stratified_split_indices(data._split_strata(), float(fraction), seed)
+    kept, held = stratified_split_indices(data.split_strata(), float(fraction), seed)
     kept_data, held_data = data.subset(kept), data.subset(held)
     with warnings.catch_warnings():  # about a model the user does not get: the fit on all rows says what holds
         warnings.simplefilter("ignore")

@@ -31,6 +31,7 @@ from torch import nn
 from fairopt._validation import check_choice, check_flag, check_sample_weight, check_seed, positive_float
 from fairopt.data import FairData, Preprocessor
 from fairopt.data.encoding import positive_class
+from fairopt.data.frames import short_list
 from fairopt.inputs import (check_input_finite, check_missing, constraint_sensitive_names, dense_inputs, encoded_inputs,
                             fair_data_rows, has_text_columns, held_out_rows, internal_names, log_encoded_columns,
                             sensitive_columns_of_x, without_columns)
@@ -321,7 +322,7 @@ class _FairEstimator(BaseEstimator):
         labels = data.y.detach().cpu().numpy()
         target = self._encode_training_target(labels.astype(np.int64) if self._task == "binary" else labels)
         if not np.array_equal(target, labels):  # pos_label=0: the other class is the positive one
-            data = data._replace(y=torch.as_tensor(target, dtype=torch.float32, device=data.y.device))
+            data = data.with_target(torch.as_tensor(target, dtype=torch.float32, device=data.y.device))
         columns = list(data.feature_columns)
         self.n_features_in_ = len(columns)
         if columns != internal_names(len(columns)):
@@ -844,7 +845,12 @@ class FairRegressor(_FairDataScore, RegressorMixin, _FairEstimator):
         return self._affine_map()[1]
 
     def _encode_training_target(self, y: np.ndarray) -> np.ndarray:
-        return np.asarray(y, dtype=np.float64).reshape(-1)
+        try:
+            return np.asarray(y, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            labels = np.unique(np.asarray(y, dtype=object).astype(str))
+            raise ValueError(f"y: FairRegressor needs numbers, got labels such as {short_list(labels.tolist())} "
+                             f"({exc}); for classes use FairClassifier, or encode the labels as numbers") from None
 
     def _check_constraints_fit_the_task(self, data: FairData, constraints: list) -> None:
         """A group-rate constraint on a regressor bounds the groups' shares of predictions above its
@@ -861,9 +867,9 @@ class FairRegressor(_FairDataScore, RegressorMixin, _FairEstimator):
                 raise ValueError(
                     f"constraints: {c.name} on a regressor bounds the groups' shares of predictions above its "
                     f"threshold ({threshold:g}, in the units of y), which lies {side} training target (range "
-                    f"[{low:.4g}, {high:.4g}]): every group's share of targets above it is {share}, and so is that of a "
-                    f"good fit. Give a threshold t with {low:.4g} <= t < {high:.4g} for a rate of predictions above t "
-                    "(in Python the spec option (kind, column, bound, {'threshold': t}); on the command line a "
+                    f"[{low:.4g}, {high:.4g}]): every group's share of targets above it is {share}, and so is that "
+                    f"of a good fit. Give a threshold t with {low:.4g} <= t < {high:.4g} for a rate of predictions "
+                    "above t (in Python the spec option (kind, column, bound, {'threshold': t}); on the command line a "
                     "--config table {kind = 'di', sensitive = ..., delta = ..., threshold = t}), or bound the "
                     "predictions themselves with 'gedi', 'covariance' or 'dcov'")
 

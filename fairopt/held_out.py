@@ -166,7 +166,7 @@ def training_rows(options: HeldOutOptions, data: FairData) -> int:
 def _held_out_indices(options: HeldOutOptions, data: FairData) -> np.ndarray:
     """The rows of ``data`` held out by ``validation_fraction`` (:meth:`FairData.split`'s seeded stratified
     split); ValueError where the strata cannot be split so."""
-    return stratified_split_indices(data._split_strata(), float(options.validation_fraction), int(options.seed))[1]
+    return stratified_split_indices(data.split_strata(), float(options.validation_fraction), int(options.seed))[1]
 
 
 def candidate_inflations(n_candidates: int) -> np.ndarray:
@@ -266,10 +266,10 @@ def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairDa
         if not passed:  # the first candidate fails: it is returned, with its failed certificate
             break
     if chosen is None:
-        raise MarginTooLargeError(f"margin='auto' with validation_fraction: every candidate margin (inflations "
-                                  f"{rows[0]['inflation']:g} to {rows[-1]['inflation']:g} of the held-out spread) leaves "
-                                  f"no room under the bound; the smallest: {too_large}. Loosen the bound, give more "
-                                  "rows, or pass a numeric margin")
+        raise MarginTooLargeError(
+            f"margin='auto' with validation_fraction: every candidate margin (inflations {rows[0]['inflation']:g} "
+            f"to {rows[-1]['inflation']:g} of the held-out spread) leaves no room under the bound; the smallest: "
+            f"{too_large}. Loosen the bound, give more rows, or pass a numeric margin")
     table = pd.DataFrame(rows).assign(chosen=lambda t: np.arange(len(t)) == chosen_index)
     logger.info("certified candidates: kept inflation %.3g (%d of %d tried)", rows[chosen_index]["inflation"],
                 chosen_index + 1, len(rows))

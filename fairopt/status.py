@@ -123,11 +123,11 @@ def label_of(constraint: Any) -> str:
     of the rows (``groups="one_vs_rest"``, the default), whose measure is not the ratio of the smallest to the
     largest group rate that :func:`fairopt.evaluate` reports as ``di_ratio``."""
     name = str(constraint.name)
-    prefix = getattr(constraint, "_prefix", None)
+    prefix = getattr(constraint, "kind", None)
     if prefix in ABBREVIATIONS and name.startswith(prefix):
         label = ABBREVIATIONS[prefix] + name[len(prefix):]
-        against_rest = getattr(constraint, "groups", None) == "one_vs_rest" and any(
-            getattr(part, "n_groups", 0) > 2 for part in getattr(constraint, "_partitions", ()))
+        against_rest = (getattr(constraint, "groups", None) == "one_vs_rest"
+                        and getattr(constraint, "largest_grouping", 0) > 2)
         return label[:-1] + ", each vs rest]" if against_rest and label.endswith("]") else label
     return name
 

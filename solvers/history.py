@@ -110,6 +110,8 @@ class History:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "History":
+        """The history :meth:`to_json` wrote (numpy values come back as plain numbers and lists, anything else
+        JSON has no type for as its ``str``)."""
         obj = json.loads(Path(path).read_text())
         return cls(obj.get("row_names", ()), obj.get("records", ()))
 

@@ -111,7 +111,7 @@ def test_rows_equal_numpy_rates(cls, names, groups, form):
     assert c.n_rows == len(c.row_names) == per_block * len(BLOCKS[cls])
     for b, (label, _) in enumerate(BLOCKS[cls]):
         block_names = c.row_names[b * per_block:(b + 1) * per_block]
-        assert all(name.startswith(f"{c._prefix}[") and f"]:{label}:" in name for name in block_names)
+        assert all(name.startswith(f"{c.kind}[") and f"]:{label}:" in name for name in block_names)
     if "delta" in form:
         assert c.lower.isinf().all() and (c.upper == 0).all()
     else:

@@ -722,3 +722,10 @@ def test_a_missing_label_is_a_clear_error_naming_y_and_the_row(make):
     estimator = FairRegressor(epochs=2) if make().dtype.kind == "f" else FairClassifier(epochs=2)
     with pytest.raises(ValueError, match=r"^y: 1 missing value\(s\) \(None or NaN\), e.g. at row 38"):
         estimator.fit(X, make())
+
+
+def test_a_regressor_given_text_labels_says_to_use_the_classifier():
+    X = np.random.default_rng(0).normal(size=(40, 2))
+    with pytest.raises(ValueError, match=r"^y: FairRegressor needs numbers, got labels such as \['high', 'low'\].*"
+                                         r"use FairClassifier"):
+        FairRegressor(epochs=2).fit(X, np.array(["low", "high"] * 20))

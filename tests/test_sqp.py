@@ -6,6 +6,7 @@ import math
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from scipy.optimize import NonlinearConstraint, minimize
@@ -433,3 +434,18 @@ def test_calibrate_is_the_exponential_average_of_the_finite_gaps():
     single = calibrate(*(t.float() for t in (offset, gap, lower, upper)), w)
     assert single.dtype == torch.float32
     np.testing.assert_allclose(single.numpy(), expected, rtol=1e-7)
+
+
+def test_a_history_round_trips_through_json(tmp_path):
+    """``History.to_json`` / ``from_json`` (docs/guide/history.md): the records of a fit come back equal,
+    numpy values as plain numbers, and ``to_pandas`` gives the same table."""
+    data, cons = _problem()
+    result = StochasticSQP(epochs=20).fit(_Identity(torch.zeros(4, dtype=torch.float64)), data, loss=_quadratic,
+                                          constraints=cons)
+    history = result.history
+    history.records[0]["extra"] = np.float32(0.5)
+    history.to_json(tmp_path / "h.json")
+    back = History.from_json(tmp_path / "h.json")
+    assert back.row_names == list(history.row_names) and len(back) == len(history)
+    assert back.records[0]["extra"] == 0.5 and back.records[-1] == history.records[-1]
+    pd.testing.assert_frame_equal(back.to_pandas(), history.to_pandas(), check_dtype=False)

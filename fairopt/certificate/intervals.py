@@ -174,7 +174,7 @@ def compared_pairs(c: GroupRateConstraint) -> int:
     ``P_f - P_r < -b`` for ``b >= 0``), so a false pass needs the one violated row of some pair
     to pass: a union bound over the pairs, each row one-sided at ``1 - alpha / pairs``, keeps
     the level (not over the ``2 x pairs`` rows, which would only widen the bounds)."""
-    return max(len(c._focus), 1)
+    return max(len(c.compared_sides[0]), 1)
 
 
 def finite_sides(c: Any) -> int:

@@ -143,7 +143,7 @@ def _sample_spreads(data: Any, c: Any, held_out_fraction: float, outputs: Any, n
         p = np.where(n > 0, k / np.maximum(n, 1.0), 0.5)
         if outputs is None:  # a label-conditioned side's target rate is 0 or 1: no variance to go by
             p = np.where((p <= 0.0) | (p >= 1.0), 0.5, p)
-        D = c._informed_rows(torch.as_tensor(n), torch.float64).numpy()
+        D = c.informed_rows(torch.as_tensor(n), torch.float64).numpy()
         var_new = (D ** 2) @ (p * (1.0 - p) / np.maximum(n * scale, 1.0))
         var_train = (D ** 2) @ (p * (1.0 - p) / np.maximum(n, 1.0))
         return np.sqrt(var_train), np.sqrt(var_new)

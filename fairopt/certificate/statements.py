@@ -150,12 +150,13 @@ def _rate_certificate(c: GroupRateConstraint, data: Any, confidence: float, meth
     """
     b_lo, b_hi = c.lower.double().numpy(), c.upper.double().numpy()
     passed = bool(within_bounds(row_lo, row_hi, b_lo, b_hi).all())
-    pairs = list(zip(c._focus.tolist(), c._ref.tolist()))
+    focus, ref = c.compared_sides
+    pairs = list(zip(focus.tolist(), ref.tolist()))
     is_ratio = c.rate_form == "ratio"  # DisparateImpact, EqualImpact, a conditioned rate with delta
     if is_ratio:
-        measure, side, bound = f"{c._prefix} ratio", "lower", c.delta
+        measure, side, bound = f"{c.kind} ratio", "lower", c.delta
     else:
-        measure, side, bound = f"{c._prefix} difference", "upper", c.bound
+        measure, side, bound = f"{c.kind} difference", "upper", c.bound
     realised = c.realised_from_rates(rates, n)
     lo, hi = interval(pairs, is_ratio)
     rows = row_table(c, values, row_lo, row_hi, b_lo, b_hi)
@@ -168,7 +169,7 @@ def _rate_certificate(c: GroupRateConstraint, data: Any, confidence: float, meth
 def _rates_and_rows(c: GroupRateConstraint, n: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Side rates ``k / n`` (0 for an empty side) and the realised rows (a row comparing an empty side is 0)."""
     rates = np.where(n > 0, k / np.maximum(n, 1.0), 0.0)
-    return rates, c._informed_rows(torch.as_tensor(n), torch.float64).numpy() @ rates
+    return rates, c.informed_rows(torch.as_tensor(n), torch.float64).numpy() @ rates
 
 
 def _certify_rates(c: GroupRateConstraint, out: torch.Tensor, data: Any, confidence: float) -> Certificate:
@@ -176,7 +177,7 @@ def _certify_rates(c: GroupRateConstraint, out: torch.Tensor, data: Any, confide
     k, n = rate_sides(c, out, data)
     L, U = clopper_pearson(k, n, 1.0 - (1.0 - confidence) / len(n))
     rates, values = _rates_and_rows(c, n, k)
-    row_lo, row_hi = worst_case_rows(c._D.double().numpy(), L, U)
+    row_lo, row_hi = worst_case_rows(c.side_rows.double().numpy(), L, U)
 
     def interval(pairs: list, is_ratio: bool) -> tuple[float, float]:
         if is_ratio:
@@ -197,7 +198,7 @@ def _certify_rates_normal(c: GroupRateConstraint, out: torch.Tensor, data: Any, 
     var = np.where(n > 0, p * (1.0 - p) / np.maximum(n, 1.0), np.inf)  # an empty side is uninformative
     z = normal_quantile(confidence, compared_pairs(c))
     with np.errstate(invalid="ignore"):
-        se = np.sqrt((c._D.double().numpy() ** 2) @ var)
+        se = np.sqrt((c.side_rows.double().numpy() ** 2) @ var)
     row_lo, row_hi = values - z * se, values + z * se
 
     def interval(pairs: list, is_ratio: bool) -> tuple[float, float]:

@@ -280,6 +280,18 @@ class GroupRateConstraint(LinearRowsConstraint):
             for p in range(len(self._partitions))
         ]
 
+    @property
+    def side_rows(self) -> torch.Tensor:
+        """``D`` (m, G), set up: row ``i`` of the constraint is ``sum_s D[i, s] P_s`` over the side rates ``P_s``
+        (each compared group, or the rest of the rows, per label block)."""
+        return self._D
+
+    @property
+    def compared_sides(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The focus and the reference side (indices into the side rates) of each comparison, set up; each
+        comparison gives ``len(templates)`` consecutive rows (two for a ratio, one for a difference)."""
+        return self._focus, self._ref
+
     def _membership(self, batch: Any) -> torch.Tensor:
         """0/1 membership ``(G, n)`` of every side, sides in ``_comparisons`` order."""
         blocks = []
@@ -303,10 +315,11 @@ class GroupRateConstraint(LinearRowsConstraint):
             membership = membership * weights.to(device=membership.device, dtype=FLOAT64)[None, :]
         counts = membership.sum(dim=1)
         W = membership / positive_counts(counts)[:, None]
-        return W, self._informed_rows(counts, FLOAT64)
+        return W, self.informed_rows(counts, FLOAT64)
 
-    def _informed_rows(self, counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """``D`` with the rows that compare an empty side (``counts == 0``) set to 0."""
+    def informed_rows(self, counts: torch.Tensor, dtype: torch.dtype = FLOAT64) -> torch.Tensor:
+        """``D`` (:attr:`side_rows`) with the rows that compare an empty side (``counts == 0``, the rows of
+        each side) set to 0."""
         if bool((counts > 0).all()):  # every side has rows (the usual case): D as it is
             return self._D.to(dtype, copy=True)
         informed = (counts[self._focus] > 0) & (counts[self._ref] > 0)
@@ -364,7 +377,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         membership = (representatives != 0).to(FLOAT64)  # (G, s): W != 0 is membership with nonzero weight
         weights = row_weights(batch, like=out)
         counts = membership @ strata.sums(weights).cpu()
-        coef = self._informed_rows(counts, FLOAT64) @ (membership / positive_counts(counts)[:, None])
+        coef = self.informed_rows(counts, FLOAT64) @ (membership / positive_counts(counts)[:, None])
         coef = coef.to(out.device)
         smooth, exact, v = self._shared_stratum_sums(source, out, strata, weights)
         return RowFactors(coef @ smooth, coef @ exact, coef.to(out.dtype), v)
@@ -389,7 +402,7 @@ class GroupRateConstraint(LinearRowsConstraint):
         if sums.shape != (G,) or counts.shape != (G,):
             raise ValueError(f"sums/counts: expected shape ({G},) each, got {tuple(sums.shape)}, {tuple(counts.shape)}")
         means = sums / positive_counts(counts)
-        return self._informed_rows(counts, sums.dtype).to(sums.device) @ means
+        return self.informed_rows(counts, sums.dtype).to(sums.device) @ means
 
     # ------------------------------------------------------------------ the bounded measure
     @property

@@ -288,6 +288,12 @@ class LinearRowsConstraint(BaseConstraint):
             )
 
     @property
+    def kind(self) -> str:
+        """The constraint's kind, the prefix of its name (``disparate_impact`` of ``disparate_impact[sex]``;
+        the spec kind of :mod:`fairopt.specs`)."""
+        return self._prefix
+
+    @property
     def largest_grouping(self) -> int:
         """The groups of its largest partition of the rows (the cells of several attributes; 0 before
         ``setup`` and for a continuous attribute): more than two means each group is bounded against

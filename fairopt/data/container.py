@@ -317,6 +317,13 @@ class FairData:
             raise ValueError(f"{operation}: this FairData has no raw frame (build it with from_frame/from_arrays)")
         return frame
 
+    def with_target(self, y: torch.Tensor) -> "FairData":
+        """The same rows with the target ``y`` (a tensor of the same length; no validation: the caller encodes
+        it, e.g. an estimator's ``pos_label`` that makes the other class the positive one)."""
+        if len(y) != len(self):
+            raise ValueError(f"y: {len(y)} values for {len(self)} rows")
+        return self._replace(y=y)
+
     def _replace(self, **changes: Any) -> "FairData":
         """A shallow copy with some attributes replaced (no validation: internal use)."""
         new = object.__new__(type(self))
@@ -369,7 +376,7 @@ class FairData:
         train, test : FairData
         """
         test_size = check_test_size(test_size)
-        strata = self._split_strata() if stratify else np.zeros(len(self), dtype=np.int64)
+        strata = self.split_strata() if stratify else np.zeros(len(self), dtype=np.int64)
         train_idx, test_idx = stratified_split_indices(strata, test_size, seed)
         if self.preprocessor is None or self._source is None:
             logger.info("split: no raw frame or preprocessor; X is subset without re-fitting")
@@ -383,8 +390,10 @@ class FairData:
         test = self._take(torch.from_numpy(test_idx), X=torch.from_numpy(X_test).to(self.X.device), **common)
         return train, test
 
-    def _split_strata(self) -> np.ndarray:
-        """target x cell (binary) or cell strata; the first candidate whose strata all have >= 2 rows."""
+    def split_strata(self) -> np.ndarray:
+        """The strata of a stratified split (:meth:`split`, the estimators' validation part, early stopping of
+        boosted trees): target x cell for a binary target, else the cell; the coarser target alone (then none)
+        where a stratum would hold fewer than 2 rows. One integer code per row."""
         cells = self.cells.cpu().numpy()
         candidates: list[tuple[str, np.ndarray]] = []
         if self.task == "binary":

@@ -90,7 +90,7 @@ def split_data(data: Any, folds: int = 1, test_size: float = 0.2, seed: int = 0)
     if folds > len(data):
         raise ValueError(f"folds: {folds} folds for {len(data)} rows")
     # the strata FairData.split uses (target x cell, or coarser where a stratum is tiny)
-    strata = data._split_strata()
+    strata = data.split_strata()
     all_rows = np.arange(len(data))
     return [(k, *_refit_parts(data, np.setdiff1d(all_rows, test_idx), test_idx))
             for k, test_idx in enumerate(_fold_indices(strata, folds, seed))]

@@ -20,8 +20,8 @@ from solvers.boosting.validation import VALIDATION_METRICS, ValidationLoss, runn
 from solvers.derivatives import rows_and_output_jacobian
 from solvers.history import COLUMN_ACTIVE, COLUMN_C, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import check_targets, loss_name
-from solvers.outcome import (BestIterate, NoUsableInputWarning, no_better_than_constant, warn_if_constant, warn_if_start,
-                             warn_unmet)
+from solvers.outcome import (BestIterate, NoUsableInputWarning, no_better_than_constant, warn_if_constant,
+                             warn_if_start, warn_unmet)
 from solvers.problem import as_constraint_set, check_dataset, exact_rows, row_violations
 from solvers.validation import check_choice, check_flag, check_interval, check_seed, positive_float, positive_int
 

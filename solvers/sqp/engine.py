@@ -38,7 +38,7 @@ from solvers.sqp.options import CONSTRAINT_BATCHES, OPTION_NAMES, SQPOptions
 from solvers.sqp.schedules import end_of_epoch, rsqrt_beta
 from solvers.sqp.screening import RowScreen
 from solvers.sqp.snapshot import ConstraintSnapshot, drift_tolerances, refresh_steps
-from solvers.sqp.state import FitProblem, SQPState
+from solvers.sqp.state import FitProblem, ResolvedFit, SQPState
 from solvers.sqp.steps import calibrate, sqp_step
 from solvers.progress import epoch_logs, progress
 
@@ -273,6 +273,7 @@ class StochasticSQP:
         if not isinstance(base, SQPOptions):
             raise TypeError(f"options: expected an SQPOptions, got {type(base).__name__}")
         object.__setattr__(self, "options", dataclasses.replace(base, **settings) if settings else base)
+        self._resolved = ResolvedFit()  # what the last fit decided (the defaults before the first)
 
     def __getattr__(self, name: str) -> Any:
         # called only when normal lookup fails: the settings read as attributes
@@ -330,11 +331,11 @@ class StochasticSQP:
         FitResult
         """
         params = trainable_parameters(model)
-        self._oracle = derivative_oracle(self, params, constraints)
+        resolved = self._resolved = ResolvedFit(oracle=derivative_oracle(self, params, constraints))
         n = check_dataset(data)
         # data-parallel: every rank sizes its epochs by the largest shard (same number of steps)
-        self._reduce = all_reduce_vector if isinstance(self._oracle, AllReduceDerivatives) else None
-        n_epoch = largest_shard(n) if self._reduce is not None else n
+        resolved.reduce = all_reduce_vector if isinstance(resolved.oracle, AllReduceDerivatives) else None
+        n_epoch = largest_shard(n) if resolved.reduce is not None else n
         loss_fn = get_loss(loss)
         check_targets(loss_fn, data)
         cons = as_constraint_set(constraints)
@@ -366,7 +367,7 @@ class StochasticSQP:
                 logger.info("epoch %d: f=%.5f V=%.3e tau=%.3e beta=%.2e", epoch, history[-1]["f"], history[-1]["V"],
                             state.tau, state.beta)
         polished, status = self._end_game(run, status)
-        if run.problem.f_constant is None and self._reduce is None:  # a mini-batch run's is known from its start
+        if run.problem.f_constant is None and resolved.reduce is None:  # a mini-batch run's is known from its start
             run.problem.f_constant = constant_loss(loss_fn, data, self.chunk_rows)
         # called from here, so that a BoundWarning points at the caller of fit
         return finish(run.problem, self, run.offset, run.state, run.tracker, run.history, status,
@@ -382,15 +383,16 @@ class StochasticSQP:
         full_batch = covers_all_rows(self.batch_size, n_epoch)
         mode = self.constraint_mode(full_batch, cons) if m else "full"
         steps_per_epoch = 1 if full_batch else math.ceil(n_epoch / int(self.batch_size))
-        self._minibatch = not full_batch  # resolves hessian_shift_
+        resolved = self._resolved
+        resolved.minibatch = not full_batch  # resolves hessian_shift_
         self._resolve_metric(problem, full_batch, named_loss)
         v = torch.zeros(sum(p.numel() for p in problem.params), dtype=problem.params[0].dtype)
         if resume is not None:
             state = restore_checkpoint(resume, v, gen, m, self.hessian_)
             saved = resumed_spreads(resume)
-            self._spread, self._start_spread = saved if saved is not None else self._measure_spreads(problem)
+            resolved.spread, resolved.start_spread = saved if saved is not None else self._measure_spreads(problem)
         else:
-            self._spread, self._start_spread = self._measure_spreads(problem)  # before lr_ is read
+            resolved.spread, resolved.start_spread = self._measure_spreads(problem)  # before lr_ is read
             state = SQPState(tau=float(self.tau0), xi=float(self.xi0), beta=float(self.lr_), v=v)
         state.start_iteration = state.iteration
         self.state_ = state
@@ -398,21 +400,21 @@ class StochasticSQP:
         if step is not None:
             logger.info("SQP: the inputs move together (metric spread %.3g at the start): lr='auto' takes %.3g "
                         "instead of %g", self._step_spread, step, DEFAULT_LR)
-        self._generator, self._n_rows = gen, m  # live objects behind state_dict()
+        resolved.generator, resolved.n_rows = gen, m  # live objects behind state_dict()
         # the shorter steps of lr="auto" on a network's small batches take more of them (an explicit lr: as given)
-        network_batch = int(self.batch_size) if self._minibatch and self._network and self.lr == "auto" else None
-        self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, self._polish_curvature is not None, self.lr_,
+        network_batch = int(self.batch_size) if resolved.minibatch and resolved.network and self.lr == "auto" else None
+        self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, resolved.polish_curvature is not None, self.lr_,
                                     network_batch) if self.epochs == "auto" else int(self.epochs))
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
         if resume is not None:
             resume_iterates(resume, problem.params, tracker)
-        self._tracker = tracker
+        resolved.tracker = tracker
         offset = torch.as_tensor(state.offset if state.offset is not None else [0.0] * m,
                                  dtype=torch.float64).reshape(m)
         run = _Run(problem=problem, state=state, tracker=tracker, history=History(row_names=cons.row_names),
                    offset=offset, full_batch=full_batch, mode=mode, schedule=self.schedule_for(full_batch),
                    steps_per_epoch=steps_per_epoch, n=n, generator=gen,
-                   steps=steps_per_epoch if self._reduce is not None and not full_batch else None,
+                   steps=steps_per_epoch if resolved.reduce is not None and not full_batch else None,
                    sampler=self._balanced_sampler(data, strata, n, gen) if mode == "balanced" else None,
                    snapshot=(ConstraintSnapshot(refresh_steps(steps_per_epoch, self.constraint_refresh),
                                                 drift_tolerances(self.constraint_drift_tol, cons.row_scales()))
@@ -421,8 +423,8 @@ class StochasticSQP:
                    drawn=self._drawn_rows_hook(cons, data, full_batch, mode, m))
         if resume is not None:
             resume_snapshot(resume, run.snapshot, v.numel(), m)
-        self._snapshot = run.snapshot
-        if not full_batch and self._reduce is None:  # the all-rows divergence guard's ceiling (_offer)
+        resolved.snapshot = run.snapshot
+        if not full_batch and resolved.reduce is None:  # the all-rows divergence guard's ceiling (_offer)
             problem.f_constant = constant_loss(problem.loss_fn, data, self.chunk_rows)
         if not full_batch and run.snapshot is None:
             # the starting point is a candidate (a run that fails early returns it); refreshes offer theirs
@@ -434,7 +436,7 @@ class StochasticSQP:
         state = run.state
         merits, fs, Vs = [], [], []
         # the polish starts from the last epoch's average, a network's from its last iterate (lr_)
-        run.tail = TailAverage(run.problem.params) if not (run.full_batch or self._network) else None
+        run.tail = TailAverage(run.problem.params) if not (run.full_batch or self._resolved.network) else None
         for step_in_epoch, idx in enumerate(minibatches(run.n, self.batch_size, run.generator, run.steps)):
             outcome = self._step(run, epoch, step_in_epoch, idx)
             if isinstance(outcome, str):
@@ -483,7 +485,7 @@ class StochasticSQP:
         data, m = p.data, int(p.lower.numel())
         obj_batch, con_batch = self._batches(run, idx)
         if run.schedule == "rsqrt":
-            state.beta = rsqrt_beta(state, self.lr_, run.steps_per_epoch, warmup=self._network)
+            state.beta = rsqrt_beta(state, self.lr_, run.steps_per_epoch, warmup=self._resolved.network)
         on_all_rows = obj_batch is data and (m == 0 or con_batch is data)
         rows = None
         if screen is not None and on_all_rows and state.last_kkt > 10.0 * self.tol:
@@ -534,7 +536,7 @@ class StochasticSQP:
         run that ends outside its bounds); returns the polish iterations and the status."""
         p, state = run.problem, run.state
         state.offset = run.offset.tolist()
-        self._last_params = flat_parameters(p.params)  # where training stands (resume continues here)
+        self._resolved.last_params = flat_parameters(p.params)  # where training stands (resume continues here)
         if status == "diverged":
             warnings.warn(f"SQP: training diverged at iteration {state.iteration} (non-finite or exploding "
                           "objective); the best iterate seen before is returned", DivergedWarning, stacklevel=3)
@@ -543,11 +545,11 @@ class StochasticSQP:
             return 0, status
         # full batch: only a run that ends outside the bounds, from its last iterate
         limit = None if not run.full_batch else 0 if run.mode == "balanced" else polish_last(
-            run.tracker, evaluate_all(p.model, p.loss_fn, p.cons, p.data, self.chunk_rows, self._reduce),
+            run.tracker, evaluate_all(p.model, p.loss_fn, p.cons, p.data, self.chunk_rows, self._resolved.reduce),
             run.history, self, state.epochs_done)
         if limit == 0:
             return 0, status
-        self._tracker = copy.copy(run.tracker)  # the checkpoint keeps the training phase's best iterate
+        self._resolved.tracker = copy.copy(run.tracker)  # the checkpoint keeps the training phase's best iterate
         with self._polish_metric(p, state) as start:
             run.offset, status, polished = polish(p, self, run.offset, start, run.tracker, run.history,
                                                   run.tail, limit)
@@ -556,20 +558,20 @@ class StochasticSQP:
     @contextlib.contextmanager
     def _polish_metric(self, problem: FitProblem, state: SQPState):
         """The state the polish starts from: ``state`` itself, or, for a mini-batch fit of a linear
-        model (``_polish_curvature``, :meth:`_resolve_metric`), a copy restarted under the
+        model (``ResolvedFit.polish_curvature``, :meth:`_resolve_metric`), a copy restarted under the
         Gauss-Newton metric (:meth:`_restarted_metric`), which holds until the context ends; the
         training phase's metric is restored after it (``hessian_``, the checkpoint's accumulator and
         a resumed run keep the training phase's)."""
-        curvature = self._polish_curvature
+        curvature = self._resolved.polish_curvature
         if curvature is None:
             yield state
             return
-        saved = self._hessian, self._curvature
-        self._hessian, self._curvature = "gauss-newton", curvature
+        saved = self._resolved.hessian, self._resolved.curvature
+        self._resolved.hessian, self._resolved.curvature = "gauss-newton", curvature
         try:
             yield self._restarted_metric(problem, state)
         finally:
-            self._hessian, self._curvature = saved
+            self._resolved.hessian, self._resolved.curvature = saved
 
     def _restarted_metric(self, problem: FitProblem, state: SQPState) -> SQPState:
         """A copy of ``state`` for a polish under the Gauss-Newton metric after training under
@@ -578,7 +580,8 @@ class StochasticSQP:
         the training's gradient moments and decayed step are in other units."""
         start = state.copy()
         start.beta = float(self.lr_)
-        G = gauss_newton_diagonal(self._curvature, problem.loss_fn, problem.data, self.chunk_rows, problem.params)
+        G = gauss_newton_diagonal(self._resolved.curvature, problem.loss_fn, problem.data, self.chunk_rows,
+                                  problem.params)
         start.v = G.to(state.v.dtype)
         return start
 
@@ -643,7 +646,7 @@ class StochasticSQP:
         steps under the gradient metric the spread of its start (:attr:`start_spread_`)."""
         if self.lr != "auto":
             return float(self.lr)
-        if getattr(self, "_minibatch", False) and getattr(self, "_network", False):
+        if self._resolved.minibatch and self._resolved.network:
             return network_step(int(self.batch_size))
         step = spread_step(self._step_spread)
         return DEFAULT_LR if step is None else step
@@ -659,7 +662,7 @@ class StochasticSQP:
         """The spread ``lambda`` of the last fit's Gauss-Newton metric at its starting parameters
         (:func:`solvers.curvature.metric_spread`), which ``lr="auto"`` reads (:attr:`lr_`); None when
         the fit had no such metric for a linear model or ``lr`` was given."""
-        return getattr(self, "_spread", None)
+        return self._resolved.spread
 
     @property
     def start_spread_(self) -> float | None:
@@ -668,7 +671,7 @@ class StochasticSQP:
         the constant metric ``sqrt(mu)``: the second moments have not grown, so each step is
         ``beta / sqrt(mu)`` times the gradient), which ``lr="auto"`` reads for those steps
         (:attr:`lr_`); None otherwise."""
-        return getattr(self, "_start_spread", None)
+        return self._resolved.start_spread
 
     @property
     def hessian_shift_(self) -> float:
@@ -678,7 +681,7 @@ class StochasticSQP:
             return float(self.hessian_shift)
         if self.hessian_ == "gauss-newton":
             return GAUSS_NEWTON_SHIFT
-        return MINIBATCH_SHIFT if getattr(self, "_minibatch", False) else FULL_BATCH_SHIFT
+        return MINIBATCH_SHIFT if self._resolved.minibatch else FULL_BATCH_SHIFT
 
     @property
     def hessian_(self) -> str:
@@ -686,13 +689,13 @@ class StochasticSQP:
         (:meth:`_resolve_metric`), "adam" before the first."""
         if self.hessian != "auto":
             return self.hessian
-        return getattr(self, "_hessian", "adam")
+        return self._resolved.hessian
 
     @property
     def polish_hessian_(self) -> str:
         """The metric of the last fit's mini-batch polish (class docstring): "gauss-newton" for a
         linear model's (:meth:`_resolve_metric`), else ``hessian_``."""
-        return "gauss-newton" if getattr(self, "_polish_curvature", None) is not None else self.hessian_
+        return "gauss-newton" if self._resolved.polish_curvature is not None else self.hessian_
 
     @property
     def schedule_(self) -> str:
@@ -705,7 +708,7 @@ class StochasticSQP:
         """Mini-batch candidate (:func:`solvers.sqp.optimality.evaluate_all` on all rows) for the
         returned model, and the divergence guard on all rows (:meth:`_offer`)."""
         p = run.problem
-        f_all, c_all = evaluate_all(p.model, p.loss_fn, p.cons, p.data, self.chunk_rows, self._reduce)
+        f_all, c_all = evaluate_all(p.model, p.loss_fn, p.cons, p.data, self.chunk_rows, self._resolved.reduce)
         self._offer(run, f_all, c_all)
 
     def _offer(self, run: _Run, f_all: float, c_all: torch.Tensor | None) -> bool:
@@ -765,8 +768,9 @@ class StochasticSQP:
         """
         if not hasattr(self, "state_"):
             raise RuntimeError("state_dict: the engine has no state yet; call fit() first")
-        return checkpoint(self.state_, self._generator, self._n_rows, self._last_params, self._tracker,
-                          self.hessian_, self._snapshot, (self.metric_spread_, self.start_spread_))
+        resolved = self._resolved
+        return checkpoint(self.state_, resolved.generator, resolved.n_rows, resolved.last_params, resolved.tracker,
+                          self.hessian_, resolved.snapshot, (self.metric_spread_, self.start_spread_))
 
     # ------------------------------------------------------------------ pieces
     def _balanced_sampler(self, data: Any, strata: Any, n: int, gen: torch.Generator) -> BalancedSampler:
@@ -785,10 +789,10 @@ class StochasticSQP:
         batch holds, when it reads per-row strata (``know_strata``: constraint rows of a mini-batch or
         balanced batch from per-stratum sums); None in full-batch mode, for constraints on all rows
         (``mode == "full"``), without constraints, or when the oracle or the constraints do not offer it."""
-        know = getattr(self._oracle, "know_strata", None)
+        know = getattr(self._resolved.oracle, "know_strata", None)
         if full_batch or mode in ("full", "snapshot") or not m or not callable(know) or not know(cons, data):
             return None
-        return self._oracle.rows_drawn
+        return self._resolved.oracle.rows_drawn
 
     def _derivatives(self, model, params, loss_fn, cons, obj_batch, con_batch, rows=None, *,
                      objective_gradient: bool = True) -> Derivatives:
@@ -796,9 +800,9 @@ class StochasticSQP:
         oracle :meth:`fit` picked (``rows``: the Jacobian rows needed, None for all; without
         ``objective_gradient`` ``g`` may be None); with ``hessian="gauss-newton"`` also the call
         that gives the objective batch's curvature."""
-        der = self._oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows,
+        der = self._resolved.oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows,
                            objective_gradient=objective_gradient)
-        curvature = getattr(self, "_curvature", None)
+        curvature = self._resolved.curvature
         if curvature is not None and obj_batch is not None:
             der.curvature = partial(gauss_newton_diagonal, curvature, loss_fn, obj_batch, self.chunk_rows, params)
         return der
@@ -807,7 +811,7 @@ class StochasticSQP:
         """The recognised model (:func:`solvers.curvature.curvature_model`) behind the Gauss-Newton
         metric of ``hessian="auto"``: a linear model (one ``nn.Linear`` layer) with a named loss in a
         single-process fit; None otherwise (a network gets the gradient metric, ``hessian``)."""
-        if not named_loss or isinstance(self._oracle, AllReduceDerivatives):
+        if not named_loss or isinstance(self._resolved.oracle, AllReduceDerivatives):
             return None
         recognised = curvature_model(problem.model, problem.params)
         return recognised if recognised is not None and len(recognised.network.layers) == 1 else None
@@ -820,14 +824,16 @@ class StochasticSQP:
         for the polish, :meth:`_resolve_metric`), the spread of that metric's first steps, the
         constant ``sqrt(mu)``; None where there is no such model or ``lr`` was given (it would not
         change the step)."""
-        linear = self._curvature if self._curvature is not None else self._polish_curvature
+        resolved = self._resolved
+        linear = resolved.curvature if resolved.curvature is not None else resolved.polish_curvature
         if linear is None or len(linear.network.layers) != 1 or self.lr != "auto":
             return None, None
         shift = GAUSS_NEWTON_SHIFT if self.hessian_shift == "auto" else float(self.hessian_shift)
         measure = partial(metric_spread, problem.model, problem.params, linear, problem.loss_fn, problem.data,
                           chunk_rows=self.chunk_rows, seed=int(self.seed))
         spread = measure(shift)
-        start = measure(math.sqrt(self.hessian_shift_), constant=True) if self._polish_curvature is not None else None
+        keeps_polish_metric = resolved.polish_curvature is not None
+        start = measure(math.sqrt(self.hessian_shift_), constant=True) if keeps_polish_metric else None
         logger.debug("metric spreads at the start: Gauss-Newton %.3g, gradient metric's first steps %s", spread,
                      "none" if start is None else f"{start:.3g}")
         return spread, start
@@ -839,22 +845,23 @@ class StochasticSQP:
         for a full-batch, single-process fit of a linear model (one ``nn.Linear`` layer, its
         activation and a fixed affine output allowed) with a named loss
         (:func:`solvers.losses.loss_name`), else "adam"; with mini-batches such a model is kept for the
-        polish instead (``_polish_curvature``, ``polish_hessian_``). An explicit "gauss-newton" on a
+        polish instead (``ResolvedFit.polish_curvature``, ``polish_hessian_``). An explicit "gauss-newton" on a
         model the engine does not recognise, or in a data-parallel fit, is a ``ValueError``."""
-        parallel = isinstance(self._oracle, AllReduceDerivatives)
-        self._network = is_network(problem.params)  # lr_, its warm-up and polish start
+        resolved = self._resolved
+        parallel = isinstance(resolved.oracle, AllReduceDerivatives)
+        resolved.network = is_network(problem.params)  # lr_, its warm-up and polish start
         if self.hessian == "auto":
             linear = self._linear_curvature(problem, named_loss)
-            self._curvature, self._polish_curvature = (linear, None) if full_batch else (None, linear)
-            self._hessian = "adam" if self._curvature is None else "gauss-newton"
+            resolved.curvature, resolved.polish_curvature = (linear, None) if full_batch else (None, linear)
+            resolved.hessian = "adam" if resolved.curvature is None else "gauss-newton"
             return
-        self._curvature = self._polish_curvature = None
+        resolved.curvature = resolved.polish_curvature = None
         if self.hessian != "gauss-newton":
             return
         if parallel:
             raise ValueError("hessian='gauss-newton' is not available in a data-parallel fit; use 'adam'")
-        self._curvature = curvature_model(problem.model, problem.params)
-        if self._curvature is None:
+        resolved.curvature = curvature_model(problem.model, problem.params)
+        if resolved.curvature is None:
             raise ValueError("hessian='gauss-newton' needs a feed-forward network the engine recognises "
                              "(nn.Linear layers and elementwise activations ending in one output, all of its "
                              "parameters trained, optionally followed by a fixed affine output: "

@@ -1,6 +1,7 @@
 """Typed state of one stochastic SQP fit, passed between the engine's modules as cooper passes its
 ``CMPState``: :class:`SQPState` (what the iterations change and a checkpoint carries), its
-:class:`ScreenMemory`, and :class:`FitProblem` (what the fit works on)."""
+:class:`ScreenMemory`, :class:`FitProblem` (what the fit works on) and :class:`ResolvedFit` (what the
+engine decided at the fit's start and keeps after it)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 
 from solvers.derivatives import Derivatives
 
-__all__ = ["CHECKPOINT_FIELDS", "FitProblem", "SQPState", "ScreenMemory"]
+__all__ = ["CHECKPOINT_FIELDS", "FitProblem", "ResolvedFit", "SQPState", "ScreenMemory"]
 
 
 @dataclass
@@ -128,3 +129,36 @@ class FitProblem:
         (``g`` possibly None without ``objective_gradient``)."""
         return self.oracle(self.model, self.params, self.loss_fn, self.cons, self.data, self.data,
                            objective_gradient=objective_gradient)
+
+
+@dataclass
+class ResolvedFit:
+    """What :class:`~solvers.sqp.engine.StochasticSQP` decided for its last fit and keeps after it, read by
+    its resolved properties (``lr_``, ``hessian_``, ``hessian_shift_``, ``metric_spread_``, ...) and its
+    checkpoint (``state_dict``); the defaults hold before the first fit.
+
+    ``oracle``: the derivative oracle (:func:`solvers.sqp.oracles.derivative_oracle`) and ``reduce`` its
+    all-reduce of a vector across ranks (None in one process); ``minibatch``: the steps draw batches;
+    ``network``: the model has more than one weight matrix (:func:`solvers.sqp.engine.is_network`);
+    ``hessian``: the metric ``hessian="auto"`` chose; ``curvature``: the recognised model behind the
+    Gauss-Newton metric in use (None: the gradient metric), ``polish_curvature`` the one kept for a
+    mini-batch run's polish; ``spread`` and ``start_spread``: the metric spreads ``lr="auto"`` reads;
+    ``generator``: the sampling generator; ``n_rows``: the constraint rows; ``tracker``: the returned
+    iterate's :class:`~solvers.outcome.BestIterate` (a mini-batch run's: its training phase's);
+    ``snapshot``: the constraint snapshot of mini-batch steps; ``last_params``: the last iterate (flat),
+    where a resumed fit continues."""
+
+    oracle: Any = None
+    reduce: Callable | None = None
+    minibatch: bool = False
+    network: bool = False
+    hessian: str = "adam"
+    curvature: Any = None
+    polish_curvature: Any = None
+    spread: float | None = None
+    start_spread: float | None = None
+    generator: torch.Generator | None = None
+    n_rows: int = 0
+    tracker: Any = None
+    snapshot: Any = None
+    last_params: torch.Tensor | None = None
