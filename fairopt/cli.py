@@ -18,7 +18,6 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Callable
 
 __all__ = ["main", "COMMANDS", "USER_ERRORS", "register"]
@@ -68,63 +67,33 @@ def _datasets(args: argparse.Namespace) -> None:
 
 
 _PAPERS_HINT = ("the paper reproductions (sqp-table2, fair-ridge, dcov-pg15, fauci-adult, gedi-tables, peers) are not "
-                "installed with fairopt: they run from a source checkout, python -m benchmarks.papers --list")
+                "part of fairopt: run them from the root of a source checkout with python -m benchmarks.papers NAME "
+                "(--list names them)")
 
 
 def _bench_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", nargs="?", help="a built-in configuration name (see --list), a TOML file, or (from a "
-                                             "source checkout) a paper reproduction of benchmarks/papers")
+    p.add_argument("config", nargs="?", help="a built-in configuration name (see --list) or a TOML file")
     p.add_argument("--list", action="store_true", help="list the built-in configurations and exit")
-    p.add_argument("--out", help="output directory (default fairopt_bench; peers: benchmarks/results/peers)")
+    p.add_argument("--out", help="output directory (default fairopt_bench)")
     p.add_argument("--epochs", type=int, help="override every method's epochs")
     p.add_argument("--seeds", type=int, nargs="+", help="override the training seeds")
     p.add_argument("--subsample", type=int, help="use a seeded subsample of this many rows")
     p.add_argument("--data-dir", help="directory with the benchmark data files")
-    papers = p.add_argument_group("paper reproductions", "options passed on to python -m benchmarks.papers")
-    papers.add_argument("--quick", action="store_true", help="the short variant of a paper reproduction")
-    papers.add_argument("--datasets", nargs="+", help="peers: data sets")
-    papers.add_argument("--methods", nargs="+", help="peers: methods")
-    papers.add_argument("--deltas", nargs="+", type=float, help="peers: DI bounds")
-    papers.add_argument("--n-jobs", dest="n_jobs", type=int, default=1,
-                        help="peers, gedi-tables: parallel cells (joblib)")
-    papers.add_argument("--max-rows", dest="max_rows", type=int, help="peers: seeded row subsample per data set")
 
 
-def _checkout_papers() -> ModuleType | None:
-    """The source checkout's ``benchmarks.papers`` (the paper reproductions, which are not part of
-    the installed package), or None where fairopt does not run from a checkout."""
-    import importlib
-
-    root = Path(__file__).resolve().parents[1]
-    if not (root / "benchmarks" / "papers" / "__init__.py").is_file():
-        return None
-    if str(root) not in sys.path:
-        sys.path.append(str(root))
-    return importlib.import_module("benchmarks.papers")
-
-
-@register("bench", "run a named experiment configuration or a TOML file (from a checkout also a paper "
-                   "reproduction); writes CSV, PNG and a summary", _bench_arguments)
+@register("bench", "run a named experiment configuration or a TOML file; writes CSV, PNG and a summary",
+          _bench_arguments)
 def _bench(args: argparse.Namespace) -> int | None:
     from fairopt.experiments.configs import BUILTIN, run_config
 
-    papers = _checkout_papers()
     if args.list or args.config is None:
         for name in sorted(BUILTIN):
             print(f"{name}: {BUILTIN[name]['description']}")
-        if papers is None:
-            print(f"({_PAPERS_HINT})")
-        else:
-            papers.main(["--list"])
+        print(f"({_PAPERS_HINT})")
         return 0 if args.list else 2
     if args.config not in BUILTIN and not Path(args.config).is_file():
-        if papers is None:
-            raise ValueError(f"config: {args.config!r} is neither a built-in configuration (fairopt bench --list) "
-                             f"nor a TOML file; {_PAPERS_HINT}")
-        if args.config in papers.PAPER_CONFIGS or args.config == papers.PEERS:
-            return papers.main(args.argv[args.argv.index("bench") + 1:])
-    if args.quick or args.n_jobs != 1:
-        raise ValueError("--quick, --n-jobs: only the paper reproductions (python -m benchmarks.papers) take them")
+        raise ValueError(f"config: {args.config!r} is neither a built-in configuration (fairopt bench --list) "
+                         f"nor a TOML file; {_PAPERS_HINT}")
     result = run_config(args.config, args.out or "fairopt_bench", epochs=args.epochs, seeds=args.seeds,
                         data_dir=args.data_dir, subsample=args.subsample)
     print(result.summary)

@@ -1,7 +1,7 @@
 """Paper reproductions, runnable by name from a source checkout.
 
     python -m benchmarks.papers --list
-    python -m benchmarks.papers sqp-table2 --quick --out /tmp/sqp       # also: fairopt bench sqp-table2
+    python -m benchmarks.papers sqp-table2 --quick --out /tmp/sqp
     python -m benchmarks.papers peers --quick --n-jobs 2
 
 These are not part of the installed library: each reproduces one table or figure of a
@@ -26,8 +26,8 @@ they are built from.
   Seldonian engine under ``DI >= delta`` (its own options: ``python -m benchmarks.papers peers -h``).
 
 Each paper runs in full (the paper's protocol, or as close as the data and time allow) or
-with ``quick=True`` (``--quick``: minutes on one core). ``fairopt bench NAME`` delegates here
-when it runs from a checkout.
+with ``quick=True`` (``--quick``: minutes on one core). The installed ``fairopt`` never imports
+this package (``fairopt bench`` runs fairopt's declarative configurations only).
 """
 
 from __future__ import annotations
@@ -206,8 +206,7 @@ def _parser() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.papers NAME [options]`` (and ``fairopt bench NAME`` from a checkout);
-    returns the exit status (2 for an unknown name or a missing one)."""
+    """``python -m benchmarks.papers NAME [options]``; returns the exit status (2 for an unknown name or a missing one)."""
     import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -430,7 +430,7 @@ def plot_tradeoffs(cells: pd.DataFrame, out: str | Path, deltas: Sequence[float]
 
 
 # --------------------------------------------------------------------------------------
-# command line (``python -m benchmarks.papers peers``, ``fairopt bench peers`` and benchmarks/peers.py)
+# command line (``python -m benchmarks.papers peers`` and benchmarks/peers.py)
 # --------------------------------------------------------------------------------------
 def add_arguments(parser: Any, prefix_out: bool = True) -> None:
     """The runner's options on an ``argparse`` parser."""

@@ -15,11 +15,11 @@ from scipy.stats import poisson
 from sklearn.metrics import mean_poisson_deviance
 
 from fairopt import models
-from fairopt.cli import main
 from fairopt.data import FairData
 from benchmarks.papers import dcov_pg15
 from benchmarks.papers.early_stopping import EarlyStopping
 from benchmarks.papers import dcov_pg15_report as report
+from benchmarks.papers import main as papers_main
 from benchmarks.papers import PAPER_CONFIGS, command_line
 
 from conftest import SHARED_DATA, require_shared_file
@@ -159,7 +159,7 @@ def test_mlp_dropout():
 
 def test_registered_listed_and_overrides(capsys):
     assert "dcov-pg15" in PAPER_CONFIGS and "--quick" in PAPER_CONFIGS["dcov-pg15"].description
-    assert main(["bench", "--list"]) == 0
+    assert papers_main(["--list"]) == 0
     assert "dcov-pg15: [DC] sec. 5.2" in capsys.readouterr().out
     assert command_line("dcov-pg15", "o", quick=True, data_dir="d") == \
         "python -m benchmarks.papers dcov-pg15 --quick --data-dir d --out o"

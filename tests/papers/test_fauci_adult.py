@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairopt.cli import main
 from fairopt.data import FairData
 from benchmarks.papers import fauci_adult, fauci_adult_report
+from benchmarks.papers import main as papers_main
 from benchmarks.papers import PAPER_CONFIGS
 
 pytestmark = [pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning"),
@@ -43,7 +43,7 @@ def _png(path) -> bool:
 
 def test_registered_listed_and_protocol_constants(capsys):
     assert "fauci-adult" in PAPER_CONFIGS
-    assert main(["bench", "--list"]) == 0
+    assert papers_main(["--list"]) == 0
     assert "fauci-adult: [FU] Fig. 1" in capsys.readouterr().out
     full = fauci_adult.FULL
     # [FU] sec. 4.1: 5 folds, 2 hidden layers of 100 and 50, <= 5000 epochs, batch 500, patience 100
@@ -125,7 +125,7 @@ def test_quick_from_the_command_line_on_adult(tmp_path, monkeypatch):
                                subsample=1500)
     monkeypatch.setattr(fauci_adult, "QUICK", tiny)
     out = tmp_path / "quick"
-    assert main(["bench", "fauci-adult", "--quick", "--out", str(out)]) == 0
+    assert papers_main(["fauci-adult", "--quick", "--out", str(out)]) == 0
     rows = pd.read_csv(out / "results.csv")
     assert len(rows) == 4 and set(rows["method"]) == {"vanilla", "fauci", "sqp"}
     summary = (out / "summary.md").read_text()

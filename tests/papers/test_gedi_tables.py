@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairopt.cli import main
 from benchmarks.papers import gedi_tables
 from benchmarks.papers.gedi_tables_data import PAPER, QUICK, TASKS, model_names, override, protocol_tag
 from benchmarks.papers.gedi_tables_runs import ModelCell, make_learner, relative_didi, relative_gedi, task_folds
+from benchmarks.papers import main as papers_main
 from benchmarks.papers import PAPER_CONFIGS, command_line, run_paper_config
 
 from conftest import SHARED_DATA, require_shared_file
@@ -50,7 +50,7 @@ def brute_relative_gedi(x: np.ndarray, pred: np.ndarray, y: np.ndarray, degree: 
 def test_registered_listed_and_paper_numbers(capsys):
     config = PAPER_CONFIGS["gedi-tables"]
     assert config.parallel and "--quick" in config.description
-    assert main(["bench", "--list"]) == 0
+    assert papers_main(["--list"]) == 0
     assert "gedi-tables: [GeDI] Tables 4/5 and Fig. 3" in capsys.readouterr().out
     # copied from [GeDI] Tables 4/5: every model the runner trains has the paper's row
     for name, task in TASKS.items():
@@ -61,7 +61,6 @@ def test_registered_listed_and_paper_numbers(capsys):
         "python -m benchmarks.papers gedi-tables --quick --n-jobs 2 --out out"
     with pytest.raises(ValueError, match="n_jobs"):
         run_paper_config("sqp-table2", "unused", n_jobs=2)
-    assert main(["bench", "demo-adult", "--n-jobs", "2", "--out", "unused"]) == 2  # a declarative configuration
 
 
 def test_override_and_protocol_tag():
@@ -160,7 +159,7 @@ def test_cache_resume_and_failed_cells(tmp_path, monkeypatch):
 def test_quick_through_the_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(gedi_tables, "QUICK", dataclasses.replace(TINY, learners=("gb",), preprocessing=()))
     out = tmp_path / "quick"
-    assert main(["bench", "gedi-tables", "--quick", "--out", str(out)]) == 0
+    assert papers_main(["gedi-tables", "--quick", "--out", str(out)]) == 0
     summary = (out / "summary.md").read_text()
     assert summary.startswith("# gedi-tables")
     assert "Command: `python -m benchmarks.papers gedi-tables --quick --out" in summary
