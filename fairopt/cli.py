@@ -392,6 +392,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``fairopt`` argument parser: one subcommand per :func:`register`-ed command, with its options."""
     parser = argparse.ArgumentParser(prog="fairopt", description="Train models under hard fairness constraints.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", required=True)

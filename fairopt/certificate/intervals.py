@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -96,7 +96,10 @@ def worst_case_rows(D: Any, lower: Any, upper: Any) -> tuple[np.ndarray, np.ndar
     return pos @ lo + neg @ hi, pos @ hi + neg @ lo
 
 
-def within_bounds(values_lo: np.ndarray, values_hi: np.ndarray, bound_lo: np.ndarray, bound_hi: np.ndarray) -> np.ndarray:
+def within_bounds(values_lo: np.ndarray, values_hi: np.ndarray, bound_lo: np.ndarray,
+                  bound_hi: np.ndarray) -> np.ndarray:
+    """Per row, whether the interval ``[values_lo, values_hi]`` lies within ``[bound_lo, bound_hi]`` (an infinite
+    bound is no bound; ``1e-12`` of rounding allowed)."""
     ok_hi = np.where(np.isfinite(bound_hi), values_hi <= bound_hi + 1e-12, True)
     ok_lo = np.where(np.isfinite(bound_lo), values_lo >= bound_lo - 1e-12, True)
     return ok_hi & ok_lo
@@ -139,7 +142,10 @@ def ratio_upper(lf: float, uf: float, lr: float, ur: float) -> float:
     return uf / lr if uf < lr else ur / lf
 
 
-def row_table(c: Any, values, lo, hi, b_lo, b_hi) -> dict:
+def row_table(c: Any, values: Sequence[float], lo: Sequence[float], hi: Sequence[float], b_lo: Sequence[float],
+              b_hi: Sequence[float]) -> dict[str, list]:
+    """A certificate's per-row table as plain lists: the row names (``c.row_names``, else ``name[i]``), the
+    realised ``values``, their confidence interval ``[lo, hi]`` and the bounds ``[b_lo, b_hi]``."""
     names = list(c.row_names or [f"{c.name}[{i}]" for i in range(len(values))])
     return {"names": names, "values": [float(v) for v in values], "lower": [float(v) for v in lo],
             "upper": [float(v) for v in hi], "bound_lower": [float(v) for v in b_lo],
@@ -163,6 +169,8 @@ def bootstrap_rows(c: Any, out: torch.Tensor, data: Any, n_bootstrap: int, seed:
 
 
 def normal_quantile(confidence: float, sides: int) -> float:
+    """``z = Phi^-1(1 - alpha / sides)``, ``alpha = 1 - confidence``: the one-sided quantile of a union bound over
+    ``sides`` statements (at least one)."""
     return float(stats.norm.ppf(1.0 - (1.0 - confidence) / max(sides, 1)))
 
 
@@ -178,4 +186,6 @@ def compared_pairs(c: GroupRateConstraint) -> int:
 
 
 def finite_sides(c: Any) -> int:
+    """The finite bound sides of ``c`` (each finite lower or upper bound of a row is one statement of a
+    bootstrap certificate's union bound)."""
     return int(torch.isfinite(c.lower).sum() + torch.isfinite(c.upper).sum())

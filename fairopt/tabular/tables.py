@@ -89,6 +89,8 @@ def read_table(path: str | Path, *, text_columns: Sequence[str] = (), flag: str 
 
 
 def require_columns(frame: pd.DataFrame, names: Sequence[str], flag: str, source: str) -> None:
+    """A ValueError starting ``<flag>:`` naming the ``names`` that ``frame`` (read from ``source``) lacks, with
+    the columns it has."""
     missing = [n for n in names if n not in frame.columns]
     if missing:
         raise ValueError(f"{flag}: column(s) {short_list(missing)} not found in {source}; its columns are "

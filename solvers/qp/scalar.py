@@ -147,7 +147,8 @@ def _kkt(y: list, M: list, q: list, lo: list, hi: list, base_tol: list, tol: flo
     return True, w, t
 
 
-def solve_scalar(g, h, J, lo, hi, tol: float, rank_tol: float, primal_slack: float,
+def solve_scalar(g: torch.Tensor, h: torch.Tensor, J: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, tol: float,
+                 rank_tol: float, primal_slack: float,
                  multipliers_only: bool = False) -> QPResult | None:
     """The QP by enumeration in scalar arithmetic (:func:`solvers.qp.diagonal_qp`'s arguments, checked),
     or None for the general path. ``multipliers_only``: the multipliers and the active set of the accepted

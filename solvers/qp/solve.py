@@ -112,6 +112,8 @@ def pick_method(solver: str, space: Space) -> str:
 
 
 def check_options(solver: str, tol: float, rank_tol: float, max_iter: int | None) -> tuple[float, float]:
+    """``(tol, rank_tol)`` checked (finite, positive) with ``solver`` one of the methods and ``max_iter`` a positive
+    integer or None; a ValueError naming the option otherwise."""
     check_choice(solver, _SOLVERS, "solver")
     try:
         if max_iter is not None:

@@ -260,7 +260,8 @@ class RelaxationNotices(Protocol):
 
 
 def solve_qp(g64: torch.Tensor, h64: torch.Tensor, J64: torch.Tensor, c: torch.Tensor, lower: torch.Tensor,
-             upper: torch.Tensor, state: RelaxationNotices, multipliers_only: bool = False):
+             upper: torch.Tensor, state: RelaxationNotices,
+             multipliers_only: bool = False) -> tuple[QPResult, str, tuple[torch.Tensor, torch.Tensor]]:
     """``min g'd + 1/2 d'Hd  s.t.  lower <= c + J d <= upper``, the bounds relaxed when infeasible (the
     first time with an :class:`SQPWarning`): the result, "normal" or "relaxed", and ``(lo, hi)``.
     ``multipliers_only``: :func:`solvers.qp.diagonal_qp`'s (its result may then carry no ``d``)."""
