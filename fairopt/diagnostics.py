@@ -40,7 +40,7 @@ from solvers.outcome import near_constant
 from solvers.problem import row_violations
 
 __all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "bounds_acted", "constant_fit_message",
-           "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_message",
+           "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_by_history", "inactive_message",
            "iteration_records", "not_binding", "returned_its_start", "not_binding_reason", "poor_fit_message",
            "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
            "unmet_message"]
@@ -103,21 +103,29 @@ def pretraining_violations(history: History, constraints: list, names: list[str]
 # --------------------------------------------------------------------------------------
 # the messages
 # --------------------------------------------------------------------------------------
+def inactive_by_history(result: FitResult, constraints: list, method: str) -> list[bool]:
+    """Per constraint, whether the history rule of ``method`` (:func:`not_binding`) calls it inactive."""
+    return [not_binding(method, result.history, index, rows, c)
+            for index, (c, rows) in enumerate(zip(constraints, row_blocks(constraints)))]
+
+
 def constraint_messages(result: FitResult, constraints: list, violations: Mapping[str, float], *, method: str,
-                        violation_tol: float, relaxed: int,
-                        reference: Mapping[str, float] | None = None) -> list[str]:
+                        violation_tol: float, relaxed: int, reference: Mapping[str, float] | None = None,
+                        inactive: Sequence[bool] | None = None) -> list[str]:
     """The FairnessWarning texts about the constraints: per constraint an unmet or else an inactive
     bound, then relaxed steps among the last iterations.
 
     ``violations``: exact training violation per constraint; ``relaxed``: the fit's relaxed SQP
-    steps; ``reference``: the unconstrained reference model's violations, if trained.
+    steps; ``reference``: the unconstrained reference model's violations, if trained; ``inactive``:
+    :func:`inactive_by_history` where the caller has it already.
     """
     if not constraints:
         return []
+    inactive = inactive_by_history(result, constraints, method) if inactive is None else inactive
     messages = []
-    for index, (name, c, rows) in enumerate(zip(violations, constraints, row_blocks(constraints))):
-        message = unmet_message(name, violations[name], violation_tol, relaxed, method) or inactive_message(
-            name, method, not_binding(method, result.history, index, rows, c), reference, violation_tol)
+    for name, free in zip(violations, inactive):
+        message = (unmet_message(name, violations[name], violation_tol, relaxed, method)
+                   or inactive_message(name, method, free, reference, violation_tol))
         if message:
             messages.append(message)
     message = tail_relaxed_message(result.history)
@@ -126,12 +134,13 @@ def constraint_messages(result: FitResult, constraints: list, violations: Mappin
     return messages
 
 
-def bounds_acted(result: FitResult, constraints: list, violations: Mapping[str, float], method: str,
-                 violation_tol: float) -> bool:
-    """Whether some bound restricted the model: violated at the end, or not inactive by the history rule of
-    ``method`` (:func:`not_binding`)."""
-    return any(violations[name] > violation_tol or not not_binding(method, result.history, index, rows, c)
-               for index, (name, c, rows) in enumerate(zip(violations, constraints, row_blocks(constraints))))
+def bounds_acted(violations: Mapping[str, float], inactive: Sequence[bool], violation_tol: float,
+                 reference: Mapping[str, float] | None = None) -> bool:
+    """Whether some bound restricted the model: violated at the end, not inactive by the history rule
+    (``inactive``, :func:`inactive_by_history`), or violated by the unconstrained ``reference``."""
+    return any(violations[name] > violation_tol or not free
+               or (reference is not None and reference[name] > violation_tol)
+               for name, free in zip(violations, inactive))
 
 
 def unmet_message(name: str, violation: float, violation_tol: float, relaxed: int, method: str) -> str | None:
@@ -347,10 +356,11 @@ def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraint
                  violations: Mapping[str, float], *, method: str, violation_tol: float, relaxed: int,
                  reference: Mapping[str, float] | None = None) -> list[tuple[type, str]]:
     """Every warning of a finished fit as ``(category, message)``: the model first, then the constraints."""
+    inactive = inactive_by_history(result, constraints, method)
     found = fit_quality_warnings(model, data, bool(constraints), constraints,
-                                 acted=bounds_acted(result, constraints, violations, method, violation_tol),
+                                 acted=bounds_acted(violations, inactive, violation_tol, reference),
                                  engine_note=result.info.get(ENGINE_CONSTANT_NOTE))
     found += [(FairnessWarning, message) for message in constraint_messages(
         result, constraints, violations, method=method, violation_tol=violation_tol, relaxed=relaxed,
-        reference=reference)]
+        reference=reference, inactive=inactive)]
     return found
