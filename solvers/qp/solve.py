@@ -79,8 +79,8 @@ def _assemble(
 #: within ``base_tol + PRIMAL_SLACK * (1 + |bound|)``: beyond it large multipliers hid a real
 #: violation (then "infeasible", or solved again by OSQP).
 PRIMAL_SLACK = 1e-7
-#: Factor by which :func:`_checked_step` tightens ``tol`` for its second m-space solve.
-REFINED_TOL_FACTOR = 1e-2
+#: Factors by which :func:`_checked_step` tightens ``tol`` for its further m-space solves, in turn.
+REFINED_TOL_FACTORS = (1e-2, 1e-4)
 
 
 def dual_iterations(space: Space, max_iter: int | None = None) -> int:
@@ -195,34 +195,39 @@ def diagonal_qp(
         active = active_from_multipliers(out.y, space.eq, tol)
         return _assemble(inputs, space, out.x, out.y, active, "osqp", out.iterations, rank_tol)
     sol = solve_space(space, pick_method(solver, space), rank_tol, dual_iterations(space, max_iter))
-    if sol.y is None:
+    if sol.y is None and sol.status != "numerical":
         return _failed(inputs, sol.status, sol.method, sol.iterations)
     return _checked_step(inputs, space, sol, (tol, rank_tol), max_iter)
 
 
 def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[float, float],
                   max_iter: int | None) -> QPResult:
-    """The step of ``sol`` if it meets every row; else the step of the m-space problem solved again
-    at ``REFINED_TOL_FACTOR * tol`` if that one does; else "infeasible" (confirmed by the LP) or OSQP's.
+    """The step of ``sol`` if it meets every row; else (or when the method found no solution, "numerical") the
+    step of the m-space problem solved again at ``f * tol`` for ``f`` in :data:`REFINED_TOL_FACTORS`, the first
+    that does; else "infeasible" (confirmed by the LP) or OSQP's.
 
     Why a second solve: the m-space check lets a row exceed its bound by ``tol * sum_j |M_ij y_j|``,
     which large multipliers (an ill-conditioned ``M`` near a vertex) make larger than the primal
     slack. A nearly dependent row then stays outside the working set although the optimum needs it,
     e.g. when the feasible set shrinks to one point, as after a relaxation that leaves several
     equalities and widened sides meeting at the least-violation step. The tighter tolerance makes
-    the dual method take that row in."""
+    the dual method take that row in; a feasible set that shrinks to a point where rows of very different
+    norms meet (a relaxed problem of 12 rows in 5 variables, row norms 0.13 to 62 and curvatures 0.3 to 693)
+    can need a second tightening."""
     tol, rank_tol = tolerances
-    d = step_from_multipliers(inputs, sol.y)
-    if _primal_step_feasible(inputs, space, d):
-        return _assemble(inputs, space, d, sol.y, sol.active, sol.method, sol.iterations, rank_tol)
-    iterations = sol.iterations
-    refined = solve_space(build_space(inputs, inputs.lo, inputs.hi, tol * REFINED_TOL_FACTOR), sol.method,
-                          rank_tol, dual_iterations(space, max_iter))
-    iterations += refined.iterations
-    if refined.y is not None:
-        d = step_from_multipliers(inputs, refined.y)
+    if sol.y is not None:
+        d = step_from_multipliers(inputs, sol.y)
         if _primal_step_feasible(inputs, space, d):
-            return _assemble(inputs, space, d, refined.y, refined.active, refined.method, iterations, rank_tol)
+            return _assemble(inputs, space, d, sol.y, sol.active, sol.method, sol.iterations, rank_tol)
+    iterations = sol.iterations
+    for factor in REFINED_TOL_FACTORS:
+        refined = solve_space(build_space(inputs, inputs.lo, inputs.hi, tol * factor), sol.method, rank_tol,
+                              dual_iterations(space, max_iter))
+        iterations += refined.iterations
+        if refined.y is not None:
+            d = step_from_multipliers(inputs, refined.y)
+            if _primal_step_feasible(inputs, space, d):
+                return _assemble(inputs, space, d, refined.y, refined.active, refined.method, iterations, rank_tol)
     if confirm_infeasible(space):  # a failure reports the dual method's iterations of both solves
         return _failed(inputs, "infeasible", sol.method, iterations)
     out = solve_with_osqp(inputs, tol, max_iter)
