@@ -49,7 +49,7 @@ from fairopt.constraints.base import release_caches, set_up_on_other_rows
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
-                              float64_outputs, is_mini_batch, train, with_sqp_surrogates)
+                              float64_outputs, is_mini_batch, train, use_sqp_surrogates)
 from solvers.history import FitResult, plain_values
 from fairopt.evaluation import bound_statuses
 from fairopt.status import fit_status
@@ -197,7 +197,7 @@ class _FairEstimator(BaseEstimator):
         self._check_constraints_fit_the_task(data, constraints)
         options = self._held_out_options()
         # mini-batches or not as the engine will decide: on the rows left after a validation split
-        with_sqp_surrogates(self.method, constraints,
+        use_sqp_surrogates(self.method, constraints,
                             mini_batch=is_mini_batch(self.batch_size, training_rows(options, data)))
         self._check_weighted_options(data)
         fit = fit_held_out(options, data, constraints, train=self._train)

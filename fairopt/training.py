@@ -51,7 +51,7 @@ __all__ = ["ALPHA_DEFAULTS", "CLASSIFIER_NETWORK_SCHEDULE", "ENGINES", "ENGINE_C
            "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE", "EngineAdapter", "TrainingOptions", "engine_class",
            "engine_options", "engine_param_defaults", "float64_outputs", "is_mini_batch", "model_factory",
            "run_engine", "run_lagrangian", "run_moving_targets", "run_penalty", "run_sqp", "train",
-           "training_problem", "with_sqp_surrogates"]
+           "training_problem", "use_sqp_surrogates"]
 
 #: ``FitResult.info`` key of the engine's constant-predictor warning text, kept by :func:`train` for the
 #: estimator's single warning about the fitted model.
@@ -97,7 +97,7 @@ ALPHA_DEFAULTS: dict[str, float] = {"binary": 3e-4, "regression": 0.0}
 TASK_LOSSES: dict[str, str] = {"binary": "bce", "regression": "mse"}
 
 #: The smooth rate surrogate ``method="sqp"`` gives rate constraints that name none (specs and
-#: objects, :func:`with_sqp_surrogates`) in a full-batch fit, for every model: the rates' calibrated
+#: objects, :func:`use_sqp_surrogates`) in a full-batch fit, for every model: the rates' calibrated
 #: form for ``spread="group"``, the mean predicted probability ``sigmoid(out)``
 #: (:meth:`~fairopt.constraints.rates.GroupRateConstraint.calibrated_form`). SQP calibrates the QP's
 #: bounds to the exact (hard-label) rates, so the surrogate only gives the direction; a soft one
@@ -263,7 +263,7 @@ def is_mini_batch(batch_size: Any, n_rows: int) -> bool:
     return whole and int(batch_size) > 0 and not covers_all_rows(int(batch_size), int(n_rows))
 
 
-def with_sqp_surrogates(method: str, constraints: list, mini_batch: bool = False) -> list:
+def use_sqp_surrogates(method: str, constraints: list, mini_batch: bool = False) -> None:
     """For ``method="sqp"`` in a full-batch fit: the rate constraints that name no surrogate
     (``surrogate=None``, from a spec or an object) use :data:`SQP_RATE_SURROGATE`; those that name one
     keep it. With ``mini_batch`` they are left without one, so that the engine takes its own calibrated
@@ -275,11 +275,10 @@ def with_sqp_surrogates(method: str, constraints: list, mini_batch: bool = False
     changed in place.
     """
     if method != "sqp" or mini_batch:
-        return constraints
+        return
     for constraint in constraints:
         if isinstance(constraint, GroupRateConstraint) and constraint.get_params().get("surrogate") is None:
             constraint.set_params(surrogate=SQP_RATE_SURROGATE)
-    return constraints
 
 
 # --------------------------------------------------------------------------------------

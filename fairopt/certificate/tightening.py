@@ -33,7 +33,7 @@ def bounds_ready(constraint: Any) -> bool:
         constraint.lower  # noqa: B018 - a property that raises before setup
     except AttributeError:
         return False
-    if isinstance(constraint, GeDI) and constraint._shift is None:
+    if isinstance(constraint, GeDI) and not constraint.is_set_up:
         return False
     return True
 

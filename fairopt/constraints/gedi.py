@@ -225,6 +225,12 @@ class GeDI(BaseConstraint):
             raise ValueError(f"sensitive: unknown sensitive feature {self.sensitive!r}; available: {known}")
         return sensitive[self.sensitive]
 
+    @property
+    def is_set_up(self) -> bool:
+        """Whether :meth:`setup` has fixed the training standardisation of the sensitive feature (the rows'
+        basis and, for a relative bound, the absolute bound)."""
+        return self._shift is not None
+
     def _basis(self, batch: Any) -> KernelBasis:
         """The batch kernel (training standardisation, batch centring), cached per batch."""
         if self._shift is None:

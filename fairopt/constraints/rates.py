@@ -465,7 +465,7 @@ class DisparateImpact(GroupRateConstraint):
         and takes a softer one: :class:`solvers.StochasticSQP` and :class:`solvers.boosting.BoostedSQP`
         differentiate :meth:`calibrated_form` (``sigmoid(5 t)``, ``sigmoid(2 t)``, ``sigmoid(t)``), and the estimators'
         ``method="sqp"`` gives the constraint :data:`fairopt.training.SQP_RATE_SURROGATE` in a full-batch
-        fit (:func:`fairopt.training.with_sqp_surrogates`). A named surrogate is used everywhere.
+        fit (:func:`fairopt.training.use_sqp_surrogates`). A named surrogate is used everywhere.
     threshold : float, default 0.0
         Decision threshold on ``out``.
     groups : {"one_vs_rest", "pairwise", "marginal"}, default "one_vs_rest"
