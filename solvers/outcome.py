@@ -15,7 +15,6 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from solvers.losses import best_constant_output
 from solvers.problem import assign_parameters, flat_parameters, model_outputs, row_chunks, row_violations
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
@@ -270,15 +269,13 @@ def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float |
     return True
 
 
-def constant_meets_bounds(model: torch.nn.Module, loss_fn: Callable, cons: Any, data: Any,
-                          tracker: "BestIterate") -> bool:
-    """Whether the best constant output ``a*`` (:func:`solvers.losses.best_constant_output`) meets the
-    tracker's bounds on the exact rows ``cons.exact(a* 1, data)`` over all rows of ``data`` (held in
+def constant_meets_bounds(model: torch.nn.Module, cons: Any, data: Any, tracker: "BestIterate", a: float) -> bool:
+    """Whether the constant output ``a`` (the best one, :func:`solvers.losses.best_constant_output`) meets the
+    tracker's bounds on the exact rows ``cons.exact(a 1, data)`` over all rows of ``data`` (held in
     memory); True without constraint rows. One pass over the rows, asked only before a
     :class:`ConstantPredictorWarning` (:func:`warn_if_constant`'s ``constant_meets_bounds``)."""
     if not cons.n_rows:
         return True
-    a = best_constant_output(loss_fn, data)[0]
     with torch.no_grad():
         out = model_outputs(model, data)
         c = cons.exact(torch.full_like(out, a), data).reshape(-1).to(torch.float64)

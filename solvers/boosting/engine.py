@@ -444,8 +444,7 @@ class BoostedSQP:
                 accuracy, majority = float(((out.cpu() > 0) == labels).double().mean()), max(rate, 1.0 - rate)
             meets = True
             if m and no_better_than_constant(f, f_constant):  # one more pass, only before that warning
-                constant_rows = exact_rows(cons, torch.full_like(out, init), data)
-                meets = bool((row_violations(constant_rows, lower, upper) <= self.feasibility_tol).all())
+                meets = tracker.meets(exact_rows(cons, torch.full_like(out, init), data))
             warn_if_constant("BoostedSQP", f, f_constant, accuracy, majority, stacklevel=4,
                              constant_meets_bounds=meets)
         status = "stopped_by_callback" if state.stop else ("converged" if feasible else "infeasible")

@@ -345,7 +345,8 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
         accuracy = training_accuracy(model, data, options.chunk_rows) if loss_name(loss_fn) == "bce" else (None, None)
         meets: bool | None = True
         if no_better_than_constant(chosen.f, f_constant):  # one more pass, only before that warning
-            meets = constant_meets_bounds(model, loss_fn, cons, data, tracker) if in_memory else None
+            meets = (constant_meets_bounds(model, cons, data, tracker, problem.constant_output)
+                     if in_memory and problem.constant_output is not None else None)
         warn_if_constant("SQP", chosen.f, f_constant, *accuracy, stacklevel=4, n_rows=len(data),
                          constant_meets_bounds=meets)
     warn_if_unstable("SQP", tracker, state.restarts, -math.inf if f_constant is None else f_constant,

@@ -24,7 +24,7 @@ from solvers.curvature import curvature_model, gauss_newton_diagonal, metric_spr
 from solvers.derivatives import Derivatives
 from solvers.history import (COLUMN_DRIFT, COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult,
                              History)
-from solvers.losses import LossFn, check_targets, constant_loss, get_loss, loss_name
+from solvers.losses import LossFn, best_constant_output, check_targets, get_loss, loss_name
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
 from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
@@ -368,7 +368,8 @@ class StochasticSQP:
                             state.tau, state.beta)
         polished, status = self._end_game(run, status)
         if run.problem.f_constant is None and resolved.reduce is None:  # a mini-batch run's is known from its start
-            run.problem.f_constant = constant_loss(loss_fn, data, self.chunk_rows)
+            run.problem.constant_output, run.problem.f_constant = best_constant_output(loss_fn, data,
+                                                                                       self.chunk_rows)
         # called from here, so that a BoundWarning points at the caller of fit
         return finish(run.problem, self, run.offset, run.state, run.tracker, run.history, status,
                       last=run.state.iteration + polished)
@@ -425,7 +426,8 @@ class StochasticSQP:
             resume_snapshot(resume, run.snapshot, v.numel(), m)
         resolved.snapshot = run.snapshot
         if not full_batch and resolved.reduce is None:  # the all-rows divergence guard's ceiling (_offer)
-            problem.f_constant = constant_loss(problem.loss_fn, data, self.chunk_rows)
+            problem.constant_output, problem.f_constant = best_constant_output(problem.loss_fn, data,
+                                                                               self.chunk_rows)
         if not full_batch and run.snapshot is None:
             # the starting point is a candidate (a run that fails early returns it); refreshes offer theirs
             self._offer_all_rows(run)

@@ -112,7 +112,8 @@ class FitProblem:
     the user's bounds ``lower <= c <= upper``; the training ``data``; the engine's derivative
     oracle ``oracle(model, params, loss_fn, cons, obj_batch, con_batch, rows=None, *,
     objective_gradient=True)``; and
-    ``f_constant``, the training loss of the best constant output (None: not checked)."""
+    ``f_constant``, the training loss of the best constant output (None: not checked), with that output
+    ``constant_output`` (:func:`solvers.losses.best_constant_output`)."""
 
     model: torch.nn.Module
     params: list[torch.Tensor]
@@ -123,6 +124,7 @@ class FitProblem:
     upper: torch.Tensor
     oracle: Callable[..., Derivatives]
     f_constant: float | None = None
+    constant_output: float | None = None
 
     def on_all_rows(self, objective_gradient: bool = True) -> Derivatives:
         """The oracle's derivatives at the current parameters, objective and constraints on all rows
