@@ -41,8 +41,8 @@ from solvers.problem import row_violations
 
 __all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "bounds_acted", "constant_fit_message",
            "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_by_history", "inactive_message",
-           "iteration_records", "not_binding", "returned_its_start", "not_binding_reason", "poor_fit_message",
-           "pretraining_violations", "relaxed_steps", "row_blocks", "tail", "tail_relaxed_message",
+           "iteration_records", "not_binding", "not_binding_reason", "poor_fit_message",
+           "pretraining_violations", "relaxed_steps", "returned_its_start", "row_blocks", "tail", "tail_relaxed_message",
            "unmet_message"]
 
 #: Fraction of the final iterations the history diagnostics read.

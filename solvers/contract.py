@@ -38,6 +38,7 @@ import torch
 
 __all__ = [
     "COSTS",
+    "DECLARING_MEMBERS",
     "SPREADS",
     "CalibratedForm",
     "ClosedFormRows",
@@ -56,7 +57,6 @@ __all__ = [
     "cost_on_all_rows",
     "declared_row_names",
     "jacobian_direction",
-    "DECLARING_MEMBERS",
     "looks_like_constraint",
     "offers_closed_form_rows",
     "offers_calibrated_form",

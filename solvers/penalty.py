@@ -65,8 +65,8 @@ def _constraint_term(constraint: Any) -> PenaltyTerm:
 def penalty_terms(penalties: Any) -> list[PenaltyTerm]:
     """``penalties`` (one or an iterable) as :class:`PenaltyTerm` s: a constraint
     (:func:`solvers.contract.looks_like_constraint`, checked by :func:`solvers.contract.check_constraint`)
-    becomes the total violation of its surrogate rows; any other callable ``P(out, batch) -> scalar`` is used as it is,
-    labelled by its ``name`` (or class/function name), with its ``setup(data)`` if any."""
+    becomes the total violation of its surrogate rows; any other callable ``P(out, batch) -> scalar`` is used
+    as it is, labelled by its ``name`` (or class/function name), with its ``setup(data)`` if any."""
     if penalties is None:
         return []
     items = [penalties] if callable(penalties) or isinstance(penalties, PenaltyTerm) else list(penalties)

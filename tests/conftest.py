@@ -25,6 +25,19 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+class TensorRows:
+    """The least data an engine takes (``X``, ``y``, ``len``, ``subset``), for tests on hand-made tensors."""
+
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return self.X.shape[0]
+
+    def subset(self, idx):
+        return TensorRows(self.X[idx], self.y[idx])
+
+
 def require_shared_file(name: str) -> Path:
     path = SHARED_DATA / name
     if not path.exists():

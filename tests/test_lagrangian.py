@@ -12,21 +12,10 @@ from fairopt.data import FairData
 from fairopt.measures import disparate_impact
 from solvers.lagrangian import LagrangianDual
 
+from conftest import TensorRows
+
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-class _Rows:
-    """Identity features, so that ``out = w`` for :class:`_Identity`."""
-
-    def __init__(self, X, y):
-        self.X, self.y = X, y
-
-    def __len__(self):
-        return self.X.shape[0]
-
-    def subset(self, idx):
-        return _Rows(self.X[idx], self.y[idx])
 
 
 class _Identity(torch.nn.Module):
@@ -69,7 +58,8 @@ def _loss(out, batch):
 
 
 def _problem():
-    return _Rows(torch.eye(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)), _SumAtMost(2.0)
+    # identity features, so that ``out = w`` for :class:`_Identity`
+    return TensorRows(torch.eye(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)), _SumAtMost(2.0)
 
 
 def test_ascent_multipliers_grow_while_violated_and_stop_when_satisfied():

@@ -17,7 +17,7 @@ from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from solvers import StochasticSQP
 from solvers.outcome import (NEAR_CONSTANT_SHARE, NEAR_CONSTANT_Z, ConstantPredictorWarning, NearConstantWarning,
                              near_constant, warn_if_constant)
-from conftest import require_shared_file
+from conftest import TensorRows, require_shared_file
 
 
 def test_the_rule_against_its_formula():
@@ -54,19 +54,6 @@ def test_the_warning_blames_training_only_where_the_best_constant_meets_the_boun
         warn_if_constant("E", 0.6, 0.56, constant_meets_bounds=None)
 
 
-class _Regression:
-    """Rows of a one-feature regression (``X``, ``y``) for the engine."""
-
-    def __init__(self, X, y):
-        self.X, self.y = X, y
-
-    def __len__(self):
-        return self.X.shape[0]
-
-    def subset(self, idx):
-        return _Regression(self.X[idx], self.y[idx])
-
-
 class _MeanAtLeast:
     """A user constraint ``mean(out) >= level``: unlike the library's bounds, a constant output can violate it."""
 
@@ -94,7 +81,7 @@ def test_the_engine_checks_the_best_constant_against_a_user_constraint(level):
     model = torch.nn.Linear(1, 1).double()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = StochasticSQP(epochs=60).fit(model, _Regression(X, y), loss="mse", constraints=[_MeanAtLeast(level)])
+        result = StochasticSQP(epochs=60).fit(model, TensorRows(X, y), loss="mse", constraints=[_MeanAtLeast(level)])
     constant = [str(w.message) for w in caught if issubclass(w.category, ConstantPredictorWarning)]
     if level > 0:
         assert result.info["max_row_violation"] <= 1e-6

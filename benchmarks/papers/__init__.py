@@ -206,7 +206,8 @@ def _parser() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.papers NAME [options]``; returns the exit status (2 for an unknown name or a missing one)."""
+    """``python -m benchmarks.papers NAME [options]``; returns the exit status (2 for an unknown name or a
+    missing one)."""
     import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)

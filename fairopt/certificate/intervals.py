@@ -23,9 +23,9 @@ from fairopt.constraints.covariance import Covariance
 from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.measures.bootstrap import resample_chunks
 
-__all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "clopper_pearson", "compared_pairs",
+__all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "capped_ratio", "clopper_pearson", "compared_pairs",
            "finite_sides", "normal_quantile", "outputs_on", "prepared_copy", "rate_sides", "ratio_bound",
-           "ratio_upper", "row_table", "capped_ratio", "within_bounds", "worst_case_rows"]
+           "ratio_upper", "row_table", "within_bounds", "worst_case_rows"]
 
 
 BOOTSTRAP_TYPES = (GeDI, DistanceCovariance, Covariance)

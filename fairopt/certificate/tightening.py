@@ -79,8 +79,8 @@ class TightenedConstraint(BaseConstraint):
             what = (f"lower {lower[i].item():.4g} > upper {upper[i].item():.4g}" if lower[i] > upper[i] else
                     f"upper {upper[i].item():.4g} below {floor:.4g}, the smallest value the row takes")
             raise MarginTooLargeError(f"margin: tightening {self.name} by {margin.max().item():.4g} leaves row "
-                             f"{names[i] if i < len(names) else i!r} with {what}; use a smaller margin, a looser "
-                             "bound or more data")
+                                      f"{names[i] if i < len(names) else i!r} with {what}; use a smaller margin, a "
+                                      "looser bound or more data")
         inner.lower, inner.upper = lower, upper
         if isinstance(inner, GeDI) and inner.absolute_bound is not None:
             inner.absolute_bound = float(upper[0])

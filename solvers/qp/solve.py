@@ -206,7 +206,7 @@ def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[floa
     step of the m-space problem solved again at ``f * tol`` for ``f`` in :data:`REFINED_TOL_FACTORS`, the first
     that does; else "infeasible" (confirmed by the LP) or OSQP's.
 
-    Why a second solve: the m-space check lets a row exceed its bound by ``tol * sum_j |M_ij y_j|``,
+    Why more solves: the m-space check lets a row exceed its bound by ``tol * sum_j |M_ij y_j|``,
     which large multipliers (an ill-conditioned ``M`` near a vertex) make larger than the primal
     slack. A nearly dependent row then stays outside the working set although the optimum needs it,
     e.g. when the feasible set shrinks to one point, as after a relaxation that leaves several
@@ -228,7 +228,7 @@ def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[floa
             d = step_from_multipliers(inputs, refined.y)
             if _primal_step_feasible(inputs, space, d):
                 return _assemble(inputs, space, d, refined.y, refined.active, refined.method, iterations, rank_tol)
-    if confirm_infeasible(space):  # a failure reports the dual method's iterations of both solves
+    if confirm_infeasible(space):  # a failure reports the dual method's iterations of every solve
         return _failed(inputs, "infeasible", sol.method, iterations)
     out = solve_with_osqp(inputs, tol, max_iter)
     if out.status == "optimal" and _primal_step_feasible(inputs, space, out.x):
