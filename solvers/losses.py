@@ -83,47 +83,61 @@ def scaled_mse_loss(scale: float) -> ScaledLoss:
 
 
 class L2Regularised:
-    """``loss(out, batch) + alpha / 2 * sum_k ||W_k||^2``: a loss with an L2 penalty on weight tensors.
+    """``loss(out, batch) + alpha / 2 * sum_k sum_j s_kj W_kj^2``: a loss with an L2 penalty on weight tensors.
 
     ``weights`` are live parameter tensors (:func:`linear_weights`: no biases); the penalty does not
     depend on the rows, so it counts once in any weighted sum of batch means. Autograd engines see
-    its gradient ``alpha W_k`` through ``__call__``; engines that pull back ``df/d out`` add
+    its gradient ``alpha s W_k`` through ``__call__``; engines that pull back ``df/d out`` add
     :func:`parameter_gradient`, as the penalty does not pass through the outputs. ``alpha >= 0``.
+    ``scales``: one tensor per weight tensor, broadcast to its shape, of per-entry factors ``s >= 0``
+    (None: all 1, the plain ``||W_k||^2``); a linear model fitted in whitened coordinates penalises
+    ``v_j^2 / l_j``, the ridge of its folded coefficients (:meth:`solvers.whitening.Whitening.ridge_scales`).
     """
 
-    def __init__(self, loss: "str | LossFn", weights: Sequence[torch.Tensor], alpha: float) -> None:
+    def __init__(self, loss: "str | LossFn", weights: Sequence[torch.Tensor], alpha: float,
+                 scales: Sequence[torch.Tensor] | None = None) -> None:
         alpha = float(alpha)
         if not (alpha >= 0 and math.isfinite(alpha)):
             raise ValueError(f"alpha: expected a finite number >= 0, got {alpha!r}")
         self.loss = loss
         self.alpha = alpha
         self.weights = list(weights)
+        if scales is not None:
+            scales = [torch.as_tensor(s).expand_as(w).detach() for s, w in zip(scales, self.weights, strict=True)]
+            if any(bool((s < 0).any()) or not bool(torch.isfinite(s).all()) for s in scales):
+                raise ValueError("scales: expected finite factors >= 0")
+        self.scales = scales
         self._fn = get_loss(loss)
 
+    def _scale(self, k: int, like: torch.Tensor) -> torch.Tensor | float:
+        """The factors of weight tensor ``k`` (1.0 without ``scales``), in ``like``'s dtype."""
+        return 1.0 if self.scales is None else self.scales[k].to(like.dtype)
+
     def penalty(self) -> torch.Tensor:
-        """``alpha / 2 * sum_k ||W_k||^2`` at the current weights (with their graph)."""
+        """``alpha / 2 * sum_k sum_j s_kj W_kj^2`` at the current weights (with their graph)."""
         if not self.weights:
             return torch.zeros(())
-        return 0.5 * self.alpha * sum((w * w).sum() for w in self.weights)
+        return 0.5 * self.alpha * sum((self._scale(k, w) * w * w).sum() for k, w in enumerate(self.weights))
 
     def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         value = self._fn(out, batch)
         return value + self.penalty().to(value.dtype)
 
-    def _penalised(self, params: Sequence[torch.Tensor]) -> list[bool]:
-        """Whether each of ``params`` is one of the penalised weight tensors."""
-        ids = {id(w) for w in self.weights}
-        return [id(p) in ids for p in params]
+    def _penalised(self, params: Sequence[torch.Tensor]) -> list[int | None]:
+        """For each of ``params``, its position among the penalised weight tensors (None: not penalised)."""
+        position = {id(w): k for k, w in enumerate(self.weights)}
+        return [position.get(id(p)) for p in params]
 
     def gradient(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
-        """``d penalty / d params`` flat: ``alpha W`` for a penalised tensor, 0 for the others."""
-        return torch.cat([(self.alpha * p.detach() if on else torch.zeros_like(p)).reshape(-1)
-                          for p, on in zip(params, self._penalised(params))])
+        """``d penalty / d params`` flat: ``alpha s W`` for a penalised tensor, 0 for the others."""
+        return torch.cat([(torch.zeros_like(p) if k is None else self.alpha * self._scale(k, p) * p.detach()).reshape(-1)
+                          for p, k in zip(params, self._penalised(params))])
 
     def curvature(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The penalty's Hessian diagonal flat: ``alpha`` for each entry of a penalised tensor, 0 for the others."""
-        return torch.cat([torch.full((p.numel(),), self.alpha if on else 0.0, dtype=p.dtype)
-                          for p, on in zip(params, self._penalised(params))])
+        """The penalty's Hessian diagonal flat: ``alpha s`` for each entry of a penalised tensor, 0 for the others."""
+        return torch.cat([(torch.zeros(p.numel(), dtype=p.dtype) if k is None
+                           else (self.alpha * self._scale(k, p) * torch.ones_like(p)).reshape(-1).detach())
+                          for p, k in zip(params, self._penalised(params))])
 
     def __repr__(self) -> str:
         return f"L2Regularised({self.loss!r}, alpha={self.alpha:g}, {len(self.weights)} weight tensors)"

@@ -324,6 +324,18 @@ class FairData:
             raise ValueError(f"y: {len(y)} values for {len(self)} rows")
         return self._replace(y=y)
 
+    def with_inputs(self, X: torch.Tensor, feature_names: Sequence[str]) -> "FairData":
+        """The same rows with other model inputs ``X`` (float32 (n, k), e.g. whitened coordinates of these
+        inputs) named ``feature_names``; target, sensitive features, cells, exposure and weights are shared.
+        The preprocessor and raw columns still describe the original inputs: for training only."""
+        if X.dim() != 2 or X.dtype != torch.float32 or X.shape[0] != len(self):
+            raise ValueError(f"X: expected a float32 (n, k) tensor with n = {len(self)}, got {tuple(X.shape)} "
+                             f"{X.dtype}")
+        names = [str(name) for name in feature_names]
+        if len(names) != X.shape[1]:
+            raise ValueError(f"feature_names: {len(names)} names for {X.shape[1]} columns of X")
+        return self._replace(X=X, feature_names=names)
+
     def _replace(self, **changes: Any) -> "FairData":
         """A shallow copy with some attributes replaced (no validation: internal use)."""
         new = object.__new__(type(self))

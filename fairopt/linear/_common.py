@@ -1,6 +1,7 @@
 """Pieces shared by the fair linear models ([FR] sec 2-3): input validation, :class:`Decorrelation`
-([FR] eq (1)), :class:`Whitening`, :func:`r2_sensitive` ([FR] eq (4)), :func:`solve_decreasing`, the
-estimator bases and :data:`RANK_RTOL`, the one rank convention of the package.
+([FR] eq (1)), :func:`r2_sensitive` ([FR] eq (4)), :func:`solve_decreasing` and the estimator bases;
+:class:`~solvers.whitening.Whitening` and :data:`~solvers.whitening.RANK_RTOL`, the one rank convention
+of the code base, come from :mod:`solvers.whitening` (the SQP regressor whitens its inputs too).
 
 Variances are population moments (divisor ``n``); every ratio used here is invariant to that choice.
 """
@@ -19,6 +20,7 @@ from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
 from fairopt._validation import check_interval
+from solvers.whitening import RANK_RTOL, Whitening
 
 __all__ = [
     "as_matrix",
@@ -39,10 +41,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: eigenvalues of a Gram/covariance matrix below this fraction of the largest one are
-#: treated as zero (rank deficiency); the same cut as singular values below sqrt(RANK_RTOL)
-#: of the largest, so least squares, whitening and eigen-decompositions agree on the rank
-RANK_RTOL = 1e-10
 
 
 # ----------------------------------------------------------------------------- validation
@@ -162,31 +160,6 @@ class Decorrelation:
         U = (X - self.x_mean) - (S - self.s_mean) @ self.coef
         U[:, self.explained] = 0.0
         return U
-
-
-class Whitening:
-    r"""Affine map ``Z -> (Z - mean) W`` to uncorrelated unit-variance coordinates.
-
-    With ``Z_c' Z_c / n = A diag(l) A'``, ``W = A_+ diag(l_+^{-1/2})`` over the directions with
-    ``l > RANK_RTOL * max(l)``; constant data give ``rank == 0``. Attributes after :meth:`fit`: ``mean``,
-    ``matrix`` (``W``).
-    """
-
-    def fit(self, Z: np.ndarray) -> "Whitening":
-        self.mean = Z.mean(axis=0)
-        centred = Z - self.mean
-        eigvals, eigvecs = np.linalg.eigh(centred.T @ centred / Z.shape[0])
-        largest = float(eigvals.max())
-        keep = eigvals > RANK_RTOL * largest if largest > 0.0 else np.zeros(eigvals.shape, dtype=bool)
-        self.matrix = eigvecs[:, keep] / np.sqrt(eigvals[keep])
-        return self
-
-    @property
-    def rank(self) -> int:
-        return int(self.matrix.shape[1])
-
-    def transform(self, Z: np.ndarray) -> np.ndarray:
-        return (Z - self.mean) @ self.matrix
 
 
 def r2_sensitive(alpha: Any, beta: Any, S: Any, U: Any) -> float:

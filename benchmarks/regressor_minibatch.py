@@ -1,0 +1,183 @@
+"""FairRegressor's linear SQP fit, full batch and mini-batches, on whitened inputs against the inputs as they are.
+
+The estimator fits a linear regressor's SQP steps on whitened inputs and folds the model back
+(:func:`fairopt.training.whitened_inputs`); this grid measures what that changes. Every setting at the
+estimator's default but ``batch_size`` (full batch, batches of 256 and 1,024 rows), on 70/30 splits
+(``FairData.split``), seeds 0-2:
+
+- ``communities-gedi``: Communities and Crime (1,395 training rows, 102 correlated columns), race, GeDI <= 0.2
+  relative to the target's;
+- ``communities-gedi2``: the same under GeDI of degree 2 on the continuous ``pctBlack``;
+- ``communities-dcov``: race, distance covariance <= a quarter of the unconstrained fit's;
+- ``law-gedi``, ``law-dcov``: Law School's first-year grade ``zfygpa`` (about 14,500 training rows), race;
+- ``pg15-gedi``: pg15training's ``Numtppd`` as a regression target, a seeded 20,000-row sample, gender.
+
+Variant ``whitened`` is the estimator as it is; ``inputs`` is the fit on the inputs as they are (the path
+before whitening, reached by ``engine_params={"chunk_rows": n}`` with ``n`` the training rows: one chunk,
+the same computation as no chunking, and :func:`~fairopt.training.whitened_inputs` leaves such fits
+alone)::
+
+    python benchmarks/regressor_minibatch.py --data-dir ../shared/data --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from _common import DEFAULT_OUT, commit, data_dir, pooled, write_grid
+
+TASKS: tuple[str, ...] = ("communities-gedi", "communities-gedi2", "communities-dcov", "law-gedi", "law-dcov",
+                          "pg15-gedi")
+BATCHES: tuple[int | None, ...] = (None, 256, 1024)
+VARIANTS: tuple[str, ...] = ("whitened", "inputs")
+#: A distance-covariance bound: this fraction of the unconstrained linear fit's value on the training rows.
+DCOV_SHARE = 0.25
+PG15_ROWS = 20000
+
+logger = logging.getLogger("benchmarks.regressor_minibatch")
+
+
+def load_task(task: str, data_root: str, seed: int) -> tuple[Any, Any, str]:
+    """The seeded 70/30 split of ``task`` and its sensitive attribute."""
+    import numpy as np
+
+    from fairopt import datasets
+
+    name = task.split("-")[0]
+    if name == "communities":
+        attribute = "pctBlack" if task.endswith("gedi2") else "race"
+        data = datasets.load("communities", data_dir=data_root, sensitive=[attribute])
+    elif name == "law":
+        attribute, data = "race", datasets.load("law", data_dir=data_root, target="zfygpa")
+    else:
+        attribute = "Gender"
+        data = datasets.load("pg15training", data_dir=data_root, task="regression")
+        data = data.subset(np.random.default_rng(0).permutation(len(data))[:PG15_ROWS])
+    train, test = data.split(test_size=0.3, seed=seed)
+    return train, test, attribute
+
+
+def constraint(task: str, attribute: str, train: Any, seed: int) -> tuple:
+    """The task's bound as an estimator spec (a distance-covariance bound from an unconstrained fit)."""
+    if task.endswith("gedi2"):
+        return ("gedi", attribute, 0.2, {"relative": True, "degree": 2})
+    if task.endswith("gedi"):
+        return ("gedi", attribute, 0.2, {"relative": True})
+    from fairopt.estimators import FairRegressor
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        free = FairRegressor(("dcov", attribute, 1e12), seed=seed).fit(train)
+    (entry,) = free.evaluate(train)["bounds"].values()
+    return ("dcov", attribute, DCOV_SHARE * float(entry["value"]))
+
+
+def fit_cell(job: dict) -> dict:
+    """One fit: train and test R2, the training rows' violation and whether `evaluate` calls every bound met,
+    status, iterations, seconds, warnings."""
+    import torch
+
+    from fairopt.estimators import FairRegressor
+
+    torch.set_num_threads(1)
+    train, test, attribute = load_task(job["task"], job["data_dir"], job["seed"])
+    spec = constraint(job["task"], attribute, train, job["seed"])
+    params = {} if job["variant"] == "whitened" else {"chunk_rows": len(train)}
+    reg = FairRegressor(spec, batch_size=job["batch"], seed=job["seed"], engine_params=params)
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reg.fit(train)
+    seconds = time.perf_counter() - start
+    warned = sorted({w.category.__name__ for w in caught if w.category.__name__.endswith("Warning")
+                     and w.category.__module__.split(".")[0] in ("fairopt", "solvers")})
+    return {**{k: job[k] for k in ("task", "seed", "batch", "variant")}, "n_train": len(train),
+            "train_r2": float(reg.score(train)), "test_r2": float(reg.score(test)),
+            "train_violation": float(reg.train_violation_),
+            "met": all(entry["met"] for entry in reg.evaluate(train)["bounds"].values()), "status": str(reg.status_),
+            "iterations": len(reg.history_.records), "warned": warned, "seconds": seconds}
+
+
+def jobs(tasks: list[str], seeds: list[int], batches: list[int | None], variants: list[str],
+         data_root: str) -> list[dict]:
+    return [{"task": t, "seed": s, "batch": b, "variant": v, "data_dir": data_root}
+            for t in tasks for s in seeds for b in batches for v in variants]
+
+
+def cell_means(runs: list[dict]) -> list[dict]:
+    """Seed means per (task, batch, variant), with each mini-batch run's gap to its variant's full batch."""
+    full = {(r["task"], r["seed"], r["variant"]): r["train_r2"] for r in runs if r["batch"] is None}
+    cells: dict[tuple, list[dict]] = defaultdict(list)
+    for r in runs:
+        cells[(r["task"], "full" if r["batch"] is None else r["batch"], r["variant"])].append(r)
+    out = []
+    for (task, batch, variant), rs in cells.items():
+        gaps = [r["train_r2"] - full[(r["task"], r["seed"], r["variant"])] for r in rs
+                if (r["task"], r["seed"], r["variant"]) in full]
+        out.append({"task": task, "batch": batch, "variant": variant, "runs": len(rs),
+                    "train_r2": statistics.mean(r["train_r2"] for r in rs),
+                    "test_r2": statistics.mean(r["test_r2"] for r in rs),
+                    "worst_gap": min(gaps) if gaps and batch != "full" else None,
+                    "converged": sum(r["status"] == "converged" for r in rs),
+                    "met": sum(r["met"] for r in rs),
+                    "iterations": statistics.mean(r["iterations"] for r in rs),
+                    "seconds": statistics.mean(r["seconds"] for r in rs),
+                    "warned": sorted({w for r in rs for w in r["warned"]})})
+    order = {t: i for i, t in enumerate(TASKS)}
+    sizes = {"full": 0, **{b: i for i, b in enumerate(BATCHES, 1) if b is not None}}
+    return sorted(out, key=lambda c: (order.get(c["task"], 99), sizes.get(c["batch"], 99), c["variant"]))
+
+
+def report(runs: list[dict], header: list[str]) -> str:
+    lines = [*header, "", "| task | batch | variant | runs | train R2 | test R2 | worst gap to full batch | "
+             "converged | bound met | iterations | seconds | warnings |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cell_means(runs):
+        gap = "-" if c["worst_gap"] is None else f"{c['worst_gap']:+.4f}"
+        lines.append(f"| {c['task']} | {c['batch']} | {c['variant']} | {c['runs']} | {c['train_r2']:.4f} | "
+                     f"{c['test_r2']:.4f} | {gap} | {c['converged']}/{c['runs']} | {c['met']}/{c['runs']} | "
+                     f"{c['iterations']:.0f} | {c['seconds']:.2f} | {', '.join(c['warned']) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", default=str(DEFAULT_OUT / "regressor_minibatch"))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    root = str(data_dir(args.data_dir))
+    todo = jobs(args.tasks, args.seeds, list(BATCHES), args.variants, root)
+    runs = []
+    for i, run in pooled(fit_cell, todo, args.jobs):
+        runs.append({**run, "commit": commit()})
+        logger.info("[%d/%d] %s seed %d batch %s %s: train R2 %.4f test %.4f %s (%.1f s)", i, len(todo), run["task"],
+                    run["seed"], run["batch"] or "full", run["variant"], run["train_r2"], run["test_r2"],
+                    run["status"], run["seconds"])
+    header = ["# FairRegressor (linear, SQP): whitened inputs against the inputs as they are", "",
+              f"commit {commit()}; `python benchmarks/regressor_minibatch.py "
+              f"{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
+              "Every estimator setting at its default but `batch_size` ('full': none); seeded 70/30 splits; "
+              "'worst gap': the lowest train R2 of a mini-batch run minus its full batch's (same seed and variant); "
+              "'bound met': the estimator's `evaluate` on the training rows says every bound is met; seconds of one "
+              "fit on one thread, two fits at a time on a shared 2-core machine."]
+    key = lambda r: (r["task"], r["seed"], str(r["batch"]), r["variant"])  # noqa: E731
+    write_grid(Path(args.out), runs, key, report(runs, header))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
