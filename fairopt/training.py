@@ -208,12 +208,13 @@ MAX_WHITENED_INPUTS = 2000
 #: The SQP step of a linear regressor on whitened inputs (:func:`engine_options`), the engine's own
 #: default. There the least-squares curvature is the identity, which the Gauss-Newton diagonal holds
 #: exactly, so the regressor's ``lr`` 0.02 (chosen for correlated inputs, whose curvature the diagonal
-#: misses) only slows the fit. Measured on Communities and Crime (race, GeDI <= 0.2x; pctBlack, GeDI of
-#: degree 2), Law (zfygpa, race) and pg15 (20,000 rows, gender), seeds 0-1, full batch and batches of 256
-#: and 1,024: at 0.5 every fit converged (full batch in 24-65 iterations against 252-334 at 0.02, which
-#: left 9 of 16 mini-batch fits short of stationarity), mini-batches within 0.0002 train R2 of the full
-#: batch; 1.0 (the Newton step) the same in full batch, up to 0.00015 lower on batches of 256
-#: (``benchmarks/results/solver_notes.md``).
+#: misses) only slows the fit. On six tasks (Communities and Crime under GeDI, GeDI of degree 2 and
+#: distance covariance, Law under GeDI and distance covariance, a pg15 sample under GeDI), seeds 0-2
+#: (``benchmarks/results/regressor_minibatch/``): every full batch converged, in 10-62 iterations on
+#: average (0.1-0.4 s), and every mini-batch fit of 256 or 1,024 rows ended within 0.0014 train R2 of
+#: it without a warning. Measured beside it on seeds 0-1 (``benchmarks/results/solver_notes.md``): 1.0,
+#: the Newton step, the same in full batch and up to 0.00015 lower on batches of 256; 0.02 on whitened
+#: inputs 252-334 full-batch iterations, and most mini-batch fits not stationary.
 WHITENED_LR = 0.5
 
 
@@ -226,10 +227,10 @@ def whitened_inputs(options: TrainingOptions, data: FairData) -> Whitening | Non
     on many correlated inputs the diagonal misses most of it: on Communities and Crime (1,395
     training rows, 102 columns, two of them exact combinations of others) under GeDI <= 0.2x the
     full batch's 10,000 epochs (43-64 s) ended short of the constrained optimum (train R2 0.5057
-    against 0.5130), and mini-batches of 256 rows 0.025-0.05 below that. On whitened inputs the
-    curvature is the identity, which the diagonal metric holds exactly: the same fit converges
-    in about 330 iterations (1.2 s) to the optimum, and mini-batches reach it too
-    (``benchmarks/results/solver_notes.md``). The fitted model is folded back to the inputs
+    against 0.5130), and mini-batches 0.025-0.05 below that. On whitened inputs the curvature is the
+    identity, which the diagonal metric holds exactly: the same fit converges in about 60 iterations
+    (0.4 s, :data:`WHITENED_LR`) to the optimum, and mini-batches end within 0.0014 train R2 of it
+    (``benchmarks/results/regressor_minibatch/``). The fitted model is folded back to the inputs
     (:func:`fold_whitened`), so what the estimator returns, saves and reports is the same linear
     model on the original columns.
 
