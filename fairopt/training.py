@@ -76,9 +76,9 @@ ENGINE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "binary": {"first_order": {"epochs": 1000, "lr": 2e-2}},
     # measured on Communities and Crime (benchmarks/regression_fit.py): with these the
     # unconstrained linear fit reaches the least-squares optimum (test R2 of Ridge)
-    # SQP: 10000 epochs is a budget, not a cost: a run stops at a feasible KKT point (Communities
-    # and Crime, unconstrained: after 3700-7000 epochs); lr 0.02 keeps the first steps
-    # of the standardised least squares (curvature up to the number of correlated inputs) stable
+    # SQP: 10000 epochs is a budget, not a cost: a run stops at a feasible KKT point; lr 0.02 keeps
+    # the first steps of a network's standardised least squares stable (a linear model steps on
+    # whitened inputs at WHITENED_LR instead: whitened_inputs)
     "regression": {"sqp": {"epochs": 10000, "lr": 0.02},
                    "first_order": {"epochs": 1000, "lr": 1e-2},
                    # Communities and Crime under GeDI <= 0.2x (seeds 0-2): with the signed dual update
