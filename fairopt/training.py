@@ -386,7 +386,8 @@ def run_sqp(options: TrainingOptions, data: FairData, constraints: list, referen
     regressor on whitened inputs, folded back after the fit (:func:`whitened_inputs`)."""
     whitening = whitened_inputs(options, data)
     fit_data = data if whitening is None else data.with_inputs(
-        torch.from_numpy(whitening.transform(data.X, np.float32)), [f"z{j}" for j in range(whitening.rank)])
+        torch.from_numpy(whitening.transform(data.X, np.float32)).to(data.X.device),
+        [f"z{j}" for j in range(whitening.rank)])
     model, loss = training_problem(options, fit_data, whitening)
     whitened = whitening is not None
     kwargs = {**engine_param_defaults(options, data, whitened), **options.engine_kwargs()}
