@@ -187,7 +187,7 @@ def training_problem(options: TrainingOptions, data: FairData,
     included). For the regressor the matrices are those of the standardised network, inside
     the output scaling. ``whitening``: ``data`` holds the whitened coordinates ``z`` of a linear
     model's inputs (:func:`whitened_inputs`), and the penalty is that of the folded coefficients,
-    ``alpha / 2 * sum_j v_j^2 / l_j`` (:meth:`solvers.whitening.Whitening.ridge_scales`).
+    ``alpha / 2 * v' W' W v`` (:meth:`solvers.whitening.Whitening.ridge_form`).
     """
     if options.task == "regression":
         mean, sd = target_statistics(data.y, getattr(data, "weights", None))
@@ -196,9 +196,8 @@ def training_problem(options: TrainingOptions, data: FairData,
         model, loss = model_factory(options)(data.n_features), TASK_LOSSES[options.task]
     if options.alpha > 0:
         weights = linear_weights(model)
-        scales = None if whitening is None else [torch.as_tensor(whitening.ridge_scales(), dtype=w.dtype)
-                                                 for w in weights]
-        loss = L2Regularised(loss, weights, options.alpha, scales)
+        forms = None if whitening is None else [torch.from_numpy(whitening.ridge_form()) for _ in weights]
+        loss = L2Regularised(loss, weights, options.alpha, forms)
     return model, loss
 
 
@@ -243,7 +242,7 @@ def whitened_inputs(options: TrainingOptions, data: FairData) -> Whitening | Non
         return None
     if data.n_features > MAX_WHITENED_INPUTS or dict(options.engine_params or {}).get("chunk_rows") is not None:
         return None
-    whitening = Whitening().fit(data.X, getattr(data, "weights", None))
+    whitening = Whitening(correlation=True).fit(data.X, getattr(data, "weights", None))
     return whitening if whitening.rank > 0 else None
 
 

@@ -83,41 +83,41 @@ def scaled_mse_loss(scale: float) -> ScaledLoss:
 
 
 class L2Regularised:
-    """``loss(out, batch) + alpha / 2 * sum_k sum_j s_kj W_kj^2``: a loss with an L2 penalty on weight tensors.
+    """``loss(out, batch) + alpha / 2 * sum_k ||W_k||_M^2``: a loss with an L2 penalty on weight tensors.
 
     ``weights`` are live parameter tensors (:func:`linear_weights`: no biases); the penalty does not
     depend on the rows, so it counts once in any weighted sum of batch means. Autograd engines see
-    its gradient ``alpha s W_k`` through ``__call__``; engines that pull back ``df/d out`` add
+    its gradient through ``__call__``; engines that pull back ``df/d out`` add
     :func:`parameter_gradient`, as the penalty does not pass through the outputs. ``alpha >= 0``.
-    ``scales``: one tensor per weight tensor, broadcast to its shape, of per-entry factors ``s >= 0``
-    (None: all 1, the plain ``||W_k||^2``); a linear model fitted in whitened coordinates penalises
-    ``v_j^2 / l_j``, the ridge of its folded coefficients (:meth:`solvers.whitening.Whitening.ridge_scales`).
+    ``forms``: per weight tensor ``W_k`` (shape (o, i)) None or a symmetric positive semi-definite
+    (i, i) matrix ``M_k``, the penalty ``||W_k||_M^2 = tr(W_k M_k W_k')`` (None: ``M_k = I``, the plain
+    ``||W_k||^2``); a linear model fitted in whitened coordinates ``v`` penalises ``v' W' W v``, the ridge
+    of its folded coefficients (:meth:`solvers.whitening.Whitening.ridge_form`). Gradient ``alpha W_k M_k``,
+    Hessian diagonal ``alpha diag(M_k)`` on each row of ``W_k``.
     """
 
     def __init__(self, loss: "str | LossFn", weights: Sequence[torch.Tensor], alpha: float,
-                 scales: Sequence[torch.Tensor] | None = None) -> None:
+                 forms: Sequence[torch.Tensor | None] | None = None) -> None:
         alpha = float(alpha)
         if not (alpha >= 0 and math.isfinite(alpha)):
             raise ValueError(f"alpha: expected a finite number >= 0, got {alpha!r}")
         self.loss = loss
         self.alpha = alpha
         self.weights = list(weights)
-        if scales is not None:
-            scales = [torch.as_tensor(s).expand_as(w).detach() for s, w in zip(scales, self.weights, strict=True)]
-            if any(bool((s < 0).any()) or not bool(torch.isfinite(s).all()) for s in scales):
-                raise ValueError("scales: expected finite factors >= 0")
-        self.scales = scales
+        self.forms = None if forms is None else [
+            _checked_form(form, w) for form, w in zip(forms, self.weights, strict=True)]
         self._fn = get_loss(loss)
 
-    def _scale(self, k: int, like: torch.Tensor) -> torch.Tensor | float:
-        """The factors of weight tensor ``k`` (1.0 without ``scales``), in ``like``'s dtype."""
-        return 1.0 if self.scales is None else self.scales[k].to(like.dtype)
+    def _form(self, k: int) -> torch.Tensor | None:
+        return None if self.forms is None else self.forms[k]
 
     def penalty(self) -> torch.Tensor:
-        """``alpha / 2 * sum_k sum_j s_kj W_kj^2`` at the current weights (with their graph)."""
+        """``alpha / 2 * sum_k tr(W_k M_k W_k')`` at the current weights (with their graph)."""
         if not self.weights:
             return torch.zeros(())
-        return 0.5 * self.alpha * sum((self._scale(k, w) * w * w).sum() for k, w in enumerate(self.weights))
+        return 0.5 * self.alpha * sum((w * w).sum() if self._form(k) is None
+                                      else ((w @ self._form(k).to(w.dtype)) * w).sum()
+                                      for k, w in enumerate(self.weights))
 
     def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         value = self._fn(out, batch)
@@ -129,18 +129,48 @@ class L2Regularised:
         return [position.get(id(p)) for p in params]
 
     def gradient(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
-        """``d penalty / d params`` flat: ``alpha s W`` for a penalised tensor, 0 for the others."""
-        return torch.cat([(torch.zeros_like(p) if k is None else self.alpha * self._scale(k, p) * p.detach()).reshape(-1)
-                          for p, k in zip(params, self._penalised(params))])
+        """``d penalty / d params`` flat: ``alpha W M`` for a penalised tensor, 0 for the others."""
+        parts = []
+        for p, k in zip(params, self._penalised(params)):
+            if k is None:
+                parts.append(torch.zeros_like(p))
+            elif self._form(k) is None:
+                parts.append(self.alpha * p.detach())
+            else:
+                parts.append(self.alpha * (p.detach() @ self._form(k).to(p.dtype)))
+        return torch.cat([part.reshape(-1) for part in parts])
 
     def curvature(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The penalty's Hessian diagonal flat: ``alpha s`` for each entry of a penalised tensor, 0 for the others."""
-        return torch.cat([(torch.zeros(p.numel(), dtype=p.dtype) if k is None
-                           else (self.alpha * self._scale(k, p) * torch.ones_like(p)).reshape(-1).detach())
-                          for p, k in zip(params, self._penalised(params))])
+        """The penalty's Hessian diagonal flat: ``alpha diag(M)`` on each row of a penalised tensor (``alpha``
+        without a form), 0 for the others."""
+        parts = []
+        for p, k in zip(params, self._penalised(params)):
+            if k is None:
+                parts.append(torch.zeros(p.numel(), dtype=p.dtype))
+            elif self._form(k) is None:
+                parts.append(torch.full((p.numel(),), self.alpha, dtype=p.dtype))
+            else:
+                parts.append((self.alpha * torch.diagonal(self._form(k)).to(p.dtype)).expand_as(p).reshape(-1))
+        return torch.cat(parts)
 
     def __repr__(self) -> str:
         return f"L2Regularised({self.loss!r}, alpha={self.alpha:g}, {len(self.weights)} weight tensors)"
+
+
+def _checked_form(form: Any, weight: torch.Tensor) -> torch.Tensor | None:
+    """``form`` as a detached float64 (i, i) tensor for a weight of shape (o, i); ValueError unless it is
+    finite, symmetric and has a non-negative diagonal."""
+    if form is None:
+        return None
+    form = torch.as_tensor(form, dtype=torch.float64).detach()
+    size = weight.shape[-1]
+    if form.shape != (size, size):
+        raise ValueError(f"forms: expected a ({size}, {size}) matrix for a weight of shape {tuple(weight.shape)}, "
+                         f"got {tuple(form.shape)}")
+    if not bool(torch.isfinite(form).all()) or bool((torch.diagonal(form) < 0).any()) or not torch.allclose(
+            form, form.T, rtol=1e-10, atol=1e-12 * float(form.abs().max().clamp(min=1.0))):
+        raise ValueError("forms: expected a finite symmetric matrix with a non-negative diagonal")
+    return form
 
 
 def linear_weights(model: nn.Module) -> list[torch.Tensor]:

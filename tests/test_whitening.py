@@ -35,11 +35,25 @@ def test_whitening_decorrelates_drops_the_exact_combination_and_folds_back():
     Z = white.transform(X)
     np.testing.assert_allclose(Z.mean(axis=0), 0.0, atol=1e-10)
     np.testing.assert_allclose(Z.T @ Z / len(Z), np.eye(9), atol=1e-8)
-    np.testing.assert_allclose(white.matrix.T @ white.matrix, np.diag(white.ridge_scales()), rtol=1e-8, atol=1e-8)
+    form = white.ridge_form()
+    np.testing.assert_allclose(form, form.T, atol=1e-12)
+    assert np.linalg.eigvalsh(form).min() > 0
     v, b = np.random.default_rng(1).normal(size=9), 0.7
     coef, intercept = white.fold(v, b)
     np.testing.assert_allclose(X @ coef + intercept, Z @ v + b, rtol=1e-10, atol=1e-10)
     assert np.all(white.variances > RANK_RTOL * white.variances.max())
+
+
+def test_the_rank_and_the_whitened_span_do_not_depend_on_column_units():
+    """Dollars beside shares: the rank is decided on the correlations, and ``Z Z'`` (the projection onto
+    the centred inputs' span, times n) is the same whatever the columns' units."""
+    X = _collinear_inputs(300, 4)[:, :6]
+    units = np.array([5e4, 0.1, 1.0, 1e-3, 2e5, 1.0])
+    plain, scaled = Whitening(correlation=True).fit(X), Whitening(correlation=True).fit(X * units)
+    assert plain.rank == scaled.rank == 6
+    assert Whitening().fit(X * units).rank < 6  # on the covariance the millesimal column falls below the cut
+    Zp, Zs = plain.transform(X), scaled.transform(X * units)
+    np.testing.assert_allclose(Zs @ Zs.T, Zp @ Zp.T, atol=1e-6)
 
 
 def test_weighted_whitening_is_whitening_of_repeated_rows():
@@ -60,17 +74,23 @@ def test_whitening_of_constant_inputs_has_rank_zero_and_bad_weights_are_refused(
         Whitening().fit(np.eye(3), weights=np.zeros(3))
 
 
-def test_scaled_l2_penalty_matches_autograd():
-    w = torch.randn(1, 5, dtype=torch.float64, requires_grad=True)
+def test_l2_penalty_with_a_form_matches_autograd():
+    w = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(1, dtype=torch.float64, requires_grad=True)
-    scales = torch.tensor([1.0, 2.0, 0.5, 10.0, 0.0], dtype=torch.float64)
-    loss = L2Regularised("mse", [w], alpha=0.3, scales=[scales])
+    root = torch.randn(4, 4, dtype=torch.float64)
+    form = root @ root.T
+    loss = L2Regularised("mse", [w], alpha=0.3, forms=[form])
     (grad,) = torch.autograd.grad(loss.penalty(), [w])
     np.testing.assert_allclose(loss.gradient([w, bias]).numpy(), np.r_[grad.reshape(-1).numpy(), 0.0], rtol=1e-12)
-    np.testing.assert_allclose(loss.curvature([w, bias]).numpy(), np.r_[0.3 * scales.numpy(), 0.0], rtol=1e-12)
-    assert float(loss.penalty()) == pytest.approx(0.15 * float((scales * w.detach() ** 2).sum()), rel=1e-12)
-    with pytest.raises(ValueError, match="scales"):
-        L2Regularised("mse", [w], alpha=0.3, scales=[-scales])
+    hessian_diagonal = np.tile(0.3 * torch.diagonal(form).numpy(), 2)
+    np.testing.assert_allclose(loss.curvature([w, bias]).numpy(), np.r_[hessian_diagonal, 0.0], rtol=1e-12)
+    assert float(loss.penalty()) == pytest.approx(0.15 * float(torch.trace(w.detach() @ form @ w.detach().T)))
+    plain = L2Regularised("mse", [w], alpha=0.3)
+    assert float(plain.penalty()) == pytest.approx(0.15 * float((w.detach() ** 2).sum()), rel=1e-12)
+    with pytest.raises(ValueError, match="forms"):
+        L2Regularised("mse", [w], alpha=0.3, forms=[root])  # not symmetric
+    with pytest.raises(ValueError, match="forms"):
+        L2Regularised("mse", [w], alpha=0.3, forms=[torch.eye(3)])  # wrong size
 
 
 def _regression_rows(n: int = 600, seed: int = 0) -> tuple[FairData, np.ndarray, np.ndarray, np.ndarray]:
@@ -134,6 +154,27 @@ def test_linear_regressor_ridge_is_the_ridge_of_the_original_coefficients():
         warnings.simplefilter("ignore")
         reg = FairRegressor(("covariance", "s", 1e6), alpha=alpha, seed=0).fit(data)
     np.testing.assert_allclose(reg.predict(data), reference, atol=2e-3 * y.std())
+
+
+def test_linear_regressor_on_unstandardised_inputs_in_different_units_reaches_least_squares():
+    """Inputs left in their units (``standardize=False``): an income in dollars beside a share. Whitening on
+    the covariance itself would drop the share's direction (its variance 1e-11 of the income's)."""
+    from fairopt.data.preprocessing import Preprocessor
+
+    rng = np.random.default_rng(5)
+    n = 400
+    income = rng.normal(5e4, 5e4, size=n)
+    share = rng.uniform(0, 0.4, size=n) + 1e-6 * income
+    s = (rng.random(n) < 0.4).astype(float)
+    y = 2e-5 * income + 8.0 * share + 0.5 * s + rng.normal(scale=0.3, size=n)
+    X = np.column_stack([income, share])
+    data = FairData.from_arrays(X, y, {"s": s}, task="regression", preprocessor=Preprocessor(standardize=False))
+    Xd = data.X.double().numpy()
+    ols = np.linalg.lstsq(np.c_[Xd, np.ones(n)], y, rcond=None)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = FairRegressor(("covariance", "s", 1e9), seed=0).fit(data)
+    assert _r2(y, reg.predict(data)) >= _r2(y, np.c_[Xd, np.ones(n)] @ ols) - 1e-3
 
 
 def test_whitening_applies_to_linear_sqp_regressors_only():
