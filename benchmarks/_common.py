@@ -83,6 +83,19 @@ def grid_parser(description: str, datasets: list[str], seeds: list[int], out: Pa
     return parser
 
 
+def task_grid_parser(description: str, tasks: Iterable[str], out: Path) -> argparse.ArgumentParser:
+    """The options of a grid of estimator fits per task run in worker processes: ``--data-dir`` (None:
+    :func:`data_dir`'s default), ``--tasks`` (choices and default ``tasks``), ``--seeds`` (0 1 2), ``--jobs``
+    and ``--out``; a script adds its own options to the parser it gets."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--tasks", nargs="+", default=list(tasks), choices=list(tasks))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--out", default=str(out))
+    return parser
+
+
 def write_grid(out: Path, runs: list[dict], order: Callable[[dict], tuple], page: str) -> None:
     """A grid's results in ``out`` (created): ``runs.json`` (every run, sorted by ``order``) and
     ``grid.md`` (``page``, also printed)."""
@@ -99,6 +112,17 @@ def pooled(work: Callable[[dict], dict], jobs: list[dict], processes: int) -> It
 
     with get_context("spawn").Pool(processes) as pool:
         yield from enumerate(pool.imap_unordered(work, jobs), 1)
+
+
+def pooled_runs(work: Callable[[dict], dict], jobs: list[dict], processes: int, logger: logging.Logger,
+                describe: Callable[[dict], str]) -> list[dict]:
+    """Every job's ``work(job)`` (:func:`pooled`) with the checkout's ``commit``, each logged as it finishes
+    (``[i/n] describe(run)``)."""
+    runs = []
+    for i, run in pooled(work, jobs, processes):
+        runs.append({**run, "commit": commit()})
+        logger.info("[%d/%d] %s", i, len(jobs), describe(run))
+    return runs
 
 
 @contextmanager

@@ -19,7 +19,6 @@ worst, the cell means and the fits' seconds (one thread each)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import logging
@@ -31,7 +30,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_OUT, commit, data_dir, pooled, write_grid
+from _common import DEFAULT_OUT, commit, data_dir, pooled_runs, task_grid_parser, write_grid
 
 #: Task name -> (data set, sensitive attributes); a None attribute list is the binary attribute of the peer
 #: benchmarks (:func:`benchmarks.papers.peers.prepare`'s grouping).
@@ -194,16 +193,11 @@ def report(runs: list[dict], header: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap = task_grid_parser(__doc__.splitlines()[0], TASKS, DEFAULT_OUT / "estimator_minibatch_grid")
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--batches", nargs="+", type=int, default=list(BATCHES))
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--max-rows", type=int, default=None, help="a seeded row sample of each data set (quick checks)")
-    ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--out", default=str(DEFAULT_OUT / "estimator_minibatch_grid"))
     ap.add_argument("--merge", action="store_true",
                     help="keep the runs of --out's runs.json that this invocation does not run again (the page "
                          "then reports them all, each run with the commit that produced it)")
@@ -211,13 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = str(data_dir(args.data_dir))
     todo = jobs(args.tasks, args.seeds, args.models, args.batches, args.variants, root, args.max_rows)
-    runs = []
-    for i, run in pooled(fit_cell, todo, args.jobs):
-        run["commit"] = commit()
-        runs.append(run)
-        logger.info("[%d/%d] %s seed %d %s batch %s %s: train %.4f test %.4f (%.1f s)", i, len(todo), run["task"],
-                    run["seed"], run["model"], run["batch"] or "full", run["variant"], run["train_acc"],
-                    run["test_acc"], run["seconds"])
+    runs = pooled_runs(fit_cell, todo, args.jobs, logger, lambda r: (
+        f"{r['task']} seed {r['seed']} {r['model']} batch {r['batch'] or 'full'} {r['variant']}: train "
+        f"{r['train_acc']:.4f} test {r['test_acc']:.4f} ({r['seconds']:.1f} s)"))
     out = Path(args.out)
     key = lambda r: (r["task"], r["seed"], r["model"], str(r["batch"]), r["variant"])  # noqa: E731
     if args.merge and (out / "runs.json").exists():

@@ -22,7 +22,6 @@ alone)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import statistics
@@ -33,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_OUT, commit, data_dir, pooled, write_grid
+from _common import DEFAULT_OUT, commit, data_dir, pooled_runs, task_grid_parser, write_grid
 
 TASKS: tuple[str, ...] = ("communities-gedi", "communities-gedi2", "communities-dcov", "law-gedi", "law-dcov",
                           "pg15-gedi")
@@ -150,23 +149,15 @@ def report(runs: list[dict], header: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap = task_grid_parser(__doc__.splitlines()[0], TASKS, DEFAULT_OUT / "regressor_minibatch")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--out", default=str(DEFAULT_OUT / "regressor_minibatch"))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = str(data_dir(args.data_dir))
     todo = jobs(args.tasks, args.seeds, list(BATCHES), args.variants, root)
-    runs = []
-    for i, run in pooled(fit_cell, todo, args.jobs):
-        runs.append({**run, "commit": commit()})
-        logger.info("[%d/%d] %s seed %d batch %s %s: train R2 %.4f test %.4f %s (%.1f s)", i, len(todo), run["task"],
-                    run["seed"], run["batch"] or "full", run["variant"], run["train_r2"], run["test_r2"],
-                    run["status"], run["seconds"])
+    runs = pooled_runs(fit_cell, todo, args.jobs, logger, lambda r: (
+        f"{r['task']} seed {r['seed']} batch {r['batch'] or 'full'} {r['variant']}: train R2 {r['train_r2']:.4f} "
+        f"test {r['test_r2']:.4f} {r['status']} ({r['seconds']:.1f} s)"))
     header = ["# FairRegressor (linear, SQP): whitened inputs against the inputs as they are", "",
               f"commit {commit()}; `python benchmarks/regressor_minibatch.py "
               f"{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
