@@ -1,4 +1,4 @@
-"""Whitened inputs: the affine change of coordinates that makes a linear model's least-squares
+r"""Whitened inputs: the affine change of coordinates that makes a linear model's least-squares
 curvature the identity.
 
 For inputs ``X`` (n, p) with row weights ``w`` (all 1 without), weighted mean ``m`` and covariance
