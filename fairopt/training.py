@@ -226,7 +226,7 @@ def whitened_inputs(options: TrainingOptions, data: FairData) -> Whitening | Non
     on many correlated inputs the diagonal misses most of it: on Communities and Crime (1,395
     training rows, 102 columns, two of them exact combinations of others) under GeDI <= 0.2x the
     full batch's 10,000 epochs (43-64 s) ended short of the constrained optimum (train R2 0.5057
-    against 0.5130), and mini-batches 0.025-0.05 below that. On whitened inputs the curvature is the
+    against 0.5130), and mini-batches 0.010-0.048 below that. On whitened inputs the curvature is the
     identity, which the diagonal metric holds exactly: the same fit converges in about 60 iterations
     (0.4 s, :data:`WHITENED_LR`) to the optimum, and mini-batches end within 0.0014 train R2 of it
     (``benchmarks/results/regressor_minibatch/``). The fitted model is folded back to the inputs
