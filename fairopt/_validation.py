@@ -16,12 +16,12 @@ import torch
 
 from fairopt.exceptions import UnweightedOnlyError
 from solvers.validation import (check_choice, check_flag, check_interval, check_seed, check_seeds, finite_float,
-                                nonnegative_float, positive_float, positive_int)
+                                nonnegative_float, positive_float, positive_int, to_numpy)
 
 __all__ = [
     "as_tensor", "as_1d_tensor", "to_numpy", "check_same_length", "check_binary", "sensitive_names",
     "check_sample_weight", "require_unweighted", "UNWEIGHTED_HINT", "measure_bound",
-    # parameter checks, from solvers.validation
+    # parameter checks and the array conversion, from solvers.validation
     "finite_float", "positive_float", "nonnegative_float", "positive_int", "check_choice", "check_flag",
     "check_interval", "check_seed", "check_seeds",
 ]
@@ -63,15 +63,6 @@ def as_1d_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.T
     if t.dim() != 1:
         raise ValueError(f"{name}: expected a 1-D array, got shape {tuple(t.shape)}")
     return t
-
-
-def to_numpy(x: Any) -> np.ndarray:
-    """A detached numpy copy of a tensor, or ``np.asarray`` of anything else."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    if hasattr(x, "to_numpy"):
-        return x.to_numpy()
-    return np.asarray(x)
 
 
 def column_1d(values: Any, name: str, what: str = "array", allow_empty: bool = True) -> np.ndarray:

@@ -384,15 +384,15 @@ def run_sqp(options: TrainingOptions, data: FairData, constraints: list, referen
     """:class:`solvers.StochasticSQP` with the hard constraints (none for ``reference``); a linear
     regressor on whitened inputs, folded back after the fit (:func:`whitened_inputs`)."""
     whitening = whitened_inputs(options, data)
-    fit_data = data if whitening is None else data.with_inputs(
+    whitened = whitening is not None
+    fit_data = data if not whitened else data.with_inputs(
         torch.from_numpy(whitening.transform(data.X, np.float32)).to(data.X.device),
         [f"z{j}" for j in range(whitening.rank)])
     model, loss = training_problem(options, fit_data, whitening)
-    whitened = whitening is not None
     kwargs = {**engine_param_defaults(options, data, whitened), **options.engine_kwargs()}
     engine = _make(engine_class("sqp"), {**engine_options(options, "sqp", whitened), **kwargs})
     result = engine.fit(model, fit_data, loss=loss, constraints=[] if reference else constraints)
-    if whitening is not None:
+    if whitened:
         result.model = fold_whitened(options, data, whitening, result.model)
     return result
 

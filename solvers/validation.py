@@ -26,6 +26,7 @@ __all__ = [
     "check_interval",
     "check_verbose",
     "as_float_array",
+    "to_numpy",
 ]
 
 Closed = Literal["neither", "left", "right", "both"]
@@ -157,10 +158,20 @@ def check_seeds(seeds: Any, name: str = "seeds") -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
+def to_numpy(value: Any) -> np.ndarray:
+    """A numpy array of a torch tensor (detached, on CPU; recognised without importing torch), a pandas
+    object (``to_numpy()``) or any array-like (``np.asarray``): a view where possible, no dtype change."""
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    if hasattr(value, "to_numpy"):
+        return value.to_numpy()
+    return np.asarray(value)
+
+
 def as_float_array(value: Any, name: str) -> np.ndarray:
     """Return an array-like or a torch tensor (without importing torch) as a float64 array; NaN/inf are kept."""
     if hasattr(value, "detach"):  # torch tensors, without importing torch
-        value = value.detach().cpu().numpy()
+        value = to_numpy(value)
     try:
         return np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from solvers.validation import as_float_array, to_numpy
+
 __all__ = ["CHUNK_ROWS", "RANK_RTOL", "Whitening"]
 
 #: Eigenvalues of a Gram/covariance matrix below this fraction of the largest one are treated as zero
@@ -64,9 +66,9 @@ class Whitening:
         """Mean, covariance and its eigen-decomposition of the rows of ``Z`` (n, p) (numpy or torch;
         accumulated in float64 in blocks of :data:`CHUNK_ROWS` rows), weighted by ``weights`` (n,)
         when given."""
-        Z = _as_numpy(Z)
+        Z = to_numpy(Z)
         n, p = Z.shape
-        w = None if weights is None else _as_numpy(weights).astype(np.float64).reshape(-1)
+        w = None if weights is None else as_float_array(weights, "weights").reshape(-1)
         total = float(n) if w is None else float(w.sum())
         if not total > 0.0:
             raise ValueError("weights: their sum must be positive to whiten the inputs")
@@ -98,7 +100,7 @@ class Whitening:
 
     def transform(self, Z: Any, dtype: Any = np.float64) -> np.ndarray:
         """``(Z - mean) W`` (n, k) as ``dtype``, computed in float64 block by block."""
-        Z = _as_numpy(Z)
+        Z = to_numpy(Z)
         out = np.empty((Z.shape[0], self.rank), dtype=dtype)
         for rows in _blocks(Z.shape[0]):
             out[rows] = (Z[rows].astype(np.float64) - self.mean) @ self.matrix
@@ -112,12 +114,5 @@ class Whitening:
     def fold(self, v: Any, b: float = 0.0) -> tuple[np.ndarray, float]:
         """The coefficients and intercept on the original inputs of ``out = z v + b``:
         ``coef = W v`` (p,) and ``intercept = b - mean' W v``."""
-        coef = self.matrix @ _as_numpy(v).astype(np.float64).reshape(-1)
+        coef = self.matrix @ as_float_array(v, "v").reshape(-1)
         return coef, float(b) - float(self.mean @ coef)
-
-
-def _as_numpy(value: Any) -> np.ndarray:
-    """A torch tensor or array-like as a numpy array (no copy where possible)."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)

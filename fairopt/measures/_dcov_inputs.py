@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from solvers.validation import to_numpy
+
 
 __all__ = [
     "MIN_SAMPLES",
@@ -80,15 +82,6 @@ def prediction_values(prediction: Prediction) -> np.ndarray:
     return prediction.array if prediction.tensor is None else tensor_values(prediction.tensor)
 
 
-def _as_numpy(value: Any) -> np.ndarray:
-    """A numpy view/copy of a tensor (detached, on CPU), pandas object or array-like."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
-    if hasattr(value, "to_numpy"):
-        return value.to_numpy()
-    return np.asarray(value)
-
-
 def numeric_array(value: Any, name: str) -> np.ndarray:
     """``value`` as a finite float64 numpy array.
 
@@ -96,7 +89,7 @@ def numeric_array(value: Any, name: str) -> np.ndarray:
     transforms, where every new tensor is a wrapper without storage.
     """
     try:
-        array = np.asarray(_as_numpy(value), dtype=np.float64)
+        array = np.asarray(to_numpy(value), dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name}: cannot convert {type(value).__name__} to a numeric array ({exc})") from None
     finite = np.isfinite(array)
@@ -130,7 +123,7 @@ def _is_categorical_dtype(values: Any) -> bool:
 
 def _one_hot(values: Any, n: int, name: str) -> np.ndarray:
     """One-hot (n, K) float64 encoding of a 1-D categorical feature (K observed levels)."""
-    array = _as_numpy(values)
+    array = to_numpy(values)
     if array.ndim == 2 and array.shape[1] == 1:
         array = array[:, 0]
     if array.ndim != 1:
