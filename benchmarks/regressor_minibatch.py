@@ -1,4 +1,4 @@
-"""FairRegressor's linear SQP fit, full batch and mini-batches, on whitened inputs against the inputs as they are.
+"""FairRegressor's SQP fit, full batch and mini-batches: linear on whitened inputs, networks' step budgets.
 
 The estimator fits a linear regressor's SQP steps on whitened inputs and folds the model back
 (:func:`fairopt.training.whitened_inputs`); this grid measures what that changes. Every setting at the
@@ -18,12 +18,22 @@ the same computation as no chunking, and :func:`~fairopt.training.whitened_input
 alone)::
 
     python benchmarks/regressor_minibatch.py --data-dir ../shared/data --jobs 2
+
+With ``--model mlp`` (``FairRegressor(model="mlp")``, one hidden layer of 32) the variants are the
+mini-batch step budgets: ``default`` is the estimator as it is (``epochs="auto"``: at the regressor's ``lr``
+0.02, 25 times the 500 steps of ``lr`` 0.5, :func:`solvers.sqp.engine.auto_epochs`), ``500-steps`` the
+500 steps of the budget before (``epochs`` set to what gives them). Full batches are the same for both
+(10,000 epochs at most) and run once, as ``default``::
+
+    python benchmarks/regressor_minibatch.py --model mlp --data-dir ../shared/data --jobs 2 \
+        --out results/regressor_minibatch_mlp
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 import sys
 import time
@@ -38,6 +48,9 @@ TASKS: tuple[str, ...] = ("communities-gedi", "communities-gedi2", "communities-
                           "pg15-gedi")
 BATCHES: tuple[int | None, ...] = (None, 256, 1024)
 VARIANTS: tuple[str, ...] = ("whitened", "inputs")
+#: ``--model mlp``: the variants, and the steps of the budget before ``epochs="auto"`` scaled a network's shorter steps.
+NETWORK_VARIANTS: tuple[str, ...] = ("default", "500-steps")
+OLD_NETWORK_STEPS = 500
 #: A distance-covariance bound: this fraction of the unconstrained linear fit's value on the training rows.
 DCOV_SHARE = 0.25
 PG15_ROWS = 20000
@@ -80,6 +93,20 @@ def constraint(task: str, attribute: str, train: Any, seed: int) -> tuple:
     return ("dcov", attribute, DCOV_SHARE * float(entry["value"]))
 
 
+def variant_options(job: dict, n_train: int) -> dict:
+    """The estimator options of ``job``'s variant: ``inputs`` fits the inputs as they are (one chunk of all
+    rows, which :func:`~fairopt.training.whitened_inputs` leaves alone); ``500-steps`` the epochs of
+    :data:`OLD_NETWORK_STEPS` mini-batch steps (at least 10, at most 500, as ``epochs="auto"`` clips them)."""
+    model = job.get("model", "linear")
+    options: dict = {"model": model, "engine_params": {}}
+    if job["variant"] == "inputs":
+        options["engine_params"] = {"chunk_rows": n_train}
+    if job["variant"] == "500-steps" and job["batch"] is not None:
+        per_epoch = math.ceil(n_train / job["batch"])
+        options["epochs"] = min(500, max(10, math.ceil(OLD_NETWORK_STEPS / per_epoch)))
+    return options
+
+
 def fit_cell(job: dict) -> dict:
     """One fit: train and test R2, the training rows' violation and whether `evaluate` calls every bound met,
     status, iterations, seconds, warnings."""
@@ -90,8 +117,7 @@ def fit_cell(job: dict) -> dict:
     torch.set_num_threads(1)
     train, test, attribute = load_task(job["task"], job["data_dir"], job["seed"])
     spec = constraint(job["task"], attribute, train, job["seed"])
-    params = {} if job["variant"] == "whitened" else {"chunk_rows": len(train)}
-    reg = FairRegressor(spec, batch_size=job["batch"], seed=job["seed"], engine_params=params)
+    reg = FairRegressor(spec, batch_size=job["batch"], seed=job["seed"], **variant_options(job, len(train)))
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -99,7 +125,8 @@ def fit_cell(job: dict) -> dict:
     seconds = time.perf_counter() - start
     warned = sorted({w.category.__name__ for w in caught if w.category.__name__.endswith("Warning")
                      and w.category.__module__.split(".")[0] in ("fairopt", "solvers")})
-    return {**{k: job[k] for k in ("task", "seed", "batch", "variant")}, "n_train": len(train),
+    return {**{k: job[k] for k in ("task", "seed", "batch", "variant")}, "model": job.get("model", "linear"),
+            "n_train": len(train),
             "train_r2": float(reg.score(train)), "test_r2": float(reg.score(test)),
             "train_violation": float(reg.train_violation_),
             "met": all(entry["met"] for entry in reg.evaluate(train)["bounds"].values()), "status": str(reg.status_),
@@ -107,25 +134,34 @@ def fit_cell(job: dict) -> dict:
 
 
 def jobs(tasks: list[str], seeds: list[int], batches: list[int | None], variants: list[str],
-         data_root: str) -> list[dict]:
-    return [{"task": t, "seed": s, "batch": b, "variant": v, "data_dir": data_root}
-            for t in tasks for s in seeds for b in batches for v in variants]
+         data_root: str, model: str = "linear") -> list[dict]:
+    """One job per task, seed, batch and variant; a network's full batch once (``default``: its variants
+    differ only on mini-batches)."""
+    return [{"task": t, "seed": s, "batch": b, "variant": v, "data_dir": data_root, "model": model}
+            for t in tasks for s in seeds for b in batches for v in variants
+            if not (model == "mlp" and b is None and v != NETWORK_VARIANTS[0])]
 
 
 def cell_means(runs: list[dict]) -> list[dict]:
     """Seed means per (task, batch, variant), with each mini-batch run's gap to its variant's full batch."""
-    full = {(r["task"], r["seed"], r["variant"]): r["train_r2"] for r in runs if r["batch"] is None}
+    full = {(r["task"], r["seed"], r["variant"]): r for r in runs if r["batch"] is None}
+    for r in [r for r in runs if r["batch"] is None and r["variant"] == NETWORK_VARIANTS[0]]:
+        for other in NETWORK_VARIANTS[1:]:  # a network's variants share its full batch
+            full.setdefault((r["task"], r["seed"], other), r)
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in runs:
         cells[(r["task"], "full" if r["batch"] is None else r["batch"], r["variant"])].append(r)
     out = []
     for (task, batch, variant), rs in cells.items():
-        gaps = [r["train_r2"] - full[(r["task"], r["seed"], r["variant"])] for r in rs
-                if (r["task"], r["seed"], r["variant"]) in full]
+        pairs = [(r, full[(r["task"], r["seed"], r["variant"])]) for r in rs
+                 if (r["task"], r["seed"], r["variant"]) in full]
+        gaps = [r["train_r2"] - f["train_r2"] for r, f in pairs]
+        test_gaps = [r["test_r2"] - f["test_r2"] for r, f in pairs]
         out.append({"task": task, "batch": batch, "variant": variant, "runs": len(rs),
                     "train_r2": statistics.mean(r["train_r2"] for r in rs),
                     "test_r2": statistics.mean(r["test_r2"] for r in rs),
                     "worst_gap": min(gaps) if gaps and batch != "full" else None,
+                    "worst_test_gap": min(test_gaps) if test_gaps and batch != "full" else None,
                     "converged": sum(r["status"] == "converged" for r in rs),
                     "met": sum(r["met"] for r in rs),
                     "iterations": statistics.mean(r["iterations"] for r in rs),
@@ -138,31 +174,38 @@ def cell_means(runs: list[dict]) -> list[dict]:
 
 def report(runs: list[dict], header: list[str]) -> str:
     lines = [*header, "", "| task | batch | variant | runs | train R2 | test R2 | worst gap to full batch | "
-             "converged | bound met | iterations | seconds | warnings |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "worst test gap | converged | bound met | iterations | seconds | warnings |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    signed = lambda v: "-" if v is None else f"{v:+.4f}"  # noqa: E731
     for c in cell_means(runs):
-        gap = "-" if c["worst_gap"] is None else f"{c['worst_gap']:+.4f}"
         lines.append(f"| {c['task']} | {c['batch']} | {c['variant']} | {c['runs']} | {c['train_r2']:.4f} | "
-                     f"{c['test_r2']:.4f} | {gap} | {c['converged']}/{c['runs']} | {c['met']}/{c['runs']} | "
+                     f"{c['test_r2']:.4f} | {signed(c['worst_gap'])} | {signed(c['worst_test_gap'])} | "
+                     f"{c['converged']}/{c['runs']} | {c['met']}/{c['runs']} | "
                      f"{c['iterations']:.0f} | {c['seconds']:.2f} | {', '.join(c['warned']) or '-'} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = task_grid_parser(__doc__.splitlines()[0], TASKS, DEFAULT_OUT / "regressor_minibatch")
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--model", default="linear", choices=["linear", "mlp"])
+    ap.add_argument("--variants", nargs="+", default=None, choices=[*VARIANTS, *NETWORK_VARIANTS],
+                    help="default: whitened and inputs (linear), default and 500-steps (mlp)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = str(data_dir(args.data_dir))
-    todo = jobs(args.tasks, args.seeds, list(BATCHES), args.variants, root)
+    variants = args.variants or list(VARIANTS if args.model == "linear" else NETWORK_VARIANTS)
+    todo = jobs(args.tasks, args.seeds, list(BATCHES), variants, root, args.model)
     runs = pooled_runs(fit_cell, todo, args.jobs, logger, lambda r: (
         f"{r['task']} seed {r['seed']} batch {r['batch'] or 'full'} {r['variant']}: train R2 {r['train_r2']:.4f} "
         f"test {r['test_r2']:.4f} {r['status']} ({r['seconds']:.1f} s)"))
-    header = ["# FairRegressor (linear, SQP): whitened inputs against the inputs as they are", "",
+    title = ("whitened inputs against the inputs as they are" if args.model == "linear"
+             else "a network's mini-batch step budget, the default against 500 steps")
+    header = [f"# FairRegressor ({args.model}, SQP): {title}", "",
               f"commit {commit()}; `python benchmarks/regressor_minibatch.py "
               f"{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
               "Every estimator setting at its default but `batch_size` ('full': none); seeded 70/30 splits; "
-              "'worst gap': the lowest train R2 of a mini-batch run minus its full batch's (same seed and variant); "
+              "'worst gap' / 'worst test gap': the lowest train / test R2 of a mini-batch run minus its full batch's "
+              "(same seed and variant; a network's variants share the full batch); "
               "'bound met': the estimator's `evaluate` on the training rows says every bound is met; seconds of one "
               "fit on one thread, two fits at a time on a shared 2-core machine."]
     key = lambda r: (r["task"], r["seed"], str(r["batch"]), r["variant"])  # noqa: E731

@@ -53,4 +53,20 @@ def test_report_has_one_row_per_cell():
     page = grid.report(RUNS, ["# title"])
     rows = [line for line in page.splitlines() if line.startswith("| law-gedi")]
     assert len(rows) == 4
-    assert "| law-gedi | 256 | whitened | 2 | 0.2445 | 0.1445 | -0.0100 | 1/2 | 2/2 |" in page
+    assert "| law-gedi | 256 | whitened | 2 | 0.2445 | 0.1445 | -0.0100 | -0.0100 | 1/2 | 2/2 |" in page
+
+
+def test_a_networks_variants_share_one_full_batch_and_the_old_budget_sets_its_epochs():
+    todo = grid.jobs(["law-gedi"], [0], list(grid.BATCHES), list(grid.NETWORK_VARIANTS), "/d", model="mlp")
+    assert len(todo) == 1 + 2 * len(grid.NETWORK_VARIANTS) and all(j["model"] == "mlp" for j in todo)
+    assert [j["variant"] for j in todo if j["batch"] is None] == ["default"]
+    # 14,500 rows in batches of 256: 57 steps per epoch, 500 steps in 9 epochs, clipped to at least 10
+    old = grid.variant_options({"variant": "500-steps", "batch": 256, "model": "mlp"}, 14500)
+    assert old["epochs"] == 10 and old["model"] == "mlp"
+    assert grid.variant_options({"variant": "500-steps", "batch": 256, "model": "mlp"}, 1395)["epochs"] == 84
+    assert "epochs" not in grid.variant_options({"variant": "default", "batch": 256, "model": "mlp"}, 1395)
+    runs = [_run("law-gedi", 0, None, "default", 0.12), _run("law-gedi", 0, 256, "default", 0.11),
+            _run("law-gedi", 0, 256, "500-steps", 0.10)]
+    cells = {(c["batch"], c["variant"]): c for c in grid.cell_means(runs)}
+    assert cells[(256, "500-steps")]["worst_gap"] == pytest.approx(-0.02)  # against the default's full batch
+    assert cells[(256, "default")]["worst_test_gap"] == pytest.approx(-0.01)

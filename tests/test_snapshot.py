@@ -406,8 +406,8 @@ def test_a_good_run_warns_nothing(adult_small):
 
 # ----------------------------------------------------------------------------- epochs="auto"
 def test_auto_epochs_budget_steps_not_passes():
-    from solvers.sqp.engine import (FULL_BATCH_EPOCHS, LINEAR_MINIBATCH_EPOCHS, LINEAR_MINIBATCH_STEPS,
-                                    MINIBATCH_MIN_EPOCHS, MINIBATCH_STEPS, auto_epochs)
+    from solvers.sqp.engine import (DEFAULT_LR, FULL_BATCH_EPOCHS, LINEAR_MINIBATCH_EPOCHS, LINEAR_MINIBATCH_STEPS,
+                                    MINIBATCH_MIN_EPOCHS, MINIBATCH_STEPS, auto_epochs, network_step)
 
     assert auto_epochs(1, True) == FULL_BATCH_EPOCHS == 500
     assert auto_epochs(24, False) == math.ceil(MINIBATCH_STEPS / 24) == 21  # full Adult, batches of 1,024
@@ -420,17 +420,21 @@ def test_auto_epochs_budget_steps_not_passes():
     # a smaller lr, proportionally more steps (0.25: 200), up to the networks' 500 (the regressor's 0.02)
     assert auto_epochs(24, False, True, lr=0.25) == math.ceil(200 / 24)
     assert auto_epochs(11, False, True, lr=0.02) == math.ceil(MINIBATCH_STEPS / 11) == 46
-    # a network on batches under 256 rows: sqrt(256 / B) times the steps (its steps are that much shorter)
-    assert auto_epochs(55, False, network_batch=64) == math.ceil(2 * MINIBATCH_STEPS / 55) == 19
-    assert auto_epochs(24, False, network_batch=256) == auto_epochs(24, False) == 21
-    assert auto_epochs(1000, False, network_batch=32) == MINIBATCH_MIN_EPOCHS  # large data: 10 epochs as before
+    # a network's step below 0.5: as many more steps as it is shorter (lr="auto" on 64 rows: 0.25, twice 500)
+    assert auto_epochs(55, False, network_lr=network_step(64)) == math.ceil(2 * MINIBATCH_STEPS / 55) == 19
+    assert auto_epochs(24, False, network_lr=network_step(256)) == auto_epochs(24, False) == 21
+    assert auto_epochs(24, False, network_lr=DEFAULT_LR) == 21  # not shorter: the budget as it is
+    assert auto_epochs(1000, False, network_lr=network_step(32)) == MINIBATCH_MIN_EPOCHS  # large data: 10 epochs
+    # the regressor's 0.02: 25 times the steps (12,500), within the full batch's 500 epochs
+    assert auto_epochs(57, False, network_lr=0.02) == math.ceil(25 * MINIBATCH_STEPS / 57) == 220
+    assert auto_epochs(6, False, network_lr=0.02) == FULL_BATCH_EPOCHS
 
 
-def test_epochs_auto_gives_a_networks_shorter_small_batch_steps_more_of_them(adult_small):
-    """lr="auto" on a network's batches of 64 rows (a step half as long as on 256): twice the 500 steps; an
-    explicit lr keeps the 500 (the steps are as long as the user gave them)."""
+def test_epochs_auto_gives_a_networks_shorter_steps_more_of_them(adult_small):
+    """lr="auto" on a network's batches of 64 rows (a step half as long as on 256): twice the 500 steps; so
+    does an explicit lr of 0.25, and 1.0 (longer than 0.5) keeps the 500."""
     rows = math.ceil(len(adult_small) / 64)
-    for lr, steps in (("auto", 1000), (0.25, 500)):
+    for lr, steps in (("auto", 1000), (0.25, 1000), (1.0, 500)):
         engine = StochasticSQP(batch_size=64, lr=lr, polish_iterations=0, seed=0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
