@@ -618,7 +618,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         :data:`fairopt.training.ALPHA_DEFAULTS` (3e-4 for the classifier, 0 for the regressor).
     epochs : int, optional
         Passes over the training data. ``None``: SQP 500 full-batch epochs, or with
-        ``batch_size`` enough for 500 steps (the classifier's MLP on ``B < 256`` rows ``500 sqrt(256 / B)``), or for a
+        ``batch_size`` enough for 500 steps (an MLP's step ``beta`` below 0.5: ``500 * 0.5 / beta``, so the
+        classifier's on ``B < 256`` rows ``500 sqrt(256 / B)`` and the regressor's at 0.02 12,500; at most 500
+        epochs), or for a
         linear model, which the full-batch polish
         finishes under the curvature metric, for ``100 * 0.5 / lr`` steps (the classifier's 100, the
         regressor's 500) in at least 2 epochs (:func:`solvers.sqp.engine.auto_epochs`); penalty

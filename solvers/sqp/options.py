@@ -28,8 +28,8 @@ class SQPOptions:
     ----------
     epochs : int or "auto", default "auto"
         Passes over the training data. "auto": 500 full-batch epochs (the paper's experiments); with
-        mini-batches enough epochs for 500 steps (a network's on ``B < 256`` rows under ``lr="auto"``:
-        ``500 sqrt(256 / B)``), between 10 and 500, or for a linear model whose
+        mini-batches enough epochs for 500 steps (a network's step ``beta`` below 0.5: ``500 * 0.5 / beta``,
+        under ``lr="auto"`` on ``B < 256`` rows ``500 sqrt(256 / B)``), between 10 and 500, or for a linear model whose
         polish takes the curvature metric (``hessian``) enough for ``100 * 0.5 / lr`` steps (at most
         500), at least 2 (:func:`auto_epochs`). The
         resolved number is ``epochs_`` after :meth:`fit`.
