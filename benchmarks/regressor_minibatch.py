@@ -48,9 +48,8 @@ TASKS: tuple[str, ...] = ("communities-gedi", "communities-gedi2", "communities-
                           "pg15-gedi")
 BATCHES: tuple[int | None, ...] = (None, 256, 1024)
 VARIANTS: tuple[str, ...] = ("whitened", "inputs")
-#: ``--model mlp``: the variants, and the steps of the budget before ``epochs="auto"`` scaled a network's shorter steps.
+#: ``--model mlp``: the variants (``500-steps``: the budget before ``epochs="auto"`` scaled a network's shorter steps).
 NETWORK_VARIANTS: tuple[str, ...] = ("default", "500-steps")
-OLD_NETWORK_STEPS = 500
 #: A distance-covariance bound: this fraction of the unconstrained linear fit's value on the training rows.
 DCOV_SHARE = 0.25
 PG15_ROWS = 20000
@@ -95,15 +94,15 @@ def constraint(task: str, attribute: str, train: Any, seed: int) -> tuple:
 
 def variant_options(job: dict, n_train: int) -> dict:
     """The estimator options of ``job``'s variant: ``inputs`` fits the inputs as they are (one chunk of all
-    rows, which :func:`~fairopt.training.whitened_inputs` leaves alone); ``500-steps`` the epochs of
-    :data:`OLD_NETWORK_STEPS` mini-batch steps (at least 10, at most 500, as ``epochs="auto"`` clips them)."""
-    model = job.get("model", "linear")
-    options: dict = {"model": model, "engine_params": {}}
+    rows, which :func:`~fairopt.training.whitened_inputs` leaves alone); ``500-steps`` the epochs that
+    :func:`solvers.sqp.engine.auto_epochs` gives a step of 0.5 or longer (500 steps, in 10 to 500 epochs)."""
+    from solvers.sqp.engine import auto_epochs
+
+    options: dict = {"model": job.get("model", "linear"), "engine_params": {}}
     if job["variant"] == "inputs":
         options["engine_params"] = {"chunk_rows": n_train}
     if job["variant"] == "500-steps" and job["batch"] is not None:
-        per_epoch = math.ceil(n_train / job["batch"])
-        options["epochs"] = min(500, max(10, math.ceil(OLD_NETWORK_STEPS / per_epoch)))
+        options["epochs"] = auto_epochs(math.ceil(n_train / job["batch"]), full_batch=False)
     return options
 
 

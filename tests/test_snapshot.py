@@ -421,13 +421,13 @@ def test_auto_epochs_budget_steps_not_passes():
     assert auto_epochs(24, False, True, lr=0.25) == math.ceil(200 / 24)
     assert auto_epochs(11, False, True, lr=0.02) == math.ceil(MINIBATCH_STEPS / 11) == 46
     # a network's step below 0.5: as many more steps as it is shorter (lr="auto" on 64 rows: 0.25, twice 500)
-    assert auto_epochs(55, False, network_lr=network_step(64)) == math.ceil(2 * MINIBATCH_STEPS / 55) == 19
-    assert auto_epochs(24, False, network_lr=network_step(256)) == auto_epochs(24, False) == 21
-    assert auto_epochs(24, False, network_lr=DEFAULT_LR) == 21  # not shorter: the budget as it is
-    assert auto_epochs(1000, False, network_lr=network_step(32)) == MINIBATCH_MIN_EPOCHS  # large data: 10 epochs
+    assert auto_epochs(55, False, lr=network_step(64), network=True) == math.ceil(2 * MINIBATCH_STEPS / 55) == 19
+    assert auto_epochs(24, False, lr=network_step(256), network=True) == auto_epochs(24, False) == 21
+    assert auto_epochs(24, False, lr=DEFAULT_LR, network=True) == 21  # not shorter: the budget as it is
+    assert auto_epochs(1000, False, lr=network_step(32), network=True) == MINIBATCH_MIN_EPOCHS  # large data: 10 epochs
     # the regressor's 0.02: 25 times the steps (12,500), within the full batch's 500 epochs
-    assert auto_epochs(57, False, network_lr=0.02) == math.ceil(25 * MINIBATCH_STEPS / 57) == 220
-    assert auto_epochs(6, False, network_lr=0.02) == FULL_BATCH_EPOCHS
+    assert auto_epochs(57, False, lr=0.02, network=True) == math.ceil(25 * MINIBATCH_STEPS / 57) == 220
+    assert auto_epochs(6, False, lr=0.02, network=True) == FULL_BATCH_EPOCHS
 
 
 def test_epochs_auto_gives_a_networks_shorter_steps_more_of_them(adult_small):

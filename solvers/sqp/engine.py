@@ -123,7 +123,7 @@ def is_network(params: Iterable[torch.Tensor]) -> bool:
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool = False,
-                lr: float = LINEAR_MINIBATCH_LR, network_lr: float | None = None) -> int:
+                lr: float = LINEAR_MINIBATCH_LR, network: bool = False) -> int:
     """Epochs of ``epochs="auto"``: ``FULL_BATCH_EPOCHS`` in full-batch mode; with mini-batches
     ``ceil(MINIBATCH_STEPS / K)`` for ``K`` steps per epoch, clipped to
     ``[MINIBATCH_MIN_EPOCHS, FULL_BATCH_EPOCHS]``: a mini-batch step costs a fraction of a
@@ -138,8 +138,8 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool =
     starts far from the optimum and, where a few rows flip a small group's rate, swings across
     the bound. A smaller ``lr`` (the regressor's 0.02) moves each step, the polish's included,
     proportionally less, hence proportionally more steps, up to the networks' budget
-    (``benchmarks/results/solver_notes.md``). ``network_lr``, the step ``beta`` of a network's mini-batch
-    steps (:attr:`StochasticSQP.lr_`): below :data:`DEFAULT_LR`,
+    (``benchmarks/results/solver_notes.md``). ``network``, a network's mini-batch steps, whose step
+    ``beta = lr`` (:attr:`StochasticSQP.lr_`) is below :data:`DEFAULT_LR`:
     ``S = ceil(MINIBATCH_STEPS * DEFAULT_LR / beta)`` steps, so that the shorter steps cover as much ground
     as the budget's at :data:`DEFAULT_LR`. Under ``lr="auto"`` that is a batch of ``B <
     MINIBATCH_NETWORK_MIN_BATCH`` rows, whose step :func:`network_step` is ``DEFAULT_LR * sqrt(B /
@@ -156,8 +156,8 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool =
         steps = min(MINIBATCH_STEPS, math.ceil(LINEAR_MINIBATCH_STEPS * LINEAR_MINIBATCH_LR / float(lr)))
         return min(FULL_BATCH_EPOCHS, max(LINEAR_MINIBATCH_EPOCHS, math.ceil(steps / per_epoch)))
     steps = MINIBATCH_STEPS
-    if network_lr is not None and network_lr < DEFAULT_LR:  # as many more as they are shorter
-        steps = math.ceil(MINIBATCH_STEPS * DEFAULT_LR / float(network_lr))
+    if network and lr < DEFAULT_LR:  # as many more as they are shorter
+        steps = math.ceil(MINIBATCH_STEPS * DEFAULT_LR / float(lr))
     return min(FULL_BATCH_EPOCHS, max(MINIBATCH_MIN_EPOCHS, math.ceil(steps / per_epoch)))
 
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
@@ -408,9 +408,9 @@ class StochasticSQP:
                         "instead of %g", self._step_spread, step, DEFAULT_LR)
         resolved.generator, resolved.n_rows = gen, m  # live objects behind state_dict()
         # a network's shorter mini-batch steps take more of them
-        network_lr = self.lr_ if resolved.minibatch and resolved.network else None
         self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, resolved.polish_curvature is not None, self.lr_,
-                                    network_lr) if self.epochs == "auto" else int(self.epochs))
+                                    resolved.minibatch and resolved.network) if self.epochs == "auto"
+                        else int(self.epochs))
         tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
         if resume is not None:
             resume_iterates(resume, problem.params, tracker)
