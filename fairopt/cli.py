@@ -127,11 +127,12 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--constraint", action="append", metavar="SPEC",
                    help="constraint spec (repeatable): 'di:sex>=0.8', 'eodds:sex>=0.8', 'dp:sex<=0.05', "
                         "'disparate_impact:sex:0.8'")
-    p.add_argument("--penalty", action="append", help="penalty spec for --method penalty, e.g. dp_squared:sex "
-                                                      "(--dataset only)")
+    p.add_argument("--penalty", action="append",
+                   help="penalty term for --method penalty, e.g. dp_squared:sex (--dataset only; such a run writes "
+                        "model.pt, a network's weights, and report.txt instead of model.fairopt and report.md)")
     p.add_argument("--method", choices=["sqp", "penalty", "lagrangian", "moving_targets"])
     p.add_argument("--model", choices=["linear", "mlp", "gbm"],
-                   help="default linear; gbm (boosted trees, --data only) takes missing input values as they are")
+                   help="default linear; gbm (boosted trees) takes missing input values as they are")
     p.add_argument("--hidden", help="MLP hidden widths, e.g. 32 or 64,32")
     p.add_argument("--epochs", type=int, metavar="N",
                    help="training epochs (moving_targets: epochs of each learner refit)")
@@ -153,11 +154,14 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: Options of ``train --data`` that the built-in ``--dataset`` mode does not take, and back.
-_OWN_DATA_ONLY = ("target", "positive", "sensitive", "include_sensitive", "ignore", "weights", "task", "iterations")
-_DATASET_ONLY = ("penalty", "data_dir")
+_OWN_DATA_ONLY = ("target", "positive", "sensitive", "include_sensitive", "ignore", "weights", "task")
+_DATASET_ONLY = ("data_dir", "options")
+#: Options of the estimators' training that a ``--penalty`` run (the penalty terms of
+#: :mod:`fairopt.penalties`, :func:`fairopt.experiments.run_train`) does not take.
+_NOT_WITH_PENALTY = ("alpha", "iterations")
 _NOT_OPTIONS = ("config", "command", "verbose", "quiet", "argv")
 #: Keys of ``train --data`` (flags or ``--config`` TOML keys).
-_TABLE_KEYS = frozenset({"data", "dataset", "data_dir", "subsample", "target", "positive", "sensitive",
+_TABLE_KEYS = frozenset({"data", "dataset", "data_dir", "options", "subsample", "target", "positive", "sensitive",
                          "include_sensitive", "ignore", "weights", "task", "constraint", "penalty", "method", "model", "hidden",
                          "epochs", "iterations", "lr", "batch_size", "weight", "optimizer", "dual_lr", "dual_update",
                          "seed", "test_size", "alpha"})
@@ -188,14 +192,25 @@ def _train(args: argparse.Namespace) -> int:
                          "data set, see fairopt datasets)")
     if "hidden" in options and options.get("model", "linear") != "mlp":
         raise ValueError(f"--hidden: only for --model mlp (not {options.get('model', 'linear')})")
-    if "data" in options or options.get("method") == "moving_targets":
+    if "dataset" in options:
+        given = [k for k in _OWN_DATA_ONLY if k in options]
+        if given:
+            raise ValueError(f"{_flag(given[0])}: only with --data FILE (your own table), not with --dataset "
+                             "(a built-in data set names its own columns)")
+    if "penalty" not in options:
         return _train_table(options, out, args)
-    given = [k for k in _OWN_DATA_ONLY if k in options]
-    if given:
-        raise ValueError(f"{_flag(given[0])}: only with --data FILE (your own table), not with --dataset")
+    if "data" in options:
+        raise ValueError("--penalty: only with --dataset (a built-in data set); with --data give --method penalty "
+                         "and the bounds as --constraint")
+    if options.get("method", "sqp") != "penalty":
+        raise ValueError(f"--penalty: only for --method penalty (not {options.get('method', 'sqp')})")
     if options.get("model") == "gbm":
-        raise ValueError("--model gbm: only with --data FILE (boosted trees train through the estimators); with "
-                         "--dataset give --model linear or mlp")
+        raise ValueError("--model gbm: not with --penalty (penalty terms train networks and linear models); give "
+                         "--model linear or mlp")
+    given = [k for k in _NOT_WITH_PENALTY if k in options]
+    if given:
+        raise ValueError(f"{_flag(given[0])}: not with --penalty (the penalty terms' training takes --epochs, --lr, "
+                         "--batch-size, --optimizer and --weight)")
     from fairopt.experiments.configs import run_train
 
     result = run_train(options, out)
@@ -218,7 +233,8 @@ def _list(value) -> list:
 
 
 def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
-    """``fairopt train --data FILE`` (and ``--dataset NAME --method moving_targets``)."""
+    """``fairopt train --data FILE`` or ``--dataset NAME`` (without ``--penalty``): the estimators' fit of
+    :func:`fairopt.tabular.train_table`, with their defaults, saved as ``model.fairopt`` with its report."""
     from pathlib import Path
 
     from fairopt import tabular
@@ -260,18 +276,19 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
             task=options.get("task", "auto"), positive=options.get("positive"),
             include_sensitive=bool(options.get("include_sensitive", False)), ignore=_list(options.get("ignore")),
             weights=options.get("weights"), source=path.name, **common)
-    else:  # a built-in data set through the same pipeline (Moving Targets)
-        if "penalty" in options:
-            raise ValueError("--penalty: only for --method penalty, not moving_targets")
+    else:  # a built-in data set through the same pipeline, with the columns its loader names
         from fairopt.experiments.configs import load_data
 
-        data = load_data({"dataset": options["dataset"], **({"subsample": options["subsample"]}
-                                                            if "subsample" in options else {})},
+        data = load_data({"dataset": options["dataset"], "options": options.get("options", {}),
+                          **({"subsample": options["subsample"]} if "subsample" in options else {})},
                          options.get("data_dir"))
         frame = data.frame.reset_index(drop=True)
         used = {data.target_name, *data.sensitive_names, *data.feature_columns}
+        # the columns the constraints name are the sensitive ones (a loader's input column, e.g. Adult's
+        # race, then leaves the inputs), as with --data; without a constraint, the loader's
+        sensitive = [] if common["constraints"] else list(data.sensitive_names)
         trained = tabular.train_table(
-            frame, target=data.target_name, sensitive=list(data.sensitive_names),
+            frame, target=data.target_name, sensitive=sensitive,
             include_sensitive=data.include_sensitive, ignore=[c for c in frame.columns if c not in used],
             categorical=list(data.preprocessor.categorical_), sensitive_kinds=dict(data.sensitive_kinds),
             task="binary" if data.task == "binary" else "regression", source=str(options["dataset"]), **common)

@@ -26,19 +26,49 @@ def test_commands_are_registered():
 
 @pytest.mark.parametrize("method, extra", [
     ("sqp", ["--constraint", "disparate_impact:sex:0.8"]),
-    ("penalty", ["--penalty", "dp_squared:sex", "--constraint", "di:sex:0.8", "--weight", "2", "--lr", "0.05"]),
+    ("penalty", ["--constraint", "di:sex:0.8", "--weight", "2", "--lr", "0.05"]),
     ("lagrangian", ["--constraint", "disparate_impact:sex:0.8", "--model", "mlp", "--hidden", "8"]),
 ])
-def test_train_writes_report_metrics_history_and_model(tmp_path, capsys, method, extra):
+def test_train_dataset_writes_what_train_data_writes(tmp_path, capsys, method, extra):
+    """A built-in data set trains through the estimators like an own file: the model that ``fairopt predict``
+    reads, the report, the metrics of both parts and the history."""
+    from fairopt import load
+
     out = tmp_path / method
     assert main(["train", *TINY, "--method", method, *extra, "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert 0.0 <= metrics["test"]["accuracy"] <= 1.0 and metrics["train"]["n"] == 1200
     assert metrics["train"]["violation"] >= 0.0  # the DI constraint is reported
     history = pd.read_csv(out / "history.csv")
-    # 3 epochs (a short SQP run that ends outside the bound is polished: those rows say so);
-    # SQP closes with a record of the returned model
-    assert _training_rows(history) == 3 + (method == "sqp") and "f" in history.columns
+    assert _training_rows(history) >= 3 and "f" in history.columns
+    assert _png(out / "history.png") and _png(out / "groups_test.png")
+    assert load(out / "model.fairopt").metadata["method"] == method
+    assert "DI[sex]" in (out / "report.md").read_text() and f"{method} on adult: status" in capsys.readouterr().out
+
+
+def test_train_dataset_takes_the_estimators_options_and_trees(tmp_path):
+    """Options of the estimators reach a built-in data set's fit (``--alpha`` was refused there), and so do
+    boosted trees."""
+    from fairopt import load
+
+    assert main(["train", *TINY, "--constraint", "di:sex>=0.8", "--alpha", "0.01", "--out", str(tmp_path / "a"),
+                 "--quiet"]) == 0
+    assert load(tmp_path / "a" / "model.fairopt").metadata["alpha"] == 0.01
+    assert main(["train", "--dataset", "adult", "--subsample", "1500", "--epochs", "20", "--model", "gbm",
+                 "--constraint", "di:sex>=0.8", "--out", str(tmp_path / "g"), "--quiet"]) == 0
+    metrics = json.loads((tmp_path / "g" / "metrics.json").read_text())
+    assert metrics["train"]["bounds"]["disparate_impact[sex]"]["met"]
+
+
+def test_train_dataset_penalty_terms_write_the_networks_weights(tmp_path, capsys):
+    """``--penalty`` terms (``fairopt.penalties``) train through the experiments' runner, which saves the
+    network's weights and a text report."""
+    out = tmp_path / "penalty"
+    assert main(["train", *TINY, "--method", "penalty", "--penalty", "dp_squared:sex", "--constraint", "di:sex:0.8",
+                 "--weight", "2", "--lr", "0.05", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= metrics["test"]["accuracy"] <= 1.0 and metrics["train"]["n"] == 1200
+    assert _training_rows(pd.read_csv(out / "history.csv")) == 3
     assert _png(out / "history.png") and (out / "model.pt").stat().st_size > 0
     assert "accuracy" in (out / "report.txt").read_text() and "accuracy" in capsys.readouterr().out
 
@@ -70,16 +100,32 @@ def test_train_from_toml_and_flag_override(tmp_path):
     assert _training_rows(pd.read_csv(out / "history.csv")) == 4 + 1
 
 
+def test_train_dataset_config_passes_its_load_options(tmp_path):
+    """A --config file's ``options`` are the built-in loader's arguments (Adult's sex as a model input)."""
+    from fairopt import load
+
+    config = tmp_path / "train.toml"
+    config.write_text('dataset = "adult"\nsubsample = 1500\nepochs = 2\nconstraint = ["di:sex>=0.7"]\n'
+                      'options = {include_sensitive = true}\n')
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    assert "sex" in load(tmp_path / "run" / "model.fairopt").schema["feature_columns"]
+    config.write_text('data = "loans.csv"\ntarget = "y"\noptions = {include_sensitive = true}\n')
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "x")]) == 2
+
+
 def _training_rows(history: pd.DataFrame) -> int:
     """History rows that are not polish iterations (``phase == "polish"``)."""
     return len(history) - int((history["phase"] == "polish").sum()) if "phase" in history else len(history)
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--constraint", "fairness:sex:0.8"], "spec"),
-    (["--constraint", "disparate_impact:sex"], "bound"),
+    (["--constraint", "fairness:sex:0.8"], "expected 'kind:sensitive"),
+    (["--constraint", "disparate_impact:sex"], "needs its 'delta'"),
     (["--config", "no_such_file.toml"], "--config"),
     (["--hidden", "8"], "--hidden: only for --model mlp"),
+    (["--target", "income"], "--target: only with --data FILE"),
+    (["--penalty", "dp_squared:sex"], "--penalty: only for --method penalty"),
+    (["--method", "penalty", "--penalty", "dp_squared:sex", "--alpha", "0.1"], "--alpha: not with --penalty"),
 ])
 def test_user_mistakes_give_one_error_line_and_status_2(tmp_path, capsys, flags, message):
     """A user's mistake is one line ``fairopt train: error: ...`` on stderr, exit status 2,
@@ -166,5 +212,15 @@ def test_a_constraint_on_an_unknown_sensitive_feature_is_worded_for_the_command_
     the command line says which flag to change."""
     assert main(["train", *TINY, "--constraint", "di:gender>=0.8", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("fairopt train: error: --constraint: names an unknown sensitive feature 'gender'")
-    assert "rename" not in err and "--sensitive:" not in err
+    assert err.startswith("fairopt train: error: --constraint: column(s) ['gender'] not found in adult")
+    assert "rename" not in err and "--sensitive" not in err
+
+
+def test_a_built_in_data_sets_column_becomes_sensitive_when_a_constraint_names_it(tmp_path):
+    """Adult's loader makes ``sex`` sensitive; a bound on ``race`` (an input column there) makes race the
+    sensitive column instead, as a constraint does with ``--data``, and race is no model input then."""
+    from fairopt import load
+
+    assert main(["train", *TINY, "--constraint", "di:race>=0.5", "--out", str(tmp_path), "--quiet"]) == 0
+    saved = load(tmp_path / "model.fairopt")
+    assert saved.metadata["sensitive"] == ["race"] and "race" not in saved.schema["feature_columns"]

@@ -375,9 +375,6 @@ def test_boosted_trees_train_and_predict_rows_with_missing_inputs(files, tmp_pat
                  "--quiet"]) == 2
     err = _one_error_line(capsys, "train")
     assert "missing values in 'age'" in err and "'city'" in err and "--model gbm" in err
-    assert main(["train", "--dataset", "adult", "--constraint", "di:sex>=0.8", "--model", "gbm",
-                 "--out", str(tmp_path / "ds"), "--quiet"]) == 2
-    assert "--model gbm: only with --data FILE" in _one_error_line(capsys, "train")
     # layer widths without a network would be ignored: refused
     assert main(["train", "--data", str(tmp_path / "holes.csv"), *COMMON, "--model", "gbm", "--hidden", "64,32",
                  "--out", str(tmp_path / "h"), "--quiet"]) == 2

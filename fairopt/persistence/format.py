@@ -112,9 +112,9 @@ def check_header(payload: Any) -> int:
         found = f"keys {_sorted_keys(payload)}" if isinstance(payload, dict) else f"a {type(payload).__name__}"
         weights = isinstance(payload, dict) and bool(payload) and all(isinstance(v, torch.Tensor)
                                                                       for v in payload.values())
-        hint = (": it is a network's weights (a state_dict, as the model.pt of 'fairopt train --dataset'), which "
+        hint = (": it is a network's weights (a state_dict, as the model.pt of 'fairopt train --penalty'), which "
                 "torch.nn.Module.load_state_dict reads; a fitted estimator is saved by fairopt.save, and 'fairopt "
-                "predict' reads the model.fairopt of 'fairopt train --data'" if weights else "")
+                "predict' reads the model.fairopt of 'fairopt train'" if weights else "")
         raise ValueError(f"not a fairopt file (not a file written by fairopt.save): no 'format': {FORMAT!r} "
                          f"entry (the archive holds {found}){hint}")
     version = payload.get("format_version")

@@ -155,7 +155,8 @@ def train_table(
     names (``alpha=None``: the estimators' default; ``iterations`` and ``engine_params``,
     e.g. ``weight`` of the penalty engine, as its ``engine_params``); what the run reports
     (status, convergence, training violations) is read from its fitted attributes.
-    ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame`;
+    ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame` (the kinds of
+    columns that are not sensitive in this run are not used: a built-in data set's loader gives them);
     ``weights`` names a column of row weights (``--weights``): the loss and the group rates
     of the constraints are weighted means (:class:`fairopt.FairData` ``weights``), the column
     is no model input, and the reports stay unweighted.
@@ -171,10 +172,11 @@ def train_table(
     task, classes = _task_and_classes(frame[target], task, positive)
     work, converted = _numeric_frame(frame, target, features, task, classes)
     keep_missing = Preprocessor(missing="keep") if model == "gbm" else None  # boosted trees route missing values
+    kinds = {name: kind for name, kind in (sensitive_kinds or {}).items() if name in sensitive}
     try:
         data = FairData.from_frame(work, target=target, sensitive=sensitive, features=features, task=task,
                                    include_sensitive=include_sensitive, categorical=categorical,
-                                   sensitive_kinds=sensitive_kinds, weights=weights, preprocessor=keep_missing)
+                                   sensitive_kinds=kinds, weights=weights, preprocessor=keep_missing)
     except ValueError as exc:
         text = str(exc)
         raise ValueError(f"{source}: --{text}" if text.startswith("weights") else f"{source}: {text}") from None
