@@ -250,7 +250,7 @@ def tail_relaxed_message(history: History) -> str | None:
 
 
 def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: bool = False, acted: bool = True,
-                     engine_note: str | None = None) -> str | None:
+                     engine_note: str | None = None, *, tightened: bool = False) -> str | None:
     """The warning text when the training fit is no better than a constant predictor, else None.
 
     Regression: training R2 below ``POOR_FIT_R2``. Binary: :func:`solvers.outcome.near_constant`,
@@ -260,7 +260,8 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: boo
     ``acted`` (each was inactive: the advice is then that of an unconstrained fit). ``engine_note``:
     the engine's own finding about the returned model (its training loss not below the best constant
     output's, or no input to split on; :data:`fairopt.training.ENGINE_CONSTANT_NOTE`), which is more
-    specific than the rule here: it replaces the advice and makes the warning certain.
+    specific than the rule here: it replaces the advice and makes the warning certain. ``tightened``:
+    the bounds were tightened by a held-out ``margin``, which the advice names as the likelier cause.
     """
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     out = np.asarray(out, dtype=np.float64).reshape(-1)
@@ -296,6 +297,11 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: boo
             return (f"{head} No bound acted in training (each is reported inactive), so they did not force this: "
                     "training stopped short (increase epochs or lr, see history_) or the inputs say little about "
                     "the target.")
+        if tightened:
+            return (f"{head} A constant classifier meets every group-rate bound, and the model trained under the "
+                    "bounds tightened by the margin, which leaves room for little else (or training stopped short, "
+                    "see history_): its fairness says nothing. The margin grows as groups get smaller: give more "
+                    "rows or a smaller numeric margin, or loosen the bound.")
         return (f"{head} A constant classifier meets every group-rate bound, so bounds this tight leave room for "
                 "little else (or training stopped short, see history_): its fairness says nothing. Loosen the bound "
                 "(a smaller delta, a larger bound), give the model more to work with (informative inputs, "
@@ -312,13 +318,14 @@ BOOSTED_SEVERAL_GROUPS = (
 
 def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool,
                          constraints: Sequence[Any] = (), *, acted: bool = True,
-                         engine_note: str | None = None) -> list[tuple[type, str]]:
+                         engine_note: str | None = None, tightened: bool = False) -> list[tuple[type, str]]:
     """``(category, message)`` about the fitted model itself: near-constant, worse than its mean, or
     constant (:func:`poor_fit_message`; ``acted``: some bound restricted the model; ``engine_note``: the
     engine's own constant-predictor finding); for boosted trees near the constant under a bound on more
     than two groups, the advice :data:`BOOSTED_SEVERAL_GROUPS`. One warning for a classifier."""
     out = float64_outputs(model, data.X.detach().cpu().numpy())  # one pass over the training rows for both
-    poor = poor_fit_message(data.task, data.y.detach().cpu().numpy(), out, constrained, acted, engine_note)
+    poor = poor_fit_message(data.task, data.y.detach().cpu().numpy(), out, constrained, acted, engine_note,
+                            tightened=tightened)
     constant = constant_fit_message(data.task, out)
     if poor and isinstance(model, BoostedScores) and any(getattr(c, "largest_grouping", 0) > 2 for c in constraints):
         poor += BOOSTED_SEVERAL_GROUPS
@@ -354,12 +361,13 @@ def constant_fit_message(task: str, out: np.ndarray, cause: str | None = None,
 
 def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraints: list,
                  violations: Mapping[str, float], *, method: str, violation_tol: float, relaxed: int,
-                 reference: Mapping[str, float] | None = None) -> list[tuple[type, str]]:
-    """Every warning of a finished fit as ``(category, message)``: the model first, then the constraints."""
+                 reference: Mapping[str, float] | None = None, tightened: bool = False) -> list[tuple[type, str]]:
+    """Every warning of a finished fit as ``(category, message)``: the model first, then the constraints
+    (``tightened``: the model trained under the bounds less a ``margin``, which the advice then names)."""
     inactive = inactive_by_history(result, constraints, method)
     found = fit_quality_warnings(model, data, bool(constraints), constraints,
                                  acted=bounds_acted(violations, inactive, violation_tol, reference),
-                                 engine_note=result.info.get(ENGINE_CONSTANT_NOTE))
+                                 engine_note=result.info.get(ENGINE_CONSTANT_NOTE), tightened=tightened)
     found += [(FairnessWarning, message) for message in constraint_messages(
         result, constraints, violations, method=method, violation_tol=violation_tol, relaxed=relaxed,
         reference=reference, inactive=inactive)]

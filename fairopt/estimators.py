@@ -34,7 +34,7 @@ from fairopt.data.encoding import positive_class
 from fairopt.data.frames import short_list
 from fairopt.inputs import (check_input_finite, check_missing, constraint_sensitive_names, dense_inputs, encoded_inputs,
                             fair_data_rows, has_text_columns, held_out_rows, internal_names, log_encoded_columns,
-                            sensitive_columns_of_x, without_columns)
+                            sensitive_columns_of_x, warn_reordered_index, without_columns)
 from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_violations, relaxed_steps
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
@@ -202,7 +202,11 @@ class _FairEstimator(BaseEstimator):
         self._check_weighted_options(data)
         fit = fit_held_out(options, data, constraints, train=self._train)
         self._set_fitted(fit.data, constraints, fit.result)
-        self._diagnose(fit.data, constraints, fit.result, fit.relaxed)
+        if fit.training is not constraints:  # the user's bounds are quoted; the model trained inside them
+            self.status_message_ += (f" It trained under the bounds tightened by margin={self.margin!r}, so the "
+                                     "realised values sit inside them (predicted_held_out_ gives each row's margin "
+                                     "and the range predicted for new rows).")
+        self._diagnose(fit.data, constraints, fit.result, fit.relaxed, tightened=fit.training is not constraints)
         self.validation_indices_, self.candidates_ = fit.validation_indices, fit.candidates
         self.certificate_, self.predicted_held_out_ = fit.certificate, fit.predicted
         raise_or_warn_failed(fit.certificate, options.on_fail)
@@ -275,6 +279,7 @@ class _FairEstimator(BaseEstimator):
         constraints = resolve_constraints(self.constraints)
         if isinstance(X, FairData):
             return self._given_data(X, y, sensitive_features, sample_weight), constraints
+        warn_reordered_index(X, sensitive_features=sensitive_features, y=y, sample_weight=sample_weight)
         X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(dense_inputs(X), sensitive_features)
         keep = self._routes_missing_inputs()
         check_input_finite(X, allow_missing=keep)
@@ -370,13 +375,15 @@ class _FairEstimator(BaseEstimator):
                                                         self.violation_tol, bounds)
 
     # ------------------------------------------------------------------ diagnostics
-    def _diagnose(self, data: FairData, constraints: list, result: FitResult, relaxed: int) -> None:
-        """Warn on :func:`fairopt.diagnostics.fit_warnings` and, for the penalty method, on over-satisfied rows."""
+    def _diagnose(self, data: FairData, constraints: list, result: FitResult, relaxed: int, *,
+                  tightened: bool = False) -> None:
+        """Warn on :func:`fairopt.diagnostics.fit_warnings` and, for the penalty method, on over-satisfied rows
+        (``tightened``: the model trained under the bounds less a ``margin``)."""
         if constraints and self.check_inactive:
             self.reference_violations_ = self._reference_violations(data, constraints)
         for category, message in fit_warnings(self.model_, data, result, constraints, self.train_violations_,
                                               method=self.method, violation_tol=self.violation_tol, relaxed=relaxed,
-                                              reference=self.reference_violations_):
+                                              reference=self.reference_violations_, tightened=tightened):
             warnings.warn(message, category, stacklevel=3)
         if self.method == "penalty" and constraints:
             weight = (self.engine_params or {}).get("weight", "default 1.0")
@@ -495,6 +502,8 @@ class _FairEstimator(BaseEstimator):
             X = self._fair_data_inputs(X)
         elif y is None:
             raise ValueError("y: required (the target of these rows), unless X is a FairData")
+        else:
+            warn_reordered_index(X, sensitive_features=sensitive_features, y=y)
         X, sensitive_features, _ = sensitive_columns_of_x(X, sensitive_features)
         X = self._checked_inputs(X)
         columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names, wanted=self.sensitive_names_)

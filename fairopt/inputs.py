@@ -22,13 +22,14 @@ from fairopt._validation import sensitive_names, to_numpy
 from fairopt.data import FairData
 from fairopt.data.assembly import coerce_inputs
 from fairopt.data.frames import short_list
+from fairopt.exceptions import warn_at_caller
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["DENSE_LIMIT_BYTES", "check_input_finite", "check_missing", "columns_of_x", "constraint_sensitive_names",
            "dense_inputs", "encoded_inputs", "fair_data_rows", "has_text_columns", "held_out_rows", "internal_names",
            "log_encoded_columns", "names_columns_of_x", "sensitive_columns", "sensitive_columns_of_x",
-           "without_columns"]
+           "warn_reordered_index", "without_columns"]
 
 #: The name of one unnamed sensitive column when nothing else names it.
 UNNAMED = "sensitive"
@@ -74,6 +75,24 @@ def sensitive_columns(sensitive_features: Any, n_rows: int, names: Any = None, *
             raise ValueError(f"sensitive_features: {name!r} has shape {column.shape}; expected ({n_rows},), "
                              "one value per row of X")
     return dict(zip(natural, columns))
+
+
+def warn_reordered_index(X: Any, **others: Any) -> None:
+    """A :class:`~fairopt.exceptions.FairnessWarning` for each pandas argument of ``others`` (e.g.
+    ``sensitive_features``, ``y``) whose index holds the labels of the DataFrame ``X``'s index in another
+    order. Rows are paired by position, as scikit-learn pairs them; a reordered index (``s.sample(frac=1)``,
+    a ``sort_values``) then pairs each row with another row's values without an error."""
+    if not isinstance(X, pd.DataFrame):
+        return
+    for name, value in others.items():
+        index = getattr(value, "index", None)
+        if (not isinstance(value, (pd.Series, pd.DataFrame)) or len(index) != len(X.index)
+                or index.equals(X.index) or not index.is_unique or not X.index.is_unique
+                or not index.sort_values().equals(X.index.sort_values())):
+            continue
+        warn_at_caller(f"{name}: its index holds the labels of X's index in another order; rows are paired by "
+                       f"position, not by index label (as in scikit-learn), so row i of X gets row i of {name}. "
+                       f"Align them first ({name}.loc[X.index]) if the index is what pairs them")
 
 
 def _is_named(sensitive_features: Any) -> bool:

@@ -40,6 +40,7 @@ from sklearn.metrics._scorer import _Scorer
 from fairopt._validation import column_1d
 from fairopt.data.encoding import positive_class
 from fairopt.exceptions import FairnessWarning, UndefinedMeasureWarning, warn_at_caller
+from fairopt.inputs import columns_of_x, names_columns_of_x
 from fairopt.measures.group import (disparate_impact as group_disparate_impact, dp_difference, equal_impact,
                                     equalised_odds, warn_undefined_ratio)
 from fairopt.sensitive_groups import intersection_groups
@@ -243,11 +244,14 @@ class _FairnessScorer(_Scorer):
     class of the estimator it scores (:func:`fitted_pos_label`): a fairness measure of a classifier trained
     with ``pos_label="approved"`` is a measure of predicting "approved", whatever the labels' order."""
 
-    def _score(self, method_caller: Any, estimator: Any, *args: Any, **kwargs: Any) -> float:
+    def _score(self, method_caller: Any, estimator: Any, X: Any, y_true: Any, **kwargs: Any) -> float:
         positive = fitted_pos_label(estimator)
         if positive is not None and "pos_label" not in self._kwargs and "pos_label" not in kwargs:
             kwargs["pos_label"] = positive
-        return super()._score(method_caller, estimator, *args, **kwargs)
+        named = kwargs.get("sensitive_features")
+        if names_columns_of_x(named, X):  # column names of X, as fit takes them: their values in these rows
+            kwargs["sensitive_features"] = columns_of_x([named] if isinstance(named, str) else list(named), X)
+        return super()._score(method_caller, estimator, X, y_true, **kwargs)
 
 
 def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool | None = None, **kwargs: Any) -> Any:
@@ -274,7 +278,10 @@ def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool 
     Returns
     -------
     scorer
-        ``scorer(estimator, X, y, sensitive_features=s)``.
+        ``scorer(estimator, X, y, sensitive_features=s)`` (called directly, too, only with routing enabled:
+        scikit-learn refuses the keyword otherwise). ``s`` may name columns of a DataFrame ``X``, as ``fit``
+        takes them (``sensitive_features="sex"``): the scorer reads their values in the scored rows.
+        Several columns give their intersections (each combination of values is a group).
     """
     if callable(measure):
         if greater_is_better is None:

@@ -196,3 +196,21 @@ def test_the_scorer_counts_the_positive_class_the_classifier_was_trained_for():
             assert given(model, X, labels, sensitive_features=s) == pytest.approx(
                 brute("disparate_impact", y, 1 - approved, s), abs=1e-12)
     assert metrics.fitted_pos_label(LogisticRegression()) is None
+
+
+def test_a_scorer_reads_sensitive_columns_named_like_fit_takes_them():
+    """``sensitive_features="s"`` (a column of the DataFrame X, as fit takes it) routed to the scorer: each
+    fold's DI is that of the column's values in the fold's rows (it was NaN with an error about X)."""
+    from sklearn.compose import make_column_transformer
+    from sklearn.pipeline import make_pipeline
+
+    X, y, s = data(900, seed=6)
+    frame = pd.DataFrame({"x0": X[:, 0], "x1": X[:, 1], "s": s})
+    model = make_pipeline(make_column_transformer(("passthrough", ["x0", "x1"])), LogisticRegression())
+    cv = KFold(3)
+    with sklearn.config_context(enable_metadata_routing=True):
+        scores = cross_validate(model, frame, y, cv=cv, scoring={"di": metrics.make_scorer("disparate_impact")},
+                                params={"sensitive_features": "s"}, error_score="raise")
+    for fold, (train, test) in enumerate(cv.split(X)):
+        pred = LogisticRegression().fit(X[train], y[train]).predict(X[test])
+        assert scores["test_di"][fold] == pytest.approx(brute("disparate_impact", y[test], pred, s[test]), abs=1e-12)

@@ -214,3 +214,19 @@ def test_positive_class_is_the_rule_the_cli_shares():
     assert positive_class([0, 1], "1", argument="--positive", by_text=True) == (1, None)  # a flag is text
     with pytest.raises(ValueError, match=r"--positive: 'maybe' is not a label of the target column 'd'"):
         positive_class(["no", "yes"], "maybe", argument="--positive", source="the target column 'd'", by_text=True)
+
+
+def test_a_text_positive_class_for_encoded_labels_points_to_the_meta_estimator():
+    """VotingClassifier and StackingClassifier fit their members on labels encoded 0, 1 in sorted order: a text
+    pos_label then names no label, and the error says what to give instead."""
+    from sklearn.ensemble import VotingClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    labels = np.where(X[:, 0] > 0, "approved", "rejected")
+    with pytest.raises(ValueError, match="VotingClassifier or StackingClassifier.*position in the sorted labels"):
+        VotingClassifier([("fair", FairClassifier(epochs=2, pos_label="approved"))]).fit(X, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        voting = VotingClassifier([("fair", FairClassifier(epochs=20, pos_label=0))]).fit(X, labels)
+    assert voting.estimators_[0].pos_label_ == 0 and set(voting.predict(X)) <= {"approved", "rejected"}

@@ -240,3 +240,19 @@ def test_fair_data_errors(frame):
         fitted.score(data, frame["income"])
     with pytest.raises(ValueError, match="sample_weight: a FairData carries its weights"):
         fitted.score(data, sample_weight=np.ones(len(frame)))
+
+
+def test_a_sensitive_series_in_another_row_order_than_x_is_warned(frame):
+    """Rows pair by position (as in scikit-learn); a Series whose index holds X's labels in another order is
+    almost surely misaligned, and says so. The same index, or another index altogether, is not warned."""
+    X, s = frame[FEATURES], frame["sex"]
+    with pytest.warns(fairopt.exceptions.FairnessWarning, match="paired by position"):
+        FairClassifier(SPEC, epochs=2).fit(X, frame["income"], sensitive_features=s.sample(frac=1, random_state=1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = FairClassifier(SPEC, epochs=2).fit(X, frame["income"], sensitive_features=s)
+        FairClassifier(SPEC, epochs=2).fit(X, frame["income"], sensitive_features=s.reset_index(drop=True))
+        model.score(X, frame["income"])
+    assert not [w for w in caught if "paired by position" in str(w.message)]
+    with pytest.warns(fairopt.exceptions.FairnessWarning, match="y: its index"):
+        model.evaluate(X, frame["income"].sort_index(), sensitive_features=s)

@@ -139,7 +139,12 @@ def positive_class(labels: Sequence[Any], positive: Any = None, *, argument: str
 
     matches = [v for v in ordered if same(v)]
     if not matches:
-        raise ValueError(f"{argument}: {_plain(positive)!r} is not a label of {source} (its labels are {shown})")
+        encoded = isinstance(_plain(positive), str) and shown == list(range(len(shown)))
+        hint = (f"; labels 0, 1, ... where {_plain(positive)!r} was meant are what a meta-estimator such as "
+                "VotingClassifier or StackingClassifier fits its members on (it encodes the labels in sorted "
+                "order): give that label's position in the sorted labels, e.g. 0 for the first" if encoded else "")
+        raise ValueError(f"{argument}: {_plain(positive)!r} is not a label of {source} (its labels are {shown})"
+                         + hint)
     return matches[0], None
 
 
