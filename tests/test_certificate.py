@@ -464,3 +464,37 @@ def test_certified_candidates_whose_margin_leaves_no_room_are_skipped(monkeypatc
             warnings.simplefilter("ignore")
             FairRegressor(bound, epochs=5, margin="auto", validation_fraction=0.3, n_candidates=4).fit(
                 X, y, sensitive_features=S)
+
+
+@pytest.mark.parametrize("delta, share", [(0.8, 0.5), (0.8, 0.2), (0.9, 0.7), (0.5, 0.4)])
+def test_group_rates_meet_two_tightened_ratio_rows_only_below_the_closed_form(delta, share):
+    """``P_f >= delta P_r + m_1`` and ``P_r >= delta P_f + m_2`` with rates in [0, 1]: substituting one in
+    the other, ``P_f >= (m_1 + delta m_2) / (1 - delta^2)`` and likewise ``P_r``, so they are feasible exactly
+    when ``max(m_1 + delta m_2, m_2 + delta m_1) <= 1 - delta^2``."""
+    from fairopt.certificate.tightening import rates_can_meet
+
+    D = torch.tensor([[-1.0, delta], [delta, -1.0]], dtype=torch.float64)
+    lower = torch.full((2,), -math.inf, dtype=torch.float64)
+    a, b = share, 1.0 - share
+    edge = (1.0 - delta ** 2) / max(a + delta * b, b + delta * a)  # margin = t (a, b) is feasible iff t <= edge
+    for factor, feasible in ((0.999, True), (1.001, False)):
+        margin = factor * edge * torch.tensor([a, b], dtype=torch.float64)
+        assert rates_can_meet(D, lower, -margin) is feasible
+
+
+def test_a_margin_no_group_rates_can_meet_is_refused_before_training():
+    """margin='auto' for a group of 25 rows exceeds what two ratio rows can take together (a model predicting
+    every row positive misses them as well): a MarginTooLargeError (a ValueError) before any training, not an
+    approve-everyone model reported as meeting the bound."""
+    from fairopt.certificate.tightening import MarginTooLargeError
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    s = np.where(np.arange(n) < 25, "small", "large")
+    X = rng.normal(size=(n, 3))
+    y = (X[:, 0] + rng.normal(size=n) > 0.8).astype(int)
+    with pytest.raises(MarginTooLargeError, match="leaves no group rates in \\[0, 1\\] that meet all its rows"):
+        FairClassifier(("disparate_impact", "s", 0.8), margin="auto", epochs=5).fit(X, y, sensitive_features=s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the same data and bound without the margin trains
+        FairClassifier(("disparate_impact", "s", 0.8), epochs=5).fit(X, y, sensitive_features=s)

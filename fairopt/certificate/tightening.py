@@ -7,18 +7,43 @@ import copy
 import math
 from typing import Any, Callable
 
+import numpy as np
 import torch
+from scipy.optimize import linprog
 
 from fairopt.constraints.base import BaseConstraint
 from fairopt.constraints.gedi import GeDI
+from fairopt.constraints.rates import GroupRateConstraint
 from solvers.contract import cost_on_all_rows, offers_calibrated_form, row_scale, smooth_is_exact
 
-__all__ = ["MarginTooLargeError", "TightenedConstraint", "bounds_ready", "fresh_copy", "tighten"]
+__all__ = ["MarginTooLargeError", "TightenedConstraint", "bounds_ready", "fresh_copy", "rates_can_meet", "tighten"]
 
 
 class MarginTooLargeError(ValueError):
     """A margin that leaves a row of the tightened constraint without a feasible value (its lower bound above
-    its upper one, or its upper bound below the smallest value the row takes)."""
+    its upper one, or its upper bound below the smallest value the row takes), or, for group rates, leaves
+    the rows together no rates in ``[0, 1]`` that meet them."""
+
+
+def rates_can_meet(side_rows: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> bool:
+    """Whether some side rates ``P`` in ``[0, 1]^G`` give ``lower <= D P <= upper`` (``D`` the
+    constraint's :attr:`~fairopt.constraints.rates.GroupRateConstraint.side_rows`), by a feasibility
+    linear programme (HiGHS).
+
+    The side rates are taken as free, although a group's complement is an average of the other groups'
+    rates: a necessary condition, which catches the margins no model can meet. Two ratio rows of one
+    comparison, ``P_f >= delta P_r + m_1`` and ``P_r >= delta P_f + m_2``, give
+    ``P_f >= (m_1 + delta m_2) / (1 - delta^2)`` and likewise ``P_r``: with equal margins they need
+    ``m <= 1 - delta`` (0.2 at ``delta = 0.8``), and a margin sized for a group of 30 rows often exceeds it.
+    """
+    D = side_rows.detach().double().cpu().numpy()
+    lo, up = lower.double().cpu().numpy(), upper.double().cpu().numpy()
+    has_upper, has_lower = np.isfinite(up), np.isfinite(lo)
+    if not (has_upper.any() or has_lower.any()):
+        return True
+    result = linprog(np.zeros(D.shape[1]), A_ub=np.vstack([D[has_upper], -D[has_lower]]),
+                     b_ub=np.concatenate([up[has_upper], -lo[has_lower]]), bounds=(0.0, 1.0), method="highs")
+    return result.status != 2  # 2: infeasible
 
 
 def fresh_copy(constraint: Any) -> Any:
@@ -81,6 +106,11 @@ class TightenedConstraint(BaseConstraint):
             raise MarginTooLargeError(f"margin: tightening {self.name} by {margin.max().item():.4g} leaves row "
                                       f"{names[i] if i < len(names) else i!r} with {what}; use a smaller margin, a "
                                       "looser bound or more data")
+        if isinstance(inner, GroupRateConstraint) and not rates_can_meet(inner.side_rows, lower, upper):
+            raise MarginTooLargeError(f"margin: tightening {self.name} by up to {margin.max().item():.4g} (rate "
+                                      "units) leaves no group rates in [0, 1] that meet all its rows together; "
+                                      "margin='auto' grows as groups get smaller: merge small groups, use a smaller "
+                                      "margin, a looser bound or more data")
         inner.lower, inner.upper = lower, upper
         if isinstance(inner, GeDI) and inner.absolute_bound is not None:
             inner.absolute_bound = float(upper[0])
