@@ -589,3 +589,24 @@ def test_sqp_resume_refuses_non_finite_iterates(adult):
     with pytest.raises(ValueError, match="last iterate has non-finite"):
         StochasticSQP(epochs=1).fit(model, adult, constraints=[DisparateImpact("sex", delta=0.8)],
                                     resume=checkpoint)
+
+
+def test_the_held_out_statements_are_saved_with_the_estimator(tmp_path, arrays):
+    """A fit with ``margin="auto"`` and ``validation_fraction`` keeps its certificates, candidates, predicted
+    held-out range and held-out rows through save/load (they were dropped); a fit without them loads None."""
+    X, y, s, _ = arrays
+    clf = _quiet(FairClassifier(("disparate_impact", "s", 0.8), epochs=20, margin="auto", validation_fraction=0.3,
+                                n_candidates=2).fit, X, y, sensitive_features=s)
+    path = tmp_path / "certified.fairopt"
+    save(clf, path)
+    loaded = load(path)
+    assert [str(c) for c in loaded.certificate_] == [str(c) for c in clf.certificate_]
+    assert [c.to_dict() for c in loaded.certificate_] == [c.to_dict() for c in clf.certificate_]
+    pd.testing.assert_frame_equal(loaded.candidates_, clf.candidates_, check_dtype=False)
+    pd.testing.assert_frame_equal(loaded.predicted_held_out_, clf.predicted_held_out_, check_dtype=False)
+    np.testing.assert_array_equal(loaded.validation_indices_, clf.validation_indices_)
+    plain = _quiet(FairClassifier(("disparate_impact", "s", 0.8), epochs=5).fit, X, y, sensitive_features=s)
+    save(plain, tmp_path / "plain.fairopt")
+    again = load(tmp_path / "plain.fairopt")
+    assert again.certificate_ is None and again.candidates_ is None and again.predicted_held_out_ is None
+    assert again.validation_indices_ is None

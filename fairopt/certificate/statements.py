@@ -35,7 +35,8 @@ class Certificate:
     realised : float
         The measure on the certification rows (hard predictions).
     lower, upper : float
-        Confidence interval of the measure in the population.
+        Confidence bounds of the measure in the population, each one-sided at (at least) ``confidence`` (the verdict
+        reads :attr:`confidence_bound`, the end its bound is on).
     confidence : float
     bound : float
         The user's bound on the measure (``delta`` for a ratio, ``bound`` otherwise).
@@ -79,11 +80,15 @@ class Certificate:
         }
 
     def __str__(self) -> str:
+        """The realised measure, the confidence bound the verdict reads (``lower`` for a ratio, else
+        ``upper``: a one-sided bound at ``confidence``), the requirement and the verdict. The other end of
+        ``[lower, upper]`` is not quoted: each end is a one-sided bound, so the pair is not an interval at
+        ``confidence``."""
         op = ">=" if self.bound_side == "lower" else "<="
         verdict = "PASSED" if self.passed else "FAILED"
         return (f"{self.constraint}: {self.measure} = {self.realised:.4g} on {self.n} rows; "
-                f"{self.confidence:.0%} interval [{self.lower:.4g}, {self.upper:.4g}] ({self.method}); "
-                f"required {op} {self.bound:g}: {verdict}")
+                f"{self.confidence:.0%} {self.bound_side} confidence bound {self.confidence_bound:.4g} "
+                f"({self.method}); required {op} {self.bound:g}: {verdict}")
 
 
 def certify(

@@ -209,6 +209,20 @@ def _positive_label(classes: np.ndarray, fitted: dict) -> Any:
     return matches[0]
 
 
+def _set_held_out(estimator: Any, fitted: dict) -> None:
+    """The held-out statements of the fit (None where the file has none, as files written before they were
+    saved)."""
+    from fairopt.certificate import Certificate
+
+    certificates = fitted.get("certificate_")
+    estimator.certificate_ = None if certificates is None else [Certificate(**c) for c in certificates]
+    for attribute in ("candidates_", "predicted_held_out_"):
+        table = fitted.get(attribute)
+        setattr(estimator, attribute, None if table is None else pd.DataFrame(**table))
+    indices = fitted.get("validation_indices_")
+    estimator.validation_indices_ = None if indices is None else np.asarray(indices, dtype=np.int64)
+
+
 def _load_estimator(payload: dict, model: Any) -> Any:
     """The estimator with its parameters and the allow-listed fitted attributes."""
     params = dict(payload["params"])
@@ -228,6 +242,7 @@ def _load_estimator(payload: dict, model: Any) -> Any:
     estimator.status_message_ = str(fitted.get("status_message_", ""))
     for attribute in FITTED_ATTRIBUTES:
         setattr(estimator, attribute, fitted[attribute])
+    _set_held_out(estimator, fitted)
     estimator.model_ = load_module(payload["model"], model)
     estimator.preprocessor_ = _load_preprocessor(payload["preprocessor"])
     estimator.constraints_ = [constraint_from_spec(spec) for spec in payload["constraints"]]

@@ -145,6 +145,7 @@ def _estimator_payload(est: Any) -> dict:
         "sensitive_names_": est.sensitive_names_, "sensitive_kinds_": est.sensitive_kinds_,
         "sensitive_levels_": est.sensitive_levels_,
     }
+    fitted.update(_held_out_payload(est))
     if hasattr(est, "classes_"):
         fitted["classes_"] = est.classes_.tolist()
         fitted["classes_dtype"] = est.classes_.dtype.str
@@ -158,6 +159,21 @@ def _estimator_payload(est: Any) -> dict:
         "constraints": [_constraint_spec(c) for c in est.constraints_],
         "history": _history_payload(est.history_),
     }
+
+
+def _held_out_payload(est: Any) -> dict:
+    """The fit's held-out statements (:data:`~fairopt.persistence.format.HELD_OUT_ATTRIBUTES`) as plain values."""
+    certificates = getattr(est, "certificate_", None)
+    indices = getattr(est, "validation_indices_", None)
+    return {"certificate_": None if certificates is None else [c.to_dict() for c in certificates],
+            "candidates_": _frame_payload(getattr(est, "candidates_", None)),
+            "predicted_held_out_": _frame_payload(getattr(est, "predicted_held_out_", None)),
+            "validation_indices_": None if indices is None else np.asarray(indices).tolist()}
+
+
+def _frame_payload(frame: Any) -> dict | None:
+    """A table as ``DataFrame.to_dict("split")`` (index, columns, data), or None."""
+    return None if frame is None else frame.to_dict(orient="split")
 
 
 def _preprocessor_payload(preprocessor: Any) -> dict | None:
