@@ -308,6 +308,9 @@ def test_train_with_a_weights_column(files, tmp_path, capsys):
     rate = lambda group: float((w[group] * approved[group]).sum() / w[group].sum())  # noqa: E731
     weighted_di = min(rate(woman) / rate(~woman), rate(~woman) / rate(woman))
     assert weighted_di >= 0.8 - 1e-3, weighted_di
+    report = (out / "report.md").read_text()  # which figures are weighted is said, not left to guess
+    assert "## Bounds (weighted)" in report and "## Realised fairness (unweighted)" in report
+    assert "Rows weighted by the column `w`" in report and saved.metadata["weights"] == "w"
     frame.assign(w=-frame["w"]).to_csv(tmp_path / "negative.csv", index=False)
     assert main(["train", "--data", str(tmp_path / "negative.csv"), *COMMON, "--weights", "w",
                  "--out", str(tmp_path / "bad"), "--quiet"]) == 2

@@ -197,19 +197,24 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
     if folder is not None and (folder / "history.png").exists():
         lines += ["", "## Training history", "", "Loss and constraint violation per iteration:", "",
                   "![training history](history.png)"]
+    weighted = meta.get("weights")
+    if weighted:
+        lines += ["", f"Rows weighted by the column `{weighted}`: the bounds and the constraint rows below are the "
+                      "weighted group rates the constraints hold (sum w yhat / sum w per group); the realised "
+                      "fairness and the per-group reports count rows unweighted."]
     if trained.constraints:
-        lines += ["", "## Bounds", ""]
+        lines += ["", "## Bounds" + (" (weighted)" if weighted else ""), ""]
         lines += [f"- {rows}: " + "; ".join(found) for rows, found in (
             ("training rows", bound_lines(trained.train_eval)), ("held-out rows", bound_lines(trained.test_eval)))
             if found]
-        lines += ["", "## Constraints on the training rows", "",
+        lines += ["", "## Constraints on the training rows" + (" (weighted)" if weighted else ""), "",
                   "Exact values (hard predictions) of every constraint row and its bounds; a row is met when "
                   f"its violation is at most {VIOLATION_TOL:g}.", "",
                   constraint_table(trained.constraints, trained.train_eval)]
         if trained.test_eval is not None and trained.test_constraints:
-            lines += ["", "## Constraints on the held-out rows", "",
+            lines += ["", "## Constraints on the held-out rows" + (" (weighted)" if weighted else ""), "",
                       constraint_table(trained.test_constraints, trained.test_eval)]
-    lines += ["", "## Realised fairness", "", "Training rows:", "",
+    lines += ["", "## Realised fairness" + (" (unweighted)" if weighted else ""), "", "Training rows:", "",
               _realised(trained.train_eval, meta["sensitive"], meta["task"])]
     if trained.test_eval is not None:
         lines += ["", "Held-out rows:", "", _realised(trained.test_eval, meta["sensitive"], meta["task"])]
@@ -335,8 +340,11 @@ def report_table(table: TableModel, frame: pd.DataFrame, *, source: str, target:
         groups_part = (f"No per-group table: the model's sensitive columns {table.sensitive} are continuous (give "
                        "--sensitive with a column of groups for one); the constraint rows are below.")
     specs_text = ", ".join(table.metadata.get("constraints") or []) or "no constraint"
+    weighted = table.metadata.get("weights")
     parts = [f"# fairopt report: {source}", "",
-             f"Model: {table.metadata.get('method')} trained on {table.metadata.get('source')} ({specs_text}).",
+             f"Model: {table.metadata.get('method')} trained on {table.metadata.get('source')} ({specs_text})"
+             + (f", its rows weighted by `{weighted}`; the figures here count rows unweighted, so the constraint "
+                "rows can differ from the training report's weighted ones." if weighted else "."),
              "", groups_part]
     specs = table.saved.constraints
     if specs and target == table.target and set(table.sensitive) <= set(frame.columns):

@@ -208,7 +208,7 @@ def train_table(
         "method": method, "model": model, "hidden": [int(h) for h in hidden] if model == "mlp" else None,
         "epochs": epochs, "iterations": iterations, "lr": lr, "batch_size": batch_size, "seed": int(seed),
         "alpha": estimator.alpha_value(),
-        "test_size": float(test_size), "constraints": list(constraints),
+        "test_size": float(test_size), "constraints": list(constraints), "weights": weights,
         "engine_params": dict(engine_params or {}), **_outcome(estimator, fit.train_eval),
         "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
         "seconds": round(fit.seconds, 3),
