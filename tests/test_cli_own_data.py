@@ -397,3 +397,29 @@ def test_report_of_a_model_with_only_continuous_sensitive_columns_gives_its_cons
     assert main(["report", str(tmp_path / "run"), "--data", str(tmp_path / "reg.csv")]) == 0
     text = capsys.readouterr().out
     assert "No per-group table" in text and "| gedi_coarse[age] |" in text
+
+
+def test_the_default_positive_class_note_is_in_the_report(files, tmp_path):
+    """Without --positive the class taken as positive ('rejected', the last sorted label) is said in report.md's
+    warnings, not only on standard error."""
+    out = tmp_path / "run"
+    flags = [f for f in COMMON if f not in ("--positive", "approved")]
+    assert main(["train", "--data", str(files / "loans.csv"), *flags, "--epochs", "5", "--out", str(out),
+                 "--quiet"]) == 0
+    warnings_part = (out / "report.md").read_text().split("## Warnings", 1)[1]
+    assert "--positive not given: the positive class is 'rejected'" in warnings_part
+
+
+def test_report_on_rows_with_a_sensitive_level_the_training_rows_lacked(sqp_run, files, tmp_path, capsys):
+    """A level the model never trained on is noted; where the saved constraints cannot be set up on the rows (a
+    third level of a binary attribute), the report says why instead of leaving the section out."""
+    frame = loans()
+    renamed = frame.assign(gender=frame["gender"].replace({"woman": "nonbinary"}))
+    renamed.to_csv(tmp_path / "renamed.csv", index=False)
+    assert main(["report", str(sqp_run), "--data", str(tmp_path / "renamed.csv"), "--n-bootstrap", "0"]) == 0
+    assert "`gender` holds level(s) ['nonbinary'] that the training rows did not" in capsys.readouterr().out
+    three = frame.assign(gender=np.where(np.arange(len(frame)) % 5 == 0, "nonbinary", frame["gender"]))
+    three.to_csv(tmp_path / "three.csv", index=False)
+    assert main(["report", str(sqp_run), "--data", str(tmp_path / "three.csv"), "--n-bootstrap", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "## Constraints on these rows\n\nNot evaluated: " in text and "3 levels" in text

@@ -123,7 +123,12 @@ def _realised(results: dict, sensitive: Sequence[str], task: str) -> str:
     if len(lines) == 2:
         return f"{'accuracy' if task == 'binary' else 'R2'} {_number(performance)} on {results['n']} rows (no " \
                "sensitive column with groups)"
-    return "\n".join(lines)
+    table = "\n".join(lines)
+    if task != "binary":
+        table += ("\n\nThe mean ratio is the smallest group mean prediction over the largest; it is undefined "
+                  "(nan) where a group's mean is not positive, and the mean difference then says how far apart "
+                  "they are.")
+    return table
 
 
 #: The per-group figure of each part of a run's rows, next to ``report.md``.
@@ -198,6 +203,7 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
         lines += ["", "## Training history", "", "Loss and constraint violation per iteration:", "",
                   "![training history](history.png)"]
     weighted = meta.get("weights")
+    exact_of = "hard predictions" if meta["task"] == "binary" else "the model's predictions"
     if weighted:
         lines += ["", f"Rows weighted by the column `{weighted}`: the bounds and the constraint rows below are the "
                       "weighted group rates the constraints hold (sum w yhat / sum w per group); the realised "
@@ -208,8 +214,8 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
             ("training rows", bound_lines(trained.train_eval)), ("held-out rows", bound_lines(trained.test_eval)))
             if found]
         lines += ["", "## Constraints on the training rows" + (" (weighted)" if weighted else ""), "",
-                  "Exact values (hard predictions) of every constraint row and its bounds; a row is met when "
-                  f"its violation is at most {VIOLATION_TOL:g}.", "",
+                  f"Exact values ({exact_of}) of every constraint row and its bounds; a row is met when its "
+                  f"violation is at most {VIOLATION_TOL:g}.", "",
                   constraint_table(trained.constraints, trained.train_eval)]
         if trained.test_eval is not None and trained.test_constraints:
             lines += ["", "## Constraints on the held-out rows" + (" (weighted)" if weighted else ""), "",
@@ -345,7 +351,7 @@ def report_table(table: TableModel, frame: pd.DataFrame, *, source: str, target:
              f"Model: {table.metadata.get('method')} trained on {table.metadata.get('source')} ({specs_text})"
              + (f", its rows weighted by `{weighted}`; the figures here count rows unweighted, so the constraint "
                 "rows can differ from the training report's weighted ones." if weighted else "."),
-             "", groups_part]
+             *_new_levels_notes(table, frame, sensitive), "", groups_part]
     specs = table.saved.constraints
     if specs and target == table.target and set(table.sensitive) <= set(frame.columns):
         try:
@@ -356,7 +362,24 @@ def report_table(table: TableModel, frame: pd.DataFrame, *, source: str, target:
             parts += ["", "## Constraints on these rows", "", constraint_table(constraints, results)]
         except ValueError as exc:
             logger.warning("constraints not evaluated on %s: %s", source, exc)
+            parts += ["", "## Constraints on these rows", "", f"Not evaluated: {exc}."]
     return "\n".join(parts) + "\n"
+
+
+def _new_levels_notes(table: TableModel, frame: pd.DataFrame, sensitive: Sequence[str]) -> list[str]:
+    """A note per sensitive column of these rows holding levels the model's training rows did not (their
+    groups are new to the model: its bounds never saw them)."""
+    trained = table.saved.schema.get("sensitive_levels") or {}
+    notes = []
+    for name in sensitive:
+        if name not in trained:
+            continue
+        known = {str(level) for level in trained[name]}
+        new = sorted({str(v) for v in frame[name].dropna().unique()} - known)
+        if new:
+            notes += ["", f"Note: `{name}` holds level(s) {new} that the training rows did not (they held "
+                          f"{sorted(known)}): the model's bounds never saw these groups."]
+    return notes
 
 
 def _rows_data(table: TableModel, frame: pd.DataFrame, inputs: pd.DataFrame, y: np.ndarray) -> FairData:

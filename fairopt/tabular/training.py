@@ -78,7 +78,11 @@ def _progress(method: str, total: int | None, enabled: bool) -> Iterator[Any]:
         bar.close()
 
 
-def _task_and_classes(target: pd.Series, task: str, positive: str | None) -> tuple[str, list | None]:
+def _task_and_classes(target: pd.Series, task: str,
+                      positive: str | None) -> tuple[str, list | None, str | None]:
+    """The task, the classes ``[negative, positive]`` of a binary target (None for a regression) and the note
+    that says which class was taken as positive when ``--positive`` was not given and the labels' order says
+    nothing (logged here, and kept with the run's warnings)."""
     values = target.dropna()
     labels = [plain_value(v) for v in pd.unique(values.to_numpy(dtype=object))]
     numeric = pd.api.types.is_numeric_dtype(target.dtype) and not pd.api.types.is_bool_dtype(target.dtype)
@@ -88,7 +92,7 @@ def _task_and_classes(target: pd.Series, task: str, positive: str | None) -> tup
     if task == "regression":
         if positive is not None:
             raise ValueError("--positive: only for a binary target (this is a regression)")
-        return task, None
+        return task, None, None
     if len(labels) != 2:
         shown = short_list(sorted(map(str, labels))[:12])
         raise ValueError(f"--target: column {target.name!r} has {len(labels)} distinct values {shown}; a "
@@ -98,7 +102,7 @@ def _task_and_classes(target: pd.Series, task: str, positive: str | None) -> tup
     if note:
         logger.warning("%s", note)
     negative = next(v for v in sorted_labels(labels) if v is not chosen)
-    return task, [negative, chosen]
+    return task, [negative, chosen], note
 
 
 def _parse_constraints(specs: Sequence[str]) -> list:
@@ -169,7 +173,7 @@ def train_table(
     sensitive = _sensitive_columns(sensitive, built)
     features = _input_columns(frame, target, sensitive, ignore, weights, include_sensitive, source,
                               inputs_complete=model != "gbm")
-    task, classes = _task_and_classes(frame[target], task, positive)
+    task, classes, positive_note = _task_and_classes(frame[target], task, positive)
     work, converted = _numeric_frame(frame, target, features, task, classes)
     keep_missing = Preprocessor(missing="keep") if model == "gbm" else None  # boosted trees route missing values
     kinds = {name: kind for name, kind in (sensitive_kinds or {}).items() if name in sensitive}
@@ -213,10 +217,11 @@ def train_table(
         "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
         "seconds": round(fit.seconds, 3),
     }
+    messages = [positive_note, *fit.messages] if positive_note else fit.messages
     return TrainedTable(estimator=estimator, train=train_data, test=test_data, constraints=estimator.constraints_,
                         test_constraints=fit.test_constraints, specs=list(constraints), metadata=metadata,
                         train_eval=fit.train_eval, test_eval=fit.test_eval, train_frame=frame.loc[train_rows],
-                        test_frame=None if test_rows is None else frame.loc[test_rows], warnings=fit.messages,
+                        test_frame=None if test_rows is None else frame.loc[test_rows], warnings=messages,
                         seconds=fit.seconds, encoding=encoding)
 
 
