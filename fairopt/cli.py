@@ -141,6 +141,14 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, help="L2 penalty alpha/2 ||w||^2 on the weights (default: the "
                                                 "estimators', 3e-4 for a classifier, 0 for a regression)")
     p.add_argument("--batch-size", dest="batch_size", type=int)
+    held = p.add_argument_group("held-out statements", "what the bounds say about new rows (docs: held-out)")
+    held.add_argument("--margin", metavar="M", help="tighten every training bound by M (in the units of its rows), "
+                                                   "or 'auto': by what a new sample's spread needs")
+    held.add_argument("--validation-fraction", dest="validation_fraction", type=float, metavar="F",
+                      help="hold out this share of the training rows for certificates (with --margin auto: the "
+                           "certified candidates)")
+    held.add_argument("--confidence", type=float, metavar="C",
+                      help="confidence of the margin and the certificates (default 0.95)")
     p.add_argument("--weight", type=float, help="penalty weight (--method penalty)")
     p.add_argument("--optimizer", choices=["adam", "sgd", "adahessian"])
     p.add_argument("--dual-lr", dest="dual_lr", type=float)
@@ -158,13 +166,13 @@ _OWN_DATA_ONLY = ("target", "positive", "sensitive", "include_sensitive", "ignor
 _DATASET_ONLY = ("data_dir", "options")
 #: Options of the estimators' training that a ``--penalty`` run (the penalty terms of
 #: :mod:`fairopt.penalties`, :func:`fairopt.experiments.run_train`) does not take.
-_NOT_WITH_PENALTY = ("alpha", "iterations")
+_NOT_WITH_PENALTY = ("alpha", "iterations", "margin", "validation_fraction", "confidence")
 _NOT_OPTIONS = ("config", "command", "verbose", "quiet", "argv")
 #: Keys of ``train --data`` (flags or ``--config`` TOML keys).
 _TABLE_KEYS = frozenset({"data", "dataset", "data_dir", "options", "subsample", "target", "positive", "sensitive",
                          "include_sensitive", "ignore", "weights", "task", "constraint", "penalty", "method", "model", "hidden",
                          "epochs", "iterations", "lr", "batch_size", "weight", "optimizer", "dual_lr", "dual_update",
-                         "seed", "test_size", "alpha"})
+                         "seed", "test_size", "alpha", "margin", "validation_fraction", "confidence"})
 
 
 @register("train", "train one model on your own CSV/parquet file (--data) or a built-in data set (--dataset); "
@@ -264,7 +272,9 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
     common = dict(constraints=_list(options.get("constraint")), method=method, model=options.get("model", "linear"),
                   hidden=hidden, epochs=options.get("epochs"), lr=options.get("lr"),
                   batch_size=options.get("batch_size"), iterations=options.get("iterations"),
-                  alpha=options.get("alpha"),
+                  alpha=options.get("alpha"), margin=_margin(options.get("margin", 0.0)),
+                  validation_fraction=options.get("validation_fraction"),
+                  confidence=float(options.get("confidence", 0.95)),
                   test_size=float(options.get("test_size", 0.2)), seed=int(options.get("seed", 0)),
                   engine_params=engine, progress=not args.quiet, command=tabular.command_line(args.argv))
     if "data" in options:
@@ -297,12 +307,25 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"{meta['method']} on {meta['source']}: status {meta['status']} ({trained.seconds:.1f} s). "
               f"{meta['status_message']}")
-        for rows, results in (("training rows", trained.train_eval), ("held-out rows", trained.test_eval)):
+        for rows, results in ((tabular.training_rows_label(trained), trained.train_eval),
+                              ("held-out rows", trained.test_eval)):
             lines = tabular.bound_lines(results)
             if lines:
                 print(f"{rows}: " + "; ".join(lines))
+        for certificate in getattr(trained.estimator, "certificate_", None) or []:
+            print(f"certificate: {certificate}")
         print("wrote " + ", ".join(str(f) for f in files))
     return 0
+
+
+def _margin(value) -> float | str:
+    """``--margin``: ``auto`` or a number (a TOML file may give either)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"--margin: expected 'auto' or a number >= 0, got {value!r}") from None
 
 
 def _required(options: dict, key: str) -> str:

@@ -4,6 +4,7 @@ written as text, a text target and a text sensitive column."""
 
 from __future__ import annotations
 
+import json
 import io
 import logging
 import os
@@ -423,3 +424,24 @@ def test_report_on_rows_with_a_sensitive_level_the_training_rows_lacked(sqp_run,
     assert main(["report", str(sqp_run), "--data", str(tmp_path / "three.csv"), "--n-bootstrap", "0"]) == 0
     text = capsys.readouterr().out
     assert "## Constraints on these rows\n\nNot evaluated: " in text and "3 levels" in text
+
+
+def test_train_gives_a_certified_model_with_the_held_out_flags(files, tmp_path, capsys):
+    """--margin auto --validation-fraction F: the estimators' certified candidates from the command line; the
+    certificates are printed, in report.md (with the margins and the candidates) and in metrics.json, and the
+    saved model predicts like any other run's."""
+    out = tmp_path / "certified"
+    assert main(["train", "--data", str(files / "loans.csv"), *COMMON, "--epochs", "60", "--margin", "auto",
+                 "--validation-fraction", "0.3", "--confidence", "0.9", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "certificate: disparate_impact[gender]" in printed and "90% lower confidence bound" in printed
+    assert "training part (the model trained on 70% of it; 30% held out for the certificates)" in printed
+    report = (out / "report.md").read_text()
+    assert "## Held-out statements" in report and "margin='auto'" in report and "Certified candidates" in report
+    certificates = json.loads((out / "metrics.json").read_text())["certificates"]
+    assert len(certificates) == 1 and certificates[0]["confidence"] == 0.9
+    saved = fairopt.load(out / "model.fairopt")
+    assert saved.metadata["margin"] == "auto" and saved.metadata["validation_fraction"] == 0.3
+    assert main(["train", "--data", str(files / "loans.csv"), *COMMON, "--margin", "wide", "--out",
+                 str(tmp_path / "x")]) == 2
+    assert "--margin: expected 'auto' or a number" in _one_error_line(capsys, "train")

@@ -8,22 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pandas as pd
+
+from fairopt.report.result import frame_markdown
 
 __all__ = ["BenchResult", "markdown_table"]
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
-    """A GitHub markdown table of ``df`` (no optional dependency)."""
-    def cell(v: Any) -> str:
-        return format(v, floatfmt) if isinstance(v, (float, np.floating)) else str(v)
-
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
+    """A GitHub markdown table of ``df`` (no optional dependency): :func:`fairopt.report.result.frame_markdown`."""
+    return frame_markdown(df, floatfmt)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["GroupReport"]
+__all__ = ["GroupReport", "frame_markdown"]
 
 
 def _number(value: Any, digits: int) -> str:
@@ -43,6 +43,21 @@ def _markdown_table(header: list[str], rows: list[list[str]], right: list[bool])
              "| " + " | ".join("---:" if r else ":---" for r in right) + " |"]
     lines += ["| " + " | ".join(_escape(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def frame_markdown(df: pd.DataFrame, floatfmt: str = ".4g", index: bool = False) -> str:
+    """A GitHub Markdown table of ``df`` without an optional dependency: floats in ``floatfmt``,
+    numeric columns right-aligned, ``|`` in cells escaped; ``index=True`` adds the index as the first
+    column."""
+    if index:
+        df = df.reset_index()
+    right = [pd.api.types.is_numeric_dtype(kind) and not pd.api.types.is_bool_dtype(kind) for kind in df.dtypes]
+
+    def cell(value: Any) -> str:
+        return format(value, floatfmt) if isinstance(value, (float, np.floating)) else str(value)
+
+    return _markdown_table([str(c) for c in df.columns], [[cell(v) for v in row] for row in
+                                                          df.itertuples(index=False)], right)
 
 
 @dataclass(frozen=True, repr=False)

@@ -21,6 +21,7 @@ from fairopt.data.frames import as_number, is_text_dtype, short_list
 from fairopt.evaluation import evaluate
 from fairopt.persistence import save
 from fairopt.report import group_report
+from fairopt.report.result import frame_markdown
 from fairopt.specs import resolve_constraints
 from fairopt.status import BoundStatus
 from solvers.history import History
@@ -64,9 +65,11 @@ def write_run(trained: TrainedTable, out: str | Path, *, n_bootstrap: int = 200)
         report_logger.setLevel(level)
     (out / "report.md").write_text(report)
     files += [out / name for name in GROUP_FIGURES.values() if (out / name).exists()]
+    certificates = getattr(trained.estimator, "certificate_", None)
     metrics = {"train": trained.train_eval, "test": trained.test_eval, "status": trained.metadata["status"],
                "converged": trained.metadata["converged"], "feasible": trained.metadata["feasible"],
-               "seconds": trained.seconds}
+               "seconds": trained.seconds,
+               **({} if certificates is None else {"certificates": [c.to_dict() for c in certificates]})}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=_json_default))
     files.append(out / "metrics.json")
     return files
@@ -109,6 +112,41 @@ def constraint_table(constraints: Sequence[Any], results: dict, tol: float = VIO
             lines.append(f"| {key} | {row} | {_number(value)} | {_number(lower[i])} | {_number(upper[i])} | "
                          f"{_number(excess)} | {'yes' if excess <= tol else 'NO'} |")
     return "\n".join(lines)
+
+
+def training_rows_label(trained: TrainedTable) -> str:
+    """What the training evaluation covers: the training rows, or with ``--validation-fraction`` the training
+    part, whose share held out for the certificates the model did not train on."""
+    fraction = trained.metadata.get("validation_fraction")
+    return "training rows" if fraction is None else (f"training part (the model trained on {1 - fraction:.0%} "
+                                                     f"of it; {fraction:.0%} held out for the certificates)")
+
+
+def held_out_part(estimator: Any) -> list[str]:
+    """The report lines of the estimator's held-out statements (``--margin``, ``--validation-fraction``): the
+    range predicted for new rows under the margin, the certified candidates and the certificates; none
+    without them."""
+    predicted = getattr(estimator, "predicted_held_out_", None)
+    candidates = getattr(estimator, "candidates_", None)
+    certificates = getattr(estimator, "certificate_", None)
+    if predicted is None and certificates is None:
+        return []
+    lines = ["", "## Held-out statements", ""]
+    if predicted is not None:
+        lines += [f"The model trained under the bounds tightened by margin={estimator.margin!r}. Each row's margin "
+                  "and the range it is predicted to take on new rows (training value plus or minus the margin):",
+                  "", frame_markdown(predicted.drop(columns=["constraint"], errors="ignore"), index=True)]
+    if candidates is not None:
+        lines += ["", "Certified candidates, in their fixed order of decreasing margin (the model is the last that "
+                      "passed before the first failure, or the first when it failed):", "",
+                  frame_markdown(candidates)]
+    if certificates is not None:
+        held = getattr(estimator, "validation_indices_", None)
+        rows = 0 if held is None else len(held)
+        lines += ["", f"Certificates on the {rows} rows held out for them (validation_fraction="
+                      f"{estimator.validation_fraction}), at confidence {estimator.confidence}:", ""]
+        lines += [f"- {certificate}" for certificate in certificates]
+    return lines
 
 
 def _realised(results: dict, sensitive: Sequence[str], task: str) -> str:
@@ -211,7 +249,8 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
     if trained.constraints:
         lines += ["", "## Bounds" + (" (weighted)" if weighted else ""), ""]
         lines += [f"- {rows}: " + "; ".join(found) for rows, found in (
-            ("training rows", bound_lines(trained.train_eval)), ("held-out rows", bound_lines(trained.test_eval)))
+            (training_rows_label(trained), bound_lines(trained.train_eval)),
+            ("held-out rows", bound_lines(trained.test_eval)))
             if found]
         lines += ["", "## Constraints on the training rows" + (" (weighted)" if weighted else ""), "",
                   f"Exact values ({exact_of}) of every constraint row and its bounds; a row is met when its "
@@ -220,6 +259,7 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
         if trained.test_eval is not None and trained.test_constraints:
             lines += ["", "## Constraints on the held-out rows" + (" (weighted)" if weighted else ""), "",
                       constraint_table(trained.test_constraints, trained.test_eval)]
+    lines += held_out_part(trained.estimator)
     lines += ["", "## Realised fairness" + (" (unweighted)" if weighted else ""), "", "Training rows:", "",
               _realised(trained.train_eval, meta["sensitive"], meta["task"])]
     if trained.test_eval is not None:

@@ -138,6 +138,9 @@ def train_table(
     batch_size: int | None = None,
     iterations: int | None = None,
     alpha: float | None = None,
+    margin: float | str = 0.0,
+    validation_fraction: float | None = None,
+    confidence: float = 0.95,
     test_size: float = 0.0,
     seed: int = 0,
     task: str = "auto",
@@ -159,6 +162,9 @@ def train_table(
     names (``alpha=None``: the estimators' default; ``iterations`` and ``engine_params``,
     e.g. ``weight`` of the penalty engine, as its ``engine_params``); what the run reports
     (status, convergence, training violations) is read from its fitted attributes.
+    ``margin``, ``validation_fraction`` and ``confidence`` are the estimators' held-out options
+    (``--margin``, ``--validation-fraction``, ``--confidence``): the certificates are taken on a part of
+    the training part, apart from the held-out part (``test_size``) that the report evaluates.
     ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame` (the kinds of
     columns that are not sensitive in this run are not used: a built-in data set's loader gives them);
     ``weights`` names a column of row weights (``--weights``): the loss and the group rates
@@ -197,6 +203,7 @@ def train_table(
         list(constraints), method=method, model=model, hidden=tuple(int(h) for h in hidden), alpha=alpha,
         epochs=None if epochs is None else int(epochs), lr=lr,
         batch_size=None if batch_size is None else int(batch_size), seed=int(seed), engine_params=params,
+        margin=margin, validation_fraction=validation_fraction, confidence=confidence,
         violation_tol=VIOLATION_TOL, verbose=0)
     total = epochs if method != "moving_targets" else (iterations or 10)
     fit = _fit(estimator, train_data, test_data, list(constraints), total, progress)
@@ -213,6 +220,7 @@ def train_table(
         "epochs": epochs, "iterations": iterations, "lr": lr, "batch_size": batch_size, "seed": int(seed),
         "alpha": estimator.alpha_value(),
         "test_size": float(test_size), "constraints": list(constraints), "weights": weights,
+        "margin": margin, "validation_fraction": validation_fraction, "confidence": float(confidence),
         "engine_params": dict(engine_params or {}), **_outcome(estimator, fit.train_eval),
         "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
         "seconds": round(fit.seconds, 3),
