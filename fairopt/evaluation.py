@@ -299,9 +299,11 @@ def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
         violation = _exact_violation(out, data, c)[1]
         undefined = _zero_over_zero(out, data, c)
         value = math.nan if undefined else measure.value
+        pairwise = getattr(c, "pairwise_realised", None)
         statuses.append(BoundStatus(name=str(c.name), label=label_of(c), value=value,
                                     bound=None if bound is None else float(bound), sense=measure.sense,
-                                    met=violation <= tol, row_violation=violation, undefined=undefined))
+                                    met=violation <= tol, row_violation=violation, undefined=undefined,
+                                    pairwise=pairwise(out, data) if callable(pairwise) else None))
     return statuses
 
 

@@ -19,6 +19,7 @@ sentence of ``status_message_``:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -85,6 +86,11 @@ class BoundStatus:
     undefined : bool
         A ratio of rates that are all zero (0/0: no compared group has a positive prediction): the value is
         not a measure of fairness, and is printed as undefined (as :func:`fairopt.evaluate` reports NaN).
+    pairwise : float or None
+        Where the constraint compares each group with the rest (``DI[race, each vs rest]``), the same measure
+        over every pair of groups (:meth:`~fairopt.constraints.rates.GroupRateConstraint.pairwise_realised`,
+        what :mod:`fairopt.metrics` reports), quoted beside the value: the two differ, and a bound on one is
+        not a bound on the other.
     """
 
     name: str
@@ -95,6 +101,7 @@ class BoundStatus:
     met: bool
     row_violation: float | None = None
     undefined: bool = False
+    pairwise: float | None = None
 
     @property
     def bound_text(self) -> str:
@@ -114,7 +121,10 @@ class BoundStatus:
         if self.met and short:
             within = ", met within the violation tolerance" + (
                 "" if self.row_violation is None else f": exact violation of its rows {self.row_violation:.2g}")
-        return f"{self.label} {format_number(self.value, scale)} ({self.bound_text}{within})"
+        pairwise = ("" if self.pairwise is None or not math.isfinite(self.pairwise) else
+                    f"; over every pair of groups {format_number(self.pairwise, scale)}, which groups='pairwise' "
+                    "bounds")
+        return f"{self.label} {format_number(self.value, scale)} ({self.bound_text}{within}{pairwise})"
 
 
 def label_of(constraint: Any) -> str:

@@ -186,3 +186,33 @@ def test_a_constraint_comparing_each_group_with_the_rest_says_so_in_its_label():
     two = DisparateImpact("sex", delta=0.8)
     two.setup(fairopt.datasets.load("adult").subset(np.arange(200)))
     assert label_of(two) == "DI[sex]"
+
+
+@pytest.mark.parametrize("kind", ["di", "dp"])
+def test_a_bound_on_each_group_against_the_rest_quotes_the_pairwise_measure_beside_it(kind):
+    """DI[g, each vs rest] 0.82 can sit beside a smallest-over-largest group rate of 0.70: the status quotes
+    the pairwise value (what fairopt.metrics reports, recomputed here by brute force), and only for such a
+    constraint: a pairwise or two-group one has none."""
+    from fairopt import FairData, metrics
+    from fairopt.evaluation import bound_statuses
+
+    rng = np.random.default_rng(3)
+    g = rng.choice(["A", "B", "C", "D"], size=3000, p=[0.1, 0.5, 0.3, 0.1])
+    rate = {"A": 0.2, "B": 0.35, "C": 0.3, "D": 0.28}
+    pred = (rng.random(len(g)) < np.vectorize(rate.get)(g)).astype(float)
+    data = FairData.from_arrays(np.zeros((len(g), 1)), rng.integers(0, 2, len(g)).astype(float), {"g": g})
+    out = torch.as_tensor(np.where(pred > 0, 3.0, -3.0))
+    rates = [pred[g == level].mean() for level in "ABCD"]
+    expected = (min(rates) / max(rates) if kind == "di" else max(rates) - min(rates))
+    measure = metrics.disparate_impact if kind == "di" else metrics.demographic_parity_difference
+    assert measure(data.y.numpy(), pred, sensitive_features=g) == pytest.approx(expected)
+    make = (lambda groups: DisparateImpact("g", delta=0.8, groups=groups)) if kind == "di" else (
+        lambda groups: DemographicParity("g", bound=0.1, groups=groups))
+    rest, pairwise = make("one_vs_rest"), make("pairwise")
+    for c in (rest, pairwise):
+        c.setup(data)
+    (status,) = bound_statuses(out, data, [rest])
+    assert status.pairwise == pytest.approx(expected) and status.value != pytest.approx(expected)
+    assert "over every pair of groups" in str(status) and "groups='pairwise'" in str(status)
+    (plain,) = bound_statuses(out, data, [pairwise])
+    assert plain.pairwise is None and plain.value == pytest.approx(expected)

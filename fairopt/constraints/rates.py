@@ -430,6 +430,35 @@ class GroupRateConstraint(LinearRowsConstraint):
         sums, counts = sums.to(FLOAT64).cpu(), counts.to(FLOAT64).cpu()
         return self.realised_from_rates(sums / positive_counts(counts), counts)
 
+    def pairwise_realised(self, out: torch.Tensor, batch: Any) -> float | None:
+        """Where this constraint compares each group with the rest of the rows (``groups="one_vs_rest"`` on an
+        attribute of more than two groups), the same measure over every pair of groups instead: the
+        ratio ``min_g P_g / max_g P_g`` (or the difference ``max_g P_g - min_g P_g``) over the groups with rows,
+        per attribute and label block, the worst of them; what ``groups="pairwise"`` bounds and
+        :mod:`fairopt.metrics` reports. None for other constraints, whose measure is already that."""
+        if self.groups == "pairwise" or all(part.n_groups <= 2 for part in self._partitions):
+            return None
+        with torch.no_grad():
+            sums, counts = self.partial_sums(out, batch, exact=True)
+        n = counts.to(FLOAT64).cpu().reshape(-1)
+        P = (sums.to(FLOAT64).cpu().reshape(-1) / positive_counts(n)).tolist()
+        n = n.tolist()
+        sides, _ = _comparisons(self._partitions, pairwise=False)
+        values = []
+        for block in range(len(self._block_labels())):
+            for p in range(len(self._partitions)):
+                rates = [P[block * len(sides) + i] for i, side in enumerate(sides)
+                         if side.partition == p and not side.complement and n[block * len(sides) + i] > 0]
+                if len(rates) < 2:
+                    continue
+                if self.rate_form == "difference":
+                    values.append(max(rates) - min(rates))
+                else:
+                    values.append(_pair_ratio(min(rates), max(rates)))
+        if not values:
+            return None
+        return max(values) if self.rate_form == "difference" else min(values)
+
     def target_encoding(self, batch: Any) -> LinearEncoding:
         """The rows as linear (in)equalities on hard labels ``z``: ``lower <= (D W) z <= upper``.
 
