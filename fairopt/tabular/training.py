@@ -165,11 +165,9 @@ def train_table(
     ``margin``, ``validation_fraction`` and ``confidence`` are the estimators' held-out options
     (``--margin``, ``--validation-fraction``, ``--confidence``): the certificates are taken on a part of
     the training part, apart from the held-out part (``test_size``) that the report evaluates.
-    ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame` (the kinds of
-    columns that are not sensitive in this run are not used: a built-in data set's loader gives them);
-    ``weights`` names a column of row weights (``--weights``): the loss and the group rates
-    of the constraints are weighted means (:class:`fairopt.FairData` ``weights``), the column
-    is no model input, and the reports stay unweighted.
+    ``categorical`` and ``sensitive_kinds`` as in :meth:`fairopt.FairData.from_frame`; ``weights``
+    names a column of row weights (``--weights``): the loss and the group rates of the constraints are
+    weighted means (:class:`fairopt.FairData` ``weights``), and the column is no model input.
     """
     _check_flags(method, task, test_size, epochs, iterations, batch_size)
     require_columns(frame, [target], "--target", source)
@@ -181,15 +179,9 @@ def train_table(
                               inputs_complete=model != "gbm")
     task, classes, positive_note = _task_and_classes(frame[target], task, positive)
     work, converted = _numeric_frame(frame, target, features, task, classes)
-    keep_missing = Preprocessor(missing="keep") if model == "gbm" else None  # boosted trees route missing values
-    kinds = {name: kind for name, kind in (sensitive_kinds or {}).items() if name in sensitive}
-    try:
-        data = FairData.from_frame(work, target=target, sensitive=sensitive, features=features, task=task,
-                                   include_sensitive=include_sensitive, categorical=categorical,
-                                   sensitive_kinds=kinds, weights=weights, preprocessor=keep_missing)
-    except ValueError as exc:
-        text = str(exc)
-        raise ValueError(f"{source}: --{text}" if text.startswith("weights") else f"{source}: {text}") from None
+    data = _table_data(work, target=target, sensitive=sensitive, features=features, task=task,
+                       include_sensitive=include_sensitive, categorical=categorical, sensitive_kinds=sensitive_kinds,
+                       weights=weights, keep_missing=model == "gbm", source=source)
     encoding = _encoding(data, features, converted)
     if float(test_size) > 0:
         train_data, test_data = data.split(test_size=float(test_size), seed=int(seed))
@@ -231,6 +223,22 @@ def train_table(
                         train_eval=fit.train_eval, test_eval=fit.test_eval, train_frame=frame.loc[train_rows],
                         test_frame=None if test_rows is None else frame.loc[test_rows], warnings=messages,
                         seconds=fit.seconds, encoding=encoding)
+
+
+def _table_data(work: pd.DataFrame, *, target: str, sensitive: list[str], features: list[str], task: str,
+                include_sensitive: bool, categorical: Sequence[str] | None, sensitive_kinds: dict | None,
+                weights: str | None, keep_missing: bool, source: str) -> FairData:
+    """The FairData of the numeric frame ``work`` (errors name the file and the flag); ``keep_missing``: boosted
+    trees route missing inputs. The kinds of columns that are not sensitive in this run are not used."""
+    kinds = {name: kind for name, kind in (sensitive_kinds or {}).items() if name in sensitive}
+    try:
+        return FairData.from_frame(work, target=target, sensitive=sensitive, features=features, task=task,
+                                   include_sensitive=include_sensitive, categorical=categorical,
+                                   sensitive_kinds=kinds, weights=weights,
+                                   preprocessor=Preprocessor(missing="keep") if keep_missing else None)
+    except ValueError as exc:
+        text = str(exc)
+        raise ValueError(f"{source}: --{text}" if text.startswith("weights") else f"{source}: {text}") from None
 
 
 def _check_flags(method: str, task: str, test_size: float, epochs: int | None, iterations: int | None,
