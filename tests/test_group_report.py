@@ -372,3 +372,19 @@ def test_plot_returns_the_axes():
     made = report.plot(metric="accuracy")
     assert isinstance(made, Axes)
     plt.close(made.figure)
+
+
+def test_a_disparity_outside_its_own_interval_is_explained():
+    """Three groups of 20 rows with the same selection rate: the ratio is 1 and the difference 0, while the
+    resamples' smallest and largest group rates drift apart, so both intervals exclude the value; the
+    Markdown says why. Groups far apart keep their disparities inside and get no such note."""
+    s = np.repeat(["a", "b", "c"], 20)
+    pred = np.tile(np.repeat([1, 0], 10), 3)
+    X, y = np.column_stack([np.zeros(60), pred]), pred
+    report = group_report(Fixed(), X, y, s, n_bootstrap=300, seed=0)
+    rate = report.disparities.loc["selection_rate"]
+    assert rate["ratio"] == 1.0 and rate["ratio_high"] < 1.0 and rate["difference_low"] > 0.0
+    assert "selection_rate ratio, selection_rate difference: the value lies outside" in report.to_markdown()
+    X, y, s = synthetic(3000, seed=1)
+    assert "lies outside its percentile interval" not in group_report(Fixed(), X, y, s, n_bootstrap=200,
+                                                                      seed=0).to_markdown()

@@ -163,9 +163,27 @@ class GroupReport:
                  _label(d["group_min"]), _label(d["group_max"]), _number(d["overall"], digits)]
                 for m, d in self.disparities.iterrows()]
         lines.append(_markdown_table(header, rows, [False, True, True, False, False, True]))
-        if self.notes:
-            lines += ["", "Notes:", ""] + [f"- {note}" for note in self.notes]
+        notes = list(self.notes) + self._outside_notes()
+        if notes:
+            lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
         return "\n".join(lines) + "\n"
+
+    def _outside_notes(self) -> list[str]:
+        """A note where a disparity lies outside its own percentile interval: a ratio or difference of the
+        smallest and largest group values is biased towards more disparity in the resamples (each resample's
+        minimum and maximum are over noisy values), most where a group is small."""
+        outside = []
+        for metric, d in self.disparities.iterrows():
+            for kind in ("ratio", "difference"):
+                value, low, high = (float(d[kind]), float(d[f"{kind}_low"]), float(d[f"{kind}_high"]))
+                if all(math.isfinite(v) for v in (value, low, high)) and not low <= value <= high:
+                    outside.append(f"{metric} {kind}")
+        if not outside:
+            return []
+        return [f"{', '.join(outside)}: the value lies outside its percentile interval. The smallest and largest "
+                "group values of each resample move apart with the resampling noise, so the intervals of a "
+                "disparity lean towards more disparity, most with small groups; read them as a range of plausible "
+                "disparities, not as centred on the value."]
 
     def __repr__(self) -> str:
         return (f"GroupReport(task={self.task!r}, groups={len(self.by_group)} of {self.sensitive_names}, "
