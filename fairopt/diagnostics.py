@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from fairopt.data import FairData
-from fairopt.evaluation import constant_predictions
+from fairopt.evaluation import constant_predictions, met_tolerances
+from fairopt.status import tolerance_of
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from fairopt.training import ENGINE_CONSTANT_NOTE, float64_outputs
 from solvers.boosting import BoostedScores
@@ -110,7 +111,8 @@ def inactive_by_history(result: FitResult, constraints: list, method: str) -> li
 
 
 def constraint_messages(result: FitResult, constraints: list, violations: Mapping[str, float], *, method: str,
-                        violation_tol: float, relaxed: int, reference: Mapping[str, float] | None = None,
+                        violation_tol: float | Mapping[str, float], relaxed: int,
+                        reference: Mapping[str, float] | None = None,
                         inactive: Sequence[bool] | None = None) -> list[str]:
     """The FairnessWarning texts about the constraints: per constraint an unmet or else an inactive
     bound, then relaxed steps among the last iterations.
@@ -124,8 +126,9 @@ def constraint_messages(result: FitResult, constraints: list, violations: Mappin
     inactive = inactive_by_history(result, constraints, method) if inactive is None else inactive
     messages = []
     for name, free in zip(violations, inactive):
-        message = (unmet_message(name, violations[name], violation_tol, relaxed, method)
-                   or inactive_message(name, method, free, reference, violation_tol))
+        tol = tolerance_of(violation_tol, name)
+        message = (unmet_message(name, violations[name], tol, relaxed, method)
+                   or inactive_message(name, method, free, reference, tol))
         if message:
             messages.append(message)
     message = tail_relaxed_message(result.history)
@@ -134,12 +137,13 @@ def constraint_messages(result: FitResult, constraints: list, violations: Mappin
     return messages
 
 
-def bounds_acted(violations: Mapping[str, float], inactive: Sequence[bool], violation_tol: float,
-                 reference: Mapping[str, float] | None = None) -> bool:
+def bounds_acted(violations: Mapping[str, float], inactive: Sequence[bool],
+                 violation_tol: float | Mapping[str, float], reference: Mapping[str, float] | None = None) -> bool:
     """Whether some bound restricted the model: violated at the end, not inactive by the history rule
-    (``inactive``, :func:`inactive_by_history`), or violated by the unconstrained ``reference``."""
-    return any(violations[name] > violation_tol or not free
-               or (reference is not None and reference[name] > violation_tol)
+    (``inactive``, :func:`inactive_by_history`), or violated by the unconstrained ``reference``
+    (``violation_tol``: one number, or one per constraint name)."""
+    return any(violations[name] > tolerance_of(violation_tol, name) or not free
+               or (reference is not None and reference[name] > tolerance_of(violation_tol, name))
                for name, free in zip(violations, inactive))
 
 
@@ -150,7 +154,7 @@ def unmet_message(name: str, violation: float, violation_tol: float, relaxed: in
     steps = (f"; {relaxed} relaxed QP step(s), i.e. iterations whose linearised constraints had no solution"
              if method == "sqp" else "")
     return (f"{name}: violated on the training data at the end of training (exact violation {violation:.3g} > "
-            f"violation_tol={violation_tol:g}{steps}). The bound may be infeasible for this model and "
+            f"{violation_tol:.3g}, the tolerance in its rows' units{steps}). The bound may be infeasible for this model and "
             "data, or training needs more epochs; see history_.")
 
 
@@ -365,6 +369,7 @@ def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraint
     """Every warning of a finished fit as ``(category, message)``: the model first, then the constraints
     (``tightened``: the model trained under the bounds less a ``margin``, which the advice then names)."""
     inactive = inactive_by_history(result, constraints, method)
+    violation_tol = met_tolerances(constraints, violation_tol)  # per constraint, in its rows' units
     found = fit_quality_warnings(model, data, bool(constraints), constraints,
                                  acted=bounds_acted(violations, inactive, violation_tol, reference),
                                  engine_note=result.info.get(ENGINE_CONSTANT_NOTE), tightened=tightened)

@@ -51,7 +51,7 @@ from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
                               float64_outputs, is_mini_batch, train, use_sqp_surrogates)
 from solvers.history import FitResult, plain_values
-from fairopt.evaluation import bound_statuses
+from fairopt.evaluation import bound_statuses, met_tolerances
 from fairopt.status import fit_status
 from solvers.progress import check_progress
 
@@ -372,7 +372,7 @@ class _FairEstimator(BaseEstimator):
         with torch.no_grad():
             bounds = bound_statuses(model(data.X).reshape(-1), data, constraints, self.violation_tol)
         self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_,
-                                                        self.violation_tol, bounds)
+                                                        met_tolerances(constraints, self.violation_tol), bounds)
 
     # ------------------------------------------------------------------ diagnostics
     def _diagnose(self, data: FairData, constraints: list, result: FitResult, relaxed: int, *,
@@ -666,8 +666,10 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     check_inactive : bool, default False
         Also train an unconstrained reference model and warn for every bound it already meets.
     violation_tol : float, default 1e-3
-        Exact training violation (units of the constraint rows) above which a constraint is
-        reported unmet; lower it for constraints with small bounds (distance covariance).
+        Exact training violation above which a constraint is reported unmet: in rate units for
+        group-rate constraints, and times ``min(1, B)`` for rows in other units, ``B`` the largest
+        finite bound (:func:`fairopt.status.met_tolerance`: a distance covariance bound of 1e-5 is
+        met within 1e-8).
     verbose : int or "auto", default "auto"
         ``"auto"``: a progress bar once training has run a few seconds; 0: none; 1: the bar and
         one INFO log line per epoch (logger ``solvers.sqp``).

@@ -27,7 +27,7 @@ from fairopt.evaluation_fauci import fauci_measures, resolve_combined
 from fairopt.measures.distribution import intersection_cells, js_divergence, uf
 from fairopt.measures.group import group_means, ratio_and_difference, undefined_ratio_message, undefined_ratio_reason
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
-from fairopt.status import DEFINITIONS, MET_TOL, BoundStatus, label_of
+from fairopt.status import DEFINITIONS, MET_TOL, BoundStatus, label_of, met_tolerance
 from solvers.problem import eval_mode, violation
 
 __all__ = ["BOUNDS", "DEGENERATE", "MEASURE_DEFINITIONS", "NOTES", "RealisedMeasure", "bound_statuses",
@@ -302,7 +302,8 @@ def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
         pairwise = getattr(c, "pairwise_realised", None)
         statuses.append(BoundStatus(name=str(c.name), label=label_of(c), value=value,
                                     bound=None if bound is None else float(bound), sense=measure.sense,
-                                    met=violation <= tol, row_violation=violation, undefined=undefined,
+                                    met=violation <= met_tolerance(c, tol), row_violation=violation,
+                                    undefined=undefined,
                                     pairwise=pairwise(out, data) if callable(pairwise) else None))
     return statuses
 
@@ -316,6 +317,14 @@ def _zero_over_zero(out: torch.Tensor, data: Any, c: Any) -> bool:
         sums, counts = c.partial_sums(out, data, exact=True)
     present = torch.as_tensor(counts).reshape(-1) > 0
     return bool(present.any()) and bool((torch.as_tensor(sums).reshape(-1)[present] == 0).all())
+
+
+def met_tolerances(constraints: Iterable[Any], tol: float) -> dict[str, float]:
+    """:func:`fairopt.status.met_tolerance` of each constraint, keyed like :func:`constraint_violations`."""
+    result: dict[str, float] = {}
+    for c in constraints:
+        result[_unique_name(str(c.name), result)] = met_tolerance(c, tol)
+    return result
 
 
 def constraint_violations(out: torch.Tensor, data: Any, constraints: Iterable[Any]) -> dict[str, float]:

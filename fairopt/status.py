@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 from solvers.history import FitResult
 
 __all__ = ["ABBREVIATIONS", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "fit_status", "format_number",
+           "met_tolerance", "tolerance_of",
            "label_of"]
 
 #: Short names of the group-rate measures in summaries, by constraint prefix.
@@ -45,8 +46,34 @@ DEFINITIONS: dict[str, str] = {
     "EOdds": "equalized odds, true- and false-positive rates compared (ratio or difference)",
 }
 #: Largest exact violation of a constraint reported as met where no tolerance is given (the
-#: estimators' default ``violation_tol``).
+#: estimators' default ``violation_tol``), in rate units; :func:`met_tolerance` scales it to other rows.
 MET_TOL = 1e-3
+
+
+def met_tolerance(constraint: Any, tol: float) -> float:
+    """The largest exact violation of ``constraint``'s rows reported as met, for the tolerance ``tol``.
+
+    Rows of rates (``row_scale`` 1) take ``tol`` itself. Rows in other units (covariance, GeDI, distance
+    covariance) take ``tol * min(1, B)``, ``B`` the largest finite ``|bound|`` of the rows, so that a small
+    bound is met within the same share of itself: a distance covariance of 7e-5 under a bound of 1e-6 is
+    not "met within the tolerance" 1e-3. ``tol`` where every finite bound is 0 or the constraint has no
+    bounds yet.
+    """
+    scale = getattr(constraint, "row_scale", None)
+    if scale is None:
+        try:
+            values = [*constraint.lower.reshape(-1).tolist(), *constraint.upper.reshape(-1).tolist()]
+        except (AttributeError, TypeError, ValueError):  # not set up, or bounds of another kind
+            return tol
+        scale = max((abs(float(v)) for v in values if math.isfinite(float(v))), default=0.0)
+        if scale == 0.0:
+            return tol
+    return tol * min(float(scale), 1.0)
+
+
+def tolerance_of(tol: float | Mapping[str, float], name: str) -> float:
+    """``tol[name]`` of per-constraint tolerances (:func:`fairopt.evaluation.met_tolerances`), or ``tol``."""
+    return float(tol[name]) if isinstance(tol, Mapping) else float(tol)
 #: Values of the estimators' ``status_``.
 STATUSES: tuple[str, ...] = ("converged", "feasible_not_stationary", "infeasible", "diverged", "stopped_by_callback")
 #: The engines' stationarity measure, by ``method=``, as :attr:`FitResult.stationarity` reports it.
@@ -142,15 +169,15 @@ def label_of(constraint: Any) -> str:
     return name
 
 
-def fit_status(result: FitResult, method: str, violations: Mapping[str, float], tol: float,
+def fit_status(result: FitResult, method: str, violations: Mapping[str, float], tol: float | Mapping[str, float],
                bounds: Sequence[BoundStatus] = ()) -> tuple[str, str]:
     """``(status, message)`` of a finished fit (module docstring for the statuses).
 
     ``violations``: the exact training violation of every constraint (by name); ``tol``: the
-    largest one that counts as met; ``bounds``: their measures on the training rows, quoted in
-    the message.
+    largest one that counts as met (one number, or one per name, :func:`met_tolerance`); ``bounds``:
+    their measures on the training rows, quoted in the message.
     """
-    unmet = [name for name, v in violations.items() if v > tol]
+    unmet = [name for name, v in violations.items() if v > tolerance_of(tol, name)]
     shown = {b.name: str(b) for b in bounds}
     if unmet:
         which = "; ".join(shown.get(name, f"{name} (exact violation {violations[name]:.3g})") for name in unmet)

@@ -216,3 +216,28 @@ def test_a_bound_on_each_group_against_the_rest_quotes_the_pairwise_measure_besi
     assert "over every pair of groups" in str(status) and "groups='pairwise'" in str(status)
     (plain,) = bound_statuses(out, data, [pairwise])
     assert plain.pairwise is None and plain.value == pytest.approx(expected)
+
+
+def test_a_small_bound_is_met_within_its_own_scale_not_the_rate_tolerance():
+    """A distance covariance of about 1e-4 under a bound of 1e-6 violates it a hundredfold or more: not 'met
+    within the violation tolerance' (1e-3 is a tolerance in rate units). Rates keep the absolute tolerance."""
+    from fairopt import FairData
+    from fairopt.constraints import DistanceCovariance
+    from fairopt.evaluation import bound_statuses, met_tolerances
+    from fairopt.status import MET_TOL, met_tolerance
+
+    rng = np.random.default_rng(0)
+    s = rng.integers(0, 2, 400).astype(float)
+    out = torch.as_tensor(0.004 * s + 0.01 * rng.normal(size=400))
+    data = FairData.from_arrays(np.zeros((400, 1)), out.numpy(), {"s": s}, task="regression")
+    tight = DistanceCovariance("s", 1e-6)
+    tight.setup(data)
+    (status,) = bound_statuses(out, data, [tight])
+    assert 1e-5 < status.row_violation < MET_TOL and not status.met and "met within" not in str(status)
+    assert met_tolerance(tight, MET_TOL) == pytest.approx(1e-9)
+    loose = DistanceCovariance("s", 10.0)
+    loose.setup(data)
+    assert met_tolerance(loose, MET_TOL) == MET_TOL  # no looser than the rate tolerance
+    rate = DisparateImpact("s", delta=0.8)
+    rate.setup(data)
+    assert met_tolerances([rate, tight], MET_TOL) == {rate.name: MET_TOL, tight.name: pytest.approx(1e-9)}

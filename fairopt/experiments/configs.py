@@ -479,7 +479,7 @@ def run_train(options: Mapping[str, Any], out: str | Path) -> dict:
         ``{"train": ..., "test": ..., "status": ..., "status_message": ..., "seconds": ...}``: the
         status in the estimators' terms (:func:`fairopt.status.fit_status`).
     """
-    from fairopt.evaluation import evaluate, format_report
+    from fairopt.evaluation import evaluate, format_report, met_tolerances
     from fairopt.status import MET_TOL, BoundStatus, fit_status
     from solvers.history import FitResult
 
@@ -526,7 +526,7 @@ def run_train(options: Mapping[str, Any], out: str | Path) -> dict:
     violations = {k[:-len(".violation")]: v for k, v in results["train"].items() if k.endswith(".violation")}
     bounds = [BoundStatus(**b) for b in (results["train"].get("bounds") or {}).values()]
     engine = FitResult(fitted.model, fitted.history, fitted.status, fitted.converged, fitted.info)
-    status, message = fit_status(engine, method_kind, violations, MET_TOL, bounds)
+    status, message = fit_status(engine, method_kind, violations, met_tolerances(fitted.constraints, MET_TOL), bounds)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report = format_report(results)

@@ -23,7 +23,7 @@ from fairopt.persistence import save
 from fairopt.report import group_report
 from fairopt.report.result import frame_markdown
 from fairopt.specs import resolve_constraints
-from fairopt.status import BoundStatus
+from fairopt.status import BoundStatus, met_tolerance
 from solvers.history import History
 from fairopt.tabular.tables import (VIOLATION_TOL, TableModel, load_table_model, require_columns,
                                     require_complete)
@@ -105,12 +105,13 @@ def constraint_table(constraints: Sequence[Any], results: dict, tol: float = VIO
         lower = torch.as_tensor(c.lower, dtype=torch.float64).reshape(-1).tolist()
         upper = torch.as_tensor(c.upper, dtype=torch.float64).reshape(-1).tolist()
         rows = list(getattr(c, "row_names", None) or [name] * len(values))
+        met_within = met_tolerance(c, tol)  # in the rows' units
         for i, value in enumerate(values):
             excess = max(value - upper[i], 0.0) + max(lower[i] - value, 0.0)
             row = rows[i] if i < len(rows) else f"{name}[{i}]"
             row = row[len(name) + 1:] if row.startswith(name + ":") else row
             lines.append(f"| {key} | {row} | {_number(value)} | {_number(lower[i])} | {_number(upper[i])} | "
-                         f"{_number(excess)} | {'yes' if excess <= tol else 'NO'} |")
+                         f"{_number(excess)} | {'yes' if excess <= met_within else 'NO'} |")
     return "\n".join(lines)
 
 
@@ -244,8 +245,9 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
     exact_of = "hard predictions" if meta["task"] == "binary" else "the model's predictions"
     if weighted:
         lines += ["", f"Rows weighted by the column `{weighted}`: the bounds and the constraint rows below are the "
-                      "weighted group rates the constraints hold (sum w yhat / sum w per group); the realised "
-                      "fairness and the per-group reports count rows unweighted."]
+                      "weighted measures the constraints hold (group rates sum w yhat / sum w per group, a weighted "
+                      "covariance); the realised fairness, R2 or accuracy and the per-group reports count rows "
+                      "unweighted."]
     if trained.constraints:
         lines += ["", "## Bounds" + (" (weighted)" if weighted else ""), ""]
         lines += [f"- {rows}: " + "; ".join(found) for rows, found in (
@@ -254,7 +256,8 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
             if found]
         lines += ["", "## Constraints on the training rows" + (" (weighted)" if weighted else ""), "",
                   f"Exact values ({exact_of}) of every constraint row and its bounds; a row is met when its "
-                  f"violation is at most {VIOLATION_TOL:g}.", "",
+                  f"violation is at most {VIOLATION_TOL:g} (rates), or that share of the bound's size for rows in "
+                  "other units.", "",
                   constraint_table(trained.constraints, trained.train_eval)]
         if trained.test_eval is not None and trained.test_constraints:
             lines += ["", "## Constraints on the held-out rows" + (" (weighted)" if weighted else ""), "",
