@@ -212,13 +212,19 @@ def _train(args: argparse.Namespace) -> int:
                          "and the bounds as --constraint")
     if options.get("method", "sqp") != "penalty":
         raise ValueError(f"--penalty: only for --method penalty (not {options.get('method', 'sqp')})")
+    return _train_engine(options, out, args, "--penalty")
+
+
+def _train_engine(options: dict, out: str, args: argparse.Namespace, why: str) -> int:
+    """A built-in data set through the experiments' engine runner (:func:`fairopt.experiments.run_train`):
+    penalty terms, and the tasks the estimators do not train (a Poisson rate with its exposure). ``why``
+    names the reason in the errors of the options the runner does not take."""
     if options.get("model") == "gbm":
-        raise ValueError("--model gbm: not with --penalty (penalty terms train networks and linear models); give "
-                         "--model linear or mlp")
+        raise ValueError(f"--model gbm: not with {why}; give --model linear or mlp")
     given = [k for k in _NOT_WITH_PENALTY if k in options]
     if given:
-        raise ValueError(f"{_flag(given[0])}: not with --penalty (the penalty terms' training takes --epochs, --lr, "
-                         "--batch-size, --optimizer and --weight)")
+        raise ValueError(f"{_flag(given[0])}: not with {why} (its training takes --epochs, --lr, --batch-size, "
+                         "--optimizer and --weight)")
     from fairopt.experiments.configs import run_train
 
     result = run_train(options, out)
@@ -292,14 +298,21 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
         data = load_data({"dataset": options["dataset"], "options": options.get("options", {}),
                           **({"subsample": options["subsample"]} if "subsample" in options else {})},
                          options.get("data_dir"))
+        if data.task not in ("binary", "regression"):  # a Poisson rate: the estimators take no exposure
+            return _train_engine(options, out, args, f"--dataset {options['dataset']} (a {data.task} target with "
+                                 "its exposure, which the engine's runner trains)")
         frame = data.frame.reset_index(drop=True)
-        used = {data.target_name, *data.sensitive_names, *data.feature_columns}
+        used = {data.target_name, *data.feature_columns}
+        if data.include_sensitive:
+            used |= set(data.sensitive_names)
         # the columns the constraints name are the sensitive ones (a loader's input column, e.g. Adult's
-        # race, then leaves the inputs), as with --data; without a constraint, the loader's
+        # race, then leaves the inputs), as with --data; without a constraint, the loader's. The loader's
+        # sensitive columns that no constraint names stay out of the inputs (ignored), as the loader has them
         sensitive = [] if common["constraints"] else list(data.sensitive_names)
+        named = _constraint_columns(common["constraints"])
         trained = tabular.train_table(
-            frame, target=data.target_name, sensitive=sensitive,
-            include_sensitive=data.include_sensitive, ignore=[c for c in frame.columns if c not in used],
+            frame, target=data.target_name, sensitive=sensitive, include_sensitive=data.include_sensitive,
+            ignore=[c for c in frame.columns if c not in used and c not in named],
             categorical=list(data.preprocessor.categorical_), sensitive_kinds=dict(data.sensitive_kinds),
             task="binary" if data.task == "binary" else "regression", source=str(options["dataset"]), **common)
     files = tabular.write_run(trained, out)
@@ -326,6 +339,18 @@ def _margin(value) -> float | str:
         return float(value)
     except (TypeError, ValueError):
         raise ValueError(f"--margin: expected 'auto' or a number >= 0, got {value!r}") from None
+
+
+def _constraint_columns(specs: list) -> list[str]:
+    """The sensitive columns the constraint specs name; none where a spec does not parse (the training
+    reports that spec with its flag)."""
+    from fairopt.inputs import constraint_sensitive_names
+    from fairopt.specs import resolve_constraints
+
+    try:
+        return constraint_sensitive_names(resolve_constraints(list(specs)))
+    except ValueError:
+        return []
 
 
 def _required(options: dict, key: str) -> str:

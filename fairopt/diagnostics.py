@@ -154,7 +154,8 @@ def unmet_message(name: str, violation: float, violation_tol: float, relaxed: in
     steps = (f"; {relaxed} relaxed QP step(s), i.e. iterations whose linearised constraints had no solution"
              if method == "sqp" else "")
     return (f"{name}: violated on the training data at the end of training (exact violation {violation:.3g} > "
-            f"{violation_tol:.3g}, the tolerance in its rows' units{steps}). The bound may be infeasible for this model and "
+            f"{violation_tol:.3g}, the tolerance in its rows' units{steps}). The bound may be infeasible for this "
+            "model and "
             "data, or training needs more epochs; see history_.")
 
 

@@ -224,3 +224,16 @@ def test_a_built_in_data_sets_column_becomes_sensitive_when_a_constraint_names_i
     assert main(["train", *TINY, "--constraint", "di:race>=0.5", "--out", str(tmp_path), "--quiet"]) == 0
     saved = load(tmp_path / "model.fairopt")
     assert saved.metadata["sensitive"] == ["race"] and "race" not in saved.schema["feature_columns"]
+    assert "sex" not in saved.schema["feature_columns"]  # the loader's protected column stays out of the inputs
+
+
+def test_a_poisson_data_set_trains_with_its_exposure(tmp_path, capsys, shared_data):
+    """pg15training is a claim count with its exposure: the estimators (binary and least squares) do not take
+    it, so it trains through the engine's Poisson runner, and the estimators' options are refused saying why."""
+    common = ["train", "--dataset", "pg15training", "--data-dir", str(shared_data), "--subsample", "3000",
+              "--constraint", "dcov:Gender<=1e-4", "--epochs", "3"]
+    assert main([*common, "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    report = (tmp_path / "p" / "report.txt").read_text()
+    assert (tmp_path / "p" / "model.pt").is_file() and "mean Poisson unit deviance" in report
+    assert main([*common, "--alpha", "0.1", "--out", str(tmp_path / "q")]) == 2
+    assert "--alpha: not with --dataset pg15training (a poisson target with its exposure" in capsys.readouterr().err

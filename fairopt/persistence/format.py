@@ -74,7 +74,8 @@ _CLASSIFIER_FITTED_KEYS = frozenset({"classes_", "classes_dtype", "pos_label_"})
 #: ``dropped_columns_``: none, as no column of X was taken as a sensitive feature then;
 #: ``status_message_``: empty, and ``status_`` holds the engine's word of that time; the held-out
 #: statements: None, as if the fit had none).
-_OPTIONAL_FITTED_KEYS = frozenset({"pos_label_", "dropped_columns_", "status_message_"}) | frozenset(HELD_OUT_ATTRIBUTES)
+_OPTIONAL_FITTED_KEYS = (frozenset({"pos_label_", "dropped_columns_", "status_message_"})
+                         | frozenset(HELD_OUT_ATTRIBUTES))
 PREPROCESSOR_ATTRIBUTES = ("columns", "categorical", "standardize", "columns_", "categorical_", "numeric_",
                            "means_", "scales_", "levels_", "feature_names_", "_fitted", "missing", "display_names")
 #: Preprocessor attributes added after files were written: absent from older files, whose value
