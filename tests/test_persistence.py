@@ -610,3 +610,20 @@ def test_the_held_out_statements_are_saved_with_the_estimator(tmp_path, arrays):
     again = load(tmp_path / "plain.fairopt")
     assert again.certificate_ is None and again.candidates_ is None and again.predicted_held_out_ is None
     assert again.validation_indices_ is None
+
+
+def test_a_saved_poisson_model_predicts_rates(tmp_path):
+    """A Poisson model's output is the log-rate; the saved model's predict gives the rate exp(out) per unit of
+    exposure (it gave the logarithm), decision_function the output itself."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x": rng.normal(size=200), "g": rng.choice(["a", "b"], 200),
+                          "exposure": rng.uniform(0.2, 1.0, 200)})
+    frame["claims"] = rng.poisson(0.3 * frame["exposure"])
+    data = fairopt.FairData.from_frame(frame, target="claims", sensitive=["g"], task="poisson", exposure="exposure")
+    model = fairopt.models.linear(data.n_features, seed=0)
+    save(model, tmp_path / "rates.fairopt", data=data)
+    saved = load(tmp_path / "rates.fairopt")
+    rows = frame.drop(columns=["claims"])
+    log_rate = saved.decision_function(rows)
+    np.testing.assert_allclose(saved.predict(rows), np.exp(log_rate), rtol=1e-12)
+    assert (saved.predict(rows) > 0).all() and saved.task == "poisson"

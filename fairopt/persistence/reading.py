@@ -102,9 +102,12 @@ class SavedModel:
 
     def predict(self, X: Any) -> np.ndarray:
         """Binary: ``classes_[1]`` where its probability exceeds ``metadata["threshold"]``, else
-        ``classes_[0]``; regression: the prediction.
+        ``classes_[0]``; regression: the prediction; Poisson: the rate ``exp(out)`` per unit of exposure
+        (the model's output is its logarithm, which :meth:`decision_function` gives).
         """
         out = self.decision_function(X)
+        if self.task == "poisson":
+            return np.exp(out)
         if self.task != "binary":
             return out
         threshold = float(self.metadata.get("threshold", 0.5))
