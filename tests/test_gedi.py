@@ -319,6 +319,23 @@ def test_poisson_task_uses_the_rate():
     np.testing.assert_allclose(constraint.exact(out, data).numpy(), reference_alpha(xs, np.exp(y), 2), rtol=1e-8)
 
 
+def test_a_relative_bound_on_a_poisson_rate_is_relative_to_the_observed_rate():
+    """The prediction exp(out) is a rate per unit of exposure, so the relative bound's reference is GeDI of
+    the observed rate y / exposure, not of the counts y (which differ where exposure varies with x)."""
+    x, y = continuous_sample()
+    rng = np.random.default_rng(1)
+    exposure = np.clip(0.2 + 0.08 * (x - x.min()), 0.05, 1.0) * rng.uniform(0.7, 1.0, len(x))
+    counts = rng.poisson(np.exp(0.3 * y) * exposure).astype(float)
+    data = make_batch(x, counts, task="poisson")
+    data.exposure = torch.as_tensor(exposure, dtype=torch.float32)
+    constraint = GeDI("s", 1, bound=0.2, relative=True)
+    constraint.setup(data)
+    xs = data.sensitive["s"].double().numpy()
+    rate = counts / data.exposure.double().numpy()
+    assert constraint.reference == pytest.approx(float(np.abs(reference_alpha(xs, rate, 1)).sum()), rel=1e-5)
+    assert constraint.reference != pytest.approx(float(np.abs(reference_alpha(xs, counts, 1)).sum()), rel=0.05)
+
+
 def test_binary_sensitive_bound_reads_as_didi():
     rng = np.random.default_rng(6)
     s = rng.integers(0, 2, size=300)

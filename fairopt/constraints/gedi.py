@@ -81,7 +81,9 @@ class GeDI(BaseConstraint):
     fine : bool
         Constrain the coefficients instead of their L1 norm.
     relative : bool
-        ``bound`` is a fraction of the training data's ``GeDI(V^1)`` (order 1 whatever ``degree``).
+        ``bound`` is a fraction of the training data's ``GeDI(V^1)`` (order 1 whatever ``degree``) of the
+        target on the predictions' scale: ``y``, or for a Poisson task the observed rate ``y / exposure``
+        (the prediction ``exp(out)`` is a rate per unit of exposure).
     kernel : {"poly", "fourier"}
         Kernel basis, see :mod:`fairopt.measures.gedi`.
     eps : float or None
@@ -195,6 +197,9 @@ class GeDI(BaseConstraint):
         if self.relative:
             reference = KernelBasis.build(x, 1, "poly", self._shift, self._scale)
             y_train = as_1d_tensor(data.y, "data.y")
+            exposure = getattr(data, "exposure", None)
+            if task == "poisson" and exposure is not None:  # the rate, on the scale of exp(out)
+                y_train = y_train / as_1d_tensor(exposure, "data.exposure").to(y_train.dtype)
             check_same_length(**{"data.y": y_train, f"sensitive[{self.sensitive!r}]": x})
             self.reference = float(reference.coefficients(y_train).abs().sum())
             q = self.bound * self.reference
