@@ -285,3 +285,22 @@ def test_configs_validate_and_minmax(tiny):
     assert torch.equal(scaled.X, tiny.X) and float(tiny.sensitive["age"].max()) > 1.0
     with pytest.raises(ValueError, match="continuous"):
         minmax_sensitive(tiny, ["sex"])
+
+
+def test_each_run_keeps_its_colour_in_every_history_panel():
+    """A run that lacks a key (a penalty run has no V_exact) leaves its colour unused in that panel instead of
+    handing it to the next run, whose curve would then read as the first run's in the legend."""
+    from matplotlib.figure import Figure
+
+    from solvers import History
+
+    first, second = History(), History()
+    for i in range(3):
+        first.append({"iteration": i, "f": 1.0 / (i + 1)})
+        second.append({"iteration": i, "f": 2.0 / (i + 1), "V_exact": 0.1 / (i + 1)})
+    left, right = Figure().subplots(1, 2)
+    plot_histories({"penalty": first, "lagrangian": second}, keys=("f", "V_exact"), ax=[left, right])
+    colour = {line.get_label(): line.get_color() for line in left.lines}
+    assert colour["penalty"] != colour["lagrangian"]
+    (only,) = right.lines
+    assert only.get_label() == "lagrangian" and only.get_color() == colour["lagrangian"]

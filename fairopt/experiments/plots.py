@@ -158,12 +158,13 @@ def plot_histories(
     title: str | None = None,
     ax: Any = None,
 ) -> Any:
-    """Training curves of several runs: one panel per history key, one line per run.
+    """Training curves of several runs: one panel per history key, one line per run, each run in one colour
+    in every panel (the legend on the first panel names them).
 
     Parameters
     ----------
     histories : mapping label -> History
-        A run lacking a key is skipped in that panel.
+        A run lacking a key is skipped in that panel (its colour is not given to another run).
     path : str or Path, optional
     keys : sequence of str, default ("f", "V")
         History columns; keys no run recorded are dropped.
@@ -187,12 +188,16 @@ def plot_histories(
     if not present:
         raise ValueError(f"keys: no history recorded any of {list(keys)}")
     axes = panel_axes(ax, len(present))
+    from matplotlib import rcParams
+
+    cycle = rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
+    colours = {label: cycle[i % len(cycle)] for i, label in enumerate(histories)}  # one colour per run everywhere
     for panel, key in zip(axes, present):
         for label, h in histories.items():
             if not any(key in r for r in h.records):
                 continue
             xs = h.column(x) if any(x in r for r in h.records) else np.arange(len(h))
-            panel.plot(xs, h.column(key), lw=1.1, label=str(label))
+            panel.plot(xs, h.column(key), lw=1.1, label=str(label), color=colours[label])
         if key in log_keys:
             panel.set_yscale("symlog", linthresh=1e-4)
         panel.set_xlabel(x)
