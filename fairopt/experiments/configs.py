@@ -27,6 +27,9 @@ A configuration is a dict (or a TOML file with the same tables)::
     kind = "sqp"               # sqp | penalty | lagrangian
     constraint = "disparate_impact:race"     # fairopt.specs
     values = [0.5, 0.8]        # swept bound (delta); omitted: one run with the spec's bound
+                               # a constraint of both forms (equal_opportunity, equalized_odds,
+                               # ...) sweeps its ratio delta as written; "equal_opportunity:sex<="
+                               # sweeps its difference bound
     epochs = 200               # any other key: an engine argument
 
     [[methods]]
