@@ -493,7 +493,7 @@ def _flags_of(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
             if any(o.startswith("--") for o in a.option_strings) and a.dest != "help"}
 
 
-def _user_message(exc: Exception, flags: dict[str, str]) -> str:
+def _user_message(exc: Exception, flags: dict[str, str], command: str = "train") -> str:
     """The one line a user's mistake prints: a constraint naming a sensitive feature the data lacks is about
     ``--constraint`` (:class:`fairopt.exceptions.UnknownSensitiveError`), a part without a weighted version
     given ``--weights`` about that flag (:class:`fairopt.exceptions.UnweightedOnlyError`), both worded here without
@@ -502,6 +502,10 @@ def _user_message(exc: Exception, flags: dict[str, str]) -> str:
     from fairopt.exceptions import UnknownSensitiveError, UnweightedOnlyError
 
     if isinstance(exc, UnknownSensitiveError):
+        if command == "bench":  # a configuration's [[methods]] key, not a flag
+            return (f"constraint: names an unknown sensitive feature {exc.name!r}; available: {exc.available}. "
+                    "Name one of them in the method's constraint (or penalty) key, or load the data set with that "
+                    "attribute ([data] options = {sensitive = [...]})")
         return (f"--constraint: names an unknown sensitive feature {exc.name!r}; available: {exc.available}. Name "
                 "one of them in --constraint, or with --data add the column with --sensitive")
     if isinstance(exc, UnweightedOnlyError):
@@ -549,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         if args.verbose >= 2:
             raise
-        message = _user_message(exc, _flags_of(parser, args.command))
+        message = _user_message(exc, _flags_of(parser, args.command), args.command)
         print(f"fairopt {args.command}: error: {message}", file=sys.stderr)
         return 2
 

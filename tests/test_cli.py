@@ -237,3 +237,14 @@ def test_a_poisson_data_set_trains_with_its_exposure(tmp_path, capsys, shared_da
     assert (tmp_path / "p" / "model.pt").is_file() and "mean Poisson unit deviance" in report
     assert main([*common, "--alpha", "0.1", "--out", str(tmp_path / "q")]) == 2
     assert "--alpha: not with --dataset pg15training (a poisson target with its exposure" in capsys.readouterr().err
+
+
+def test_a_bench_configuration_naming_an_unknown_attribute_names_its_key(tmp_path, capsys):
+    """fairopt bench reads a TOML file: the error names the method's constraint key, not fairopt train's flags."""
+    config = tmp_path / "bad.toml"
+    config.write_text('name = "bad"\n[data]\ndataset = "adult"\nsubsample = 600\n[run]\nseeds = [0]\n'
+                      '[[methods]]\nkind = "sqp"\nconstraint = "disparate_impact:gender"\nvalues = [0.8]\nepochs = 2\n')
+    assert main(["bench", str(config), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "fairopt bench: error: constraint: names an unknown sensitive feature 'gender'" in err
+    assert "--constraint" not in err and "--sensitive" not in err
