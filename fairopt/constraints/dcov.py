@@ -126,7 +126,8 @@ class DistanceCovariance(BaseConstraint):
             warnings.warn(
                 f"{self.name}: bound {self.bound:g} is below {floor:.6g}, the JdCov of a constant prediction on "
                 "the training rows (the dependence among the sensitive features themselves, which no model "
-                "removes); the bound is most likely unattainable. Use a bound above that floor.",
+                "removes). A model meets such a bound only where its own terms turn negative (the U-statistics "
+                "can), which says nothing of fairness: use a bound above that value.",
                 FairnessWarning, stacklevel=3)
 
     def _columns(self, batch: Any) -> tuple[list[torch.Tensor], list[bool]]:
