@@ -52,6 +52,8 @@ MEASURE_DEFINITIONS: dict[str, str] = {
     "r2": "coefficient of determination, 1 - (squared error) / (squared deviation from the mean)",
     "mse": "mean squared error",
     "deviance": "mean Poisson unit deviance",
+    "balance": "predicted over observed total (claims): exposure x rate summed over the rows / counts summed; 1 "
+               "is a model whose overall level matches the data (a bound can lower it)",
     "di_ratio": "ratio of the smallest to the largest group mean of the predictions (positive rate for a "
                 "classifier): disparate impact, 1 is parity",
     "dp_difference": "largest minus smallest group mean of the predictions: demographic-parity difference, 0 is "
@@ -132,7 +134,9 @@ def _performance(out: torch.Tensor, data: Any, task: str, threshold: float) -> d
         return {"r2": r2(y, response), "mse": mse(y, response)}
     exposure = _exposure(data)
     mu = response if exposure is None else exposure * response
-    return {"deviance": poisson_deviance(y, mu), "rps": poisson_rps(y, response, exposure=exposure)}
+    observed = float(np.sum(y))
+    return {"deviance": poisson_deviance(y, mu), "rps": poisson_rps(y, response, exposure=exposure),
+            "balance": float(np.sum(mu)) / observed if observed > 0 else math.nan}
 
 
 def _fairness_values(out: torch.Tensor, task: str, threshold: float) -> np.ndarray:
@@ -428,7 +432,8 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
     -------
     dict
         - ``"n"``; binary: ``"accuracy"`` and ``"rps"`` (Brier score of ``sigmoid(out)``, [DC]
-          App. E.2); regression: ``"r2"``, ``"mse"``; poisson: ``"deviance"`` and ``"rps"``.
+          App. E.2); regression: ``"r2"``, ``"mse"``; poisson: ``"deviance"``, ``"rps"`` and ``"balance"``
+          (``sum mu / sum y``, the predicted over the observed total count).
         - per binary/categorical feature ``f``: ``"di_ratio[f]" = min_g m_g / max_g m_g`` and
           ``"dp_difference[f]" = max_g m_g - min_g m_g`` over group means ``m_g`` of the hard
           predictions (binary) or response-scale predictions; ``"di_ratio"``/``"dp_difference"``

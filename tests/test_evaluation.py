@@ -169,6 +169,7 @@ class TestEvaluateOtherTasks:
         ylogy = torch.where(y > 0, y * torch.log(y / mu), torch.zeros_like(y))
         assert res["deviance"] == pytest.approx(float((2 * (ylogy - (y - mu))).mean()), abs=TOL)
         assert res["rps"] == pytest.approx(poisson_rps(y.numpy(), mu.numpy()), abs=TOL)
+        assert res["balance"] == pytest.approx(float(mu.sum() / y.sum()), rel=1e-9)  # predicted / observed claims
         means = [float(rate[data.sensitive["race"] == v].mean()) for v in (0, 1, 2)]
         assert res["di_ratio[race]"] == pytest.approx(min(means) / max(means), abs=TOL)
 
