@@ -17,7 +17,9 @@ task's performance, the exact fairness measures of :func:`fairopt.evaluate` (FaU
 binary task), ``degenerate``, the ``extra_metrics``, the run's own bounded measure
 (``measure``, ``sense``, ``realised``: :func:`fairopt.evaluation.realised_measures` of its
 constraints or penalties, the one closest to failing when several), ``violation`` (of the
-method's own constraints), ``time`` (training seconds) and ``status``.
+method's own constraints), ``time`` (training seconds; the first fit of a process also pays one-off start-up,
+loading torch's kernels and the engine's modules, up to a few seconds: compare times of later runs, or run the
+first configuration twice) and ``status``.
 """
 
 from __future__ import annotations
