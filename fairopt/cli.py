@@ -164,9 +164,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
 #: Options of ``train --data`` that the built-in ``--dataset`` mode does not take, and back.
 _OWN_DATA_ONLY = ("target", "positive", "sensitive", "include_sensitive", "ignore", "weights", "task")
 _DATASET_ONLY = ("data_dir", "options")
-#: Options of the estimators' training that a ``--penalty`` run (the penalty terms of
-#: :mod:`fairopt.penalties`, :func:`fairopt.experiments.run_train`) does not take.
-_NOT_WITH_PENALTY = ("alpha", "iterations", "margin", "validation_fraction", "confidence")
+#: Options of the estimators' training that the engine runner (:func:`fairopt.experiments.run_train`: the
+#: ``--penalty`` terms of :mod:`fairopt.penalties`, a Poisson data set) does not take.
+_ESTIMATORS_ONLY = ("alpha", "iterations", "margin", "validation_fraction", "confidence")
 _NOT_OPTIONS = ("config", "command", "verbose", "quiet", "argv")
 #: Keys of ``train --data`` (flags or ``--config`` TOML keys).
 _TABLE_KEYS = frozenset({"data", "dataset", "data_dir", "options", "subsample", "target", "positive", "sensitive",
@@ -221,7 +221,7 @@ def _train_engine(options: dict, out: str, args: argparse.Namespace, why: str) -
     names the reason in the errors of the options the runner does not take."""
     if options.get("model") == "gbm":
         raise ValueError(f"--model gbm: not with {why}; give --model linear or mlp")
-    given = [k for k in _NOT_WITH_PENALTY if k in options]
+    given = [k for k in _ESTIMATORS_ONLY if k in options]
     if given:
         raise ValueError(f"{_flag(given[0])}: not with {why} (its training takes --epochs, --lr, --batch-size, "
                          "--optimizer and --weight)")
