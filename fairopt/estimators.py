@@ -310,8 +310,11 @@ class _FairEstimator(BaseEstimator):
                 raise ValueError(f"{name}: fit(data) takes it from the FairData (target {data.target_name!r}, "
                                  f"sensitive features {data.sensitive_names}, its weights); leave {name} None")
         if data.task != self._task:
+            poisson = (" A Poisson rate with its exposure trains through the engine: "
+                       "solvers.StochasticSQP().fit(fairopt.models.linear(data.n_features), data, loss='poisson', "
+                       "constraints=[...])." if data.task == "poisson" else "")
             raise ValueError(f"X: a FairData of task {data.task!r}; {type(self).__name__} trains {self._task!r} "
-                             "data (FairData.from_frame(..., task=...))")
+                             "data (FairData.from_frame(..., task=...))." + poisson)
         if data.preprocessor is None or not data.preprocessor.is_fitted:
             raise ValueError("X: this FairData has no fitted preprocessor (it was built with the FairData "
                              "constructor); build it with FairData.from_frame or from_arrays")
