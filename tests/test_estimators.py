@@ -742,3 +742,15 @@ def test_a_regressor_given_text_labels_says_to_use_the_classifier():
     with pytest.raises(ValueError, match=r"^y: FairRegressor needs numbers, got labels such as \['high', 'low'\].*"
                                          r"use FairClassifier"):
         FairRegressor(epochs=2).fit(X, np.array(["low", "high"] * 20))
+
+
+def test_a_poisson_fair_data_given_to_the_regressor_points_to_the_engine():
+    """FairRegressor trains least squares: a Poisson FairData (counts with their exposure) is refused with the
+    engine call that trains it."""
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"x": rng.normal(size=120), "g": rng.choice(["a", "b"], 120),
+                          "exposure": rng.uniform(0.2, 1.0, 120)})
+    frame["claims"] = rng.poisson(0.3 * frame["exposure"])
+    data = fairopt.FairData.from_frame(frame, target="claims", sensitive=["g"], task="poisson", exposure="exposure")
+    with pytest.raises(ValueError, match=r"task 'poisson'.*StochasticSQP\(\)\.fit\(.*loss='poisson'"):
+        FairRegressor().fit(data)

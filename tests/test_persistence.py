@@ -627,15 +627,3 @@ def test_a_saved_poisson_model_predicts_rates(tmp_path):
     log_rate = saved.decision_function(rows)
     np.testing.assert_allclose(saved.predict(rows), np.exp(log_rate), rtol=1e-12)
     assert (saved.predict(rows) > 0).all() and saved.task == "poisson"
-
-
-def test_a_poisson_fair_data_given_to_the_regressor_points_to_the_engine():
-    """FairRegressor trains least squares: a Poisson FairData (counts with their exposure) is refused with the
-    engine call that trains it."""
-    rng = np.random.default_rng(1)
-    frame = pd.DataFrame({"x": rng.normal(size=120), "g": rng.choice(["a", "b"], 120),
-                          "exposure": rng.uniform(0.2, 1.0, 120)})
-    frame["claims"] = rng.poisson(0.3 * frame["exposure"])
-    data = fairopt.FairData.from_frame(frame, target="claims", sensitive=["g"], task="poisson", exposure="exposure")
-    with pytest.raises(ValueError, match=r"task 'poisson'.*StochasticSQP\(\)\.fit\(.*loss='poisson'"):
-        FairRegressor().fit(data)
