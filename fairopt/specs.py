@@ -177,8 +177,8 @@ def constraint_to_spec(constraint: Any, resolved: bool = False) -> dict:
     ----------
     constraint : a fairopt constraint object of a registered kind.
     resolved : bool, default False
-        For a set-up GeDI with ``relative=True``: write the absolute bound it resolved on its
-        training data, so the rebuilt constraint enforces the same number without that data.
+        For a set-up GeDI or distance covariance with ``relative=True``: write the absolute bound it
+        resolved on its training data, so the rebuilt constraint enforces the same number without that data.
 
     Raises
     ------
@@ -188,7 +188,7 @@ def constraint_to_spec(constraint: Any, resolved: bool = False) -> dict:
     table: dict[str, Any] = {"kind": _kind(constraint)}
     for key, value in constraint.get_params().items():
         table[key] = _plain(value, key)
-    if resolved and table["kind"] == "gedi" and table.get("relative"):
+    if resolved and table.get("relative"):  # a relative GeDI or distance covariance
         absolute = getattr(constraint, "absolute_bound", None)
         if absolute is None:
             raise ValueError(f"constraints: {constraint!r} has a relative bound and is not set up; "

@@ -651,3 +651,75 @@ def test_a_jdcov_penalty_has_no_bound_and_no_floor_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", FairnessWarning)
         DistanceCovariancePenalty(["a", "b"], kind="jdcov").setup(data)
+
+
+def _relative_rows(task: str, n: int = 400, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 2, n).astype(float)
+    age = rng.normal(40, 10, n)
+    exposure = rng.uniform(0.2, 1.0, n)
+    if task == "poisson":
+        y = rng.poisson(np.exp(0.5 + 1.0 * s + 0.03 * (age - 40)) * exposure).astype(float)
+    else:
+        y = 0.5 * s + 0.02 * age + rng.normal(size=n)
+    return SimpleNamespace(X=torch.zeros(n, 1), y=torch.as_tensor(y), task=task, __len__=None,
+                           sensitive={"s": torch.as_tensor(s), "age": torch.as_tensor(age)},
+                           sensitive_kinds={"s": "binary", "age": "continuous"},
+                           exposure=torch.as_tensor(exposure) if task == "poisson" else None), s, age, y, exposure
+
+
+class _Rows(SimpleNamespace):
+    def __len__(self):
+        return len(self.y)
+
+
+@pytest.mark.parametrize("task", ["regression", "poisson"])
+def test_a_relative_bound_is_a_share_of_the_targets_own_statistic(task):
+    """relative=True: the row holds D(yhat, s) <= bound * D(y, s), y on the predictions' scale (the observed rate
+    for a Poisson task), checked against dcor's unbiased distance covariance; realised is the ratio."""
+    namespace, s, age, y, exposure = _relative_rows(task)
+    rows = _Rows(**{k: v for k, v in vars(namespace).items() if k != "__len__"})
+    target = y / exposure if task == "poisson" else y
+    joint = np.column_stack([s, age])
+    expected = dcor.u_distance_covariance_sqr(target, joint)
+    c = DistanceCovariance(["s", "age"], 0.25, relative=True)
+    c.setup(rows)
+    assert c.reference == pytest.approx(expected, rel=1e-6) and c.absolute_bound == pytest.approx(0.25 * expected)
+    assert float(c.upper[0]) == pytest.approx(0.25 * expected)
+    out = torch.as_tensor(np.log(target + 1.0) if task == "poisson" else 0.5 * target)
+    prediction = np.exp(out.numpy()) if task == "poisson" else out.numpy()
+    assert c.realised(out, rows) == pytest.approx(dcor.u_distance_covariance_sqr(prediction, joint) / expected,
+                                                  rel=1e-6)
+    with pytest.raises(ValueError, match="relative: only for kind 'dcov' or 'ccdcov'"):
+        DistanceCovariance(["s", "age"], 0.25, kind="jdcov", relative=True)
+    flat = _Rows(**{**vars(rows), "y": torch.as_tensor(np.random.default_rng(0).normal(size=len(y)))})
+    flat.task = "regression"  # a target independent of s, whose unbiased statistic dips below 0
+    assert dcor.u_distance_covariance_sqr(flat.y.numpy(), s) < 0
+    with pytest.raises(ValueError, match="relative: the training target's dcov"):
+        DistanceCovariance(["s"], 0.25, relative=True).setup(flat)
+
+
+def test_a_relative_bound_trains_through_the_regressor_and_saves_its_absolute_value(tmp_path):
+    """("dcov", s, 0.25, {"relative": True}) through FairRegressor: the bound holds on the training rows as a share
+    of the target's statistic, and the saved model rebuilds the absolute bound it resolved."""
+    import warnings
+
+    import fairopt
+    from fairopt.estimators import FairRegressor
+
+    rng = np.random.default_rng(2)
+    n = 600
+    s = rng.integers(0, 2, n).astype(float)
+    X = np.column_stack([s + rng.normal(scale=0.3, size=n), rng.normal(size=n)])
+    y = X[:, 0] + 0.5 * X[:, 1] + rng.normal(scale=0.5, size=n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = FairRegressor(("dcov", "s", 0.25, {"relative": True}), epochs=200).fit(X, y, sensitive_features=s)
+    (bound,) = reg.evaluate(X, y, sensitive_features=s)["bounds"].values()
+    assert bound["value"] <= 0.25 + 1e-3 and bound["met"]
+    direct = dcor.u_distance_covariance_sqr(reg.predict(X), s) / dcor.u_distance_covariance_sqr(y, s)
+    assert direct == pytest.approx(bound["value"], rel=1e-3, abs=1e-4)
+    fairopt.save(reg, tmp_path / "reg.fairopt")
+    loaded = fairopt.load(tmp_path / "reg.fairopt")
+    assert not loaded.constraints_[0].relative
+    assert loaded.constraints_[0].bound == pytest.approx(reg.constraints_[0].absolute_bound)

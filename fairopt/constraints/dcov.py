@@ -11,7 +11,7 @@ import torch
 
 from fairopt.constraints.base import BaseConstraint
 from fairopt._validation import measure_bound, require_unweighted, sensitive_names
-from fairopt._validation import check_choice, check_seed, positive_float, positive_int
+from fairopt._validation import check_choice, check_flag, check_seed, positive_float, positive_int
 from fairopt.exceptions import FairnessWarning, UnknownSensitiveError
 from fairopt.measures.dcov import JOINT_METHODS, METHODS, ccdcov, jdcov
 
@@ -34,6 +34,16 @@ def prediction_from_output(out: torch.Tensor, task: str) -> torch.Tensor:
     if task not in _PREDICTIONS:
         raise ValueError(f"batch.task: expected one of {list(_PREDICTIONS)}, got {task!r}")
     return _PREDICTIONS[task](out)
+
+
+def _target_on_prediction_scale(data: Any) -> torch.Tensor:
+    """The training target where the predictions live: ``y`` (labels 0/1 beside probabilities, or numbers), and
+    for a Poisson task the observed rate ``y / exposure`` beside the rate ``exp(out)``."""
+    y = torch.as_tensor(data.y).double().reshape(-1)
+    exposure = getattr(data, "exposure", None)
+    if getattr(data, "task", None) == "poisson" and exposure is not None:
+        y = y / torch.as_tensor(exposure).double().reshape(-1)
+    return y
 
 
 def _batch_mapping(batch: Any, field: str) -> Mapping:
@@ -73,6 +83,12 @@ class DistanceCovariance(BaseConstraint):
         Directions and their seed for ``method="projection"``.
     block_size : int, optional
         Rows per block of the blocked path.
+    relative : bool, default False
+        ``bound`` is a share of the training target's own statistic (kinds ``"dcov"`` and ``"ccdcov"``): the
+        row holds ``D(yhat, s) <= bound * D(y, s)``, with ``y`` on the predictions' scale (labels 0/1 for a
+        classifier, the observed rate ``y / exposure`` for a Poisson task), resolved by :meth:`setup` into
+        :attr:`absolute_bound`; the realised measure is then ``D(yhat, s) / D(y, s)``. A bound of 0.25 keeps a
+        quarter of the dependence the data themselves carry, whatever the units of the target.
     """
 
     def __init__(
@@ -86,10 +102,19 @@ class DistanceCovariance(BaseConstraint):
         n_projections: int = 50,
         seed: int = 0,
         block_size: int | None = None,
+        relative: bool = False,
     ) -> None:
         self.sensitive = sensitive_names(sensitive)
         self.kind = check_choice(kind, KINDS, "kind")
         self.bound = measure_bound(bound, "bound", self.kind)
+        self.relative = check_flag(relative, "relative")
+        if self.relative and self.kind == "jdcov":
+            raise ValueError("relative: only for kind 'dcov' or 'ccdcov' (JdCov holds the sensitive features' own "
+                             "dependence, which no share of the target's measures)")
+        #: Set up with ``relative=True``: the statistic of the training target (on the predictions' scale) and
+        #: the absolute bound ``bound * reference`` the row holds; None otherwise.
+        self.reference: float | None = None
+        self.absolute_bound: float | None = None
         self.c = positive_float(c, "c")
         self.method = check_choice(method, JOINT_METHODS if self.kind == "jdcov" else METHODS, "method")
         self.n_projections = positive_int(n_projections, "n_projections")
@@ -106,6 +131,7 @@ class DistanceCovariance(BaseConstraint):
             "n_projections": self.n_projections,
             "seed": self.seed,
             "block_size": block_size,
+            "relative": self.relative,
         }
 
     def setup(self, data: Any, check_floor: bool = True) -> None:
@@ -115,6 +141,15 @@ class DistanceCovariance(BaseConstraint):
         """
         require_unweighted(data, "Distance covariance")
         self._columns(data)
+        if self.relative:
+            self.reference = float(self._statistic(_target_on_prediction_scale(data), data).reshape(-1)[0])
+            if not self.reference > 0:
+                raise ValueError(f"relative: the training target's {self.kind} with {list(self.sensitive)} is "
+                                 f"{self.reference:.3g}, not above 0 (the unbiased statistic dips below 0 where "
+                                 "the dependence is too weak to measure): a relative bound has nothing to be a "
+                                 "share of; give an absolute bound")
+            self.absolute_bound = self.bound * self.reference
+            self._set_bounds([-math.inf], [self.absolute_bound], row_names=[self.name])
         if self.kind == "jdcov" and check_floor:
             self._check_floor(data)
 
@@ -151,7 +186,10 @@ class DistanceCovariance(BaseConstraint):
             raise ValueError(f"out: expected a torch.Tensor, got {type(out).__name__}")
         if out.dim() != 1 or out.shape[0] != len(batch):
             raise ValueError(f"out: expected shape ({len(batch)},), got {tuple(out.shape)}")
-        prediction = prediction_from_output(out, getattr(batch, "task", None))
+        return self._statistic(prediction_from_output(out, getattr(batch, "task", None)), batch)
+
+    def _statistic(self, prediction: torch.Tensor, batch: Any) -> torch.Tensor:
+        """The statistic of ``prediction`` (on the response scale) with the batch's sensitive columns, (1,)."""
         columns, categorical = self._columns(batch)
         if self.kind == "jdcov":
             value = jdcov(
@@ -176,5 +214,11 @@ class DistanceCovariance(BaseConstraint):
             return self(out.detach(), batch)
 
     def realised(self, out: torch.Tensor, batch: Any) -> float:
-        """The bounded measure on ``batch``: the statistic of :meth:`exact`."""
-        return float(self.exact(out, batch).reshape(-1)[0])
+        """The bounded measure on ``batch``: the statistic of :meth:`exact`; with ``relative=True`` divided by
+        :attr:`reference` (the share of the training target's own statistic that ``bound`` is)."""
+        value = float(self.exact(out, batch).reshape(-1)[0])
+        if not self.relative:
+            return value
+        if self.reference is None:
+            raise ValueError(f"{self.name}: a relative bound is resolved by setup(data) on the training rows first")
+        return value / self.reference if self.reference > 0 else (0.0 if value <= 0 else math.inf)
