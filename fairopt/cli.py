@@ -215,10 +215,11 @@ def _train(args: argparse.Namespace) -> int:
     return _train_engine(options, out, args, "--penalty")
 
 
-def _train_engine(options: dict, out: str, args: argparse.Namespace, why: str) -> int:
+def _train_engine(options: dict, out: str, args: argparse.Namespace, why: str, data=None) -> int:
     """A built-in data set through the experiments' engine runner (:func:`fairopt.experiments.run_train`):
     penalty terms, and the tasks the estimators do not train (a Poisson rate with its exposure). ``why``
-    names the reason in the errors of the options the runner does not take."""
+    names the reason in the errors of the options the runner does not take; ``data``: the rows, where
+    they are loaded already."""
     if options.get("model") == "gbm":
         raise ValueError(f"--model gbm: not with {why}; give --model linear or mlp")
     given = [k for k in _ESTIMATORS_ONLY if k in options]
@@ -227,7 +228,7 @@ def _train_engine(options: dict, out: str, args: argparse.Namespace, why: str) -
                          "--optimizer and --weight)")
     from fairopt.experiments.configs import run_train
 
-    result = run_train(options, out)
+    result = run_train(options, out, data=data)
     if not args.quiet:
         print(result["report"])
         print(f"{options.get('method', 'sqp')} on {options['dataset']}: status {result['status']} "
@@ -300,7 +301,7 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
                          options.get("data_dir"))
         if data.task not in ("binary", "regression"):  # a Poisson rate: the estimators take no exposure
             return _train_engine(options, out, args, f"--dataset {options['dataset']} (a {data.task} target with "
-                                 "its exposure, which the engine's runner trains)")
+                                 "its exposure, which the engine's runner trains)", data=data)
         frame = data.frame.reset_index(drop=True)
         used = {data.target_name, *data.feature_columns}
         if data.include_sensitive:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from fairopt._validation import as_1d_tensor
 from fairopt.exceptions import SmallGroupWarning
 from solvers.problem import LinearEncoding, row_violations
 
@@ -124,6 +125,17 @@ class BaseConstraint:
         if "_params" not in vars(self):
             return copy.deepcopy(self)
         return type(self)(**{k: copy.deepcopy(v) for k, v in self.get_params(deep=False).items()})
+
+
+def observed_target(data: Any) -> torch.Tensor:
+    """The training target on the scale of the predictions a constraint measures: ``data.y`` (labels 0/1 beside
+    a classifier's probabilities, or numbers), and for a Poisson task the observed rate ``y / exposure`` beside
+    the predicted rate ``exp(out)``. What a relative bound (GeDI, distance covariance) is a share of."""
+    y = as_1d_tensor(data.y, "data.y")
+    exposure = getattr(data, "exposure", None)
+    if getattr(data, "task", None) == "poisson" and exposure is not None:
+        y = y / as_1d_tensor(exposure, "data.exposure").to(y.dtype)
+    return y
 
 
 def release_caches(constraints: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from fairopt.constraints.base import BaseConstraint
+from fairopt.constraints.base import BaseConstraint, observed_target
 from fairopt._validation import measure_bound, require_unweighted, sensitive_names
 from fairopt._validation import check_choice, check_flag, check_seed, positive_float, positive_int
 from fairopt.exceptions import FairnessWarning, UnknownSensitiveError
@@ -34,16 +34,6 @@ def prediction_from_output(out: torch.Tensor, task: str) -> torch.Tensor:
     if task not in _PREDICTIONS:
         raise ValueError(f"batch.task: expected one of {list(_PREDICTIONS)}, got {task!r}")
     return _PREDICTIONS[task](out)
-
-
-def _target_on_prediction_scale(data: Any) -> torch.Tensor:
-    """The training target where the predictions live: ``y`` (labels 0/1 beside probabilities, or numbers), and
-    for a Poisson task the observed rate ``y / exposure`` beside the rate ``exp(out)``."""
-    y = torch.as_tensor(data.y).double().reshape(-1)
-    exposure = getattr(data, "exposure", None)
-    if getattr(data, "task", None) == "poisson" and exposure is not None:
-        y = y / torch.as_tensor(exposure).double().reshape(-1)
-    return y
 
 
 def _batch_mapping(batch: Any, field: str) -> Mapping:
@@ -142,7 +132,7 @@ class DistanceCovariance(BaseConstraint):
         require_unweighted(data, "Distance covariance")
         self._columns(data)
         if self.relative:
-            self.reference = float(self._statistic(_target_on_prediction_scale(data), data).reshape(-1)[0])
+            self.reference = float(self._statistic(observed_target(data).double(), data).reshape(-1)[0])
             if not self.reference > 0:
                 raise ValueError(f"relative: the training target's {self.kind} with {list(self.sensitive)} is "
                                  f"{self.reference:.3g}, not above 0 (the unbiased statistic dips below 0 where "

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fairopt._validation import (as_1d_tensor, check_choice, check_flag, check_same_length, finite_float,
+from fairopt._validation import (check_choice, check_flag, check_same_length, finite_float,
                                  measure_bound, nonnegative_float, positive_float, require_unweighted)
-from fairopt.constraints.base import BaseConstraint
+from fairopt.constraints.base import BaseConstraint, observed_target
 from fairopt.exceptions import FairnessWarning
 from fairopt.measures.gedi import KernelBasis, check_degree, check_kernel, standardization
 from fairopt.surrogates import Surrogate, get_surrogate
@@ -196,10 +196,7 @@ class GeDI(BaseConstraint):
         q = self.bound
         if self.relative:
             reference = KernelBasis.build(x, 1, "poly", self._shift, self._scale)
-            y_train = as_1d_tensor(data.y, "data.y")
-            exposure = getattr(data, "exposure", None)
-            if task == "poisson" and exposure is not None:  # the rate, on the scale of exp(out)
-                y_train = y_train / as_1d_tensor(exposure, "data.exposure").to(y_train.dtype)
+            y_train = observed_target(data)  # the rate y / exposure for a Poisson task, as exp(out)
             check_same_length(**{"data.y": y_train, f"sensitive[{self.sensitive!r}]": x})
             self.reference = float(reference.coefficients(y_train).abs().sum())
             q = self.bound * self.reference

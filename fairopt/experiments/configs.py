@@ -465,7 +465,7 @@ _TRAIN_KEYS = {"dataset", "data_dir", "options", "constraint", "penalty", "metho
                "subsample"}
 
 
-def run_train(options: Mapping[str, Any], out: str | Path) -> dict:
+def run_train(options: Mapping[str, Any], out: str | Path, data: Any = None) -> dict:
     """One training run (``fairopt train``): train/test split, one method, report and files.
 
     ``options``: ``dataset`` (required), ``constraint`` (spec or list of specs),
@@ -474,7 +474,8 @@ def run_train(options: Mapping[str, Any], out: str | Path) -> dict:
     ``batch_size``, ``weight`` (penalty), ``optimizer`` (penalty/lagrangian), ``dual_lr``,
     ``dual_update``, ``seed``, ``test_size``, ``data_dir``, ``options`` (load arguments),
     ``subsample``. Writes ``metrics.json`` (train/test :func:`fairopt.evaluate`),
-    ``report.txt``, ``history.csv``, ``history.png`` and ``model.pt`` to ``out``.
+    ``report.txt``, ``history.csv``, ``history.png`` and ``model.pt`` to ``out``. ``data``: the
+    FairData these options load (:func:`load_data`), where the caller has it already.
 
     Returns
     -------
@@ -499,8 +500,9 @@ def run_train(options: Mapping[str, Any], out: str | Path) -> dict:
     constraints = [constraints] if isinstance(constraints, (str, Mapping)) else list(constraints)
     penalty_specs = opts.get("penalty", [])
     penalty_specs = [penalty_specs] if isinstance(penalty_specs, (str, Mapping)) else list(penalty_specs)
-    data = load_data({"dataset": opts["dataset"], "options": opts.get("options", {}),
-                      **({"subsample": opts["subsample"]} if "subsample" in opts else {})}, opts.get("data_dir"))
+    if data is None:
+        data = load_data({"dataset": opts["dataset"], "options": opts.get("options", {}),
+                          **({"subsample": opts["subsample"]} if "subsample" in opts else {})}, opts.get("data_dir"))
     train, test = data.split(test_size=float(opts.get("test_size", 0.2)), seed=int(opts.get("seed", 0)))
     built = []
     for spec in constraints:
