@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_OUT, commit, pooled_runs, write_grid  # noqa: E402
+from _common import DEFAULT_OUT, commit, markdown, pooled_runs, write_grid  # noqa: E402
 
 logger = logging.getLogger("minibatch_synthetic")
 
@@ -117,15 +117,16 @@ def cell_summary(runs: list[dict]) -> list[dict]:
 
 
 def report(runs: list[dict], header: list[str]) -> str:
-    lines = [*header, "", "| model | batch | runs | within a point of the full batch | bound met (train) | "
-             "below majority, unwarned | mean train gap | worst train gap | mean test gap | time / full batch "
-             "(median) | full batch bound met |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in cell_summary(runs):
-        lines.append(f"| {c['model']} | {c['batch']} | {c['runs']} | {c['within']}/{c['runs']} | "
-                     f"{c['bound_met']}/{c['runs']} | {c['below_majority_unwarned']} | {c['mean_gap']:+.4f} | "
-                     f"{c['worst_gap']:+.4f} | {c['mean_test_gap']:+.4f} | {c['time_ratio']:.2f} | "
-                     f"{c['full_bound_met']}/{c['runs']} |")
-    return "\n".join(lines) + "\n"
+    """``header`` and the table of :func:`cell_summary` (:func:`_common.markdown`)."""
+    table = pd.DataFrame([{
+        "model": c["model"], "batch": c["batch"], "runs": c["runs"],
+        "within a point of the full batch": f"{c['within']}/{c['runs']}",
+        "bound met (train)": f"{c['bound_met']}/{c['runs']}",
+        "below majority, unwarned": c["below_majority_unwarned"],
+        "mean train gap": f"{c['mean_gap']:+.4f}", "worst train gap": f"{c['worst_gap']:+.4f}",
+        "mean test gap": f"{c['mean_test_gap']:+.4f}", "time / full batch (median)": f"{c['time_ratio']:.2f}",
+        "full batch bound met": f"{c['full_bound_met']}/{c['runs']}"} for c in cell_summary(runs)])
+    return "\n".join([*header, "", markdown(table)]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

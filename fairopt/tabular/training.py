@@ -19,7 +19,7 @@ from fairopt.data import FairData, Preprocessor, coerce_numeric_columns
 from fairopt.data.encoding import positive_class, sorted_labels
 from fairopt.data.frames import as_number, is_text_dtype, short_list
 from fairopt.estimators import FairClassifier, FairRegressor
-from fairopt.evaluation import evaluate
+from fairopt.evaluation import evaluate, met_tolerances
 from fairopt.inputs import constraint_sensitive_names
 from fairopt.specs import resolve_constraints
 from solvers.history import INFO_FEASIBLE
@@ -390,10 +390,13 @@ def _held_out_evaluation(model: Any, test_data: FairData | None, specs: list[str
 
 def _outcome(estimator: FairClassifier | FairRegressor, train_eval: dict) -> dict:
     """The run's status and its sentence, convergence, feasibility (the engine's, else the exact
-    training violation within the tolerance) and training violations, from the estimator."""
+    training violation within the tolerance, in total and per constraint in its rows' units:
+    :func:`fairopt.evaluation.met_tolerances`) and training violations, from the estimator."""
     feasible = estimator.engine_info_.get(INFO_FEASIBLE)
     if feasible is None and estimator.constraints_:
-        feasible = bool(train_eval.get("violation", 0.0) <= VIOLATION_TOL)
+        tolerances = met_tolerances(estimator.constraints_, VIOLATION_TOL)
+        feasible = bool(train_eval.get("violation", 0.0) <= VIOLATION_TOL) and all(
+            violation <= tolerances[name] for name, violation in estimator.train_violations_.items())
     return {"status": estimator.status_, "status_message": estimator.status_message_,
             "converged": bool(estimator.converged_), "feasible": feasible,
             "train_violations": {k: float(v) for k, v in estimator.train_violations_.items()}}
