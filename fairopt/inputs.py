@@ -130,10 +130,10 @@ def _named_columns(sensitive_features: Any) -> tuple[list[str], list[np.ndarray]
     """Natural names and 1-D columns of any accepted sensitive-feature container."""
     if isinstance(sensitive_features, pd.DataFrame):
         names = [str(c) for c in sensitive_features.columns]
-        return names, [sensitive_features.iloc[:, j].to_numpy() for j in range(sensitive_features.shape[1])]
+        return names, [_series_values(sensitive_features.iloc[:, j]) for j in range(sensitive_features.shape[1])]
     if isinstance(sensitive_features, pd.Series):
         name = sensitive_features.name
-        return [str(name) if name is not None else "sensitive"], [sensitive_features.to_numpy()]
+        return [str(name) if name is not None else "sensitive"], [_series_values(sensitive_features)]
     if isinstance(sensitive_features, Mapping):
         return [str(k) for k in sensitive_features], [_column(v) for v in sensitive_features.values()]
     array = to_numpy(sensitive_features)
@@ -146,9 +146,18 @@ def _named_columns(sensitive_features: Any) -> tuple[list[str], list[np.ndarray]
     raise ValueError(f"sensitive_features: expected a 1-D or 2-D array, got shape {array.shape}")
 
 
+def _series_values(series: pd.Series) -> np.ndarray:
+    """A Series' values; a pandas ``category`` column's as objects, so that its values are read as group
+    labels whatever their type (``to_numpy`` of integer categories gives integers, which would read as a
+    continuous attribute when there are more than two)."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        return series.astype(object).to_numpy()
+    return series.to_numpy()
+
+
 def _column(values: Any) -> np.ndarray:
     """A numpy column; an (n, 1) array is flattened (other shapes are checked later)."""
-    array = to_numpy(values)
+    array = _series_values(values) if isinstance(values, pd.Series) else to_numpy(values)
     return array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
 
 
@@ -338,4 +347,5 @@ def held_out_rows(X: np.ndarray, target: np.ndarray, columns: dict, *, task: str
         if list(data.sensitive_levels[name]) != list(levels[name]):
             raise ValueError(f"sensitive_features: {name!r} has the groups {data.sensitive_levels[name]} on these "
                              f"rows but {levels[name]} in training; every training group must be present")
+        data.sensitive_levels[name] = list(levels[name])  # equal values keep the training labels: 1.0 is 1
     return data

@@ -256,3 +256,31 @@ def test_a_sensitive_series_in_another_row_order_than_x_is_warned(frame):
     assert not [w for w in caught if "paired by position" in str(w.message)]
     with pytest.warns(fairopt.exceptions.FairnessWarning, match="y: its index"):
         model.evaluate(X, frame["income"].sort_index(), sensitive_features=s)
+
+
+def test_a_category_column_of_integer_codes_is_read_as_groups():
+    """A pandas ``category`` dtype says the values are group labels, whatever their type: integer codes
+    0..3 in a category Series (or a DataFrame or dict column) are four groups, not a continuous
+    attribute; the same codes as plain integers or floats evaluate the fitted model alike."""
+    rng = np.random.default_rng(0)
+    n = 1200
+    X = pd.DataFrame(rng.normal(size=(n, 3)), columns=["a", "b", "c"])
+    codes = rng.integers(0, 4, n)
+    y = (X["a"] + 0.5 * codes + rng.normal(size=n) > 1).astype(int)
+    category = pd.Series(codes, name="s", dtype="category")
+    fitted = {}
+    for form, given in {"series": category, "frame": category.to_frame(), "dict": {"s": category}}.items():
+        fitted[form] = _fit(FairClassifier(("disparate_impact", "s", 0.8), epochs=EPOCHS), X, y,
+                            sensitive_features=given)
+        assert fitted[form].sensitive_kinds_ == {"s": "categorical"}
+        assert fitted[form].sensitive_levels_ == {"s": [0, 1, 2, 3]}
+    assert _fit(FairClassifier(("disparate_impact", "s", 0.8), epochs=EPOCHS), X.assign(s=category), y,
+                sensitive_features="s").sensitive_kinds_ == {"s": "categorical"}
+    with pytest.raises(ValueError, match="continuous"):  # plain integers still need the declaration
+        _fit(FairClassifier(("disparate_impact", "s", 0.8), epochs=EPOCHS), X, y,
+             sensitive_features=pd.Series(codes, name="s"))
+    ratios = [fitted["series"].evaluate(X, y, sensitive_features=given)["di_ratio[s]"]
+              for given in (category, pd.Series(codes, name="s"), pd.Series(codes.astype(float), name="s"))]
+    assert ratios[0] == ratios[1] == ratios[2]
+    rates = [float((fitted["series"].predict(X)[codes == g]).mean()) for g in range(4)]
+    assert ratios[0] == pytest.approx(min(rates) / max(rates), abs=1e-9)  # over all groups, as documented
