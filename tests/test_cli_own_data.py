@@ -445,3 +445,20 @@ def test_train_gives_a_certified_model_with_the_held_out_flags(files, tmp_path, 
     assert main(["train", "--data", str(files / "loans.csv"), *COMMON, "--margin", "wide", "--out",
                  str(tmp_path / "x")]) == 2
     assert "--margin: expected 'auto' or a number" in _one_error_line(capsys, "train")
+
+
+def test_a_validation_part_with_levels_missing_from_the_model_rows_trains_and_reports(tmp_path, capsys):
+    """--validation-fraction re-fits the encoding on the rows the model trains on: levels seen only in the
+    validation or held-out rows have no input, and the report evaluates (and counts) the model's own inputs."""
+    frame = loans(400, seed=3)
+    frame.loc[:11, "city"] = [f"Town{i}" for i in range(12)]  # twelve levels of one row each
+    frame.to_csv(tmp_path / "rare.csv", index=False)
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(tmp_path / "rare.csv"), *COMMON, "--epochs", "40",
+                 "--validation-fraction", "0.3", "--out", str(out)]) == 0
+    assert "certificate: disparate_impact[gender]" in capsys.readouterr().out
+    saved = fairopt.load(out / "model.fairopt")
+    n_inputs = len(saved.preprocessor.feature_names_)
+    assert f"-> {n_inputs} model inputs |" in (out / "report.md").read_text()
+    train = json.loads((out / "metrics.json").read_text())["train"]
+    assert 0.5 < train["accuracy"] <= 1.0 and train["n"] == 320

@@ -402,6 +402,21 @@ class FairData:
         test = self._take(torch.from_numpy(test_idx), X=torch.from_numpy(X_test).to(self.X.device), **common)
         return train, test
 
+    def encoded_with(self, preprocessor: Preprocessor) -> "FairData":
+        """These rows with their inputs encoded by another fitted ``preprocessor`` (the one a model was trained
+        with, e.g. an estimator's ``preprocessor_`` after its validation part re-fitted it on fewer rows);
+        target, sensitive codes, cells and weights are kept. The data itself when ``preprocessor`` is its
+        own; ValueError without the raw frame to encode."""
+        if preprocessor is self.preprocessor:
+            return self
+        if self.preprocessor is None or self._source is None:
+            raise ValueError("encoded_with: this FairData keeps no raw input columns to encode (it was built "
+                             "with the constructor); build it with FairData.from_frame or from_arrays")
+        X, names = preprocessor.transform(self._inputs(self.frame, preprocessor))
+        everything = torch.arange(len(self))
+        return self._take(everything, X=torch.from_numpy(X).to(self.X.device), preprocessor=preprocessor,
+                          feature_names=names)
+
     def split_strata(self) -> np.ndarray:
         """The strata of a stratified split (:meth:`split`, the estimators' validation part, early stopping of
         boosted trees): target x cell for a binary target, else the cell; the coarser target alone (then none)

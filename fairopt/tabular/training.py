@@ -182,7 +182,6 @@ def train_table(
     data = _table_data(work, target=target, sensitive=sensitive, features=features, task=task,
                        include_sensitive=include_sensitive, categorical=categorical, sensitive_kinds=sensitive_kinds,
                        weights=weights, keep_missing=model == "gbm", source=source)
-    encoding = _encoding(data, features, converted)
     if float(test_size) > 0:
         train_data, test_data = data.split(test_size=float(test_size), seed=int(seed))
         train_rows, test_rows = train_data.frame.index, test_data.frame.index
@@ -199,6 +198,8 @@ def train_table(
         violation_tol=VIOLATION_TOL, verbose=0)
     total = epochs if method != "moving_targets" else (iterations or 10)
     fit = _fit(estimator, train_data, test_data, list(constraints), total, progress)
+    train_data, test_data = fit.train, fit.test  # encoded as the model's inputs
+    encoding = _encoding(train_data, features, converted)
 
     text_columns = [c for c in _text_levels(frame, [*features, *sensitive]) if c not in converted]
     if classes is not None and isinstance(classes[1], str):
@@ -347,12 +348,16 @@ class _Fit:
     test_eval: dict | None
     messages: list[str]
     seconds: float
+    train: FairData
+    test: FairData | None
 
 
 def _fit(estimator: FairClassifier | FairRegressor, train_data: FairData, test_data: FairData | None,
          specs: list[str], total: int | None, progress: bool) -> _Fit:
     """Fit ``estimator`` on the training rows with a progress bar, evaluate it on the training
-    and held-out rows and log each of its warnings once."""
+    and held-out rows and log each of its warnings once. Both parts are encoded again with the fitted
+    estimator's preprocessor (``_Fit.train``, ``_Fit.test``): a validation part (``--validation-fraction``)
+    re-fits it on the rows the model trains on, whose levels and scales the model's inputs are."""
     started = time.perf_counter()
     params = estimator.engine_params
     with _progress(estimator.method, total, progress) as callback, warnings.catch_warnings(record=True) as caught:
@@ -362,6 +367,8 @@ def _fit(estimator: FairClassifier | FairRegressor, train_data: FairData, test_d
             estimator.fit(train_data)
         finally:
             estimator.set_params(engine_params=params)
+        train_data = train_data.encoded_with(estimator.preprocessor_)
+        test_data = None if test_data is None else test_data.encoded_with(estimator.preprocessor_)
         train_eval = evaluate(estimator.model_, train_data, estimator.constraints_)
         test_constraints, test_eval = _held_out_evaluation(estimator.model_, test_data, specs)
     seconds = time.perf_counter() - started
@@ -371,7 +378,7 @@ def _fit(estimator: FairClassifier | FairRegressor, train_data: FairData, test_d
         if text not in messages:
             messages.append(text)
             logger.warning("%s", text)
-    return _Fit(train_eval, test_constraints, test_eval, messages, seconds)
+    return _Fit(train_eval, test_constraints, test_eval, messages, seconds, train_data, test_data)
 
 
 def _held_out_evaluation(model: Any, test_data: FairData | None, specs: list[str]) -> tuple[list, dict | None]:
