@@ -51,7 +51,8 @@ from fairopt.specs import resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
                               float64_outputs, is_mini_batch, train, use_sqp_surrogates)
 from solvers.history import FitResult, plain_values
-from fairopt.evaluation import bound_statuses, met_tolerances
+from fairopt.evaluation import bound_statuses, constant_predictions, met_tolerances
+from fairopt.measures.group import python_scalar
 from fairopt.status import fit_status
 from solvers.progress import check_progress
 
@@ -373,9 +374,23 @@ class _FairEstimator(BaseEstimator):
         self.train_violations_ = model_violations(model, data, constraints)
         self.train_violation_ = float(sum(self.train_violations_.values()))
         with torch.no_grad():
-            bounds = bound_statuses(model(data.X).reshape(-1), data, constraints, self.violation_tol)
+            out = model(data.X).reshape(-1)
+        bounds = bound_statuses(out, data, constraints, self.violation_tol)
         self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_,
-                                                        met_tolerances(constraints, self.violation_tol), bounds)
+                                                        met_tolerances(constraints, self.violation_tol), bounds,
+                                                        constant=self._constant_reason(out, data.task))
+        if self.status_ == "degenerate":
+            self.converged_ = False
+
+    def _constant_reason(self, out: torch.Tensor, task: str) -> str | None:
+        """Why the training outputs ``out`` are one prediction for every row, in the user's labels; None if
+        they are not (:func:`fairopt.evaluation.constant_predictions`)."""
+        reason = constant_predictions(out, task)
+        if reason is None or task != "binary" or not hasattr(self, "classes_"):
+            return reason
+        positive = bool((out > 0).all())
+        label = self.pos_label_ if positive else next(c for c in self.classes_ if c != self.pos_label_)
+        return f"it predicts {python_scalar(label)!r} for all {out.numel()} rows"
 
     # ------------------------------------------------------------------ diagnostics
     def _diagnose(self, data: FairData, constraints: list, result: FitResult, relaxed: int, *,
@@ -497,11 +512,14 @@ class _FairEstimator(BaseEstimator):
         return None if self.preprocessor_.categorical_ else np.float64
 
     # ------------------------------------------------------------------ held-out rows
-    def _held_out(self, X: Any, y: Any, sensitive_features: Any) -> FairData:
-        """Rows encoded like the training data (same preprocessing, kinds and levels)."""
+    def _held_out(self, X: Any, y: Any, sensitive_features: Any, sample_weight: Any = None) -> FairData:
+        """Rows encoded like the training data (same preprocessing, kinds and levels), with ``sample_weight``
+        (a FairData's own weights) as their weights."""
         check_is_fitted(self)
         if isinstance(X, FairData):
-            y, sensitive_features, _ = self._fair_data_arguments(X, y, sensitive_features)
+            if sample_weight is not None:
+                raise ValueError("sample_weight: a FairData carries its weights; leave sample_weight None")
+            y, sensitive_features, sample_weight = self._fair_data_arguments(X, y, sensitive_features)
             X = self._fair_data_inputs(X)
         elif y is None:
             raise ValueError("y: required (the target of these rows), unless X is a FairData")
@@ -513,7 +531,8 @@ class _FairEstimator(BaseEstimator):
         check_missing(columns)
         return held_out_rows(X, self._encode_target(np.asarray(y)), columns, task=self._task,
                              names=self.sensitive_names_, kinds=self.sensitive_kinds_, levels=self.sensitive_levels_,
-                             preprocessor=self.preprocessor_)
+                             preprocessor=self.preprocessor_,
+                             weights=None if sample_weight is None else check_sample_weight(sample_weight, X.shape[0]))
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -526,13 +545,17 @@ class _FairEstimator(BaseEstimator):
         set_up_on_other_rows(constraints, data)
         return constraints
 
-    def evaluate(self, X: Any, y: Any = None, *, sensitive_features: Any = None) -> dict:
+    def evaluate(self, X: Any, y: Any = None, *, sensitive_features: Any = None, sample_weight: Any = None) -> dict:
         """:func:`fairopt.evaluate` of the model on these rows: performance, realised fairness and the
         exact constraint values and violations.
 
         The sensitive features (in any form :meth:`fit` takes) must hold all the training groups.
+        ``sample_weight`` weighs the constraint rows (``bounds``, the violations) as :meth:`fit` weighs
+        them, ``P_g = sum_{i in g} w_i 1{yhat_i = 1} / sum_{i in g} w_i``: a model fitted with weights
+        meets its bounds in these terms. Performance and the realised fairness measures (``di_ratio``,
+        ...) stay unweighted, as in :func:`fairopt.evaluate`; a FairData ``X`` brings its own weights.
         """
-        data = self._held_out(X, y, sensitive_features)
+        data = self._held_out(X, y, sensitive_features, sample_weight)
         constraints = self._constraints_for(data)
         try:
             return evaluate_model(self.model_, data, constraints)
@@ -540,7 +563,7 @@ class _FairEstimator(BaseEstimator):
             release_caches(constraints)
 
     def check_generalisation(self, X: Any, y: Any = None, *, sensitive_features: Any = None,
-                             tol: float = 0.02) -> pd.DataFrame:
+                             tol: float = 0.02, sample_weight: Any = None) -> pd.DataFrame:
         """Compare each constraint's exact violation on held-out rows with its training value.
 
         Warns (:class:`fairopt.FairnessWarning`) for each constraint whose violations differ by more
@@ -552,6 +575,9 @@ class _FairEstimator(BaseEstimator):
         sensitive_features : their sensitive features (as in :meth:`fit`).
         tol : float, default 0.02
             Largest accepted ``|held-out violation - training violation|``.
+        sample_weight : array (n,), optional
+            Weights of the held-out rows' constraint rows, as :meth:`evaluate` takes them (the training
+            violations of a weighted fit are weighted).
 
         Returns
         -------
@@ -559,7 +585,7 @@ class _FairEstimator(BaseEstimator):
             One row per constraint, columns ``train``, ``held_out`` and ``gap``.
         """
         positive_float(tol, "tol", allow_zero=True)
-        data = self._held_out(X, y, sensitive_features)
+        data = self._held_out(X, y, sensitive_features, sample_weight)
         require_all_groups(data, self.sensitive_levels_)
         constraints = self._constraints_for(data)
         held_out = model_violations(self.model_, data, constraints)
@@ -712,9 +738,10 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     constraints_ : list, the constraint objects set up on the training data.
     history_ : :class:`fairopt.History` of the engine's iterations.
     status_ : str (:mod:`fairopt.status`): ``"converged"``, ``"feasible_not_stationary"``,
-        ``"infeasible"``, ``"diverged"`` or ``"stopped_by_callback"``.
+        ``"infeasible"``, ``"degenerate"`` (bounds met by a model constant on the training rows),
+        ``"diverged"`` or ``"stopped_by_callback"``.
     status_message_ : str, each bound beside its realised measure and the distance from stationarity.
-    converged_ : bool, the engine's own test (feasible and stationary).
+    converged_ : bool, the engine's own test (feasible and stationary); False for a degenerate model.
     n_iter_ : int, iterations run (Moving Targets: master iterations).
     train_violations_ : dict constraint name -> exact violation on the training data;
         train_violation_ : their sum.

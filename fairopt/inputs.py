@@ -332,9 +332,9 @@ def encoded_inputs(X: np.ndarray, preprocessor: Any, names: Any = None) -> np.nd
 
 
 def held_out_rows(X: np.ndarray, target: np.ndarray, columns: dict, *, task: str, names: list, kinds: dict,
-                  levels: dict, preprocessor: Any) -> Any:
+                  levels: dict, preprocessor: Any, weights: np.ndarray | None = None) -> Any:
     """A FairData of new rows encoded like the training data (same sensitive features, kinds, groups
-    and preprocessor); ValueError otherwise.
+    and preprocessor), with row ``weights`` if given; ValueError otherwise.
     """
     if target.shape[0] != X.shape[0]:
         raise ValueError(f"y: {target.shape[0]} values for {X.shape[0]} rows of X")
@@ -342,7 +342,7 @@ def held_out_rows(X: np.ndarray, target: np.ndarray, columns: dict, *, task: str
         raise ValueError(f"sensitive_features: expected the training features {names}, got {sorted(columns)}")
     columns = {name: columns[name] for name in names}
     data = FairData.from_arrays(X, target, columns, task=task, feature_names=list(preprocessor.columns_),
-                                sensitive_kinds=kinds, preprocessor=preprocessor)
+                                sensitive_kinds=kinds, preprocessor=preprocessor, sample_weight=weights)
     for name in names:
         if list(data.sensitive_levels[name]) != list(levels[name]):
             raise ValueError(f"sensitive_features: {name!r} has the groups {data.sensitive_levels[name]} on these "

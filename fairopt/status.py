@@ -13,6 +13,9 @@ sentence of ``status_message_``:
 - ``"feasible_not_stationary"``: every bound met, the stationarity measure still above the
   engine's tolerance (more epochs may lower the loss; the bounds hold already);
 - ``"infeasible"``: some bound not met on the training rows;
+- ``"degenerate"``: every bound met, by a model that predicts the same for every training row (one
+  class, or one value: :func:`fairopt.evaluation.constant_predictions`); a rate bound is met trivially
+  by such a model (``0 / 0`` rates), so the fit is no answer however its engine ended;
 - ``"diverged"`` and ``"stopped_by_callback"``: the engine's own words for a run that did not
   end normally.
 """
@@ -75,7 +78,8 @@ def tolerance_of(tol: float | Mapping[str, float], name: str) -> float:
     """``tol[name]`` of per-constraint tolerances (:func:`fairopt.evaluation.met_tolerances`), or ``tol``."""
     return float(tol[name]) if isinstance(tol, Mapping) else float(tol)
 #: Values of the estimators' ``status_``.
-STATUSES: tuple[str, ...] = ("converged", "feasible_not_stationary", "infeasible", "diverged", "stopped_by_callback")
+STATUSES: tuple[str, ...] = ("converged", "feasible_not_stationary", "infeasible", "degenerate", "diverged",
+                              "stopped_by_callback")
 #: The engines' stationarity measure, by ``method=``, as :attr:`FitResult.stationarity` reports it.
 _STATIONARITY = {"sqp": "KKT residual", "penalty": "largest gradient entry of the penalised loss",
                  "lagrangian": "largest gradient entry of the Lagrangian"}
@@ -170,12 +174,13 @@ def label_of(constraint: Any) -> str:
 
 
 def fit_status(result: FitResult, method: str, violations: Mapping[str, float], tol: float | Mapping[str, float],
-               bounds: Sequence[BoundStatus] = ()) -> tuple[str, str]:
+               bounds: Sequence[BoundStatus] = (), constant: str | None = None) -> tuple[str, str]:
     """``(status, message)`` of a finished fit (module docstring for the statuses).
 
     ``violations``: the exact training violation of every constraint (by name); ``tol``: the
     largest one that counts as met (one number, or one per name, :func:`met_tolerance`); ``bounds``:
-    their measures on the training rows, quoted in the message.
+    their measures on the training rows, quoted in the message; ``constant``: why the model predicts
+    the same for every training row (:func:`fairopt.evaluation.constant_predictions`), None if it does not.
     """
     unmet = [name for name, v in violations.items() if v > tolerance_of(tol, name)]
     shown = {b.name: str(b) for b in bounds}
@@ -194,6 +199,11 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
                       else "a callback stopped training")
     elif unmet:
         status, stationary = "infeasible", ""
+    elif constant is not None:
+        status, stationary = "degenerate", ""
+        bounds_text = (f"the model is constant on the training rows ({constant}), which meets a rate bound "
+                       "trivially; it is no answer to the task (see the DegenerateModelWarning). "
+                       + bounds_text[0].upper() + bounds_text[1:])
     else:
         status = "converged" if result.converged else "feasible_not_stationary"
         if measure is None or value is None:

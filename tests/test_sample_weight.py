@@ -480,6 +480,12 @@ def test_fair_classifier_meets_the_weighted_disparate_impact_bound():
     clf = fits["weighted"]
     # the weighted score is scikit-learn's
     assert clf.score(X, y, sample_weight=w) == pytest.approx(np.average(clf.predict(X) == y, weights=w))
+    # evaluate with the weights states the bound as the fit met it; without them, the plain rates
+    bounds = clf.evaluate(X, y, sensitive_features={"s": s}, sample_weight=w)["bounds"]["disparate_impact[s]"]
+    assert bounds["met"] and bounds["value"] == pytest.approx(ratio(positive, w), abs=1e-6)
+    plain_value = clf.evaluate(X, y, sensitive_features={"s": s})["bounds"]["disparate_impact[s]"]["value"]
+    assert plain_value == pytest.approx(ratio(positive, np.ones(n)), abs=1e-6)
+    assert clf.check_generalisation(X, y, sensitive_features={"s": s}, sample_weight=w)["gap"].abs().max() <= 1e-6
 
 
 @pytest.mark.parametrize("method, options", [
