@@ -81,18 +81,23 @@ def warn_reordered_index(X: Any, **others: Any) -> None:
     """A :class:`~fairopt.exceptions.FairnessWarning` for each pandas argument of ``others`` (e.g.
     ``sensitive_features``, ``y``) whose index holds the labels of the DataFrame ``X``'s index in another
     order. Rows are paired by position, as scikit-learn pairs them; a reordered index (``s.sample(frac=1)``,
-    a ``sort_values``) then pairs each row with another row's values without an error."""
-    if not isinstance(X, pd.DataFrame):
-        return
+    a ``sort_values``) then pairs each row with another row's values without an error. Where ``X`` has no
+    index (an array, as a ColumnTransformer inside a Pipeline hands on), a pandas ``y`` is the reference."""
+    reference, called = X, "X"
+    if not isinstance(X, pd.DataFrame):  # e.g. a ColumnTransformer's array inside a Pipeline: y keeps its index
+        reference, called = others.get("y"), "y"
+        others = {name: value for name, value in others.items() if name != "y"}
+        if not isinstance(reference, (pd.Series, pd.DataFrame)):
+            return
     for name, value in others.items():
         index = getattr(value, "index", None)
-        if (not isinstance(value, (pd.Series, pd.DataFrame)) or len(index) != len(X.index)
-                or index.equals(X.index) or not index.is_unique or not X.index.is_unique
-                or not index.sort_values().equals(X.index.sort_values())):
+        if (not isinstance(value, (pd.Series, pd.DataFrame)) or len(index) != len(reference.index)
+                or index.equals(reference.index) or not index.is_unique or not reference.index.is_unique
+                or not index.sort_values().equals(reference.index.sort_values())):
             continue
-        warn_at_caller(f"{name}: its index holds the labels of X's index in another order; rows are paired by "
-                       f"position, not by index label (as in scikit-learn), so row i of X gets row i of {name}. "
-                       f"Align them first ({name}.loc[X.index]) if the index is what pairs them")
+        warn_at_caller(f"{name}: its index holds the labels of {called}'s index in another order; rows are paired "
+                       f"by position, not by index label (as in scikit-learn), so row i of {called} gets row i of "
+                       f"{name}. Align them first ({name}.loc[{called}.index]) if the index is what pairs them")
 
 
 def _is_named(sensitive_features: Any) -> bool:

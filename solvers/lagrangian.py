@@ -31,8 +31,8 @@ from solvers.losses import LossFn, check_targets, get_loss
 from solvers.outcome import BestIterate, warn_unmet
 from solvers.output_shift import RescueInputs, shift_output
 from solvers.penalty import FirstOrderTrainer
-from solvers.problem import (Constraint, as_constraint_set, check_dataset, exact_rows, row_violations,
-                             trainable_parameters)
+from solvers.problem import (Constraint, as_constraint_set, changes_in_eval_mode, check_dataset, eval_mode,
+                             exact_rows, row_violations, trainable_parameters)
 from solvers.validation import check_choice, positive_float
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]
@@ -193,8 +193,8 @@ class LagrangianDual(FirstOrderTrainer):
         params = trainable_parameters(model)
         tracker = BestIterate(self._lower, self._upper, self.feasibility_tol)
 
-        def offer(iteration: int) -> None:  # every epoch end: objective and exact rows on all rows
-            with torch.no_grad():
+        def offer(iteration: int) -> None:  # every epoch end: objective and exact rows on all rows, as it predicts
+            with torch.no_grad(), eval_mode(model):
                 out = self._forward(model, data)
                 tracker.offer(params, float(loss_fn(out, data)), cons.exact(out, data).reshape(-1), iteration)
 
@@ -213,6 +213,8 @@ class LagrangianDual(FirstOrderTrainer):
             final_violation = chosen.violation
             feasible = tracker.feasible(chosen.row_violations)
         converged = status != "diverged" and stationarity <= self.tol and feasible
+        if changes_in_eval_mode(model):  # returned in the mode its exact rows were measured in
+            model.eval()
         unmet = warn_unmet("LagrangianDual", exact, self._lower, self._upper, cons.row_names, self.feasibility_tol)
         return FitResult(model=model, history=history, status=status, converged=converged,
                          info={"multipliers": self.multipliers_.tolist(), "row_names": cons.row_names,

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from solvers.problem import assign_parameters, flat_parameters, model_outputs, row_chunks, row_violations
+from solvers.problem import assign_parameters, eval_mode, flat_parameters, model_outputs, row_chunks, row_violations
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
            "NEAR_CONSTANT_SHARE", "NEAR_CONSTANT_Z", "NearConstantWarning", "NoProgressWarning", "RISE_TOLERANCE",
@@ -308,7 +308,7 @@ def training_accuracy(model: torch.nn.Module, data: Any, chunk_rows: int | None 
     """Unweighted accuracy of ``out > 0`` against ``y > 0.5`` on all rows, and ``max(mean y, 1 - mean y)``."""
     n = len(data)
     hits = positives = 0.0
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(model):
         for chunk in row_chunks(data, chunk_rows):
             y = chunk.y.reshape(-1) > 0.5
             hits += float(((model_outputs(model, chunk).reshape(-1) > 0) == y).sum())

@@ -42,7 +42,7 @@ import torch
 from solvers.contract import cost_on_all_rows, smooth_is_exact
 from solvers.losses import loss_name
 from solvers.outcome import BestIterate, near_constant
-from solvers.problem import model_outputs
+from solvers.problem import eval_mode, model_outputs
 
 __all__ = ["BISECTIONS", "PROBE_ROWS", "SHIFT_BUDGET", "RescueInputs", "ScoredFit", "no_higher_loss", "output_bias",
            "shift_output", "threshold_search"]
@@ -162,7 +162,7 @@ def shift_output(problem: ScoredFit, tracker: BestIterate, iteration: int, in_me
     if (not in_memory or best is None or not cons.n_rows or not tracker.feasible(best.row_violations)
             or loss_name(problem.loss_fn) != "bce" or smooth_is_exact(cons) or cost_on_all_rows(cons) != "linear"):
         return False
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(problem.model):
         out = model_outputs(problem.model, data).detach().to(torch.float64)
         y = data.y.reshape(-1) > 0.5
         a0 = float(((out > 0) == y).double().mean())

@@ -42,6 +42,7 @@ __all__ = [
     "exact_rows",
     "model_outputs",
     "eval_mode",
+    "changes_in_eval_mode",
     "row_outputs",
     "row_weights",
     "weight_total",
@@ -150,6 +151,19 @@ def eval_mode(model: Any) -> Iterator[None]:
     finally:
         if training:
             model.train()
+
+
+def changes_in_eval_mode(model: Any) -> bool:
+    """Whether a ``torch.nn.Module`` holds a layer whose outputs differ between training and eval mode:
+    dropout (random masks in training) or a normalisation with running statistics (batch norm: the
+    batch's statistics in training). The engines step such a model in training mode and measure the
+    model they return (its exact rows, objective and accuracy on all rows) in eval mode, the mode it
+    predicts in."""
+    if not isinstance(model, torch.nn.Module):
+        return False
+    kinds = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)
+    return any(isinstance(module, kinds) and (not isinstance(module, torch.nn.modules.batchnorm._NormBase)
+                                              or module.track_running_stats) for module in model.modules())
 
 
 def model_outputs(model: Any, batch: Any) -> torch.Tensor:

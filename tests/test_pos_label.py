@@ -196,6 +196,28 @@ def test_group_report_uses_the_fitted_positive_class(loans, approved):
         assert abs(rate - np.mean(pred[S["sex"].to_numpy() == group] == "approved")) < 1e-12
 
 
+def test_group_report_of_a_pipeline_or_a_search_uses_its_fairclassifiers_positive_class(loans):
+    """A Pipeline's classes_[1] is 'rejected'; its last step's bounds counted 'approved'."""
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y, S = loans
+    clf = FairClassifier(("disparate_impact", "sex", DELTA), epochs=30, pos_label="approved")
+    pipe = make_pipeline(StandardScaler(), clf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe.fit(X, y, fairclassifier__sensitive_features=S)
+        search = GridSearchCV(make_pipeline(StandardScaler(), clf), {"fairclassifier__alpha": [1e-3]}, cv=2)
+        search.fit(X, y, fairclassifier__sensitive_features=S)
+    assert pipe.classes_[1] == "rejected"
+    for fitted in (pipe, search):
+        report = fairopt.group_report(fitted, X, y, sensitive_features=S["sex"], n_bootstrap=0)
+        pred = fitted.predict(X)
+        for group, rate in report.by_group["selection_rate"].items():
+            assert abs(rate - np.mean(pred[S["sex"].to_numpy() == group] == "approved")) < 1e-12
+
+
 def test_classifier_parameters_are_the_regressors_plus_pos_label():
     """FairClassifier's signature (which scikit-learn reads) is the shared one plus pos_label."""
     assert sorted(FairClassifier._get_param_names()) == sorted([*FairRegressor._get_param_names(), "pos_label"])

@@ -258,6 +258,23 @@ def test_a_sensitive_series_in_another_row_order_than_x_is_warned(frame):
         model.evaluate(X, frame["income"].sort_index(), sensitive_features=s)
 
 
+def test_inside_a_pipeline_a_reordered_sensitive_series_is_checked_against_y(frame):
+    """A ColumnTransformer hands the estimator an array without X's index; y keeps it, so a sensitive
+    Series in another row order than y is still warned."""
+    from sklearn.compose import make_column_transformer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    pipe = make_pipeline(make_column_transformer((StandardScaler(), FEATURES)), FairClassifier(SPEC, epochs=2))
+    shuffled = frame["sex"].sample(frac=1, random_state=1)
+    with pytest.warns(fairopt.exceptions.FairnessWarning, match="labels of y's index in another order"):
+        pipe.fit(frame, frame["income"], fairclassifier__sensitive_features=shuffled)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pipe.fit(frame, frame["income"], fairclassifier__sensitive_features=frame["sex"])
+    assert not [w for w in caught if "paired by position" in str(w.message)]
+
+
 def test_a_category_column_of_integer_codes_is_read_as_groups():
     """A pandas ``category`` dtype says the values are group labels, whatever their type: integer codes
     0..3 in a category Series (or a DataFrame or dict column) are four groups, not a continuous

@@ -13,11 +13,11 @@ import torch
 from solvers.distributed import AllReduceDerivatives
 from solvers.history import COLUMN_ACTIVE, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import loss_name
-from solvers.outcome import (BestIterate, constant_meets_bounds, no_better_than_constant, training_accuracy,
+from solvers.outcome import (BestIterate, Candidate, constant_meets_bounds, no_better_than_constant, training_accuracy,
                              warn_if_constant, warn_if_start, warn_if_unstable, warn_unmet)
 from solvers.output_shift import shift_output
-from solvers.problem import assign_parameters, flat_parameters, row_violations
-from solvers.sqp.optimality import final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
+from solvers.problem import assign_parameters, changes_in_eval_mode, flat_parameters, row_violations
+from solvers.sqp.optimality import evaluate_all, final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, integral_push, sqp_step
 
@@ -295,6 +295,21 @@ def polish_last(tracker: BestIterate, evaluated: tuple[float, torch.Tensor | Non
     return limit
 
 
+def measured_in_eval_mode(problem: FitProblem, tracker: BestIterate, chunk_rows: int | None) -> Candidate:
+    """The tracker's best candidate (held by the model) with its objective and exact rows measured on all
+    rows in eval mode (:func:`solvers.problem.changes_in_eval_mode`), the mode the returned model predicts
+    in; the model is left in eval mode. A full batch's candidates were measured by the training steps' own
+    passes, with dropout masks drawn, so a bound met there may be missed by the deterministic model."""
+    best = tracker.best
+    assert best is not None
+    f, c = evaluate_all(problem.model, problem.loss_fn, problem.cons, problem.data, chunk_rows)
+    c = torch.zeros(0, dtype=torch.float64) if c is None else c.reshape(-1).to(torch.float64)
+    viol = row_violations(c, tracker.lower, tracker.upper) if c.numel() else c
+    tracker.best = Candidate(best.params, float(f), c, viol, best.iteration)
+    problem.model.eval()
+    return tracker.best
+
+
 def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, state: SQPState,
            tracker: BestIterate, history: History, status: str, last: int) -> FitResult:
     """Return the best iterate (:class:`solvers.outcome.BestIterate`), measured on all rows.
@@ -328,6 +343,8 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
                  and not isinstance(problem.oracle, AllReduceDerivatives))
     if status != "diverged" and shift_output(problem, tracker, last, in_memory):
         chosen, kkt = tracker.best, None
+    if chosen is not None and changes_in_eval_mode(model) and not isinstance(problem.oracle, AllReduceDerivatives):
+        chosen = measured_in_eval_mode(problem, tracker, options.chunk_rows)
     if kkt is None:
         kkt = final_check(problem, lower - offset, upper - offset, state)
     state.final_kkt, state.final_violation = kkt["stationarity"], kkt["V"]

@@ -26,7 +26,8 @@ from solvers.history import (COLUMN_DRIFT, COLUMN_QP_STATUS, COLUMN_REFRESHED, C
                              History)
 from solvers.losses import LossFn, best_constant_output, check_targets, get_loss, loss_name
 from solvers.outcome import BestIterate, DivergedWarning
-from solvers.problem import Constraint, as_constraint_set, check_dataset, flat_parameters, trainable_parameters
+from solvers.problem import (Constraint, as_constraint_set, check_dataset, eval_mode, flat_parameters,
+                             trainable_parameters)
 from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot, resumed_spreads
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
@@ -310,7 +311,10 @@ class StochasticSQP:
         ----------
         model : torch.nn.Module
             Maps ``data.X`` (n, p) to one output per row, (n,) or (n, 1) (a single-output
-            module such as ``torch.nn.Linear(p, 1)``; squeezed to (n,)).
+            module such as ``torch.nn.Linear(p, 1)``; squeezed to (n,)). A module with dropout or
+            batch norm (:func:`solvers.problem.changes_in_eval_mode`) takes its training steps in
+            training mode; the measurements on all rows that choose and judge the returned model, and
+            the polish, run in eval mode, and it is returned in eval mode.
         data : Dataset
             Training rows (``X``, ``y``, ``__len__``, ``subset``; ``strata`` for balanced
             constraint batches), e.g. a :class:`fairopt.FairData`.
@@ -328,8 +332,11 @@ class StochasticSQP:
             parameters, the learning-rate schedule, the Hessian accumulator ``v``, the
             sampler's random-number generator and the epoch counter continue from it, so
             ``epochs`` more epochs reproduce the corresponding epochs of one longer run
-            (bit for bit on CPU). The model's parameters are not part of it: pass the
-            model as it was at the checkpoint.
+            (bit for bit on CPU). It holds the last iterate (``last_params``), where training
+            continues whatever parameters the model passed in holds (it must have the same
+            trainable parameters), and the best iterate so far, which the resumed run still
+            returns if nothing better comes. It checks the parameter count, the metric and the
+            number of constraint rows, not the data: resuming on other rows is your choice.
 
         Returns
         -------
@@ -557,7 +564,8 @@ class StochasticSQP:
         if limit == 0:
             return 0, status
         self._resolved.tracker = copy.copy(run.tracker)  # the checkpoint keeps the training phase's best iterate
-        with self._polish_metric(p, state) as start:
+        # the polish refines the model that is returned, in the mode it predicts in (no dropout masks)
+        with self._polish_metric(p, state) as start, eval_mode(p.model):
             run.offset, status, polished = polish(p, self, run.offset, start, run.tracker, run.history,
                                                   run.tail, limit)
         return polished, status

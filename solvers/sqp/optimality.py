@@ -11,7 +11,7 @@ import torch
 
 from solvers.derivatives import Derivatives
 from solvers.outcome import BestIterate
-from solvers.problem import model_outputs, row_violations, violation
+from solvers.problem import eval_mode, model_outputs, row_violations, violation
 from solvers.qp import diagonal_qp
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sums import exact_in_chunks
@@ -76,7 +76,16 @@ def evaluate_all(model: torch.nn.Module, loss_fn: Callable, cons: Any, data: Any
                  chunk_rows: int | None = None,
                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[float, torch.Tensor | None]:
     """Objective and exact rows of the current model on all training rows, in chunks of ``chunk_rows``
-    when the constraints allow (:func:`solvers.sums.exact_in_chunks`); ``reduce`` sums over ranks."""
+    when the constraints allow (:func:`solvers.sums.exact_in_chunks`); ``reduce`` sums over ranks. The
+    model runs in eval mode (:func:`solvers.problem.changes_in_eval_mode`): these values judge the model
+    that is returned."""
+    with eval_mode(model):
+        return _evaluate_all(model, loss_fn, cons, data, chunk_rows, reduce)
+
+
+def _evaluate_all(model: torch.nn.Module, loss_fn: Callable, cons: Any, data: Any, chunk_rows: int | None,
+                  reduce: Callable[[torch.Tensor], torch.Tensor] | None) -> tuple[float, torch.Tensor | None]:
+    """:func:`evaluate_all` in the model's current mode."""
     if reduce is not None:
         return exact_in_chunks(model, loss_fn, cons, data, int(chunk_rows or max(len(data), 1)), reduce)
     if chunk_rows is not None and len(data) > chunk_rows:
