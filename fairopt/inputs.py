@@ -23,6 +23,7 @@ from fairopt.data import FairData
 from fairopt.data.assembly import coerce_inputs
 from fairopt.data.frames import short_list
 from fairopt.exceptions import warn_at_caller
+from fairopt.measures.group import python_scalar
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +337,22 @@ def encoded_inputs(X: np.ndarray, preprocessor: Any, names: Any = None) -> np.nd
     return encoded
 
 
+def _refuse_new_groups(name: str, values: np.ndarray, kind: str | None, levels: list) -> None:
+    """ValueError naming the groups of a binary or categorical sensitive column that training did not have:
+    the constraints compare the training groups, and a new group has no row of its own in them."""
+    if kind == "continuous" or not levels:
+        return
+    values = np.asarray(values).reshape(-1)
+    codes = pd.Index(levels).get_indexer(pd.Series(values).to_numpy())
+    if (codes >= 0).all():
+        return
+    new = pd.unique(values[codes < 0])
+    raise ValueError(f"sensitive_features: {name!r} has the group(s) {[python_scalar(v) for v in new[:5]]} "
+                     f"({int((codes < 0).sum())} rows) that training did not have (training groups "
+                     f"{[python_scalar(v) for v in levels]}); the constraints compare the training groups: evaluate "
+                     "the rows of those groups (drop the others), or refit with every group in the training rows")
+
+
 def held_out_rows(X: np.ndarray, target: np.ndarray, columns: dict, *, task: str, names: list, kinds: dict,
                   levels: dict, preprocessor: Any, weights: np.ndarray | None = None) -> Any:
     """A FairData of new rows encoded like the training data (same sensitive features, kinds, groups
@@ -346,6 +363,8 @@ def held_out_rows(X: np.ndarray, target: np.ndarray, columns: dict, *, task: str
     if sorted(columns) != sorted(names):
         raise ValueError(f"sensitive_features: expected the training features {names}, got {sorted(columns)}")
     columns = {name: columns[name] for name in names}
+    for name in names:
+        _refuse_new_groups(name, columns[name], kinds.get(name), list(levels.get(name) or []))
     data = FairData.from_arrays(X, target, columns, task=task, feature_names=list(preprocessor.columns_),
                                 sensitive_kinds=kinds, preprocessor=preprocessor, sample_weight=weights)
     for name in names:

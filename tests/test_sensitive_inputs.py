@@ -301,3 +301,14 @@ def test_a_category_column_of_integer_codes_is_read_as_groups():
     assert ratios[0] == ratios[1] == ratios[2]
     rates = [float((fitted["series"].predict(X)[codes == g]).mean()) for g in range(4)]
     assert ratios[0] == pytest.approx(min(rates) / max(rates), abs=1e-9)  # over all groups, as documented
+
+
+def test_evaluating_rows_of_a_group_training_did_not_have_names_it(frame):
+    """A group absent from training has no row in the constraints: the error names it and its rows
+    (it read "declared 'binary'" for an inferred kind, or "every training group must be present")."""
+    model = _fit(FairClassifier(SPEC, epochs=2), frame[FEATURES], frame["income"], sensitive_features=frame["sex"])
+    other = frame["sex"].where(np.arange(len(frame)) % 7 != 0, "Other")
+    for call in (model.evaluate, model.check_generalisation):
+        with pytest.raises(ValueError, match=r"'sex' has the group\(s\) \['Other'\] \(215 rows\) that training did "
+                                             r"not have \(training groups \['Female', 'Male'\]\)"):
+            call(frame[FEATURES], frame["income"], sensitive_features=other)
