@@ -18,7 +18,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = ["main", "COMMANDS", "USER_ERRORS", "register"]
 
@@ -100,6 +100,21 @@ def _bench(args: argparse.Namespace) -> int | None:
     print("wrote " + ", ".join(str(f) for f in result.files))
 
 
+def _csv_arguments(p: Any) -> None:
+    """How a CSV file writes its numbers (train --data, predict, report)."""
+    p.add_argument("--sep", metavar="CHAR", help="the CSV's column separator (default: ',', or ';' when the header "
+                                                  "has semicolons and no comma; tab for .tsv)")
+    p.add_argument("--decimal", metavar="CHAR", help="the CSV's decimal mark, e.g. ',' for 0,5 (default '.')")
+    p.add_argument("--thousands", metavar="CHAR", help="the CSV's thousands separator, e.g. ',' for 52,300 or '.' "
+                                                       "for 52.300 (default: none)")
+
+
+def _read_options(options: Any) -> dict:
+    """``read_table``'s ``sep``, ``decimal`` and ``thousands`` from parsed flags or a config table."""
+    get = options.get if isinstance(options, dict) else lambda key, default=None: getattr(options, key, default)
+    return {"sep": get("sep"), "decimal": get("decimal") or ".", "thousands": get("thousands")}
+
+
 def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file with the options below as keys (flags override it)")
     source = p.add_argument_group("data", "one of --data (your own file) or --dataset (a built-in data set)")
@@ -124,6 +139,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                      help="a column of row weights (>= 0): weighted loss and weighted group rates; not a model input")
     own.add_argument("--task", choices=["auto", "binary", "regression"],
                      help="default auto: binary for two labels, regression for numbers")
+    _csv_arguments(own)
     p.add_argument("--constraint", action="append", metavar="SPEC",
                    help="constraint spec (repeatable): 'di:sex>=0.8', 'eodds:sex>=0.8', 'dp:sex<=0.05', "
                         "'disparate_impact:sex:0.8'")
@@ -162,7 +178,8 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: Options of ``train --data`` that the built-in ``--dataset`` mode does not take, and back.
-_OWN_DATA_ONLY = ("target", "positive", "sensitive", "include_sensitive", "ignore", "weights", "task")
+_OWN_DATA_ONLY = ("target", "positive", "sensitive", "include_sensitive", "ignore", "weights", "task", "sep",
+                  "decimal", "thousands")
 _DATASET_ONLY = ("data_dir", "options")
 #: Options of the estimators' training that the engine runner (:func:`fairopt.experiments.run_train`: the
 #: ``--penalty`` terms of :mod:`fairopt.penalties`, a Poisson data set) does not take.
@@ -172,7 +189,8 @@ _NOT_OPTIONS = ("config", "command", "verbose", "quiet", "argv")
 _TABLE_KEYS = frozenset({"data", "dataset", "data_dir", "options", "subsample", "target", "positive", "sensitive",
                          "include_sensitive", "ignore", "weights", "task", "constraint", "penalty", "method", "model", "hidden",
                          "epochs", "iterations", "lr", "batch_size", "weight", "optimizer", "dual_lr", "dual_update",
-                         "seed", "test_size", "alpha", "margin", "validation_fraction", "confidence"})
+                         "seed", "test_size", "alpha", "margin", "validation_fraction", "confidence", "sep", "decimal",
+                         "thousands"})
 
 
 @register("train", "train one model on your own CSV/parquet file (--data) or a built-in data set (--dataset); "
@@ -286,7 +304,7 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
                   engine_params=engine, progress=not args.quiet, command=tabular.command_line(args.argv))
     if "data" in options:
         path = Path(options["data"])
-        frame = tabular.read_table(path)
+        frame = tabular.read_table(path, **_read_options(options))
         frame = _subsample(frame, options.get("subsample"))
         trained = tabular.train_table(
             frame, target=_required(options, "target"), sensitive=_list(options.get("sensitive")),
@@ -394,6 +412,7 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id-column", dest="id_column", metavar="COL", help="a column of --data copied to the output")
     p.add_argument("--strict-columns", dest="strict_columns", action="store_true",
                    help="refuse columns the model does not use (default: ignore them, logged)")
+    _csv_arguments(p)
 
 
 def _model_and_rows(args: argparse.Namespace) -> tuple:
@@ -403,7 +422,7 @@ def _model_and_rows(args: argparse.Namespace) -> tuple:
 
     table = tabular.load_table_model(args.model)
     path = Path(args.data)
-    return table, path, tabular.read_table(path, text_columns=table.text_columns)
+    return table, path, tabular.read_table(path, text_columns=table.text_columns, **_read_options(args))
 
 
 @register("predict", "predict the rows of a CSV/parquet file with a model from fairopt train --data",
@@ -441,6 +460,7 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
                    help="bootstrap replicates of the confidence intervals (0: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     p.add_argument("--out", metavar="FILE", help="also write the report to this markdown file")
+    _csv_arguments(p)
 
 
 @register("report", "per-group report (markdown) of a model from fairopt train --data on a CSV/parquet file",
@@ -466,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (help_text, add_arguments, _) in COMMANDS.items():
         parser.command_parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(parser.command_parsers[name])
+        # after the command too (fairopt predict ... -v), as the guides write it; unset unless given there
+        parser.command_parsers[name].add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                                                  help="more logging (-v info, -vv debug)")
     return parser
 
 

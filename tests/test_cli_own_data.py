@@ -462,3 +462,34 @@ def test_a_validation_part_with_levels_missing_from_the_model_rows_trains_and_re
     assert f"-> {n_inputs} model inputs |" in (out / "report.md").read_text()
     train = json.loads((out / "metrics.json").read_text())["train"]
     assert 0.5 < train["accuracy"] <= 1.0 and train["n"] == 320
+
+
+def test_a_spreadsheets_csv_is_read_with_its_separator_and_number_format(tmp_path, capsys, caplog):
+    """A CSV with semicolons, decimal commas and thousands points: the separator is found from the header,
+    --decimal / --thousands read the numbers; without them, text that holds numbers or dates is warned
+    rather than silently one-hot encoded. -v works after the command too."""
+    frame = loans(300, seed=5)
+    income = frame["income"].str.replace("_", "").astype(int)
+    frame["income"] = [f"{v:,}".replace(",", ".") for v in income]  # 52.300
+    frame["ratio"] = [f"{v:.3f}".replace(".", ",") for v in np.linspace(0.1, 0.9, len(frame))]  # 0,345
+    frame["since"] = [f"2023-{1 + i % 12:02d}-{1 + i % 28:02d}" for i in range(len(frame))]
+    frame.to_csv(tmp_path / "eu.csv", sep=";", index=False)
+    base = ["train", "--data", str(tmp_path / "eu.csv"), *COMMON, "--epochs", "20"]
+    with caplog.at_level(logging.WARNING, logger="fairopt"):
+        assert main([*base, "--out", str(tmp_path / "plain")]) == 0
+    assert "column 'ratio' holds numbers written with" in caplog.text and "'0,100'" in caplog.text
+    assert "column 'since' holds dates (e.g. '2023-01-01')" in caplog.text and "--ignore since" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fairopt"):
+        assert main([*base, "--decimal", ",", "--thousands", ".", "--ignore", "since",
+                     "--out", str(tmp_path / "read")]) == 0
+    assert "holds numbers written with" not in caplog.text
+    saved = fairopt.load(tmp_path / "read" / "model.fairopt")
+    assert {"income", "ratio"} <= set(saved.preprocessor.numeric_)
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="fairopt"):
+        assert main(["predict", str(tmp_path / "read"), "--data", str(tmp_path / "eu.csv"), "--decimal", ",",
+                     "--thousands", ".", "--out", str(tmp_path / "p.csv"), "-v"]) == 0
+    assert "the header holds semicolons" in caplog.text
+    assert len(pd.read_csv(tmp_path / "p.csv")) == len(frame)

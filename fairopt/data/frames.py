@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 import numbers
+import re
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["short_list", "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
+__all__ = ["text_column_looks_like", "short_list", "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
            "require_finite_columns", "unique_levels", "level_codes", "as_number", "is_text_dtype",
            "coerce_numeric_columns"]
 
@@ -160,6 +161,29 @@ def _numeric_version(series: pd.Series) -> pd.Series | None:
     mask = series.notna().to_numpy()
     converted[mask] = [mapping[v] for v in present.to_numpy(dtype=object)]
     return pd.Series(converted, index=series.index, name=series.name)
+
+
+#: A number written with a currency sign, thousands separators, a decimal comma or a percent sign
+#: (``"$2,174"``, ``"52.300"``, ``"0,345"``, ``"12 %"``), which :func:`as_number` does not read.
+_FORMATTED_NUMBER = re.compile(r"^\s*[-+(]?\s*[$€£¥]?\s*[-+]?\d[\d.,' ]*\s*%?\s*[$€£¥]?\)?\s*$")
+#: A calendar date (``2021-03-04``, ``04/03/2021``, ``4.3.21``), optionally with a time.
+_DATE = re.compile(r"^\s*\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}([ T]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?)?\s*$")
+
+
+def text_column_looks_like(series: pd.Series) -> tuple[str, Any] | None:
+    """``("numbers", example)`` when every present value of a text column is a number written with a
+    currency sign, thousands separators, a decimal comma or a percent sign (one that :func:`as_number`
+    does not read, so the column would be one-hot encoded), ``("dates", example)`` when every one is a
+    calendar date, else None."""
+    values = [v for v in pd.unique(series[series.notna()].to_numpy(dtype=object)) if isinstance(v, str)]
+    if not values:
+        return None
+    unread = [v for v in values if as_number(v) is None]
+    if unread and all(_DATE.match(v) for v in values):
+        return "dates", unread[0]
+    if unread and all(_FORMATTED_NUMBER.match(v) for v in values):
+        return "numbers", unread[0]
+    return None
 
 
 def coerce_numeric_columns(

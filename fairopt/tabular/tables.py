@@ -48,11 +48,15 @@ def _file_kind(path: Path) -> str:
     raise ValueError(f"{path}: unknown file type {last or '(no suffix)'!r}; expected .csv, .tsv or .parquet")
 
 
-def read_table(path: str | Path, *, text_columns: Sequence[str] = (), flag: str = "--data") -> pd.DataFrame:
+def read_table(path: str | Path, *, text_columns: Sequence[str] = (), flag: str = "--data", sep: str | None = None,
+               decimal: str = ".", thousands: str | None = None) -> pd.DataFrame:
     """The rows of a CSV (``.csv``, ``.tsv``, optionally compressed) or parquet file.
 
     ``text_columns`` are read as text from a CSV (a categorical column whose levels look
-    like numbers, e.g. ``"007"``, keeps them). Errors name ``flag`` and the file.
+    like numbers, e.g. ``"007"``, keeps them). ``sep`` (default: tab for ``.tsv``, else ``,``, or
+    ``;`` when the header holds semicolons and no comma: a spreadsheet's CSV in a locale with a decimal
+    comma), ``decimal`` and ``thousands`` are pandas' (``--sep``, ``--decimal``, ``--thousands``:
+    ``--decimal , --thousands .`` reads ``1.234,5`` as 1234.5). Errors name ``flag`` and the file.
     """
     path = Path(path)
     if not path.exists():
@@ -71,10 +75,10 @@ def read_table(path: str | Path, *, text_columns: Sequence[str] = (), flag: str 
                 raise ImportError(f"{flag}: reading {path.name} needs pyarrow (pip install pyarrow), or give a "
                                   "CSV file") from None
         else:
-            sep = "\t" if kind == "tsv" else ","
+            sep = sep or _sniffed_separator(path, "\t" if kind == "tsv" else ",")
             header = pd.read_csv(path, sep=sep, nrows=0).columns
             dtype = {c: str for c in text_columns if c in header}
-            frame = pd.read_csv(path, sep=sep, dtype=dtype or None)
+            frame = pd.read_csv(path, sep=sep, dtype=dtype or None, decimal=decimal, thousands=thousands)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{flag}: cannot read {str(path)!r} as {kind}: {first}") from None
@@ -86,6 +90,18 @@ def read_table(path: str | Path, *, text_columns: Sequence[str] = (), flag: str 
         raise ValueError(f"{flag}: {str(path)!r} has duplicate column names {short_list(duplicated)}")
     logger.info("read %s: %d rows, %d columns", path, len(frame), frame.shape[1])
     return frame
+
+
+def _sniffed_separator(path: Path, default: str) -> str:
+    """``;`` where the header of a comma-separated file holds semicolons and no comma (one column named
+    ``a;b;c`` otherwise), else ``default``; logged."""
+    if default != ",":
+        return default
+    header = pd.read_csv(path, sep=default, nrows=0).columns
+    if len(header) == 1 and ";" in str(header[0]):
+        logger.info("%s: the header holds semicolons and no comma: read with --sep ';'", path.name)
+        return ";"
+    return default
 
 
 def require_columns(frame: pd.DataFrame, names: Sequence[str], flag: str, source: str) -> None:

@@ -17,7 +17,7 @@ import pandas as pd
 from fairopt.constraints.base import set_up_on_other_rows
 from fairopt.data import FairData, Preprocessor, coerce_numeric_columns
 from fairopt.data.encoding import positive_class, sorted_labels
-from fairopt.data.frames import as_number, is_text_dtype, short_list
+from fairopt.data.frames import as_number, is_text_dtype, short_list, text_column_looks_like
 from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.evaluation import evaluate, met_tolerances
 from fairopt.inputs import constraint_sensitive_names
@@ -320,7 +320,17 @@ def _numeric_frame(frame: pd.DataFrame, target: str, features: list[str], task: 
     work, converted = coerce_numeric_columns(work, features)
     for column in [c for c in _text_levels(frame, features) if c not in converted]:
         levels = frame[column].nunique()
-        if levels > max(50, len(frame) // 2):
+        looks = text_column_looks_like(frame[column])
+        if looks is not None and looks[0] == "numbers":
+            logger.warning("column %r holds numbers written with a currency sign, separators or a percent sign "
+                           "(e.g. %r), read as text: one-hot encoded with %d levels. Write them as plain numbers, "
+                           "or read the file with --thousands , (52,300) or --decimal , (0,5)", column, looks[1],
+                           levels)
+        elif looks is not None:
+            logger.warning("column %r holds dates (e.g. %r), read as text: one-hot encoded with %d levels. Leave it "
+                           "out with --ignore %s, or turn it into a number (e.g. days since a start) first", column,
+                           looks[1], levels, shlex.quote(str(column)))
+        elif levels > max(50, len(frame) // 2):
             logger.warning("column %r has %d distinct text values in %d rows: one-hot encoding gives as many "
                            "inputs; if it is an identifier, leave it out with --ignore %s", column, levels,
                            len(frame), shlex.quote(str(column)))
