@@ -10,6 +10,7 @@ form                                           meaning
 ``("gedi", "age", 0.2, {"relative": True})``   the same with further constructor arguments
 ``"disparate_impact:sex:0.8"``                 the text form (CLI, TOML)
 ``"equal_opportunity:sex>=0.8"``               ``>=`` sets ``delta`` (a ratio), ``<=`` ``bound``
+``"di[pairwise]:race>=0.8"``                   a rate kind's ``groups`` (``gedi[labels]``: ``target``)
 ``{"kind": "dcov", "sensitive": [...], ...}``  a table of constructor arguments
 a constraint object                            used as it is (the estimators copy it first)
 =============================================  =================================================
@@ -214,7 +215,9 @@ def _plain(value: Any, key: str) -> Any:
 
 # ----------------------------------------------------------------------------- text and table forms
 #: kind -> the constructor argument a bracket after the kind sets (``gedi[labels]:age:0.05``)
-_KIND_OPTIONS = {"gedi": "target"}
+_KIND_OPTIONS = {"gedi": "target", **{kind: "groups" for kind in (
+    "disparate_impact", "equal_impact", "demographic_parity", "equal_opportunity", "false_positive_parity",
+    "equalized_odds")}}
 _ALIASES = {"di": "disparate_impact", "ei": "equal_impact", "dp": "demographic_parity", "eo": "equal_opportunity",
             "fpr": "false_positive_parity", "eodds": "equalized_odds"}
 #: constraint kind -> name of its bound argument (the default one for the kinds of
@@ -339,7 +342,7 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
     if bracket:
         if kind not in _KIND_OPTIONS or not option.endswith("]") or not option[:-1].strip():
             raise ValueError(f"spec: 'kind[option]' is only {sorted(f'{k}[...]' for k in _KIND_OPTIONS)} (e.g. "
-                             f"'gedi[labels]:age:0.05'), got {parts[0]!r} in {spec!r}")
+                             f"'gedi[labels]:age:0.05', 'di[pairwise]:race>=0.8'), got {parts[0]!r} in {spec!r}")
         extra[_KIND_OPTIONS[kind]] = option[:-1].strip()
     op = next((op for op in _COMPARISONS if op in parts[1]), None)
     if op is not None:
@@ -347,6 +350,9 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
             raise ValueError(f"spec: expected 'kind:sensitive{op}value' (no third part), got {spec!r}")
         names, value = parts[1].split(op, 1)
         arg = _COMPARISONS[op]
+        if kind == "demographic_parity" and op == ">=":
+            raise ValueError(f"spec: demographic parity bounds a difference of rates ('<='); a ratio of positive "
+                             f"rates is disparate impact: write {spec.replace(parts[0].strip(), 'di', 1)!r}")
         if arg not in _bound_args(kind):
             raise ValueError(f"spec: {kind!r} takes {' or '.join(repr(a) for a in _bound_args(kind))}; "
                              f"'{op}' sets {arg!r} ('>=' a ratio delta, '<=' a difference bound), in {spec!r}")

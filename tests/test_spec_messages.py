@@ -54,3 +54,16 @@ def test_a_fairlearn_constraint_object_names_the_kind_meant():
         resolve_constraints(ratio_bound)  # alone, not in a list: the same advice
     with pytest.raises(ValueError, match="fairlearn's DemographicParity is fairopt's kind 'demographic_parity'"):
         resolve_constraints([("DemographicParity", "sex", 0.05)])
+
+
+def test_a_rate_kinds_groups_in_brackets_and_a_ratio_asked_of_demographic_parity():
+    from fairopt.specs import build_constraint
+
+    pairwise = build_constraint("di[pairwise]:race>=0.8")
+    assert (pairwise.groups, pairwise.delta) == ("pairwise", 0.8)
+    assert build_constraint("dp[marginal]:sex,race<=0.1").groups == "marginal"
+    assert build_constraint("eodds[pairwise]:race<=0.05").groups == "pairwise"
+    with pytest.raises(ValueError, match="groups: expected one of"):
+        build_constraint("di[each]:race>=0.8")
+    with pytest.raises(ValueError, match="a ratio of positive rates is disparate impact: write 'di:sex>=0.8'"):
+        build_constraint("dp:sex>=0.8")
