@@ -183,6 +183,7 @@ def test_compas_propublica_filter(shared_data):
     assert data.feature_columns == ["sex", "age", "c_charge_degree", "priors_count"]  # race: no input
     ungrouped, _ = datasets.load_frame("compas", data_dir=shared_data, group_race=False)
     assert ungrouped["race"].nunique() == 6
+    assert "is_recid" not in ungrouped.columns  # the target's source: it only filters the rows
     full = datasets.load("compas", data_dir=shared_data, sensitive=["sex", "race", "age"])
     assert full.sensitive_kinds == {"sex": "binary", "race": "categorical", "age": "continuous"}
     assert full.n_cells == 8 and int(full.sensitive["sex"].sum()) == 4_997  # Male = 1
