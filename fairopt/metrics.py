@@ -30,9 +30,11 @@ metadata routing, so a search passes each fold's slice::
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 import sklearn
 from sklearn.metrics import make_scorer as sklearn_make_scorer
 from sklearn.metrics._scorer import _Scorer
@@ -231,12 +233,14 @@ def fairness_score(y_true: Any, y_pred: Any, *, measure: str, sensitive_features
     return function(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label)
 
 
-def fitted_pos_label(estimator: Any) -> Any:
+def fitted_pos_label(estimator: Any, depth: int = 0) -> Any:
     """The positive class a fitted classifier counted (``pos_label_`` of a :class:`fairopt.FairClassifier`, also
-    as the last step of a Pipeline), or None."""
-    while hasattr(estimator, "steps"):  # a Pipeline: its last step predicts
-        estimator = estimator.steps[-1][1]
-    return getattr(estimator, "pos_label_", None)
+    as the last step of a Pipeline or the best estimator of a search, nested), or None: a Pipeline's own
+    ``classes_[1]`` is not the class its FairClassifier's bounds counted."""
+    if hasattr(estimator, "pos_label_") or depth > 8:
+        return getattr(estimator, "pos_label_", None)
+    inner = estimator.steps[-1][1] if hasattr(estimator, "steps") else getattr(estimator, "best_estimator_", None)
+    return None if inner is None or inner is estimator else fitted_pos_label(inner, depth + 1)
 
 
 class _FairnessScorer(_Scorer):
@@ -251,10 +255,29 @@ class _FairnessScorer(_Scorer):
         named = kwargs.get("sensitive_features")
         if names_columns_of_x(named, X):  # column names of X, as fit takes them: their values in these rows
             kwargs["sensitive_features"] = columns_of_x([named] if isinstance(named, str) else list(named), X)
+        chosen = getattr(self, "_sensitive", None)
+        if chosen is not None:
+            kwargs["sensitive_features"] = _chosen_columns(kwargs.get("sensitive_features"), chosen, X)
         return super()._score(method_caller, estimator, X, y_true, **kwargs)
 
 
-def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool | None = None, **kwargs: Any) -> Any:
+def _chosen_columns(given: Any, names: list[str], X: Any) -> Any:
+    """The columns ``names`` of the routed sensitive features (a DataFrame or a dict), or of a DataFrame ``X``
+    when none were routed; ValueError naming what is there otherwise."""
+    if isinstance(given, pd.DataFrame) and all(n in given.columns for n in names):
+        return given[names]
+    if isinstance(given, Mapping) and all(n in given for n in names):
+        return {n: given[n] for n in names}
+    if given is None and names_columns_of_x(names, X):
+        return columns_of_x(names, X)
+    there = (list(given.columns) if isinstance(given, pd.DataFrame) else list(given) if isinstance(given, Mapping)
+             else type(given).__name__)
+    raise ValueError(f"sensitive: the scorer measures {names}, but the sensitive features it was given hold {there} "
+                     "(route a DataFrame or dict with those columns, or leave sensitive None)")
+
+
+def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool | None = None,
+                sensitive: str | list[str] | None = None, **kwargs: Any) -> Any:
     """A scikit-learn scorer of a fairness measure that receives ``sensitive_features`` through
     metadata routing.
 
@@ -270,6 +293,11 @@ def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool 
     greater_is_better : bool, optional
         Default: True for the ratios, False for the differences (scikit-learn then reports
         ``-difference``).
+    sensitive : str or list of str, optional
+        The column(s) of the routed sensitive features to measure over. Default: all of them, whose
+        intersections are the groups; a fit that bounds race and sex separately routes both, and a search
+        should score race alone with ``sensitive="race"`` (the intersections' rates are other, smaller
+        groups).
     **kwargs
         Passed to the measure, e.g. ``pos_label``. Without ``pos_label`` the scorer counts the positive class
         of the classifier it scores (``pos_label_`` of a fitted :class:`fairopt.FairClassifier`, also at the
@@ -300,6 +328,7 @@ def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool 
                                 **extra, **kwargs)
     scorer = _FairnessScorer.__new__(_FairnessScorer)  # the same state; the subclass only adds the estimator's class
     scorer.__dict__.update(plain.__dict__)
+    scorer._sensitive = None if sensitive is None else ([sensitive] if isinstance(sensitive, str) else list(sensitive))
     # set_score_request needs routing enabled when it is called; the request is kept on the
     # scorer and used by every search that runs with routing enabled
     with sklearn.config_context(enable_metadata_routing=True):

@@ -214,3 +214,25 @@ def test_a_scorer_reads_sensitive_columns_named_like_fit_takes_them():
     for fold, (train, test) in enumerate(cv.split(X)):
         pred = LogisticRegression().fit(X[train], y[train]).predict(X[test])
         assert scores["test_di"][fold] == pytest.approx(brute("disparate_impact", y[test], pred, s[test]), abs=1e-12)
+
+
+def test_a_scorer_measures_the_columns_it_names_of_the_routed_features():
+    """A fit bounding two attributes routes both; ``sensitive="a"`` scores over a's groups (not the
+    intersections), checked by brute force on each fold; a name that is not routed is an error."""
+    X, y, s = data(900, seed=7)
+    other = np.where(np.arange(len(y)) % 2 == 0, "u", "v")
+    routed = pd.DataFrame({"a": s, "b": other})
+    cv = KFold(3)
+    with sklearn.config_context(enable_metadata_routing=True):
+        scoring = {"a": metrics.make_scorer("disparate_impact", sensitive="a"),
+                   "both": metrics.make_scorer("disparate_impact")}
+        scores = cross_validate(LogisticRegression(), X, y, cv=cv, scoring=scoring,
+                                params={"sensitive_features": routed}, error_score="raise")
+        with pytest.raises(ValueError, match=r"measures \['c'\], but the sensitive features it was given hold"):
+            metrics.make_scorer("disparate_impact", sensitive="c")(LogisticRegression().fit(X, y), X, y,
+                                                                    sensitive_features=routed)
+    for fold, (train, test) in enumerate(cv.split(X)):
+        pred = LogisticRegression().fit(X[train], y[train]).predict(X[test])
+        cells = np.char.add(s[test].astype(str), other[test])
+        assert scores["test_a"][fold] == pytest.approx(brute("disparate_impact", y[test], pred, s[test]), abs=1e-12)
+        assert scores["test_both"][fold] == pytest.approx(brute("disparate_impact", y[test], pred, cells), abs=1e-12)

@@ -26,6 +26,7 @@ from sklearn.base import is_classifier, is_regressor
 
 from fairopt._validation import column_1d
 from fairopt.measures.group import python_scalar
+from fairopt.metrics import fitted_pos_label
 from fairopt.persistence import SavedModel
 from fairopt.sensitive_groups import row_count
 from solvers.problem import eval_mode
@@ -121,22 +122,6 @@ def _estimator_kind(model: Any) -> str | None:
     except (AttributeError, TypeError):
         kind = getattr(model, "_estimator_type", None)
         return {"classifier": "binary", "regressor": "regression"}.get(kind)
-    return None
-
-
-def _fitted_positive(model: Any, depth: int = 0) -> Any:
-    """The ``pos_label_`` of a fitted FairClassifier, also as the last step of a Pipeline or the best
-    estimator of a search (``_final_estimator``, ``best_estimator_``, nested), None where there is none:
-    a Pipeline's own ``classes_[1]`` is not the class its FairClassifier's bounds counted."""
-    if hasattr(model, "pos_label_") or depth > 8:
-        return getattr(model, "pos_label_", None)
-    for attribute in ("_final_estimator", "best_estimator_"):
-        try:
-            inner = getattr(model, attribute, None)
-        except Exception:  # noqa: BLE001 - a property of an unfitted meta-estimator
-            inner = None
-        if inner is not None and inner is not model and inner != "passthrough":
-            return _fitted_positive(inner, depth + 1)
     return None
 
 
@@ -251,7 +236,7 @@ def model_responses(model: Any, X: Any, y: Any, *, task: str | None = None, thre
         return Responses("regression", pred, target.astype(np.float64), None, source)
     classes = None if torch_model else getattr(model, "classes_", None)
     positive = _positive_label(target, pos_label, classes, torch_model,
-                               None if torch_model else _fitted_positive(model))
+                               None if torch_model else fitted_pos_label(model))
     if torch_model:
         out = _torch_predictions(model, X, n)
         hard = (out > 0) if threshold is None else (1.0 / (1.0 + np.exp(-out)) > threshold)
