@@ -388,3 +388,17 @@ def test_a_disparity_outside_its_own_interval_is_explained():
     X, y, s = synthetic(3000, seed=1)
     assert "lies outside its percentile interval" not in group_report(Fixed(), X, y, s, n_bootstrap=200,
                                                                       seed=0).to_markdown()
+
+
+def test_a_group_without_an_interval_is_drawn_hatched_not_as_an_exact_value():
+    """A group below min_group_size has no bootstrap interval: its bar is hatched and gets no error bar
+    (it had a zero-width one, which reads as an exact value)."""
+    X, y, s = synthetic(400, seed=11)
+    report = group_report(Fixed(), X, y, s, n_bootstrap=50, min_group_size=10_000)
+    ax = Figure().subplots()
+    report.plot(ax=ax)
+    bars = ax.patches[:3]
+    assert all(bar.get_hatch() == "//" for bar in bars)
+    assert not ax.collections  # no error bars at all
+    full = group_report(Fixed(), X, y, s, n_bootstrap=50).plot(ax=Figure().subplots())
+    assert not any(bar.get_hatch() for bar in full.patches) and len(full.collections) == 1

@@ -218,11 +218,18 @@ class GroupReport:
         values = self.by_group[metric].to_numpy(dtype=float)
         low = self.by_group[f"{metric}_low"].to_numpy(dtype=float)
         high = self.by_group[f"{metric}_high"].to_numpy(dtype=float)
-        errors = np.vstack([np.nan_to_num(values - low, nan=0.0), np.nan_to_num(high - values, nan=0.0)])
-        errors = np.clip(errors, 0.0, None)  # a percentile interval may exclude the point value
-        positions = np.arange(len(values))
-        ax.bar(positions, np.nan_to_num(values, nan=0.0), yerr=errors, capsize=4, color="tab:blue", alpha=0.8,
-               label=metric)
+        errors = np.clip(np.vstack([values - low, high - values]), 0.0, None)  # a percentile interval may
+        positions = np.arange(len(values))  # exclude the point value
+        bars = ax.bar(positions, np.nan_to_num(values, nan=0.0), color="tab:blue", alpha=0.8, label=metric)
+        known = np.isfinite(errors).all(axis=0) & np.isfinite(values)
+        if known.any():
+            ax.errorbar(positions[known], values[known], yerr=errors[:, known], fmt="none", ecolor="black",
+                        capsize=4)
+        if self.n_bootstrap and not known.all():  # no interval (a group below min_group_size): not a zero-width one
+            for bar in np.asarray(bars)[~known]:
+                bar.set_hatch("//")
+                bar.set_alpha(0.4)
+            ax.bar([], [], color="tab:blue", alpha=0.4, hatch="//", label="no interval (small group)")
         ax.axhline(float(self.overall[metric]), color="black", linestyle="--", linewidth=1, label="overall")
         ax.set_xticks(positions)
         if longest > 8:
