@@ -23,8 +23,8 @@ from solvers.history import COLUMN_PENALTY, FitResult, History
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
 from solvers.outcome import DivergedWarning
-from solvers.problem import (assign_parameters, check_dataset, flat_parameters, model_outputs, trainable_parameters,
-                             violation)
+from solvers.problem import (assign_parameters, check_dataset, check_outputs_differentiable, flat_parameters,
+                             model_outputs, trainable_parameters, violation)
 from solvers.progress import check_progress, epoch_logs, progress
 from solvers.sampling import minibatches
 from solvers.validation import check_choice, check_seed, positive_float, positive_int
@@ -197,6 +197,7 @@ class FirstOrderTrainer:
         """Run the epochs, calling ``on_epoch_end(iteration)`` after each; the history and the status."""
         params = trainable_parameters(model)
         n = check_dataset(data)
+        check_outputs_differentiable(model, data)
         optimizer = make_optimizer(self.optimizer, params, lr=self.lr, seed=self.seed, **self.optimizer_options)
         create_graph = needs_create_graph(optimizer)
         generator = torch.Generator().manual_seed(int(self.seed))

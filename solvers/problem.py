@@ -43,6 +43,7 @@ __all__ = [
     "model_outputs",
     "eval_mode",
     "changes_in_eval_mode",
+    "check_outputs_differentiable",
     "row_outputs",
     "row_weights",
     "weight_total",
@@ -87,6 +88,19 @@ def trainable_parameters(model: Any) -> list[torch.Tensor]:
     if not params:
         raise ValueError("model: has no trainable parameters")
     return params
+
+
+def check_outputs_differentiable(model: torch.nn.Module, data: Any) -> None:
+    """ValueError when ``model``'s outputs on two rows of ``data`` do not depend on its trainable parameters
+    (a ``detach()``, ``torch.no_grad()`` or ``.numpy()`` inside ``forward``), which autograd would report
+    only as "element 0 of tensors does not require grad"; run in eval mode, so that no running statistic
+    moves."""
+    rows = data.subset(torch.arange(min(2, len(data))))
+    with torch.enable_grad(), eval_mode(model):
+        out = model(rows.X)
+    if isinstance(out, torch.Tensor) and not out.requires_grad:
+        raise ValueError("model: its output does not depend on its trainable parameters (is it detached, or "
+                         "computed under torch.no_grad(), in forward?); the engines differentiate it")
 
 
 def row_outputs(out: Any, n: int, what: str = "model") -> torch.Tensor:
@@ -196,7 +210,10 @@ def check_dataset(data: Any, complete_inputs: bool = True) -> int:
     has no output to differentiate; the boosted engine routes such rows and passes False."""
     for attr in ("X", "y", "subset"):
         if not hasattr(data, attr):
-            raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}")
+            raise ValueError(f"data: expected a dataset with X, y and subset(), missing {attr!r}; got "
+                             f"{type(data).__name__}. The engine draws its own batches from all rows (batch_size): "
+                             "give the rows, not a DataLoader, e.g. fairopt.FairData.from_arrays(X, y, "
+                             "{'sex': s}) (the solvers.problem.Dataset protocol)")
     n = len(data)
     if n == 0:
         raise ValueError("data: has no rows")

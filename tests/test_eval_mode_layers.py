@@ -73,3 +73,26 @@ def test_lagrangian_measures_a_dropout_model_in_eval_mode(rows):
             model, rows, loss="bce", constraints=[constraint])
     assert not model.training
     np.testing.assert_allclose(result.info["c_exact"], _eval_rows(model, constraint, rows).numpy(), atol=1e-9)
+
+
+class _Detached(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x).detach()
+
+
+@pytest.mark.parametrize("engine", [StochasticSQP(epochs=1, verbose=0), LagrangianDual(epochs=1, verbose=0)])
+def test_a_model_whose_output_is_detached_is_refused_before_training(rows, engine):
+    with pytest.raises(ValueError, match="its output does not depend on its trainable parameters"):
+        engine.fit(_Detached(), rows, loss="bce", constraints=[DisparateImpact("s", delta=0.8)])
+
+
+def test_a_data_loader_is_refused_with_the_rows_to_give():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.randn(10, 2), torch.ones(10)))
+    with pytest.raises(ValueError, match="got DataLoader.*FairData.from_arrays"):
+        StochasticSQP(epochs=1, verbose=0).fit(torch.nn.Linear(2, 1), loader, loss="bce")

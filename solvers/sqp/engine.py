@@ -26,8 +26,8 @@ from solvers.history import (COLUMN_DRIFT, COLUMN_QP_STATUS, COLUMN_REFRESHED, C
                              History)
 from solvers.losses import LossFn, best_constant_output, check_targets, get_loss, loss_name
 from solvers.outcome import BestIterate, DivergedWarning
-from solvers.problem import (Constraint, as_constraint_set, check_dataset, eval_mode, flat_parameters,
-                             trainable_parameters)
+from solvers.problem import (Constraint, as_constraint_set, check_dataset, check_outputs_differentiable, eval_mode,
+                             flat_parameters, trainable_parameters)
 from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot, resumed_spreads
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
@@ -345,6 +345,7 @@ class StochasticSQP:
         params = trainable_parameters(model)
         resolved = self._resolved = ResolvedFit(oracle=derivative_oracle(self, params, constraints))
         n = check_dataset(data)
+        check_outputs_differentiable(model, data)
         # data-parallel: every rank sizes its epochs by the largest shard (same number of steps)
         resolved.reduce = all_reduce_vector if isinstance(resolved.oracle, AllReduceDerivatives) else None
         n_epoch = largest_shard(n) if resolved.reduce is not None else n
