@@ -32,9 +32,10 @@ from fairopt._validation import check_choice, check_flag, check_sample_weight, c
 from fairopt.data import FairData, Preprocessor
 from fairopt.data.encoding import positive_class
 from fairopt.data.frames import short_list
-from fairopt.inputs import (check_input_finite, check_missing, constraint_sensitive_names, dense_inputs, encoded_inputs,
-                            fair_data_rows, has_text_columns, held_out_rows, internal_names, log_encoded_columns,
-                            sensitive_columns_of_x, warn_reordered_index, without_columns)
+from fairopt.inputs import (category_positions, check_input_finite, check_missing, constraint_sensitive_names,
+                            dense_inputs, encoded_inputs, fair_data_rows, has_text_columns, held_out_rows,
+                            internal_names, log_encoded_columns, sensitive_columns_of_x, warn_reordered_index,
+                            without_columns)
 from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_violations, relaxed_steps
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
@@ -282,6 +283,7 @@ class _FairEstimator(BaseEstimator):
             return self._given_data(X, y, sensitive_features, sample_weight), constraints
         warn_reordered_index(X, sensitive_features=sensitive_features, y=y, sample_weight=sample_weight)
         X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(dense_inputs(X), sensitive_features)
+        categories = category_positions(X)  # a pandas category column is one-hot encoded, whatever its values
         keep = self._routes_missing_inputs()
         check_input_finite(X, allow_missing=keep)
         check_target_present(y)
@@ -295,8 +297,10 @@ class _FairEstimator(BaseEstimator):
             raise ValueError("sensitive_features: required because constraints are given "
                              f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
         check_missing(columns)
-        data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=internal_names(X.shape[1]),
+        inputs = internal_names(X.shape[1])
+        data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=inputs,
                                     sensitive_kinds=self.sensitive_kinds, sample_weight=weights,
+                                    categorical=[inputs[j] for j in categories] or None,
                                     preprocessor=Preprocessor(missing="keep") if keep else None)
         names = getattr(self, "feature_names_in_", None)
         if names is not None:  # the messages of later encodings (a validation split's rows) name the user's columns

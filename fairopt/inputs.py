@@ -296,6 +296,15 @@ def fair_data_rows(data: FairData) -> tuple[pd.DataFrame, np.ndarray, pd.DataFra
             frame.loc[:, list(data.sensitive_names)], weights)
 
 
+def category_positions(X: Any) -> list[int]:
+    """Positions of the pandas ``category`` columns of a DataFrame ``X`` (none for an array): their values
+    are levels to one-hot encode whatever their type, integer codes included, which the array the
+    inputs pass through as would otherwise make numbers."""
+    if not isinstance(X, pd.DataFrame):
+        return []
+    return [j for j, dtype in enumerate(X.dtypes) if isinstance(dtype, pd.CategoricalDtype)]
+
+
 def has_text_columns(X: Any) -> bool:
     """Whether ``X`` is a DataFrame with text or categorical columns, which the preprocessor encodes
     instead of a cast to float.

@@ -71,9 +71,11 @@ def _labels_1d(x: Any, name: str) -> np.ndarray:
 
 def _binary(y_true: Any, y_pred: Any, pos_label: Any) -> tuple[np.ndarray, np.ndarray]:
     """``y_true`` and ``y_pred`` as float 0/1, 1 being ``pos_label`` (default: 1 for 0/1 or boolean
-    labels, else the larger label, scikit-learn's ``classes_[1]``).
+    labels, else the larger label, scikit-learn's ``classes_[1]``). ``y_true=None`` (rows without targets
+    yet, for the measures of predictions alone) stands in ``y_pred`` for it.
     """
-    yt, yp = _labels_1d(y_true, "y_true"), _labels_1d(y_pred, "y_pred")
+    yp = _labels_1d(y_pred, "y_pred")
+    yt = yp if y_true is None else _labels_1d(y_true, "y_true")
     if yt.shape[0] != yp.shape[0]:
         raise ValueError(f"length mismatch: y_true has {yt.shape[0]} rows, y_pred has {yp.shape[0]}")
     try:
@@ -120,7 +122,11 @@ def _require_rows(y: np.ndarray, groups: np.ndarray, value: int) -> None:
                          f"their {rate} rate is undefined")
 
 
-def _prepare(y_true: Any, y_pred: Any, sensitive_features: Any, pos_label: Any) -> tuple[np.ndarray, ...]:
+def _prepare(y_true: Any, y_pred: Any, sensitive_features: Any, pos_label: Any,
+             needs_labels: bool = True) -> tuple[np.ndarray, ...]:
+    if needs_labels and y_true is None:
+        raise ValueError("y_true: required: this measure compares rates among the rows of each true label "
+                         "(disparate_impact and demographic_parity_difference take y_true=None)")
     y, p = _binary(y_true, y_pred, pos_label)
     return y, p, _group_labels(sensitive_features, y.shape[0])
 
@@ -134,7 +140,8 @@ def disparate_impact(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_l
     Parameters
     ----------
     y_true, y_pred : array-like (n,)
-        True and predicted labels (two classes); ``y_true`` is used for its length only.
+        True and predicted labels (two classes); ``y_true`` is used for its length only, and may be
+        None for rows without targets yet (a production batch).
     sensitive_features : array-like (n,) or (n, k), DataFrame
         Group of each row; several columns give their intersections.
     pos_label : optional
@@ -145,7 +152,7 @@ def disparate_impact(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_l
     float
         In [0, 1]; NaN (with an UndefinedMeasureWarning) when no group has a positive prediction.
     """
-    _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
+    _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label, needs_labels=False)
     return float(group_disparate_impact(p, s))
 
 
@@ -156,8 +163,9 @@ def demographic_parity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: An
 
 def demographic_parity_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
                                   pos_label: Any = None) -> float:
-    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)`` (0: parity)."""
-    _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
+    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)`` (0: parity); ``y_true`` as
+    in :func:`disparate_impact` (None for rows without targets)."""
+    _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label, needs_labels=False)
     return float(dp_difference(p, s))
 
 

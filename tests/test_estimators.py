@@ -754,3 +754,20 @@ def test_a_poisson_fair_data_given_to_the_regressor_points_to_the_engine():
     data = fairopt.FairData.from_frame(frame, target="claims", sensitive=["g"], task="poisson", exposure="exposure")
     with pytest.raises(ValueError, match=r"task 'poisson'.*StochasticSQP\(\)\.fit\(.*loss='poisson'"):
         FairRegressor().fit(data)
+
+
+def test_a_category_input_of_integer_codes_is_one_hot_encoded():
+    """A pandas category column of integer codes is levels, as FairData.from_frame reads it (the estimator
+    standardised the codes as a number); the same codes as int, float or object predict alike."""
+    rng = np.random.default_rng(0)
+    n = 1500
+    X = pd.DataFrame({"x": rng.normal(size=n), "region": pd.Categorical(rng.integers(0, 5, n))})
+    sex = np.where(rng.random(n) < 0.5, "F", "M")
+    y = ((X["x"] + (X["region"].astype(int) == 2) * 2 + rng.normal(size=n)) > 1).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = FairClassifier(("disparate_impact", "sex", 0.8), epochs=30).fit(X, y, sensitive_features={"sex": sex})
+    assert clf.preprocessor_.levels_["x1"] == [0, 1, 2, 3, 4] and clf.preprocessor_.numeric_ == ["x0"]
+    reference = clf.predict_proba(X)
+    for kind in (int, float, object):
+        np.testing.assert_array_equal(clf.predict_proba(X.assign(region=X["region"].astype(kind))), reference)

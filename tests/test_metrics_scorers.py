@@ -236,3 +236,21 @@ def test_a_scorer_measures_the_columns_it_names_of_the_routed_features():
         cells = np.char.add(s[test].astype(str), other[test])
         assert scores["test_a"][fold] == pytest.approx(brute("disparate_impact", y[test], pred, s[test]), abs=1e-12)
         assert scores["test_both"][fold] == pytest.approx(brute("disparate_impact", y[test], pred, cells), abs=1e-12)
+
+
+def test_measures_of_predictions_alone_take_rows_without_targets():
+    """A production batch has no targets yet: disparate impact and the demographic-parity difference need
+    none; the label-conditioned measures refuse y_true=None instead of reading the predictions as labels."""
+    X, y, s = data(300, seed=8)
+    pred = LogisticRegression().fit(X, y).predict(X)
+    assert metrics.disparate_impact(None, pred, sensitive_features=s) == metrics.disparate_impact(
+        y, pred, sensitive_features=s) == pytest.approx(brute("disparate_impact", y, pred, s), abs=1e-12)
+    assert metrics.demographic_parity_difference(None, pred, sensitive_features=s) == pytest.approx(
+        metrics.demographic_parity_difference(y, pred, sensitive_features=s), abs=1e-15)
+    for measure in (metrics.equal_opportunity_ratio, metrics.equalized_odds_difference):
+        with pytest.raises(ValueError, match="y_true: required"):
+            measure(None, pred, sensitive_features=s)
+    with pytest.raises(ValueError, match=r"^y: required \(got X without y\).*disparate_impact\(None"):
+        fairopt.group_report(LogisticRegression().fit(X, y), X, None, s)
+    with pytest.raises(ValueError, match="'sensitive_features' has a single group|has a single group"):
+        fairopt.group_report(LogisticRegression().fit(X, y), X, y, np.full(len(y), "a"))

@@ -136,9 +136,13 @@ def group_report(
     """
     if y is None or sensitive_features is None:
         given = "a FairData" if type(X).__name__ == "FairData" else "X"
-        raise ValueError(f"y, sensitive_features: required (got {given} without them): pass the rows, their targets "
-                         "and their sensitive features as the user sees them; fairopt.evaluate(model, data) reports "
-                         "the groups of a FairData")
+        missing = [name for name, value in (("y", y), ("sensitive_features", sensitive_features)) if value is None]
+        label_free = (" For rows without targets yet, measures of the predictions alone need none: "
+                      "fairopt.metrics.disparate_impact(None, model.predict(X), sensitive_features=S)."
+                      if y is None and sensitive_features is not None else "")
+        raise ValueError(f"{', '.join(missing)}: required (got {given} without {' or '.join(missing)}): pass the rows, "
+                         "their targets and their sensitive features as the user sees them; fairopt.evaluate(model, "
+                         "data) reports the groups of a FairData." + label_free)
     n_bootstrap, confidence, seed, min_group_size = _check_parameters(n_bootstrap, confidence, seed, min_group_size)
     groups = _groups(X, sensitive_features)
     responses = model_responses(model_or_estimator, X, y, task=task, threshold=threshold, pos_label=pos_label)
@@ -161,8 +165,8 @@ def _groups(X: Any, sensitive_features: Any) -> Groups:
         raise ValueError(f"X: expected an array-like of rows, got {type(X).__name__}") from None
     groups = intersection_groups(sensitive_features, n, X)
     if len(groups.labels) < 2:
-        raise ValueError(f"sensitive_features: a single group {groups.labels} in these rows; at least two are "
-                         "needed to compare groups")
+        raise ValueError(f"sensitive_features: {'|'.join(groups.names)!r} has a single group {groups.labels} in these "
+                         "rows; at least two are needed to compare groups")
     return groups
 
 
