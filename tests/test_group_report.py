@@ -280,9 +280,10 @@ def test_saved_model_and_torch_module(adult, tmp_path):
 # ----------------------------------------------------------------------------- errors
 def test_bad_inputs_raise_clear_errors():
     X, y, s = synthetic(300, seed=8)
-    with pytest.raises(ValueError, match=r"y, sensitive_features: required \(got X without them\)"):
+    with pytest.raises(ValueError, match=r"y, sensitive_features: required \(got X without y or sensitive_features\)"):
         group_report(Fixed(), X)
-    with pytest.raises(ValueError, match=r"got a FairData without them.*fairopt.evaluate\(model, data\)"):
+    with pytest.raises(ValueError, match=r"got a FairData without y or sensitive_features.*fairopt.evaluate\(model, "
+                                         r"data\)"):
         group_report(Fixed(), fairopt.datasets.load("adult").subset(np.arange(50)))
     with pytest.raises(ValueError, match=r"sensitive_features has 299 rows, X and y have 300"):
         group_report(Fixed(), X, y, s[:-1])
