@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from fairopt import models
-from fairopt.training import engine_class
+from fairopt.training import ENGINE_DEFAULTS, engine_class
 from solvers.contract import looks_like_constraint
 from solvers.history import History
 from solvers.penalty import penalised_loss
@@ -157,8 +157,20 @@ class _EngineMethod:
             raise ValueError(f"engine_options: {sorted(self.engine_options)} are not all arguments of the "
                              f"engine of {type(self).__name__} ({exc})") from None
 
-    def _engine(self, value: float | None, seed: int) -> Any:  # pragma: no cover - abstract
+    def _engine(self, value: float | None, seed: int, task: str | None = None) -> Any:  # pragma: no cover
         raise NotImplementedError
+
+    def _options(self, engine: str, task: str | None) -> dict:
+        """``engine_options`` over the estimators' ``epochs`` and ``lr`` for a first-order ``engine`` on ``task``
+        (:data:`fairopt.training.ENGINE_DEFAULTS`: a classifier's 1,000 epochs at 0.02), not the engine's own
+        (100 at 1e-3, which leave a penalty or Lagrangian baseline near the majority class): the methods of
+        a comparison train as the estimators train them. Options given here win."""
+        defaults: dict = {}
+        if task is not None and engine in ("penalty", "lagrangian"):
+            table = ENGINE_DEFAULTS.get(task, {})
+            defaults = {k: v for k, v in (table.get(engine) or table.get("first_order") or {}).items()
+                        if k in ("epochs", "lr")}
+        return {**defaults, **self.engine_options}
 
     def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:
         """Run ``engine`` and return ``(FitResult, constraints to report)``."""
@@ -167,7 +179,7 @@ class _EngineMethod:
     def fit(self, train: Any, *, value: float | None, seed: int) -> Fitted:
         """Initialise the model from ``seed``, train it on ``train`` and time the training."""
         model = self.model(train.n_features, seed)
-        engine = self._engine(value, seed)
+        engine = self._engine(value, seed, getattr(train, "task", None))
         loss = self.loss or default_loss(train.task)
         t0 = time.perf_counter()
         result, constraints = self._run(engine, model, train, loss, value)
@@ -200,9 +212,10 @@ class _ConstrainedMethod(_EngineMethod):
         super().__init__(model=model, name=name, hyperparameter=hyperparameter, loss=loss,
                          engine_options=engine_options)
 
-    def _engine(self, value: float | None, seed: int) -> Any:
-        """The engine of ``engine`` (:func:`fairopt.training.engine_class`) with the options and ``seed``."""
-        return engine_class(self.engine)(**{**self.engine_options, "seed": seed})
+    def _engine(self, value: float | None, seed: int, task: str | None = None) -> Any:
+        """The engine of ``engine`` (:func:`fairopt.training.engine_class`) with the options (:meth:`_options`)
+        and ``seed``."""
+        return engine_class(self.engine)(**{**self._options(self.engine, task), "seed": seed})
 
     def constraints_for(self, value: float | None) -> list:
         """The constraints for ``value`` (none when ``value`` or the builder is None)."""
@@ -246,7 +259,8 @@ class LagrangianMethod(_ConstrainedMethod):
     """Lagrangian dual (SBR) training with constraints ``constraint(value)``.
 
     Parameters as in :class:`SQPMethod` (default name ``"lagrangian"``); ``engine_options`` go to
-    :class:`solvers.lagrangian.LagrangianDual`.
+    :class:`solvers.lagrangian.LagrangianDual`, whose ``epochs`` and ``lr`` left out are the estimators'
+    (:meth:`_EngineMethod._options`).
     """
 
     default_name = "lagrangian"
@@ -272,7 +286,8 @@ class PenaltyMethod(_EngineMethod):
         the penalised loss: [SQP] sec 4.2's regularisation-only approach trained by the same
         algorithm as the constrained models.
     **engine_options
-        Arguments of the engine.
+        Arguments of the engine; ``epochs`` and ``lr`` left out are the estimators' for the task
+        (:meth:`_EngineMethod._options`), not the first-order engine's own.
     """
 
     default_name = "penalty"
@@ -300,9 +315,9 @@ class PenaltyMethod(_EngineMethod):
             return 0.0
         return float(self.weight_of(value)) if self.weight_of is not None else float(value)
 
-    def _engine(self, value: float | None, seed: int) -> Any:
+    def _engine(self, value: float | None, seed: int, task: str | None = None) -> Any:
         weight = {} if self.engine == "sqp" else {"weight": self.weight_for(value)}
-        return engine_class(self.engine)(**{**self.engine_options, **weight, "seed": seed})
+        return engine_class(self.engine)(**{**self._options(self.engine, task), **weight, "seed": seed})
 
     def _measured(self, constraints: list) -> list:
         """Every penalty (and penalised constraint) with a measure: the penalised values."""

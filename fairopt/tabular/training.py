@@ -198,8 +198,7 @@ def train_table(
         violation_tol=VIOLATION_TOL, verbose=0)
     total = epochs if method != "moving_targets" else (iterations or 10)
     fit = _fit(estimator, train_data, test_data, list(constraints), total, progress)
-    train_data, test_data = fit.train, fit.test  # encoded as the model's inputs
-    encoding = _encoding(train_data, features, converted)
+    train_data, test_data, encoding = fit.train, fit.test, _encoding(fit.train, features, converted)  # model inputs
 
     text_columns = [c for c in _text_levels(frame, [*features, *sensitive]) if c not in converted]
     if classes is not None and isinstance(classes[1], str):
