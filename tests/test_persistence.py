@@ -627,3 +627,21 @@ def test_a_saved_poisson_model_predicts_rates(tmp_path):
     log_rate = saved.decision_function(rows)
     np.testing.assert_allclose(saved.predict(rows), np.exp(log_rate), rtol=1e-12)
     assert (saved.predict(rows) > 0).all() and saved.task == "poisson"
+
+
+def test_read_metadata_returns_what_save_stored_for_any_file(tmp_path):
+    """A loaded estimator does not carry save's metadata; read_metadata gives it back, with load's checks."""
+    from fairopt.persistence import read_metadata
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = (X[:, 0] > 0).astype(int)
+    s = (rng.random(200) > 0.5).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = FairClassifier(("disparate_impact", "s", 0.8), epochs=5).fit(X, y, sensitive_features={"s": s})
+    save(clf, tmp_path / "m.pt", metadata={"approved_by": "risk", "bound": 0.8})
+    assert read_metadata(tmp_path / "m.pt") == {"approved_by": "risk", "bound": 0.8}
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "m.pt").read_bytes()[:500])
+    with pytest.raises(ValueError, match="cut.pt"):
+        read_metadata(tmp_path / "cut.pt")

@@ -25,7 +25,7 @@ Modules: ``format`` (version, keys, safe reading, checksum), ``modules`` (archit
 from __future__ import annotations
 
 from fairopt.persistence.format import FORMAT, FORMAT_VERSION
-from fairopt.persistence.reading import SavedModel, load
+from fairopt.persistence.reading import SavedModel, load, read_metadata
 from fairopt.persistence.writing import save
 
-__all__ = ["save", "load", "SavedModel", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["save", "load", "read_metadata", "SavedModel", "FORMAT", "FORMAT_VERSION"]

@@ -145,13 +145,24 @@ def load(path: PathLike, *, model: nn.Module | Callable[[int], nn.Module] | None
     UserWarning
         Format version 1 (before checksums): read, but its integrity cannot be verified.
     """
+    return _read_checked(path, lambda payload: _load_payload(payload, model))
+
+
+def read_metadata(path: PathLike) -> dict:
+    """The ``metadata`` dict :func:`save` stored in ``path`` (for any kind of file; a loaded estimator does
+    not carry it), after the checks of :func:`load` (header, structure, checksum)."""
+    return _read_checked(path, lambda payload: dict(payload["metadata"]))
+
+
+def _read_checked(path: PathLike, take: Callable[[dict], Any]) -> Any:
+    """``take`` of the file's payload once its header, structure and checksum are checked; errors name the file."""
     name = os.fspath(path)
     payload = read_payload(name)
     try:
         version = check_header(payload)
         check_structure(payload, version)
         verify_checksum(payload, version, name)
-        return _load_payload(payload, model)
+        return take(payload)
     except (ValueError, KeyError, TypeError) as exc:
         detail = str(exc) if isinstance(exc, ValueError) else f"invalid content ({type(exc).__name__}: {exc})"
         raise ValueError(f"{name!r}: {detail}") from exc

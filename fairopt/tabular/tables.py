@@ -188,9 +188,13 @@ def load_table_model(path: str | Path) -> TableModel:
     saved = load(path)
     meta = getattr(saved, "metadata", None) or {}
     if not isinstance(saved, SavedModel) or meta.get("layout") != LAYOUT or saved.preprocessor is None:
+        advice = (" A fitted estimator saved with fairopt.save predicts in Python: fairopt.load(path).predict(X) "
+                  "with a DataFrame of the columns it was fitted on" if type(saved).__name__ in ("FairClassifier",
+                                                                                                 "FairRegressor")
+                  else "")
         raise ValueError(f"MODEL: {str(path)!r} is a fairopt file but not a model written by fairopt train --data "
-                         f"(it holds a {type(saved).__name__}); predict and report need the column encoding saved "
-                         "with it")
+                         f"(it holds a {type(saved).__name__}); predict and report read the table layout that "
+                         f"fairopt train writes.{advice}")
     return TableModel(saved=saved, target=meta["target"], task=meta["task"], classes=meta.get("classes"),
                       sensitive=list(meta["sensitive"]), include_sensitive=bool(meta["include_sensitive"]),
                       features=list(saved.preprocessor.columns_), ignored=list(meta.get("ignored", [])),
