@@ -400,7 +400,8 @@ def _markdown(table: pd.DataFrame, command: str | None, failed: list[dict], max_
 
 def plot_tradeoffs(cells: pd.DataFrame, out: str | Path, deltas: Sequence[float]) -> list[Path]:
     """One ``tradeoff_<dataset>.png`` per dataset: test accuracy against test DI per cell,
-    one marker and colour per method, dashed vertical lines at the requested deltas."""
+    one marker and colour per method, each point labelled with the delta it was trained for, dashed
+    vertical lines at the requested deltas (labelled too)."""
     import matplotlib
 
     markers = "osD^vP*Xh<>p"
@@ -416,8 +417,14 @@ def plot_tradeoffs(cells: pd.DataFrame, out: str | Path, deltas: Sequence[float]
             if len(m):
                 ax.scatter(m["test_di"], m["test_acc"], marker=markers[i % len(markers)],
                            color=colours[i % len(colours)], label=method, alpha=0.8)
+                if "delta" in m:
+                    for x, y, d in zip(m["test_di"], m["test_acc"], m["delta"]):
+                        ax.annotate(f"{d:g}", (x, y), fontsize=6, textcoords="offset points", xytext=(3, 3),
+                                    color=colours[i % len(colours)])
         for delta in deltas:
             ax.axvline(delta, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate(f"delta {delta:g}", (delta, 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                        color="grey", rotation=90, va="top", ha="right")
         ax.set_xlabel("test DI (hard predictions)")
         ax.set_ylabel("test accuracy")
         ax.set_title(f"{dataset}: accuracy vs disparate impact")
