@@ -80,6 +80,26 @@ def test_compare_returns_the_documented_columns(results):
     assert train["n"].eq(240).all() and table[table.split == "test"]["n"].eq(60).all()
     assert train["accuracy"].between(0, 1).all() and (table["time"] > 0).all()
     assert len(histories) == (2 + 2 + 1) * 2
+    assert set(table["near_constant"]) <= {0.0, 1.0}
+
+
+def test_a_near_constant_point_is_marked_and_the_first_order_defaults_are_the_estimators(tiny):
+    """A point that meets a rate bound by predicting one class reads a violation of 0: near_constant marks
+    it (the rule of solvers.outcome.near_constant on its hard predictions). Without epochs or lr the
+    Lagrangian method trains with the estimators' 1,000 epochs at 0.02, not the engine's 100 at 1e-3."""
+    from fairopt.experiments.compare import _near_constant
+
+    method = LagrangianMethod(lambda d: DisparateImpact("sex", delta=d))
+    engine = method._engine(0.8, 0, "binary")
+    assert (engine.epochs, engine.lr) == (1000, 0.02)
+    assert method._engine(0.8, 0, None).lr == 1e-3  # the engine's own without a task
+    y = tiny.y.reshape(-1)
+    constant = torch.full((len(tiny),), -3.0)
+    constant[0] = 3.0  # one positive prediction in 300 rows
+    assert _near_constant(constant, tiny) == 1.0
+    assert _near_constant(8.0 * y - 4.0, tiny) == 0.0  # the targets themselves
+    good = compare(SQPMethod(lambda d: DisparateImpact("sex", delta=d), epochs=15), tiny, {"sqp": [0.8]})
+    assert good["near_constant"].eq(0.0).all()
 
 
 def test_compare_is_deterministic_and_validates(tiny):

@@ -14,8 +14,9 @@ options nor the data: use a new file when those change.
 
 The table: one row per (method, value, seed, fold, split) with the :data:`ID_COLUMNS`, ``n``, the
 task's performance, the exact fairness measures of :func:`fairopt.evaluate` (FaUCI metrics for a
-binary task), ``degenerate``, the ``extra_metrics``, the run's own bounded measure
-(``measure``, ``sense``, ``realised``: :func:`fairopt.evaluation.realised_measures` of its
+binary task), ``degenerate``, ``near_constant`` (binary: :func:`solvers.outcome.near_constant` on the
+part's rows, 1.0 or 0.0; such a point meets a rate bound by predicting one class), the ``extra_metrics``,
+the run's own bounded measure (``measure``, ``sense``, ``realised``: :func:`fairopt.evaluation.realised_measures` of its
 constraints or penalties, the one closest to failing when several), ``violation`` (of the
 method's own constraints), ``time`` (training seconds; the first fit of a process also pays one-off start-up,
 loading torch's kernels and the engine's modules, up to a few seconds: compare times of later runs, or run the
@@ -39,6 +40,7 @@ from fairopt.evaluation import RealisedMeasure, evaluate, realised_measures
 from fairopt.evaluation_fauci import resolve_combined
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS, Fitted, Method
 from fairopt.experiments.sweeps import KEY_COLUMN, ResultStore, check_n_jobs, check_threads, execute, run_key, seeded
+from solvers.outcome import near_constant
 
 __all__ = ["compare", "split_data", "realised_vs_requested", "ID_COLUMNS", "PERFORMANCE_COLUMNS"]
 
@@ -146,6 +148,20 @@ def _scalar_metrics(results: Mapping[str, Any]) -> dict[str, float]:
             if not isinstance(v, (list, tuple, Mapping)) and not k.endswith(".violation")}
 
 
+def _near_constant(out: Any, part: Any) -> float:
+    """1.0 when a binary classifier's hard predictions on ``part`` are nearly constant
+    (:func:`solvers.outcome.near_constant`: accuracy not above the majority rate by two standard errors, or
+    the rarer predicted class on under 1% of the rows), else 0.0; NaN for other tasks. Such a point meets
+    a rate bound by predicting one class, and its ``violation`` (in the rows' units) reads small."""
+    if getattr(part, "task", None) != "binary":
+        return float("nan")
+    hard = np.asarray(torch.as_tensor(out).detach().reshape(-1).cpu() > 0, dtype=float)
+    y = np.asarray(torch.as_tensor(part.y).detach().reshape(-1).cpu(), dtype=float) > 0.5
+    share = float(y.mean())
+    accuracy = float(((hard > 0.5) == y).mean())
+    return float(bool(near_constant(accuracy, max(share, 1.0 - share), len(y), float(hard.mean()))))
+
+
 def _bounded_measure(measures: Sequence[RealisedMeasure]) -> dict[str, Any]:
     """The ``measure``, ``sense`` and ``realised`` columns of one run on one part.
 
@@ -174,6 +190,7 @@ def _rows_for(method: Method, value: Any, seed: int, fold: int, fitted: Fitted, 
                                            fauci_combined=fauci_combined))
         metrics.update({name: float(fn(model, part)) for name, fn in extra_metrics.items()})
         bounded = _bounded_measure(realised_measures(out, part, fitted.measured_objects))
+        metrics["near_constant"] = _near_constant(out, part)
         rows.append({"method": method.name, "hyperparameter": method.hyperparameter,
                      "value": np.nan if value is None else float(value), "seed": seed, "fold": fold,
                      "split": split, **metrics, **bounded, "violation": metrics.get("violation", np.nan),
