@@ -87,6 +87,28 @@ def test_fit_status_rules():
         "DI[s] undefined: 0/0, no compared group has a positive prediction (bound >= 0.800, its rows met)")
     status, message = fit_status(_result(False), "sqp", {}, 1e-3)
     assert message.startswith("No bounds") and "the bounds hold already" not in message
+    # bounds met by a model that predicts one class for every row: degenerate, whatever the engine says
+    status, message = fit_status(_result(True, "converged", 1e-4), "sqp", {"disparate_impact[s]": 0.0}, 1e-3, met,
+                                 constant="it predicts 'no' for all 300 rows")
+    assert status == "degenerate" and "degenerate" in STATUSES
+    assert message.startswith("The model is constant on the training rows (it predicts 'no' for all 300 rows)")
+    assert "Every bound is met on the training rows: DI[s] 0.850" in message
+    assert fit_status(_result(False), "sqp", {"disparate_impact[s]": 0.05}, 1e-3, met, constant="x")[0] == \
+        "infeasible"  # a missed bound stays the news
+
+
+def test_a_constant_fit_that_meets_its_bound_is_degenerate_not_converged():
+    data = fairopt.datasets.load("adult").subset(np.arange(2000))
+    X, y = data.frame[["age", "education-num", "hours-per-week"]], data.frame["income"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = fairopt.FairClassifier(("disparate_impact", "race", 0.99, {"groups": "pairwise"}), epochs=50).fit(
+            X, y, sensitive_features=data.frame[["race"]])
+    if len(np.unique(clf.predict(X))) == 1:  # the fit this bound forces on these rows
+        assert clf.status_ == "degenerate" and not clf.converged_
+        assert f"it predicts {clf.predict(X)[0].item()!r} for all 2000 rows" in clf.status_message_
+    else:
+        assert clf.status_ != "degenerate"
 
 
 def test_the_status_of_a_model_without_positive_predictions_calls_its_ratio_undefined():
