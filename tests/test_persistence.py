@@ -645,3 +645,15 @@ def test_read_metadata_returns_what_save_stored_for_any_file(tmp_path):
     (tmp_path / "cut.pt").write_bytes((tmp_path / "m.pt").read_bytes()[:500])
     with pytest.raises(ValueError, match="cut.pt"):
         read_metadata(tmp_path / "cut.pt")
+
+
+def test_a_model_given_for_a_built_in_architecture_is_not_used_and_says_so(tmp_path):
+    network = fairopt.models.mlp(3, hidden=(4,), seed=0)
+    save(network, tmp_path / "mlp.pt")
+    with pytest.warns(UserWarning, match=r"model= is not used: the file holds a built-in architecture \(mlp\)"):
+        bundle = load(tmp_path / "mlp.pt", model=lambda n: nn.Linear(n, 1))
+    X = torch.randn(5, 3)
+    torch.testing.assert_close(bundle.model(X), network.eval()(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load(tmp_path / "mlp.pt")  # nothing to say without model=

@@ -9,6 +9,7 @@ from typing import Any
 from torch import nn
 
 from fairopt import models
+from fairopt.exceptions import warn_at_caller
 from fairopt.learners import OutputScale
 from solvers.boosting import BoostedScores
 
@@ -99,8 +100,17 @@ def _rebuild(spec: dict, model: Any) -> nn.Module:
     return _build_architecture(spec)
 
 
+def _holds_custom(spec: dict) -> bool:
+    """Whether a module spec (or the one it wraps) is a custom architecture, the only kind ``model=`` builds."""
+    return spec["kind"] == "custom" or (spec["kind"] == "output_scale" and _holds_custom(spec["inner"]))
+
+
 def load_module(payload: dict, model: Any) -> nn.Module:
-    """The saved module with its weights, in eval mode."""
+    """The saved module with its weights, in eval mode; a ``model`` given for a built-in architecture (rebuilt
+    from the file's description) is not used, with a warning."""
+    if model is not None and not _holds_custom(payload["spec"]):
+        warn_at_caller(f"load: model= is not used: the file holds a built-in architecture "
+                       f"({payload['spec']['kind']}), rebuilt from its own description", UserWarning)
     module = _rebuild(payload["spec"], model)
     try:
         module.load_state_dict(payload["state_dict"])
