@@ -734,6 +734,13 @@ def test_conversion_is_logged_with_the_column_names(caplog):
     with caplog.at_level(logging.INFO, logger="fairopt.data"):
         FairData.from_frame(text.astype({"f1": float}).drop(columns=["f2", "f3", "f4"]), target="y", sensitive="sex")
     assert not [r for r in caplog.records if "converted to numeric" in r.getMessage()]
+    from fairopt.data import coerce_numeric_columns
+
+    caplog.clear()  # the numbers of an object array (a frame with text columns passed through numpy) are no text
+    numbers = pd.DataFrame({"age": np.array([30, 41, 52, 23], dtype=object), "job": ["a", "b", "a", "b"]})
+    with caplog.at_level(logging.INFO, logger="fairopt.data"):
+        _, converted = coerce_numeric_columns(numbers)
+    assert converted == ["age"] and not [r for r in caplog.records if "converted to numeric" in r.getMessage()]
 
 
 def test_memmap_round_trip_reads_only_the_rows_it_indexes(tmp_path):

@@ -223,7 +223,9 @@ def coerce_numeric_columns(
     if not replacements:
         return frame, []
     converted = list(replacements)
-    logger.info("columns holding only numbers as text converted to numeric: %s", short_list(converted))
+    texts = [name for name in converted if any(isinstance(v, str) for v in frame[name].dropna().head(1000))]
+    if texts:  # not the numbers of an object array (a DataFrame with text columns passed through numpy)
+        logger.info("columns holding only numbers as text converted to numeric: %s", short_list(texts))
     out = frame.copy(deep=False)
     for name, values in replacements.items():
         out[name] = values
