@@ -129,7 +129,9 @@ def test_spec_strings_name_the_target():
     assert build_constraint({"kind": "gedi", "sensitive": "age", "bound": 0.1, "target": "labels"}).target == "labels"
     again = constraint_from_spec(constraint_to_spec(labels))
     assert repr(again) == repr(labels)
-    with pytest.raises(ValueError, match=r"'kind\[option\]' is only \['gedi\[...\]'\]"):
+    with pytest.raises(ValueError, match=r"'kind\[option\]' is only \[.*'gedi\[...\]'"):
+        build_constraint("covariance[labels]:sex:0.8")
+    with pytest.raises(ValueError, match="groups: expected one of"):  # a rate kind's bracket is its groups
         build_constraint("di[labels]:sex:0.8")
     with pytest.raises(ValueError, match="target: expected one of"):
         build_constraint("gedi[hard]:age:0.1")
