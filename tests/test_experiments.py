@@ -263,6 +263,23 @@ def test_plots_draw_on_given_axes_and_leave_the_backend_alone(results):
     assert matplotlib.get_backend() == backend
 
 
+def test_the_histories_legend_names_a_run_missing_from_the_first_panel(results):
+    """A run without the first panel's key (Moving Targets records no f) is still named by the legend."""
+    from matplotlib.figure import Figure
+
+    from solvers.history import History
+
+    _, histories = results
+    runs = {"sqp": next(iter(histories.values()))}
+    only_v = History(row_names=[])
+    for i in range(3):
+        only_v.append({"iteration": i, "V": 0.1 / (i + 1)})
+    runs["mt"] = only_v
+    left, right = Figure().subplots(1, 2)
+    plot_histories(runs, keys=("f", "V"), ax=[left, right])
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["sqp", "mt"]
+
+
 # ----------------------------------------------------------------------------- specs and configs
 def test_specs():
     di = build_constraint("di:sex:0.8")

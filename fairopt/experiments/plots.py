@@ -203,7 +203,11 @@ def plot_histories(
         panel.set_xlabel(x)
         panel.set_title(key)
         panel.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    # one entry per run, also for a run absent from the first panel (Moving Targets records no ``f``)
+    from matplotlib.lines import Line2D
+
+    axes[0].legend(handles=[Line2D([], [], color=colours[label], lw=1.1, label=str(label)) for label in histories
+                            if any(any(k in r for r in histories[label].records) for k in present)], fontsize=7)
     return finish_axes(axes, path, title, created=ax is None)
 
 
