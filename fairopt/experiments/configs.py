@@ -455,7 +455,9 @@ def _summary(config: Mapping, data: Any, table: pd.DataFrame, methods: list[Meth
                   f"Realised: {own}. `reversals`: adjacent values where the realised measure moves against the "
                   "method's overall trend by more than 0.005; `bounds_met`: requested bounds satisfied "
                   "(within 0.005; `sense` lower: realised >= value, upper: realised <= value) for bound-type "
-                  "hyper-parameters.", "", markdown_table(reading), ""]
+                  "hyper-parameters. A penalty sweeps weights, not bounds: its `bounds_met` is empty, so read its "
+                  "`realised_min` / `realised_max` against the bound its constraint names (a penalised DI >= 0.8 "
+                  "can end at 0).", "", markdown_table(reading), ""]
     return "\n".join(lines)
 
 
