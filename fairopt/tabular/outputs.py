@@ -398,15 +398,30 @@ def report_table(table: TableModel, frame: pd.DataFrame, *, source: str, target:
     specs = table.saved.constraints
     if specs and target == table.target and set(table.sensitive) <= set(frame.columns):
         try:
-            rows = _rows_data(table, frame, inputs, y)
+            known = _rows_of_training_groups(table, frame)
+            rows = _rows_data(table, frame[known], inputs[known], y[known])
             constraints = resolve_constraints(list(specs))  # fresh copies, set up on these rows
             set_up_on_other_rows(constraints, rows)
             results = evaluate(table.saved.model, rows, constraints)
-            parts += ["", "## Constraints on these rows", "", constraint_table(constraints, results)]
+            left_out = ([] if known.all() else
+                        [f"On the {int(known.sum())} rows of the training groups; the {int((~known).sum())} rows of "
+                         "groups new to the model are left out (the bounds compare the training groups).", ""])
+            parts += ["", "## Constraints on these rows", "", *left_out, constraint_table(constraints, results)]
         except ValueError as exc:
             logger.warning("constraints not evaluated on %s: %s", source, exc)
             parts += ["", "## Constraints on these rows", "", f"Not evaluated: {exc}."]
     return "\n".join(parts) + "\n"
+
+
+def _rows_of_training_groups(table: TableModel, frame: pd.DataFrame) -> np.ndarray:
+    """Whether each row's groups are all among the training rows' levels (continuous columns: every row)."""
+    trained = table.saved.schema.get("sensitive_levels") or {}
+    kinds = table.saved.schema.get("sensitive_kinds") or {}
+    keep = np.ones(len(frame), dtype=bool)
+    for name in table.sensitive:
+        if kinds.get(name) != "continuous" and trained.get(name):
+            keep &= frame[name].astype(str).isin({str(level) for level in trained[name]}).to_numpy()
+    return keep
 
 
 def _new_levels_notes(table: TableModel, frame: pd.DataFrame, sensitive: Sequence[str]) -> list[str]:
