@@ -37,7 +37,7 @@ from fairopt.training import ENGINE_CONSTANT_NOTE, float64_outputs
 from solvers.boosting import BoostedScores
 from solvers.history import (COLUMN_ACTIVE, COLUMN_C, COLUMN_C_PREDICTIONS, COLUMN_PENALTY, COLUMN_QP_STATUS,
                              COLUMN_VIOL, QP_FINAL, QP_RELAXED, FitResult, History)
-from solvers.outcome import near_constant
+from solvers.outcome import outputs_near_constant
 from solvers.problem import row_violations
 
 __all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "bounds_acted", "constant_fit_message",
@@ -286,9 +286,7 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: boo
             return f"training fit no better than a constant predictor: training R2 = {r2:.3g}. {advice}"
         return None
     if task == "binary":
-        majority = float(max(y.mean(), 1.0 - y.mean()))
-        accuracy = float(np.mean((out > 0) == (y > 0.5)))
-        reasons = near_constant(accuracy, majority, y.size, float(np.mean(out > 0)))
+        reasons, accuracy = outputs_near_constant(out, y)
         if not reasons and not engine_note:
             return None
         head = (f"near-constant classifier: {'; '.join(reasons)}." if reasons

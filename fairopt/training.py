@@ -50,7 +50,8 @@ from solvers.whitening import Whitening
 __all__ = ["ALPHA_DEFAULTS", "CLASSIFIER_NETWORK_SCHEDULE", "ENGINES", "ENGINE_CLASSES", "ENGINE_CONSTANT_NOTE",
            "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "MAX_WHITENED_INPUTS", "METHODS", "MODEL_KINDS",
            "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE", "WHITENED_LR", "EngineAdapter",
-           "TrainingOptions", "engine_class", "engine_options", "engine_param_defaults", "float64_outputs",
+           "TrainingOptions", "engine_class", "engine_options", "engine_param_defaults", "first_order_defaults",
+           "float64_outputs",
            "fold_whitened", "is_mini_batch", "model_factory", "run_engine", "run_lagrangian", "run_moving_targets",
            "run_penalty", "run_sqp", "train", "training_problem", "use_sqp_surrogates", "whitened_inputs"]
 
@@ -263,6 +264,12 @@ def fold_whitened(options: TrainingOptions, data: FairData, whitening: Whitening
     return model
 
 
+def first_order_defaults(task: str, engine: str) -> str:
+    """The :data:`ENGINE_DEFAULTS` entry of a first-order ``engine`` ("penalty" or "lagrangian") on ``task``:
+    the engine's own where the task has one (the regressor's Lagrangian), else ``"first_order"``."""
+    return engine if engine in ENGINE_DEFAULTS.get(task, {}) else "first_order"
+
+
 def engine_options(options: TrainingOptions, engine: str = "", whitened: bool = False) -> dict:
     """``epochs``, ``lr``, ``batch_size`` as given; those left None take the estimator's
     defaults for ``engine`` (:data:`ENGINE_DEFAULTS`), else the engine's own. SQP with
@@ -405,7 +412,8 @@ def run_penalty(options: TrainingOptions, data: FairData, constraints: list, ref
     kwargs = options.engine_kwargs()
     if reference:  # the first-order loop without the Lagrangian/penalty term
         kwargs = {k: kwargs[k] for k in REFERENCE_OPTIONS if k in kwargs}
-    engine = _make(engine_class("penalty"), {**engine_options(options, "first_order"), **kwargs})
+    engine = _make(engine_class("penalty"),
+                   {**engine_options(options, first_order_defaults(options.task, "penalty")), **kwargs})
     return engine.fit(model, data, loss=loss, penalties=[] if reference else constraints)
 
 
@@ -418,8 +426,8 @@ def run_lagrangian(options: TrainingOptions, data: FairData, constraints: list,
         return run_penalty(options, data, constraints, reference=True)
     model, loss = training_problem(options, data)
     kwargs = {**engine_param_defaults(options, data), **options.engine_kwargs()}
-    defaults = "lagrangian" if "lagrangian" in ENGINE_DEFAULTS.get(options.task, {}) else "first_order"
-    engine = _make(engine_class("lagrangian"), {**engine_options(options, defaults), **kwargs})
+    engine = _make(engine_class("lagrangian"),
+                   {**engine_options(options, first_order_defaults(options.task, "lagrangian")), **kwargs})
     return engine.fit(model, data, loss=loss, constraints=constraints)
 
 

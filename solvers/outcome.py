@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 from solvers.problem import assign_parameters, eval_mode, flat_parameters, model_outputs, row_chunks, row_violations
@@ -20,6 +21,7 @@ from solvers.problem import assign_parameters, eval_mode, flat_parameters, model
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
            "NEAR_CONSTANT_SHARE", "NEAR_CONSTANT_Z", "NearConstantWarning", "NoProgressWarning", "RISE_TOLERANCE",
            "TrainingInstabilityWarning", "constant_meets_bounds", "near_constant", "no_better_than_constant",
+           "outputs_near_constant",
            "training_accuracy", "unmet_rows", "warn_if_constant", "warn_if_start", "warn_if_unstable", "warn_unmet"]
 
 #: Relative rise of the training loss over its starting value that :func:`warn_if_unstable` reports.
@@ -222,6 +224,17 @@ def near_constant(accuracy: float, majority: float, n_rows: int | None = None,
         if rare * n < max(1.0, NEAR_CONSTANT_SHARE * n) - 1e-9:
             reasons.append(f"one class is predicted for {1.0 - rare:.2%} of the training rows")
     return reasons
+
+
+def outputs_near_constant(out: Any, y: Any) -> tuple[list[str], float]:
+    """:func:`near_constant` of a binary classifier's outputs ``out`` (logits: ``out > 0`` predicts 1) against
+    0/1 targets ``y`` on their rows: ``(reasons, accuracy)``, the majority rate and the positive share taken
+    from these rows."""
+    out = np.asarray(out, dtype=np.float64).reshape(-1)
+    y = np.asarray(y, dtype=np.float64).reshape(-1) > 0.5
+    share = float(y.mean())
+    accuracy = float(np.mean((out > 0) == y))
+    return near_constant(accuracy, max(share, 1.0 - share), y.size, float(np.mean(out > 0))), accuracy
 
 
 def no_better_than_constant(f: float, f_constant: float) -> bool:

@@ -175,9 +175,15 @@ def changes_in_eval_mode(model: Any) -> bool:
     predicts in."""
     if not isinstance(model, torch.nn.Module):
         return False
-    kinds = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)
-    return any(isinstance(module, kinds) and (not isinstance(module, torch.nn.modules.batchnorm._NormBase)
-                                              or module.track_running_stats) for module in model.modules())
+    return any(_changes_in_eval_mode(module) for module in model.modules())
+
+
+def _changes_in_eval_mode(module: torch.nn.Module) -> bool:
+    """Dropout, or a normalisation that keeps running statistics (one without them normalises by the batch in
+    either mode)."""
+    if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+        return True
+    return isinstance(module, torch.nn.modules.batchnorm._NormBase) and bool(module.track_running_stats)
 
 
 def model_outputs(model: Any, batch: Any) -> torch.Tensor:

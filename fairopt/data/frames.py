@@ -11,9 +11,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["text_column_looks_like", "short_list", "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
+__all__ = ["short_list", "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
            "require_finite_columns", "unique_levels", "level_codes", "as_number", "is_text_dtype",
-           "coerce_numeric_columns"]
+           "coerce_numeric_columns", "text_column_looks_like"]
 
 logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
 

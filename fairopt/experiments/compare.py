@@ -40,7 +40,7 @@ from fairopt.evaluation import RealisedMeasure, evaluate, realised_measures
 from fairopt.evaluation_fauci import resolve_combined
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS, Fitted, Method
 from fairopt.experiments.sweeps import KEY_COLUMN, ResultStore, check_n_jobs, check_threads, execute, run_key, seeded
-from solvers.outcome import near_constant
+from solvers.outcome import outputs_near_constant
 
 __all__ = ["compare", "split_data", "realised_vs_requested", "ID_COLUMNS", "PERFORMANCE_COLUMNS"]
 
@@ -155,11 +155,8 @@ def _near_constant(out: Any, part: Any) -> float:
     a rate bound by predicting one class, and its ``violation`` (in the rows' units) reads small."""
     if getattr(part, "task", None) != "binary":
         return float("nan")
-    hard = np.asarray(torch.as_tensor(out).detach().reshape(-1).cpu() > 0, dtype=float)
-    y = np.asarray(torch.as_tensor(part.y).detach().reshape(-1).cpu(), dtype=float) > 0.5
-    share = float(y.mean())
-    accuracy = float(((hard > 0.5) == y).mean())
-    return float(bool(near_constant(accuracy, max(share, 1.0 - share), len(y), float(hard.mean()))))
+    reasons, _ = outputs_near_constant(torch.as_tensor(out).detach().cpu(), torch.as_tensor(part.y).detach().cpu())
+    return float(bool(reasons))
 
 
 def _bounded_measure(measures: Sequence[RealisedMeasure]) -> dict[str, Any]:

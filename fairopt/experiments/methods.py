@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from fairopt import models
-from fairopt.training import ENGINE_DEFAULTS, engine_class
+from fairopt.training import ENGINE_DEFAULTS, engine_class, first_order_defaults
 from solvers.contract import looks_like_constraint
 from solvers.history import History
 from solvers.penalty import penalised_loss
@@ -167,9 +167,8 @@ class _EngineMethod:
         a comparison train as the estimators train them. Options given here win."""
         defaults: dict = {}
         if task is not None and engine in ("penalty", "lagrangian"):
-            table = ENGINE_DEFAULTS.get(task, {})
-            defaults = {k: v for k, v in (table.get(engine) or table.get("first_order") or {}).items()
-                        if k in ("epochs", "lr")}
+            entry = ENGINE_DEFAULTS.get(task, {}).get(first_order_defaults(task, engine), {})
+            defaults = {k: v for k, v in entry.items() if k in ("epochs", "lr")}
         return {**defaults, **self.engine_options}
 
     def _run(self, engine: Any, model: nn.Module, train: Any, loss: Any, value: float | None) -> tuple[Any, list]:

@@ -218,8 +218,9 @@ class GroupReport:
         values = self.by_group[metric].to_numpy(dtype=float)
         low = self.by_group[f"{metric}_low"].to_numpy(dtype=float)
         high = self.by_group[f"{metric}_high"].to_numpy(dtype=float)
-        errors = np.clip(np.vstack([values - low, high - values]), 0.0, None)  # a percentile interval may
-        positions = np.arange(len(values))  # exclude the point value
+        # a percentile interval may exclude the point value; a group without one keeps NaN (drawn hatched)
+        errors = np.clip(np.vstack([values - low, high - values]), 0.0, None)
+        positions = np.arange(len(values))
         bars = ax.bar(positions, np.nan_to_num(values, nan=0.0), color="tab:blue", alpha=0.8, label=metric)
         known = np.isfinite(errors).all(axis=0) & np.isfinite(values)
         if known.any():

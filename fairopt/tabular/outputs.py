@@ -413,30 +413,38 @@ def report_table(table: TableModel, frame: pd.DataFrame, *, source: str, target:
     return "\n".join(parts) + "\n"
 
 
+def _known_levels(table: TableModel, frame: pd.DataFrame, name: str) -> np.ndarray | None:
+    """Whether each row's value of the sensitive column ``name`` is one of the training rows' levels (compared
+    as text); None for a column without training levels (continuous, or not the model's)."""
+    trained = (table.saved.schema.get("sensitive_levels") or {}).get(name)
+    if not trained:
+        return None
+    return frame[name].astype(str).isin({str(level) for level in trained}).to_numpy()
+
+
 def _rows_of_training_groups(table: TableModel, frame: pd.DataFrame) -> np.ndarray:
     """Whether each row's groups are all among the training rows' levels (continuous columns: every row)."""
-    trained = table.saved.schema.get("sensitive_levels") or {}
-    kinds = table.saved.schema.get("sensitive_kinds") or {}
     keep = np.ones(len(frame), dtype=bool)
     for name in table.sensitive:
-        if kinds.get(name) != "continuous" and trained.get(name):
-            keep &= frame[name].astype(str).isin({str(level) for level in trained[name]}).to_numpy()
+        known = _known_levels(table, frame, name)
+        if known is not None:
+            keep &= known
     return keep
 
 
 def _new_levels_notes(table: TableModel, frame: pd.DataFrame, sensitive: Sequence[str]) -> list[str]:
     """A note per sensitive column of these rows holding levels the model's training rows did not (their
     groups are new to the model: its bounds never saw them)."""
-    trained = table.saved.schema.get("sensitive_levels") or {}
     notes = []
     for name in sensitive:
-        if name not in trained:
+        known = _known_levels(table, frame, name)
+        if known is None:
             continue
-        known = {str(level) for level in trained[name]}
-        new = sorted({str(v) for v in frame[name].dropna().unique()} - known)
+        new = sorted({str(v) for v in frame[name][~known].dropna()})
         if new:
+            trained = table.saved.schema["sensitive_levels"][name]
             notes += ["", f"Note: `{name}` holds level(s) {new} that the training rows did not (they held "
-                          f"{sorted(known)}): the model's bounds never saw these groups."]
+                          f"{sorted(str(level) for level in trained)}): the model's bounds never saw these groups."]
     return notes
 
 

@@ -75,8 +75,7 @@ def read_table(path: str | Path, *, text_columns: Sequence[str] = (), flag: str 
                 raise ImportError(f"{flag}: reading {path.name} needs pyarrow (pip install pyarrow), or give a "
                                   "CSV file") from None
         else:
-            sep = sep or _sniffed_separator(path, "\t" if kind == "tsv" else ",")
-            header = pd.read_csv(path, sep=sep, nrows=0).columns
+            sep, header = _separator_and_header(path, sep, "\t" if kind == "tsv" else ",")
             dtype = {c: str for c in text_columns if c in header}
             frame = pd.read_csv(path, sep=sep, dtype=dtype or None, decimal=decimal, thousands=thousands)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -92,16 +91,14 @@ def read_table(path: str | Path, *, text_columns: Sequence[str] = (), flag: str 
     return frame
 
 
-def _sniffed_separator(path: Path, default: str) -> str:
-    """``;`` where the header of a comma-separated file holds semicolons and no comma (one column named
-    ``a;b;c`` otherwise), else ``default``; logged."""
-    if default != ",":
-        return default
-    header = pd.read_csv(path, sep=default, nrows=0).columns
-    if len(header) == 1 and ";" in str(header[0]):
+def _separator_and_header(path: Path, sep: str | None, default: str) -> tuple[str, pd.Index]:
+    """The CSV's separator and column names: ``sep`` when given, else ``default``, or ``;`` where a
+    comma-separated header holds semicolons and no comma (one column named ``a;b;c`` otherwise; logged)."""
+    header = pd.read_csv(path, sep=sep or default, nrows=0).columns
+    if sep is None and default == "," and len(header) == 1 and ";" in str(header[0]):
         logger.info("%s: the header holds semicolons and no comma: read with --sep ';'", path.name)
-        return ";"
-    return default
+        return ";", pd.read_csv(path, sep=";", nrows=0).columns
+    return sep or default, header
 
 
 def require_columns(frame: pd.DataFrame, names: Sequence[str], flag: str, source: str) -> None:
