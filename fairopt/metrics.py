@@ -39,7 +39,7 @@ import sklearn
 from sklearn.metrics import make_scorer as sklearn_make_scorer
 from sklearn.metrics._scorer import _Scorer
 
-from fairopt._validation import column_1d
+from fairopt._validation import check_sample_weight, column_1d
 from fairopt.data.encoding import positive_class
 from fairopt.exceptions import FairnessWarning, UndefinedMeasureWarning, warn_at_caller
 from fairopt.inputs import columns_of_x, names_columns_of_x
@@ -112,29 +112,35 @@ def _group_labels(sensitive_features: Any, n: int) -> np.ndarray:
     return np.asarray(groups.labels, dtype=object)[groups.codes]
 
 
-def _require_rows(y: np.ndarray, groups: np.ndarray, value: int) -> None:
-    """Every group has rows with ``y_true = value`` (else its TPR/FPR is undefined)."""
-    present = set(groups[y == value].tolist())
+def _require_rows(y: np.ndarray, groups: np.ndarray, value: int, weights: np.ndarray | None = None) -> None:
+    """Every group has rows with ``y_true = value`` (of positive weight, when weighted), else its TPR/FPR is
+    undefined."""
+    chosen = (y == value) if weights is None else (y == value) & (weights > 0)
+    present = set(groups[chosen].tolist())
     missing = [g for g in dict.fromkeys(groups.tolist()) if g not in present]
     if missing:
         rate = "true-positive" if value == 1 else "false-positive"
-        raise ValueError(f"y_true: the group(s) {missing} have no rows with y_true = {value} (positive class: 1); "
-                         f"their {rate} rate is undefined")
+        weighted = "" if weights is None else " of positive weight"
+        raise ValueError(f"y_true: the group(s) {missing} have no rows{weighted} with y_true = {value} (positive "
+                         f"class: 1); their {rate} rate is undefined")
 
 
-def _prepare(y_true: Any, y_pred: Any, sensitive_features: Any, pos_label: Any,
-             needs_labels: bool = True) -> tuple[np.ndarray, ...]:
+def _prepare(y_true: Any, y_pred: Any, sensitive_features: Any, pos_label: Any, sample_weight: Any = None,
+             needs_labels: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(y, yhat, groups, weights)``: 0/1 labels and predictions, one group label per row, the checked
+    weights (None without)."""
     if needs_labels and y_true is None:
         raise ValueError("y_true: required: this measure compares rates among the rows of each true label "
                          "(disparate_impact and demographic_parity_difference take y_true=None)")
     y, p = _binary(y_true, y_pred, pos_label)
-    return y, p, _group_labels(sensitive_features, y.shape[0])
+    return y, p, _group_labels(sensitive_features, y.shape[0]), check_sample_weight(sample_weight, y.shape[0])
 
 
 # --------------------------------------------------------------------------------------
 # the measures
 # --------------------------------------------------------------------------------------
-def disparate_impact(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
+def disparate_impact(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None,
+                     sample_weight: Any = None) -> float:
     """Disparate impact ``min_g P(yhat=1 | g) / max_g P(yhat=1 | g)`` (1: parity).
 
     Parameters
@@ -146,61 +152,68 @@ def disparate_impact(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_l
         Group of each row; several columns give their intersections.
     pos_label : optional
         The positive class; default 1 for 0/1 or boolean labels, else the larger label.
+    sample_weight : array-like (n,), optional
+        Row weights, as fairlearn's: each group's rate is ``sum_g w_i yhat_i / sum_g w_i``. The same keyword
+        weights every measure of this module.
 
     Returns
     -------
     float
         In [0, 1]; NaN (with an UndefinedMeasureWarning) when no group has a positive prediction.
     """
-    _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label, needs_labels=False)
-    return float(group_disparate_impact(p, s))
+    _, p, s, w = _prepare(y_true, y_pred, sensitive_features, pos_label, sample_weight, needs_labels=False)
+    return float(group_disparate_impact(p, s, w))
 
 
-def demographic_parity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
+def demographic_parity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None,
+                             sample_weight: Any = None) -> float:
     """The same as :func:`disparate_impact` (fairlearn's name): ``min_g P_g / max_g P_g``."""
-    return disparate_impact(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label)
+    return disparate_impact(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label,
+                            sample_weight=sample_weight)
 
 
 def demographic_parity_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
-                                  pos_label: Any = None) -> float:
+                                  pos_label: Any = None, sample_weight: Any = None) -> float:
     """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)`` (0: parity); ``y_true`` as
     in :func:`disparate_impact` (None for rows without targets)."""
-    _, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label, needs_labels=False)
-    return float(dp_difference(p, s))
+    _, p, s, w = _prepare(y_true, y_pred, sensitive_features, pos_label, sample_weight, needs_labels=False)
+    return float(dp_difference(p, s, w))
 
 
-def equal_opportunity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
+def equal_opportunity_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None,
+                            sample_weight: Any = None) -> float:
     """``min_g TPR_g / max_g TPR_g`` with ``TPR_g = P(yhat=1 | g, y=1)`` (1: equal opportunity); NaN
     with a warning when every TPR is 0.
     """
-    y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
-    _require_rows(y, s, 1)
+    y, p, s, w = _prepare(y_true, y_pred, sensitive_features, pos_label, sample_weight)
+    _require_rows(y, s, 1, w)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedMeasureWarning)
-        value = float(equal_impact(p, s, y))
+        value = float(equal_impact(p, s, y, w))
     return warn_undefined_ratio(value, "equal_opportunity_ratio", "positive predictions among its rows with y = 1")
 
 
 def equal_opportunity_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
-                                 pos_label: Any = None) -> float:
+                                 pos_label: Any = None, sample_weight: Any = None) -> float:
     """``max_g TPR_g - min_g TPR_g`` (0: equal opportunity)."""
-    y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
-    _require_rows(y, s, 1)
+    y, p, s, w = _prepare(y_true, y_pred, sensitive_features, pos_label, sample_weight)
+    _require_rows(y, s, 1, w)
     positives = y == 1
-    return float(dp_difference(p[positives], s[positives]))
+    return float(dp_difference(p[positives], s[positives], None if w is None else w[positives]))
 
 
-def equalized_odds_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None) -> float:
+def equalized_odds_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = None,
+                         sample_weight: Any = None) -> float:
     """``min(min_g TPR_g / max_g TPR_g, min_g FPR_g / max_g FPR_g)`` (1: equalized odds); NaN with a
     warning when either ratio is 0/0.
     """
-    y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
-    _require_rows(y, s, 1)
-    _require_rows(y, s, 0)
+    y, p, s, w = _prepare(y_true, y_pred, sensitive_features, pos_label, sample_weight)
+    _require_rows(y, s, 1, w)
+    _require_rows(y, s, 0, w)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedMeasureWarning)
-        tpr_ratio = float(equal_impact(p, s, y))
-        fpr_ratio = float(equal_impact(p, s, 1.0 - y))  # "y = 1" of the flipped target: the rows with y = 0
+        tpr_ratio = float(equal_impact(p, s, y, w))
+        fpr_ratio = float(equal_impact(p, s, 1.0 - y, w))  # "y = 1" of the flipped target: the rows with y = 0
     value = float("nan") if np.isnan(tpr_ratio) or np.isnan(fpr_ratio) else min(tpr_ratio, fpr_ratio)
     what = "positive predictions among its rows with y = 1" if np.isnan(tpr_ratio) else \
         "positive predictions among its rows with y = 0"
@@ -208,12 +221,12 @@ def equalized_odds_ratio(y_true: Any, y_pred: Any, *, sensitive_features: Any, p
 
 
 def equalized_odds_difference(y_true: Any, y_pred: Any, *, sensitive_features: Any,
-                              pos_label: Any = None) -> float:
+                              pos_label: Any = None, sample_weight: Any = None) -> float:
     """``max(max_g TPR_g - min_g TPR_g, max_g FPR_g - min_g FPR_g)`` (0: equalized odds)."""
-    y, p, s = _prepare(y_true, y_pred, sensitive_features, pos_label)
-    _require_rows(y, s, 1)
-    _require_rows(y, s, 0)
-    return float(equalised_odds(p, s, y))
+    y, p, s, w = _prepare(y_true, y_pred, sensitive_features, pos_label, sample_weight)
+    _require_rows(y, s, 1, w)
+    _require_rows(y, s, 0, w)
+    return float(equalised_odds(p, s, y, sample_weight=w))
 
 
 #: name -> (function, greater_is_better).
@@ -235,10 +248,11 @@ def _measure(name: Any) -> tuple[Callable[..., float], bool]:
 
 
 def fairness_score(y_true: Any, y_pred: Any, *, measure: str, sensitive_features: Any = None,
-                   pos_label: Any = None) -> float:
+                   pos_label: Any = None, sample_weight: Any = None) -> float:
     """The measure named ``measure`` (a key of :data:`MEASURES`): the score function of :func:`make_scorer`."""
     function, _ = _measure(measure)
-    return function(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label)
+    return function(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label,
+                    sample_weight=sample_weight)
 
 
 def fitted_pos_label(estimator: Any, depth: int = 0) -> Any:
@@ -267,6 +281,12 @@ class _FairnessScorer(_Scorer):
         if chosen is not None:
             kwargs["sensitive_features"] = _chosen_columns(kwargs.get("sensitive_features"), chosen, X)
         return super()._score(method_caller, estimator, X, y_true, **kwargs)
+
+    def set_score_request(self, **kwargs: Any) -> "_FairnessScorer":
+        """scikit-learn's request, which replaces the whole request, keeping ``sensitive_features`` requested
+        unless it is named: ``scorer.set_score_request(sample_weight=True)`` adds the weights."""
+        kwargs.setdefault("sensitive_features", True)
+        return super().set_score_request(**kwargs)
 
 
 def _chosen_columns(given: Any, names: list[str], X: Any) -> Any:
@@ -314,7 +334,8 @@ def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool 
     Returns
     -------
     scorer
-        ``scorer(estimator, X, y, sensitive_features=s)`` (called directly, too, only with routing enabled:
+        Weighted scores: ``scorer.set_score_request(sample_weight=True)`` (with routing enabled) and route
+        ``sample_weight`` too. ``scorer(estimator, X, y, sensitive_features=s)`` (called directly, too, only with routing enabled:
         scikit-learn refuses the keyword otherwise). ``s`` may name columns of a DataFrame ``X``, as ``fit``
         takes them (``sensitive_features="sex"``): the scorer reads their values in the scored rows.
         Several columns give their intersections (each combination of values is a group).

@@ -118,6 +118,39 @@ def test_regression_values_match_brute_force():
         group_report(model, X[:, :1], y, s, threshold=0.5)
 
 
+def test_weighted_values_equal_those_of_repeated_rows():
+    """Integer weights count each row that many times: the weighted report's values are the unweighted
+    report's on the repeated rows (regression's RMSE too), and fairopt.metrics agrees."""
+    X, y, s = synthetic(700, seed=5)
+    w = np.random.default_rng(5).integers(0, 4, size=y.size)
+    report = group_report(Fixed(), X, y, s, sample_weight=w, n_bootstrap=300)
+    repeated = group_report(Fixed(), np.repeat(X, w, axis=0), np.repeat(y, w), np.repeat(s, w), n_bootstrap=0)
+    assert report.weighted and not repeated.weighted
+    for metric in CLASSIFICATION:
+        np.testing.assert_allclose(report.by_group[metric], repeated.by_group[metric], rtol=0, atol=1e-12)
+        assert report.overall[metric] == pytest.approx(repeated.overall[metric], abs=1e-12)
+        assert report.disparities.loc[metric, "ratio"] == pytest.approx(repeated.disparities.loc[metric, "ratio"])
+        table = report.by_group
+        assert (table[f"{metric}_low"] <= table[metric]).all() and (table[metric] <= table[f"{metric}_high"]).all()
+    np.testing.assert_array_equal(report.by_group["n"], [np.sum(s == g) for g in ("a", "b", "c")])
+    np.testing.assert_allclose(report.by_group["weight"], [w[s == g].sum() for g in ("a", "b", "c")])
+    assert report.ratio()["selection_rate"] == pytest.approx(
+        fairopt.metrics.disparate_impact(y, X[:, -1], sensitive_features=s, sample_weight=w), abs=1e-12)
+    assert "weighted by sample_weight" in report.to_markdown()
+    rng = np.random.default_rng(6)
+    pred = rng.normal(size=400)
+    groups = rng.choice(["x", "y"], size=400)
+    target = pred + rng.normal(size=400) * (1 + (groups == "x"))
+    Xr, wr = np.column_stack([pred, pred]), rng.integers(0, 3, size=400)
+    weighted = group_report(FixedRegressor(), Xr, target, groups, sample_weight=wr, n_bootstrap=0)
+    plain = group_report(FixedRegressor(), np.repeat(Xr, wr, axis=0), np.repeat(target, wr), np.repeat(groups, wr),
+                         n_bootstrap=0)
+    for metric in REGRESSION:
+        np.testing.assert_allclose(weighted.by_group[metric], plain.by_group[metric], rtol=1e-12)
+    with pytest.raises(ValueError, match="sample_weight"):
+        group_report(Fixed(), X, y, s, sample_weight=np.ones(3))
+
+
 # ----------------------------------------------------------------------------- bootstrap
 def test_intervals_contain_the_point_and_shrink_with_n():
     widths = {}

@@ -254,3 +254,56 @@ def test_measures_of_predictions_alone_take_rows_without_targets():
         fairopt.group_report(LogisticRegression().fit(X, y), X, None, s)
     with pytest.raises(ValueError, match="'sensitive_features' has a single group|has a single group"):
         fairopt.group_report(LogisticRegression().fit(X, y), X, y, np.full(len(y), "a"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_weighted_metrics_equal_the_metric_of_repeated_rows(name):
+    """Integer weights count each row that many times (weight 0 drops it): the weighted measure is the
+    unweighted measure of the repeated rows, and fairlearn's weighted measure where it has the name."""
+    X, y, s = data(500, seed=4)
+    pred = (X[:, 0] > 0.6).astype(int)
+    w = np.random.default_rng(4).integers(0, 4, size=y.size)
+    function = getattr(metrics, name)
+    expected = brute(name, np.repeat(y, w), np.repeat(pred, w), np.repeat(s, w))
+    assert function(y, pred, sensitive_features=s, sample_weight=w) == pytest.approx(expected, abs=1e-12)
+    assert fairopt.metrics.fairness_score(y, pred, measure=name, sensitive_features=s,
+                                          sample_weight=w) == pytest.approx(expected, abs=1e-12)
+    # a constant weight changes nothing
+    assert function(y, pred, sensitive_features=s, sample_weight=2.5) == pytest.approx(
+        function(y, pred, sensitive_features=s), abs=1e-12)
+    fairlearn_metrics = pytest.importorskip("fairlearn.metrics")
+    if hasattr(fairlearn_metrics, name):
+        real = np.random.default_rng(5).uniform(0.1, 3.0, size=y.size)
+        assert function(y, pred, sensitive_features=s, sample_weight=real) == pytest.approx(
+            getattr(fairlearn_metrics, name)(y, pred, sensitive_features=s, sample_weight=real), abs=1e-12)
+
+
+def test_weighted_metrics_reject_bad_weights_and_groups_without_weight():
+    X, y, s = data(300, seed=6)
+    pred = (X[:, 0] > 0.6).astype(int)
+    with pytest.raises(ValueError, match="sample_weight"):
+        metrics.disparate_impact(y, pred, sensitive_features=s, sample_weight=np.ones(5))
+    with pytest.raises(ValueError, match="sample_weight"):
+        metrics.disparate_impact(y, pred, sensitive_features=s, sample_weight=-np.ones(y.size))
+    w = np.where(s == "a", 0.0, 1.0)
+    with pytest.raises(ValueError, match="group 'a'.*positive weight"):
+        metrics.disparate_impact(y, pred, sensitive_features=s, sample_weight=w)
+    with pytest.raises(ValueError, match=r"\['a'\] have no rows of positive weight with y_true = 1"):
+        metrics.equal_opportunity_ratio(y, pred, sensitive_features=s, sample_weight=w)
+
+
+def test_a_scorer_takes_routed_sample_weight_when_it_requests_it():
+    X, y, s = data(600, seed=7)
+    w = np.random.default_rng(7).integers(1, 4, size=y.size)
+    cv = KFold(3)
+    scorer = metrics.make_scorer("demographic_parity_difference")
+    with sklearn.config_context(enable_metadata_routing=True):
+        scorer.set_score_request(sample_weight=True)  # sensitive_features stay requested
+        model = LogisticRegression().set_fit_request(sample_weight=False)  # the weights are for scoring only
+        scores = cross_validate(model, X, y, cv=cv, scoring={"dpd": scorer},
+                                params={"sensitive_features": s, "sample_weight": w})
+    for fold, (train, test) in enumerate(cv.split(X)):
+        pred = LogisticRegression().fit(X[train], y[train]).predict(X[test])
+        expected = brute("demographic_parity_difference", np.repeat(y[test], w[test]), np.repeat(pred, w[test]),
+                         np.repeat(s[test], w[test]))
+        assert scores["test_dpd"][fold] == pytest.approx(-expected, abs=1e-12)

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fairopt._validation import as_1d_tensor, check_binary, check_same_length, column_1d, to_numpy
+from fairopt._validation import (as_1d_tensor, check_binary, check_same_length, check_sample_weight, column_1d,
+                                 to_numpy)
 from fairopt.exceptions import UndefinedMeasureWarning
 from fairopt.measures.performance import float_vector
 
@@ -170,16 +171,32 @@ def _groups_of(sensitive: Any, n: int) -> tuple[torch.Tensor, np.ndarray]:
     return torch.as_tensor(codes), labels
 
 
-def _rates(values: torch.Tensor, codes: torch.Tensor, labels: np.ndarray, rows: torch.Tensor | None = None, condition: str = "") -> torch.Tensor:
-    """Mean of ``values`` per group over the rows where ``rows`` is True; ``ValueError`` for a group without any."""
+def _rates(values: torch.Tensor, codes: torch.Tensor, labels: np.ndarray, rows: torch.Tensor | None = None,
+           condition: str = "", weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of ``values`` per group over the rows where ``rows`` is True, weighted by ``weights`` when given
+    (``sum_i w_i v_i / sum_i w_i`` over the group's rows); ``ValueError`` for a group without any row (or
+    weight)."""
     if rows is not None:
         values, codes = values[rows], codes[rows]
-    sums, counts = group_sums(values, codes, labels.size)
+        weights = None if weights is None else weights[rows]
+    if weights is None:
+        sums, counts = group_sums(values, codes, labels.size)
+    else:
+        sums, _ = group_sums(values * weights, codes, labels.size)
+        counts, _ = group_sums(weights, codes, labels.size)
     empty = counts == 0
     if bool(empty.any()):
         label = python_scalar(labels[int(torch.nonzero(empty)[0])])
-        raise ValueError(f"y_true: group {label!r} of sensitive has no rows with {condition}; the rate is undefined")
+        where = f"rows with {condition}" if condition else "rows"
+        what = where if weights is None else f"{where} of positive weight"
+        raise ValueError(f"y_true: group {label!r} of sensitive has no {what}; the rate is undefined")
     return sums / counts
+
+
+def _row_weights(sample_weight: Any, n: int) -> torch.Tensor | None:
+    """``sample_weight`` (None, a scalar or one non-negative weight per row) as a float64 tensor, or None."""
+    weights = check_sample_weight(sample_weight, n)
+    return None if weights is None else torch.from_numpy(weights)
 
 
 def ratio_and_difference(values: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -226,25 +243,32 @@ def _spread(rates: torch.Tensor) -> float:
     return float(ratio_and_difference(rates)[1])
 
 
-def group_means(values: Any, sensitive: Any) -> dict[Hashable, float]:
-    """Mean of ``values`` per group: ``{label: mean(values_i : S_i = label)}`` (one group is allowed)."""
+def group_means(values: Any, sensitive: Any, sample_weight: Any = None) -> dict[Hashable, float]:
+    """Mean of ``values`` per group: ``{label: mean(values_i : S_i = label)}`` (one group is allowed), the
+    weighted mean ``sum w_i v_i / sum w_i`` with ``sample_weight`` (NaN for a group of weight 0)."""
     v = torch.as_tensor(float_vector(values, "values"))
     codes, labels = encode_groups(sensitive)
     check_same_length(values=v, sensitive=codes)
+    weights = _row_weights(sample_weight, v.numel())
+    if weights is not None:
+        v = v * weights
     sums, counts = group_sums(v, torch.as_tensor(codes), labels.size)
+    if weights is not None:
+        counts, _ = group_sums(weights, torch.as_tensor(codes), labels.size)
     return {python_scalar(g): float(m) for g, m in zip(labels, (sums / counts).tolist())}
 
 
-def group_rates(pred: Any, sensitive: Any) -> dict[Hashable, float]:
-    """Positive rate per group, ``{label: P(yhat = 1 | S = label)}``, on hard 0/1 predictions."""
+def group_rates(pred: Any, sensitive: Any, sample_weight: Any = None) -> dict[Hashable, float]:
+    """Positive rate per group, ``{label: P(yhat = 1 | S = label)}``, on hard 0/1 predictions (the weighted
+    share ``sum_g w_i yhat_i / sum_g w_i`` with ``sample_weight``)."""
     p = _hard_predictions(pred)
     codes, labels = encode_groups(sensitive)
     check_same_length(pred=p, sensitive=codes)
-    rates = _rates(p, torch.as_tensor(codes), labels)
+    rates = _rates(p, torch.as_tensor(codes), labels, weights=_row_weights(sample_weight, p.numel()))
     return {python_scalar(g): float(r) for g, r in zip(labels, rates.tolist())}
 
 
-def disparate_impact(pred: Any, sensitive: Any) -> float:
+def disparate_impact(pred: Any, sensitive: Any, sample_weight: Any = None) -> float:
     """Disparate impact ``DI = min_g P(yhat=1 | g) / max_g P(yhat=1 | g)`` ([SQP] eq. 5 on hard predictions).
 
     In [0, 1], 1 is parity; 0 when some group has rate 0 and another not. When every rate is 0 the ratio
@@ -257,41 +281,49 @@ def disparate_impact(pred: Any, sensitive: Any) -> float:
         Hard predictions in {0, 1}.
     sensitive : array-like of shape (n,)
         Group labels; at least two groups.
+    sample_weight : array-like of shape (n,), optional
+        Row weights: each rate is then ``sum_g w_i yhat_i / sum_g w_i``.
     """
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
-    return warn_undefined_ratio(_ratio(_rates(p, codes, labels)), "disparate_impact")
+    rates = _rates(p, codes, labels, weights=_row_weights(sample_weight, p.numel()))
+    return warn_undefined_ratio(_ratio(rates), "disparate_impact")
 
 
-def dp_difference(pred: Any, sensitive: Any) -> float:
-    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)``, in [0, 1]."""
+def dp_difference(pred: Any, sensitive: Any, sample_weight: Any = None) -> float:
+    """Demographic-parity difference ``max_g P(yhat=1 | g) - min_g P(yhat=1 | g)``, in [0, 1] (rates weighted
+    by ``sample_weight`` when given)."""
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
-    return _spread(_rates(p, codes, labels))
+    return _spread(_rates(p, codes, labels, weights=_row_weights(sample_weight, p.numel())))
 
 
-def equal_impact(pred: Any, sensitive: Any, y_true: Any) -> float:
+def equal_impact(pred: Any, sensitive: Any, y_true: Any, sample_weight: Any = None) -> float:
     """Equal impact: :func:`disparate_impact` on the rows with ``y_true = 1`` (the ratio of true-positive rates).
 
     Every group needs a row with ``y_true = 1``; NaN with an
-    :class:`~fairopt.exceptions.UndefinedMeasureWarning` when no group has a true positive.
+    :class:`~fairopt.exceptions.UndefinedMeasureWarning` when no group has a true positive. Rates weighted
+    by ``sample_weight`` when given.
     """
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
     y = _binary_target(y_true, p.numel())
-    return warn_undefined_ratio(_ratio(_rates(p, codes, labels, y == 1, "y_true = 1")), "equal_impact",
+    rates = _rates(p, codes, labels, y == 1, "y_true = 1", _row_weights(sample_weight, p.numel()))
+    return warn_undefined_ratio(_ratio(rates), "equal_impact",
                                 "positive predictions among its rows with y_true = 1")
 
 
-def equalised_odds(pred: Any, sensitive: Any, y_true: Any, return_parts: bool = False) -> float | tuple[float, dict[int, float]]:
+def equalised_odds(pred: Any, sensitive: Any, y_true: Any, return_parts: bool = False,
+                   sample_weight: Any = None) -> float | tuple[float, dict[int, float]]:
     """Equalised-odds gap ``max_{y in {0,1}} [max_g P(yhat=1 | g, y) - min_g P(yhat=1 | g, y)]`` (Hardt et al. 2016).
 
     The larger of the false- and true-positive-rate gaps; every group needs rows with both labels.
-    ``return_parts`` also returns ``{0: FPR gap, 1: TPR gap}``.
+    ``return_parts`` also returns ``{0: FPR gap, 1: TPR gap}``; rates weighted by ``sample_weight`` when given.
     """
     p = _hard_predictions(pred)
     codes, labels = _groups_of(sensitive, p.numel())
     y = _binary_target(y_true, p.numel())
-    parts = {v: _spread(_rates(p, codes, labels, y == v, f"y_true = {v}")) for v in (0, 1)}
+    weights = _row_weights(sample_weight, p.numel())
+    parts = {v: _spread(_rates(p, codes, labels, y == v, f"y_true = {v}", weights)) for v in (0, 1)}
     value = max(parts.values())
     return (value, parts) if return_parts else value

@@ -6,6 +6,9 @@ all rows, ``y = 1`` (TPR) or ``y = 0`` (FPR). The bootstrap is
 :func:`fairopt.measures.bootstrap.resample_chunks` with the groups as strata: group sizes are
 fixed, the rows with ``y = 1`` inside a group are not (a replicate without any gives NaN, left out
 of the quantiles). Each statistic of a chunk is one ``numpy.add.reduceat`` over the groups' draws.
+
+With row weights ``w`` every mean is the weighted one, ``m_g = sum w_i v_i / sum w_i`` over the same rows,
+and a replicate's rows carry their weights with them.
 """
 
 from __future__ import annotations
@@ -52,32 +55,44 @@ def _finish(means: np.ndarray, root: bool) -> np.ndarray:
     return np.sqrt(means) if root else means
 
 
-def point_estimates(stat: RowStatistic, codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, float]:
-    """``(m_g per group, overall value)`` on the data itself; NaN for a group (or all) without selected rows."""
-    values, chosen = (stat.values, codes) if stat.rows is None else (stat.values[stat.rows], codes[stat.rows])
+def point_estimates(stat: RowStatistic, codes: np.ndarray, n_groups: int,
+                    weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """``(m_g per group, overall value)`` on the data itself (weighted by ``weights`` when given); NaN for a
+    group (or all) without selected rows or weight."""
+    rows = slice(None) if stat.rows is None else stat.rows
+    values, chosen = stat.values[rows], codes[rows]
+    w = None if weights is None else weights[rows]
     per_group = np.full(n_groups, np.nan)
     if values.size:
-        for g, mean in group_means(values, chosen).items():
+        for g, mean in group_means(values, chosen, w).items():
             per_group[int(g)] = mean
-    overall = float(values.mean()) if values.size else float("nan")
+    if w is None:
+        overall = float(values.mean()) if values.size else float("nan")
+    else:
+        overall = float(np.dot(w, values) / w.sum()) if w.sum() > 0 else float("nan")
     return _finish(per_group, stat.root), float(_finish(np.asarray(overall), stat.root))
 
 
 def bootstrap_replicates(stats: list[RowStatistic], codes: np.ndarray, n_groups: int, n_bootstrap: int,
-                         seed: int | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                         seed: int | None,
+                         weights: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Stratified bootstrap replicates of every statistic: ``name -> (per_group, overall)`` of shapes
-    ``(n_bootstrap, n_groups)`` and ``(n_bootstrap,)``, NaN where a replicate selects no row of a group.
+    ``(n_bootstrap, n_groups)`` and ``(n_bootstrap,)``, NaN where a replicate selects no row (or weight) of a
+    group; weighted means with ``weights``.
     """
     sizes, starts = stratum_starts(codes, n_groups)
     result = {s.name: (np.empty((n_bootstrap, n_groups)), np.empty(n_bootstrap)) for s in stats}
     for b0, b1, rows in resample_chunks(codes, n_groups, n_bootstrap, seed):
         for s in stats:
-            if s.rows is None:
+            if s.rows is None and weights is None:
                 sums = np.add.reduceat(s.values[rows], starts, axis=1)
                 counts = np.broadcast_to(sizes.astype(np.float64), sums.shape)
             else:
-                sums = np.add.reduceat(np.where(s.rows, s.values, 0.0)[rows], starts, axis=1)
-                counts = np.add.reduceat(s.rows.astype(np.float64)[rows], starts, axis=1)
+                mass = np.ones(codes.shape[0]) if weights is None else weights
+                if s.rows is not None:
+                    mass = np.where(s.rows, mass, 0.0)
+                sums = np.add.reduceat((mass * s.values)[rows], starts, axis=1)
+                counts = np.add.reduceat(mass[rows], starts, axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 group = np.where(counts > 0, sums / counts, np.nan)
                 total = np.where(counts.sum(axis=1) > 0, sums.sum(axis=1) / counts.sum(axis=1), np.nan)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairopt._validation import check_interval, check_seed, positive_int
+from fairopt._validation import check_interval, check_sample_weight, check_seed, positive_int
 from fairopt.measures.bootstrap import percentile_interval
 from fairopt.measures.group import ratio_and_difference
 from fairopt.report.bootstrap import RowStatistic, bootstrap_replicates, point_estimates
@@ -81,6 +81,7 @@ def group_report(
     task: str | None = None,
     pos_label: Any = None,
     min_group_size: int = MIN_GROUP_SIZE,
+    sample_weight: Any = None,
 ) -> GroupReport:
     """Per-group performance and fairness of a model, with bootstrap confidence intervals.
 
@@ -116,6 +117,11 @@ def group_report(
         1 for 0/1 ``y``).
     min_group_size : int, default 10
         Smallest group (rows entering the metric) that gets a confidence interval.
+    sample_weight : array-like (n,), optional
+        Row weights (as fairlearn's ``MetricFrame``): every metric is then the weighted mean
+        ``sum_G w_i v_i / sum_G w_i`` (RMSE the root of the weighted mean square), in the bootstrap too,
+        whose resampled rows carry their weights. ``n`` still counts rows; ``by_group["weight"]`` holds
+        each group's total weight.
 
     Returns
     -------
@@ -145,16 +151,18 @@ def group_report(
                          "data) reports the groups of a FairData." + label_free)
     n_bootstrap, confidence, seed, min_group_size = _check_parameters(n_bootstrap, confidence, seed, min_group_size)
     groups = _groups(X, sensitive_features)
+    weights = check_sample_weight(sample_weight, groups.codes.size)
     responses = model_responses(model_or_estimator, X, y, task=task, threshold=threshold, pos_label=pos_label)
     stats = _statistics(responses)
-    replicates = _replicates(stats, groups, n_bootstrap, seed)
+    replicates = _replicates(stats, groups, n_bootstrap, seed, weights)
     notes: list[str] = []
-    by_group, overall, table = _tables(stats, groups, replicates, confidence, min_group_size, notes)
+    by_group, overall, table = _tables(stats, groups, replicates, confidence, min_group_size, notes, weights)
     return GroupReport(task=responses.task, metrics=tuple(s.name for s in stats), by_group=by_group,
                        overall=overall, disparities=table, groups=groups.values,
                        sensitive_names=list(groups.names), confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
                        min_group_size=min_group_size, threshold=None if threshold is None else float(threshold),
-                       positive=responses.positive, source=responses.source, notes=notes)
+                       positive=responses.positive, source=responses.source, notes=notes,
+                       weighted=weights is not None)
 
 
 def _groups(X: Any, sensitive_features: Any) -> Groups:
@@ -170,19 +178,21 @@ def _groups(X: Any, sensitive_features: Any) -> Groups:
     return groups
 
 
-def _replicates(stats: list[RowStatistic], groups: Groups, n_bootstrap: int, seed: int | None) -> dict | None:
+def _replicates(stats: list[RowStatistic], groups: Groups, n_bootstrap: int, seed: int | None,
+                weights: np.ndarray | None = None) -> dict | None:
     """:func:`fairopt.report.bootstrap.bootstrap_replicates` of the metrics; None without replicates."""
     if not n_bootstrap:
         return None
     started = time.perf_counter()
-    replicates = bootstrap_replicates(stats, groups.codes, len(groups.labels), n_bootstrap, seed)
+    replicates = bootstrap_replicates(stats, groups.codes, len(groups.labels), n_bootstrap, seed, weights)
     logger.debug("group_report: %d bootstrap replicates of %d rows in %.2fs", n_bootstrap, groups.codes.size,
                  time.perf_counter() - started)
     return replicates
 
 
 def _tables(stats: list[RowStatistic], groups: Groups, replicates: dict | None, confidence: float,
-            min_group_size: int, notes: list[str]) -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
+            min_group_size: int, notes: list[str],
+            weights: np.ndarray | None = None) -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
     """``(by_group, overall, disparities)`` with their intervals; what makes a value NaN goes to ``notes``."""
     sizes = groups.sizes
     small = sizes < min_group_size
@@ -191,9 +201,15 @@ def _tables(stats: list[RowStatistic], groups: Groups, replicates: dict | None, 
                      f"the disparities): {_describe(groups, small, sizes)}")
     by_group = pd.DataFrame({"n": sizes}, index=pd.Index(groups.labels, name=groups.name))
     overall: dict[str, float] = {"n": float(sizes.sum())}
+    if weights is not None:
+        by_group["weight"] = np.bincount(groups.codes, weights=weights, minlength=len(groups.labels))
+        overall["weight"] = float(weights.sum())
+        unweighted = by_group["weight"].to_numpy() == 0
+        if unweighted.any():
+            _note(notes, f"groups of total weight 0 have NaN values: {_describe(groups, unweighted, sizes)}")
     disparities = {}
     for stat in stats:
-        values, total = point_estimates(stat, groups.codes, len(groups.labels))
+        values, total = point_estimates(stat, groups.codes, len(groups.labels), weights)
         low, high, total_low, total_high, ratio_ci, difference_ci = _intervals(
             stat, groups, replicates, confidence, min_group_size, notes)
         by_group[stat.name], by_group[f"{stat.name}_low"], by_group[f"{stat.name}_high"] = values, low, high

@@ -91,6 +91,9 @@ class GroupReport:
         The kind of model the predictions came from.
     notes : list of str
         What is NaN and why.
+    weighted : bool
+        Whether the metrics are weighted by ``sample_weight`` (``by_group["weight"]`` then holds each
+        group's total weight).
     """
 
     task: str
@@ -108,6 +111,7 @@ class GroupReport:
     positive: Any = None
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    weighted: bool = False
 
     # ------------------------------------------------------------------ fairlearn-style accessors
     def ratio(self) -> pd.Series:
@@ -148,7 +152,10 @@ class GroupReport:
         what = f"{self.source} " if self.source else ""
         threshold = "" if self.threshold is None else f", positive when p > {self.threshold:g}"
         positive = "" if self.positive is None else f", positive class {self.positive!r}"
-        lines = [f"Group report of {what}({self.task}{positive}{threshold}) on {int(self.overall['n'])} rows, "
+        weighted = (f", metrics weighted by sample_weight (total weight {_number(self.overall['weight'], digits)})"
+                    if self.weighted else "")
+        lines = [f"Group report of {what}({self.task}{positive}{threshold}{weighted}) on "
+                 f"{int(self.overall['n'])} rows, "
                  f"{len(self.by_group)} groups of {' x '.join(self.sensitive_names)}; "
                  f"{self._interval_text()}.", ""]
         header = [self.by_group.index.name or "group", "n", *self.metrics]
