@@ -298,13 +298,13 @@ class _FairEstimator(BaseEstimator):
                              f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
         check_missing(columns)
         inputs = internal_names(X.shape[1])
+        preprocessor = Preprocessor(missing="keep" if keep else "error")
+        names = getattr(self, "feature_names_in_", None)
+        if names is not None:  # the messages of its encodings (a validation split's rows too) name the user's columns
+            preprocessor.display_names = dict(zip(internal_names(len(names)), map(str, names)))
         data = FairData.from_arrays(X, target, columns, task=self._task, feature_names=inputs,
                                     sensitive_kinds=self.sensitive_kinds, sample_weight=weights,
-                                    categorical=[inputs[j] for j in categories] or None,
-                                    preprocessor=Preprocessor(missing="keep") if keep else None)
-        names = getattr(self, "feature_names_in_", None)
-        if names is not None:  # the messages of later encodings (a validation split's rows) name the user's columns
-            data.preprocessor.display_names = dict(zip(internal_names(len(names)), map(str, names)))
+                                    categorical=[inputs[j] for j in categories] or None, preprocessor=preprocessor)
         log_encoded_columns(data.preprocessor, names)
         return data, constraints
 

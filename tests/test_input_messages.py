@@ -188,3 +188,32 @@ def test_sparse_inputs_from_a_one_hot_encoder_train_as_dense(monkeypatch):
     monkeypatch.setattr(fairopt.inputs, "DENSE_LIMIT_BYTES", 100)
     with pytest.raises(ValueError, match=r"^X: a sparse 200 x 4 matrix would take .* GiB dense"):
         fairopt.inputs.dense_inputs(sparse.csr_matrix(np.ones((200, 4))))
+
+
+def test_a_column_of_row_identifiers_is_warned_and_ordinary_numbers_are_not():
+    """A distinct whole number per row, in row order or under an identifier's name, is a model input that
+    identifies rows: warned at fit, naming the user's column; integer features with repeats, shuffled keys
+    under an ordinary name and short frames are not."""
+    from fairopt.data.frames import looks_like_row_identifier
+
+    rng = np.random.default_rng(0)
+    n = 300
+    keys = pd.Series(rng.permutation(n) + 1000)
+    assert looks_like_row_identifier(keys.rename("customer_id"))
+    assert looks_like_row_identifier(keys.rename("Unnamed: 0")) and looks_like_row_identifier(keys.rename("ID"))
+    assert looks_like_row_identifier(pd.Series(np.arange(n, dtype=float), name="score"))  # a row number
+    assert not looks_like_row_identifier(keys.rename("score"))  # shuffled distinct integers, an ordinary name
+    assert not looks_like_row_identifier(pd.Series(rng.integers(0, 50, n), name="id"))  # repeats
+    assert not looks_like_row_identifier(pd.Series(rng.normal(size=n), name="id"))  # not whole numbers
+    assert not looks_like_row_identifier(pd.Series(np.arange(50), name="id"))  # too few rows to tell
+    assert not looks_like_row_identifier(pd.Series(["a"] * n, name="id"))
+    X = pd.DataFrame({"customer_id": keys, "age": rng.integers(18, 80, n), "income": rng.normal(size=n)})
+    y = (X["income"] + rng.normal(size=n) > 0).astype(int)
+    s = rng.choice(["a", "b"], n)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fairopt.FairClassifier(epochs=3).fit(X, y, sensitive_features=s)
+        fairopt.FairClassifier(epochs=3).fit(X.drop(columns="customer_id"), y, sensitive_features=s)
+    found = [str(w.message) for w in caught if "whole number in every row" in str(w.message)]
+    assert len(found) == 1 and "'customer_id'" in found[0] and "--ignore customer_id" in found[0]
+    assert [w.filename for w in caught if "whole number" in str(w.message)] == [__file__]

@@ -13,7 +13,7 @@ import pandas as pd
 
 __all__ = ["short_list", "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
            "require_finite_columns", "unique_levels", "level_codes", "as_number", "is_text_dtype",
-           "coerce_numeric_columns", "text_column_looks_like"]
+           "coerce_numeric_columns", "text_column_looks_like", "looks_like_row_identifier"]
 
 logger = logging.getLogger("fairopt.data")  # one logger for the whole data layer
 
@@ -184,6 +184,30 @@ def text_column_looks_like(series: pd.Series) -> tuple[str, Any] | None:
     if unread and all(_FORMATTED_NUMBER.match(v) for v in values):
         return "numbers", unread[0]
     return None
+
+
+#: A column name that says "identifier" or "row number": ``id``, ``customer_id``, ``ID``, ``index``,
+#: ``Unnamed: 0`` (the index column pandas writes with ``to_csv``).
+_IDENTIFIER_NAME = re.compile(r"^(.*[_\s.-])?(id|index|idx|key|row|rownum|row_number)$|^unnamed: ?\d+$",
+                              re.IGNORECASE)
+#: The fewest rows for which a column of distinct integers reads as an identifier.
+_IDENTIFIER_MIN_ROWS = 100
+
+
+def looks_like_row_identifier(series: pd.Series) -> bool:
+    """Whether a numeric column holds a distinct whole number in every row of at least 100 rows, and
+    either runs in order (a row number) or has a name that says identifier (``id``, ``customer_id``,
+    ``index``, ``Unnamed: 0``): a model input that identifies rows rather than describing them."""
+    if len(series) < _IDENTIFIER_MIN_ROWS or not pd.api.types.is_numeric_dtype(series.dtype) or \
+            pd.api.types.is_bool_dtype(series.dtype) or isinstance(series.dtype, pd.CategoricalDtype):
+        return False
+    values = series.to_numpy()
+    if values.dtype.kind == "f" and not (np.isfinite(values).all() and (values == np.round(values)).all()):
+        return False
+    if pd.unique(values).size != values.size:
+        return False
+    ordered = series.is_monotonic_increasing or series.is_monotonic_decreasing
+    return bool(ordered or _IDENTIFIER_NAME.match(str(series.name).strip()))
 
 
 def coerce_numeric_columns(

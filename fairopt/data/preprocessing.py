@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from fairopt.data.frames import (as_name_list, check_columns_exist, check_frame, is_categorical_dtype, level_codes,
-                                 require_finite_columns, short_list, unique_levels)
+                                 looks_like_row_identifier, require_finite_columns, short_list, unique_levels)
+from fairopt.exceptions import warn_at_caller
 
 __all__ = ["MISSING_MODES", "Preprocessor"]
 
@@ -130,12 +131,24 @@ class Preprocessor:
         categorical = set(self.categorical_)
         self.numeric_ = [c for c in columns if c not in categorical]
         self.means_, self.scales_ = self._numeric_statistics(df)
+        self._warn_identifiers(df)
         self.levels_ = {c: unique_levels(df[c]) for c in self.categorical_}
         self.feature_names_ = _feature_names(columns, self.levels_)
         self._fitted = True
         logger.debug("Preprocessor fitted: %d numeric, %d categorical columns -> %d features",
                      len(self.numeric_), len(self.categorical_), len(self.feature_names_))
         return self
+
+    def _warn_identifiers(self, df: pd.DataFrame) -> None:
+        """A warning for each numeric input that looks like a row identifier (:func:`looks_like_row_identifier`):
+        standardised as a number it lets the model tell rows apart by their position or key."""
+        for column in self.numeric_:
+            if looks_like_row_identifier(df[column].rename(self.shown(column))):
+                first = [int(v) for v in df[column].head(3).tolist()]
+                warn_at_caller(f"column {self.shown(column)!r} holds a different whole number in every row (e.g. "
+                               f"{first}): it is read as a numeric model input, which identifies rows rather than "
+                               "describing them. If it is an identifier or a row number, leave it out of the inputs "
+                               f"(the command line: --ignore {self.shown(column)})", UserWarning)
 
     @property
     def keeps_missing(self) -> bool:
