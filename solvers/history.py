@@ -104,6 +104,34 @@ class History:
             flat.append(row)
         return pd.DataFrame(flat)
 
+    def per_epoch(self):
+        """One row per epoch: the mean of every numeric column over the epoch's records (a mini-batch run's
+        steps share an epoch, so its noisy batch losses ``f`` average into one value per pass over the rows),
+        ``steps`` (records averaged) and ``iteration`` (the epoch's last). Records of another ``phase`` (a
+        mini-batch run's closing ``"polish"`` on all rows) get their own row, and the closing record of the
+        returned model is left out. Index: ``epoch``; column ``phase`` ("train" for the epochs' steps).
+
+        Raises
+        ------
+        ValueError
+            When no record has an ``epoch`` (Moving Targets' and some engines' histories).
+        """
+        frame = self.to_pandas()
+        if "epoch" not in frame or frame["epoch"].isna().all():
+            raise ValueError("per_epoch: the records have no 'epoch' column (this engine records iterations only)")
+        if COLUMN_QP_STATUS in frame:
+            frame = frame[frame[COLUMN_QP_STATUS] != QP_FINAL]
+        frame = frame[frame["epoch"].notna()].copy()
+        frame["phase"] = frame["phase"].fillna("train") if "phase" in frame else "train"
+        numeric = [c for c in frame.columns if c not in ("epoch", "phase", "iteration")
+                   and frame[c].dtype.kind in "iufb"]
+        grouped = frame.groupby(["phase", "epoch"], sort=False)
+        table = grouped[numeric].mean()
+        table.insert(0, "steps", grouped.size())
+        table.insert(0, "iteration", grouped["iteration"].max())
+        table = table.reset_index().sort_values(["iteration"]).set_index("epoch")
+        return table
+
     def to_json(self, path: str | Path) -> None:
         """Write the history as JSON (row names and records)."""
         Path(path).write_text(json.dumps({"row_names": self.row_names, "records": self.records}, default=_jsonable))
@@ -116,7 +144,7 @@ class History:
         return cls(obj.get("row_names", ()), obj.get("records", ()))
 
     def plot(self, path: str | Path | None = None, *, keys: Sequence[str] | None = None,
-             x: str = "iteration", title: str | None = None, ax: Any = None) -> Any:
+             x: str = "iteration", title: str | None = None, ax: Any = None, per_epoch: bool = False) -> Any:
         """Training curves: one panel per recorded key (objective, surrogate and exact violation).
 
         Parameters
@@ -132,11 +160,16 @@ class History:
         ax : matplotlib Axes or sequence of Axes, optional
             Where to draw: one Axes per kept key. None: a new figure (object-oriented API;
             the pyplot state and the backend are left alone).
+        per_epoch : bool, default False
+            Draw the epoch means of :meth:`per_epoch` against the epoch (a mini-batch run's many noisy
+            steps as one point per pass over the rows; its closing polish as a last marked point).
 
         Returns
         -------
         matplotlib Axes, or a list of them for several keys (the figure is ``.figure``).
         """
+        if per_epoch:
+            return self._plot_per_epoch(path, keys, title, ax)
         recorded = {k for r in self.records for k, v in r.items() if isinstance(v, (int, float))}
         if keys is None:
             keys = next((group for group in DEFAULT_PLOT_KEYS if recorded & set(group)), DEFAULT_PLOT_KEYS[0])
@@ -146,18 +179,46 @@ class History:
                              f"{sorted(recorded)}")
         axes = panel_axes(ax, len(kept))
         xs = self.column(x) if any(x in r for r in self.records) else np.arange(len(self))
-        labels = {"f": "objective (loss)", "V": "violation (surrogate)", "V_exact": "violation (exact)",
-                  "alpha": "step size", "beta": "learning rate", "tau": "merit parameter", "score": "learner score",
-                  "V_targets": "violation of the targets", "V_predictions": "violation of the predictions"}
         for panel, key in zip(axes, kept):
             ys = self.column(key)
             panel.plot(xs, ys, lw=1.2)
-            if key.startswith("V") and np.nanmax(ys, initial=0) > 0:
-                panel.set_yscale("symlog", linthresh=1e-4)
-            panel.set_xlabel(x)
-            panel.set_title(labels.get(key, key))
-            panel.grid(alpha=0.3)
+            _style_panel(panel, key, ys, x)
         return finish_axes(axes, path, title, created=ax is None)
+
+    def _plot_per_epoch(self, path: str | Path | None, keys: Sequence[str] | None, title: str | None,
+                        ax: Any) -> Any:
+        """:meth:`plot` of the :meth:`per_epoch` means: a line over the training epochs, the polish (if any)
+        as a marked point after them."""
+        table = self.per_epoch()
+        kept = [k for k in (keys or ("f", "V", "V_exact")) if k in table.columns]
+        if not kept:
+            raise ValueError(f"keys: none of {list(keys or ())!r} is a numeric column of the epochs; columns: "
+                             f"{sorted(c for c in table.columns if c not in ('phase', 'steps', 'iteration'))}")
+        axes = panel_axes(ax, len(kept))
+        train, other = table[table["phase"] == "train"], table[table["phase"] != "train"]
+        for panel, key in zip(axes, kept):
+            panel.plot(train.index, train[key], marker=".", lw=1.2, label="epoch mean")
+            for phase, rows in other.groupby("phase"):
+                panel.plot(rows.index, rows[key], marker="s", ls="none", label=f"{phase} (mean)")
+            if len(other):
+                panel.legend(fontsize="small")
+            _style_panel(panel, key, table[key].to_numpy(dtype=float), "epoch")
+        return finish_axes(axes, path, title, created=ax is None)
+
+
+#: Panel titles of :meth:`History.plot` for the common keys (others are titled by their key).
+_PANEL_TITLES = {"f": "objective (loss)", "V": "violation (surrogate)", "V_exact": "violation (exact)",
+                 "alpha": "step size", "beta": "learning rate", "tau": "merit parameter", "score": "learner score",
+                 "V_targets": "violation of the targets", "V_predictions": "violation of the predictions"}
+
+
+def _style_panel(panel: Any, key: str, ys: np.ndarray, x: str) -> None:
+    """Title, x label and grid of one panel; violations on a symmetric-log scale (0 and small values show)."""
+    if key.startswith("V") and np.nanmax(ys, initial=0) > 0:
+        panel.set_yscale("symlog", linthresh=1e-4)
+    panel.set_xlabel(x)
+    panel.set_title(_PANEL_TITLES.get(key, key))
+    panel.grid(alpha=0.3)
 
 
 def _jsonable(x: Any):

@@ -449,3 +449,30 @@ def test_a_history_round_trips_through_json(tmp_path):
     assert back.row_names == list(history.row_names) and len(back) == len(history)
     assert back.records[0]["extra"] == 0.5 and back.records[-1] == history.records[-1]
     pd.testing.assert_frame_equal(back.to_pandas(), history.to_pandas(), check_dtype=False)
+
+
+def test_per_epoch_averages_each_epochs_records_and_keeps_the_polish_apart(tmp_path):
+    """``History.per_epoch``: the mean of each numeric column over an epoch's records (by hand), the
+    polish phase as its own row, the closing "final" record left out; ``plot(per_epoch=True)`` draws it."""
+    records = [{"iteration": i, "epoch": i // 3, "f": float(10 - i), "V": 0.1 * i, "qp_status": "normal",
+                "active": []} for i in range(6)]
+    records += [{"iteration": 6 + k, "epoch": 2, "f": 3.0 - k, "V": 0.0, "phase": "polish", "qp_status": "normal"}
+                for k in range(2)]
+    records.append({"iteration": 8, "epoch": 2, "f": 1.5, "V": 0.0, "qp_status": "final"})
+    table = History(records=records).per_epoch()
+    assert list(table.index) == [0, 1, 2] and list(table["phase"]) == ["train", "train", "polish"]
+    assert list(table["steps"]) == [3, 3, 2] and list(table["iteration"]) == [2, 5, 7]
+    np.testing.assert_allclose(table["f"], [9.0, 6.0, 2.5])
+    np.testing.assert_allclose(table["V"], [0.1, 0.4, 0.0])
+    axes = History(records=records).plot(tmp_path / "epochs.png", per_epoch=True)
+    assert len(axes) == 2 and (tmp_path / "epochs.png").exists()  # f and V: no V_exact recorded
+    with pytest.raises(ValueError, match="no 'epoch' column"):
+        History(records=[{"iteration": 0, "f": 1.0}]).per_epoch()
+    # a real mini-batch fit: every step but the closing record is in one epoch row
+    data, cons = _problem()
+    result = StochasticSQP(epochs=4, batch_size=16, seed=0).fit(_Identity(torch.zeros(4, dtype=torch.float64)),
+                                                                data, loss=_quadratic, constraints=cons)
+    frame = result.history.to_pandas()
+    table = result.history.per_epoch()
+    assert int(table["steps"].sum()) == int((frame["qp_status"] != "final").sum())
+    assert set(table.loc[table["phase"] == "train"].index) == set(range(4))
