@@ -128,10 +128,11 @@ def _performance(out: torch.Tensor, data: Any, task: str, threshold: float) -> d
     """Task-specific performance keys."""
     y = data.y.detach().cpu().numpy() if isinstance(data.y, torch.Tensor) else np.asarray(data.y)
     response = _response(out, task)
+    weights = _row_weights(data)
     if task == "binary":
-        return {"accuracy": accuracy(y, _hard(out, threshold)), "rps": rps(y, response)}
+        return {"accuracy": accuracy(y, _hard(out, threshold), weights), "rps": rps(y, response)}
     if task == "regression":
-        return {"r2": r2(y, response), "mse": mse(y, response)}
+        return {"r2": r2(y, response, weights), "mse": mse(y, response, weights)}
     exposure = _exposure(data)
     mu = response if exposure is None else exposure * response
     observed = float(np.sum(y))
@@ -139,19 +140,27 @@ def _performance(out: torch.Tensor, data: Any, task: str, threshold: float) -> d
             "balance": float(np.sum(mu)) / observed if observed > 0 else math.nan}
 
 
+def _row_weights(data: Any) -> np.ndarray | None:
+    """The data's row weights as float64 (None when unweighted): they weight accuracy, R2, MSE and the group
+    means of ``di_ratio`` / ``dp_difference``."""
+    weights = getattr(data, "weights", None)
+    return None if weights is None else np.asarray(torch.as_tensor(weights).detach().cpu(), dtype=np.float64)
+
+
 def _fairness_values(out: torch.Tensor, task: str, threshold: float) -> np.ndarray:
     """Hard 0/1 predictions (binary task) or response-scale predictions: what group fairness compares."""
     return _hard(out, threshold) if task == "binary" else _response(out, task)
 
 
-def _group_fairness(values: np.ndarray, sensitive: Any, name: str, task: str) -> tuple[float, float, str | None]:
+def _group_fairness(values: np.ndarray, sensitive: Any, name: str, task: str,
+                    weights: np.ndarray | None = None) -> tuple[float, float, str | None]:
     """``(di_ratio, dp_difference, note)`` across the groups of one feature.
 
     ``di_ratio = min_g m_g / max_g m_g`` and ``dp_difference = max_g m_g - min_g m_g`` with ``m_g``
-    the group means; NaN for a single group, ``di_ratio`` NaN for a negative mean or when every mean
-    is 0 (0/0, with a warning; ``note`` says why).
+    the group means (weighted by ``weights`` when given); NaN for a single group, ``di_ratio`` NaN for a
+    negative mean or when every mean is 0 (0/0, with a warning; ``note`` says why).
     """
-    means = np.array(list(group_means(values, sensitive).values()))
+    means = np.array(list(group_means(values, sensitive, weights).values()))
     if means.size < 2:
         warnings.warn(
             f"sensitive feature {name!r} has a single group in this data; di_ratio and "
@@ -184,11 +193,12 @@ def _fairness(out: torch.Tensor, data: Any, task: str, threshold: float,
     """di_ratio / dp_difference per binary or categorical feature, and UF / JS over all cells."""
     values = _fairness_values(out, task, threshold)
     items = _sensitive_items(data)
+    weights = _row_weights(data)
     results: dict[str, float] = {}
     for name, s, kind in items:
         if kind not in GROUP_KINDS:
             continue
-        ratio, diff, note = _group_fairness(values, s, name, task)
+        ratio, diff, note = _group_fairness(values, s, name, task, weights)
         if "di_ratio" not in results:
             results["di_ratio"], results["dp_difference"] = ratio, diff
             if note:
@@ -410,8 +420,10 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
     """Performance, realised fairness and exact constraint values of ``model`` on ``data``.
 
     The model runs once, ``out = model(data.X)``: a logit (binary), the prediction (regression) or
-    the log-rate (poisson, ``mu = exposure * exp(out)``). Row weights enter the constraint rows only;
-    performance and fairness measures are unweighted.
+    the log-rate (poisson, ``mu = exposure * exp(out)``). The data's row weights weight the constraint
+    rows, ``accuracy``, ``r2``, ``mse`` and the group means of ``di_ratio`` / ``dp_difference``
+    (``sum_g w_i v_i / sum_g w_i``); the other measures (``rps``, ``uf``, ``js_divergence``, FaUCI, the
+    Poisson ones) count rows unweighted.
 
     Parameters
     ----------

@@ -90,6 +90,14 @@ def warn_reordered_index(X: Any, **others: Any) -> None:
         others = {name: value for name, value in others.items() if name != "y"}
         if not isinstance(reference, (pd.Series, pd.DataFrame)):
             return
+    warn_reordered_against(reference, called, **others)
+
+
+def warn_reordered_against(reference: Any, called: str, **others: Any) -> None:
+    """:func:`warn_reordered_index` against the pandas object ``reference`` (named ``called`` in the message):
+    one warning for each pandas argument of ``others`` whose index holds its labels in another order."""
+    if not isinstance(reference, (pd.Series, pd.DataFrame)):
+        return
     for name, value in others.items():
         index = getattr(value, "index", None)
         if (not isinstance(value, (pd.Series, pd.DataFrame)) or len(index) != len(reference.index)

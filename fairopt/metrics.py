@@ -42,7 +42,7 @@ from sklearn.metrics._scorer import _Scorer
 from fairopt._validation import check_sample_weight, column_1d
 from fairopt.data.encoding import positive_class
 from fairopt.exceptions import FairnessWarning, UndefinedMeasureWarning, warn_at_caller
-from fairopt.inputs import columns_of_x, names_columns_of_x
+from fairopt.inputs import columns_of_x, names_columns_of_x, warn_reordered_against
 from fairopt.measures.group import (disparate_impact as group_disparate_impact, dp_difference, equal_impact,
                                     equalised_odds, warn_undefined_ratio)
 from fairopt.sensitive_groups import intersection_groups
@@ -132,6 +132,11 @@ def _prepare(y_true: Any, y_pred: Any, sensitive_features: Any, pos_label: Any, 
     if needs_labels and y_true is None:
         raise ValueError("y_true: required: this measure compares rates among the rows of each true label "
                          "(disparate_impact and demographic_parity_difference take y_true=None)")
+    named = {"y_true": y_true, "y_pred": y_pred, "sensitive_features": sensitive_features,
+             "sample_weight": sample_weight}
+    first = next((name for name, value in named.items() if isinstance(value, (pd.Series, pd.DataFrame))), None)
+    if first is not None:  # pandas arguments are paired by position: say so where an index was reordered
+        warn_reordered_against(named.pop(first), first, **named)
     y, p = _binary(y_true, y_pred, pos_label)
     return y, p, _group_labels(sensitive_features, y.shape[0]), check_sample_weight(sample_weight, y.shape[0])
 

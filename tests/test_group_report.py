@@ -436,3 +436,26 @@ def test_a_group_without_an_interval_is_drawn_hatched_not_as_an_exact_value():
     assert not ax.collections  # no error bars at all
     full = group_report(Fixed(), X, y, s, n_bootstrap=50).plot(ax=Figure().subplots())
     assert not any(bar.get_hatch() for bar in full.patches) and len(full.collections) == 1
+
+
+def test_a_default_positive_class_of_text_labels_is_warned_and_reordered_rows_too():
+    """A scikit-learn classifier of text labels: the report counts classes_[1] as the other measures do, and
+    says so (a selection rate of 'rejected' read as one of 'approved' would invert the report); a sensitive
+    Series whose index is X's in another order is paired by position, with the estimators' warning."""
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(8)
+    X = pd.DataFrame(rng.normal(size=(300, 2)), columns=["u", "v"])
+    y = pd.Series(np.where(X["u"] + rng.normal(size=300) > 0, "approved", "rejected"))
+    s = pd.Series(rng.choice(["a", "b"], size=300), name="g")
+    model = LogisticRegression().fit(X, y)
+    with pytest.warns(FairnessWarning, match="pos_label not given: the positive class is 'rejected'"):
+        report = group_report(model, X, y, s, n_bootstrap=0)
+    expected = {g: float((model.predict(X)[s == g] == "rejected").mean()) for g in ("a", "b")}
+    assert report.positive == "rejected" and dict(report.by_group["selection_rate"]) == pytest.approx(expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert group_report(model, X, y, s, n_bootstrap=0, pos_label="approved").positive == "approved"
+    shuffled = s.sample(frac=1.0, random_state=1)
+    with pytest.warns(FairnessWarning, match="sensitive_features: its index holds the labels of X's index"):
+        group_report(model, X, y, shuffled, n_bootstrap=0, pos_label="approved")

@@ -307,3 +307,17 @@ def test_a_scorer_takes_routed_sample_weight_when_it_requests_it():
         expected = brute("demographic_parity_difference", np.repeat(y[test], w[test]), np.repeat(pred, w[test]),
                          np.repeat(s[test], w[test]))
         assert scores["test_dpd"][fold] == pytest.approx(-expected, abs=1e-12)
+
+
+def test_reordered_pandas_arguments_are_warned_and_spaced_labels_get_a_hint():
+    X, y, s = data(300, seed=9)
+    pred = (X[:, 0] > 0.6).astype(int)
+    y_series, s_series = pd.Series(y), pd.Series(s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metrics.disparate_impact(y_series, pred, sensitive_features=s_series)  # aligned: no warning
+    with pytest.warns(FairnessWarning, match="sensitive_features: its index holds the labels of y_true's index"):
+        metrics.disparate_impact(y_series, pred, sensitive_features=s_series.sample(frac=1.0, random_state=0))
+    spaced = np.where(y == 1, " >50K", " <=50K")
+    with pytest.raises(ValueError, match="did you mean ' >50K'"):
+        metrics.disparate_impact(spaced, spaced, sensitive_features=s, pos_label=">50K")

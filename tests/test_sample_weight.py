@@ -23,6 +23,7 @@ from sklearn.model_selection import GridSearchCV, KFold
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
+import fairopt
 from fairopt import FairClassifier, FairData, FairRegressor
 from fairopt.certificate import auto_margin, certify
 from fairopt.constraints import (Covariance, DemographicParity, DisparateImpact, DistanceCovariance, EqualImpact,
@@ -485,6 +486,15 @@ def test_fair_classifier_meets_the_weighted_disparate_impact_bound():
     assert bounds["met"] and bounds["value"] == pytest.approx(ratio(positive, w), abs=1e-6)
     plain_value = clf.evaluate(X, y, sensitive_features={"s": s})["bounds"]["disparate_impact[s]"]["value"]
     assert plain_value == pytest.approx(ratio(positive, np.ones(n)), abs=1e-6)
+    # the realised measures and the accuracy of a weighted evaluate are weighted too, as fairopt.metrics' and
+    # group_report's with the same weights
+    weighted = clf.evaluate(X, y, sensitive_features={"s": s}, sample_weight=w)
+    assert weighted["di_ratio[s]"] == pytest.approx(ratio(positive, w), abs=1e-12)
+    assert weighted["di_ratio[s]"] == pytest.approx(fairopt.metrics.disparate_impact(
+        y, clf.predict(X), sensitive_features=s, sample_weight=w), abs=1e-12)
+    assert weighted["accuracy"] == pytest.approx(clf.score(X, y, sample_weight=w), abs=1e-12)
+    assert clf.evaluate(X, y, sensitive_features={"s": s})["di_ratio[s]"] == pytest.approx(
+        ratio(positive, np.ones(n)), abs=1e-12)
     assert clf.check_generalisation(X, y, sensitive_features={"s": s}, sample_weight=w)["gap"].abs().max() <= 1e-6
 
 

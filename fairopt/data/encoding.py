@@ -143,6 +143,10 @@ def positive_class(labels: Sequence[Any], positive: Any = None, *, argument: str
         hint = (f"; labels 0, 1, ... where {_plain(positive)!r} was meant are what a meta-estimator such as "
                 "VotingClassifier or StackingClassifier fits its members on (it encodes the labels in sorted "
                 "order): give that label's position in the sorted labels, e.g. 0 for the first" if encoded else "")
+        spaced = [v for v in shown if isinstance(v, str) and v.strip() == str(_plain(positive)).strip()]
+        if spaced and not hint:  # UCI Adult's ' >50K': the labels keep the file's spaces
+            hint = (f"; did you mean {spaced[0]!r}? The labels hold spaces around their text (read the file with "
+                    "pandas.read_csv(..., skipinitialspace=True), or strip them)")
         raise ValueError(f"{argument}: {_plain(positive)!r} is not a label of {source} (its labels are {shown})"
                          + hint)
     return matches[0], None

@@ -16,7 +16,7 @@ from scipy.special import pdtr, xlogy
 from scipy.stats import poisson
 from sklearn.metrics import accuracy_score, mean_squared_error, r2_score
 
-from fairopt._validation import as_1d_tensor, as_tensor, check_same_length, to_numpy
+from fairopt._validation import as_1d_tensor, as_tensor, check_same_length, check_sample_weight, to_numpy
 
 __all__ = ["accuracy", "mse", "r2", "poisson_deviance", "rps", "poisson_rps"]
 
@@ -49,28 +49,32 @@ def _require(condition: np.ndarray, values: np.ndarray, name: str, what: str) ->
         raise ValueError(f"{name}: {what}, got {values[bad][0]!r}")
 
 
-def accuracy(y_true: Any, pred: Any) -> float:
-    """Share of rows whose hard label equals the true label; probabilities or logits are rejected."""
+def accuracy(y_true: Any, pred: Any, sample_weight: Any = None) -> float:
+    """Share of rows whose hard label equals the true label (the weighted share ``sum_i w_i 1[y_i = p_i] /
+    sum_i w_i`` with ``sample_weight``); probabilities or logits are rejected."""
     y, p = _paired(y_true, pred)
     _require(y == np.round(y), y, "y_true", "expected hard (integer-valued) labels")
     _require(p == np.round(p), p, "pred", "expected hard (integer-valued) labels")
-    return float(accuracy_score(y, p))
+    return float(accuracy_score(y, p, sample_weight=check_sample_weight(sample_weight, y.size)))
 
 
-def mse(y_true: Any, pred: Any) -> float:
-    """Mean squared error ``(1/n) sum_i (y_i - pred_i)^2``."""
+def mse(y_true: Any, pred: Any, sample_weight: Any = None) -> float:
+    """Mean squared error ``(1/n) sum_i (y_i - pred_i)^2`` (``sum_i w_i (y_i - pred_i)^2 / sum_i w_i`` with
+    ``sample_weight``)."""
     y, p = _paired(y_true, pred)
-    return float(mean_squared_error(y, p))
+    return float(mean_squared_error(y, p, sample_weight=check_sample_weight(sample_weight, y.size)))
 
 
-def r2(y_true: Any, pred: Any) -> float:
-    """Coefficient of determination ``R^2 = 1 - SS_res / SS_tot``.
+def r2(y_true: Any, pred: Any, sample_weight: Any = None) -> float:
+    """Coefficient of determination ``R^2 = 1 - SS_res / SS_tot`` (both sums weighted by ``sample_weight``,
+    around the weighted mean of ``y_true``, when given).
 
     For a constant ``y_true`` (``SS_tot = 0``) it is 1.0 for a perfect prediction and 0.0 otherwise, as
     scikit-learn's ``r2_score``.
     """
     y, p = _paired(y_true, pred)
-    return float(r2_score(y, p))  # force_finite: 1.0 / 0.0 for a constant y_true, as documented
+    # force_finite: 1.0 / 0.0 for a constant y_true, as documented
+    return float(r2_score(y, p, sample_weight=check_sample_weight(sample_weight, y.size)))
 
 
 def _expected_counts(mu: Any, exposure: Any, n: int, mu_name: str) -> np.ndarray:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from fairopt._validation import check_interval, check_sample_weight, check_seed, positive_int
+from fairopt.inputs import warn_reordered_index
 from fairopt.measures.bootstrap import percentile_interval
 from fairopt.measures.group import ratio_and_difference
 from fairopt.report.bootstrap import RowStatistic, bootstrap_replicates, point_estimates
@@ -150,6 +151,7 @@ def group_report(
                          "their targets and their sensitive features as the user sees them; fairopt.evaluate(model, "
                          "data) reports the groups of a FairData." + label_free)
     n_bootstrap, confidence, seed, min_group_size = _check_parameters(n_bootstrap, confidence, seed, min_group_size)
+    warn_reordered_index(X, sensitive_features=sensitive_features, y=y, sample_weight=sample_weight)
     groups = _groups(X, sensitive_features)
     weights = check_sample_weight(sample_weight, groups.codes.size)
     responses = model_responses(model_or_estimator, X, y, task=task, threshold=threshold, pos_label=pos_label)

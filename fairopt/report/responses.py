@@ -25,6 +25,8 @@ import torch
 from sklearn.base import is_classifier, is_regressor
 
 from fairopt._validation import column_1d
+from fairopt.data.encoding import positive_class
+from fairopt.exceptions import FairnessWarning, warn_at_caller
 from fairopt.measures.group import python_scalar
 from fairopt.metrics import fitted_pos_label
 from fairopt.persistence import SavedModel
@@ -145,7 +147,7 @@ def _positive_label(y: np.ndarray, pos_label: Any, classes: Any, torch_model: bo
             raise ValueError(f"pos_label: {pos_label!r} is not one of the labels {known}")
         return pos_label
     if classes is not None:
-        return classes[1] if fitted_positive is None else fitted_positive
+        return _default_positive(list(classes)) if fitted_positive is None else fitted_positive
     if y.dtype.kind == "b" or (_is_numeric(y) and np.isin(labels, (0, 1)).all()):
         return True if y.dtype.kind == "b" else 1
     if torch_model:
@@ -153,7 +155,20 @@ def _positive_label(y: np.ndarray, pos_label: Any, classes: Any, torch_model: bo
                          f"(y has the labels {labels.tolist()})")
     if labels.size < 2:
         raise ValueError(f"y: a single label {labels.tolist()} that is not 0/1; pass pos_label")
-    return labels[-1]
+    return _default_positive(labels.tolist())
+
+
+#: What the positive class means to the report, in the note of a default positive class.
+_REPORT_ROLE = "the report's selection_rate, tpr and fpr are rates of predicting {label}"
+
+
+def _default_positive(classes: list) -> Any:
+    """``classes_[1]`` (the last sorted label), with the estimators' and measures' FairnessWarning where the
+    labels' order says nothing about which is favourable (text labels: "rejected" sorts after "approved")."""
+    positive, note = positive_class(classes, None, source="the model's classes_", role=_REPORT_ROLE)
+    if note:
+        warn_at_caller(note, FairnessWarning)
+    return positive
 
 
 def _check_output(out: np.ndarray, n: int, what: str) -> np.ndarray:
