@@ -319,6 +319,17 @@ BOOSTED_SEVERAL_GROUPS = (
     "linear model and model='mlp' meet such bounds (docs: Which model?, strict bounds and other groupings).")
 
 
+def near_constant_reason(out: Any, data: FairData) -> str | None:
+    """Why a binary classifier with training outputs ``out`` (logits) is no better than a constant one on
+    the rows of ``data`` (:func:`solvers.outcome.outputs_near_constant`), None when it is better or the
+    task is not binary: the ``"degenerate"`` status of a model that is not exactly constant."""
+    if data.task != "binary":
+        return None
+    values = torch.as_tensor(out).detach().cpu().numpy()
+    reasons, _ = outputs_near_constant(values, data.y.detach().cpu().numpy())
+    return "; ".join(reasons) or None
+
+
 def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool,
                          constraints: Sequence[Any] = (), *, acted: bool = True,
                          engine_note: str | None = None, tightened: bool = False) -> list[tuple[type, str]]:

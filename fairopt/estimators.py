@@ -36,7 +36,8 @@ from fairopt.inputs import (category_positions, check_input_finite, check_missin
                             dense_inputs, encoded_inputs, fair_data_rows, has_text_columns, held_out_rows,
                             internal_names, log_encoded_columns, sensitive_columns_of_x, warn_reordered_index,
                             without_columns)
-from fairopt.diagnostics import fit_warnings, iteration_records, pretraining_violations, relaxed_steps
+from fairopt.diagnostics import (fit_warnings, iteration_records, near_constant_reason, pretraining_violations,
+                                relaxed_steps)
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
 from fairopt.held_out import (HeldOutOptions, fit_held_out, generalisation_table, raise_or_warn_failed,
@@ -382,7 +383,8 @@ class _FairEstimator(BaseEstimator):
         bounds = bound_statuses(out, data, constraints, self.violation_tol)
         self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_,
                                                         met_tolerances(constraints, self.violation_tol), bounds,
-                                                        constant=self._constant_reason(out, data.task))
+                                                        constant=self._constant_reason(out, data.task),
+                                                        near_constant=near_constant_reason(out, data))
         if self.status_ == "degenerate":
             self.converged_ = False
 
@@ -742,7 +744,8 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     constraints_ : list, the constraint objects set up on the training data.
     history_ : :class:`fairopt.History` of the engine's iterations.
     status_ : str (:mod:`fairopt.status`): ``"converged"``, ``"feasible_not_stationary"``,
-        ``"infeasible"``, ``"degenerate"`` (bounds met by a model constant on the training rows),
+        ``"infeasible"``, ``"degenerate"`` (bounds met by a model constant on the training rows, or by a
+        classifier no better than one: accuracy not above the majority-class rate by two standard errors),
         ``"diverged"`` or ``"stopped_by_callback"``.
     status_message_ : str, each bound beside its realised measure and the distance from stationarity.
     converged_ : bool, the engine's own test (feasible and stationary); False for a degenerate model.

@@ -14,8 +14,10 @@ sentence of ``status_message_``:
   engine's tolerance (more epochs may lower the loss; the bounds hold already);
 - ``"infeasible"``: some bound not met on the training rows;
 - ``"degenerate"``: every bound met, by a model that predicts the same for every training row (one
-  class, or one value: :func:`fairopt.evaluation.constant_predictions`); a rate bound is met trivially
-  by such a model (``0 / 0`` rates), so the fit is no answer however its engine ended;
+  class, or one value: :func:`fairopt.evaluation.constant_predictions`), or by a classifier no better
+  than one (:func:`solvers.outcome.near_constant`: its training accuracy not above the majority-class
+  rate by two standard errors, or one class on almost every row); a rate bound is met trivially by
+  such a model (``0 / 0`` rates), so the fit is no answer however its engine ended;
 - ``"diverged"`` and ``"stopped_by_callback"``: the engine's own words for a run that did not
   end normally.
 """
@@ -174,13 +176,16 @@ def label_of(constraint: Any) -> str:
 
 
 def fit_status(result: FitResult, method: str, violations: Mapping[str, float], tol: float | Mapping[str, float],
-               bounds: Sequence[BoundStatus] = (), constant: str | None = None) -> tuple[str, str]:
+               bounds: Sequence[BoundStatus] = (), constant: str | None = None,
+               near_constant: str | None = None) -> tuple[str, str]:
     """``(status, message)`` of a finished fit (module docstring for the statuses).
 
     ``violations``: the exact training violation of every constraint (by name); ``tol``: the
     largest one that counts as met (one number, or one per name, :func:`met_tolerance`); ``bounds``:
     their measures on the training rows, quoted in the message; ``constant``: why the model predicts
-    the same for every training row (:func:`fairopt.evaluation.constant_predictions`), None if it does not.
+    the same for every training row (:func:`fairopt.evaluation.constant_predictions`), None if it does not;
+    ``near_constant``: why a classifier that is not constant is no better than one
+    (:func:`solvers.outcome.near_constant`), None if it is better.
     """
     unmet = [name for name, v in violations.items() if v > tolerance_of(tol, name)]
     shown = {b.name: str(b) for b in bounds}
@@ -204,6 +209,11 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
         bounds_text = (f"the model is constant on the training rows ({constant}), which meets a rate bound "
                        "trivially; it is no answer to the task (see the DegenerateModelWarning). "
                        + bounds_text[0].upper() + bounds_text[1:])
+    elif near_constant is not None:
+        status, stationary = "degenerate", ""
+        bounds_text = (f"the model is no better than a constant classifier on the training rows ({near_constant}); "
+                       "a constant meets a rate bound trivially, so it is no answer to the task (see the "
+                       "FairnessWarning). " + bounds_text[0].upper() + bounds_text[1:])
     else:
         status = "converged" if result.converged else "feasible_not_stationary"
         if measure is None or value is None:

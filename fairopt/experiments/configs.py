@@ -485,7 +485,9 @@ def run_train(options: Mapping[str, Any], out: str | Path, data: Any = None) -> 
         ``{"train": ..., "test": ..., "status": ..., "status_message": ..., "seconds": ...}``: the
         status in the estimators' terms (:func:`fairopt.status.fit_status`).
     """
-    from fairopt.evaluation import evaluate, format_report, met_tolerances
+    from fairopt.diagnostics import near_constant_reason
+    from solvers.problem import eval_mode
+    from fairopt.evaluation import constant_predictions, evaluate, format_report, met_tolerances
     from fairopt.status import MET_TOL, BoundStatus, fit_status
     from solvers.history import FitResult
 
@@ -533,7 +535,11 @@ def run_train(options: Mapping[str, Any], out: str | Path, data: Any = None) -> 
     violations = {k[:-len(".violation")]: v for k, v in results["train"].items() if k.endswith(".violation")}
     bounds = [BoundStatus(**b) for b in (results["train"].get("bounds") or {}).values()]
     engine = FitResult(fitted.model, fitted.history, fitted.status, fitted.converged, fitted.info)
-    status, message = fit_status(engine, method_kind, violations, met_tolerances(fitted.constraints, MET_TOL), bounds)
+    with eval_mode(fitted.model), torch.no_grad():
+        train_out = fitted.model(train.X).reshape(-1)
+    status, message = fit_status(engine, method_kind, violations, met_tolerances(fitted.constraints, MET_TOL), bounds,
+                                 constant=constant_predictions(train_out, train.task),
+                                 near_constant=near_constant_reason(train_out, train))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report = format_report(results)
