@@ -42,7 +42,7 @@ from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
 from fairopt.held_out import (HeldOutOptions, fit_held_out, generalisation_table, raise_or_warn_failed,
                               require_all_groups, training_rows)
-from fairopt.exceptions import FairnessWarning
+from fairopt.exceptions import FairnessWarning, UndefinedMeasureWarning, warn_at_caller
 from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
 from fairopt.inputs import sensitive_columns
@@ -381,10 +381,17 @@ class _FairEstimator(BaseEstimator):
         with torch.no_grad():
             out = model(data.X).reshape(-1)
         bounds = bound_statuses(out, data, constraints, self.violation_tol)
+        constant = self._constant_reason(out, data.task)
         self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_,
                                                         met_tolerances(constraints, self.violation_tol), bounds,
-                                                        constant=self._constant_reason(out, data.task),
+                                                        constant=constant,
                                                         near_constant=near_constant_reason(out, data))
+        trivial = [b.label for b in bounds if b.undefined]
+        if trivial and constant is None:  # a constant model has its DegenerateModelWarning already
+            warn_at_caller(f"{', '.join(trivial)}: met only trivially on the training rows: no compared group has a "
+                           "positive prediction (every rate is 0, the ratio 0/0), so status_ is 'degenerate'. For "
+                           "a regressor, the bound's threshold lies above every prediction: lower it, or bound the "
+                           "predictions themselves ('gedi', 'covariance', 'dcov')", UndefinedMeasureWarning)
         if self.status_ == "degenerate":
             self.converged_ = False
 

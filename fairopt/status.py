@@ -17,7 +17,9 @@ sentence of ``status_message_``:
   class, or one value: :func:`fairopt.evaluation.constant_predictions`), or by a classifier no better
   than one (:func:`solvers.outcome.near_constant`: its training accuracy not above the majority-class
   rate by two standard errors, or one class on almost every row); a rate bound is met trivially by
-  such a model (``0 / 0`` rates), so the fit is no answer however its engine ended;
+  such a model (``0 / 0`` rates), so the fit is no answer however its engine ended; also where a
+  ratio bound's rates are all 0 on the training rows (a regressor none of whose predictions exceeds
+  the bound's threshold);
 - ``"diverged"`` and ``"stopped_by_callback"``: the engine's own words for a run that did not
   end normally.
 """
@@ -209,6 +211,12 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
         bounds_text = (f"the model is constant on the training rows ({constant}), which meets a rate bound "
                        "trivially; it is no answer to the task (see the DegenerateModelWarning). "
                        + bounds_text[0].upper() + bounds_text[1:])
+    elif any(b.undefined for b in bounds):
+        status, stationary = "degenerate", ""
+        trivial = ", ".join(b.label for b in bounds if b.undefined)
+        bounds_text = (f"{trivial} is met only trivially: no compared group has a positive prediction (its rates "
+                       "are all 0, the ratio 0/0), so the model is no answer to the task. " + bounds_text[0].upper()
+                       + bounds_text[1:])
     elif near_constant is not None:
         status, stationary = "degenerate", ""
         bounds_text = (f"the model is no better than a constant classifier on the training rows ({near_constant}); "

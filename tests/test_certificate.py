@@ -498,3 +498,34 @@ def test_a_margin_no_group_rates_can_meet_is_refused_before_training():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the same data and bound without the margin trains
         FairClassifier(("disparate_impact", "s", 0.8), epochs=5).fit(X, y, sensitive_features=s)
+
+
+def test_a_margin_that_takes_a_distance_covariance_bound_below_zero_is_refused():
+    """A margin on a fixed (absolute) distance covariance bound was subtracted again at every setup (an
+    estimator's fit trained to 0.05 - 2 x 0.03). dcov and ccdcov are 0 for a constant prediction and never negative in the population; a margin that
+    takes the bound below 0 would train towards negative sampling noise (a trial got a constant model
+    reported as meeting its bound): MarginTooLargeError, as for GeDI's coarse row. JdCov keeps no floor."""
+    from fairopt.certificate.tightening import MarginTooLargeError, TightenedConstraint
+    from fairopt.constraints import DistanceCovariance
+
+    data = _regression_data(300)
+    c = DistanceCovariance(["s"], bound=0.05)
+    assert c.row_floor == 0.0 and DistanceCovariance(["s"], bound=0.05, kind="jdcov").row_floor is None
+    tight = TightenedConstraint(c, 0.04)
+    for _ in range(3):  # its setup keeps the fixed bound: the margin is applied once, not once per setup
+        tight.setup(data)
+        assert float(tight.upper[0]) == pytest.approx(0.01)
+    with pytest.raises(MarginTooLargeError, match="upper -0.01 below 0, the smallest value the row takes"):
+        TightenedConstraint(c, 0.06).setup(data)
+
+
+def test_a_numeric_margin_on_an_absolute_distance_covariance_bound_tightens_it_once():
+    from fairopt.estimators import FairRegressor
+
+    data = _regression_data(600)
+    X, y, S = data.X.numpy(), data.y.numpy(), {"s": data.sensitive["s"].numpy()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = FairRegressor(("dcov", ["s"], 0.05), margin=0.03, epochs=50).fit(X, y, sensitive_features=S)
+    value = fitted.evaluate(X, y, sensitive_features=S)["bounds"]["dcov[s]"]["value"]
+    assert 0.015 <= value <= 0.02 + 1e-6  # trained to the tightened bound, which binds (0.05 - 0.03)

@@ -95,6 +95,15 @@ def test_fit_status_rules():
     assert "Every bound is met on the training rows: DI[s] 0.850" in message
     assert fit_status(_result(False), "sqp", {"disparate_impact[s]": 0.05}, 1e-3, met, constant="x")[0] == \
         "infeasible"  # a missed bound stays the news
+    # a classifier no better than a constant one: degenerate too, with the reason
+    status, message = fit_status(_result(True, "converged", 1e-4), "sqp", {"disparate_impact[s]": 0.0}, 1e-3, met,
+                                 near_constant="training accuracy 0.59 is not above the majority-class rate 0.75")
+    assert status == "degenerate" and message.startswith("The model is no better than a constant classifier")
+    # a ratio bound met by 0/0 rates (no positive prediction in any compared group): degenerate, not converged
+    undefined = [BoundStatus("disparate_impact[s]", "DI[s]", math.nan, 0.8, "lower", True, undefined=True)]
+    status, message = fit_status(_result(True, "converged", 1e-4), "sqp", {"disparate_impact[s]": 0.0}, 1e-3,
+                                 undefined)
+    assert status == "degenerate" and message.startswith("DI[s] is met only trivially")
 
 
 def test_a_constant_fit_that_meets_its_bound_is_degenerate_not_converged():
@@ -263,3 +272,26 @@ def test_a_small_bound_is_met_within_its_own_scale_not_the_rate_tolerance():
     rate = DisparateImpact("s", delta=0.8)
     rate.setup(data)
     assert met_tolerances([rate, tight], MET_TOL) == {rate.name: MET_TOL, tight.name: pytest.approx(1e-9)}
+
+
+def test_a_regressor_no_prediction_of_which_exceeds_the_rate_threshold_is_degenerate_and_warned():
+    """A rate bound on a regressor whose threshold lies above every prediction: every rate 0, its rows met as
+    0/0 (an actuary's trial read 'converged' and a pairwise DI of 1.0): status 'degenerate', an
+    UndefinedMeasureWarning at fit, and a pairwise value of NaN, not perfect parity."""
+    rng = np.random.default_rng(0)
+    n = 1500
+    X = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n)})
+    y = 0.1 * X["a"] + rng.normal(scale=0.1, size=n)
+    y[:5] = 3.0  # a few large targets put the threshold inside the targets' range
+    S = pd.DataFrame({"g": rng.choice(list("ABC"), n)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reg = fairopt.FairRegressor(("disparate_impact", "g", 0.8, {"threshold": 0.5}), epochs=100).fit(
+            X, y, sensitive_features=S)
+    assert (reg.predict(X) > 0.5).sum() == 0  # what this data gives a least-squares fit
+    assert reg.status_ == "degenerate" and not reg.converged_
+    assert "met only trivially" in reg.status_message_
+    assert any(issubclass(w.category, UndefinedMeasureWarning) and "met only trivially" in str(w.message)
+               for w in caught)
+    entry = reg.evaluate(X, y, sensitive_features=S)["bounds"]["disparate_impact[g]"]
+    assert entry["undefined"] and math.isnan(entry["pairwise"])

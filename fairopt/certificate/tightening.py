@@ -85,11 +85,13 @@ class TightenedConstraint(BaseConstraint):
         if isinstance(self.margin, torch.Tensor) and not bool((torch.isfinite(self.margin) & (self.margin >= 0)).all()):
             raise ValueError("margin: expected finite values >= 0")
         self._tight: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._base: tuple[torch.Tensor, torch.Tensor] | None = None  # the copy's bounds before the margin
         if bounds_ready(self.constraint):
             self._apply()
 
     def _apply(self) -> None:
         inner = self.constraint
+        base = (inner.lower, inner.upper)
         lower, upper = inner.lower.double().clone(), inner.upper.double().clone()
         margin = torch.as_tensor(self.margin, dtype=torch.float64).reshape(-1)
         if margin.numel() not in (1, lower.numel()):
@@ -102,7 +104,8 @@ class TightenedConstraint(BaseConstraint):
             i = int(torch.nonzero(empty)[0])
             names = inner.row_names or []
             what = (f"lower {lower[i].item():.4g} > upper {upper[i].item():.4g}" if lower[i] > upper[i] else
-                    f"upper {upper[i].item():.4g} below {floor:.4g}, the smallest value the row takes")
+                    f"upper {upper[i].item():.4g} below {floor:.4g}, the smallest value the row takes (a constant "
+                    "prediction's)")
             raise MarginTooLargeError(f"margin: tightening {self.name} by {margin.max().item():.4g} leaves row "
                                       f"{names[i] if i < len(names) else i!r} with {what}; use a smaller margin, a "
                                       "looser bound or more data")
@@ -112,13 +115,18 @@ class TightenedConstraint(BaseConstraint):
                                       "margin='auto' grows as groups get smaller: merge small groups, use a smaller "
                                       "margin, a looser bound or more data")
         inner.lower, inner.upper = lower, upper
+        self._base = base
         if isinstance(inner, GeDI) and inner.absolute_bound is not None:
             inner.absolute_bound = float(upper[0])
         self._tight = (lower, upper)
 
     def setup(self, data: Any) -> None:
-        """Set the copy up on ``data`` and tighten its (re)built bounds."""
-        self.constraint.setup(data)
+        """Set the copy up on ``data`` and tighten its (re)built bounds; a setup that keeps the bounds (fixed
+        ones, e.g. an absolute distance covariance bound) gets the margin once, not once per setup."""
+        inner = self.constraint
+        inner.setup(data)
+        if self._tight is not None and inner.lower is self._tight[0] and inner.upper is self._tight[1]:
+            inner.lower, inner.upper = self._base
         self._apply()
 
     @property

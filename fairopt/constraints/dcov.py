@@ -198,6 +198,15 @@ class DistanceCovariance(BaseConstraint):
     #: The U-statistics compare every pair of rows (O(n^2) on all rows, unbiased on a batch).
     cost_on_all_rows = "quadratic"
 
+    @property
+    def row_floor(self) -> float | None:
+        """0 for ``dcov`` and ``ccdcov``: a constant prediction's statistic, and the least value of the
+        population measure (the U-statistics dip below it only by sampling noise). A held-out ``margin`` that
+        takes the bound below it would train towards negative noise, so
+        :class:`fairopt.certificate.TightenedConstraint` refuses it. None for ``jdcov`` (its constant-prediction
+        value is the sensitive features' own dependence, checked by :meth:`setup`)."""
+        return None if self.kind == "jdcov" else 0.0
+
     def exact(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         """The same value without gradient: the statistic has no surrogate."""
         with torch.no_grad():

@@ -453,11 +453,16 @@ class GroupRateConstraint(LinearRowsConstraint):
                     continue
                 if self.rate_form == "difference":
                     values.append(max(rates) - min(rates))
-                else:
+                elif max(rates) > 0.0:
                     values.append(_pair_ratio(min(rates), max(rates)))
+                else:  # every rate 0: the ratio is 0/0, undefined as the constraint's own value
+                    values.append(math.nan)
+        defined = [v for v in values if not math.isnan(v)]
         if not values:
             return None
-        return max(values) if self.rate_form == "difference" else min(values)
+        if not defined:
+            return math.nan
+        return max(defined) if self.rate_form == "difference" else min(defined)
 
     def target_encoding(self, batch: Any) -> LinearEncoding:
         """The rows as linear (in)equalities on hard labels ``z``: ``lower <= (D W) z <= upper``.
