@@ -55,7 +55,7 @@ from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_
 from solvers.history import FitResult, plain_values
 from fairopt.evaluation import bound_statuses, constant_predictions, met_tolerances
 from fairopt.measures.group import python_scalar
-from fairopt.status import fit_status
+from fairopt.status import fit_status, met_tolerance
 from solvers.progress import check_progress
 
 __all__ = ["FairClassifier", "FairRegressor", "METHODS"]
@@ -580,14 +580,15 @@ class _FairEstimator(BaseEstimator):
         """Compare each constraint's exact violation on held-out rows with its training value.
 
         Warns (:class:`fairopt.FairnessWarning`) for each constraint whose violations differ by more
-        than ``tol`` (units of the constraint rows).
+        than ``tol``: in rate units for group-rate constraints, and as a share of the bound for rows in
+        other units (covariance, GeDI, distance covariance: ``tol * |bound|``, e.g. 2% of it).
 
         Parameters
         ----------
         X, y : held-out rows (``X`` a FairData: its own ``y`` and sensitive features).
         sensitive_features : their sensitive features (as in :meth:`fit`).
         tol : float, default 0.02
-            Largest accepted ``|held-out violation - training violation|``.
+            Largest accepted ``|held-out violation - training violation|`` (rates), or share of the bound.
         sample_weight : array (n,), optional
             Weights of the held-out rows' constraint rows, as :meth:`evaluate` takes them (the training
             violations of a weighted fit are weighted).
@@ -603,7 +604,8 @@ class _FairEstimator(BaseEstimator):
         constraints = self._constraints_for(data)
         held_out = model_violations(self.model_, data, constraints)
         release_caches(constraints)
-        return generalisation_table(self.train_violations_, held_out, tol)
+        limits = {name: met_tolerance(c, tol, cap=False) for name, c in zip(held_out, constraints)}
+        return generalisation_table(self.train_violations_, held_out, limits)
 
 
 def _agrees(given: Any, own: Any) -> bool:

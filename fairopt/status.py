@@ -57,14 +57,15 @@ DEFINITIONS: dict[str, str] = {
 MET_TOL = 1e-3
 
 
-def met_tolerance(constraint: Any, tol: float) -> float:
+def met_tolerance(constraint: Any, tol: float, cap: bool = True) -> float:
     """The largest exact violation of ``constraint``'s rows reported as met, for the tolerance ``tol``.
 
     Rows of rates (``row_scale`` 1) take ``tol`` itself. Rows in other units (covariance, GeDI, distance
     covariance) take ``tol * min(1, B)``, ``B`` the largest finite ``|bound|`` of the rows, so that a small
     bound is met within the same share of itself: a distance covariance of 7e-5 under a bound of 1e-6 is
     not "met within the tolerance" 1e-3. ``tol`` where every finite bound is 0 or the constraint has no
-    bounds yet.
+    bounds yet. ``cap=False`` gives ``tol * B``, a share of the bound however large (a GeDI bound in the
+    target's units of 20 takes 0.4 at ``tol`` 0.02).
     """
     scale = getattr(constraint, "row_scale", None)
     if scale is None:
@@ -75,7 +76,7 @@ def met_tolerance(constraint: Any, tol: float) -> float:
         scale = max((abs(float(v)) for v in values if math.isfinite(float(v))), default=0.0)
         if scale == 0.0:
             return tol
-    return tol * min(float(scale), 1.0)
+    return tol * (min(float(scale), 1.0) if cap else float(scale))
 
 
 def tolerance_of(tol: float | Mapping[str, float], name: str) -> float:

@@ -295,3 +295,33 @@ def test_a_regressor_no_prediction_of_which_exceeds_the_rate_threshold_is_degene
                for w in caught)
     entry = reg.evaluate(X, y, sensitive_features=S)["bounds"]["disparate_impact[g]"]
     assert entry["undefined"] and math.isnan(entry["pairwise"])
+
+
+def test_check_generalisation_measures_a_gap_in_rates_or_as_a_share_of_the_bound():
+    """tol=0.02 is 0.02 of a rate, and 2% of a bound in other units: a distance covariance 58% above a bound of
+    1e-4 (a gap of 6e-5) was not warned, a GeDI 1% above a bound of 20 in the target's units always was."""
+    from fairopt.constraints import Covariance
+    from fairopt.held_out import generalisation_table
+    from fairopt.status import met_tolerance
+
+    big, small = Covariance("s", bound=20.0), Covariance("s", bound=1e-4)
+    di = DisparateImpact("s", delta=0.8)
+    for c in (big, small):
+        c.setup(_two_group_data())
+    assert met_tolerance(big, 0.02, cap=False) == pytest.approx(0.4) and met_tolerance(big, 0.02) == 0.02
+    assert met_tolerance(small, 0.02, cap=False) == pytest.approx(2e-6)
+    di.setup(_two_group_data())
+    assert met_tolerance(di, 0.02, cap=False) == 0.02  # rate rows: 0.02 itself
+    limits = {"big": 0.4, "small": 2e-6}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = generalisation_table({"big": 0.0, "small": 0.0}, {"big": 0.2, "small": 6e-5}, limits)
+    warned = [str(w.message) for w in caught]
+    assert len(warned) == 1 and warned[0].startswith("small: held-out violation 6e-05")
+    assert table.loc["big", "gap"] == pytest.approx(0.2)
+
+
+def _two_group_data():
+    rng = np.random.default_rng(0)
+    s = rng.integers(0, 2, 300)
+    return fairopt.FairData.from_arrays(rng.normal(size=(300, 2)), (rng.random(300) < 0.4).astype(int), {"s": s})
