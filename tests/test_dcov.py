@@ -723,3 +723,27 @@ def test_a_relative_bound_trains_through_the_regressor_and_saves_its_absolute_va
     loaded = fairopt.load(tmp_path / "reg.fairopt")
     assert not loaded.constraints_[0].relative
     assert loaded.constraints_[0].bound == pytest.approx(reg.constraints_[0].absolute_bound)
+
+
+def test_integer_codes_read_as_a_continuous_attribute_are_warned_at_setup():
+    """A region coded 1..10 and inferred continuous enters the statistic through |3 - 7|: warned with how to
+    declare it categorical; a categorical declaration or a real-valued attribute is not warned."""
+    import warnings
+
+    from fairopt.data import FairData
+    from fairopt.exceptions import FairnessWarning
+
+    rng = np.random.default_rng(0)
+    n = 300
+    codes = rng.integers(1, 11, n)
+    X = rng.normal(size=(n, 2))
+    coded = FairData.from_arrays(X, X[:, 0] + 0.1 * codes, {"region": codes}, task="regression")
+    with pytest.warns(FairnessWarning, match=r"'region' holds 10 distinct integers: if these are group codes"):
+        DistanceCovariance(["region"], bound=0.1).setup(coded)
+    declared = FairData.from_arrays(X, X[:, 0], {"region": codes}, task="regression",
+                                    sensitive_kinds={"region": "categorical"})
+    real = FairData.from_arrays(X, X[:, 0], {"age": rng.normal(40, 10, n)}, task="regression")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DistanceCovariance(["region"], bound=0.1).setup(declared)
+        DistanceCovariance(["age"], bound=0.1).setup(real)

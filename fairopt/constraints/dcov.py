@@ -12,7 +12,8 @@ import torch
 from fairopt.constraints.base import BaseConstraint, observed_target
 from fairopt._validation import measure_bound, require_unweighted, sensitive_names
 from fairopt._validation import check_choice, check_flag, check_seed, positive_float, positive_int
-from fairopt.exceptions import FairnessWarning, UnknownSensitiveError
+from fairopt.constraints.rows import group_code_hint
+from fairopt.exceptions import FairnessWarning, UnknownSensitiveError, warn_at_caller
 from fairopt.measures.dcov import JOINT_METHODS, METHODS, ccdcov, jdcov
 
 __all__ = ["DistanceCovariance", "prediction_from_output"]
@@ -130,7 +131,12 @@ class DistanceCovariance(BaseConstraint):
         U-statistic).
         """
         require_unweighted(data, "Distance covariance")
-        self._columns(data)
+        _, categorical = self._columns(data)
+        numeric = [name for name, is_group in zip(self.sensitive, categorical) if not is_group]
+        hint = group_code_hint(data, numeric) if numeric else ""
+        if hint:  # label-encoded groups read as numbers: |3 - 7| would count as a distance between groups
+            warn_at_caller(f"{self.name}: continuous sensitive features enter the distance covariance as numbers, "
+                           f"through the distances between their values{hint}", FairnessWarning)
         if self.relative:
             self.reference = float(self._statistic(observed_target(data).double(), data).reshape(-1)[0])
             if not self.reference > 0:

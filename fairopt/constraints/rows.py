@@ -21,7 +21,7 @@ from fairopt.exceptions import SmallGroupWarning, UnknownSensitiveError
 from fairopt.surrogates import Surrogate, get_surrogate
 from solvers.problem import shared_value
 
-__all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out", "positive_counts"]
+__all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out", "group_code_hint", "positive_counts"]
 
 # the rate constraints' logger: these rows are their machinery
 logger = logging.getLogger("fairopt.constraints.rates")
@@ -138,7 +138,7 @@ def _levels(data: Any, name: str, kind: str) -> list[str]:
 GROUP_CODE_LEVELS = 50
 
 
-def _group_code_hint(data: Any, names: list[str]) -> str:
+def group_code_hint(data: Any, names: list[str]) -> str:
     """The end of the error for continuous attributes under a group constraint: for those whose values
     are a few distinct integers (at most :data:`GROUP_CODE_LEVELS`, as label-encoded groups are), how to
     declare them categorical; "" when none is."""
@@ -170,7 +170,7 @@ def _resolve_partitions(
     if continuous and not allow_continuous:
         raise ValueError(
             f"sensitive: {continuous} is continuous and has no groups; use Covariance for a continuous "
-            f"attribute (or bin it into a categorical one){_group_code_hint(data, continuous)}"
+            f"attribute (or bin it into a categorical one){group_code_hint(data, continuous)}"
         )
     if len(names) > 1 and not marginal:
         if continuous:
