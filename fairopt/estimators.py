@@ -283,6 +283,7 @@ class _FairEstimator(BaseEstimator):
         if isinstance(X, FairData):
             return self._given_data(X, y, sensitive_features, sample_weight), constraints
         warn_reordered_index(X, sensitive_features=sensitive_features, y=y, sample_weight=sample_weight)
+        original_X = X
         X, sensitive_features, self.dropped_columns_ = sensitive_columns_of_x(dense_inputs(X), sensitive_features)
         categories = category_positions(X)  # a pandas category column is one-hot encoded, whatever its values
         keep = self._routes_missing_inputs()
@@ -295,8 +296,13 @@ class _FairEstimator(BaseEstimator):
         columns = sensitive_columns(sensitive_features, X.shape[0], self.sensitive_names,
                                     wanted=constraint_sensitive_names(constraints))
         if constraints and not columns:
+            wanted = constraint_sensitive_names(constraints)
+            inside = [name for name in wanted if isinstance(original_X, pd.DataFrame) and name in original_X.columns]
+            hint = (f"; {inside} are columns of X: sensitive_features={inside if len(inside) > 1 else inside[0]!r} "
+                    "takes them from X (and out of the model inputs)" if inside else "")
             raise ValueError("sensitive_features: required because constraints are given "
-                             f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)")
+                             f"({[c.name for c in constraints]}); pass them to fit(X, y, sensitive_features=...)"
+                             + hint)
         check_missing(columns)
         inputs = internal_names(X.shape[1])
         preprocessor = Preprocessor(missing="keep" if keep else "error")

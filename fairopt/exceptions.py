@@ -58,9 +58,12 @@ class UnknownSensitiveError(ValueError):
 
     def __init__(self, name: str, available: Iterable[str]) -> None:
         self.name, self.available = name, sorted(available)
+        unnamed = any(a.startswith("sensitive_") and a[len("sensitive_"):].isdigit() for a in self.available)
+        columns = (" An unnamed 2-D array's columns are called sensitive_0, sensitive_1, ...: name them with "
+                   "sensitive_names=[...] on the estimator, or pass a DataFrame." if unnamed else "")
         super().__init__(f"sensitive: unknown name {name!r}; available: {self.available}. Name the constraint after "
                          f"one of them, or give the feature that name (a Series passed to fit keeps its own: "
-                         f"s.rename({name!r}))")
+                         f"s.rename({name!r})).{columns}")
 
     def __reduce__(self):  # picklable with its arguments (a worker of a parallel search raises it)
         return type(self), (self.name, self.available)

@@ -217,3 +217,17 @@ def test_a_column_of_row_identifiers_is_warned_and_ordinary_numbers_are_not():
     found = [str(w.message) for w in caught if "whole number in every row" in str(w.message)]
     assert len(found) == 1 and "'customer_id'" in found[0] and "--ignore customer_id" in found[0]
     assert [w.filename for w in caught if "whole number" in str(w.message)] == [__file__]
+
+
+def test_missing_or_unnamed_sensitive_features_say_how_to_name_them():
+    rng = np.random.default_rng(1)
+    n = 200
+    X = pd.DataFrame({"a": rng.normal(size=n), "Gender": rng.choice(["F", "M"], n), "Region": rng.choice(list("ABC"), n)})
+    y = rng.normal(size=n)
+    with pytest.raises(ValueError, match=r"\['Gender', 'Region'\] are columns of X: sensitive_features=\['Gender', "
+                                         r"'Region'\] takes them from X"):
+        fairopt.FairRegressor(("dcov", ["Gender", "Region"], 0.1)).fit(X, y)
+    S = np.column_stack([rng.integers(0, 2, n), rng.integers(0, 2, n)])
+    with pytest.raises(ValueError, match=r"sensitive_0, sensitive_1, \.\.\.: name them with sensitive_names="):
+        fairopt.FairClassifier(("disparate_impact", "sex", 0.8)).fit(X[["a"]], (y > 0).astype(int),
+                                                                     sensitive_features=S)
