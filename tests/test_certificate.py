@@ -529,3 +529,29 @@ def test_a_numeric_margin_on_an_absolute_distance_covariance_bound_tightens_it_o
         fitted = FairRegressor(("dcov", ["s"], 0.05), margin=0.03, epochs=50).fit(X, y, sensitive_features=S)
     value = fitted.evaluate(X, y, sensitive_features=S)["bounds"]["dcov[s]"]["value"]
     assert 0.015 <= value <= 0.02 + 1e-6  # trained to the tightened bound, which binds (0.05 - 0.03)
+
+
+def test_distance_covariance_draws_are_half_samples_centred_on_the_statistic():
+    """The dcov certificate and margin draw the statistic on halves of the rows without replacement: their
+    mean sits at the sample's statistic (a bootstrap with repeated rows put it 3.5 sampling deviations above
+    at 2,000 rows independent of the attribute), and each draw has n // 2 distinct rows."""
+    from fairopt.certificate.intervals import bootstrap_rows, half_samples
+    from fairopt.constraints import DistanceCovariance
+
+    draws = list(half_samples(101, 5, seed=0))
+    assert all(len(d) == 50 and len(np.unique(d)) == 50 and np.all(np.diff(d) > 0) for d in draws)
+    assert [d.tolist() for d in half_samples(101, 5, seed=0)] == [d.tolist() for d in draws]  # seeded
+    rng = np.random.default_rng(4)
+    n = 1200
+    s = rng.integers(0, 6, n)
+    pred = rng.normal(size=n)  # independent of s: population value 0
+    data = FairData.from_arrays(np.zeros((n, 1)), pred, {"s": s}, task="regression",
+                                sensitive_kinds={"s": "categorical"})
+    c = DistanceCovariance(["s"], bound=1.0)
+    c.setup(data)
+    out = torch.as_tensor(pred, dtype=torch.float32)
+    value = float(c.exact(out, data)[0])
+    rows = bootstrap_rows(c, out, data, 100, seed=1)[:, 0]
+    assert abs(rows.mean() - value) < 0.5 * rows.std(ddof=1)
+    certificate = fairopt.certify(out.numpy(), data, DistanceCovariance(["s"], bound=1.0), n_bootstrap=100)
+    assert certificate.upper < value + 3.0 * rows.std(ddof=1)

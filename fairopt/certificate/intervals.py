@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -24,8 +24,8 @@ from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.measures.bootstrap import resample_chunks
 
 __all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "capped_ratio", "clopper_pearson", "compared_pairs",
-           "finite_sides", "normal_quantile", "outputs_on", "prepared_copy", "rate_sides", "ratio_bound",
-           "ratio_upper", "row_table", "within_bounds", "worst_case_rows"]
+           "finite_sides", "half_samples", "normal_quantile", "outputs_on", "prepared_copy", "rate_sides",
+           "ratio_bound", "ratio_upper", "row_table", "within_bounds", "worst_case_rows"]
 
 
 BOOTSTRAP_TYPES = (GeDI, DistanceCovariance, Covariance)
@@ -153,19 +153,40 @@ def row_table(c: Any, values: Sequence[float], lo: Sequence[float], hi: Sequence
 
 
 def bootstrap_rows(c: Any, out: torch.Tensor, data: Any, n_bootstrap: int, seed: int) -> np.ndarray:
-    """Exact rows on ``n_bootstrap`` seeded resamples of the rows (the unstratified
-    :func:`fairopt.measures.bootstrap.resample_chunks`), shape (B, m)."""
+    """Exact rows on ``n_bootstrap`` seeded resamples of the rows, shape (B, m): the unstratified
+    :func:`fairopt.measures.bootstrap.resample_chunks` (with replacement), or for a
+    :class:`~fairopt.constraints.DistanceCovariance` half-samples without replacement
+    (:func:`half_samples`)."""
     n = len(data)
     draws = []
+    samples = (half_samples(n, n_bootstrap, seed) if isinstance(c, DistanceCovariance) else
+               (rows for _, _, chunk in resample_chunks(np.zeros(n, dtype=np.int64), 1, n_bootstrap, seed)
+                for rows in chunk))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # rank warnings of tiny resamples
-        for _, _, chunk in resample_chunks(np.zeros(n, dtype=np.int64), 1, n_bootstrap, seed):
-            for rows in chunk:
-                index = torch.from_numpy(rows)
-                sample = data.subset(index)
-                draws.append(c.exact(out[index].to(data.X.dtype), sample).double().reshape(-1).numpy())
-                release_caches([c])
+        for rows in samples:
+            index = torch.from_numpy(rows)
+            sample = data.subset(index)
+            draws.append(c.exact(out[index].to(data.X.dtype), sample).double().reshape(-1).numpy())
+            release_caches([c])
     return np.stack(draws)
+
+
+def half_samples(n: int, n_draws: int, seed: int) -> Iterator[np.ndarray]:
+    """``n_draws`` seeded subsets of ``floor(n / 2)`` distinct rows (sorted positions): the draws of a
+    U-statistic's interval.
+
+    A resample with replacement repeats rows, and a repeated row lies at distance 0 from its copy, which
+    biases the distance covariance U-statistics upwards (at 2,000 rows independent of a 10-level
+    attribute, the bootstrap mean was 0.0007 above the statistic, 3.5 times its sampling deviation). On
+    distinct rows the statistic is unbiased, and on half of them its spread around the full sample's
+    value is that of the full sample's around the population's: ``Var(U_{n/2} | sample) ~
+    sigma^2 (2/n - 1/n) = Var(U_n)`` for a non-degenerate U-statistic (half-sampling; wider by about
+    ``sqrt(3)`` where the population value is 0, which no bound above 0 is then at risk from)."""
+    rng = np.random.default_rng(seed)
+    half = n // 2
+    for _ in range(int(n_draws)):
+        yield np.sort(rng.permutation(n)[:half])
 
 
 def normal_quantile(confidence: float, sides: int) -> float:
