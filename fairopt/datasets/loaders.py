@@ -247,7 +247,8 @@ def law_frame(data_dir: PathLike = None) -> pd.DataFrame:
     Target: ``pass_bar`` (binary, default). Protected attributes: ``race`` (binary,
     Non-White=0, White=1, 17,491 White rows; under the SQP paper's 80/20 split 13,995 of
     16,638 training rows are White) and ``male`` (binary 0/1).
-    Inputs for ``pass_bar``: the 11 other columns, as in the SQP paper (race included).
+    Inputs for ``pass_bar``: the other columns; the SQP paper's 11 include ``race``, which ``load`` leaves out
+    unless ``include_sensitive=True`` (the loaders' default keeps a protected attribute out of the inputs).
 
     Regression on the first-year grade: ``load("law", target="zfygpa")`` (or
     ``target="zgpa"``) switches to ``task="regression"`` and to the admission-time inputs
@@ -323,7 +324,9 @@ def communities_frame(data_dir: PathLike = None) -> pd.DataFrame:
     copy has already dropped them; a raw file's incomplete columns are dropped here and
     logged); the other crime counts/rates are not in the file. Column names are
     stripped of whitespace (the original has ``'rentQrange '``). Inputs: every other
-    column (all numeric, standardised), ``race`` included.
+    column (all numeric, standardised); ``race`` only with ``load(..., include_sensitive=True)`` (the
+    loaders' default keeps a protected attribute out of the inputs; ``pctBlack`` is an input unless it is
+    the protected attribute).
     """
     frame, source = _read_csv("communities", DATA_FILES["communities"], data_dir)
     frame.columns = [str(c).strip() for c in frame.columns]
