@@ -626,13 +626,20 @@ def format_report(results: Mapping[str, Any], digits: int = 4) -> str:
         status = BoundStatus(**first)
         label = f"{status.label} ({status.bound_text})"
         labels.append(status.label)
-        rows[label] = [f"{b[key]['value']:.{digits}f}" + ("" if b[key]["met"] else " unmet") if key in b else "nan"
-                       for b in bounds.values()]
+        rows[label] = [_bound_value(b[key]["value"], status.bound, digits) + ("" if b[key]["met"] else " unmet")
+                       if key in b else "nan" for b in bounds.values()]
     text = pd.DataFrame.from_dict(rows, orient="index", columns=list(table.columns)).to_string()
     lines = [f"{run}: {measure}: {reason}" for run, notes in table.attrs.get("notes", {}).items()
              for measure, reason in notes.items()]
     return (text + "\nwhat the rows mean:\n" + "\n".join(_definitions(list(rows), labels))
             + ("\nnotes:\n" + "\n".join(lines) if lines else ""))
+
+
+def _bound_value(value: float, bound: float | None, digits: int) -> str:
+    """A bounded measure for :func:`format_report`: ``digits`` decimals, or ``digits`` significant digits
+    beside a bound below 0.01 (a distance covariance of 0.000137 under 0.0001 printed as 0.0001 looked met)."""
+    small = bound is not None and 0 < abs(bound) < 0.01
+    return f"{value:.{digits}g}" if small else f"{value:.{digits}f}"
 
 
 #: Realised measures of evaluate() that a constraint's row repeats, by the constraint's short name.

@@ -325,3 +325,13 @@ def _two_group_data():
     rng = np.random.default_rng(0)
     s = rng.integers(0, 2, 300)
     return fairopt.FairData.from_arrays(rng.normal(size=(300, 2)), (rng.random(300) < 0.4).astype(int), {"s": s})
+
+
+def test_a_small_bounds_value_keeps_its_significant_digits_in_the_report():
+    """A distance covariance of 0.000137 under a bound of 0.0001 printed as '0.0001 unmet' beside '(bound <=
+    0.0001)': values beside a bound below 0.01 keep their significant digits."""
+    entry = {"name": "dcov[s]", "label": "dcov[s]", "value": 0.000137, "bound": 1e-4, "sense": "upper",
+             "met": False, "row_violation": 3.7e-5, "undefined": False, "pairwise": None}
+    results = {"train": {"n": 100, "r2": 0.5, "mse": 1.0, "bounds": {"dcov[s]": entry}}}
+    text = format_report(results)
+    assert "0.000137 unmet" in text and "(bound <= 0.0001)" in text
