@@ -142,7 +142,8 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     _csv_arguments(own)
     p.add_argument("--constraint", action="append", metavar="SPEC",
                    help="constraint spec (repeatable): 'di:sex>=0.8', 'eodds:sex>=0.8', 'dp:sex<=0.05', "
-                        "'disparate_impact:sex:0.8'")
+                        "'disparate_impact:sex:0.8'; a regression's 'dcov:sex,region<=0.25x' (x: relative to the "
+                        "training target's own measure; also gedi, ccdcov)")
     p.add_argument("--penalty", action="append",
                    help="penalty term for --method penalty, e.g. dp_squared:sex (--dataset only; such a run writes "
                         "model.pt, a network's weights, and report.txt instead of model.fairopt and report.md)")

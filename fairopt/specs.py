@@ -11,6 +11,8 @@ form                                           meaning
 ``"disparate_impact:sex:0.8"``                 the text form (CLI, TOML)
 ``"equal_opportunity:sex>=0.8"``               ``>=`` sets ``delta`` (a ratio), ``<=`` ``bound``
 ``"di[pairwise]:race>=0.8"``                   a rate kind's ``groups`` (``gedi[labels]``: ``target``)
+``"dcov:region<=0.25x"``                       a relative bound (``relative=True``: 0.25 times the
+                                               training target's own; ``gedi``, ``dcov``, ``ccdcov``)
 ``{"kind": "dcov", "sensitive": [...], ...}``  a table of constructor arguments
 a constraint object                            used as it is (the estimators copy it first)
 =============================================  =================================================
@@ -279,6 +281,22 @@ def _names(text: str, spec: Any) -> str | list[str]:
     return names[0] if len(names) == 1 else names
 
 
+#: The kinds whose bound can be relative to the training target's own measure (``0.2x`` in text).
+_RELATIVE_KINDS = ("gedi", "dcov", "ccdcov")
+
+
+def _bound_number(text: str, what: str, kind: str, spec: Any) -> tuple[float, dict]:
+    """The bound of a text spec and, for ``0.25x`` (a share of the training target's own measure), the option
+    ``relative=True``."""
+    text = text.strip()
+    if text[-1:] in ("x", "X"):
+        if kind not in _RELATIVE_KINDS:
+            raise ValueError(f"spec: a relative bound ({text!r}, a share of the training target's own measure) is "
+                             f"for {list(_RELATIVE_KINDS)}, not {kind!r}, in {spec!r}")
+        return _number(text[:-1], what, spec), {"relative": True}
+    return _number(text, what, spec), {}
+
+
 def _number(text: str, what: str, spec: Any) -> float:
     try:
         value = float(text)
@@ -356,10 +374,12 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
         if arg not in _bound_args(kind):
             raise ValueError(f"spec: {kind!r} takes {' or '.join(repr(a) for a in _bound_args(kind))}; "
                              f"'{op}' sets {arg!r} ('>=' a ratio delta, '<=' a difference bound), in {spec!r}")
-        return kind, {"sensitive": _names(names, spec), arg: _number(value, arg, spec), **extra}
+        number, relative = _bound_number(value, arg, kind, spec)
+        return kind, {"sensitive": _names(names, spec), arg: number, **extra, **relative}
     options: dict = {"sensitive": _names(parts[1], spec), **extra}
     if len(parts) == 3:
-        options[CONSTRAINT_KINDS[kind]] = _number(parts[2], CONSTRAINT_KINDS[kind], spec)
+        number, relative = _bound_number(parts[2], CONSTRAINT_KINDS[kind], kind, spec)
+        options.update({CONSTRAINT_KINDS[kind]: number, **relative})
     return kind, options
 
 

@@ -67,3 +67,15 @@ def test_a_rate_kinds_groups_in_brackets_and_a_ratio_asked_of_demographic_parity
         build_constraint("di[each]:race>=0.8")
     with pytest.raises(ValueError, match="a ratio of positive rates is disparate impact: write 'di:sex>=0.8'"):
         build_constraint("dp:sex>=0.8")
+
+
+def test_a_bound_ending_in_x_is_relative_to_the_training_targets_own_measure():
+    from fairopt.specs import build_constraint, constraint_from_spec, constraint_to_spec
+
+    for spec, bound in (("dcov:Gender,Group2<=0.25x", 0.25), ("gedi:age:0.2x", 0.2), ("ccdcov:region<=0.3X", 0.3)):
+        c = build_constraint(spec)
+        assert c.bound == bound and c.relative
+        assert constraint_from_spec(constraint_to_spec(c)).relative  # kept through the saved form
+    assert not build_constraint("dcov:a<=0.01").relative
+    with pytest.raises(ValueError, match=r"a relative bound \('0.8x'.*is for \['gedi', 'dcov', 'ccdcov'\]"):
+        build_constraint("di:sex>=0.8x")
