@@ -330,6 +330,24 @@ class BoostedSQP:
         return (state.start_loss is not None and state.trees > 0 and state.taken_back < self.max_take_backs
                 and loss > state.start_loss)
 
+    def _feasible_constant_loss(self, name: str, cons: Any, data: Any, state: RoundState, lower: torch.Tensor,
+                                upper: torch.Tensor) -> float | None:
+        """Where the starting constant misses a bound: the least training loss of a constant score that
+        meets every bound on the exact measure, or None. A binary classifier's constants predict one class
+        for every row, so the candidates are the scores just above and just below 0 (the least loss on each
+        side of the threshold, the starting constant lying on the other): the constraints' optimum is no
+        worse than the feasible one, and a round whose tree leaves the loss above it overshot (step 5)."""
+        if name != "bce":
+            return None
+        n = len(data)
+        best = None
+        for score in (1e-9, -1e-9):
+            F = torch.full((n,), score, dtype=torch.float64)
+            if float(row_violations(exact_rows(cons, F, data), lower, upper).max()) <= self.feasibility_tol:
+                loss = row_derivatives(name, F, data, state.targets).f
+                best = loss if best is None else min(best, loss)
+        return best
+
     def _take_back(self, booster: Any, bounds: WorkingBounds, before: tuple, state: RoundState, history: History,
                    loss: float) -> None:
         """Remove the last tree (LightGBM's ``rollback_one_iter``), put the working bounds back to
@@ -376,8 +394,9 @@ class BoostedSQP:
             c, J = c.to(torch.float64), dc.to(torch.float64)
             c_exact = exact_rows(cons, F, data, smooth=c)
             exact_viol = row_violations(c_exact, lower, upper)
-            if t == 0 and float(exact_viol.max()) <= self.feasibility_tol:  # a feasible start: step 5 applies
-                state.start_loss = der.f
+            if t == 0:  # step 5's reference: the starting constant if feasible, else a feasible constant's loss
+                state.start_loss = (der.f if float(exact_viol.max()) <= self.feasibility_tol
+                                    else self._feasible_constant_loss(name, cons, data, state, lower, upper))
             if offer:
                 became_best = tracker.offer_copy(lambda: _kept(state, trees, preds), offered_f, c_exact, t)
                 state.stale = 0 if became_best else state.stale + int(tracker.feasible(exact_viol))
