@@ -330,6 +330,14 @@ def near_constant_reason(out: Any, data: FairData) -> str | None:
     return "; ".join(reasons) or None
 
 
+def degenerate_reason(model: nn.Module, data: FairData) -> str | None:
+    """Why ``model`` is degenerate on the rows of ``data`` (its outputs constant,
+    :func:`fairopt.evaluation.constant_predictions`, or a classifier no better than a constant one,
+    :func:`near_constant_reason`), None when it is not: the ``"degenerate"`` status of a fit."""
+    out = torch.from_numpy(float64_outputs(model, data.X.detach().cpu().numpy()))
+    return constant_predictions(out, data.task) or near_constant_reason(out, data)
+
+
 def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool,
                          constraints: Sequence[Any] = (), *, acted: bool = True,
                          engine_note: str | None = None, tightened: bool = False) -> list[tuple[type, str]]:

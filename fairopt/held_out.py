@@ -237,16 +237,22 @@ def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairDa
     margin gives a more accurate model when the held-out rows allow it; the sequence stops
     at the first failure, so a failing candidate costs one fit. A candidate whose margin leaves a
     row no feasible value on the training rows (:class:`fairopt.certificate.tightening.MarginTooLargeError`)
-    is skipped (``skipped`` in the table says why): that is decided without the held-out rows, so the
-    sequence stays fixed; a ValueError when every one is.
+    is skipped (``skipped`` in the table says why), and so is one whose model is degenerate on its training
+    rows (constant, or a classifier no better than one: :func:`fairopt.diagnostics.degenerate_reason`) unless
+    it is the last: a constant meets a rate bound trivially, so its certificate would pass and end the sequence
+    at a model that is no answer. Both are decided without the held-out rows, so the sequence stays fixed; a
+    ValueError when every candidate's margin is too large.
 
     Returns the chosen candidate's FitResult, relaxed-step count, training constraints
     and certificates, and the table of the candidates tried (``chosen`` marks the returned one).
     """
     from fairopt.certificate.tightening import MarginTooLargeError
 
+    from fairopt.diagnostics import degenerate_reason
+
     chosen, chosen_index, rows, too_large = None, 0, [], None
-    for inflation in candidate_inflations(int(options.n_candidates)):
+    inflations = candidate_inflations(int(options.n_candidates))
+    for position, inflation in enumerate(inflations):
         try:
             training = tightened(constraints, margins, float(inflation))
             result, relaxed = train(data, training)
@@ -254,6 +260,12 @@ def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairDa
             too_large = exc
             rows.append({"inflation": float(inflation), "passed": None, "skipped": str(exc)})
             logger.info("certified candidates: inflation %.3g skipped (%s)", inflation, exc)
+            continue
+        degenerate = degenerate_reason(result.model, data) if position < len(inflations) - 1 else None
+        if degenerate:  # decided on the training rows: the sequence stays fixed
+            rows.append({"inflation": float(inflation), "passed": None,
+                         "skipped": f"degenerate on its training rows: {degenerate}"})
+            logger.info("certified candidates: inflation %.3g skipped (degenerate: %s)", inflation, degenerate)
             continue
         certified = certificates(options, held_out, result.model, constraints)
         passed = all(cert.passed for cert in certified)

@@ -333,6 +333,7 @@ def test_certified_sequence_keeps_last_pass_before_first_failure(adult_small, mo
 
     monkeypatch.setattr(held_out_module, "certificates", lambda est, held, model, cs: [_FakeCertificate(next(calls))])
     monkeypatch.setattr(FairClassifier, "_train", train)
+    monkeypatch.setattr("fairopt.diagnostics.degenerate_reason", lambda model, data: None)  # 3 epochs: near constant
     X, y, S = adult_small
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FairnessWarning)
@@ -347,9 +348,10 @@ def test_certified_sequence_keeps_last_pass_before_first_failure(adult_small, mo
     np.testing.assert_allclose(clf.predicted_held_out_["margin"].max(), margins_seen[chosen], rtol=1e-6)
 
 
-def test_certified_sequence_end_to_end(adult_small):
+def test_certified_sequence_end_to_end(adult_small, monkeypatch):
     """The returned model is the chosen candidate: its certificate is recomputed from it,
     and one candidate reproduces a single fit at inflation 2."""
+    monkeypatch.setattr("fairopt.diagnostics.degenerate_reason", lambda model, data: None)  # every one certified
     X, y, S = adult_small
     kwargs = dict(constraints=[("disparate_impact", "sex", 0.8)], epochs=20, validation_fraction=0.3,
                   margin="auto", on_fail="ignore")
@@ -367,6 +369,24 @@ def test_certified_sequence_end_to_end(adult_small):
     first = clf.candidates_.iloc[0]
     assert first["disparate_impact[sex]: held-out"] == pytest.approx(
         single.certificate_[0].realised)
+
+
+def test_a_degenerate_candidate_is_skipped_not_certified(adult_small):
+    """A candidate whose model is near constant on its training rows meets a rate bound trivially, so its
+    certificate passes and used to end the sequence at it (a credit modeller's trial: 0.70 test accuracy,
+    PASSED): it is skipped, decided on the training rows (the sequence stays fixed), unless it is the last."""
+    X, y, S = adult_small
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = FairClassifier(constraints=[("disparate_impact", "sex", 0.8)], epochs=20, validation_fraction=0.3,
+                             margin="auto", on_fail="ignore").fit(X, y, sensitive_features=S)
+        single = FairClassifier(constraints=[("disparate_impact", "sex", 0.8)], epochs=20, validation_fraction=0.3,
+                                margin="auto", on_fail="ignore", n_candidates=1).fit(X, y, sensitive_features=S)
+    table = clf.candidates_
+    assert single.status_ == "degenerate"  # the first candidate's model (inflation 2), kept as the only one
+    assert table["skipped"].iloc[0].startswith("degenerate on its training rows")
+    chosen = table[table["chosen"]].iloc[0]
+    assert chosen["inflation"] < 2.0 and clf.status_ != "degenerate"
 
 
 def test_estimator_defaults_unchanged(adult_small):
