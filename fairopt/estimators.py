@@ -40,6 +40,7 @@ from fairopt.diagnostics import (fit_warnings, iteration_records, near_constant_
                                 relaxed_steps)
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
+from fairopt.certificate import certify as certify_constraint
 from fairopt.held_out import (HeldOutOptions, fit_held_out, generalisation_table, raise_or_warn_failed,
                               require_all_groups, training_rows)
 from fairopt.exceptions import FairnessWarning, UndefinedMeasureWarning, warn_at_caller
@@ -571,13 +572,45 @@ class _FairEstimator(BaseEstimator):
         The sensitive features (in any form :meth:`fit` takes) must hold all the training groups.
         ``sample_weight`` weighs the constraint rows (``bounds``, the violations) as :meth:`fit` weighs
         them, ``P_g = sum_{i in g} w_i 1{yhat_i = 1} / sum_{i in g} w_i``: a model fitted with weights
-        meets its bounds in these terms. Performance and the realised fairness measures (``di_ratio``,
-        ...) stay unweighted, as in :func:`fairopt.evaluate`; a FairData ``X`` brings its own weights.
+        meets its bounds in these terms. The accuracy (R2, MSE) and ``di_ratio`` / ``dp_difference`` are
+        weighted too; the distribution and FaUCI measures count rows (:func:`fairopt.evaluate`). A FairData
+        ``X`` brings its own weights.
         """
         data = self._held_out(X, y, sensitive_features, sample_weight)
         constraints = self._constraints_for(data)
         try:
             return evaluate_model(self.model_, data, constraints)
+        finally:
+            release_caches(constraints)
+
+    def certify(self, X: Any, y: Any = None, *, sensitive_features: Any = None, confidence: float | None = None,
+                method: str = "normal") -> list:
+        """Held-out certificates of the fitted bounds on rows the model never trained on (a later file, a
+        monitoring batch): one :func:`fairopt.certify` statement per constraint, each a confidence interval
+        of its measure on these rows against the bound (:mod:`fairopt.certificate`).
+
+        Parameters
+        ----------
+        X, y, sensitive_features : the rows with their targets, as :meth:`evaluate` takes them; every
+            training group must be present. Unweighted: the intervals count rows.
+        confidence : float in (0, 1), optional
+            Level of each statement; default the estimator's ``confidence``.
+        method : {"normal", "clopper-pearson"}, default "normal"
+            Interval of the group rates (:func:`fairopt.certify`).
+
+        Returns
+        -------
+        list of Certificate
+            ``passed`` says whether the bound holds in the population of these rows at that level.
+        """
+        level = self.confidence if confidence is None else confidence
+        data = self._held_out(X, y, sensitive_features)
+        require_all_groups(data, self.sensitive_levels_)
+        constraints = self._constraints_for(data)
+        self.model_.eval()
+        try:
+            return [certify_constraint(self.model_, data, c, level, method=method, seed=self.seed_value())
+                    for c in constraints]
         finally:
             release_caches(constraints)
 

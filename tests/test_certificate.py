@@ -575,3 +575,26 @@ def test_distance_covariance_draws_are_half_samples_centred_on_the_statistic():
     assert abs(rows.mean() - value) < 0.5 * rows.std(ddof=1)
     certificate = fairopt.certify(out.numpy(), data, DistanceCovariance(["s"], bound=1.0), n_bootstrap=100)
     assert certificate.upper < value + 3.0 * rows.std(ddof=1)
+
+
+def test_a_fitted_estimator_certifies_its_bounds_on_later_rows(adult_small):
+    """``clf.certify(X, y, sensitive_features=S)``: the statement of fairopt.certify on those rows encoded as the
+    training rows were, its realised value the DI of predict() by hand, passed exactly when its lower bound
+    reaches the bound, a wider interval at a higher level."""
+    X, y, S = adult_small
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = FairClassifier(("disparate_impact", "sex", 0.8), epochs=60).fit(X.iloc[:700], y.iloc[:700],
+                                                                             sensitive_features=S.iloc[:700])
+    later, later_y, later_s = X.iloc[700:], y.iloc[700:], S.iloc[700:]
+    (cert,) = clf.certify(later, later_y, sensitive_features=later_s)
+    pred = clf.predict(later) == clf.pos_label_
+    s = later_s["sex"].to_numpy()
+    rates = {g: pred[s == g].mean() for g in np.unique(s)}
+    assert cert.realised == pytest.approx(min(rates.values()) / max(rates.values()))
+    assert cert.n == len(later) and cert.confidence == clf.confidence
+    assert cert.passed == (cert.lower >= 0.8)
+    (strict,) = clf.certify(later, later_y, sensitive_features=later_s, confidence=0.99, method="clopper-pearson")
+    assert strict.confidence == 0.99 and strict.lower <= cert.lower  # wider: a higher level, an exact interval
+    with pytest.raises(ValueError, match="y: required"):
+        clf.certify(later, sensitive_features=later_s)
