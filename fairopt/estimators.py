@@ -15,6 +15,7 @@ features are needed only to train and to evaluate fairness: ``predict`` takes ``
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -56,7 +57,7 @@ from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_
 from solvers.history import FitResult, plain_values
 from fairopt.evaluation import bound_statuses, constant_predictions, met_tolerances
 from fairopt.measures.group import python_scalar
-from fairopt.status import fit_status, met_tolerance
+from fairopt.status import fit_status, format_number, met_tolerance
 from solvers.progress import check_progress
 
 __all__ = ["FairClassifier", "FairRegressor", "METHODS"]
@@ -393,6 +394,7 @@ class _FairEstimator(BaseEstimator):
                                                         met_tolerances(constraints, self.violation_tol), bounds,
                                                         constant=constant,
                                                         near_constant=near_constant_reason(out, data))
+        self._warn_pairwise(bounds)
         trivial = [b.label for b in bounds if b.undefined]
         if trivial and constant is None:  # a constant model has its DegenerateModelWarning already
             warn_at_caller(f"{', '.join(trivial)}: met only trivially on the training rows: no compared group has a "
@@ -401,6 +403,24 @@ class _FairEstimator(BaseEstimator):
                            "predictions themselves ('gedi', 'covariance', 'dcov')", UndefinedMeasureWarning)
         if self.status_ == "degenerate":
             self.converged_ = False
+
+    def _warn_pairwise(self, bounds: list) -> None:
+        """A FairnessWarning for each met bound on each group against the rest whose measure over every pair
+        of groups misses the same bound (more than ``violation_tol``): "Every bound is met" is then not the
+        four-fifths rule that ``fairopt.metrics`` and fairlearn report (the smallest over the largest rate)."""
+        for b in bounds:
+            if not b.met or b.pairwise is None or b.bound is None or not math.isfinite(b.pairwise):
+                continue
+            missed = (b.pairwise < b.bound - self.violation_tol if b.sense == "lower"
+                      else b.pairwise > b.bound + self.violation_tol)
+            if missed:
+                op = ">=" if b.sense == "lower" else "<="
+                warn_at_caller(f"{b.label}: met on the training rows ({format_number(b.value, b.bound)} {op} "
+                               f"{format_number(b.bound)}), but over every pair of groups it is "
+                               f"{format_number(b.pairwise, b.bound)}: each group is bounded against the rest of "
+                               "the rows, not against each other group, which the four-fifths rule, "
+                               "fairopt.metrics and fairlearn compare. groups='pairwise' (e.g. "
+                               "'di[pairwise]:race>=0.8') bounds every pair.", FairnessWarning)
 
     def _constant_reason(self, out: torch.Tensor, task: str) -> str | None:
         """Why the training outputs ``out`` are one prediction for every row, in the user's labels; None if
