@@ -64,7 +64,7 @@ MEASURE_DEFINITIONS: dict[str, str] = {
     "wdp": "FaUCI weighted demographic parity, the mean over groups of |P(yhat=1 | group) - P(yhat=1)|, 0 is "
            "parity",
     "wdi": "FaUCI weighted disparate impact, the mean over groups of min(r, 1/r), r the group's positive rate "
-           "over the rest's, 1 is parity",
+           "over the rest's, 1 is parity ('weighted' over groups: rows count alike, sample weights or not)",
     "weo": "FaUCI weighted equalized odds, the mean over groups of the gaps of their TPR and FPR to all rows', 0 "
            "is parity",
     "gdp": "wdp over 10 bins of a continuous feature, weighted by bin size",
