@@ -88,6 +88,8 @@ def flatten_rows(grads: Sequence[torch.Tensor], k: int) -> torch.Tensor:
 def rows_jacobian(c: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
     """``dc/d leaf`` (m, n): one backward per row through the cheap constraint graph only."""
     m = int(c.numel())
+    if m == 0:  # no constraint rows (an unconstrained run's all-row derivatives)
+        return leaf.new_zeros((0, *leaf.shape))
     rows = [torch.autograd.grad(c[i], leaf, retain_graph=i < m - 1, allow_unused=True)[0] for i in range(m)]
     return torch.stack([r if r is not None else torch.zeros_like(leaf) for r in rows])
 

@@ -743,7 +743,9 @@ def test_integer_codes_read_as_a_continuous_attribute_are_warned_at_setup():
     declared = FairData.from_arrays(X, X[:, 0], {"region": codes}, task="regression",
                                     sensitive_kinds={"region": "categorical"})
     real = FairData.from_arrays(X, X[:, 0], {"age": rng.normal(40, 10, n)}, task="regression")
+    binary = FairData.from_arrays(X, X[:, 0], {"sex": rng.integers(0, 2, n)}, task="regression")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         DistanceCovariance(["region"], bound=0.1).setup(declared)
         DistanceCovariance(["age"], bound=0.1).setup(real)
+        DistanceCovariance(["sex"], bound=0.1).setup(binary)  # a 0/1 attribute: its distance is the indicator's

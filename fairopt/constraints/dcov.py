@@ -131,9 +131,10 @@ class DistanceCovariance(BaseConstraint):
         U-statistic).
         """
         require_unweighted(data, "Distance covariance")
-        _, categorical = self._columns(data)
-        numeric = [name for name, is_group in zip(self.sensitive, categorical) if not is_group]
-        hint = group_code_hint(data, numeric) if numeric else ""
+        self._columns(data)
+        kinds = _batch_mapping(data, "sensitive_kinds")
+        continuous = [name for name in self.sensitive if kinds.get(name) == "continuous"]  # 0/1 codes are harmless
+        hint = group_code_hint(data, continuous) if continuous else ""
         if hint:  # label-encoded groups read as numbers: |3 - 7| would count as a distance between groups
             warn_at_caller(f"{self.name}: continuous sensitive features enter the distance covariance as numbers, "
                            f"through the distances between their values{hint}", FairnessWarning)

@@ -240,8 +240,8 @@ def polish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
         if offer_and_test_kkt(der, params, lower, upper, offset, tracker, st, options.tol):
             status = "converged"
             break
-        violations.append(float(row_violations(der.c_exact, lower, upper).max()) if der.c_exact is not None
-                          else 0.0)
+        violations.append(float(row_violations(der.c_exact, lower, upper).max())
+                          if der.c_exact is not None and der.c_exact.numel() else 0.0)
         extended = limit is None and k >= base
         if extended and not still_restoring(violations, options.feasibility_tol):
             break

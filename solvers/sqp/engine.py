@@ -556,7 +556,8 @@ class StochasticSQP:
             warnings.warn(f"SQP: training diverged at iteration {state.iteration} (non-finite or exploding "
                           "objective); the best iterate seen before is returned", DivergedWarning, stacklevel=3)
             return 0, status
-        if not (p.lower.numel() and self.polish_iterations and status == "max_epochs"):
+        # a mini-batch run polishes with or without constraints (its epochs end at a noisy batch iterate)
+        if not ((p.lower.numel() or not run.full_batch) and self.polish_iterations and status == "max_epochs"):
             return 0, status
         # full batch: only a run that ends outside the bounds, from its last iterate
         limit = None if not run.full_batch else 0 if run.mode == "balanced" else polish_last(

@@ -111,7 +111,8 @@ class SQPOptions:
         (``lr_kmin``, ``lr_interval``, ``lr_factor``, ``lr_weight``, ``lr_min``), which can freeze
         training. ``True``/``False`` mean "paper"/"none".
     polish_iterations : int, default 50
-        End-game of a mini-batch run: up to this many full-batch SQP iterations on all rows (exact
+        End-game of a mini-batch run, with or without constraints: up to this many full-batch SQP
+        iterations on all rows (exact
         calibration, feasibility restoration, a diminishing step), from the average of the last
         epoch's iterates (Polyak tail average; a network's from its last iterate); up to four times
         this many while an infeasible iterate still approaches the bounds. Every polish iterate is a
