@@ -289,12 +289,20 @@ def _bound_number(text: str, what: str, kind: str, spec: Any) -> tuple[float, di
     """The bound of a text spec and, for ``0.25x`` (a share of the training target's own measure), the option
     ``relative=True``."""
     text = text.strip()
-    if text[-1:] in ("x", "X"):
+    if text[-1:] in ("x", "X") and _is_number(text[:-1]):
         if kind not in _RELATIVE_KINDS:
             raise ValueError(f"spec: a relative bound ({text!r}, a share of the training target's own measure) is "
                              f"for {list(_RELATIVE_KINDS)}, not {kind!r}, in {spec!r}")
         return _number(text[:-1], what, spec), {"relative": True}
     return _number(text, what, spec), {}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _number(text: str, what: str, spec: Any) -> float:

@@ -476,3 +476,22 @@ def test_per_epoch_averages_each_epochs_records_and_keeps_the_polish_apart(tmp_p
     table = result.history.per_epoch()
     assert int(table["steps"].sum()) == int((frame["qp_status"] != "final").sum())
     assert set(table.loc[table["phase"] == "train"].index) == set(range(4))
+
+
+def test_a_minibatch_history_records_unmeasured_exact_rows_as_nan():
+    """Mini-batch steps do not measure the exact rows on all rows: V_exact is NaN there (it read 0, "feasible",
+    while the model broke the bound), the snapshot refreshes and the closing record carry the measured value."""
+    import fairopt
+    from fairopt.constraints import DisparateImpact
+
+    data = fairopt.datasets.load("adult").subset(torch.arange(2000))
+    model = fairopt.models.linear(data.n_features, seed=0)
+    result = StochasticSQP(epochs=3, batch_size=256, seed=0).fit(model, data, loss="bce",
+                                                                 constraints=[DisparateImpact("sex", delta=0.8)])
+    steps = [r for r in result.history.records if r.get("qp_status") != "final" and r.get("phase") != "polish"]
+    refreshed = [r for r in steps if r.get("refreshed")]
+    others = [r for r in steps if not r.get("refreshed")]
+    assert refreshed and others
+    assert all(math.isnan(r["V_exact"]) and math.isnan(r["V_exact_max"]) and r["c_exact"] == [] for r in others)
+    assert all(math.isfinite(r["V_exact"]) and len(r["c_exact"]) == len(result.row_names) for r in refreshed)
+    assert math.isfinite(result.history.records[-1]["V_exact"])

@@ -27,7 +27,7 @@ from solvers.history import (COLUMN_DRIFT, COLUMN_QP_STATUS, COLUMN_REFRESHED, C
 from solvers.losses import LossFn, best_constant_output, check_targets, get_loss, loss_name
 from solvers.outcome import BestIterate, DivergedWarning
 from solvers.problem import (Constraint, as_constraint_set, check_dataset, check_outputs_differentiable, eval_mode,
-                             flat_parameters, trainable_parameters)
+                             flat_parameters, row_violations, trainable_parameters)
 from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot, resumed_spreads
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
@@ -506,8 +506,7 @@ class StochasticSQP:
         if screen is not None and on_all_rows and state.last_kkt > 10.0 * self.tol:
             rows = screen.rows(p.lower - run.offset, p.upper - run.offset)
         refreshed = snapshot is not None and snapshot.due(step_in_epoch)
-        if refreshed:
-            self._refresh(run)
+        measured = self._refresh(run) if refreshed else None  # the exact rows on all rows at a refresh
         if snapshot is not None:
             probe = partial(self._linearised, snapshot, p, obj_batch)
             der = probe()
@@ -536,6 +535,10 @@ class StochasticSQP:
         if snapshot is not None:
             record[COLUMN_REFRESHED] = refreshed
             record[COLUMN_DRIFT] = snapshot.drift if refreshed else None
+        if measured is not None:  # the refresh measured this iterate's exact rows on all rows
+            violations = row_violations(measured, p.lower, p.upper)
+            record.update({"c_exact": measured.tolist(), "V_exact": float(violations.sum()),
+                           "V_exact_max": float(violations.max())})
         if screen is not None and record[COLUMN_QP_STATUS] == QP_RELAXED:
             screen.reset()
         elif screen is not None:
@@ -622,10 +625,10 @@ class StochasticSQP:
         quadratic = any(cost_on_all_rows(c) == "quadratic" for c in cons)
         return "batch" if quadratic else "snapshot"
 
-    def _refresh(self, run: _Run) -> None:
+    def _refresh(self, run: _Run) -> torch.Tensor | None:
         """Refresh the run's snapshot on all rows (:mod:`solvers.sqp.snapshot`): the full-data pass
         is also a candidate for the returned model and updates the exact calibration towards the
-        user's bounds."""
+        user's bounds. Returns the exact rows it measured on all rows (None where it measured none)."""
         p = run.problem
         full = p.on_all_rows(objective_gradient=False)  # the snapshot and the candidate need no g
         run.snapshot.refresh(p.params, full)
@@ -635,6 +638,7 @@ class StochasticSQP:
             self._offer(run, full.f, full.c_exact)
         if self.calibrate_exact and full.c_exact is not None:
             run.offset = calibrate(run.offset, full.c_exact - full.c, p.lower, p.upper, self.calibration_weight)
+        return None if full.c_exact is None else full.c_exact.detach().to(torch.float64).reshape(-1)
 
     def _linearised(self, snapshot: ConstraintSnapshot, problem: FitProblem, batch: Any) -> Derivatives:
         """The objective on ``batch`` with the snapshot's first-order constraint rows."""
