@@ -382,7 +382,14 @@ def check_bounds(constraint: Any) -> None:
         except AttributeError as error:
             raise ConstraintContractError(f"constraints: {label} has no {side!r} after setup ({error}); "
                                           "solvers.contract.Constraint needs lower and upper") from None
+        if torch.as_tensor(value).dim() != 1:
+            raise ConstraintContractError(f"constraints: {label} has {side}={value!r}; expected a 1-D tensor with one "
+                                          "bound per row, e.g. torch.tensor([1.0], dtype=torch.float64)")
         sizes.append(int(torch.as_tensor(value).numel()))
     if sizes[0] != sizes[1]:
         raise ConstraintContractError(f"constraints: {label} has {sizes[0]} lower and {sizes[1]} upper bounds; "
                                       "expected one of each per row")
+    names = declared_row_names(constraint)
+    if names is not None and len(names) != sizes[0]:
+        raise ConstraintContractError(f"constraints: {label} has {len(names)} row_names for its {sizes[0]} rows; "
+                                      "expected one name per row (or no row_names)")

@@ -28,7 +28,7 @@ from torch import nn
 
 from solvers.history import COLUMN_C, COLUMN_VIOL, FitResult
 from solvers.losses import LossFn, check_targets, get_loss
-from solvers.outcome import BestIterate, warn_unmet
+from solvers.outcome import BestIterate, warn_if_poor_first_order_fit, warn_unmet
 from solvers.output_shift import RescueInputs, shift_output
 from solvers.penalty import FirstOrderTrainer
 from solvers.problem import (Constraint, as_constraint_set, changes_in_eval_mode, check_dataset, eval_mode,
@@ -216,6 +216,8 @@ class LagrangianDual(FirstOrderTrainer):
         if changes_in_eval_mode(model):  # returned in the mode its exact rows were measured in
             model.eval()
         unmet = warn_unmet("LagrangianDual", exact, self._lower, self._upper, cons.row_names, self.feasibility_tol)
+        if status != "diverged" and chosen is not None:
+            warn_if_poor_first_order_fit("LagrangianDual", model, loss_fn, data)
         return FitResult(model=model, history=history, status=status, converged=converged,
                          info={"multipliers": self.multipliers_.tolist(), "row_names": cons.row_names,
                                "violation": final_violation, "stationarity": stationarity, "feasible": feasible,

@@ -22,7 +22,8 @@ __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning
            "NEAR_CONSTANT_SHARE", "NEAR_CONSTANT_Z", "NearConstantWarning", "NoProgressWarning", "RISE_TOLERANCE",
            "TrainingInstabilityWarning", "constant_meets_bounds", "near_constant", "no_better_than_constant",
            "outputs_near_constant",
-           "training_accuracy", "unmet_rows", "warn_if_constant", "warn_if_start", "warn_if_unstable", "warn_unmet"]
+           "training_accuracy", "unmet_rows", "warn_if_constant", "warn_if_poor_first_order_fit", "warn_if_start",
+           "warn_if_unstable", "warn_unmet"]
 
 #: Relative rise of the training loss over its starting value that :func:`warn_if_unstable` reports.
 RISE_TOLERANCE = 0.25
@@ -280,6 +281,24 @@ def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float |
                       "otherwise training stopped short: more epochs, full batches or a smaller lr.",
                       NearConstantWarning, stacklevel=stacklevel)
     return True
+
+
+def warn_if_poor_first_order_fit(engine: str, model: torch.nn.Module, loss_fn: Any, data: Any,
+                                 stacklevel: int = 4) -> bool:
+    """:func:`warn_if_constant` for the first-order engines (Penalty, LagrangianDual): the returned model's
+    loss on all rows (in eval mode, without an L2 term) against the best constant output's
+    (:func:`solvers.losses.best_constant_output`) and, for the binary cross-entropy, its accuracy against the
+    majority rate. A constant zeroes the library's penalties and meets its bounds, so a model above the
+    constant's loss is a failed optimisation of the penalised or Lagrangian objective too."""
+    from solvers.losses import best_constant_output, get_loss, loss_name, unregularised
+
+    plain = get_loss(unregularised(loss_fn))
+    with torch.no_grad(), eval_mode(model):
+        f = float(plain(model_outputs(model, data), data))
+    _, f_constant = best_constant_output(loss_fn, data)
+    accuracy = training_accuracy(model, data) if loss_name(loss_fn) == "bce" else (None, None)
+    return warn_if_constant(engine, f, f_constant, *accuracy, stacklevel=stacklevel, n_rows=len(data),
+                            constant_meets_bounds=None)
 
 
 def constant_meets_bounds(model: torch.nn.Module, cons: Any, data: Any, tracker: "BestIterate", a: float) -> bool:

@@ -22,7 +22,7 @@ from solvers.contract import check_constraint, looks_like_constraint, offers_set
 from solvers.history import COLUMN_PENALTY, FitResult, History
 from solvers.losses import LossFn, check_targets, get_loss
 from solvers.optimizers import OPTIMIZERS, make_optimizer, needs_create_graph
-from solvers.outcome import DivergedWarning
+from solvers.outcome import DivergedWarning, warn_if_poor_first_order_fit
 from solvers.problem import (assign_parameters, check_dataset, check_outputs_differentiable, flat_parameters,
                              model_outputs, trainable_parameters, violation)
 from solvers.progress import check_progress, epoch_logs, progress
@@ -350,6 +350,8 @@ class Penalty(FirstOrderTrainer):
         names = [t.name for t in self._terms]
         history, status = self._train(model, data, loss_fn, names)
         stationarity = self._stationarity(model, data, loss_fn) if status != "diverged" else math.inf
+        if status != "diverged":
+            warn_if_poor_first_order_fit("Penalty", model, loss_fn, data)
         return FitResult(model=model, history=history, status=status, converged=stationarity <= self.tol,
                          info={"weights": list(self._term_weights), "penalty_names": names,
                                "stationarity": stationarity})

@@ -229,6 +229,10 @@ def check_dataset(data: Any, complete_inputs: bool = True) -> int:
         raise ValueError(f"data.X: {rows} row(s) hold missing input values (NaN); this engine differentiates its "
                          "model and needs complete inputs: impute them, or train boosted trees "
                          "(solvers.boosting.BoostedSQP), which route missing values")
+    if isinstance(X, torch.Tensor) and X.is_floating_point() and bool(torch.isinf(X).any()):
+        rows = int(torch.isinf(X.reshape(n, -1)).any(dim=1).sum())
+        raise ValueError(f"data.X: {rows} row(s) hold infinite input values (inf); no model output is finite there: "
+                         "clip or drop them")
     weights = row_weights(data)
     if weights is not None:
         w = weights.detach()

@@ -362,3 +362,42 @@ def test_sqp_differentiates_the_calibrated_form_only_when_it_calibrates(calibrat
     assert torch.equal(fit(given), fit(fc.DisparateImpact("s", 0.9, surrogate=surrogate)))
     assert given.get_params()["surrogate"] is None and given.surrogate.name != "sigmoid"
     assert given.lower.shape == (2,)  # set up by the fit: evaluate reads its bounds
+
+
+def test_plain_number_bounds_and_row_names_of_another_length_are_refused_by_name():
+    """Bounds given as floats failed deep inside the engine ('zero-dimensional tensor ... cannot be
+    concatenated'), two row_names for one row were reported as they were: both a ConstraintContractError; an
+    infinite input is a ValueError as a missing one is (it ended as "diverged" at iteration 0)."""
+    from solvers import StochasticSQP
+    from solvers.contract import ConstraintContractError
+
+    class MeanSquare:
+        name = "mean_sq"
+
+        def __init__(self):
+            self.lower = torch.tensor([-np.inf], dtype=torch.float64)
+            self.upper = torch.tensor([1.0], dtype=torch.float64)
+
+        def __call__(self, out, batch):
+            return (out ** 2).mean().reshape(1)
+
+        def exact(self, out, batch):
+            return (out ** 2).mean().reshape(1).double()
+
+    class FloatBounds(MeanSquare):
+        def __init__(self):
+            self.lower, self.upper = -np.inf, 1.0
+
+    class TwoNames(MeanSquare):
+        row_names = ["a", "b"]
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    data = FairData.from_arrays(X, (X[:, 0] > 0).astype(int), {})
+    with pytest.raises(ConstraintContractError, match="has lower=-inf; expected a 1-D tensor"):
+        StochasticSQP(epochs=2).fit(torch.nn.Linear(3, 1), data, constraints=FloatBounds())
+    with pytest.raises(ConstraintContractError, match="has 2 row_names for its 1 rows"):
+        StochasticSQP(epochs=2).fit(torch.nn.Linear(3, 1), data, constraints=TwoNames())
+    data.X[3, 1] = float("inf")
+    with pytest.raises(ValueError, match="hold infinite input values"):
+        StochasticSQP(epochs=2).fit(torch.nn.Linear(3, 1), data, constraints=MeanSquare())

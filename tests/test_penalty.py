@@ -310,3 +310,31 @@ def test_first_order_divergence_returns_the_last_finite_iterate_and_warns(engine
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
     if engine == "penalty":  # the iterate before the diverging evaluation's step
         assert not all(torch.equal(a, b) for a, b in zip(seen[0], model.parameters()))
+
+
+def test_the_first_order_engines_warn_when_their_model_is_no_better_than_a_constant():
+    """Penalty and LagrangianDual warn as SQP does when the returned model's loss on all rows is not below the
+    best constant output's (an engine user's Penalty run ended at 0.46 accuracy, majority 0.75, silently);
+    a sound fit is not warned."""
+    import warnings
+
+    import fairopt
+    from fairopt.constraints import DisparateImpact
+    from solvers import LagrangianDual
+    from solvers.outcome import ConstantPredictorWarning
+
+    data = fairopt.datasets.load("adult").subset(torch.arange(3000))
+    for engine, kind in ((Penalty(weight=1.0, epochs=1, lr=5.0, seed=0), "penalties"),
+                         (LagrangianDual(epochs=1, lr=5.0, seed=0), "constraints")):
+        model = torch.nn.Linear(data.n_features, 1)
+        with torch.no_grad():
+            model.bias.fill_(3.0)  # every row positive: a loss far above the constant's
+            model.weight.zero_()
+        engine.lr = 1e-9  # the steps leave it there
+        with pytest.warns(ConstantPredictorWarning, match="no better than a constant predictor"):
+            engine.fit(model, data, loss="bce", **{kind: [DisparateImpact("sex", 0.8)]})
+    good = fairopt.models.linear(data.n_features, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConstantPredictorWarning)
+        Penalty(weight=0.1, epochs=100, lr=0.05, seed=0).fit(good, data, loss="bce",
+                                                            penalties=[DisparateImpact("sex", 0.8)])
