@@ -6,7 +6,10 @@ give up (FairRegressor on Communities and Crime, GeDI <= 0.2 relative, at the de
 1: GeDI 0.009 and test R2 0.21). The check names every constraint row with a nonzero
 finite bound whose exact training value lies inside its bounds with room of more than
 :data:`SLACK_FRACTION` of the bound's magnitude on every finite side; rows whose bound is 0
-(the rate constraints' ``0.8 P_a - P_b <= 0``) have no scale to judge by and are not checked.
+(the rate constraints' ``0.8 P_a - P_b <= 0``) have no scale to judge by and are not named. A
+constraint with a row at or beyond its bound (within that room, or :data:`ZERO_BOUND_ROOM` of a
+bound of 0) is not over-satisfied, whatever its other rows: the rows of one group against the
+rest can sit far inside while another group's row binds.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import torch
 
 from solvers.problem import model_outputs
 
-__all__ = ["SLACK_FRACTION", "over_satisfied_rows", "penalty_slack_message"]
+__all__ = ["SLACK_FRACTION", "ZERO_BOUND_ROOM", "over_satisfied_rows", "penalty_slack_message"]
 
 #: Room inside a bound, as a fraction of ``|bound|``, above which a penalty fit is reported.
 SLACK_FRACTION = 0.5
+#: Room inside a bound of 0 (rate units) within which a row counts as at its bound.
+ZERO_BOUND_ROOM = 1e-3
 
 
 def over_satisfied_rows(model: Any, data: Any, constraints: Iterable[Any],
@@ -37,14 +42,20 @@ def over_satisfied_rows(model: Any, data: Any, constraints: Iterable[Any],
         lower = constraint.lower.reshape(-1).double().expand_as(values)
         upper = constraint.upper.reshape(-1).double().expand_as(values)
         names = list(getattr(constraint, "row_names", None) or [])
+        flagged, binding = [], False
         for i, (c, lo, hi) in enumerate(zip(values.tolist(), lower.tolist(), upper.tolist())):
             sides = [b for b in (lo, hi) if math.isfinite(b)]
-            if not sides or any(b == 0 for b in sides) or not lo <= c <= hi:
+            if not sides:
                 continue
-            if all(abs(c - b) > fraction * abs(b) for b in sides):
+            if not lo <= c <= hi or any(abs(c - b) <= (fraction * abs(b) if b else ZERO_BOUND_ROOM) for b in sides):
+                binding = True  # a row at or beyond its bound: the weight is not too large for this constraint
+                continue
+            if all(b != 0 for b in sides):
                 nearest = min(sides, key=lambda b: abs(c - b))
                 name = names[i] if i < len(names) else f"{getattr(constraint, 'name', 'constraint')}[{i}]"
-                rows.append((name, c, nearest))
+                flagged.append((name, c, nearest))
+        if not binding:
+            rows += flagged
     return rows
 
 

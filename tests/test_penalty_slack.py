@@ -75,3 +75,36 @@ def test_rows_with_a_zero_bound_are_not_judged():
     # the first row's bound is 0 (no scale); the second has room 1 to each side, i.e. 1/1 and 1/3 of |bound|
     assert rows == []
     assert [r[0] for r in over_satisfied_rows(lambda x: x.reshape(-1), Data(), [Rows()], fraction=0.2)] == ["two-sided"]
+
+
+def test_a_constraint_with_a_row_at_its_bound_is_not_over_satisfied():
+    """A difference bound on several groups compares each with the rest: one group's rows far inside while
+    another's sits at the bound (or beyond) is not a penalty pushing the model too far (a trial got "Lower the
+    weight" at EO exactly 0.050 <= 0.05, and at 0.070, infeasible)."""
+    from fairopt.penalty_slack import over_satisfied_rows
+
+    class Rows:
+        name = "eo[race]"
+        row_names = ["a", "b", "c"]
+        lower = torch.tensor([-0.05, -0.05, -0.05], dtype=torch.float64)
+        upper = torch.tensor([0.05, 0.05, 0.05], dtype=torch.float64)
+
+        def __init__(self, values):
+            self.values = torch.tensor(values, dtype=torch.float64)
+
+        def exact(self, out, batch):
+            return self.values
+
+    class Model(torch.nn.Module):
+        def forward(self, X):
+            return X[:, 0]
+
+    class Batch:
+        X = torch.zeros(4, 1)
+
+        def __len__(self):
+            return 4
+
+    assert [r[0] for r in over_satisfied_rows(Model(), Batch(), [Rows([0.0, 0.001, -0.002])])] == ["a", "b", "c"]
+    assert over_satisfied_rows(Model(), Batch(), [Rows([0.0, 0.049, -0.002])]) == []  # b at its bound
+    assert over_satisfied_rows(Model(), Batch(), [Rows([0.0, 0.07, -0.002])]) == []   # b beyond it
