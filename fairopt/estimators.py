@@ -42,8 +42,8 @@ from fairopt.diagnostics import (fit_warnings, iteration_records, near_constant_
 from fairopt.evaluation import evaluate as evaluate_model
 from fairopt.evaluation import model_violations
 from fairopt.certificate import certify as certify_constraint
-from fairopt.held_out import (HeldOutOptions, fit_held_out, generalisation_table, raise_or_warn_failed,
-                              require_all_groups, training_rows)
+from fairopt.held_out import (HeldOutOptions, fit_held_out, generalisation_limit, generalisation_table,
+                              raise_or_warn_failed, require_all_groups, training_rows)
 from fairopt.exceptions import FairnessWarning, UndefinedMeasureWarning, warn_at_caller
 from fairopt.penalty_slack import over_satisfied_rows, penalty_slack_message
 from fairopt.estimator_params import constraint_index, nested_constraint_params, with_constraint_params
@@ -57,7 +57,7 @@ from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_
 from solvers.history import FitResult, plain_values
 from fairopt.evaluation import bound_statuses, constant_predictions, met_tolerances
 from fairopt.measures.group import python_scalar
-from fairopt.status import fit_status, format_number, met_tolerance
+from fairopt.status import fit_status, format_number
 from solvers.progress import check_progress
 
 __all__ = ["FairClassifier", "FairRegressor", "METHODS"]
@@ -639,8 +639,9 @@ class _FairEstimator(BaseEstimator):
         """Compare each constraint's exact violation on held-out rows with its training value.
 
         Warns (:class:`fairopt.FairnessWarning`) for each constraint whose violations differ by more
-        than ``tol``: in rate units for group-rate constraints, and as a share of the bound for rows in
-        other units (covariance, GeDI, distance covariance: ``tol * |bound|``, e.g. 2% of it).
+        than ``tol``: in rate units for group-rate constraints (at most half a nonzero difference bound),
+        and as a share of the bound for rows in other units (covariance, GeDI, distance covariance:
+        ``tol * |bound|``, e.g. 2% of it): :func:`fairopt.held_out.generalisation_limit`.
 
         Parameters
         ----------
@@ -663,7 +664,7 @@ class _FairEstimator(BaseEstimator):
         constraints = self._constraints_for(data)
         held_out = model_violations(self.model_, data, constraints)
         release_caches(constraints)
-        limits = {name: met_tolerance(c, tol, cap=False) for name, c in zip(held_out, constraints)}
+        limits = {name: generalisation_limit(c, tol) for name, c in zip(held_out, constraints)}
         return generalisation_table(self.train_violations_, held_out, limits)
 
 

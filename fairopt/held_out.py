@@ -12,6 +12,7 @@ the estimator sets its fitted attributes (``certificate_``, ``candidates_``,
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -351,6 +352,26 @@ def require_all_groups(data: FairData, levels: dict) -> None:
         if missing:
             raise ValueError(f"sensitive_features: the groups {missing} of {name!r} have no rows here; every "
                              "training group must be present to compare violations")
+
+
+def generalisation_limit(constraint: Any, tol: float) -> float:
+    """The largest held-out gap :meth:`check_generalisation` accepts for ``constraint``: ``tol`` in rate units
+    for group rates, at most half the smallest nonzero finite ``|bound|`` of its rows (a gap of 0.019 under
+    a difference bound of 0.02 doubles it), and ``tol * |bound|`` for rows in other units
+    (:func:`fairopt.status.met_tolerance` with ``cap=False``)."""
+    from fairopt.status import met_tolerance
+
+    limit = met_tolerance(constraint, tol, cap=False)
+    if getattr(constraint, "row_scale", None) == 1.0:
+        try:
+            bounds = [abs(float(b)) for b in (*constraint.lower.reshape(-1).tolist(),
+                                              *constraint.upper.reshape(-1).tolist())]
+        except AttributeError:  # not set up
+            return limit
+        finite = [b for b in bounds if math.isfinite(b) and b > 0]
+        if finite:
+            limit = min(limit, 0.5 * min(finite))
+    return limit
 
 
 def generalisation_table(train: dict[str, float], held_out: dict[str, float],

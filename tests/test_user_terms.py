@@ -312,6 +312,14 @@ def test_check_generalisation_measures_a_gap_in_rates_or_as_a_share_of_the_bound
     assert met_tolerance(small, 0.02, cap=False) == pytest.approx(2e-6)
     di.setup(_two_group_data())
     assert met_tolerance(di, 0.02, cap=False) == 0.02  # rate rows: 0.02 itself
+    from fairopt.constraints import EqualOpportunity
+    from fairopt.held_out import generalisation_limit
+
+    small_difference = EqualOpportunity("s", delta=None, bound=0.02)
+    small_difference.setup(_two_group_data())
+    assert generalisation_limit(di, 0.02) == 0.02  # ratio rows (bounds 0): tol itself
+    assert generalisation_limit(small_difference, 0.02) == pytest.approx(0.01)  # half the bound of 0.02
+    assert generalisation_limit(big, 0.02) == pytest.approx(0.4)
     limits = {"big": 0.4, "small": 2e-6}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
