@@ -61,6 +61,10 @@ class UnknownSensitiveError(ValueError):
         unnamed = any(a.startswith("sensitive_") and a[len("sensitive_"):].isdigit() for a in self.available)
         columns = (" An unnamed 2-D array's columns are called sensitive_0, sensitive_1, ...: name them with "
                    "sensitive_names=[...] on the estimator, or pass a DataFrame." if unnamed else "")
+        parts = [part.strip() for part in str(name).split("&")]
+        if len(parts) > 1 and all(part in self.available for part in parts):  # the label of an intersection
+            columns += (f" The intersection of {parts} is written {','.join(parts)!r} in a text spec "
+                        f"(e.g. 'eodds:{','.join(parts)}<=0.05') and {parts} in a tuple.")
         super().__init__(f"sensitive: unknown name {name!r}; available: {self.available}. Name the constraint after "
                          f"one of them, or give the feature that name (a Series passed to fit keeps its own: "
                          f"s.rename({name!r})).{columns}")

@@ -145,6 +145,8 @@ def _from_tuple(spec: tuple | list) -> Any:
     table = _with_surrogate_object({**options, "kind": spec[0], "sensitive": sensitive})
     build, bound_name, _ = constraint_builder(table)
     clash = {"kind", "sensitive", bound_name} & set(options)
+    if clash == {bound_name} and spec[2] is None:  # ("eo", "sex", None, {"bound": 0.05}): the options' bound
+        return build_constraint(table)
     if clash:
         raise ValueError(f"constraints: options {sorted(clash)} of {spec!r} repeat the tuple's own elements")
     return build(spec[2])

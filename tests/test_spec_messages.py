@@ -79,3 +79,24 @@ def test_a_bound_ending_in_x_is_relative_to_the_training_targets_own_measure():
     assert not build_constraint("dcov:a<=0.01").relative
     with pytest.raises(ValueError, match=r"a relative bound \('0.8x'.*is for \['gedi', 'dcov', 'ccdcov'\]"):
         build_constraint("di:sex>=0.8x")
+
+
+def test_a_difference_bound_in_a_tuple_and_an_intersection_label_in_a_spec():
+    """("eo", "sex", None, {"bound": 0.05}) is the difference form (it was refused as repeating the tuple's
+    bound); 'sex&race', the label messages give an intersection, names the spec that writes it."""
+    import numpy as np
+    import pandas as pd
+
+    import fairopt
+    from fairopt.exceptions import UnknownSensitiveError
+
+    (c,) = resolve_constraints([("eo", "sex", None, {"bound": 0.05})])
+    assert c.delta is None and c.bound == 0.05
+    with pytest.raises(ValueError, match="repeat the tuple's own elements"):
+        resolve_constraints([("eo", "sex", 0.8, {"bound": 0.05})])
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.normal(size=300)})
+    S = pd.DataFrame({"sex": rng.choice(["F", "M"], 300), "race": rng.choice(["A", "B"], 300)})
+    with pytest.raises(UnknownSensitiveError, match=r"is written 'sex,race' in a text spec"):
+        fairopt.FairClassifier("eodds:sex&race<=0.05", epochs=3).fit(X, (X["a"] > 0).astype(int),
+                                                                      sensitive_features=S)
