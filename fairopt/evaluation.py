@@ -65,8 +65,8 @@ MEASURE_DEFINITIONS: dict[str, str] = {
            "parity",
     "wdi": "FaUCI weighted disparate impact, the mean over groups of min(r, 1/r), r the group's positive rate "
            "over the rest's, 1 is parity ('weighted' over groups: rows count alike, sample weights or not)",
-    "weo": "FaUCI weighted equalized odds, the mean over groups of the gaps of their TPR and FPR to all rows', 0 "
-           "is parity",
+    "weo": "FaUCI weighted equalized odds, the weighted mean over groups of the sum of their TPR gap and FPR gap to "
+           "all rows' ([FU] eq. 10, in [0, 2]; a group without rows of a label adds 0 for it), 0 is parity",
     "gdp": "wdp over 10 bins of a continuous feature, weighted by bin size",
     "gdi": "wdi over 10 bins of a continuous feature, weighted by bin size",
     "geo": "weo over 10 bins of a continuous feature, weighted by bin size",

@@ -286,7 +286,7 @@ def test_weighted_metrics_reject_bad_weights_and_groups_without_weight():
     with pytest.raises(ValueError, match="sample_weight"):
         metrics.disparate_impact(y, pred, sensitive_features=s, sample_weight=-np.ones(y.size))
     w = np.where(s == "a", 0.0, 1.0)
-    with pytest.raises(ValueError, match="group 'a'.*positive weight"):
+    with pytest.raises(ValueError, match="sample_weight: group 'a'.*positive weight"):
         metrics.disparate_impact(y, pred, sensitive_features=s, sample_weight=w)
     with pytest.raises(ValueError, match=r"\['a'\] have no rows of positive weight with y_true = 1"):
         metrics.equal_opportunity_ratio(y, pred, sensitive_features=s, sample_weight=w)

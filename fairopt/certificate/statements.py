@@ -35,8 +35,10 @@ class Certificate:
     realised : float
         The measure on the certification rows (hard predictions).
     lower, upper : float
-        Confidence bounds of the measure in the population, each one-sided at (at least) ``confidence`` (the verdict
-        reads :attr:`confidence_bound`, the end its bound is on).
+        Confidence bounds of the measure in the population. The end the verdict reads (:attr:`confidence_bound`, on
+        the side of the bound) is one-sided at (at least) ``confidence``; the other end is reported for reference and
+        can be looser where the measure is folded at its boundary (a difference ``|d|`` whose true value is 0, a
+        ratio whose true value is 1: the normal method's far end then covers at about ``1 - 2 alpha``).
     confidence : float
     bound : float
         The user's bound on the measure (``delta`` for a ratio, ``bound`` otherwise).

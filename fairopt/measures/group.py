@@ -186,10 +186,13 @@ def _rates(values: torch.Tensor, codes: torch.Tensor, labels: np.ndarray, rows: 
         counts, _ = group_sums(weights, codes, labels.size)
     empty = counts == 0
     if bool(empty.any()):
-        label = python_scalar(labels[int(torch.nonzero(empty)[0])])
+        g = int(torch.nonzero(empty)[0])
+        label = python_scalar(labels[g])
         where = f"rows with {condition}" if condition else "rows"
-        what = where if weights is None else f"{where} of positive weight"
-        raise ValueError(f"y_true: group {label!r} of sensitive has no {what}; the rate is undefined")
+        has_rows = weights is not None and int(torch.bincount(codes, minlength=labels.size)[g]) > 0
+        culprit, what = ("sample_weight", f"{where} of positive weight (all its weights are 0)") if has_rows \
+            else ("y_true", where if weights is None else f"{where} of positive weight")
+        raise ValueError(f"{culprit}: group {label!r} of sensitive has no {what}; the rate is undefined")
     return sums / counts
 
 
