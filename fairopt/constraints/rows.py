@@ -21,7 +21,8 @@ from fairopt.exceptions import SmallGroupWarning, UnknownSensitiveError
 from fairopt.surrogates import Surrogate, get_surrogate
 from solvers.problem import shared_value
 
-__all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out", "group_code_hint", "positive_counts"]
+__all__ = ["FLOAT64", "GROUPINGS", "LinearRowsConstraint", "Partition", "check_out", "group_code_hint",
+           "positive_counts"]
 
 # the rate constraints' logger: these rows are their machinery
 logger = logging.getLogger("fairopt.constraints.rates")
