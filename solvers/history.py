@@ -10,7 +10,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from solvers.plotting import finish_axes, panel_axes
+from solvers.plotting import finish_axes, finite_points, panel_axes
 
 __all__ = ["DEFAULT_PLOT_KEYS", "History", "FitResult", "plain_values", "COLUMN_ACTIVE", "COLUMN_C",
            "COLUMN_C_PREDICTIONS", "COLUMN_DRIFT", "COLUMN_PENALTY", "COLUMN_QP_STATUS", "COLUMN_REFRESHED",
@@ -181,7 +181,7 @@ class History:
         xs = self.column(x) if any(x in r for r in self.records) else np.arange(len(self))
         for panel, key in zip(axes, kept):
             ys = self.column(key)
-            panel.plot(xs, ys, lw=1.2)
+            panel.plot(*finite_points(xs, ys), lw=1.2)
             _style_panel(panel, key, ys, x)
         return finish_axes(axes, path, title, created=ax is None)
 

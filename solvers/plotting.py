@@ -10,10 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PANEL_SIZE", "finish_axes", "panel_axes"]
+__all__ = ["PANEL_SIZE", "finish_axes", "finite_points", "panel_axes"]
 
 #: Width and height in inches of one panel of a new figure.
 PANEL_SIZE = (4.6, 3.6)
+
+
+def finite_points(xs: Any, ys: Any) -> tuple[Any, Any]:
+    """The points of a curve whose value is finite: a history column that is NaN where it was not measured (a
+    mini-batch step's exact violation) draws as a line through its measured points, not as isolated
+    invisible fragments."""
+    import numpy as np
+
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    keep = np.isfinite(ys)
+    return xs[keep], ys[keep]
 
 
 def panel_axes(ax: Any, n_panels: int, argument: str = "ax") -> list:

@@ -495,3 +495,19 @@ def test_a_minibatch_history_records_unmeasured_exact_rows_as_nan():
     assert all(math.isnan(r["V_exact"]) and math.isnan(r["V_exact_max"]) and r["c_exact"] == [] for r in others)
     assert all(math.isfinite(r["V_exact"]) and len(r["c_exact"]) == len(result.row_names) for r in refreshed)
     assert math.isfinite(result.history.records[-1]["V_exact"])
+
+
+@pytest.mark.parametrize("mode", ["batch", "balanced"])
+def test_a_batch_estimate_of_the_exact_rows_is_not_recorded_as_the_all_rows_value(mode):
+    """With the constraint rows on each batch or balanced sample the step measures them there only: V_exact is
+    NaN and the batch's own value goes to V_exact_batch (it read as the all-rows violation)."""
+    import fairopt
+    from fairopt.constraints import DisparateImpact
+
+    data = fairopt.datasets.load("adult").subset(torch.arange(2000))
+    result = StochasticSQP(epochs=2, batch_size=256, constraint_batch=mode, seed=0).fit(
+        fairopt.models.linear(data.n_features, seed=0), data, loss="bce",
+        constraints=[DisparateImpact("sex", delta=0.8)])
+    steps = [r for r in result.history.records if r.get("qp_status") != "final" and r.get("phase") != "polish"]
+    assert steps and all(math.isnan(r["V_exact"]) and r["c_exact"] == [] for r in steps)
+    assert all(math.isfinite(r["V_exact_batch"]) for r in steps)

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS
-from solvers.plotting import finish_axes, panel_axes
+from solvers.plotting import finish_axes, finite_points, panel_axes
 
 __all__ = ["plot_requested_vs_realised", "plot_tradeoff", "plot_histories", "plot_calibration"]
 
@@ -197,7 +197,7 @@ def plot_histories(
             if not any(key in r for r in h.records):
                 continue
             xs = h.column(x) if any(x in r for r in h.records) else np.arange(len(h))
-            panel.plot(xs, h.column(key), lw=1.1, label=str(label), color=colours[label])
+            panel.plot(*finite_points(xs, h.column(key)), lw=1.1, label=str(label), color=colours[label])
         if key in log_keys:
             panel.set_yscale("symlog", linthresh=1e-4)
         panel.set_xlabel(x)

@@ -25,6 +25,7 @@ from fairopt.report.result import frame_markdown
 from fairopt.specs import resolve_constraints
 from fairopt.status import BoundStatus, met_tolerance
 from solvers.history import History
+from solvers.plotting import finite_points
 from fairopt.tabular.tables import (VIOLATION_TOL, TableModel, load_table_model, require_columns,
                                     require_complete)
 from fairopt.tabular.training import TrainedTable
@@ -488,7 +489,7 @@ def plot_training(history: History, method: str, path: str | Path | None = None,
         drawn = False
         for key, name in keys:
             if any(isinstance(r.get(key), (int, float)) for r in records):
-                axes.plot(xs, frame.column(key), lw=1.2, label=name)
+                axes.plot(*finite_points(xs, frame.column(key)), lw=1.2, label=name)
                 drawn = True
                 if axes is loss_ax:  # one loss curve: the first recorded
                     label = name

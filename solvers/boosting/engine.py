@@ -62,9 +62,10 @@ class BoostedSQP:
        ``G = g + eta J'y`` and the curvature ``h``: leaf values ``-eta sum(G) / sum(h)`` over each
        leaf's rows, i.e. the QP step ``d = -G / h`` averaged per leaf and shrunk by ``eta``.
        Without constraints (``y = 0``) this is plain LightGBM with its own objective.
-    5. the round is taken back when the starting constant meets every bound and the tree leaves the
-       training loss above the constant's: the constraints' optimum is then no worse than that
-       constant, so such a round overshot (see :mod:`solvers.boosting.step`). Its tree is removed
+    5. the round is taken back when the tree leaves the training loss above that of a constant that meets
+       every bound (the starting constant when it does, else, for the binary cross-entropy, the best constant
+       score on either side of 0 that does): the constraints' optimum is no worse than that constant, so
+       such a round overshot (see :mod:`solvers.boosting.step`). Its tree is removed
        (LightGBM's ``rollback_one_iter``), ``b`` and ``p`` are restored and ``rho`` is halved; after
        ``max_take_backs`` such rounds every round is kept. A round taken back counts towards
        ``rounds``; ``info["taken_back"]`` counts them.
@@ -325,8 +326,9 @@ class BoostedSQP:
         return state.trees
 
     def _overshot(self, loss: float, state: RoundState) -> bool:
-        """Whether the last tree left the training loss above the feasible starting constant's while
-        rounds may still be taken back (class docstring, step 5)."""
+        """Whether the last tree left the training loss above the reference (the feasible starting constant's,
+        else the least loss of a feasible constant score: :meth:`_feasible_constant_loss`) while rounds may
+        still be taken back (class docstring, step 5)."""
         return (state.start_loss is not None and state.trees > 0 and state.taken_back < self.max_take_backs
                 and loss > state.start_loss)
 
@@ -363,7 +365,7 @@ class BoostedSQP:
             state.validation.losses.pop()  # the criterion of the tree taken back
         grown = history.records[-1]  # the round that grew the tree: an interrupted round records nothing
         grown["taken_back"] = True
-        logger.info("boosting: the tree of round %d left the training loss at %.5g, above the starting constant's "
+        logger.info("boosting: the tree of round %d left the training loss at %.5g, above the feasible constant's "
                     "%.5g; taken back, correction share now %.3g", grown["iteration"], loss, state.start_loss,
                     state.correction)
 

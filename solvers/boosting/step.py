@@ -71,7 +71,8 @@ class RoundState:
     trees kept so far, ``correction``, the current share ``rho`` (module docstring),
     ``taken_back``, the rounds whose tree was removed, ``retry``, whether the next round starts at
     the scores of a round taken back (offered already), ``start_loss``, the training loss of the
-    starting constant when it meets every bound (else None: no round is taken back), ``init``, the
+    starting constant when it meets every bound, else of the best constant score that does (None where none
+    does: no round is taken back), ``init``, the
     starting constant (the scores are ``init`` plus the trees' raw sum), ``best_raw``, the trees and
     the running raw scores of the last round that became the best candidate (``(-1, None)`` before),
     ``targets``, the training targets as float64 (converted once for

@@ -126,15 +126,17 @@ def sqp_step(params: list[torch.Tensor], der: Derivatives, working: tuple[torch.
     state.last_kkt = kkt
     exact_rows = (_row_violations(der.c_exact.tolist(), true_lower.tolist(), true_upper.tolist())
                   if der.c_exact is not None else [])
-    unmeasured = m > 0 and der.c_exact is None  # a mini-batch step's exact rows on all rows: not computed
+    # a mini-batch step's exact rows on all rows are not computed (a batch's, where measured, go to V_exact_batch)
+    unmeasured = m > 0 and (der.c_exact is None or stochastic)
     return {
         "iteration": state.iteration,
         "f": der.f,
         COLUMN_C: der.c.tolist(),
-        "c_exact": der.c_exact.tolist() if der.c_exact is not None else [],
+        "c_exact": der.c_exact.tolist() if der.c_exact is not None and not unmeasured else [],
         "V": V,
         "V_exact": math.nan if unmeasured else sum(exact_rows),
         "V_exact_max": math.nan if unmeasured else max(exact_rows, default=0.0),
+        **({"V_exact_batch": sum(exact_rows)} if unmeasured and exact_rows else {}),
         "merit": tau * der.f + V,
         "tau": tau,
         "xi": xi,
