@@ -220,9 +220,10 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
                        + bounds_text[1:])
     elif near_constant is not None:
         status, stationary = "degenerate", ""
+        trivially = "a constant meets a rate bound trivially, so " if violations else ""
         bounds_text = (f"the model is no better than a constant classifier on the training rows ({near_constant}); "
-                       "a constant meets a rate bound trivially, so it is no answer to the task (see the "
-                       "FairnessWarning). " + bounds_text[0].upper() + bounds_text[1:])
+                       f"{trivially}it is no answer to the task (see the FairnessWarning). "
+                       + bounds_text[0].upper() + bounds_text[1:])
     else:
         status = "converged" if result.converged else "feasible_not_stationary"
         if measure is None or value is None:
