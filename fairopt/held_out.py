@@ -25,6 +25,7 @@ from torch import nn
 from fairopt._validation import check_choice, check_interval, positive_float, positive_int
 from fairopt.data import FairData, stratified_split_indices
 from fairopt.exceptions import FairnessWarning
+from fairopt.status import met_tolerance
 from fairopt.constraints.base import release_caches
 from solvers.history import FitResult
 
@@ -248,8 +249,7 @@ def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairDa
     and certificates, and the table of the candidates tried (``chosen`` marks the returned one).
     """
     from fairopt.certificate.tightening import MarginTooLargeError
-
-    from fairopt.diagnostics import degenerate_reason
+    from fairopt.diagnostics import degenerate_reason  # read at the call: tests replace it
 
     chosen, chosen_index, rows, too_large = None, 0, [], None
     inflations = candidate_inflations(int(options.n_candidates))
@@ -359,8 +359,6 @@ def generalisation_limit(constraint: Any, tol: float) -> float:
     for group rates, at most half the smallest nonzero finite ``|bound|`` of its rows (a gap of 0.019 under
     a difference bound of 0.02 doubles it), and ``tol * |bound|`` for rows in other units
     (:func:`fairopt.status.met_tolerance` with ``cap=False``)."""
-    from fairopt.status import met_tolerance
-
     limit = met_tolerance(constraint, tol, cap=False)
     if getattr(constraint, "row_scale", None) == 1.0:
         try:

@@ -341,9 +341,9 @@ def make_scorer(measure: str | Callable[..., float], *, greater_is_better: bool 
     scorer
         ``scorer(estimator, X, y, sensitive_features=s)`` (called directly, too, only with routing enabled:
         scikit-learn refuses the keyword otherwise); for weighted scores, ``scorer.set_score_request(
-        sample_weight=True)`` (with routing enabled) and route ``sample_weight`` too. ``s`` may name columns of a DataFrame ``X``, as ``fit``
-        takes them (``sensitive_features="sex"``): the scorer reads their values in the scored rows.
-        Several columns give their intersections (each combination of values is a group).
+        sample_weight=True)`` (with routing enabled) and route ``sample_weight`` too. ``s`` may name columns of
+        a DataFrame ``X``, as ``fit`` takes them (``sensitive_features="sex"``): the scorer reads their values in
+        the scored rows. Several columns give their intersections (each combination of values is a group).
     """
     if callable(measure):
         if greater_is_better is None:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from solvers.losses import best_constant_output, get_loss, loss_name, unregularised
 from solvers.problem import assign_parameters, eval_mode, flat_parameters, model_outputs, row_chunks, row_violations
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
@@ -290,8 +291,6 @@ def warn_if_poor_first_order_fit(engine: str, model: torch.nn.Module, loss_fn: A
     (:func:`solvers.losses.best_constant_output`) and, for the binary cross-entropy, its accuracy against the
     majority rate. A constant zeroes the library's penalties and meets its bounds, so a model above the
     constant's loss is a failed optimisation of the penalised or Lagrangian objective too."""
-    from solvers.losses import best_constant_output, get_loss, loss_name, unregularised
-
     plain = get_loss(unregularised(loss_fn))
     with torch.no_grad(), eval_mode(model):
         f = float(plain(model_outputs(model, data), data))

@@ -191,8 +191,7 @@ def _eo_value(pred: torch.Tensor, codes: torch.Tensor, y: torch.Tensor, w: torch
         rows = (y == value).to(pred.dtype)
         if not bool(rows.any()):
             continue
-        class_sums, _ = group_sums(pred * rows, codes, w.numel())
-        class_counts, _ = group_sums(rows, codes, w.numel())
+        class_sums, class_counts = group_sums(pred, codes, w.numel(), rows)  # the rows with y = value
         has_rows = class_counts > 0
         group_mean = class_sums / class_counts.clamp(min=1)
         class_mean = (pred * rows).sum() / rows.sum()

@@ -131,8 +131,14 @@ def bin_quantiles(values: Any, n_quantiles: int, name: str = "sensitive") -> np.
     return np.searchsorted(edges, x, side="left").astype(np.int64)
 
 
-def group_sums(values: torch.Tensor, codes: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group ``sums[g] = sum_{codes_i = g} values_i`` and ``counts[g]``, differentiable in ``values``."""
+def group_sums(values: torch.Tensor, codes: torch.Tensor, n_groups: int,
+               weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group ``sums[g] = sum_{codes_i = g} values_i`` and ``counts[g]``, differentiable in ``values``; with
+    row ``weights`` the weighted ``sum_{codes_i = g} w_i values_i`` and the total weight ``sum_{codes_i = g} w_i``
+    (``sums / counts``: the weighted group means)."""
+    if weights is not None:
+        sums = values.new_zeros(n_groups).index_add(0, codes, values * weights)
+        return sums, weights.new_zeros(n_groups).index_add(0, codes, weights).to(values.dtype)
     sums = values.new_zeros(n_groups).index_add(0, codes, values)
     counts = torch.bincount(codes, minlength=n_groups).to(values.dtype)
     return sums, counts
@@ -179,11 +185,7 @@ def _rates(values: torch.Tensor, codes: torch.Tensor, labels: np.ndarray, rows: 
     if rows is not None:
         values, codes = values[rows], codes[rows]
         weights = None if weights is None else weights[rows]
-    if weights is None:
-        sums, counts = group_sums(values, codes, labels.size)
-    else:
-        sums, _ = group_sums(values * weights, codes, labels.size)
-        counts, _ = group_sums(weights, codes, labels.size)
+    sums, counts = group_sums(values, codes, labels.size, weights)
     empty = counts == 0
     if bool(empty.any()):
         g = int(torch.nonzero(empty)[0])
@@ -252,12 +254,7 @@ def group_means(values: Any, sensitive: Any, sample_weight: Any = None) -> dict[
     v = torch.as_tensor(float_vector(values, "values"))
     codes, labels = encode_groups(sensitive)
     check_same_length(values=v, sensitive=codes)
-    weights = _row_weights(sample_weight, v.numel())
-    if weights is not None:
-        v = v * weights
-    sums, counts = group_sums(v, torch.as_tensor(codes), labels.size)
-    if weights is not None:
-        counts, _ = group_sums(weights, torch.as_tensor(codes), labels.size)
+    sums, counts = group_sums(v, torch.as_tensor(codes), labels.size, _row_weights(sample_weight, v.numel()))
     return {python_scalar(g): float(m) for g, m in zip(labels, (sums / counts).tolist())}
 
 

@@ -82,20 +82,30 @@ def bootstrap_replicates(stats: list[RowStatistic], codes: np.ndarray, n_groups:
     """
     sizes, starts = stratum_starts(codes, n_groups)
     result = {s.name: (np.empty((n_bootstrap, n_groups)), np.empty(n_bootstrap)) for s in stats}
+    masses = {s.name: _mass(s, weights, codes.shape[0]) for s in stats}  # once, not per chunk of replicates
     for b0, b1, rows in resample_chunks(codes, n_groups, n_bootstrap, seed):
         for s in stats:
-            if s.rows is None and weights is None:
+            mass = masses[s.name]
+            if mass is None:
                 sums = np.add.reduceat(s.values[rows], starts, axis=1)
                 counts = np.broadcast_to(sizes.astype(np.float64), sums.shape)
             else:
-                mass = np.ones(codes.shape[0]) if weights is None else weights
-                if s.rows is not None:
-                    mass = np.where(s.rows, mass, 0.0)
-                sums = np.add.reduceat((mass * s.values)[rows], starts, axis=1)
-                counts = np.add.reduceat(mass[rows], starts, axis=1)
+                sums = np.add.reduceat(mass[1][rows], starts, axis=1)
+                counts = np.add.reduceat(mass[0][rows], starts, axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 group = np.where(counts > 0, sums / counts, np.nan)
                 total = np.where(counts.sum(axis=1) > 0, sums.sum(axis=1) / counts.sum(axis=1), np.nan)
             result[s.name][0][b0:b1] = _finish(group, s.root)
             result[s.name][1][b0:b1] = _finish(total, s.root)
     return result
+
+
+def _mass(stat: RowStatistic, weights: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(m, m * values)`` with ``m_i`` the weight row ``i`` carries into ``stat``'s means (its weight, 0 for a
+    row the statistic does not select), None when every row counts once (a plain mean)."""
+    if stat.rows is None and weights is None:
+        return None
+    mass = np.ones(n) if weights is None else weights
+    if stat.rows is not None:
+        mass = np.where(stat.rows, mass, 0.0)
+    return mass, mass * stat.values
