@@ -114,7 +114,8 @@ class BoundStatus:
     sense : {"lower", "upper"}
         ``"lower"``: met when ``value >= bound``.
     met : bool
-        The constraint's rows are within their bounds (exact violation within the tolerance).
+        The constraint's rows are within their bounds (exact violation within the tolerance) and, for a ratio
+        (``sense`` "lower"), the value is within the same tolerance of the bound on the ratio's own scale.
     row_violation : float or None
         The exact violation of its rows ``sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)``, where known, in the rows'
         units (which may differ from the value's, e.g. a relative GeDI bound on absolute rows); quoted when the
@@ -185,16 +186,22 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
 
     ``violations``: the exact training violation of every constraint (by name); ``tol``: the
     largest one that counts as met (one number, or one per name, :func:`met_tolerance`); ``bounds``:
-    their measures on the training rows, quoted in the message; ``constant``: why the model predicts
+    their measures on the training rows, quoted in the message (one not ``met``, a ratio short of its bound on
+    its own scale though its rows are within ``tol``, is unmet too); ``constant``: why the model predicts
     the same for every training row (:func:`fairopt.evaluation.constant_predictions`), None if it does not;
     ``near_constant``: why a classifier that is not constant is no better than one
     (:func:`solvers.outcome.near_constant`), None if it is better.
     """
     unmet = [name for name, v in violations.items() if v > tolerance_of(tol, name)]
+    short = [b.name for b in bounds if not b.met and b.name in violations and b.name not in unmet]
     shown = {b.name: str(b) for b in bounds}
-    if unmet:
-        which = "; ".join(shown.get(name, f"{name} (exact violation {violations[name]:.3g})") for name in unmet)
-        bounds_text = f"not met on the training rows: {which}. See the FairnessWarning for what to try."
+    if unmet or short:
+        which = "; ".join(shown.get(name, f"{name} (exact violation {violations[name]:.3g})")
+                          for name in unmet + short)
+        bounds_text = f"not met on the training rows: {which}." + (
+            " See the FairnessWarning for what to try." if unmet else
+            " Its rows are within the violation tolerance in rate units, but at low rates that tolerance is a "
+            "larger shortfall of the ratio itself: a smaller violation_tol, or the SQP method, meets it.")
     elif violations:
         which = "; ".join(shown.get(name, name) for name in violations)
         bounds_text = f"every bound is met on the training rows: {which}."
@@ -205,7 +212,7 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
         status = result.status
         stationary = ("training diverged; the model is the last sane iterate" if status == "diverged"
                       else "a callback stopped training")
-    elif unmet:
+    elif unmet or short:
         status, stationary = "infeasible", ""
     elif constant is not None:
         status, stationary = "degenerate", ""

@@ -274,6 +274,34 @@ def test_a_small_bound_is_met_within_its_own_scale_not_the_rate_tolerance():
     assert met_tolerances([rate, tight], MET_TOL) == {rate.name: MET_TOL, tight.name: pytest.approx(1e-9)}
 
 
+def test_a_ratio_short_of_its_bound_at_low_rates_is_unmet_though_its_rows_are_within_the_rate_tolerance():
+    """250 of 5,000 men and 196 of 5,000 women selected: DI 0.784 against 0.8. The row 0.8 P_M - P_F = 8e-4 is
+    within the rate tolerance 1e-3, but the four-fifths verdict is on the ratio: unmet in the bounds, the
+    report and the status. A ratio within 1e-3 of its bound stays met."""
+    from fairopt import FairData
+    from fairopt.evaluation import bound_statuses
+
+    n = 5000
+    sex = np.repeat([0, 1], n)
+    data = FairData.from_arrays(np.zeros((2 * n, 1)), np.zeros(2 * n), {"sex": sex})
+    di = DisparateImpact("sex", delta=0.8)
+    di.setup(data)
+
+    def logits(men: int, women: int) -> torch.Tensor:
+        chosen = np.zeros(2 * n)
+        chosen[:men], chosen[n:n + women] = 1, 1
+        return torch.as_tensor(np.where(chosen == 1, 5.0, -5.0))
+
+    (short,) = bound_statuses(logits(250, 196), data, [di])
+    assert short.value == pytest.approx(0.784) and 0 < short.row_violation < 1e-3 and not short.met
+    (close,) = bound_statuses(logits(2500, 1998), data, [di])  # 0.7992: the row 4e-4, the ratio 8e-4 short
+    assert close.met and "met within the violation tolerance" in str(close)
+    status, message = fit_status(_result(True, "converged", 1e-4), "lagrangian", {di.name: short.row_violation},
+                                 1e-3, [short])
+    assert status == "infeasible" and "DI[sex] 0.784" in message
+    assert "a smaller violation_tol" in message
+
+
 def test_a_regressor_no_prediction_of_which_exceeds_the_rate_threshold_is_degenerate_and_warned():
     """A rate bound on a regressor whose threshold lies above every prediction: every rate 0, its rows met as
     0/0 (an actuary's trial read 'converged' and a pairwise DI of 1.0): status 'degenerate', an
