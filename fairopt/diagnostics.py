@@ -10,8 +10,8 @@ the estimator warns (:class:`fairopt.FairnessWarning`, or
 - *near-constant classifier* (:func:`solvers.outcome.near_constant`) or *poor regression fit*
   (training R2 below :data:`POOR_FIT_R2`); *degenerate regressor*: zero spread of predictions;
 - *inactive constraint*: satisfied and not restricting the model. SQP: no row in the QP active
-  set and none violated over the last 10% (zero multipliers at the end). Penalty and Lagrangian:
-  the surrogate violation was 0 at every step (a term that acted earlier and is 0 at the end
+  set and none violated over the last 10% of the iterations up to the returned one (zero multipliers
+  at the end). Penalty and Lagrangian: the surrogate violation was 0 at every step (a term that acted earlier and is 0 at the end
   proves nothing). Moving Targets: the pre-trained learner already meets it. With
   ``check_inactive=True`` also every bound an unconstrained reference model meets.
 
@@ -43,8 +43,8 @@ from solvers.problem import row_violations
 __all__ = ["BOOSTED_SEVERAL_GROUPS", "POOR_FIT_R2", "TAIL_FRACTION", "bounds_acted", "constant_fit_message",
            "constraint_messages", "fit_quality_warnings", "fit_warnings", "inactive_by_history", "inactive_message",
            "iteration_records", "not_binding", "not_binding_reason", "poor_fit_message",
-           "pretraining_violations", "relaxed_steps", "returned_its_start", "row_blocks", "tail", "tail_relaxed_message",
-           "unmet_message"]
+           "pretraining_violations", "relaxed_steps", "returned_its_start", "returned_tail", "row_blocks", "tail",
+           "tail_relaxed_message", "unmet_message"]
 
 #: Fraction of the final iterations the history diagnostics read.
 TAIL_FRACTION = 0.1
@@ -196,12 +196,24 @@ def returned_its_start(history: History) -> bool:
     return bool(records) and closing.get(QP_STATUS) == FINAL and closing.get("returned") == records[0].get("iteration")
 
 
+def returned_tail(history: History) -> list[dict]:
+    """:func:`tail` of the iteration records up to the returned one (the closing record's ``returned``; all of
+    them where it names none): a fit that returned iterate 88 of 500 is judged at iterate 88, not by its last 50
+    iterations, which say nothing about the returned model."""
+    closing = history.records[-1] if history.records else {}
+    returned = closing.get("returned") if closing.get(QP_STATUS) == FINAL else None
+    records = iteration_records(history)
+    if returned is not None and not (isinstance(returned, float) and math.isnan(returned)):
+        records = [r for r in records if r.get("iteration", -1) <= returned] or records
+    return records[-max(1, math.ceil(TAIL_FRACTION * len(records))):] if records else []
+
+
 def _sqp_not_binding(history: History, index: int, rows: slice, lower: torch.Tensor, upper: torch.Tensor) -> bool:
-    """No row in the QP active set and none violated over the last iterations, of a fit that returned a
-    later iterate than its start (:func:`returned_its_start`)."""
+    """No row in the QP active set and none violated over the last iterations up to the returned one
+    (:func:`returned_tail`), of a fit that returned a later iterate than its start (:func:`returned_its_start`)."""
     if returned_its_start(history):
         return False
-    last = tail(history)
+    last = returned_tail(history)
     active_rows = {int(a[1:]) for r in last for a in r[ACTIVE]}
     if any(i in active_rows for i in range(rows.start, rows.stop)):
         return False

@@ -374,6 +374,27 @@ def test_the_inactive_rule_defers_to_a_violating_reference_and_to_a_returned_sta
     assert not returned_its_start(History(records=rounds + [{"qp_status": "final", "returned": 2}]))
 
 
+def test_the_inactive_rule_reads_the_iterations_up_to_the_returned_one():
+    """A fit that returned iterate 8 of 40, where the row was active, is not called inactive by its last
+    iterations, which did not make the returned model; without a returned record the last ones decide."""
+    import torch
+
+    from fairopt.diagnostics import not_binding, returned_tail
+    from solvers.history import History
+
+    class Bound:
+        lower, upper = torch.tensor([-float("inf")]), torch.tensor([0.0])
+
+    steps = [{"iteration": t, "qp_status": "normal", "active": ["c0"] if t <= 8 else [], "c": [-0.01]}
+             for t in range(41)]
+    returned_early = History(records=steps + [{"qp_status": "final", "returned": 8}])
+    assert [r["iteration"] for r in returned_tail(returned_early)] == [8]
+    assert not not_binding("sqp", returned_early, 0, slice(0, 1), Bound())
+    returned_last = History(records=steps + [{"qp_status": "final", "returned": 40}])
+    assert not_binding("sqp", returned_last, 0, slice(0, 1), Bound())
+    assert len(returned_tail(History(records=steps))) == 5
+
+
 def test_a_constant_regressor_gets_one_warning_and_a_constant_target_is_named():
     from fairopt.diagnostics import constant_fit_message
 
