@@ -191,7 +191,12 @@ def test_bootstrap_is_reproducible_with_a_seed_and_stratified():
     # resampling within groups: a group whose rows are all predicted positive stays at rate 1
     X[s == "a", -1] = 1
     report = group_report(Fixed(), X, y, s, n_bootstrap=200)
-    assert report.by_group.loc["a", ["selection_rate_low", "selection_rate_high"]].tolist() == [1.0, 1.0]
+    # (its rows all share the outcome: the interval is the exact one of n events in n rows, not [1, 1])
+    from scipy import stats
+
+    n_a = int((s == "a").sum())
+    assert report.by_group.loc["a", ["selection_rate_low", "selection_rate_high"]].tolist() == pytest.approx(
+        [stats.beta.ppf(0.025, n_a, 1), 1.0])
     no_ci = group_report(Fixed(), X, y, s, n_bootstrap=0)
     assert no_ci.by_group["selection_rate_low"].isna().all() and np.isnan(no_ci.disparities["ratio_low"]).all()
 
@@ -436,6 +441,50 @@ def test_a_group_without_an_interval_is_drawn_hatched_not_as_an_exact_value():
     assert not ax.collections  # no error bars at all
     full = group_report(Fixed(), X, y, s, n_bootstrap=50).plot(ax=Figure().subplots())
     assert not any(bar.get_hatch() for bar in full.patches) and len(full.collections) == 1
+
+
+def test_the_legend_draws_each_kind_of_bar_as_it_is_drawn_when_the_first_group_is_small():
+    """The metric's legend entry is a plain bar and "no interval (small group)" a hatched one, whichever group
+    comes first (the entry was taken from the first bar, hatched when that group was small)."""
+    X, y, s = synthetic(400, seed=12)
+    s = s.astype(object)
+    s[:6] = "a_tiny"  # sorts first
+    ax = group_report(Fixed(), X, y, s, n_bootstrap=50).plot(ax=Figure().subplots())
+    legend = ax.get_legend()
+    entries = dict(zip((t.get_text() for t in legend.get_texts()), legend.legend_handles))
+    assert not entries["selection_rate"].get_hatch()
+    assert entries["no interval (small group)"].get_hatch() == "//"
+
+
+def test_a_group_whose_rows_all_share_the_outcome_gets_the_exact_interval_not_zero_width():
+    """0 of 25 selected: the percentile bootstrap gives [0, 0] (every replicate is 0), which claims certainty;
+    the report gives the Clopper-Pearson interval [0, 0.137] (with weights at Kish's effective size) and no
+    interval for the metric's disparities, with a note."""
+    from scipy import stats
+
+    rng = np.random.default_rng(13)
+    n = 600
+    s = np.where(np.arange(n) < 25, "small", np.where(np.arange(n) < 300, "b", "c"))
+    pred = (rng.random(n) < 0.5).astype(int)
+    pred[:25] = 0
+    y = (rng.random(n) < 0.5).astype(int)
+    X = np.column_stack([rng.normal(size=n), pred])
+    report = group_report(Fixed(), X, y, s, n_bootstrap=200)
+    row = report.by_group.loc["small"]
+    assert row["selection_rate_low"] == 0 and row["selection_rate_high"] == pytest.approx(
+        stats.beta.ppf(0.975, 1, 25))
+    assert np.isnan(report.disparities.loc["selection_rate", ["ratio_low", "difference_high"]].to_numpy(float)).all()
+    assert report.disparities.loc["selection_rate", "ratio"] == 0
+    assert any("exact Clopper-Pearson" in note and "'small' (25)" in note for note in report.notes)
+    assert report.by_group.loc["b", "selection_rate_high"] > report.by_group.loc["b", "selection_rate_low"]
+    weights = np.ones(n)
+    weights[:5] = 21.0  # 5 rows carry most of the small group's weight: n_eff = 125^2 / (5 * 441 + 20) = 7.07
+    weighted = group_report(Fixed(), X, y, s, n_bootstrap=200, sample_weight=weights)
+    n_eff = 125.0 ** 2 / (5 * 21.0 ** 2 + 20)
+    assert weighted.by_group.loc["small", "selection_rate_high"] == pytest.approx(stats.beta.ppf(0.975, 1, n_eff))
+    # a metric on real numbers (a regressor's error) keeps its bootstrap interval
+    reg = group_report(FixedRegressor(), X, y.astype(float), s, n_bootstrap=50)
+    assert not any("Clopper" in note for note in reg.notes)
 
 
 def test_a_default_positive_class_of_text_labels_is_warned_and_reordered_rows_too():

@@ -21,6 +21,7 @@ from fairopt.constraints.dcov import DistanceCovariance
 from fairopt.constraints.gedi import GeDI
 from fairopt.constraints.covariance import Covariance
 from fairopt.constraints.rates import GroupRateConstraint
+from fairopt.measures.binomial import clopper_pearson
 from fairopt.measures.bootstrap import resample_chunks
 
 __all__ = ["BOOTSTRAP_TYPES", "bootstrap_rows", "capped_ratio", "clopper_pearson", "compared_pairs",
@@ -66,22 +67,6 @@ def outputs_on(model_or_outputs: Any, data: Any) -> torch.Tensor:
     if out.shape[0] != len(data):
         raise ValueError(f"outputs: expected {len(data)} values (one per row of data), got {out.shape[0]}")
     return out
-
-
-def clopper_pearson(k: Any, n: Any, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Exact two-sided binomial intervals at ``level`` for ``k`` successes in ``n`` trials.
-
-    ``lower = Beta(k, n - k + 1).ppf((1 - level) / 2)`` (0 when ``k = 0``) and
-    ``upper = Beta(k + 1, n - k).ppf((1 + level) / 2)`` (1 when ``k = n``); ``n = 0`` gives
-    ``[0, 1]``. Arrays broadcast.
-    """
-    k = np.asarray(k, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    tail = (1.0 - level) / 2.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lower = np.where(k > 0, stats.beta.ppf(tail, np.maximum(k, 1e-300), n - k + 1), 0.0)
-        upper = np.where(k < n, stats.beta.ppf(1.0 - tail, k + 1, np.maximum(n - k, 1e-300)), 1.0)
-    return np.nan_to_num(lower, nan=0.0), np.nan_to_num(upper, nan=1.0)
 
 
 def worst_case_rows(D: Any, lower: Any, upper: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,8 @@
   exact fast paths; :mod:`~fairopt.measures.independence`: chi-square and permutation tests;
   :mod:`~fairopt.measures.mutual_independence`: the JdCov permutation test of mutual independence.
 - :mod:`~fairopt.measures.balance`: balance-property correction of Poisson rates.
+- :mod:`~fairopt.measures.bootstrap` and :mod:`~fairopt.measures.binomial`: percentile-bootstrap and exact
+  (Clopper-Pearson) binomial confidence intervals.
 """
 
 from fairopt.measures.balance import apply_balance_correction, balance_correction

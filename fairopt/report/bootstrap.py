@@ -37,6 +37,8 @@ class RowStatistic:
         Report ``sqrt(m_g)`` (RMSE from the mean squared error).
     condition : str
         What ``rows`` selects, for messages (e.g. ``"y = 1"``).
+    indicator : bool
+        ``values`` are 0/1 outcomes (a classifier's rates and accuracy), so ``m_g`` is a binomial proportion.
     """
 
     name: str
@@ -44,6 +46,7 @@ class RowStatistic:
     rows: np.ndarray | None = None
     root: bool = False
     condition: str = ""
+    indicator: bool = False
 
     def counts(self, codes: np.ndarray, n_groups: int) -> np.ndarray:
         """Rows the statistic averages over, per group."""

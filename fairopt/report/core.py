@@ -8,7 +8,10 @@ Intervals: percentile bootstrap stratified by group (:mod:`fairopt.report.bootst
 replicate resamples every group with replacement at its own size and recomputes every value; the
 interval is the ``(1 -/+ confidence) / 2`` quantiles. A group with fewer than ``min_group_size``
 rows entering a metric gets NaN intervals (and so do that metric's disparities): so few rows would
-claim a precision they do not have. The difference is non-negative by construction, so its
+claim a precision they do not have. A group whose rows all share the outcome of a 0/1 metric (0 of 25
+selected) leaves the bootstrap no spread, and its percentile interval would be ``[0, 0]``: such a group
+gets the exact (Clopper-Pearson) interval of ``k = 0`` or ``k = n`` in ``n`` rows (with row weights,
+``n`` is Kish's effective size ``(sum w)^2 / sum w^2``) and the metric's disparities NaN intervals. The difference is non-negative by construction, so its
 interval rarely reaches 0: read a lower end near 0 as "no detectable difference".
 """
 
@@ -23,6 +26,7 @@ import pandas as pd
 
 from fairopt._validation import check_interval, check_sample_weight, check_seed, positive_int
 from fairopt.inputs import warn_reordered_index
+from fairopt.measures.binomial import clopper_pearson
 from fairopt.measures.bootstrap import percentile_interval
 from fairopt.measures.group import ratio_and_difference
 from fairopt.report.bootstrap import RowStatistic, bootstrap_replicates, point_estimates
@@ -44,10 +48,10 @@ def _statistics(responses: Responses) -> list[RowStatistic]:
     """The metrics as row statistics (:mod:`fairopt.report.bootstrap`)."""
     pred, y = responses.pred, responses.y
     if responses.task == "binary":
-        return [RowStatistic("selection_rate", pred),
-                RowStatistic("tpr", pred, y == 1, condition="y = 1"),
-                RowStatistic("fpr", pred, y == 0, condition="y = 0"),
-                RowStatistic("accuracy", (pred == y).astype(np.float64))]
+        return [RowStatistic("selection_rate", pred, indicator=True),
+                RowStatistic("tpr", pred, y == 1, condition="y = 1", indicator=True),
+                RowStatistic("fpr", pred, y == 0, condition="y = 0", indicator=True),
+                RowStatistic("accuracy", (pred == y).astype(np.float64), indicator=True)]
     error = y - pred
     return [RowStatistic("mean_prediction", pred), RowStatistic("mean_target", y),
             RowStatistic("mae", np.abs(error)), RowStatistic("rmse", error ** 2, root=True)]
@@ -213,7 +217,7 @@ def _tables(stats: list[RowStatistic], groups: Groups, replicates: dict | None, 
     for stat in stats:
         values, total = point_estimates(stat, groups.codes, len(groups.labels), weights)
         low, high, total_low, total_high, ratio_ci, difference_ci = _intervals(
-            stat, groups, replicates, confidence, min_group_size, notes)
+            stat, groups, replicates, confidence, min_group_size, notes, weights)
         by_group[stat.name], by_group[f"{stat.name}_low"], by_group[f"{stat.name}_high"] = values, low, high
         overall.update({stat.name: total, f"{stat.name}_low": total_low, f"{stat.name}_high": total_high})
         disparities[stat.name] = _disparity(stat.name, values, total, ratio_ci, difference_ci, groups, notes)
@@ -223,8 +227,9 @@ def _tables(stats: list[RowStatistic], groups: Groups, replicates: dict | None, 
 
 
 def _intervals(stat: RowStatistic, groups: Groups, replicates: dict | None, confidence: float, min_group_size: int,
-               notes: list[str]) -> tuple:
-    """Per-group, overall, ratio and difference intervals of one metric (NaN where not reliable)."""
+               notes: list[str], weights: np.ndarray | None = None) -> tuple:
+    """Per-group, overall, ratio and difference intervals of one metric (NaN where not reliable; exact where a
+    group's rows all share the outcome, :func:`_exact_where_no_spread`)."""
     n_groups = len(groups.labels)
     counts = stat.counts(groups.codes, n_groups)
     if stat.condition:
@@ -243,15 +248,44 @@ def _intervals(stat: RowStatistic, groups: Groups, replicates: dict | None, conf
         _note(notes, f"{stat.name}: groups with fewer than {min_group_size} rows with {stat.condition} have NaN "
                      f"intervals: {_describe(groups, few, counts)}")
     low, high = np.where(reliable, low, np.nan), np.where(reliable, high, np.nan)
+    exact = _exact_where_no_spread(stat, groups, reliable, confidence, weights, low, high)
+    if exact.any():
+        _note(notes, f"{stat.name}: groups whose rows all share the outcome ({_describe(groups, exact, counts)}) "
+                     "get the exact Clopper-Pearson interval (a bootstrap of identical rows has no spread), and "
+                     "the disparities of this metric no interval")
     total_low, total_high = percentile_interval(total, confidence)
     if counts.sum() < min_group_size:
         total_low = total_high = np.nan
     ratio, difference = ratio_and_difference(per_group)
-    if reliable.all():
+    if reliable.all() and not exact.any():
         ratio_ci, difference_ci = percentile_interval(ratio, confidence), percentile_interval(difference, confidence)
     else:
         ratio_ci = difference_ci = nan2
     return low, high, float(total_low), float(total_high), tuple(map(float, ratio_ci)), tuple(map(float, difference_ci))
+
+
+def _exact_where_no_spread(stat: RowStatistic, groups: Groups, reliable: np.ndarray, confidence: float,
+                           weights: np.ndarray | None, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Per group, whether a 0/1 statistic (``stat.indicator``) is 0 (or 1) on every one of its rows; for those groups ``low`` and
+    ``high`` are set in place to the Clopper-Pearson interval of 0 (or ``n``) events in ``n`` rows, ``n``
+    the rows entering the statistic or, with ``weights``, Kish's effective size ``(sum w)^2 / sum w^2``."""
+    rows = slice(None) if stat.rows is None else stat.rows
+    values, codes = stat.values[rows], groups.codes[rows]
+    n_groups = len(groups.labels)
+    if not stat.indicator:
+        return np.zeros(n_groups, dtype=bool)
+    counts = np.bincount(codes, minlength=n_groups).astype(np.float64)
+    ones = np.bincount(codes, weights=values, minlength=n_groups)
+    exact = reliable & (counts > 0) & ((ones == 0) | (ones == counts))
+    if exact.any():
+        if weights is not None:
+            w = weights[rows]
+            total, squares = np.bincount(codes, w, n_groups), np.bincount(codes, w * w, n_groups)
+            counts = np.divide(total ** 2, squares, out=np.zeros(n_groups), where=squares > 0)
+        k = np.where(ones == 0, 0.0, counts)
+        exact_low, exact_high = clopper_pearson(k, counts, confidence)
+        low[exact], high[exact] = exact_low[exact], exact_high[exact]
+    return exact
 
 
 def _disparity(name: str, values: np.ndarray, overall: float, ratio_ci: tuple, difference_ci: tuple,

@@ -228,7 +228,11 @@ class GroupReport:
         # a percentile interval may exclude the point value; a group without one keeps NaN (drawn hatched)
         errors = np.clip(np.vstack([values - low, high - values]), 0.0, None)
         positions = np.arange(len(values))
-        bars = ax.bar(positions, np.nan_to_num(values, nan=0.0), color="tab:blue", alpha=0.8, label=metric)
+        from matplotlib.patches import Patch
+
+        bars = ax.bar(positions, np.nan_to_num(values, nan=0.0), color="tab:blue", alpha=0.8)
+        # the legend's handles are drawn here, not taken from the bars (whose first may be hatched below)
+        handles = [Patch(facecolor="tab:blue", alpha=0.8, label=metric)]
         known = np.isfinite(errors).all(axis=0) & np.isfinite(values)
         if known.any():
             ax.errorbar(positions[known], values[known], yerr=errors[:, known], fmt="none", ecolor="black",
@@ -237,8 +241,9 @@ class GroupReport:
             for bar in np.asarray(bars)[~known]:
                 bar.set_hatch("//")
                 bar.set_alpha(0.4)
-            ax.bar([], [], color="tab:blue", alpha=0.4, hatch="//", label="no interval (small group)")
-        ax.axhline(float(self.overall[metric]), color="black", linestyle="--", linewidth=1, label="overall")
+            handles.append(Patch(facecolor="tab:blue", alpha=0.4, hatch="//", label="no interval (small group)"))
+        handles.append(ax.axhline(float(self.overall[metric]), color="black", linestyle="--", linewidth=1,
+                                  label="overall"))
         ax.set_xticks(positions)
         if longest > 8:
             ax.set_xticklabels(labels, rotation=45, ha="right", rotation_mode="anchor")
@@ -247,7 +252,7 @@ class GroupReport:
         ax.set_ylabel(metric)
         interval = "" if self.n_bootstrap == 0 else f" ({self.confidence:.0%} bootstrap CI)"
         ax.set_title(f"{metric} by {self.by_group.index.name}{interval}")
-        ax.legend(loc="best", fontsize="small")
+        ax.legend(handles=handles, loc="best", fontsize="small")
         if created:
             ax.figure.tight_layout()
         return ax
