@@ -242,6 +242,24 @@ def test_each_plot_writes_a_png(tmp_path, results, tiny):
         plot_histories({}, tmp_path / "x.png")
 
 
+def test_the_tradeoff_reads_the_swept_feature_of_several():
+    """A sweep of a bound on race with data sensitive to sex and race: the default x axis is race's
+    dp_difference (the feature-less column repeats sex's, the first), and the axis says which."""
+    from matplotlib.figure import Figure
+
+    table = pd.DataFrame({"method": ["sqp"] * 2, "value": [0.6, 0.9], "split": ["test"] * 2, "seed": [0, 0],
+                          "measure": ["disparate_impact[race]"] * 2, "accuracy": [0.83, 0.82],
+                          "dp_difference": [0.07, 0.06], "dp_difference[sex]": [0.07, 0.06],
+                          "dp_difference[race]": [0.31, 0.12]})
+    ax = plot_tradeoff(table, ax=Figure().subplots())
+    assert list(ax.lines[0].get_xdata()) == [0.31, 0.12] and ax.get_xlabel() == "dp_difference[race] (test)"
+    no_constraint = table.drop(columns="measure")
+    ax = plot_tradeoff(no_constraint, ax=Figure().subplots())
+    assert ax.get_xlabel() == "dp_difference[sex] (test)"  # the first feature, named
+    ax = plot_tradeoff(table, unfairness="dp_difference[sex]", ax=Figure().subplots())
+    assert list(ax.lines[0].get_xdata()) == [0.07, 0.06]
+
+
 def test_plots_draw_on_given_axes_and_leave_the_backend_alone(results):
     """ax= is drawn on and returned; no plot function switches the matplotlib backend."""
     import matplotlib

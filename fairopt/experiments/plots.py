@@ -8,6 +8,7 @@ Axes (a list for several panels). Inputs are the table of :func:`~fairopt.experi
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -17,6 +18,8 @@ from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS
 from solvers.plotting import finish_axes, finite_points, panel_axes
 
 __all__ = ["plot_requested_vs_realised", "plot_tradeoff", "plot_histories", "plot_calibration"]
+
+logger = logging.getLogger(__name__)
 
 def _select(results: Any, columns: Sequence[str], split: str | None) -> pd.DataFrame:
     """Rows of ``split``; ValueError naming a missing column or an empty selection."""
@@ -29,6 +32,21 @@ def _select(results: Any, columns: Sequence[str], split: str | None) -> pd.DataF
     if rows.empty:
         raise ValueError(f"split: no rows with split == {split!r}")
     return rows
+
+
+def _feature_column(results: pd.DataFrame, measure: str) -> str:
+    """``measure[f]`` for a feature-less measure column that has per-feature columns ``measure[f]``: ``f`` the one
+    feature that the constraints of every run (the ``measure`` column, ``disparate_impact[race]``) name, else
+    the first feature (what the feature-less column repeats); ``measure`` itself otherwise."""
+    features = [c[len(measure) + 1:-1] for c in results.columns if c.startswith(f"{measure}[") and c.endswith("]")]
+    if "[" in measure or not features:
+        return measure
+    named = results["measure"].dropna().astype(str) if "measure" in results.columns else pd.Series([], dtype=str)
+    swept = {name[name.index("[") + 1:-1] for name in named if "[" in name and name.endswith("]")}
+    chosen = next(iter(swept)) if len(swept) == 1 and next(iter(swept)) in features else features[0]
+    if len(features) > 1:
+        logger.info("plot_tradeoff: %s of the sensitive feature %r (of %s)", measure, chosen, features)
+    return f"{measure}[{chosen}]"
 
 
 def _means(rows: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
@@ -121,7 +139,10 @@ def plot_tradeoff(
     path : str or Path, optional
     performance : str, default "accuracy"
     unfairness : str, default "dp_difference"
-        Any measure column (for ``di_ratio`` higher is fairer).
+        Any measure column (for ``di_ratio`` higher is fairer). A feature-less ``dp_difference`` or
+        ``di_ratio`` of data with several sensitive features is read on the feature the swept constraints
+        bound (``dp_difference[race]`` for ``disparate_impact[race]`` runs), else on the first feature, and
+        the axis names the feature.
     split : str, default "test"
     annotate : bool, default True
     title : str, optional
@@ -131,6 +152,8 @@ def plot_tradeoff(
     -------
     matplotlib Axes
     """
+    _select(results, [performance, unfairness], split)
+    unfairness = _feature_column(results, unfairness)
     rows = _select(results, [performance, unfairness], split)
     axes = panel_axes(ax, 1)
     panel = axes[0]
