@@ -497,3 +497,43 @@ def test_a_spreadsheets_csv_is_read_with_its_separator_and_number_format(tmp_pat
                      "--thousands", ".", "--out", str(tmp_path / "p.csv"), "-v"]) == 0
     assert "the header holds semicolons" in caplog.text
     assert len(pd.read_csv(tmp_path / "p.csv")) == len(frame)
+
+
+def scores(n: int = 500, seed: int = 2) -> pd.DataFrame:
+    """A numeric target that depends on race, sex and a continuous share: the relative bounds bind."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"race": rng.choice(["a", "b", "c"], n), "sex": rng.choice(["f", "m"], n),
+                          "share": rng.uniform(0, 1, n), "x": rng.normal(size=n)})
+    frame["y"] = (frame["x"] + 0.8 * (frame["race"] == "a") + 0.5 * (frame["sex"] == "m") + frame["share"]
+                  + rng.normal(0, 0.5, n))
+    return frame
+
+
+def _table_row(markdown: str, heading: str, name: str) -> str:
+    """The first constraint-table row of ``name`` after ``heading`` in ``markdown``."""
+    after = markdown[markdown.index(heading):]
+    return next(line for line in after.splitlines() if line.startswith(f"| {name} |"))
+
+
+@pytest.mark.parametrize("spec", ["dcov:race,sex<=0.25x", "gedi:share<=0.2x"])
+def test_a_relative_bound_on_the_held_out_rows_keeps_the_training_scale(tmp_path, capsys, spec):
+    """``<=0.25x`` is a share of the TRAINING target's own measure: train's held-out check rescaled it to the
+    held-out target's and could read 'met' where ``fairopt report`` on the same rows read 'NO'. Both now hold
+    the saved model's absolute bound, and the held-out bound line reads a share of the training measure."""
+    from fairopt import tabular
+
+    trained = tabular.train_table(scores(), target="y", constraints=[spec], epochs=40, test_size=0.3, seed=0,
+                                  progress=False)
+    tabular.write_run(trained, tmp_path / "run", n_bootstrap=0)
+    trained.test_frame.to_csv(tmp_path / "held.csv", index=False)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "run"), "--data", str(tmp_path / "held.csv"), "--n-bootstrap", "0"]) == 0
+    fitted = trained.constraints[0]
+    from_report = _table_row(capsys.readouterr().out, "## Constraints on these rows", fitted.name)
+    from_train = _table_row((tmp_path / "run" / "report.md").read_text(), "## Constraints on the held-out rows",
+                            fitted.name)
+    assert from_train == from_report
+    held_out = trained.test_eval["bounds"][fitted.name]
+    absolute = float(from_train.split("|")[3])
+    assert held_out["bound"] == fitted.bound and held_out["value"] == pytest.approx(absolute / fitted.reference,
+                                                                                    rel=1e-5)

@@ -21,7 +21,7 @@ from fairopt.data.frames import as_number, is_text_dtype, short_list, text_colum
 from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.evaluation import evaluate, met_tolerances
 from fairopt.inputs import constraint_sensitive_names
-from fairopt.specs import resolve_constraints
+from fairopt.specs import constraint_to_spec, resolve_constraints
 from solvers.history import INFO_FEASIBLE
 from fairopt.tabular.tables import (LAYOUT, THRESHOLD, VIOLATION_TOL, plain_value, require_columns,
                                     require_complete)
@@ -197,7 +197,7 @@ def train_table(
         margin=margin, validation_fraction=validation_fraction, confidence=confidence,
         violation_tol=VIOLATION_TOL, verbose=0)
     total = epochs if method != "moving_targets" else (iterations or 10)
-    fit = _fit(estimator, train_data, test_data, list(constraints), total, progress)
+    fit = _fit(estimator, train_data, test_data, total, progress)
     train_data, test_data, encoding = fit.train, fit.test, _encoding(fit.train, features, converted)  # model inputs
 
     text_columns = [c for c in _text_levels(frame, [*features, *sensitive]) if c not in converted]
@@ -362,7 +362,7 @@ class _Fit:
 
 
 def _fit(estimator: FairClassifier | FairRegressor, train_data: FairData, test_data: FairData | None,
-         specs: list[str], total: int | None, progress: bool) -> _Fit:
+         total: int | None, progress: bool) -> _Fit:
     """Fit ``estimator`` on the training rows with a progress bar, evaluate it on the training
     and held-out rows and log each of its warnings once. Both parts are encoded again with the fitted
     estimator's preprocessor (``_Fit.train``, ``_Fit.test``): a validation part (``--validation-fraction``)
@@ -379,7 +379,7 @@ def _fit(estimator: FairClassifier | FairRegressor, train_data: FairData, test_d
         train_data = train_data.encoded_with(estimator.preprocessor_)
         test_data = None if test_data is None else test_data.encoded_with(estimator.preprocessor_)
         train_eval = evaluate(estimator.model_, train_data, estimator.constraints_)
-        test_constraints, test_eval = _held_out_evaluation(estimator.model_, test_data, specs)
+        test_constraints, test_eval = _held_out_evaluation(estimator.model_, test_data, estimator.constraints_)
     seconds = time.perf_counter() - started
     messages: list[str] = []
     for w in caught:
@@ -390,18 +390,43 @@ def _fit(estimator: FairClassifier | FairRegressor, train_data: FairData, test_d
     return _Fit(train_eval, test_constraints, test_eval, messages, seconds, train_data, test_data)
 
 
-def _held_out_evaluation(model: Any, test_data: FairData | None, specs: list[str]) -> tuple[list, dict | None]:
+def _held_out_evaluation(model: Any, test_data: FairData | None, fitted: list) -> tuple[list, dict | None]:
     """The constraints set up on the held-out rows and the evaluation there (none without them;
-    without constraints, with a warning, when they cannot be set up there)."""
+    without constraints, with a warning, when they cannot be set up there).
+
+    The constraints are those of the saved model (:func:`_saved_form`): a relative bound (``dcov:race<=0.25x``)
+    keeps the absolute bound it took on the training target, as ``fairopt report`` reads it, not one rescaled
+    to the held-out target's own measure; so both give the same verdict on the same rows. Its ``"bounds"``
+    entry is a share of the training target's measure, as on the training rows (:func:`_as_training_shares`).
+    """
     if test_data is None:
         return [], None
-    test_constraints = resolve_constraints(specs)
+    test_constraints = _saved_form(fitted)
     try:
         set_up_on_other_rows(test_constraints, test_data)
-        return test_constraints, evaluate(model, test_data, test_constraints)
+        results = evaluate(model, test_data, test_constraints)
     except ValueError as exc:  # e.g. a group without rows in the held-out part
         warnings.warn(f"constraints not evaluated on the held-out rows: {exc}", UserWarning, stacklevel=1)
         return [], evaluate(model, test_data, [])
+    return test_constraints, _as_training_shares(results, fitted)
+
+
+def _saved_form(fitted: list) -> list:
+    """Fresh copies (not set up) of the fitted constraints as the saved model holds them: a relative bound
+    resolved to its absolute bound on the training target (:func:`fairopt.specs.constraint_to_spec`)."""
+    return resolve_constraints([constraint_to_spec(c, resolved=True) for c in fitted])
+
+
+def _as_training_shares(results: dict, fitted: list) -> dict:
+    """``results`` with the ``"bounds"`` entry of each relative bound of ``fitted`` read as the relative bound
+    reads on the training rows: the value a share of the training target's own measure (its ``reference``),
+    beside the bound as given (0.25 of ``<=0.25x``). The saved-form copies evaluated hold absolute values."""
+    measured = [c for c in fitted if callable(getattr(c, "realised", None))]
+    for c, entry in zip(measured, (results.get("bounds") or {}).values()):
+        reference = getattr(c, "reference", None)
+        if getattr(c, "relative", False) and reference:
+            entry.update(value=entry["value"] / reference, bound=float(c.bound))
+    return results
 
 
 def _outcome(estimator: FairClassifier | FairRegressor, train_eval: dict) -> dict:
