@@ -310,8 +310,14 @@ def test_train_with_a_weights_column(files, tmp_path, capsys):
     weighted_di = min(rate(woman) / rate(~woman), rate(~woman) / rate(woman))
     assert weighted_di >= 0.8 - 1e-3, weighted_di
     report = (out / "report.md").read_text()  # which figures are weighted is said, not left to guess
-    assert "## Bounds (weighted)" in report and "## Realised fairness (unweighted)" in report
+    assert "## Bounds (weighted)" in report and "## Per-group report: training rows (unweighted)" in report
     assert "Rows weighted by the column `w`" in report and saved.metadata["weights"] == "w"
+    # the realised fairness table holds the weighted accuracy and DI (it was headed "unweighted")
+    assert "## Realised fairness (weighted)" in report and "count rows unweighted." in report
+    row = _table_row(report, "## Realised fairness", "gender").split("|")
+    correct = (saved.predict(frame.drop(columns=["decision"])) == frame["decision"]).to_numpy()
+    assert float(row[3]) == pytest.approx(float((w * correct).sum() / w.sum()), abs=1e-5)
+    assert float(row[4]) == pytest.approx(weighted_di, abs=1e-5)
     frame.assign(w=-frame["w"]).to_csv(tmp_path / "negative.csv", index=False)
     assert main(["train", "--data", str(tmp_path / "negative.csv"), *COMMON, "--weights", "w",
                  "--out", str(tmp_path / "bad"), "--quiet"]) == 2

@@ -247,8 +247,9 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
     if weighted:
         lines += ["", f"Rows weighted by the column `{weighted}`: the bounds and the constraint rows below are the "
                       "weighted measures the constraints hold (group rates sum w yhat / sum w per group, a weighted "
-                      "covariance); the realised fairness, R2 or accuracy and the per-group reports count rows "
-                      "unweighted."]
+                      "covariance), and so are the realised fairness and the "
+                      f"{'accuracy' if meta['task'] == 'binary' else 'R2'} beside it (its rows column counts rows); "
+                      "the per-group reports count rows unweighted."]
     if trained.constraints:
         lines += ["", "## Bounds" + (" (weighted)" if weighted else ""), ""]
         lines += [f"- {rows}: " + "; ".join(found) for rows, found in (
@@ -264,15 +265,16 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
             lines += ["", "## Constraints on the held-out rows" + (" (weighted)" if weighted else ""), "",
                       constraint_table(trained.test_constraints, trained.test_eval)]
     lines += held_out_part(trained.estimator)
-    lines += ["", "## Realised fairness" + (" (unweighted)" if weighted else ""), "", "Training rows:", "",
+    lines += ["", "## Realised fairness" + (" (weighted)" if weighted else ""), "", "Training rows:", "",
               _realised(trained.train_eval, meta["sensitive"], meta["task"])]
     if trained.test_eval is not None:
         lines += ["", "Held-out rows:", "", _realised(trained.test_eval, meta["sensitive"], meta["task"])]
-    lines += ["", "## Per-group report: training rows", "",
+    unweighted = " (unweighted)" if weighted else ""
+    lines += ["", f"## Per-group report: training rows{unweighted}", "",
               _group_markdown(table, trained.train_frame, n_bootstrap,
                               figure=None if folder is None else folder / GROUP_FIGURES["train"])]
     if trained.test_frame is not None:
-        lines += ["", "## Per-group report: held-out rows", "",
+        lines += ["", f"## Per-group report: held-out rows{unweighted}", "",
                   _group_markdown(table, trained.test_frame, n_bootstrap,
                                   figure=None if folder is None else folder / GROUP_FIGURES["test"])]
     if trained.warnings:
