@@ -543,3 +543,18 @@ def test_a_relative_bound_on_the_held_out_rows_keeps_the_training_scale(tmp_path
     absolute = float(from_train.split("|")[3])
     assert held_out["bound"] == fitted.bound and held_out["value"] == pytest.approx(absolute / fitted.reference,
                                                                                     rel=1e-5)
+
+
+def test_a_constraint_given_as_a_config_table_is_reported_as_written(files, tmp_path, capsys):
+    """A --config constraint table (the form train's advice gives for a threshold) crashed ``fairopt report``
+    (a TypeError joining the specs) and showed as a Python dict in report.md; both now write it as TOML."""
+    config = tmp_path / "run.toml"
+    config.write_text(f'data = "{files / "loans.csv"}"\ntarget = "decision"\npositive = "approved"\n'
+                      'ignore = ["applicant"]\nepochs = 20\nquiet = true\n'
+                      'constraint = [{kind = "di", sensitive = "gender", delta = 0.8}]\n')
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 0
+    written = '{kind = "di", sensitive = "gender", delta = 0.8}'
+    assert f"| constraints | `{written}` |" in (tmp_path / "run" / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "run"), "--data", str(files / "loans.csv"), "--n-bootstrap", "0"]) == 0
+    assert f"trained on loans.csv ({written})" in capsys.readouterr().out

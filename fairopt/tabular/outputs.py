@@ -93,6 +93,26 @@ def _number(value: Any) -> str:
     return f"{value:.6g}"
 
 
+def spec_text(spec: Any) -> str:
+    """A constraint spec as the user wrote it: the text of ``--constraint`` as it is, a ``--config`` table as a
+    TOML inline table (``{kind = "di", sensitive = "race", delta = 0.8, threshold = 35.0}``), not a Python
+    dict repr. The run's metadata keeps the specs as given, which a report lists."""
+    return spec if isinstance(spec, str) else _toml_value(spec)
+
+
+def _toml_value(value: Any) -> str:
+    """``value`` written as in a TOML file: text quoted, true/false, arrays and inline tables."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key} = {_toml_value(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return str(value)
+
+
 def constraint_table(constraints: Sequence[Any], results: dict, tol: float = VIOLATION_TOL) -> str:
     """A markdown table of every constraint row: exact value, bounds, violation, met."""
     lines = ["| constraint | row | value | lower | upper | violation | met |",
@@ -223,7 +243,7 @@ def run_report(trained: TrainedTable, table: TableModel, *, n_bootstrap: int = 2
     rows = [("method", meta["method"]), ("model", meta["model"] + (f" {meta['hidden']}" if meta["hidden"] else "")),
             ("task", meta["task"] + positive), ("target", meta["target"]),
             ("sensitive", ", ".join(meta["sensitive"])),
-            ("constraints", ", ".join(f"`{s}`" for s in meta["constraints"]) or "none"),
+            ("constraints", ", ".join(f"`{spec_text(s)}`" for s in meta["constraints"]) or "none"),
             ("status", meta["status"]), ("result", meta.get("status_message", "")),
             ("converged", _yes_no(meta["converged"])),
             ("feasible on the training rows", _yes_no(meta["feasible"]) if meta["constraints"] else "n/a"),
@@ -391,7 +411,7 @@ def report_table(table: TableModel, frame: pd.DataFrame, *, source: str, target:
     else:  # continuous sensitive columns only: their constraint rows below say what holds
         groups_part = (f"No per-group table: the model's sensitive columns {table.sensitive} are continuous (give "
                        "--sensitive with a column of groups for one); the constraint rows are below.")
-    specs_text = ", ".join(table.metadata.get("constraints") or []) or "no constraint"
+    specs_text = ", ".join(spec_text(s) for s in table.metadata.get("constraints") or []) or "no constraint"
     weighted = table.metadata.get("weights")
     parts = [f"# fairopt report: {source}", "",
              f"Model: {table.metadata.get('method')} trained on {table.metadata.get('source')} ({specs_text})"
