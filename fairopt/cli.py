@@ -205,9 +205,8 @@ def _train(args: argparse.Namespace) -> int:
         if not Path(args.config).is_file():
             raise ValueError(f"--config: {args.config} is not a file")
         options = tomllib.loads(Path(args.config).read_text())
+        _check_config_types(options)
         if "quiet" in options:  # a flag on the command line, a key like the others in the file
-            if not isinstance(options["quiet"], bool):
-                raise ValueError(f"--config: 'quiet' must be true or false, got {options['quiet']!r}")
             args.quiet = args.quiet or options.pop("quiet")
     flags = {k: v for k, v in vars(args).items() if k not in _NOT_OPTIONS and v is not None}
     options.update(flags)
@@ -232,6 +231,68 @@ def _train(args: argparse.Namespace) -> int:
     if options.get("method", "sqp") != "penalty":
         raise ValueError(f"--penalty: only for --method penalty (not {options.get('method', 'sqp')})")
     return _train_engine(options, out, args, "--penalty")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _one_or_list(accepts: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A key that a repeatable flag sets: one value, or a list of them."""
+    return lambda value: accepts(value) or (isinstance(value, list) and all(map(accepts, value)))
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_spec(value: Any) -> bool:
+    return isinstance(value, (str, dict))
+
+
+#: ``--config`` keys whose TOML value takes other forms than their flag's text (a table, a list, a number):
+#: key -> (the test of a value, what it must be).
+_CONFIG_FORMS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "sensitive": (_one_or_list(_is_text), "a column name or a list of column names (text)"),
+    "ignore": (_one_or_list(_is_text), "a column name or a list of column names (text)"),
+    "constraint": (_one_or_list(_is_spec), "a constraint spec (text or a table) or a list of them"),
+    "penalty": (_one_or_list(_is_spec), "a penalty spec (text or a table) or a list of them"),
+    "hidden": (lambda v: _is_text(v) or _one_or_list(_is_int)(v), "layer widths: an integer, a list of integers "
+                                                                    "or text such as \"64,32\""),
+    "margin": (lambda v: _is_text(v) or _is_number(v), "'auto' or a number"),
+    "positive": (lambda v: isinstance(v, (str, int, float)), "a label (text, a number or true/false)"),
+    "options": (lambda v: isinstance(v, dict), "a table of the data set's load options"),
+}
+
+
+def _flag_form(action: argparse.Action) -> tuple[Callable[[Any], bool], str]:
+    """The test and description of a TOML value for the flag ``action`` (its type, choices, on/off switch)."""
+    if action.nargs == 0:  # --quiet, --include-sensitive
+        return (lambda v: isinstance(v, bool)), "true or false"
+    if action.choices:
+        return (lambda v: v in action.choices), "one of " + ", ".join(f"{c!r}" for c in action.choices)
+    if action.type is int:
+        return _is_int, "an integer"
+    if action.type is float:
+        return _is_number, "a number"
+    return _is_text, "text (a quoted string)"
+
+
+def _check_config_types(options: dict) -> None:
+    """Each ``--config`` value of a known key has the type its flag takes (``epochs = 2.5`` is no integer,
+    ``batch_size = true`` no batch size, ``sensitive = 3`` no column name): a ValueError naming the key, at
+    read time, rather than a crash or a silently converted value later. Unknown keys are reported later."""
+    parser = argparse.ArgumentParser(add_help=False)
+    _train_arguments(parser)
+    forms = {a.dest: _flag_form(a) for a in parser._actions}  # argparse has no public list of a parser's options
+    forms.update(_CONFIG_FORMS)
+    for key, value in options.items():
+        if key in forms and not forms[key][0](value):
+            raise ValueError(f"--config: {key!r} must be {forms[key][1]}, got {value!r}")
 
 
 def _train_engine(options: dict, out: str, args: argparse.Namespace, why: str, data=None) -> int:

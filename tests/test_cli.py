@@ -113,6 +113,38 @@ def test_train_dataset_config_passes_its_load_options(tmp_path):
     assert main(["train", "--config", str(config), "--out", str(tmp_path / "x")]) == 2
 
 
+@pytest.mark.parametrize("line, message", [
+    ("sensitive = 3", "'sensitive' must be a column name or a list of column names (text), got 3"),
+    ('epochs = "ten"', "'epochs' must be an integer, got 'ten'"),
+    ("epochs = 2.5", "'epochs' must be an integer, got 2.5"),
+    ('seed = "abc"', "'seed' must be an integer, got 'abc'"),
+    ("batch_size = true", "'batch_size' must be an integer, got True"),
+    ('lr = "fast"', "'lr' must be a number, got 'fast'"),
+    ('method = "sgd"', "'method' must be one of 'sqp', 'penalty', 'lagrangian', 'moving_targets', got 'sgd'"),
+    ("constraint = 0.8", "'constraint' must be a constraint spec (text or a table) or a list of them, got 0.8"),
+    ('quiet = "yes"', "'quiet' must be true or false, got 'yes'"),
+])
+def test_config_values_of_the_wrong_type_name_their_key(tmp_path, capsys, line, message):
+    """--config values were not type-checked: ``sensitive = 3`` crashed with a traceback, ``epochs = "ten"``
+    gave an error naming no key, ``batch_size = true`` trained with batch size 1 and ``epochs = 2.5`` two
+    epochs. Each is now one error line naming the key, status 2, before any data is read."""
+    config = tmp_path / "train.toml"
+    config.write_text(f'dataset = "adult"\nsubsample = 1500\n{line}\n')
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"fairopt train: error: --config: {message}"
+    assert not (tmp_path / "run").exists()
+
+
+def test_config_values_of_the_forms_their_flags_take_pass_the_check():
+    """Numbers for a float flag, a list for a repeatable one, a table constraint, a numeric margin."""
+    from fairopt.cli import _check_config_types
+
+    _check_config_types({"lr": 1, "sensitive": ["sex", "race"], "ignore": "id", "hidden": [8, 4], "margin": 0.01,
+                         "constraint": [{"kind": "di", "sensitive": "sex", "delta": 0.8}, "dp:sex<=0.1"],
+                         "positive": 1, "include_sensitive": True, "task": "binary", "options": {"a": 1}})
+
+
 def _training_rows(history: pd.DataFrame) -> int:
     """History rows that are not polish iterations (``phase == "polish"``)."""
     return len(history) - int((history["phase"] == "polish").sum()) if "phase" in history else len(history)
