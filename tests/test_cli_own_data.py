@@ -558,3 +558,23 @@ def test_a_constraint_given_as_a_config_table_is_reported_as_written(files, tmp_
     capsys.readouterr()
     assert main(["report", str(tmp_path / "run"), "--data", str(files / "loans.csv"), "--n-bootstrap", "0"]) == 0
     assert f"trained on loans.csv ({written})" in capsys.readouterr().out
+
+
+def test_report_reads_a_numeric_target_written_as_floats_as_the_models_classes(files, tmp_path, capsys):
+    """A 0/1 target trained as integers and written 0.0/1.0 in the report's file (also the law data set's own
+    file after ``train --dataset law``) was refused: the labels were compared as text ('1.0' is not '1')."""
+    frame = loans()
+    frame["approved"] = (frame.pop("decision") == "approved").astype(int)
+    frame.to_csv(tmp_path / "ints.csv", index=False)
+    frame.assign(approved=frame["approved"].astype(float)).to_csv(tmp_path / "floats.csv", index=False)
+    assert main(["train", "--data", str(tmp_path / "ints.csv"), "--target", "approved", "--ignore", "applicant",
+                 "--constraint", SPEC, "--epochs", "20", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    reports = []
+    for name in ("ints.csv", "floats.csv"):
+        capsys.readouterr()
+        assert main(["report", str(tmp_path / "run"), "--data", str(tmp_path / name), "--n-bootstrap", "0"]) == 0
+        reports.append(capsys.readouterr().out.split("\n", 1)[1])  # past the title, which names the file
+    assert reports[0] == reports[1]
+    frame.assign(approved=frame["approved"] * 2.0).to_csv(tmp_path / "twos.csv", index=False)
+    assert main(["report", str(tmp_path / "run"), "--data", str(tmp_path / "twos.csv"), "--n-bootstrap", "0"]) == 2
+    assert "holds label(s) ['2.0'] that are not the model's classes [0, 1]" in _one_error_line(capsys, "report")

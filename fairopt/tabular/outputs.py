@@ -349,9 +349,9 @@ def _target_values(table: TableModel, column: pd.Series) -> np.ndarray:
         if any(x is None for x in numbers):
             raise ValueError(f"--target: column {column.name!r} holds values that are not numbers")
         return np.asarray(numbers, dtype=np.float64)
-    by_text = {str(c): c for c in table.classes}
-    labels = np.asarray([by_text.get(str(v), v) for v in values], dtype=object)
-    unknown = sorted({str(v) for v in labels if str(v) not in by_text})
+    matched = [_matching_class(v, table.classes) for v in values]
+    labels = np.asarray([v if c is None else c for v, c in zip(values, matched)], dtype=object)
+    unknown = sorted({str(v) for v, c in zip(values, matched) if c is None})
     if unknown:
         raise ValueError(f"--target: column {column.name!r} holds label(s) {short_list(unknown[:5])} that are not "
                          f"the model's classes {table.classes}")
@@ -360,6 +360,16 @@ def _target_values(table: TableModel, column: pd.Series) -> np.ndarray:
     if all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in table.classes):
         return labels.astype(np.float64)
     return labels.astype(str) if all(isinstance(c, str) for c in table.classes) else labels
+
+
+def _matching_class(value: Any, classes: Sequence[Any]) -> Any:
+    """The model's class that ``value`` spells, or None. Numeric classes (0/1) are compared as numbers, so
+    ``1.0``, ``"1.0"`` and ``1`` are the class 1 (a file may write a 0/1 target as floats); other classes
+    (text, booleans) by their text, as a CSV reads them."""
+    if all(as_number(c) is not None for c in classes):
+        number = as_number(value)
+        return next((c for c in classes if number is not None and as_number(c) == number), None)
+    return next((c for c in classes if str(c) == str(value)), None)
 
 
 #: The columns :func:`predict_table` writes besides the id column.
