@@ -578,3 +578,26 @@ def test_report_reads_a_numeric_target_written_as_floats_as_the_models_classes(f
     frame.assign(approved=frame["approved"] * 2.0).to_csv(tmp_path / "twos.csv", index=False)
     assert main(["report", str(tmp_path / "run"), "--data", str(tmp_path / "twos.csv"), "--n-bootstrap", "0"]) == 2
     assert "holds label(s) ['2.0'] that are not the model's classes [0, 1]" in _one_error_line(capsys, "report")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--target", "Decision", "--constraint", SPEC], "--target: column(s) ['Decision'] not found in spaced.csv; "
+                                                     "did you mean 'decision'? Its columns are"),
+    (["--target", "decision", "--ignore", "applicant", "--constraint", SPEC],
+     "--ignore: column(s) ['applicant'] not found in spaced.csv; did you mean 'applicant '? The file's column "
+     "name holds spaces around it: quote it, spaces included. Its columns are"),
+    (["--target", "decision", "--constraint", "di:gendr>=0.8"],
+     "--constraint: column(s) ['gendr'] not found in spaced.csv; did you mean 'gender'?"),
+    (["--target", "decision", "--sensitive", "GENDER", "--sensitive", "cty", "--constraint", "di:GENDER>=0.8"],
+     "--sensitive: column(s) ['GENDER', 'cty'] not found in spaced.csv; did you mean 'gender' for 'GENDER', "
+     "'city' for 'cty'?"),
+    (["--target", "decision", "--constraint", "di:sex>=0.8"],
+     "--constraint: column(s) ['sex'] not found in spaced.csv; its columns are"),
+])
+def test_a_column_not_found_suggests_the_close_names(tmp_path, capsys, flags, message):
+    """A column-not-found error listed the first dozen columns and suggested nothing, even where the file's
+    name differed only by case or a trailing space: it now says "did you mean" (same name once case and
+    spaces are ignored, else difflib's close matches); none when nothing is close."""
+    loans(50).rename(columns={"applicant": "applicant "}).to_csv(tmp_path / "spaced.csv", index=False)
+    assert main(["train", "--data", str(tmp_path / "spaced.csv"), *flags, "--out", str(tmp_path / "x")]) == 2
+    assert message in _one_error_line(capsys, "train")

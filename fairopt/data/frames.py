@@ -3,6 +3,7 @@ levels, and the one rule for numeric-string columns (:func:`coerce_numeric_colum
 
 from __future__ import annotations
 
+import difflib
 import logging
 import numbers
 import re
@@ -11,7 +12,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["short_list", "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
+__all__ = ["short_list", "close_names", "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
            "require_finite_columns", "unique_levels", "level_codes", "as_number", "is_text_dtype",
            "coerce_numeric_columns", "text_column_looks_like", "looks_like_row_identifier"]
 
@@ -30,6 +31,20 @@ def short_list(values: Sequence[Any]) -> str:
     shown = ", ".join(repr(v) for v in values[:_MAX_LISTED])
     more = f", ... ({len(values) - _MAX_LISTED} more)" if len(values) > _MAX_LISTED else ""
     return f"[{shown}{more}]"
+
+
+def close_names(name: str, candidates: Sequence[Any]) -> list[str]:
+    """The ``candidates`` a mistyped ``name`` likely meant, for a "did you mean" hint: those equal to it once
+    case and surrounding spaces are ignored (``'violentperpop'`` for ``'violentPerPop'``, ``'rentQrange'`` for
+    ``'rentQrange '``) or, failing that, up to three :func:`difflib.get_close_matches` of it, compared the
+    same way. Empty when nothing is close."""
+    keys: dict[str, list[str]] = {}
+    for candidate in candidates:
+        keys.setdefault(str(candidate).strip().casefold(), []).append(str(candidate))
+    key = str(name).strip().casefold()
+    if key in keys:
+        return keys[key]
+    return [c for close in difflib.get_close_matches(key, list(keys), n=3, cutoff=0.6) for c in keys[close]]
 
 
 def as_name_list(value: str | Iterable[str] | None, argument: str) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from fairopt.data.frames import short_list
+from fairopt.data.frames import close_names, short_list
 from fairopt.persistence import SavedModel, load
 from fairopt.status import MET_TOL
 
@@ -103,11 +103,29 @@ def _separator_and_header(path: Path, sep: str | None, default: str) -> tuple[st
 
 def require_columns(frame: pd.DataFrame, names: Sequence[str], flag: str, source: str) -> None:
     """A ValueError starting ``<flag>:`` naming the ``names`` that ``frame`` (read from ``source``) lacks, with
-    the columns it has."""
+    the columns it has and, where one is close (:func:`fairopt.data.frames.close_names`: another case, spaces
+    around the name, a typo), "did you mean" it: the list of columns is cut after a dozen names."""
     missing = [n for n in names if n not in frame.columns]
     if missing:
-        raise ValueError(f"{flag}: column(s) {short_list(missing)} not found in {source}; its columns are "
-                         f"{short_list(frame.columns.tolist())}")
+        hint = _did_you_mean(missing, frame.columns.tolist())
+        raise ValueError(f"{flag}: column(s) {short_list(missing)} not found in {source}; "
+                         + (f"{hint} Its columns are " if hint else "its columns are ")
+                         + short_list(frame.columns.tolist()))
+
+
+def _did_you_mean(missing: Sequence[str], columns: list[str]) -> str:
+    """``did you mean 'Age'?`` for the missing names with close columns (each named when several are
+    missing), with a sentence when a column differs only by spaces around its name; empty without one."""
+    hints, spaced = [], False
+    for name in missing:
+        close = close_names(name, columns)
+        if close:
+            hints.append(" or ".join(repr(c) for c in close) + (f" for {name!r}" if len(missing) > 1 else ""))
+            spaced = spaced or any(c != c.strip() and c.strip() == str(name).strip() for c in close)
+    if not hints:
+        return ""
+    note = " The file's column name holds spaces around it: quote it, spaces included." if spaced else ""
+    return "did you mean " + ", ".join(hints) + "?" + note
 
 
 def require_complete(frame: pd.DataFrame, names: Sequence[str], source: str,
