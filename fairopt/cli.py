@@ -487,16 +487,25 @@ def _model_and_rows(args: argparse.Namespace) -> tuple:
     return table, path, tabular.read_table(path, text_columns=table.text_columns, **_read_options(args))
 
 
+def _check_out_file(out: str, example: str) -> None:
+    """``--out FILE`` of predict and report, checked before the rows are read and the work is done (which a
+    bad path would lose after the fact): not a directory, in a folder that exists. ``example``: a file name
+    the message suggests."""
+    path = Path(out)
+    if path.is_dir():
+        raise ValueError(f"--out: {out!r} is a directory; give a file name such as {example}")
+    if not path.parent.is_dir():
+        raise ValueError(f"--out: the folder {str(path.parent)!r} of {out!r} does not exist; create it first")
+
+
 @register("predict", "predict the rows of a CSV/parquet file with a model from fairopt train --data",
           _predict_arguments)
 def _predict(args: argparse.Namespace) -> int:
     from fairopt import tabular
 
     out = Path(args.out)
-    if args.out != "-" and out.is_dir():
-        raise ValueError(f"--out: {args.out!r} is a directory; give a file name such as predictions.csv")
-    if args.out != "-" and not out.parent.is_dir():
-        raise ValueError(f"--out: the folder {str(out.parent)!r} of {args.out!r} does not exist; create it first")
+    if args.out != "-":
+        _check_out_file(args.out, "predictions.csv")
     table, path, frame = _model_and_rows(args)
     predictions = tabular.predict_table(table, frame, source=path.name, strict=args.strict_columns,
                                         id_column=args.id_column)
@@ -530,6 +539,8 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
 def _report(args: argparse.Namespace) -> int:
     from fairopt import tabular
 
+    if args.out:
+        _check_out_file(args.out, "report.md")
     table, path, frame = _model_and_rows(args)
     text = tabular.report_table(table, frame, source=path.name, target=args.target, sensitive=args.sensitive or (),
                                 n_bootstrap=args.n_bootstrap, seed=args.seed)

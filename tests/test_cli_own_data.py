@@ -601,3 +601,16 @@ def test_a_column_not_found_suggests_the_close_names(tmp_path, capsys, flags, me
     loans(50).rename(columns={"applicant": "applicant "}).to_csv(tmp_path / "spaced.csv", index=False)
     assert main(["train", "--data", str(tmp_path / "spaced.csv"), *flags, "--out", str(tmp_path / "x")]) == 2
     assert message in _one_error_line(capsys, "train")
+
+
+@pytest.mark.parametrize("command", ["report", "predict"])
+def test_an_out_file_in_a_missing_folder_is_refused_before_the_work(sqp_run, files, capsys, command):
+    """``fairopt report --out`` into a missing folder printed the whole report, then a bare Errno (no flag);
+    report now checks its --out as predict does (one helper), before reading the rows, and prints nothing."""
+    for out, message in ((files / "no_folder" / "r.out", f"--out: the folder '{files / 'no_folder'}' of "),
+                         (files, "is a directory; give a file name such as")):
+        capsys.readouterr()
+        assert main([command, str(sqp_run), "--data", str(files / "loans.csv"), "--out", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.startswith(f"fairopt {command}: error: ") \
+            and message in captured.err and captured.err.count("\n") == 1, captured
