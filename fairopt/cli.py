@@ -399,13 +399,12 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
     files = tabular.write_run(trained, out)
     meta = trained.metadata
     if not args.quiet:
+        for notice in trained.notices:
+            print(notice)
         print(f"{meta['method']} on {meta['source']}: status {meta['status']} ({trained.seconds:.1f} s). "
               f"{meta['status_message']}")
-        for rows, results in ((tabular.training_rows_label(trained), trained.train_eval),
-                              ("held-out rows", trained.test_eval)):
-            lines = tabular.bound_lines(results)
-            if lines:
-                print(f"{rows}: " + "; ".join(lines))
+        for rows, lines in tabular.bound_parts(trained):
+            print(f"{rows}: " + "; ".join(lines))
         for certificate in getattr(trained.estimator, "certificate_", None) or []:
             print(f"certificate: {certificate}")
         print("wrote " + ", ".join(str(f) for f in files))

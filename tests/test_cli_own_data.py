@@ -614,3 +614,26 @@ def test_an_out_file_in_a_missing_folder_is_refused_before_the_work(sqp_run, fil
         captured = capsys.readouterr()
         assert captured.out == "" and captured.err.startswith(f"fairopt {command}: error: ") \
             and message in captured.err and captured.err.count("\n") == 1, captured
+
+
+def test_a_numeric_target_of_three_values_says_it_trains_a_regression_and_its_rate_threshold(tmp_path, capsys):
+    """A 0/1/2 label silently trained a regression, and a DI bound on it, which compares the groups' shares of
+    predictions above a threshold (0 unless a --config table gives one), read like the DI of labels. The
+    console now says which task --task auto took, and each bound line names the threshold."""
+    frame = loans(300)
+    frame["tier"] = np.where(frame["age"] < 30, 2, (frame.pop("decision") == "approved").astype(int))
+    frame.to_csv(tmp_path / "tiers.csv", index=False)
+    base = ["train", "--data", str(tmp_path / "tiers.csv"), "--target", "tier", "--ignore", "applicant",
+            "--epochs", "20"]
+    assert main([*base, "--constraint", SPEC, "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("task: regression (the target 'tier' has 3 distinct numeric values; the predictions are "
+                      "numbers, not labels); a classifier needs a target of two labels (--task binary)")
+    assert out[2].startswith("training rows: DI[gender, share of predictions > 0] ")
+    assert out[3].startswith("held-out rows: DI[gender, share of predictions > 0] ")
+    assert "- training rows: DI[gender, share of predictions > 0] " in (tmp_path / "run" / "report.md").read_text()
+    config = tmp_path / "threshold.toml"
+    config.write_text('constraint = [{kind = "di", sensitive = "gender", delta = 0.8, threshold = 1.5}]\n')
+    assert main([*base, "--task", "regression", "--config", str(config), "--out", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out.splitlines()  # --task regression given: no notice
+    assert not out[0].startswith("task:") and "DI[gender, share of predictions > 1.5] " in out[1]

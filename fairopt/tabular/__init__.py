@@ -22,12 +22,13 @@ class labels, threshold, sensitive columns, the columns read as text) with the t
 outcome. ``fairopt.load(path).predict(frame)`` gives the labels ``fairopt predict`` writes.
 """
 
-from fairopt.tabular.outputs import (bound_lines, command_line, constraint_table, held_out_part, plot_training,
-                                     predict_table, prediction_inputs, report_table, run_report, training_rows_label,
-                                     write_run)
+from fairopt.tabular.outputs import (bound_lines, bound_parts, command_line, constraint_table, held_out_part,
+                                     plot_training, predict_table, prediction_inputs, report_table, run_report,
+                                     training_rows_label, write_run)
 from fairopt.tabular.tables import LAYOUT, THRESHOLD, VIOLATION_TOL, TableModel, load_table_model, read_table
 from fairopt.tabular.training import TrainedTable, train_table
 
 __all__ = ["LAYOUT", "THRESHOLD", "VIOLATION_TOL", "TableModel", "TrainedTable", "read_table", "train_table",
            "write_run", "load_table_model", "prediction_inputs", "predict_table", "report_table", "run_report",
-           "plot_training", "constraint_table", "command_line", "bound_lines", "held_out_part", "training_rows_label"]
+           "plot_training", "constraint_table", "command_line", "bound_lines", "bound_parts", "held_out_part",
+           "training_rows_label"]

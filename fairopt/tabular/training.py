@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -50,6 +50,9 @@ class TrainedTable:
     warnings: list[str]
     seconds: float
     encoding: dict
+    #: Lines the console prints before the outcome (not warnings): the task ``--task auto`` took when it is
+    #: not the obvious one (:func:`_regression_notice`).
+    notices: list[str] = field(default_factory=list)
 
 
 @contextmanager
@@ -177,17 +180,15 @@ def train_table(
     sensitive = _sensitive_columns(sensitive, built)
     features = _input_columns(frame, target, sensitive, ignore, weights, include_sensitive, source,
                               inputs_complete=model != "gbm")
+    auto = task == "auto"
     task, classes, positive_note = _task_and_classes(frame[target], task, positive)
     work, converted = _numeric_frame(frame, target, features, task, classes)
     data = _table_data(work, target=target, sensitive=sensitive, features=features, task=task,
                        include_sensitive=include_sensitive, categorical=categorical, sensitive_kinds=sensitive_kinds,
                        weights=weights, keep_missing=model == "gbm", source=source)
-    if float(test_size) > 0:
-        train_data, test_data = data.split(test_size=float(test_size), seed=int(seed))
-        train_rows, test_rows = train_data.frame.index, test_data.frame.index
-    else:
-        train_data, test_data, train_rows, test_rows = data, None, frame.index, None
-    logger.info("rows: %d for training, %d held out", len(train_data), 0 if test_data is None else len(test_data))
+    train_data, test_data = _split(data, test_size, seed)
+    train_rows = frame.index if test_data is None else train_data.frame.index
+    test_rows = None if test_data is None else test_data.frame.index
 
     params = {**dict(engine_params or {}), **({} if iterations is None else {"iterations": int(iterations)})}
     estimator = (FairClassifier if task == "binary" else FairRegressor)(
@@ -222,7 +223,26 @@ def train_table(
                         test_constraints=fit.test_constraints, specs=list(constraints), metadata=metadata,
                         train_eval=fit.train_eval, test_eval=fit.test_eval, train_frame=frame.loc[train_rows],
                         test_frame=None if test_rows is None else frame.loc[test_rows], warnings=messages,
-                        seconds=fit.seconds, encoding=encoding)
+                        seconds=fit.seconds, encoding=encoding,
+                        notices=[_regression_notice(frame[target])] if auto and task == "regression" else [])
+
+
+def _split(data: FairData, test_size: float, seed: int) -> tuple[FairData, FairData | None]:
+    """The training and the held-out part of the rows (``--test-size``; none held out for 0), logged."""
+    if float(test_size) > 0:
+        train_data, test_data = data.split(test_size=float(test_size), seed=int(seed))
+    else:
+        train_data, test_data = data, None
+    logger.info("rows: %d for training, %d held out", len(train_data), 0 if test_data is None else len(test_data))
+    return train_data, test_data
+
+
+def _regression_notice(target: pd.Series) -> str:
+    """The line that says ``--task auto`` made a numeric target of more than two values a regression: a 0/1/2
+    label trained a regression unsaid, whose predictions are numbers and whose rate constraints (DI, DP)
+    bound the groups' shares of predictions above a threshold."""
+    return (f"task: regression (the target {target.name!r} has {target.nunique()} distinct numeric values; the "
+            "predictions are numbers, not labels); a classifier needs a target of two labels (--task binary)")
 
 
 def _table_data(work: pd.DataFrame, *, target: str, sensitive: list[str], features: list[str], task: str,
@@ -417,12 +437,18 @@ def _saved_form(fitted: list) -> list:
     return resolve_constraints([constraint_to_spec(c, resolved=True) for c in fitted])
 
 
+def bound_entries(results: dict | None, constraints: Sequence[Any]) -> list[tuple[Any, dict]]:
+    """Each constraint with a measure beside its entry of the ``"bounds"`` of :func:`fairopt.evaluate`
+    (``results``, evaluated with ``constraints``), in constraint order; none without results."""
+    measured = [c for c in constraints if callable(getattr(c, "realised", None))]
+    return list(zip(measured, ((results or {}).get("bounds") or {}).values()))
+
+
 def _as_training_shares(results: dict, fitted: list) -> dict:
     """``results`` with the ``"bounds"`` entry of each relative bound of ``fitted`` read as the relative bound
     reads on the training rows: the value a share of the training target's own measure (its ``reference``),
     beside the bound as given (0.25 of ``<=0.25x``). The saved-form copies evaluated hold absolute values."""
-    measured = [c for c in fitted if callable(getattr(c, "realised", None))]
-    for c, entry in zip(measured, (results.get("bounds") or {}).values()):
+    for c, entry in bound_entries(results, fitted):
         reference = getattr(c, "reference", None)
         if getattr(c, "relative", False) and reference:
             entry.update(value=entry["value"] / reference, bound=float(c.bound))
