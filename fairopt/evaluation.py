@@ -25,7 +25,8 @@ import torch
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning, UndefinedMeasureWarning
 from fairopt.evaluation_fauci import fauci_measures, resolve_combined
 from fairopt.measures.distribution import intersection_cells, js_divergence, uf
-from fairopt.measures.group import group_means, ratio_and_difference, undefined_ratio_message, undefined_ratio_reason
+from fairopt.measures.group import (group_means, python_scalar, ratio_and_difference, undefined_ratio_message,
+                                    undefined_ratio_reason)
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
 from fairopt.status import DEFINITIONS, MET_TOL, BoundStatus, label_of, met_tolerance
 from solvers.problem import eval_mode, violation
@@ -153,14 +154,15 @@ def _fairness_values(out: torch.Tensor, task: str, threshold: float) -> np.ndarr
 
 
 def _group_fairness(values: np.ndarray, sensitive: Any, name: str, task: str,
-                    weights: np.ndarray | None = None) -> tuple[float, float, str | None]:
+                    weights: np.ndarray | None = None, levels: list | None = None) -> tuple[float, float, str | None]:
     """``(di_ratio, dp_difference, note)`` across the groups of one feature.
 
     ``di_ratio = min_g m_g / max_g m_g`` and ``dp_difference = max_g m_g - min_g m_g`` with ``m_g``
     the group means (weighted by ``weights`` when given); NaN for a single group, ``di_ratio`` NaN for a
     negative mean or when every mean is 0 (0/0, with a warning; ``note`` says why).
     """
-    means = np.array(list(group_means(values, sensitive, weights).values()))
+    by_group = group_means(values, sensitive, weights)
+    means = np.array(list(by_group.values()))
     if means.size < 2:
         warnings.warn(
             f"sensitive feature {name!r} has a single group in this data; di_ratio and "
@@ -171,7 +173,16 @@ def _group_fairness(values: np.ndarray, sensitive: Any, name: str, task: str,
         return math.nan, math.nan, None
     ratio, difference = (float(v) for v in ratio_and_difference(means))
     note = None
-    if means.min() >= 0 and means.max() == 0:
+    def level(g: Any) -> Any:  # the user's label of an encoded group
+        code = python_scalar(g)
+        return levels[code] if levels and isinstance(code, int) and 0 <= code < len(levels) else code
+
+    weightless = [level(g) for g, m in by_group.items() if np.isnan(m)]
+    if weightless:
+        note = (f"group(s) {weightless} of {name!r} have total weight 0, so their mean and the di_ratio / "
+                "dp_difference are undefined (NaN)")
+        warnings.warn(f"di_ratio[{name}]: {note}", UndefinedMeasureWarning, stacklevel=4)
+    elif means.min() >= 0 and means.max() == 0:
         what = "positive predictions" if task == "binary" else "a non-zero mean prediction"
         note = undefined_ratio_reason(what)
         warnings.warn(undefined_ratio_message(f"di_ratio[{name}]", what), UndefinedMeasureWarning, stacklevel=4)
@@ -198,7 +209,8 @@ def _fairness(out: torch.Tensor, data: Any, task: str, threshold: float,
     for name, s, kind in items:
         if kind not in GROUP_KINDS:
             continue
-        ratio, diff, note = _group_fairness(values, s, name, task, weights)
+        ratio, diff, note = _group_fairness(values, s, name, task, weights,
+                                            (getattr(data, "sensitive_levels", None) or {}).get(name))
         if "di_ratio" not in results:
             results["di_ratio"], results["dp_difference"] = ratio, diff
             if note:
@@ -474,7 +486,9 @@ def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constrain
         - per constraint: ``name`` -> exact row values, ``name.violation`` -> total violation;
           ``"violation"``: their sum.
         - ``"degenerate"`` (:func:`constant_predictions`), ``"bounds"`` (:func:`bound_statuses`
-          by constraint) and ``"notes"`` (``{measure: reason}`` for NaN ratios and a degenerate model).
+          by constraint) and ``"notes"`` (``{measure: reason}`` for NaN ratios, groups of total weight 0,
+          groups a bound leaves out for want of rows, e.g. without ``y = 1`` for equal opportunity, and a
+          degenerate model).
 
     Warns
     -----
@@ -534,6 +548,12 @@ def _bounds(out: torch.Tensor, data: Any, constraints: list, notes: dict[str, st
     measured = [key for key, c in keys.items() if callable(getattr(c, "realised", None))]
     statuses = bound_statuses(out, data, [keys[key] for key in measured])
     for key, status in zip(measured, statuses):
+        empty = keys[key].sides_without_rows(data) if callable(getattr(keys[key], "sides_without_rows", None)) else []
+        if empty:
+            notes[f"{BOUNDS}[{key}]"] = (f"{', '.join(empty)}: no rows (or no weight) on these rows, left out; the "
+                                         "measure compares the other groups only")
+            warnings.warn(f"{status.label} (bounds[{key}]): {notes[f'{BOUNDS}[{key}]']}", FairnessWarning,
+                          stacklevel=4)
         if status.undefined:
             notes[f"{BOUNDS}[{key}]"] = undefined_ratio_reason(_UNDEFINED_BOUND)
             warnings.warn(undefined_ratio_message(f"{status.label} (bounds[{key}])",

@@ -364,3 +364,35 @@ def test_a_constraint_not_set_up_is_named_with_what_to_do():
         evaluate(model, data, constraints=[DisparateImpact("sex", delta=0.8)])
     with pytest.raises(ValueError, match=r"has no 'exact' \(solvers.problem.Constraint protocol\)"):
         evaluate(model, data, constraints=[SimpleNamespace(name="c", lower=0.0, upper=1.0)])
+
+
+def test_a_group_left_out_of_a_measure_is_said_in_the_notes():
+    """A group of total weight 0 makes di_ratio NaN with a note naming it (the user's label); a group without
+    rows with y = 1 is left out of an equal-opportunity bound, which compares the others: a note and a
+    FairnessWarning say so (both were silent)."""
+    from fairopt import FairData
+    from fairopt.constraints import EqualOpportunity
+
+    rng = np.random.default_rng(3)
+    n = 300
+    race = np.array(["Black", "Other", "White"])[np.arange(n) % 3]
+    y = (rng.random(n) < 0.5).astype(float)
+    y[race == "Other"] = 0.0
+    data = FairData.from_arrays(rng.normal(size=(n, 2)), y, {"race": race})
+    eo = EqualOpportunity("race", delta=0.8)
+    eo.setup(data)
+    assert eo.sides_without_rows(data) == ["race=Other (TPR)"]
+
+    def model(X):
+        return torch.as_tensor(X[:, 0])
+
+    with pytest.warns(FairnessWarning, match="race=Other"):
+        results = evaluate(model, data, [eo])
+    assert "race=Other (TPR)" in results["notes"]["bounds[equal_opportunity[race]]"]
+    assert math.isfinite(results["bounds"]["equal_opportunity[race]"]["value"])
+    weights = np.where(race == "Other", 0.0, 1.0)
+    weighted = FairData.from_arrays(rng.normal(size=(n, 2)), (rng.random(n) < 0.5).astype(float),
+                                    {"race": race}, sample_weight=weights)
+    with pytest.warns(UndefinedMeasureWarning, match="total weight 0"):
+        results = evaluate(model, weighted)
+    assert math.isnan(results["di_ratio[race]"]) and "['Other']" in results["notes"]["di_ratio[race]"]

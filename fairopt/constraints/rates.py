@@ -430,6 +430,25 @@ class GroupRateConstraint(LinearRowsConstraint):
         sums, counts = sums.to(FLOAT64).cpu(), counts.to(FLOAT64).cpu()
         return self.realised_from_rates(sums / positive_counts(counts), counts)
 
+    def sides_without_rows(self, batch: Any) -> list[str]:
+        """The compared group means that have no row (or no weight) on ``batch``, as ``"race=Other"`` (with the
+        block's label where the constraint conditions on labels: ``"race=Other (TPR)"``): their rows are
+        left out of the measure, which compares the other groups only."""
+        out = torch.zeros(len(batch), dtype=FLOAT64)
+        with torch.no_grad():
+            _, counts = self.partial_sums(out, batch, exact=True)
+        counts = counts.reshape(-1).tolist()
+        sides, _ = _comparisons(self._partitions, pairwise=self.groups == "pairwise")
+        blocks = self._block_labels()
+        missing = []
+        for b, block in enumerate(blocks):
+            for i, side in enumerate(sides):
+                if counts[b * len(sides) + i] == 0 and not side.complement:
+                    label = side.label if "=" in side.label else f"{self._partitions[side.partition].names[0]}=" \
+                        f"{side.label}"
+                    missing.append(f"{label} ({block})" if block else label)
+        return missing
+
     def pairwise_realised(self, out: torch.Tensor, batch: Any) -> float | None:
         """Where this constraint compares each group with the rest of the rows (``groups="one_vs_rest"`` on an
         attribute of more than two groups), the same measure over every pair of groups instead: the
