@@ -10,6 +10,7 @@ attributes give their occurring intersections, labelled ``"sex=Male|race=White"`
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ import pandas as pd
 
 from fairopt.inputs import check_missing, columns_of_x, names_columns_of_x, sensitive_columns
 from fairopt.measures.group import encode_groups, python_scalar
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Groups", "sensitive_frame", "intersection_groups", "row_count"]
 
@@ -108,15 +111,17 @@ def sensitive_frame(sensitive_features: Any, n_rows: int, X: Any = None) -> pd.D
 
 
 def _check_values(frame: pd.DataFrame) -> None:
-    """No missing value and no empty category in any column."""
+    """No missing value in any column; a category without rows (a code list's unused level) is dropped, with a
+    logged warning, as the estimators drop it: a group of 0 rows has no rate to report."""
     check_missing({name: frame[name] for name in frame.columns})
     for name in frame.columns:
         column = frame[name]
         if isinstance(column.dtype, pd.CategoricalDtype):
-            empty = [c for c in column.cat.categories if not (column == c).any()]
+            empty = [python_scalar(c) for c in column.cat.categories if not (column == c).any()]
             if empty:
-                raise ValueError(f"sensitive_features: group(s) {empty} of {name!r} have 0 rows (unused "
-                                 f"categories); drop them first, e.g. with .cat.remove_unused_categories()")
+                logger.warning("sensitive_features: group(s) %s of %r have 0 rows (unused categories): left out",
+                               empty, name)
+                frame[name] = column.cat.remove_unused_categories()
 
 
 def _label(value: Any) -> str:

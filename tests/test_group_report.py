@@ -331,9 +331,6 @@ def test_bad_inputs_raise_clear_errors():
         group_report(Fixed(), X, y, np.where(np.arange(300) == 5, None, s))
     with pytest.raises(ValueError, match=r"missing value"):
         group_report(Fixed(), X, y, np.where(np.arange(300) == 5, np.nan, (s == "a").astype(float)))
-    categories = pd.Series(pd.Categorical(s, categories=["a", "b", "c", "d"]), name="g")
-    with pytest.raises(ValueError, match=r"group\(s\) \['d'\] of 'g' have 0 rows"):
-        group_report(Fixed(), X, y, categories)
     with pytest.raises(ValueError, match="binary y; got 3 distinct values"):
         group_report(Fixed(), X, np.arange(300) % 3, s, task="binary")
     frame = pd.DataFrame({"x": X[:, 0], "sex": s, "pred": X[:, 1]})
@@ -441,6 +438,21 @@ def test_a_group_without_an_interval_is_drawn_hatched_not_as_an_exact_value():
     assert not ax.collections  # no error bars at all
     full = group_report(Fixed(), X, y, s, n_bootstrap=50).plot(ax=Figure().subplots())
     assert not any(bar.get_hatch() for bar in full.patches) and len(full.collections) == 1
+
+
+def test_an_unused_category_of_a_sensitive_column_is_left_out_with_a_logged_warning(caplog):
+    """A categorical column with a code list's unused level: left out of the report and the metrics, as the
+    estimators' fit and evaluate leave it out (it was an error here only)."""
+    X, y, s = synthetic(300, seed=2)
+    categories = pd.Series(pd.Categorical(s, categories=["a", "b", "c", "d"]), name="g")
+    with caplog.at_level(logging.WARNING, logger="fairopt.sensitive_groups"):
+        report = group_report(Fixed(), X, y, categories, n_bootstrap=0)
+    assert list(report.by_group.index) == ["a", "b", "c"]
+    assert any("['d'] of 'g' have 0 rows" in r.getMessage() for r in caplog.records)
+    plain = group_report(Fixed(), X, y, s, n_bootstrap=0)
+    pd.testing.assert_frame_equal(report.by_group, plain.by_group, check_index_type=False, check_names=False)
+    assert fairopt.metrics.demographic_parity_ratio(y, X[:, -1], sensitive_features=categories) == pytest.approx(
+        fairopt.metrics.demographic_parity_ratio(y, X[:, -1], sensitive_features=s))
 
 
 def test_the_legend_draws_each_kind_of_bar_as_it_is_drawn_when_the_first_group_is_small():
