@@ -51,7 +51,7 @@ from fairopt.inputs import sensitive_columns
 from fairopt.sklearn_learner import check_sklearn_model, is_sklearn_model, routes_missing_values
 from fairopt.constraints.base import release_caches, set_up_on_other_rows
 from fairopt.constraints.rates import GroupRateConstraint
-from fairopt.specs import resolve_constraints
+from fairopt.specs import pairwise_spec, resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
                               float64_outputs, is_mini_batch, train, use_sqp_surrogates)
 from solvers.history import FitResult, plain_values
@@ -394,7 +394,7 @@ class _FairEstimator(BaseEstimator):
                                                         met_tolerances(constraints, self.violation_tol), bounds,
                                                         constant=constant,
                                                         near_constant=near_constant_reason(out, data))
-        self._warn_pairwise(bounds)
+        self._warn_pairwise(bounds, constraints)
         trivial = [b.label for b in bounds if b.undefined]
         if trivial and constant is None:  # a constant model has its DegenerateModelWarning already
             warn_at_caller(f"{', '.join(trivial)}: met only trivially on the training rows: no compared group has a "
@@ -404,7 +404,7 @@ class _FairEstimator(BaseEstimator):
         if self.status_ == "degenerate":
             self.converged_ = False
 
-    def _warn_pairwise(self, bounds: list) -> None:
+    def _warn_pairwise(self, bounds: list, constraints: list) -> None:
         """A FairnessWarning for each met bound on each group against the rest whose measure over every pair
         of groups misses the same bound (more than ``violation_tol``): "Every bound is met" is then not the
         four-fifths rule that ``fairopt.metrics`` and fairlearn report (the smallest over the largest rate)."""
@@ -419,8 +419,8 @@ class _FairEstimator(BaseEstimator):
                                f"{format_number(b.bound)}), but over every pair of groups it is "
                                f"{format_number(b.pairwise, b.bound)}: each group is bounded against the rest of "
                                "the rows, not against each other group, which the four-fifths rule, "
-                               "fairopt.metrics and fairlearn compare. groups='pairwise' (e.g. "
-                               "'di[pairwise]:race>=0.8') bounds every pair.", FairnessWarning)
+                               "fairopt.metrics and fairlearn compare. groups='pairwise' "
+                               f"({_pairwise_advice(b, constraints)}) bounds every pair.", FairnessWarning)
 
     def _constant_reason(self, out: torch.Tensor, task: str) -> str | None:
         """Why the training outputs ``out`` are one prediction for every row, in the user's labels; None if
@@ -666,6 +666,16 @@ class _FairEstimator(BaseEstimator):
         release_caches(constraints)
         limits = {name: generalisation_limit(c, tol) for name, c in zip(held_out, constraints)}
         return generalisation_table(self.train_violations_, held_out, limits)
+
+
+def _pairwise_advice(bound: Any, constraints: list) -> str:
+    """``"'eodds[pairwise]:age_band>=0.8'"``: the spec of ``bound``'s constraint over every pair of groups
+    (:func:`fairopt.specs.pairwise_spec`); a DI example where the constraint has no spec (a wrapped one)."""
+    constraint = next((c for c in constraints if str(c.name) == bound.name), None)
+    try:
+        return f"here {pairwise_spec(constraint)!r}" if constraint is not None else "e.g. 'di[pairwise]:race>=0.8'"
+    except (ValueError, KeyError, AttributeError):
+        return "e.g. 'di[pairwise]:race>=0.8'"
 
 
 def _agrees(given: Any, own: Any) -> bool:

@@ -56,8 +56,8 @@ from fairopt import penalties
 from fairopt.surrogates import Surrogate, get_surrogate
 
 __all__ = ["CONSTRAINT_KINDS", "EITHER_FORM_KINDS", "PENALTY_KINDS", "build_constraint", "build_penalty",
-           "constraint_builder", "constraint_from_spec", "constraint_to_spec", "resolve_constraints", "spec_list",
-           "is_constraint_object"]
+           "constraint_builder", "constraint_from_spec", "constraint_to_spec", "pairwise_spec", "resolve_constraints",
+           "spec_list", "is_constraint_object"]
 
 _SURROGATE_KEY = "surrogate"
 
@@ -200,6 +200,24 @@ def constraint_to_spec(constraint: Any, resolved: bool = False) -> dict:
                              "call setup(data) first or save it with resolved=False")
         table.update(bound=float(absolute), relative=False)
     return table
+
+
+def pairwise_spec(constraint: Any) -> str:
+    """The text spec of ``constraint`` over every pair of groups (``'eodds[pairwise]:age_band>=0.8'``), what to
+    write for the same bound on each pair instead of each group against the rest; a table spec where the
+    constraint has no short text form (other options set)."""
+    table = constraint_to_spec(constraint)
+    kind = table.pop("kind")
+    short = next((alias for alias, name in _ALIASES.items() if name == kind), kind)
+    sensitive = table.pop("sensitive")
+    names = ",".join(sensitive) if isinstance(sensitive, (list, tuple)) else str(sensitive)
+    delta, bound = table.pop("delta", None), table.pop("bound", None)
+    table.pop("groups", None)
+    table.pop("surrogate", None)  # the smooth stand-in training chose, not part of the bound
+    if table.get("threshold", 0.0) != 0.0 or set(table) - {"threshold"}:
+        return repr({"kind": kind, "sensitive": sensitive, "delta": delta, "bound": bound, **table,
+                     "groups": "pairwise"})
+    return f"{short}[pairwise]:{names}" + (f">={delta:g}" if delta is not None else f"<={bound:g}")
 
 
 def _plain(value: Any, key: str) -> Any:

@@ -100,3 +100,18 @@ def test_a_difference_bound_in_a_tuple_and_an_intersection_label_in_a_spec():
     with pytest.raises(UnknownSensitiveError, match=r"is written 'sex,race' in a text spec"):
         fairopt.FairClassifier("eodds:sex&race<=0.05", epochs=3).fit(X, (X["a"] > 0).astype(int),
                                                                       sensitive_features=S)
+
+
+def test_the_pairwise_spec_of_a_constraint_is_its_own_kind_and_attribute():
+    """The pairwise warning's advice names the constraint's own kind, attribute and bound (it said
+    'di[pairwise]:race>=0.8' for every constraint), and each spec rebuilds the pairwise constraint."""
+    from fairopt.specs import build_constraint, pairwise_spec
+
+    for text, expected in [("eodds:age_band:0.8", "eodds[pairwise]:age_band>=0.8"),
+                           ("dp:sex,race<=0.1", "dp[pairwise]:sex,race<=0.1"),
+                           ("eo:race<=0.05", "eo[pairwise]:race<=0.05"), ("di:g>=0.75", "di[pairwise]:g>=0.75")]:
+        spec = pairwise_spec(build_constraint(text))
+        assert spec == expected
+        assert build_constraint(spec).get_params()["groups"] == "pairwise"
+    smooth = pairwise_spec(build_constraint({"kind": "di", "sensitive": "g", "delta": 0.8, "threshold": 0.5}))
+    assert "'threshold': 0.5" in smooth and "'groups': 'pairwise'" in smooth
