@@ -214,7 +214,7 @@ class _FairEstimator(BaseEstimator):
         self._diagnose(fit.data, constraints, fit.result, fit.relaxed, tightened=fit.training is not constraints)
         self.validation_indices_, self.candidates_ = fit.validation_indices, fit.candidates
         self.certificate_, self.predicted_held_out_ = fit.certificate, fit.predicted
-        raise_or_warn_failed(fit.certificate, options.on_fail)
+        raise_or_warn_failed(fit.certificate, options.on_fail, options.margin)
         release_caches(constraints)
         release_caches(fit.training)
         return self

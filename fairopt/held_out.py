@@ -289,10 +289,11 @@ def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairDa
     return (*chosen, table)
 
 
-def raise_or_warn_failed(certified: list | None, on_fail: str) -> None:
+def raise_or_warn_failed(certified: list | None, on_fail: str, margin: float | str = 0.0) -> None:
     """The ``on_fail`` reaction to failed certificates: a :class:`fairopt.exceptions.CertificateError`
     (``"raise"``), a :class:`fairopt.FairnessWarning` (``"warn"``) or nothing (``"ignore"``, or
-    none failed), naming each failed statement."""
+    none failed), naming each failed statement; the advice fits the ``margin`` the fit used (no margin:
+    one; a margin already: a larger one, more rows or a looser bound)."""
     if certified is None:
         return
     from fairopt.exceptions import CertificateError
@@ -304,8 +305,15 @@ def raise_or_warn_failed(certified: list | None, on_fail: str) -> None:
         f"{cert.constraint}: {cert.measure} {cert.realised:.4g} on {cert.n} held-out rows, {cert.confidence:.0%} "
         f"confidence bound {cert.confidence_bound:.4g}, required {'>=' if cert.bound_side == 'lower' else '<='} "
         f"{cert.bound:g}" for cert in failed)
+    if margin == "auto":
+        advice = ("margin='auto' was used: more rows, a lower confidence or a looser bound may help; a larger numeric "
+                  "margin trades accuracy for it")
+    elif margin:
+        advice = f"a margin larger than {margin:g}, more rows or a looser bound may help"
+    else:
+        advice = "margin='auto', more rows or a looser bound may help"
     message = (f"held-out certificate failed - {message}. The bound is not shown to hold beyond the training rows "
-               "at this confidence (see certificate_; a margin, more data or a looser bound may help).")
+               f"at this confidence (see certificate_; {advice}).")
     if on_fail == "raise":
         raise CertificateError(message)
     warnings.warn(message, FairnessWarning, stacklevel=3)

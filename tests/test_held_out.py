@@ -88,3 +88,10 @@ def test_on_fail_reactions():
         raise_or_warn_failed([_Failed()], "warn")
     with pytest.raises(CertificateError, match="required >= 0.8"):
         raise_or_warn_failed([_Failed()], "raise")
+    # the advice fits the margin the fit used (it suggested "a margin" after margin="auto")
+    with pytest.warns(FairnessWarning, match="margin='auto', more rows"):
+        raise_or_warn_failed([_Failed()], "warn")
+    with pytest.warns(FairnessWarning, match="margin='auto' was used: more rows"):
+        raise_or_warn_failed([_Failed()], "warn", "auto")
+    with pytest.warns(FairnessWarning, match="a margin larger than 0.02"):
+        raise_or_warn_failed([_Failed()], "warn", 0.02)
