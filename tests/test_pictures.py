@@ -59,8 +59,21 @@ def test_certificate_plot_per_candidate():
                                      verbose=0).fit(X, y, sensitive_features=s)
     ax = plot_certificate(clf)
     assert len(ax.get_xticks()) == len(clf.candidates_)
-    assert [t.get_text() for t in ax.get_xticklabels()] == [f"{v:.2g}" for v in clf.candidates_["inflation"]]
+    labels = [f"{v:.3g}" + (" (skipped)" if p is None else "")
+              for v, p in zip(clf.candidates_["inflation"], clf.candidates_["passed"])]
+    assert [t.get_text() for t in ax.get_xticklabels()] == labels
     ax.figure.canvas.draw()
+    # a skipped candidate is grey, not failed, and the legend's colours are the outcomes present
+    from fairopt.certificate.plotting import _candidates
+    from matplotlib.figure import Figure
+
+    table = pd.DataFrame({"inflation": [2.0, 1.25, 0.5], "passed": [None, True, True], "chosen": [False, False, True],
+                          f"{clf.certificate_[0].constraint}: held-out": [np.nan, 0.95, 0.97],
+                          f"{clf.certificate_[0].constraint}: confidence bound": [np.nan, 0.85, 0.86]})
+    panel = Figure().subplots()
+    handles = _candidates(panel, clf.certificate_[0], table)
+    assert [h.get_label().split(":")[0] for h in handles] == ["passed", "skipped (no model)", "returned model"]
+    assert [t.get_text() for t in panel.get_xticklabels()] == ["2 (skipped)", "1.25", "0.5"]
     with pytest.raises(ValueError, match="no certificate"):
         plot_certificate(fairopt.FairClassifier(verbose=0).fit(X, y))
 

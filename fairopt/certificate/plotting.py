@@ -18,7 +18,7 @@ from fairopt.certificate.statements import Certificate
 
 __all__ = ["plot_certificate"]
 
-_PASSED, _FAILED = "tab:green", "tab:red"
+_PASSED, _FAILED, _SKIPPED = "tab:green", "tab:red", "tab:gray"
 
 
 def _certificates_of(source: Any) -> tuple[list[Certificate], Any]:
@@ -49,23 +49,33 @@ def _one_certificate(ax: Any, cert: Certificate) -> None:
     ax.set_xlim(-1, 1)
 
 
-def _candidates(ax: Any, cert: Certificate, candidates: Any) -> None:
-    """Every candidate's held-out value and confidence bound, in the order tried."""
+def _candidates(ax: Any, cert: Certificate, candidates: Any) -> list:
+    """Every candidate's held-out value and confidence bound, in the order tried; a skipped candidate (``passed``
+    None: degenerate, or its margin too large) is a grey tick without a value. The legend's colours are drawn
+    for the outcomes present, not taken from the first candidate."""
+    from matplotlib.lines import Line2D
+
     values = candidates[f"{cert.constraint}: held-out"].to_numpy(float)
     bounds = candidates[f"{cert.constraint}: confidence bound"].to_numpy(float)
-    passed = candidates["passed"].to_numpy(bool)
+    outcomes = ["skipped" if p is None or (isinstance(p, float) and np.isnan(p)) else "passed" if p else "failed"
+                for p in candidates["passed"].tolist()]
     x = np.arange(len(values))
-    colors = [_PASSED if p else _FAILED for p in passed]
-    ax.vlines(x, np.minimum(values, bounds), np.maximum(values, bounds), colors=colors, lw=2,
-              label=f"to the {cert.confidence:.0%} confidence bound")
-    ax.scatter(x, values, c=colors, zorder=3, label="held-out value")
+    colors = [{"passed": _PASSED, "failed": _FAILED, "skipped": _SKIPPED}[o] for o in outcomes]
+    ax.vlines(x, np.minimum(values, bounds), np.maximum(values, bounds), colors=colors, lw=2)
+    ax.scatter(x, values, c=colors, zorder=3)
+    handles = [Line2D([], [], color=color, marker="o", lw=2, label=f"{outcome}: held-out value to its "
+                      f"{cert.confidence:.0%} confidence bound" if outcome != "skipped" else "skipped (no model)")
+               for outcome, color in (("passed", _PASSED), ("failed", _FAILED), ("skipped", _SKIPPED))
+               if outcome in outcomes]
     chosen = np.flatnonzero(candidates["chosen"].to_numpy(bool))
     if chosen.size:
-        ax.scatter(x[chosen], values[chosen], s=160, facecolors="none", edgecolors="black", zorder=4,
-                   label="returned model")
+        handles.append(ax.scatter(x[chosen], values[chosen], s=160, facecolors="none", edgecolors="black", zorder=4,
+                                  label="returned model"))
     ax.set_xticks(x)
-    ax.set_xticklabels([f"{v:.2g}" for v in candidates["inflation"].to_numpy(float)])
+    ax.set_xticklabels([f"{v:.3g}" + (" (skipped)" if o == "skipped" else "")
+                        for v, o in zip(candidates["inflation"].to_numpy(float), outcomes)])
     ax.set_xlabel("margin inflation (candidates in the order tried)")
+    return handles
 
 
 def plot_certificate(source: Any, *, ax: Any = None, path: str | Path | None = None, title: str | None = None) -> Any:
@@ -99,14 +109,15 @@ def plot_certificate(source: Any, *, ax: Any = None, path: str | Path | None = N
     created = ax is None
     panels = panel_axes(ax, len(certificates))
     for axes, cert in zip(panels, certificates):
+        handles = None
         if candidates is not None and f"{cert.constraint}: held-out" in getattr(candidates, "columns", ()):
-            _candidates(axes, cert, candidates)
+            handles = _candidates(axes, cert, candidates)
         else:
             _one_certificate(axes, cert)
         op = ">=" if cert.bound_side == "lower" else "<="
-        axes.axhline(cert.bound, color="black", linestyle="--", linewidth=1, label=f"bound {op} {cert.bound:g}")
+        line = axes.axhline(cert.bound, color="black", linestyle="--", linewidth=1, label=f"bound {op} {cert.bound:g}")
         axes.set_ylabel(cert.measure)
         axes.set_title(f"{cert.constraint}: {'passed' if cert.passed else 'FAILED'}", fontsize=9)
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=7, loc="best")
+        axes.legend(**({} if handles is None else {"handles": [*handles, line]}), fontsize=7, loc="best")
     return finish_axes(panels, path, title, created)
