@@ -262,11 +262,19 @@ def fairness_score(y_true: Any, y_pred: Any, *, measure: str, sensitive_features
 
 def fitted_pos_label(estimator: Any, depth: int = 0) -> Any:
     """The positive class a fitted classifier counted (``pos_label_`` of a :class:`fairopt.FairClassifier`, also
-    as the last step of a Pipeline or the best estimator of a search, nested), or None: a Pipeline's own
-    ``classes_[1]`` is not the class its FairClassifier's bounds counted."""
+    inside a fitted meta-estimator, nested: a Pipeline's last step, a search's ``best_estimator_``, the fitted
+    ``estimator_`` of a wrapper such as ``FixedThresholdClassifier``, the first of ``CalibratedClassifierCV``'s
+    ``calibrated_classifiers_``), or None: a wrapper's own ``classes_[1]`` is not the class its FairClassifier's
+    bounds counted."""
     if hasattr(estimator, "pos_label_") or depth > 8:
         return getattr(estimator, "pos_label_", None)
-    inner = estimator.steps[-1][1] if hasattr(estimator, "steps") else getattr(estimator, "best_estimator_", None)
+    if hasattr(estimator, "steps"):
+        inner = estimator.steps[-1][1]
+    else:
+        calibrated = getattr(estimator, "calibrated_classifiers_", None)
+        inner = next((getattr(estimator, name) for name in ("best_estimator_", "estimator_")
+                      if getattr(estimator, name, None) is not None),
+                     getattr(calibrated[0], "estimator", None) if calibrated else None)
     return None if inner is None or inner is estimator else fitted_pos_label(inner, depth + 1)
 
 

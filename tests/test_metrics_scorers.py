@@ -196,6 +196,21 @@ def test_the_scorer_counts_the_positive_class_the_classifier_was_trained_for():
             assert given(model, X, labels, sensitive_features=s) == pytest.approx(
                 brute("disparate_impact", y, 1 - approved, s), abs=1e-12)
     assert metrics.fitted_pos_label(LogisticRegression()) is None
+    # inside the fitted wrappers of scikit-learn's meta-estimators too (they were scored on classes_[1])
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.model_selection import FixedThresholdClassifier
+
+    y01 = np.where(y == 1, 0, 1)  # the positive class 0 sorts first
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fixed = FixedThresholdClassifier(fairopt.FairClassifier(epochs=30, pos_label=0), threshold=0.5,
+                                         pos_label=0).fit(X, y01)
+        calibrated = CalibratedClassifierCV(fairopt.FairClassifier(epochs=30, pos_label=0), cv=2).fit(X, y01)
+    for model in (fixed, calibrated):
+        assert metrics.fitted_pos_label(model) == 0
+        with sklearn.config_context(enable_metadata_routing=True):
+            assert scorer(model, X, y01, sensitive_features=s) == pytest.approx(
+                brute("disparate_impact", y01, (model.predict(X) == 0).astype(int), s), abs=1e-12)
 
 
 def test_a_scorer_reads_sensitive_columns_named_like_fit_takes_them():
