@@ -57,7 +57,7 @@ from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_
 from solvers.history import FitResult, plain_values
 from fairopt.evaluation import bound_statuses, constant_predictions, met_tolerances
 from fairopt.measures.group import python_scalar
-from fairopt.status import fit_status, format_number
+from fairopt.status import fit_status, format_number, label_of
 from solvers.progress import check_progress
 
 __all__ = ["FairClassifier", "FairRegressor", "METHODS"]
@@ -395,6 +395,7 @@ class _FairEstimator(BaseEstimator):
                                                         constant=constant,
                                                         near_constant=near_constant_reason(out, data))
         self._warn_pairwise(bounds, constraints)
+        self.status_message_ += _left_out_groups(data, constraints)
         trivial = [b.label for b in bounds if b.undefined]
         if trivial and constant is None:  # a constant model has its DegenerateModelWarning already
             warn_at_caller(f"{', '.join(trivial)}: met only trivially on the training rows: no compared group has a "
@@ -666,6 +667,19 @@ class _FairEstimator(BaseEstimator):
         release_caches(constraints)
         limits = {name: generalisation_limit(c, tol) for name, c in zip(held_out, constraints)}
         return generalisation_table(self.train_violations_, held_out, limits)
+
+
+def _left_out_groups(data: FairData, constraints: list) -> str:
+    """A sentence for the status message per group-rate constraint that leaves groups out on the training rows
+    (:meth:`~fairopt.constraints.rates.GroupRateConstraint.sides_without_rows`: no women with y = 1 for
+    equal opportunity on sex, or a group of total weight 0), whose bound is then met vacuously for them."""
+    parts = []
+    for c in constraints:
+        empty = c.sides_without_rows(data) if callable(getattr(c, "sides_without_rows", None)) else []
+        if empty:
+            parts.append(f" {label_of(c)}: no training rows (or no weight) for {', '.join(empty)}, so the bound "
+                         "leaves them out and compares the other groups only: it says nothing about them.")
+    return "".join(parts)
 
 
 def _pairwise_advice(bound: Any, constraints: list) -> str:

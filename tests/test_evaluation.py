@@ -396,3 +396,27 @@ def test_a_group_left_out_of_a_measure_is_said_in_the_notes():
     with pytest.warns(UndefinedMeasureWarning, match="total weight 0"):
         results = evaluate(model, weighted)
     assert math.isnan(results["di_ratio[race]"]) and "['Other']" in results["notes"]["di_ratio[race]"]
+
+
+def test_the_status_says_a_bound_left_groups_out_on_the_training_rows():
+    """Equal opportunity on sex with no woman of y = 1 (and DI with a group of weight 0) is met vacuously for
+    that group: status_message_ says the bound leaves it out (it read 'Every bound is met' alone)."""
+    from fairopt import FairClassifier
+
+    rng = np.random.default_rng(4)
+    n = 400
+    sex = np.where(np.arange(n) % 2 == 0, "F", "M")
+    X = rng.normal(size=(n, 2))
+    y = ((X[:, 0] > 0) & (sex == "M")).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = FairClassifier("eo:sex<=0.05", epochs=20).fit(X, y, sensitive_features=sex)
+    assert "EO[sex]: no training rows (or no weight) for sex=F (TPR)" in clf.status_message_
+    y2 = (X[:, 0] > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        weighted = FairClassifier("di:sex>=0.8", epochs=20).fit(X, y2, sensitive_features=sex,
+                                                                sample_weight=np.where(sex == "F", 0.0, 1.0))
+        plain = FairClassifier("di:sex>=0.8", epochs=20).fit(X, y2, sensitive_features=sex)
+    assert "for sex=F, so the bound leaves them out" in weighted.status_message_
+    assert "leaves them out" not in plain.status_message_
