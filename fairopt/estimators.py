@@ -106,7 +106,7 @@ class _FairEstimator(BaseEstimator):
         confidence: float = 0.95,
         on_fail: str = "warn",
         n_candidates: int = 7,
-        random_state: int | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         max_iter: int | None = None,
     ) -> None:
         self.constraints = constraints
@@ -197,6 +197,7 @@ class _FairEstimator(BaseEstimator):
             ``sample_weight`` or weights with an option that counts rows, or
             ``y``/``sensitive_features``/``sample_weight`` given with a FairData.
         """
+        self._drawn_seed = _drawn_seed(self.random_state)
         self._check_parameters()
         data, constraints = self._training_data(X, y, sensitive_features, sample_weight)
         self._check_constraints_fit_the_task(data, constraints)
@@ -236,7 +237,8 @@ class _FairEstimator(BaseEstimator):
             positive_float(self.alpha, "alpha", allow_zero=True)
         check_flag(self.check_inactive, "check_inactive")
         check_progress(self.verbose)
-        check_seed(self.seed_value(), allow_none=False, allow_negative=False)
+        check_seed(self.seed_value(), allow_none=False, allow_negative=False,
+                   name="seed" if self.random_state is None else "random_state")
         self.epochs_value()  # both names of the budget agree
         self._held_out_options()  # checks margin, validation_fraction, confidence, on_fail, n_candidates
 
@@ -251,7 +253,12 @@ class _FairEstimator(BaseEstimator):
         return ALPHA_DEFAULTS[self._task] if self.alpha is None else float(self.alpha)
 
     def seed_value(self) -> int:
-        """``seed``, or ``random_state`` when given."""
+        """``seed``, or ``random_state`` when given (for a ``numpy.random.RandomState`` or ``Generator``, the
+        seed ``fit`` drew from it: one draw per fit, as scikit-learn's estimators consume theirs)."""
+        if isinstance(self.random_state, (np.random.RandomState, np.random.Generator)):
+            drawn = getattr(self, "_drawn_seed", None)
+            return _alias(self.seed, drawn if drawn is not None else _drawn_seed(self.random_state), "seed",
+                          "random_state", default=0)
         return _alias(self.seed, self.random_state, "seed", "random_state", default=0)
 
     def epochs_value(self) -> int | None:
@@ -669,6 +676,16 @@ class _FairEstimator(BaseEstimator):
         return generalisation_table(self.train_violations_, held_out, limits)
 
 
+def _drawn_seed(random_state: Any) -> int | None:
+    """An integer seed drawn from a ``numpy.random.RandomState`` or ``Generator`` (scikit-learn's
+    ``random_state`` may be one), None for anything else."""
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(np.iinfo(np.int32).max))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(np.iinfo(np.int32).max))
+    return None
+
+
 def _left_out_groups(data: FairData, constraints: list) -> str:
     """A sentence for the status message per group-rate constraint that leaves groups out on the training rows
     (:meth:`~fairopt.constraints.rates.GroupRateConstraint.sides_without_rows`: no women with y = 1 for
@@ -821,8 +838,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         With ``validation_fraction`` and ``margin="auto"``: fit candidates under margins of
         inflation 2 down to 0.5 times the certificate half-width ``z se`` and keep the last that
         passes before the first failure (fixed-sequence testing keeps the confidence level).
-    random_state : int, optional
-        scikit-learn's name for ``seed`` (both, different: ValueError).
+    random_state : int, numpy.random.RandomState or Generator, optional
+        scikit-learn's name for ``seed`` (both, different: ValueError); a RandomState or Generator gives one
+        seed per ``fit``, drawn from it.
     max_iter : int, optional
         scikit-learn's name for ``epochs`` (both, different: ValueError).
 
@@ -889,7 +907,7 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         confidence: float = 0.95,
         on_fail: str = "warn",
         n_candidates: int = 7,
-        random_state: int | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         max_iter: int | None = None,
     ) -> None:
         shared = {k: v for k, v in locals().items() if k not in ("self", "pos_label", "__class__")}

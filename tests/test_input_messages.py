@@ -80,6 +80,16 @@ def test_scikit_learn_names_of_seed_and_epochs():
     for clash in ({"seed": 1, "random_state": 2}, {"epochs": 10, "max_iter": 20}):
         with pytest.raises(ValueError, match="name the same parameter"):
             fairopt.FairClassifier(**clash).fit(X, y)
+    # random_state takes what scikit-learn's takes: a RandomState or Generator gives one drawn seed per fit
+    drawn = []
+    for state in (np.random.RandomState(0), np.random.RandomState(0), np.random.default_rng(0)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf = fairopt.FairClassifier(random_state=state, epochs=5).fit(X, y)
+        drawn.append((clf.seed_value(), clf.decision_function(X)))
+    assert drawn[0][0] == drawn[1][0] and np.array_equal(drawn[0][1], drawn[1][1])
+    with pytest.raises(ValueError, match="^random_state: expected a non-negative integer"):
+        fairopt.FairClassifier(random_state=-1).fit(X, y)
 
 
 def test_linear_models_report_coefficients():
