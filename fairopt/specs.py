@@ -57,7 +57,7 @@ from fairopt.surrogates import Surrogate, get_surrogate
 
 __all__ = ["CONSTRAINT_KINDS", "EITHER_FORM_KINDS", "PENALTY_KINDS", "build_constraint", "build_penalty",
            "constraint_builder", "constraint_from_spec", "constraint_to_spec", "pairwise_spec", "resolve_constraints",
-           "spec_list", "is_constraint_object"]
+           "spec_list", "is_constraint_object", "is_single_spec"]
 
 _SURROGATE_KEY = "surrogate"
 
@@ -69,7 +69,7 @@ def is_constraint_object(obj: Any) -> bool:
     return callable(obj)
 
 
-def _is_single_spec(obj: Any) -> bool:
+def is_single_spec(obj: Any) -> bool:
     """A single specification, as opposed to a list of them."""
     if is_constraint_object(obj) or isinstance(obj, (str, Mapping)):
         return True
@@ -82,7 +82,7 @@ def spec_list(constraints: Any) -> list:
     """
     if constraints is None:
         return []
-    if _is_single_spec(constraints) or type(constraints).__name__ in _FAIRLEARN_NAMES:
+    if is_single_spec(constraints) or type(constraints).__name__ in _FAIRLEARN_NAMES:
         return [constraints]  # a fairlearn constraint object alone: constraint_from_spec says what to write
     if not isinstance(constraints, (list, tuple)):
         raise ValueError(f"constraints: expected a spec or a list of specs, got {type(constraints).__name__}")

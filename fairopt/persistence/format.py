@@ -66,15 +66,17 @@ FITTED_ATTRIBUTES = ("n_features_in_", "status_", "converged_", "n_iter_", "trai
 #: The held-out statements of a fit (``margin``, ``validation_fraction``): certificates as their
 #: ``to_dict``, tables as ``DataFrame.to_dict("split")``, the held-out row indices as a list; None without them.
 HELD_OUT_ATTRIBUTES = ("certificate_", "candidates_", "predicted_held_out_", "validation_indices_")
-_FITTED_KEYS = (frozenset(FITTED_ATTRIBUTES) | {"feature_names_in_", "dropped_columns_", "status_message_"}
+_FITTED_KEYS = (frozenset(FITTED_ATTRIBUTES) | {"feature_names_in_", "dropped_columns_", "status_message_",
+                                                 "constraints_param_form"}
                 | frozenset(HELD_OUT_ATTRIBUTES))
 _CLASSIFIER_FITTED_KEYS = frozenset({"classes_", "classes_dtype", "pos_label_"})
 #: Fitted attributes added after files were written: absent from older files, whose value
 #: :func:`load` then derives (``pos_label_``: ``classes_[1]``, the only positive class then;
 #: ``dropped_columns_``: none, as no column of X was taken as a sensitive feature then;
 #: ``status_message_``: empty, and ``status_`` holds the engine's word of that time; the held-out
-#: statements: None, as if the fit had none).
-_OPTIONAL_FITTED_KEYS = (frozenset({"pos_label_", "dropped_columns_", "status_message_"})
+#: statements: None, as if the fit had none; ``constraints_param_form``, the form the ``constraints`` parameter
+#: was given in: the saved list of specs).
+_OPTIONAL_FITTED_KEYS = (frozenset({"pos_label_", "dropped_columns_", "status_message_", "constraints_param_form"})
                          | frozenset(HELD_OUT_ATTRIBUTES))
 PREPROCESSOR_ATTRIBUTES = ("columns", "categorical", "standardize", "columns_", "categorical_", "numeric_",
                            "means_", "scales_", "levels_", "feature_names_", "_fitted", "missing", "display_names")

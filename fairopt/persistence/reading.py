@@ -237,6 +237,15 @@ def _set_held_out(estimator: Any, fitted: dict) -> None:
     estimator.validation_indices_ = None if indices is None else np.asarray(indices, dtype=np.int64)
 
 
+def _constraints_param(saved: list | None, form: dict | None) -> Any:
+    """The ``constraints`` parameter in the form it was given: constraint objects rebuilt from their tables,
+    one spec unwrapped from its list (files without the form keep the saved list)."""
+    if saved is None or not form:
+        return saved
+    specs = [constraint_from_spec(spec) if is_object else spec for spec, is_object in zip(saved, form["objects"])]
+    return specs[0] if form["single"] and len(specs) == 1 else specs
+
+
 def _load_estimator(payload: dict, model: Any) -> Any:
     """The estimator with its parameters and the allow-listed fitted attributes."""
     params = dict(payload["params"])
@@ -245,8 +254,9 @@ def _load_estimator(payload: dict, model: Any) -> Any:
             raise ValueError("model: this estimator was built with a custom model factory; pass load(..., "
                              "model=factory) with the same factory")
         params["model"] = model
-    estimator = ESTIMATOR_CLASSES[payload["class"]](**params)
     fitted = payload["fitted"]
+    params["constraints"] = _constraints_param(params["constraints"], fitted.get("constraints_param_form"))
+    estimator = ESTIMATOR_CLASSES[payload["class"]](**params)
     if isinstance(estimator, FairClassifier):
         estimator.classes_ = np.asarray(fitted["classes_"], dtype=np.dtype(fitted["classes_dtype"]))
         estimator.pos_label_ = _positive_label(estimator.classes_, fitted)

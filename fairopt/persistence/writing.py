@@ -18,7 +18,7 @@ from fairopt.estimators import FairClassifier, FairRegressor
 from solvers.history import plain_values
 from fairopt.persistence.format import FORMAT, FORMAT_VERSION, PREPROCESSOR_ATTRIBUTES, PathLike, checksum
 from fairopt.persistence.modules import module_of, module_payload
-from fairopt.specs import constraint_from_spec, constraint_to_spec, is_constraint_object, spec_list
+from fairopt.specs import constraint_from_spec, constraint_to_spec, is_constraint_object, is_single_spec, spec_list
 from fairopt.sklearn_learner import is_sklearn_model
 from solvers.history import FitResult, History
 
@@ -131,8 +131,8 @@ def _estimator_payload(est: Any) -> dict:
         raise ValueError(f"save: model={type(model_param).__name__}(...) is a scikit-learn estimator, whose fitted "
                          "state is not a torch state dict; save this estimator with pickle or joblib, as any "
                          "scikit-learn estimator")
-    params["constraints"] = None if params["constraints"] is None else [
-        _param_spec(spec) for spec in spec_list(params["constraints"])]
+    given = params["constraints"]
+    params["constraints"] = None if given is None else [_param_spec(spec) for spec in spec_list(given)]
     params["model"] = model_param if isinstance(model_param, str) else "custom"
     fitted = {
         "n_features_in_": int(est.n_features_in_),
@@ -146,6 +146,9 @@ def _estimator_payload(est: Any) -> dict:
         "sensitive_levels_": est.sensitive_levels_,
     }
     fitted.update(_held_out_payload(est))
+    if given is not None:  # the parameter's form, so that load gives back what get_params gave
+        fitted["constraints_param_form"] = {"single": is_single_spec(given),
+                                            "objects": [is_constraint_object(spec) for spec in spec_list(given)]}
     if hasattr(est, "classes_"):
         fitted["classes_"] = est.classes_.tolist()
         fitted["classes_dtype"] = est.classes_.dtype.str
