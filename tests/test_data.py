@@ -797,3 +797,20 @@ def test_split_keeps_numbers_held_as_text_numeric():
     np.testing.assert_allclose(train.X[:, 0].mean().item(), 0.0, atol=1e-6)  # standardised on the train rows
     again = data.with_preprocessor(train.preprocessor)
     assert again.feature_names == train.feature_names and again.X.shape == data.X.shape
+
+
+def test_levels_that_differ_only_by_spaces_around_them_get_a_hint(caplog):
+    """A file written without the training file's leading spaces (' Private' against 'Private'): every row is
+    unseen, and the warning says the values differ by spaces (it did not, unlike the labels' check)."""
+    import logging
+
+    from fairopt.data.preprocessing import Preprocessor
+
+    fitted = Preprocessor(columns=["job"], categorical=["job"]).fit(pd.DataFrame({"job": [" Private", " Gov"]}))
+    with caplog.at_level(logging.WARNING, logger="fairopt.data"):
+        fitted.transform(pd.DataFrame({"job": ["Private", "Other"]}))
+    assert "seen at fit time: ' Private', the same values with spaces around them" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fairopt.data"):
+        fitted.transform(pd.DataFrame({"job": ["Other"]}))
+    assert "not seen at fit time" in caplog.text and "spaces" not in caplog.text

@@ -257,8 +257,8 @@ class Preprocessor:
         if n_unseen:
             examples = pd.unique(series[~seen].dropna().to_numpy())[:5].tolist()
             logger.warning(
-                "column %r: %d rows have levels not seen at fit time (e.g. %s); they get an all-zero one-hot row",
-                self.shown(column), n_unseen, examples,
+                "column %r: %d rows have levels not seen at fit time (e.g. %s); they get an all-zero one-hot row%s",
+                self.shown(column), n_unseen, examples, _spacing_hint(examples, self.levels_[column]),
             )
 
     def renamed(self, names: Sequence[str]) -> "Preprocessor":
@@ -304,3 +304,16 @@ class Preprocessor:
                     f"standardize={self.standardize}" + (", missing='keep')" if self.keeps_missing else ")"))
         return (f"Preprocessor(fitted: {len(self.numeric_)} numeric, {len(self.categorical_)} categorical "
                 f"-> {len(self.feature_names_)} features)")
+
+
+def _spacing_hint(unseen: Sequence[Any], levels: Sequence[Any]) -> str:
+    """``; ' Private' was seen: the levels differ by spaces around them`` where an unseen level is a training
+    level once spaces around both are ignored (a file written with ``skipinitialspace`` or without it), else
+    empty: every row of such a file would otherwise be encoded as unseen."""
+    stripped = {str(level).strip(): level for level in levels}
+    matches = [stripped[str(value).strip()] for value in unseen if str(value).strip() in stripped]
+    if not matches:
+        return ""
+    return (f"; seen at fit time: {', '.join(repr(m) for m in matches[:3])}, the same values with spaces around "
+            "them (strip or add the spaces in one of the files)")
+
