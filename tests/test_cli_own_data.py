@@ -637,3 +637,17 @@ def test_a_numeric_target_of_three_values_says_it_trains_a_regression_and_its_ra
     assert main([*base, "--task", "regression", "--config", str(config), "--out", str(tmp_path / "t")]) == 0
     out = capsys.readouterr().out.splitlines()  # --task regression given: no notice
     assert not out[0].startswith("task:") and "DI[gender, share of predictions > 1.5] " in out[1]
+
+
+def test_a_target_written_with_a_decimal_comma_gets_the_flag_that_reads_it(tmp_path, capsys):
+    """A ';'-separated file with '0,26' targets: both errors (as a classifier, and with --task regression) name
+    --decimal , (the first advised --task regression, which led to the second)."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x": rng.normal(size=60), "g": rng.choice(["a", "b"], 60),
+                          "score": np.round(rng.normal(size=60), 2)})
+    path = tmp_path / "comma.csv"
+    frame.to_csv(path, sep=";", decimal=",", index=False)
+    for extra in ([], ["--task", "regression"]):
+        assert main(["train", "--data", str(path), "--target", "score", "--sensitive", "g", "--out", str(tmp_path / "run"),
+                     "--quiet", *extra]) == 2
+        assert "read the file with --decimal ," in capsys.readouterr().err

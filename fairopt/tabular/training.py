@@ -98,14 +98,27 @@ def _task_and_classes(target: pd.Series, task: str,
         return task, None, None
     if len(labels) != 2:
         shown = short_list(sorted(map(str, labels))[:12])
+        hint = _formatted_numbers_hint(target)
         raise ValueError(f"--target: column {target.name!r} has {len(labels)} distinct values {shown}; a "
-                         "classifier needs exactly 2 (use --task regression for a numeric target)")
+                         "classifier needs exactly 2 (" + (hint or "use --task regression for a numeric target")
+                         + ")")
     chosen, note = positive_class(labels, positive, argument="--positive", source=f"the target column "
                                   f"{target.name!r}", by_text=True)
     if note:
         logger.warning("%s", note)
     negative = next(v for v in sorted_labels(labels) if v is not chosen)
     return task, [negative, chosen], note
+
+
+def _formatted_numbers_hint(column: pd.Series) -> str | None:
+    """How to read a text column whose every value is a number written with a decimal comma, thousands separators,
+    a currency or a percent sign (``'0,26'``, :func:`fairopt.data.frames.text_column_looks_like`): the flags
+    that read it, and ``--task regression`` for the numbers then; None for other columns."""
+    looks = text_column_looks_like(column)
+    if looks is None or looks[0] != "numbers":
+        return None
+    return (f"its values are numbers written as text, e.g. {looks[1]!r}: read the file with --decimal , (0,26) "
+            "or --thousands , (52,300), with --task regression for a numeric target")
 
 
 def _parse_constraints(specs: Sequence[str]) -> list:
@@ -331,8 +344,9 @@ def _numeric_frame(frame: pd.DataFrame, target: str, features: list[str], task: 
         numbers = [as_number(v) for v in frame[target].to_numpy(dtype=object)]
         bad = [v for v, x in zip(frame[target], numbers) if x is None]
         if bad:
+            hint = _formatted_numbers_hint(frame[target])
             raise ValueError(f"--target: column {target!r} holds values that are not numbers, e.g. "
-                             f"{short_list(bad[:3])}; a regression needs numbers")
+                             f"{short_list(bad[:3])}; a regression needs numbers" + (f" ({hint})" if hint else ""))
         work[target] = np.asarray(numbers, dtype=np.float64)
     # numbers written as text become numbers here (the rule FairData.from_frame applies too) so
     # that the run knows which columns they were: the model file records them for new rows
