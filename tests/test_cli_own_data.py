@@ -648,6 +648,6 @@ def test_a_target_written_with_a_decimal_comma_gets_the_flag_that_reads_it(tmp_p
     path = tmp_path / "comma.csv"
     frame.to_csv(path, sep=";", decimal=",", index=False)
     for extra in ([], ["--task", "regression"]):
-        assert main(["train", "--data", str(path), "--target", "score", "--sensitive", "g", "--out", str(tmp_path / "run"),
-                     "--quiet", *extra]) == 2
+        assert main(["train", "--data", str(path), "--target", "score", "--sensitive", "g",
+                     "--out", str(tmp_path / "run"), "--quiet", *extra]) == 2
         assert "read the file with --decimal ," in capsys.readouterr().err
