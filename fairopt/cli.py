@@ -610,12 +610,28 @@ def _user_message(exc: Exception, flags: dict[str, str], command: str = "train")
     return _flag_spelling(_one_line(exc), flags)
 
 
+#: Advice the library words for Python callers -> the same advice on the command line (regular expressions,
+#: applied in order by :func:`_flag_spelling`).
+_CLI_PHRASES: tuple[tuple[str, str], ...] = (
+    (r"^sensitive: (\[.*?\]) is continuous and has no groups; use Covariance for a continuous attribute",
+     r"constraint: \1 is continuous and has no groups; bound it with covariance, gedi or dcov "
+     r"(e.g. covariance:COLUMN<=0.05)"),
+    (r"leave batch_size None, got", "leave --batch-size out, got"),
+    (r"a numeric margin with sample_weight", "a numeric --margin with --weights"),
+    (r"\(read the file with pandas\.read_csv\(\.\.\., skipinitialspace=True\), or strip them\)",
+     "(give the label with its spaces, quoted, or strip them in the file)"),
+)
+
+
 def _flag_spelling(text: str, flags: dict[str, str]) -> str:
     """A message with the parameter names it gives spelled as the command's flags:
     ``data_dir=...`` -> ``--data-dir ...``, a leading ``dest:`` -> ``--flag:``,
-    ``'dataset' is required`` -> ``--dataset is required``."""
+    ``'dataset' is required`` -> ``--dataset is required``, and the Python advice of :data:`_CLI_PHRASES` as
+    the command line's."""
     import re
 
+    for pattern, replacement in _CLI_PHRASES:
+        text = re.sub(pattern, replacement, text)
     names = {**flags, **{alias: flags[dest] for alias, dest in _ALIASES.items() if dest in flags}}
     for name, flag in sorted(names.items(), key=lambda item: -len(item[0])):
         text = re.sub(rf"^{re.escape(name)}:", f"{flag}:", text)

@@ -274,6 +274,16 @@ def test_messages_spell_parameters_as_flags(capsys):
     assert "or pass --data-dir ..., or set FAIROPT_DATA=" in _flag_spelling(text, flags)
     assert _flag_spelling("test_size: expected a fraction", flags) == "--test-size: expected a fraction"
     assert _flag_spelling("name: unknown dataset 'x'", flags) == "--dataset: unknown dataset 'x'"
+    # the library's advice for Python callers, as the command line's
+    assert _flag_spelling("batch_size: ... on all training rows; leave batch_size None, got 256", flags).endswith(
+        "leave --batch-size out, got 256")
+    assert _flag_spelling("margin: 'auto' does not ...; give a numeric margin with sample_weight", flags).endswith(
+        "give a numeric --margin with --weights")
+    continuous = _flag_spelling("sensitive: ['age'] is continuous and has no groups; use Covariance for a continuous "
+                                "attribute (or bin it into a categorical one)", flags)
+    assert continuous.startswith("--constraint: ['age'] is continuous") and "covariance:COLUMN<=0.05" in continuous
+    assert "pandas" not in _flag_spelling("... (read the file with pandas.read_csv(..., skipinitialspace=True), or "
+                                          "strip them)", flags)
     assert main(["datasets"]) == 0
     assert "--data-dir" in capsys.readouterr().out
 
