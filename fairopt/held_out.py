@@ -187,6 +187,10 @@ def constraint_margins(options: HeldOutOptions, data: FairData, constraints: lis
     on ``data`` here (the engine sets up the tightened copies)."""
     if not constraints or (not isinstance(options.margin, str) and float(options.margin) == 0.0):
         return None
+    for c in constraints:  # the originals are measured on the training rows after the fit (a relative bound too)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FairnessWarning)  # the engine's set-up of the copy reports them
+            c.setup(data)
     if options.margin != "auto":
         return [float(options.margin)] * len(constraints)
     from fairopt.certificate import DEFAULT_HELD_OUT_FRACTION, auto_margin
@@ -195,9 +199,6 @@ def constraint_margins(options: HeldOutOptions, data: FairData, constraints: lis
     fraction = options.validation_fraction or DEFAULT_HELD_OUT_FRACTION
     margins = []
     for c in constraints:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FairnessWarning)  # the engine's set-up of the copy reports them
-            c.setup(data)
         margins.append(auto_margin(data, c, float(options.confidence), float(fraction), seed=int(options.seed),
                                    for_certificate=certified, inflation=1.0 if certified else 2.0))
     return margins

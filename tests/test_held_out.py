@@ -5,6 +5,8 @@ when built."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -95,3 +97,21 @@ def test_on_fail_reactions():
         raise_or_warn_failed([_Failed()], "warn", "auto")
     with pytest.warns(FairnessWarning, match="a margin larger than 0.02"):
         raise_or_warn_failed([_Failed()], "warn", 0.02)
+
+
+@pytest.mark.parametrize("spec", ["dcov:g<=0.25x", ("gedi", "g", 0.3, {"relative": True})])
+def test_a_numeric_margin_on_a_relative_bound_fits(spec):
+    """A relative bound (a share of the training target's own measure) under a numeric margin: the fit failed
+    when measuring the original after training ("a relative bound is resolved by setup(data) first"), as only
+    margin='auto' set the originals up."""
+    from fairopt import FairRegressor
+
+    rng = np.random.default_rng(0)
+    g = rng.integers(0, 2, 400)
+    X = rng.normal(size=(400, 3))
+    y = X[:, 0] + 0.8 * g + 0.3 * rng.normal(size=400)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = FairRegressor(spec, epochs=30, margin=1e-4).fit(X, y, sensitive_features={"g": g})
+    assert reg.status_ in ("converged", "feasible_not_stationary")
+    assert reg.constraints_[0].absolute_bound is not None
