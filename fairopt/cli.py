@@ -36,10 +36,12 @@ def register(name: str, help: str, add_arguments: Callable[[argparse.ArgumentPar
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--epochs", type=int, default=300)
-    p.add_argument("--delta", type=float, default=0.8)
-    p.add_argument("--out", default="fairopt_demo.png")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=300, help="full-batch SQP epochs of each fit (default 300)")
+    p.add_argument("--delta", type=float, default=0.8,
+                   help="the disparate-impact bound DI[sex] >= delta of the constrained fit (default 0.8)")
+    p.add_argument("--out", default="fairopt_demo.png", metavar="FILE",
+                   help="the picture of both fits' training histories (default fairopt_demo.png)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and the models (default 0)")
 
 
 @register("demo", "train on the embedded UCI Adult with and without DI >= delta", _demo_arguments)
@@ -122,7 +124,8 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     source.add_argument("--dataset", metavar="NAME", help="a built-in data set name (fairopt datasets)")
     source.add_argument("--data-dir", dest="data_dir", metavar="DIR",
                         help="directory with the built-in data set files (--dataset)")
-    source.add_argument("--subsample", type=int, metavar="N", help="use a seeded subsample of this many rows")
+    source.add_argument("--subsample", type=int, metavar="N",
+                        help="use a subsample of this many rows, drawn with --seed")
     own = p.add_argument_group("columns", "of the --data file")
     own.add_argument("--target", metavar="COL",
                      help="the target column (two labels, or numbers for --task regression)")
@@ -162,8 +165,8 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     held.add_argument("--margin", metavar="M", help="tighten every training bound by M (in the units of its rows), "
                                                    "or 'auto': by what a new sample's spread needs")
     held.add_argument("--validation-fraction", dest="validation_fraction", type=float, metavar="F",
-                      help="hold out this share of the training rows for certificates (with --margin auto: the "
-                           "certified candidates)")
+                      help="hold out this share (above 0, at most 0.5) of the training rows for certificates "
+                           "(with --margin auto: the certified candidates)")
     held.add_argument("--confidence", type=float, metavar="C",
                       help="confidence of the margin and the certificates (default 0.95)")
     p.add_argument("--weight", type=float, help="penalty weight (--method penalty)")
@@ -367,7 +370,7 @@ def _train_table(options: dict, out: str, args: argparse.Namespace) -> int:
     if "data" in options:
         path = Path(options["data"])
         frame = tabular.read_table(path, **_read_options(options))
-        frame = _subsample(frame, options.get("subsample"))
+        frame = _subsample(frame, options.get("subsample"), options.get("seed", 0))
         trained = tabular.train_table(
             frame, target=_required(options, "target"), sensitive=_list(options.get("sensitive")),
             task=options.get("task", "auto"), positive=options.get("positive"),
@@ -454,14 +457,15 @@ def _hidden(hidden) -> tuple[int, ...]:
     return widths
 
 
-def _subsample(frame, subsample):
+def _subsample(frame, subsample, seed: int = 0):
+    """``subsample`` rows of ``frame`` drawn without replacement with ``--seed`` (in file order), or all rows."""
     if subsample is None or subsample >= len(frame):
         return frame
     if isinstance(subsample, bool) or not isinstance(subsample, int) or subsample < 2:
         raise ValueError(f"--subsample: expected an integer >= 2, got {subsample!r}")
     import numpy as np
 
-    rows = np.sort(np.random.default_rng(0).choice(len(frame), size=subsample, replace=False))
+    rows = np.sort(np.random.default_rng(int(seed)).choice(len(frame), size=subsample, replace=False))
     return frame.iloc[rows].reset_index(drop=True)
 
 
@@ -527,7 +531,7 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sensitive", action="append", metavar="COL",
                    help="a column whose groups to compare (repeatable; default: the model's sensitive columns)")
     p.add_argument("--n-bootstrap", dest="n_bootstrap", type=int, default=1000,
-                   help="bootstrap replicates of the confidence intervals (0: none)")
+                   help="bootstrap replicates of the confidence intervals (default 1000; 0: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     p.add_argument("--out", metavar="FILE", help="also write the report to this markdown file")
     _csv_arguments(p)

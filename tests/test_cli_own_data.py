@@ -661,3 +661,13 @@ def test_a_target_written_with_a_decimal_comma_gets_the_flag_that_reads_it(tmp_p
         assert main(["train", "--data", str(path), "--target", "score", "--sensitive", "g",
                      "--out", str(tmp_path / "run"), "--quiet", *extra]) == 2
         assert "read the file with --decimal ," in capsys.readouterr().err
+
+
+def test_subsample_draws_with_the_seed():
+    """--subsample of a --data file follows --seed (it always drew with seed 0)."""
+    from fairopt.cli import _subsample
+
+    frame = pd.DataFrame({"x": np.arange(200)})
+    first, again, other = (_subsample(frame, 50, seed) for seed in (3, 3, 4))
+    assert first.equals(again) and not first.equals(other) and len(other) == 50
+    assert _subsample(frame, 500, 1) is frame
