@@ -656,6 +656,9 @@ def main(argv: list[str] | None = None) -> int:
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     _, _, run = COMMANDS[args.command]
+    once = _OncePerMessage()
+    data_logger = logging.getLogger("fairopt.data")  # the inputs' messages, repeated by each encoding of the rows
+    data_logger.addFilter(once)
     try:
         return int(run(args) or 0)
     except BrokenPipeError:  # the reader went away (fairopt report ... | head): stop quietly
@@ -672,6 +675,24 @@ def main(argv: list[str] | None = None) -> int:
         message = _user_message(exc, _flags_of(parser, args.command), args.command)
         print(f"fairopt {args.command}: error: {message}", file=sys.stderr)
         return 2
+    finally:
+        data_logger.removeFilter(once)
+
+
+class _OncePerMessage(logging.Filter):
+    """Lets each distinct message through once: a command encodes the same rows several times (the held-out
+    evaluation, the report), and an unseen level was logged once per encoding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -671,3 +672,26 @@ def test_subsample_draws_with_the_seed():
     first, again, other = (_subsample(frame, 50, seed) for seed in (3, 3, 4))
     assert first.equals(again) and not first.equals(other) and len(other) == 50
     assert _subsample(frame, 500, 1) is frame
+
+
+def test_an_identifier_column_warning_is_in_the_report_and_each_message_shows_once(tmp_path, capsys, caplog):
+    """A numeric id column left as an input: its warning goes to report.md's warnings like the others (it was a
+    raw Python warning only), and an unseen level of the held-out rows is logged once, not once per encoding."""
+    rng = np.random.default_rng(1)
+    n = 400
+    frame = pd.DataFrame({"person": np.arange(n), "x": rng.normal(size=n), "g": rng.choice(["a", "b"], n),
+                          "job": np.where(np.arange(n) == n - 1, "rare", rng.choice(["p", "q"], n)),
+                          "y": rng.integers(0, 2, n)})
+    path = tmp_path / "rows.csv"
+    frame.to_csv(path, index=False)
+    out = tmp_path / "run"
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        assert main(["train", "--data", str(path), "--target", "y", "--sensitive", "g", "--constraint",
+                     "di:g>=0.8", "--epochs", "5", "--test-size", "0.5", "--seed", "3", "--out", str(out),
+                     "--quiet"]) == 0
+    assert not [w for w in caught if "whole number in every row" in str(w.message)]
+    report = (out / "report.md").read_text()
+    assert "'person' holds a different whole number in every row" in report
+    unseen = [r for r in caplog.records if "not seen at fit time" in r.getMessage()]
+    assert len(unseen) == 1, [r.getMessage() for r in unseen]

@@ -196,10 +196,13 @@ def train_table(
     auto = task == "auto"
     task, classes, positive_note = _task_and_classes(frame[target], task, positive)
     work, converted = _numeric_frame(frame, target, features, task, classes)
-    data = _table_data(work, target=target, sensitive=sensitive, features=features, task=task,
-                       include_sensitive=include_sensitive, categorical=categorical, sensitive_kinds=sensitive_kinds,
-                       weights=weights, keep_missing=model == "gbm", source=source)
-    train_data, test_data = _split(data, test_size, seed)
+    with warnings.catch_warnings(record=True) as caught:  # e.g. an identifier column read as an input
+        warnings.simplefilter("always")
+        data = _table_data(work, target=target, sensitive=sensitive, features=features, task=task,
+                           include_sensitive=include_sensitive, categorical=categorical,
+                           sensitive_kinds=sensitive_kinds, weights=weights, keep_missing=model == "gbm",
+                           source=source)
+        train_data, test_data = _split(data, test_size, seed)  # re-fits the preprocessing on the training part
     train_rows = frame.index if test_data is None else train_data.frame.index
     test_rows = None if test_data is None else test_data.frame.index
 
@@ -231,7 +234,8 @@ def train_table(
         "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
         "seconds": round(fit.seconds, 3),
     }
-    messages = [positive_note, *fit.messages] if positive_note else fit.messages
+    messages = _logged_once([positive_note] if positive_note else [], [w.message for w in caught])
+    messages += [text for text in fit.messages if text not in messages]
     return TrainedTable(estimator=estimator, train=train_data, test=test_data, constraints=estimator.constraints_,
                         test_constraints=fit.test_constraints, specs=list(constraints), metadata=metadata,
                         train_eval=fit.train_eval, test_eval=fit.test_eval, train_frame=frame.loc[train_rows],
@@ -415,13 +419,20 @@ def _fit(estimator: FairClassifier | FairRegressor, train_data: FairData, test_d
         train_eval = evaluate(estimator.model_, train_data, estimator.constraints_)
         test_constraints, test_eval = _held_out_evaluation(estimator.model_, test_data, estimator.constraints_)
     seconds = time.perf_counter() - started
-    messages: list[str] = []
-    for w in caught:
-        text = " ".join(str(w.message).split())
+    messages = _logged_once([], [w.message for w in caught])
+    return _Fit(train_eval, test_constraints, test_eval, messages, seconds, train_data, test_data)
+
+
+def _logged_once(messages: list[str], new: Sequence[Any]) -> list[str]:
+    """``messages`` with each of the warnings ``new`` not among them yet, on one line each, logged as it is
+    added: the run's warnings, which report.md lists and the console shows once."""
+    messages = list(messages)
+    for message in new:
+        text = " ".join(str(message).split())
         if text not in messages:
             messages.append(text)
             logger.warning("%s", text)
-    return _Fit(train_eval, test_constraints, test_eval, messages, seconds, train_data, test_data)
+    return messages
 
 
 def _held_out_evaluation(model: Any, test_data: FairData | None, fitted: list) -> tuple[list, dict | None]:
