@@ -480,6 +480,20 @@ class _FairEstimator(BaseEstimator):
         out = float64_outputs(self.model_, probes)
         return out[1:] - out[0], float(out[0])
 
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """The names of the encoded model inputs, in the order of ``coef_``'s columns, in the user's column names:
+        ``"age"`` for a numeric column, ``"workclass=Private"`` for a level of a one-hot encoded one
+        (``preprocessor_.feature_names_`` hold internal names, ``x2=Private``, when ``X`` was a DataFrame).
+        ``input_features`` is not used (the names come from the fit)."""
+        check_is_fitted(self)
+        preprocessor = self.preprocessor_
+
+        def shown(name: str) -> str:
+            column, sep, level = name.partition("=")
+            return preprocessor.shown(column) + sep + level if column in preprocessor.columns_ else name
+
+        return np.asarray([shown(str(name)) for name in preprocessor.feature_names_], dtype=object)
+
     def _outputs(self, X: Any) -> np.ndarray:
         """Model outputs (logits or predictions), float64 (n,); ValueError when they or the parameters are not finite.
         """
@@ -850,7 +864,7 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
     pos_label_ : the positive class (``pos_label``, else ``classes_[1]``).
     model_ : torch.nn.Module, the trained model (on standardised inputs).
     coef_, intercept_ : ``model="linear"`` only: the coefficients (1, n) and intercept (1,) of
-        ``decision_function`` on the encoded inputs (``preprocessor_.feature_names_``).
+        ``decision_function`` on the encoded inputs, named by :meth:`get_feature_names_out`.
     preprocessor_ : :class:`fairopt.Preprocessor` fitted on the training ``X``.
     constraints_ : list, the constraint objects set up on the training data.
     history_ : :class:`fairopt.History` of the engine's iterations.

@@ -111,7 +111,12 @@ def test_linear_models_report_coefficients():
         np.testing.assert_allclose(reg._model_inputs(X) @ reg.coef_ + reg.intercept_, reg.predict(X),
                                    rtol=1e-9, atol=1e-9)
         mlp = fairopt.FairClassifier(model="mlp", epochs=5).fit(X, y)
+        plain = fairopt.FairClassifier(epochs=3).fit(X[["age", "income"]].to_numpy(), y)
     assert not hasattr(mlp, "coef_") and not hasattr(fairopt.FairClassifier(), "coef_")
+    # coef_'s columns by the user's names (preprocessor_.feature_names_ are internal: x0, x2=a)
+    assert clf.get_feature_names_out().tolist() == ["age", "income", "job=a", "job=b"]
+    assert len(clf.get_feature_names_out()) == clf.coef_.shape[1]
+    assert plain.get_feature_names_out().tolist() == ["x0", "x1"]
 
 
 def test_predict_encoding_messages_use_the_user_column_names(caplog):
