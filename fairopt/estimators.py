@@ -874,7 +874,10 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         ``"diverged"`` or ``"stopped_by_callback"``.
     status_message_ : str, each bound beside its realised measure and the distance from stationarity.
     converged_ : bool, the engine's own test (feasible and stationary); False for a degenerate model.
-    n_iter_ : int, iterations run (Moving Targets: master iterations).
+    n_iter_ : int, the engine's iterations (history records): one step per full-batch epoch, or per
+        mini-batch, plus the end-game's polish and restarts; so not capped by ``max_iter``, which is
+        scikit-learn's name for ``epochs`` (Moving Targets: master iterations, whose number ``iterations`` in
+        ``engine_params`` sets).
     train_violations_ : dict constraint name -> exact violation on the training data;
         train_violation_ : their sum.
     reference_violations_ : dict or None, the same for the unconstrained reference
