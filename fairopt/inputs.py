@@ -157,6 +157,10 @@ def _named_columns(sensitive_features: Any) -> tuple[list[str], list[np.ndarray]
         k = array.shape[1]
         names = ["sensitive"] if k == 1 else [f"sensitive_{j}" for j in range(k)]
         return names, [array[:, j] for j in range(k)]
+    if array.ndim == 0:
+        raise ValueError(f"sensitive_features: got the single value {sensitive_features!r}, not one value per row; "
+                         "a column of X is named by a string (a DataFrame whose column names are numbers: pass the "
+                         "values, e.g. X[3], or name its columns with text)")
     raise ValueError(f"sensitive_features: expected a 1-D or 2-D array, got shape {array.shape}")
 
 
@@ -195,7 +199,7 @@ def columns_of_x(names: list[str], X: Any) -> pd.DataFrame:
                          f"got X of type {type(X).__name__}; pass the values instead")
     unknown = [s for s in names if s not in X.columns]
     if unknown:
-        shown = [str(c) for c in X.columns[:20]]
+        shown = list(X.columns[:20])  # as they are: the column 3 is not the name '3'
         hint = (f" (a list of labels, one per row, needs {X.shape[0]} values, not {len(names)})"
                 if len(names) > 1 else "")
         raise ValueError(f"sensitive_features: unknown column(s) {short_list(unknown)} of X; X has the columns {shown}"

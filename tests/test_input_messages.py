@@ -246,3 +246,15 @@ def test_missing_or_unnamed_sensitive_features_say_how_to_name_them():
     with pytest.raises(ValueError, match=r"sensitive_0, sensitive_1, \.\.\.: name them with sensitive_names="):
         fairopt.FairClassifier(("disparate_impact", "sex", 0.8)).fit(X[["a"]], (y > 0).astype(int),
                                                                      sensitive_features=S)
+
+
+def test_a_column_number_as_sensitive_features_says_how_to_pass_it():
+    """X with integer column names and sensitive_features=3: a message about the single value and how to pass
+    the column (it said 'expected a 1-D or 2-D array, got shape ()'); '3' lists the columns as they are."""
+    X, y, _ = _data()
+    numbered = pd.DataFrame(X[["age", "income"]].to_numpy(), columns=[0, 1])
+    numbered[3] = (np.arange(len(X)) % 2).astype(int)
+    with pytest.raises(ValueError, match=r"got the single value 3, not one value per row.*X\[3\]"):
+        fairopt.FairClassifier("di:3>=0.8", epochs=2).fit(numbered, y, sensitive_features=3)
+    with pytest.raises(ValueError, match=r"unknown column\(s\) \['3'\] of X; X has the columns \[0, 1, 3\]"):
+        fairopt.FairClassifier("di:3>=0.8", epochs=2).fit(numbered, y, sensitive_features="3")
