@@ -196,13 +196,10 @@ def train_table(
     auto = task == "auto"
     task, classes, positive_note = _task_and_classes(frame[target], task, positive)
     work, converted = _numeric_frame(frame, target, features, task, classes)
-    with warnings.catch_warnings(record=True) as caught:  # e.g. an identifier column read as an input
-        warnings.simplefilter("always")
-        data = _table_data(work, target=target, sensitive=sensitive, features=features, task=task,
-                           include_sensitive=include_sensitive, categorical=categorical,
-                           sensitive_kinds=sensitive_kinds, weights=weights, keep_missing=model == "gbm",
-                           source=source)
-        train_data, test_data = _split(data, test_size, seed)  # re-fits the preprocessing on the training part
+    train_data, test_data, data_warnings = _prepared(
+        work, test_size, seed, target=target, sensitive=sensitive, features=features, task=task, weights=weights,
+        include_sensitive=include_sensitive, categorical=categorical, sensitive_kinds=sensitive_kinds,
+        keep_missing=model == "gbm", source=source)
     train_rows = frame.index if test_data is None else train_data.frame.index
     test_rows = None if test_data is None else test_data.frame.index
 
@@ -234,7 +231,7 @@ def train_table(
         "n_train": len(train_data), "n_test": 0 if test_data is None else len(test_data),
         "seconds": round(fit.seconds, 3),
     }
-    messages = _logged_once([positive_note] if positive_note else [], [w.message for w in caught])
+    messages = _logged_once([positive_note] if positive_note else [], data_warnings)
     messages += [text for text in fit.messages if text not in messages]
     return TrainedTable(estimator=estimator, train=train_data, test=test_data, constraints=estimator.constraints_,
                         test_constraints=fit.test_constraints, specs=list(constraints), metadata=metadata,
@@ -242,6 +239,17 @@ def train_table(
                         test_frame=None if test_rows is None else frame.loc[test_rows], warnings=messages,
                         seconds=fit.seconds, encoding=encoding,
                         notices=[_regression_notice(frame[target])] if auto and task == "regression" else [])
+
+
+def _prepared(work: pd.DataFrame, test_size: float, seed: int, **table_options: Any
+              ) -> tuple[FairData, FairData | None, list]:
+    """The rows as :class:`FairData` (:func:`_table_data` with ``table_options``) split into the training and the
+    held-out part (:func:`_split`), with the warnings their preprocessing gave (an identifier column read as an
+    input, given by each fit of the preprocessing): the run's warnings, not raw Python ones."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train_data, test_data = _split(_table_data(work, **table_options), test_size, seed)
+    return train_data, test_data, [w.message for w in caught]
 
 
 def _split(data: FairData, test_size: float, seed: int) -> tuple[FairData, FairData | None]:
