@@ -359,3 +359,13 @@ def test_each_run_keeps_its_colour_in_every_history_panel():
     assert colour["penalty"] != colour["lagrangian"]
     (only,) = right.lines
     assert only.get_label() == "lagrangian" and only.get_color() == colour["lagrangian"]
+
+
+def test_a_decision_threshold_measures_the_bounds_on_the_same_decisions(tiny):
+    """compare(threshold=t): realised and violation are measured on the decisions out > t, as accuracy and
+    di_ratio are (they were the threshold-0 values: a bound broken at t read as met)."""
+    sqp = SQPMethod(lambda d: DisparateImpact("sex", delta=d), epochs=15)
+    table = compare([sqp], tiny, {"sqp": [0.8]}, seeds=[0], threshold=0.7)
+    for _, row in table.iterrows():
+        assert row["realised"] == pytest.approx(row["di_ratio"], abs=1e-9)
+        assert (row["violation"] > 0) == (row["realised"] < 0.8 - 1e-9)

@@ -179,14 +179,22 @@ def _bounded_measure(measures: Sequence[RealisedMeasure]) -> dict[str, Any]:
 
 def _rows_for(method: Method, value: Any, seed: int, fold: int, fitted: Fitted, parts: dict, threshold: float,
               extra_metrics: Mapping[str, Callable], fauci_combined: Any = None) -> list[dict]:
+    """The table rows of one fitted run on each part. With a decision ``threshold`` ``t`` (binary task) the
+    bounds are measured on the decisions ``out > t`` too: the constraints' rows, ``violation`` and ``realised``
+    on ``out - t`` (the constraints' own threshold is 0), as accuracy and ``di_ratio`` are."""
     rows = []
     for split, part in parts.items():
         out = fitted.outputs(part)
         model = lambda X, out=out: out  # noqa: E731 - the part's outputs, computed once
         metrics = _scalar_metrics(evaluate(model, part, constraints=fitted.constraints, threshold=threshold,
                                            fauci_combined=fauci_combined))
+        decided = out - threshold if threshold and getattr(part, "task", None) == "binary" else out
+        if decided is not out:
+            at_threshold = _scalar_metrics(evaluate(lambda X, d=decided: d, part, constraints=fitted.constraints))
+            metrics.update({key: value for key, value in at_threshold.items()
+                            if key == "violation" or key.endswith(".violation")})
         metrics.update({name: float(fn(model, part)) for name, fn in extra_metrics.items()})
-        bounded = _bounded_measure(realised_measures(out, part, fitted.measured_objects))
+        bounded = _bounded_measure(realised_measures(decided, part, fitted.measured_objects))
         metrics["near_constant"] = _near_constant(out, part)
         rows.append({"method": method.name, "hyperparameter": method.hyperparameter,
                      "value": np.nan if value is None else float(value), "seed": seed, "fold": fold,
