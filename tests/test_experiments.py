@@ -369,3 +369,17 @@ def test_a_decision_threshold_measures_the_bounds_on_the_same_decisions(tiny):
     for _, row in table.iterrows():
         assert row["realised"] == pytest.approx(row["di_ratio"], abs=1e-9)
         assert (row["violation"] > 0) == (row["realised"] < 0.8 - 1e-9)
+
+
+def test_a_sweep_refuses_a_negative_penalty_weight_and_a_text_grid_before_any_run(tiny):
+    """grid={"penalty": [1.0, -1.0]} failed after the first run trained; grid={"sqp": "0.8"} was split into
+    characters."""
+    penalty = PenaltyMethod(penalties.DemographicParitySquared("sex"), epochs=2)
+    with pytest.raises(ValueError, match=r"grid\['penalty'\]: value -1.0: .*penalty weight -1.0"):
+        compare([penalty], tiny, {"penalty": [1.0, -1.0]})
+    inverse = PenaltyMethod(penalties.DemographicParitySquared("sex"), epochs=2, weight_of=lambda lam: -lam)
+    with pytest.raises(ValueError, match="penalty weight"):
+        compare([inverse], tiny, {"penalty": [1.0]})
+    sqp = SQPMethod(lambda d: DisparateImpact("sex", delta=d), epochs=2)
+    with pytest.raises(ValueError, match=r"grid\['sqp'\]: expected a list of numbers, got the text '0.8'"):
+        compare([sqp], tiny, {"sqp": "0.8"})

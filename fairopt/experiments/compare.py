@@ -126,6 +126,8 @@ def _grid_values(grid: Mapping[str, Sequence[float]] | None, methods: list[Metho
         if vals is None:
             values[m.name] = [None]
             continue
+        if isinstance(vals, str):
+            raise ValueError(f"grid[{m.name!r}]: expected a list of numbers, got the text {vals!r}")
         vals = list(vals) if not isinstance(vals, (int, float)) else [vals]
         for v in vals:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):

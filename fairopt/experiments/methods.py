@@ -9,6 +9,7 @@ A :class:`Method` has a ``name``, the ``hyperparameter`` it is swept over (a bou
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
@@ -313,6 +314,14 @@ class PenaltyMethod(_EngineMethod):
         if value is None:
             return 0.0
         return float(self.weight_of(value)) if self.weight_of is not None else float(value)
+
+    def check_value(self, value: float | None) -> None:
+        """The penalty weight of ``value`` is a finite number >= 0 (``weight_of`` applied): a negative one fails
+        before any run of a sweep trains, not after the runs before it."""
+        weight = self.weight_for(value)
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"{self.name}: the value {value!r} gives the penalty weight {weight!r}; a weight is a "
+                             "finite number >= 0")
 
     def _engine(self, value: float | None, seed: int, task: str | None = None) -> Any:
         weight = {} if self.engine == "sqp" else {"weight": self.weight_for(value)}
