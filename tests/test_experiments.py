@@ -383,3 +383,12 @@ def test_a_sweep_refuses_a_negative_penalty_weight_and_a_text_grid_before_any_ru
     sqp = SQPMethod(lambda d: DisparateImpact("sex", delta=d), epochs=2)
     with pytest.raises(ValueError, match=r"grid\['sqp'\]: expected a list of numbers, got the text '0.8'"):
         compare([sqp], tiny, {"sqp": "0.8"})
+
+
+def test_methods_refuse_a_constraint_for_a_builder_and_a_builder_for_a_penalty():
+    """A constraint object passed to SQPMethod (callable too) and a builder passed to PenaltyMethod were
+    accepted and failed in compare with raw TypeErrors."""
+    with pytest.raises(ValueError, match="builds its constraints from the swept value"):
+        SQPMethod(DisparateImpact("sex", delta=0.8))
+    with pytest.raises(ValueError, match="PenaltyMethod takes the penalty terms themselves"):
+        PenaltyMethod(lambda w: penalties.DemographicParitySquared("sex"))

@@ -9,6 +9,7 @@ A :class:`Method` has a ``name``, the ``hyperparameter`` it is swept over (a bou
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -196,6 +197,19 @@ class _EngineMethod:
         return f"{type(self).__name__}(name={self.name!r}, hyperparameter={self.hyperparameter!r})"
 
 
+def _takes_one_argument(fn: Any) -> bool:
+    """Whether ``fn`` is a plain function of one argument, as a builder ``value -> constraint`` is (a penalty term
+    is ``psi(out, data)``)."""
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+        return False
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 1 and not any(p.kind == p.VAR_POSITIONAL for p in parameters)
+
+
 class _ConstrainedMethod(_EngineMethod):
     """Adapter for engines that take ``constraints=`` built from the swept value."""
 
@@ -208,6 +222,10 @@ class _ConstrainedMethod(_EngineMethod):
                  **engine_options: Any) -> None:
         if constraint is not None and not callable(constraint):
             raise ValueError(f"constraint: expected a callable value -> constraint(s), got {constraint!r}")
+        if looks_like_constraint(constraint):  # a constraint is callable too (its rows), but no builder
+            raise ValueError(f"constraint: got the constraint {constraint!r}; this method builds its constraints "
+                             "from the swept value, so pass a builder such as lambda delta: "
+                             "DisparateImpact('sex', delta=delta) (lambda _: the constraint, for a fixed one)")
         self.constraint = constraint
         super().__init__(model=model, name=name, hyperparameter=hyperparameter, loss=loss,
                          engine_options=engine_options)
@@ -300,6 +318,11 @@ class PenaltyMethod(_EngineMethod):
         self.penalties = _as_list(penalties)
         if not self.penalties:
             raise ValueError("penalties: expected at least one penalty or constraint")
+        builders = [p for p in self.penalties if _takes_one_argument(p)]  # a penalty is psi(out, data)
+        if builders:
+            raise ValueError(f"penalties: got the function {builders[0]!r}; PenaltyMethod takes the penalty terms "
+                             "themselves (fairopt.penalties objects or constraints), fixed for the sweep, whose "
+                             "swept value is the penalty weight (weight_of maps it)")
         if weight_of is not None and not callable(weight_of):
             raise ValueError(f"weight_of: expected a callable value -> weight, got {weight_of!r}")
         if engine not in ("penalty", "sqp"):
