@@ -148,13 +148,17 @@ def check_seed(seed: Any, *, allow_none: bool = True, allow_negative: bool = Tru
 
 # ----------------------------------------------------------------------------- arrays
 def check_seeds(seeds: Any, name: str = "seeds") -> tuple[int, ...]:
-    """Return a non-empty iterable of random seeds as a tuple of ``int``."""
+    """Return a non-empty iterable of distinct random seeds as a tuple of ``int`` (a repeated seed repeats a run,
+    whose rows a mean over seeds would count twice)."""
     try:
         values = list(seeds)
     except TypeError:
         values = []
     if not values or not all(_is_integer(v) for v in values):
         raise ValueError(f"{name}: expected a non-empty sequence of integers, got {seeds!r}")
+    repeated = sorted({int(v) for v in values if [int(w) for w in values].count(int(v)) > 1})
+    if repeated:
+        raise ValueError(f"{name}: the seed(s) {repeated} repeat; each seed is one run, so give each once")
     return tuple(int(v) for v in values)
 
 

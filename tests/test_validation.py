@@ -309,3 +309,5 @@ def test_check_seeds():
     for bad in ([], [True], [1.5], "ab", 3, None):
         with pytest.raises(ValueError, match="seeds: expected a non-empty sequence of integers"):
             check_seeds(bad)
+    with pytest.raises(ValueError, match=r"seeds: the seed\(s\) \[0\] repeat"):  # its rows would count twice
+        check_seeds([0, 1, 2, 0, 3])
