@@ -63,7 +63,8 @@ def plain_values(info: dict) -> dict:
 
 
 #: The default panels of :meth:`History.plot`, by engine: the first group with a recorded key is drawn.
-DEFAULT_PLOT_KEYS: tuple[tuple[str, ...], ...] = (("f", "V", "V_exact"), ("score", "V_targets", "V_predictions"))
+DEFAULT_PLOT_KEYS: tuple[tuple[str, ...], ...] = (("f", "V", "V_exact", "P"),
+                                                   ("score", "V_targets", "V_predictions"))
 
 
 class History:
@@ -208,6 +209,7 @@ class History:
 
 #: Panel titles of :meth:`History.plot` for the common keys (others are titled by their key).
 _PANEL_TITLES = {"f": "objective (loss)", "V": "violation (surrogate)", "V_exact": "violation (exact)",
+                 "P": "penalty (weighted sum of the terms)",
                  "alpha": "step size", "beta": "learning rate", "tau": "merit parameter", "score": "learner score",
                  "V_targets": "violation of the targets", "V_predictions": "violation of the predictions"}
 

@@ -392,3 +392,13 @@ def test_methods_refuse_a_constraint_for_a_builder_and_a_builder_for_a_penalty()
         SQPMethod(DisparateImpact("sex", delta=0.8))
     with pytest.raises(ValueError, match="PenaltyMethod takes the penalty terms themselves"):
         PenaltyMethod(lambda w: penalties.DemographicParitySquared("sex"))
+
+
+def test_a_penalty_history_plots_its_penalty_beside_the_loss(results):
+    """History.plot() of a penalty fit drew the loss alone; its counterpart of the violation is the penalty P."""
+    from matplotlib.figure import Figure
+
+    _, histories = results
+    penalty = next(h for key, h in histories.items() if key[0] == "penalty" and key[1] > 0)
+    axes = penalty.plot(ax=Figure().subplots(1, 2))
+    assert [ax.get_title() for ax in axes] == ["objective (loss)", "penalty (weighted sum of the terms)"]
