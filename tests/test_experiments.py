@@ -402,3 +402,18 @@ def test_a_penalty_history_plots_its_penalty_beside_the_loss(results):
     penalty = next(h for key, h in histories.items() if key[0] == "penalty" and key[1] > 0)
     axes = penalty.plot(ax=Figure().subplots(1, 2))
     assert [ax.get_title() for ax in axes] == ["objective (loss)", "penalty (weighted sum of the terms)"]
+
+
+def test_a_bound_on_each_group_against_the_rest_has_its_pairwise_measure_beside_it():
+    """A DI bound on race (three groups, each against the rest): the table's realised_pairwise is the smallest
+    over the largest group rate, di_ratio[race]; a binary attribute's constraint has none (NaN)."""
+    rng = np.random.default_rng(5)
+    n = 600
+    race = rng.choice(["a", "b", "c"], n, p=[0.6, 0.3, 0.1])
+    X = np.column_stack([rng.normal(size=n) + (race == "a") * 0.8, rng.normal(size=n)])
+    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(float)
+    data = FairData.from_arrays(X, y, {"race": race, "sex": rng.integers(0, 2, n)})
+    table = compare([SQPMethod(lambda d: DisparateImpact("race", delta=d), epochs=20)], data, {"sqp": [0.8]})
+    np.testing.assert_allclose(table["realised_pairwise"], table["di_ratio[race]"], atol=1e-9)
+    binary = compare([SQPMethod(lambda d: DisparateImpact("sex", delta=d), epochs=5)], data, {"sqp": [0.8]})
+    assert binary["realised_pairwise"].isna().all()

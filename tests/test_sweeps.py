@@ -173,11 +173,12 @@ def test_validation(adult, tmp_path):
         compare(method, adult, results_path=foreign)
 
 
-def test_a_repeated_seed_is_trained_once_and_reported_twice(adult, tmp_path):
+def test_a_repeated_seed_is_refused_before_any_run(adult, tmp_path):
+    """A repeated seed was trained once and reported twice, so a mean over seeds counted it double."""
     counter = _CountingMethod(tmp_path / "fits.log")
-    table = compare(counter, adult, {"sqp": [0.8]}, seeds=[0, 0], results_path=tmp_path / "sweep.csv")
-    assert len(counter.fits()) == 1 and len(table) == 4
-    pd.testing.assert_frame_equal(table.iloc[:2].reset_index(drop=True), table.iloc[2:].reset_index(drop=True))
+    with pytest.raises(ValueError, match=r"seeds: the seed\(s\) \[0\] repeat"):
+        compare(counter, adult, {"sqp": [0.8]}, seeds=[0, 0], results_path=tmp_path / "sweep.csv")
+    assert len(counter.fits()) == 0
 
 
 def test_a_non_numeric_metric_cell_refuses_to_resume(adult, tmp_path):

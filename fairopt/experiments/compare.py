@@ -17,7 +17,9 @@ task's performance, the exact fairness measures of :func:`fairopt.evaluate` (FaU
 binary task), ``degenerate``, ``near_constant`` (binary: :func:`solvers.outcome.near_constant` on the
 part's rows, 1.0 or 0.0; such a point meets a rate bound by predicting one class), the ``extra_metrics``,
 the run's own bounded measure (``measure``, ``sense``, ``realised``: :func:`fairopt.evaluation.realised_measures` of its
-constraints or penalties, the one closest to failing when several), ``violation`` (of the
+constraints or penalties, the one closest to failing when several; ``realised_pairwise``: where such a constraint
+compares each group of an attribute of more than two groups with the rest of the rows, the same measure over every
+pair of groups, which ``di_ratio[f]`` and the four-fifths rule read, else NaN), ``violation`` (of the
 method's own constraints), ``time`` (training seconds; the first fit of a process also pays one-off start-up,
 loading torch's kernels and the engine's modules, up to a few seconds: compare times of later runs, or run the
 first configuration twice) and ``status``.
@@ -51,7 +53,7 @@ ID_COLUMNS = ("method", "hyperparameter", "value", "seed", "fold", "split")
 #: Text columns of the table (read back as text from a results CSV).
 TEXT_COLUMNS = ("method", "hyperparameter", "split", "measure", "sense", "status")
 #: The columns of a run's bounded measure (:func:`_bounded_measure`), before ``violation``.
-MEASURE_COLUMNS = ("measure", "sense", "realised")
+MEASURE_COLUMNS = ("measure", "sense", "realised", "realised_pairwise")
 #: Performance columns per task.
 PERFORMANCE_COLUMNS = {"binary": ("accuracy", "rps"), "regression": ("r2", "mse"), "poisson": ("deviance", "rps")}
 
@@ -179,6 +181,21 @@ def _bounded_measure(measures: Sequence[RealisedMeasure]) -> dict[str, Any]:
     return {"measure": " & ".join(m.measure for m in measures), "sense": sense, "realised": float(realised)}
 
 
+def _pairwise(out: Any, part: Any, measured: Sequence[Any], sense: str | None) -> float:
+    """The measure over every pair of groups of the run's constraints that compare each group with the rest
+    (:meth:`~fairopt.constraints.rates.GroupRateConstraint.pairwise_realised`), the one closest to failing; NaN
+    where none does (their ``realised`` is the pairwise measure already)."""
+    values = []
+    for c in measured:
+        pairwise = getattr(c, "pairwise_realised", None)
+        value = pairwise(out, part) if callable(pairwise) else None
+        if value is not None and math.isfinite(value):
+            values.append(value)
+    if not values or sense not in ("lower", "upper"):
+        return float("nan")
+    return float(min(values) if sense == "lower" else max(values))
+
+
 def _rows_for(method: Method, value: Any, seed: int, fold: int, fitted: Fitted, parts: dict, threshold: float,
               extra_metrics: Mapping[str, Callable], fauci_combined: Any = None) -> list[dict]:
     """The table rows of one fitted run on each part. With a decision ``threshold`` ``t`` (binary task) the
@@ -197,6 +214,7 @@ def _rows_for(method: Method, value: Any, seed: int, fold: int, fitted: Fitted, 
                             if key == "violation" or key.endswith(".violation")})
         metrics.update({name: float(fn(model, part)) for name, fn in extra_metrics.items()})
         bounded = _bounded_measure(realised_measures(decided, part, fitted.measured_objects))
+        bounded["realised_pairwise"] = _pairwise(decided, part, fitted.measured_objects, bounded["sense"])
         metrics["near_constant"] = _near_constant(out, part)
         rows.append({"method": method.name, "hyperparameter": method.hyperparameter,
                      "value": np.nan if value is None else float(value), "seed": seed, "fold": fold,
