@@ -397,12 +397,17 @@ class _FairEstimator(BaseEstimator):
             out = model(data.X).reshape(-1)
         bounds = bound_statuses(out, data, constraints, self.violation_tol)
         constant = self._constant_reason(out, data.task)
-        self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_,
-                                                        met_tolerances(constraints, self.violation_tol), bounds,
+        tolerances = met_tolerances(constraints, self.violation_tol)
+        self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_, tolerances, bounds,
                                                         constant=constant,
                                                         near_constant=near_constant_reason(out, data))
         self._warn_pairwise(bounds, constraints)
         self.status_message_ += _left_out_groups(data, constraints)
+        short = [b.label for b in bounds if not b.met and b.name in tolerances
+                 and self.train_violations_.get(b.name, 0.0) <= tolerances[b.name]]
+        if short and self.status_ == "infeasible":  # rows within the tolerance, so no unmet-rows warning
+            warn_at_caller(f"{', '.join(short)}: not met on the training rows: {self.status_message_}",
+                           FairnessWarning)
         trivial = [b.label for b in bounds if b.undefined]
         if trivial and constant is None:  # a constant model has its DegenerateModelWarning already
             warn_at_caller(f"{', '.join(trivial)}: met only trivially on the training rows: no compared group has a "

@@ -11,8 +11,9 @@ rows entering a metric gets NaN intervals (and so do that metric's disparities):
 claim a precision they do not have. A group whose rows all share the outcome of a 0/1 metric (0 of 25
 selected) leaves the bootstrap no spread, and its percentile interval would be ``[0, 0]``: such a group
 gets the exact (Clopper-Pearson) interval of ``k = 0`` or ``k = n`` in ``n`` rows (with row weights,
-``n`` is Kish's effective size ``(sum w)^2 / sum w^2``) and the metric's disparities NaN intervals. The difference is non-negative by construction, so its
-interval rarely reaches 0: read a lower end near 0 as "no detectable difference".
+``n`` is Kish's effective size ``(sum w)^2 / sum w^2``) and the metric's disparities NaN intervals. The
+difference is non-negative by construction, so its interval rarely reaches 0: read a lower end near 0 as "no
+detectable difference".
 """
 
 from __future__ import annotations
@@ -266,9 +267,10 @@ def _intervals(stat: RowStatistic, groups: Groups, replicates: dict | None, conf
 
 def _exact_where_no_spread(stat: RowStatistic, groups: Groups, reliable: np.ndarray, confidence: float,
                            weights: np.ndarray | None, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """Per group, whether a 0/1 statistic (``stat.indicator``) is 0 (or 1) on every one of its rows; for those groups ``low`` and
-    ``high`` are set in place to the Clopper-Pearson interval of 0 (or ``n``) events in ``n`` rows, ``n``
-    the rows entering the statistic or, with ``weights``, Kish's effective size ``(sum w)^2 / sum w^2``."""
+    """Per group, whether a 0/1 statistic (``stat.indicator``) is 0 (or 1) on every one of its rows; for those
+    groups ``low`` and ``high`` are set in place to the Clopper-Pearson interval of 0 (or ``n``) events in ``n``
+    rows, ``n`` the rows entering the statistic or, with ``weights``, Kish's effective size
+    ``(sum w)^2 / sum w^2``."""
     rows = slice(None) if stat.rows is None else stat.rows
     values, codes = stat.values[rows], groups.codes[rows]
     n_groups = len(groups.labels)
