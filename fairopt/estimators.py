@@ -406,8 +406,7 @@ class _FairEstimator(BaseEstimator):
         short = [b.label for b in bounds if not b.met and b.name in tolerances
                  and self.train_violations_.get(b.name, 0.0) <= tolerances[b.name]]
         if short and self.status_ == "infeasible":  # rows within the tolerance, so no unmet-rows warning
-            warn_at_caller(f"{', '.join(short)}: not met on the training rows: {self.status_message_}",
-                           FairnessWarning)
+            warn_at_caller(f"{', '.join(short)}: {self.status_message_}", FairnessWarning)
         trivial = [b.label for b in bounds if b.undefined]
         if trivial and constant is None:  # a constant model has its DegenerateModelWarning already
             warn_at_caller(f"{', '.join(trivial)}: met only trivially on the training rows: no compared group has a "

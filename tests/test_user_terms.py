@@ -394,3 +394,31 @@ def test_a_bound_each_group_against_the_rest_that_misses_pairwise_is_warned():
         warnings.simplefilter("always")
         fairopt.FairClassifier("di[pairwise]:g>=0.8", epochs=150).fit(X, y, sensitive_features=S)
     assert not [w for w in caught if "over every pair of groups it is" in str(w.message)]
+
+
+def test_an_estimator_whose_ratio_is_short_with_rows_within_the_tolerance_is_infeasible_and_warns():
+    """The fitted attributes of a model selecting 250 of 5,000 men and 196 of 5,000 women under DI >= 0.8: its
+    row (8e-4) is within the rate tolerance, its ratio 0.784 is not; status_ 'infeasible' with a FairnessWarning
+    (no unmet-rows warning comes, as no row exceeds the tolerance)."""
+    from torch import nn
+
+    from fairopt import FairData
+    from fairopt.exceptions import FairnessWarning as Warned
+
+    n = 5000
+    chosen = np.zeros(2 * n)
+    chosen[:250], chosen[n:n + 196] = 1, 1
+    data = FairData.from_arrays(np.where(chosen == 1, 5.0, -5.0).reshape(-1, 1), chosen,
+                                {"sex": np.repeat([0, 1], n)})
+    model = nn.Linear(1, 1)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+        model.bias.fill_(0.0)
+    di = DisparateImpact("sex", delta=0.8)
+    di.setup(data)
+    clf = fairopt.FairClassifier("di:sex>=0.8")
+    clf.classes_, clf.pos_label_ = np.array([0.0, 1.0]), 1.0
+    with pytest.warns(Warned, match=r"DI\[sex\]: Not met on the training rows: DI\[sex\] 0.784"):
+        clf._set_fitted(data, [di], FitResult(model=model, history=History(row_names=[]), status="converged",
+                                              converged=True, info={}))
+    assert clf.status_ == "infeasible" and clf.train_violations_[di.name] < 1e-3
