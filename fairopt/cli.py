@@ -188,7 +188,7 @@ _DATASET_ONLY = ("data_dir", "options")
 #: Options of the estimators' training that the engine runner (:func:`fairopt.experiments.run_train`: the
 #: ``--penalty`` terms of :mod:`fairopt.penalties`, a Poisson data set) does not take.
 _ESTIMATORS_ONLY = ("alpha", "iterations", "margin", "validation_fraction", "confidence")
-_NOT_OPTIONS = ("config", "command", "verbose", "quiet", "argv")
+_NOT_OPTIONS = ("config", "command", "verbose", "verbose_after", "quiet", "argv")
 #: Keys of ``train --data`` (flags or ``--config`` TOML keys).
 _TABLE_KEYS = frozenset({"data", "dataset", "data_dir", "options", "subsample", "target", "positive", "sensitive",
                          "include_sensitive", "ignore", "weights", "task", "constraint", "penalty", "method", "model", "hidden",
@@ -562,8 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (help_text, add_arguments, _) in COMMANDS.items():
         parser.command_parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(parser.command_parsers[name])
-        # after the command too (fairopt predict ... -v), as the guides write it; unset unless given there
-        parser.command_parsers[name].add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+        # after the command too (fairopt predict ... -v), as the guides write it; counted apart and added to the
+        # count before the command (fairopt -v train -v is -vv)
+        parser.command_parsers[name].add_argument("-v", "--verbose", action="count", dest="verbose_after", default=0,
                                                   help="more logging (-v info, -vv debug)")
     return parser
 
@@ -653,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = argv
+    args.verbose += getattr(args, "verbose_after", 0)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     _, _, run = COMMANDS[args.command]

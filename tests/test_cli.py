@@ -280,3 +280,14 @@ def test_a_bench_configuration_naming_an_unknown_attribute_names_its_key(tmp_pat
     err = capsys.readouterr().err
     assert "fairopt bench: error: constraint: names an unknown sensitive feature 'gender'" in err
     assert "--constraint" not in err and "--sensitive" not in err
+
+
+def test_verbosity_counts_before_and_after_the_command_add_up():
+    """fairopt -vv train -v read 1 (the command's count replaced the one before it)."""
+    from fairopt.cli import build_parser
+
+    parser = build_parser()
+    for argv, expected in ((["-vv", "datasets", "-v"], 3), (["datasets", "-v"], 1), (["-v", "datasets"], 1),
+                           (["datasets"], 0)):
+        args = parser.parse_args(argv)
+        assert args.verbose + args.verbose_after == expected
