@@ -92,7 +92,10 @@ def _bench(args: argparse.Namespace) -> int | None:
         for name in sorted(BUILTIN):
             print(f"{name}: {BUILTIN[name]['description']}")
         print(f"({_PAPERS_HINT})")
-        return 0 if args.list else 2
+        if args.list:
+            return 0
+        print("fairopt bench: error: name a configuration above or a TOML file (fairopt bench NAME)", file=sys.stderr)
+        return 2
     if args.config not in BUILTIN and not Path(args.config).is_file():
         raise ValueError(f"config: {args.config!r} is neither a built-in configuration (fairopt bench --list) "
                          f"nor a TOML file; {_PAPERS_HINT}")

@@ -233,6 +233,8 @@ lr = 0.05
 def test_bench_builtin_with_overrides(tmp_path, capsys):
     assert main(["bench", "--list"]) == 0
     assert "demo-adult" in capsys.readouterr().out
+    assert main(["bench"]) == 2  # no configuration: the list and an error line
+    assert "fairopt bench: error: name a configuration" in capsys.readouterr().err
     out = tmp_path / "demo"
     assert main(["bench", "demo-adult", "--epochs", "2", "--subsample", "1000", "--out", str(out)]) == 0
     table = pd.read_csv(out / "results.csv")
