@@ -684,3 +684,29 @@ def test_the_rows_counted_per_group_are_the_side_memberships(make):
         c.setup(data)
     sides, _ = _comparisons(c._partitions, pairwise=c.groups == "pairwise")
     assert c._side_rows(data, sides) == [int(k) for k in c._side_membership(data).sum(dim=1).tolist()]
+
+
+def test_exact_rows_are_summed_in_float64_so_a_small_violation_at_scale_is_not_lost():
+    """200,000 rows, float32 outputs, DI just below 0.95 (row +2.2e-5): the float32 sum of the 0/1 predictions
+    read the row as -3e-5 (met); the exact rows and the partial sums are float64 now, as predict's counts."""
+    from fairopt import FairData
+    from fairopt.constraints import DisparateImpact
+
+    rng = np.random.default_rng(0)
+    n = 200_000
+    sex = (rng.random(n) < 0.4).astype(int)
+    data = FairData.from_arrays(np.zeros((n, 1)), (rng.random(n) < 0.5).astype(int), {"sex": sex})
+    s = data.sensitive["sex"].numpy()
+    n0, n1 = int((s == 0).sum()), int((s == 1).sum())
+    k0 = n0 // 2
+    k1 = int(np.floor(0.95 * k0 / n0 * n1)) - 1
+    out = np.full(n, -1.0)
+    out[np.flatnonzero(s == 0)[:k0]], out[np.flatnonzero(s == 1)[:k1]] = 1.0, 1.0
+    true_row = 0.95 * k0 / n0 - k1 / n1
+    c = DisparateImpact("sex", delta=0.95)
+    c.setup(data)
+    rows = c.exact(torch.tensor(out, dtype=torch.float32), data)
+    assert rows.dtype == torch.float64 and 0 < true_row < 1e-4
+    assert rows.max().item() == pytest.approx(true_row, rel=1e-9)
+    sums, counts = c.partial_sums(torch.tensor(out, dtype=torch.float32), data, exact=True)
+    assert sums.dtype == torch.float64 and c.from_sums(sums, counts).max().item() == pytest.approx(true_row, rel=1e-9)

@@ -43,7 +43,8 @@ from typing import Any
 import torch
 
 from fairopt._validation import check_binary, check_interval
-from fairopt.constraints.rows import FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, positive_counts
+from fairopt.constraints.rows import (FLOAT64, GROUPINGS, LinearRowsConstraint, Partition, check_out, exact_dtype,
+                                     positive_counts)
 from fairopt.exceptions import SmallGroupWarning, warn_at_caller
 from fairopt.surrogates import Sigmoid, Surrogate
 from solvers.contract import check_spread
@@ -334,6 +335,8 @@ class GroupRateConstraint(LinearRowsConstraint):
         ``sums`` is differentiable in ``out`` otherwise, ``counts`` never.
         """
         out = check_out(out, batch)
+        if exact:  # summed in float64, as the exact rows are (LinearRowsConstraint.exact)
+            out = out.detach().to(exact_dtype(out))
         W, _ = self._operator(batch, out.dtype, out.device)
         membership = (W != 0).to(out.dtype)
         weights = row_weights(batch, out)
