@@ -103,3 +103,46 @@ def test_value_and_gradient_equal_autograd(name, weights, dtype):
     assert float(f) == float(f_ref)  # the same function call
     tol = 1e-6 if dtype == torch.float32 else 1e-14
     torch.testing.assert_close(df, df_ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["bce", "mse", "poisson"])
+def test_the_best_constant_of_a_named_loss_reads_views_of_the_targets_with_the_same_value(name):
+    """best_constant_output of a named loss walks views of the targets (a memory-mapped data set's inputs stay on
+    disk); its answer equals that of a loss it cannot name, which walks the chunks of all rows."""
+    import numpy as np
+
+    from fairopt import FairData
+    from solvers.losses import best_constant_output, get_loss, target_blocks
+
+    rng = np.random.default_rng(0)
+    n = 1000
+    y = (rng.random(n) < 0.3).astype(float) if name == "bce" else (rng.poisson(0.4, n).astype(float)
+                                                                    if name == "poisson" else rng.normal(3.0, 2.0, n))
+    data = FairData.from_arrays(rng.normal(size=(n, 3)), y, {"s": rng.integers(0, 2, n)},
+                                task="binary" if name == "bce" else ("poisson" if name == "poisson" else "regression"),
+                                sample_weight=rng.uniform(0.5, 2.0, n),
+                                **({"exposure": rng.uniform(0.2, 1.0, n)} if name == "poisson" else {}))
+    named = best_constant_output(name, data, chunk_rows=300)
+    plain = get_loss(name)
+    unnamed = best_constant_output(lambda out, batch: plain(out, batch), data, chunk_rows=300)
+    assert named == pytest.approx(unnamed, rel=1e-12, abs=1e-12)
+    blocks = target_blocks(data, 300)
+    assert [len(b) for b in blocks] == [300, 300, 300, 100]
+    assert blocks[1].y.data_ptr() == torch.as_tensor(data.y).reshape(-1)[300:].data_ptr()  # a view, not a copy
+
+
+def test_the_input_check_counts_bad_rows_chunk_by_chunk(monkeypatch):
+    """check_dataset tests X in chunks of rows (a memory-mapped X is not flagged entry by entry at once): the
+    rows with a NaN or an inf are counted across the chunks."""
+    import solvers.problem as problem
+
+    monkeypatch.setattr(problem, "CHECK_CHUNK_ROWS", 3)
+    X = torch.zeros(10, 2)
+    X[1, 0] = X[4, 1] = X[4, 0] = X[9, 1] = float("nan")
+    data = type("Rows", (), {"X": X, "y": torch.zeros(10), "subset": lambda self, i: self, "__len__": lambda self: 10})()
+    with pytest.raises(ValueError, match=r"data.X: 3 row\(s\) hold missing input values"):
+        problem.check_dataset(data)
+    X[1, 0] = X[4, 1] = X[4, 0] = X[9, 1] = 0.0
+    X[8, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"data.X: 1 row\(s\) hold infinite input values"):
+        problem.check_dataset(data)
