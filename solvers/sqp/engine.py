@@ -831,11 +831,17 @@ class StochasticSQP:
     def _linear_curvature(self, problem: FitProblem, named_loss: bool) -> Any:
         """The recognised model (:func:`solvers.curvature.curvature_model`) behind the Gauss-Newton
         metric of ``hessian="auto"``: a linear model (one ``nn.Linear`` layer) with a named loss in a
-        single-process fit; None otherwise (a network gets the gradient metric, ``hessian``)."""
-        if not named_loss or isinstance(self._resolved.oracle, AllReduceDerivatives):
+        single-process fit; None otherwise (a network gets the gradient metric, ``hessian``; a data-parallel
+        fit too, logged: its iterates then differ from one process's on all rows)."""
+        if not named_loss:
             return None
         recognised = curvature_model(problem.model, problem.params)
-        return recognised if recognised is not None and len(recognised.network.layers) == 1 else None
+        linear = recognised if recognised is not None and len(recognised.network.layers) == 1 else None
+        if linear is not None and isinstance(self._resolved.oracle, AllReduceDerivatives):
+            logger.info("hessian='auto': the gradient ('adam') metric in this data-parallel fit, where one process "
+                        "on all rows takes 'gauss-newton'; pass hessian='adam' to both for the same iterates")
+            return None
+        return linear
 
     def _measure_spreads(self, problem: FitProblem) -> tuple[float | None, float | None]:
         """``(metric_spread_, start_spread_)`` at the starting parameters
