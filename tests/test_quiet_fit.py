@@ -99,3 +99,28 @@ assert banner and "Running HiGHS" in banner[0], [r.getMessage() for r in records
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == "" and done.stderr == ""
+
+
+def test_verbose_epoch_lines_give_the_epoch_mean_and_a_polish_line(caplog):
+    """verbose=1 with mini-batches: each epoch line gives its steps' mean objective (the last step's was one noisy
+    batch's) and the last exact violation measured on all rows; the closing polish gets a line of its own."""
+    import logging
+
+    import numpy as np
+
+    import fairopt
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 3))
+    s = rng.integers(0, 2, 2000)
+    y = (X[:, 0] + s > 0.5).astype(int)
+    with caplog.at_level(logging.INFO, logger="solvers.sqp"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = fairopt.FairClassifier("di:s>=0.8", epochs=2, batch_size=256, verbose=1).fit(
+            X, y, sensitive_features={"s": s})
+    lines = [r.getMessage() for r in caplog.records if r.name == "solvers.sqp"]
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    history = clf.history_.to_pandas()
+    first = history[history["epoch"] == 0]["f"]
+    assert len(epochs) == 2 and f"mean f={first.mean():.5f} over {len(first)} steps" in epochs[0]
+    assert any(line.startswith("polish: ") and "iterations on all rows" in line for line in lines)

@@ -164,6 +164,17 @@ def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool =
 logger = logging.getLogger("solvers.sqp")  # one logger for the whole engine package
 
 
+def _log_epoch(epoch: int, records: list, state: SQPState) -> None:
+    """One log line per epoch: the mean objective of its steps (one step's is a batch's, noisy with
+    mini-batches), the last step's surrogate violation and the last exact violation measured on all rows in
+    the epoch (none where no step measured it)."""
+    f = [r["f"] for r in records if isinstance(r.get("f"), float) and math.isfinite(r["f"])]
+    exact = [r["V_exact"] for r in records if isinstance(r.get("V_exact"), float) and math.isfinite(r["V_exact"])]
+    logger.info("epoch %d: mean f=%.5f over %d steps, V=%.3e (last step), V_exact=%s, tau=%.3e beta=%.2e", epoch,
+                sum(f) / len(f) if f else float("nan"), len(records), records[-1]["V"] if records else float("nan"),
+                f"{exact[-1]:.3e}" if exact else "not measured", state.tau, state.beta)
+
+
 @dataclass
 class _Run:
     """The loop context of one :meth:`StochasticSQP.fit`: the problem and state, the returned
@@ -368,6 +379,7 @@ class StochasticSQP:
         model.train()
         status = "max_epochs"
         for epoch in epochs:
+            first = len(run.history)
             stopped = self._epoch(run, epoch)
             if stopped is not None:
                 status = stopped
@@ -377,9 +389,11 @@ class StochasticSQP:
                 epochs.set_postfix(f=f"{history[-1]['f']:.4f}", V=f"{history[-1]['V']:.2e}", beta=f"{state.beta:.1e}",
                                    refresh=False)
             if epoch_logs(self.verbose):
-                logger.info("epoch %d: f=%.5f V=%.3e tau=%.3e beta=%.2e", epoch, history[-1]["f"], history[-1]["V"],
-                            state.tau, state.beta)
+                _log_epoch(epoch, history.records[first:], state)
         polished, status = self._end_game(run, status)
+        if epoch_logs(self.verbose) and polished:
+            logger.info("polish: %d iterations on all rows; objective %.5f, exact violation %.3e", polished,
+                        run.history[-1]["f"], run.history[-1].get("V_exact", float("nan")))
         if run.problem.f_constant is None and resolved.reduce is None:  # a mini-batch run's is known from its start
             run.problem.constant_output, run.problem.f_constant = best_constant_output(loss_fn, data,
                                                                                        self.chunk_rows)
