@@ -182,7 +182,8 @@ class History:
         xs = self.column(x) if any(x in r for r in self.records) else np.arange(len(self))
         for panel, key in zip(axes, kept):
             ys = self.column(key)
-            panel.plot(*finite_points(xs, ys), lw=1.2)
+            sparse = np.isnan(np.asarray(ys, dtype=float)).mean() > 0.5  # measured on few steps: mark where
+            panel.plot(*finite_points(xs, ys), lw=1.2, marker="." if sparse else None)
             _style_panel(panel, key, ys, x)
         return finish_axes(axes, path, title, created=ax is None)
 
@@ -218,6 +219,8 @@ def _style_panel(panel: Any, key: str, ys: np.ndarray, x: str) -> None:
     """Title, x label and grid of one panel; violations on a symmetric-log scale (0 and small values show)."""
     if key.startswith("V") and np.nanmax(ys, initial=0) > 0:
         panel.set_yscale("symlog", linthresh=1e-4)
+    if key.startswith("V"):  # a violation is >= 0: no negative part of the axis
+        panel.set_ylim(bottom=0.0)
     panel.set_xlabel(x)
     panel.set_title(_PANEL_TITLES.get(key, key))
     panel.grid(alpha=0.3)
