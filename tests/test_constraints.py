@@ -345,10 +345,12 @@ def test_rows_and_jacobian_defer_to_autograd_for_redefined_rows(batch, out):
 
 
 def test_rows_keep_the_dtype_of_out(batch, out):
+    """The smooth rows keep ``out``'s dtype (the engine differentiates them); the exact rows are float64 whatever
+    ``out``'s (counts of hard predictions, test_exact_rows_are_summed_in_float64...)."""
     c = DisparateImpact("race")
     assert c(out.float(), batch).dtype == torch.float32
     assert c(out, batch).dtype == torch.float64
-    assert c.exact(out.float(), batch).dtype == torch.float32
+    assert c.exact(out.float(), batch).dtype == torch.float64
     torch.testing.assert_close(c(out.float(), batch).double(), c(out, batch), rtol=0, atol=1e-5)
 
 
