@@ -273,7 +273,8 @@ def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float |
                        if constant_meets_bounds else "Bounds that a constant model meets do not force this")
             why = (f"{premise}: training failed. Try more epochs, full batches, a smaller lr, or look at the "
                    "history; constraint rows that rest on few data rows (small groups under a sharp surrogate) "
-                   "need a smoother surrogate.")
+                   "need a smoother surrogate; where those end at the constant itself, this model class may hold no "
+                   "better model that meets the bounds on these inputs, and a more flexible one (a network) may.")
         warnings.warn(f"{engine}: the returned model is no better than a constant predictor ({'; '.join(reasons)}). "
                       + why, ConstantPredictorWarning, stacklevel=stacklevel)
     else:

@@ -331,8 +331,10 @@ def test_the_first_order_engines_warn_when_their_model_is_no_better_than_a_const
             model.bias.fill_(3.0)  # every row positive: a loss far above the constant's
             model.weight.zero_()
         engine.lr = 1e-9  # the steps leave it there
-        with pytest.warns(ConstantPredictorWarning, match="no better than a constant predictor"):
+        with pytest.warns(ConstantPredictorWarning, match="no better than a constant predictor") as caught:
             engine.fit(model, data, loss="bce", **{kind: [DisparateImpact("sex", 0.8)]})
+        # the remedies include a more flexible model, for a class that holds no better model meeting the bounds
+        assert any("a more flexible one (a network) may" in str(w.message) for w in caught)
     good = fairopt.models.linear(data.n_features, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConstantPredictorWarning)
