@@ -249,7 +249,7 @@ def _intervals(stat: RowStatistic, groups: Groups, replicates: dict | None, conf
         _note(notes, f"{stat.name}: groups with fewer than {min_group_size} rows with {stat.condition} have NaN "
                      f"intervals: {_describe(groups, few, counts)}")
     low, high = np.where(reliable, low, np.nan), np.where(reliable, high, np.nan)
-    exact = _exact_where_no_spread(stat, groups, reliable, confidence, weights, low, high)
+    exact = _exact_where_no_spread(stat, groups, counts, reliable, confidence, weights, low, high)
     if exact.any():
         _note(notes, f"{stat.name}: groups whose rows all share the outcome ({_describe(groups, exact, counts)}) "
                      "get the exact Clopper-Pearson interval (a bootstrap of identical rows has no spread), and "
@@ -265,19 +265,20 @@ def _intervals(stat: RowStatistic, groups: Groups, replicates: dict | None, conf
     return low, high, float(total_low), float(total_high), tuple(map(float, ratio_ci)), tuple(map(float, difference_ci))
 
 
-def _exact_where_no_spread(stat: RowStatistic, groups: Groups, reliable: np.ndarray, confidence: float,
-                           weights: np.ndarray | None, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """Per group, whether a 0/1 statistic (``stat.indicator``) is 0 (or 1) on every one of its rows; for those
-    groups ``low`` and ``high`` are set in place to the Clopper-Pearson interval of 0 (or ``n``) events in ``n``
-    rows, ``n`` the rows entering the statistic or, with ``weights``, Kish's effective size
-    ``(sum w)^2 / sum w^2``."""
-    rows = slice(None) if stat.rows is None else stat.rows
-    values, codes = stat.values[rows], groups.codes[rows]
+def _exact_where_no_spread(stat: RowStatistic, groups: Groups, counts: np.ndarray, reliable: np.ndarray,
+                           confidence: float, weights: np.ndarray | None, low: np.ndarray,
+                           high: np.ndarray) -> np.ndarray:
+    """Per group, whether a 0/1 statistic (``stat.indicator``) is 0 (or 1) on every one of its ``counts`` rows
+    (:meth:`~fairopt.report.bootstrap.RowStatistic.counts`); for those groups ``low`` and ``high`` are set in place
+    to the Clopper-Pearson interval of 0 (or ``n``) events in ``n`` rows, ``n`` the rows entering the statistic or,
+    with ``weights``, Kish's effective size ``(sum w)^2 / sum w^2``."""
     n_groups = len(groups.labels)
     if not stat.indicator:
         return np.zeros(n_groups, dtype=bool)
-    counts = np.bincount(codes, minlength=n_groups).astype(np.float64)
-    ones = np.bincount(codes, weights=values, minlength=n_groups)
+    rows = slice(None) if stat.rows is None else stat.rows
+    codes = groups.codes[rows]
+    counts = counts.astype(np.float64)
+    ones = np.bincount(codes, weights=stat.values[rows], minlength=n_groups)
     exact = reliable & (counts > 0) & ((ones == 0) | (ones == counts))
     if exact.any():
         if weights is not None:
