@@ -57,7 +57,7 @@ from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_
 from solvers.history import FitResult, plain_values
 from fairopt.evaluation import bound_statuses, constant_predictions, met_tolerances
 from fairopt.measures.group import python_scalar
-from fairopt.status import fit_status, format_number, label_of
+from fairopt.status import fit_status, format_number, label_of, short_ratios
 from solvers.progress import check_progress
 
 __all__ = ["FairClassifier", "FairRegressor", "METHODS"]
@@ -403,10 +403,9 @@ class _FairEstimator(BaseEstimator):
                                                         near_constant=near_constant_reason(out, data))
         self._warn_pairwise(bounds, constraints)
         self.status_message_ += _left_out_groups(data, constraints)
-        short = [b.label for b in bounds if not b.met and b.name in tolerances
-                 and self.train_violations_.get(b.name, 0.0) <= tolerances[b.name]]
+        short = short_ratios(bounds, self.train_violations_, tolerances)
         if short and self.status_ == "infeasible":  # rows within the tolerance, so no unmet-rows warning
-            warn_at_caller(f"{', '.join(short)}: {self.status_message_}", FairnessWarning)
+            warn_at_caller(f"{', '.join(b.label for b in short)}: {self.status_message_}", FairnessWarning)
         trivial = [b.label for b in bounds if b.undefined]
         if trivial and constant is None:  # a constant model has its DegenerateModelWarning already
             warn_at_caller(f"{', '.join(trivial)}: met only trivially on the training rows: no compared group has a "

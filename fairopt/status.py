@@ -33,8 +33,7 @@ from typing import Any, Mapping, Sequence
 from solvers.history import FitResult
 
 __all__ = ["ABBREVIATIONS", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "fit_status", "format_number",
-           "met_tolerance", "tolerance_of",
-           "label_of"]
+           "met_tolerance", "short_ratios", "tolerance_of", "label_of"]
 
 #: Short names of the group-rate measures in summaries, by constraint prefix.
 ABBREVIATIONS: dict[str, str] = {
@@ -179,6 +178,14 @@ def label_of(constraint: Any) -> str:
     return name
 
 
+def short_ratios(bounds: Sequence[BoundStatus], violations: Mapping[str, float],
+                 tol: float | Mapping[str, float]) -> list[BoundStatus]:
+    """The bounds not ``met`` whose rows are within the tolerance ``tol`` (one number, or one per name): ratios
+    short of ``delta`` on their own scale (:func:`fairopt.evaluation.bound_statuses`), which no unmet-rows
+    warning names."""
+    return [b for b in bounds if not b.met and b.name in violations and violations[b.name] <= tolerance_of(tol, b.name)]
+
+
 def fit_status(result: FitResult, method: str, violations: Mapping[str, float], tol: float | Mapping[str, float],
                bounds: Sequence[BoundStatus] = (), constant: str | None = None,
                near_constant: str | None = None) -> tuple[str, str]:
@@ -193,7 +200,7 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
     (:func:`solvers.outcome.near_constant`), None if it is better.
     """
     unmet = [name for name, v in violations.items() if v > tolerance_of(tol, name)]
-    short = [b.name for b in bounds if not b.met and b.name in violations and b.name not in unmet]
+    short = [b.name for b in short_ratios(bounds, violations, tol)]
     shown = {b.name: str(b) for b in bounds}
     if unmet or short:
         which = "; ".join(shown.get(name, f"{name} (exact violation {violations[name]:.3g})")
