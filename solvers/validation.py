@@ -9,6 +9,7 @@ engines never import :mod:`fairopt`.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from numbers import Integral
 from typing import Any, Literal, Sequence
 
@@ -156,7 +157,7 @@ def check_seeds(seeds: Any, name: str = "seeds") -> tuple[int, ...]:
         values = []
     if not values or not all(_is_integer(v) for v in values):
         raise ValueError(f"{name}: expected a non-empty sequence of integers, got {seeds!r}")
-    repeated = sorted({int(v) for v in values if [int(w) for w in values].count(int(v)) > 1})
+    repeated = sorted(seed for seed, count in Counter(int(v) for v in values).items() if count > 1)
     if repeated:
         raise ValueError(f"{name}: the seed(s) {repeated} repeat; each seed is one run, so give each once")
     return tuple(int(v) for v in values)
