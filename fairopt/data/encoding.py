@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fairopt.data.frames import as_number, is_categorical_dtype, level_codes, short_list, unique_levels
+from fairopt.data.frames import (as_number, is_categorical_dtype, level_codes, short_list, spaced_twins,
+                                 unique_levels)
 
 __all__ = ["encode_target", "encode_exposure", "encode_sensitive", "intersection_cells", "decode_cell_keys",
            "positive_class", "sorted_labels"]
@@ -143,7 +144,7 @@ def positive_class(labels: Sequence[Any], positive: Any = None, *, argument: str
         hint = (f"; labels 0, 1, ... where {_plain(positive)!r} was meant are what a meta-estimator such as "
                 "VotingClassifier or StackingClassifier fits its members on (it encodes the labels in sorted "
                 "order): give that label's position in the sorted labels, e.g. 0 for the first" if encoded else "")
-        spaced = [v for v in shown if isinstance(v, str) and v.strip() == str(_plain(positive)).strip()]
+        spaced = spaced_twins(_plain(positive), shown)
         if spaced and not hint:  # UCI Adult's ' >50K': the labels keep the file's spaces
             hint = (f"; did you mean {spaced[0]!r}? The labels hold spaces around their text (read the file with "
                     "pandas.read_csv(..., skipinitialspace=True), or strip them)")

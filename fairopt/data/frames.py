@@ -12,7 +12,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["short_list", "close_names", "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
+__all__ = ["short_list", "close_names", "spaced_twins",
+           "as_name_list", "check_frame", "check_columns_exist", "is_categorical_dtype",
            "require_finite_columns", "unique_levels", "level_codes", "as_number", "is_text_dtype",
            "coerce_numeric_columns", "text_column_looks_like", "looks_like_row_identifier"]
 
@@ -31,6 +32,13 @@ def short_list(values: Sequence[Any]) -> str:
     shown = ", ".join(repr(v) for v in values[:_MAX_LISTED])
     more = f", ... ({len(values) - _MAX_LISTED} more)" if len(values) > _MAX_LISTED else ""
     return f"[{shown}{more}]"
+
+
+def spaced_twins(value: Any, candidates: Sequence[Any]) -> list[Any]:
+    """The text ``candidates`` equal to ``value`` once the spaces around both are stripped (``' >50K'`` for
+    ``'>50K'``): a file read with or without ``skipinitialspace`` spells its labels and levels so."""
+    key = str(value).strip()
+    return [c for c in candidates if isinstance(c, str) and c.strip() == key]
 
 
 def close_names(name: str, candidates: Sequence[Any]) -> list[str]:

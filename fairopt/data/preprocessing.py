@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from fairopt.data.frames import (as_name_list, check_columns_exist, check_frame, is_categorical_dtype, level_codes,
-                                 looks_like_row_identifier, require_finite_columns, short_list, unique_levels)
+                                 looks_like_row_identifier, require_finite_columns, short_list, spaced_twins,
+                                 unique_levels)
 from fairopt.exceptions import warn_at_caller
 
 __all__ = ["MISSING_MODES", "Preprocessor"]
@@ -310,8 +311,7 @@ def _spacing_hint(unseen: Sequence[Any], levels: Sequence[Any]) -> str:
     """``; ' Private' was seen: the levels differ by spaces around them`` where an unseen level is a training
     level once spaces around both are ignored (a file written with ``skipinitialspace`` or without it), else
     empty: every row of such a file would otherwise be encoded as unseen."""
-    stripped = {str(level).strip(): level for level in levels}
-    matches = [stripped[str(value).strip()] for value in unseen if str(value).strip() in stripped]
+    matches = [level for value in unseen for level in spaced_twins(value, levels)]
     if not matches:
         return ""
     return (f"; seen at fit time: {', '.join(repr(m) for m in matches[:3])}, the same values with spaces around "
