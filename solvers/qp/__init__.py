@@ -28,9 +28,13 @@ enumerated in Python floats (:mod:`solvers.qp.scalar`), which removes the array 
 ``p x p`` or ``(p+m) x (p+m)`` matrix is formed. Infeasible linearisations go to
 :func:`least_violation_bounds`.
 
+Rows that repeat (parallel rows, as ratio bounds at ``delta = 1`` write them, and equalities that depend on
+others, as parity between several groups written pairwise is) are taken out before the active-set
+methods run and given back in the result (:mod:`solvers.qp.presolve`).
+
 Modules: ``results`` (result types), ``space`` (validation, m-space algebra, KKT tests), ``lp``
-(least-violation LP, HiGHS), ``active_set`` (enumeration, dual method), ``scalar``, ``reference``
-(OSQP cross-check), ``solve`` (:func:`diagonal_qp`), ``relaxation``.
+(least-violation LP, HiGHS), ``active_set`` (enumeration, dual method), ``scalar``, ``presolve``,
+``reference`` (OSQP cross-check), ``solve`` (:func:`diagonal_qp`), ``relaxation``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The QP of the SQP step, one function over several methods (``solver=``): :func:`diagonal_qp`.
 
 Every returned solution passed its KKT check (``tol``) and its step meets every row within
-``base_tol + PRIMAL_SLACK (1 + |bound|)``, else the QP is confirmed infeasible or solved again by
+``base_tol + PRIMAL_SLACK (1 + |bound|)`` (a row the presolve merged or dropped within what
+:class:`~solvers.qp.presolve.Reduction` allows it), else the QP is confirmed infeasible or solved again by
 OSQP. Rows within ``asin(sqrt(rank_tol))`` of the span of others count as dependent (``degenerate``:
 exact for bounds perturbed within ``tol``). Nearly parallel active rows with conflicting bounds
 force large multipliers, and ``d`` recovered from ``y`` carries a rounding error of about
@@ -10,6 +11,7 @@ force large multipliers, and ``d`` recovered from ``y`` carries a rounding error
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import numpy as np
@@ -17,6 +19,7 @@ import torch
 
 from solvers.qp.active_set import ENUMERATION_HARD_LIMIT, active_from_multipliers, solve_space
 from solvers.qp.lp import confirm_infeasible, row_violation
+from solvers.qp.presolve import reduce_rows
 from solvers.qp.reference import solve_with_osqp
 from solvers.qp.results import QPResult
 from solvers.qp.scalar import solve_scalar
@@ -88,14 +91,14 @@ def dual_iterations(space: Space, max_iter: int | None = None) -> int:
     return max_iter or 50 + 20 * space.m
 
 
-def _primal_step_feasible(inputs: Inputs, space: Space, d: np.ndarray) -> bool:
-    """The float64 step meets every row within the slack above."""
+def _primal_step_feasible(inputs: Inputs, space: Space, d: np.ndarray, extra: np.ndarray | float = 0.0) -> bool:
+    """The float64 step meets every row within the slack above (plus ``extra`` per row)."""
     lo, hi = inputs.lo, inputs.hi
     w = inputs.J @ d
     with np.errstate(invalid="ignore"):  # inf - inf on a missing side: no excess there
         below = np.where(np.isfinite(lo), lo - w - PRIMAL_SLACK * (1.0 + np.abs(lo)), -np.inf)
         above = np.where(np.isfinite(hi), w - hi - PRIMAL_SLACK * (1.0 + np.abs(hi)), -np.inf)
-    return bool(np.all(np.maximum(below, above) <= space.base_tol))
+    return bool(np.all(np.maximum(below, above) <= space.base_tol + extra))
 
 
 def pick_method(solver: str, space: Space) -> str:
@@ -188,6 +191,10 @@ def diagonal_qp(
             return answer
     inputs = validate_inputs(g, h, J, lo, hi)
     space = build_space(inputs, inputs.lo, inputs.hi, tol)
+    if solver != "osqp":
+        reduced = _solve_reduced(inputs, space, solver, rank_tol, max_iter)
+        if reduced is not None:
+            return reduced
     if solver == "osqp":
         out = solve_with_osqp(inputs, tol, max_iter)
         if out.status != "optimal":
@@ -198,6 +205,28 @@ def diagonal_qp(
     if sol.y is None and sol.status != "numerical":
         return _failed(inputs, sol.status, sol.method, sol.iterations)
     return _checked_step(inputs, space, sol, (tol, rank_tol), max_iter)
+
+
+def _solve_reduced(inputs: Inputs, space: Space, solver: str, rank_tol: float,
+                   max_iter: int | None) -> QPResult | None:
+    """The QP solved without its parallel rows and dependent equalities (:func:`solvers.qp.presolve.reduce_rows`),
+    the multipliers carried back and the step checked on every original row (a merged or dropped one up to
+    what the reduction allows it, ``excess_i + outside_i ||d||_H``); None when nothing repeats, or the reduced problem
+    has no checked solution (the caller then solves the QP as given)."""
+    reduction = reduce_rows(inputs, space, rank_tol, PRIMAL_SLACK)
+    if reduction is None:
+        return None
+    small = reduction.inputs
+    reduced = build_space(small, small.lo, small.hi, space.tol)
+    sol = solve_space(reduced, pick_method(solver, reduced), rank_tol, dual_iterations(reduced, max_iter))
+    if sol.y is None:
+        return None
+    d = step_from_multipliers(small, sol.y)
+    missed = reduction.excess + reduction.outside * math.sqrt(float(inputs.h @ (d * d)))
+    if not (_primal_step_feasible(small, reduced, d) and _primal_step_feasible(inputs, space, d, missed)):
+        return None
+    y, active = reduction.expand(sol.y, sol.active)
+    return _assemble(inputs, space, d, y, active, sol.method, sol.iterations, rank_tol)
 
 
 def _checked_step(inputs: Inputs, space: Space, sol: Any, tolerances: tuple[float, float],
