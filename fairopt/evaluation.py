@@ -28,7 +28,7 @@ from fairopt.measures.distribution import intersection_cells, js_divergence, uf
 from fairopt.measures.group import (group_means, python_scalar, ratio_and_difference, undefined_ratio_message,
                                     undefined_ratio_reason)
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
-from fairopt.status import DEFINITIONS, MET_TOL, BoundStatus, label_of, met_tolerance
+from fairopt.status import DEFINITIONS, MET_TOL, BoundStatus, compared_label, label_of, met_tolerance
 from solvers.problem import eval_mode, violation
 
 __all__ = ["BOUNDS", "DEGENERATE", "MEASURE_DEFINITIONS", "NOTES", "RealisedMeasure", "bound_statuses",
@@ -390,7 +390,9 @@ class RealisedMeasure:
     name : str
         The constraint's (or penalty's) name.
     measure : str
-        What is measured, e.g. ``"disparate_impact[sex]"``.
+        What is measured, e.g. ``"disparate_impact[sex]"``; ``"disparate_impact[race, each vs rest]"`` where the
+        constraint compares each group with the rest of the rows (:func:`fairopt.status.compared_label`, as the
+        estimators' status labels ``DI[race, each vs rest]``).
     sense : {"lower", "upper"}
         ``"lower"``: met when ``value >= bound`` (a ratio ``delta``); ``"upper"``: ``value <= bound``.
     value : float
@@ -431,7 +433,8 @@ def realised_measures(out: torch.Tensor, data: Any, constraints: Iterable[Any]) 
         sense = getattr(c, "bound_sense", "upper")
         if sense not in ("lower", "upper"):
             raise ValueError(f"constraints: {c.name!r} has bound_sense {sense!r}; expected 'lower' or 'upper'")
-        measures.append(RealisedMeasure(name=str(c.name), measure=str(getattr(c, "measure", c.name)), sense=sense,
+        measure = compared_label(c, str(getattr(c, "measure", c.name)))
+        measures.append(RealisedMeasure(name=str(c.name), measure=measure, sense=sense,
                                         value=float(realised(out, data))))
     return measures
 

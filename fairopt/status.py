@@ -32,8 +32,8 @@ from typing import Any, Mapping, Sequence
 
 from solvers.history import FitResult
 
-__all__ = ["ABBREVIATIONS", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "fit_status", "format_number",
-           "met_tolerance", "short_ratios", "tolerance_of", "label_of"]
+__all__ = ["ABBREVIATIONS", "AGAINST_REST", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "compared_label", "fit_status",
+           "format_number", "met_tolerance", "short_ratios", "tolerance_of", "label_of"]
 
 #: Short names of the group-rate measures in summaries, by constraint prefix.
 ABBREVIATIONS: dict[str, str] = {
@@ -51,6 +51,9 @@ DEFINITIONS: dict[str, str] = {
     "FPR": "false-positive parity, the groups' false-positive rates compared (ratio or difference)",
     "EOdds": "equalized odds, true- and false-positive rates compared (ratio or difference)",
 }
+#: What :func:`compared_label` puts before a label's closing bracket for a constraint that compares each group
+#: with the rest of the rows (``DI[race, each vs rest]``).
+AGAINST_REST = ", each vs rest"
 #: Largest exact violation of a constraint reported as met where no tolerance is given (the
 #: estimators' default ``violation_tol``), in rate units; :func:`met_tolerance` scales it to other rows.
 MET_TOL = 1e-3
@@ -165,17 +168,24 @@ class BoundStatus:
 
 def label_of(constraint: Any) -> str:
     """``DI[sex]`` for ``disparate_impact[sex]``: the short name of a group-rate prefix; ``DI[race, each vs
-    rest]`` where a set-up constraint compares each group of an attribute of more than two groups with the rest
-    of the rows (``groups="one_vs_rest"``, the default), whose measure is not the ratio of the smallest to the
-    largest group rate that :func:`fairopt.evaluate` reports as ``di_ratio``."""
+    rest]`` where a set-up constraint compares each group with the rest of the rows (:func:`compared_label`)."""
     name = str(constraint.name)
     prefix = getattr(constraint, "kind", None)
     if prefix in ABBREVIATIONS and name.startswith(prefix):
-        label = ABBREVIATIONS[prefix] + name[len(prefix):]
-        against_rest = (getattr(constraint, "groups", None) == "one_vs_rest"
-                        and getattr(constraint, "largest_grouping", 0) > 2)
-        return label[:-1] + ", each vs rest]" if against_rest and label.endswith("]") else label
+        return compared_label(constraint, ABBREVIATIONS[prefix] + name[len(prefix):])
     return name
+
+
+def compared_label(constraint: Any, label: str) -> str:
+    """``label`` (``DI[race]``, ``disparate_impact[race]``) with ``, each vs rest`` before its closing bracket
+    where the set-up ``constraint`` compares each group of an attribute of more than two groups with the rest of
+    the rows (``groups="one_vs_rest"``, the default): that measure is not the ratio of the smallest to the largest
+    group rate that :func:`fairopt.evaluate` reports as ``di_ratio``, so a label that names the measure says which
+    comparison it is. ``label`` unchanged for other constraints (two groups: one pair, the same either way) and
+    for a label without a closing bracket."""
+    against_rest = (getattr(constraint, "groups", None) == "one_vs_rest"
+                    and getattr(constraint, "largest_grouping", 0) > 2)
+    return label[:-1] + AGAINST_REST + "]" if against_rest and label.endswith("]") else label
 
 
 def short_ratios(bounds: Sequence[BoundStatus], violations: Mapping[str, float],

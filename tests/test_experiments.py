@@ -258,6 +258,9 @@ def test_the_tradeoff_reads_the_swept_feature_of_several():
     assert ax.get_xlabel() == "dp_difference[sex] (test)"  # the first feature, named
     ax = plot_tradeoff(table, unfairness="dp_difference[sex]", ax=Figure().subplots())
     assert list(ax.lines[0].get_xdata()) == [0.07, 0.06]
+    against_rest = table.assign(measure="disparate_impact[race, each vs rest]")  # compare's label on 3+ groups
+    ax = plot_tradeoff(against_rest, ax=Figure().subplots())
+    assert ax.get_xlabel() == "dp_difference[race] (test)"
 
 
 def test_plots_draw_on_given_axes_and_leave_the_backend_alone(results):
@@ -415,5 +418,11 @@ def test_a_bound_on_each_group_against_the_rest_has_its_pairwise_measure_beside_
     data = FairData.from_arrays(X, y, {"race": race, "sex": rng.integers(0, 2, n)})
     table = compare([SQPMethod(lambda d: DisparateImpact("race", delta=d), epochs=20)], data, {"sqp": [0.8]})
     np.testing.assert_allclose(table["realised_pairwise"], table["di_ratio[race]"], atol=1e-9)
+    # the measure is named as the estimators' status names it (DI[race, each vs rest]), not as di_ratio[race]
+    assert set(table["measure"]) == {"disparate_impact[race, each vs rest]"}
     binary = compare([SQPMethod(lambda d: DisparateImpact("sex", delta=d), epochs=5)], data, {"sqp": [0.8]})
     assert binary["realised_pairwise"].isna().all()
+    assert set(binary["measure"]) == {"disparate_impact[sex]"}  # two groups: one pair, no "each vs rest"
+    pairwise = compare([SQPMethod(lambda d: DisparateImpact("race", delta=d, groups="pairwise"), epochs=5)], data,
+                       {"sqp": [0.8]})
+    assert set(pairwise["measure"]) == {"disparate_impact[race]"}

@@ -17,7 +17,9 @@ task's performance, the exact fairness measures of :func:`fairopt.evaluate` (FaU
 binary task), ``degenerate``, ``near_constant`` (binary: :func:`solvers.outcome.near_constant` on the
 part's rows, 1.0 or 0.0; such a point meets a rate bound by predicting one class), the ``extra_metrics``,
 the run's own bounded measure (``measure``, ``sense``, ``realised``: :func:`fairopt.evaluation.realised_measures` of its
-constraints or penalties, the one closest to failing when several; ``realised_pairwise``: where such a constraint
+constraints or penalties, the one closest to failing when several, named as
+:func:`fairopt.status.compared_label` names it, ``disparate_impact[race, each vs rest]`` where a constraint compares
+each group with the rest of the rows; ``realised_pairwise``: where such a constraint
 compares each group of an attribute of more than two groups with the rest of the rows, the same measure over every
 pair of groups, which ``di_ratio[f]`` and the four-fifths rule read, else NaN), ``violation`` (of the
 method's own constraints), ``time`` (training seconds; the first fit of a process also pays one-off start-up,
