@@ -711,8 +711,8 @@ def _left_out_groups(data: FairData, constraints: list) -> str:
     for c in constraints:
         empty = c.sides_without_rows(data) if callable(getattr(c, "sides_without_rows", None)) else []
         if empty:
-            parts.append(f" {label_of(c)}: no training rows (or no weight) for {', '.join(empty)}, so the bound "
-                         "leaves them out and compares the other groups only: it says nothing about them.")
+            parts.append(f" {label_of(c, data.task)}: no training rows (or no weight) for {', '.join(empty)}, so "
+                         "the bound leaves them out and compares the other groups only: it says nothing about them.")
     return "".join(parts)
 
 

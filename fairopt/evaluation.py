@@ -333,7 +333,7 @@ def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
         undefined = _zero_over_zero(out, data, c)
         value = math.nan if undefined else measure.value
         pairwise = getattr(c, "pairwise_realised", None)
-        statuses.append(BoundStatus(name=str(c.name), label=label_of(c), value=value,
+        statuses.append(BoundStatus(name=str(c.name), label=label_of(c, getattr(data, "task", None)), value=value,
                                     bound=None if bound is None else float(bound), sense=measure.sense,
                                     met=violation <= met_tolerance(c, tol) and _ratio_within(value, bound,
                                                                                              measure.sense, tol),
@@ -390,9 +390,10 @@ class RealisedMeasure:
     name : str
         The constraint's (or penalty's) name.
     measure : str
-        What is measured, e.g. ``"disparate_impact[sex]"``; ``"disparate_impact[race, each vs rest]"`` where the
-        constraint compares each group with the rest of the rows (:func:`fairopt.status.compared_label`, as the
-        estimators' status labels ``DI[race, each vs rest]``).
+        What is measured, e.g. ``"disparate_impact[sex]"``, qualified as the estimators' status labels qualify
+        it (:func:`fairopt.status.compared_label`): ``"disparate_impact[race, each vs rest]"`` where the
+        constraint compares each group with the rest of the rows, ``"disparate_impact[sex, share of predictions
+        > 0]"`` for a rate of a regression's predictions.
     sense : {"lower", "upper"}
         ``"lower"``: met when ``value >= bound`` (a ratio ``delta``); ``"upper"``: ``value <= bound``.
     value : float
@@ -433,7 +434,7 @@ def realised_measures(out: torch.Tensor, data: Any, constraints: Iterable[Any]) 
         sense = getattr(c, "bound_sense", "upper")
         if sense not in ("lower", "upper"):
             raise ValueError(f"constraints: {c.name!r} has bound_sense {sense!r}; expected 'lower' or 'upper'")
-        measure = compared_label(c, str(getattr(c, "measure", c.name)))
+        measure = compared_label(c, str(getattr(c, "measure", c.name)), getattr(data, "task", None))
         measures.append(RealisedMeasure(name=str(c.name), measure=measure, sense=sense,
                                         value=float(realised(out, data))))
     return measures

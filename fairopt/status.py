@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 from solvers.history import FitResult
 
-__all__ = ["ABBREVIATIONS", "AGAINST_REST", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "compared_label", "fit_status",
+__all__ = ["ABBREVIATIONS", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "compared_label", "fit_status",
            "format_number", "met_tolerance", "short_ratios", "tolerance_of", "label_of"]
 
 #: Short names of the group-rate measures in summaries, by constraint prefix.
@@ -53,7 +53,7 @@ DEFINITIONS: dict[str, str] = {
 }
 #: What :func:`compared_label` puts before a label's closing bracket for a constraint that compares each group
 #: with the rest of the rows (``DI[race, each vs rest]``).
-AGAINST_REST = ", each vs rest"
+_AGAINST_REST = ", each vs rest"
 #: Largest exact violation of a constraint reported as met where no tolerance is given (the
 #: estimators' default ``violation_tol``), in rate units; :func:`met_tolerance` scales it to other rows.
 MET_TOL = 1e-3
@@ -166,26 +166,39 @@ class BoundStatus:
         return f"{self.label} {format_number(self.value, scale)} ({self.bound_text}{within}{pairwise})"
 
 
-def label_of(constraint: Any) -> str:
-    """``DI[sex]`` for ``disparate_impact[sex]``: the short name of a group-rate prefix; ``DI[race, each vs
-    rest]`` where a set-up constraint compares each group with the rest of the rows (:func:`compared_label`)."""
+def label_of(constraint: Any, task: str | None = None) -> str:
+    """``DI[sex]`` for ``disparate_impact[sex]``: the short name of a group-rate prefix, qualified by
+    :func:`compared_label` (``DI[race, each vs rest]``; on a regression, ``task``, ``DI[race, share of predictions
+    > 0]``); the constraint's name for other constraints."""
     name = str(constraint.name)
     prefix = getattr(constraint, "kind", None)
     if prefix in ABBREVIATIONS and name.startswith(prefix):
-        return compared_label(constraint, ABBREVIATIONS[prefix] + name[len(prefix):])
+        return compared_label(constraint, ABBREVIATIONS[prefix] + name[len(prefix):], task)
     return name
 
 
-def compared_label(constraint: Any, label: str) -> str:
-    """``label`` (``DI[race]``, ``disparate_impact[race]``) with ``, each vs rest`` before its closing bracket
-    where the set-up ``constraint`` compares each group of an attribute of more than two groups with the rest of
-    the rows (``groups="one_vs_rest"``, the default): that measure is not the ratio of the smallest to the largest
-    group rate that :func:`fairopt.evaluate` reports as ``di_ratio``, so a label that names the measure says which
-    comparison it is. ``label`` unchanged for other constraints (two groups: one pair, the same either way) and
-    for a label without a closing bracket."""
+def compared_label(constraint: Any, label: str, task: str | None = None) -> str:
+    """``label`` (``DI[race]``, ``disparate_impact[race]``) with what the set-up ``constraint`` compares before its
+    closing bracket, where the name alone would read as another measure:
+
+    - ``, each vs rest`` where it compares each group of an attribute of more than two groups with the rest of the
+      rows (``groups="one_vs_rest"``, the default): that measure is not the ratio of the smallest to the largest
+      group rate that :func:`fairopt.evaluate` reports as ``di_ratio``;
+    - ``, share of predictions > t`` for a group-rate constraint on a regression (``task``): it compares the
+      groups' shares of predictions above its threshold ``t``, not their mean predictions (what the realised
+      fairness of a regression compares).
+
+    ``label`` unchanged for other constraints (two groups: one pair, the same either way); a label without a
+    closing bracket takes the share in parentheses."""
     against_rest = (getattr(constraint, "groups", None) == "one_vs_rest"
                     and getattr(constraint, "largest_grouping", 0) > 2)
-    return label[:-1] + AGAINST_REST + "]" if against_rest and label.endswith("]") else label
+    if against_rest and label.endswith("]"):
+        label = label[:-1] + _AGAINST_REST + "]"
+    threshold = getattr(constraint, "threshold", None)
+    if task == "regression" and getattr(constraint, "kind", None) in ABBREVIATIONS and threshold is not None:
+        share = f"share of predictions > {float(threshold):g}"
+        label = label[:-1] + f", {share}]" if label.endswith("]") else f"{label} ({share})"
+    return label
 
 
 def short_ratios(bounds: Sequence[BoundStatus], violations: Mapping[str, float],

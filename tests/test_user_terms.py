@@ -325,6 +325,42 @@ def test_a_regressor_no_prediction_of_which_exceeds_the_rate_threshold_is_degene
     assert entry["undefined"] and math.isnan(entry["pairwise"])
 
 
+def test_a_regressors_rate_bound_names_its_threshold_in_the_status_as_on_the_command_line():
+    """A DI or DP bound on a regressor bounds the groups' shares of predictions above its threshold: the
+    estimator's status_message_ said DI[g] (read like the DI of labels) where the CLI's bound lines said
+    DI[g, share of predictions > 10.5]; both now take the label of fairopt.status.label_of, as do evaluate's
+    bounds and compare's measure. A classifier's label has no threshold."""
+    from fairopt.evaluation import realised_measures
+    from fairopt.tabular import bound_lines
+
+    rng = np.random.default_rng(0)
+    n = 400
+    g = rng.integers(0, 2, n)
+    X = pd.DataFrame({"a": rng.normal(size=n) + g, "b": rng.normal(size=n)})
+    y = 2.0 * X["a"] + rng.normal(size=n) + 10.0
+    S = pd.DataFrame({"g": g})
+    specs = [("disparate_impact", "g", 0.8, {"threshold": 10.5}), ("demographic_parity", "g", 0.2, {"threshold": 11})]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = fairopt.FairRegressor(specs, epochs=20).fit(X, y, sensitive_features=S)
+    assert "DI[g, share of predictions > 10.5] " in reg.status_message_
+    assert "DP[g, share of predictions > 11] " in reg.status_message_
+    bounds = reg.evaluate(X, y, sensitive_features=S)["bounds"]
+    assert [b["label"] for b in bounds.values()] == ["DI[g, share of predictions > 10.5]",
+                                                     "DP[g, share of predictions > 11]"]
+    lines = bound_lines(reg.evaluate(X, y, sensitive_features=S))  # the CLI's lines, same labels
+    assert lines[0].startswith("DI[g, share of predictions > 10.5] ") and lines[1].startswith("DP[g, share of ")
+    data = fairopt.FairData.from_arrays(X.to_numpy(), y.to_numpy(), {"g": g}, task="regression")
+    out = torch.as_tensor(reg.predict(X))
+    assert [m.measure for m in realised_measures(out, data, reg.constraints_)] == [
+        "disparate_impact[g, share of predictions > 10.5]", "demographic_parity[g, share of predictions > 11]"]
+    Xc, yc, sc = biased_sample(300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = fairopt.FairClassifier(("disparate_impact", "s", 0.8), epochs=5).fit(Xc, yc, sensitive_features=sc)
+    assert "DI[s] " in clf.status_message_ and "share of predictions" not in clf.status_message_
+
+
 def test_check_generalisation_measures_a_gap_in_rates_or_as_a_share_of_the_bound():
     """tol=0.02 is 0.02 of a rate, and 2% of a bound in other units: a distance covariance 58% above a bound of
     1e-4 (a gap of 6e-5) was not warned, a GeDI 1% above a bound of 20 in the target's units always was."""

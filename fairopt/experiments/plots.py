@@ -15,7 +15,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS
-from fairopt.status import AGAINST_REST
 from solvers.plotting import finish_axes, finite_points, panel_axes
 
 __all__ = ["plot_requested_vs_realised", "plot_tradeoff", "plot_histories", "plot_calibration"]
@@ -37,15 +36,18 @@ def _select(results: Any, columns: Sequence[str], split: str | None) -> pd.DataF
 
 def _feature_column(results: pd.DataFrame, measure: str) -> str:
     """``measure[f]`` for a feature-less measure column that has per-feature columns ``measure[f]``: ``f`` the one
-    feature that the constraints of every run (the ``measure`` column, ``disparate_impact[race]`` or
-    ``disparate_impact[race, each vs rest]``) name, else
+    feature that the constraints of every run (the ``measure`` column, ``disparate_impact[race]`` or, qualified by
+    :func:`fairopt.status.compared_label`, ``disparate_impact[race, each vs rest]``) name, else
     the first feature (what the feature-less column repeats); ``measure`` itself otherwise."""
     features = [c[len(measure) + 1:-1] for c in results.columns if c.startswith(f"{measure}[") and c.endswith("]")]
     if "[" in measure or not features:
         return measure
     named = results["measure"].dropna().astype(str) if "measure" in results.columns else pd.Series([], dtype=str)
-    swept = {name[name.index("[") + 1:-1].removesuffix(AGAINST_REST) for name in named
-             if "[" in name and name.endswith("]")}
+
+    def feature(inside: str) -> str:  # the label may qualify its feature: disparate_impact[race, each vs rest]
+        return next((f for f in features if inside == f or inside.startswith(f + ", ")), inside)
+
+    swept = {feature(name[name.index("[") + 1:-1]) for name in named if "[" in name and name.endswith("]")}
     chosen = next(iter(swept)) if len(swept) == 1 and next(iter(swept)) in features else features[0]
     if len(features) > 1:
         logger.info("plot_tradeoff: %s of the sensitive feature %r (of %s)", measure, chosen, features)

@@ -16,7 +16,6 @@ import pandas as pd
 import torch
 
 from fairopt.constraints.base import set_up_on_other_rows
-from fairopt.constraints.rates import GroupRateConstraint
 from fairopt.data import FairData, coerce_numeric_columns
 from fairopt.data.frames import as_number, is_text_dtype, short_list
 from fairopt.evaluation import evaluate
@@ -29,7 +28,7 @@ from solvers.history import History
 from solvers.plotting import finite_points
 from fairopt.tabular.tables import (VIOLATION_TOL, TableModel, load_table_model, require_columns,
                                     require_complete)
-from fairopt.tabular.training import TrainedTable, bound_entries
+from fairopt.tabular.training import TrainedTable
 
 logger = logging.getLogger("fairopt.tabular")
 
@@ -196,32 +195,23 @@ def _realised(results: dict, sensitive: Sequence[str], task: str) -> str:
 GROUP_FIGURES = {"train": "groups_train.png", "test": "groups_test.png"}
 
 
-def bound_lines(results: dict | None, constraints: Sequence[Any] = (), task: str | None = None) -> list[str]:
+def bound_lines(results: dict | None) -> list[str]:
     """``DI[sex] 0.803 (bound >= 0.800)`` per constraint with a measure (the ``"bounds"`` of
     :func:`fairopt.evaluate`), with ``, not met`` where its rows are violated.
 
-    On a regression (``task``, with the ``constraints`` evaluated) a group-rate constraint compares the groups'
-    shares of predictions above its threshold, which the line names (``DI[race, share of predictions > 0]``):
-    the realised fairness beside it compares the groups' mean predictions, another measure."""
+    The labels are :func:`fairopt.status.label_of`'s, as in the estimators' ``status_message_``: on a regression
+    a group-rate constraint compares the groups' shares of predictions above its threshold, which the label names
+    (``DI[race, share of predictions > 0]``); the realised fairness beside it compares the groups' mean
+    predictions, another measure."""
     bounds = (results or {}).get("bounds") or {}
-    thresholds = {id(entry): c.threshold for c, entry in bound_entries(results, constraints)
-                  if task == "regression" and isinstance(c, GroupRateConstraint)}
-    lines = []
-    for b in bounds.values():
-        label = b["label"]
-        if id(b) in thresholds:
-            share = f"share of predictions > {thresholds[id(b)]:g}"
-            label = label[:-1] + f", {share}]" if label.endswith("]") else f"{label} ({share})"
-        lines.append(str(BoundStatus(**{**b, "label": label})) + ("" if b["met"] else ", not met"))
-    return lines
+    return [str(BoundStatus(**b)) + ("" if b["met"] else ", not met") for b in bounds.values()]
 
 
 def bound_parts(trained: TrainedTable) -> list[tuple[str, list[str]]]:
     """The bound lines (:func:`bound_lines`) of the training and the held-out rows, each part with the name of
     its rows (the console and ``report.md`` print both); a part without a line is left out."""
-    task = trained.metadata["task"]
-    parts = [(training_rows_label(trained), bound_lines(trained.train_eval, trained.constraints, task)),
-             ("held-out rows", bound_lines(trained.test_eval, trained.test_constraints, task))]
+    parts = [(training_rows_label(trained), bound_lines(trained.train_eval)),
+             ("held-out rows", bound_lines(trained.test_eval))]
     return [(rows, lines) for rows, lines in parts if lines]
 
 
