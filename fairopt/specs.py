@@ -57,7 +57,7 @@ from fairopt.surrogates import Surrogate, get_surrogate
 
 __all__ = ["CONSTRAINT_KINDS", "EITHER_FORM_KINDS", "PENALTY_KINDS", "build_constraint", "build_penalty",
            "constraint_builder", "constraint_from_spec", "constraint_to_spec", "pairwise_spec", "resolve_constraints",
-           "spec_list", "is_constraint_object", "is_single_spec"]
+           "saved_spec", "spec_list", "is_constraint_object", "is_single_spec"]
 
 _SURROGATE_KEY = "surrogate"
 
@@ -200,6 +200,21 @@ def constraint_to_spec(constraint: Any, resolved: bool = False) -> dict:
                              "call setup(data) first or save it with resolved=False")
         table.update(bound=float(absolute), relative=False)
     return table
+
+
+def saved_spec(spec: Any) -> dict:
+    """The plain table a saved model holds for a constraint given as an object or in any spec form.
+
+    What :func:`fairopt.save` writes for an estimator's constraints and what the command line rebuilds to
+    evaluate held-out rows with the saved model's bounds (one form, so both read the same bound): a set-up
+    relative GeDI or distance covariance writes the absolute bound it resolved on its training data
+    (:func:`constraint_to_spec` with ``resolved``), so the rebuilt constraint enforces the same number without
+    that data; an object not set up keeps its relative bound; a spec is written as the table of the constraint
+    it builds.
+    """
+    if is_constraint_object(spec):
+        return constraint_to_spec(spec, resolved=getattr(spec, "absolute_bound", None) is not None)
+    return constraint_to_spec(constraint_from_spec(spec))
 
 
 def pairwise_spec(constraint: Any) -> str:

@@ -122,6 +122,29 @@ def test_regressor_round_trip_with_dataframe_and_relative_gedi(tmp_path, arrays)
     assert loaded.score(frame, y) == reg.score(frame, y)
 
 
+def test_save_and_the_command_lines_held_out_bounds_take_one_saved_form(tmp_path, arrays):
+    """fairopt.save (persistence.writing) and the command line's held-out evaluation (tabular.training._saved_form)
+    each wrote the spec of a fitted constraint; both now take fairopt.specs.saved_spec, so the held-out rows are
+    read with the bounds the saved file holds: a set-up relative bound as its absolute bound, an object not set up
+    as given, a spec as the table of the constraint it builds."""
+    from fairopt.specs import constraint_to_spec, saved_spec
+    from fairopt.tabular.training import _saved_form
+
+    X, _, s, _ = arrays
+    frame = pd.DataFrame(X, columns=["age", "edu", "hours", "gain"])
+    y = 0.05 * frame["age"] + 0.5 * frame["edu"]
+    reg = _quiet(FairRegressor([("gedi", "age", 0.3, {"relative": True}),
+                                {"kind": "dcov", "sensitive": "sex", "bound": 0.5, "relative": True}], epochs=5).fit,
+                 frame.drop(columns="age"), y, sensitive_features=pd.DataFrame({"age": frame["age"], "sex": s}))
+    save(reg, tmp_path / "reg.pt")
+    written = torch.load(tmp_path / "reg.pt", weights_only=True)["constraints"]
+    assert written == [saved_spec(c) for c in reg.constraints_]
+    assert written == [constraint_to_spec(c) for c in _saved_form(reg.constraints_)]
+    assert [c["relative"] for c in written] == [False, False]
+    assert saved_spec(GeDI("age", bound=0.3, relative=True))["relative"] is True  # not set up: as given
+    assert saved_spec(("gedi", "age", 0.3)) == constraint_to_spec(GeDI("age", bound=0.3))
+
+
 def test_custom_model_factory_needs_the_factory(tmp_path, arrays):
     X, y, _, _ = arrays
 

@@ -18,7 +18,7 @@ from fairopt.estimators import FairClassifier, FairRegressor
 from solvers.history import plain_values
 from fairopt.persistence.format import FORMAT, FORMAT_VERSION, PREPROCESSOR_ATTRIBUTES, PathLike, checksum
 from fairopt.persistence.modules import module_of, module_payload
-from fairopt.specs import constraint_from_spec, constraint_to_spec, is_constraint_object, is_single_spec, spec_list
+from fairopt.specs import is_constraint_object, is_single_spec, saved_spec, spec_list
 from fairopt.sklearn_learner import is_sklearn_model
 from solvers.history import FitResult, History
 
@@ -100,15 +100,7 @@ def _context_payload(data: Any, preprocessor: Any, constraints: Any) -> dict:
         "sensitive_kinds": data.sensitive_kinds, "sensitive_levels": data.sensitive_levels,
     }, "data")
     return {"preprocessor": _preprocessor_payload(preprocessor), "schema": schema,
-            "constraints": [_constraint_spec(spec) for spec in spec_list(constraints)]}
-
-
-def _constraint_spec(spec: Any) -> dict:
-    """A plain table rebuilding a constraint given as an object (a set-up GeDI with a
-    relative bound gets its resolved absolute bound) or as any spec form."""
-    if is_constraint_object(spec):
-        return constraint_to_spec(spec, resolved=getattr(spec, "absolute_bound", None) is not None)
-    return constraint_to_spec(constraint_from_spec(spec))
+            "constraints": [saved_spec(spec) for spec in spec_list(constraints)]}
 
 
 def _param_spec(spec: Any) -> Any:
@@ -119,7 +111,7 @@ def _param_spec(spec: Any) -> Any:
             return _plain(spec, "constraints")
         except ValueError:
             pass
-    return _constraint_spec(spec)
+    return saved_spec(spec)
 
 
 def _estimator_payload(est: Any) -> dict:
@@ -159,7 +151,7 @@ def _estimator_payload(est: Any) -> dict:
         "fitted": _plain(fitted, "fitted attributes"),
         "model": module_payload(est.model_, n_features=est.preprocessor_.n_features),
         "preprocessor": _preprocessor_payload(est.preprocessor_),
-        "constraints": [_constraint_spec(c) for c in est.constraints_],
+        "constraints": [saved_spec(c) for c in est.constraints_],
         "history": _history_payload(est.history_),
     }
 

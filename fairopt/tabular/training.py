@@ -21,7 +21,7 @@ from fairopt.data.frames import as_number, is_text_dtype, short_list, text_colum
 from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.evaluation import evaluate, met_tolerances
 from fairopt.inputs import constraint_sensitive_names
-from fairopt.specs import constraint_to_spec, resolve_constraints
+from fairopt.specs import resolve_constraints, saved_spec
 from solvers.history import INFO_FEASIBLE
 from fairopt.tabular.tables import (LAYOUT, THRESHOLD, VIOLATION_TOL, plain_value, require_columns,
                                     require_complete)
@@ -465,9 +465,10 @@ def _held_out_evaluation(model: Any, test_data: FairData | None, fitted: list) -
 
 
 def _saved_form(fitted: list) -> list:
-    """Fresh copies (not set up) of the fitted constraints as the saved model holds them: a relative bound
-    resolved to its absolute bound on the training target (:func:`fairopt.specs.constraint_to_spec`)."""
-    return resolve_constraints([constraint_to_spec(c, resolved=True) for c in fitted])
+    """Fresh copies (not set up) of the fitted constraints as the saved model holds them
+    (:func:`fairopt.specs.saved_spec`, what :func:`fairopt.save` writes): a relative bound resolved to its
+    absolute bound on the training target."""
+    return resolve_constraints([saved_spec(c) for c in fitted])
 
 
 def bound_entries(results: dict | None, constraints: Sequence[Any]) -> list[tuple[Any, dict]]:
