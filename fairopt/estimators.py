@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -197,7 +197,7 @@ class _FairEstimator(BaseEstimator):
             ``sample_weight`` or weights with an option that counts rows, or
             ``y``/``sensitive_features``/``sample_weight`` given with a FairData.
         """
-        self._drawn_seed = _drawn_seed(self.random_state)
+        self._start_seed()
         self._check_parameters()
         data, constraints = self._training_data(X, y, sensitive_features, sample_weight)
         self._check_constraints_fit_the_task(data, constraints)
@@ -253,13 +253,34 @@ class _FairEstimator(BaseEstimator):
         return ALPHA_DEFAULTS[self._task] if self.alpha is None else float(self.alpha)
 
     def seed_value(self) -> int:
-        """``seed``, or ``random_state`` when given (for a ``numpy.random.RandomState`` or ``Generator``, the
-        seed ``fit`` drew from it: one draw per fit, as scikit-learn's estimators consume theirs)."""
-        if isinstance(self.random_state, (np.random.RandomState, np.random.Generator)):
-            drawn = getattr(self, "_drawn_seed", None)
-            return _alias(self.seed, drawn if drawn is not None else _drawn_seed(self.random_state), "seed",
-                          "random_state", default=0)
-        return _alias(self.seed, self.random_state, "seed", "random_state", default=0)
+        """The seed of the fit: ``seed``, or ``random_state`` when given.
+
+        A ``numpy.random.RandomState`` or ``Generator`` ``random_state`` gives one seed per ``fit``, drawn from it
+        once, as scikit-learn's estimators consume theirs: every seeded step of that fit (the validation split,
+        the margins and certificates, the model's initialisation and batch order) takes that one seed, and this
+        method returns it after the fit. Before the first fit (or after ``set_params`` gave another generator) it
+        draws the seed the next ``fit`` will take, once: repeated calls return the same seed and that fit does
+        not draw again, so calling this method changes neither the fitted model nor the generator's state after
+        the fit.
+        """
+        state = self.random_state
+        if not isinstance(state, (np.random.RandomState, np.random.Generator)):
+            return _alias(self.seed, state, "seed", "random_state", default=0)
+        draw = getattr(self, "_seed_draw", None)
+        if draw is None or draw.source is not state:  # no seed from this generator yet: the next fit's, drawn once
+            draw = self._seed_draw = _SeedDraw(state, _drawn_seed(state), unused=True)
+        return _alias(self.seed, draw.seed, "seed", "random_state", default=0)
+
+    def _start_seed(self) -> None:
+        """At the start of ``fit``: the fit's seed from a RandomState or Generator ``random_state``, the one
+        :meth:`seed_value` drew for it before when there is one, else one drawn now (one draw per fit)."""
+        state, draw = self.random_state, getattr(self, "_seed_draw", None)
+        if not isinstance(state, (np.random.RandomState, np.random.Generator)):
+            self._seed_draw = None
+        elif draw is not None and draw.unused and draw.source is state:
+            self._seed_draw = draw._replace(unused=False)
+        else:
+            self._seed_draw = _SeedDraw(state, _drawn_seed(state), unused=False)
 
     def epochs_value(self) -> int | None:
         """``epochs``, or ``max_iter`` when given."""
@@ -693,6 +714,15 @@ class _FairEstimator(BaseEstimator):
         return generalisation_table(self.train_violations_, held_out, limits)
 
 
+class _SeedDraw(NamedTuple):
+    """A seed drawn from the generator ``source`` (an estimator's ``random_state``); ``unused``: drawn by
+    ``seed_value`` before a fit, which the next fit takes instead of drawing its own."""
+
+    source: Any
+    seed: int
+    unused: bool
+
+
 def _drawn_seed(random_state: Any) -> int | None:
     """An integer seed drawn from a ``numpy.random.RandomState`` or ``Generator`` (scikit-learn's
     ``random_state`` may be one), None for anything else."""
@@ -857,7 +887,7 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         passes before the first failure (fixed-sequence testing keeps the confidence level).
     random_state : int, numpy.random.RandomState or Generator, optional
         scikit-learn's name for ``seed`` (both, different: ValueError); a RandomState or Generator gives one
-        seed per ``fit``, drawn from it.
+        seed per ``fit``, drawn from it once (:meth:`seed_value`).
     max_iter : int, optional
         scikit-learn's name for ``epochs`` (both, different: ValueError).
 

@@ -92,6 +92,37 @@ def test_scikit_learn_names_of_seed_and_epochs():
         fairopt.FairClassifier(random_state=-1).fit(X, y)
 
 
+@pytest.mark.parametrize("make", [np.random.default_rng, np.random.RandomState])
+def test_a_generator_random_state_gives_one_seed_per_fit_whoever_asks_for_it(make):
+    """seed_value() on an unfitted estimator drew from the user's generator at each call (three calls, three
+    seeds, the generator three draws on) and fit then drew a fourth. Now the first call draws the next fit's seed
+    once, that fit takes it (its split, margins and training alike), and the generator is one draw on per fit."""
+    X, y, g = _data()
+    reference = make(0)
+    draw = reference.integers if hasattr(reference, "integers") else reference.randint
+    first, second = (int(draw(np.iinfo(np.int32).max)) for _ in range(2))
+    params = {"constraints": [("di", "g", 0.8)], "epochs": 3, "validation_fraction": 0.3}
+    state = make(0)
+    clf = fairopt.FairClassifier(random_state=state, **params)
+    assert [clf.seed_value() for _ in range(3)] == [first] * 3
+    untouched = fairopt.FairClassifier(random_state=make(0), **params)  # nobody asks before its fit
+    twin = fairopt.FairClassifier(seed=first, **params)  # the drawn seed given as an integer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for estimator in (clf, untouched, twin):
+            estimator.fit(X, y, sensitive_features=g)
+    assert clf.seed_value() == untouched.seed_value() == first
+    for other in (untouched, twin):  # one seed for the validation split and the training
+        np.testing.assert_array_equal(clf.validation_indices_, other.validation_indices_)
+        np.testing.assert_array_equal(clf.decision_function(X), other.decision_function(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y, sensitive_features=g)
+    assert clf.seed_value() == clf.seed_value() == second  # the next fit, the next draw
+    clf.set_params(random_state=make(0))  # another generator: its own first draw, once
+    assert clf.seed_value() == clf.seed_value() == first
+
+
 def test_linear_models_report_coefficients():
     """``coef_``/``intercept_`` of ``model="linear"`` reproduce decision_function/predict on the
     encoded inputs (classifier: also with the smaller label as positive); other models have none."""
