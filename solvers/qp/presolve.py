@@ -6,27 +6,27 @@ costs an OSQP call (up to a second at 40 rows) and then a relaxed SQP step:
 * **Parallel rows**, ``J_j = sigma J_i`` (``sigma != 0``), exactly or up to rounding. A ratio bound at
   ``delta = 1`` writes each comparison as ``R_r - R_f <= 0`` and ``R_f - R_r <= 0``: mirrored rows whose
   sides together are the equality ``R_f = R_r``. The rows of a class (each within
-  ``asin(sqrt(rank_tol))`` of its first row in the ``H^{-1}`` metric, the dual method's own test of
-  dependence) become one two-sided row ``lo <= J_i d <= hi`` with the tightest of the members' sides
-  scaled by ``1 / sigma``; sides that cross by rounding meet at their midpoint (an equality).
+  ``asin(sqrt(REPEAT_TOL))`` of its first row in the ``H^{-1}`` metric) become one two-sided row
+  ``lo <= J_i d <= hi`` with the tightest of the members' sides scaled by ``1 / sigma``; sides that cross
+  by rounding meet at their midpoint (an equality).
 * **Rows that others fix.** Parity between ``k`` groups written pairwise is ``k (k - 1) / 2`` equalities
   of rank ``k - 1`` (each group against the rest: ``k`` of rank ``k - 1``). Consistent in exact
   arithmetic, but a Jacobian computed in float32 leaves a dependent row off its combination of the
   others by a relative ``1e-7``, and at the step that meets the others it misses its bound by about
   ``1e-8``, beyond the dual method's consistency tolerance (``tol = 1e-9`` relative): it reports the QP
-  infeasible. A row within ``asin(sqrt(rank_tol))`` of the span of rows of fixed value (equalities, and
-  merged rows whose sides lie within rounding of each other) is dropped when the value they fix for it,
-  ``sum_k a_k b_k`` for ``J_i = sum_k a_k J_k + r_i``, lies within its bounds up to the rounding of the
-  bounds carried through the combination, ``(tol + PRIMAL_SLACK)(1 + |b_i| + sum_k |a_k| (1 + |b_k|))``
-  (:mod:`solvers.qp.solve`); otherwise the QP is left whole and its infeasibility found as before.
+  infeasible. A row within ``asin(sqrt(REPEAT_TOL))`` of the span of rows of fixed value (equalities, and
+  merged rows whose sides lie within rounding of each other) is dropped when the value they fix for it
+  lies within its bounds up to ``(tol + PRIMAL_SLACK)(1 + |b_i|)`` (:mod:`solvers.qp.solve`); otherwise the
+  QP is left whole and its infeasibility found as before. Of a dependent set, the rows dropped are those
+  that the others express with the smallest coefficients (:func:`_drop_candidates`).
 
-A step ``d`` that meets the rows kept then meets a merged or dropped row ``i`` up to that excess plus
-``r_i d``, at most ``||r_i||_{H^-1} ||d||_H`` (Cauchy-Schwarz), ``r_i`` the row's part outside the span of
-the rows it was merged into or depends on (:attr:`Reduction.outside`): the part the dual method treats as
-dependent anyway; the caller checks the step on every original row so. :func:`reduce_rows` returns None
-when no row repeats (the QP is then solved as given, bit for bit as before). Otherwise
-:meth:`Reduction.expand` carries the reduced problem's multipliers back: a class's multiplier goes to the
-member whose side binds, as ``y / sigma``; dropped rows get 0.
+:func:`reduce_rows` returns None when no row repeats (the QP is then solved as given, bit for bit as
+before). Otherwise the reduced problem is solved and :meth:`Reduction.expand` carries its multipliers back
+(a class's multiplier goes to the member whose side binds, as ``y / sigma``; dropped rows get 0). The caller
+checks the step on every original row within the accuracy :mod:`solvers.qp.solve` promises, a merged or
+dropped row ``i`` with ``||r_i||_{H^-1} ||d||_H`` more: with ``r_i`` its part outside the span of the rows
+kept, the step that meets them meets row ``i`` up to ``r_i d`` (Cauchy-Schwarz): the rounding of a row,
+``||r_i||^2 <= REPEAT_TOL M_ii``. When it misses, the QP is solved as given.
 """
 
 from __future__ import annotations
@@ -35,11 +35,18 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import solve_triangular
+from scipy.linalg import qr, solve_triangular
 
 from solvers.qp.space import Inputs, Space
 
-__all__ = ["Reduction", "reduce_rows"]
+__all__ = ["REPEAT_TOL", "Reduction", "reduce_rows"]
+
+#: Squared sine (``H^{-1}`` metric) up to which a row counts as a repeat of others: ``1e-12``, a sine of
+#: ``1e-6``, several times the rounding of a Jacobian computed in float32 (sines of ``1e-7`` to ``6e-7``
+#: measured on parity rows), far below what random rows reach. The dual method's ``rank_tol`` (``1e-10``)
+#: is larger: a row at a sine of ``1e-5`` is dependent for it, but replacing it by its neighbours could
+#: move the solution, so the presolve leaves it alone (the smaller of the two applies).
+REPEAT_TOL = 1e-12
 
 
 @dataclass(frozen=True)
@@ -58,11 +65,9 @@ class Reduction:
         Per class: the merged bounds on ``J_class d``.
     upper_giver, lower_giver : np.ndarray
         int64 per class: the member whose bound is the class's upper / lower bound (-1 for a missing side).
-    outside, excess : np.ndarray
-        Per original row: the ``H^{-1}``-norm of its part outside the span of the kept rows it was merged
-        into or depends on (0 for a kept class's first row), and how far the value the kept equalities fix
-        for it lies outside its bounds (0 unless dropped): a step that meets the kept rows misses the row by
-        at most ``excess + outside ||d||_H``.
+    outside : np.ndarray
+        Per original row: the ``H^{-1}``-norm of its part outside the span of the rows kept (0 for a kept
+        class's first row); a step that meets the kept rows meets this row up to that times ``||d||_H``.
     """
 
     inputs: Inputs
@@ -74,7 +79,6 @@ class Reduction:
     upper_giver: np.ndarray
     lower_giver: np.ndarray
     outside: np.ndarray
-    excess: np.ndarray
 
     def expand(self, y_reduced: np.ndarray, active_reduced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(y, active)`` on the original rows. A class's multiplier ``y_k`` goes, as ``y_k / sigma``, to the
@@ -112,7 +116,8 @@ def class_bounds(inputs: Inputs, scale: np.ndarray) -> tuple[np.ndarray, np.ndar
 def _parallel_classes(space: Space, rank_tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(label, sigma, outside)``: rows within ``asin(sqrt(rank_tol))`` of an earlier row (cosine in the
     ``H^{-1}`` metric of magnitude at least ``sqrt(1 - rank_tol)``) join its class, numbered by first
-    appearance; zero rows keep their own."""
+    appearance; zero rows keep their own. ``outside``: the ``H^{-1}``-norm of a member's part orthogonal to
+    its class's first row, ``sqrt((1 - cos^2) M_jj)``."""
     M = space.M
     diag = np.diag(M)
     m = diag.size
@@ -159,45 +164,49 @@ def _merged_bounds(inputs: Inputs, label: np.ndarray, scale: np.ndarray, slack: 
     return np.where(crossed, mid, lo), np.where(crossed, mid, hi), first, upper_giver, lower_giver
 
 
-@dataclass(frozen=True)
-class _Implied:
-    """Rows that other rows fix (:func:`_implied_rows`): which to drop, the ``H^{-1}``-norm of each one's part
-    outside the span of the rows kept, how far the value they fix lies outside its bounds, and the class
-    bounds after narrow kept rows became equalities."""
-
-    dropped: np.ndarray
-    outside: np.ndarray
-    excess: np.ndarray
-    lo: np.ndarray
-    hi: np.ndarray
+def _drop_candidates(C: np.ndarray, rows: np.ndarray, rank_tol: float) -> np.ndarray:
+    """Among ``rows`` (of fixed value; ``C`` their unit-diagonal Gram matrix), one to drop per null direction
+    (eigenvalue at most ``rank_tol``): the rows with the largest weights in the null space, by QR with column
+    pivoting of its basis. With one dependency ``sum_i nu_i J_i = 0``, dropping row ``a`` writes it as
+    ``sum_k (-nu_k / nu_a) J_k``: the largest ``|nu_a|`` gives the smallest coefficients, so the rounding of
+    the other rows' bounds is least amplified in the value they fix for it."""
+    values, vectors = np.linalg.eigh(C)
+    null = vectors[:, values <= rank_tol]
+    if null.shape[1] == 0:
+        return np.zeros(0, dtype=np.int64)
+    pivots = qr(null.T, mode="r", pivoting=True)[1]
+    return rows[pivots[: null.shape[1]]]
 
 
 def _implied_rows(M: np.ndarray, lo: np.ndarray, hi: np.ndarray, eq: np.ndarray, constrained: np.ndarray,
-                  rank_tol: float, slack: np.ndarray) -> _Implied | None:
-    """The class rows that rows of fixed value determine (module docstring); None when a dependent row's
-    bounds exclude the value they fix for it by more than the slack of the combination (the QP is then left
-    whole).
+                  rank_tol: float, slack: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(dropped, outside)`` over the class rows: rows that rows of fixed value determine (module docstring),
+    and each one's ``||r_a||_{H^-1} = sqrt(pivot M_aa)`` (0 for rows kept); None
+    when a dependent row's bounds exclude the value they fix for it by more than its ``slack`` (the QP is
+    then left whole).
 
-    Rows of fixed value: equalities, and rows whose sides lie within ``slack`` of each other (mirrored
-    rows whose scale carries rounding), at their midpoint ``b``. Greedy Cholesky of their unit-diagonal
-    Gram matrix, equalities first: the pivot of row ``a`` is the squared sine of its angle to the span of
-    the rows kept before it. At most ``rank_tol``, ``J_a = sum_k alpha_k J_k + r_a`` with
-    ``||r_a||_{H^-1} = sqrt(pivot M_aa)``, and every step that meets the kept rows gives
-    ``J_a d = v_a + r_a d``, ``v_a = sum_k alpha_k b_k``. The row is dropped when ``v_a`` lies within its
-    bounds widened by ``slack_a + sum_k |alpha_k| slack_k`` (the rounding of the bounds carried through the
-    combination); then every other constrained row is tested the same way. Where a row is dropped, the
-    narrow rows kept become equalities at their midpoints (their value is what the combination assumed)."""
+    Rows of fixed value: equalities, and rows whose sides lie within ``slack`` of each other (merged mirrored
+    rows whose scale carries rounding), taken at their midpoint ``b`` give or take half their width ``w``.
+    Greedy Cholesky of the unit-diagonal Gram matrix in the order: rows of fixed value other than the
+    :func:`_drop_candidates`, those, then the other constrained rows. The pivot of row ``a`` is the squared
+    sine of its angle to the span of the fixed rows kept before it; at most ``rank_tol``,
+    ``J_a = sum_k alpha_k J_k + r_a``, and a step that meets the kept rows gives ``J_a d`` within
+    ``sum_k alpha_k b_k +- sum_k |alpha_k| w_k / 2`` (plus ``r_a d``): the row is dropped when that range lies
+    within its bounds widened by ``slack_a``."""
     n = lo.size
     narrow = constrained & ~eq & (hi - lo <= slack)
     fixed = eq | narrow
-    implied = _Implied(np.zeros(n, dtype=bool), np.zeros(n), np.zeros(n), lo.copy(), hi.copy())
+    dropped, outside = np.zeros(n, dtype=bool), np.zeros(n)
     if np.count_nonzero(fixed) < 2 and not (fixed.any() and constrained.any()):
-        return implied
-    b = np.where(fixed, 0.5 * (lo + hi), 0.0)
+        return dropped, outside
+    b, half = np.where(fixed, 0.5 * (lo + hi), 0.0), np.where(narrow, 0.5 * (hi - lo), 0.0)
     unit = 1.0 / np.sqrt(np.where(constrained, np.diag(M), 1.0))
+    rows = np.concatenate([np.flatnonzero(eq), np.flatnonzero(narrow)])
+    candidates = _drop_candidates(M[np.ix_(rows, rows)] * np.outer(unit[rows], unit[rows]), rows, rank_tol)
+    first = [a for a in rows if a not in set(candidates.tolist())]
     kept: list[int] = []
     L = np.zeros((n, n))
-    for a in [*np.flatnonzero(eq), *np.flatnonzero(narrow), *np.flatnonzero(constrained & ~fixed)]:
+    for a in [*first, *candidates, *np.flatnonzero(constrained & ~fixed)]:
         k = len(kept)
         l = solve_triangular(L[:k, :k], M[kept, a] * unit[kept] * unit[a], lower=True) if k else np.zeros(0)
         pivot = 1.0 - float(l @ l)
@@ -207,22 +216,18 @@ def _implied_rows(M: np.ndarray, lo: np.ndarray, hi: np.ndarray, eq: np.ndarray,
                 kept.append(int(a))
             continue
         alpha = solve_triangular(L[:k, :k], l, lower=True, trans="T") * unit[kept] / unit[a]
-        value, allowed = float(alpha @ b[kept]), slack[a] + float(np.abs(alpha) @ slack[kept])
-        excess = max(value - hi[a], lo[a] - value, 0.0)
-        if excess > allowed:
+        value, spread = float(alpha @ b[kept]), float(np.abs(alpha) @ half[kept])
+        if value + spread > hi[a] + slack[a] or value - spread < lo[a] - slack[a]:
             return None
-        implied.dropped[a], implied.excess[a] = True, excess
-        implied.outside[a] = math.sqrt(max(pivot, 0.0) * M[a, a])
-    if implied.dropped.any():
-        settled = np.zeros(n, dtype=bool)
-        settled[kept] = True
-        implied.lo[settled & narrow] = implied.hi[settled & narrow] = b[settled & narrow]
-    return implied
+        dropped[a], outside[a] = True, math.sqrt(max(pivot, 0.0) * M[a, a])
+    return dropped, outside
 
 
 def reduce_rows(inputs: Inputs, space: Space, rank_tol: float, primal_slack: float) -> Reduction | None:
-    """The QP with parallel rows merged and dependent equalities dropped (module docstring), or None when
-    there is nothing to reduce or the reduction would hide an infeasibility."""
+    """The QP with parallel rows merged and the rows others fix dropped (module docstring), or None when there
+    is nothing to reduce or the reduction would hide an infeasibility. Rows count as repeats within the smaller
+    of ``rank_tol`` and :data:`REPEAT_TOL`."""
+    rank_tol = min(rank_tol, REPEAT_TOL)
     if space.m < 2:
         return None
     label, scale, outside = _parallel_classes(space, rank_tol)
@@ -242,16 +247,14 @@ def reduce_rows(inputs: Inputs, space: Space, rank_tol: float, primal_slack: flo
     bound = np.maximum(np.where(np.isfinite(lo), np.abs(lo), 0.0), np.where(np.isfinite(hi), np.abs(hi), 0.0))
     implied = _implied_rows(space.M[np.ix_(first, first)], lo, hi, eq, constrained, rank_tol,
                             (space.tol + primal_slack) * (1.0 + bound))
-    if implied is None or (n == space.m and not implied.dropped.any()):
+    if implied is None or (n == space.m and not implied[0].any()):
         return None
-    lo, hi = implied.lo, implied.hi
-    keep = np.flatnonzero(~implied.dropped)
+    dropped, outside_class = implied
+    keep = np.flatnonzero(~dropped)
     position = np.full(n, -1)
     position[keep] = np.arange(keep.size)
-    J = inputs.J[first[keep]]
-    reduced = Inputs(inputs.g, inputs.h, J, lo[keep], hi[keep], inputs.dtype, inputs.device)
-    # a dropped class's members: their own part outside the first row, and their share of the first row's
+    reduced = Inputs(inputs.g, inputs.h, inputs.J[first[keep]], lo[keep], hi[keep], inputs.dtype, inputs.device)
+    # a member of a dropped class: its own part outside the class's first row, and its share of that row's
     return Reduction(inputs=reduced, label=label, scale=scale, position=position, lo=lo, hi=hi,
                      upper_giver=upper_giver, lower_giver=lower_giver,
-                     outside=outside + np.abs(scale) * implied.outside[label],
-                     excess=np.abs(scale) * implied.excess[label])
+                     outside=outside + np.abs(scale) * outside_class[label])

@@ -1,10 +1,10 @@
 """The QP of the SQP step, one function over several methods (``solver=``): :func:`diagonal_qp`.
 
 Every returned solution passed its KKT check (``tol``) and its step meets every row within
-``base_tol + PRIMAL_SLACK (1 + |bound|)`` (a row the presolve merged or dropped within what
-:class:`~solvers.qp.presolve.Reduction` allows it), else the QP is confirmed infeasible or solved again by
-OSQP. Rows within ``asin(sqrt(rank_tol))`` of the span of others count as dependent (``degenerate``:
-exact for bounds perturbed within ``tol``). Nearly parallel active rows with conflicting bounds
+``base_tol + PRIMAL_SLACK (1 + |bound|)`` (a row the presolve merged or dropped up to its rounding,
+:mod:`solvers.qp.presolve`), else the QP is confirmed infeasible or solved again by OSQP. Rows within
+``asin(sqrt(rank_tol))`` of the span of others count as dependent (``degenerate``: exact for bounds
+perturbed within ``tol``). Nearly parallel active rows with conflicting bounds
 force large multipliers, and ``d`` recovered from ``y`` carries a rounding error of about
 ``eps * sum_j |M_ij y_j|``, which the tolerance allows for.
 """
@@ -92,7 +92,7 @@ def dual_iterations(space: Space, max_iter: int | None = None) -> int:
 
 
 def _primal_step_feasible(inputs: Inputs, space: Space, d: np.ndarray, extra: np.ndarray | float = 0.0) -> bool:
-    """The float64 step meets every row within the slack above (plus ``extra`` per row)."""
+    """The float64 step meets every row within the slack above (and ``extra`` more)."""
     lo, hi = inputs.lo, inputs.hi
     w = inputs.J @ d
     with np.errstate(invalid="ignore"):  # inf - inf on a missing side: no excess there
@@ -209,10 +209,10 @@ def diagonal_qp(
 
 def _solve_reduced(inputs: Inputs, space: Space, solver: str, rank_tol: float,
                    max_iter: int | None) -> QPResult | None:
-    """The QP solved without its parallel rows and dependent equalities (:func:`solvers.qp.presolve.reduce_rows`),
-    the multipliers carried back and the step checked on every original row (a merged or dropped one up to
-    what the reduction allows it, ``excess_i + outside_i ||d||_H``); None when nothing repeats, or the reduced problem
-    has no checked solution (the caller then solves the QP as given)."""
+    """The QP solved without its parallel rows and the rows others fix (:func:`solvers.qp.presolve.reduce_rows`),
+    the multipliers carried back and the step checked on every original row (a merged or dropped row up to
+    ``||r_i||_{H^-1} ||d||_H``, its rounding); None when nothing repeats, or
+    the reduced problem has no checked solution (the caller then solves the QP as given)."""
     reduction = reduce_rows(inputs, space, rank_tol, PRIMAL_SLACK)
     if reduction is None:
         return None
@@ -222,7 +222,7 @@ def _solve_reduced(inputs: Inputs, space: Space, solver: str, rank_tol: float,
     if sol.y is None:
         return None
     d = step_from_multipliers(small, sol.y)
-    missed = reduction.excess + reduction.outside * math.sqrt(float(inputs.h @ (d * d)))
+    missed = reduction.outside * math.sqrt(float(inputs.h @ (d * d)))  # ||r_i||_{H^-1} ||d||_H: presolve
     if not (_primal_step_feasible(small, reduced, d) and _primal_step_feasible(inputs, space, d, missed)):
         return None
     y, active = reduction.expand(sol.y, sol.active)
