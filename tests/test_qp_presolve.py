@@ -127,3 +127,32 @@ def test_rows_that_do_not_repeat_are_left_alone():
         lo, hi = np.full(m, -np.inf), rng.normal(size=m)
         inputs = validate_inputs(rng.normal(size=p), rng.uniform(0.5, 2, size=p), J, lo, hi)
         assert reduce_rows(inputs, build_space(inputs, inputs.lo, inputs.hi, 1e-9), 1e-10, 1e-7) is None
+
+
+def test_a_negligible_row_does_not_size_the_least_violation_lp():
+    """A Jacobian row at ``1e-19`` of the others (a surrogate saturated on every row of its groups) whose bound
+    asks for ``J_i d = 0.5``: the least-violation LP sized its box for that row (``|z|`` of ``1e24`` in a fit under
+    exact parity), and HiGHS ran for minutes. The row is a zero row of the range basis (its value 0 to that
+    precision), the box is sized by the other rows, the row's violation 0.5 is relaxed and the others are kept."""
+    from solvers.qp import least_violation_bounds
+    from solvers.qp.lp import _initial_box_radius, range_basis
+
+    rng = np.random.default_rng(5)
+    p = 12
+    J = rng.normal(size=(9, p)) * 1e-3
+    J[4] *= 1e-16
+    lo, hi = np.full(9, -np.inf), np.abs(rng.normal(size=9)) * 1e-3
+    lo[4] = hi[4] = 0.5  # unreachable: J_4 d = 0.5 needs |d| ~ 1e19
+    basis = range_basis((J / np.ones(p)) @ J.T).basis
+    assert not basis[4].any() and np.abs(basis[np.arange(9) != 4]).max(axis=1).min() > 0
+    assert _initial_box_radius(basis, lo, hi) < 1e9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no LeastViolationWarning: the LP itself gave the least violation
+        relaxed = least_violation_bounds(*(torch.as_tensor(a) for a in (lo, hi, J, np.ones(p))))
+    assert relaxed.violation == pytest.approx(0.5, rel=1e-6)
+    assert float(relaxed.lo[4]) <= 1e-9 and float(relaxed.hi[4]) == 0.5
+    keep = np.arange(9) != 4
+    np.testing.assert_array_equal(relaxed.hi.numpy()[keep], hi[keep])
+    res = diagonal_qp(torch.as_tensor(rng.normal(size=p)), torch.ones(p, dtype=torch.float64), torch.as_tensor(J),
+                      relaxed.lo, relaxed.hi)
+    assert res.status == "optimal"

@@ -15,7 +15,7 @@ from scipy.optimize import linprog
 
 from solvers.qp.space import Space
 
-__all__ = ["LPFailure", "LeastViolationWarning", "RangeBasis", "box_still_binding_message", "confirm_infeasible",
+__all__ = ["LP_TIME_LIMIT", "LPFailure", "LeastViolationWarning", "RangeBasis", "box_still_binding_message", "confirm_infeasible",
            "least_violation_point", "range_basis", "row_violation"]
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,17 @@ _BOX_BINDING_RTOL = 1e-8
 #: the largest are left out of the reachable values (rounding noise of dependent rows sits
 #: near 1e-16; genuine directions of ill-conditioned SQP steps were seen near 1e-11).
 _RANGE_RTOL = 1e-12
-_LP_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+#: Rows of ``J`` whose ``H^{-1}``-norm is below this fraction of the largest row's are zero rows of the range
+#: basis (their value ``w_i`` is taken as 0, the LP leaves their violation to the slacks): a Jacobian row at
+#: ``1e-19`` of the others (a surrogate saturated on every row of its groups) put coefficients of ``1e-26``
+#: into the LP and asked for ``|z|`` of ``1e24``, and HiGHS did not finish.
+_NEGLIGIBLE_ROW = 1e-10
+#: Wall-clock limit of one HiGHS solve, in seconds. These LPs have at most a few hundred columns and solve in
+#: milliseconds; at the limit the solve is an :class:`LPFailure`, which each caller handles (a numerical
+#: failure of the QP; the safe relaxation, with a warning) instead of waiting.
+LP_TIME_LIMIT = 10.0
+_LP_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10,
+               "time_limit": LP_TIME_LIMIT}
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,8 @@ class RangeBasis:
     so rows of very different norms are treated alike); directions whose eigenvalue is at
     most ``_RANGE_RTOL`` times the largest are dropped: they are rounding noise of linearly
     dependent rows (free multipliers along them made an LP in ``y`` numerically unbounded).
-    Zero rows of ``J`` have zero rows in both matrices (their value is always 0).
+    Zero rows of ``J`` have zero rows in both matrices (their value is always 0), and so do rows whose
+    ``H^{-1}``-norm is below ``_NEGLIGIBLE_ROW`` times the largest (their value is 0 to that precision).
     """
 
     basis: np.ndarray  # (m, r)
@@ -71,7 +82,7 @@ def range_basis(M: np.ndarray) -> RangeBasis:
     """The basis of ``range(M)`` described in :class:`RangeBasis` (one m x m eigh)."""
     m = M.shape[0]
     diag = np.diag(M)
-    nz = np.flatnonzero(diag > 0)
+    nz = np.flatnonzero((diag > 0) & (diag >= _NEGLIGIBLE_ROW ** 2 * diag.max(initial=0.0)))
     if nz.size == 0:
         return RangeBasis(np.zeros((m, 0)), np.zeros((m, 0)))
     norms = np.sqrt(diag[nz])
