@@ -22,8 +22,9 @@ costs an OSQP call (up to a second at 40 rows) and then a relaxed SQP step:
 
 :func:`reduce_rows` returns None when no row is dropped (the QP is then solved as given, bit for bit as
 before: parallel rows alone, as a mini-batch with an empty group gives ``0.99 R_rest`` and ``-R_rest``, the
-dual method takes as they are). Otherwise the reduced problem is solved and :meth:`Reduction.expand` carries its multipliers back
-(a class's multiplier goes to the member whose side binds, as ``y / sigma``; dropped rows get 0). The caller
+dual method takes as they are). Otherwise the reduced problem is solved and :meth:`Reduction.expand` carries
+its multipliers back (a class's multiplier goes to the member whose side binds, as ``y / sigma``; dropped rows
+get 0). The caller
 checks the step on every original row within the accuracy :mod:`solvers.qp.solve` promises, a merged or
 dropped row ``i`` with ``||r_i||_{H^-1} ||d||_H`` more: with ``r_i`` its part outside the span of the rows
 kept, the step that meets them meets row ``i`` up to ``r_i d`` (Cauchy-Schwarz): the rounding of a row,
