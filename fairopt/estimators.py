@@ -433,7 +433,7 @@ class _FairEstimator(BaseEstimator):
                            "positive prediction (every rate is 0, the ratio 0/0), so status_ is 'degenerate'. For "
                            "a regressor, the bound's threshold lies above every prediction: lower it, or bound the "
                            "predictions themselves ('gedi', 'covariance', 'dcov')", UndefinedMeasureWarning)
-        if self.status_ == "degenerate":
+        if self.status_ != "converged":  # the estimator's checks (bounds on their own scale, a constant) decide
             self.converged_ = False
 
     def _warn_pairwise(self, bounds: list, constraints: list) -> None:
@@ -906,7 +906,8 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         classifier no better than one: accuracy not above the majority-class rate by two standard errors),
         ``"diverged"`` or ``"stopped_by_callback"``.
     status_message_ : str, each bound beside its realised measure and the distance from stationarity.
-    converged_ : bool, the engine's own test (feasible and stationary); False for a degenerate model.
+    converged_ : bool, True only when ``status_`` is "converged": the engine's own test (feasible and
+        stationary) passed, and the estimator's checks of the bounds and of a constant model agree.
     n_iter_ : int, the engine's iterations (history records): one step per full-batch epoch, or per
         mini-batch, plus the end-game's polish and restarts; so not capped by ``max_iter``, which is
         scikit-learn's name for ``epochs`` (Moving Targets: master iterations, whose number ``iterations`` in

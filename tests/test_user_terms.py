@@ -49,6 +49,17 @@ def test_a_met_bound_is_said_with_its_measure_and_the_stationarity():
     assert "KKT residual" in clf.status_message_
 
 
+def test_converged_is_false_whenever_the_status_is_not_converged(monkeypatch):
+    """The engine's own test can pass where the estimator's checks do not (a bound read on its own scale, a
+    bound missed by 2e-7 relative on a GeDI row at 1e-4): ``converged_`` follows ``status_``, as documented."""
+    import fairopt.estimators as estimators
+
+    X, y, s = biased_sample()
+    monkeypatch.setattr(estimators, "fit_status", lambda *a, **k: ("infeasible", "Not met on the training rows."))
+    clf = fairopt.FairClassifier([("di", "s", 0.9)]).fit(X, y, sensitive_features=s)
+    assert clf.status_ == "infeasible" and not clf.converged_
+
+
 def test_an_unmet_bound_is_infeasible_with_its_value():
     X, y, s = biased_sample()
     with warnings.catch_warnings():
