@@ -209,6 +209,18 @@ def short_ratios(bounds: Sequence[BoundStatus], violations: Mapping[str, float],
     return [b for b in bounds if not b.met and b.name in violations and violations[b.name] <= tolerance_of(tol, b.name)]
 
 
+#: What meets a ratio bound whose rows are within the tolerance but whose ratio is short, by method: the SQP
+#: meets its rows to 1e-6 once it converges, the other methods stop at their own tolerances (a smaller
+#: ``violation_tol`` only makes the verdict stricter, it changes no model).
+_SHORT_RATIO_ADVICE = {
+    "sqp": "the SQP stopped short of the bound; more epochs or full batches may meet it, else loosen the bound a "
+           "little.",
+    "penalty": "the SQP method (method='sqp') meets such rows to 1e-6, or a larger penalty weight.",
+    "lagrangian": "the SQP method (method='sqp') meets such rows to 1e-6.",
+    "moving_targets": "the SQP method (method='sqp') meets such rows to 1e-6.",
+}
+
+
 def fit_status(result: FitResult, method: str, violations: Mapping[str, float], tol: float | Mapping[str, float],
                bounds: Sequence[BoundStatus] = (), constant: str | None = None,
                near_constant: str | None = None) -> tuple[str, str]:
@@ -231,7 +243,7 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
         bounds_text = f"not met on the training rows: {which}." + (
             " See the FairnessWarning for what to try." if unmet else
             " Its rows are within the violation tolerance in rate units, but at low rates that tolerance is a "
-            "larger shortfall of the ratio itself: a smaller violation_tol, or the SQP method, meets it.")
+            "larger shortfall of the ratio itself: " + _SHORT_RATIO_ADVICE.get(method, _SHORT_RATIO_ADVICE["sqp"]))
     elif violations:
         which = "; ".join(shown.get(name, name) for name in violations)
         bounds_text = f"every bound is met on the training rows: {which}."

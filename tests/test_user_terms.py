@@ -310,7 +310,9 @@ def test_a_ratio_short_of_its_bound_at_low_rates_is_unmet_though_its_rows_are_wi
     status, message = fit_status(_result(True, "converged", 1e-4), "lagrangian", {di.name: short.row_violation},
                                  1e-3, [short])
     assert status == "infeasible" and "DI[sex] 0.784" in message
-    assert "a smaller violation_tol" in message
+    assert "method='sqp'" in message and "violation_tol" not in message.split("shortfall")[1]
+    _, under_sqp = fit_status(_result(True, "converged", 1e-4), "sqp", {di.name: short.row_violation}, 1e-3, [short])
+    assert "the SQP stopped short of the bound" in under_sqp and "method='sqp'" not in under_sqp
 
 
 def test_a_regressor_no_prediction_of_which_exceeds_the_rate_threshold_is_degenerate_and_warned():
