@@ -15,8 +15,8 @@ from scipy.optimize import linprog
 
 from solvers.qp.space import Space
 
-__all__ = ["LP_TIME_LIMIT", "LPFailure", "LeastViolationWarning", "RangeBasis", "box_still_binding_message", "confirm_infeasible",
-           "least_violation_point", "range_basis", "row_violation"]
+__all__ = ["LP_TIME_LIMIT", "LPFailure", "LeastViolationWarning", "RangeBasis", "box_still_binding_message",
+           "confirm_infeasible", "least_violation_point", "range_basis", "row_violation"]
 
 logger = logging.getLogger(__name__)
 

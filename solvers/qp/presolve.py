@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import qr, solve_triangular
 
-from solvers.qp.space import Inputs, Space
+from solvers.qp.space import Inputs, Space, bound_magnitude
 
 __all__ = ["REPEAT_TOL", "Reduction", "reduce_rows"]
 
@@ -107,7 +107,7 @@ class Reduction:
         return y, active
 
 
-def class_bounds(inputs: Inputs, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _class_bounds(inputs: Inputs, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's bounds on ``J_class d`` (``J_row = sigma J_class``): ``(hi, lo) / sigma``, the sides swapped
     for ``sigma < 0``."""
     with np.errstate(invalid="ignore"):
@@ -115,18 +115,22 @@ def class_bounds(inputs: Inputs, scale: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.where(scale > 0, a, b), np.where(scale > 0, b, a)
 
 
-def _parallel_classes(space: Space, rank_tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(label, sigma, outside)``: rows within ``asin(sqrt(rank_tol))`` of an earlier row (cosine in the
-    ``H^{-1}`` metric of magnitude at least ``sqrt(1 - rank_tol)``) join its class, numbered by first
+def _cosines(M: np.ndarray) -> np.ndarray:
+    """``M_ij / sqrt(M_ii M_jj)``: the cosines of the rows' angles in the ``H^{-1}`` metric (NaN beside a zero row)."""
+    norm = np.sqrt(np.diag(M))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return M / np.outer(norm, norm)
+
+
+def _parallel_classes(M: np.ndarray, cos: np.ndarray,
+                      parallel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(label, sigma, outside)``: rows ``parallel`` to an earlier row (within ``asin(sqrt(rank_tol))``: a cosine
+    ``cos`` in the ``H^{-1}`` metric of magnitude at least ``sqrt(1 - rank_tol)``) join its class, numbered by first
     appearance; zero rows keep their own. ``outside``: the ``H^{-1}``-norm of a member's part orthogonal to
     its class's first row, ``sqrt((1 - cos^2) M_jj)``."""
-    M = space.M
     diag = np.diag(M)
     m = diag.size
     norm = np.sqrt(diag)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cos = M / np.outer(norm, norm)
-    parallel = np.abs(np.nan_to_num(cos)) >= math.sqrt(1.0 - rank_tol)
     label, scale, outside = np.full(m, -1), np.ones(m), np.zeros(m)
     classes = 0
     for i in range(m):
@@ -148,7 +152,7 @@ def _merged_bounds(inputs: Inputs, label: np.ndarray, scale: np.ndarray, slack: 
     (mirrored rows whose scale and bounds carry rounding) meet at their midpoint: an equality; None where
     they cross by more (an infeasible QP, which the caller's path reports)."""
     n = int(label.max()) + 1
-    upper, lower = class_bounds(inputs, scale)
+    upper, lower = _class_bounds(inputs, scale)
     first, upper_giver, lower_giver = np.full(n, -1), np.full(n, -1), np.full(n, -1)
     hi, lo = np.full(n, np.inf), np.full(n, -np.inf)
     for i in range(label.size):  # in row order: ties go to the first member
@@ -159,11 +163,11 @@ def _merged_bounds(inputs: Inputs, label: np.ndarray, scale: np.ndarray, slack: 
             hi[c], upper_giver[c] = upper[i], i
         if lower[i] > lo[c]:
             lo[c], lower_giver[c] = lower[i], i
-    crossed = lo > hi
     if np.any(lo - hi > slack[first]):
         return None
-    mid = np.where(crossed, 0.5 * (lo + hi), 0.0)
-    return np.where(crossed, mid, lo), np.where(crossed, mid, hi), first, upper_giver, lower_giver
+    crossed = lo > hi
+    lo[crossed] = hi[crossed] = 0.5 * (lo[crossed] + hi[crossed])
+    return lo, hi, first, upper_giver, lower_giver
 
 
 def _drop_candidates(C: np.ndarray, rows: np.ndarray, rank_tol: float) -> np.ndarray:
@@ -201,11 +205,13 @@ def _implied_rows(M: np.ndarray, lo: np.ndarray, hi: np.ndarray, eq: np.ndarray,
     dropped, outside = np.zeros(n, dtype=bool), np.zeros(n)
     if np.count_nonzero(fixed) < 2 and not (fixed.any() and constrained.any()):
         return dropped, outside
-    b, half = np.where(fixed, 0.5 * (lo + hi), 0.0), np.where(narrow, 0.5 * (hi - lo), 0.0)
+    b, half = np.zeros(n), np.zeros(n)  # rows of fixed value have both sides finite
+    b[fixed], half[narrow] = 0.5 * (lo[fixed] + hi[fixed]), 0.5 * (hi[narrow] - lo[narrow])
     unit = 1.0 / np.sqrt(np.where(constrained, np.diag(M), 1.0))
     rows = np.concatenate([np.flatnonzero(eq), np.flatnonzero(narrow)])
     candidates = _drop_candidates(M[np.ix_(rows, rows)] * np.outer(unit[rows], unit[rows]), rows, rank_tol)
-    first = [a for a in rows if a not in set(candidates.tolist())]
+    dropping = set(candidates.tolist())
+    first = [a for a in rows if a not in dropping]
     kept: list[int] = []
     L = np.zeros((n, n))
     for a in [*first, *candidates, *np.flatnonzero(constrained & ~fixed)]:
@@ -232,13 +238,13 @@ def reduce_rows(inputs: Inputs, space: Space, rank_tol: float, primal_slack: flo
     rank_tol = min(rank_tol, REPEAT_TOL)
     if space.m < 2:
         return None
-    label, scale, outside = _parallel_classes(space, rank_tol)
+    cos = _cosines(space.M)
+    parallel = np.abs(np.nan_to_num(cos)) >= math.sqrt(1.0 - rank_tol)
+    if not np.triu(parallel, 1).any() and np.count_nonzero(space.eq) < 2:
+        return None  # no parallel rows, at most one equality: the common case, decided without the class loop
+    label, scale, outside = _parallel_classes(space.M, cos, parallel)
     n = int(label.max()) + 1
-    if n == space.m and np.count_nonzero(space.eq) < 2:
-        return None  # no parallel rows, at most one equality: the common case
-    magnitude = np.maximum(np.where(np.isfinite(inputs.lo), np.abs(inputs.lo), 0.0),
-                           np.where(np.isfinite(inputs.hi), np.abs(inputs.hi), 0.0))
-    slack = (space.tol + primal_slack) * (1.0 + magnitude)
+    slack = (space.tol + primal_slack) * (1.0 + bound_magnitude(inputs.lo, inputs.hi))
     merged = _merged_bounds(inputs, label, scale, 2.0 * slack)
     if merged is None:
         return None
@@ -246,9 +252,8 @@ def reduce_rows(inputs: Inputs, space: Space, rank_tol: float, primal_slack: flo
     nonzero = ~space.zero[first]
     eq = (lo == hi) & nonzero
     constrained = (np.isfinite(lo) | np.isfinite(hi)) & nonzero
-    bound = np.maximum(np.where(np.isfinite(lo), np.abs(lo), 0.0), np.where(np.isfinite(hi), np.abs(hi), 0.0))
     implied = _implied_rows(space.M[np.ix_(first, first)], lo, hi, eq, constrained, rank_tol,
-                            (space.tol + primal_slack) * (1.0 + bound))
+                            (space.tol + primal_slack) * (1.0 + bound_magnitude(lo, hi)))
     if implied is None or not implied[0].any():
         return None  # nothing the dual method cannot take: merged parallel rows alone it handles as before
     dropped, outside_class = implied

@@ -191,16 +191,15 @@ def diagonal_qp(
             return answer
     inputs = validate_inputs(g, h, J, lo, hi)
     space = build_space(inputs, inputs.lo, inputs.hi, tol)
-    if solver != "osqp":
-        reduced = _solve_reduced(inputs, space, solver, rank_tol, max_iter)
-        if reduced is not None:
-            return reduced
     if solver == "osqp":
         out = solve_with_osqp(inputs, tol, max_iter)
         if out.status != "optimal":
             return _failed(inputs, out.status, "osqp", out.iterations)
         active = active_from_multipliers(out.y, space.eq, tol)
         return _assemble(inputs, space, out.x, out.y, active, "osqp", out.iterations, rank_tol)
+    reduced = _solve_reduced(inputs, space, solver, rank_tol, max_iter)
+    if reduced is not None:
+        return reduced
     sol = solve_space(space, pick_method(solver, space), rank_tol, dual_iterations(space, max_iter))
     if sol.y is None and sol.status != "numerical":
         return _failed(inputs, sol.status, sol.method, sol.iterations)

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["NUMPY_DTYPES", "Inputs", "Space", "build_space", "is_degenerate", "kkt_satisfied", "scaled_min_eig",
-           "validate_inputs", "zero_rows_feasible"]
+__all__ = ["NUMPY_DTYPES", "Inputs", "Space", "bound_magnitude", "build_space", "is_degenerate", "kkt_satisfied",
+           "scaled_min_eig", "validate_inputs", "zero_rows_feasible"]
 
 
 NUMPY_DTYPES = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16}
@@ -192,8 +192,13 @@ def build_space(inputs: Inputs, lo: np.ndarray, hi: np.ndarray, tol: float) -> S
     M = 0.5 * (M + M.T)
     q = JH @ inputs.g
     zero = np.diag(M) == 0  # J_i H^{-1} J_i' = 0 iff J_i = 0 (h > 0): exact, no rounding
-    bound_mag = np.maximum(np.where(np.isfinite(lo), np.abs(lo), 0.0), np.where(np.isfinite(hi), np.abs(hi), 0.0))
-    return Space(M=M, q=q, lo=lo, hi=hi, base_tol=tol * (1.0 + np.abs(q) + bound_mag), tol=tol, zero=zero)
+    return Space(M=M, q=q, lo=lo, hi=hi, base_tol=tol * (1.0 + np.abs(q) + bound_magnitude(lo, hi)), tol=tol,
+                 zero=zero)
+
+
+def bound_magnitude(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The largest finite ``|bound|`` of each row (0 for a free row): the scale of its tolerances."""
+    return np.maximum(np.where(np.isfinite(lo), np.abs(lo), 0.0), np.where(np.isfinite(hi), np.abs(hi), 0.0))
 
 
 def zero_rows_feasible(space: Space) -> bool:
