@@ -254,8 +254,10 @@ def reduce_rows(inputs: Inputs, space: Space, rank_tol: float, primal_slack: flo
     constrained = (np.isfinite(lo) | np.isfinite(hi)) & nonzero
     implied = _implied_rows(space.M[np.ix_(first, first)], lo, hi, eq, constrained, rank_tol,
                             (space.tol + primal_slack) * (1.0 + bound_magnitude(lo, hi)))
-    if implied is None or not implied[0].any():
-        return None  # nothing the dual method cannot take: merged parallel rows alone it handles as before
+    members = np.bincount(label, minlength=n)
+    met = (members > 1) & nonzero & (hi - lo <= (space.tol + primal_slack) * (1.0 + bound_magnitude(lo, hi)))
+    if implied is None or not (implied[0].any() or met.any()):
+        return None  # nothing the dual method cannot take: parallel rows whose sides stay apart it handles
     dropped, outside_class = implied
     keep = np.flatnonzero(~dropped)
     position = np.full(n, -1)
