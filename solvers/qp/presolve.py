@@ -20,14 +20,14 @@ costs an OSQP call (up to a second at 40 rows) and then a relaxed SQP step:
   QP is left whole and its infeasibility found as before. Of a dependent set, the rows dropped are those
   that the others express with the smallest coefficients (:func:`_drop_candidates`).
 
-:func:`reduce_rows` returns None when no row is dropped (the QP is then solved as given, bit for bit as
-before: parallel rows alone, as a mini-batch with an empty group gives ``0.99 R_rest`` and ``-R_rest``, the
-dual method takes as they are). Otherwise the reduced problem is solved and :meth:`Reduction.expand` carries
-its multipliers back (a class's multiplier goes to the member whose side binds, as ``y / sigma``; dropped rows
-get 0). The caller
-checks the step on every original row within the accuracy :mod:`solvers.qp.solve` promises, a merged or
-dropped row ``i`` with ``||r_i||_{H^-1} ||d||_H`` more: with ``r_i`` its part outside the span of the rows
-kept, the step that meets them meets row ``i`` up to ``r_i d`` (Cauchy-Schwarz): the rounding of a row,
+:func:`reduce_rows` returns None when no row is dropped and no merged rows meet (the QP is then solved as
+given, bit for bit as before: parallel rows whose sides stay apart, as a mini-batch with an empty group gives
+``0.99 R_rest`` and ``-R_rest``, the dual method takes as they are). Otherwise the reduced problem is
+solved and :meth:`Reduction.expand` carries its multipliers back (a class's multiplier goes to the member
+whose side binds, as ``y / sigma``; dropped rows get 0). The caller checks the step on every original row
+within the accuracy :mod:`solvers.qp.solve` promises, a merged or dropped row ``i`` with
+``||r_i||_{H^-1} ||d||_H`` more: with ``r_i`` its part outside the span of the rows kept, the step that
+meets them meets row ``i`` up to ``r_i d`` (Cauchy-Schwarz): the rounding of a row,
 ``||r_i||^2 <= REPEAT_TOL M_ii``. When it misses, the QP is solved as given.
 """
 
@@ -233,8 +233,8 @@ def _implied_rows(M: np.ndarray, lo: np.ndarray, hi: np.ndarray, eq: np.ndarray,
 
 def reduce_rows(inputs: Inputs, space: Space, rank_tol: float, primal_slack: float) -> Reduction | None:
     """The QP with parallel rows merged and the rows others fix dropped (module docstring), or None when no row
-    is dropped or the reduction would hide an infeasibility. Rows count as repeats within the smaller
-    of ``rank_tol`` and :data:`REPEAT_TOL`."""
+    is dropped and no merged rows meet, or the reduction would hide an infeasibility. Rows count as repeats
+    within the smaller of ``rank_tol`` and :data:`REPEAT_TOL`."""
     rank_tol = min(rank_tol, REPEAT_TOL)
     if space.m < 2:
         return None
