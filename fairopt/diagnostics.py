@@ -3,7 +3,7 @@
 Pure functions that turn a :class:`solvers.history.FitResult`, the constraints, the data and the
 exact training violations into warning texts (``None`` or ``[]`` when there is nothing to say);
 the estimator warns (:class:`fairopt.FairnessWarning`, or
-:class:`fairopt.exceptions.DegenerateModelWarning` for a constant model):
+:class:`fairopt.exceptions.DegenerateModelWarning` for a constant model or a classifier no better than one):
 
 - *unmet bound*: exact training violation above ``violation_tol`` at the end;
 - *relaxed steps at the end*: relaxed SQP steps among the last 10% of the iterations;
@@ -11,8 +11,8 @@ the estimator warns (:class:`fairopt.FairnessWarning`, or
   (training R2 below :data:`POOR_FIT_R2`); *degenerate regressor*: zero spread of predictions;
 - *inactive constraint*: satisfied and not restricting the model. SQP: no row in the QP active
   set and none violated over the last 10% of the iterations up to the returned one (zero multipliers
-  at the end). Penalty and Lagrangian: the surrogate violation was 0 at every step (a term that acted earlier and is 0 at the end
-  proves nothing). Moving Targets: the pre-trained learner already meets it. With
+  at the end). Penalty and Lagrangian: the surrogate violation was 0 at every step (a term that acted
+  earlier and is 0 at the end proves nothing). Moving Targets: the pre-trained learner already meets it. With
   ``check_inactive=True`` also every bound an unconstrained reference model meets.
 
 What only the iterations tell is read from the history, through the column names of
@@ -267,7 +267,8 @@ def tail_relaxed_message(history: History) -> str | None:
 
 
 def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: bool = False, acted: bool = True,
-                     engine_note: str | None = None, *, tightened: bool = False) -> str | None:
+                     engine_note: str | None = None, *, tightened: bool = False,
+                     model_kind: str | None = None) -> str | None:
     """The warning text when the training fit is no better than a constant predictor, else None.
 
     Regression: training R2 below ``POOR_FIT_R2``. Binary: :func:`solvers.outcome.near_constant`,
@@ -279,6 +280,8 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: boo
     output's, or no input to split on; :data:`fairopt.training.ENGINE_CONSTANT_NOTE`), which is more
     specific than the rule here: it replaces the advice and makes the warning certain. ``tightened``:
     the bounds were tightened by a held-out ``margin``, which the advice names as the likelier cause.
+    ``model_kind``: the estimator's ``model`` (``"linear"``, ``"mlp"``, ``"gbm"``; None for another), which
+    decides whether a more flexible model class is advised (:func:`_more_to_work_with`).
     """
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     out = np.asarray(out, dtype=np.float64).reshape(-1)
@@ -319,9 +322,17 @@ def poor_fit_message(task: str, y: np.ndarray, out: np.ndarray, constrained: boo
                     "rows or a smaller numeric margin, or loosen the bound.")
         return (f"{head} A constant classifier meets every group-rate bound, so bounds this tight leave room for "
                 "little else (or training stopped short, see history_): its fairness says nothing. Loosen the bound "
-                "(a smaller delta, a larger bound), give the model more to work with (informative inputs, "
-                "model='mlp'), or train longer.")
+                f"(a smaller delta, a larger bound), give the model more to work with "
+                f"({_more_to_work_with(model_kind)}), or train longer.")
     return None
+
+
+def _more_to_work_with(model_kind: str | None) -> str:
+    """What gives a near-constant classifier under tight bounds more to work with: informative inputs, and
+    for the linear model the estimators' more flexible classes (advised to no model that is one already)."""
+    if model_kind == "linear":
+        return "informative inputs, model='mlp' or model='gbm'"
+    return "informative inputs"
 
 
 #: Added to the near-constant warning of boosted trees under a bound on more than two groups.
@@ -352,19 +363,22 @@ def degenerate_reason(model: nn.Module, data: FairData) -> str | None:
 
 def fit_quality_warnings(model: nn.Module, data: FairData, constrained: bool,
                          constraints: Sequence[Any] = (), *, acted: bool = True,
-                         engine_note: str | None = None, tightened: bool = False) -> list[tuple[type, str]]:
+                         engine_note: str | None = None, tightened: bool = False,
+                         model_kind: str | None = None) -> list[tuple[type, str]]:
     """``(category, message)`` about the fitted model itself: near-constant, worse than its mean, or
     constant (:func:`poor_fit_message`; ``acted``: some bound restricted the model; ``engine_note``: the
-    engine's own constant-predictor finding); for boosted trees near the constant under a bound on more
-    than two groups, the advice :data:`BOOSTED_SEVERAL_GROUPS`. One warning for a classifier."""
+    engine's own constant-predictor finding; ``model_kind``: the estimator's ``model``); for boosted trees
+    near the constant under a bound on more than two groups, the advice :data:`BOOSTED_SEVERAL_GROUPS`. One
+    warning for a classifier, a :class:`DegenerateModelWarning`: the fit's status is then "degenerate",
+    whether the model is exactly constant or only no better than a constant."""
     out = float64_outputs(model, data.X.detach().cpu().numpy())  # one pass over the training rows for both
     poor = poor_fit_message(data.task, data.y.detach().cpu().numpy(), out, constrained, acted, engine_note,
-                            tightened=tightened)
+                            tightened=tightened, model_kind=model_kind)
     constant = constant_fit_message(data.task, out)
     if poor and isinstance(model, BoostedScores) and any(getattr(c, "largest_grouping", 0) > 2 for c in constraints):
         poor += BOOSTED_SEVERAL_GROUPS
     if data.task == "binary":  # the near-constant rule covers one class on every row
-        return [(DegenerateModelWarning if constant else FairnessWarning, poor)] if poor else []
+        return [(DegenerateModelWarning, poor)] if poor else []
     if constant:  # one warning about the model: the constant, with the poor fit's diagnosis as its cause
         y = data.y.detach().cpu().numpy().reshape(-1)
         return [(DegenerateModelWarning, constant_fit_message(data.task, out, cause=poor, y=y))]
@@ -395,14 +409,17 @@ def constant_fit_message(task: str, out: np.ndarray, cause: str | None = None,
 
 def fit_warnings(model: nn.Module, data: FairData, result: FitResult, constraints: list,
                  violations: Mapping[str, float], *, method: str, violation_tol: float, relaxed: int,
-                 reference: Mapping[str, float] | None = None, tightened: bool = False) -> list[tuple[type, str]]:
+                 reference: Mapping[str, float] | None = None, tightened: bool = False,
+                 model_kind: str | None = None) -> list[tuple[type, str]]:
     """Every warning of a finished fit as ``(category, message)``: the model first, then the constraints
-    (``tightened``: the model trained under the bounds less a ``margin``, which the advice then names)."""
+    (``tightened``: the model trained under the bounds less a ``margin``, which the advice then names;
+    ``model_kind``: the estimator's ``model``, :func:`fit_quality_warnings`)."""
     inactive = inactive_by_history(result, constraints, method)
     violation_tol = met_tolerances(constraints, violation_tol)  # per constraint, in its rows' units
     found = fit_quality_warnings(model, data, bool(constraints), constraints,
                                  acted=bounds_acted(violations, inactive, violation_tol, reference),
-                                 engine_note=result.info.get(ENGINE_CONSTANT_NOTE), tightened=tightened)
+                                 engine_note=result.info.get(ENGINE_CONSTANT_NOTE), tightened=tightened,
+                                 model_kind=model_kind)
     found += [(FairnessWarning, message) for message in constraint_messages(
         result, constraints, violations, method=method, violation_tol=violation_tol, relaxed=relaxed,
         reference=reference, inactive=inactive)]

@@ -421,7 +421,8 @@ class _FairEstimator(BaseEstimator):
         tolerances = met_tolerances(constraints, self.violation_tol)
         self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_, tolerances, bounds,
                                                         constant=constant,
-                                                        near_constant=near_constant_reason(out, data))
+                                                        near_constant=near_constant_reason(out, data),
+                                                        mini_batch=is_mini_batch(self.batch_size, len(data)))
         self._warn_pairwise(bounds, constraints)
         self.status_message_ += _left_out_groups(data, constraints)
         short = short_ratios(bounds, self.train_violations_, tolerances)
@@ -473,7 +474,8 @@ class _FairEstimator(BaseEstimator):
             self.reference_violations_ = self._reference_violations(data, constraints)
         for category, message in fit_warnings(self.model_, data, result, constraints, self.train_violations_,
                                               method=self.method, violation_tol=self.violation_tol, relaxed=relaxed,
-                                              reference=self.reference_violations_, tightened=tightened):
+                                              reference=self.reference_violations_, tightened=tightened,
+                                              model_kind=self.model if isinstance(self.model, str) else None):
             warnings.warn(message, category, stacklevel=3)
         if self.method == "penalty" and constraints:
             weight = (self.engine_params or {}).get("weight", "default 1.0")
@@ -859,9 +861,10 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         Also train an unconstrained reference model and warn for every bound it already meets.
     violation_tol : float, default 1e-3
         Exact training violation above which a constraint is reported unmet: in rate units for
-        group-rate constraints, and times ``min(1, B)`` for rows in other units, ``B`` the largest
-        finite bound (:func:`fairopt.status.met_tolerance`: a distance covariance bound of 1e-5 is
-        met within 1e-8).
+        group-rate constraints (at most half a difference bound: ``DemographicParity(bound=1e-4)`` is
+        met within 5e-5), and times ``min(1, B)`` for rows in other units, ``B`` the largest finite
+        bound (:func:`fairopt.status.met_tolerance`: a distance covariance bound of 1e-5 is met within
+        1e-8).
     verbose : int or "auto", default "auto"
         ``"auto"``: a progress bar once training has run a few seconds; 0: none; 1: the bar and
         one INFO log line per epoch (logger ``solvers.sqp``).

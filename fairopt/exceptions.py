@@ -29,8 +29,17 @@ class UndefinedMeasureWarning(FairnessWarning):
 
 class DegenerateModelWarning(FairnessWarning):
     """The model predicts the same for every row (a constant classifier, or a regression
-    model with constant predictions). Its fairness measures look perfect only because it
-    ignores its inputs; its ``degenerate`` flag in :func:`fairopt.evaluate` is True."""
+    model with constant predictions), or a fitted classifier is no better than a constant one
+    (its training accuracy not above the majority rate by two standard errors, or one class on
+    almost every row). Its fairness measures look good only because it barely uses its inputs;
+    the fit's ``status_`` is ``"degenerate"``, and :func:`fairopt.evaluate`'s ``degenerate`` flag
+    is True where the predictions are exactly constant."""
+
+
+class MarginTooLargeError(ValueError):
+    """A margin that leaves a row of the tightened constraint without a feasible value (its lower bound above
+    its upper one, or its upper bound below the smallest value the row takes), or, for group rates, leaves
+    the rows together no rates in ``[0, 1]`` that meet them (exact parity leaves room for no margin at all)."""
 
 
 class CertificateError(ValueError):

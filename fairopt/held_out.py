@@ -290,6 +290,15 @@ def certified_sequence(options: HeldOutOptions, data: FairData, held_out: FairDa
     return (*chosen, table)
 
 
+def _no_room_for_margin(cert: Any) -> bool:
+    """Whether a failed certificate's bound is at the end of its measure's range: a ratio bounded below by 1,
+    a difference bounded above by 0. Exact parity: any margin asks for more than parity, which no group rates
+    meet (:class:`fairopt.exceptions.MarginTooLargeError`), so no margin is advised."""
+    if cert.measure.endswith(" ratio"):
+        return cert.bound_side == "lower" and cert.bound >= 1.0
+    return cert.measure.endswith(" difference") and cert.bound_side == "upper" and cert.bound <= 0.0
+
+
 def raise_or_warn_failed(certified: list | None, on_fail: str, margin: float | str = 0.0) -> None:
     """The ``on_fail`` reaction to failed certificates: a :class:`fairopt.exceptions.CertificateError`
     (``"raise"``), a :class:`fairopt.FairnessWarning` (``"warn"``) or nothing (``"ignore"``, or
@@ -309,6 +318,9 @@ def raise_or_warn_failed(certified: list | None, on_fail: str, margin: float | s
     if margin == "auto":
         advice = ("margin='auto' was used: more rows, a lower confidence or a looser bound may help; a larger numeric "
                   "margin trades accuracy for it")
+    elif any(_no_room_for_margin(cert) for cert in failed):
+        advice = ("more rows or a looser bound may help; a bound at the end of its measure's range (a ratio of 1, a "
+                  "difference of 0) leaves no room for a margin")
     elif margin:
         advice = f"a margin larger than {margin:g}, more rows or a looser bound may help"
     else:
@@ -368,17 +380,7 @@ def generalisation_limit(constraint: Any, tol: float) -> float:
     for group rates, at most half the smallest nonzero finite ``|bound|`` of its rows (a gap of 0.019 under
     a difference bound of 0.02 doubles it), and ``tol * |bound|`` for rows in other units
     (:func:`fairopt.status.met_tolerance` with ``cap=False``)."""
-    limit = met_tolerance(constraint, tol, cap=False)
-    if getattr(constraint, "row_scale", None) == 1.0:
-        try:
-            bounds = [abs(float(b)) for b in (*constraint.lower.reshape(-1).tolist(),
-                                              *constraint.upper.reshape(-1).tolist())]
-        except AttributeError:  # not set up
-            return limit
-        finite = [b for b in bounds if math.isfinite(b) and b > 0]
-        if finite:
-            limit = min(limit, 0.5 * min(finite))
-    return limit
+    return met_tolerance(constraint, tol, cap=False)
 
 
 def generalisation_table(train: dict[str, float], held_out: dict[str, float],

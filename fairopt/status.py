@@ -32,8 +32,9 @@ from typing import Any, Mapping, Sequence
 
 from solvers.history import FitResult
 
-__all__ = ["ABBREVIATIONS", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "compared_label", "fit_status",
-           "format_number", "met_tolerance", "short_ratios", "tolerance_of", "label_of"]
+__all__ = ["ABBREVIATIONS", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "compared_label", "finite_bounds",
+           "fit_status", "format_number", "label_of", "met_tolerance", "short_ratios", "smallest_nonzero_bound",
+           "tolerance_of"]
 
 #: Short names of the group-rate measures in summaries, by constraint prefix.
 ABBREVIATIONS: dict[str, str] = {
@@ -62,23 +63,41 @@ MET_TOL = 1e-3
 def met_tolerance(constraint: Any, tol: float, cap: bool = True) -> float:
     """The largest exact violation of ``constraint``'s rows reported as met, for the tolerance ``tol``.
 
-    Rows of rates (``row_scale`` 1) take ``tol`` itself. Rows in other units (covariance, GeDI, distance
-    covariance) take ``tol * min(1, B)``, ``B`` the largest finite ``|bound|`` of the rows, so that a small
-    bound is met within the same share of itself: a distance covariance of 7e-5 under a bound of 1e-6 is
-    not "met within the tolerance" 1e-3. ``tol`` where every finite bound is 0 or the constraint has no
-    bounds yet. ``cap=False`` gives ``tol * B``, a share of the bound however large (a GeDI bound in the
-    target's units of 20 takes 0.4 at ``tol`` 0.02).
+    Rows of rates (``row_scale`` 1) take ``min(tol, b / 2)``, ``b`` the smallest nonzero finite ``|bound|``
+    of the rows (:func:`smallest_nonzero_bound`; ``tol`` where there is none, as for a ratio's rows, whose
+    bounds are 0): a demographic-parity bound of 1e-4 is met up to 1.5e-4, not up to 1.1e-3. Rows in other
+    units (covariance, GeDI, distance covariance) take ``tol * min(1, B)``, ``B`` the largest finite
+    ``|bound|`` of the rows, so that a small bound is met within the same share of itself: a distance
+    covariance of 7e-5 under a bound of 1e-6 is not "met within the tolerance" 1e-3. ``tol`` where every
+    finite bound is 0 or the constraint has no bounds yet. ``cap=False`` gives ``tol * B``, a share of the
+    bound however large (a GeDI bound in the target's units of 20 takes 0.4 at ``tol`` 0.02).
     """
     scale = getattr(constraint, "row_scale", None)
-    if scale is None:
-        try:
-            values = [*constraint.lower.reshape(-1).tolist(), *constraint.upper.reshape(-1).tolist()]
-        except (AttributeError, TypeError, ValueError):  # not set up, or bounds of another kind
-            return tol
-        scale = max((abs(float(v)) for v in values if math.isfinite(float(v))), default=0.0)
-        if scale == 0.0:
-            return tol
+    if scale is not None:
+        smallest = smallest_nonzero_bound(constraint) if float(scale) == 1.0 else None
+        limit = tol * (min(float(scale), 1.0) if cap else float(scale))
+        return limit if smallest is None else min(limit, 0.5 * smallest)
+    bounds = finite_bounds(constraint)
+    scale = max(bounds, default=0.0)
+    if scale == 0.0:
+        return tol
     return tol * (min(float(scale), 1.0) if cap else float(scale))
+
+
+def finite_bounds(constraint: Any) -> list[float]:
+    """``|bound|`` of every finite lower and upper bound of ``constraint``'s rows; ``[]`` where it is not set
+    up (or has bounds of another kind)."""
+    try:
+        values = [*constraint.lower.reshape(-1).tolist(), *constraint.upper.reshape(-1).tolist()]
+    except (AttributeError, TypeError, ValueError):  # not set up, or bounds of another kind
+        return []
+    return [abs(float(v)) for v in values if math.isfinite(float(v))]
+
+
+def smallest_nonzero_bound(constraint: Any) -> float | None:
+    """The smallest nonzero finite ``|bound|`` of ``constraint``'s rows (a difference bound), None where there
+    is none (a ratio's rows are bounded by 0, exact parity by 0 on both sides)."""
+    return min((b for b in finite_bounds(constraint) if b > 0), default=None)
 
 
 def tolerance_of(tol: float | Mapping[str, float], name: str) -> float:
@@ -213,8 +232,9 @@ def short_ratios(bounds: Sequence[BoundStatus], violations: Mapping[str, float],
 #: meets its rows to 1e-6 once it converges, the other methods stop at their own tolerances (a smaller
 #: ``violation_tol`` only makes the verdict stricter, it changes no model).
 _SHORT_RATIO_ADVICE = {
-    "sqp": "the SQP stopped short of the bound; more epochs or full batches may meet it, else loosen the bound a "
-           "little.",
+    "sqp": "the SQP stopped short of the bound; more epochs may meet it, else loosen the bound a little.",
+    "sqp_mini_batch": "the SQP stopped short of the bound; more epochs or full batches may meet it, else loosen the "
+                      "bound a little.",
     "penalty": "the SQP method (method='sqp') meets such rows to 1e-6, or a larger penalty weight.",
     "lagrangian": "the SQP method (method='sqp') meets such rows to 1e-6.",
     "moving_targets": "the SQP method (method='sqp') meets such rows to 1e-6.",
@@ -223,7 +243,7 @@ _SHORT_RATIO_ADVICE = {
 
 def fit_status(result: FitResult, method: str, violations: Mapping[str, float], tol: float | Mapping[str, float],
                bounds: Sequence[BoundStatus] = (), constant: str | None = None,
-               near_constant: str | None = None) -> tuple[str, str]:
+               near_constant: str | None = None, mini_batch: bool = False) -> tuple[str, str]:
     """``(status, message)`` of a finished fit (module docstring for the statuses).
 
     ``violations``: the exact training violation of every constraint (by name); ``tol``: the
@@ -232,7 +252,8 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
     its own scale though its rows are within ``tol``, is unmet too); ``constant``: why the model predicts
     the same for every training row (:func:`fairopt.evaluation.constant_predictions`), None if it does not;
     ``near_constant``: why a classifier that is not constant is no better than one
-    (:func:`solvers.outcome.near_constant`), None if it is better.
+    (:func:`solvers.outcome.near_constant`), None if it is better; ``mini_batch``: the fit took its steps on
+    batches of rows (the advice for a ratio short of its bound then names full batches).
     """
     unmet = [name for name, v in violations.items() if v > tolerance_of(tol, name)]
     short = [b.name for b in short_ratios(bounds, violations, tol)]
@@ -243,7 +264,8 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
         bounds_text = f"not met on the training rows: {which}." + (
             " See the FairnessWarning for what to try." if unmet else
             " Its rows are within the violation tolerance in rate units, but at low rates that tolerance is a "
-            "larger shortfall of the ratio itself: " + _SHORT_RATIO_ADVICE.get(method, _SHORT_RATIO_ADVICE["sqp"]))
+            "larger shortfall of the ratio itself: " + _SHORT_RATIO_ADVICE.get(
+                f"{method}_mini_batch" if mini_batch else method, _SHORT_RATIO_ADVICE["sqp"]))
     elif violations:
         which = "; ".join(shown.get(name, name) for name in violations)
         bounds_text = f"every bound is met on the training rows: {which}."

@@ -33,6 +33,7 @@ from solvers.output_shift import RescueInputs, shift_output
 from solvers.penalty import FirstOrderTrainer
 from solvers.problem import (Constraint, as_constraint_set, changes_in_eval_mode, check_dataset, eval_mode,
                              exact_rows, row_violations, trainable_parameters)
+from solvers.sampling import covers_all_rows
 from solvers.validation import check_choice, positive_float
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]
@@ -217,7 +218,8 @@ class LagrangianDual(FirstOrderTrainer):
             model.eval()
         unmet = warn_unmet("LagrangianDual", exact, self._lower, self._upper, cons.row_names, self.feasibility_tol)
         if status != "diverged" and chosen is not None:
-            warn_if_poor_first_order_fit("LagrangianDual", model, loss_fn, data)
+            warn_if_poor_first_order_fit("LagrangianDual", model, loss_fn, data,
+                                                       mini_batch=not covers_all_rows(self.batch_size, len(data)))
         return FitResult(model=model, history=history, status=status, converged=converged,
                          info={"multipliers": self.multipliers_.tolist(), "row_names": cons.row_names,
                                "violation": final_violation, "stationarity": stationarity, "feasible": feasible,

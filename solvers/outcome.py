@@ -20,11 +20,10 @@ from solvers.losses import best_constant_output, get_loss, loss_name, unregulari
 from solvers.problem import assign_parameters, eval_mode, flat_parameters, model_outputs, row_chunks, row_violations
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
-           "NEAR_CONSTANT_SHARE", "NEAR_CONSTANT_Z", "NearConstantWarning", "NoProgressWarning", "RISE_TOLERANCE",
-           "TrainingInstabilityWarning", "constant_meets_bounds", "near_constant", "no_better_than_constant",
-           "outputs_near_constant",
-           "training_accuracy", "unmet_rows", "warn_if_constant", "warn_if_poor_first_order_fit", "warn_if_start",
-           "warn_if_unstable", "warn_unmet"]
+           "MINI_BATCH_REMEDIES", "NEAR_CONSTANT_SHARE", "NEAR_CONSTANT_Z", "NearConstantWarning", "NoProgressWarning",
+           "RISE_TOLERANCE", "TrainingInstabilityWarning", "constant_meets_bounds", "near_constant",
+           "no_better_than_constant", "outputs_near_constant", "training_accuracy", "training_remedies", "unmet_rows",
+           "warn_if_constant", "warn_if_poor_first_order_fit", "warn_if_start", "warn_if_unstable", "warn_unmet"]
 
 #: Relative rise of the training loss over its starting value that :func:`warn_if_unstable` reports.
 RISE_TOLERANCE = 0.25
@@ -239,6 +238,16 @@ def outputs_near_constant(out: Any, y: Any) -> tuple[list[str], float]:
     return near_constant(accuracy, max(share, 1.0 - share), y.size, float(np.mean(out > 0))), accuracy
 
 
+#: The training settings that help a run of mini-batches stopped short (:func:`training_remedies`).
+MINI_BATCH_REMEDIES = "more epochs, full batches or a smaller lr"
+
+
+def training_remedies(mini_batch: bool) -> str:
+    """The training settings a warning advises for a run that stopped short: more epochs or a smaller
+    ``lr``, and full batches where the run took its steps on mini-batches (a full-batch run has them)."""
+    return MINI_BATCH_REMEDIES if mini_batch else "more epochs or a smaller lr"
+
+
 def no_better_than_constant(f: float, f_constant: float) -> bool:
     """Whether a training loss ``f`` is not below ``f_constant``, the best constant output's (finite)."""
     return math.isfinite(f_constant) and not f < f_constant
@@ -246,7 +255,7 @@ def no_better_than_constant(f: float, f_constant: float) -> bool:
 
 def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float | None = None,
                      majority: float | None = None, stacklevel: int = 3, *, n_rows: int | None = None,
-                     constant_meets_bounds: bool | None = True) -> bool:
+                     constant_meets_bounds: bool | None = True, remedies: str = MINI_BATCH_REMEDIES) -> bool:
     """Warn when the returned model is no better than a constant (:class:`ConstantPredictorWarning`:
     ``f`` not below ``f_constant``, :func:`no_better_than_constant`) or nearly constant
     (:class:`NearConstantWarning`, :func:`near_constant`); whether it did.
@@ -256,6 +265,8 @@ def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float |
     constraint need not). True: the bounds do not force a loss above the constant's, so training failed.
     False: they may (a model that meets them can be worse than that constant), so the warning says so
     instead of blaming training. None: not checked (rows held in chunks), the warning does not claim either.
+    ``remedies``: the training settings that help this engine's run, as the warning names them
+    (:func:`training_remedies`).
     """
     failed = no_better_than_constant(f, f_constant)
     reasons = [f"training loss {f:.4g} >= {f_constant:.4g}, the loss of the best constant output"] if failed else []
@@ -266,12 +277,12 @@ def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float |
     if failed:
         if constant_meets_bounds is False:
             why = ("The best constant output violates the bounds, so they may force this: a model that meets them "
-                   "can have a higher loss than that constant. If a better model should meet them, try more "
-                   "epochs, full batches or a smaller lr, and look at the history.")
+                   "can have a higher loss than that constant. If a better model should meet them, try "
+                   f"{remedies}, and look at the history.")
         else:
             premise = ("The bounds do not force this (the best constant output meets them)"
                        if constant_meets_bounds else "Bounds that a constant model meets do not force this")
-            why = (f"{premise}: training failed. Try more epochs, full batches, a smaller lr, or look at the "
+            why = (f"{premise}: training failed. Try {remedies}, or look at the "
                    "history; constraint rows that rest on few data rows (small groups under a sharp surrogate) "
                    "need a smoother surrogate; where those end at the constant itself, this model class may hold no "
                    "better model that meets the bounds on these inputs, and a more flexible one (a network) may.")
@@ -280,25 +291,26 @@ def warn_if_constant(engine: str, f: float, f_constant: float, accuracy: float |
     else:
         warnings.warn(f"{engine}: the returned model is nearly a constant predictor ({'; '.join(reasons)}). Bounds "
                       "that only such a model meets force this (a constant model meets every group-rate bound); "
-                      "otherwise training stopped short: more epochs, full batches or a smaller lr.",
+                      f"otherwise training stopped short: {remedies}.",
                       NearConstantWarning, stacklevel=stacklevel)
     return True
 
 
 def warn_if_poor_first_order_fit(engine: str, model: torch.nn.Module, loss_fn: Any, data: Any,
-                                 stacklevel: int = 4) -> bool:
+                                 stacklevel: int = 4, mini_batch: bool = True) -> bool:
     """:func:`warn_if_constant` for the first-order engines (Penalty, LagrangianDual): the returned model's
     loss on all rows (in eval mode, without an L2 term) against the best constant output's
     (:func:`solvers.losses.best_constant_output`) and, for the binary cross-entropy, its accuracy against the
     majority rate. A constant zeroes the library's penalties and meets its bounds, so a model above the
-    constant's loss is a failed optimisation of the penalised or Lagrangian objective too."""
+    constant's loss is a failed optimisation of the penalised or Lagrangian objective too. ``mini_batch``:
+    the run took its steps on batches of rows (:func:`training_remedies`)."""
     plain = get_loss(unregularised(loss_fn))
     with torch.no_grad(), eval_mode(model):
         f = float(plain(model_outputs(model, data), data))
     _, f_constant = best_constant_output(loss_fn, data)
     accuracy = training_accuracy(model, data) if loss_name(loss_fn) == "bce" else (None, None)
     return warn_if_constant(engine, f, f_constant, *accuracy, stacklevel=stacklevel, n_rows=len(data),
-                            constant_meets_bounds=None)
+                            constant_meets_bounds=None, remedies=training_remedies(mini_batch))
 
 
 def constant_meets_bounds(model: torch.nn.Module, cons: Any, data: Any, tracker: "BestIterate", a: float) -> bool:
@@ -315,10 +327,11 @@ def constant_meets_bounds(model: torch.nn.Module, cons: Any, data: Any, tracker:
 
 
 def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_constant: float = -math.inf,
-                     stacklevel: int = 3) -> bool:
+                     stacklevel: int = 3, mini_batch: bool = True) -> bool:
     """Warn (:class:`TrainingInstabilityWarning`) when the divergence guard backed off, or the largest
     loss offered to ``tracker`` exceeds the first by ``RISE_TOLERANCE`` of it and ``f_constant`` (a
-    rise towards the bound's price is expected, beyond a constant model's loss is not); whether it did."""
+    rise towards the bound's price is expected, beyond a constant model's loss is not); whether it did.
+    ``mini_batch``: the run took steps on batches of rows, so larger ones are advised too."""
     reasons = []
     if restarts:
         reasons.append(f"the divergence guard sent the parameters back {restarts} time(s) and cut the learning "
@@ -330,7 +343,8 @@ def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_con
     if not reasons:
         return False
     warnings.warn(f"{engine}: unstable training: {'; '.join(reasons)}. The returned model is the best iterate "
-                  "seen; a smaller lr or larger batches usually help, and a smoother surrogate where constraint rows "
+                  f"seen; a smaller lr{' or larger batches' if mini_batch else ''} usually helps, and a smoother "
+                  "surrogate where constraint rows "
                   "rest on few data rows (small groups).", TrainingInstabilityWarning,
                   stacklevel=stacklevel)
     return True

@@ -26,7 +26,7 @@ from solvers.outcome import DivergedWarning, warn_if_poor_first_order_fit
 from solvers.problem import (assign_parameters, check_dataset, check_outputs_differentiable, flat_parameters,
                              model_outputs, trainable_parameters, violation)
 from solvers.progress import check_progress, epoch_logs, progress
-from solvers.sampling import minibatches
+from solvers.sampling import covers_all_rows, minibatches
 from solvers.validation import check_choice, check_seed, positive_float, positive_int
 
 __all__ = ["Penalty", "PenaltyTerm", "penalty_terms", "penalised_loss", "FirstOrderTrainer"]
@@ -351,7 +351,8 @@ class Penalty(FirstOrderTrainer):
         history, status = self._train(model, data, loss_fn, names)
         stationarity = self._stationarity(model, data, loss_fn) if status != "diverged" else math.inf
         if status != "diverged":
-            warn_if_poor_first_order_fit("Penalty", model, loss_fn, data)
+            warn_if_poor_first_order_fit("Penalty", model, loss_fn, data,
+                                                mini_batch=not covers_all_rows(self.batch_size, len(data)))
         return FitResult(model=model, history=history, status=status, converged=stationarity <= self.tol,
                          info={"weights": list(self._term_weights), "penalty_names": names,
                                "stationarity": stationarity})

@@ -13,10 +13,11 @@ import torch
 from torch import nn
 
 from fairopt.certificate import certify
+from fairopt import FairClassifier
 from fairopt.constraints import DisparateImpact
 from fairopt.data import FairData
 from fairopt.held_out import HeldOutFit, HeldOutOptions, fit_held_out, raise_or_warn_failed
-from fairopt.exceptions import CertificateError, FairnessWarning
+from fairopt.exceptions import CertificateError, FairnessWarning, MarginTooLargeError
 from solvers.history import FitResult, History
 
 
@@ -97,6 +98,23 @@ def test_on_fail_reactions():
         raise_or_warn_failed([_Failed()], "warn", "auto")
     with pytest.warns(FairnessWarning, match="a margin larger than 0.02"):
         raise_or_warn_failed([_Failed()], "warn", 0.02)
+
+
+@pytest.mark.parametrize("measure, side, bound", [("disparate_impact ratio", "lower", 1.0),
+                                                   ("demographic_parity difference", "upper", 0.0)])
+def test_exact_parity_is_not_advised_a_margin(measure, side, bound):
+    """A failed certificate of exact parity: margin='auto' would raise MarginTooLargeError there (any
+    margin asks for more than parity), so the advice names more rows or a looser bound only."""
+    failed = type("Parity", (_Failed,), {"measure": measure, "bound_side": side, "bound": bound})()
+    with pytest.warns(FairnessWarning, match="leaves no room for a margin") as caught:
+        raise_or_warn_failed([failed], "warn")
+    assert "margin='auto'" not in str(caught[0].message)
+    rng = np.random.default_rng(0)
+    X, s = rng.normal(size=(400, 2)), rng.integers(0, 2, 400)
+    y = (X[:, 0] + s > 0.5).astype(int)
+    spec = ("di", "s", 1.0) if side == "lower" else ("dp", "s", 0.0)
+    with pytest.raises(MarginTooLargeError):
+        FairClassifier([spec], margin="auto", epochs=5).fit(X, y, sensitive_features=s)
 
 
 @pytest.mark.parametrize("spec", ["dcov:g<=0.25x", ("gedi", "g", 0.3, {"relative": True})])

@@ -16,7 +16,7 @@ from fairopt.diagnostics import poor_fit_message
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning
 from solvers import StochasticSQP
 from solvers.outcome import (NEAR_CONSTANT_SHARE, NEAR_CONSTANT_Z, ConstantPredictorWarning, NearConstantWarning,
-                             near_constant, warn_if_constant)
+                             near_constant, training_remedies, warn_if_constant)
 from conftest import TensorRows, require_shared_file
 
 
@@ -128,6 +128,33 @@ def test_one_class_everywhere_is_a_degenerate_model():
     assert len(near) == 1  # one warning, not one per rule
     if "100.00%" in str(near[0].message):
         assert issubclass(near[0].category, DegenerateModelWarning)
+
+
+def test_a_near_constant_fit_is_a_degenerate_model_whatever_its_exact_outputs():
+    """One category for the fits whose status is "degenerate": a classifier no better than a constant one
+    is a DegenerateModelWarning whether or not every row gets the same class."""
+    X, y, s = group_only_sample()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = fairopt.FairClassifier([("di", "s", 0.98)]).fit(X, y, sensitive_features=s)
+    near = [w for w in caught if "near-constant classifier" in str(w.message)]
+    assert clf.status_ == "degenerate" and len(near) == 1
+    assert issubclass(near[0].category, DegenerateModelWarning)
+
+
+@pytest.mark.parametrize("kind, advised", [("linear", True), ("mlp", False), ("gbm", False), (None, False)])
+def test_the_advice_names_a_more_flexible_model_only_to_a_linear_one(kind, advised):
+    labels = np.array([1.0] * 90 + [0.0] * 10)
+    message = poor_fit_message("binary", labels, np.ones(100), constrained=True, model_kind=kind)
+    assert ("model='mlp'" in message) == advised and "informative inputs" in message
+
+
+def test_full_batches_are_advised_only_to_a_run_of_mini_batches():
+    with pytest.warns(ConstantPredictorWarning) as caught:
+        warn_if_constant("E", 0.6, 0.56, remedies=training_remedies(mini_batch=False))
+    assert "full batches" not in str(caught[0].message) and "more epochs" in str(caught[0].message)
+    with pytest.warns(ConstantPredictorWarning, match="full batches"):
+        warn_if_constant("E", 0.6, 0.56, remedies=training_remedies(mini_batch=True))
 
 
 def test_law_school_under_di_08_is_not_called_near_constant():

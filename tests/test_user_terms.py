@@ -285,6 +285,31 @@ def test_a_small_bound_is_met_within_its_own_scale_not_the_rate_tolerance():
     assert met_tolerances([rate, tight], MET_TOL) == {rate.name: MET_TOL, tight.name: pytest.approx(1e-9)}
 
 
+def test_a_difference_bound_below_the_rate_tolerance_is_met_within_half_of_itself():
+    """DemographicParity(bound=1e-4): a difference of 2.5e-4 read 'met' within the rate tolerance 1e-3 (a trial
+    of extreme bounds); a difference bound is now met within at most half of itself, other bounds as before."""
+    from fairopt import FairData
+    from fairopt.evaluation import bound_statuses
+    from fairopt.status import MET_TOL, met_tolerance
+
+    n = 4000
+    sex = np.repeat([0, 1], n)
+    data = FairData.from_arrays(np.zeros((2 * n, 1)), np.zeros(2 * n), {"sex": sex})
+    chosen = np.zeros(2 * n)
+    chosen[:1001], chosen[n:n + 1000] = 1, 1  # rates 0.25025 and 0.25: a difference of 2.5e-4
+    logits = torch.as_tensor(np.where(chosen == 1, 5.0, -5.0))
+    for bound, tolerance, met in [(1e-4, 5e-5, False), (3e-4, 1.5e-4, True), (0.05, MET_TOL, True),
+                                  (0.0, MET_TOL, True)]:
+        dp = DemographicParity("sex", bound=bound)
+        dp.setup(data)
+        assert met_tolerance(dp, MET_TOL) == pytest.approx(tolerance)
+        (status,) = bound_statuses(logits, data, [dp])
+        assert status.value == pytest.approx(2.5e-4) and status.met == met
+    ratio = DisparateImpact("sex", delta=0.999)  # rows bounded by 0: the rate tolerance, the ratio's own check
+    ratio.setup(data)
+    assert met_tolerance(ratio, MET_TOL) == MET_TOL
+
+
 def test_a_ratio_short_of_its_bound_at_low_rates_is_unmet_though_its_rows_are_within_the_rate_tolerance():
     """250 of 5,000 men and 196 of 5,000 women selected: DI 0.784 against 0.8. The row 0.8 P_M - P_F = 8e-4 is
     within the rate tolerance 1e-3, but the four-fifths verdict is on the ratio: unmet in the bounds, the
@@ -313,6 +338,10 @@ def test_a_ratio_short_of_its_bound_at_low_rates_is_unmet_though_its_rows_are_wi
     assert "method='sqp'" in message and "violation_tol" not in message.split("shortfall")[1]
     _, under_sqp = fit_status(_result(True, "converged", 1e-4), "sqp", {di.name: short.row_violation}, 1e-3, [short])
     assert "the SQP stopped short of the bound" in under_sqp and "method='sqp'" not in under_sqp
+    assert "full batches" not in under_sqp  # a full-batch fit has them already
+    _, on_batches = fit_status(_result(True, "converged", 1e-4), "sqp", {di.name: short.row_violation}, 1e-3,
+                               [short], mini_batch=True)
+    assert "more epochs or full batches" in on_batches
 
 
 def test_a_regressor_no_prediction_of_which_exceeds_the_rate_threshold_is_degenerate_and_warned():

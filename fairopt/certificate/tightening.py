@@ -14,15 +14,10 @@ from scipy.optimize import linprog
 from fairopt.constraints.base import BaseConstraint
 from fairopt.constraints.gedi import GeDI
 from fairopt.constraints.rates import GroupRateConstraint
+from fairopt.exceptions import MarginTooLargeError
 from solvers.contract import cost_on_all_rows, offers_calibrated_form, row_scale, smooth_is_exact
 
 __all__ = ["MarginTooLargeError", "TightenedConstraint", "bounds_ready", "fresh_copy", "rates_can_meet", "tighten"]
-
-
-class MarginTooLargeError(ValueError):
-    """A margin that leaves a row of the tightened constraint without a feasible value (its lower bound above
-    its upper one, or its upper bound below the smallest value the row takes), or, for group rates, leaves
-    the rows together no rates in ``[0, 1]`` that meet them."""
 
 
 def rates_can_meet(side_rows: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> bool:

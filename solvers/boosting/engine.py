@@ -467,7 +467,7 @@ class BoostedSQP:
             if m and no_better_than_constant(f, f_constant):  # one more pass, only before that warning
                 meets = tracker.meets(exact_rows(cons, torch.full_like(out, init), data))
             warn_if_constant("BoostedSQP", f, f_constant, accuracy, majority, stacklevel=4,
-                             constant_meets_bounds=meets)
+                             constant_meets_bounds=meets, remedies="more rounds or a smaller learning_rate")
         status = "stopped_by_callback" if state.stop else ("converged" if feasible else "infeasible")
         ran = state.trees + state.taken_back  # rounds that grew a tree, those taken back included
         history.append({"iteration": ran, "returned": trees, "f": f, "c_exact": c_exact.tolist(),

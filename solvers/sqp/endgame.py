@@ -14,9 +14,10 @@ from solvers.distributed import AllReduceDerivatives
 from solvers.history import COLUMN_ACTIVE, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import loss_name
 from solvers.outcome import (BestIterate, Candidate, constant_meets_bounds, no_better_than_constant, training_accuracy,
-                             warn_if_constant, warn_if_start, warn_if_unstable, warn_unmet)
+                             training_remedies, warn_if_constant, warn_if_start, warn_if_unstable, warn_unmet)
 from solvers.output_shift import shift_output
 from solvers.problem import assign_parameters, changes_in_eval_mode, flat_parameters, row_violations
+from solvers.sampling import covers_all_rows
 from solvers.sqp.optimality import evaluate_all, final_check, full_derivatives, kkt_residuals, offer_and_test_kkt
 from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, integral_push, sqp_step
@@ -49,6 +50,7 @@ class EndgameOptions(StepOptions, Protocol):
     (:class:`solvers.sqp.StochasticSQP` has them)."""
 
     polish_iterations: int
+    batch_size: int | None
     lr_: float
     metric_spread_: float | None
     start_spread_: float | None
@@ -357,6 +359,7 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     if status not in ("diverged", "stopped_by_callback"):
         status = "converged" if converged else ("infeasible" if not feasible else "not_stationary")
     unmet = warn_unmet("SQP", c_exact, lower, upper, cons.row_names, options.feasibility_tol, stacklevel=4)
+    mini_batch = not covers_all_rows(options.batch_size, len(data))
     warn_if_start("SQP", chosen, state.start_iteration, last, options.feasibility_tol, stacklevel=4)
     if f_constant is not None and chosen is not None:
         accuracy = training_accuracy(model, data, options.chunk_rows) if loss_name(loss_fn) == "bce" else (None, None)
@@ -365,9 +368,9 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
             meets = (constant_meets_bounds(model, cons, data, tracker, problem.constant_output)
                      if in_memory and problem.constant_output is not None else None)
         warn_if_constant("SQP", chosen.f, f_constant, *accuracy, stacklevel=4, n_rows=len(data),
-                         constant_meets_bounds=meets)
+                         constant_meets_bounds=meets, remedies=training_remedies(mini_batch))
     warn_if_unstable("SQP", tracker, state.restarts, -math.inf if f_constant is None else f_constant,
-                     stacklevel=4)
+                     stacklevel=4, mini_batch=mini_batch)
     returned = chosen.iteration if chosen is not None else last
     history.append({
         "iteration": last, "epoch": state.epochs_done, "returned": returned, "f": kkt["f"],
