@@ -2,7 +2,10 @@
 
 Engines offer candidates to a :class:`BestIterate` with their objective and exact rows on all
 training rows. It keeps the feasible one (every ``max(c_i - u_i, 0) + max(l_i - c_i, 0) <=
-feasibility_tol``) of lowest objective, else the one of least total violation (ties: objective).
+feasibility_tol``) of lowest objective, else the one of least total violation (ties: objective);
+beside it, on request, the infeasible one of least total violation among those a filter admits
+(``closest``), which an engine may return instead of a feasible best that is only trivially so
+(:func:`solvers.sqp.endgame.leave_trivial_constant`).
 :func:`warn_unmet` names every row the returned iterate violates.
 """
 
@@ -21,9 +24,10 @@ from solvers.problem import assign_parameters, eval_mode, flat_parameters, model
 
 __all__ = ["BoundWarning", "BestIterate", "Candidate", "ConstantPredictorWarning", "DivergedWarning",
            "MINI_BATCH_REMEDIES", "NEAR_CONSTANT_SHARE", "NEAR_CONSTANT_Z", "NearConstantWarning", "NoProgressWarning",
-           "RISE_TOLERANCE", "TrainingInstabilityWarning", "constant_meets_bounds", "near_constant",
-           "no_better_than_constant", "outputs_near_constant", "training_accuracy", "training_remedies", "unmet_rows",
-           "warn_if_constant", "warn_if_poor_first_order_fit", "warn_if_start", "warn_if_unstable", "warn_unmet"]
+           "RISE_TOLERANCE", "TrainingInstabilityWarning", "constant_meets_bounds", "learned_classifier",
+           "near_constant", "no_better_than_constant", "outputs_near_constant", "predicts_one_class",
+           "training_accuracy", "training_remedies", "unmet_rows", "warn_if_constant", "warn_if_poor_first_order_fit",
+           "warn_if_start", "warn_if_unstable", "warn_unmet"]
 
 #: Relative rise of the training loss over its starting value that :func:`warn_if_unstable` reports.
 RISE_TOLERANCE = 0.25
@@ -87,11 +91,17 @@ class BestIterate:
     """The best iterate offered so far (module docstring) against the user's bounds, never a shifted
     working copy."""
 
-    def __init__(self, lower: torch.Tensor, upper: torch.Tensor, feasibility_tol: float) -> None:
+    def __init__(self, lower: torch.Tensor, upper: torch.Tensor, feasibility_tol: float,
+                 closest_filter: Callable[[], bool] | None = None) -> None:
         self.lower = lower.to(torch.float64)
         self.upper = upper.to(torch.float64)
         self.feasibility_tol = float(feasibility_tol)
+        #: whether the iterate being offered (the model holds it) may be :attr:`closest`; None keeps no closest
+        self.closest_filter = closest_filter
         self.best: Candidate | None = None
+        #: with a ``closest_filter``: the infeasible candidate of least total violation (ties: objective) among
+        #: those the filter admits, kept also once a feasible one is the best
+        self.closest: Candidate | None = None
         self.offered = 0
         #: objective of the first finite candidate, and the largest one offered with its iteration:
         #: the course of the training loss on all rows (:func:`warn_if_unstable`)
@@ -124,7 +134,8 @@ class BestIterate:
 
     def offer_copy(self, copy: Callable[[], Any], f: float, c_exact: Any, iteration: int,
                    prefer: bool = False) -> bool:
-        """:meth:`offer` for any iterate, ``copy()`` called only when it becomes the best."""
+        """:meth:`offer` for any iterate, ``copy()`` called only when it becomes the best (or the closest
+        infeasible one, :attr:`closest`; the filter is asked only of an infeasible candidate closer than it)."""
         self.offered += 1
         c = (torch.zeros(0, dtype=torch.float64) if c_exact is None
              else torch.as_tensor(c_exact).detach().to(torch.float64).reshape(-1))
@@ -136,12 +147,18 @@ class BestIterate:
             self.peak = (float(f), int(iteration))
         viol = row_violations(c, self.lower, self.upper) if c.numel() else c
         new = Candidate(None, float(f), c, viol, int(iteration))  # type: ignore[arg-type]
-        if self.best is not None and not self._better(new, self.best):
-            if not (prefer and self.feasible(viol)):
-                return False
+        feasible = self.feasible(viol)
+        to_best = self.best is None or self._better(new, self.best) or (prefer and feasible)
+        to_closest = (self.closest_filter is not None and not feasible
+                      and (self.closest is None or self._better(new, self.closest)) and self.closest_filter())
+        if not (to_best or to_closest):
+            return False
         new.params = copy()
-        self.best = new
-        return True
+        if to_closest:
+            self.closest = new
+        if to_best:
+            self.best = new
+        return to_best
 
     def worth_restoring(self, f: float, c_exact: Any, gap: float) -> bool:
         """Whether to make an infeasible finite iterate feasible rather than return the best: no feasible
@@ -347,6 +364,33 @@ def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_con
                   "surrogate where constraint rows "
                   "rest on few data rows (small groups).", TrainingInstabilityWarning,
                   stacklevel=stacklevel)
+    return True
+
+
+def learned_classifier(model: torch.nn.Module, data: Any, chunk_rows: int | None = None) -> bool:
+    """Whether a binary classifier is not nearly constant on the rows of ``data`` (:func:`near_constant` of
+    its outputs against the 0/1 targets, :func:`outputs_near_constant`): more accurate than the majority
+    class by ``NEAR_CONSTANT_Z`` standard errors, and each class predicted for at least
+    ``NEAR_CONSTANT_SHARE`` of the rows. Eval mode, in chunks of ``chunk_rows``."""
+    outs, ys = [], []
+    with torch.no_grad(), eval_mode(model):
+        for chunk in row_chunks(data, chunk_rows):
+            outs.append(model_outputs(model, chunk).reshape(-1).double())
+            ys.append(chunk.y.reshape(-1).double())
+    reasons, _ = outputs_near_constant(torch.cat(outs).numpy(), torch.cat(ys).numpy())
+    return not reasons
+
+
+def predicts_one_class(model: torch.nn.Module, data: Any, chunk_rows: int | None = None) -> bool:
+    """Whether a binary classifier predicts one class for every row of ``data``: ``out > 0`` on all rows or
+    on none (eval mode, in chunks of ``chunk_rows``)."""
+    positive = negative = False
+    with torch.no_grad(), eval_mode(model):
+        for chunk in row_chunks(data, chunk_rows):
+            above = model_outputs(model, chunk).reshape(-1) > 0
+            positive, negative = positive or bool(above.any()), negative or not bool(above.all())
+            if positive and negative:
+                return False
     return True
 
 

@@ -363,6 +363,32 @@ def test_polish_trigger_rule():
     assert POLISH_GAP == 0.01
 
 
+def test_the_tracker_keeps_the_closest_infeasible_iterate_its_filter_admits():
+    """With a ``closest_filter`` the tracker also keeps the infeasible candidate of least violation (ties: the
+    objective) among those the filter admits, after a feasible one has become the best too; the filter is asked
+    only of infeasible candidates closer than the kept one. Without a filter it keeps none, and the best is
+    chosen as before either way."""
+    lower = torch.tensor([-math.inf], dtype=torch.float64)
+    upper = torch.zeros(1, dtype=torch.float64)
+    admit, asked = [True], []
+
+    def admitted():
+        asked.append(True)
+        return admit[0]
+
+    tracker, plain = BestIterate(lower, upper, 1e-6, closest_filter=admitted), BestIterate(lower, upper, 1e-6)
+    offers = [(0.50, 0.02, True), (0.45, 0.0, True), (0.30, 0.01, True), (0.25, 0.005, False), (0.28, 0.03, True),
+              (0.20, 0.01, True)]
+    for k, (f, c, ok) in enumerate(offers):
+        admit[0] = ok
+        for t in (tracker, plain):
+            t.offer([torch.full((1,), float(k))], f, torch.tensor([c]), k)
+    assert tracker.best.iteration == plain.best.iteration == 1  # the feasible one, as before
+    assert tracker.closest.iteration == 5 and float(tracker.closest.params) == 5.0  # 0.01 at f 0.20 < 0.30
+    assert plain.closest is None
+    assert len(asked) == 4  # offers 0, 2, 3 and 5: not the feasible 1, not 4 (farther than the kept 0.01)
+
+
 def _hair_outside_run(polish_iterations, bias=0.01):
     """Full-batch steps (``alpha = 1``) that reach the smooth bound ``sum(w) <= 4`` at the first
     step and stay on it: the exact row stays ``bias`` outside, and the only feasible iterate

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from solvers.outcome import BestIterate
-from solvers.problem import assign_parameters
+from solvers.outcome import BestIterate, Candidate
+from solvers.problem import assign_parameters, row_violations
 from solvers.sqp.snapshot import ConstraintSnapshot
 from solvers.sqp.state import SQPState
 from solvers.validation import check_flag, finite_float, nonnegative_float, positive_float, positive_int
@@ -32,9 +32,9 @@ def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_pa
     a copy of its Hessian accumulator ``v`` and the metric it belongs to (``hessian_``: a second
     moment of the gradients for "adam" and "adagrad", a curvature for "gauss-newton"), the
     sampling generator's state, the number of constraint rows, the last iterate, the
-    tracker's best iterate, the constraint snapshot's state (None without a snapshot) and the
-    metric spreads of the fit's start (``metric_spread_``, ``start_spread_``, which set
-    ``lr="auto"``)."""
+    tracker's best iterate and its closest infeasible one (``closest``), the constraint snapshot's
+    state (None without a snapshot) and the metric spreads of the fit's start (``metric_spread_``,
+    ``start_spread_``, which set ``lr="auto"``)."""
     return {
         "format": CHECKPOINT_FORMAT,
         "state": state.to_dict(),
@@ -43,12 +43,19 @@ def checkpoint(state: SQPState, generator: torch.Generator, n_rows: int, last_pa
         "generator": generator.get_state(),
         "n_rows": int(n_rows),
         "last_params": last_params.clone(),
-        "best": None if tracker.best is None else {
-            "params": tracker.best.params.clone(), "f": float(tracker.best.f),
-            "c_exact": tracker.best.c_exact.clone(), "iteration": int(tracker.best.iteration)},
+        "best": _candidate_state(tracker.best),
+        "closest": _candidate_state(tracker.closest),
         "snapshot": None if snapshot is None else snapshot.state_dict(),
         "spreads": [None if v is None else float(v) for v in spreads],
     }
+
+
+def _candidate_state(candidate: Candidate | None) -> dict | None:
+    """A tracker's candidate as checkpoint content (copies of its parameters and exact rows), None for none."""
+    if candidate is None:
+        return None
+    return {"params": candidate.params.clone(), "f": float(candidate.f), "c_exact": candidate.c_exact.clone(),
+            "iteration": int(candidate.iteration)}
 
 
 def resumed_spreads(resume: dict) -> tuple[float | None, float | None] | None:
@@ -129,7 +136,7 @@ def check_resumed_state(saved: dict) -> None:
 
 def resume_iterates(resume: dict, params: list[torch.Tensor], tracker: BestIterate) -> None:
     """Continue from a checkpoint's LAST iterate (the model passed in holds the returned, best
-    one) and carry its best iterate over into ``tracker``."""
+    one) and carry its best iterate, and its closest infeasible one, over into ``tracker``."""
     last = resume.get("last_params")
     total = sum(p.numel() for p in params)
     if last is not None:
@@ -143,6 +150,13 @@ def resume_iterates(resume: dict, params: list[torch.Tensor], tracker: BestItera
     best = resume.get("best")
     if isinstance(best, dict):
         tracker.offer([best["params"]], float(best["f"]), best["c_exact"], int(best["iteration"]))
+    # set, not offered: the offer's filter reads the model, which holds the last iterate
+    closest = resume.get("closest")
+    tracker.closest = None
+    if isinstance(closest, dict) and tracker.closest_filter is not None:
+        c = torch.as_tensor(closest["c_exact"]).detach().to(torch.float64).reshape(-1)
+        tracker.closest = Candidate(closest["params"].clone(), float(closest["f"]), c,
+                                    row_violations(c, tracker.lower, tracker.upper), int(closest["iteration"]))
 
 
 def resume_snapshot(resume: dict, snapshot: ConstraintSnapshot | None, n_params: int, n_rows: int) -> None:

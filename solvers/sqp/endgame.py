@@ -13,8 +13,9 @@ import torch
 from solvers.distributed import AllReduceDerivatives
 from solvers.history import COLUMN_ACTIVE, COLUMN_QP_STATUS, QP_FINAL, QP_RELAXED, FitResult, History
 from solvers.losses import loss_name
-from solvers.outcome import (BestIterate, Candidate, constant_meets_bounds, no_better_than_constant, training_accuracy,
-                             training_remedies, warn_if_constant, warn_if_start, warn_if_unstable, warn_unmet)
+from solvers.outcome import (BestIterate, Candidate, constant_meets_bounds, no_better_than_constant,
+                             predicts_one_class, training_accuracy, training_remedies, warn_if_constant, warn_if_start,
+                             warn_if_unstable, warn_unmet)
 from solvers.output_shift import shift_output
 from solvers.problem import assign_parameters, changes_in_eval_mode, flat_parameters, row_violations
 from solvers.sampling import covers_all_rows
@@ -23,8 +24,8 @@ from solvers.sqp.state import FitProblem, SQPState
 from solvers.sqp.steps import StepOptions, calibrate, integral_push, sqp_step
 
 __all__ = ["ALL_ROWS_RISE", "MAX_RESTARTS", "POLISH_DECAY", "POLISH_EXTENSION", "POLISH_GAP", "RESTORING_WINDOW",
-           "Anchor", "EndgameOptions", "TailAverage", "all_rows_blew_up", "blew_up", "finish", "loss_ceiling", "polish",
-           "polish_last", "polish_length", "still_restoring"]
+           "Anchor", "EndgameOptions", "TailAverage", "all_rows_blew_up", "blew_up", "finish", "leave_trivial_constant",
+           "loss_ceiling", "polish", "polish_last", "polish_length", "still_restoring"]
 
 #: Divergence-guard restarts (:func:`blew_up`) after which a run is "diverged".
 MAX_RESTARTS = 10
@@ -312,13 +313,50 @@ def measured_in_eval_mode(problem: FitProblem, tracker: BestIterate, chunk_rows:
     return tracker.best
 
 
+def leave_trivial_constant(problem: FitProblem, tracker: BestIterate, chunk_rows: int | None = None) -> bool:
+    """Make the tracker's closest infeasible iterate the best when the best is a binary classifier that is
+    feasible only because it predicts one class on every row; whether it did (the model then holds it).
+
+    Why. A classifier that predicts one class for every row gives every group the same rate (all 0 or all 1),
+    so it meets every group-parity bound exactly, whatever the data: its feasibility says nothing about
+    the bound. A network's first steps can pass through such an iterate (its outputs start near 0 and the
+    first steps move them all towards the logit of the base rate, below 0), and under a bound of exact or
+    near parity (``delta = 1``, a difference bound of 0, groups of a few dozen rows) the trained iterates'
+    exact rows, step functions of the outputs that move by whole rows, miss ``feasibility_tol`` at every
+    iterate. The rule "feasible first" (:class:`solvers.outcome.BestIterate`) then returns the early
+    constant, whose training accuracy is the majority rate, over every trained iterate; a linear model, whose
+    first steps keep outputs of both signs, returns its least-violating iterate instead.
+
+    What. When the best iterate is feasible, the loss is the binary cross-entropy and the model at the best
+    predicts one class (:func:`solvers.outcome.predicts_one_class`), the tracker's closest iterate
+    (``tracker.closest``: the infeasible one of least total violation ``sum_i max(c_i - u_i, 0) +
+    max(l_i - c_i, 0)`` among those not nearly constant, the engine's filter) is returned if its loss is below
+    the best constant output's (``problem.f_constant``), as the linear model's least-violating iterate is;
+    its unmet rows are then reported as any infeasible fit's. Fits whose best is not such a constant, or
+    that kept no closest iterate, are left as they are.
+    """
+    best, closest, f_constant = tracker.best, tracker.closest, problem.f_constant
+    if (best is None or closest is None or f_constant is None or not tracker.feasible(best.row_violations)
+            or loss_name(problem.loss_fn) != "bce" or not closest.f < f_constant):
+        return False
+    if not predicts_one_class(problem.model, problem.data, chunk_rows):
+        return False
+    assign_parameters(problem.params, closest.params)
+    logger.info("SQP: the best feasible iterate (iteration %d, objective %.4g) predicts one class on every row; "
+                "returning the least-violating iterate %d (objective %.4g, violation %.3g) instead",
+                best.iteration, best.f, closest.iteration, closest.f, closest.violation)
+    tracker.best = closest
+    return True
+
+
 def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, state: SQPState,
            tracker: BestIterate, history: History, status: str, last: int) -> FitResult:
     """Return the best iterate (:class:`solvers.outcome.BestIterate`), measured on all rows.
 
-    The final iterate is a candidate too, and so is a nearly constant binary classifier's best one
-    with its decision threshold moved to the most accurate one within the exact bounds, at no higher a
-    loss, when that gains more than a standard error of training accuracy
+    The final iterate is a candidate too; a best iterate that is feasible only by predicting one class
+    gives way to the closest learned one (:func:`leave_trivial_constant`); a nearly constant binary
+    classifier's best one is a candidate too with its decision threshold moved to the most accurate one
+    within the exact bounds, at no higher a loss, when that gains more than a standard error of training accuracy
     (:func:`solvers.output_shift.shift_output`); the chosen parameters are written back into the model,
     its KKT residuals are measured on the full training data, a closing history record describes
     exactly the returned model, and a :class:`solvers.outcome.BoundWarning` names any row it violates (at the line that
@@ -343,6 +381,9 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     chosen = tracker.restore(params)
     in_memory = ((options.chunk_rows is None or len(data) <= options.chunk_rows)
                  and not isinstance(problem.oracle, AllReduceDerivatives))
+    if (status != "diverged" and not isinstance(problem.oracle, AllReduceDerivatives)
+            and leave_trivial_constant(problem, tracker, options.chunk_rows)):
+        chosen, kkt = tracker.best, None
     if status != "diverged" and shift_output(problem, tracker, last, in_memory):
         chosen, kkt = tracker.best, None
     if chosen is not None and changes_in_eval_mode(model) and not isinstance(problem.oracle, AllReduceDerivatives):

@@ -25,7 +25,7 @@ from solvers.derivatives import Derivatives
 from solvers.history import (COLUMN_DRIFT, COLUMN_QP_STATUS, COLUMN_REFRESHED, COLUMN_SCREENED, QP_RELAXED, FitResult,
                              History)
 from solvers.losses import LossFn, best_constant_output, check_targets, get_loss, loss_name
-from solvers.outcome import BestIterate, DivergedWarning
+from solvers.outcome import BestIterate, DivergedWarning, learned_classifier
 from solvers.problem import (Constraint, as_constraint_set, check_dataset, check_outputs_differentiable, eval_mode,
                              flat_parameters, row_violations, trainable_parameters)
 from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
@@ -268,7 +268,10 @@ class StochasticSQP:
     --------------------------------
     The model is left at the BEST iterate seen on the full training data: the feasible one
     (every row's exact violation <= ``feasibility_tol``) with the lowest objective, else the
-    least-violating one (:class:`solvers.outcome.BestIterate`). In full-batch mode every
+    least-violating one (:class:`solvers.outcome.BestIterate`); a binary classifier's feasible best
+    that predicts one class on every row (it meets any parity bound trivially) gives way to the
+    least-violating iterate that is not nearly constant, if its loss is below the best constant's
+    (:func:`solvers.sqp.endgame.leave_trivial_constant`). In full-batch mode every
     iterate is a candidate; with mini-batches, the iterate at the end of each epoch (one
     extra forward pass on all rows per epoch). ``FitResult.converged`` is True iff that model
     is feasible AND stationary within ``tol``, both measured on all training rows;
@@ -433,7 +436,8 @@ class StochasticSQP:
         self.epochs_ = (auto_epochs(steps_per_epoch, full_batch, resolved.polish_curvature is not None, self.lr_,
                                     resolved.minibatch and resolved.network) if self.epochs == "auto"
                         else int(self.epochs))
-        tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol)
+        tracker = BestIterate(problem.lower, problem.upper, self.feasibility_tol,
+                              closest_filter=self._closest_filter(problem, m))
         if resume is not None:
             resume_iterates(resume, problem.params, tracker)
         resolved.tracker = tracker
@@ -459,6 +463,18 @@ class StochasticSQP:
             # the starting point is a candidate (a run that fails early returns it); refreshes offer theirs
             self._offer_all_rows(run)
         return run
+
+    def _closest_filter(self, problem: FitProblem, m: int) -> Callable[[], bool] | None:
+        """What the tracker keeps as its closest infeasible iterate (:attr:`solvers.outcome.BestIterate.closest`),
+        the end-game's answer to a best iterate that is feasible only by predicting one class
+        (:func:`solvers.sqp.endgame.leave_trivial_constant`): for a binary classifier under constraint rows on
+        rows held in this process, the iterates that are not nearly constant
+        (:func:`solvers.outcome.learned_classifier`; one pass over the rows, only for an infeasible iterate
+        closer than the kept one). A nearly constant one's rates are all near 0, so its violation is small for
+        the same reason as the constant's. None (no closest) otherwise."""
+        if not m or loss_name(problem.loss_fn) != "bce" or self._resolved.reduce is not None:
+            return None
+        return partial(learned_classifier, problem.model, problem.data, self.chunk_rows)
 
     def _epoch(self, run: _Run, epoch: int) -> str | None:
         """One epoch of steps; the status that ends training, or None to go on."""
