@@ -293,7 +293,7 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
         status, stationary = "degenerate", ""
         trivially = "a constant meets a rate bound trivially, so " if violations else ""
         bounds_text = (f"the model is no better than a constant classifier on the training rows ({near_constant}); "
-                       f"{trivially}it is no answer to the task (see the FairnessWarning). "
+                       f"{trivially}it is no answer to the task (see the DegenerateModelWarning). "
                        + bounds_text[0].upper() + bounds_text[1:])
     else:
         status = "converged" if result.converged else "feasible_not_stationary"

@@ -63,7 +63,7 @@ class MovingTargets:
     Parameters
     ----------
     iterations : int, default 10
-        Number ``T >= 1`` of master/learner iterations after pretraining.
+        Number ``T >= 1`` of master/learner iterations after pretraining (none without constraint rows).
     backend : {"auto", "topk", "highs", "osqp", "gurobi"}, default "auto"
         Projection backend (:func:`solvers.projection.project_targets`).
     time_limit : float, default 60.0
@@ -169,7 +169,8 @@ class MovingTargets:
             ``model``: a copy of ``learner`` after the best iteration (pretraining included) by
             :class:`solvers.outcome.BestIterate`, with a :class:`solvers.outcome.BoundWarning` if it
             violates a row; ``learner`` itself is left after the last. ``status``: "max_iterations"
-            or "stopped_by_callback"; ``info``: ``targets``, ``violation``, ``returned_iteration``,
+            or "stopped_by_callback"; "converged" without constraint rows, where the pretrained learner is the
+            fit (no master/learner iterations); ``info``: ``targets``, ``violation``, ``returned_iteration``,
             ``feasible``, ``unmet_rows``, ``row_names``, ``master_seconds``, ``learner_seconds``.
 
         Raises
@@ -195,7 +196,9 @@ class MovingTargets:
 
         history = History(row_names=cons.row_names)
         use_bar = self.verbose != 0
-        steps: Iterable[int] = range(1, int(self.iterations) + 1)
+        # without constraint rows a master's targets are the learner's own predictions (the nearest targets that
+        # keep both classes): refitting on them changes nothing worth the iterations, so pretraining is the fit
+        steps: Iterable[int] = range(1, int(self.iterations) + 1) if cons.n_rows else range(0)
         steps = progress(steps, self.verbose, "Moving Targets", "it")
         start = time.perf_counter()
         predictions, learner_seconds = _fit_predict(learner, X, y, classification, weights)
@@ -205,7 +208,7 @@ class MovingTargets:
         tracker = BestIterate(cons.lower, cons.upper, self.feasibility_tol)
         tracker.offer_copy(lambda: copy.deepcopy(learner), -record["score"], record[COLUMN_C_PREDICTIONS], 0)
 
-        targets, status, master = y, "max_iterations", None
+        targets, status, master = y, "max_iterations" if cons.n_rows else "converged", None
         for t in steps:
             master = self._master(learner, X, (predictions, y), encodings, t, master)
             previous, targets = targets, master.z

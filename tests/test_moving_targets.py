@@ -93,6 +93,20 @@ def test_classification_replays_the_algorithm() -> None:
     assert result.status == "max_iterations" and result.model.__class__ is LogisticRegression
 
 
+@pytest.mark.parametrize("task", ["binary", "regression"])
+def test_without_constraints_the_pretrained_learner_is_the_fit(task: str) -> None:
+    """No constraint rows: a master's targets would be the learner's own predictions (the nearest that keep
+    both classes), so no master/learner iteration runs; the returned model is the pretraining's fit."""
+    data = make_data(120, 1, task)
+    learner = LogisticRegression() if task == "binary" else LinearRegression()
+    result = MovingTargets(iterations=5, seed=0).fit(learner, data, constraints=[])
+    assert result.status == "converged" and result.info["returned_iteration"] == 0
+    assert len(result.history) == 1 and result.info["master_seconds"] == 0
+    X, y = data.X.numpy(), data.y.numpy()
+    reference = (LogisticRegression() if task == "binary" else LinearRegression()).fit(X, y)
+    assert np.allclose(result.model.predict(X), reference.predict(X))
+
+
 def test_memorising_learner_reaches_a_feasible_fixed_point() -> None:
     """With a learner that fits its targets exactly, p_0 = y, so z_1 is the closest feasible
     vector to y; then z_1 minimises both master terms, hence z_t = z_1 for every t, and the
