@@ -330,8 +330,8 @@ def bound_statuses(out: torch.Tensor, data: Any, constraints: Iterable[Any],
     for c, measure in zip(measured, realised_measures(out, data, measured)):
         bound = getattr(c, "delta" if measure.sense == "lower" else "bound", None)
         violation = _exact_violation(out, data, c)[1]
-        undefined = _zero_over_zero(out, data, c)
-        value = math.nan if undefined else measure.value
+        value = measure.value
+        undefined = math.isnan(value) and _zero_over_zero(out, data, c)
         pairwise = getattr(c, "pairwise_realised", None)
         statuses.append(BoundStatus(name=str(c.name), label=label_of(c, getattr(data, "task", None)), value=value,
                                     bound=None if bound is None else float(bound), sense=measure.sense,
@@ -397,7 +397,8 @@ class RealisedMeasure:
     sense : {"lower", "upper"}
         ``"lower"``: met when ``value >= bound`` (a ratio ``delta``); ``"upper"``: ``value <= bound``.
     value : float
-        The measure on the data, on the scale of the bound argument.
+        The measure on the data, on the scale of the bound argument; NaN where it is undefined (a ratio of
+        rates that are all 0).
     """
 
     name: str
@@ -411,7 +412,9 @@ def realised_measures(out: torch.Tensor, data: Any, constraints: Iterable[Any]) 
 
     Each object's own ``realised(out, data)``, ``bound_sense`` and ``measure``
     (:class:`fairopt.constraints.base.BaseConstraint`): the one mapping from a bound to what it
-    bounds. Objects without ``realised`` are left out.
+    bounds. Objects without ``realised`` are left out. A ratio of group rates that are all 0 (no compared
+    group has a positive prediction: 0/0, which the constraint's rows meet by convention) is NaN: it is
+    undefined, not perfectly fair (:class:`fairopt.exceptions.UndefinedMeasureWarning`).
 
     Parameters
     ----------
@@ -435,8 +438,8 @@ def realised_measures(out: torch.Tensor, data: Any, constraints: Iterable[Any]) 
         if sense not in ("lower", "upper"):
             raise ValueError(f"constraints: {c.name!r} has bound_sense {sense!r}; expected 'lower' or 'upper'")
         measure = compared_label(c, str(getattr(c, "measure", c.name)), getattr(data, "task", None))
-        measures.append(RealisedMeasure(name=str(c.name), measure=measure, sense=sense,
-                                        value=float(realised(out, data))))
+        value = math.nan if _zero_over_zero(out, data, c) else float(realised(out, data))
+        measures.append(RealisedMeasure(name=str(c.name), measure=measure, sense=sense, value=value))
     return measures
 
 

@@ -14,7 +14,7 @@ import torch
 from fairopt import datasets, penalties
 from fairopt.constraints import DisparateImpact
 from fairopt.experiments import PenaltyMethod, SQPMethod, compare
-from fairopt.experiments.sweeps import KEY_COLUMN, ResultStore, run_key, seeded
+from fairopt.experiments.sweeps import KEY_COLUMN, ResultStore, data_fingerprint, run_key, seeded
 
 pytestmark = [pytest.mark.filterwarnings("ignore::solvers.sqp.SQPWarning"),
               pytest.mark.usefixtures("one_torch_thread")]
@@ -125,23 +125,40 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_runs(adult, tmp_path)
     _same(subgrid, reference[(reference.value == 0.9) & (reference.seed == 1)])
 
 
+def test_a_file_of_another_data_set_is_not_passed_off_as_this_one(adult, tmp_path):
+    """A resumed sweep on other rows of the same shape trains them: the run key holds a fingerprint of
+    the data's values (a trial's second call on another data set returned the first one's rows)."""
+    path, log = tmp_path / "sweep.csv", tmp_path / "fits.log"
+    counter = _CountingMethod(log)
+    first = compare(counter, adult, {"sqp": [0.8]}, seeds=[0], results_path=path)
+    other = adult.subset(torch.arange(len(adult) - 1, -1, -1))  # the same rows reversed: another split
+    assert data_fingerprint(other) != data_fingerprint(adult) == data_fingerprint(adult.subset(torch.arange(600)))
+    second = compare(counter, other, {"sqp": [0.8]}, seeds=[0], results_path=path)
+    assert len(counter.fits()) == 2  # trained, not read back
+    _same(second, compare(_sqp(), other, {"sqp": [0.8]}, seeds=[0]))
+    assert not first.drop(columns="time").equals(second.drop(columns="time"))
+    again = compare(counter, adult, {"sqp": [0.8]}, seeds=[0], results_path=path)
+    assert len(counter.fits()) == 2
+    _same(again, first)
+
+
 def test_an_interrupted_write_is_repaired_and_rerun(adult, tmp_path):
     path, log = tmp_path / "sweep.csv", tmp_path / "fits.log"
     counter = _CountingMethod(log)
     full = compare(counter, adult, GRID, seeds=SEEDS, results_path=path)
     text = path.read_text()
     path.write_text(text[: len(text) - 25])  # a kill in the middle of the last run's test row
-    assert ResultStore(path, rows_per_run=2).load().keys() == set(full_keys(full)[:3])
+    assert ResultStore(path, rows_per_run=2).load().keys() == set(full_keys(full, adult)[:3])
     resumed = compare(counter, adult, GRID, seeds=SEEDS, results_path=path)
     assert len(counter.fits()) == 5 and counter.fits()[-1] == "0.9,1"  # only the damaged run again
     pd.testing.assert_frame_equal(resumed.drop(index=[6, 7]), full.drop(index=[6, 7]), check_exact=True)
     _same(resumed, full)
 
 
-def full_keys(table: pd.DataFrame) -> list[str]:
-    """The run keys of a default-split table, in its order (one per run)."""
+def full_keys(table: pd.DataFrame, data) -> list[str]:
+    """The run keys of a default-split table of ``data``, in its order (one per run)."""
     runs = table[table.split == "train"]
-    return [run_key(m, h, v, s, f, folds=1, split_seed=0, test_size=0.2, threshold=0.0)
+    return [run_key(m, h, v, s, f, folds=1, split_seed=0, test_size=0.2, threshold=0.0, data=data_fingerprint(data))
             for m, h, v, s, f in runs[["method", "hyperparameter", "value", "seed", "fold"]].itertuples(index=False)]
 
 

@@ -7,10 +7,10 @@ each seeds torch with its training seed (:func:`~fairopt.experiments.sweeps.seed
 result does not depend on ``n_jobs``, the backend or the finishing order.
 
 Resuming (``results_path``): each run's rows are appended to a CSV with a ``run_key``
-(:func:`~fairopt.experiments.sweeps.run_key`: method, value, seed, fold, split settings) as soon
-as it finishes; a later call with the same file trains only the missing runs and reads the table
-back in grid order, equal to that of an uninterrupted sweep. The key covers neither method
-options nor the data: use a new file when those change.
+(:func:`~fairopt.experiments.sweeps.run_key`: method, value, seed, fold, split settings and a fingerprint of
+the data's values) as soon as it finishes; a later call with the same file trains only the missing runs and
+reads the table back in grid order, equal to that of an uninterrupted sweep. The key does not cover method
+options: use a new file when those change.
 
 The table: one row per (method, value, seed, fold, split) with the :data:`ID_COLUMNS`, ``n``, the
 task's performance, the exact fairness measures of :func:`fairopt.evaluate` (FaUCI metrics for a
@@ -43,7 +43,8 @@ from fairopt._validation import check_seeds
 from fairopt.evaluation import RealisedMeasure, evaluate, realised_measures
 from fairopt.evaluation_fauci import resolve_combined
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS, Fitted, Method
-from fairopt.experiments.sweeps import KEY_COLUMN, ResultStore, check_n_jobs, check_threads, execute, run_key, seeded
+from fairopt.experiments.sweeps import (KEY_COLUMN, ResultStore, check_n_jobs, check_threads, data_fingerprint, execute,
+                                        run_key, seeded)
 from solvers.outcome import outputs_near_constant
 
 __all__ = ["compare", "split_data", "realised_vs_requested", "ID_COLUMNS", "PERFORMANCE_COLUMNS"]
@@ -169,14 +170,15 @@ def _bounded_measure(measures: Sequence[RealisedMeasure]) -> dict[str, Any]:
     """The ``measure``, ``sense`` and ``realised`` columns of one run on one part.
 
     Several measures: names joined by " & " and the value closest to failing (smallest for lower
-    bounds, largest for upper; NaN for mixed senses). None: no name and NaN.
+    bounds, largest for upper; NaN for mixed senses, or where one is undefined: a ratio of rates that
+    are all 0). None: no name and NaN.
     """
     if not measures:
         return {"measure": None, "sense": None, "realised": np.nan}
     senses = {m.sense for m in measures}
     values = [m.value for m in measures]
-    if len(senses) > 1:
-        sense, realised = "mixed", np.nan
+    if len(senses) > 1 or any(math.isnan(v) for v in values):
+        sense, realised = ("mixed" if len(senses) > 1 else senses.pop()), np.nan
     else:
         sense = senses.pop()
         realised = min(values) if sense == "lower" else max(values)
@@ -262,7 +264,10 @@ def compare(
     split_seed : int, default 0
         Seed of the split(s), shared by all methods and training seeds.
     threshold : float, default 0.0
-        Decision threshold on the output for hard predictions.
+        Decision threshold on the output for the hard predictions that are evaluated (accuracy, the
+        fairness measures, the bounded measure and ``violation`` on ``out > threshold``). Training is
+        not moved: the methods' constraints bound the decisions at their own threshold 0, so a run that
+        meets its bound there can miss it here.
     histories : dict, optional
         Filled with ``(method, value, seed, fold) -> History`` for the runs trained in this call.
     extra_metrics : mapping name -> callable(model, part) -> float, optional
@@ -296,7 +301,8 @@ def compare(
         raise ValueError(f"fauci_combined: the FaUCI metrics need a binary classifier, the task is {data.task!r}")
     store = (ResultStore(results_path, rows_per_run=2, text_columns=TEXT_COLUMNS, check_numbers=True)
              if results_path is not None else None)
-    settings = {"folds": folds, "split_seed": split_seed, "test_size": test_size, "threshold": threshold}
+    settings = {"folds": folds, "split_seed": split_seed, "test_size": test_size, "threshold": threshold,
+                "data": data_fingerprint(data) if store is not None else None}
     runs = _plan(methods, values, seeds, split_data(data, folds, test_size, split_seed), settings)
     options = (threshold, extra_metrics, torch_threads, fauci_combined)
     return _ordered_columns(_sweep(runs, store, options, n_jobs, histories))
@@ -396,13 +402,16 @@ def realised_vs_requested(
 
     By default each method is read on its own bounded measure (``realised`` of :func:`compare`)
     with its bound's ``sense``; ``measure=<column>`` reads that column for every method instead.
-    Per method the measure is averaged over seeds and folds per value, values sorted, ``d_k`` the
-    changes between adjacent values. Columns: ``method``, ``hyperparameter``, ``measure``,
-    ``sense``, ``n_values``, ``realised_min``, ``realised_max``; ``reversals``, the steps with
-    ``s d_k < -tol`` against the trend ``s`` (sign of the majority of steps larger than ``tol``);
-    for bounds (not :data:`PENALTY_HYPERPARAMETERS`) ``bounds_met``, the values met within ``tol``
-    (``measure >= value - tol`` for a lower bound, ``<= value + tol`` otherwise), and ``worst_gap``,
-    the largest shortfall.
+    Per method the trend is read on the measure averaged over seeds and folds per value, values sorted,
+    ``d_k`` the changes between adjacent values; the other figures on the single runs (each seed and
+    fold), so that one run that misses its bound shows. Columns: ``method``, ``hyperparameter``,
+    ``measure``, ``sense``, ``n_values``, ``runs``; ``realised_min``, ``realised_max``, over the runs;
+    ``undefined``, runs whose measure is NaN (a ratio of rates that are all 0: a constant classifier);
+    ``reversals``, the steps with ``s d_k < -tol`` against the trend ``s`` (sign of the majority of
+    steps larger than ``tol``); for bounds (not :data:`PENALTY_HYPERPARAMETERS`) ``runs_met``, the runs
+    that meet their value within ``tol`` (``measure >= value - tol`` for a lower bound, ``<= value + tol``
+    otherwise; an undefined measure meets nothing), ``bounds_met``, the values every run of which meets
+    it, and ``worst_gap``, the largest shortfall of a run.
 
     Parameters
     ----------
@@ -441,14 +450,19 @@ def realised_vs_requested(
         steps = np.diff(means.to_numpy(dtype=float))
         direction = _trend(steps, tol)
         hyper = part["hyperparameter"].iloc[0]
+        realised = part[column].to_numpy(dtype=float)
+        defined = realised[np.isfinite(realised)]
         row = {"method": name, "hyperparameter": hyper, "measure": label, "sense": side, "n_values": len(means),
-               "realised_min": float(means.min()), "realised_max": float(means.max()),
-               "reversals": int(np.sum(direction * steps < -tol)), "bounds_met": np.nan, "worst_gap": np.nan}
+               "runs": len(part), "realised_min": float(defined.min()) if defined.size else np.nan,
+               "realised_max": float(defined.max()) if defined.size else np.nan,
+               "undefined": int(realised.size - defined.size), "reversals": int(np.sum(direction * steps < -tol)),
+               "runs_met": np.nan, "bounds_met": np.nan, "worst_gap": np.nan}
         if hyper not in PENALTY_HYPERPARAMETERS and side is not None:
-            requested = means.index.to_numpy(dtype=float)
-            realised = means.to_numpy(dtype=float)
+            requested = part["value"].to_numpy(dtype=float)
             gap = requested - realised if side == "lower" else realised - requested
-            row["bounds_met"] = int(np.sum(gap <= tol))
-            row["worst_gap"] = float(np.max(gap))
+            met = np.isfinite(gap) & (gap <= tol)  # an undefined measure (NaN) meets no bound
+            row["runs_met"] = int(np.sum(met))
+            row["bounds_met"] = int(pd.Series(met).groupby(requested).all().sum())
+            row["worst_gap"] = float(np.max(gap[np.isfinite(gap)])) if np.isfinite(gap).any() else np.nan
         out.append(row)
     return pd.DataFrame(out)

@@ -453,9 +453,12 @@ def _summary(config: Mapping, data: Any, table: pd.DataFrame, methods: list[Meth
                "penalises), exact on the training rows" if plots["measure"] is None else f"`{plots['measure']}`")
         lines += ["## Realised vs requested (train)", "",
                   f"Realised: {own}. `reversals`: adjacent values where the realised measure moves against the "
-                  "method's overall trend by more than 0.005; `bounds_met`: requested bounds satisfied "
-                  "(within 0.005; `sense` lower: realised >= value, upper: realised <= value) for bound-type "
-                  "hyper-parameters. A penalty sweeps weights, not bounds: its `bounds_met` is empty, so read its "
+                  "method's overall trend by more than 0.005 (on the means over seeds and folds); `runs_met`: "
+                  "runs (seeds and folds) that satisfy their requested bound (within 0.005; `sense` lower: "
+                  "realised >= value, upper: realised <= value; an `undefined` measure, a constant classifier's "
+                  "0/0 ratio, satisfies none), `bounds_met`: requested bounds that every run satisfies, for "
+                  "bound-type hyper-parameters. A penalty sweeps weights, not bounds: its `bounds_met` is empty, "
+                  "so read its "
                   "`realised_min` / `realised_max` against the bound its constraint names (a penalised DI >= 0.8 "
                   "can end at 0).", "", markdown_table(reading), ""]
     return "\n".join(lines)

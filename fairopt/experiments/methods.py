@@ -165,8 +165,12 @@ class _EngineMethod:
     def _options(self, engine: str, task: str | None) -> dict:
         """``engine_options`` over the estimators' ``epochs`` and ``lr`` for a first-order ``engine`` on ``task``
         (:data:`fairopt.training.ENGINE_DEFAULTS`: a classifier's 1,000 epochs at 0.02), not the engine's own
-        (100 at 1e-3, which leave a penalty or Lagrangian baseline near the majority class): the methods of
-        a comparison train as the estimators train them. Options given here win."""
+        (100 at 1e-3, which leave a penalty or Lagrangian baseline near the majority class), so that the
+        first-order methods of a comparison take the estimators' budget. Options given here win. The methods
+        train the engines on the objects given, without the estimators' L2 penalty (``alpha``) and, for
+        :class:`SQPMethod`, with the constraints' own surrogates (the classifier's full-batch SQP fit steps its
+        rate constraints under ``sigmoid(out)``, :data:`fairopt.training.SQP_RATE_SURROGATE`): a method and
+        ``FairClassifier(method=...)`` on the same rows can end a few tenths of a point apart."""
         defaults: dict = {}
         if task is not None and engine in ("penalty", "lagrangian"):
             entry = ENGINE_DEFAULTS.get(task, {}).get(first_order_defaults(task, engine), {})
@@ -267,6 +271,13 @@ class SQPMethod(_ConstrainedMethod):
         Default: the task's loss (:func:`default_loss`).
     **engine_options
         :class:`solvers.StochasticSQP` arguments (``epochs``, ``lr``, ``batch_size``, ...).
+
+    Notes
+    -----
+    The engine trains the constraints as built, under their own surrogates, and without an L2 penalty;
+    ``FairClassifier(method="sqp")`` gives its full-batch rate constraints ``sigmoid(out)``
+    (:data:`fairopt.training.SQP_RATE_SURROGATE`) and ``alpha=3e-4``. To train as the estimator does, build
+    the constraints with ``surrogate=fairopt.surrogates.Sigmoid(scale=1.0)``.
     """
 
     default_name = "sqp"

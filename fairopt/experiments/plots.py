@@ -111,7 +111,8 @@ def plot_requested_vs_realised(
     labels = rows.groupby("method", sort=False)["measure"].agg(lambda m: " | ".join(map(str, m.dropna().unique()))) \
         if own else {}
     for name, part in table.groupby("method", sort=False):
-        err = np.vstack([part[column] - part[f"{column}_min"], part[f"{column}_max"] - part[column]])
+        # the mean of equal values can round a unit in the last place past them: no negative bar
+        err = np.clip(np.vstack([part[column] - part[f"{column}_min"], part[f"{column}_max"] - part[column]]), 0, None)
         label = f"{name}: {labels[name]}" if own else str(name)
         panel.errorbar(part["value"], part[column], yerr=err, marker="o", capsize=2, label=label)
     lo = float(min(table["value"].min(), table[column].min()))

@@ -11,6 +11,7 @@ loses only the runs in flight. Fairness-agnostic.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -20,7 +21,8 @@ import joblib
 import pandas as pd
 import torch
 
-__all__ = ["KEY_COLUMN", "run_key", "seeded", "ResultStore", "execute", "check_n_jobs", "check_threads"]
+__all__ = ["KEY_COLUMN", "data_fingerprint", "run_key", "seeded", "ResultStore", "execute", "check_n_jobs",
+           "check_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +39,36 @@ def _format_value(value: float | None) -> str:
 
 
 def run_key(method: str, hyperparameter: str | None, value: float | None, seed: int, fold: int, *,
-            folds: int, split_seed: int, test_size: float, threshold: float) -> str:
+            folds: int, split_seed: int, test_size: float, threshold: float, data: str | None = None) -> str:
     """The stable key of one run of a sweep.
 
     ``"<method>|<hyperparameter>=<value>|seed=<seed>|fold=<fold>/<folds>|split_seed=<s>|
     test_size=<t>|threshold=<thr>"`` with floats written by ``repr``, so it is the same in every
-    process. The split settings are part of it, so a file reused with other splits does not pass off
-    old rows as new runs; method options and the data are not.
+    process, and ``"|data=<fingerprint>"`` where ``data`` is given (:func:`data_fingerprint`). The split
+    settings and the data are part of it, so a file reused with other splits or other rows does not pass
+    off old rows as new runs; method options are not.
     """
     test = "na" if folds > 1 else repr(float(test_size))
-    return (f"{method}|{hyperparameter}={_format_value(value)}|seed={int(seed)}|fold={int(fold)}/{int(folds)}"
-            f"|split_seed={int(split_seed)}|test_size={test}|threshold={float(threshold)!r}")
+    key = (f"{method}|{hyperparameter}={_format_value(value)}|seed={int(seed)}|fold={int(fold)}/{int(folds)}"
+           f"|split_seed={int(split_seed)}|test_size={test}|threshold={float(threshold)!r}")
+    return key if data is None else f"{key}|data={data}"
+
+
+def data_fingerprint(data: Any) -> str:
+    """The first 12 hex digits of a SHA-1 over the bytes of the rows a sweep trains on: ``X``, ``y``, the
+    row weights and every sensitive column (by name). Two data sets of the same shape but other values get
+    other fingerprints, so a resumed sweep (:func:`run_key`) never returns another data set's rows."""
+    digest = hashlib.sha1()
+    tensors = [("X", data.X), ("y", data.y), ("weights", getattr(data, "weights", None))]
+    sensitive = getattr(data, "sensitive", None) or {}
+    tensors += sorted((f"sensitive:{name}", column) for name, column in sensitive.items())
+    for name, tensor in tensors:
+        if tensor is None:
+            continue
+        values = torch.as_tensor(tensor).detach().cpu().contiguous()
+        digest.update(f"{name}:{values.dtype}:{tuple(values.shape)}".encode())
+        digest.update(values.numpy().tobytes())
+    return digest.hexdigest()[:12]
 
 
 @contextlib.contextmanager
