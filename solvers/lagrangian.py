@@ -100,10 +100,11 @@ class LagrangianDual(FirstOrderTrainer):
         feasibility_tol: float = 1e-6,
         verbose: int | str = "auto",
         callbacks: Sequence[Callable] = (),
+        lr_schedule: str = "none",
     ) -> None:
         super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,
                          optimizer_options=optimizer_options, seed=seed, tol=tol, verbose=verbose,
-                         callbacks=callbacks)
+                         callbacks=callbacks, lr_schedule=lr_schedule)
         self.dual_update = check_choice(dual_update, DUAL_UPDATES, "dual_update")
         self.dual_lr = _DEFAULT_DUAL_LR[dual_update] if dual_lr is None else dual_lr
         positive_float(self.dual_lr, "dual_lr")

@@ -52,17 +52,38 @@ class PenaltyTerm:
         return value.reshape(())
 
 
-def _constraint_term(constraint: Any) -> PenaltyTerm:
+def _constraint_term(constraint: Any, smoothing: float | None = None) -> PenaltyTerm:
     """``P(out) = V(c(out)) = sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)`` on the surrogate rows."""
+    state: dict[str, torch.Tensor] = {}
 
     def hinge(out: torch.Tensor, batch: Any) -> torch.Tensor:
-        return violation(constraint(out, batch).reshape(-1), constraint.lower, constraint.upper)
+        c = constraint(out, batch).reshape(-1)
+        value = violation(c, constraint.lower, constraint.upper)
+        if smoothing is None or not torch.is_grad_enabled():
+            return value
+        return smoothed_switch(c, value, constraint.lower, constraint.upper, state, smoothing)
 
     setup = constraint.setup if offers_setup(constraint) else None
     return PenaltyTerm(str(getattr(constraint, "name", "constraint")), hinge, setup)
 
 
-def penalty_terms(penalties: Any) -> list[PenaltyTerm]:
+def smoothed_switch(c: torch.Tensor, value: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
+                    state: dict, smoothing: float) -> torch.Tensor:
+    """``value`` with the gradient of the hinge switched by a running mean of the rows."""
+    with torch.no_grad():
+        previous = state.get("mean")
+        mean = c.detach().clone() if previous is None else (1 - smoothing) * previous + smoothing * c.detach()
+        state["mean"] = mean
+    lo, up = lower.to(c), upper.to(c)
+    above = (mean > up) & torch.isfinite(up)
+    below = (mean < lo) & torch.isfinite(lo)
+    zero = torch.zeros_like(c)
+    linear = (torch.where(above, c - torch.where(above, up, zero), zero)
+              + torch.where(below, torch.where(below, lo, zero) - c, zero)).sum()
+    return value.detach() + (linear - linear.detach())
+
+
+def penalty_terms(penalties: Any, smoothing: float | None = None) -> list[PenaltyTerm]:
     """``penalties`` (one or an iterable) as :class:`PenaltyTerm` s: a constraint
     (:func:`solvers.contract.looks_like_constraint`, checked by :func:`solvers.contract.check_constraint`)
     becomes the total violation of its surrogate rows; any other callable ``P(out, batch) -> scalar`` is used
@@ -76,7 +97,7 @@ def penalty_terms(penalties: Any) -> list[PenaltyTerm]:
             terms.append(item)
         elif looks_like_constraint(item):
             check_constraint(item)  # the contract every engine checks: a broken one is refused, not penalised raw
-            terms.append(_constraint_term(item))
+            terms.append(_constraint_term(item, smoothing))
         elif callable(item):
             name = getattr(item, "name", None) or getattr(item, "__name__", None) or type(item).__name__
             terms.append(PenaltyTerm(str(name), item, getattr(item, "setup", None)))
@@ -103,9 +124,9 @@ def _term_weights(weights: list[float], n_terms: int) -> list[float]:
     return list(weights)
 
 
-def _set_up_terms(penalties: Any, data: Any) -> list[PenaltyTerm]:
+def _set_up_terms(penalties: Any, data: Any, smoothing: float | None = None) -> list[PenaltyTerm]:
     """:func:`penalty_terms` with each term's ``setup(data)`` called."""
-    terms = penalty_terms(penalties)
+    terms = penalty_terms(penalties, smoothing)
     for term in terms:
         if term.setup is not None:
             term.setup(data)
@@ -129,6 +150,24 @@ def penalised_loss(loss: str | LossFn, penalties: Any, weight: float | Sequence[
     return objective
 
 
+#: Step-size schedules of the first-order loop (:func:`schedule_factor`).
+LR_SCHEDULES: tuple[str, ...] = ("none", "cosine", "linear")
+
+
+def schedule_factor(schedule: str, step: int, total: int) -> float:
+    """The factor on ``lr`` at ``step`` (0-based) of ``total``: 1 for ``"none"``;
+    ``(1 + cos(pi t / T)) / 2`` for ``"cosine"``; ``1 - t / T`` for ``"linear"``."""
+    if schedule == "none" or total <= 0:
+        return 1.0
+    t = min(step, total) / total
+    return 0.5 * (1.0 + math.cos(math.pi * t)) if schedule == "cosine" else 1.0 - t
+
+
+def _set_lr(optimizer: Any, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 class FirstOrderTrainer:
     """The mini-batch loop of :class:`Penalty` and :class:`~solvers.lagrangian.LagrangianDual`: per batch
     the objective ``f + extra`` (:meth:`_extra`), one optimiser step, then :meth:`_after_step`; a
@@ -148,8 +187,10 @@ class FirstOrderTrainer:
         tol: float,
         verbose: int | str,
         callbacks: Sequence[Callable],
+        lr_schedule: str = "none",
     ) -> None:
         self.epochs = epochs
+        self.lr_schedule = check_choice(lr_schedule, LR_SCHEDULES, "lr_schedule")
         self.lr = lr
         self.batch_size = batch_size
         self.optimizer = optimizer
@@ -208,10 +249,13 @@ class FirstOrderTrainer:
         epochs = progress(epochs, self.verbose, self.engine, "epoch")
         model.train()
         last_finite = flat_parameters(params)
+        total_steps = int(self.epochs) * (1 if covers_all_rows(self.batch_size, n) else math.ceil(n / self.batch_size))
         for epoch in epochs:
             for idx in minibatches(n, self.batch_size, generator):
                 batch = data if idx is None else data.subset(idx)
                 t0 = time.perf_counter()
+                if self.lr_schedule != "none":
+                    _set_lr(optimizer, self.lr * schedule_factor(self.lr_schedule, iteration, total_steps))
                 optimizer.zero_grad()
                 out = self._forward(model, batch)
                 f = loss_fn(out, batch)
@@ -302,10 +346,13 @@ class Penalty(FirstOrderTrainer):
         tol: float = 1e-4,
         verbose: int | str = "auto",
         callbacks: Sequence[Callable] = (),
+        lr_schedule: str = "none",
+        row_smoothing: float | None = None,
     ) -> None:
         super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,
                          optimizer_options=optimizer_options, seed=seed, tol=tol, verbose=verbose,
-                         callbacks=callbacks)
+                         callbacks=callbacks, lr_schedule=lr_schedule)
+        self.row_smoothing = row_smoothing
         self.weight = weight
         self._weights = _check_weights(weight)
         self._terms: list[PenaltyTerm] = []
@@ -345,7 +392,8 @@ class Penalty(FirstOrderTrainer):
         loss_fn = get_loss(loss)
         check_dataset(data)
         check_targets(loss_fn, data)
-        self._terms = _set_up_terms(penalties, data)
+        smoothing = None if covers_all_rows(self.batch_size, len(data)) else self.row_smoothing
+        self._terms = _set_up_terms(penalties, data, smoothing)
         self._term_weights = _term_weights(self._weights, len(self._terms))
         names = [t.name for t in self._terms]
         history, status = self._train(model, data, loss_fn, names)
