@@ -1,4 +1,4 @@
-"""The estimators' first-order methods (``method="penalty"``, ``"lagrangian"``) on mini-batches against their full batch.
+"""The estimators' first-order methods (method="penalty", "lagrangian") on mini-batches against their full batch.
 
 FairClassifier under disparate impact >= 0.8 on the data set's default binary attribute (Adult's sex on a seeded
 20,000-row sample, Dutch, COMPAS's African-American against the rest, Law, ACS-Colorado), seeded stratified 70/30
@@ -19,19 +19,21 @@ Reports per method, model and variant the runs within one point of the full batc
 feasible on all training rows where the full batch is, the runs faster than it, and per cell the seed means::
 
     python benchmarks/first_order_minibatch.py --data-dir ../shared/data
+    python benchmarks/first_order_minibatch.py --variants legacy --seeds 0 --legacy-epochs 20 --merge
     python benchmarks/first_order_minibatch.py --tasks adult compas --seeds 0 --variants steps cosine --out /tmp/x
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import statistics
 import sys
 import time
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +161,8 @@ def cells(runs: list[dict]) -> list[str]:
     and seconds."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in runs:
-        groups[(r["task"], r["method"], r["model"], "full" if r["batch"] is None else r["batch"], r["variant"])].append(r)
+        batch = "full" if r["batch"] is None else r["batch"]
+        groups[(r["task"], r["method"], r["model"], batch, r["variant"])].append(r)
     order = {t: i for i, t in enumerate(TASKS)}
     lines = ["| task | method | model | batch | variant | runs | train acc | test acc | feasible | warned | epochs | "
              "steps | seconds |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -182,16 +185,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=["default", "legacy"], choices=list(VARIANTS))
     ap.add_argument("--legacy-epochs", type=int, default=LEGACY_EPOCHS,
                     help="epochs of the 'legacy' variant (the default before the rule: 1,000)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the runs of --out's runs.json and run only the fits it lacks")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    todo = jobs(args, str(data_dir(args.data_dir)))
-    runs = pooled_runs(fit_cell, todo, args.jobs, logger, lambda r: (
+    key = lambda r: (r["task"], r["seed"], r["method"], r["model"], str(r["batch"]), r["variant"])  # noqa: E731
+    earlier = json.loads((Path(args.out) / "runs.json").read_text()) if args.merge and (
+        Path(args.out) / "runs.json").exists() else []
+    done = {key(r) for r in earlier}
+    todo = [j for j in jobs(args, str(data_dir(args.data_dir))) if key(j) not in done]
+    runs = earlier + pooled_runs(fit_cell, todo, args.jobs, logger, lambda r: (
         f"{r['task']} seed {r['seed']} {r['method']} {r['model']} batch {r['batch'] or 'full'} {r['variant']}: "
         f"train {r['train_acc']:.4f} violation {r['train_violation']:.4f} {r['epochs']} epochs "
         f"({r['seconds']:.1f} s)"))
     header = ["# First-order methods: mini-batches against the full batch", "",
               f"commit {commit()}; `python benchmarks/first_order_minibatch.py "
-              f"{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
+              f"{' '.join(sys.argv[1:] if argv is None else argv)}`; runs by commit: "
+              + ", ".join(f"{n} at {c}" for c, n in sorted(Counter(r["commit"] for r in runs).items())), "",
               f"Disparate impact >= {DELTA} on the default binary attribute; seeded stratified 70/30 splits (Adult: "
               f"a {ADULT_ROWS:,}-row sample); 'legacy': the defaults before the mini-batch rule at "
               f"{args.legacy_epochs} epochs" + (" (the default was 1,000: its seconds are a fraction of a legacy "
@@ -201,7 +211,6 @@ def main(argv: list[str] | None = None) -> int:
               "full batch is not, or the fit warned; seconds of one fit on one thread on a shared 2-core machine.",
               "", "## Summary (mini-batch runs against their full batch)", "", *summary(runs), "",
               "## Seed means", "", *cells(runs)]
-    key = lambda r: (r["task"], r["seed"], r["method"], r["model"], str(r["batch"]), r["variant"])  # noqa: E731
     write_grid(Path(args.out), runs, key, "\n".join(header) + "\n")
     return 0
 

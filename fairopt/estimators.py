@@ -827,12 +827,19 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         linear model, which the full-batch polish
         finishes under the curvature metric, for ``100 * 0.5 / lr`` steps (the classifier's 100, the
         regressor's 500) in at least 2 epochs (:func:`solvers.sqp.engine.auto_epochs`); penalty
-        and Lagrangian 1000 full-batch Adam epochs; Moving Targets 200 per learner refit.
+        and Lagrangian ``E`` full-batch Adam epochs (1000; the regressor's Lagrangian 3000), or with
+        ``batch_size`` ``B`` as many steps, ``ceil(E / ceil(n / B))`` epochs
+        (:func:`fairopt.training.first_order_minibatch_epochs`: ``E`` epochs of ``n / B`` steps each took
+        up to 20x the full batch's time, less accurately); Moving Targets 200 per learner refit.
     lr : float, optional
         Learning rate; ``None``: SQP 0.5 (an MLP's mini-batch steps on batches of at least 256 rows
         0.75, on ``B`` fewer ``0.5 sqrt(B / 256)``; a linear model whose inputs move together, such as
         many correlated measurements, a shorter step from its curvature, ``engine_info_["lr"]``: ``lr="auto"`` of
-        :class:`~solvers.sqp.StochasticSQP`), penalty and Lagrangian 0.02, Moving Targets 1e-3.
+        :class:`~solvers.sqp.StochasticSQP`), penalty and Lagrangian 0.02 (the regressor's 0.01), with
+        ``batch_size`` decayed over the run's ``T`` steps, ``lr_t = lr (1 + cos(pi t / T)) / 2``, so that the
+        returned iterate of noisy batch gradients settles (a mini-batch Penalty also switches its hinge by a
+        running mean of the rows, a Lagrangian classifier takes the signed dual update:
+        :func:`fairopt.training.first_order_minibatch_defaults`); Moving Targets 1e-3.
     batch_size : int, optional
         Rows per mini-batch; ``None``: full batch (Moving Targets learner: 128). With SQP,
         mini-batches pay for an MLP on data many batches long or for memory-mapped rows; a

@@ -49,12 +49,10 @@ from solvers.sqp import SQPWarning, StochasticSQP
 from solvers.whitening import Whitening
 
 __all__ = ["ALPHA_DEFAULTS", "CLASSIFIER_NETWORK_SCHEDULE", "ENGINES", "ENGINE_CLASSES", "ENGINE_CONSTANT_NOTE",
-           "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "MAX_WHITENED_INPUTS", "METHODS", "MODEL_KINDS",
-           "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE", "WHITENED_LR", "EngineAdapter",
-           "FIRST_ORDER_MINIBATCH_SCHEDULE", "PENALTY_ROW_SMOOTHING", "TrainingOptions", "engine_class", "engine_options",
-           "engine_param_defaults", "first_order_defaults", "first_order_minibatch_defaults",
-           "first_order_minibatch_epochs",
-           "float64_outputs",
+           "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "FIRST_ORDER_MINIBATCH_SCHEDULE", "MAX_WHITENED_INPUTS", "METHODS",
+           "MODEL_KINDS", "PENALTY_ROW_SMOOTHING", "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE",
+           "WHITENED_LR", "EngineAdapter", "TrainingOptions", "engine_class", "engine_options", "engine_param_defaults",
+           "first_order_defaults", "first_order_minibatch_defaults", "first_order_minibatch_epochs", "float64_outputs",
            "fold_whitened", "is_mini_batch", "model_factory", "run_engine", "run_lagrangian", "run_moving_targets",
            "run_penalty", "run_sqp", "train", "training_problem", "use_sqp_surrogates", "whitened_inputs"]
 

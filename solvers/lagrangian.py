@@ -71,8 +71,8 @@ class LagrangianDual(FirstOrderTrainer):
         Stationarity tolerance of the Lagrangian (max-abs gradient, full data).
     feasibility_tol : float, default 1e-6
         Exact total violation on the full data allowed for ``converged``.
-    verbose, callbacks
-        As in :class:`solvers.Penalty`.
+    verbose, callbacks, lr_schedule
+        As in :class:`solvers.Penalty` (``lr_schedule``: the primal step's; the dual step stays ``dual_lr``).
 
     History columns: ``f``, ``objective`` (the batch Lagrangian), ``c[row]``, ``viol[row]``
     (surrogate, before the step), ``V``, ``V_exact``, ``lambda[row]`` (after the dual update).

@@ -29,7 +29,8 @@ from solvers.progress import check_progress, epoch_logs, progress
 from solvers.sampling import covers_all_rows, minibatches
 from solvers.validation import check_choice, check_seed, positive_float, positive_int
 
-__all__ = ["Penalty", "PenaltyTerm", "penalty_terms", "penalised_loss", "FirstOrderTrainer"]
+__all__ = ["LR_SCHEDULES", "Penalty", "PenaltyTerm", "penalty_terms", "penalised_loss", "FirstOrderTrainer",
+           "schedule_factor", "smoothed_switch"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class PenaltyTerm:
     name: str
     fn: PenaltyFn
     setup: Callable[[Any], None] | None = None
+    #: a constraint term's training state: ``"smoothing"`` (None: the plain hinge) and the running ``"mean"``
+    state: dict | None = None
 
     def __call__(self, out: torch.Tensor, batch: Any) -> torch.Tensor:
         value = self.fn(out, batch)
@@ -53,23 +56,32 @@ class PenaltyTerm:
 
 
 def _constraint_term(constraint: Any, smoothing: float | None = None) -> PenaltyTerm:
-    """``P(out) = V(c(out)) = sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)`` on the surrogate rows."""
-    state: dict[str, torch.Tensor] = {}
+    """``P(out) = V(c(out)) = sum_i max(c_i - u_i, 0) + max(l_i - c_i, 0)`` on the surrogate rows; with
+    ``smoothing``, its gradient in training switched by a running mean of the rows (:func:`smoothed_switch`)."""
+    state: dict[str, Any] = {"smoothing": smoothing}
 
     def hinge(out: torch.Tensor, batch: Any) -> torch.Tensor:
         c = constraint(out, batch).reshape(-1)
         value = violation(c, constraint.lower, constraint.upper)
-        if smoothing is None or not torch.is_grad_enabled():
+        if state["smoothing"] is None or not torch.is_grad_enabled():
             return value
-        return smoothed_switch(c, value, constraint.lower, constraint.upper, state, smoothing)
+        return smoothed_switch(c, value, constraint.lower, constraint.upper, state, state["smoothing"])
 
     setup = constraint.setup if offers_setup(constraint) else None
-    return PenaltyTerm(str(getattr(constraint, "name", "constraint")), hinge, setup)
+    return PenaltyTerm(str(getattr(constraint, "name", "constraint")), hinge, setup, state)
 
 
 def smoothed_switch(c: torch.Tensor, value: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
                     state: dict, smoothing: float) -> torch.Tensor:
-    """``value`` with the gradient of the hinge switched by a running mean of the rows."""
+    """``value`` (the batch's ``V(c_B)``) with the gradient ``sum_i 1{m_i > u_i} grad c_B,i - 1{m_i < l_i} grad c_B,i``.
+
+    ``m <- (1 - smoothing) m + smoothing c_B`` is a running mean of the batches' rows (kept in ``state``;
+    the first batch's rows to start). Why: the batch hinge's gradient is switched on by the batch's own rows,
+    ``1{c_B,i > u_i}``, which near the bound is on in a share of the batches even where the rows on all data
+    are met (``E max(c_B - u, 0) > max(E c_B - u, 0)``), so on average it pushes the fit inside the bound,
+    the further the noisier the rows. The running mean estimates the rows on all data, and given the
+    switch the batch's direction ``grad c_B`` is unbiased for the rows' ``grad c``.
+    """
     with torch.no_grad():
         previous = state.get("mean")
         mean = c.detach().clone() if previous is None else (1 - smoothing) * previous + smoothing * c.detach()
@@ -86,8 +98,8 @@ def smoothed_switch(c: torch.Tensor, value: torch.Tensor, lower: torch.Tensor, u
 def penalty_terms(penalties: Any, smoothing: float | None = None) -> list[PenaltyTerm]:
     """``penalties`` (one or an iterable) as :class:`PenaltyTerm` s: a constraint
     (:func:`solvers.contract.looks_like_constraint`, checked by :func:`solvers.contract.check_constraint`)
-    becomes the total violation of its surrogate rows; any other callable ``P(out, batch) -> scalar`` is used
-    as it is, labelled by its ``name`` (or class/function name), with its ``setup(data)`` if any."""
+    becomes the total violation of its surrogate rows (``smoothing``: :func:`_constraint_term`); any other
+    callable ``P(out, batch) -> scalar`` is used as it is, labelled by its ``name`` (or class/function name), with its ``setup(data)`` if any."""
     if penalties is None:
         return []
     items = [penalties] if callable(penalties) or isinstance(penalties, PenaltyTerm) else list(penalties)
@@ -155,8 +167,10 @@ LR_SCHEDULES: tuple[str, ...] = ("none", "cosine", "linear")
 
 
 def schedule_factor(schedule: str, step: int, total: int) -> float:
-    """The factor on ``lr`` at ``step`` (0-based) of ``total``: 1 for ``"none"``;
-    ``(1 + cos(pi t / T)) / 2`` for ``"cosine"``; ``1 - t / T`` for ``"linear"``."""
+    """The factor on ``lr`` at ``step`` ``t`` (0-based) of ``T = total``: 1 for ``"none"``;
+    ``(1 + cos(pi t / T)) / 2`` for ``"cosine"``; ``1 - t / T`` for ``"linear"``. A decayed step lets the
+    last iterate of noisy (mini-batch) gradients settle instead of wandering about the optimum by about
+    ``lr``."""
     if schedule == "none" or total <= 0:
         return 1.0
     t = min(step, total) / total
@@ -164,6 +178,7 @@ def schedule_factor(schedule: str, step: int, total: int) -> float:
 
 
 def _set_lr(optimizer: Any, lr: float) -> None:
+    """Every parameter group of ``optimizer`` at step size ``lr``."""
     for group in optimizer.param_groups:
         group["lr"] = lr
 
@@ -326,6 +341,13 @@ class Penalty(FirstOrderTrainer):
         As in :class:`solvers.StochasticSQP` (:mod:`solvers.progress`).
     callbacks : sequence of callables
         ``cb(engine, record) -> bool | None`` after every step; True stops training.
+    lr_schedule : {"none", "cosine", "linear"}, default "none"
+        Step size over the run's ``T = epochs * K`` steps (``K`` batches an epoch): constant, or ``lr`` times
+        :func:`schedule_factor` at step ``t``, ``(1 + cos(pi t / T)) / 2`` or ``1 - t / T``.
+    row_smoothing : float in (0, 1] or None, default None
+        Mini-batches only: a constraint term's gradient switched on and off by a running mean of its rows,
+        ``m <- (1 - row_smoothing) m + row_smoothing c_B``, instead of by the batch's rows (whose hinge is
+        biased upwards, :func:`smoothed_switch`); None: the batch hinge. Full batch: the plain hinge.
 
     History columns: ``f`` (loss), ``P`` (weighted penalty sum), ``objective``,
     ``penalty[<term>]`` (each term's unweighted value), ``epoch``, ``iteration``, ``t_step``.
@@ -352,6 +374,9 @@ class Penalty(FirstOrderTrainer):
         super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,
                          optimizer_options=optimizer_options, seed=seed, tol=tol, verbose=verbose,
                          callbacks=callbacks, lr_schedule=lr_schedule)
+        if row_smoothing is not None and not (isinstance(row_smoothing, numbers.Real)
+                                              and not isinstance(row_smoothing, bool) and 0 < row_smoothing <= 1):
+            raise ValueError(f"row_smoothing: expected None or a number in (0, 1], got {row_smoothing!r}")
         self.row_smoothing = row_smoothing
         self.weight = weight
         self._weights = _check_weights(weight)
@@ -397,6 +422,9 @@ class Penalty(FirstOrderTrainer):
         self._term_weights = _term_weights(self._weights, len(self._terms))
         names = [t.name for t in self._terms]
         history, status = self._train(model, data, loss_fn, names)
+        for term in self._terms:  # the plain hinge from here on (stationarity on all rows)
+            if term.state is not None:
+                term.state["smoothing"] = None
         stationarity = self._stationarity(model, data, loss_fn) if status != "diverged" else math.inf
         if status != "diverged":
             warn_if_poor_first_order_fit("Penalty", model, loss_fn, data,
