@@ -220,7 +220,7 @@ class LagrangianDual(FirstOrderTrainer):
         unmet = warn_unmet("LagrangianDual", exact, self._lower, self._upper, cons.row_names, self.feasibility_tol)
         if status != "diverged" and chosen is not None:
             warn_if_poor_first_order_fit("LagrangianDual", model, loss_fn, data,
-                                                       mini_batch=not covers_all_rows(self.batch_size, len(data)))
+                                         mini_batch=not covers_all_rows(self.batch_size, len(data)))
         return FitResult(model=model, history=history, status=status, converged=converged,
                          info={"multipliers": self.multipliers_.tolist(), "row_names": cons.row_names,
                                "violation": final_violation, "stationarity": stationarity, "feasible": feasible,

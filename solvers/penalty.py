@@ -99,7 +99,8 @@ def penalty_terms(penalties: Any, smoothing: float | None = None) -> list[Penalt
     """``penalties`` (one or an iterable) as :class:`PenaltyTerm` s: a constraint
     (:func:`solvers.contract.looks_like_constraint`, checked by :func:`solvers.contract.check_constraint`)
     becomes the total violation of its surrogate rows (``smoothing``: :func:`_constraint_term`); any other
-    callable ``P(out, batch) -> scalar`` is used as it is, labelled by its ``name`` (or class/function name), with its ``setup(data)`` if any."""
+    callable ``P(out, batch) -> scalar`` is used as it is, labelled by its ``name`` (or class/function name),
+    with its ``setup(data)`` if any."""
     if penalties is None:
         return []
     items = [penalties] if callable(penalties) or isinstance(penalties, PenaltyTerm) else list(penalties)
@@ -428,7 +429,7 @@ class Penalty(FirstOrderTrainer):
         stationarity = self._stationarity(model, data, loss_fn) if status != "diverged" else math.inf
         if status != "diverged":
             warn_if_poor_first_order_fit("Penalty", model, loss_fn, data,
-                                                mini_batch=not covers_all_rows(self.batch_size, len(data)))
+                                         mini_batch=not covers_all_rows(self.batch_size, len(data)))
         return FitResult(model=model, history=history, status=status, converged=stationarity <= self.tol,
                          info={"weights": list(self._term_weights), "penalty_names": names,
                                "stationarity": stationarity})
