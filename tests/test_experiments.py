@@ -214,6 +214,30 @@ def test_the_realised_plot_takes_runs_that_all_agree(tmp_path):
     assert _png(tmp_path / "agree.png")
 
 
+def test_the_tradeoff_crosses_out_points_with_a_failed_run():
+    """A trial's trade-off plot drew a Moving Targets point labelled 0.8 whose runs all ended at DI 0.40-0.48, and
+    a penalty point averaged with a constant predictor: such points are crossed out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fairopt.experiments.plots import _failed_points
+
+    rows = []
+    for method, hyper, value, realised, near in (("sqp", "delta", 0.8, 0.80, 0.0), ("sqp", "delta", 0.9, 0.85, 0.0),
+                                                 ("pen", "weight", 1.0, 0.5, 0.0), ("pen", "weight", 10.0, 0.9, 1.0),
+                                                 ("lag", "delta", 0.8, np.nan, 0.0)):
+        for split in ("train", "test"):
+            rows.append({"method": method, "hyperparameter": hyper, "value": value, "seed": 0, "fold": 0,
+                         "split": split, "accuracy": 0.8, "dp_difference": 0.05, "sense": "lower",
+                         "measure": "disparate_impact[s]", "realised": realised, "near_constant": near,
+                         "degenerate": 0.0})
+    table = pd.DataFrame(rows)
+    assert _failed_points(table) == {("sqp", 0.9), ("pen", 10.0), ("lag", 0.8)}
+    panel = plot_tradeoff(table)
+    crossed = [c for c in panel.collections if c.get_label().startswith("a run degenerate")]
+    assert len(crossed) == 1 and len(crossed[0].get_offsets()) == 1
+
+
 # ----------------------------------------------------------------------------- calibration
 def test_select_elbow_on_synthetic_curves():
     lambdas = [0, 5, 10, 20, 40, 80]

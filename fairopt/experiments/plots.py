@@ -61,6 +61,27 @@ def _means(rows: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     return table.reset_index().sort_values(["method", "value"])
 
 
+#: How far a run's realised measure may fall short of its requested bound and still count as meeting it.
+_BOUND_TOL = 0.005
+
+
+def _failed_points(results: pd.DataFrame) -> set[tuple[str, float]]:
+    """The ``(method, value)`` points one of whose runs failed on its training rows: a degenerate or nearly
+    constant model (the ``degenerate`` / ``near_constant`` flags), or, where the value is a bound (not a
+    penalty weight), a realised measure that is undefined or short of it by more than :data:`_BOUND_TOL`."""
+    rows = results[results["split"] == "train"] if "split" in results else results
+    failed = pd.Series(False, index=rows.index)
+    for flag in ("degenerate", "near_constant"):
+        if flag in rows:
+            failed |= rows[flag].fillna(0).astype(float) > 0
+    if {"realised", "sense", "hyperparameter"} <= set(rows.columns):
+        value, realised = rows["value"].astype(float), rows["realised"].astype(float)
+        gap = np.where(rows["sense"] == "lower", value - realised, realised - value)
+        bound = ~rows["hyperparameter"].isin(PENALTY_HYPERPARAMETERS) & rows["sense"].isin(["lower", "upper"])
+        failed |= bound & np.isfinite(value) & ~(gap <= _BOUND_TOL)  # NaN (undefined) fails too
+    return {(str(m), float(v)) for m, v in rows.loc[failed, ["method", "value"]].itertuples(index=False)}
+
+
 def plot_requested_vs_realised(
     results: pd.DataFrame,
     path: str | Path | None = None,
@@ -137,7 +158,9 @@ def plot_tradeoff(
     ax: Any = None,
 ) -> Any:
     """Performance against unfairness, one curve per method through its grid values (means over seeds
-    and folds, labelled with the value when ``annotate``).
+    and folds, labelled with the value when ``annotate``). A point one of whose runs failed on its training
+    rows (a degenerate or nearly constant model, or a bound missed by more than 0.005 or undefined) is
+    crossed out: its mean is not a point the method reaches.
 
     Parameters
     ----------
@@ -164,8 +187,15 @@ def plot_tradeoff(
     axes = panel_axes(ax, 1)
     panel = axes[0]
     table = _means(rows, [performance, unfairness])
+    failed = _failed_points(results)
+    crossed = False
     for name, part in table.groupby("method", sort=False):
         panel.plot(part[unfairness], part[performance], marker="o", label=str(name))
+        bad = np.array([(str(name), float(v)) in failed for v in part["value"]], dtype=bool)
+        if bad.any():
+            panel.scatter(part[unfairness][bad], part[performance][bad], marker="x", s=80, color="red", zorder=3,
+                          label=None if crossed else "a run degenerate or short of its bound (train)")
+            crossed = True
         if annotate:
             for value, x, y in zip(part["value"], part[unfairness], part[performance]):
                 if np.isfinite(value):
