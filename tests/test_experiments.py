@@ -12,6 +12,7 @@ import torch
 from fairopt import penalties
 from fairopt.constraints import DisparateImpact
 from fairopt.data import FairData
+from fairopt.exceptions import FairnessWarning
 from fairopt.experiments import (
     Fitted,
     LagrangianMethod,
@@ -284,6 +285,9 @@ def test_calibrate_penalty_picks_the_elbow_end_to_end():
     assert (summary["js_divergence_mean"].iloc[:3] > 0.5).all() and (summary["js_divergence_mean"].iloc[3:] < 1e-12).all()
     valid = result.runs[result.runs.split == "test"]
     assert valid["n"].eq(math.ceil(0.3 * n)).all() and result.accuracy == "rps"
+    # a grid whose curve has not flattened by its last weight: a warning the caller sees, not only a log line
+    with pytest.warns(FairnessWarning, match="largest candidate weight 20"):
+        assert calibrate_penalty(_StepMethod(), data, [5, 20]).selected == 20
 
 
 # ----------------------------------------------------------------------------- plots

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -23,6 +24,7 @@ import torch
 from solvers.losses import get_loss
 from solvers.penalty import penalty_terms
 
+from fairopt.exceptions import FairnessWarning
 from fairopt.experiments.compare import compare, split_data
 from fairopt.experiments.methods import Method, default_loss
 
@@ -215,7 +217,9 @@ def calibrate_penalty(
         Validation share; the split is stratified on target x intersection cell.
     split_seed : int, default 0
     fairness : str, default "js_divergence"
-        Unfairness column of :func:`~fairopt.experiments.compare` (lower is fairer).
+        Unfairness column of :func:`~fairopt.experiments.compare` (lower is fairer): the paper's JS divergence
+        of the predictions across groups by default, whatever the penalty; name the measure the penalty lowers
+        where it differs (``"violation"``, the method's own constraint rows; ``"eo_difference"``).
     accuracy : str, optional
         Accuracy column reported alongside (default ``rps``; ``mse`` for regression).
     tolerance : float, default 0.1
@@ -264,8 +268,12 @@ def calibrate_penalty(
     summary["selected"] = summary.index == index
     selected = float(summary["value"].iloc[index])
     logger.info("calibrate_penalty: %s elbow at lambda = %g (tolerance %g)", fairness, selected, tolerance)
-    if math.isclose(selected, values[-1]):
-        logger.warning("calibrate_penalty: the elbow is the largest candidate %g; consider larger lambdas", selected)
+    if math.isclose(selected, values[-1]) and len(values) > 1:
+        warnings.warn(f"calibrate_penalty: the {fairness} elbow is the largest candidate weight {selected:g}, so the "
+                      f"curve did not flatten within the grid: larger weights may be needed, or {fairness!r} may not "
+                      "be what the penalty lowers (fairness= names the measure, e.g. 'violation' for a constraint "
+                      "penalised by its hinge, 'eo_difference' for equalized odds); check the summary before "
+                      "using it", FairnessWarning, stacklevel=2)
     return CalibrationResult(selected=selected, summary=summary, runs=runs, fairness=fairness,
                              accuracy=accuracy, tolerance=tolerance, lambda_scale=scale,
                              baseline_loss=baseline_loss, baseline_regulariser=baseline_regulariser)
