@@ -1,7 +1,8 @@
 """Experiments: compare constraint and penalty methods on equal terms.
 
 - :mod:`~fairopt.experiments.methods`: the :class:`Method` protocol and adapters for the
-  torch engines (:class:`SQPMethod`, :class:`PenaltyMethod`, :class:`LagrangianMethod`);
+  engines (:class:`SQPMethod`, :class:`PenaltyMethod`, :class:`LagrangianMethod`,
+  :class:`MovingTargetsMethod`);
 - :func:`compare`: methods x grid values x seeds x folds -> one tidy DataFrame of exact
   measures on train and test, with each run's own bounded measure (``realised``);
   :func:`realised_vs_requested` reads every method on it;
@@ -34,6 +35,7 @@ from fairopt.experiments.methods import (
     Fitted,
     LagrangianMethod,
     Method,
+    MovingTargetsMethod,
     PenaltyMethod,
     SQPMethod,
     default_loss,
@@ -50,6 +52,7 @@ __all__ = [
     "SQPMethod",
     "PenaltyMethod",
     "LagrangianMethod",
+    "MovingTargetsMethod",
     "model_factory",
     "default_loss",
     "compare",

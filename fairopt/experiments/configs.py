@@ -70,6 +70,7 @@ from fairopt.experiments.methods import (
     PENALTY_HYPERPARAMETERS,
     LagrangianMethod,
     Method,
+    MovingTargetsMethod,
     PenaltyMethod,
     SQPMethod,
     model_factory,
@@ -170,7 +171,8 @@ _SECTIONS = {
     "plots": {"measure", "unfairness", "performance", "split", "history_keys"},
 }
 _METHOD_KEYS = {"kind", "name", "values", "constraint", "penalty", "weight_of", "hyperparameter", "loss", "model"}
-_METHOD_CLASSES = {"sqp": SQPMethod, "penalty": PenaltyMethod, "lagrangian": LagrangianMethod}
+_METHOD_CLASSES = {"sqp": SQPMethod, "penalty": PenaltyMethod, "lagrangian": LagrangianMethod,
+                   "moving_targets": MovingTargetsMethod}
 _WEIGHT_OF = {"identity": None, "inverse": lambda value: 1.0 / value}
 _PERFORMANCE = {"binary": "accuracy", "regression": "r2", "poisson": "deviance"}
 
@@ -297,7 +299,7 @@ def _penalty_method(spec: Mapping, where: str, common: dict, engine: dict) -> tu
 
 
 def _constrained_method(spec: Mapping, where: str, common: dict, engine: dict) -> tuple[Method, list | None]:
-    """An SQP or Lagrangian method sweeping the bound of its ``constraint`` spec."""
+    """An SQP, Lagrangian or Moving Targets method sweeping the bound of its ``constraint`` spec."""
     if "constraint" not in spec:
         raise ValueError(f"config: {where} ({spec['kind']}) needs 'constraint'")
     builder, name, bound = constraint_builder(spec["constraint"])

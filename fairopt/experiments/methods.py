@@ -2,8 +2,8 @@
 
 A :class:`Method` has a ``name``, the ``hyperparameter`` it is swept over (a bound such as
 ``"delta"``, a penalty ``"weight"``, or None) and ``fit(train, value=..., seed=...) -> Fitted``.
-:class:`SQPMethod`, :class:`PenaltyMethod` and :class:`LagrangianMethod` wrap the engines of
-:func:`fairopt.training.engine_class`; another method is one small class whose ``fit`` returns a
+:class:`SQPMethod`, :class:`PenaltyMethod`, :class:`LagrangianMethod` and :class:`MovingTargetsMethod` wrap
+the engines of :func:`fairopt.training.engine_class`; another method is one small class whose ``fit`` returns a
 :class:`Fitted` holding ``model(X) -> out`` (or ``predict(batch) -> out``).
 """
 
@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from fairopt import models
-from fairopt.training import ENGINE_DEFAULTS, engine_class, first_order_defaults
+from fairopt.sklearn_learner import is_sklearn_model
+from fairopt.training import ENGINE_DEFAULTS, TrainingOptions, engine_class, first_order_defaults, run_engine
 from solvers.contract import looks_like_constraint
 from solvers.history import History
 from solvers.penalty import penalised_loss
@@ -33,6 +34,7 @@ __all__ = [
     "SQPMethod",
     "PenaltyMethod",
     "LagrangianMethod",
+    "MovingTargetsMethod",
     "PENALTY_HYPERPARAMETERS",
 ]
 
@@ -294,6 +296,65 @@ class LagrangianMethod(_ConstrainedMethod):
 
     default_name = "lagrangian"
     engine = "lagrangian"
+
+
+class MovingTargetsMethod(_ConstrainedMethod):
+    """Moving Targets with constraints ``constraint(value)``: a master projects the targets onto them (HiGHS),
+    a learner refits the projected targets ([GeDI] eq 56-57), as ``FairClassifier(method="moving_targets")``
+    trains (:func:`fairopt.training.run_engine`).
+
+    Parameters
+    ----------
+    constraint : callable value -> Constraint or list, or None
+        As in :class:`SQPMethod`; each constraint needs a linear target encoding (the group-rate, covariance
+        and GeDI constraints have one).
+    model : "linear", "mlp", factory ``(n_features, seed) -> module``, or a scikit-learn estimator
+        The learner: a torch model refitted by :class:`fairopt.learners.TorchLearner`, or a clone of the
+        estimator refitted by its own ``fit``.
+    name : str, default "moving_targets"
+    hyperparameter : str, default "delta"
+    loss : None
+        The learners fit the task's own loss; another is refused.
+    **engine_options
+        :class:`solvers.moving_targets.MovingTargets` arguments (``iterations``, ``backend``, ...), and the
+        torch learner's ``epochs``, ``lr`` and ``batch_size``.
+    """
+
+    default_name = "moving_targets"
+    engine = "moving_targets"
+    #: Options of the torch learner, not of the engine.
+    LEARNER_OPTIONS = ("epochs", "lr", "batch_size")
+
+    def __init__(self, constraint: ConstraintBuilder | None, *, model: Any = "linear", name: str | None = None,
+                 hyperparameter: str | None = None, loss: Any = None, **engine_options: Any) -> None:
+        if loss is not None:
+            raise ValueError(f"loss: Moving Targets' learners fit the task's own loss, got {loss!r}")
+        self.learner = model if is_sklearn_model(model) else None
+        if self.learner is not None and any(k in engine_options for k in self.LEARNER_OPTIONS):
+            raise ValueError(f"engine_options: {list(self.LEARNER_OPTIONS)} are options of the torch learners; a "
+                             "scikit-learn model takes its own settings")
+        super().__init__(constraint, model="linear" if self.learner is not None else model, name=name,
+                         hyperparameter=hyperparameter, loss=None, **engine_options)
+
+    def _engine(self, value: float | None, seed: int, task: str | None = None) -> Any:
+        """The engine with its own options (the learner's are left out), built to check them."""
+        own = {k: v for k, v in self.engine_options.items() if k not in self.LEARNER_OPTIONS}
+        return engine_class(self.engine)(**{**own, "seed": seed})
+
+    def fit(self, train: Any, *, value: float | None, seed: int) -> Fitted:
+        """Refit the learner by Moving Targets on ``train`` under ``constraint(value)`` and time it."""
+        constraints = self.constraints_for(value)
+        learner = {k: v for k, v in self.engine_options.items() if k in self.LEARNER_OPTIONS}
+        engine = {k: v for k, v in self.engine_options.items() if k not in self.LEARNER_OPTIONS}
+        factory = self.model
+        model = self.learner if self.learner is not None else (lambda p: factory(p, seed))
+        options = TrainingOptions(method="moving_targets", task=train.task, model=model, seed=int(seed), verbose=0,
+                                  engine_params=engine, **learner)
+        t0 = time.perf_counter()
+        result = run_engine(options, train, constraints)
+        seconds = time.perf_counter() - t0
+        return Fitted(model=result.model, history=result.history, constraints=constraints, status=result.status,
+                      converged=bool(result.converged), seconds=seconds, info=dict(result.info))
 
 
 class PenaltyMethod(_EngineMethod):
