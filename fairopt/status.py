@@ -265,7 +265,7 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
             " See the FairnessWarning for what to try." if unmet else
             " Its rows are within the violation tolerance in rate units, but at low rates that tolerance is a "
             "larger shortfall of the ratio itself: " + _SHORT_RATIO_ADVICE.get(
-                f"{method}_mini_batch" if mini_batch else method, _SHORT_RATIO_ADVICE["sqp"]))
+                f"{method}_mini_batch" if mini_batch and method == "sqp" else method, _SHORT_RATIO_ADVICE["sqp"]))
     elif violations:
         which = "; ".join(shown.get(name, name) for name in violations)
         bounds_text = f"every bound is met on the training rows: {which}."

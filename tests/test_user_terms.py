@@ -342,6 +342,10 @@ def test_a_ratio_short_of_its_bound_at_low_rates_is_unmet_though_its_rows_are_wi
     _, on_batches = fit_status(_result(True, "converged", 1e-4), "sqp", {di.name: short.row_violation}, 1e-3,
                                [short], mini_batch=True)
     assert "more epochs or full batches" in on_batches
+    for method in ("penalty", "lagrangian"):  # their own advice on batches too, not the SQP's
+        _, other = fit_status(_result(True, "converged", 1e-4), method, {di.name: short.row_violation}, 1e-3,
+                              [short], mini_batch=True)
+        assert "method='sqp'" in other and "the SQP stopped short" not in other
 
 
 def test_a_regressor_no_prediction_of_which_exceeds_the_rate_threshold_is_degenerate_and_warned():

@@ -65,10 +65,16 @@ def data_fingerprint(data: Any) -> str:
     for name, tensor in tensors:
         if tensor is None:
             continue
-        values = torch.as_tensor(tensor).detach().cpu().contiguous()
+        values = torch.as_tensor(tensor).detach()
         digest.update(f"{name}:{values.dtype}:{tuple(values.shape)}".encode())
-        digest.update(values.numpy().tobytes())
+        values = values.reshape(1) if values.dim() == 0 else values
+        for start in range(0, values.shape[0], _FINGERPRINT_ROWS):  # memory-mapped rows are never read whole
+            digest.update(values[start:start + _FINGERPRINT_ROWS].cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:12]
+
+
+#: Rows hashed at a time by :func:`data_fingerprint` (a memory-mapped ``X`` is never read whole).
+_FINGERPRINT_ROWS = 65_536
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ against the problem and continues from it."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -154,9 +155,14 @@ def resume_iterates(resume: dict, params: list[torch.Tensor], tracker: BestItera
     closest = resume.get("closest")
     tracker.closest = None
     if isinstance(closest, dict) and tracker.closest_filter is not None:
-        c = torch.as_tensor(closest["c_exact"]).detach().to(torch.float64).reshape(-1)
-        tracker.closest = Candidate(closest["params"].clone(), float(closest["f"]), c,
-                                    row_violations(c, tracker.lower, tracker.upper), int(closest["iteration"]))
+        kept, f = closest.get("params"), float(closest.get("f", math.nan))
+        c = torch.as_tensor(closest.get("c_exact", [])).detach().to(torch.float64).reshape(-1)
+        if not (isinstance(kept, torch.Tensor) and kept.numel() == total and bool(torch.isfinite(kept).all())
+                and math.isfinite(f) and c.numel() == tracker.lower.numel() and bool(torch.isfinite(c).all())):
+            raise ValueError("resume: the checkpoint's closest iterate does not fit this model and its constraint "
+                             "rows (or has non-finite entries)")
+        tracker.closest = Candidate(kept.clone(), f, c, row_violations(c, tracker.lower, tracker.upper),
+                                    int(closest["iteration"]))
 
 
 def resume_snapshot(resume: dict, snapshot: ConstraintSnapshot | None, n_params: int, n_rows: int) -> None:

@@ -353,11 +353,12 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
            tracker: BestIterate, history: History, status: str, last: int) -> FitResult:
     """Return the best iterate (:class:`solvers.outcome.BestIterate`), measured on all rows.
 
-    The final iterate is a candidate too; a best iterate that is feasible only by predicting one class
-    gives way to the closest learned one (:func:`leave_trivial_constant`); a nearly constant binary
-    classifier's best one is a candidate too with its decision threshold moved to the most accurate one
-    within the exact bounds, at no higher a loss, when that gains more than a standard error of training accuracy
-    (:func:`solvers.output_shift.shift_output`); the chosen parameters are written back into the model,
+    The final iterate is a candidate too; a nearly constant binary classifier's best one is a candidate
+    too with its decision threshold moved to the most accurate one within the exact bounds, at no higher a
+    loss, when that gains more than a standard error of training accuracy
+    (:func:`solvers.output_shift.shift_output`); a best iterate that is then still feasible only by
+    predicting one class gives way to the closest learned one (:func:`leave_trivial_constant`); the chosen
+    parameters are written back into the model,
     its KKT residuals are measured on the full training data, a closing history record describes
     exactly the returned model, and a :class:`solvers.outcome.BoundWarning` names any row it violates (at the line that
     called the engine's ``fit``: call this from ``fit`` directly). ``state.start_iteration`` is
@@ -381,10 +382,11 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
     chosen = tracker.restore(params)
     in_memory = ((options.chunk_rows is None or len(data) <= options.chunk_rows)
                  and not isinstance(problem.oracle, AllReduceDerivatives))
+    if status != "diverged" and shift_output(problem, tracker, last, in_memory):
+        chosen, kkt = tracker.best, None
+    # after the threshold shift, which may keep a feasible best and make it useful
     if (status != "diverged" and not isinstance(problem.oracle, AllReduceDerivatives)
             and leave_trivial_constant(problem, tracker, options.chunk_rows)):
-        chosen, kkt = tracker.best, None
-    if status != "diverged" and shift_output(problem, tracker, last, in_memory):
         chosen, kkt = tracker.best, None
     if chosen is not None and changes_in_eval_mode(model) and not isinstance(problem.oracle, AllReduceDerivatives):
         chosen = measured_in_eval_mode(problem, tracker, options.chunk_rows)

@@ -800,7 +800,9 @@ class StochasticSQP:
             ``n_rows`` (constraint rows), ``last_params`` (the last iterate, from which a
             resumed fit continues: the model itself holds the returned, best iterate) and
             ``best`` (that iterate, so that the resumed run still returns the best of both
-            parts), ``snapshot`` (mini-batch steps under ``constraint_batch="snapshot"``: the
+            parts), ``closest`` (a binary classifier's least-violating learned iterate,
+            :func:`~solvers.sqp.endgame.leave_trivial_constant`; None where none was kept), ``snapshot`` (mini-batch
+            steps under ``constraint_batch="snapshot"``: the
             constraint snapshot and its drift-adapted spacing,
             :meth:`~solvers.sqp.snapshot.ConstraintSnapshot.state_dict`; None otherwise; a
             checkpoint without it refreshes afresh), ``spreads`` (:attr:`metric_spread_` and
