@@ -53,8 +53,12 @@ def with_constraint_params(constraints: Any, indexed: dict) -> Any:
     """
     items = constraint_items(constraints)
     if items is None:
+        names = [constraint_index(key) for key in indexed]
+        plain = sorted({f"constraints__{index[1]}" for index in names if index is not None and index[1]})
+        hint = (f"; a single constraint object's parameters are {plain} (without the index), or pass "
+                "constraints=[...] to index them" if plain and hasattr(constraints, "set_params") else "")
         raise ValueError(f"set_params: {sorted(indexed)} index a list of constraints, but constraints is "
-                         f"{constraints!r}")
+                         f"{constraints!r}{hint}")
     items = list(items)
     nested: dict[int, dict] = {}
     for key, value in indexed.items():

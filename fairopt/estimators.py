@@ -996,6 +996,22 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         self.pos_label_ = positive
         return (y == positive).astype(np.float64)
 
+    def _check_constraints_fit_the_task(self, data: FairData, constraints: list) -> None:
+        """A :class:`fairopt.FairnessWarning` for a rate constraint whose ``threshold`` is not 0: it bounds the
+        decisions ``out > t`` (probability above ``sigmoid(t)``), while ``predict`` and ``score`` decide at
+        ``out > 0`` (probability 0.5), where the bound does not hold in general."""
+        for c in constraints:
+            t = getattr(c, "threshold", None)
+            if not isinstance(c, GroupRateConstraint) or t is None or not math.isfinite(float(t)) or float(t) == 0:
+                continue
+            p = 1.0 / (1.0 + math.exp(-float(t)))
+            warn_at_caller(f"{c.name}: its threshold {float(t):.4g} bounds the decisions out > {float(t):.4g} "
+                           f"(probability above {p:.4g}), not those of predict and score (probability above 0.5), "
+                           "where the bound does not hold in general; decide at its threshold, e.g. "
+                           f"sklearn.model_selection.FixedThresholdClassifier(estimator, threshold={p:.4g}, "
+                           "response_method='predict_proba'), or leave the constraint's threshold at 0",
+                           FairnessWarning)
+
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y).reshape(-1)
         unknown = ~np.isin(y, self.classes_)

@@ -504,3 +504,31 @@ def test_an_estimator_whose_ratio_is_short_with_rows_within_the_tolerance_is_inf
         clf._set_fitted(data, [di], FitResult(model=model, history=History(row_names=[]), status="converged",
                                               converged=True, info={}))
     assert clf.status_ == "infeasible" and clf.train_violations_[di.name] < 1e-3
+
+
+def test_a_rate_threshold_other_than_predicts_is_warned():
+    """A constraint's threshold bounds the decisions out > t, not those of predict (out > 0): a trial's
+    DI[sex] at probability 0.3 read 'converged, 0.801' while predict gave 0.706, without a word."""
+    from fairopt import FairClassifier
+
+    rng = np.random.default_rng(0)
+    n = 1000
+    s = rng.integers(0, 2, n)
+    X = np.column_stack([rng.normal(size=n) + s, rng.normal(size=n)])
+    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.8).astype(int)
+    t = math.log(0.3 / 0.7)
+    with pytest.warns(fairopt.FairnessWarning, match=r"probability above 0\.3\b.*FixedThresholdClassifier"):
+        FairClassifier(DisparateImpact("s", 0.8, threshold=t), epochs=20).fit(X, y, sensitive_features=s)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FairClassifier(DisparateImpact("s", 0.6), epochs=20).fit(X, y, sensitive_features=s)
+    assert not any("its threshold" in str(w.message) for w in caught)
+
+
+def test_indexing_a_single_constraint_names_its_own_parameters():
+    from fairopt import FairClassifier
+
+    clf = FairClassifier(DisparateImpact("sex", 0.8))
+    with pytest.raises(ValueError, match=r"\['constraints__delta'\] \(without the index\)"):
+        clf.set_params(constraints__0__delta=0.9)
+    assert clf.set_params(constraints__delta=0.9).constraints.delta == 0.9
