@@ -1008,8 +1008,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
             warn_at_caller(f"{c.name}: its threshold {float(t):.4g} bounds the decisions out > {float(t):.4g} "
                            f"(probability above {p:.4g}), not those of predict and score (probability above 0.5), "
                            "where the bound does not hold in general; decide at its threshold, e.g. "
-                           f"sklearn.model_selection.FixedThresholdClassifier(estimator, threshold={p:.4g}, "
-                           "response_method='predict_proba'), or leave the constraint's threshold at 0",
+                           f"FixedThresholdClassifier(FrozenEstimator(clf), threshold={p:.4g}, "
+                           "response_method='predict_proba', pos_label=clf.pos_label_) of scikit-learn "
+                           "(docs: Estimators, meta-estimators), or leave the constraint's threshold at 0",
                            FairnessWarning)
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
