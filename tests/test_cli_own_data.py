@@ -695,3 +695,17 @@ def test_an_identifier_column_warning_is_in_the_report_and_each_message_shows_on
     assert "'person' holds a different whole number in every row" in report
     unseen = [r for r in caplog.records if "not seen at fit time" in r.getMessage()]
     assert len(unseen) == 1, [r.getMessage() for r in unseen]
+
+
+def test_a_second_protected_looking_column_among_the_inputs_is_warned(tmp_path, caplog):
+    """A lender's trial: with --sensitive gender only, the file's race column became a model input without a
+    word. The run says so and names both ways out; a column bounded by --sensitive is not named."""
+    frame = loans(300, seed=3)
+    frame["Race"] = np.random.default_rng(3).choice(["a", "b", "c"], len(frame))
+    frame.to_csv(tmp_path / "loans.csv", index=False)
+    with caplog.at_level(logging.WARNING, logger="fairopt"):
+        assert main(["train", "--data", str(tmp_path / "loans.csv"), *COMMON, "--epochs", "5",
+                     "--out", str(tmp_path / "run")]) == 0
+    message = next(r.getMessage() for r in caplog.records if "suggest protected attributes" in r.getMessage())
+    assert "['Race']" in message and "--sensitive Race" in message and "--ignore Race" in message
+    assert "gender" not in message.split("are model inputs")[0]

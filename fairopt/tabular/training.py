@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 import sys
 import time
@@ -342,7 +343,25 @@ def _input_columns(frame: pd.DataFrame, target: str, sensitive: list[str], ignor
     if inputs_complete:
         require_complete(frame, features, source, "drop or fill them first, or train boosted trees (--model gbm), "
                                                   "which take missing input values")
+    named = [c for c in features if c not in sensitive and _looks_protected(c)]
+    if named:  # a second protected attribute left among the inputs is disparate treatment, not a bound
+        quoted = " ".join(shlex.quote(str(c)) for c in named)
+        logger.warning("columns %s are model inputs, and their names suggest protected attributes: the model may "
+                       "decide on them directly. If they are, bound them with --sensitive %s (not a model input "
+                       "then) or leave them out with --ignore %s", named, quoted, quoted)
     return features
+
+
+#: Column names (lower case, letters only) that commonly hold a protected attribute (:func:`_looks_protected`).
+PROTECTED_NAMES = frozenset({"sex", "gender", "race", "ethnicity", "ethnic", "ethnicgroup", "religion", "nationality",
+                             "nationalorigin", "countryofbirth", "maritalstatus", "marital", "disability",
+                             "pregnancy", "color", "colour"})
+
+
+def _looks_protected(column: Any) -> bool:
+    """Whether a column's name, lower-cased with everything but letters removed, is one of
+    :data:`PROTECTED_NAMES` ("Race", "marital_status", "SEX")."""
+    return re.sub(r"[^a-z]", "", str(column).lower()) in PROTECTED_NAMES
 
 
 def _numeric_frame(frame: pd.DataFrame, target: str, features: list[str], task: str,
