@@ -8,9 +8,11 @@ import logging
 import os
 import subprocess
 import sys
+import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
@@ -137,3 +139,18 @@ def limited_threads(threads: int, logger: logging.Logger) -> Iterator[None]:
     torch.set_num_threads(threads)
     with threadpool_limits(limits=threads):
         yield
+
+
+def library_warnings(caught: Iterable[warnings.WarningMessage]) -> list[str]:
+    """The sorted class names of the fairopt and solvers warnings among ``caught`` (what a grid's row lists)."""
+    return sorted({w.category.__name__ for w in caught if w.category.__name__.endswith("Warning")
+                   and w.category.__module__.split(".")[0] in ("fairopt", "solvers")})
+
+
+def timed_fit(estimator: Any, data: Any) -> tuple[float, list[str]]:
+    """``estimator.fit(data)`` with every warning recorded: its wall seconds and :func:`library_warnings`."""
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(data)
+    return time.perf_counter() - start, library_warnings(caught)

@@ -23,9 +23,9 @@ from pathlib import Path
 import pandas as pd
 
 try:
-    from benchmarks._common import DEFAULT_OUT, commit, data_dir, markdown
+    from benchmarks._common import DEFAULT_OUT, commit, data_dir, library_warnings, markdown
 except ImportError:  # run as a script from benchmarks/
-    from _common import DEFAULT_OUT, commit, data_dir, markdown
+    from _common import DEFAULT_OUT, commit, data_dir, library_warnings, markdown
 
 DATASETS = ("adult", "dutch", "law", "acsincome", "compas")
 #: name -> (constraint class name, bound)
@@ -52,8 +52,7 @@ def fit_one(train, test, constraint: str, surrogate: str, batch: int | None, see
         result = engine.fit(net, train, constraints=[rows])
     with torch.no_grad():
         accuracy = [float(((net(p.X).reshape(-1) > 0).to(p.y.dtype) == p.y).double().mean()) for p in (train, test)]
-    warned = sorted({w.category.__name__ for w in caught if w.category.__name__.endswith("Warning")
-                     and w.category.__module__.startswith(("solvers", "fairopt"))})
+    warned = library_warnings(caught)
     return {"model": model, "constraint": constraint, "surrogate": surrogate, "batch": batch or "full", "seed": seed,
             "train_acc": accuracy[0], "test_acc": accuracy[1], "feasible": bool(result.feasible),
             "warned": ",".join(warned) or "-"}

@@ -24,13 +24,11 @@ import re
 import logging
 import statistics
 import sys
-import time
-import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_OUT, commit, data_dir, pooled_runs, task_grid_parser, write_grid
+from _common import DEFAULT_OUT, commit, data_dir, pooled_runs, task_grid_parser, timed_fit, write_grid
 
 #: Task name -> (data set, sensitive attributes); a None attribute list is the binary attribute of the peer
 #: benchmarks (:func:`benchmarks.papers.peers.prepare`'s grouping).
@@ -100,13 +98,7 @@ def fit_cell(job: dict) -> dict:
     train, test, attributes = load_split(job["task"], job["seed"], job["data_dir"], job.get("max_rows"))
     clf = FairClassifier([constraint(attributes, job["variant"])], model=job["model"], batch_size=job["batch"],
                          seed=job["seed"])
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        clf.fit(train)
-    seconds = time.perf_counter() - start
-    warned = sorted({w.category.__name__ for w in caught if w.category.__name__.endswith("Warning")
-                     and w.category.__module__.split(".")[0] in ("fairopt", "solvers")})
+    seconds, warned = timed_fit(clf, train)
     return {**{k: job[k] for k in ("task", "seed", "model", "batch", "variant")}, "n_train": len(train),
             "train_acc": float(clf.score(train)), "test_acc": float(clf.score(test)),
             "train_violation": float(clf.train_violation_), "test_violation": float(clf.evaluate(test)["violation"]),

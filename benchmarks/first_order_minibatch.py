@@ -31,13 +31,11 @@ import logging
 import math
 import statistics
 import sys
-import time
-import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_OUT, commit, data_dir, pooled_runs, task_grid_parser, write_grid
+from _common import DEFAULT_OUT, commit, data_dir, pooled_runs, task_grid_parser, timed_fit, write_grid
 
 TASKS: tuple[str, ...] = ("adult", "dutch", "compas", "law", "acsincome")
 METHODS: tuple[str, ...] = ("penalty", "lagrangian")
@@ -94,13 +92,7 @@ def fit_cell(job: dict) -> dict:
     options = variant_options(job["variant"], job["method"], len(train), job["batch"], job["legacy_epochs"])
     clf = FairClassifier([("disparate_impact", attributes[0], DELTA)], method=job["method"], model=job["model"],
                          batch_size=job["batch"], seed=job["seed"], **options)
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        clf.fit(train)
-    seconds = time.perf_counter() - start
-    warned = sorted({w.category.__name__ for w in caught if w.category.__name__.endswith("Warning")
-                     and w.category.__module__.split(".")[0] in ("fairopt", "solvers")})
+    seconds, warned = timed_fit(clf, train)
     epochs = int(max(r["epoch"] for r in clf.history_)) + 1 if len(clf.history_) else 0
     return {**{k: job[k] for k in ("task", "seed", "method", "model", "batch", "variant")}, "n_train": len(train),
             "train_acc": float(clf.score(train)), "test_acc": float(clf.score(test)),

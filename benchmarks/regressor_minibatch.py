@@ -36,13 +36,12 @@ import logging
 import math
 import statistics
 import sys
-import time
 import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_OUT, commit, data_dir, pooled_runs, task_grid_parser, write_grid
+from _common import DEFAULT_OUT, commit, data_dir, pooled_runs, task_grid_parser, timed_fit, write_grid
 
 TASKS: tuple[str, ...] = ("communities-gedi", "communities-gedi2", "communities-dcov", "law-gedi", "law-dcov",
                           "pg15-gedi")
@@ -117,13 +116,7 @@ def fit_cell(job: dict) -> dict:
     train, test, attribute = load_task(job["task"], job["data_dir"], job["seed"])
     spec = constraint(job["task"], attribute, train, job["seed"])
     reg = FairRegressor(spec, batch_size=job["batch"], seed=job["seed"], **variant_options(job, len(train)))
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        reg.fit(train)
-    seconds = time.perf_counter() - start
-    warned = sorted({w.category.__name__ for w in caught if w.category.__name__.endswith("Warning")
-                     and w.category.__module__.split(".")[0] in ("fairopt", "solvers")})
+    seconds, warned = timed_fit(reg, train)
     return {**{k: job[k] for k in ("task", "seed", "batch", "variant")}, "model": job.get("model", "linear"),
             "n_train": len(train),
             "train_r2": float(reg.score(train)), "test_r2": float(reg.score(test)),
