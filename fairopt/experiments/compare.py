@@ -384,6 +384,24 @@ def _ordered_columns(table: pd.DataFrame) -> pd.DataFrame:
 _RATIO_PREFIXES = ("di_ratio", "equal_impact", "ei_ratio")
 
 
+#: How far a run's realised measure may fall short of its requested bound and still meet it
+#: (:func:`realised_vs_requested`, the trade-off plot's crossed-out points).
+BOUND_TOL = 0.005
+
+
+def bound_shortfall(value: Any, realised: Any, sense: Any) -> np.ndarray:
+    """How far each run's realised measure falls short of its requested bound ``value``: ``value - realised``
+    where ``sense`` is "lower" (``realised >= value`` asked), ``realised - value`` otherwise; NaN where the
+    measure is undefined (a constant classifier's 0/0 ratio). ``sense`` is one string or one per run."""
+    value, realised = np.asarray(value, dtype=float), np.asarray(realised, dtype=float)
+    return np.where(np.asarray(sense) == "lower", value - realised, realised - value)
+
+
+def meets_bound(shortfall: np.ndarray, tol: float = BOUND_TOL) -> np.ndarray:
+    """Whether each :func:`bound_shortfall` is at most ``tol``; an undefined measure (NaN) meets no bound."""
+    return np.isfinite(shortfall) & (shortfall <= tol)
+
+
 def _trend(steps: np.ndarray, tol: float) -> float:
     """The sign most steps larger than ``tol`` share (the sign of the sum on a tie)."""
     votes = float(np.sign(steps[np.abs(steps) > tol]).sum())
@@ -395,7 +413,7 @@ def realised_vs_requested(
     measure: str | None = None,
     split: str = "train",
     *,
-    tol: float = 0.005,
+    tol: float = BOUND_TOL,
     sense: str | None = None,
 ) -> pd.DataFrame:
     """How each method's realised measure follows its swept value (one row per method).
@@ -459,8 +477,8 @@ def realised_vs_requested(
                "runs_met": np.nan, "bounds_met": np.nan, "worst_gap": np.nan}
         if hyper not in PENALTY_HYPERPARAMETERS and side is not None:
             requested = part["value"].to_numpy(dtype=float)
-            gap = requested - realised if side == "lower" else realised - requested
-            met = np.isfinite(gap) & (gap <= tol)  # an undefined measure (NaN) meets no bound
+            gap = bound_shortfall(requested, realised, side)
+            met = meets_bound(gap, tol)
             row["runs_met"] = int(np.sum(met))
             row["bounds_met"] = int(pd.Series(met).groupby(requested).all().sum())
             row["worst_gap"] = float(np.max(gap[np.isfinite(gap)])) if np.isfinite(gap).any() else np.nan

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from fairopt.experiments.compare import bound_shortfall, meets_bound
 from fairopt.experiments.methods import PENALTY_HYPERPARAMETERS
 from solvers.plotting import finish_axes, finite_points, panel_axes
 
@@ -61,24 +62,21 @@ def _means(rows: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     return table.reset_index().sort_values(["method", "value"])
 
 
-#: How far a run's realised measure may fall short of its requested bound and still count as meeting it.
-_BOUND_TOL = 0.005
-
-
 def _failed_points(results: pd.DataFrame) -> set[tuple[str, float]]:
     """The ``(method, value)`` points one of whose runs failed on its training rows: a degenerate or nearly
     constant model (the ``degenerate`` / ``near_constant`` flags), or, where the value is a bound (not a
-    penalty weight), a realised measure that is undefined or short of it by more than :data:`_BOUND_TOL`."""
+    penalty weight), a realised measure that does not meet it
+    (:func:`~fairopt.experiments.compare.meets_bound`: undefined, or short by more than 0.005)."""
     rows = results[results["split"] == "train"] if "split" in results else results
     failed = pd.Series(False, index=rows.index)
     for flag in ("degenerate", "near_constant"):
         if flag in rows:
             failed |= rows[flag].fillna(0).astype(float) > 0
     if {"realised", "sense", "hyperparameter"} <= set(rows.columns):
-        value, realised = rows["value"].astype(float), rows["realised"].astype(float)
-        gap = np.where(rows["sense"] == "lower", value - realised, realised - value)
+        value = rows["value"].astype(float)
+        met = meets_bound(bound_shortfall(value, rows["realised"], rows["sense"]))
         bound = ~rows["hyperparameter"].isin(PENALTY_HYPERPARAMETERS) & rows["sense"].isin(["lower", "upper"])
-        failed |= bound & np.isfinite(value) & ~(gap <= _BOUND_TOL)  # NaN (undefined) fails too
+        failed |= bound & np.isfinite(value) & ~met
     return {(str(m), float(v)) for m, v in rows.loc[failed, ["method", "value"]].itertuples(index=False)}
 
 
