@@ -7,13 +7,14 @@ rows. Variants of a mini-batch fit:
 
 - ``default``: the estimator as it is (every option but ``batch_size`` left to it);
 - ``legacy``: the defaults before the mini-batch rule, ``--legacy-epochs`` epochs (1,000 was the default; a smaller
-  number is stated on the page) at a constant ``lr`` 0.02, the Lagrangian's hinge ascent and the Penalty's plain
-  batch hinge;
+  number is stated on the page) at a constant ``lr`` 0.02, the Lagrangian's hinge ascent on its surrogate rows and the
+  Penalty's plain batch hinge;
 - ``steps``, ``cosine``, ``cosine2x``: the candidate rules the default was chosen from, through explicit options:
   a budget of ``S`` steps (``epochs = ceil(S / K)`` for ``K`` batches an epoch; 1,000 steps, the full batch's
   count, or 2,000 for ``cosine2x``) and the Lagrangian's signed dual update (``steps``), with the step decayed
   ``lr_t = 0.02 (1 + cos(pi t / T)) / 2`` and the Penalty's hinge switched by a running mean of the rows
-  (``cosine``, ``cosine2x``).
+  (``cosine``, ``cosine2x``); the Lagrangian's rows of these three are its surrogate's (``calibrate_exact=False``,
+  before the default took the exact rows' level and the calibrated form's gradient).
 
 Reports per method, model and variant the runs within one point of the full batch's train accuracy, the runs
 feasible on all training rows where the full batch is, the runs faster than it, and per cell the seed means::
@@ -66,13 +67,14 @@ def variant_options(variant: str, method: str, n_rows: int, batch: int | None, l
     if batch is None or variant == "default":
         return {}
     if variant == "legacy":
-        params = {"dual_update": "ascent"} if method == "lagrangian" else {"row_smoothing": None}
+        params = {"dual_update": "ascent", "calibrate_exact": False} if method == "lagrangian" else {
+            "row_smoothing": None}
         return {"epochs": legacy_epochs, "lr": LEGACY_LR, "engine_params": {**params, "lr_schedule": "none"}}
     steps = 2000 if variant == "cosine2x" else 1000
     epochs = min(LEGACY_EPOCHS, math.ceil(steps / math.ceil(n_rows / batch)))
     smooth = variant != "steps"
     if method == "lagrangian":
-        params = {"dual_update": "signed", "lr_schedule": "cosine" if smooth else "none"}
+        params = {"dual_update": "signed", "lr_schedule": "cosine" if smooth else "none", "calibrate_exact": False}
     else:
         params = {"row_smoothing": 0.05 if smooth else None, "lr_schedule": "cosine" if smooth else "none"}
     return {"epochs": epochs, "engine_params": params}

@@ -838,8 +838,9 @@ class FairClassifier(_FairDataScore, ClassifierMixin, _FairEstimator):
         :class:`~solvers.sqp.StochasticSQP`), penalty and Lagrangian 0.02 (the regressor's 0.01), with
         ``batch_size`` decayed over the run's ``T`` steps, ``lr_t = lr (1 + cos(pi t / T)) / 2``, so that the
         returned iterate of noisy batch gradients settles (a mini-batch Penalty also switches its hinge by a
-        running mean of the rows, a Lagrangian classifier takes the signed dual update:
-        :func:`fairopt.training.first_order_minibatch_defaults`); Moving Targets 1e-3.
+        running mean of the rows, a Lagrangian classifier takes the signed dual update on the batch's exact
+        rates with the calibrated form's gradient: :func:`fairopt.training.first_order_minibatch_defaults`);
+        Moving Targets 1e-3.
     batch_size : int, optional
         Rows per mini-batch; ``None``: full batch (Moving Targets learner: 128). With SQP,
         mini-batches pay for an MLP on data many batches long or for memory-mapped rows; a

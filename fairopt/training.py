@@ -49,12 +49,13 @@ from solvers.sqp import SQPWarning, StochasticSQP
 from solvers.whitening import Whitening
 
 __all__ = ["ALPHA_DEFAULTS", "CLASSIFIER_NETWORK_SCHEDULE", "ENGINES", "ENGINE_CLASSES", "ENGINE_CONSTANT_NOTE",
-           "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "FIRST_ORDER_MINIBATCH_SCHEDULE", "MAX_WHITENED_INPUTS", "METHODS",
-           "MODEL_KINDS", "PENALTY_ROW_SMOOTHING", "REFERENCE_OPTIONS", "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE",
-           "WHITENED_LR", "EngineAdapter", "TrainingOptions", "engine_class", "engine_options", "engine_param_defaults",
-           "first_order_defaults", "first_order_minibatch_defaults", "first_order_minibatch_epochs", "float64_outputs",
-           "fold_whitened", "is_mini_batch", "model_factory", "run_engine", "run_lagrangian", "run_moving_targets",
-           "run_penalty", "run_sqp", "train", "training_problem", "use_sqp_surrogates", "whitened_inputs"]
+           "ENGINE_DEFAULTS", "ESTIMATOR_OPTIONS", "FIRST_ORDER_MINIBATCH_SCHEDULE", "LAGRANGIAN_CALIBRATE_EXACT",
+           "MAX_WHITENED_INPUTS", "METHODS", "MODEL_KINDS", "PENALTY_ROW_SMOOTHING", "REFERENCE_OPTIONS",
+           "REGRESSION_DUAL_STEPS", "SQP_RATE_SURROGATE", "WHITENED_LR", "EngineAdapter", "TrainingOptions",
+           "engine_class", "engine_options", "engine_param_defaults", "first_order_defaults",
+           "first_order_minibatch_defaults", "first_order_minibatch_epochs", "float64_outputs", "fold_whitened",
+           "is_mini_batch", "model_factory", "run_engine", "run_lagrangian", "run_moving_targets", "run_penalty",
+           "run_sqp", "train", "training_problem", "use_sqp_surrogates", "whitened_inputs"]
 
 #: ``FitResult.info`` key of the engine's constant-predictor warning text, kept by :func:`train` for the
 #: estimator's single warning about the fitted model.
@@ -297,6 +298,9 @@ FIRST_ORDER_MINIBATCH_SCHEDULE = "cosine"
 #: ``row_smoothing`` of a Penalty fit on mini-batches (:func:`first_order_minibatch_defaults`): the weight
 #: ``beta`` of each batch in the running mean of the constraint rows that switches the hinge's gradient.
 PENALTY_ROW_SMOOTHING = 0.05
+#: ``calibrate_exact`` of a classifier's Lagrangian fit on mini-batches (:func:`first_order_minibatch_defaults`):
+#: the batch's exact rows in value, the calibrated form's in gradient.
+LAGRANGIAN_CALIBRATE_EXACT = True
 
 
 def first_order_minibatch_epochs(full_batch_epochs: int, batch_size: int, n_rows: int) -> int:
@@ -333,6 +337,15 @@ def first_order_minibatch_defaults(options: TrainingOptions, data: FairData) -> 
       fit is pushed ever further inside the bound and the best feasible iterate is an early one. The
       signed excess's mean is the rows' excess on all data, and its multiplier settles where the rows
       are met (:mod:`solvers.lagrangian`).
+    - Lagrangian: ``calibrate_exact=True``. The rows are ``c = c~ + sg(e - c~)``: the batch's exact rows ``e``
+      (hard rates) in value, the gradient of the constraints' calibrated form ``c~`` (``sigmoid(5 out)``, a
+      network's ``sigmoid(2 out)``, as SQP's mini-batch steps; ``sg`` without gradient). The default smoothed
+      step (scale 50) has a slope on the few batch rows within a few hundredths of the threshold, so the
+      primal term ``lambda grad c_B`` is mostly noise: even at the full batch's optimal multipliers the batch
+      steps end far inside the bound, and the multipliers over-shoot in answer. The calibrated slope reaches
+      most of a batch's rows; the levels stay the exact rates, whose batch mean is the rate on all rows, so
+      the signed update still settles where the exact rows are met (measured in
+      ``benchmarks/results/solver_notes.md``, grid in ``benchmarks/results/first_order_minibatch/``).
     """
     if options.method not in ("penalty", "lagrangian") or not is_mini_batch(options.batch_size, len(data)):
         return {}
@@ -340,7 +353,7 @@ def first_order_minibatch_defaults(options: TrainingOptions, data: FairData) -> 
     if options.method == "penalty":
         out["row_smoothing"] = PENALTY_ROW_SMOOTHING
     elif options.task == "binary":  # the regressor's Lagrangian takes the signed update in any batch
-        out["dual_update"] = "signed"
+        out.update(dual_update="signed", calibrate_exact=LAGRANGIAN_CALIBRATE_EXACT)
     return out
 
 

@@ -16,6 +16,11 @@ points are the KKT points. The hinge updates only increase ``lambda``, so an ove
 step leaves a penalty steeper than needed and feasible iterates inside the bound, short of the
 optimum. Unlike LDF's Algorithm 1 (once per epoch), the dual update follows every primal step with
 ``rho = dual_lr``, as in the SBR code; full-batch training makes the two coincide.
+
+``calibrate_exact=True`` takes the rows' level from the exact rows ``e`` (hard rates) of the batch and only
+their gradient from the constraints' calibrated form ``c~`` (:class:`solvers.contract.CalibratedForm`, spread
+as :func:`solvers.sqp.engine.calibrated_spread`): ``c = c~ + sg(e - c~)``, ``sg`` without gradient, in the
+primal term and the dual update alike, the calibration of :class:`solvers.StochasticSQP`'s rows.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from solvers.penalty import FirstOrderTrainer
 from solvers.problem import (Constraint, as_constraint_set, changes_in_eval_mode, check_dataset, eval_mode,
                              exact_rows, row_violations, trainable_parameters)
 from solvers.sampling import covers_all_rows
+from solvers.sqp.engine import calibrated_spread
 from solvers.validation import check_choice, positive_float
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]
@@ -73,9 +79,14 @@ class LagrangianDual(FirstOrderTrainer):
         Exact total violation on the full data allowed for ``converged``.
     verbose, callbacks, lr_schedule
         As in :class:`solvers.Penalty` (``lr_schedule``: the primal step's; the dual step stays ``dual_lr``).
+    calibrate_exact : bool, default False
+        The rows' values (primal term, dual update, history) are the batch's exact rows and their gradient
+        the calibrated form's (module docstring): for a smoothed step whose slope, nonzero on a handful of
+        a batch's rows, gives a noisy direction. The estimators set it for a classifier on mini-batches
+        (:func:`fairopt.training.first_order_minibatch_defaults`).
 
-    History columns: ``f``, ``objective`` (the batch Lagrangian), ``c[row]``, ``viol[row]``
-    (surrogate, before the step), ``V``, ``V_exact``, ``lambda[row]`` (after the dual update).
+    History columns: ``f``, ``objective`` (the batch Lagrangian), ``c[row]``, ``viol[row]`` (surrogate, or
+    exact with ``calibrate_exact``; before the step), ``V``, ``V_exact``, ``lambda[row]`` (after the dual update).
 
     Without constraint rows there is no Lagrangian term: the iterates are step for step those of
     :class:`solvers.Penalty` without penalties, and the returned model is the epoch-end iterate of
@@ -101,6 +112,7 @@ class LagrangianDual(FirstOrderTrainer):
         verbose: int | str = "auto",
         callbacks: Sequence[Callable] = (),
         lr_schedule: str = "none",
+        calibrate_exact: bool = False,
     ) -> None:
         super().__init__(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer,
                          optimizer_options=optimizer_options, seed=seed, tol=tol, verbose=verbose,
@@ -111,11 +123,20 @@ class LagrangianDual(FirstOrderTrainer):
         self.multipliers0 = positive_float(multipliers0, "multipliers0", allow_zero=True)
         positive_float(feasibility_tol, "feasibility_tol", allow_zero=True)
         self.feasibility_tol = feasibility_tol
+        self.calibrate_exact = bool(calibrate_exact)
 
     # ------------------------------------------------------------------ iteration
-    def _row_violations(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        c = self._constraints(out, batch).reshape(-1)
-        return c, row_violations(c, self._lower, self._upper)
+    def _row_violations(self, out: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """The rows ``c`` of the batch, their violations and the exact rows' total violation. With
+        ``calibrate_exact``: ``c = c~ + sg(e - c~)``, the exact rows ``e`` in value and the calibrated form's
+        rows ``c~`` in gradient (``sg``: no gradient)."""
+        calibrated = self._directions is not self._constraints
+        c = self._directions(out, batch).reshape(-1)
+        exact = exact_rows(self._constraints, out, batch, smooth=None if calibrated else c)
+        if calibrated:
+            c = c + (exact.to(c.dtype) - c).detach()
+        v_exact = float(row_violations(exact, self._lower, self._upper).sum())
+        return c, row_violations(c, self._lower, self._upper), v_exact
 
     def _signed_excess(self, c: torch.Tensor) -> torch.Tensor:
         """``s_i = max(c_i - u_i, l_i - c_i)``, an infinite side dropping out."""
@@ -127,10 +148,8 @@ class LagrangianDual(FirstOrderTrainer):
         if self._n_rows == 0:  # no constraint rows: plain training of the loss (no Lagrangian term)
             self._last_violation = self._last_excess = torch.zeros(0, dtype=torch.float64)
             return None, {COLUMN_C: [], COLUMN_VIOL: [], "V": 0.0, "V_exact": 0.0}
-        c, viol = self._row_violations(out, batch)
+        c, viol, v_exact = self._row_violations(out, batch)
         self._last_violation = viol.detach().to(torch.float64)
-        exact = exact_rows(self._constraints, out, batch, smooth=c)
-        v_exact = float(row_violations(exact, self._lower, self._upper).sum())
         if self.dual_update == "signed":
             excess = self._signed_excess(c)
             self._last_excess = excess.detach().to(torch.float64)
@@ -183,6 +202,9 @@ class LagrangianDual(FirstOrderTrainer):
         cons = as_constraint_set(constraints)
         cons.setup(data)
         self._constraints = cons
+        mini = not covers_all_rows(self.batch_size, len(data))
+        params = trainable_parameters(model)
+        self._directions = cons.calibrated(calibrated_spread(params, mini)) if self.calibrate_exact else cons
         self._lower, self._upper = cons.lower, cons.upper
         if bool((self._lower > self._upper).any()):
             i = int(torch.nonzero(self._lower > self._upper)[0])
@@ -192,7 +214,6 @@ class LagrangianDual(FirstOrderTrainer):
         self._lambda_param = torch.full((m,), self.multipliers0, dtype=torch.float64, requires_grad=True)
         self.multipliers_ = self._lambda_param.detach()  # shares storage with the Adam parameter
         self._dual_optimizer = torch.optim.Adam([self._lambda_param], lr=self.dual_lr, maximize=True)
-        params = trainable_parameters(model)
         tracker = BestIterate(self._lower, self._upper, self.feasibility_tol)
 
         def offer(iteration: int) -> None:  # every epoch end: objective and exact rows on all rows, as it predicts

@@ -123,6 +123,14 @@ def is_network(params: Iterable[torch.Tensor]) -> bool:
     return sum(p.dim() >= 2 for p in params) > 1
 
 
+def calibrated_spread(params: Iterable[torch.Tensor], mini_batch: bool) -> str:
+    """The ``spread`` of the constraints' calibrated form (:class:`solvers.contract.CalibratedForm`) for steps
+    in ``params``: "wide" (``sigmoid(2 t)`` for fairopt's group rates) for the ``mini_batch`` steps of a network
+    (:func:`is_network`), whose outputs leave the threshold as it fits its rows, else "threshold"
+    (``sigmoid(5 t)``)."""
+    return "wide" if mini_batch and is_network(params) else "threshold"
+
+
 def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool = False,
                 lr: float = LINEAR_MINIBATCH_LR, network: bool = False) -> int:
     """Epochs of ``epochs="auto"``: ``FULL_BATCH_EPOCHS`` in full-batch mode; with mini-batches
@@ -641,7 +649,7 @@ class StochasticSQP:
         (``sigmoid(2 t)`` for fairopt's group rates) for the mini-batch steps of a network
         (:func:`is_network`), whose outputs leave the threshold as it fits its rows, else "threshold"
         (``sigmoid(5 t)``)."""
-        return "wide" if is_network(params) and not covers_all_rows(self.batch_size, n) else "threshold"
+        return calibrated_spread(params, not covers_all_rows(self.batch_size, n))
 
     def constraint_mode(self, full_batch: bool, cons: Iterable[Constraint] = ()) -> str:
         """``constraint_batch`` resolved: "auto" is "full" in full-batch mode; with mini-batches
