@@ -19,7 +19,7 @@ optimum. Unlike LDF's Algorithm 1 (once per epoch), the dual update follows ever
 
 ``calibrate_exact=True`` takes the rows' level from the exact rows ``e`` (hard rates) of the batch and only
 their gradient from the constraints' calibrated form ``c~`` (:class:`solvers.contract.CalibratedForm`, spread
-as :func:`solvers.sqp.engine.calibrated_spread`): ``c = c~ + sg(e - c~)``, ``sg`` without gradient, in the
+as :func:`solvers.problem.calibrated_spread`): ``c = c~ + sg(e - c~)``, ``sg`` without gradient, in the
 primal term and the dual update alike, the calibration of :class:`solvers.StochasticSQP`'s rows.
 """
 
@@ -36,10 +36,9 @@ from solvers.losses import LossFn, check_targets, get_loss
 from solvers.outcome import BestIterate, warn_if_poor_first_order_fit, warn_unmet
 from solvers.output_shift import RescueInputs, shift_output
 from solvers.penalty import FirstOrderTrainer
-from solvers.problem import (Constraint, as_constraint_set, changes_in_eval_mode, check_dataset, eval_mode,
-                             exact_rows, row_violations, trainable_parameters)
+from solvers.problem import (Constraint, as_constraint_set, calibrated_spread, changes_in_eval_mode, check_dataset,
+                             eval_mode, exact_rows, row_violations, trainable_parameters)
 from solvers.sampling import covers_all_rows
-from solvers.sqp.engine import calibrated_spread
 from solvers.validation import check_choice, positive_float
 
 __all__ = ["LagrangianDual", "DUAL_UPDATES"]

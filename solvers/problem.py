@@ -23,6 +23,8 @@ from solvers.contract import (Constraint, calibrated_form, check_bounds, check_c
 from solvers.strata import row_codes
 
 __all__ = [
+    "calibrated_spread",
+    "is_network",
     "row_chunks",
     "RowFactors",
     "shared_scratch",
@@ -550,3 +552,19 @@ class LinearEncoding:
         if self.n_aux:
             v = v + self.A_a @ np.asarray(a, float)
         return np.maximum(v - self.ub, 0) + np.maximum(self.lb - v, 0)
+
+
+def is_network(params: Iterable[torch.Tensor]) -> bool:
+    """Whether the trained tensors ``params`` are a network's: more than one weight matrix among them (a
+    linear model has one). A network's mini-batch steps differ in their step
+    (:attr:`solvers.sqp.StochasticSQP.lr_`), its warm-up, its polish's start and the constraints' calibrated
+    form (:func:`calibrated_spread`)."""
+    return sum(p.dim() >= 2 for p in params) > 1
+
+
+def calibrated_spread(params: Iterable[torch.Tensor], mini_batch: bool) -> str:
+    """The ``spread`` of the constraints' calibrated form (:class:`solvers.contract.CalibratedForm`) for steps
+    in ``params``: "wide" (``sigmoid(2 t)`` for fairopt's group rates) for the ``mini_batch`` steps of a network
+    (:func:`is_network`), whose outputs leave the threshold as it fits its rows, else "threshold"
+    (``sigmoid(5 t)``)."""
+    return "wide" if mini_batch and is_network(params) else "threshold"

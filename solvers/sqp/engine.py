@@ -26,8 +26,9 @@ from solvers.history import (COLUMN_DRIFT, COLUMN_QP_STATUS, COLUMN_REFRESHED, C
                              History)
 from solvers.losses import LossFn, best_constant_output, check_targets, get_loss, loss_name
 from solvers.outcome import BestIterate, DivergedWarning, learned_classifier
-from solvers.problem import (Constraint, as_constraint_set, check_dataset, check_outputs_differentiable, eval_mode,
-                             flat_parameters, row_violations, trainable_parameters)
+from solvers.problem import (Constraint, as_constraint_set, calibrated_spread, check_dataset,
+                             check_outputs_differentiable, eval_mode, flat_parameters, is_network, row_violations,
+                             trainable_parameters)
 from solvers.sampling import BalancedSampler, covers_all_rows, minibatches
 from solvers.sqp.checkpoint import checkpoint, restore_checkpoint, resume_iterates, resume_snapshot, resumed_spreads
 from solvers.distributed import AllReduceDerivatives, all_reduce_vector, largest_shard
@@ -113,22 +114,6 @@ def network_step(batch_size: int) -> float:
     if batch_size >= MINIBATCH_NETWORK_MIN_BATCH:
         return MINIBATCH_NETWORK_LR
     return DEFAULT_LR * math.sqrt(max(1, int(batch_size)) / MINIBATCH_NETWORK_MIN_BATCH)
-
-
-def is_network(params: Iterable[torch.Tensor]) -> bool:
-    """Whether the trained tensors ``params`` are a network's: more than one weight matrix among them (a
-    linear model has one). A network's mini-batch steps differ in their step (:attr:`StochasticSQP.lr_`),
-    its warm-up, its polish's start and the constraints' calibrated form
-    (:meth:`StochasticSQP.calibrated_spread`)."""
-    return sum(p.dim() >= 2 for p in params) > 1
-
-
-def calibrated_spread(params: Iterable[torch.Tensor], mini_batch: bool) -> str:
-    """The ``spread`` of the constraints' calibrated form (:class:`solvers.contract.CalibratedForm`) for steps
-    in ``params``: "wide" (``sigmoid(2 t)`` for fairopt's group rates) for the ``mini_batch`` steps of a network
-    (:func:`is_network`), whose outputs leave the threshold as it fits its rows, else "threshold"
-    (``sigmoid(5 t)``)."""
-    return "wide" if mini_batch and is_network(params) else "threshold"
 
 
 def auto_epochs(steps_per_epoch: int, full_batch: bool, curvature_polish: bool = False,

@@ -141,7 +141,7 @@ class ResolvedFit:
 
     ``oracle``: the derivative oracle (:func:`solvers.sqp.oracles.derivative_oracle`) and ``reduce`` its
     all-reduce of a vector across ranks (None in one process); ``minibatch``: the steps draw batches;
-    ``network``: the model has more than one weight matrix (:func:`solvers.sqp.engine.is_network`);
+    ``network``: the model has more than one weight matrix (:func:`solvers.problem.is_network`);
     ``hessian``: the metric ``hessian="auto"`` chose; ``curvature``: the recognised model behind the
     Gauss-Newton metric in use (None: the gradient metric), ``polish_curvature`` the one kept for a
     mini-batch run's polish; ``spread`` and ``start_spread``: the metric spreads ``lr="auto"`` reads;
