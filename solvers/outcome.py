@@ -344,11 +344,14 @@ def constant_meets_bounds(model: torch.nn.Module, cons: Any, data: Any, tracker:
 
 
 def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_constant: float = -math.inf,
-                     stacklevel: int = 3, mini_batch: bool = True) -> bool:
+                     stacklevel: int = 3, mini_batch: bool = True, returned_f: float | None = None) -> bool:
     """Warn (:class:`TrainingInstabilityWarning`) when the divergence guard backed off, or the largest
     loss offered to ``tracker`` exceeds the first by ``RISE_TOLERANCE`` of it and ``f_constant`` (a
     rise towards the bound's price is expected, beyond a constant model's loss is not); whether it did.
-    ``mini_batch``: the run took steps on batches of rows, so larger ones are advised too."""
+    ``mini_batch``: the run took steps on batches of rows, so larger ones are advised too. ``returned_f``,
+    the returned model's training loss, is named beside the rise: below the start's it says that the run
+    recovered from a transient rise (a network's first mini-batch steps at times), above it that the
+    returned model is worse than where it began."""
     reasons = []
     if restarts:
         reasons.append(f"the divergence guard sent the parameters back {restarts} time(s) and cut the learning "
@@ -359,8 +362,12 @@ def warn_if_unstable(engine: str, tracker: BestIterate, restarts: int = 0, f_con
         reasons.append(f"the training loss on all rows rose from {first:.4g} to {peak[0]:.4g} (iteration {peak[1]})")
     if not reasons:
         return False
-    warnings.warn(f"{engine}: unstable training: {'; '.join(reasons)}. The returned model is the best iterate "
-                  f"seen; a smaller lr{' or larger batches' if mini_batch else ''} usually helps, and a smoother "
+    returned = "The returned model is the best iterate seen"
+    if returned_f is not None and math.isfinite(returned_f) and first is not None:
+        recovered = "below" if returned_f < first else "not below"
+        returned += f" (its training loss {returned_f:.4g}, {recovered} the start's {first:.4g})"
+    warnings.warn(f"{engine}: unstable training: {'; '.join(reasons)}. {returned}; a smaller "
+                  f"lr{' or larger batches' if mini_batch else ''} usually helps, and a smoother "
                   "surrogate where constraint rows "
                   "rest on few data rows (small groups).", TrainingInstabilityWarning,
                   stacklevel=stacklevel)

@@ -358,6 +358,11 @@ def test_warn_if_constant_and_unstable_rules():
     tracker.offer([torch.zeros(1)], 3.0, None, 7)
     with pytest.warns(TrainingInstabilityWarning, match="rose from 0.69 to 3"):
         assert warn_if_unstable("E", tracker, 0, 0.56)
+    # the returned model's loss beside the rise: a run that recovered says so, one that did not too
+    with pytest.warns(TrainingInstabilityWarning, match=r"its training loss 0.5, below the start's 0.69"):
+        assert warn_if_unstable("E", tracker, 0, 0.56, returned_f=0.5)
+    with pytest.warns(TrainingInstabilityWarning, match=r"its training loss 0.8, not below the start's 0.69"):
+        assert warn_if_unstable("E", tracker, 0, 0.56, returned_f=0.8)
     # a start below the constant's loss (warm start) may rise towards the bound's price, not above it
     warm = BestIterate(torch.zeros(0), torch.zeros(0), 1e-6)
     for f in (0.33, 0.45):

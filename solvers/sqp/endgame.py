@@ -413,7 +413,7 @@ def finish(problem: FitProblem, options: EndgameOptions, offset: torch.Tensor, s
         warn_if_constant("SQP", chosen.f, f_constant, *accuracy, stacklevel=4, n_rows=len(data),
                          constant_meets_bounds=meets, remedies=training_remedies(mini_batch))
     warn_if_unstable("SQP", tracker, state.restarts, -math.inf if f_constant is None else f_constant,
-                     stacklevel=4, mini_batch=mini_batch)
+                     stacklevel=4, mini_batch=mini_batch, returned_f=chosen.f if chosen is not None else None)
     returned = chosen.iteration if chosen is not None else last
     history.append({
         "iteration": last, "epoch": state.epochs_done, "returned": returned, "f": kkt["f"],
