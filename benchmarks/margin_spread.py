@@ -58,7 +58,9 @@ HELD_OUT = 0.3
 MODELS = {"linear": {}, "mlp": {"model": "mlp"}, "gbm": {"model": "gbm"},
           # the SQP engine with the Adam-type metric instead of its full-batch default (solvers.curvature)
           "linear-adam": {"engine_params": {"hessian": "adam"}},
-          "mlp-adam": {"model": "mlp", "engine_params": {"hessian": "adam"}}}
+          "mlp-adam": {"model": "mlp", "engine_params": {"hessian": "adam"}},
+          # a network on mini-batches of 1,024 rows instead of the estimator's full batch
+          "mlp-1024": {"model": "mlp", "batch_size": 1024}}
 
 
 def group_rates(pred: np.ndarray, s: np.ndarray) -> np.ndarray:
