@@ -55,6 +55,7 @@ from fairopt.specs import pairwise_spec, resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
                               float64_outputs, is_mini_batch, train, use_sqp_surrogates)
 from solvers.history import FitResult, plain_values
+from solvers.problem import is_network
 from fairopt.evaluation import bound_statuses, constant_predictions, met_tolerances
 from fairopt.measures.group import python_scalar
 from fairopt.status import fit_status, format_number, label_of, short_ratios
@@ -422,7 +423,8 @@ class _FairEstimator(BaseEstimator):
         self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_, tolerances, bounds,
                                                         constant=constant,
                                                         near_constant=near_constant_reason(out, data),
-                                                        mini_batch=is_mini_batch(self.batch_size, len(data)))
+                                                        mini_batch=is_mini_batch(self.batch_size, len(data)),
+                                                        network_full_batch=self._network_full_batch(model, data))
         self._warn_pairwise(bounds, constraints)
         self.status_message_ += _left_out_groups(data, constraints)
         short = short_ratios(bounds, self.train_violations_, tolerances)
@@ -454,6 +456,15 @@ class _FairEstimator(BaseEstimator):
                                "the rows, not against each other group, which the four-fifths rule, "
                                "fairopt.metrics and fairlearn compare. groups='pairwise' "
                                f"({_pairwise_advice(b, constraints)}) bounds every pair.", FairnessWarning)
+
+    def _network_full_batch(self, model: nn.Module, data: FairData) -> bool:
+        """Whether this is a classifier network's full-batch SQP fit (more than one weight matrix,
+        :func:`solvers.problem.is_network`), whose status message may point to mini-batches
+        (:func:`fairopt.status.fit_status`)."""
+        if data.task != "binary" or self.method != "sqp" or is_mini_batch(self.batch_size, len(data)):
+            return False
+        params = [p for p in model.parameters() if p.requires_grad] if isinstance(model, nn.Module) else []
+        return is_network(params)  # a boosted model has no trained tensors
 
     def _constant_reason(self, out: torch.Tensor, task: str) -> str | None:
         """Why the training outputs ``out`` are one prediction for every row, in the user's labels; None if

@@ -32,9 +32,9 @@ from typing import Any, Mapping, Sequence
 
 from solvers.history import FitResult
 
-__all__ = ["ABBREVIATIONS", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES", "compared_label", "finite_bounds",
-           "fit_status", "format_number", "label_of", "met_tolerance", "short_ratios", "smallest_nonzero_bound",
-           "tolerance_of"]
+__all__ = ["ABBREVIATIONS", "ALTERNATING_RESIDUAL", "BoundStatus", "DEFINITIONS", "MET_TOL", "STATUSES",
+           "compared_label", "finite_bounds", "fit_status", "format_number", "label_of", "met_tolerance",
+           "short_ratios", "smallest_nonzero_bound", "tolerance_of"]
 
 #: Short names of the group-rate measures in summaries, by constraint prefix.
 ABBREVIATIONS: dict[str, str] = {
@@ -107,6 +107,11 @@ def tolerance_of(tol: float | Mapping[str, float], name: str) -> float:
 STATUSES: tuple[str, ...] = ("converged", "feasible_not_stationary", "infeasible", "degenerate", "diverged",
                               "stopped_by_callback")
 #: The engines' stationarity measure, by ``method=``, as :attr:`FitResult.stationarity` reports it.
+#: KKT residual above which a classifier network's full-batch SQP fit that stopped at its epochs is told to try
+#: mini-batches (:func:`fit_status`): ten times the engine's ``tol``; the default network's full batches end at
+#: 0.001-0.005, wider networks whose constant step alternates about the optimum at 0.03-0.05
+#: (``hidden=(64, 64)``, ``(128, 64, 32)`` on Adult and ACS-Colorado, ``benchmarks/results/solver_notes.md``).
+ALTERNATING_RESIDUAL = 0.01
 _STATIONARITY = {"sqp": "KKT residual", "penalty": "largest gradient entry of the penalised loss",
                  "lagrangian": "largest gradient entry of the Lagrangian"}
 
@@ -243,7 +248,8 @@ _SHORT_RATIO_ADVICE = {
 
 def fit_status(result: FitResult, method: str, violations: Mapping[str, float], tol: float | Mapping[str, float],
                bounds: Sequence[BoundStatus] = (), constant: str | None = None,
-               near_constant: str | None = None, mini_batch: bool = False) -> tuple[str, str]:
+               near_constant: str | None = None, mini_batch: bool = False,
+               network_full_batch: bool = False) -> tuple[str, str]:
     """``(status, message)`` of a finished fit (module docstring for the statuses).
 
     ``violations``: the exact training violation of every constraint (by name); ``tol``: the
@@ -253,7 +259,10 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
     the same for every training row (:func:`fairopt.evaluation.constant_predictions`), None if it does not;
     ``near_constant``: why a classifier that is not constant is no better than one
     (:func:`solvers.outcome.near_constant`), None if it is better; ``mini_batch``: the fit took its steps on
-    batches of rows (the advice for a ratio short of its bound then names full batches).
+    batches of rows (the advice for a ratio short of its bound then names full batches);
+    ``network_full_batch``: a classifier network's full-batch SQP fit, whose KKT residual still above
+    :data:`ALTERNATING_RESIDUAL` points to mini-batches (its constant step can alternate about the optimum,
+    :class:`fairopt.FairClassifier`'s ``batch_size``).
     """
     unmet = [name for name, v in violations.items() if v > tolerance_of(tol, name)]
     short = [b.name for b in short_ratios(bounds, violations, tol)]
@@ -304,5 +313,9 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
         else:
             stationary = (f"not stationary yet ({measure} {value:.2g}, above the engine's tolerance): more epochs "
                           "may lower the loss a little" + ("; the bounds hold already" if violations else ""))
+            if network_full_batch and method == "sqp" and value > ALTERNATING_RESIDUAL:
+                stationary += (". A network's full batch steps at a constant lr and can alternate about the "
+                               "optimum, fitting less and leaving a bound slack: batch_size=1024 usually fits it "
+                               "further")
     message = bounds_text[0].upper() + bounds_text[1:]
     return status, message + (f" {stationary[0].upper()}{stationary[1:]}." if stationary else "")

@@ -98,6 +98,15 @@ def test_fit_status_rules():
         "DI[s] undefined: 0/0, no compared group has a positive prediction (bound >= 0.800, its rows met)")
     status, message = fit_status(_result(False), "sqp", {}, 1e-3)
     assert message.startswith("No bounds") and "the bounds hold already" not in message
+    # a classifier network's full batch far from stationary is pointed to mini-batches; near it, or on
+    # mini-batches, not
+    far = fit_status(_result(False, stationarity=0.04), "sqp", {"disparate_impact[s]": 0.0}, 1e-3, met,
+                     network_full_batch=True)[1]
+    assert "batch_size=1024" in far
+    near = fit_status(_result(False, stationarity=0.004), "sqp", {"disparate_impact[s]": 0.0}, 1e-3, met,
+                      network_full_batch=True)[1]
+    assert "batch_size" not in near and "batch_size" not in fit_status(
+        _result(False, stationarity=0.04), "sqp", {"disparate_impact[s]": 0.0}, 1e-3, met)[1]
     # bounds met by a model that predicts one class for every row: degenerate, whatever the engine says
     status, message = fit_status(_result(True, "converged", 1e-4), "sqp", {"disparate_impact[s]": 0.0}, 1e-3, met,
                                  constant="it predicts 'no' for all 300 rows")
