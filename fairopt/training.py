@@ -21,9 +21,10 @@ Methods (``method=``), each with the constraint rows of :mod:`fairopt.constraint
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -546,7 +547,9 @@ def run_engine(options: TrainingOptions, data: FairData, constraints: list, refe
         return run_sklearn_learner(options, data, constraints, reference)
     if isinstance(options.model, str) and options.model == "gbm":
         return run_gbm(options, data, constraints, reference)
-    return ENGINES[options.method](options, data, constraints, reference)
+    # the draws a module makes from torch's global RNG while it trains (dropout masks) follow ``seed`` too
+    with _seeded_torch_rng(options.seed):
+        return ENGINES[options.method](options, data, constraints, reference)
 
 
 def train(options: TrainingOptions, data: FairData, constraints: list, reference: bool = False) -> FitResult:
@@ -598,10 +601,17 @@ def _make(cls: type, options: dict) -> Any:
         raise ValueError(f"engine_params: {cls.__name__} does not accept these options ({exc})") from None
 
 
-def _seeded_module(factory: Callable[[int], nn.Module], n_features: int, seed: int) -> nn.Module:
-    """``factory(n_features)`` under ``torch.manual_seed(seed)``, global RNG untouched."""
+@contextlib.contextmanager
+def _seeded_torch_rng(seed: int) -> Iterator[None]:
+    """Torch's global (CPU) RNG seeded with ``seed`` inside the context, the caller's state restored on exit."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
+        yield
+
+
+def _seeded_module(factory: Callable[[int], nn.Module], n_features: int, seed: int) -> nn.Module:
+    """``factory(n_features)`` under ``torch.manual_seed(seed)``, global RNG untouched."""
+    with _seeded_torch_rng(seed):
         module = factory(n_features)
     if not isinstance(module, nn.Module):
         raise ValueError(f"model: the factory returned {type(module).__name__}, expected a torch.nn.Module")
