@@ -37,7 +37,7 @@ from solvers.outcome import BestIterate, warn_if_poor_first_order_fit, warn_unme
 from solvers.output_shift import RescueInputs, shift_output
 from solvers.penalty import FirstOrderTrainer
 from solvers.problem import (Constraint, as_constraint_set, calibrated_spread, changes_in_eval_mode, check_dataset,
-                             eval_mode, exact_rows, row_violations, trainable_parameters)
+                             check_outputs_differentiable, eval_mode, exact_rows, row_violations, trainable_parameters)
 from solvers.sampling import covers_all_rows
 from solvers.validation import check_choice, positive_float
 
@@ -203,6 +203,7 @@ class LagrangianDual(FirstOrderTrainer):
         self._constraints = cons
         mini = not covers_all_rows(self.batch_size, len(data))
         params = trainable_parameters(model)
+        check_outputs_differentiable(model, data)
         self._directions = cons.calibrated(calibrated_spread(params, mini)) if self.calibrate_exact else cons
         self._lower, self._upper = cons.lower, cons.upper
         if bool((self._lower > self._upper).any()):

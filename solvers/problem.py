@@ -98,6 +98,10 @@ def check_outputs_differentiable(model: torch.nn.Module, data: Any) -> None:
     only as "element 0 of tensors does not require grad"; run in eval mode, so that no running statistic
     moves."""
     rows = data.subset(torch.arange(min(2, len(data))))
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()} - {rows.X.dtype}
+    if rows.X.is_floating_point() and dtypes:
+        raise ValueError(f"model: its parameters are {', '.join(sorted(map(str, dtypes)))} but the inputs are "
+                         f"{rows.X.dtype}; build the module in the inputs' dtype (e.g. without .double())")
     with torch.enable_grad(), eval_mode(model):
         out = model(rows.X)
     if isinstance(out, torch.Tensor) and not out.requires_grad:
