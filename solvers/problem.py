@@ -95,8 +95,8 @@ def trainable_parameters(model: Any) -> list[torch.Tensor]:
 def check_outputs_differentiable(model: torch.nn.Module, data: Any) -> None:
     """ValueError when ``model``'s outputs on two rows of ``data`` do not depend on its trainable parameters
     (a ``detach()``, ``torch.no_grad()`` or ``.numpy()`` inside ``forward``), which autograd would report
-    only as "element 0 of tensors does not require grad"; run in eval mode, so that no running statistic
-    moves."""
+    only as "element 0 of tensors does not require grad", or are not one per row (:func:`row_outputs`); run
+    in eval mode, so that no running statistic moves."""
     rows = data.subset(torch.arange(min(2, len(data))))
     dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()} - {rows.X.dtype}
     if rows.X.is_floating_point() and dtypes:
@@ -104,7 +104,8 @@ def check_outputs_differentiable(model: torch.nn.Module, data: Any) -> None:
                          f"{rows.X.dtype}; build the module in the inputs' dtype (e.g. without .double())")
     with torch.enable_grad(), eval_mode(model):
         out = model(rows.X)
-    if isinstance(out, torch.Tensor) and not out.requires_grad:
+    row_outputs(out, rows.X.shape[0])  # a wrong output shape, before any set-up
+    if not out.requires_grad:
         raise ValueError("model: its output does not depend on its trainable parameters (is it detached, or "
                          "computed under torch.no_grad(), in forward?); the engines differentiate it")
 
@@ -117,7 +118,11 @@ def row_outputs(out: Any, n: int, what: str = "model") -> torch.Tensor:
     if out.dim() == 2 and out.shape[0] == n and out.shape[1] == 1:
         out = out.squeeze(1)
     if out.dim() != 1 or out.shape[0] != n:
-        raise ValueError(f"{what}: expected one output per row, shape ({n},) or ({n}, 1), got {tuple(out.shape)}")
+        hint = ("; a binary classifier's module outputs the positive class's logit alone: for one logit per class "
+                "return logits[:, 1] - logits[:, 0]" if out.dim() == 2 and out.shape[0] == n and out.shape[1] == 2
+                else "")
+        raise ValueError(f"{what}: expected one output per row, shape ({n},) or ({n}, 1) on {n} rows, got "
+                         f"{tuple(out.shape)}{hint}")
     return out
 
 

@@ -185,3 +185,20 @@ def test_eval_mode_switches_a_training_module_and_restores_it_even_on_error():
     assert not module.training  # a module already in eval mode stays there
     with eval_mode(lambda x: x):  # any other callable is left alone
         pass
+
+
+@pytest.mark.parametrize("method", ["sqp", "penalty", "lagrangian"])
+def test_a_two_logit_network_is_refused_before_training_with_advice(data, method):
+    """A network with one logit per class is refused at its first output (on two rows, not a stratum of
+    thousands), and the message says how to give the one logit the estimators train."""
+    X, y, s = data.X.numpy(), data.y.numpy(), data.sensitive["sex"].numpy()
+    clf = FairClassifier(("disparate_impact", "sex", 0.8), method=method, epochs=2, verbose=0,
+                         model=lambda p: nn.Sequential(nn.Linear(p, 4), nn.ReLU(), nn.Linear(4, 2)))
+    with pytest.raises(ValueError, match=r"\(2, 2\); a binary classifier's module outputs the positive class's "
+                                         r"logit alone: .* logits\[:, 1\] - logits\[:, 0\]"):
+        clf.fit(X, y, sensitive_features=s)
+
+
+def test_other_shapes_get_no_class_logit_advice():
+    with pytest.raises(ValueError, match=r"got \(5, 3\)$"):
+        row_outputs(torch.zeros(5, 3), 5)
