@@ -235,3 +235,13 @@ def test_boosted_trees_without_a_usable_input_warn_once_through_the_estimator():
     assert len(about_model) == 1 and issubclass(about_model[0].category, DegenerateModelWarning)
     assert "no input column can split" in str(about_model[0].message)
     assert "train longer" not in str(about_model[0].message)
+
+
+def test_an_unmet_bound_of_a_model_with_dropout_names_its_noise():
+    from fairopt.diagnostics import unmet_message
+
+    plain = unmet_message("disparate_impact[s]", 0.002, 0.001, 0, "sqp")
+    noisy = unmet_message("disparate_impact[s]", 0.002, 0.001, 0, "sqp", noisy_model=True)
+    assert "dropout" not in plain and "dropout" in noisy and "batch_size=1024" in noisy
+    assert noisy.startswith(plain)  # the same warning, the noise named after it
+    assert unmet_message("disparate_impact[s]", 0.0005, 0.001, 0, "sqp", noisy_model=True) is None
