@@ -15,6 +15,7 @@ features are needed only to train and to evaluate fairness: ``predict`` takes ``
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from collections.abc import Mapping
@@ -228,6 +229,7 @@ class _FairEstimator(BaseEstimator):
         elif not (callable(self.model) or self.model in MODEL_KINDS):
             raise ValueError(f"model: expected one of {MODEL_KINDS}, a callable n_features -> nn.Module or a "
                              f"scikit-learn estimator (method='moving_targets'), got {self.model!r}")
+        self._warn_unused_architecture()
         if self.engine_params is not None and not isinstance(self.engine_params, Mapping):
             raise ValueError(f"engine_params: expected a dict of engine options, got {self.engine_params!r}")
         clash = sorted(set(self.engine_params or {}) & set(ESTIMATOR_OPTIONS))
@@ -242,6 +244,19 @@ class _FairEstimator(BaseEstimator):
                    name="seed" if self.random_state is None else "random_state")
         self.epochs_value()  # both names of the budget agree
         self._held_out_options()  # checks margin, validation_fraction, confidence, on_fail, n_candidates
+
+    def _warn_unused_architecture(self) -> None:
+        """A ``UserWarning`` when ``hidden`` or ``activation`` differ from their defaults while ``model`` is not
+        "mlp", the one model they shape (a factory builds its own module; the others have no hidden layers)."""
+        if isinstance(self.model, str) and self.model == "mlp":
+            return
+        defaults = inspect.signature(type(self).__init__).parameters
+        given = [name for name in ("hidden", "activation") if name in defaults
+                 and np.atleast_1d(getattr(self, name)).tolist() != np.atleast_1d(defaults[name].default).tolist()]
+        if given:
+            kind = "a factory" if callable(self.model) and not isinstance(self.model, str) else repr(self.model)
+            warn_at_caller(f"{' and '.join(given)}: ignored with model={kind}; only model='mlp' uses "
+                           f"{'them' if len(given) > 1 else 'it'}", UserWarning)
 
     def _held_out_options(self) -> HeldOutOptions:
         """The held-out parameters (:mod:`fairopt.held_out`), checked."""

@@ -541,3 +541,22 @@ def test_indexing_a_single_constraint_names_its_own_parameters():
     with pytest.raises(ValueError, match=r"\['constraints__delta'\] \(without the index\)"):
         clf.set_params(constraints__0__delta=0.9)
     assert clf.set_params(constraints__delta=0.9).constraints.delta == 0.9
+
+
+def test_hidden_and_activation_beside_another_model_are_warned_as_ignored():
+    X, y, s = biased_sample()
+
+    def factory(n):
+        return torch.nn.Sequential(torch.nn.Linear(n, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+
+    with pytest.warns(UserWarning, match="hidden: ignored with model=a factory; only model='mlp' uses it"):
+        fairopt.FairClassifier([("di", "s", 0.8)], model=factory, hidden=(64,), epochs=2, verbose=0).fit(
+            X, y, sensitive_features=s)
+    with pytest.warns(UserWarning, match="hidden and activation: ignored with model='linear'"):
+        fairopt.FairClassifier([("di", "s", 0.8)], hidden=(8,), activation="tanh", epochs=2, verbose=0).fit(
+            X, y, sensitive_features=s)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fairopt.FairClassifier([("di", "s", 0.8)], model="mlp", hidden=(8,), epochs=2, verbose=0).fit(
+            X, y, sensitive_features=s)
+    assert not any("ignored with model" in str(w.message) for w in caught)
