@@ -48,5 +48,6 @@ def test_a_module_in_the_inputs_dtype_trains(rows):
     X, y, s = rows
     data = FairData.from_arrays(X, y, {"s": s})
     model = torch.nn.Sequential(torch.nn.Linear(data.n_features, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
-    result = StochasticSQP(epochs=2, verbose=0).fit(model, data, loss="bce", constraints=[DisparateImpact("s", delta=0.8)])
+    constraints = [DisparateImpact("s", delta=0.8)]
+    result = StochasticSQP(epochs=2, verbose=0).fit(model, data, loss="bce", constraints=constraints)
     assert result.history is not None
