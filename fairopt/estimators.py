@@ -435,11 +435,13 @@ class _FairEstimator(BaseEstimator):
         bounds = bound_statuses(out, data, constraints, self.violation_tol)
         constant = self._constant_reason(out, data.task)
         tolerances = met_tolerances(constraints, self.violation_tol)
+        mini_batch = is_mini_batch(self.batch_size, len(data))
         self.status_, self.status_message_ = fit_status(result, self.method, self.train_violations_, tolerances, bounds,
                                                         constant=constant,
                                                         near_constant=near_constant_reason(out, data),
-                                                        mini_batch=is_mini_batch(self.batch_size, len(data)),
-                                                        network_full_batch=self._network_full_batch(model, data))
+                                                        mini_batch=mini_batch,
+                                                        network_full_batch=not mini_batch
+                                                        and self._network_sqp_classifier(model, data))
         self._warn_pairwise(bounds, constraints)
         self.status_message_ += _left_out_groups(data, constraints)
         short = short_ratios(bounds, self.train_violations_, tolerances)
@@ -472,11 +474,11 @@ class _FairEstimator(BaseEstimator):
                                "fairopt.metrics and fairlearn compare. groups='pairwise' "
                                f"({_pairwise_advice(b, constraints)}) bounds every pair.", FairnessWarning)
 
-    def _network_full_batch(self, model: nn.Module, data: FairData) -> bool:
-        """Whether this is a classifier network's full-batch SQP fit (more than one weight matrix,
-        :func:`solvers.problem.is_network`), whose status message may point to mini-batches
+    def _network_sqp_classifier(self, model: nn.Module, data: FairData) -> bool:
+        """Whether this is a classifier network's SQP fit (more than one weight matrix,
+        :func:`solvers.problem.is_network`), whose full batch's status message may point to mini-batches
         (:func:`fairopt.status.fit_status`)."""
-        if data.task != "binary" or self.method != "sqp" or is_mini_batch(self.batch_size, len(data)):
+        if data.task != "binary" or self.method != "sqp":
             return False
         params = [p for p in model.parameters() if p.requires_grad] if isinstance(model, nn.Module) else []
         return is_network(params)  # a boosted model has no trained tensors

@@ -106,12 +106,12 @@ def tolerance_of(tol: float | Mapping[str, float], name: str) -> float:
 #: Values of the estimators' ``status_``.
 STATUSES: tuple[str, ...] = ("converged", "feasible_not_stationary", "infeasible", "degenerate", "diverged",
                               "stopped_by_callback")
-#: The engines' stationarity measure, by ``method=``, as :attr:`FitResult.stationarity` reports it.
 #: KKT residual above which a classifier network's full-batch SQP fit that stopped at its epochs is told to try
 #: mini-batches (:func:`fit_status`): ten times the engine's ``tol``; the default network's full batches end at
 #: 0.001-0.005, wider networks whose constant step alternates about the optimum at 0.03-0.05
 #: (``hidden=(64, 64)``, ``(128, 64, 32)`` on Adult and ACS-Colorado, ``benchmarks/results/solver_notes.md``).
 ALTERNATING_RESIDUAL = 0.01
+#: The engines' stationarity measure, by ``method=``, as :attr:`FitResult.stationarity` reports it.
 _STATIONARITY = {"sqp": "KKT residual", "penalty": "largest gradient entry of the penalised loss",
                  "lagrangian": "largest gradient entry of the Lagrangian"}
 

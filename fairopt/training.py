@@ -488,8 +488,7 @@ def run_penalty(options: TrainingOptions, data: FairData, constraints: list, ref
     kwargs = {**engine_param_defaults(options, data), **options.engine_kwargs()}
     if reference:  # the first-order loop without the Lagrangian/penalty term
         kwargs = {k: kwargs[k] for k in REFERENCE_OPTIONS if k in kwargs}
-    defaults = engine_options(options, first_order_defaults(options.task, "penalty"), n_rows=len(data))
-    engine = _make(engine_class("penalty"), {**defaults, **kwargs})
+    engine = _first_order_engine(options, data, "penalty", kwargs)
     return engine.fit(model, data, loss=loss, penalties=[] if reference else constraints)
 
 
@@ -502,9 +501,15 @@ def run_lagrangian(options: TrainingOptions, data: FairData, constraints: list,
         return run_penalty(options, data, constraints, reference=True)
     model, loss = training_problem(options, data)
     kwargs = {**engine_param_defaults(options, data), **options.engine_kwargs()}
-    defaults = engine_options(options, first_order_defaults(options.task, "lagrangian"), n_rows=len(data))
-    engine = _make(engine_class("lagrangian"), {**defaults, **kwargs})
+    engine = _first_order_engine(options, data, "lagrangian", kwargs)
     return engine.fit(model, data, loss=loss, constraints=constraints)
+
+
+def _first_order_engine(options: TrainingOptions, data: FairData, method: str, kwargs: dict) -> Any:
+    """The engine of ``method`` ("penalty" or "lagrangian") with the estimator's epochs and ``lr``
+    (:func:`engine_options` for its :func:`first_order_defaults` on ``len(data)`` rows) and ``kwargs`` over them."""
+    defaults = engine_options(options, first_order_defaults(options.task, method), n_rows=len(data))
+    return _make(engine_class(method), {**defaults, **kwargs})
 
 
 def run_moving_targets(options: TrainingOptions, data: FairData, constraints: list,

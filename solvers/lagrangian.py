@@ -129,10 +129,9 @@ class LagrangianDual(FirstOrderTrainer):
         """The rows ``c`` of the batch, their violations and the exact rows' total violation. With
         ``calibrate_exact``: ``c = c~ + sg(e - c~)``, the exact rows ``e`` in value and the calibrated form's
         rows ``c~`` in gradient (``sg``: no gradient)."""
-        calibrated = self._directions is not self._constraints
         c = self._directions(out, batch).reshape(-1)
-        exact = exact_rows(self._constraints, out, batch, smooth=None if calibrated else c)
-        if calibrated:
+        exact = exact_rows(self._constraints, out, batch, smooth=None if self.calibrate_exact else c)
+        if self.calibrate_exact:
             c = c + (exact.to(c.dtype) - c).detach()
         v_exact = float(row_violations(exact, self._lower, self._upper).sum())
         return c, row_violations(c, self._lower, self._upper), v_exact
@@ -240,8 +239,7 @@ class LagrangianDual(FirstOrderTrainer):
             model.eval()
         unmet = warn_unmet("LagrangianDual", exact, self._lower, self._upper, cons.row_names, self.feasibility_tol)
         if status != "diverged" and chosen is not None:
-            warn_if_poor_first_order_fit("LagrangianDual", model, loss_fn, data,
-                                         mini_batch=not covers_all_rows(self.batch_size, len(data)))
+            warn_if_poor_first_order_fit("LagrangianDual", model, loss_fn, data, mini_batch=mini)
         return FitResult(model=model, history=history, status=status, converged=converged,
                          info={"multipliers": self.multipliers_.tolist(), "row_names": cons.row_names,
                                "violation": final_violation, "stationarity": stationarity, "feasible": feasible,

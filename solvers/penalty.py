@@ -418,7 +418,8 @@ class Penalty(FirstOrderTrainer):
         loss_fn = get_loss(loss)
         check_dataset(data)
         check_targets(loss_fn, data)
-        smoothing = None if covers_all_rows(self.batch_size, len(data)) else self.row_smoothing
+        mini = not covers_all_rows(self.batch_size, len(data))
+        smoothing = self.row_smoothing if mini else None
         self._terms = _set_up_terms(penalties, data, smoothing)
         self._term_weights = _term_weights(self._weights, len(self._terms))
         names = [t.name for t in self._terms]
@@ -428,8 +429,7 @@ class Penalty(FirstOrderTrainer):
                 term.state["smoothing"] = None
         stationarity = self._stationarity(model, data, loss_fn) if status != "diverged" else math.inf
         if status != "diverged":
-            warn_if_poor_first_order_fit("Penalty", model, loss_fn, data,
-                                         mini_batch=not covers_all_rows(self.batch_size, len(data)))
+            warn_if_poor_first_order_fit("Penalty", model, loss_fn, data, mini_batch=mini)
         return FitResult(model=model, history=history, status=status, converged=stationarity <= self.tol,
                          info={"weights": list(self._term_weights), "penalty_names": names,
                                "stationarity": stationarity})
