@@ -336,16 +336,19 @@ class MovingTargetsMethod(_ConstrainedMethod):
         super().__init__(constraint, model="linear" if self.learner is not None else model, name=name,
                          hyperparameter=hyperparameter, loss=None, **engine_options)
 
+    def _split_options(self) -> tuple[dict, dict]:
+        """``engine_options`` as the torch learner's (:data:`LEARNER_OPTIONS`) and the engine's own."""
+        learner = {k: v for k, v in self.engine_options.items() if k in self.LEARNER_OPTIONS}
+        return learner, {k: v for k, v in self.engine_options.items() if k not in learner}
+
     def _engine(self, value: float | None, seed: int, task: str | None = None) -> Any:
         """The engine with its own options (the learner's are left out), built to check them."""
-        own = {k: v for k, v in self.engine_options.items() if k not in self.LEARNER_OPTIONS}
-        return engine_class(self.engine)(**{**own, "seed": seed})
+        return engine_class(self.engine)(**{**self._split_options()[1], "seed": seed})
 
     def fit(self, train: Any, *, value: float | None, seed: int) -> Fitted:
         """Refit the learner by Moving Targets on ``train`` under ``constraint(value)`` and time it."""
         constraints = self.constraints_for(value)
-        learner = {k: v for k, v in self.engine_options.items() if k in self.LEARNER_OPTIONS}
-        engine = {k: v for k, v in self.engine_options.items() if k not in self.LEARNER_OPTIONS}
+        learner, engine = self._split_options()
         factory = self.model
         model = self.learner if self.learner is not None else (lambda p: factory(p, seed))
         options = TrainingOptions(method="moving_targets", task=train.task, model=model, seed=int(seed), verbose=0,
