@@ -33,7 +33,9 @@ Kinds (:data:`CONSTRAINT_KINDS`) and their classes:
 
 The label-conditioned kinds take ``delta`` from a tuple or ``kind:sensitive:value``, and the
 difference form ``bound`` from ``kind:sensitive<=value``, a table with ``bound`` or the option
-``{"delta": None}``. A sensitive element is one name or a list (intersections; several attributes
+``{"delta": None}``. A positional ratio below 0.5, or a positional demographic-parity difference of 0.5 or
+more, warns that it is most likely the other form (fairlearn's difference bounds are 0.05-0.1, the
+four-fifths ratio 0.8). A sensitive element is one name or a list (intersections; several attributes
 with ``{"groups": "marginal"}``; comma-separated in text). :func:`constraint_to_spec` writes a
 table of plain values (safe for ``torch.load(..., weights_only=True)`` and JSON) from which
 :func:`constraint_from_spec` rebuilds an equal constraint.
@@ -53,6 +55,7 @@ from typing import Any, Callable
 from fairopt.constraints import (Covariance, DemographicParity, DisparateImpact, DistanceCovariance, EqualImpact,
                                  EqualizedOdds, EqualOpportunity, FalsePositiveParity, GeDI)
 from fairopt import penalties
+from fairopt.exceptions import FairnessWarning, warn_at_caller
 from fairopt.surrogates import Surrogate, get_surrogate
 
 __all__ = ["CONSTRAINT_KINDS", "EITHER_FORM_KINDS", "PENALTY_KINDS", "build_constraint", "build_penalty",
@@ -149,6 +152,7 @@ def _from_tuple(spec: tuple | list) -> Any:
         return build_constraint(table)
     if clash:
         raise ValueError(f"constraints: options {sorted(clash)} of {spec!r} repeat the tuple's own elements")
+    _warn_unlikely_bound(_ALIASES.get(spec[0], spec[0]), bound_name, spec[2], spec, sensitive)
     return build(spec[2])
 
 
@@ -422,8 +426,46 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
     options: dict = {"sensitive": _names(parts[1], spec), **extra}
     if len(parts) == 3:
         number, relative = _bound_number(parts[2], CONSTRAINT_KINDS[kind], kind, spec)
+        _warn_unlikely_bound(kind, CONSTRAINT_KINDS[kind], number, spec, options["sensitive"])
         options.update({CONSTRAINT_KINDS[kind]: number, **relative})
     return kind, options
+
+
+#: A ratio bound ``delta`` below this, or a difference bound of positive rates at or above it, written
+#: without naming its form (the third element of a tuple, ``kind:sensitive:value``), is more likely the
+#: other form than what the user meant: :func:`_warn_unlikely_bound`.
+UNLIKELY_BOUND = 0.5
+#: The rate kinds of either form: the ratio (``delta``) kinds and the difference (``bound``) kind.
+_RATIO_KINDS = ("disparate_impact", "equal_impact", *EITHER_FORM_KINDS)
+_DIFFERENCE_KINDS = ("demographic_parity",)
+
+
+def _warn_unlikely_bound(kind: str, arg: str, value: Any, spec: Any, sensitive: str | list) -> None:
+    """Warn (:class:`~fairopt.exceptions.FairnessWarning`) when a bound written by position reads as the other
+    form of a rate bound than the value suggests.
+
+    A positional value sets the kind's default bound argument: ``delta`` of the ratio kinds
+    (``min(P_g, P_rest) / max(P_g, P_rest) >= delta``), ``bound`` of demographic parity
+    (``|P_g - P_rest| <= bound``). fairlearn writes equalized odds and demographic parity with a
+    ``difference_bound`` (0.05, 0.1) and the four-fifths rule is a ratio of 0.8, so
+    ``("equalized_odds", "race", 0.1)`` (a rate at least a tenth of the other: hardly a restriction) and
+    ``("demographic_parity", "sex", 0.8)`` (rates up to 0.8 apart) are most likely the other form. A named form
+    (``>=`` / ``<=`` in text, ``delta=`` / ``bound=`` in a table or an object) is taken as written.
+    """
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    names = ",".join(sensitive) if isinstance(sensitive, list) else str(sensitive)
+    if arg == "delta" and kind in _RATIO_KINDS and 0 <= value < UNLIKELY_BOUND:
+        meant = "demographic_parity" if kind in ("disparate_impact", "equal_impact") else kind
+        warn_at_caller(f"constraints: {spec!r} reads {value:g} as a ratio bound ({kind}: the smaller rate at least "
+                       f"{value:g} times the larger), which hardly restricts; the four-fifths rule is 0.8. For a "
+                       f"difference of rates of at most {value:g} write '{meant}:{names}<={value:g}'; to keep the "
+                       f"ratio, write '{kind}:{names}>={value:g}'.", FairnessWarning)
+    elif arg == "bound" and kind in _DIFFERENCE_KINDS and value >= UNLIKELY_BOUND:
+        warn_at_caller(f"constraints: {spec!r} reads {value:g} as a difference bound ({kind}: the positive rates at "
+                       f"most {value:g} apart), which hardly restricts. For the four-fifths rule's ratio write "
+                       f"'disparate_impact:{names}>={value:g}'; to keep the difference, write "
+                       f"'{kind}:{names}<={value:g}'.", FairnessWarning)
 
 
 def _make_constraint(kind: str, options: dict) -> Any:

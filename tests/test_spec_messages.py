@@ -3,8 +3,11 @@ fairlearn user's first hour, point 7)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
+from fairopt.exceptions import FairnessWarning
 from fairopt.specs import resolve_constraints
 
 
@@ -115,3 +118,31 @@ def test_the_pairwise_spec_of_a_constraint_is_its_own_kind_and_attribute():
         assert build_constraint(spec).get_params()["groups"] == "pairwise"
     smooth = pairwise_spec(build_constraint({"kind": "di", "sensitive": "g", "delta": 0.8, "threshold": 0.5}))
     assert "'threshold': 0.5" in smooth and "'groups': 'pairwise'" in smooth
+
+
+@pytest.mark.parametrize("spec, meant", [
+    (("equalized_odds", "race", 0.1), "equalized_odds:race<=0.1"),
+    ("eo:sex:0.05", "equal_opportunity:sex<=0.05"),
+    (("disparate_impact", "sex", 0.1), "demographic_parity:sex<=0.1"),
+    (("demographic_parity", "sex", 0.8), "disparate_impact:sex>=0.8"),
+    ("dp:sex:0.8", "disparate_impact:sex>=0.8"),
+])
+def test_a_positional_bound_of_the_other_forms_size_warns_with_the_spec_meant(spec, meant):
+    """fairlearn's equalized odds and demographic parity take a difference_bound (0.05, 0.1), the four-fifths
+    rule a ratio of 0.8: a positional value read in the other form hardly restricts, so the spec warns and names
+    both readings; the one suggested builds without a warning."""
+    with pytest.warns(FairnessWarning, match="hardly restricts") as record:
+        resolve_constraints([spec])
+    assert any(repr(meant) in str(w.message) for w in record)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FairnessWarning)
+        assert resolve_constraints([meant])
+
+
+@pytest.mark.parametrize("spec", [("disparate_impact", "sex", 0.8), ("equalized_odds", "race", 0.9),
+                                  ("demographic_parity", "sex", 0.05), "eodds:race>=0.1", "dp:sex<=0.8",
+                                  ("eo", "sex", None, {"bound": 0.6}), {"kind": "di", "sensitive": "sex", "delta": 0.1}])
+def test_a_usual_or_named_bound_builds_without_a_warning(spec):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FairnessWarning)
+        assert resolve_constraints([spec])
