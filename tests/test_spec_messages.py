@@ -141,7 +141,8 @@ def test_a_positional_bound_of_the_other_forms_size_warns_with_the_spec_meant(sp
 
 @pytest.mark.parametrize("spec", [("disparate_impact", "sex", 0.8), ("equalized_odds", "race", 0.9),
                                   ("demographic_parity", "sex", 0.05), "eodds:race>=0.1", "dp:sex<=0.8",
-                                  ("eo", "sex", None, {"bound": 0.6}), {"kind": "di", "sensitive": "sex", "delta": 0.1}])
+                                  ("eo", "sex", None, {"bound": 0.6}),
+                                  {"kind": "di", "sensitive": "sex", "delta": 0.1}])
 def test_a_usual_or_named_bound_builds_without_a_warning(spec):
     with warnings.catch_warnings():
         warnings.simplefilter("error", FairnessWarning)
