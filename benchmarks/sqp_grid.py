@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from _common import commit
-from sqp_stochastic import PEERS, _fit_peer, grid_model
+from sqp_stochastic import PEERS, _fit_peer, grid_model, installed_peers
 
 GRID_DATASETS = ("adult", "dutch", "law", "acsincome", "compas")
 GRID_MODELS = ("linear", "mlp")
@@ -160,13 +160,7 @@ def run_grid(args, root: str, out: Path) -> int:
     """``--grid``: every (dataset, model, batch, seed) cell with fairopt's defaults (10 epochs), the
     full batch (300 epochs) per (dataset, model, seed), and with ``--peers`` humancompatible-train on
     the same cells; writes ``grid.md`` and ``grid.json`` and prints the issue's criteria."""
-    peers = []
-    if args.peers:
-        try:
-            import humancompatible.train  # noqa: F401
-            peers = list(PEERS)
-        except ImportError:
-            print("skipping the humancompatible-train peers: pip install humancompatible-train", flush=True)
+    peers = installed_peers() if args.peers else []
     jobs = grid_jobs(args, root, peers)
     records = []
     flags = {"minibatch": args.reuse_reference, "full": getattr(args, "reuse_minibatch", False),

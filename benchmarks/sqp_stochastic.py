@@ -84,6 +84,27 @@ PEERS = {"hct-ssl-alm": "ssl", "hct-alm-adam": "adam"}
 PEER_EPOCHS, PEER_BATCH, PEER_TEMPERATURE = 20, 1024, 0.1
 
 
+def installed_peers(names: list[str] | None = None) -> list[str]:
+    """``names`` (every key of :data:`PEERS` when None) when humancompatible-train imports, else none, with a
+    message saying they are skipped and how to install it.
+
+    Parameters
+    ----------
+    names : list of str, optional
+        Keys of :data:`PEERS`.
+
+    Returns
+    -------
+    list of str
+    """
+    try:
+        import humancompatible.train  # noqa: F401
+    except ImportError:
+        print("skipping the humancompatible-train peers: pip install humancompatible-train", flush=True)
+        return []
+    return list(PEERS) if names is None else list(names)
+
+
 def _synthetic(n: int, seed: int):
     """``n`` rows, 20 standard-normal inputs, a binary sensitive attribute correlated with
     the first input and a logistic target that depends on it (DI about 0.5)."""
@@ -343,11 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         return render_grid(args, out) if args.report_only else run_grid(args, root, out)
     configs = list(args.configs)
     if args.peers:
-        try:
-            import humancompatible.train  # noqa: F401
-            configs += list(PEERS)
-        except ImportError:
-            print("skipping the humancompatible-train peers: pip install humancompatible-train", flush=True)
+        configs += installed_peers()
     jobs = [(d, c, s) for d in args.datasets for s in args.seeds for c in configs if not c.endswith("-mmap")]
     if args.synthetic:
         jobs += [("synthetic", c, s) for s in args.seeds for c in ("mb1024", "mb1024-mmap")]
