@@ -184,12 +184,15 @@ def _drop_candidates(C: np.ndarray, rows: np.ndarray, rank_tol: float) -> np.nda
     return rows[pivots[: null.shape[1]]]
 
 
-def _implied_rows(M: np.ndarray, lo: np.ndarray, hi: np.ndarray, eq: np.ndarray, constrained: np.ndarray,
-                  rank_tol: float, slack: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(dropped, outside)`` over the class rows: rows that rows of fixed value determine (module docstring),
-    and each one's ``||r_a||_{H^-1} = sqrt(pivot M_aa)`` (0 for rows kept); None
-    when a dependent row's bounds exclude the value they fix for it by more than its ``slack`` (the QP is
-    then left whole).
+def _implied_rows(M: np.ndarray, rows_J: np.ndarray, h: np.ndarray, bounds: tuple[np.ndarray, np.ndarray],
+                  eq: np.ndarray, constrained: np.ndarray, rank_tol: float,
+                  slack: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(dropped, outside)`` over the class rows (``M`` their Gram matrix ``J H^{-1} J'``, ``rows_J`` the rows,
+    ``h`` the curvature, ``bounds`` their ``(lo, hi)``): rows that rows of fixed value determine (module
+    docstring), and each one's ``||r_a||_{H^-1}`` with ``r_a = J_a - sum_k alpha_k J_k`` computed from the rows
+    themselves (0 for rows kept; the pivot ``1 - l'l`` loses a sine below about ``1e-8`` to cancellation, and
+    a float32 row's rounding can lie there); None when a dependent row's bounds exclude the value they fix for
+    it by more than its ``slack`` (the QP is then left whole).
 
     Rows of fixed value: equalities, and rows whose sides lie within ``slack`` of each other (merged mirrored
     rows whose scale carries rounding), taken at their midpoint ``b`` give or take half their width ``w``.
@@ -199,6 +202,7 @@ def _implied_rows(M: np.ndarray, lo: np.ndarray, hi: np.ndarray, eq: np.ndarray,
     ``J_a = sum_k alpha_k J_k + r_a``, and a step that meets the kept rows gives ``J_a d`` within
     ``sum_k alpha_k b_k +- sum_k |alpha_k| w_k / 2`` (plus ``r_a d``): the row is dropped when that range lies
     within its bounds widened by ``slack_a``."""
+    lo, hi = bounds
     n = lo.size
     narrow = constrained & ~eq & (hi - lo <= slack)
     fixed = eq | narrow
@@ -227,7 +231,8 @@ def _implied_rows(M: np.ndarray, lo: np.ndarray, hi: np.ndarray, eq: np.ndarray,
         value, spread = float(alpha @ b[kept]), float(np.abs(alpha) @ half[kept])
         if value + spread > hi[a] + slack[a] or value - spread < lo[a] - slack[a]:
             return None
-        dropped[a], outside[a] = True, math.sqrt(max(pivot, 0.0) * M[a, a])
+        residual = rows_J[a] - alpha @ rows_J[kept] if k else rows_J[a]
+        dropped[a], outside[a] = True, math.sqrt(float(residual ** 2 @ (1.0 / h)))
     return dropped, outside
 
 
@@ -252,7 +257,8 @@ def reduce_rows(inputs: Inputs, space: Space, rank_tol: float, primal_slack: flo
     nonzero = ~space.zero[first]
     eq = (lo == hi) & nonzero
     constrained = (np.isfinite(lo) | np.isfinite(hi)) & nonzero
-    implied = _implied_rows(space.M[np.ix_(first, first)], lo, hi, eq, constrained, rank_tol,
+    implied = _implied_rows(space.M[np.ix_(first, first)], inputs.J[first], inputs.h,
+                            (lo, hi), eq, constrained, rank_tol,
                             (space.tol + primal_slack) * (1.0 + bound_magnitude(lo, hi)))
     members = np.bincount(label, minlength=n)
     met = (members > 1) & nonzero & (hi - lo <= (space.tol + primal_slack) * (1.0 + bound_magnitude(lo, hi)))
