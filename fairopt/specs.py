@@ -454,6 +454,10 @@ def _warn_unlikely_bound(kind: str, arg: str, value: Any, spec: Any, sensitive: 
     """
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond a float: the constraint's own check refuses it
+        return
     names = ",".join(sensitive) if isinstance(sensitive, list) else str(sensitive)
     if arg == "delta" and kind in _RATIO_KINDS and 0 <= value < UNLIKELY_BOUND:
         meant = "demographic_parity" if kind in ("disparate_impact", "equal_impact") else kind
