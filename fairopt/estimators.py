@@ -56,7 +56,7 @@ from fairopt.specs import pairwise_spec, resolve_constraints
 from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_KINDS, TrainingOptions,
                               float64_outputs, is_mini_batch, train, use_sqp_surrogates)
 from solvers.history import FitResult, plain_values
-from solvers.problem import is_network
+from solvers.problem import is_network, prediction_outputs
 from fairopt.evaluation import bound_statuses, constant_predictions, met_tolerances
 from fairopt.measures.group import python_scalar
 from fairopt.status import fit_status, format_number, label_of, short_ratios
@@ -430,8 +430,7 @@ class _FairEstimator(BaseEstimator):
         self.sensitive_levels_ = {k: list(v) for k, v in data.sensitive_levels.items()}
         self.train_violations_ = model_violations(model, data, constraints)
         self.train_violation_ = float(sum(self.train_violations_.values()))
-        with torch.no_grad():
-            out = model(data.X).reshape(-1)
+        out = prediction_outputs(model, data.X)  # the labels predict gives, as train_violations_ counted them
         bounds = bound_statuses(out, data, constraints, self.violation_tol)
         constant = self._constant_reason(out, data.task)
         tolerances = met_tolerances(constraints, self.violation_tol)

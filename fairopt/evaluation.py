@@ -29,7 +29,7 @@ from fairopt.measures.group import (group_means, python_scalar, ratio_and_differ
                                     undefined_ratio_reason)
 from fairopt.measures.performance import accuracy, mse, poisson_deviance, poisson_rps, r2, rps
 from fairopt.status import DEFINITIONS, MET_TOL, BoundStatus, compared_label, label_of, met_tolerance
-from solvers.problem import eval_mode, violation
+from solvers.problem import eval_mode, prediction_outputs, violation
 
 __all__ = ["BOUNDS", "DEGENERATE", "MEASURE_DEFINITIONS", "NOTES", "RealisedMeasure", "bound_statuses",
            "constant_predictions", "constraint_violations", "evaluate", "fairness_report", "format_report",
@@ -81,7 +81,7 @@ def _forward(model: Callable[[torch.Tensor], torch.Tensor], data: Any) -> torch.
         raise ValueError(f"model: expected a callable (e.g. torch.nn.Module), got {type(model).__name__}")
     n = len(data.y)
     with eval_mode(model), torch.no_grad():
-        out = model(data.X)
+        out = prediction_outputs(model, data.X) if isinstance(model, torch.nn.Module) else model(data.X)
     if not isinstance(out, torch.Tensor):
         raise ValueError(f"model: expected a tensor output, got {type(out).__name__}")
     if out.numel() != n:
@@ -445,10 +445,11 @@ def realised_measures(out: torch.Tensor, data: Any, constraints: Iterable[Any]) 
 
 def model_violations(model: Callable[[torch.Tensor], torch.Tensor], data: Any,
                      constraints: Iterable[Any]) -> dict[str, float]:
-    """:func:`constraint_violations` of ``model``'s outputs on ``data``."""
-    with torch.no_grad():
-        out = model(data.X).reshape(-1)
-    return constraint_violations(out, data, constraints)
+    """:func:`constraint_violations` of ``model``'s outputs on ``data``, on the path the estimators predict
+    through (:func:`solvers.problem.prediction_outputs` for a module)."""
+    with eval_mode(model), torch.no_grad():
+        out = prediction_outputs(model, data.X) if isinstance(model, torch.nn.Module) else model(data.X)
+    return constraint_violations(out.reshape(-1), data, constraints)
 
 
 def evaluate(model: Callable[[torch.Tensor], torch.Tensor], data: Any, constraints: Iterable[Any] = (),

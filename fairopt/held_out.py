@@ -28,6 +28,7 @@ from fairopt.exceptions import FairnessWarning
 from fairopt.status import met_tolerance
 from fairopt.constraints.base import release_caches
 from solvers.history import FitResult
+from solvers.problem import prediction_outputs
 
 __all__ = ["CANDIDATE_INFLATIONS", "ON_FAIL", "HeldOutFit", "HeldOutOptions", "candidate_inflations",
            "certificates", "certified_sequence", "constraint_margins", "fit_held_out", "generalisation_table",
@@ -339,8 +340,7 @@ def predicted_held_out(model: nn.Module, data: FairData, constraints: list, trai
     certificate), with whether that range lies within the user's bounds. ``raised``: what the
     engine added to the margins of ``training``, one value per row of all constraints in order
     (``model="gbm"``'s fit optimism, :func:`fairopt.boosted.fit_optimism`)."""
-    with torch.no_grad():
-        out = model(data.X).reshape(-1)
+    out = prediction_outputs(model, data.X)
     frames = []
     extra = iter(raised or [])
     for c, t in zip(constraints, training):

@@ -40,11 +40,12 @@ from fairopt.data import FairData
 from fairopt.exceptions import warn_at_caller
 from fairopt.learners import scaled_output, target_statistics
 from solvers.history import FitResult
+from solvers.label_rounding import settle_rounded_labels
 from solvers.lagrangian import LagrangianDual
 from solvers.losses import L2Regularised, linear_weights, scaled_mse_loss
 from solvers.outcome import BoundWarning, ConstantPredictorWarning, NearConstantWarning
 from solvers.penalty import Penalty
-from solvers.problem import row_outputs
+from solvers.problem import float64_forward
 from solvers.sampling import covers_all_rows
 from solvers.sqp import SQPWarning, StochasticSQP
 from solvers.whitening import Whitening
@@ -565,7 +566,9 @@ def train(options: TrainingOptions, data: FairData, constraints: list, reference
     than a constant; :class:`~solvers.outcome.NoUsableInputWarning`: no input to split on) is kept in
     ``result.info[ENGINE_CONSTANT_NOTE]`` for the diagnostics' one warning about the fitted model
     (:func:`fairopt.diagnostics.fit_quality_warnings`), and any other warning is passed on,
-    attributed to the caller's line (:func:`fairopt.exceptions.warn_at_caller`)."""
+    attributed to the caller's line (:func:`fairopt.exceptions.warn_at_caller`). A classifier's rows
+    within float32 rounding of the threshold keep the labels the engine measured in the float64 outputs
+    that ``predict`` reads (:func:`solvers.label_rounding.settle_rounded_labels`)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = run_engine(options, data, constraints, reference)
@@ -576,6 +579,8 @@ def train(options: TrainingOptions, data: FairData, constraints: list, reference
             result.info[ENGINE_CONSTANT_NOTE] = str(w.message)
         elif not issubclass(w.category, (SQPWarning, BoundWarning)):
             warn_at_caller(w.message, w.category)
+    if options.task == "binary" and constraints and not reference:
+        settle_rounded_labels(result.model, data)  # predict's float64 labels = the ones the engine measured
     return result
 
 
@@ -583,19 +588,10 @@ def train(options: TrainingOptions, data: FairData, constraints: list, reference
 # helpers
 # --------------------------------------------------------------------------------------
 def float64_outputs(model: nn.Module, encoded: np.ndarray) -> np.ndarray:
-    """``model(encoded)`` evaluated in float64 with the model's own parameters and buffers.
-
-    A float32 forward pass rounds differently depending on how many rows a matrix product
-    sees (BLAS blocking), so a row's prediction could change with the rows around it; in
-    float64 the difference is far below any reported digit, and predictions of a row do not
-    depend on the batch it comes in.
-    """
-    state = {name: (t.double() if t.is_floating_point() else t)
-             for name, t in [*model.named_parameters(), *model.named_buffers()]}
-    x = torch.as_tensor(np.asarray(encoded, dtype=np.float64))
-    with torch.no_grad():
-        out = torch.func.functional_call(model, state, (x,))
-    return row_outputs(out, x.shape[0]).double().numpy()  # an (n, 1) column is squeezed, as in the engines
+    """``model(encoded)`` evaluated in float64 with the model's own parameters and buffers, as a numpy
+    array (n,): :func:`solvers.problem.float64_forward`, the path a row's prediction does not depend on
+    its batch through."""
+    return float64_forward(model, encoded).numpy()
 
 
 def _make(cls: type, options: dict) -> Any:

@@ -43,6 +43,8 @@ __all__ = [
     "row_violations",
     "exact_rows",
     "model_outputs",
+    "float64_forward",
+    "prediction_outputs",
     "eval_mode",
     "changes_in_eval_mode",
     "check_outputs_differentiable",
@@ -200,6 +202,35 @@ def _changes_in_eval_mode(module: torch.nn.Module) -> bool:
 def model_outputs(model: Any, batch: Any) -> torch.Tensor:
     """``model(batch.X)`` as shape ``(n,)`` (:func:`row_outputs`)."""
     return row_outputs(model(batch.X), len(batch))
+
+
+def float64_forward(model: Any, X: Any) -> torch.Tensor:
+    """``model(X)`` computed in float64 with the model's own parameters and buffers, as float64 ``(n,)``
+    (:func:`row_outputs`), without autograd, on the CPU; a callable that is not a ``torch.nn.Module`` is
+    called as it is.
+
+    A float32 forward pass rounds a row's output by about ``1e-7`` of the terms it sums, and how depends on
+    the rows around it (the blocking of a matrix product), so a row that close to a decision threshold can
+    change its hard label with the batch it comes in. In float64 the error is ``1e-16`` of the terms: a row's
+    output, and its label, do not depend on its batch. The estimators predict through this path, and their
+    verdicts on bounds (training violations, ``evaluate``, certificates) read the same outputs, so that the
+    labels a user computes from ``predict`` are the ones the verdict counted."""
+    x = torch.as_tensor(np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64))
+    if not isinstance(model, torch.nn.Module):
+        with torch.no_grad():
+            return row_outputs(torch.as_tensor(model(x)), x.shape[0]).detach().to(torch.float64).cpu()
+    state = {name: (t.detach().cpu().double() if t.is_floating_point() else t.detach().cpu())
+             for name, t in [*model.named_parameters(), *model.named_buffers()]}
+    with torch.no_grad():
+        out = torch.func.functional_call(model, state, (x,))
+    return row_outputs(out, x.shape[0]).double()
+
+
+def prediction_outputs(model: Any, X: torch.Tensor) -> torch.Tensor:
+    """:func:`float64_forward` in ``X``'s dtype and device: the outputs the estimators predict from, for
+    code that computes in the data's dtype (a cast keeps each output's sign, hence its hard label)."""
+    return float64_forward(model, X).to(dtype=X.dtype if X.dtype.is_floating_point else torch.float32,
+                                         device=X.device)
 
 
 def flat_parameters(params: Sequence[torch.Tensor]) -> torch.Tensor:

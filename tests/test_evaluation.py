@@ -16,6 +16,7 @@ import torch
 from fairopt.evaluation import constant_predictions, evaluate, fairness_report, format_report
 from fairopt.exceptions import DegenerateModelWarning, FairnessWarning, UndefinedMeasureWarning
 from fairopt.measures import js_divergence, poisson_rps, uf
+from solvers.problem import prediction_outputs
 
 TOL = 1e-10
 
@@ -71,8 +72,8 @@ class MeanProbability:
 
 
 def reference_values(model, data, threshold=0.0):
-    with torch.no_grad():
-        out = model(data.X).reshape(-1).double()
+    """The outputs evaluate() reads: the model in float64, in the data's dtype (the estimators' predict path)."""
+    out = prediction_outputs(model, data.X).reshape(-1).double()
     return out, (out > threshold).double()
 
 

@@ -15,7 +15,7 @@ from scipy import stats
 from torch import nn
 
 from fairopt.certificate.tightening import TightenedConstraint, bounds_ready, fresh_copy
-from solvers.problem import eval_mode
+from solvers.problem import eval_mode, float64_forward
 from fairopt.constraints.base import release_caches, set_up_on_other_rows
 from fairopt.constraints.dcov import DistanceCovariance
 from fairopt.constraints.gedi import GeDI
@@ -59,7 +59,8 @@ def outputs_on(model_or_outputs: Any, data: Any) -> torch.Tensor:
     if isinstance(model_or_outputs, nn.Module) or (callable(model_or_outputs)
                                                    and not isinstance(model_or_outputs, (torch.Tensor, np.ndarray))):
         with eval_mode(model_or_outputs), torch.no_grad():
-            out = model_or_outputs(data.X)
+            out = (float64_forward(model_or_outputs, data.X) if isinstance(model_or_outputs, nn.Module)
+                   else model_or_outputs(data.X))
     else:
         out = torch.as_tensor(np.asarray(model_or_outputs) if not isinstance(model_or_outputs, torch.Tensor)
                               else model_or_outputs)
