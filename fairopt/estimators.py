@@ -57,7 +57,7 @@ from fairopt.training import (ALPHA_DEFAULTS, ESTIMATOR_OPTIONS, METHODS, MODEL_
                               float64_outputs, is_mini_batch, train, use_sqp_surrogates)
 from solvers.history import FitResult, plain_values
 from solvers.problem import is_network, prediction_outputs
-from fairopt.evaluation import bound_statuses, constant_predictions, met_tolerances
+from fairopt.evaluation import bound_statuses, constant_predictions, constraint_violations, met_tolerances
 from fairopt.measures.group import python_scalar
 from fairopt.status import fit_status, format_number, label_of, short_ratios
 from solvers.progress import check_progress
@@ -428,9 +428,9 @@ class _FairEstimator(BaseEstimator):
         self.sensitive_names_ = list(data.sensitive_names)
         self.sensitive_kinds_ = dict(data.sensitive_kinds)
         self.sensitive_levels_ = {k: list(v) for k, v in data.sensitive_levels.items()}
-        self.train_violations_ = model_violations(model, data, constraints)
+        out = prediction_outputs(model, data.X)  # the labels predict gives, which the verdict counts
+        self.train_violations_ = constraint_violations(out, data, constraints)
         self.train_violation_ = float(sum(self.train_violations_.values()))
-        out = prediction_outputs(model, data.X)  # the labels predict gives, as train_violations_ counted them
         bounds = bound_statuses(out, data, constraints, self.violation_tol)
         constant = self._constant_reason(out, data.task)
         tolerances = met_tolerances(constraints, self.violation_tol)
