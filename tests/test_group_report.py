@@ -315,6 +315,71 @@ def test_saved_model_and_torch_module(adult, tmp_path):
     assert regression.overall["mae"] == pytest.approx(np.abs(values - prediction).mean(), rel=1e-6)
 
 
+def _threshold_row_model() -> tuple[torch.nn.Module, np.ndarray, np.ndarray, np.ndarray]:
+    """A linear module and 40 rows of two groups (10 in "small") whose row 0 is within float32 rounding of the
+    threshold: ``1 + 1e-8 - 1`` is 1e-8 in float64, 0 (class 0) in a float32 pass."""
+    module = fairopt.models.linear(2, seed=0)
+    with torch.no_grad():
+        module[0].weight.copy_(torch.tensor([[1.0, 1.0]]))
+        module[0].bias.fill_(-1.0)
+    rng = np.random.default_rng(3)
+    X = np.column_stack([np.ones(40), rng.choice([-1.0, 1.0], size=40)]).astype(np.float32)
+    X[0, 1] = 1e-8
+    s = np.where(np.arange(40) < 10, "small", "big")
+    y = (rng.random(40) < 0.5).astype(int)
+    return module, X, y, s
+
+
+def test_a_saved_model_and_a_module_report_the_labels_predict_gives_within_float32_rounding(tmp_path):
+    module, X, y, s = _threshold_row_model()
+    with torch.no_grad():
+        assert float(module(torch.from_numpy(X))[0]) <= 0.0  # the float32 pass puts row 0 in class 0
+    fairopt.save(module, tmp_path / "m.fairopt")
+    saved = fairopt.load(tmp_path / "m.fairopt")
+    labels = saved.predict(X)
+    assert labels[0] == 1  # predict (float64) puts it in class 1
+    expected = {g: float((labels[s == g] == 1).mean()) for g in ("big", "small")}
+    for model in (saved, module):
+        report = group_report(model, X, y, s, n_bootstrap=0)
+        assert report.by_group["selection_rate"].to_dict() == pytest.approx(expected, abs=0, rel=0)
+        assert report.overall["accuracy"] == float((labels == y).mean())
+
+
+def test_a_saved_models_pos_label_of_its_first_class_counts_the_rows_predicted_that_class(tmp_path):
+    X, y, s = synthetic(400, seed=11)
+    module = fairopt.models.linear(2, seed=1)
+    words = np.where(y == 1, "approved", "denied")
+    fairopt.save(module, tmp_path / "m.fairopt", metadata={"classes": ["denied", "approved"]})
+    saved = fairopt.load(tmp_path / "m.fairopt")
+    labels = saved.predict(X)
+    proba = saved.predict_proba(X)
+    for positive, column in (("approved", 1), ("denied", 0)):
+        report = group_report(saved, X, words, s, pos_label=positive, n_bootstrap=0)
+        assert report.positive == positive
+        rates = {g: float((labels[s == g] == positive).mean()) for g in ("a", "b", "c")}
+        assert report.by_group["selection_rate"].to_dict() == pytest.approx(rates, abs=0, rel=0)
+        assert report.overall["accuracy"] == float((labels == words).mean())
+        soft = group_report(saved, X, words, s, pos_label=positive, threshold=0.3, n_bootstrap=0)
+        assert soft.overall["selection_rate"] == float((proba[:, column] > 0.3).mean())
+    # without pos_label: the class whose logit it outputs, its classes_[1]
+    assert group_report(saved, X, words, s, n_bootstrap=0).positive == "approved"
+
+
+def test_a_saved_regressions_report_reads_the_predictions_of_its_predict(tmp_path):
+    X, _, s = synthetic(300, seed=12)
+    module = fairopt.models.linear(2, seed=2)
+    with torch.no_grad():
+        module[0].weight.copy_(torch.tensor([[0.1234567, 3.3333333]]))
+        module[0].bias.fill_(10.987654)
+    fairopt.save(module, tmp_path / "r.fairopt", metadata={"task": "regression"})
+    saved = fairopt.load(tmp_path / "r.fairopt")
+    values = np.linspace(0.0, 20.0, 300)
+    prediction = saved.predict(X)
+    report = group_report(saved, X, values, s, task="regression", n_bootstrap=0)
+    expected = {g: float(prediction[s == g].mean()) for g in ("a", "b", "c")}
+    assert report.by_group["mean_prediction"].to_dict() == pytest.approx(expected, rel=1e-15)
+
+
 # ----------------------------------------------------------------------------- errors
 def test_bad_inputs_raise_clear_errors():
     X, y, s = synthetic(300, seed=8)

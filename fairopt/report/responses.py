@@ -4,7 +4,12 @@ from any supported model.
 Models: a fitted fairopt or scikit-learn-style estimator (``predict``; ``predict_proba`` for a
 ``threshold``); a :class:`~fairopt.SavedModel` (its torch model on ``saved.encode(X)`` for a
 DataFrame when a preprocessor was saved; its schema's task); a ``torch.nn.Module`` with one
-output per row (a logit for classification, the prediction for regression).
+output per row (a logit for classification, the prediction for regression). A torch model's outputs are
+computed in float64 (:func:`solvers.problem.float64_forward`), the path ``SavedModel.predict`` and the
+estimators' ``predict`` read, so a row within float32 rounding of the threshold gets the label they give it
+whatever rows it comes with; a SavedModel's classification is its ``predict`` (the probability of
+``classes_[1]`` above its ``metadata["threshold"]``), and where its metadata names its ``classes`` a
+``pos_label`` of ``classes_[0]`` counts the rows predicted ``classes_[0]``.
 
 Classification compares hard predictions: ``threshold=None`` is the model's own decision
 (``predict``, or ``out > 0``); ``threshold=t`` is ``p > t`` on the probability of the positive
@@ -31,7 +36,7 @@ from fairopt.measures.group import python_scalar
 from fairopt.metrics import fitted_pos_label
 from fairopt.persistence import SavedModel
 from fairopt.sensitive_groups import row_count
-from solvers.problem import eval_mode
+from solvers.problem import eval_mode, float64_forward
 
 __all__ = ["TASKS", "Responses", "model_responses", "infer_task"]
 
@@ -181,7 +186,9 @@ def _check_output(out: np.ndarray, n: int, what: str) -> np.ndarray:
 
 
 def _torch_outputs(module: torch.nn.Module, X: Any, n: int) -> np.ndarray:
-    """``module(X)`` as float64 (n,), in eval mode, without autograd."""
+    """``module(X)`` as float64 (n,) on the inputs in the module's dtype, in eval mode, computed in float64
+    without autograd (:func:`solvers.problem.float64_forward`): the outputs the estimators and ``SavedModel``
+    predict from, whatever rows come with each row."""
     if isinstance(X, torch.Tensor):
         inputs = X
     else:
@@ -189,12 +196,13 @@ def _torch_outputs(module: torch.nn.Module, X: Any, n: int) -> np.ndarray:
         inputs = torch.from_numpy(np.ascontiguousarray(array))
     parameter = next(module.parameters(), None)
     if parameter is not None:
-        inputs = inputs.to(device=parameter.device, dtype=parameter.dtype)
-    with eval_mode(module), torch.no_grad():
-        out = module(inputs)
-    if not isinstance(out, torch.Tensor):
-        raise ValueError(f"model: expected a tensor output, got {type(out).__name__}")
-    out = _check_output(out.detach().to(torch.float64).cpu().numpy(), n, "the torch model")
+        inputs = inputs.to(dtype=parameter.dtype)
+    with eval_mode(module):
+        out = float64_forward(module, inputs).numpy()
+    return _finite(_check_output(out, n, "the torch model"))
+
+
+def _finite(out: np.ndarray) -> np.ndarray:
     if not np.isfinite(out).all():
         raise ValueError("model: produced non-finite outputs (NaN/inf)")
     return out
@@ -249,24 +257,48 @@ def model_responses(model: Any, X: Any, y: Any, *, task: str | None = None, thre
         if not np.isfinite(pred).all():
             raise ValueError("model: produced non-finite predictions (NaN/inf)")
         return Responses("regression", pred, target.astype(np.float64), None, source)
-    classes = None if torch_model else getattr(model, "classes_", None)
-    positive = _positive_label(target, pos_label, classes, torch_model,
-                               None if torch_model else fitted_pos_label(model))
+    classes = _saved_classes(model) if torch_model else getattr(model, "classes_", None)
+    fitted = (None if classes is None else classes[1]) if torch_model else fitted_pos_label(model)
+    positive = _positive_label(target, pos_label, classes, torch_model, fitted)
     if torch_model:
-        out = _torch_predictions(model, X, n)
-        hard = (out > 0) if threshold is None else (1.0 / (1.0 + np.exp(-out)) > threshold)
-        hard = hard.astype(np.float64)
+        hard = _torch_hard(model, X, n, positive, threshold)
     else:
         hard = _estimator_hard(model, X, n, positive, threshold)
     return Responses("binary", hard, (target == positive).astype(np.float64), python_scalar(positive), source)
 
 
 def _torch_predictions(model: Any, X: Any, n: int) -> np.ndarray:
+    """A torch model's float64 outputs (a SavedModel's :meth:`~fairopt.SavedModel.decision_function`)."""
     if isinstance(model, SavedModel):
-        if isinstance(X, pd.DataFrame) and model.preprocessor is not None:
-            X = model.encode(X)
-        return _torch_outputs(model.model, X, n)
+        return _finite(_check_output(model.decision_function(X), n, "the saved model"))
     return _torch_outputs(model, X, n)
+
+
+def _torch_hard(model: Any, X: Any, n: int, positive: Any, threshold: float | None) -> np.ndarray:
+    """0/1: whether a torch model predicts ``positive`` for each row. A module's logit (a SavedModel's
+    without ``classes`` in its metadata) is that of the positive class; a SavedModel decides as its
+    ``predict`` (its ``metadata["threshold"]``), and its logit is that of its ``classes_[1]``."""
+    other = positive != _logit_class(model, positive)  # the positive class is not the logit's
+    if threshold is None:
+        if isinstance(model, SavedModel):
+            above = _check_output(model.predict(X), n, "the saved model") == model.classes_[1]
+        else:
+            above = _torch_predictions(model, X, n) > 0
+        return (~above if other else above).astype(np.float64)
+    p = 1.0 / (1.0 + np.exp(-_torch_predictions(model, X, n)))
+    return ((1.0 - p if other else p) > threshold).astype(np.float64)
+
+
+def _saved_classes(model: Any) -> np.ndarray | None:
+    """The labels a SavedModel's metadata names (negative first: its logit is that of ``classes_[1]``), else None."""
+    return model.classes_ if isinstance(model, SavedModel) and model.metadata.get("classes") is not None else None
+
+
+def _logit_class(model: Any, positive: Any) -> Any:
+    """The label whose logit a torch model outputs: a SavedModel's ``classes_[1]`` where its metadata names its
+    classes, else the positive class."""
+    classes = _saved_classes(model)
+    return positive if classes is None else classes[1]
 
 
 def _row_count(X: Any) -> int:
