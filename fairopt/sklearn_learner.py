@@ -47,17 +47,45 @@ def routes_missing_values(model: Any) -> bool:
 
 def check_sklearn_model(model: Any, method: str, task: str) -> None:
     """ValueError unless ``model`` can be trained: Moving Targets only, a classifier for
-    ``task="binary"``, a regressor for ``"regression"``.
+    ``task="binary"``, a regressor for ``"regression"`` (where its tags say which it is), and one that
+    scikit-learn's ``clone`` copies (Moving Targets refits a clone). :class:`fairopt.learners.TorchLearner`,
+    the learner Moving Targets builds from ``model="linear"``, ``"mlp"`` or a module factory, is refused
+    with that advice.
     """
+    from fairopt.learners import TorchLearner
+
     name = type(model).__name__
     if method != "moving_targets":
         raise ValueError(f"model: a scikit-learn estimator ({name}) is trained by method='moving_targets' only "
                          f"(the other methods differentiate the model), got method={method!r}; use "
                          "method='moving_targets', or model='gbm' for boosted trees under method='sqp'")
-    if task == "binary" and is_regressor(model):
+    if isinstance(model, TorchLearner):
+        raise ValueError("model: a fairopt.TorchLearner is the learner method='moving_targets' builds itself from "
+                         "model='linear', 'mlp' or a factory n_features -> torch.nn.Module (with epochs, lr and "
+                         "batch_size on the estimator); pass one of those as model")
+    kind = _declared_kind(model)
+    if task == "binary" and kind == "regressor":
         raise ValueError(f"model: FairClassifier needs a scikit-learn classifier, {name} is a regressor")
-    if task == "regression" and is_classifier(model):
+    if task == "regression" and kind == "classifier":
         raise ValueError(f"model: FairRegressor needs a scikit-learn regressor, {name} is a classifier")
+    try:
+        clone(model)
+    except (RuntimeError, TypeError, AttributeError) as exc:
+        raise ValueError(f"model: scikit-learn cannot clone {name} ({exc}); Moving Targets refits a clone of the "
+                         "estimator given, so it must follow scikit-learn's estimator API (derive from "
+                         "sklearn.base.BaseEstimator, store each constructor argument unchanged)") from None
+
+
+def _declared_kind(model: Any) -> str | None:
+    """``"classifier"`` or ``"regressor"`` as scikit-learn's tags (or an ``_estimator_type``) declare it; None for
+    an estimator that declares neither, or has no tags (not derived from ``BaseEstimator``)."""
+    try:
+        if is_regressor(model):
+            return "regressor"
+        return "classifier" if is_classifier(model) else None
+    except (AttributeError, TypeError):
+        kind = getattr(model, "_estimator_type", None)
+        return kind if kind in ("classifier", "regressor") else None
 
 
 class FittedEstimator(nn.Module):

@@ -22,6 +22,7 @@ from fairopt.constraints import DisparateImpact
 from fairopt.estimators import FairClassifier, FairRegressor
 from fairopt.exceptions import FairnessWarning
 from fairopt.measures import disparate_impact
+from fairopt.models import linear
 from fairopt.persistence.writing import save
 from fairopt.sklearn_learner import FittedEstimator, is_sklearn_model, routes_missing_values
 from solvers.moving_targets import MovingTargets
@@ -123,6 +124,42 @@ def test_unsupported_combinations(kwargs, match):
     X, y, s = make_arrays(100, 4)
     with pytest.raises(ValueError, match=match):
         FairClassifier([("disparate_impact", "s", 0.8)], sensitive_names="s", **kwargs).fit(X, y, sensitive_features=s)
+
+
+class _Untagged:
+    """A duck-typed classifier with get_params/fit/predict that does not derive from BaseEstimator (no tags)."""
+
+    def __init__(self, threshold=0.0):
+        self.threshold = threshold
+
+    def get_params(self, deep=True):
+        return {"threshold": self.threshold}
+
+    def set_params(self, **params):
+        self.threshold = params.get("threshold", self.threshold)
+        return self
+
+    def fit(self, X, y, sample_weight=None):
+        return self
+
+    def predict(self, X):
+        return (np.asarray(X)[:, 0] > self.threshold).astype(int)
+
+
+def test_a_torch_learner_or_an_untagged_estimator_is_a_clear_value_error_or_trains():
+    """fairopt.TorchLearner as model= (and any estimator without scikit-learn's tags) raised scikit-learn's
+    AttributeError from is_regressor; the learner is refused with advice, an untagged clonable one trains."""
+    from fairopt.learners import TorchLearner
+
+    X, y, s = make_arrays(200, 5)
+    learner = TorchLearner(lambda p: linear(p), epochs=2)
+    with pytest.raises(ValueError, match=r"model: a fairopt.TorchLearner is the learner method='moving_targets'"):
+        FairClassifier([("disparate_impact", "s", 0.8)], method="moving_targets", model=learner,
+                       sensitive_names="s").fit(X, y, sensitive_features=s)
+    clf = FairClassifier([("disparate_impact", "s", 0.8)], method="moving_targets", model=_Untagged(),
+                         sensitive_names="s", engine_params={"iterations": 2})
+    fit_quietly(clf, X, y, sensitive_features=s)
+    assert set(np.unique(clf.predict(X))) <= {0, 1}
 
 
 def test_is_sklearn_model():
