@@ -24,6 +24,7 @@ from fairopt.training import ENGINE_DEFAULTS, TrainingOptions, engine_class, fir
 from solvers.contract import looks_like_constraint
 from solvers.history import History
 from solvers.penalty import penalised_loss
+from solvers.problem import prediction_outputs
 
 __all__ = [
     "Method",
@@ -89,9 +90,16 @@ class Fitted:
         return list(self.constraints if self.measured is None else self.measured)
 
     def outputs(self, batch: Any) -> torch.Tensor:
-        """The model output on a batch (FairData), without gradient, as a flat tensor."""
+        """The model output on a batch (FairData), without gradient, as a flat tensor: ``predict(batch)`` when
+        given, else a module's outputs computed in float64 (:func:`solvers.problem.prediction_outputs`, the
+        estimators' predict path, so a row at the threshold takes the label ``predict`` gives it)."""
         with torch.no_grad():
-            out = self.predict(batch) if self.predict is not None else self.model(batch.X)
+            if self.predict is not None:
+                out = self.predict(batch)
+            elif isinstance(self.model, torch.nn.Module):
+                out = prediction_outputs(self.model, batch.X)
+            else:
+                out = self.model(batch.X)
         return torch.as_tensor(out).reshape(-1)
 
 
