@@ -37,7 +37,7 @@ import math
 import statistics
 import sys
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -177,31 +177,59 @@ def report(runs: list[dict], header: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merged_runs(runs: list[dict], out: Path) -> list[dict]:
+    """``runs`` and the runs of ``out``'s ``runs.json`` that they do not run again (same task, seed, batch and
+    variant), each with the commit that produced it."""
+    if not (out / "runs.json").exists():
+        return runs
+    rerun = {_key(r) for r in runs}
+    return runs + [r for r in json.loads((out / "runs.json").read_text()) if _key(r) not in rerun]
+
+
+def _key(run: dict) -> tuple:
+    return run["task"], run["seed"], str(run["batch"]), run["variant"]
+
+
+def _at_a_time(jobs: int) -> str:
+    return "one fit at a time" if jobs == 1 else f"{jobs} fits at a time"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = task_grid_parser(__doc__.splitlines()[0], TASKS, DEFAULT_OUT / "regressor_minibatch")
     ap.add_argument("--model", default="linear", choices=["linear", "mlp"])
     ap.add_argument("--variants", nargs="+", default=None, choices=[*VARIANTS, *NETWORK_VARIANTS],
                     help="default: whitened and inputs (linear), default and 500-steps (mlp)")
+    ap.add_argument("--batches", nargs="+", default=["full", *(str(b) for b in BATCHES if b is not None)],
+                    help="'full' (a full batch) and batch sizes")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the runs of --out's runs.json that this invocation does not run again (the page "
+                         "then reports them all and counts the runs by commit)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = str(data_dir(args.data_dir))
     variants = args.variants or list(VARIANTS if args.model == "linear" else NETWORK_VARIANTS)
-    todo = jobs(args.tasks, args.seeds, list(BATCHES), variants, root, args.model)
+    batches = [None if b == "full" else int(b) for b in args.batches]
+    todo = jobs(args.tasks, args.seeds, batches, variants, root, args.model)
     runs = pooled_runs(fit_cell, todo, args.jobs, logger, lambda r: (
         f"{r['task']} seed {r['seed']} batch {r['batch'] or 'full'} {r['variant']}: train R2 {r['train_r2']:.4f} "
         f"test {r['test_r2']:.4f} {r['status']} ({r['seconds']:.1f} s)"))
+    if args.merge:
+        runs = merged_runs(runs, Path(args.out))
+    by_commit = Counter(r.get("commit", "an earlier commit") for r in runs)
     title = ("whitened inputs against the inputs as they are" if args.model == "linear"
              else "a network's mini-batch step budget, the default against 500 steps")
     header = [f"# FairRegressor ({args.model}, SQP): {title}", "",
               f"commit {commit()}; `python benchmarks/regressor_minibatch.py "
-              f"{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
+              f"{' '.join(sys.argv[1:] if argv is None else argv)}`"
+              + ("; runs by commit: " + ", ".join(f"{n} at {c}" for c, n in sorted(by_commit.items()))
+                 if args.merge else ""), "",
               "Every estimator setting at its default but `batch_size` ('full': none); seeded 70/30 splits; "
               "'worst gap' / 'worst test gap': the lowest train / test R2 of a mini-batch run minus its full batch's "
               "(same seed and variant; a network's variants share the full batch); "
               "'bound met': the estimator's `evaluate` on the training rows says every bound is met; seconds of one "
-              "fit on one thread, two fits at a time on a shared 2-core machine."]
-    key = lambda r: (r["task"], r["seed"], str(r["batch"]), r["variant"])  # noqa: E731
-    write_grid(Path(args.out), runs, key, report(runs, header))
+              f"fit on one thread on a shared 2-core machine ({_at_a_time(args.jobs)} in this invocation"
+              + (", two in the earlier runs)." if args.merge else ").")]
+    write_grid(Path(args.out), runs, _key, report(runs, header))
     return 0
 
 

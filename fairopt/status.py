@@ -313,6 +313,9 @@ def fit_status(result: FitResult, method: str, violations: Mapping[str, float], 
         else:
             stationary = (f"not stationary yet ({measure} {value:.2g}, above the engine's tolerance): more epochs "
                           "may lower the loss a little" + ("; the bounds hold already" if violations else ""))
+            if (result.info or {}).get("termination") == "stalled":
+                stationary += (". Training stopped early: its step had shrunk to the schedule's floor and the loss "
+                               "no longer fell (engine_params={'stall_epochs': None} runs every epoch)")
             if network_full_batch and method == "sqp" and value > ALTERNATING_RESIDUAL:
                 stationary += (". A network's full batch steps at a constant lr and can alternate about the "
                                "optimum, fitting less and leaving a bound slack: batch_size=1024 usually fits it "

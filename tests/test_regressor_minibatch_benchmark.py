@@ -70,3 +70,15 @@ def test_a_networks_variants_share_one_full_batch_and_the_old_budget_sets_its_ep
     cells = {(c["batch"], c["variant"]): c for c in grid.cell_means(runs)}
     assert cells[(256, "500-steps")]["worst_gap"] == pytest.approx(-0.02)  # against the default's full batch
     assert cells[(256, "default")]["worst_test_gap"] == pytest.approx(-0.01)
+
+
+def test_merge_keeps_the_earlier_runs_that_were_not_run_again(tmp_path):
+    import json
+
+    earlier = [dict(_run("law-gedi", 0, None, "default", 0.12), commit="old"),
+               dict(_run("law-gedi", 0, 256, "default", 0.11), commit="old")]
+    (tmp_path / "runs.json").write_text(json.dumps(earlier))
+    again = [dict(_run("law-gedi", 0, None, "default", 0.125), commit="new")]
+    merged = grid.merged_runs(again, tmp_path)
+    assert sorted((r["batch"] is None, r["commit"]) for r in merged) == [(False, "old"), (True, "new")]
+    assert grid.merged_runs(again, tmp_path / "absent") == again

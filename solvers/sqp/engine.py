@@ -37,7 +37,7 @@ from solvers.sqp.endgame import (MAX_RESTARTS, Anchor, TailAverage, all_rows_ble
                                  polish, polish_last)
 from solvers.sqp.optimality import evaluate_all, offer_and_test_kkt
 from solvers.sqp.options import CONSTRAINT_BATCHES, OPTION_NAMES, SQPOptions
-from solvers.sqp.schedules import end_of_epoch, rsqrt_beta
+from solvers.sqp.schedules import end_of_epoch, rsqrt_beta, stalled
 from solvers.sqp.screening import RowScreen
 from solvers.sqp.snapshot import ConstraintSnapshot, drift_tolerances, refresh_steps
 from solvers.sqp.state import FitProblem, ResolvedFit, SQPState
@@ -271,10 +271,10 @@ class StochasticSQP:
     ``status`` is "converged", "infeasible" (a row violated), "not_stationary" (feasible, not
     yet a KKT point), "diverged" or "stopped_by_callback" (``info["termination"]`` says why
     the loop ended: "max_epochs", "converged" when a feasible KKT point stopped it early,
-    ...). A returned model that violates a row emits :class:`solvers.outcome.BoundWarning`
-    naming the row, its realised value and its bound. The last :class:`History` record
-    (``qp_status == "final"``) describes the returned model, and ``info`` holds the same
-    numbers: ``stationarity``, ``complementarity``, ``violation`` (exact, total),
+    "stalled" when ``stall_epochs`` did, ...). A returned model that violates a row emits
+    :class:`solvers.outcome.BoundWarning` naming the row, its realised value and its bound. The last
+    :class:`History` record (``qp_status == "final"``) describes the returned model, and ``info`` holds
+    the same numbers: ``stationarity``, ``complementarity``, ``violation`` (exact, total),
     ``violations`` (per row), ``c_exact``, ``feasible``, ``stationary``,
     ``returned_iteration``, ``relaxed_steps``, ``bound_offset`` (the calibration ``b``), ``lr``
     (:attr:`lr_`), ``metric_spread`` and ``start_spread`` (:attr:`metric_spread_`,
@@ -494,7 +494,15 @@ class StochasticSQP:
             end_of_epoch(state, sum(merits) / len(merits), sum(fs) / len(fs), sum(Vs) / len(Vs), epoch,
                          run.schedule, self)
         state.epochs_done = epoch + 1
+        if run.full_batch and run.schedule == "plateau" and stalled(state, self._feasible_best(run), self):
+            return "stalled"
         return None
+
+    @staticmethod
+    def _feasible_best(run: _Run) -> float | None:
+        """The objective of the best iterate so far if it is feasible (the model the run would return), else None."""
+        best = run.tracker.best
+        return best.f if best is not None and run.tracker.feasible(best.row_violations) else None
 
     def _batches(self, run: _Run, idx: torch.Tensor | None) -> tuple[Any, Any]:
         """The objective batch (rows ``idx``, all rows for None) and the constraint batch of one
@@ -582,8 +590,10 @@ class StochasticSQP:
             warnings.warn(f"SQP: training diverged at iteration {state.iteration} (non-finite or exploding "
                           "objective); the best iterate seen before is returned", DivergedWarning, stacklevel=3)
             return 0, status
-        # a mini-batch run polishes with or without constraints (its epochs end at a noisy batch iterate)
-        if not ((p.lower.numel() or not run.full_batch) and self.polish_iterations and status == "max_epochs"):
+        # a mini-batch run polishes with or without constraints (its epochs end at a noisy batch iterate);
+        # a run stalled at the floor of its step ends as one that used its epochs
+        if not ((p.lower.numel() or not run.full_batch) and self.polish_iterations
+                and status in ("max_epochs", "stalled")):
             return 0, status
         # full batch: only a run that ends outside the bounds, from its last iterate
         limit = None if not run.full_batch else 0 if run.mode == "balanced" else polish_last(
@@ -594,9 +604,9 @@ class StochasticSQP:
         self._resolved.tracker = copy.copy(run.tracker)  # the checkpoint keeps the training phase's best iterate
         # the polish refines the model that is returned, in the mode it predicts in (no dropout masks)
         with self._polish_metric(p, state) as start, eval_mode(p.model):
-            run.offset, status, polished = polish(p, self, run.offset, start, run.tracker, run.history,
-                                                  run.tail, limit)
-        return polished, status
+            run.offset, polished_status, polished = polish(p, self, run.offset, start, run.tracker, run.history,
+                                                           run.tail, limit)
+        return polished, ("converged" if polished_status == "converged" else status)
 
     @contextlib.contextmanager
     def _polish_metric(self, problem: FitProblem, state: SQPState):

@@ -127,6 +127,19 @@ class SQPOptions:
         Factor in (0, 1) of a "plateau" decay.
     lr_floor : float, default 1e-3
         Smallest "plateau" learning rate as a fraction of ``lr``.
+    stall_epochs : int or None, default None
+        Stop a full-batch "plateau" run that has stalled at the floor: once its step is ``lr_floor * lr``
+        (the schedule can shrink it no further), the run stops after ``stall_epochs`` epochs in which the
+        objective of the model it would return fell by no more than ``stall_tol``. With ``f*_k`` the
+        objective of the best feasible iterate after epoch ``k`` (:class:`solvers.outcome.BestIterate`) and the
+        reference ``f_r`` taken at the first epoch at the floor with a feasible iterate, renewed whenever
+        ``f*_k < f_r - stall_tol``: stop at the ``stall_epochs``-th epoch without a renewal (a crawl slower than
+        ``stall_tol / stall_epochs`` per epoch). The run then ends as one that used its epochs (the
+        polish of :func:`solvers.sqp.endgame.polish_last` included), with ``info["termination"]``
+        ``"stalled"``; a checkpoint carries the count (:meth:`StochasticSQP.state_dict`). None: never
+        (mini-batch runs and the other schedules never stop so).
+    stall_tol : float, default 1e-3
+        The least fall of that objective, in the loss's units, that counts as progress for ``stall_epochs``.
     calibrate_exact : bool, default True
         Solve the QP for ``l - b <= c + J d <= u - b``, ``b`` a moving average of the gap
         ``c_exact - c`` between the exact rows and their smooth surrogate (updated on full-data
@@ -226,6 +239,8 @@ class SQPOptions:
     lr_patience: int = 20
     lr_decay: float = 0.5
     lr_floor: float = 1e-3
+    stall_epochs: int | None = None
+    stall_tol: float = 1e-3
     calibrate_exact: bool = True
     calibration_weight: float = 0.2
     hessian: str = "auto"
@@ -268,6 +283,9 @@ class SQPOptions:
             positive_int(getattr(self, name), name, allow_integral_float=True)
         for name in ("lr_min", "tol", "feasibility_tol"):
             positive_float(getattr(self, name), name)
+        if self.stall_epochs is not None:
+            positive_int(self.stall_epochs, "stall_epochs", allow_integral_float=True)
+        positive_float(self.stall_tol, "stall_tol", allow_zero=True)
         if not isinstance(self.lr_schedule, bool):  # True for "paper", False for "none"
             check_choice(self.lr_schedule, LR_SCHEDULES, "lr_schedule")
         positive_int(self.polish_iterations, "polish_iterations", allow_zero=True)

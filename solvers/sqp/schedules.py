@@ -11,7 +11,7 @@ from typing import Protocol
 from solvers.sqp.state import SQPState
 
 __all__ = ["LR_SCHEDULES", "PLATEAU_RTOL", "RSQRT_EPOCHS", "RSQRT_WARMUP_EPOCHS", "ScheduleOptions",
-           "adjust_learning_rate", "end_of_epoch", "plateau", "rsqrt_beta"]
+           "adjust_learning_rate", "end_of_epoch", "plateau", "rsqrt_beta", "stalled"]
 
 #: Values of ``lr_schedule``.
 LR_SCHEDULES: tuple[str, ...] = ("auto", "plateau", "rsqrt", "paper", "none")
@@ -35,6 +35,8 @@ class ScheduleOptions(Protocol):
     lr_patience: int
     lr_decay: float
     lr_floor: float
+    stall_epochs: int | None
+    stall_tol: float
     lr_min: float
     lr_kmin: int
     lr_interval: int
@@ -84,6 +86,27 @@ def plateau(state: SQPState, f: float, V: float, epoch: int, options: ScheduleOp
         state.beta = max(floor, state.beta * options.lr_decay)
         state.plateau_wait = 0
         logger.debug("epoch %d: merit plateau, learning rate reduced to %.3e", epoch, state.beta)
+
+
+def stalled(state: SQPState, best_f: float | None, options: ScheduleOptions) -> bool:
+    """Whether a "plateau" run has stalled at its floor (``stall_epochs``, called once per epoch).
+
+    ``best_f`` is the objective ``f*`` of the best feasible iterate so far (None: none is feasible).
+    Only epochs whose step is at the floor ``beta <= lr_floor * lr`` count: at the first one the reference
+    ``f_r = f*`` is taken, each later one renews it when ``f* < f_r - stall_tol`` and otherwise counts one
+    epoch without progress; the run has stalled at the ``stall_epochs``-th such epoch in a row. An epoch
+    above the floor or without a feasible iterate starts the count afresh.
+    """
+    if options.stall_epochs is None:
+        return False
+    if best_f is None or state.beta > options.lr_floor * float(options.lr_):
+        state.stall_best, state.stall_wait = None, 0
+        return False
+    if state.stall_best is None or best_f < state.stall_best - options.stall_tol:
+        state.stall_best, state.stall_wait = float(best_f), 0
+        return False
+    state.stall_wait += 1
+    return state.stall_wait >= int(options.stall_epochs)
 
 
 def adjust_learning_rate(state: SQPState, merit: float, epoch: int, options: ScheduleOptions) -> None:

@@ -39,12 +39,12 @@ class SQPState:
     Merit and ratio parameters ``tau``, ``xi`` ([B21]); the step ``beta`` and its divergence-guard
     scale ``beta_scale``; the Lipschitz estimates ``L``, ``Gamma`` of the adaptive step; the
     schedules' memory (``merit_avg``, ``since_change`` of [SQP] Alg. 2; ``plateau_best``,
-    ``plateau_wait`` of "plateau"); counters ``iteration``, ``epochs_done``, ``restarts``; the
-    trust region's ``recent_steps``; the last stationarity residual ``last_kkt``; the first
-    all-rows objective ``f_first`` (divergence guard); the calibration ``offset`` of the working
-    bounds; the row screen's ``screen``; the Hessian accumulator ``v`` of ``H = diag(sqrt(v + mu))``
-    (``hessian="adahessian"``; the Gauss-Newton metric's ``h = v + mu``, ``hessian="gauss-newton"``)
-    and, after the fit, ``final_kkt`` and ``final_violation``.
+    ``plateau_wait`` of "plateau"; ``stall_best``, ``stall_wait`` of ``stall_epochs``); counters
+    ``iteration``, ``epochs_done``, ``restarts``; the trust region's ``recent_steps``; the last
+    stationarity residual ``last_kkt``; the first all-rows objective ``f_first`` (divergence guard);
+    the calibration ``offset`` of the working bounds; the row screen's ``screen``; the Hessian
+    accumulator ``v`` of ``H = diag(sqrt(v + mu))`` (``hessian="adahessian"``; the Gauss-Newton
+    metric's ``h = v + mu``, ``hessian="gauss-newton"``) and, after the fit, ``final_kkt`` and ``final_violation``.
     """
 
     tau: float
@@ -64,6 +64,8 @@ class SQPState:
     recent_steps: list[float] = field(default_factory=list)
     plateau_best: list[float] | None = None
     plateau_wait: int = 0
+    stall_best: float | None = None
+    stall_wait: int = 0
     f_first: float | None = None
     offset: list[float] | None = None
     screen: ScreenMemory | None = None
