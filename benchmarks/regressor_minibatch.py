@@ -27,6 +27,10 @@ mini-batch step budgets: ``default`` is the estimator as it is (``epochs="auto"`
 
     python benchmarks/regressor_minibatch.py --model mlp --data-dir ../shared/data --jobs 2 \
         --out results/regressor_minibatch_mlp
+
+``--batches full --merge`` runs the full batches again and keeps the mini-batch runs of ``--out``'s
+``runs.json`` (the page counts the runs by commit), as after the full batch's stop at the floor of its step
+(:data:`fairopt.training.REGRESSION_STALL`).
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ ENGINE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "binary": {"first_order": {"epochs": 1000, "lr": 2e-2}},
     # measured on Communities and Crime (benchmarks/regression_fit.py): with these the
     # unconstrained linear fit reaches the least-squares optimum (test R2 of Ridge)
-    # SQP: 10000 epochs is a budget, not a cost: a run stops at a feasible KKT point; lr 0.02 keeps
+    # SQP: 10000 epochs is a budget, not a cost: a run stops at a feasible KKT point, or stalled at the
+    # floor of its step (REGRESSION_STALL, engine_param_defaults); lr 0.02 keeps
     # the first steps of a network's standardised least squares stable (a linear model steps on
     # whitened inputs at WHITENED_LR instead: whitened_inputs)
     "regression": {"sqp": {"epochs": 10000, "lr": 0.02},
@@ -406,8 +407,9 @@ def engine_param_defaults(options: TrainingOptions, data: FairData, whitened: bo
     budget (:data:`ENGINE_DEFAULTS`) is an upper bound, and a run ends early at a feasible KKT point; a
     network's exact rows can instead alternate about a bound (GeDI on a binary attribute, where the
     returned model is the best iterate that lands inside it), which the schedule answers by shrinking the
-    step to its floor, and at a thousandth of ``lr`` the rest of the budget moves the fit by a few
-    thousandths of ``R^2``. Runs that still improve at a longer step are not stopped.
+    step to its floor, where the rest of the budget barely moves the fit
+    (``benchmarks/results/solver_notes.md``). Runs that still improve at a longer step are not stopped: a
+    stop on the loss alone cannot tell their slow progress from the crawl at the floor.
     SQP on ``whitened`` inputs (:func:`whitened_inputs`) with mini-batches: ``hessian="gauss-newton"``,
     whose metric there is the exact curvature (the engine's "auto" takes Adam's second moments for
     mini-batch steps, which at :data:`WHITENED_LR` set off the divergence guard in the first steps of
