@@ -32,6 +32,7 @@ from sklearn.metrics import log_loss
 from sklearn.model_selection import train_test_split
 
 from _common import DEFAULT_OUT, commit, data_dir
+from fairopt.measures import disparate_impact
 
 TASKS = ("communities", "pg15")
 MODELS = ("linear", "mlp")
@@ -57,12 +58,6 @@ def load_task(name: str, root: Path) -> tuple[pd.DataFrame, np.ndarray, np.ndarr
         y = (frame["Numtppd"] > 0).astype(int).to_numpy()
         return X.reset_index(drop=True), y, frame["Gender"].astype(str).to_numpy()
     raise ValueError(f"task: expected one of {TASKS}, got {name!r}")
-
-
-def disparate_impact(pred: np.ndarray, s: np.ndarray) -> float:
-    """``min_g P_g / max_g P_g`` of the positive rates of hard labels (NaN when no group has a positive)."""
-    rates = [float(pred[s == g].mean()) for g in np.unique(s)]
-    return min(rates) / max(rates) if max(rates) > 0 else float("nan")
 
 
 def run_one(task: str, X: pd.DataFrame, y: np.ndarray, s: np.ndarray, seed: int, model: str,

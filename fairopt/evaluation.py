@@ -81,7 +81,7 @@ def _forward(model: Callable[[torch.Tensor], torch.Tensor], data: Any) -> torch.
         raise ValueError(f"model: expected a callable (e.g. torch.nn.Module), got {type(model).__name__}")
     n = len(data.y)
     with eval_mode(model), torch.no_grad():
-        out = prediction_outputs(model, data.X) if isinstance(model, torch.nn.Module) else model(data.X)
+        out = prediction_outputs(model, data.X)
     if not isinstance(out, torch.Tensor):
         raise ValueError(f"model: expected a tensor output, got {type(out).__name__}")
     if out.numel() != n:
@@ -448,7 +448,7 @@ def model_violations(model: Callable[[torch.Tensor], torch.Tensor], data: Any,
     """:func:`constraint_violations` of ``model``'s outputs on ``data``, on the path the estimators predict
     through (:func:`solvers.problem.prediction_outputs` for a module)."""
     with eval_mode(model), torch.no_grad():
-        out = prediction_outputs(model, data.X) if isinstance(model, torch.nn.Module) else model(data.X)
+        out = prediction_outputs(model, data.X)
     return constraint_violations(out.reshape(-1), data, constraints)
 
 

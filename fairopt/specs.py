@@ -435,9 +435,6 @@ def _parse_constraint(spec: Any) -> tuple[str, dict]:
 #: without naming its form (the third element of a tuple, ``kind:sensitive:value``), is more likely the
 #: other form than what the user meant: :func:`_warn_unlikely_bound`.
 UNLIKELY_BOUND = 0.5
-#: The rate kinds of either form: the ratio (``delta``) kinds and the difference (``bound``) kind.
-_RATIO_KINDS = ("disparate_impact", "equal_impact", *EITHER_FORM_KINDS)
-_DIFFERENCE_KINDS = ("demographic_parity",)
 
 
 def _warn_unlikely_bound(kind: str, arg: str, value: Any, spec: Any, sensitive: str | list) -> None:
@@ -459,13 +456,13 @@ def _warn_unlikely_bound(kind: str, arg: str, value: Any, spec: Any, sensitive: 
     except OverflowError:  # an integer beyond a float: the constraint's own check refuses it
         return
     names = ",".join(sensitive) if isinstance(sensitive, list) else str(sensitive)
-    if arg == "delta" and kind in _RATIO_KINDS and 0 <= value < UNLIKELY_BOUND:
+    if arg == "delta" and 0 <= value < UNLIKELY_BOUND:  # only the ratio kinds take a delta
         meant = "demographic_parity" if kind in ("disparate_impact", "equal_impact") else kind
         warn_at_caller(f"constraints: {spec!r} reads {value:g} as a ratio bound ({kind}: the smaller rate at least "
                        f"{value:g} times the larger), which hardly restricts; the four-fifths rule is 0.8. For a "
                        f"difference of rates of at most {value:g} write '{meant}:{names}<={value:g}'; to keep the "
                        f"ratio, write '{kind}:{names}>={value:g}'.", FairnessWarning)
-    elif arg == "bound" and kind in _DIFFERENCE_KINDS and value >= UNLIKELY_BOUND:
+    elif arg == "bound" and kind == "demographic_parity" and value >= UNLIKELY_BOUND:
         warn_at_caller(f"constraints: {spec!r} reads {value:g} as a difference bound ({kind}: the positive rates at "
                        f"most {value:g} apart), which hardly restricts. For the four-fifths rule's ratio write "
                        f"'disparate_impact:{names}>={value:g}'; to keep the difference, write "

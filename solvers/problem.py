@@ -226,9 +226,12 @@ def float64_forward(model: Any, X: Any) -> torch.Tensor:
     return row_outputs(out, x.shape[0]).double()
 
 
-def prediction_outputs(model: Any, X: torch.Tensor) -> torch.Tensor:
-    """:func:`float64_forward` in ``X``'s dtype and device: the outputs the estimators predict from, for
-    code that computes in the data's dtype (a cast keeps each output's sign, hence its hard label)."""
+def prediction_outputs(model: Any, X: torch.Tensor) -> Any:
+    """A ``torch.nn.Module``'s :func:`float64_forward` in ``X``'s dtype and device: the outputs the estimators
+    predict from, for code that computes in the data's dtype (a cast keeps each output's sign, hence its hard
+    label); any other callable's ``model(X)``, as it returns it (its arithmetic is its own)."""
+    if not isinstance(model, torch.nn.Module):
+        return model(X)
     return float64_forward(model, X).to(dtype=X.dtype if X.dtype.is_floating_point else torch.float32,
                                          device=X.device)
 

@@ -94,12 +94,7 @@ class Fitted:
         given, else a module's outputs computed in float64 (:func:`solvers.problem.prediction_outputs`, the
         estimators' predict path, so a row at the threshold takes the label ``predict`` gives it)."""
         with torch.no_grad():
-            if self.predict is not None:
-                out = self.predict(batch)
-            elif isinstance(self.model, torch.nn.Module):
-                out = prediction_outputs(self.model, batch.X)
-            else:
-                out = self.model(batch.X)
+            out = self.predict(batch) if self.predict is not None else prediction_outputs(self.model, batch.X)
         return torch.as_tensor(out).reshape(-1)
 
 
